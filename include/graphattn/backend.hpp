@@ -1,0 +1,34 @@
+// The attention backend's device operations, vLLM v1 flash-backend semantics.
+//
+// The paged KV cache is one tensor viewed as [2, num_blocks, block_size, num_kv_heads, head_size]
+// (index 0: keys, 1: values). NHD stores it in that order; HND stores
+// [2, num_blocks, num_kv_heads, block_size, head_size] and is passed as the same logical shape
+// with permuted strides. The head dimension must be contiguous.
+#pragma once
+
+#include <cuda.h>
+
+#include "graphattn/jit.hpp"
+#include "graphattn/spec.hpp"
+#include "graphattn/tensor.hpp"
+
+namespace graphattn {
+
+// NHD or HND from the strides of a 5-d KV cache view; throws on anything else.
+KvLayout kv_layout_of(const TensorView& kv_cache);
+// The KV cache dtype implied by the cache tensor's element type for a model of type `dtype`.
+KvDType kv_dtype_of(const TensorView& kv_cache, DType dtype);
+DType dtype_of(ScalarType t);  // fp16/bf16 only; throws otherwise
+
+// Writes the new tokens' keys and values into their cache slots (vLLM's
+// reshape_and_cache_flash). A slot of -1 (padding) writes nothing.
+//   key, value:    [num_tokens, num_kv_heads, head_size], fp16 or bf16, head dim contiguous
+//   kv_cache:      [2, num_blocks, block_size, num_kv_heads, head_size], dtype of key or fp8
+//   slot_mapping:  [num_tokens] int64, block * block_size + offset, or -1
+//   k_scale/v_scale: fp8 caches store value / scale; ignored otherwise
+// Asynchronous on `stream`; capture-safe once the kernel is loaded (see prepare_cache_write).
+void write_kv_cache(const TensorView& key, const TensorView& value, const TensorView& kv_cache,
+                    const TensorView& slot_mapping, float k_scale, float v_scale, CUstream stream,
+                    KernelCache& cache = default_kernel_cache());
+
+}  // namespace graphattn

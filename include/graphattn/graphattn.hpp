@@ -1,0 +1,10 @@
+// graphattn: paged attention for LLM inference engines, JIT-compiled per specialization and
+// launched inside CUDA graphs. This header includes the whole public API.
+#pragma once
+
+#include "graphattn/backend.hpp"
+#include "graphattn/error.hpp"
+#include "graphattn/jit.hpp"
+#include "graphattn/runtime.hpp"
+#include "graphattn/spec.hpp"
+#include "graphattn/tensor.hpp"

@@ -1,0 +1,146 @@
+// The kernel cache: AttentionSpec -> rendered CUDA source -> NVRTC -> cubin, kept in memory and
+// on disk under a 128-bit XXH3 key.
+//
+//   get(spec): memory tier (hit: return) -> disk tier (valid entry: load)
+//              -> per-key cross-process lock -> disk again -> NVRTC -> temp file, fsync, rename
+//
+// Thread-safe: concurrent callers of one key wait for a single compile. Safe across processes
+// sharing one directory: an advisory lock per key makes one of them compile, and a corrupt,
+// truncated or foreign file is a miss that is repaired, never served.
+#pragma once
+
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "graphattn/spec.hpp"
+
+namespace graphattn {
+
+// XXH3-128 of everything that determines the machine code (see make_key()).
+struct CacheKey {
+  uint64_t high = 0;
+  uint64_t low = 0;
+  std::string hex() const;  // 32 lowercase hex digits, high word first
+  bool operator==(const CacheKey& o) const { return high == o.high && low == o.low; }
+  bool operator!=(const CacheKey& o) const { return !(*this == o); }
+};
+
+// Bumped whenever the file layout or the meaning of a key changes.
+constexpr uint32_t kCacheFormatVersion = 1;
+
+// What goes into a key. Exposed so tests can show that each input changes it.
+struct KeyInputs {
+  std::string spec;                  // canonical spec string
+  std::string source;                // fully rendered source text
+  std::vector<std::string> options;  // every NVRTC option, in order
+  int arch = 0;
+  int nvrtc_major = 0;
+  int nvrtc_minor = 0;
+  uint32_t format_version = kCacheFormatVersion;
+};
+CacheKey make_key(const KeyInputs& in);
+
+// A rendered kernel, ready for NVRTC.
+struct KernelSource {
+  std::string spec;                  // canonical spec string
+  std::string entry;                 // the extern "C" kernel name inside
+  std::string source;                // full text; the NVRTC options are written into it
+  std::vector<std::string> options;  // NVRTC options
+};
+KernelSource render_kernel(const AttentionSpec& spec);
+
+// The NVRTC this process is linked with (major, minor).
+std::pair<int, int> nvrtc_version();
+
+// Where a cubin came from on this request.
+enum class CacheOrigin { kMemory, kDisk, kCompiled };
+const char* to_string(CacheOrigin o);
+
+// A compiled kernel: the cubin and its provenance. Immutable and shared.
+struct CompiledKernel {
+  CacheKey key;
+  AttentionSpec spec;
+  std::string spec_string;
+  std::string entry;
+  std::vector<char> cubin;
+  int64_t compiled_at_ms = 0;  // Unix time, milliseconds
+  double compile_ms = 0;       // NVRTC wall time when it was compiled
+};
+
+struct CacheOptions {
+  // Empty: GRAPHATTN_CACHE_DIR, else $XDG_CACHE_HOME/graphattn, else ~/.cache/graphattn.
+  std::string dir;
+  // false: memory only.
+  bool use_disk = true;
+  // 0: GRAPHATTN_CACHE_MAX_BYTES, else 2 GiB. Oldest-used entries are evicted past it.
+  uint64_t max_bytes = 0;
+  // How long to wait for another process compiling the same key before compiling anyway.
+  std::chrono::milliseconds lock_timeout{60000};
+  // Write each compiled source next to its entry (also GRAPHATTN_DUMP_SOURCE=1).
+  bool dump_source = false;
+  // Receives warnings (read-only directory, lock timeout). Default: one line on stderr.
+  std::function<void(const std::string&)> warn;
+};
+
+struct CacheStats {
+  uint64_t memory_hits = 0;
+  uint64_t disk_hits = 0;
+  uint64_t misses = 0;       // not in memory nor on disk: compiled
+  uint64_t compiles = 0;     // NVRTC runs that produced a cubin
+  uint64_t compile_failures = 0;
+  uint64_t repairs = 0;      // bad disk entries found and replaced
+  uint64_t evictions = 0;
+  double compile_ms = 0;     // total NVRTC wall time
+};
+
+struct PrecompileResult {
+  std::string spec;
+  CacheOrigin origin = CacheOrigin::kCompiled;
+  double ms = 0;      // wall time of this request
+  std::string error;  // empty on success
+};
+
+
+class KernelCache {
+ public:
+  explicit KernelCache(CacheOptions options = {});
+  ~KernelCache();
+  KernelCache(const KernelCache&) = delete;
+  KernelCache& operator=(const KernelCache&) = delete;
+
+  // The compiled kernel for spec (validated first). Throws Error or CompileError.
+  std::shared_ptr<const CompiledKernel> get(const AttentionSpec& spec,
+                                            CacheOrigin* origin = nullptr);
+
+  // Compiles (or finds) every spec on a pool of `threads` workers (0: hardware threads).
+  // Never throws for a single spec's failure: it is reported in its result.
+  std::vector<PrecompileResult> precompile(const std::vector<AttentionSpec>& specs,
+                                           unsigned threads = 0);
+
+  CacheStats stats() const;
+  // The disk directory, or "" when running memory-only.
+  std::string dir() const;
+  bool disk_enabled() const;
+
+ private:
+  std::shared_ptr<const CompiledKernel> load_or_compile(const AttentionSpec& spec,
+                                                        const KernelSource& src,
+                                                        const CacheKey& key,
+                                                        CacheOrigin* origin);
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// The process-wide cache used by the backends when none is given (default options).
+KernelCache& default_kernel_cache();
+
+// The default cache directory (environment applied), whether or not it exists.
+std::string default_cache_dir();
+
+}  // namespace graphattn

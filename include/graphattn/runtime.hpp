@@ -1,0 +1,45 @@
+// Device helpers for engines, tools and tests: GPU presence, the current device's arch, a
+// context, and an owning device buffer for tools and tests (the forward path never allocates).
+#pragma once
+
+#include <cuda.h>
+
+#include <cstddef>
+#include <string>
+
+namespace graphattn {
+
+// Whether the driver loads and a device exists; *why says what is missing. Never throws.
+bool gpu_available(std::string* why = nullptr);
+
+// Makes device's primary context current on this thread if no context is (engines that use
+// the CUDA runtime already have one). Returns the current context.
+CUcontext ensure_context(int device = 0);
+
+// Compute capability of the current context's device as major * 10 + minor (e.g. 90).
+int current_device_arch();
+
+// Owning device allocation (cuMemAlloc); for tools, tests and benchmarks.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(size_t bytes);
+  ~DeviceBuffer();
+  DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(o.ptr_), bytes_(o.bytes_) { o.ptr_ = 0; o.bytes_ = 0; }
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  void* data() const { return reinterpret_cast<void*>(ptr_); }
+  CUdeviceptr ptr() const { return ptr_; }
+  size_t bytes() const { return bytes_; }
+  void upload(const void* host, size_t bytes, size_t offset = 0);
+  void download(void* host, size_t bytes, size_t offset = 0) const;
+  void fill_bytes(unsigned char value);
+
+ private:
+  CUdeviceptr ptr_ = 0;
+  size_t bytes_ = 0;
+};
+
+}  // namespace graphattn

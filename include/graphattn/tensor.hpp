@@ -1,0 +1,34 @@
+// TensorView: a non-owning view of device memory owned by the engine. graphattn never
+// allocates or frees what a view points to.
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+
+namespace graphattn {
+
+enum class ScalarType { kFloat16, kBFloat16, kFloat8E4M3, kFloat8E5M2, kFloat32, kInt32, kInt64 };
+int scalar_bytes(ScalarType t);
+const char* to_string(ScalarType t);
+
+constexpr int kMaxDims = 6;
+
+struct TensorView {
+  void* data = nullptr;             // device pointer
+  ScalarType dtype = ScalarType::kFloat16;
+  int ndim = 0;
+  int64_t shape[kMaxDims] = {};
+  int64_t strides[kMaxDims] = {};   // in elements, not bytes
+
+  // A contiguous (row-major) view.
+  static TensorView contiguous(void* data, ScalarType dtype, std::initializer_list<int64_t> shape);
+  // A view with explicit strides (elements).
+  static TensorView strided(void* data, ScalarType dtype, std::initializer_list<int64_t> shape,
+                            std::initializer_list<int64_t> strides);
+
+  int64_t numel() const;
+  std::string describe() const;  // "bf16[4, 8, 128] strides [1024, 128, 1]"
+};
+
+}  // namespace graphattn

@@ -1,0 +1,247 @@
+// KernelCache: the memory tier with single flight, over the disk tier, over NVRTC.
+#include <cstdlib>
+#include <future>
+#include <iostream>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+#include "graphattn/error.hpp"
+#include "graphattn/jit.hpp"
+#include "jit_cache/disk_tier.hpp"
+#include "jit_cache/nvrtc_compiler.hpp"
+#include "jit_cache/thread_pool.hpp"
+
+namespace graphattn {
+
+using detail::DiskTier;
+using detail::EntryHeader;
+using detail::EntryStatus;
+
+namespace {
+
+struct KeyHash {
+  size_t operator()(const CacheKey& k) const { return static_cast<size_t>(k.low ^ k.high); }
+};
+
+const char* env(const char* name) {
+  const char* v = std::getenv(name);
+  return v && *v ? v : nullptr;
+}
+
+uint64_t parse_bytes(const char* text) {
+  char* end = nullptr;
+  const unsigned long long v = std::strtoull(text, &end, 10);
+  uint64_t mult = 1;
+  if (end && *end) {
+    switch (*end) {
+      case 'k': case 'K': mult = 1ull << 10; break;
+      case 'm': case 'M': mult = 1ull << 20; break;
+      case 'g': case 'G': mult = 1ull << 30; break;
+      default:
+        throw Error(std::string("GRAPHATTN_CACHE_MAX_BYTES='") + text +
+                    "' is not a size; use bytes or a K, M or G suffix, e.g. 512M");
+    }
+  }
+  if (end == text) throw Error(std::string("GRAPHATTN_CACHE_MAX_BYTES='") + text + "' is not a size");
+  return v * mult;
+}
+
+void default_warn(const std::string& msg) { std::cerr << msg << std::endl; }
+
+}  // namespace
+
+std::string default_cache_dir() {
+  if (const char* d = env("GRAPHATTN_CACHE_DIR")) return d;
+  if (const char* x = env("XDG_CACHE_HOME")) return std::string(x) + "/graphattn";
+  if (const char* h = env("HOME")) return std::string(h) + "/.cache/graphattn";
+  return "/tmp/graphattn-cache";
+}
+
+const char* to_string(CacheOrigin o) {
+  switch (o) {
+    case CacheOrigin::kMemory: return "memory";
+    case CacheOrigin::kDisk: return "hit";
+    case CacheOrigin::kCompiled: return "compiled";
+  }
+  return "?";
+}
+
+using KernelPtr = std::shared_ptr<const CompiledKernel>;
+
+struct KernelCache::Impl {
+  CacheOptions opts;
+  std::unique_ptr<DiskTier> disk;
+  mutable std::mutex mu;
+  std::unordered_map<CacheKey, std::shared_future<KernelPtr>, KeyHash> entries;
+  CacheStats stats;
+};
+
+KernelCache::KernelCache(CacheOptions options) : impl_(new Impl) {
+  impl_->opts = std::move(options);
+  CacheOptions& o = impl_->opts;
+  if (!o.warn) {
+    // One warning per cache object, whatever goes wrong afterwards.
+    auto once = std::make_shared<std::once_flag>();
+    o.warn = [once](const std::string& m) { std::call_once(*once, default_warn, m); };
+  }
+  if (o.max_bytes == 0)
+    o.max_bytes = env("GRAPHATTN_CACHE_MAX_BYTES") ? parse_bytes(env("GRAPHATTN_CACHE_MAX_BYTES"))
+                                                   : (2ull << 30);
+  if (const char* d = env("GRAPHATTN_DUMP_SOURCE")) o.dump_source = o.dump_source || d[0] == '1';
+  if (o.use_disk) {
+    if (o.dir.empty()) o.dir = default_cache_dir();
+    impl_->disk = std::make_unique<DiskTier>(o.dir, o.max_bytes, o.warn);
+  }
+}
+
+KernelCache::~KernelCache() = default;
+
+std::shared_ptr<const CompiledKernel> KernelCache::get(const AttentionSpec& spec,
+                                                       CacheOrigin* origin) {
+  const KernelSource src = render_kernel(spec);  // validates
+  const auto [major, minor] = nvrtc_version();
+  const CacheKey key =
+      make_key({src.spec, src.source, src.options, spec.arch, major, minor, kCacheFormatVersion});
+
+  std::promise<KernelPtr> promise;
+  {
+    std::unique_lock<std::mutex> lock(impl_->mu);
+    auto it = impl_->entries.find(key);
+    if (it != impl_->entries.end()) {
+      ++impl_->stats.memory_hits;
+      std::shared_future<KernelPtr> f = it->second;
+      lock.unlock();
+      KernelPtr k = f.get();  // waits for the one compile in flight; rethrows its failure
+      if (origin) *origin = CacheOrigin::kMemory;
+      return k;
+    }
+    impl_->entries.emplace(key, promise.get_future().share());
+  }
+  try {
+    KernelPtr k = load_or_compile(spec, src, key, origin);
+    promise.set_value(k);
+    return k;
+  } catch (...) {
+    // Waiters see this failure; the next request tries again.
+    promise.set_exception(std::current_exception());
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->entries.erase(key);
+    throw;
+  }
+}
+
+KernelPtr KernelCache::load_or_compile(const AttentionSpec& spec, const KernelSource& src,
+                                       const CacheKey& key, CacheOrigin* origin) {
+  DiskTier* disk = impl_->disk && impl_->disk->usable() ? impl_->disk.get() : nullptr;
+  auto make = [&](const EntryHeader& h, std::vector<char> cubin) {
+    auto k = std::make_shared<CompiledKernel>();
+    k->key = key;
+    k->spec = spec;
+    k->spec_string = src.spec;
+    k->entry = src.entry;
+    k->cubin = std::move(cubin);
+    k->compiled_at_ms = h.compiled_at_ms;
+    k->compile_ms = static_cast<double>(h.compile_us) / 1000.0;
+    return KernelPtr(std::move(k));
+  };
+  bool bad_entry = false;
+  auto try_disk = [&]() -> KernelPtr {
+    EntryHeader h;
+    std::vector<char> cubin;
+    const EntryStatus s = disk->read(key, &h, &cubin, nullptr);
+    if (s == EntryStatus::kOk && h.spec == src.spec) return make(h, std::move(cubin));
+    if (s != EntryStatus::kMissing) bad_entry = true;
+    return nullptr;
+  };
+  DiskTier::Lock file_lock;
+  if (disk) {
+    if (KernelPtr k = try_disk()) {
+      std::lock_guard<std::mutex> lock(impl_->mu);
+      ++impl_->stats.disk_hits;
+      if (origin) *origin = CacheOrigin::kDisk;
+      return k;
+    }
+    file_lock = disk->lock(key, impl_->opts.lock_timeout);
+    // Another process may have compiled it while we waited for the lock.
+    bad_entry = false;
+    if (KernelPtr k = try_disk()) {
+      std::lock_guard<std::mutex> lock(impl_->mu);
+      ++impl_->stats.disk_hits;
+      if (origin) *origin = CacheOrigin::kDisk;
+      return k;
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    ++impl_->stats.misses;
+  }
+  double ms = 0;
+  std::vector<char> cubin;
+  try {
+    cubin = detail::nvrtc_compile(src, &ms);
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    ++impl_->stats.compile_failures;
+    if (disk && impl_->opts.dump_source) disk->write_source(key, src.source);
+    throw;
+  }
+  EntryHeader h;
+  h.key = key;
+  h.arch = static_cast<uint32_t>(spec.arch);
+  const auto [major, minor] = nvrtc_version();
+  h.nvrtc_major = static_cast<uint32_t>(major);
+  h.nvrtc_minor = static_cast<uint32_t>(minor);
+  h.compiled_at_ms = detail::now_unix_ms();
+  h.compile_us = static_cast<uint64_t>(ms * 1000.0);
+  h.spec = src.spec;
+  uint64_t evicted = 0;
+  if (disk) {
+    if (impl_->opts.dump_source) disk->write_source(key, src.source);
+    if (disk->write(h, cubin)) evicted = disk->evict(impl_->opts.max_bytes, &key);
+  }
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    ++impl_->stats.compiles;
+    impl_->stats.compile_ms += ms;
+    impl_->stats.evictions += evicted;
+    if (bad_entry) ++impl_->stats.repairs;
+  }
+  if (origin) *origin = CacheOrigin::kCompiled;
+  return make(h, std::move(cubin));
+}
+
+std::vector<PrecompileResult> KernelCache::precompile(const std::vector<AttentionSpec>& specs,
+                                                      unsigned threads) {
+  std::vector<PrecompileResult> results(specs.size());
+  detail::parallel_for(specs.size(), threads, [&](size_t i) {
+    PrecompileResult& r = results[i];
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      r.spec = specs[i].to_string();
+      get(specs[i], &r.origin);
+    } catch (const std::exception& e) {
+      r.error = e.what();
+    }
+    r.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  });
+  return results;
+}
+
+CacheStats KernelCache::stats() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->stats;
+}
+
+std::string KernelCache::dir() const {
+  return impl_->disk && impl_->disk->usable() ? impl_->disk->dir() : "";
+}
+
+bool KernelCache::disk_enabled() const { return impl_->disk && impl_->disk->usable(); }
+
+KernelCache& default_kernel_cache() {
+  static KernelCache cache;
+  return cache;
+}
+
+}  // namespace graphattn

@@ -1,0 +1,31 @@
+// NVRTC: rendered source -> cubin. Every call goes through GA_NVRTC_CHECK.
+#pragma once
+
+#include <nvrtc.h>
+
+#include <string>
+#include <vector>
+
+#include "graphattn/error.hpp"
+#include "graphattn/jit.hpp"
+
+namespace graphattn::detail {
+
+[[noreturn]] void throw_nvrtc_error(nvrtcResult r, const char* call, const char* func,
+                                    const char* file, int line);
+
+#define GA_NVRTC_CHECK(call)                                                          \
+  do {                                                                                \
+    nvrtcResult ga_nvrtc_result_ = (call);                                            \
+    if (ga_nvrtc_result_ != NVRTC_SUCCESS)                                            \
+      ::graphattn::detail::throw_nvrtc_error(ga_nvrtc_result_, #call, __func__, __FILE__, \
+                                             __LINE__);                               \
+  } while (0)
+
+// Compiles src to a cubin; throws CompileError with the log on rejection.
+std::vector<char> nvrtc_compile(const KernelSource& src, double* ms);
+
+// Prefixes each line with its 1-based number, as NVRTC's log counts them.
+std::string number_lines(const std::string& source);
+
+}  // namespace graphattn::detail

@@ -1,0 +1,66 @@
+// Renders a spec into NVRTC input: a header comment (spec, options), the spec's constexprs, then
+// the embedded template texts. The renderer adds no kernel logic.
+#include <sstream>
+
+#include "graphattn/error.hpp"
+#include "graphattn/jit.hpp"
+
+namespace graphattn {
+namespace detail {
+const char* find_embedded_template(std::string_view name);
+}
+
+namespace {
+
+const char* template_text(const char* name) {
+  const char* t = detail::find_embedded_template(name);
+  if (!t) throw Error(std::string("kernel template '") + name + "' is not embedded in this build");
+  return t;
+}
+
+struct Family {
+  const char* file;
+  const char* entry;
+};
+
+Family family_of(KernelKind kind) {
+  switch (kind) {
+    case KernelKind::kCacheWrite: return {"cache_write.cu", "graphattn_cache_write"};
+    case KernelKind::kDecode: return {"decode.cu", "graphattn_decode"};
+    case KernelKind::kDecodeReduce: return {"decode_reduce.cu", "graphattn_decode_reduce"};
+    case KernelKind::kPrefill: return {"prefill.cu", "graphattn_prefill"};
+  }
+  throw Error("unknown kernel kind");
+}
+
+}  // namespace
+
+KernelSource render_kernel(const AttentionSpec& spec) {
+  spec.validate();
+  const Family fam = family_of(spec.kind);
+  KernelSource out;
+  out.spec = spec.to_string();
+  out.entry = fam.entry;
+  out.options = {"--gpu-architecture=sm_" + std::to_string(spec.arch), "-std=c++17",
+                 "--fmad=true", "-default-device"};
+  std::ostringstream os;
+  os << "// graphattn kernel " << out.spec << " (cache format " << kCacheFormatVersion << ")\n";
+  os << "// nvrtc options:";
+  for (const auto& o : out.options) os << " " << o;
+  os << "\n";
+  os << "constexpr int HEAD_SIZE = " << spec.head_size << ";\n"
+     << "constexpr int BLOCK_SIZE = " << spec.block_size << ";\n"
+     << "constexpr int GROUP = " << spec.group << ";\n"
+     << "constexpr int IS_BF16 = " << (spec.dtype == DType::kBFloat16 ? 1 : 0) << ";\n"
+     << "constexpr int KV_FP8 = " << static_cast<int>(spec.kv_dtype) << ";\n"
+     << "constexpr int KV_HND = " << (spec.layout == KvLayout::kHND ? 1 : 0) << ";\n"
+     << "constexpr int HAS_WINDOW = " << (spec.sliding_window ? 1 : 0) << ";\n"
+     << "constexpr int HAS_SOFT_CAP = " << (spec.soft_cap ? 1 : 0) << ";\n"
+     << "constexpr int TARGET_ARCH = " << spec.arch << ";\n";
+  os << template_text("params.h") << "\n" << template_text("common.cuh") << "\n"
+     << template_text(fam.file);
+  out.source = os.str();
+  return out;
+}
+
+}  // namespace graphattn

@@ -1,0 +1,80 @@
+// Host side of the cache write kernel: checks the views, picks the spec, launches.
+#include <sstream>
+
+#include "graphattn/backend.hpp"
+#include "graphattn/error.hpp"
+#include "graphattn/runtime.hpp"
+#include "runtime/module_cache.hpp"
+#include "runtime/tensor_checks.hpp"
+#include "templates/params.h"
+
+namespace graphattn {
+
+void write_kv_cache(const TensorView& key, const TensorView& value, const TensorView& kv_cache,
+                    const TensorView& slot_mapping, float k_scale, float v_scale, CUstream stream,
+                    KernelCache& cache) {
+  using detail::require;
+  detail::require_rank(key, 3, "key", "[num_tokens, num_kv_heads, head_size]");
+  detail::require_rank(value, 3, "value", "[num_tokens, num_kv_heads, head_size]");
+  detail::require_rank(slot_mapping, 1, "slot_mapping", "[num_tokens]");
+  const DType dtype = dtype_of(key.dtype);
+  require(value.dtype == key.dtype, "value dtype " + std::string(to_string(value.dtype)) +
+                                        " differs from key dtype " + to_string(key.dtype));
+  require(slot_mapping.dtype == ScalarType::kInt64,
+          "slot_mapping must be int64, got " + std::string(to_string(slot_mapping.dtype)));
+  const detail::KvCacheShape kc = detail::check_kv_cache(kv_cache, dtype);
+  for (const auto* t : {&key, &value}) {
+    const char* name = t == &key ? "key" : "value";
+    require(t->shape[1] == kc.num_kv_heads && t->shape[2] == kc.head_size,
+            std::string(name) + " is " + t->describe() + " but the KV cache holds " +
+                std::to_string(kc.num_kv_heads) + " heads of size " +
+                std::to_string(kc.head_size));
+    detail::require_vector_access(*t, name);
+  }
+  require(value.shape[0] == key.shape[0] && slot_mapping.shape[0] >= key.shape[0],
+          "key has " + std::to_string(key.shape[0]) + " tokens, value " +
+              std::to_string(value.shape[0]) + ", slot_mapping " +
+              std::to_string(slot_mapping.shape[0]) + "; they must agree");
+  if (kc.kv_dtype != KvDType::kAuto)
+    require(k_scale > 0 && v_scale > 0, "fp8 KV cache needs positive k_scale and v_scale, got " +
+                                            std::to_string(k_scale) + " and " +
+                                            std::to_string(v_scale));
+  if (key.shape[0] == 0) return;
+
+  AttentionSpec spec;
+  spec.kind = KernelKind::kCacheWrite;
+  spec.head_size = static_cast<int>(kc.head_size);
+  spec.block_size = static_cast<int>(kc.block_size);
+  spec.dtype = dtype;
+  spec.kv_dtype = kc.kv_dtype;
+  spec.group = 1;
+  spec.layout = kc.layout;
+  spec.arch = current_device_arch();
+  const detail::LoadedKernel& k = detail::load_kernel(spec, cache, stream);
+
+  CacheWriteParams p{};
+  p.key = key.data;
+  p.value = value.data;
+  p.key_cache = kc.key_data;
+  p.value_cache = kc.value_data;
+  p.slot_mapping = static_cast<const long long*>(slot_mapping.data);
+  p.key_token_stride = key.strides[0];
+  p.key_head_stride = key.strides[1];
+  p.value_token_stride = value.strides[0];
+  p.value_head_stride = value.strides[1];
+  p.cache_block_stride = kv_cache.strides[1];
+  p.cache_token_stride = kv_cache.strides[2];
+  p.cache_head_stride = kv_cache.strides[3];
+  p.num_slots = kc.num_blocks * kc.block_size;
+  p.num_tokens = static_cast<int>(key.shape[0]);
+  p.num_kv_heads = static_cast<int>(kc.num_kv_heads);
+  p.k_scale = k_scale;
+  p.v_scale = v_scale;
+  const int vectors = p.num_kv_heads * spec.head_size / 8;
+  detail::LaunchShape shape;
+  shape.grid_x = static_cast<unsigned>(p.num_tokens);
+  shape.block_x = static_cast<unsigned>(std::min(256, (vectors + 31) / 32 * 32));
+  detail::launch(k, shape, stream, p);
+}
+
+}  // namespace graphattn

@@ -1,0 +1,72 @@
+#include "graphattn/error.hpp"
+#include "graphattn/runtime.hpp"
+#include "runtime/driver.hpp"
+
+namespace graphattn {
+
+using detail::driver;
+
+bool gpu_available(std::string* why) { return detail::gpu_available(why); }
+
+CUcontext ensure_context(int device) {
+  std::string why;
+  if (!detail::gpu_available(&why)) throw Error("no GPU: " + why);
+  const auto& d = driver();
+  CUcontext ctx = nullptr;
+  GA_CU_CHECK(d.cuCtxGetCurrent(&ctx));
+  if (ctx) return ctx;
+  CUdevice dev;
+  GA_CU_CHECK(d.cuDeviceGet(&dev, device));
+  GA_CU_CHECK(d.cuDevicePrimaryCtxRetain(&ctx, dev));
+  GA_CU_CHECK(d.cuCtxSetCurrent(ctx));
+  return ctx;
+}
+
+int current_device_arch() {
+  const auto& d = driver();
+  CUdevice dev;
+  GA_CU_CHECK(d.cuCtxGetDevice(&dev));
+  int major = 0, minor = 0;
+  GA_CU_CHECK(d.cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev));
+  GA_CU_CHECK(d.cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev));
+  return major * 10 + minor;
+}
+
+DeviceBuffer::DeviceBuffer(size_t bytes) : bytes_(bytes) {
+  if (bytes) GA_CU_CHECK(driver().cuMemAlloc(&ptr_, bytes));
+}
+
+DeviceBuffer::~DeviceBuffer() {
+  if (ptr_) driver().cuMemFree(ptr_);
+}
+
+DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
+  if (this != &o) {
+    if (ptr_) driver().cuMemFree(ptr_);
+    ptr_ = o.ptr_;
+    bytes_ = o.bytes_;
+    o.ptr_ = 0;
+    o.bytes_ = 0;
+  }
+  return *this;
+}
+
+void DeviceBuffer::upload(const void* host, size_t bytes, size_t offset) {
+  if (offset + bytes > bytes_)
+    throw Error("upload of " + std::to_string(bytes) + " bytes at " + std::to_string(offset) +
+                " overruns a buffer of " + std::to_string(bytes_));
+  GA_CU_CHECK(driver().cuMemcpyHtoD(ptr_ + offset, host, bytes));
+}
+
+void DeviceBuffer::download(void* host, size_t bytes, size_t offset) const {
+  if (offset + bytes > bytes_)
+    throw Error("download of " + std::to_string(bytes) + " bytes at " + std::to_string(offset) +
+                " overruns a buffer of " + std::to_string(bytes_));
+  GA_CU_CHECK(driver().cuMemcpyDtoH(host, ptr_ + offset, bytes));
+}
+
+void DeviceBuffer::fill_bytes(unsigned char value) {
+  GA_CU_CHECK(driver().cuMemsetD8(ptr_, value, bytes_));
+}
+
+}  // namespace graphattn

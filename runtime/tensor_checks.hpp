@@ -1,0 +1,28 @@
+// Checks of engine-supplied views, shared by every device operation. Each failure names the
+// argument, what it is, and what is allowed.
+#pragma once
+
+#include <string>
+
+#include "graphattn/backend.hpp"
+#include "graphattn/error.hpp"
+
+namespace graphattn::detail {
+
+inline void require(bool ok, const std::string& message) {
+  if (!ok) throw Error(message);
+}
+void require_rank(const TensorView& t, int rank, const char* name, const char* shape);
+// The head dimension is contiguous and every row starts 16-byte aligned (vector loads).
+void require_vector_access(const TensorView& t, const char* name);
+
+struct KvCacheShape {
+  int64_t num_blocks = 0, block_size = 0, num_kv_heads = 0, head_size = 0;
+  KvLayout layout = KvLayout::kNHD;
+  KvDType kv_dtype = KvDType::kAuto;
+  void* key_data = nullptr;
+  void* value_data = nullptr;
+};
+KvCacheShape check_kv_cache(const TensorView& kv_cache, DType dtype);
+
+}  // namespace graphattn::detail

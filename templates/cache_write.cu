@@ -1,0 +1,43 @@
+// Cache write (vLLM's reshape_and_cache_flash): token t's key and value go to slot
+// slot_mapping[t] = block * BLOCK_SIZE + offset of the paged cache; a negative slot (padding)
+// writes nothing. One thread block per token; each thread moves 8 elements (16 bytes read).
+
+extern "C" __global__ void __launch_bounds__(256)
+    graphattn_cache_write(const __grid_constant__ CacheWriteParams p) {
+  const int token = blockIdx.x;
+  const long long slot = p.slot_mapping[token];
+  if (slot < 0 || slot >= p.num_slots) return;
+  const long long block = slot / BLOCK_SIZE;
+  const long long offset = slot % BLOCK_SIZE;
+  constexpr int VEC = 8;
+  constexpr int VECS_PER_HEAD = HEAD_SIZE / VEC;
+  const int total = p.num_kv_heads * VECS_PER_HEAD;
+  const ga_u16* key = static_cast<const ga_u16*>(p.key) + token * p.key_token_stride;
+  const ga_u16* value = static_cast<const ga_u16*>(p.value) + token * p.value_token_stride;
+  const long long base = block * p.cache_block_stride + offset * p.cache_token_stride;
+  for (int i = threadIdx.x; i < total; i += blockDim.x) {
+    const int head = i / VECS_PER_HEAD;
+    const int d = (i - head * VECS_PER_HEAD) * VEC;
+    const uint4 k = *reinterpret_cast<const uint4*>(key + head * p.key_head_stride + d);
+    const uint4 v = *reinterpret_cast<const uint4*>(value + head * p.value_head_stride + d);
+    const long long dst = base + head * p.cache_head_stride + d;
+    if (KV_FP8 == 0) {
+      *reinterpret_cast<uint4*>(static_cast<ga_u16*>(p.key_cache) + dst) = k;
+      *reinterpret_cast<uint4*>(static_cast<ga_u16*>(p.value_cache) + dst) = v;
+    } else {
+      const ga_u16* kh = reinterpret_cast<const ga_u16*>(&k);
+      const ga_u16* vh = reinterpret_cast<const ga_u16*>(&v);
+      __align__(8) ga_u8 kq[VEC];
+      __align__(8) ga_u8 vq[VEC];
+#pragma unroll
+      for (int j = 0; j < VEC; ++j) {
+        kq[j] = ga_f32_to_kv_fp8(ga_to_float(kh[j]) / p.k_scale);
+        vq[j] = ga_f32_to_kv_fp8(ga_to_float(vh[j]) / p.v_scale);
+      }
+      *reinterpret_cast<uint2*>(static_cast<ga_u8*>(p.key_cache) + dst) =
+          *reinterpret_cast<const uint2*>(kq);
+      *reinterpret_cast<uint2*>(static_cast<ga_u8*>(p.value_cache) + dst) =
+          *reinterpret_cast<const uint2*>(vq);
+    }
+  }
+}

@@ -1,0 +1,80 @@
+// Device helpers shared by every kernel family. Self-contained: no toolkit header is needed, so
+// NVRTC compiles these with nothing but libnvrtc. The renderer defines before this text:
+//   HEAD_SIZE, BLOCK_SIZE, GROUP, IS_BF16, KV_FP8 (0 auto, 1 e4m3, 2 e5m2), KV_HND,
+//   HAS_WINDOW, HAS_SOFT_CAP (all constexpr int).
+
+typedef unsigned short ga_u16;  // storage of one fp16 or bf16 value
+typedef unsigned char ga_u8;    // storage of one fp8 value
+
+__device__ __forceinline__ float ga_f16_to_f32(ga_u16 h) {
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+  return f;
+}
+__device__ __forceinline__ ga_u16 ga_f32_to_f16(float f) {
+  ga_u16 h;
+  asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));
+  return h;
+}
+__device__ __forceinline__ float ga_bf16_to_f32(ga_u16 h) {
+  return __uint_as_float(static_cast<unsigned>(h) << 16);
+}
+__device__ __forceinline__ ga_u16 ga_f32_to_bf16(float f) {
+  ga_u16 h;
+  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f));
+  return h;
+}
+
+// The query/output element type chosen by the spec.
+__device__ __forceinline__ float ga_to_float(ga_u16 h) {
+  return IS_BF16 ? ga_bf16_to_f32(h) : ga_f16_to_f32(h);
+}
+__device__ __forceinline__ ga_u16 ga_from_float(float f) {
+  return IS_BF16 ? ga_f32_to_bf16(f) : ga_f32_to_f16(f);
+}
+
+// fp8 -> float, exact. e5m2 is the upper byte of an fp16; e4m3 moves its bits into an fp16 and
+// scales by 2^8 to account for the bias difference (15 - 7), subnormals included.
+__device__ __forceinline__ float ga_e4m3_to_f32(ga_u8 b) {
+  const ga_u16 h = static_cast<ga_u16>(((b & 0x80u) << 8) | ((b & 0x7fu) << 7));
+  return ga_f16_to_f32(h) * 256.0f;
+}
+__device__ __forceinline__ float ga_e5m2_to_f32(ga_u8 b) {
+  return ga_f16_to_f32(static_cast<ga_u16>(b << 8));
+}
+
+// float -> fp8 with round-to-nearest-even and saturation to the largest finite value (vLLM's
+// __NV_SATFINITE); NaN stays NaN. EXP_BIAS / MANT_BITS: e4m3 7 / 3, e5m2 15 / 2.
+template <int EXP_BIAS, int MANT_BITS, int MAX_CODE>
+__device__ __forceinline__ ga_u8 ga_f32_to_fp8(float x) {
+  const unsigned bits = __float_as_uint(x);
+  const unsigned sign = (bits >> 24) & 0x80u;
+  const unsigned abs_bits = bits & 0x7fffffffu;
+  if (abs_bits > 0x7f800000u) return static_cast<ga_u8>(sign | 0x7fu);  // NaN
+  const int e = static_cast<int>(abs_bits >> 23) - 127;
+  int code;
+  if (e < 1 - EXP_BIAS) {
+    // Subnormal range of the fp8 type: a multiple of 2^(1 - bias - mant). Scaling by a power
+    // of two is exact and rintf rounds to nearest even; a carry lands on the smallest normal.
+    code = static_cast<int>(rintf(__uint_as_float(abs_bits) *
+                                  __uint_as_float(static_cast<unsigned>(127 + EXP_BIAS - 1 +
+                                                                        MANT_BITS) << 23)));
+  } else {
+    const int shift = 23 - MANT_BITS;
+    const unsigned mant = abs_bits & 0x7fffffu;
+    unsigned r = mant >> shift;
+    const unsigned rem = mant & ((1u << shift) - 1u);
+    const unsigned half = 1u << (shift - 1);
+    if (rem > half || (rem == half && (r & 1u))) ++r;
+    code = ((e + EXP_BIAS) << MANT_BITS) + static_cast<int>(r);
+  }
+  if (code > MAX_CODE) code = MAX_CODE;
+  return static_cast<ga_u8>(sign | static_cast<unsigned>(code));
+}
+
+__device__ __forceinline__ float ga_kv_fp8_to_f32(ga_u8 b) {
+  return KV_FP8 == 1 ? ga_e4m3_to_f32(b) : ga_e5m2_to_f32(b);
+}
+__device__ __forceinline__ ga_u8 ga_f32_to_kv_fp8(float x) {
+  return KV_FP8 == 1 ? ga_f32_to_fp8<7, 3, 0x7e>(x) : ga_f32_to_fp8<15, 2, 0x7b>(x);
+}

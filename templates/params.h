@@ -1,0 +1,27 @@
+// Kernel parameter structs: the one contract between the host and the templates. Compiled both
+// by the host C++ compiler and, embedded, by NVRTC, so only fixed-size C types appear here.
+// Every kernel takes exactly one of these by value (__grid_constant__). Strides are in elements
+// of the tensor's own type; the head dimension is always contiguous.
+#pragma once
+
+// reshape_and_cache_flash: write each token's key and value into its slot of the paged cache.
+struct CacheWriteParams {
+  const void* key;                // [num_tokens, num_kv_heads, head_size] dtype
+  const void* value;              // [num_tokens, num_kv_heads, head_size] dtype
+  void* key_cache;                // [num_blocks, block_size, num_kv_heads, head_size] NHD, or
+                                  // [num_blocks, num_kv_heads, block_size, head_size] HND; kv dtype
+  void* value_cache;              // same shape as key_cache
+  const long long* slot_mapping;  // [num_tokens] block * block_size + offset; -1: write nothing
+  long long key_token_stride;
+  long long key_head_stride;
+  long long value_token_stride;
+  long long value_head_stride;
+  long long cache_block_stride;   // shared by key_cache and value_cache
+  long long cache_token_stride;
+  long long cache_head_stride;
+  long long num_slots;            // num_blocks * block_size; slots outside [0, num_slots) skip
+  int num_tokens;
+  int num_kv_heads;
+  float k_scale;                  // fp8 KV: stored = key / k_scale
+  float v_scale;                  // fp8 KV: stored = value / v_scale
+};

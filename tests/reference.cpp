@@ -1,0 +1,67 @@
+#include "tests/reference.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+namespace graphattn::test {
+
+std::vector<double> reference_attention(const RefProblem& p) {
+  const int num_reqs = static_cast<int>(p.seq_lens.size());
+  const int num_tokens = p.query_start_loc.empty() ? 0 : p.query_start_loc.back();
+  const int H = p.num_heads, KH = p.num_kv_heads, D = p.head_size, B = p.block_size;
+  const int group = H / KH;
+  std::vector<double> out(static_cast<size_t>(num_tokens) * H * D, 0.0);
+  std::vector<double> scores;
+  for (int r = 0; r < num_reqs; ++r) {
+    const int q0 = p.query_start_loc[r], q1 = p.query_start_loc[r + 1];
+    const int s = p.seq_lens[r];
+    if (s == 0) continue;
+    const int n = q1 - q0;
+    if (n > s) throw std::invalid_argument("reference: query longer than its sequence");
+    for (int i = 0; i < n; ++i) {
+      const int pos = s - n + i;
+      const int first = p.window > 0 ? std::max(0, pos - p.window + 1) : 0;
+      for (int h = 0; h < H; ++h) {
+        const int kh = h / group;
+        const double* q = &p.q[(static_cast<size_t>(q0 + i) * H + h) * D];
+        scores.assign(pos + 1 - first, 0.0);
+        double mx = -INFINITY;
+        for (int k = first; k <= pos; ++k) {
+          const int blk = p.block_table[static_cast<size_t>(r) * p.max_blocks_per_seq + k / B];
+          const double* kv = &p.k_cache[((static_cast<size_t>(blk) * B + k % B) * KH + kh) * D];
+          double dot = 0;
+          for (int d = 0; d < D; ++d) dot += q[d] * kv[d];
+          double sc = dot * p.scale;
+          if (p.soft_cap > 0) sc = p.soft_cap * std::tanh(sc / p.soft_cap);
+          scores[k - first] = sc;
+          mx = std::max(mx, sc);
+        }
+        double denom = 0;
+        for (double& sc : scores) denom += (sc = std::exp(sc - mx));
+        double* o = &out[(static_cast<size_t>(q0 + i) * H + h) * D];
+        for (int k = first; k <= pos; ++k) {
+          const int blk = p.block_table[static_cast<size_t>(r) * p.max_blocks_per_seq + k / B];
+          const double* vv = &p.v_cache[((static_cast<size_t>(blk) * B + k % B) * KH + kh) * D];
+          const double w = scores[k - first] / denom;
+          for (int d = 0; d < D; ++d) o[d] += w * vv[d];
+        }
+      }
+    }
+  }
+  return out;
+}
+
+double relative_l2(const std::vector<double>& a, const std::vector<double>& b) {
+  if (a.size() != b.size()) throw std::invalid_argument("relative_l2: sizes differ");
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double d = a[i] - b[i];
+    num += d * d;
+    den += b[i] * b[i];
+  }
+  if (den == 0) return num == 0 ? 0 : INFINITY;
+  return std::sqrt(num / den);
+}
+
+}  // namespace graphattn::test

@@ -1,0 +1,33 @@
+// The float64 host reference for paged attention (vLLM v1 flash-backend semantics): variable
+// length queries over a paged KV cache, causal, with GQA, sliding window and soft cap.
+#pragma once
+
+#include <vector>
+
+namespace graphattn::test {
+
+struct RefProblem {
+  int num_heads = 0, num_kv_heads = 0, head_size = 0, block_size = 0;
+  std::vector<int> query_start_loc;  // [num_reqs + 1]
+  std::vector<int> seq_lens;         // [num_reqs] context + new tokens; 0 = padded row
+  std::vector<int> block_table;      // [num_reqs, max_blocks_per_seq]
+  int max_blocks_per_seq = 0;
+  // Values exactly as the GPU sees them (already rounded to the storage type, fp8 dequantized
+  // and multiplied by its scale).
+  std::vector<double> q;        // [num_tokens, num_heads, head_size]
+  std::vector<double> k_cache;  // [num_blocks, block_size, num_kv_heads, head_size] (logical NHD)
+  std::vector<double> v_cache;  // same
+  double scale = 1.0;
+  int window = 0;         // 0: no window; else a key at k is seen from p when p - k < window
+  double soft_cap = 0.0;  // 0: none; else s -> cap * tanh(s / cap) on the scaled score
+};
+
+// [num_tokens, num_heads, head_size]. Query token i of a request with seq_len s and q_len n
+// sits at position s - n + i and sees keys 0..position (and the window). Rows of a request
+// with seq_len 0 are zeros.
+std::vector<double> reference_attention(const RefProblem& p);
+
+// Relative L2 error ||a - b|| / ||b|| (b the reference); 0 when both are zero.
+double relative_l2(const std::vector<double>& a, const std::vector<double>& b);
+
+}  // namespace graphattn::test

@@ -1,0 +1,56 @@
+// Shared test helpers: a temporary directory per test, random data, and the GPU guard.
+#pragma once
+
+#include <doctest/doctest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <random>
+#include <string>
+
+#include "graphattn/runtime.hpp"
+
+namespace graphattn::test {
+
+// A fresh directory under $TMPDIR, removed with everything in it at scope exit.
+class TempDir {
+ public:
+  TempDir() {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "graphattn-test-XXXXXX").string();
+    if (!mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
+    path_ = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::permissions(path_, std::filesystem::perms::owner_all,
+                                 std::filesystem::perm_options::add, ec);
+    std::filesystem::remove_all(path_, ec);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// A generator seeded from the clock unless GRAPHATTN_TEST_SEED is set; the seed is logged so a
+// failure can be reproduced.
+inline std::mt19937_64 make_rng() {
+  const char* s = std::getenv("GRAPHATTN_TEST_SEED");
+  const uint64_t seed = s ? std::strtoull(s, nullptr, 10) : std::random_device{}();
+  MESSAGE("random seed " << seed << " (set GRAPHATTN_TEST_SEED to repeat)");
+  return std::mt19937_64(seed);
+}
+
+}  // namespace graphattn::test
+
+// Skips the rest of a GPU test case, with a message, where no GPU is present.
+#define GA_REQUIRE_GPU()                                                   \
+  do {                                                                     \
+    std::string ga_why_;                                                   \
+    if (!::graphattn::gpu_available(&ga_why_)) {                           \
+      MESSAGE("skipped: no GPU (" << ga_why_ << ")");                       \
+      return;                                                              \
+    }                                                                      \
+    ::graphattn::ensure_context(0);                                        \
+  } while (0)
