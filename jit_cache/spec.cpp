@@ -15,12 +15,6 @@ std::vector<int> range_step(int lo, int hi, int step) {
   return v;
 }
 
-std::string join(const std::vector<int>& v) {
-  std::ostringstream os;
-  for (size_t i = 0; i < v.size(); ++i) os << (i ? ", " : "") << v[i];
-  return os.str();
-}
-
 bool contains(const std::vector<int>& v, int x) {
   for (int y : v)
     if (y == x) return true;
@@ -91,8 +85,11 @@ void AttentionSpec::validate() const {
     fail("queries per KV head (group)", std::to_string(group), "1..64");
   if (layout != KvLayout::kNHD && layout != KvLayout::kHND)
     fail("KV layout", std::to_string(static_cast<int>(layout)), "nhd, hnd");
-  if (!contains(supported_archs(), arch))
-    fail("target arch sm_", std::to_string(arch), join(supported_archs()));
+  if (!contains(supported_archs(), arch)) {
+    std::string allowed;
+    for (int a : supported_archs()) allowed += (allowed.empty() ? "sm_" : ", sm_") + std::to_string(a);
+    fail("target arch", "sm_" + std::to_string(arch), allowed);
+  }
   if (kind == KernelKind::kCacheWrite && (group != 1 || sliding_window || soft_cap))
     throw Error("spec " + to_string() +
                 ": the cache write kernel does not depend on the group, window or soft cap; "

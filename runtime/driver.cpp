@@ -10,8 +10,10 @@
 namespace graphattn::detail {
 namespace {
 
-using GetProcAddress = CUresult (*)(const char*, void**, int, cuuint64_t,
-                                    CUdriverProcAddressQueryResult*);
+// The name the header maps an API to (cuMemAlloc -> cuMemAlloc_v2): the exact symbol a program
+// linked against libcuda would call, so each pointer matches the declaration it is typed by.
+#define GA_EXPANDED_NAME(x) GA_STRINGIFY(x)
+#define GA_STRINGIFY(x) #x
 
 struct Loaded {
   DriverApi api;
@@ -25,27 +27,18 @@ Loaded load() {
     out.error = std::string("the CUDA driver (libcuda.so.1) could not be loaded: ") + dlerror();
     return out;
   }
-  auto get_proc = reinterpret_cast<GetProcAddress>(dlsym(lib, "cuGetProcAddress_v2"));
-  if (!get_proc) {
-    out.error = "the CUDA driver has no cuGetProcAddress_v2; a driver for CUDA 12.0 or newer is "
-                "required";
-    return out;
-  }
   std::ostringstream missing;
-#define GA_LOAD(name)                                                                    \
-  {                                                                                      \
-    void* fn = nullptr;                                                                  \
-    CUdriverProcAddressQueryResult q{};                                                  \
-    if (get_proc(#name, &fn, CUDA_VERSION, CU_GET_PROC_ADDRESS_DEFAULT, &q) != CUDA_SUCCESS || \
-        !fn)                                                                             \
-      missing << " " #name;                                                              \
-    out.api.name = reinterpret_cast<decltype(out.api.name)>(fn);                        \
+#define GA_LOAD(name)                                                         \
+  {                                                                           \
+    void* fn = dlsym(lib, GA_EXPANDED_NAME(name));                            \
+    if (!fn) missing << " " << GA_EXPANDED_NAME(name);                        \
+    out.api.name = reinterpret_cast<decltype(out.api.name)>(fn);             \
   }
   GA_DRIVER_FUNCTIONS(GA_LOAD)
 #undef GA_LOAD
   if (!missing.str().empty())
-    out.error = "the CUDA driver lacks entry points graphattn needs (driver too old for CUDA " +
-                std::to_string(CUDA_VERSION / 1000) + "):" + missing.str();
+    out.error = "the CUDA driver lacks entry points graphattn needs (a driver for CUDA " +
+                std::to_string(CUDA_VERSION / 1000) + " or newer is required):" + missing.str();
   return out;
 }
 

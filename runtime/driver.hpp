@@ -1,5 +1,5 @@
 // The CUDA driver API, reached through one table of typed function pointers filled from
-// libcuda.so.1 with dlopen and cuGetProcAddress (ABI of the headers we build with). Nothing
+// libcuda.so.1 with dlopen/dlsym, by the versioned names the headers map each API to. Nothing
 // links against libcuda, so the library, the tools and the CPU tests run where there is no GPU.
 #pragma once
 

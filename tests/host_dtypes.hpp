@@ -71,7 +71,11 @@ uint8_t double_to_fp8(double x) {
   if (std::isnan(x)) return 0x7f;
   const uint8_t sign = std::signbit(x) ? 0x80 : 0;
   const double a = std::fabs(x);
-  int best = -1;
+  int best = -1, max_code = 0;
+  for (int c = 0; c < 128; ++c)
+    if (std::isfinite(Decode(static_cast<uint8_t>(c)))) max_code = c;
+  // Saturate first: far above the range, |v - a| rounds alike for the top codes.
+  if (a >= Decode(static_cast<uint8_t>(max_code))) return static_cast<uint8_t>(sign | max_code);
   double best_err = 0;
   for (int c = 0; c < 128; ++c) {
     const double v = Decode(static_cast<uint8_t>(c));

@@ -1,0 +1,197 @@
+// Host side of the prefill kernel: checks the views, derives the spec, launches.
+#include "runtime/prefill.hpp"
+
+#include <cmath>
+#include <mutex>
+#include <set>
+#include <string>
+
+#include "graphattn/backend.hpp"
+#include "graphattn/error.hpp"
+#include "graphattn/runtime.hpp"
+#include "runtime/tensor_checks.hpp"
+#include "templates/params.h"
+
+namespace graphattn::detail {
+namespace {
+
+std::string str(int64_t v) { return std::to_string(v); }
+
+void require_int32_vector(const TensorView& t, const char* name, int64_t min_len,
+                          const char* shape) {
+  require_rank(t, 1, name, shape);
+  require(t.dtype == ScalarType::kInt32,
+          std::string(name) + " must be int32, got " + to_string(t.dtype));
+  require(t.strides[0] == 1, std::string(name) + " must be contiguous, got " + t.describe());
+  require(t.shape[0] >= min_len, std::string(name) + " " + t.describe() + " needs at least " +
+                                     str(min_len) + " entries for the requests launched");
+}
+
+// Raises the kernel's dynamic shared memory limit once per loaded function.
+void ensure_shared_limit(CUfunction f, int bytes) {
+  if (bytes <= 48 * 1024) return;
+  static std::mutex mu;
+  static std::set<CUfunction>* done = new std::set<CUfunction>;
+  std::lock_guard<std::mutex> lock(mu);
+  if (done->count(f)) return;
+  GA_CU_CHECK(driver().cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                          bytes));
+  done->insert(f);
+}
+
+}  // namespace
+
+PrefillConfig prefill_config(const AttentionSpec& spec) {
+  // Mirrors the PF_* constants of templates/prefill.cu.
+  const int head_pad = (spec.head_size + 15) / 16 * 16;
+  const bool fp8 = spec.kv_dtype != KvDType::kAuto;
+  PrefillConfig c;
+  c.threads = 128;
+  c.block_m = 64;
+  c.block_n = head_pad <= 128 ? 64 : 32;
+  const int row = head_pad + 8;
+  const int stages = fp8 ? 1 : 2;
+  c.shared_bytes = (c.block_m + 2 * stages * c.block_n) * row * 2 +
+                   (fp8 ? 2 * 2 * c.block_n * spec.head_size : 0);
+  return c;
+}
+
+AttentionSpec prefill_spec(const PrefillLaunch& a, int arch) {
+  require_rank(a.query, 3, "query", "[num_tokens, num_heads, head_size]");
+  require_rank(a.output, 3, "output", "[num_tokens, num_heads, head_size]");
+  const DType dtype = dtype_of(a.query.dtype);
+  require(a.output.dtype == a.query.dtype, "output dtype " + std::string(to_string(a.output.dtype)) +
+                                               " differs from query dtype " +
+                                               to_string(a.query.dtype));
+  const KvCacheShape kc = check_kv_cache(a.kv_cache, dtype);
+  const int64_t num_heads = a.query.shape[1];
+  require(a.query.shape[2] == kc.head_size,
+          "query " + a.query.describe() + " has head size " + str(a.query.shape[2]) +
+              " but the KV cache holds head size " + str(kc.head_size));
+  require(num_heads > 0 && num_heads % kc.num_kv_heads == 0,
+          "query has " + str(num_heads) + " heads, not a positive multiple of the KV cache's " +
+              str(kc.num_kv_heads) + " KV heads");
+  require(a.window >= 0, "window " + str(a.window) + " must be >= 0 (0: no sliding window)");
+  require(a.soft_cap >= 0 && std::isfinite(a.soft_cap),
+          "soft_cap " + std::to_string(a.soft_cap) + " must be finite and >= 0 (0: none)");
+  AttentionSpec spec;
+  spec.kind = KernelKind::kPrefill;
+  spec.head_size = static_cast<int>(kc.head_size);
+  spec.block_size = static_cast<int>(kc.block_size);
+  spec.dtype = dtype;
+  spec.kv_dtype = kc.kv_dtype;
+  spec.group = static_cast<int>(num_heads / kc.num_kv_heads);
+  spec.sliding_window = a.window > 0;
+  spec.soft_cap = a.soft_cap > 0;
+  spec.layout = kc.layout;
+  spec.arch = arch;
+  spec.validate();
+  return spec;
+}
+
+void launch_prefill(const LoadedKernel& k, const PrefillLaunch& a, CUstream stream) {
+  require(k.compiled != nullptr, "launch_prefill: kernel is not loaded");
+  const AttentionSpec& ks = k.compiled->spec;
+  const AttentionSpec spec = prefill_spec(a, ks.arch);
+  require(spec == ks, "launch_prefill: the arguments need kernel " + spec.to_string() +
+                          " but kernel " + ks.to_string() + " was given");
+  require_vector_access(a.query, "query");
+  require_vector_access(a.output, "output");
+  require(a.output.shape[1] == a.query.shape[1] && a.output.shape[2] == a.query.shape[2] &&
+              a.output.shape[0] >= a.query.shape[0],
+          "output " + a.output.describe() + " does not match query " + a.query.describe());
+  require(a.first_req >= 0 && a.num_reqs >= a.first_req,
+          "requests [" + str(a.first_req) + ", " + str(a.num_reqs) + ") are not a valid range");
+  require(a.max_query_len >= 0, "max_query_len " + str(a.max_query_len) + " must be >= 0");
+  require_int32_vector(a.query_start_loc, "query_start_loc", a.num_reqs + 1, "[num_reqs + 1]");
+  require_int32_vector(a.seq_lens, "seq_lens", a.num_reqs, "[num_reqs]");
+  require_rank(a.block_table, 2, "block_table", "[num_reqs, max_blocks_per_seq]");
+  require(a.block_table.dtype == ScalarType::kInt32 && a.block_table.strides[1] == 1 &&
+              a.block_table.shape[0] >= a.num_reqs,
+          "block_table " + a.block_table.describe() +
+              " must be int32 with contiguous rows and at least " + str(a.num_reqs) + " rows");
+  require(std::isfinite(a.scale) && a.scale > 0,
+          "scale " + std::to_string(a.scale) + " must be finite and > 0");
+  const bool fp8 = spec.kv_dtype != KvDType::kAuto;
+  if (fp8)
+    require(a.k_scale > 0 && a.v_scale > 0 && std::isfinite(a.k_scale) &&
+                std::isfinite(a.v_scale),
+            "fp8 KV cache needs positive k_scale and v_scale, got " + std::to_string(a.k_scale) +
+                " and " + std::to_string(a.v_scale));
+
+  const PrefillConfig cfg = prefill_config(spec);
+  const int64_t rows = static_cast<int64_t>(a.max_query_len) * spec.group;
+  const int64_t grid_x = (rows + cfg.block_m - 1) / cfg.block_m;
+  const int64_t grid_y = a.num_reqs - a.first_req;
+  const int64_t grid_z = a.kv_cache.shape[3];
+  if (grid_x == 0 || grid_y == 0) return;
+  require(grid_x < (int64_t{1} << 31) && grid_y <= 65535 && grid_z <= 65535,
+          "prefill launch too large: " + str(grid_x) + " row tiles, " + str(grid_y) +
+              " requests (at most 65535), " + str(grid_z) + " KV heads (at most 65535)");
+
+  PrefillParams p{};
+  p.query = a.query.data;
+  p.output = a.output.data;
+  const int64_t elem = scalar_bytes(a.kv_cache.dtype);
+  p.key_cache = a.kv_cache.data;
+  p.value_cache = static_cast<const char*>(a.kv_cache.data) + a.kv_cache.strides[0] * elem;
+  p.query_start_loc = static_cast<const int*>(a.query_start_loc.data);
+  p.seq_lens = static_cast<const int*>(a.seq_lens.data);
+  p.block_table = static_cast<const int*>(a.block_table.data);
+  p.query_token_stride = a.query.strides[0];
+  p.query_head_stride = a.query.strides[1];
+  p.output_token_stride = a.output.strides[0];
+  p.output_head_stride = a.output.strides[1];
+  p.cache_block_stride = a.kv_cache.strides[1];
+  p.cache_token_stride = a.kv_cache.strides[2];
+  p.cache_head_stride = a.kv_cache.strides[3];
+  p.block_table_stride = a.block_table.strides[0];
+  p.first_req = a.first_req;
+  p.num_kv_heads = static_cast<int>(grid_z);
+  const float qk_scale = a.scale * (fp8 ? a.k_scale : 1.0f);
+  p.scale_log2 = qk_scale * 1.4426950408889634f;
+  p.scale = qk_scale;
+  p.soft_cap = a.soft_cap;
+  p.v_scale = fp8 ? a.v_scale : 1.0f;
+  p.window = a.window;
+
+  ensure_shared_limit(k.function, cfg.shared_bytes);
+  LaunchShape shape;
+  shape.grid_x = static_cast<unsigned>(grid_x);
+  shape.grid_y = static_cast<unsigned>(grid_y);
+  shape.grid_z = static_cast<unsigned>(grid_z);
+  shape.block_x = static_cast<unsigned>(cfg.threads);
+  shape.shared_bytes = static_cast<unsigned>(cfg.shared_bytes);
+  launch(k, shape, stream, p);
+}
+
+}  // namespace graphattn::detail
+
+namespace graphattn {
+
+void prefill_attention(const TensorView& query, const TensorView& kv_cache,
+                       const TensorView& output, const TensorView& query_start_loc,
+                       const TensorView& seq_lens, const TensorView& block_table, int first_req,
+                       int num_reqs, int max_query_len, float scale, int window, float soft_cap,
+                       float k_scale, float v_scale, CUstream stream, KernelCache& cache) {
+  detail::PrefillLaunch a;
+  a.query = query;
+  a.kv_cache = kv_cache;
+  a.output = output;
+  a.query_start_loc = query_start_loc;
+  a.seq_lens = seq_lens;
+  a.block_table = block_table;
+  a.first_req = first_req;
+  a.num_reqs = num_reqs;
+  a.max_query_len = max_query_len;
+  a.scale = scale;
+  a.window = window;
+  a.soft_cap = soft_cap;
+  a.k_scale = k_scale;
+  a.v_scale = v_scale;
+  const AttentionSpec spec = detail::prefill_spec(a, current_device_arch());
+  const detail::LoadedKernel& k = detail::load_kernel(spec, cache, stream);
+  detail::launch_prefill(k, a, stream);
+}
+
+}  // namespace graphattn

@@ -1,0 +1,54 @@
+// Host side of the prefill kernel (templates/prefill.cu): variable-length queries over the paged
+// KV cache, causal, with GQA, sliding window, soft cap and fp8 KV (vLLM v1 flash semantics).
+//
+// Use from a backend's forward():
+//   const AttentionSpec spec = detail::prefill_spec(args, arch);   // once, before capture
+//   const detail::LoadedKernel& k = detail::load_kernel(spec, cache, stream);
+//   detail::launch_prefill(k, args, stream);                        // capture-safe
+#pragma once
+
+#include <cuda.h>
+
+#include "graphattn/spec.hpp"
+#include "graphattn/tensor.hpp"
+#include "runtime/module_cache.hpp"
+
+namespace graphattn::detail {
+
+// One prefill launch over requests [first_req, num_reqs) of a batch.
+struct PrefillLaunch {
+  TensorView query;            // [num_tokens, num_heads, head_size] fp16/bf16, head dim contiguous
+  TensorView kv_cache;         // [2, num_blocks, block_size, num_kv_heads, head_size] NHD or HND
+  TensorView output;           // [num_tokens, num_heads, head_size] dtype of query; written
+  TensorView query_start_loc;  // [>= num_reqs + 1] int32, non-decreasing token offsets
+  TensorView seq_lens;         // [>= num_reqs] int32, context + new tokens; 0 = padded request
+  TensorView block_table;      // [>= num_reqs, max_blocks_per_seq] int32 physical block ids
+  int first_req = 0;           // first request this launch handles (decodes come before it)
+  int num_reqs = 0;            // one past the last request handled
+  int max_query_len = 0;       // >= every handled request's query length (sizes the grid)
+  float scale = 1.0f;          // softmax scale, usually 1 / sqrt(head_size)
+  int window = 0;              // sliding window in tokens; 0 = none (the spec must agree)
+  float soft_cap = 0.0f;       // logits soft cap; 0 = none (the spec must agree)
+  float k_scale = 1.0f;        // fp8 KV: key = stored * k_scale; ignored otherwise
+  float v_scale = 1.0f;        // fp8 KV: value = stored * v_scale; ignored otherwise
+};
+
+// The prefill spec these views and options need on `arch` (e.g. 90). Checks ranks, dtypes and
+// head counts (throws graphattn::Error naming the bad argument); does not touch the device.
+AttentionSpec prefill_spec(const PrefillLaunch& args, int arch);
+
+// Checks `args` against the loaded kernel's spec and launches it on `stream`. Allocates
+// nothing and synchronises nothing; safe inside a graph capture once `k` is loaded. A launch
+// with no request or max_query_len 0 launches nothing.
+void launch_prefill(const LoadedKernel& k, const PrefillLaunch& args, CUstream stream);
+
+// Tile configuration of a prefill spec; must agree with templates/prefill.cu.
+struct PrefillConfig {
+  int block_m = 0;        // rows (query token x group head) per thread block
+  int block_n = 0;        // keys per KV tile
+  int threads = 0;        // threads per block
+  int shared_bytes = 0;   // dynamic shared memory per block
+};
+PrefillConfig prefill_config(const AttentionSpec& spec);
+
+}  // namespace graphattn::detail

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Installs what graphattn needs to build on Debian/Ubuntu, skipping what is already there.
+# The CUDA toolkit (nvcc, NVRTC, headers) is expected under $CUDA_HOME or /usr/local/cuda.
+set -euo pipefail
+need=()
+have_header() { [ -e "/usr/include/$1" ]; }
+command -v cmake >/dev/null || need+=(cmake)
+command -v g++ >/dev/null || need+=(g++)
+have_header xxhash.h || need+=(libxxhash-dev)
+have_header doctest/doctest.h || need+=(doctest-dev)
+have_header CLI/CLI.hpp || need+=(libcli11-dev)
+have_header nlohmann/json.hpp || need+=(nlohmann-json3-dev)
+if [ ${#need[@]} -gt 0 ]; then
+  echo "installing: ${need[*]}"
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+cuda="${CUDA_HOME:-/usr/local/cuda}"
+if [ ! -e "$cuda/include/nvrtc.h" ]; then
+  echo "error: the CUDA toolkit was not found at $cuda (set CUDA_HOME); graphattn needs its" \
+       "NVRTC library and headers" >&2
+  exit 1
+fi

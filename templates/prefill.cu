@@ -1,0 +1,442 @@
+// Prefill attention over the paged KV cache (vLLM v1 flash semantics): variable-length queries,
+// causal, GQA, sliding window, soft cap, fp8 KV. Covers chunked prefill and prefix caching: the
+// new tokens of a request attend to its cached context and, causally, to themselves.
+//
+// Grid: x = query row tiles (reversed so the longest causal tiles start first), y = request
+// (first_req + blockIdx.y), z = KV head. The GROUP query heads of a KV head are packed into the
+// M dimension: row r of a request is query token r / GROUP, head kv_head * GROUP + r % GROUP, so
+// every K/V tile read from the pages serves all the heads that share it.
+//
+// Each block has 4 warps; a warp owns 16 rows and runs FlashAttention-2: S = Q K^T and O += P V
+// with mma.sync m16n8k16 (fp16/bf16 in, fp32 accumulate), online softmax in the log2 domain.
+// K/V tiles come from the pages through cp.async into padded shared memory rows (no bank
+// conflicts for ldmatrix), double-buffered. fp8 tiles land raw, double-buffered, and each thread
+// converts the chunks it loaded into the fp16/bf16 tile (exact: every e4m3/e5m2 value is
+// representable); k_scale folds into the score scale and v_scale into the output.
+// Head sizes that are not multiples of 16 are padded with zero columns in shared memory.
+// Must agree with detail::prefill_config() on the host (tile sizes, shared memory size).
+
+constexpr int PF_HEAD_PAD = (HEAD_SIZE + 15) / 16 * 16;  // MMA k-dimension of Q.K^T
+constexpr int PF_WARPS = 4;
+constexpr int PF_THREADS = PF_WARPS * 32;
+constexpr int PF_BLOCK_M = PF_WARPS * 16;
+constexpr int PF_BLOCK_N = PF_HEAD_PAD <= 128 ? 64 : 32;
+constexpr bool PF_Q_IN_REGS = PF_HEAD_PAD <= 128;   // else Q fragments are re-read from smem
+constexpr int PF_QF = PF_Q_IN_REGS ? PF_HEAD_PAD / 16 : 1;  // Q fragments held in registers
+constexpr int PF_ROW = PF_HEAD_PAD + 8;            // smem row stride (16-bit elements)
+constexpr int PF_STAGES = KV_FP8 ? 1 : 2;          // 16-bit K/V tile buffers
+constexpr int PF_CHUNKS = HEAD_SIZE / 8;           // 8-element chunks per row
+constexpr int PF_SMEM_16 = (PF_BLOCK_M + 2 * PF_STAGES * PF_BLOCK_N) * PF_ROW * 2;
+constexpr int PF_SMEM_RAW = KV_FP8 ? 2 * 2 * PF_BLOCK_N * HEAD_SIZE : 0;  // [stage][k/v][n][d]
+constexpr int PF_SMEM_BYTES = PF_SMEM_16 + PF_SMEM_RAW;
+
+__device__ __forceinline__ unsigned pf_smem_addr(const void* p) {
+  unsigned long long a;
+  asm("cvta.to.shared.u64 %0, %1;" : "=l"(a) : "l"(p));
+  return static_cast<unsigned>(a);
+}
+
+// 16 (or 8) bytes global -> shared; bytes beyond src_bytes (0 or the full size) are zero-filled.
+__device__ __forceinline__ void pf_cp_async16(unsigned dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+               "r"(src_bytes));
+}
+__device__ __forceinline__ void pf_cp_async8(unsigned dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(dst), "l"(src),
+               "r"(src_bytes));
+}
+__device__ __forceinline__ void pf_cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void pf_cp_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+__device__ __forceinline__ void pf_ldmatrix_x4(unsigned (&r)[4], unsigned addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void pf_ldmatrix_x4_trans(unsigned (&r)[4], unsigned addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+// d += a * b, m16n8k16, row.col, fp32 accumulate.
+__device__ __forceinline__ void pf_mma(float (&d)[4], const unsigned (&a)[4], unsigned b0,
+                                       unsigned b1) {
+  if (IS_BF16) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, "
+        "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
+// Two floats -> packed pair of the spec's 16-bit type, lo in the low half.
+__device__ __forceinline__ unsigned pf_pack(float lo, float hi) {
+  unsigned r;
+  if (IS_BF16) {
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  } else {
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  }
+  return r;
+}
+
+__device__ __forceinline__ float pf_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+__device__ __forceinline__ float pf_rcp(float x) {
+  float y;
+  asm("rcp.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+constexpr float PF_LOG2E = 1.4426950408889634f;
+
+// Loads the K and V rows [n0, n0 + PF_BLOCK_N) of one KV head from their pages; rows at or past
+// kv_end are zero-filled and read nothing (not even the block table). 16-bit caches go straight
+// into the tile buffers, fp8 caches into the raw staging buffers.
+__device__ __forceinline__ void pf_load_kv(const PrefillParams& p, const int* block_row,
+                                           int kv_head, int n0, int kv_end, unsigned k_dst,
+                                           unsigned v_dst, int tid) {
+  constexpr int TOTAL = PF_BLOCK_N * PF_CHUNKS;
+  constexpr int ITERS = (TOTAL + PF_THREADS - 1) / PF_THREADS;
+  const long long head_off = static_cast<long long>(kv_head) * p.cache_head_stride;
+#pragma unroll
+  for (int i = 0; i < ITERS; ++i) {
+    const int idx = tid + i * PF_THREADS;
+    if (TOTAL % PF_THREADS == 0 || idx < TOTAL) {
+      const int row = idx / PF_CHUNKS;
+      const int c = idx - row * PF_CHUNKS;
+      const int key = n0 + row;
+      const bool valid = key < kv_end;
+      long long off = 0;
+      if (valid) {
+        const int blk = __ldg(block_row + key / BLOCK_SIZE);
+        off = static_cast<long long>(blk) * p.cache_block_stride +
+              static_cast<long long>(key % BLOCK_SIZE) * p.cache_token_stride + head_off + c * 8;
+      }
+      if (KV_FP8) {
+        const ga_u8* kc = static_cast<const ga_u8*>(p.key_cache);
+        const ga_u8* vc = static_cast<const ga_u8*>(p.value_cache);
+        const unsigned so = static_cast<unsigned>(row * HEAD_SIZE + c * 8);
+        pf_cp_async8(k_dst + so, kc + off, valid ? 8 : 0);
+        pf_cp_async8(v_dst + so, vc + off, valid ? 8 : 0);
+      } else {
+        const ga_u16* kc = static_cast<const ga_u16*>(p.key_cache);
+        const ga_u16* vc = static_cast<const ga_u16*>(p.value_cache);
+        const unsigned so = static_cast<unsigned>((row * PF_ROW + c * 8) * 2);
+        pf_cp_async16(k_dst + so, kc + off, valid ? 16 : 0);
+        pf_cp_async16(v_dst + so, vc + off, valid ? 16 : 0);
+      }
+    }
+  }
+}
+
+// fp8: converts the chunks this thread loaded (same index map as pf_load_kv) from the raw
+// staging tile into the 16-bit tile.
+__device__ __forceinline__ void pf_convert_kv(const ga_u8* raw, ga_u16* dst, int tid) {
+  constexpr int TOTAL = PF_BLOCK_N * PF_CHUNKS;
+  constexpr int ITERS = (TOTAL + PF_THREADS - 1) / PF_THREADS;
+#pragma unroll
+  for (int i = 0; i < ITERS; ++i) {
+    const int idx = tid + i * PF_THREADS;
+    if (TOTAL % PF_THREADS == 0 || idx < TOTAL) {
+      const int row = idx / PF_CHUNKS;
+      const int c = idx - row * PF_CHUNKS;
+      const uint2 in = *reinterpret_cast<const uint2*>(raw + row * HEAD_SIZE + c * 8);
+      const ga_u8* b = reinterpret_cast<const ga_u8*>(&in);
+      uint4 out;
+      unsigned* o = reinterpret_cast<unsigned*>(&out);
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+        o[j] = pf_pack(ga_kv_fp8_to_f32(b[2 * j]), ga_kv_fp8_to_f32(b[2 * j + 1]));
+      *reinterpret_cast<uint4*>(dst + row * PF_ROW + c * 8) = out;
+    }
+  }
+}
+
+// One KV tile for one warp's 16 rows: S = Q K^T, online softmax, O += P V.
+template <bool MASK>
+__device__ __forceinline__ void pf_tile(const PrefillParams& p, const unsigned (&qf)[PF_QF][4],
+                                        unsigned q_addr, unsigned k_addr, unsigned v_addr,
+                                        int n0, int lane, const int (&pos)[2], float (&m)[2],
+                                        float (&l)[2], float (&o)[PF_HEAD_PAD / 8][4]) {
+  constexpr int NB = PF_BLOCK_N / 8;
+  float s[NB][4];
+#pragma unroll
+  for (int j = 0; j < NB; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+
+  // ldmatrix lane addressing (see the fragment layouts of m16n8k16).
+  const int mi = lane >> 3;
+  const unsigned k_lane = k_addr + (((mi >> 1) * 8 + (lane & 7)) * PF_ROW + (mi & 1) * 8) * 2;
+#pragma unroll
+  for (int ks = 0; ks < PF_HEAD_PAD / 16; ++ks) {
+    unsigned a[4];
+    if (PF_Q_IN_REGS) {
+      a[0] = qf[ks][0]; a[1] = qf[ks][1]; a[2] = qf[ks][2]; a[3] = qf[ks][3];
+    } else {
+      pf_ldmatrix_x4(a, q_addr + ks * 32);
+    }
+#pragma unroll
+    for (int nb2 = 0; nb2 < NB / 2; ++nb2) {
+      unsigned b[4];
+      pf_ldmatrix_x4(b, k_lane + (nb2 * 16 * PF_ROW + ks * 16) * 2);
+      pf_mma(s[2 * nb2], a, b[0], b[1]);
+      pf_mma(s[2 * nb2 + 1], a, b[2], b[3]);
+    }
+  }
+
+  // Scores in the log2 domain, masked, and the running row maxima.
+  const float ninf = __int_as_float(0xff800000);
+  const int t2 = (lane & 3) * 2;
+  float mx[2] = {ninf, ninf};
+#pragma unroll
+  for (int j = 0; j < NB; ++j) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      float x = s[j][e];
+      if (HAS_SOFT_CAP) {
+        // cap * tanh(scale * x / cap), tanh(y) = 1 - 2 / (e^{2y} + 1): exact enough at both ends.
+        const float ex = pf_exp2(x * (2.f * PF_LOG2E) * (p.scale / p.soft_cap));
+        x = (p.soft_cap * PF_LOG2E) * (1.f - 2.f * pf_rcp(ex + 1.f));
+      } else {
+        x *= p.scale_log2;
+      }
+      if (MASK) {
+        const int key = n0 + j * 8 + t2 + (e & 1);
+        const int ps = pos[e >> 1];
+        bool visible = key <= ps;
+        if (HAS_WINDOW) visible = visible && ps - key < p.window;
+        if (!visible) x = ninf;
+      }
+      s[j][e] = x;
+      mx[e >> 1] = fmaxf(mx[e >> 1], x);
+    }
+  }
+  float alpha[2], m_use[2], sum[2] = {0.f, 0.f};
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+    mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+    const float m_new = fmaxf(m[r], mx[r]);
+    m_use[r] = m_new == ninf ? 0.f : m_new;  // a row with nothing visible yet stays at zero
+    alpha[r] = pf_exp2(m[r] - m_use[r]);
+    m[r] = m_new;
+  }
+  unsigned pf[NB / 2][4];
+#pragma unroll
+  for (int j = 0; j < NB; ++j) {
+    const float p0 = pf_exp2(s[j][0] - m_use[0]);
+    const float p1 = pf_exp2(s[j][1] - m_use[0]);
+    const float p2 = pf_exp2(s[j][2] - m_use[1]);
+    const float p3 = pf_exp2(s[j][3] - m_use[1]);
+    sum[0] += p0 + p1;
+    sum[1] += p2 + p3;
+    pf[j >> 1][(j & 1) * 2 + 0] = pf_pack(p0, p1);
+    pf[j >> 1][(j & 1) * 2 + 1] = pf_pack(p2, p3);
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) l[r] = l[r] * alpha[r] + sum[r];
+#pragma unroll
+  for (int d = 0; d < PF_HEAD_PAD / 8; ++d) {
+    o[d][0] *= alpha[0];
+    o[d][1] *= alpha[0];
+    o[d][2] *= alpha[1];
+    o[d][3] *= alpha[1];
+  }
+
+  // O += P V; P's accumulator layout is already the A-operand layout.
+  const unsigned v_lane = v_addr + (((mi & 1) * 8 + (lane & 7)) * PF_ROW + (mi >> 1) * 8) * 2;
+#pragma unroll
+  for (int kk = 0; kk < NB / 2; ++kk) {
+#pragma unroll
+    for (int db2 = 0; db2 < PF_HEAD_PAD / 16; ++db2) {
+      unsigned b[4];
+      pf_ldmatrix_x4_trans(b, v_lane + (kk * 16 * PF_ROW + db2 * 16) * 2);
+      pf_mma(o[2 * db2], pf[kk], b[0], b[1]);
+      pf_mma(o[2 * db2 + 1], pf[kk], b[2], b[3]);
+    }
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(PF_THREADS)
+    graphattn_prefill(const __grid_constant__ PrefillParams p) {
+  extern __shared__ __align__(16) unsigned char pf_smem[];
+  const int tid = threadIdx.x;
+  const int kv_head = blockIdx.z;
+  const int req = p.first_req + blockIdx.y;
+  const int m0 = (gridDim.x - 1 - blockIdx.x) * PF_BLOCK_M;
+  const int q_start = p.query_start_loc[req];
+  const int q_len = p.query_start_loc[req + 1] - q_start;
+  const int rows = q_len * GROUP;
+  if (m0 >= rows) return;
+  const int seq_len = p.seq_lens[req];
+  const int ctx = seq_len - q_len;  // position of the request's first query token
+  const int m_end = min(rows, m0 + PF_BLOCK_M);
+  const int pos_lo = ctx + m0 / GROUP;
+  const int pos_hi = ctx + (m_end - 1) / GROUP;
+  // Keys [kv_begin, kv_end) can be visible to some row of this tile.
+  const int kv_end = max(0, min(seq_len, pos_hi + 1));
+  int kv_begin = 0;
+  if (HAS_WINDOW) kv_begin = max(0, pos_lo - p.window + 1);
+  const int tile0 = kv_begin / PF_BLOCK_N;
+  const int n_tiles = kv_end > tile0 * PF_BLOCK_N
+                          ? (kv_end - tile0 * PF_BLOCK_N + PF_BLOCK_N - 1) / PF_BLOCK_N
+                          : 0;
+
+  ga_u16* s_q = reinterpret_cast<ga_u16*>(pf_smem);
+  ga_u16* s_k = s_q + PF_BLOCK_M * PF_ROW;
+  ga_u16* s_v = s_k + PF_STAGES * PF_BLOCK_N * PF_ROW;
+  ga_u8* s_raw = reinterpret_cast<ga_u8*>(s_v + PF_STAGES * PF_BLOCK_N * PF_ROW);
+  const unsigned q_base = pf_smem_addr(s_q);
+  const unsigned k_base = pf_smem_addr(s_k);
+  const unsigned v_base = pf_smem_addr(s_v);
+  const unsigned raw_base = pf_smem_addr(s_raw);
+  constexpr unsigned KV_TILE_BYTES = PF_BLOCK_N * PF_ROW * 2;
+  constexpr unsigned RAW_TILE_BYTES = PF_BLOCK_N * HEAD_SIZE;
+
+  // Zero padding columns (head sizes that are not multiples of 16): loads never write them.
+  if (PF_HEAD_PAD != HEAD_SIZE && n_tiles > 0) {
+    constexpr int PAD_ROWS = PF_BLOCK_M + 2 * PF_STAGES * PF_BLOCK_N;
+    for (int r = tid; r < PAD_ROWS; r += PF_THREADS)
+      *reinterpret_cast<uint4*>(s_q + r * PF_ROW + HEAD_SIZE) = make_uint4(0, 0, 0, 0);
+  }
+
+  const int* block_row = p.block_table + static_cast<long long>(req) * p.block_table_stride;
+  if (n_tiles > 0) {
+    // Q rows of this tile (rows past the request are zero-filled).
+    constexpr int TOTAL = PF_BLOCK_M * PF_CHUNKS;
+    constexpr int ITERS = (TOTAL + PF_THREADS - 1) / PF_THREADS;
+    const ga_u16* q = static_cast<const ga_u16*>(p.query);
+#pragma unroll
+    for (int i = 0; i < ITERS; ++i) {
+      const int idx = tid + i * PF_THREADS;
+      if (TOTAL % PF_THREADS == 0 || idx < TOTAL) {
+        const int row = idx / PF_CHUNKS;
+        const int c = idx - row * PF_CHUNKS;
+        const int r = m0 + row;
+        const bool valid = r < rows;
+        long long off = 0;
+        if (valid) {
+          const int tok = r / GROUP;
+          const int head = kv_head * GROUP + (r - tok * GROUP);
+          off = static_cast<long long>(q_start + tok) * p.query_token_stride +
+                static_cast<long long>(head) * p.query_head_stride + c * 8;
+        }
+        pf_cp_async16(q_base + (row * PF_ROW + c * 8) * 2, q + off, valid ? 16 : 0);
+      }
+    }
+    pf_cp_commit();
+    if (KV_FP8)
+      pf_load_kv(p, block_row, kv_head, tile0 * PF_BLOCK_N, kv_end, raw_base,
+                 raw_base + RAW_TILE_BYTES, tid);
+    else
+      pf_load_kv(p, block_row, kv_head, tile0 * PF_BLOCK_N, kv_end, k_base, v_base, tid);
+    pf_cp_commit();
+  }
+
+  const int warp = tid >> 5;
+  const int lane = tid & 31;
+  // This thread's two rows (lane / 4 and lane / 4 + 8 of the warp's 16): their positions, or -1.
+  int pos[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = m0 + warp * 16 + (lane >> 2) + r * 8;
+    pos[r] = row < rows ? ctx + row / GROUP : -1;
+  }
+  const unsigned q_lane = q_base + ((warp * 16 + (lane & 15)) * PF_ROW + (lane >> 4) * 8) * 2;
+  unsigned qf[PF_QF][4];
+  float o[PF_HEAD_PAD / 8][4];
+#pragma unroll
+  for (int d = 0; d < PF_HEAD_PAD / 8; ++d) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.f;
+  const float ninf = __int_as_float(0xff800000);
+  float m[2] = {ninf, ninf};
+  float l[2] = {0.f, 0.f};
+
+  for (int j = 0; j < n_tiles; ++j) {
+    const int n0 = (tile0 + j) * PF_BLOCK_N;
+    const int stage = KV_FP8 ? 0 : (j & 1);
+    if (j + 1 < n_tiles) {
+      const int nxt = (j + 1) & 1;
+      if (KV_FP8)
+        pf_load_kv(p, block_row, kv_head, n0 + PF_BLOCK_N, kv_end,
+                   raw_base + nxt * 2 * RAW_TILE_BYTES,
+                   raw_base + nxt * 2 * RAW_TILE_BYTES + RAW_TILE_BYTES, tid);
+      else
+        pf_load_kv(p, block_row, kv_head, n0 + PF_BLOCK_N, kv_end, k_base + nxt * KV_TILE_BYTES,
+                   v_base + nxt * KV_TILE_BYTES, tid);
+      pf_cp_commit();
+      pf_cp_wait<1>();
+    } else {
+      pf_cp_wait<0>();
+    }
+    if (KV_FP8) {
+      const ga_u8* raw = s_raw + (j & 1) * 2 * RAW_TILE_BYTES;
+      pf_convert_kv(raw, s_k, tid);
+      pf_convert_kv(raw + RAW_TILE_BYTES, s_v, tid);
+    }
+    __syncthreads();
+    if (PF_Q_IN_REGS && j == 0) {
+#pragma unroll
+      for (int ks = 0; ks < PF_QF; ++ks)
+        pf_ldmatrix_x4(qf[ks], q_lane + ks * 32);
+    }
+    const bool mask = n0 + PF_BLOCK_N - 1 > pos_lo ||
+                      (HAS_WINDOW && pos_hi - n0 >= p.window);
+    const unsigned k_addr = k_base + stage * KV_TILE_BYTES;
+    const unsigned v_addr = v_base + stage * KV_TILE_BYTES;
+    if (mask)
+      pf_tile<true>(p, qf, q_lane, k_addr, v_addr, n0, lane, pos, m, l, o);
+    else
+      pf_tile<false>(p, qf, q_lane, k_addr, v_addr, n0, lane, pos, m, l, o);
+    __syncthreads();
+  }
+
+  // Normalise; rows that saw no key (seq_len 0) become zeros. Stage through this warp's own Q
+  // rows in shared memory, then store whole 16-byte chunks.
+  float inv[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+    inv[r] = l[r] > 0.f ? p.v_scale / l[r] : 0.f;
+  }
+  ga_u16* s_o = s_q + warp * 16 * PF_ROW;
+  {
+    const int g = lane >> 2;
+    const int t2 = (lane & 3) * 2;
+#pragma unroll
+    for (int d = 0; d < PF_HEAD_PAD / 8; ++d) {
+      *reinterpret_cast<unsigned*>(s_o + g * PF_ROW + d * 8 + t2) =
+          pf_pack(o[d][0] * inv[0], o[d][1] * inv[0]);
+      *reinterpret_cast<unsigned*>(s_o + (g + 8) * PF_ROW + d * 8 + t2) =
+          pf_pack(o[d][2] * inv[1], o[d][3] * inv[1]);
+    }
+  }
+  __syncwarp();
+  ga_u16* out = static_cast<ga_u16*>(p.output);
+  for (int idx = lane; idx < 16 * PF_CHUNKS; idx += 32) {
+    const int row = idx / PF_CHUNKS;
+    const int c = idx - row * PF_CHUNKS;
+    const int r = m0 + warp * 16 + row;
+    if (r < rows) {
+      const int tok = r / GROUP;
+      const int head = kv_head * GROUP + (r - tok * GROUP);
+      *reinterpret_cast<uint4*>(out + static_cast<long long>(q_start + tok) * p.output_token_stride +
+                                static_cast<long long>(head) * p.output_head_stride + c * 8) =
+          *reinterpret_cast<const uint4*>(s_o + row * PF_ROW + c * 8);
+    }
+  }
+}

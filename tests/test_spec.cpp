@@ -1,0 +1,140 @@
+#include <doctest/doctest.h>
+
+#include "graphattn/error.hpp"
+#include "graphattn/spec.hpp"
+
+using namespace graphattn;
+
+namespace {
+
+std::string validate_message(const AttentionSpec& s) {
+  try {
+    s.validate();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+AttentionSpec base() {
+  return AttentionSpec::parse("decode_h128_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm90");
+}
+
+}  // namespace
+
+TEST_CASE("spec: every axis rejects bad values with the value and the allowed set") {
+  AttentionSpec s = base();
+  s.head_size = 100;
+  CHECK(validate_message(s) == "head size 100 is not supported; supported: 32, 40, ..., 256 (multiples of 8)");
+  s.head_size = 24;
+  CHECK(validate_message(s).find("head size 24") == 0);
+  s.head_size = 264;
+  CHECK(validate_message(s).find("head size 264") == 0);
+  s = base();
+  for (int b : {0, 8, 24, 272, 512}) {
+    s.block_size = b;
+    CHECK(validate_message(s) == "block size " + std::to_string(b) +
+                                     " is not supported; supported: 16, 32, ..., 256 (multiples of 16)");
+  }
+  s = base();
+  s.dtype = static_cast<DType>(7);
+  CHECK(validate_message(s) == "dtype 7 is not supported; supported: fp16, bf16");
+  s = base();
+  s.kv_dtype = static_cast<KvDType>(9);
+  CHECK(validate_message(s) == "KV cache dtype 9 is not supported; supported: auto, e4m3, e5m2");
+  s = base();
+  for (int g : {0, -1, 65}) {
+    s.group = g;
+    CHECK(validate_message(s) == "queries per KV head (group) " + std::to_string(g) +
+                                     " is not supported; supported: 1..64");
+  }
+  s = base();
+  s.layout = static_cast<KvLayout>(3);
+  CHECK(validate_message(s) == "KV layout 3 is not supported; supported: nhd, hnd");
+  s = base();
+  s.arch = 75;
+  CHECK(validate_message(s).find("target arch sm_75 is not supported; supported: sm_80, sm_86") == 0);
+  s = base();
+  s.kind = static_cast<KernelKind>(11);
+  CHECK(validate_message(s).find("kernel kind 11 is not supported") == 0);
+  s = base();
+  s.kind = KernelKind::kCacheWrite;
+  CHECK(validate_message(s).find("does not depend on the group") != std::string::npos);
+}
+
+TEST_CASE("spec: every supported value validates") {
+  AttentionSpec s = base();
+  for (int h : supported_head_sizes()) {
+    s.head_size = h;
+    CHECK_NOTHROW(s.validate());
+  }
+  for (int b : supported_block_sizes()) {
+    s.block_size = b;
+    CHECK_NOTHROW(s.validate());
+  }
+  CHECK(supported_head_sizes().size() == 29);
+  CHECK(supported_block_sizes().size() == 16);
+}
+
+TEST_CASE("spec: canonical string round trip over every axis") {
+  const char* examples[] = {
+      "decode_h128_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm90",
+      "cache_write_h64_b32_fp16_kve4m3_g1_swa0_cap0_hnd_sm80",
+      "decode_reduce_h256_b256_bf16_kve5m2_g16_swa1_cap1_nhd_sm89",
+      "prefill_h72_b128_fp16_kvauto_g5_swa1_cap0_hnd_sm120",
+  };
+  for (const char* e : examples) CHECK(AttentionSpec::parse(e).to_string() == e);
+  AttentionSpec s = base();
+  for (auto kind : {KernelKind::kDecode, KernelKind::kDecodeReduce, KernelKind::kPrefill})
+    for (auto dt : {DType::kFloat16, DType::kBFloat16})
+      for (auto kv : {KvDType::kAuto, KvDType::kFp8E4M3, KvDType::kFp8E5M2})
+        for (auto lay : {KvLayout::kNHD, KvLayout::kHND})
+          for (int flags = 0; flags < 4; ++flags) {
+            s.kind = kind;
+            s.dtype = dt;
+            s.kv_dtype = kv;
+            s.layout = lay;
+            s.sliding_window = flags & 1;
+            s.soft_cap = flags & 2;
+            const AttentionSpec back = AttentionSpec::parse(s.to_string());
+            CHECK(back == s);
+            CHECK(back.to_string() == s.to_string());
+          }
+}
+
+TEST_CASE("spec: the parser rejects malformed strings with a clear error") {
+  const char* bad[] = {
+      "",
+      "decode",
+      "attend_h128_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm90",
+      "decode_h128_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm90_",
+      "decode_h128_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm90x",
+      "decode_h0128_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm90",
+      "decode_h-128_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm90",
+      "decode_h128_b16_f32_kvauto_g4_swa0_cap0_nhd_sm90",
+      "decode_h128_b16_bf16_kvfp8_g4_swa0_cap0_nhd_sm90",
+      "decode_h128_b16_bf16_kvauto_g4_swa2_cap0_nhd_sm90",
+      "decode_h128_b16_bf16_kvauto_g4_swa0_cap0_nchw_sm90",
+      "decode_h128_b16_bf16_kvauto_g4_cap0_swa0_nhd_sm90",
+      "DECODE_h128_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm90",
+      "decode_h128_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm",
+      "decode_h128_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm90 ",
+      "decode_h128_b16_bf16_kvauto_g9999999_swa0_cap0_nhd_sm90",
+  };
+  for (const char* b : bad) {
+    INFO("input: '" << b << "'");
+    try {
+      AttentionSpec::parse(b);
+      FAIL("accepted");
+    } catch (const Error& e) {
+      const std::string msg = e.what();
+      CHECK(msg.find("malformed spec string '" + std::string(b) + "'") == 0);
+      CHECK(msg.find("expected <cache_write|decode|decode_reduce|prefill>") != std::string::npos);
+    }
+  }
+  // Well formed but unsupported values fail validation with the axis message.
+  CHECK_THROWS_WITH_AS(AttentionSpec::parse("decode_h100_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm90"),
+                       doctest::Contains("head size 100 is not supported"), Error);
+  CHECK_THROWS_WITH_AS(AttentionSpec::parse("decode_h128_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm70"),
+                       doctest::Contains("target arch sm_70 is not supported"), Error);
+}
