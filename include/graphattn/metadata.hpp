@@ -1,0 +1,99 @@
+// Batch metadata with vLLM v1 semantics (CommonAttentionMetadata), the decode/prefill split,
+// the batch reorder, chunked local attention's virtual batches, and the metadata builder that
+// decides what may run inside a CUDA graph.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "graphattn/tensor.hpp"
+
+namespace graphattn {
+
+// Host copies of one step's batch. Requests are ordered decodes first, then prefills.
+struct CommonAttentionMetadata {
+  std::vector<int32_t> query_start_loc;      // [num_reqs + 1], non-decreasing, starts at 0
+  std::vector<int32_t> seq_lens;             // [num_reqs] context + new tokens
+  std::vector<int32_t> num_computed_tokens;  // [num_reqs] seq_lens - query lens
+  std::vector<int32_t> block_table;          // [num_reqs, max_blocks_per_seq] physical blocks
+  int max_blocks_per_seq = 0;
+  std::vector<int64_t> slot_mapping;         // [num_tokens]; entries past num_actual_tokens are -1
+  int num_reqs = 0;
+  int num_actual_tokens = 0;
+  int max_query_len = 0;
+  int max_seq_len = 0;
+  bool causal = true;
+
+  // Builds and checks the metadata for requests with the given query and sequence lengths.
+  // slot_mapping holds the num_actual_tokens real slots; it is padded to num_tokens (>= the
+  // real count, e.g. a CUDA graph capture size) with -1. block_table is row-major
+  // [num_reqs, max_blocks_per_seq]. Throws graphattn::Error on inconsistent input.
+  static CommonAttentionMetadata make(const std::vector<int32_t>& query_lens,
+                                      const std::vector<int32_t>& seq_lens,
+                                      std::vector<int32_t> block_table, int max_blocks_per_seq,
+                                      std::vector<int64_t> slot_mapping, int num_tokens = -1);
+
+  int query_len(int req) const { return query_start_loc[req + 1] - query_start_loc[req]; }
+};
+
+struct DecodePrefillSplit {
+  int num_decodes = 0, num_prefills = 0, num_decode_tokens = 0, num_prefill_tokens = 0;
+  bool operator==(const DecodePrefillSplit& o) const {
+    return num_decodes == o.num_decodes && num_prefills == o.num_prefills &&
+           num_decode_tokens == o.num_decode_tokens && num_prefill_tokens == o.num_prefill_tokens;
+  }
+};
+
+// vLLM's split: requests with query length <= decode_threshold are decodes and must all come
+// before the prefills (throws graphattn::Error naming the first out-of-order request).
+DecodePrefillSplit split_decodes_and_prefills(const CommonAttentionMetadata& m,
+                                              int decode_threshold = 1);
+
+// Moves decodes to the front of a persistent batch with the fewest swaps, swapping the
+// rearmost misplaced decodes with the frontmost prefills. `query_lens[i]` is request i's
+// scheduled token count; `swap(i, j)` swaps requests i and j in the engine's batch (and is
+// mirrored here). Returns whether anything was swapped.
+bool reorder_batch_to_split_decodes_and_prefills(std::vector<int32_t>& query_lens,
+                                                 const std::function<void(int, int)>& swap,
+                                                 int decode_threshold = 1);
+
+// Chunked local attention (e.g. Llama 4): each request becomes one virtual request per
+// attention chunk its new tokens touch, with its own query range, key length and block-table
+// row. attn_chunk_size must be a multiple of block_size.
+CommonAttentionMetadata make_local_attention_virtual_batches(int attn_chunk_size,
+                                                             const CommonAttentionMetadata& m,
+                                                             int block_size);
+
+// How much of a batch the backend can run inside a CUDA graph (vLLM's AttentionCGSupport).
+enum class CudaGraphSupport { kNever, kUniformSingleTokenDecode, kUniformBatch, kAlways };
+const char* to_string(CudaGraphSupport s);
+
+// The flash backend's per-step metadata: the common metadata plus its decode/prefill split.
+struct FlashAttentionMetadata {
+  CommonAttentionMetadata common;
+  DecodePrefillSplit split;
+  int common_prefix_len = 0;
+  bool for_cudagraph = false;
+};
+
+class FlashAttentionMetadataBuilder {
+ public:
+  // Split-KV decode is graph-safe for every context length; prefill's grid depends on the
+  // batch, so full graphs cover uniform single-token decode batches.
+  static constexpr CudaGraphSupport kCudaGraphSupport =
+      CudaGraphSupport::kUniformSingleTokenDecode;
+  CudaGraphSupport cudagraph_support() const { return kCudaGraphSupport; }
+
+  // common_prefix_len: tokens shared by every request (cascade attention); graphattn runs
+  // without cascade, so it is recorded, not used. fast_build: skip optional work (none today).
+  FlashAttentionMetadata build(int common_prefix_len, const CommonAttentionMetadata& m,
+                               bool fast_build = false) const;
+  // Metadata for capturing a full graph: decode-only (num_reqs == num_actual_tokens, throws
+  // otherwise), max_query_len 1.
+  FlashAttentionMetadata build_for_cudagraph_capture(const CommonAttentionMetadata& m) const;
+  // Whether a batch can replay a graph captured from build_for_cudagraph_capture.
+  bool can_run_in_cudagraph(const CommonAttentionMetadata& m) const;
+};
+
+}  // namespace graphattn

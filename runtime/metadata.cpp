@@ -1,0 +1,199 @@
+// Batch metadata, the decode/prefill split and reorder, local-attention virtual batches and the
+// flash metadata builder, following vLLM v1's definitions.
+#include "graphattn/metadata.hpp"
+
+#include <algorithm>
+#include <string>
+
+#include "graphattn/error.hpp"
+
+namespace graphattn {
+namespace {
+
+std::string at(const char* what, int i, int64_t v) {
+  return std::string(what) + "[" + std::to_string(i) + "] = " + std::to_string(v);
+}
+
+}  // namespace
+
+CommonAttentionMetadata CommonAttentionMetadata::make(const std::vector<int32_t>& query_lens,
+                                                      const std::vector<int32_t>& seq_lens,
+                                                      std::vector<int32_t> block_table,
+                                                      int max_blocks_per_seq,
+                                                      std::vector<int64_t> slot_mapping,
+                                                      int num_tokens) {
+  if (query_lens.size() != seq_lens.size())
+    throw Error("query_lens has " + std::to_string(query_lens.size()) + " requests, seq_lens " +
+                std::to_string(seq_lens.size()) + "; they must agree");
+  const int num_reqs = static_cast<int>(seq_lens.size());
+  if (max_blocks_per_seq < 0 ||
+      block_table.size() != static_cast<size_t>(num_reqs) * static_cast<size_t>(max_blocks_per_seq))
+    throw Error("block_table has " + std::to_string(block_table.size()) + " entries; expected " +
+                std::to_string(num_reqs) + " requests x " + std::to_string(max_blocks_per_seq) +
+                " blocks");
+  CommonAttentionMetadata m;
+  m.num_reqs = num_reqs;
+  m.max_blocks_per_seq = max_blocks_per_seq;
+  m.query_start_loc.assign(1, 0);
+  for (int r = 0; r < num_reqs; ++r) {
+    if (query_lens[r] < 0) throw Error("query length must be >= 0: " + at("query_lens", r, query_lens[r]));
+    // seq_len 0 marks a padded request (a captured graph's spare rows): it reads nothing.
+    if (seq_lens[r] != 0 && seq_lens[r] < query_lens[r])
+      throw Error("a sequence holds its new tokens, so seq_len >= query_len; got " +
+                  at("seq_lens", r, seq_lens[r]) + " and " + at("query_lens", r, query_lens[r]));
+    m.query_start_loc.push_back(m.query_start_loc.back() + query_lens[r]);
+    m.num_computed_tokens.push_back(std::max(0, seq_lens[r] - query_lens[r]));
+    m.max_query_len = std::max(m.max_query_len, query_lens[r]);
+    m.max_seq_len = std::max(m.max_seq_len, seq_lens[r]);
+  }
+  m.seq_lens = seq_lens;
+  m.num_actual_tokens = m.query_start_loc.back();
+  if (static_cast<int64_t>(slot_mapping.size()) != m.num_actual_tokens)
+    throw Error("slot_mapping has " + std::to_string(slot_mapping.size()) +
+                " entries for " + std::to_string(m.num_actual_tokens) + " tokens");
+  if (num_tokens < 0) num_tokens = m.num_actual_tokens;
+  if (num_tokens < m.num_actual_tokens)
+    throw Error("num_tokens " + std::to_string(num_tokens) + " is below the " +
+                std::to_string(m.num_actual_tokens) + " actual tokens");
+  slot_mapping.resize(static_cast<size_t>(num_tokens), -1);  // padded tokens write nothing
+  m.slot_mapping = std::move(slot_mapping);
+  m.block_table = std::move(block_table);
+  return m;
+}
+
+DecodePrefillSplit split_decodes_and_prefills(const CommonAttentionMetadata& m,
+                                              int decode_threshold) {
+  DecodePrefillSplit s;
+  if (m.max_query_len <= decode_threshold) {
+    s.num_decodes = m.num_reqs;
+    s.num_decode_tokens = m.num_actual_tokens;
+    return s;
+  }
+  int first_prefill = m.num_reqs;
+  for (int r = 0; r < m.num_reqs; ++r)
+    if (m.query_len(r) > decode_threshold) {
+      first_prefill = r;
+      break;
+    }
+  if (first_prefill == m.num_reqs) {
+    s.num_decodes = m.num_reqs;
+    s.num_decode_tokens = m.num_actual_tokens;
+    return s;
+  }
+  for (int r = first_prefill; r < m.num_reqs; ++r)
+    if (m.query_len(r) <= decode_threshold)
+      throw Error("decodes must come before prefills: request " + std::to_string(r) +
+                  " (query length " + std::to_string(m.query_len(r)) +
+                  ") follows prefill request " + std::to_string(first_prefill) +
+                  "; reorder the batch first");
+  s.num_decodes = first_prefill;
+  s.num_prefills = m.num_reqs - first_prefill;
+  s.num_decode_tokens = m.query_start_loc[first_prefill];
+  s.num_prefill_tokens = m.num_actual_tokens - s.num_decode_tokens;
+  return s;
+}
+
+bool reorder_batch_to_split_decodes_and_prefills(std::vector<int32_t>& query_lens,
+                                                 const std::function<void(int, int)>& swap,
+                                                 int decode_threshold) {
+  std::vector<int> decodes, prefills;
+  for (int i = 0; i < static_cast<int>(query_lens.size()); ++i)
+    (query_lens[i] <= decode_threshold ? decodes : prefills).push_back(i);
+  const int num_decodes = static_cast<int>(decodes.size());
+  const int pairs = std::min(num_decodes, static_cast<int>(prefills.size()));
+  bool modified = false;
+  // The rearmost decodes that sit past the decode region trade places with the frontmost
+  // prefills; every swap fixes two misplaced requests, so no fewer swaps can do it.
+  for (int i = 1; i <= pairs; ++i) {
+    const int decode_idx = decodes[num_decodes - i];
+    if (decode_idx < num_decodes) break;
+    const int prefill_idx = prefills[i - 1];
+    if (swap) swap(prefill_idx, decode_idx);
+    std::swap(query_lens[prefill_idx], query_lens[decode_idx]);
+    modified = true;
+  }
+  return modified;
+}
+
+CommonAttentionMetadata make_local_attention_virtual_batches(int chunk,
+                                                             const CommonAttentionMetadata& m,
+                                                             int block_size) {
+  if (chunk <= 0 || block_size <= 0 || chunk % block_size != 0)
+    throw Error("attention chunk size " + std::to_string(chunk) +
+                " must be a positive multiple of the block size " + std::to_string(block_size));
+  const int pages = chunk / block_size;
+  CommonAttentionMetadata out;
+  out.max_blocks_per_seq = pages;
+  out.query_start_loc.assign(1, 0);
+  for (int r = 0; r < m.num_reqs; ++r) {
+    const int q = m.query_len(r), k = m.seq_lens[r];
+    // New tokens that fall in the chunk holding the first new token, then whole chunks.
+    const int first = std::min(chunk - (k - q) % chunk, q);
+    const int in_last = k % chunk == 0 ? chunk : k % chunk;
+    const int blocks = 1 + (q - first + chunk - 1) / chunk;
+    for (int b = 0; b < blocks; ++b) {
+      const int reverse = blocks - 1 - b;
+      const int q_local = b == 0 ? first : std::min(q - first - chunk * (b - 1), chunk);
+      const int k_local = b == blocks - 1 ? in_last : chunk;
+      const int k_start = k - (reverse * chunk + in_last);
+      out.query_start_loc.push_back(out.query_start_loc.back() + q_local);
+      out.seq_lens.push_back(k_local);
+      out.num_computed_tokens.push_back(k_local - q_local);
+      out.max_query_len = std::max(out.max_query_len, q_local);
+      out.max_seq_len = std::max(out.max_seq_len, k_local);
+      const int block_start = k_start / block_size;
+      for (int p = 0; p < pages; ++p) {
+        const int col = std::min(block_start + p, m.max_blocks_per_seq - 1);
+        out.block_table.push_back(
+            m.block_table[static_cast<size_t>(r) * m.max_blocks_per_seq + col]);
+      }
+    }
+  }
+  out.num_reqs = static_cast<int>(out.seq_lens.size());
+  out.num_actual_tokens = out.query_start_loc.back();
+  out.slot_mapping = m.slot_mapping;  // the same tokens write the same slots
+  out.causal = true;
+  return out;
+}
+
+const char* to_string(CudaGraphSupport s) {
+  switch (s) {
+    case CudaGraphSupport::kNever: return "never";
+    case CudaGraphSupport::kUniformSingleTokenDecode: return "uniform single-token decode";
+    case CudaGraphSupport::kUniformBatch: return "uniform batch";
+    case CudaGraphSupport::kAlways: return "always";
+  }
+  return "?";
+}
+
+FlashAttentionMetadata FlashAttentionMetadataBuilder::build(int common_prefix_len,
+                                                            const CommonAttentionMetadata& m,
+                                                            bool) const {
+  if (common_prefix_len < 0)
+    throw Error("common_prefix_len must be >= 0, got " + std::to_string(common_prefix_len));
+  FlashAttentionMetadata f;
+  f.common = m;
+  f.split = split_decodes_and_prefills(m);
+  f.common_prefix_len = common_prefix_len;
+  return f;
+}
+
+FlashAttentionMetadata FlashAttentionMetadataBuilder::build_for_cudagraph_capture(
+    const CommonAttentionMetadata& m) const {
+  if (m.num_reqs != m.num_actual_tokens)
+    throw Error("full CUDA graph capture covers decode-only batches: num_reqs " +
+                std::to_string(m.num_reqs) + " != num_actual_tokens " +
+                std::to_string(m.num_actual_tokens) +
+                "; keep every capture size <= max_num_seqs");
+  CommonAttentionMetadata c = m;
+  c.max_query_len = 1;
+  FlashAttentionMetadata f = build(0, c);
+  f.for_cudagraph = true;
+  return f;
+}
+
+bool FlashAttentionMetadataBuilder::can_run_in_cudagraph(const CommonAttentionMetadata& m) const {
+  return m.max_query_len <= 1;
+}
+
+}  // namespace graphattn
