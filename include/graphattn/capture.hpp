@@ -1,0 +1,81 @@
+// CUDA graph capture and replay of an engine's decode step (vLLM v1 semantics).
+//
+// Capture sizes default to [1, 2, 4] + range(8, 256, 8) + range(256, max + 1, 16) with
+// max = min(2 * max_num_seqs, 512). A step of n tokens runs the graph of the smallest size >= n
+// (its buffers padded: slot_mapping -1, seq_lens 0); above the largest size it runs eagerly.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace graphattn {
+
+std::vector<int> default_capture_sizes(int max_num_seqs);
+// Sorts, removes duplicates, and rejects sizes < 1 (graphattn::Error naming the value).
+std::vector<int> normalize_capture_sizes(std::vector<int> sizes);
+// The smallest size >= n, or 0 when n is above every size (run eagerly, unpadded).
+int padded_capture_size(const std::vector<int>& sorted_sizes, int n);
+
+struct GraphStats {
+  uint64_t captures = 0;         // graphs captured (first captures and re-captures)
+  uint64_t replays = 0;          // steps served by cuGraphLaunch
+  uint64_t updates = 0;          // graphs refreshed in place by cuGraphExecUpdate
+  uint64_t reinstantiations = 0; // updates the driver refused: instantiated anew
+  uint64_t eager_steps = 0;      // steps above the largest size, or with graphs disabled
+  double capture_ms = 0;         // host time spent capturing and instantiating
+  int64_t graph_memory_bytes = 0;  // device memory the instantiated graphs took (cuMemGetInfo)
+};
+
+// Replays one captured graph per size. The engine supplies the step: a callable that launches
+// all of one step's work for `num_tokens` (padded) tokens on `stream`, reading the engine's
+// persistent buffers, and a fingerprint of everything the captured launches depend on (buffer
+// pointers, sizes, kernel handles). Same fingerprint: replay. Different: capture again and
+// cuGraphExecUpdate the existing graph, instantiating anew if the driver refuses.
+class GraphRunner {
+ public:
+  using Step = std::function<void(CUstream stream, int num_tokens)>;
+  using Fingerprint = std::function<uint64_t()>;
+  using Progress = std::function<void(int index, int count, int size, double ms)>;
+
+  struct Options {
+    std::vector<int> capture_sizes;  // empty: default_capture_sizes(max_num_seqs)
+    int max_num_seqs = 256;
+    bool disable_graphs = false;     // also GRAPHATTN_DISABLE_GRAPHS=1
+  };
+
+  GraphRunner(Options options, Step step, Fingerprint fingerprint);
+  ~GraphRunner();
+  GraphRunner(const GraphRunner&) = delete;
+  GraphRunner& operator=(const GraphRunner&) = delete;
+
+  // The warmup capture pass: for every size, largest first, one eager run then a capture.
+  // Every kernel must already be compiled and loaded (the step may not compile or allocate).
+  void capture_all(CUstream stream, const Progress& progress = nullptr);
+
+  // Runs one step of n real tokens (the engine has already padded its buffers to
+  // padded_size(n)). Returns the size that ran (0: eager).
+  int run(CUstream stream, int num_tokens);
+
+  int padded_size(int num_tokens) const;
+  const std::vector<int>& capture_sizes() const { return sizes_; }
+  bool graphs_enabled() const { return !disabled_; }
+  GraphStats stats() const { return stats_; }
+
+ private:
+  struct Graph;
+  void capture(CUstream stream, int size, Graph& g);
+  std::vector<int> sizes_;
+  bool disabled_;
+  Step step_;
+  Fingerprint fingerprint_;
+  std::map<int, std::unique_ptr<Graph>> graphs_;
+  GraphStats stats_;
+};
+
+}  // namespace graphattn

@@ -1,0 +1,55 @@
+#include <doctest/doctest.h>
+
+#include "graphattn/capture.hpp"
+#include "graphattn/error.hpp"
+
+using namespace graphattn;
+
+TEST_CASE("capture sizes: vLLM's default list and padding") {
+  const auto s256 = default_capture_sizes(256);
+  // [1, 2, 4] + range(8, 256, 8) + range(256, 513, 16)
+  CHECK(s256.size() == 3 + 31 + 17);
+  CHECK(s256.front() == 1);
+  CHECK(s256[3] == 8);
+  CHECK(s256[33] == 248);
+  CHECK(s256[34] == 256);
+  CHECK(s256.back() == 512);
+  const auto s8 = default_capture_sizes(8);  // max = 16
+  CHECK(s8 == std::vector<int>{1, 2, 4, 8, 16});
+  const auto s1 = default_capture_sizes(1);  // max = 2
+  CHECK(s1 == std::vector<int>{1, 2});
+  const auto s200 = default_capture_sizes(200);  // max = 400
+  CHECK(s200.back() == 400);
+  CHECK(s200[s200.size() - 2] == 384);
+  CHECK(default_capture_sizes(1000).back() == 512);
+  CHECK_THROWS_WITH_AS(default_capture_sizes(0), doctest::Contains("max_num_seqs must be >= 1, got 0"), Error);
+
+  CHECK(padded_capture_size(s256, 1) == 1);
+  CHECK(padded_capture_size(s256, 3) == 4);
+  CHECK(padded_capture_size(s256, 5) == 8);
+  CHECK(padded_capture_size(s256, 9) == 16);
+  CHECK(padded_capture_size(s256, 248) == 248);
+  CHECK(padded_capture_size(s256, 249) == 256);
+  CHECK(padded_capture_size(s256, 257) == 272);
+  CHECK(padded_capture_size(s256, 512) == 512);
+  CHECK(padded_capture_size(s256, 513) == 0);  // eager, unpadded
+  CHECK(padded_capture_size(s256, 0) == 1);
+
+  CHECK(normalize_capture_sizes({16, 4, 4, 1}) == std::vector<int>{1, 4, 16});
+  CHECK_THROWS_WITH_AS(normalize_capture_sizes({4, 0}), doctest::Contains("capture size 0 is not allowed"), Error);
+}
+
+TEST_CASE("graph runner: configuration errors are clear") {
+  GraphRunner::Options o;
+  o.capture_sizes = {1, 2};
+  CHECK_THROWS_WITH_AS(GraphRunner(o, nullptr, [] { return uint64_t{0}; }),
+                       doctest::Contains("needs a step"), Error);
+  CHECK_THROWS_WITH_AS(GraphRunner(o, [](CUstream, int) {}, nullptr),
+                       doctest::Contains("needs a fingerprint"), Error);
+  GraphRunner r(o, [](CUstream, int) {}, [] { return uint64_t{0}; });
+  CHECK(r.padded_size(2) == 2);
+  CHECK(r.padded_size(3) == 0);
+  // Eager steps need no GPU: a batch above the largest size runs the step directly.
+  CHECK(r.run(nullptr, 3) == 0);
+  CHECK(r.stats().eager_steps == 1);
+}
