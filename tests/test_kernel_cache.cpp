@@ -349,4 +349,15 @@ TEST_CASE("kernel cache: invalid specs are rejected before any work") {
   s.head_size = 100;
   CHECK_THROWS_WITH_AS(cache.get(s), doctest::Contains("head size 100"), Error);
   CHECK(cache.stats().compiles == 0);
+  // The memory tier's fast index never serves an out-of-range spec for a valid neighbour.
+  cache.get(spec());
+  for (int bad : {128 + 512, 128 + 1024, -128}) {
+    s = spec();
+    s.head_size = bad;
+    CHECK_THROWS_AS(cache.get(s), Error);
+  }
+  s = spec();
+  s.arch = 90 + 1024;
+  CHECK_THROWS_AS(cache.get(s), Error);
+  CHECK(cache.stats().compiles == 1);
 }

@@ -1,0 +1,207 @@
+// graphattn-bench-jit: what the JIT kernel cache costs on this machine, measured on the cache
+// write kernel. No GPU is needed: it times NVRTC compiles, disk hits and memory hits.
+//
+//   first compile   one get() in a fresh process and an empty directory: NVRTC's own start-up
+//                   (library loading, initialisation) is in it, so it is reported on its own
+//   cold compile    after that warm-up, get() of a spec never compiled, each in a new empty
+//                   directory with a new KernelCache (median and max over distinct specs)
+//   disk hit        get() on a new KernelCache over a populated directory
+//   memory hit      get() of a spec that this KernelCache already holds (median per call)
+#include <stdlib.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "graphattn/error.hpp"
+#include "graphattn/jit.hpp"
+#include "graphattn/spec.hpp"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr int kDiskHitRepeats = 50;
+constexpr int kMemoryBatches = 200;
+constexpr int kMemoryBatchCalls = 1000;
+
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+// A new empty directory under $TMPDIR, removed with its contents at scope exit.
+class ScratchDir {
+ public:
+  ScratchDir() {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "graphattn-bench-XXXXXX").string();
+    if (!mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed for " + tmpl);
+    path_ = tmpl;
+  }
+  ~ScratchDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  ScratchDir(const ScratchDir&) = delete;
+  ScratchDir& operator=(const ScratchDir&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+graphattn::CacheOptions options_for(const std::string& dir) {
+  graphattn::CacheOptions o;
+  o.dir = dir;
+  o.warn = [](const std::string& w) { std::cerr << "warning: " << w << "\n"; };
+  return o;
+}
+
+graphattn::AttentionSpec cache_write(int head, graphattn::DType dtype, graphattn::KvDType kv,
+                                     graphattn::KvLayout layout, int arch) {
+  graphattn::AttentionSpec s;
+  s.kind = graphattn::KernelKind::kCacheWrite;
+  s.head_size = head;
+  s.block_size = 16;
+  s.dtype = dtype;
+  s.kv_dtype = kv;
+  s.group = 1;
+  s.layout = layout;
+  s.arch = arch;
+  return s;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+double max_of(const std::vector<double>& v) { return *std::max_element(v.begin(), v.end()); }
+
+std::string fmt(double v, const char* unit) {
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "%.3f %s", v, unit);
+  return buf;
+}
+
+void row(const std::string& what, const std::string& med, const std::string& max, size_t n) {
+  std::printf("%-46s %14s %14s %8zu\n", what.c_str(), med.c_str(), max.c_str(), n);
+}
+
+// get() that insists on where the kernel came from, so a broken setup cannot pass as fast.
+void get_expect(graphattn::KernelCache& cache, const graphattn::AttentionSpec& spec,
+                graphattn::CacheOrigin want) {
+  graphattn::CacheOrigin got;
+  cache.get(spec, &got);
+  if (got != want)
+    throw graphattn::Error("expected a " + std::string(graphattn::to_string(want)) + " for " +
+                           spec.to_string() + ", got " + graphattn::to_string(got));
+}
+
+int run() {
+  using graphattn::DType;
+  using graphattn::KvDType;
+  using graphattn::KvLayout;
+  const auto [nv_major, nv_minor] = graphattn::nvrtc_version();
+
+  // Warm-up: the first NVRTC call in the process pays for loading and initialising NVRTC.
+  const graphattn::AttentionSpec warm =
+      cache_write(256, DType::kFloat16, KvDType::kAuto, KvLayout::kNHD, 80);
+  double first_ms = 0;
+  {
+    ScratchDir dir;
+    graphattn::KernelCache cache(options_for(dir.path()));
+    const auto t0 = Clock::now();
+    get_expect(cache, warm, graphattn::CacheOrigin::kCompiled);
+    first_ms = ms_since(t0);
+  }
+
+  // Cold compiles of distinct specs, each in its own empty directory.
+  std::vector<graphattn::AttentionSpec> specs;
+  for (int head : {64, 128})
+    for (DType dt : {DType::kFloat16, DType::kBFloat16})
+      for (KvLayout layout : {KvLayout::kNHD, KvLayout::kHND})
+        specs.push_back(cache_write(head, dt, KvDType::kAuto, layout, 90));
+  specs.push_back(cache_write(128, DType::kBFloat16, KvDType::kFp8E4M3, KvLayout::kNHD, 80));
+  specs.push_back(cache_write(128, DType::kBFloat16, KvDType::kFp8E5M2, KvLayout::kHND, 89));
+  std::vector<double> cold_ms, nvrtc_ms;
+  for (const auto& spec : specs) {
+    ScratchDir dir;
+    graphattn::KernelCache cache(options_for(dir.path()));
+    const auto t0 = Clock::now();
+    get_expect(cache, spec, graphattn::CacheOrigin::kCompiled);
+    cold_ms.push_back(ms_since(t0));
+    nvrtc_ms.push_back(cache.stats().compile_ms);
+  }
+
+  // Disk hits: a new KernelCache each time, over a directory that holds the kernel.
+  ScratchDir populated;
+  const graphattn::AttentionSpec hot =
+      cache_write(128, DType::kBFloat16, KvDType::kAuto, KvLayout::kNHD, 90);
+  {
+    graphattn::KernelCache cache(options_for(populated.path()));
+    get_expect(cache, hot, graphattn::CacheOrigin::kCompiled);
+  }
+  std::vector<double> disk_get_ms, disk_total_ms;
+  for (int i = 0; i < kDiskHitRepeats; ++i) {
+    const auto t0 = Clock::now();
+    graphattn::KernelCache cache(options_for(populated.path()));
+    const auto t1 = Clock::now();
+    get_expect(cache, hot, graphattn::CacheOrigin::kDisk);
+    disk_get_ms.push_back(ms_since(t1));
+    disk_total_ms.push_back(ms_since(t0));
+  }
+
+  // Memory hits, timed in batches so that the clock's own cost is spread thin.
+  graphattn::KernelCache cache(options_for(populated.path()));
+  get_expect(cache, hot, graphattn::CacheOrigin::kDisk);
+  get_expect(cache, hot, graphattn::CacheOrigin::kMemory);
+  std::vector<double> memory_ns;
+  for (int b = 0; b < kMemoryBatches; ++b) {
+    const auto t0 = Clock::now();
+    for (int i = 0; i < kMemoryBatchCalls; ++i) cache.get(hot);
+    memory_ns.push_back(ms_since(t0) * 1e6 / kMemoryBatchCalls);
+  }
+  const graphattn::CacheStats st = cache.stats();
+  if (st.memory_hits != 1 + static_cast<uint64_t>(kMemoryBatches) * kMemoryBatchCalls)
+    throw graphattn::Error("memory hits were not all memory hits");
+
+  std::printf("graphattn-bench-jit: cache write kernel, NVRTC %d.%d, %u hardware threads\n",
+              nv_major, nv_minor, std::thread::hardware_concurrency());
+  std::printf("%-46s %14s %14s %8s\n", "measurement", "median", "max", "n");
+  row("first compile (NVRTC start-up included)", fmt(first_ms, "ms"), "-", 1);
+  row("cold compile: get() into an empty directory", fmt(median(cold_ms), "ms"),
+      fmt(max_of(cold_ms), "ms"), cold_ms.size());
+  row("  of which NVRTC", fmt(median(nvrtc_ms), "ms"), fmt(max_of(nvrtc_ms), "ms"),
+      nvrtc_ms.size());
+  row("warm disk hit: get() on a new KernelCache", fmt(median(disk_get_ms), "ms"),
+      fmt(max_of(disk_get_ms), "ms"), disk_get_ms.size());
+  row("  new KernelCache + get()", fmt(median(disk_total_ms), "ms"),
+      fmt(max_of(disk_total_ms), "ms"), disk_total_ms.size());
+  row("memory hit: get() (per call, batches of 1000)", fmt(median(memory_ns), "ns"),
+      fmt(max_of(memory_ns), "ns"), memory_ns.size());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc > 1) {
+    std::cerr << "usage: " << argv[0]
+              << "\n  takes no arguments; measures NVRTC compiles, disk hits and memory hits of "
+                 "the cache write kernel in temporary directories\n";
+    return 2;
+  }
+  try {
+    return run();
+  } catch (const std::exception& e) {
+    std::cerr << "graphattn-bench-jit: " << e.what() << "\n";
+    return 1;
+  }
+}
