@@ -94,6 +94,12 @@ void AttentionSpec::validate() const {
     throw Error("spec " + to_string() +
                 ": the cache write kernel does not depend on the group, window or soft cap; "
                 "use g1_swa0_cap0 so that one kernel serves them all");
+  if (kind == KernelKind::kDecodeReduce &&
+      (block_size != 16 || kv_dtype != KvDType::kAuto || group != 1 || sliding_window ||
+       soft_cap || layout != KvLayout::kNHD))
+    throw Error("spec " + to_string() +
+                ": the decode reduce kernel depends only on the head size, dtype and arch; use "
+                "b16_kvauto_g1_swa0_cap0_nhd so that one kernel serves them all");
 }
 
 std::string AttentionSpec::to_string() const {

@@ -34,8 +34,8 @@ void ensure_shared_limit(CUfunction f, int bytes) {
   static std::set<CUfunction>* done = new std::set<CUfunction>;
   std::lock_guard<std::mutex> lock(mu);
   if (done->count(f)) return;
-  GA_CU_CHECK(driver().cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                          bytes));
+  GA_CU_CHECK(
+      driver().cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes));
   done->insert(f);
 }
 
@@ -47,7 +47,7 @@ PrefillConfig prefill_config(const AttentionSpec& spec) {
   const bool fp8 = spec.kv_dtype != KvDType::kAuto;
   PrefillConfig c;
   c.threads = 128;
-  c.block_m = 64;
+  c.block_m = 64 * (head_pad <= 128 ? 2 : 1);  // 4 warps x 16 rows x row tiles per warp
   c.block_n = head_pad <= 128 ? 64 : 32;
   const int row = head_pad + 8;
   const int stages = fp8 ? 1 : 2;
@@ -60,9 +60,9 @@ AttentionSpec prefill_spec(const PrefillLaunch& a, int arch) {
   require_rank(a.query, 3, "query", "[num_tokens, num_heads, head_size]");
   require_rank(a.output, 3, "output", "[num_tokens, num_heads, head_size]");
   const DType dtype = dtype_of(a.query.dtype);
-  require(a.output.dtype == a.query.dtype, "output dtype " + std::string(to_string(a.output.dtype)) +
-                                               " differs from query dtype " +
-                                               to_string(a.query.dtype));
+  require(a.output.dtype == a.query.dtype,
+          "output dtype " + std::string(to_string(a.output.dtype)) + " differs from query dtype " +
+              to_string(a.query.dtype));
   const KvCacheShape kc = check_kv_cache(a.kv_cache, dtype);
   const int64_t num_heads = a.query.shape[1];
   require(a.query.shape[2] == kc.head_size,
@@ -114,8 +114,7 @@ void launch_prefill(const LoadedKernel& k, const PrefillLaunch& a, CUstream stre
           "scale " + std::to_string(a.scale) + " must be finite and > 0");
   const bool fp8 = spec.kv_dtype != KvDType::kAuto;
   if (fp8)
-    require(a.k_scale > 0 && a.v_scale > 0 && std::isfinite(a.k_scale) &&
-                std::isfinite(a.v_scale),
+    require(a.k_scale > 0 && a.v_scale > 0 && std::isfinite(a.k_scale) && std::isfinite(a.v_scale),
             "fp8 KV cache needs positive k_scale and v_scale, got " + std::to_string(a.k_scale) +
                 " and " + std::to_string(a.v_scale));
 

@@ -44,10 +44,10 @@ void launch_prefill(const LoadedKernel& k, const PrefillLaunch& args, CUstream s
 
 // Tile configuration of a prefill spec; must agree with templates/prefill.cu.
 struct PrefillConfig {
-  int block_m = 0;        // rows (query token x group head) per thread block
-  int block_n = 0;        // keys per KV tile
-  int threads = 0;        // threads per block
-  int shared_bytes = 0;   // dynamic shared memory per block
+  int block_m = 0;       // rows (query token x group head) per thread block
+  int block_n = 0;       // keys per KV tile
+  int threads = 0;       // threads per block
+  int shared_bytes = 0;  // dynamic shared memory per block
 };
 PrefillConfig prefill_config(const AttentionSpec& spec);
 

@@ -26,6 +26,86 @@ struct CacheWriteParams {
   float v_scale;                  // fp8 KV: stored = value / v_scale
 };
 
+// Split-KV decode (flash-decoding), one query token per request. Grid
+// (max_splits, num_kv_heads * ga_decode_head_chunks(GROUP), num_decodes), GA_DECODE_THREADS
+// threads, ga_decode_smem_bytes(...) bytes of dynamic shared memory. Request r's split count is
+// computed on the device from seq_lens[r] (ga_decode_* below fixes the policy's constants);
+// blocks past it exit at once. A request with one split writes `output` directly; others write
+// partials that graphattn_decode_reduce combines.
+struct DecodeParams {
+  const void* query;              // [num_tokens, num_heads, head_size] dtype; request r: token r
+  const void* key_cache;          // [num_blocks, block_size, num_kv_heads, head_size] NHD, or
+                                  // [num_blocks, num_kv_heads, block_size, head_size] HND; kv dtype
+  const void* value_cache;        // same shape as key_cache
+  const int* block_table;         // [num_decodes, block_table_stride] int32 physical block ids
+  const int* seq_lens;            // [num_decodes] int32 context + new token; <= 0: zeros out
+  void* output;                   // [num_tokens, num_heads, head_size] dtype
+  float* partial_out;             // [num_decodes, num_heads, max_splits, head_size] fp32, each
+                                  // split's softmax-normalized output (times v_scale)
+  float* partial_lse;             // [num_decodes, num_heads, max_splits] fp32, log2 of each
+                                  // split's sum of exp2(score)
+  int* num_splits;                // [num_decodes] int32, written: splits used (0: seq_len 0)
+  long long query_token_stride;   // elements
+  long long query_head_stride;
+  long long output_token_stride;
+  long long output_head_stride;
+  long long cache_block_stride;   // shared by key_cache and value_cache, elements
+  long long cache_token_stride;
+  long long cache_head_stride;
+  long long block_table_stride;   // elements between block_table rows
+  float scale;                    // softmax scale
+  float k_scale;                  // fp8 KV: key = stored * k_scale; 1 otherwise
+  float v_scale;                  // fp8 KV: value = stored * v_scale; 1 otherwise
+  float soft_cap;                 // HAS_SOFT_CAP: scores -> soft_cap * tanh(score / soft_cap)
+  int window;                     // HAS_WINDOW: key k visible from position p when p - k < window
+  int max_splits;                 // == gridDim.x, >= 1
+  int num_heads;                  // query heads (partials' row count)
+};
+
+// Combines the decode partials of requests that used more than one split. Grid
+// (num_heads, num_decodes), ga_decode_reduce_threads(HEAD_SIZE) threads.
+struct DecodeReduceParams {
+  const float* partial_out;       // [num_decodes, num_heads, max_splits, head_size] fp32
+  const float* partial_lse;       // [num_decodes, num_heads, max_splits] fp32 (log2 domain)
+  const int* num_splits;          // [num_decodes] int32 splits used; <= 1: nothing to combine
+  void* output;                   // [num_tokens, num_heads, head_size] dtype
+  long long output_token_stride;  // elements
+  long long output_head_stride;
+  int num_heads;
+  int max_splits;
+};
+
+// Launch geometry shared by the host and the decode templates (evaluated at compile time by both).
+constexpr int GA_DECODE_WARPS = 4;                      // warps per thread block
+constexpr int GA_DECODE_THREADS = 32 * GA_DECODE_WARPS;
+constexpr int GA_DECODE_TILE = 16;                      // tokens per warp step (one MMA M tile)
+constexpr int GA_DECODE_MIN_TILES_PER_SPLIT = 4;        // shortest split, in tiles
+constexpr int GA_DECODE_HEADS_PER_BLOCK = 16;           // query heads one block handles at most
+// Bytes of one token's head row in shared memory: padded to whole 128-byte groups (8 chunks of
+// 16 bytes) so the chunk XOR swizzle stays inside the row.
+constexpr int ga_decode_row_bytes(int head_size, int kv_bytes) {
+  return (head_size * kv_bytes + 127) / 128 * 128;
+}
+constexpr int ga_decode_stages(int head_size, int kv_bytes) {
+  // Pipeline depth per warp: about 64 KiB of K and V tiles per block, 2 to 4 stages.
+  const int stage = GA_DECODE_WARPS * 2 * GA_DECODE_TILE * ga_decode_row_bytes(head_size, kv_bytes);
+  const int n = 65536 / stage;
+  return n < 2 ? 2 : n > 4 ? 4 : n;
+}
+constexpr int ga_decode_head_chunks(int group) {
+  return (group + GA_DECODE_HEADS_PER_BLOCK - 1) / GA_DECODE_HEADS_PER_BLOCK;
+}
+constexpr int ga_decode_smem_bytes(int head_size, int kv_bytes) {
+  // The K/V pipeline, reused at the end for the cross-warp combine: per warp, 16 heads of
+  // padded-dimension fp32 rows plus their max and sum.
+  const int row = ga_decode_row_bytes(head_size, kv_bytes);
+  const int pipeline = GA_DECODE_WARPS * ga_decode_stages(head_size, kv_bytes) * 2 *
+                       GA_DECODE_TILE * row;
+  const int combine = GA_DECODE_WARPS * GA_DECODE_HEADS_PER_BLOCK * (row / kv_bytes + 2) * 4;
+  return pipeline > combine ? pipeline : combine;
+}
+constexpr int ga_decode_reduce_threads(int head_size) { return (head_size / 4 + 31) / 32 * 32; }
+
 // Prefill (and chunked prefill / prefix caching): variable-length queries over the paged KV
 // cache, causal. The launch covers requests [first_req, first_req + gridDim.y).
 struct PrefillParams {

@@ -7,8 +7,10 @@
 // M dimension: row r of a request is query token r / GROUP, head kv_head * GROUP + r % GROUP, so
 // every K/V tile read from the pages serves all the heads that share it.
 //
-// Each block has 4 warps; a warp owns 16 rows and runs FlashAttention-2: S = Q K^T and O += P V
-// with mma.sync m16n8k16 (fp16/bf16 in, fp32 accumulate), online softmax in the log2 domain.
+// Each block has 4 warps; a warp owns PF_MT m16 row tiles (32 rows up to head size 128, else 16)
+// and runs FlashAttention-2: S = Q K^T and O += P V with mma.sync m16n8k16 (fp16/bf16 in, fp32
+// accumulate), online softmax in the log2 domain. Two row tiles per warp let every K/V fragment
+// read from shared memory feed two MMAs.
 // K/V tiles come from the pages through cp.async into padded shared memory rows (no bank
 // conflicts for ldmatrix), double-buffered. fp8 tiles land raw, double-buffered, and each thread
 // converts the chunks it loaded into the fp16/bf16 tile (exact: every e4m3/e5m2 value is
@@ -19,13 +21,14 @@
 constexpr int PF_HEAD_PAD = (HEAD_SIZE + 15) / 16 * 16;  // MMA k-dimension of Q.K^T
 constexpr int PF_WARPS = 4;
 constexpr int PF_THREADS = PF_WARPS * 32;
-constexpr int PF_BLOCK_M = PF_WARPS * 16;
+constexpr int PF_MT = PF_HEAD_PAD <= 128 ? 2 : 1;  // m16 row tiles per warp
+constexpr int PF_BLOCK_M = PF_WARPS * 16 * PF_MT;
 constexpr int PF_BLOCK_N = PF_HEAD_PAD <= 128 ? 64 : 32;
-constexpr bool PF_Q_IN_REGS = PF_HEAD_PAD <= 128;   // else Q fragments are re-read from smem
+constexpr bool PF_Q_IN_REGS = PF_HEAD_PAD * PF_MT <= 128;   // else Q fragments re-read from smem
 constexpr int PF_QF = PF_Q_IN_REGS ? PF_HEAD_PAD / 16 : 1;  // Q fragments held in registers
-constexpr int PF_ROW = PF_HEAD_PAD + 8;            // smem row stride (16-bit elements)
-constexpr int PF_STAGES = KV_FP8 ? 1 : 2;          // 16-bit K/V tile buffers
-constexpr int PF_CHUNKS = HEAD_SIZE / 8;           // 8-element chunks per row
+constexpr int PF_ROW = PF_HEAD_PAD + 8;                     // smem row stride (16-bit elements)
+constexpr int PF_STAGES = KV_FP8 ? 1 : 2;                   // 16-bit K/V tile buffers
+constexpr int PF_CHUNKS = HEAD_SIZE / 8;                    // 8-element chunks per row
 constexpr int PF_SMEM_16 = (PF_BLOCK_M + 2 * PF_STAGES * PF_BLOCK_N) * PF_ROW * 2;
 constexpr int PF_SMEM_RAW = KV_FP8 ? 2 * 2 * PF_BLOCK_N * HEAD_SIZE : 0;  // [stage][k/v][n][d]
 constexpr int PF_SMEM_BYTES = PF_SMEM_16 + PF_SMEM_RAW;
@@ -167,94 +170,111 @@ __device__ __forceinline__ void pf_convert_kv(const ga_u8* raw, ga_u16* dst, int
   }
 }
 
-// One KV tile for one warp's 16 rows: S = Q K^T, online softmax, O += P V.
+// One KV tile for one warp's PF_MT * 16 rows: S = Q K^T, online softmax, O += P V.
 template <bool MASK>
-__device__ __forceinline__ void pf_tile(const PrefillParams& p, const unsigned (&qf)[PF_QF][4],
-                                        unsigned q_addr, unsigned k_addr, unsigned v_addr,
-                                        int n0, int lane, const int (&pos)[2], float (&m)[2],
-                                        float (&l)[2], float (&o)[PF_HEAD_PAD / 8][4]) {
+__device__ __forceinline__ void pf_tile(const PrefillParams& p,
+                                        const unsigned (&qf)[PF_MT][PF_QF][4], unsigned q_addr,
+                                        unsigned k_addr, unsigned v_addr, int n0, int lane,
+                                        const int (&pos)[PF_MT][2], float (&m)[PF_MT][2],
+                                        float (&l)[PF_MT][2],
+                                        float (&o)[PF_MT][PF_HEAD_PAD / 8][4]) {
   constexpr int NB = PF_BLOCK_N / 8;
-  float s[NB][4];
+  float s[PF_MT][NB][4];
 #pragma unroll
-  for (int j = 0; j < NB; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+  for (int i = 0; i < PF_MT; ++i)
+#pragma unroll
+    for (int j = 0; j < NB; ++j) s[i][j][0] = s[i][j][1] = s[i][j][2] = s[i][j][3] = 0.f;
 
   // ldmatrix lane addressing (see the fragment layouts of m16n8k16).
   const int mi = lane >> 3;
   const unsigned k_lane = k_addr + (((mi >> 1) * 8 + (lane & 7)) * PF_ROW + (mi & 1) * 8) * 2;
 #pragma unroll
   for (int ks = 0; ks < PF_HEAD_PAD / 16; ++ks) {
-    unsigned a[4];
-    if (PF_Q_IN_REGS) {
-      a[0] = qf[ks][0]; a[1] = qf[ks][1]; a[2] = qf[ks][2]; a[3] = qf[ks][3];
-    } else {
-      pf_ldmatrix_x4(a, q_addr + ks * 32);
+    unsigned a[PF_MT][4];
+#pragma unroll
+    for (int i = 0; i < PF_MT; ++i) {
+      if (PF_Q_IN_REGS) {
+        a[i][0] = qf[i][ks][0];
+        a[i][1] = qf[i][ks][1];
+        a[i][2] = qf[i][ks][2];
+        a[i][3] = qf[i][ks][3];
+      } else {
+        pf_ldmatrix_x4(a[i], q_addr + (i * 16 * PF_ROW + ks * 16) * 2);
+      }
     }
 #pragma unroll
     for (int nb2 = 0; nb2 < NB / 2; ++nb2) {
       unsigned b[4];
       pf_ldmatrix_x4(b, k_lane + (nb2 * 16 * PF_ROW + ks * 16) * 2);
-      pf_mma(s[2 * nb2], a, b[0], b[1]);
-      pf_mma(s[2 * nb2 + 1], a, b[2], b[3]);
+#pragma unroll
+      for (int i = 0; i < PF_MT; ++i) {
+        pf_mma(s[i][2 * nb2], a[i], b[0], b[1]);
+        pf_mma(s[i][2 * nb2 + 1], a[i], b[2], b[3]);
+      }
     }
   }
 
   // Scores in the log2 domain, masked, and the running row maxima.
   const float ninf = __int_as_float(0xff800000);
   const int t2 = (lane & 3) * 2;
-  float mx[2] = {ninf, ninf};
+  unsigned pf[PF_MT][NB / 2][4];
 #pragma unroll
-  for (int j = 0; j < NB; ++j) {
+  for (int i = 0; i < PF_MT; ++i) {
+    float mx[2] = {ninf, ninf};
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      float x = s[j][e];
-      if (HAS_SOFT_CAP) {
-        // cap * tanh(scale * x / cap), tanh(y) = 1 - 2 / (e^{2y} + 1): exact enough at both ends.
-        const float ex = pf_exp2(x * (2.f * PF_LOG2E) * (p.scale / p.soft_cap));
-        x = (p.soft_cap * PF_LOG2E) * (1.f - 2.f * pf_rcp(ex + 1.f));
-      } else {
-        x *= p.scale_log2;
+    for (int j = 0; j < NB; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float x = s[i][j][e];
+        if (HAS_SOFT_CAP) {
+          // cap * tanh(scale * x / cap), tanh(y) = 1 - 2 / (e^{2y} + 1): exact enough at both
+          // ends.
+          const float ex = pf_exp2(x * (2.f * PF_LOG2E) * (p.scale / p.soft_cap));
+          x = (p.soft_cap * PF_LOG2E) * (1.f - 2.f * pf_rcp(ex + 1.f));
+        } else {
+          x *= p.scale_log2;
+        }
+        if (MASK) {
+          const int key = n0 + j * 8 + t2 + (e & 1);
+          const int ps = pos[i][e >> 1];
+          bool visible = key <= ps;
+          if (HAS_WINDOW) visible = visible && ps - key < p.window;
+          if (!visible) x = ninf;
+        }
+        s[i][j][e] = x;
+        mx[e >> 1] = fmaxf(mx[e >> 1], x);
       }
-      if (MASK) {
-        const int key = n0 + j * 8 + t2 + (e & 1);
-        const int ps = pos[e >> 1];
-        bool visible = key <= ps;
-        if (HAS_WINDOW) visible = visible && ps - key < p.window;
-        if (!visible) x = ninf;
-      }
-      s[j][e] = x;
-      mx[e >> 1] = fmaxf(mx[e >> 1], x);
     }
-  }
-  float alpha[2], m_use[2], sum[2] = {0.f, 0.f};
+    float alpha[2], m_use[2], sum[2] = {0.f, 0.f};
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-    mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-    const float m_new = fmaxf(m[r], mx[r]);
-    m_use[r] = m_new == ninf ? 0.f : m_new;  // a row with nothing visible yet stays at zero
-    alpha[r] = pf_exp2(m[r] - m_use[r]);
-    m[r] = m_new;
-  }
-  unsigned pf[NB / 2][4];
+    for (int r = 0; r < 2; ++r) {
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+      const float m_new = fmaxf(m[i][r], mx[r]);
+      m_use[r] = m_new == ninf ? 0.f : m_new;  // a row with nothing visible yet stays at zero
+      alpha[r] = pf_exp2(m[i][r] - m_use[r]);
+      m[i][r] = m_new;
+    }
 #pragma unroll
-  for (int j = 0; j < NB; ++j) {
-    const float p0 = pf_exp2(s[j][0] - m_use[0]);
-    const float p1 = pf_exp2(s[j][1] - m_use[0]);
-    const float p2 = pf_exp2(s[j][2] - m_use[1]);
-    const float p3 = pf_exp2(s[j][3] - m_use[1]);
-    sum[0] += p0 + p1;
-    sum[1] += p2 + p3;
-    pf[j >> 1][(j & 1) * 2 + 0] = pf_pack(p0, p1);
-    pf[j >> 1][(j & 1) * 2 + 1] = pf_pack(p2, p3);
-  }
+    for (int j = 0; j < NB; ++j) {
+      const float p0 = pf_exp2(s[i][j][0] - m_use[0]);
+      const float p1 = pf_exp2(s[i][j][1] - m_use[0]);
+      const float p2 = pf_exp2(s[i][j][2] - m_use[1]);
+      const float p3 = pf_exp2(s[i][j][3] - m_use[1]);
+      sum[0] += p0 + p1;
+      sum[1] += p2 + p3;
+      pf[i][j >> 1][(j & 1) * 2 + 0] = pf_pack(p0, p1);
+      pf[i][j >> 1][(j & 1) * 2 + 1] = pf_pack(p2, p3);
+    }
 #pragma unroll
-  for (int r = 0; r < 2; ++r) l[r] = l[r] * alpha[r] + sum[r];
+    for (int r = 0; r < 2; ++r) l[i][r] = l[i][r] * alpha[r] + sum[r];
 #pragma unroll
-  for (int d = 0; d < PF_HEAD_PAD / 8; ++d) {
-    o[d][0] *= alpha[0];
-    o[d][1] *= alpha[0];
-    o[d][2] *= alpha[1];
-    o[d][3] *= alpha[1];
+    for (int d = 0; d < PF_HEAD_PAD / 8; ++d) {
+      o[i][d][0] *= alpha[0];
+      o[i][d][1] *= alpha[0];
+      o[i][d][2] *= alpha[1];
+      o[i][d][3] *= alpha[1];
+    }
   }
 
   // O += P V; P's accumulator layout is already the A-operand layout.
@@ -265,8 +285,11 @@ __device__ __forceinline__ void pf_tile(const PrefillParams& p, const unsigned (
     for (int db2 = 0; db2 < PF_HEAD_PAD / 16; ++db2) {
       unsigned b[4];
       pf_ldmatrix_x4_trans(b, v_lane + (kk * 16 * PF_ROW + db2 * 16) * 2);
-      pf_mma(o[2 * db2], pf[kk], b[0], b[1]);
-      pf_mma(o[2 * db2 + 1], pf[kk], b[2], b[3]);
+#pragma unroll
+      for (int i = 0; i < PF_MT; ++i) {
+        pf_mma(o[i][2 * db2], pf[i][kk], b[0], b[1]);
+        pf_mma(o[i][2 * db2 + 1], pf[i][kk], b[2], b[3]);
+      }
     }
   }
 }
@@ -274,6 +297,13 @@ __device__ __forceinline__ void pf_tile(const PrefillParams& p, const unsigned (
 extern "C" __global__ void __launch_bounds__(PF_THREADS)
     graphattn_prefill(const __grid_constant__ PrefillParams p) {
   extern __shared__ __align__(16) unsigned char pf_smem[];
+  {
+    // The host sizes shared memory from its copy of this tiling (detail::prefill_config): a
+    // mismatch must fail loudly, never corrupt memory.
+    unsigned dyn;
+    asm("mov.u32 %0, %%dynamic_smem_size;\n" : "=r"(dyn));
+    if (dyn < PF_SMEM_BYTES || blockDim.x != PF_THREADS) __trap();
+  }
   const int tid = threadIdx.x;
   const int kv_head = blockIdx.z;
   const int req = p.first_req + blockIdx.y;
@@ -292,9 +322,8 @@ extern "C" __global__ void __launch_bounds__(PF_THREADS)
   int kv_begin = 0;
   if (HAS_WINDOW) kv_begin = max(0, pos_lo - p.window + 1);
   const int tile0 = kv_begin / PF_BLOCK_N;
-  const int n_tiles = kv_end > tile0 * PF_BLOCK_N
-                          ? (kv_end - tile0 * PF_BLOCK_N + PF_BLOCK_N - 1) / PF_BLOCK_N
-                          : 0;
+  const int n_tiles =
+      kv_end > tile0 * PF_BLOCK_N ? (kv_end - tile0 * PF_BLOCK_N + PF_BLOCK_N - 1) / PF_BLOCK_N : 0;
 
   ga_u16* s_q = reinterpret_cast<ga_u16*>(pf_smem);
   ga_u16* s_k = s_q + PF_BLOCK_M * PF_ROW;
@@ -349,21 +378,30 @@ extern "C" __global__ void __launch_bounds__(PF_THREADS)
 
   const int warp = tid >> 5;
   const int lane = tid & 31;
-  // This thread's two rows (lane / 4 and lane / 4 + 8 of the warp's 16): their positions, or -1.
-  int pos[2];
+  // The warp's rows are [warp * 16 * PF_MT, (warp + 1) * 16 * PF_MT) of the tile. This thread's
+  // rows (lane / 4 and lane / 4 + 8 of each m16 tile): their positions, or -1 past the request.
+  const int warp_row = warp * 16 * PF_MT;
+  int pos[PF_MT][2];
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int row = m0 + warp * 16 + (lane >> 2) + r * 8;
-    pos[r] = row < rows ? ctx + row / GROUP : -1;
-  }
-  const unsigned q_lane = q_base + ((warp * 16 + (lane & 15)) * PF_ROW + (lane >> 4) * 8) * 2;
-  unsigned qf[PF_QF][4];
-  float o[PF_HEAD_PAD / 8][4];
+  for (int i = 0; i < PF_MT; ++i)
 #pragma unroll
-  for (int d = 0; d < PF_HEAD_PAD / 8; ++d) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.f;
+    for (int r = 0; r < 2; ++r) {
+      const int row = m0 + warp_row + i * 16 + (lane >> 2) + r * 8;
+      pos[i][r] = row < rows ? ctx + row / GROUP : -1;
+    }
+  const unsigned q_lane = q_base + ((warp_row + (lane & 15)) * PF_ROW + (lane >> 4) * 8) * 2;
+  unsigned qf[PF_MT][PF_QF][4];
+  float o[PF_MT][PF_HEAD_PAD / 8][4];
   const float ninf = __int_as_float(0xff800000);
-  float m[2] = {ninf, ninf};
-  float l[2] = {0.f, 0.f};
+  float m[PF_MT][2], l[PF_MT][2];
+#pragma unroll
+  for (int i = 0; i < PF_MT; ++i) {
+#pragma unroll
+    for (int d = 0; d < PF_HEAD_PAD / 8; ++d)
+      o[i][d][0] = o[i][d][1] = o[i][d][2] = o[i][d][3] = 0.f;
+    m[i][0] = m[i][1] = ninf;
+    l[i][0] = l[i][1] = 0.f;
+  }
 
   for (int j = 0; j < n_tiles; ++j) {
     const int n0 = (tile0 + j) * PF_BLOCK_N;
@@ -390,11 +428,12 @@ extern "C" __global__ void __launch_bounds__(PF_THREADS)
     __syncthreads();
     if (PF_Q_IN_REGS && j == 0) {
 #pragma unroll
-      for (int ks = 0; ks < PF_QF; ++ks)
-        pf_ldmatrix_x4(qf[ks], q_lane + ks * 32);
+      for (int i = 0; i < PF_MT; ++i)
+#pragma unroll
+        for (int ks = 0; ks < PF_QF; ++ks)
+          pf_ldmatrix_x4(qf[i][ks], q_lane + (i * 16 * PF_ROW + ks * 16) * 2);
     }
-    const bool mask = n0 + PF_BLOCK_N - 1 > pos_lo ||
-                      (HAS_WINDOW && pos_hi - n0 >= p.window);
+    const bool mask = n0 + PF_BLOCK_N - 1 > pos_lo || (HAS_WINDOW && pos_hi - n0 >= p.window);
     const unsigned k_addr = k_base + stage * KV_TILE_BYTES;
     const unsigned v_addr = v_base + stage * KV_TILE_BYTES;
     if (mask)
@@ -406,35 +445,38 @@ extern "C" __global__ void __launch_bounds__(PF_THREADS)
 
   // Normalise; rows that saw no key (seq_len 0) become zeros. Stage through this warp's own Q
   // rows in shared memory, then store whole 16-byte chunks.
-  float inv[2];
+  ga_u16* s_o = s_q + warp_row * PF_ROW;
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
-    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
-    inv[r] = l[r] > 0.f ? p.v_scale / l[r] : 0.f;
-  }
-  ga_u16* s_o = s_q + warp * 16 * PF_ROW;
-  {
-    const int g = lane >> 2;
+  for (int i = 0; i < PF_MT; ++i) {
+    float inv[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float li = l[i][r];
+      li += __shfl_xor_sync(0xffffffffu, li, 1);
+      li += __shfl_xor_sync(0xffffffffu, li, 2);
+      inv[r] = li > 0.f ? p.v_scale / li : 0.f;
+    }
+    const int g = i * 16 + (lane >> 2);
     const int t2 = (lane & 3) * 2;
 #pragma unroll
     for (int d = 0; d < PF_HEAD_PAD / 8; ++d) {
       *reinterpret_cast<unsigned*>(s_o + g * PF_ROW + d * 8 + t2) =
-          pf_pack(o[d][0] * inv[0], o[d][1] * inv[0]);
+          pf_pack(o[i][d][0] * inv[0], o[i][d][1] * inv[0]);
       *reinterpret_cast<unsigned*>(s_o + (g + 8) * PF_ROW + d * 8 + t2) =
-          pf_pack(o[d][2] * inv[1], o[d][3] * inv[1]);
+          pf_pack(o[i][d][2] * inv[1], o[i][d][3] * inv[1]);
     }
   }
   __syncwarp();
   ga_u16* out = static_cast<ga_u16*>(p.output);
-  for (int idx = lane; idx < 16 * PF_CHUNKS; idx += 32) {
+  for (int idx = lane; idx < 16 * PF_MT * PF_CHUNKS; idx += 32) {
     const int row = idx / PF_CHUNKS;
     const int c = idx - row * PF_CHUNKS;
-    const int r = m0 + warp * 16 + row;
+    const int r = m0 + warp_row + row;
     if (r < rows) {
       const int tok = r / GROUP;
       const int head = kv_head * GROUP + (r - tok * GROUP);
-      *reinterpret_cast<uint4*>(out + static_cast<long long>(q_start + tok) * p.output_token_stride +
+      *reinterpret_cast<uint4*>(out +
+                                static_cast<long long>(q_start + tok) * p.output_token_stride +
                                 static_cast<long long>(head) * p.output_head_stride + c * 8) =
           *reinterpret_cast<const uint4*>(s_o + row * PF_ROW + c * 8);
     }

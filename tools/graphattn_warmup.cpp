@@ -1,103 +1,473 @@
-// graphattn-warmup: the engine start-up job for a built-in model. Phase 1 compiles every kernel
-// the model needs into the kernel cache (ahead of time, in parallel).
+// graphattn-warmup: an engine's start-up and decode loop for a built-in model, with graphattn
+// doing the attention of every layer.
+//
+//   [compile]  every kernel the model needs, in parallel through the kernel cache
+//   [capture]  one eager run and one CUDA graph per capture size, largest first
+//   [decode]   continuous batching: requests arrive (prefill, run eagerly), grow by one token per
+//              step (decode-only steps replay the padded graph), finish; a sample of graph steps
+//              is re-run eagerly and compared byte for byte
+//   [latency]  decode step at fixed batch sizes, graph replay vs eager launches
+//
+// Without a GPU it runs the compile phase, says capture and decode were skipped, and exits 0.
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
-#include <iostream>
+#include <cstring>
+#include <deque>
+#include <numeric>
+#include <random>
 
+#include "graphattn/capture.hpp"
 #include "graphattn/graphattn.hpp"
+#include "runtime/driver.hpp"
 #include "tools/models.hpp"
 
 using namespace graphattn;
+using Clock = std::chrono::steady_clock;
 
 namespace {
 
-std::vector<AttentionSpec> model_specs(const tools::ModelConfig& m, int block_size, DType dtype,
-                                       KvDType kv_dtype, int arch) {
-  AttentionSpec s;
-  s.kind = KernelKind::kCacheWrite;
-  s.head_size = m.head_size;
-  s.block_size = block_size;
-  s.dtype = dtype;
-  s.kv_dtype = kv_dtype;
-  s.arch = arch;
-  return {s};
+constexpr int kPrefillBudget = 2048;  // prompt tokens admitted per step
+
+struct Settings {
+  std::string model = "llama-3-8b";
+  int max_num_seqs = 64;
+  int max_model_len = 4096;
+  int block_size = 16;
+  std::string dtype = "bf16";
+  std::string kv_dtype = "auto";
+  std::vector<int> capture_sizes;
+  int steps = 300;
+  int arch = 0;
+  unsigned threads = 0;
+  std::string cache_dir;
+  double kv_cache_gib = 0;  // 0: as much as the decode loop can use, within 50% of free memory
+  uint64_t seed = 1234;
+};
+
+double ms_since(Clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+
+double percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t i = static_cast<size_t>(std::min<double>(v.size() - 1, std::floor(p * v.size())));
+  return v[i];
+}
+
+std::vector<AttentionLayerConfig> layer_configs(const tools::ModelConfig& m, const Settings& s,
+                                                int arch) {
+  AttentionSpec probe = AttentionSpec::parse("decode_h128_b16_" + s.dtype + "_kv" + s.kv_dtype +
+                                             "_g1_swa0_cap0_nhd_sm90");
+  std::vector<AttentionLayerConfig> out;
+  for (int l = 0; l < m.num_layers; ++l) {
+    AttentionLayerConfig c;
+    c.num_heads = m.num_heads;
+    c.num_kv_heads = m.num_kv_heads;
+    c.head_size = m.head_size;
+    c.block_size = s.block_size;
+    c.dtype = probe.dtype;
+    c.kv_dtype = probe.kv_dtype;
+    c.window = m.window_alternates ? (l % 2 == 0 ? m.window : 0) : m.window;
+    c.soft_cap = m.soft_cap;
+    c.k_scale = c.v_scale = probe.kv_dtype == KvDType::kAuto ? 1.0f : 0.05f;
+    c.max_model_len = s.max_model_len;
+    c.max_num_seqs = s.max_num_seqs;
+    c.arch = arch;
+    out.push_back(c);
+  }
+  return out;
+}
+
+std::vector<AttentionSpec> model_specs(const std::vector<AttentionLayerConfig>& layers) {
+  std::vector<AttentionSpec> specs;
+  for (const auto& c : layers)
+    for (const auto& s : AttentionBackend(c).required_specs())
+      if (std::find(specs.begin(), specs.end(), s) == specs.end()) specs.push_back(s);
+  return specs;
+}
+
+int compile_phase(KernelCache& cache, const std::vector<AttentionSpec>& specs, unsigned threads,
+                  const std::string& model, int arch) {
+  std::printf("[compile] %s: %zu kernels for sm_%d, cache %s\n", model.c_str(), specs.size(), arch,
+              cache.dir().empty() ? "(memory only)" : cache.dir().c_str());
+  const auto t0 = Clock::now();
+  const auto results = cache.precompile(specs, threads);
+  const double wall = ms_since(t0);
+  int failed = 0, hits = 0;
+  for (const auto& r : results) {
+    if (!r.error.empty()) {
+      ++failed;
+      std::printf("  %-56s FAILED\n%s\n", r.spec.c_str(), r.error.c_str());
+      continue;
+    }
+    hits += r.origin != CacheOrigin::kCompiled;
+    std::printf("  %-56s %-8s %8.1f ms\n", r.spec.c_str(), to_string(r.origin), r.ms);
+  }
+  std::printf("[compile] %zu kernels: %zu compiled, %d cache hits, %d failed; %.1f ms wall\n",
+              results.size(), results.size() - hits - failed, hits, failed, wall);
+  return failed;
+}
+
+// A request of the synthetic workload: a prompt, then decode steps until it has generated
+// `target` tokens.
+struct Request {
+  int prompt = 0, target = 0, generated = 0, seq_len = 0;
+  bool prefilled = false;
+  std::vector<int32_t> blocks;
+};
+
+class BlockPool {
+ public:
+  explicit BlockPool(int n) {
+    free_.resize(n);
+    std::iota(free_.begin(), free_.end(), 0);
+  }
+  bool take(int count, std::vector<int32_t>* out) {
+    if (static_cast<int>(free_.size()) < count) return false;
+    out->assign(free_.end() - count, free_.end());
+    free_.resize(free_.size() - count);
+    return true;
+  }
+  void give(const std::vector<int32_t>& b) { free_.insert(free_.end(), b.begin(), b.end()); }
+
+ private:
+  std::vector<int32_t> free_;
+};
+
+struct Timer {
+  CUevent a = nullptr, b = nullptr;
+  Timer() {
+    GA_CU_CHECK(detail::driver().cuEventCreate(&a, CU_EVENT_DEFAULT));
+    GA_CU_CHECK(detail::driver().cuEventCreate(&b, CU_EVENT_DEFAULT));
+  }
+  ~Timer() {
+    detail::driver().cuEventDestroy(a);
+    detail::driver().cuEventDestroy(b);
+  }
+  template <typename Fn>
+  double time_us(CUstream s, Fn&& fn) {
+    GA_CU_CHECK(detail::driver().cuEventRecord(a, s));
+    fn();
+    GA_CU_CHECK(detail::driver().cuEventRecord(b, s));
+    GA_CU_CHECK(detail::driver().cuEventSynchronize(b));
+    float ms = 0;
+    GA_CU_CHECK(detail::driver().cuEventElapsedTime(&ms, a, b));
+    return ms * 1000.0;
+  }
+};
+
+CommonAttentionMetadata batch_of(const std::vector<Request*>& decodes,
+                                 const std::vector<Request*>& prefills, int block_size,
+                                 int width) {
+  std::vector<int32_t> q, k, table;
+  std::vector<int64_t> slots;
+  for (const auto* list : {&decodes, &prefills})
+    for (const Request* r : *list) {
+      const int n = r->prefilled ? 1 : r->prompt;
+      q.push_back(n);
+      k.push_back(r->seq_len);
+      for (int i = 0; i < width; ++i) table.push_back(i < static_cast<int>(r->blocks.size()) ? r->blocks[i] : 0);
+      for (int p = r->seq_len - n; p < r->seq_len; ++p)
+        slots.push_back(static_cast<int64_t>(r->blocks[p / block_size]) * block_size + p % block_size);
+    }
+  return CommonAttentionMetadata::make(q, k, table, width, slots);
+}
+
+int run_gpu_phases(const Settings& s, const tools::ModelConfig& m,
+                   const std::vector<AttentionLayerConfig>& layers, KernelCache& cache) {
+  const auto& d = detail::driver();
+  CUstream stream;
+  GA_CU_CHECK(d.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+  // Full decode graphs hold one token per request, so sizes above max_num_seqs never run.
+  std::vector<int> sizes = s.capture_sizes.empty() ? default_capture_sizes(s.max_num_seqs)
+                                                   : normalize_capture_sizes(s.capture_sizes);
+  sizes.erase(std::remove_if(sizes.begin(), sizes.end(), [&](int x) { return x > s.max_num_seqs; }),
+              sizes.end());
+  if (sizes.empty()) sizes = {1};
+  const int width = (s.max_model_len + s.block_size - 1) / s.block_size;
+  const int64_t block_bytes = int64_t{2} * s.block_size * m.num_kv_heads * m.head_size *
+                              kv_dtype_bytes(layers[0].kv_dtype, layers[0].dtype);
+  size_t free_bytes = 0, total = 0;
+  GA_CU_CHECK(d.cuMemGetInfo(&free_bytes, &total));
+  const double budget = s.kv_cache_gib > 0 ? s.kv_cache_gib * (1ull << 30) : 0.5 * free_bytes;
+  const int64_t want = int64_t{s.max_num_seqs} * width + width;
+  const int64_t fit = static_cast<int64_t>(budget / (static_cast<double>(block_bytes) * m.num_layers));
+  const int num_blocks = static_cast<int>(std::max<int64_t>(width + 1, std::min(want, fit)));
+
+  AttentionLayerStack::Options so;
+  so.layers = layers;
+  // A step holds every running decode plus at most kPrefillBudget prompt tokens (vLLM's
+  // max_num_batched_tokens), so that is the most an eager step needs.
+  so.max_tokens = std::max(sizes.back(), s.max_num_seqs + kPrefillBudget);
+  so.num_blocks = num_blocks;
+  so.max_blocks_per_seq = width;
+  AttentionLayerStack stack(so);
+  stack.prepare(cache);
+  std::printf("[capture] %d layers, KV cache %d blocks x %d layers (%.2f GiB), all buffers %.2f GiB\n",
+              m.num_layers, num_blocks, m.num_layers,
+              static_cast<double>(block_bytes) * num_blocks * m.num_layers / (1ull << 30),
+              static_cast<double>(stack.device_bytes()) / (1ull << 30));
+  GraphRunner::Options go;
+  go.capture_sizes = sizes;
+  go.max_num_seqs = s.max_num_seqs;
+  GraphRunner runner(go, [&](CUstream st, int n) { stack.step(st, n); },
+                     [&] { return stack.fingerprint(); });
+  const auto tc = Clock::now();
+  runner.capture_all(stream, [&](int i, int n, int size, double ms) {
+    if (i <= 3 || i == n || i % 8 == 0)
+      std::printf("[capture] size %d of %d: %d tokens, %.1f ms\n", i, n, size, ms);
+  });
+  const double capture_wall = ms_since(tc);
+  const GraphStats cs = runner.stats();
+  if (runner.graphs_enabled())
+    std::printf("[capture] %zu sizes (%d..%d) in %.1f ms wall (%.1f ms capturing), graph memory "
+                "%.1f MiB\n",
+                sizes.size(), sizes.front(), sizes.back(), capture_wall, cs.capture_ms,
+                cs.graph_memory_bytes / 1048576.0);
+  else
+    std::printf("[capture] graphs disabled (GRAPHATTN_DISABLE_GRAPHS=1): every step runs eagerly\n");
+
+  // Random activations, drawn once; each step takes a window of them.
+  std::mt19937_64 rng(s.seed);
+  const size_t qrow = size_t{1} * m.num_heads * m.head_size,
+               krow = size_t{1} * m.num_kv_heads * m.head_size;
+  const size_t pool_rows = 4096;
+  std::vector<uint16_t> pool((pool_rows + so.max_tokens + 600) * qrow);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (auto& x : pool) {
+    const float f = normal(rng);
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    x = static_cast<uint16_t>((u + 0x7fff + ((u >> 16) & 1)) >> 16);
+  }
+  auto slice = [&](size_t rows, size_t row) {
+    const size_t at = (rng() % pool_rows) * qrow;
+    return std::vector<uint16_t>(pool.begin() + at, pool.begin() + at + rows * row);
+  };
+  GA_CU_CHECK(d.cuStreamSynchronize(stream));
+
+  // [decode] continuous batching.
+  BlockPool blocks(num_blocks);
+  std::deque<Request> waiting;
+  std::vector<std::unique_ptr<Request>> running;
+  std::uniform_int_distribution<int> prompt_len(16, std::min(512, s.max_model_len / 2));
+  std::uniform_int_distribution<int> gen_len(16, std::min(512, s.max_model_len / 2));
+  FlashAttentionMetadataBuilder builder;
+  std::vector<double> graph_us, eager_us, all_us;
+  std::vector<unsigned char> out_graph, out_eager;
+  Timer timer;
+  int64_t tokens = 0, mismatches = 0, compared = 0, finished = 0, graph_steps = 0, decode_tokens = 0;
+  double busy_us = 0;
+  const auto td = Clock::now();
+  for (int step = 0; step < s.steps; ++step) {
+    // Arrivals: a burst at the start, then about one every few steps.
+    const int arrivals = step == 0 ? s.max_num_seqs / 2 : (rng() % 5 == 0 ? 1 + rng() % 3 : 0);
+    for (int a = 0; a < arrivals; ++a) {
+      Request r;
+      r.prompt = prompt_len(rng);
+      r.target = gen_len(rng);
+      waiting.push_back(r);
+    }
+    // Admit while there is room: requests, blocks, and the step's prompt-token budget.
+    std::vector<Request*> decodes, prefills;
+    for (auto& r : running) decodes.push_back(r.get());
+    int prompt_tokens = 0;
+    while (!waiting.empty() && static_cast<int>(running.size()) < s.max_num_seqs &&
+           prompt_tokens + waiting.front().prompt <= kPrefillBudget) {
+      Request r = waiting.front();
+      const int need = (std::min(r.prompt + r.target, s.max_model_len) + s.block_size - 1) / s.block_size;
+      if (!blocks.take(need, &r.blocks)) break;
+      waiting.pop_front();
+      prompt_tokens += r.prompt;
+      r.seq_len = r.prompt;
+      running.push_back(std::make_unique<Request>(r));
+      prefills.push_back(running.back().get());
+    }
+    for (Request* r : decodes) r->seq_len += 1;
+    if (decodes.empty() && prefills.empty()) continue;
+    const auto md = batch_of(decodes, prefills, s.block_size, width);
+    const int n = md.num_actual_tokens;
+    const bool graph_ok = builder.can_run_in_cudagraph(md) && runner.padded_size(n) > 0 &&
+                          runner.graphs_enabled();
+    const int padded = graph_ok ? runner.padded_size(n) : n;
+    if (n > so.max_tokens) {
+      std::printf("[decode] step %d: %d tokens exceed the stack's %d; lower the prompt lengths\n",
+                  step, n, so.max_tokens);
+      return 1;
+    }
+    const auto q = slice(n, qrow), k = slice(n, krow), v = slice(n, krow);
+    stack.set_batch(md, padded, stream, &q, &k, &v);
+    const double us = timer.time_us(stream, [&] { runner.run(stream, n, graph_ok); });
+    all_us.push_back(us);
+    busy_us += us;
+    tokens += n;
+    decode_tokens += static_cast<int64_t>(decodes.size());
+    if (graph_ok) {
+      ++graph_steps;
+      graph_us.push_back(us);
+      if (graph_steps % 8 == 1) {
+        // Re-run the same step eagerly (the cache write is idempotent) and compare bytes.
+        const size_t bytes = static_cast<size_t>(n) * qrow * 2;
+        out_graph.resize(bytes * m.num_layers);
+        out_eager.resize(bytes * m.num_layers);
+        for (int l = 0; l < m.num_layers; ++l)
+          GA_CU_CHECK(d.cuMemcpyDtoH(out_graph.data() + l * bytes,
+                                     reinterpret_cast<CUdeviceptr>(stack.output(l).data), bytes));
+        eager_us.push_back(timer.time_us(stream, [&] { stack.step(stream, padded); }));
+        for (int l = 0; l < m.num_layers; ++l)
+          GA_CU_CHECK(d.cuMemcpyDtoH(out_eager.data() + l * bytes,
+                                     reinterpret_cast<CUdeviceptr>(stack.output(l).data), bytes));
+        ++compared;
+        if (out_graph != out_eager) {
+          ++mismatches;
+          std::printf("[decode] step %d: graph and eager outputs differ (%d tokens, size %d)\n",
+                      step, n, padded);
+        }
+      }
+    }
+    for (Request* r : prefills) r->prefilled = true;
+    for (Request* r : decodes) r->generated += 1;
+    running.erase(std::remove_if(running.begin(), running.end(),
+                                 [&](const std::unique_ptr<Request>& r) {
+                                   const bool done = r->generated >= r->target ||
+                                                     r->seq_len >= s.max_model_len;
+                                   if (done) {
+                                     blocks.give(r->blocks);
+                                     ++finished;
+                                   }
+                                   return done;
+                                 }),
+                  running.end());
+    if ((step + 1) % 50 == 0)
+      std::printf("[decode] step %d: %zu running, %zu waiting, %lld finished, last step %d tokens "
+                  "(%s) %.1f us\n",
+                  step + 1, running.size(), waiting.size(), static_cast<long long>(finished), n,
+                  graph_ok ? "graph" : "eager", us);
+  }
+  const double wall = ms_since(td);
+  const GraphStats gs = runner.stats();
+
+  // [latency] fixed decode batches at context 1024 (or max_model_len / 2), graph vs eager.
+  std::printf("\n[latency] decode step of %d layers, context %d, median of 50\n", m.num_layers,
+              std::min(1024, s.max_model_len - 1));
+  std::printf("  %6s %14s %14s %8s\n", "batch", "graph us", "eager us", "ratio");
+  for (int b : {1, 8, 64, s.max_num_seqs}) {
+    if (b > s.max_num_seqs || runner.padded_size(b) != b) continue;
+    const int ctx = std::min(1024, s.max_model_len - 1);
+    const int per = (ctx + 1 + s.block_size - 1) / s.block_size;
+    if (int64_t{per} * b > num_blocks) continue;
+    std::vector<Request> reqs(b);
+    std::vector<Request*> dec;
+    for (int i = 0; i < b; ++i) {
+      reqs[i].prefilled = true;
+      reqs[i].seq_len = ctx + 1;
+      for (int j = 0; j < per; ++j) reqs[i].blocks.push_back(i * per + j);
+      dec.push_back(&reqs[i]);
+    }
+    const auto md = batch_of(dec, {}, s.block_size, width);
+    const auto q = slice(b, qrow), k = slice(b, krow), v = slice(b, krow);
+    stack.set_batch(md, b, stream, &q, &k, &v);
+    std::vector<double> g, e;
+    for (int i = 0; i < 55; ++i) {
+      if (runner.graphs_enabled()) g.push_back(timer.time_us(stream, [&] { runner.run(stream, b); }));
+      e.push_back(timer.time_us(stream, [&] { stack.step(stream, b); }));
+    }
+    g.erase(g.begin(), g.begin() + std::min<size_t>(5, g.size()));
+    e.erase(e.begin(), e.begin() + 5);
+    const double gm = percentile(g, 0.5), em = percentile(e, 0.5);
+    std::printf("  %6d %14.1f %14.1f %8.2f\n", b, gm, em, gm > 0 ? em / gm : 0.0);
+    if (b == s.max_num_seqs) break;
+  }
+
+  std::printf("\n[summary] %s, %d layers, max_num_seqs %d, max_model_len %d\n", m.name.c_str(),
+              m.num_layers, s.max_num_seqs, s.max_model_len);
+  std::printf("  %-28s %lld (%lld graph, %lld eager)\n", "steps", static_cast<long long>(all_us.size()),
+              static_cast<long long>(graph_steps), static_cast<long long>(all_us.size() - graph_steps));
+  std::printf("  %-28s %lld requests finished, %lld tokens (%lld decode)\n", "work",
+              static_cast<long long>(finished), static_cast<long long>(tokens),
+              static_cast<long long>(decode_tokens));
+  std::printf("  %-28s %.0f tokens/s of attention time, %.0f tokens/s wall\n", "throughput",
+              tokens / (busy_us * 1e-6), tokens / (wall * 1e-3));
+  std::printf("  %-28s p50 %.1f us, p99 %.1f us\n", "graph step latency", percentile(graph_us, 0.5),
+              percentile(graph_us, 0.99));
+  std::printf("  %-28s p50 %.1f us, p99 %.1f us (the same steps re-run)\n", "eager step latency",
+              percentile(eager_us, 0.5), percentile(eager_us, 0.99));
+  std::printf("  %-28s %llu captures, %llu replays, %llu updates, %llu re-instantiations, %llu "
+              "eager steps\n",
+              "graphs", static_cast<unsigned long long>(gs.captures),
+              static_cast<unsigned long long>(gs.replays), static_cast<unsigned long long>(gs.updates),
+              static_cast<unsigned long long>(gs.reinstantiations),
+              static_cast<unsigned long long>(gs.eager_steps));
+  std::printf("  %-28s %lld of %lld compared steps\n", "mismatches",
+              static_cast<long long>(mismatches), static_cast<long long>(compared));
+  d.cuStreamDestroy(stream);
+  return mismatches == 0 ? 0 : 1;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"graphattn-warmup: compile a model's kernels (warmup capture passes follow)"};
-  std::string model = "llama-3-8b", dtype_name = "bf16", kv_name = "auto", cache_dir;
-  int block_size = 16, arch = 0;
-  unsigned threads = 0;
+  CLI::App app{"graphattn-warmup: compile, capture and run decode steps of a built-in model"};
+  Settings s;
   bool list_models = false;
-  app.add_option("--model", model, "built-in model configuration")->capture_default_str();
-  app.add_option("--block-size", block_size, "KV cache block size")->capture_default_str();
-  app.add_option("--dtype", dtype_name, "fp16 or bf16")->capture_default_str();
-  app.add_option("--kv-cache-dtype", kv_name, "auto, e4m3 or e5m2")->capture_default_str();
-  app.add_option("--arch", arch, "target arch, e.g. 90 (default: the GPU's, else 90)");
-  app.add_option("--cache-dir", cache_dir, "kernel cache directory");
-  app.add_option("--threads", threads, "compile threads (default: cores)");
+  app.add_option("--model", s.model, "built-in model configuration (--list-models)")->capture_default_str();
+  app.add_option("--max-num-seqs", s.max_num_seqs, "most requests in one batch")->capture_default_str()->check(CLI::Range(1, 512));
+  app.add_option("--max-model-len", s.max_model_len, "longest sequence in tokens")->capture_default_str()->check(CLI::Range(64, 1 << 20));
+  app.add_option("--block-size", s.block_size, "KV cache block size")->capture_default_str();
+  app.add_option("--dtype", s.dtype, "fp16 or bf16")->capture_default_str()->check(CLI::IsMember({"fp16", "bf16"}));
+  app.add_option("--kv-cache-dtype", s.kv_dtype, "auto, e4m3 or e5m2")->capture_default_str()->check(CLI::IsMember({"auto", "e4m3", "e5m2"}));
+  app.add_option("--capture-sizes", s.capture_sizes, "graph batch sizes (default: vLLM's list up to max_num_seqs)");
+  app.add_option("--steps", s.steps, "decode loop steps")->capture_default_str()->check(CLI::Range(0, 1000000));
+  app.add_option("--arch", s.arch, "target arch, e.g. 90 (default: the GPU's, else 90)");
+  app.add_option("--threads", s.threads, "compile threads (default: cores)");
+  app.add_option("--cache-dir", s.cache_dir, "kernel cache directory (default: $GRAPHATTN_CACHE_DIR or ~/.cache/graphattn)");
+  app.add_option("--kv-cache-gib", s.kv_cache_gib, "KV cache size for all layers (default: up to half the free memory)");
+  app.add_option("--seed", s.seed, "workload random seed")->capture_default_str();
   app.add_flag("--list-models", list_models, "print the built-in models and exit");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    app.exit(e);
-    return 2;
+    const int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;
   }
   try {
     if (list_models) {
       for (const auto& m : tools::builtin_models())
         std::printf("%-12s layers %2d  heads %2d/%d  head %3d  window %d%s  soft cap %g\n",
                     m.name.c_str(), m.num_layers, m.num_heads, m.num_kv_heads, m.head_size,
-                    m.window, m.window_alternates ? " (alternating)" : "", m.soft_cap);
+                    m.window, m.window_alternates ? " (alternating layers)" : "", m.soft_cap);
       return 0;
     }
-    const tools::ModelConfig& m = tools::find_model(model);
-    const DType dtype = AttentionSpec::parse("decode_h128_b16_" + dtype_name +
-                                             "_kvauto_g1_swa0_cap0_nhd_sm90").dtype;
-    const KvDType kv = AttentionSpec::parse("decode_h128_b16_bf16_kv" + kv_name +
-                                            "_g1_swa0_cap0_nhd_sm90").kv_dtype;
+    const tools::ModelConfig& m = tools::find_model(s.model);
     std::string why;
     const bool gpu = gpu_available(&why);
-    if (arch == 0) {
-      if (gpu) {
-        ensure_context(0);
-        arch = current_device_arch();
-      } else {
-        arch = 90;
+    int arch = s.arch;
+    if (gpu) {
+      ensure_context(0);
+      const int device_arch = current_device_arch();
+      if (arch == 0) arch = device_arch;
+      if (arch != device_arch) {
+        std::fprintf(stderr, "graphattn-warmup: --arch %d differs from the GPU's sm_%d\n", arch, device_arch);
+        return 2;
       }
+    } else if (arch == 0) {
+      arch = 90;
     }
+    const auto layers = layer_configs(m, s, arch);
     CacheOptions opts;
-    opts.dir = cache_dir;
+    opts.dir = s.cache_dir;
     KernelCache cache(opts);
-    const auto specs = model_specs(m, block_size, dtype, kv, arch);
-    std::printf("[compile] %s: %zu kernels for sm_%d into %s\n", m.name.c_str(), specs.size(),
-                arch, cache.dir().empty() ? "(memory only)" : cache.dir().c_str());
-    const auto t0 = std::chrono::steady_clock::now();
-    const auto results = cache.precompile(specs, threads);
-    const double wall =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    int failed = 0, hits = 0;
-    for (const auto& r : results) {
-      if (!r.error.empty()) {
-        ++failed;
-        std::printf("  %-52s FAILED\n%s\n", r.spec.c_str(), r.error.c_str());
-        continue;
-      }
-      hits += r.origin != CacheOrigin::kCompiled;
-      std::printf("  %-52s %-8s %8.1f ms\n", r.spec.c_str(), to_string(r.origin), r.ms);
-    }
-    std::printf("[compile] %zu kernels, %d cache hits, %d failed, %.1f ms wall\n", results.size(),
-                hits, failed, wall);
-    if (failed) return 1;
+    if (compile_phase(cache, model_specs(layers), s.threads, m.name, arch) != 0) return 1;
     if (!gpu) {
-      std::printf("[capture] skipped: no GPU found (%s)\n[decode] skipped: no GPU found\n",
-                  why.c_str());
+      std::printf("[capture] skipped: no GPU found (%s)\n[decode] skipped: no GPU found\n", why.c_str());
+      return 0;
     }
-    return 0;
+    return run_gpu_phases(s, m, layers, cache);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "graphattn-warmup: %s\n", e.what());
     return 1;

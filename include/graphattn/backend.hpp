@@ -8,6 +8,10 @@
 
 #include <cuda.h>
 
+#include <cstddef>
+#include <string>
+#include <vector>
+
 #include "graphattn/jit.hpp"
 #include "graphattn/spec.hpp"
 #include "graphattn/tensor.hpp"
@@ -50,5 +54,105 @@ void prefill_attention(const TensorView& query, const TensorView& kv_cache,
                        int num_reqs, int max_query_len, float scale, int window, float soft_cap,
                        float k_scale, float v_scale, CUstream stream,
                        KernelCache& cache = default_kernel_cache());
+
+namespace detail {
+struct LoadedKernel;
+}
+
+// One attention layer's configuration: everything that is fixed for the life of an engine.
+struct AttentionLayerConfig {
+  int num_heads = 0;              // query heads; a multiple of num_kv_heads
+  int num_kv_heads = 0;           // KV heads; query head h reads KV head h / (num_heads / this)
+  int head_size = 0;              // 32..256, multiple of 8
+  int block_size = 16;            // tokens per KV page: 16..256, multiple of 16
+  DType dtype = DType::kBFloat16;     // query, key, value, output
+  KvDType kv_dtype = KvDType::kAuto;  // KV cache element type (auto = dtype)
+  KvLayout layout = KvLayout::kNHD;   // KV cache stride order
+  int window = 0;                 // sliding window in tokens, 0 = none: a key at k is seen from
+                                  // position p when p - k < window
+  float soft_cap = 0.0f;          // logits soft cap c, 0 = none: s -> c * tanh(s / c)
+  float scale = 0.0f;             // softmax scale; 0 = 1 / sqrt(head_size)
+  float k_scale = 1.0f;           // fp8 KV: key = stored * k_scale (ignored otherwise)
+  float v_scale = 1.0f;           // fp8 KV: value = stored * v_scale (ignored otherwise)
+  int max_model_len = 0;          // longest seq_len (context + new tokens) a request reaches
+  int max_num_seqs = 0;           // most requests in one batch (sizes the decode workspace)
+  int arch = 0;                   // target compute capability * 10 (e.g. 90); 0 = current device
+};
+
+// One step's batch, vLLM v1 semantics. Requests are ordered decodes first (one query token
+// each), then prefills. Device views are int32 unless noted; the counts are host-known.
+struct AttentionMetadata {
+  TensorView query_start_loc;  // [>= num_reqs + 1] token offsets, non-decreasing, [0] = 0
+  TensorView seq_lens;         // [>= num_reqs] context + new tokens; 0 = padded request
+  TensorView block_table;      // [>= num_reqs, max_blocks_per_seq] physical block ids
+  TensorView slot_mapping;     // int64 [>= num_actual_tokens] cache slot of each new token or -1
+  int num_reqs = 0;
+  int num_decodes = 0;         // requests [0, num_decodes) are decodes
+  int num_decode_tokens = 0;   // == num_decodes
+  int num_actual_tokens = 0;   // tokens written to the cache (a captured graph's padded count)
+  int max_query_len = 0;       // over the prefills (1 when there are none)
+  int max_seq_len = 0;
+};
+
+// The decode kernel a configuration gets. A pure function: kNone exactly when the constructor
+// of AttentionBackend would reject the configuration (attention_config_problem() says why).
+// arch 0 (the current device) is taken as supported here and checked at construction.
+enum class DecodeKernel { kNone, kSplitKv };
+DecodeKernel select_decode_kernel(const AttentionLayerConfig& config);
+// Empty when the configuration is supported; otherwise what is wrong, naming the value and the
+// allowed set.
+std::string attention_config_problem(const AttentionLayerConfig& config);
+
+// The attention of one layer (or of every layer sharing a configuration): cache write, then
+// split-KV decode for the decodes and prefill for the rest.
+//
+//   AttentionBackend attn(config);          // validates; resolves arch 0 from the device
+//   attn.prepare(cache);                     // compiles and loads every kernel
+//   DeviceBuffer ws(attn.workspace_bytes()); // once, shared by every layer run in sequence
+//   attn.forward(q, k, v, kv_cache, out, metadata, ws.data(), ws.bytes(), stream);
+//
+// After prepare(), forward() compiles, loads, allocates and synchronizes nothing, so it can be
+// captured in a CUDA graph; one graph per batch size serves every context length.
+class AttentionBackend {
+ public:
+  explicit AttentionBackend(const AttentionLayerConfig& config);
+
+  // The configuration with scale and arch resolved.
+  const AttentionLayerConfig& config() const { return config_; }
+  // cache_write, decode, decode_reduce and prefill specs of this configuration.
+  std::vector<AttentionSpec> required_specs() const;
+  // Compiles (in parallel, through `cache`) and loads every kernel in the current context, and
+  // reads the device's multiprocessor count and the decode kernel's occupancy. Throws Error or
+  // CompileError. Call before any capture.
+  void prepare(KernelCache& cache = default_kernel_cache());
+  bool prepared() const { return prepared_; }
+  // Bytes of scratch that forward() needs for any batch of up to max_num_seqs requests
+  // (split-KV partials). Valid after prepare().
+  size_t workspace_bytes() const;
+  // The split-KV grid width for a batch of num_decodes (fixed per captured batch size).
+  int decode_max_splits(int num_decodes) const;
+
+  // Runs one step on `stream`:
+  //   query, output: [num_tokens, num_heads, head_size] dtype, head dim contiguous, rows
+  //                  16-byte aligned; output rows of requests are overwritten (padded requests
+  //                  get zeros)
+  //   key, value:    [num_tokens, num_kv_heads, head_size] dtype, the new tokens' keys and
+  //                  values, written to their slots first; a view with ndim 0 skips the write
+  //   kv_cache:      [2, num_blocks, block_size, num_kv_heads, head_size] (NHD or HND strides)
+  //   workspace:     workspace_bytes() bytes of device memory, 16-byte aligned
+  // Throws Error naming the bad argument; launches nothing then.
+  void forward(const TensorView& query, const TensorView& key, const TensorView& value,
+               const TensorView& kv_cache, const TensorView& output,
+               const AttentionMetadata& metadata, void* workspace, size_t workspace_size,
+               CUstream stream) const;
+
+ private:
+  AttentionLayerConfig config_;
+  std::vector<AttentionSpec> specs_;  // cache_write, decode, decode_reduce, prefill
+  bool prepared_ = false;
+  KernelCache* cache_ = nullptr;      // the cache prepare() loaded from
+  int resident_blocks_ = 0;           // decode blocks the device runs at once
+  const detail::LoadedKernel* kernels_[4] = {};  // loaded, in specs_ order
+};
 
 }  // namespace graphattn

@@ -14,6 +14,10 @@
 #include <string>
 #include <vector>
 
+#include "graphattn/backend.hpp"
+#include "graphattn/metadata.hpp"
+#include "graphattn/runtime.hpp"
+
 namespace graphattn {
 
 std::vector<int> default_capture_sizes(int max_num_seqs);
@@ -59,8 +63,9 @@ class GraphRunner {
   void capture_all(CUstream stream, const Progress& progress = nullptr);
 
   // Runs one step of n real tokens (the engine has already padded its buffers to
-  // padded_size(n)). Returns the size that ran (0: eager).
-  int run(CUstream stream, int num_tokens);
+  // padded_size(n)). allow_graph false (a batch the metadata builder says cannot run in a
+  // graph, e.g. one with prefills) runs eagerly. Returns the size that ran (0: eager).
+  int run(CUstream stream, int num_tokens, bool allow_graph = true);
 
   int padded_size(int num_tokens) const;
   const std::vector<int>& capture_sizes() const { return sizes_; }
@@ -76,6 +81,62 @@ class GraphRunner {
   Fingerprint fingerprint_;
   std::map<int, std::unique_ptr<Graph>> graphs_;
   GraphStats stats_;
+};
+
+// The library's ready step: num_layers x (cache write + attention) over persistent device
+// buffers sized for the largest batch, so one captured graph per size serves every step.
+// Each step the engine (or graphattn-warmup) uploads the batch with set_batch(), which pads it
+// for the graph that will run: slot_mapping tail -1, seq_lens tail 0, query_start_loc
+// non-decreasing (each padded request holds one padded token).
+class AttentionLayerStack {
+ public:
+  struct Options {
+    std::vector<AttentionLayerConfig> layers;  // one per layer (windows may alternate)
+    int max_tokens = 0;      // largest batch in tokens (the largest capture size, or more)
+    int num_blocks = 0;      // KV cache blocks per layer
+    int max_blocks_per_seq = 0;  // block-table width: ceil(max_model_len / block_size)
+  };
+  explicit AttentionLayerStack(Options options);
+
+  // Compiles and loads every layer's kernels (through `cache`); call before capture.
+  void prepare(KernelCache& cache = default_kernel_cache());
+
+  // Uploads one step's batch (decodes first) on `stream` and pads it to `padded_tokens`
+  // (>= m.num_actual_tokens; pass the graph size that will run, or the actual count).
+  // query/key/value rows of the real tokens are uploaded from the host when given.
+  void set_batch(const CommonAttentionMetadata& m, int padded_tokens, CUstream stream,
+                 const std::vector<uint16_t>* query = nullptr,
+                 const std::vector<uint16_t>* key = nullptr,
+                 const std::vector<uint16_t>* value = nullptr);
+
+  // The step: every layer's forward for `num_tokens` tokens (the padded count set_batch used).
+  void step(CUstream stream, int num_tokens);
+  // Pointers, sizes and kernel handles the captured launches depend on.
+  uint64_t fingerprint() const;
+
+  // Replaces layer l's KV cache with an engine-owned view (same shape and dtype).
+  void set_kv_cache(int layer, const TensorView& kv_cache);
+  TensorView kv_cache(int layer) const;
+  TensorView output(int layer) const;  // [max_tokens, num_heads, head_size]
+  int num_layers() const { return static_cast<int>(options_.layers.size()); }
+  const Options& options() const { return options_; }
+  size_t device_bytes() const;  // what the stack allocated
+
+ private:
+  struct Counts {
+    int num_reqs = 0, num_decodes = 0, num_actual_tokens = 0, max_query_len = 1, max_seq_len = 0;
+  };
+  Options options_;
+  std::vector<std::unique_ptr<AttentionBackend>> backends_;  // one per distinct configuration
+  std::vector<int> backend_of_layer_;
+  DeviceBuffer query_, key_, value_, outputs_, slots_, seq_lens_, query_start_loc_, block_table_,
+      workspace_;
+  std::vector<DeviceBuffer> own_kv_;
+  std::vector<TensorView> kv_;
+  std::vector<int64_t> staged_slots_;
+  std::vector<int32_t> staged_ints_;
+  Counts counts_;
+  int counts_tokens_ = 0;  // the padded token count counts_ were set for
 };
 
 }  // namespace graphattn

@@ -1,0 +1,251 @@
+// AttentionLayerStack: the ready-made decode step (num_layers x cache write + attention) over
+// persistent buffers, with the per-step upload that pads a batch for its graph.
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
+#include <algorithm>
+
+#include "graphattn/capture.hpp"
+#include "graphattn/error.hpp"
+#include "runtime/driver.hpp"
+#include "runtime/tensor_checks.hpp"
+
+namespace graphattn {
+
+using detail::driver;
+using detail::require;
+
+namespace {
+
+bool same_kernels(const AttentionLayerConfig& a, const AttentionLayerConfig& b) {
+  return a.num_heads == b.num_heads && a.num_kv_heads == b.num_kv_heads &&
+         a.head_size == b.head_size && a.block_size == b.block_size && a.dtype == b.dtype &&
+         a.kv_dtype == b.kv_dtype && a.layout == b.layout && a.window == b.window &&
+         a.soft_cap == b.soft_cap && a.scale == b.scale && a.k_scale == b.k_scale &&
+         a.v_scale == b.v_scale && a.max_model_len == b.max_model_len &&
+         a.max_num_seqs == b.max_num_seqs && a.arch == b.arch;
+}
+
+ScalarType scalar_of(DType t) {
+  return t == DType::kBFloat16 ? ScalarType::kBFloat16 : ScalarType::kFloat16;
+}
+
+ScalarType kv_scalar_of(const AttentionLayerConfig& c) {
+  switch (c.kv_dtype) {
+    case KvDType::kFp8E4M3: return ScalarType::kFloat8E4M3;
+    case KvDType::kFp8E5M2: return ScalarType::kFloat8E5M2;
+    default: return scalar_of(c.dtype);
+  }
+}
+
+template <typename T>
+void upload_async(const DeviceBuffer& dst, const std::vector<T>& src, size_t count, CUstream s) {
+  if (count == 0) return;
+  // Pageable source: the call returns once the data is staged, so src may change afterwards.
+  GA_CU_CHECK(driver().cuMemcpyHtoDAsync(dst.ptr(), src.data(), count * sizeof(T), s));
+}
+
+}  // namespace
+
+AttentionLayerStack::AttentionLayerStack(Options options) : options_(std::move(options)) {
+  Options& o = options_;
+  require(!o.layers.empty(), "AttentionLayerStack needs at least one layer");
+  require(o.max_tokens >= 1, "max_tokens must be >= 1, got " + std::to_string(o.max_tokens));
+  require(o.num_blocks >= 1, "num_blocks must be >= 1, got " + std::to_string(o.num_blocks));
+  require(o.max_blocks_per_seq >= 1,
+          "max_blocks_per_seq must be >= 1, got " + std::to_string(o.max_blocks_per_seq));
+  const AttentionLayerConfig& first = o.layers[0];
+  std::vector<AttentionLayerConfig> distinct;  // as given, before the backends resolve them
+  for (size_t l = 0; l < o.layers.size(); ++l) {
+    AttentionLayerConfig& c = o.layers[l];
+    require(c.num_heads == first.num_heads && c.num_kv_heads == first.num_kv_heads &&
+                c.head_size == first.head_size && c.block_size == first.block_size &&
+                c.dtype == first.dtype && c.kv_dtype == first.kv_dtype &&
+                c.layout == first.layout,
+            "layer " + std::to_string(l) + " differs from layer 0 in heads, head size, block "
+            "size, dtype or KV layout; the stack shares its buffers across layers");
+    // Padded decode batches reach max_tokens requests: the workspace must cover them.
+    c.max_num_seqs = std::max(c.max_num_seqs, o.max_tokens);
+    int found = -1;
+    for (size_t b = 0; b < distinct.size() && found < 0; ++b)
+      if (same_kernels(distinct[b], c)) found = static_cast<int>(b);
+    if (found < 0) {
+      distinct.push_back(c);
+      backends_.push_back(std::make_unique<AttentionBackend>(c));
+      found = static_cast<int>(backends_.size()) - 1;
+    }
+    backend_of_layer_.push_back(found);
+  }
+  const int64_t T = o.max_tokens, H = first.num_heads, KH = first.num_kv_heads,
+                D = first.head_size, L = num_layers();
+  query_ = DeviceBuffer(T * H * D * 2);
+  key_ = DeviceBuffer(T * KH * D * 2);
+  value_ = DeviceBuffer(T * KH * D * 2);
+  outputs_ = DeviceBuffer(L * T * H * D * 2);
+  slots_ = DeviceBuffer(T * 8);
+  seq_lens_ = DeviceBuffer(T * 4);
+  query_start_loc_ = DeviceBuffer((T + 1) * 4);
+  block_table_ = DeviceBuffer(T * o.max_blocks_per_seq * 4);
+  for (auto* b : {&query_, &key_, &value_, &outputs_, &seq_lens_, &block_table_}) b->fill_bytes(0);
+  slots_.fill_bytes(0xff);  // every slot -1: a step before the first batch writes nothing
+  std::vector<int32_t> qsl(T + 1);
+  for (int64_t i = 0; i <= T; ++i) qsl[i] = static_cast<int32_t>(i);
+  query_start_loc_.upload(qsl.data(), qsl.size() * 4);
+  const int kv_elem = scalar_bytes(kv_scalar_of(first));
+  const int64_t NB = o.num_blocks, B = first.block_size;
+  for (int l = 0; l < L; ++l) {
+    own_kv_.emplace_back(2 * NB * B * KH * D * kv_elem);
+    own_kv_.back().fill_bytes(0);
+    void* p = own_kv_.back().data();
+    kv_.push_back(first.layout == KvLayout::kNHD
+                      ? TensorView::contiguous(p, kv_scalar_of(first), {2, NB, B, KH, D})
+                      : TensorView::strided(p, kv_scalar_of(first), {2, NB, B, KH, D},
+                                            {NB * KH * B * D, KH * B * D, D, B * D, 1}));
+  }
+}
+
+void AttentionLayerStack::prepare(KernelCache& cache) {
+  size_t ws = 0;
+  for (auto& b : backends_) {
+    b->prepare(cache);
+    ws = std::max(ws, b->workspace_bytes());
+  }
+  if (workspace_.bytes() < ws) workspace_ = DeviceBuffer(ws);
+}
+
+void AttentionLayerStack::set_batch(const CommonAttentionMetadata& m, int padded, CUstream stream,
+                                    const std::vector<uint16_t>* query,
+                                    const std::vector<uint16_t>* key,
+                                    const std::vector<uint16_t>* value) {
+  const AttentionLayerConfig& c = options_.layers[0];
+  const int n = m.num_actual_tokens;
+  require(padded >= n && padded <= options_.max_tokens,
+          "padded token count " + std::to_string(padded) + " must lie in [" + std::to_string(n) +
+              ", max_tokens " + std::to_string(options_.max_tokens) + "]");
+  require(m.max_blocks_per_seq <= options_.max_blocks_per_seq,
+          "the batch's block table is " + std::to_string(m.max_blocks_per_seq) +
+              " blocks wide; the stack holds " + std::to_string(options_.max_blocks_per_seq));
+  const DecodePrefillSplit split = split_decodes_and_prefills(m);
+  const bool decode_only = split.num_prefills == 0 && m.num_reqs == n;
+  require(decode_only || padded == n,
+          "only decode-only batches are padded for a graph; a batch with prefills runs eagerly "
+          "with its own token count");
+  const int R = decode_only ? padded : m.num_reqs;  // each padded request holds one token
+  const int W = options_.max_blocks_per_seq;
+  staged_ints_.assign(static_cast<size_t>(R + 1), 0);
+  for (int r = 0; r <= R; ++r)
+    staged_ints_[r] = r <= m.num_reqs ? m.query_start_loc[r] : n + (r - m.num_reqs);
+  upload_async(query_start_loc_, staged_ints_, R + 1, stream);
+  staged_ints_.assign(static_cast<size_t>(R), 0);  // padded requests: seq_len 0
+  std::copy(m.seq_lens.begin(), m.seq_lens.end(), staged_ints_.begin());
+  upload_async(seq_lens_, staged_ints_, R, stream);
+  staged_ints_.assign(static_cast<size_t>(m.num_reqs) * W, 0);
+  for (int r = 0; r < m.num_reqs; ++r)
+    std::copy(m.block_table.begin() + static_cast<size_t>(r) * m.max_blocks_per_seq,
+              m.block_table.begin() + static_cast<size_t>(r + 1) * m.max_blocks_per_seq,
+              staged_ints_.begin() + static_cast<size_t>(r) * W);
+  upload_async(block_table_, staged_ints_, staged_ints_.size(), stream);
+  staged_slots_.assign(static_cast<size_t>(padded), -1);
+  std::copy(m.slot_mapping.begin(), m.slot_mapping.begin() + n, staged_slots_.begin());
+  upload_async(slots_, staged_slots_, padded, stream);
+  const size_t qrow = static_cast<size_t>(c.num_heads) * c.head_size;
+  const size_t krow = static_cast<size_t>(c.num_kv_heads) * c.head_size;
+  for (auto [src, dst, row, name] :
+       {std::tuple{query, &query_, qrow, "query"}, std::tuple{key, &key_, krow, "key"},
+        std::tuple{value, &value_, krow, "value"}}) {
+    if (!src) continue;
+    require(src->size() >= n * row, std::string(name) + " holds " + std::to_string(src->size()) +
+                                        " elements; the batch needs " + std::to_string(n * row));
+    upload_async(*dst, *src, n * row, stream);
+  }
+  counts_.num_reqs = R;
+  counts_.num_decodes = decode_only ? R : split.num_decodes;
+  counts_.num_actual_tokens = padded;
+  counts_.max_query_len = std::max(1, m.max_query_len);
+  counts_.max_seq_len = m.max_seq_len;
+  counts_tokens_ = padded;
+}
+
+void AttentionLayerStack::step(CUstream stream, int num_tokens) {
+  const AttentionLayerConfig& c = options_.layers[0];
+  require(num_tokens >= 0 && num_tokens <= options_.max_tokens,
+          "step of " + std::to_string(num_tokens) + " tokens; the stack holds at most " +
+              std::to_string(options_.max_tokens));
+  Counts k = counts_;
+  if (num_tokens != counts_tokens_) {
+    // A capture pass before (or apart from) set_batch: the graph of this size serves padded
+    // decode-only batches, so that is the shape it is captured with.
+    k = Counts{num_tokens, num_tokens, num_tokens, 1, c.max_model_len};
+  }
+  const int64_t n = num_tokens, H = c.num_heads, KH = c.num_kv_heads, D = c.head_size;
+  AttentionMetadata md;
+  md.query_start_loc = TensorView::contiguous(query_start_loc_.data(), ScalarType::kInt32, {n + 1});
+  md.seq_lens = TensorView::contiguous(seq_lens_.data(), ScalarType::kInt32, {k.num_reqs});
+  md.block_table = TensorView::contiguous(block_table_.data(), ScalarType::kInt32,
+                                          {k.num_reqs, options_.max_blocks_per_seq});
+  md.slot_mapping = TensorView::contiguous(slots_.data(), ScalarType::kInt64, {n});
+  md.num_reqs = k.num_reqs;
+  md.num_decodes = k.num_decodes;
+  md.num_decode_tokens = k.num_decodes;
+  md.num_actual_tokens = k.num_actual_tokens;
+  md.max_query_len = k.max_query_len;
+  md.max_seq_len = k.max_seq_len;
+  md.query_start_loc.shape[0] = k.num_reqs + 1;
+  const ScalarType st = scalar_of(c.dtype);
+  const auto q = TensorView::contiguous(query_.data(), st, {n, H, D});
+  const auto kk = TensorView::contiguous(key_.data(), st, {n, KH, D});
+  const auto v = TensorView::contiguous(value_.data(), st, {n, KH, D});
+  for (int l = 0; l < num_layers(); ++l) {
+    TensorView out = output(l);
+    out.shape[0] = n;
+    backends_[backend_of_layer_[l]]->forward(q, kk, v, kv_[l], out, md, workspace_.data(),
+                                             workspace_.bytes(), stream);
+  }
+}
+
+uint64_t AttentionLayerStack::fingerprint() const {
+  std::vector<uint64_t> words;
+  for (const DeviceBuffer* b : {&query_, &key_, &value_, &outputs_, &slots_, &seq_lens_,
+                                &query_start_loc_, &block_table_, &workspace_}) {
+    words.push_back(b->ptr());
+    words.push_back(b->bytes());
+  }
+  for (const TensorView& t : kv_) {
+    words.push_back(reinterpret_cast<uint64_t>(t.data));
+    for (int d = 0; d < t.ndim; ++d) words.push_back(static_cast<uint64_t>(t.strides[d]));
+  }
+  for (const auto& b : backends_) words.push_back(reinterpret_cast<uint64_t>(b.get()));
+  return XXH3_64bits(words.data(), words.size() * sizeof(uint64_t));
+}
+
+void AttentionLayerStack::set_kv_cache(int layer, const TensorView& kv_cache) {
+  require(layer >= 0 && layer < num_layers(), "layer " + std::to_string(layer) +
+                                                  " out of range [0, " +
+                                                  std::to_string(num_layers()) + ")");
+  const TensorView& old = kv_[layer];
+  bool same = kv_cache.ndim == old.ndim && kv_cache.dtype == old.dtype;
+  for (int d = 0; same && d < old.ndim; ++d) same = kv_cache.shape[d] == old.shape[d];
+  require(same, "layer " + std::to_string(layer) + " KV cache must be " + old.describe() +
+                    ", got " + kv_cache.describe());
+  kv_[layer] = kv_cache;
+}
+
+TensorView AttentionLayerStack::kv_cache(int layer) const { return kv_.at(layer); }
+
+TensorView AttentionLayerStack::output(int layer) const {
+  const AttentionLayerConfig& c = options_.layers[0];
+  const int64_t T = options_.max_tokens, H = c.num_heads, D = c.head_size;
+  char* base = static_cast<char*>(outputs_.data()) + static_cast<size_t>(layer) * T * H * D * 2;
+  return TensorView::contiguous(base, scalar_of(c.dtype), {T, H, D});
+}
+
+size_t AttentionLayerStack::device_bytes() const {
+  size_t total = 0;
+  for (const DeviceBuffer* b : {&query_, &key_, &value_, &outputs_, &slots_, &seq_lens_,
+                                &query_start_loc_, &block_table_, &workspace_})
+    total += b->bytes();
+  for (const auto& b : own_kv_) total += b.bytes();
+  return total;
+}
+
+}  // namespace graphattn

@@ -1,0 +1,240 @@
+// The attention backend: configuration checks, the kernels a layer needs, and forward() for a
+// mixed batch (cache write, split-KV decode for the decodes, prefill for the rest).
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "graphattn/backend.hpp"
+#include "graphattn/error.hpp"
+#include "graphattn/runtime.hpp"
+#include "runtime/decode.hpp"
+#include "runtime/module_cache.hpp"
+#include "runtime/prefill.hpp"
+#include "runtime/tensor_checks.hpp"
+
+namespace graphattn {
+namespace {
+
+using detail::require;
+
+std::string str(int64_t v) { return std::to_string(v); }
+std::string fstr(float v) { return std::to_string(v); }
+
+AttentionSpec layer_spec(const AttentionLayerConfig& c, KernelKind kind, int arch) {
+  AttentionSpec s;
+  s.kind = kind;
+  s.head_size = c.head_size;
+  s.block_size = c.block_size;
+  s.dtype = c.dtype;
+  s.kv_dtype = c.kv_dtype;
+  s.group = c.num_kv_heads > 0 ? c.num_heads / c.num_kv_heads : 0;
+  s.sliding_window = c.window > 0;
+  s.soft_cap = c.soft_cap > 0;
+  s.layout = c.layout;
+  s.arch = arch;
+  return s;
+}
+
+enum SpecIndex { kWrite = 0, kDecodeIdx = 1, kReduceIdx = 2, kPrefillIdx = 3 };
+
+}  // namespace
+
+std::string attention_config_problem(const AttentionLayerConfig& c) {
+  if (c.num_heads <= 0 || c.num_kv_heads <= 0 || c.num_heads % c.num_kv_heads != 0)
+    return "num_heads " + str(c.num_heads) + " and num_kv_heads " + str(c.num_kv_heads) +
+           " are not supported; supported: positive counts with num_heads a multiple of "
+           "num_kv_heads";
+  if (c.window < 0)
+    return "window " + str(c.window) + " is not supported; supported: 0 (none) or >= 1 tokens";
+  if (!(c.soft_cap >= 0) || !std::isfinite(c.soft_cap))
+    return "soft_cap " + fstr(c.soft_cap) + " is not supported; supported: 0 (none) or finite > 0";
+  if (!(c.scale >= 0) || !std::isfinite(c.scale))
+    return "scale " + fstr(c.scale) + " is not supported; supported: 0 (1/sqrt(head_size)) or "
+           "finite > 0";
+  if (c.kv_dtype != KvDType::kAuto &&
+      (!(c.k_scale > 0) || !(c.v_scale > 0) || !std::isfinite(c.k_scale) ||
+       !std::isfinite(c.v_scale)))
+    return "k_scale " + fstr(c.k_scale) + " / v_scale " + fstr(c.v_scale) +
+           " are not supported for an fp8 KV cache; supported: finite > 0";
+  if (c.max_model_len <= 0)
+    return "max_model_len " + str(c.max_model_len) + " is not supported; supported: >= 1";
+  if (c.max_num_seqs <= 0 || c.max_num_seqs > 65535)
+    return "max_num_seqs " + str(c.max_num_seqs) + " is not supported; supported: 1..65535";
+  try {
+    // arch 0 means the current device, checked at construction; any supported arch stands in.
+    AttentionSpec s = layer_spec(c, KernelKind::kDecode, c.arch == 0 ? 90 : c.arch);
+    s.validate();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+DecodeKernel select_decode_kernel(const AttentionLayerConfig& config) {
+  return attention_config_problem(config).empty() ? DecodeKernel::kSplitKv : DecodeKernel::kNone;
+}
+
+AttentionBackend::AttentionBackend(const AttentionLayerConfig& config) : config_(config) {
+  const std::string problem = attention_config_problem(config_);
+  if (!problem.empty()) throw Error("attention layer configuration: " + problem);
+  if (config_.arch == 0) {
+    ensure_context(0);
+    config_.arch = current_device_arch();
+    const std::string p = attention_config_problem(config_);
+    if (!p.empty()) throw Error("attention layer configuration on the current device: " + p);
+  }
+  if (config_.scale == 0) config_.scale = 1.0f / std::sqrt(static_cast<float>(config_.head_size));
+  if (config_.kv_dtype == KvDType::kAuto) config_.k_scale = config_.v_scale = 1.0f;
+  AttentionSpec write = layer_spec(config_, KernelKind::kCacheWrite, config_.arch);
+  write.group = 1;
+  write.sliding_window = false;
+  write.soft_cap = false;
+  const AttentionSpec decode = layer_spec(config_, KernelKind::kDecode, config_.arch);
+  specs_ = {write, decode, detail::decode_reduce_spec(decode),
+            layer_spec(config_, KernelKind::kPrefill, config_.arch)};
+  for (const auto& s : specs_) s.validate();
+}
+
+std::vector<AttentionSpec> AttentionBackend::required_specs() const { return specs_; }
+
+void AttentionBackend::prepare(KernelCache& cache) {
+  const int arch = current_device_arch();
+  require(arch == config_.arch, "attention backend was configured for sm_" + str(config_.arch) +
+                                    " but the current device is sm_" + str(arch));
+  for (const PrecompileResult& r : cache.precompile(specs_))
+    require(r.error.empty(), "compiling kernel " + r.spec + " failed: " + r.error);
+  for (size_t i = 0; i < specs_.size(); ++i) kernels_[i] = &detail::load_kernel(specs_[i], cache);
+  resident_blocks_ = detail::decode_resident_blocks(*kernels_[kDecodeIdx]);
+  cache_ = &cache;
+  prepared_ = true;
+}
+
+int AttentionBackend::decode_max_splits(int num_decodes) const {
+  require(prepared_, "decode_max_splits: call prepare() first (the policy needs the device)");
+  return detail::decode_max_splits(num_decodes, config_.num_kv_heads,
+                                   config_.num_heads / config_.num_kv_heads,
+                                   config_.max_model_len, config_.window, resident_blocks_);
+}
+
+size_t AttentionBackend::workspace_bytes() const {
+  require(prepared_, "workspace_bytes: call prepare() first (the split policy needs the device)");
+  size_t most = 0;
+  for (int b = 1; b <= config_.max_num_seqs; ++b)
+    most = std::max(most, detail::decode_workspace_bytes(b, config_.num_heads, config_.head_size,
+                                                         decode_max_splits(b)));
+  return most;
+}
+
+void AttentionBackend::forward(const TensorView& query, const TensorView& key,
+                               const TensorView& value, const TensorView& kv_cache,
+                               const TensorView& output, const AttentionMetadata& md,
+                               void* workspace, size_t workspace_size, CUstream stream) const {
+  require(prepared_, "forward: call prepare() before the first forward (and before capture)");
+  const AttentionLayerConfig& c = config_;
+  // Everything is checked before the first launch, so a bad call launches nothing.
+  require(md.num_reqs >= 0 && md.num_decodes >= 0 && md.num_decodes <= md.num_reqs,
+          "metadata: num_decodes " + str(md.num_decodes) + " must be in [0, num_reqs " +
+              str(md.num_reqs) + "]");
+  require(md.num_decode_tokens == md.num_decodes,
+          "metadata: num_decode_tokens " + str(md.num_decode_tokens) + " must equal num_decodes " +
+              str(md.num_decodes) + " (a decode has one query token)");
+  require(md.num_decodes <= c.max_num_seqs,
+          "metadata: num_decodes " + str(md.num_decodes) + " exceeds max_num_seqs " +
+              str(c.max_num_seqs) + " that the workspace was sized for");
+  detail::require_rank(query, 3, "query", "[num_tokens, num_heads, head_size]");
+  require(query.shape[1] == c.num_heads && query.shape[2] == c.head_size,
+          "query " + query.describe() + " must have " + str(c.num_heads) + " heads of size " +
+              str(c.head_size));
+  require(query.dtype == (c.dtype == DType::kBFloat16 ? ScalarType::kBFloat16
+                                                      : ScalarType::kFloat16),
+          "query dtype " + std::string(to_string(query.dtype)) + " differs from the layer's " +
+              to_string(c.dtype));
+  require(md.num_actual_tokens >= md.num_decode_tokens && md.num_actual_tokens <= query.shape[0],
+          "metadata: num_actual_tokens " + str(md.num_actual_tokens) + " must be in [" +
+              str(md.num_decode_tokens) + ", query tokens " + str(query.shape[0]) + "]");
+  const detail::KvCacheShape kc = detail::check_kv_cache(kv_cache, c.dtype);
+  require(kc.layout == c.layout && kc.kv_dtype == c.kv_dtype && kc.block_size == c.block_size &&
+              kc.num_kv_heads == c.num_kv_heads && kc.head_size == c.head_size,
+          "kv_cache " + kv_cache.describe() + " (" + to_string(kc.layout) + ", kv " +
+              to_string(kc.kv_dtype) + ") does not match the layer: block size " +
+              str(c.block_size) + ", " + str(c.num_kv_heads) + " KV heads of size " +
+              str(c.head_size) + ", " + to_string(c.layout) + ", kv " + to_string(c.kv_dtype));
+  detail::require_rank(md.block_table, 2, "block_table", "[num_reqs, max_blocks_per_seq]");
+  require(md.max_seq_len >= 0 && md.max_seq_len <= md.block_table.shape[1] * c.block_size,
+          "metadata: max_seq_len " + str(md.max_seq_len) + " does not fit block_table " +
+              md.block_table.describe() + " of " + str(c.block_size) + "-token blocks");
+  const bool write = key.ndim != 0;
+  if (write) {
+    detail::require_rank(md.slot_mapping, 1, "slot_mapping", "[num_tokens]");
+    detail::require_rank(key, 3, "key", "[num_tokens, num_kv_heads, head_size]");
+    detail::require_rank(value, 3, "value", "[num_tokens, num_kv_heads, head_size]");
+    require(key.shape[0] >= md.num_actual_tokens && value.shape[0] >= md.num_actual_tokens &&
+                md.slot_mapping.shape[0] >= md.num_actual_tokens,
+            "key " + key.describe() + ", value " + value.describe() + " and slot_mapping " +
+                md.slot_mapping.describe() + " need num_actual_tokens " +
+                str(md.num_actual_tokens) + " rows");
+  }
+
+  detail::DecodeLaunch d;
+  d.query = query;
+  d.kv_cache = kv_cache;
+  d.output = output;
+  d.seq_lens = md.seq_lens;
+  d.block_table = md.block_table;
+  d.num_decodes = md.num_decodes;
+  d.max_splits = decode_max_splits(md.num_decodes);
+  d.scale = c.scale;
+  d.window = c.window;
+  d.soft_cap = c.soft_cap;
+  d.k_scale = c.k_scale;
+  d.v_scale = c.v_scale;
+  d.workspace = workspace;
+  d.workspace_size = workspace_size;
+  const bool decode = md.num_decodes > 0;
+  if (decode) {
+    require(detail::decode_spec(d, c.arch) == specs_[kDecodeIdx],
+            "forward: the views need kernel " + detail::decode_spec(d, c.arch).to_string() +
+                " but the layer prepared " + specs_[kDecodeIdx].to_string());
+    const size_t need = detail::decode_workspace_bytes(md.num_decodes, c.num_heads, c.head_size,
+                                                       d.max_splits);
+    require(workspace != nullptr && workspace_size >= need,
+            "forward: workspace of " + str(static_cast<int64_t>(workspace_size)) +
+                " bytes is smaller than the " + str(static_cast<int64_t>(need)) +
+                " this batch needs (allocate workspace_bytes())");
+  }
+  detail::PrefillLaunch pf;
+  pf.query = query;
+  pf.kv_cache = kv_cache;
+  pf.output = output;
+  pf.query_start_loc = md.query_start_loc;
+  pf.seq_lens = md.seq_lens;
+  pf.block_table = md.block_table;
+  pf.first_req = md.num_decodes;
+  pf.num_reqs = md.num_reqs;
+  pf.max_query_len = md.max_query_len;
+  pf.scale = c.scale;
+  pf.window = c.window;
+  pf.soft_cap = c.soft_cap;
+  pf.k_scale = c.k_scale;
+  pf.v_scale = c.v_scale;
+  const bool prefill = md.num_reqs > md.num_decodes;
+  if (prefill) {
+    require(md.max_query_len >= 1, "metadata: max_query_len " + str(md.max_query_len) +
+                                       " must be >= 1 when the batch has prefills");
+    require(detail::prefill_spec(pf, c.arch) == specs_[kPrefillIdx],
+            "forward: the views need kernel " + detail::prefill_spec(pf, c.arch).to_string() +
+                " but the layer prepared " + specs_[kPrefillIdx].to_string());
+  }
+
+  if (write) {
+    TensorView k = key, v = value;
+    k.shape[0] = md.num_actual_tokens;
+    v.shape[0] = md.num_actual_tokens;
+    write_kv_cache(k, v, kv_cache, md.slot_mapping, c.k_scale, c.v_scale, stream, *cache_);
+  }
+  if (decode)
+    detail::launch_decode(*kernels_[kDecodeIdx], *kernels_[kReduceIdx], d, stream);
+  if (prefill) detail::launch_prefill(*kernels_[kPrefillIdx], pf, stream);
+}
+
+}  // namespace graphattn

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The whole GPU suite on a GPU machine: every GPU test, then compute-sanitizer memcheck and
+# racecheck on the reduced matrix (GRAPHATTN_TEST_REDUCED=1). Logs go to OUT_DIR; the exit status
+# is non-zero when any step fails.
+#
+#   scripts/gpu_suite.sh OUT_DIR [TEST_BINARY]
+#
+# TEST_BINARY defaults to $BUILD_DIR/graphattn-gpu-tests (BUILD_DIR defaults to build/).
+# compute-sanitizer is found on PATH, else under $CUDA_HOME/bin (default /usr/local/cuda).
+set -uo pipefail
+if [ $# -lt 1 ]; then
+  echo "usage: $0 OUT_DIR [TEST_BINARY]" >&2
+  exit 2
+fi
+out="$1"
+root="$(cd "$(dirname "$0")/.." && pwd)"
+bin="${2:-${BUILD_DIR:-$root/build}/graphattn-gpu-tests}"
+cuda="${CUDA_HOME:-/usr/local/cuda}"
+export LD_LIBRARY_PATH="$cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+mkdir -p "$out"
+if [ ! -x "$bin" ]; then
+  echo "gpu_suite: test binary $bin not found; build it first (scripts/build.sh)" >&2
+  exit 2
+fi
+sanitizer="$(command -v compute-sanitizer || echo "$cuda/bin/compute-sanitizer")"
+
+status=0
+step() {  # step NAME COMMAND...: runs COMMAND, logs to OUT_DIR/NAME.log, records its time
+  local name="$1"
+  shift
+  local start end rc
+  start=$(date +%s)
+  "$@" >"$out/$name.log" 2>&1
+  rc=$?
+  end=$(date +%s)
+  printf '%-10s rc=%d  %4ds  %s\n' "$name" "$rc" "$((end - start))" "$*" | tee -a "$out/summary.txt"
+  tail -n 4 "$out/$name.log"
+  [ "$rc" -eq 0 ] || status=1
+}
+
+: >"$out/summary.txt"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader \
+  >"$out/device.txt" 2>&1 || true
+cat "$out/device.txt"
+step tests "$bin"
+if [ ! -x "$sanitizer" ]; then
+  echo "gpu_suite: compute-sanitizer not found (looked on PATH and in $cuda/bin)" | tee -a "$out/summary.txt"
+  exit 1
+fi
+# The sanitizers check every kernel launch of the reduced matrix; any report fails the step.
+step memcheck env GRAPHATTN_TEST_REDUCED=1 "$sanitizer" --tool memcheck --error-exitcode 3 \
+  --leak-check no "$bin"
+step racecheck env GRAPHATTN_TEST_REDUCED=1 "$sanitizer" --tool racecheck --error-exitcode 3 \
+  --racecheck-report hazard "$bin"
+echo "gpu_suite: $([ $status -eq 0 ] && echo PASS || echo FAIL) (logs in $out)" | tee -a "$out/summary.txt"
+exit $status

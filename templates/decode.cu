@@ -1,0 +1,493 @@
+// Split-KV paged decode (flash-decoding) on tensor cores.
+//
+// A thread block handles one (split, KV head [, chunk of 16 query heads], request). Every query
+// head of the KV group is processed at once, so each KV byte is read from memory once. The
+// block's warps take interleaved 16-token tiles of the split; each warp streams its tiles through
+// its own shared-memory ring with cp.async (16-byte copies, STAGES tiles in flight) and keeps its
+// own online softmax state. Scores are computed transposed, S^T = K Q^T, so that the 16 tokens
+// of a tile are the MMA's M and up to 8 query heads its N: a GQA group of <= 8 wastes no N.
+// Likewise O^T += V^T P^T, with P^T moved into B-operand layout by movmatrix.
+//
+// The reduction dimension of K Q^T is the head dimension, which may be permuted freely as long
+// as K and Q agree: thread (g, t) of a warp (g = lane / 4, t = lane % 4) takes whole 16-byte
+// chunks of a K row and of a Q row, chunk c(i, t) = 8 * (i / 2) + 2 * t + i % 2, and feeds their
+// consecutive elements to its MMA k slots. V^T's rows (head dimensions) are permuted the same
+// way: thread g reads chunk g + 8 v of tokens 2t, 2t+1, 2t+8, 2t+9, so each thread ends holding
+// whole output chunks. Shared-memory rows are swizzled at 16-byte granularity (chunk ^ row % 8),
+// which makes both access patterns conflict-free.
+//
+// Softmax runs in the log2 domain with exp2; accumulation is fp32; P is rounded to the MMA's
+// 16-bit type. fp8 KV is widened to fp16 exactly by bit moves (e4m3 lands scaled by 2^-8, which
+// is folded into the score and output scales), then to bf16 through fp32 when the model is bf16.
+
+constexpr int KV_BYTES = KV_FP8 ? 1 : 2;
+constexpr int NW = GA_DECODE_WARPS;
+constexpr int TILE = GA_DECODE_TILE;
+constexpr int CE = 16 / KV_BYTES;                                // KV elements per 16-byte chunk
+constexpr int ROW_BYTES = ga_decode_row_bytes(HEAD_SIZE, KV_BYTES);
+constexpr int CHUNKS_PAD = ROW_BYTES / 16;                       // multiple of 8
+constexpr int DIMS_PAD = CHUNKS_PAD * CE;                        // padded head dimension
+constexpr int REAL_BYTES = HEAD_SIZE * KV_BYTES;
+constexpr int CP_BYTES = REAL_BYTES % 16 == 0 ? 16 : 8;          // cp.async unit
+constexpr int UNITS = REAL_BYTES / CP_BYTES;                     // cp.async units per row
+constexpr int FULL_CHUNKS = REAL_BYTES / 16;                     // chunks wholly inside the row
+constexpr int LIVE_CHUNKS = (REAL_BYTES + 15) / 16;              // chunks holding any element
+constexpr int STAGES = ga_decode_stages(HEAD_SIZE, KV_BYTES);
+constexpr int TILE_BYTES = TILE * ROW_BYTES;                     // K (or V) of one tile
+constexpr int STAGE_BYTES = 2 * TILE_BYTES;
+constexpr int HPB = GROUP < GA_DECODE_HEADS_PER_BLOCK ? GROUP : GA_DECODE_HEADS_PER_BLOCK;
+constexpr int NT = (HPB + 7) / 8;                                // head n-tiles of 8
+constexpr int HEAD_CHUNKS = ga_decode_head_chunks(GROUP);
+constexpr int KGROUPS = CHUNKS_PAD / 4;                          // K chunks per thread per token
+constexpr int VGROUPS = CHUNKS_PAD / 8;                          // V chunks per thread per token
+constexpr int KW = CE / 2;                                       // 16-bit pairs per chunk
+constexpr int KSUB = CE / 4;                                     // MMA k steps per chunk
+constexpr int MSUB = CE / 2;                                     // MMA m tiles per V chunk
+constexpr int LOAD_ITERS = (TILE * UNITS + 31) / 32;
+constexpr float LOG2E = 1.4426950408889634f;
+#define GA_NEG_INF (-__int_as_float(0x7f800000))
+// e4m3 widened by bit moves is the true value times 2^-8.
+constexpr float KV_WIDEN_SCALE = KV_FP8 == 1 ? 256.0f : 1.0f;
+
+typedef unsigned int ga_u32;
+
+__device__ __forceinline__ unsigned ga_smem_addr(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void ga_cp_async(unsigned dst, const void* src, bool valid) {
+  const int n = valid ? CP_BYTES : 0;  // 0: zero-fill without reading
+  if (CP_BYTES == 16) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n));
+  } else {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(dst), "l"(src), "r"(n));
+  }
+}
+__device__ __forceinline__ void ga_cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void ga_cp_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+__device__ __forceinline__ float ga_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+__device__ __forceinline__ ga_u32 ga_prmt(ga_u32 a, ga_u32 b, ga_u32 sel) {
+  ga_u32 d;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
+  return d;
+}
+
+// D += A * B, m16n8k16, fp32 accumulate, A/B in the model's 16-bit type.
+__device__ __forceinline__ void ga_mma(float (&d)[4], ga_u32 a0, ga_u32 a1, ga_u32 a2, ga_u32 a3,
+                                       ga_u32 b0, ga_u32 b1) {
+  if (IS_BF16) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  } else {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  }
+}
+
+__device__ __forceinline__ ga_u32 ga_movmatrix_trans(ga_u32 x) {
+  ga_u32 y;
+  asm("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;" : "=r"(y) : "r"(x));
+  return y;
+}
+
+// Two floats -> one register of the model's 16-bit type, lo in the low half.
+__device__ __forceinline__ ga_u32 ga_pack2(float lo, float hi) {
+  ga_u32 d;
+  if (IS_BF16) {
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+  } else {
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+  }
+  return d;
+}
+__device__ __forceinline__ float ga_lo_f32(ga_u32 x) {
+  return ga_to_float(static_cast<ga_u16>(x & 0xffffu));
+}
+__device__ __forceinline__ float ga_hi_f32(ga_u32 x) {
+  return ga_to_float(static_cast<ga_u16>(x >> 16));
+}
+
+// Bytes 0 and 2 of x (bytes 1 and 3 ignored) as fp8 -> a pair of fp16 bit patterns, exact;
+// e4m3 comes out as value * 2^-8.
+__device__ __forceinline__ ga_u32 ga_fp8x2_to_f16x2(ga_u32 x) {
+  const ga_u32 h = (x << 8) & 0xff00ff00u;  // e5m2 is the high byte of an fp16
+  if (KV_FP8 == 2) return h;
+  return (h & 0x80008000u) | ((h & 0x7f007f00u) >> 1);
+}
+// A pair of fp16 bit patterns -> the model's 16-bit type (exact for fp8-widened values).
+__device__ __forceinline__ ga_u32 ga_f16x2_to_model(ga_u32 h) {
+  if (!IS_BF16) return h;
+  return ga_pack2(ga_f16_to_f32(static_cast<ga_u16>(h & 0xffffu)),
+                  ga_f16_to_f32(static_cast<ga_u16>(h >> 16)));
+}
+// Four fp8 bytes e0..e3 -> {e0, e1}, {e2, e3} in the model's 16-bit type.
+__device__ __forceinline__ void ga_fp8x4_widen(ga_u32 w, ga_u32& lo, ga_u32& hi) {
+  lo = ga_f16x2_to_model(ga_fp8x2_to_f16x2(ga_prmt(w, 0u, 0x3120u)));  // bytes e0, ., e1, .
+  hi = ga_f16x2_to_model(ga_fp8x2_to_f16x2(ga_prmt(w, 0u, 0x3322u)));  // bytes e2, ., e3, .
+}
+
+// One 16-byte shared chunk of a K row -> KW 16-bit pairs of consecutive elements.
+__device__ __forceinline__ void ga_k_chunk(const uint4& c, ga_u32 (&out)[KW]) {
+  const ga_u32 w[4] = {c.x, c.y, c.z, c.w};
+  if (KV_FP8 == 0) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) out[i] = w[i];
+  } else {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) ga_fp8x4_widen(w[i], out[2 * i], out[2 * i + 1]);
+  }
+}
+
+// Chunks of V rows a and b (consecutive tokens) -> for each element e of the chunk, the pair
+// {a[e], b[e]} in the model's 16-bit type (one MMA A register).
+__device__ __forceinline__ void ga_v_pairs(const uint4& ca, const uint4& cb, ga_u32 (&out)[CE]) {
+  const ga_u32 wa[4] = {ca.x, ca.y, ca.z, ca.w};
+  const ga_u32 wb[4] = {cb.x, cb.y, cb.z, cb.w};
+  if (KV_FP8 == 0) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      out[2 * i] = ga_prmt(wa[i], wb[i], 0x5410u);
+      out[2 * i + 1] = ga_prmt(wa[i], wb[i], 0x7632u);
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      ga_fp8x4_widen(ga_prmt(wa[i], wb[i], 0x5140u), out[4 * i], out[4 * i + 1]);
+      ga_fp8x4_widen(ga_prmt(wa[i], wb[i], 0x7362u), out[4 * i + 2], out[4 * i + 3]);
+    }
+  }
+}
+
+__device__ __forceinline__ int ga_k_chunk_index(int i, int t) { return 8 * (i >> 1) + 2 * t + (i & 1); }
+
+extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
+    graphattn_decode(const __grid_constant__ DecodeParams p) {
+  extern __shared__ __align__(128) unsigned char smem[];
+  const int split = blockIdx.x;
+  const int kv_head = blockIdx.y / HEAD_CHUNKS;
+  const int head_chunk = blockIdx.y - kv_head * HEAD_CHUNKS;
+  const int req = blockIdx.z;
+  const int tid = threadIdx.x;
+  const int warp = tid >> 5, lane = tid & 31;
+  const int g = lane >> 2, t = lane & 3;
+  const int first_head = kv_head * GROUP + head_chunk * GA_DECODE_HEADS_PER_BLOCK;
+  const int heads_here = GROUP - head_chunk * GA_DECODE_HEADS_PER_BLOCK < HPB
+                             ? GROUP - head_chunk * GA_DECODE_HEADS_PER_BLOCK
+                             : HPB;
+
+  const int seq_len = p.seq_lens[req];
+  if (seq_len <= 0) {  // a padded row: zeros out, no block-table read
+    if (split == 0) {
+      if (blockIdx.y == 0 && tid == 0) p.num_splits[req] = 0;
+      for (int i = tid; i < heads_here * (HEAD_SIZE / 8); i += GA_DECODE_THREADS) {
+        const int h = i / (HEAD_SIZE / 8), c = i - h * (HEAD_SIZE / 8);
+        ga_u16* o = static_cast<ga_u16*>(p.output) + req * p.output_token_stride +
+                    (first_head + h) * p.output_head_stride + c * 8;
+        *reinterpret_cast<uint4*>(o) = make_uint4(0u, 0u, 0u, 0u);
+      }
+    }
+    return;
+  }
+
+  // This request's tiles: 16-token tiles from the window start rounded down to 16.
+  const int lo = HAS_WINDOW ? (seq_len - p.window > 0 ? seq_len - p.window : 0) : 0;
+  const int base = lo & ~(TILE - 1);
+  const int tiles = (seq_len - base + TILE - 1) / TILE;
+  int num_splits = (tiles + GA_DECODE_MIN_TILES_PER_SPLIT - 1) / GA_DECODE_MIN_TILES_PER_SPLIT;
+  if (num_splits > p.max_splits) num_splits = p.max_splits;
+  const int tiles_per_split = (tiles + num_splits - 1) / num_splits;
+  num_splits = (tiles + tiles_per_split - 1) / tiles_per_split;
+  if (split == 0 && blockIdx.y == 0 && tid == 0) p.num_splits[req] = num_splits;
+  if (split >= num_splits) return;
+  const int tile_begin = split * tiles_per_split;
+  const int tile_end = tile_begin + tiles_per_split < tiles ? tile_begin + tiles_per_split : tiles;
+  // This warp's tiles: tile_begin + warp + NW * j.
+  const int my_tiles = tile_begin + warp < tile_end ? (tile_end - tile_begin - warp + NW - 1) / NW : 0;
+
+  unsigned char* ring = smem + warp * STAGES * STAGE_BYTES;
+  // Zero the never-copied bytes of each padded row once: K padding must be 0 (it meets Q's
+  // zero padding in the dot product), V padding only feeds discarded output columns.
+  if (FULL_CHUNKS < CHUNKS_PAD) {
+    constexpr int PAD = CHUNKS_PAD - FULL_CHUNKS;
+    for (int i = lane; i < STAGES * 2 * TILE * PAD; i += 32) {
+      const int row = i / (PAD > 0 ? PAD : 1);  // over stages x {K, V} x tokens
+      const int c = FULL_CHUNKS + (i - row * PAD);
+      *reinterpret_cast<uint4*>(ring + row * ROW_BYTES + ((c ^ (row & 7)) * 16)) =
+          make_uint4(0u, 0u, 0u, 0u);
+    }
+    __syncwarp();
+  }
+
+  const unsigned char* key_cache = static_cast<const unsigned char*>(p.key_cache);
+  const unsigned char* value_cache = static_cast<const unsigned char*>(p.value_cache);
+  const long long head_off = static_cast<long long>(kv_head) * p.cache_head_stride * KV_BYTES;
+  const long long token_bytes = p.cache_token_stride * KV_BYTES;
+  const int* bt_row = p.block_table + req * p.block_table_stride;
+  const unsigned ring_addr = ga_smem_addr(ring);
+
+  // Block-table entries of this warp's tiles, 32 at a time: lane l holds tile j0 + l's.
+  int bt_cached = 0, bt_j0 = -64;
+  auto issue = [&](int j) {
+    if (j - bt_j0 >= 32) {
+      bt_j0 = j;
+      const int jj = j + lane;
+      if (jj < my_tiles) {
+        const int tok = base + (tile_begin + warp + NW * jj) * TILE;
+        bt_cached = bt_row[tok / BLOCK_SIZE];
+      }
+    }
+    const int block = __shfl_sync(0xffffffffu, bt_cached, j - bt_j0);
+    const int t0 = base + (tile_begin + warp + NW * j) * TILE;
+    const long long off = static_cast<long long>(block) * p.cache_block_stride * KV_BYTES +
+                          (t0 % BLOCK_SIZE) * token_bytes + head_off;
+    const unsigned stage = ring_addr + (j % STAGES) * STAGE_BYTES;
+#pragma unroll
+    for (int it = 0; it < LOAD_ITERS; ++it) {
+      const int idx = lane + 32 * it;
+      if (TILE * UNITS % 32 == 0 || idx < TILE * UNITS) {
+        const int tok = idx / UNITS, u = idx - (idx / UNITS) * UNITS;
+        const int pos = t0 + tok;
+        const bool valid = pos >= lo && pos < seq_len;
+        const long long src = off + tok * token_bytes + u * CP_BYTES;
+        const int chunk = (u * CP_BYTES) >> 4;
+        const unsigned dst = stage + tok * ROW_BYTES + ((chunk ^ (tok & 7)) << 4) +
+                             ((u * CP_BYTES) & 15);
+        ga_cp_async(dst, key_cache + (valid ? src : off), valid);
+        ga_cp_async(dst + TILE_BYTES, value_cache + (valid ? src : off), valid);
+      }
+    }
+  };
+
+  // Q^T fragments (MMA B operand): thread (g, t) holds head g (+ 8 nt) chunks c(i, t).
+  ga_u32 qf[NT][KGROUPS][KW];
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+    const int h = nt * 8 + g;
+    const ga_u16* q = static_cast<const ga_u16*>(p.query) + req * p.query_token_stride +
+                      (first_head + h) * p.query_head_stride;
+#pragma unroll
+    for (int i = 0; i < KGROUPS; ++i) {
+      const int c = ga_k_chunk_index(i, t);
+#pragma unroll
+      for (int half = 0; half < KW / 4; ++half) {
+        const int e = c * CE + half * 8;  // first of 8 query elements
+        uint4 v = make_uint4(0u, 0u, 0u, 0u);
+        if (h < heads_here && e < HEAD_SIZE) v = *reinterpret_cast<const uint4*>(q + e);
+        qf[nt][i][half * 4 + 0] = v.x;
+        qf[nt][i][half * 4 + 1] = v.y;
+        qf[nt][i][half * 4 + 2] = v.z;
+        qf[nt][i][half * 4 + 3] = v.w;
+      }
+    }
+  }
+
+  // Scores in the log2 domain: no cap: raw * qk_scale; cap: tanh(raw * qk_scale) * cap_log2.
+  const float score_scale = p.scale * p.k_scale * KV_WIDEN_SCALE;
+  const float qk_scale = HAS_SOFT_CAP ? score_scale / p.soft_cap : score_scale * LOG2E;
+  const float cap_log2 = HAS_SOFT_CAP ? p.soft_cap * LOG2E : 0.0f;
+
+  float o[VGROUPS][MSUB][NT][4];
+#pragma unroll
+  for (int v = 0; v < VGROUPS; ++v)
+#pragma unroll
+    for (int u = 0; u < MSUB; ++u)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) o[v][u][nt][e] = 0.0f;
+  float m_run[NT][2], l_run[NT][2];
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+    m_run[nt][0] = m_run[nt][1] = GA_NEG_INF;
+    l_run[nt][0] = l_run[nt][1] = 0.0f;
+  }
+
+#pragma unroll
+  for (int s = 0; s < STAGES - 1; ++s) {
+    if (s < my_tiles) issue(s);
+    ga_cp_commit();
+  }
+
+  for (int j = 0; j < my_tiles; ++j) {
+    if (j + STAGES - 1 < my_tiles) issue(j + STAGES - 1);
+    ga_cp_commit();
+    ga_cp_wait<STAGES - 1>();
+    __syncwarp();
+    const unsigned char* ks = ring + (j % STAGES) * STAGE_BYTES;
+    const unsigned char* vs = ks + TILE_BYTES;
+    const int t0 = base + (tile_begin + warp + NW * j) * TILE;
+
+    // S^T = K Q^T: rows tokens g, g + 8; columns heads 2t, 2t + 1 (+ 8 nt).
+    float s[NT][4];
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < KGROUPS; ++i) {
+      if (8 * (i >> 1) + (i & 1) >= LIVE_CHUNKS) continue;  // the whole chunk group is padding
+      const int c = ga_k_chunk_index(i, t);
+      const int sw = (c ^ g) << 4;
+      ga_u32 ka[KW], kb[KW];
+      ga_k_chunk(*reinterpret_cast<const uint4*>(ks + g * ROW_BYTES + sw), ka);
+      ga_k_chunk(*reinterpret_cast<const uint4*>(ks + (g + 8) * ROW_BYTES + sw), kb);
+#pragma unroll
+      for (int sub = 0; sub < KSUB; ++sub)
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+          ga_mma(s[nt], ka[2 * sub], kb[2 * sub], ka[2 * sub + 1], kb[2 * sub + 1],
+                 qf[nt][i][2 * sub], qf[nt][i][2 * sub + 1]);
+    }
+
+    const int pos0 = t0 + g, pos1 = t0 + g + 8;
+    const bool ok0 = pos0 >= lo && pos0 < seq_len;
+    const bool ok1 = pos1 >= lo && pos1 < seq_len;
+    ga_u32 pt[NT][2];  // P^T as MMA B fragments
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float x = s[nt][e] * qk_scale;
+        if (HAS_SOFT_CAP) x = tanhf(x) * cap_log2;
+        s[nt][e] = (e < 2 ? ok0 : ok1) ? x : GA_NEG_INF;
+      }
+      float mx0 = fmaxf(s[nt][0], s[nt][2]), mx1 = fmaxf(s[nt][1], s[nt][3]);
+#pragma unroll
+      for (int d = 4; d < 32; d <<= 1) {
+        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, d));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, d));
+      }
+      const float mn0 = fmaxf(m_run[nt][0], mx0), mn1 = fmaxf(m_run[nt][1], mx1);
+      const float mu0 = mn0 == GA_NEG_INF ? 0.0f : mn0, mu1 = mn1 == GA_NEG_INF ? 0.0f : mn1;
+      const float alpha0 = ga_exp2(m_run[nt][0] - mu0), alpha1 = ga_exp2(m_run[nt][1] - mu1);
+      m_run[nt][0] = mn0;
+      m_run[nt][1] = mn1;
+      const ga_u32 x0 = ga_pack2(ga_exp2(s[nt][0] - mu0), ga_exp2(s[nt][1] - mu1));  // token g
+      const ga_u32 x1 = ga_pack2(ga_exp2(s[nt][2] - mu0), ga_exp2(s[nt][3] - mu1));  // token g+8
+      // The row sums use the rounded weights that the MMA multiplies with.
+      l_run[nt][0] = l_run[nt][0] * alpha0 + ga_lo_f32(x0) + ga_lo_f32(x1);
+      l_run[nt][1] = l_run[nt][1] * alpha1 + ga_hi_f32(x0) + ga_hi_f32(x1);
+      pt[nt][0] = ga_movmatrix_trans(x0);
+      pt[nt][1] = ga_movmatrix_trans(x1);
+#pragma unroll
+      for (int v = 0; v < VGROUPS; ++v)
+#pragma unroll
+        for (int u = 0; u < MSUB; ++u) {
+          o[v][u][nt][0] *= alpha0;
+          o[v][u][nt][1] *= alpha1;
+          o[v][u][nt][2] *= alpha0;
+          o[v][u][nt][3] *= alpha1;
+        }
+    }
+
+    // O^T += V^T P^T: rows head dimensions, columns heads.
+#pragma unroll
+    for (int v = 0; v < VGROUPS; ++v) {
+      if (8 * v >= LIVE_CHUNKS) continue;
+      const int cv = g + 8 * v;
+      const int sw0 = (cv ^ (2 * t)) << 4, sw1 = (cv ^ (2 * t + 1)) << 4;
+      const uint4 v0 = *reinterpret_cast<const uint4*>(vs + (2 * t) * ROW_BYTES + sw0);
+      const uint4 v1 = *reinterpret_cast<const uint4*>(vs + (2 * t + 1) * ROW_BYTES + sw1);
+      const uint4 v8 = *reinterpret_cast<const uint4*>(vs + (2 * t + 8) * ROW_BYTES + sw0);
+      const uint4 v9 = *reinterpret_cast<const uint4*>(vs + (2 * t + 9) * ROW_BYTES + sw1);
+      ga_u32 lo01[CE], lo89[CE];
+      ga_v_pairs(v0, v1, lo01);
+      ga_v_pairs(v8, v9, lo89);
+#pragma unroll
+      for (int u = 0; u < MSUB; ++u)
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+          ga_mma(o[v][u][nt], lo01[2 * u], lo01[2 * u + 1], lo89[2 * u], lo89[2 * u + 1],
+                 pt[nt][0], pt[nt][1]);
+    }
+    __syncwarp();
+  }
+  ga_cp_wait<0>();
+
+  // Combine the warps: each writes its max, sum and unnormalized output per head.
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+    for (int d = 4; d < 32; d <<= 1) {
+      l_run[nt][0] += __shfl_xor_sync(0xffffffffu, l_run[nt][0], d);
+      l_run[nt][1] += __shfl_xor_sync(0xffffffffu, l_run[nt][1], d);
+    }
+  __syncthreads();  // every warp is done with its ring before the combine reuses it
+  float* red_o = reinterpret_cast<float*>(smem);                   // [NW][16][DIMS_PAD]
+  float* red_m = red_o + NW * GA_DECODE_HEADS_PER_BLOCK * DIMS_PAD;  // [NW][16]
+  float* red_l = red_m + NW * GA_DECODE_HEADS_PER_BLOCK;             // [NW][16]
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      const int h = nt * 8 + 2 * t + k;
+      if (g == 0) {
+        red_m[warp * GA_DECODE_HEADS_PER_BLOCK + h] = m_run[nt][k];
+        red_l[warp * GA_DECODE_HEADS_PER_BLOCK + h] = l_run[nt][k];
+      }
+      float* row = red_o + (warp * GA_DECODE_HEADS_PER_BLOCK + h) * DIMS_PAD;
+#pragma unroll
+      for (int v = 0; v < VGROUPS; ++v) {
+        if (8 * v >= LIVE_CHUNKS) continue;
+        float* dst = row + (g + 8 * v) * CE;
+#pragma unroll
+        for (int u = 0; u < MSUB; u += 2) {
+          // Element 2u of the chunk is o[..][u][nt][k], element 2u + 1 is o[..][u][nt][k + 2].
+          *reinterpret_cast<float4*>(dst + 2 * u) =
+              make_float4(o[v][u][nt][k], o[v][u][nt][k + 2], o[v][u + 1][nt][k],
+                          o[v][u + 1][nt][k + 2]);
+        }
+      }
+    }
+  }
+  __syncthreads();
+
+  const float out_scale = p.v_scale * KV_WIDEN_SCALE;
+  constexpr int D4 = HEAD_SIZE / 4;
+  for (int i = tid; i < heads_here * D4; i += GA_DECODE_THREADS) {
+    const int h = i / D4, d = (i - h * D4) * 4;
+    float mx = GA_NEG_INF;
+#pragma unroll
+    for (int w = 0; w < NW; ++w) mx = fmaxf(mx, red_m[w * GA_DECODE_HEADS_PER_BLOCK + h]);
+    float l = 0.0f;
+    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+    for (int w = 0; w < NW; ++w) {
+      const float mw = red_m[w * GA_DECODE_HEADS_PER_BLOCK + h];
+      const float f = mw == GA_NEG_INF ? 0.0f : ga_exp2(mw - mx);
+      l += f * red_l[w * GA_DECODE_HEADS_PER_BLOCK + h];
+      const float4 x =
+          *reinterpret_cast<const float4*>(red_o + (w * GA_DECODE_HEADS_PER_BLOCK + h) * DIMS_PAD + d);
+      acc.x += f * x.x;
+      acc.y += f * x.y;
+      acc.z += f * x.z;
+      acc.w += f * x.w;
+    }
+    const float r = out_scale / l;
+    acc.x *= r;
+    acc.y *= r;
+    acc.z *= r;
+    acc.w *= r;
+    const int head = first_head + h;
+    if (num_splits == 1) {
+      ga_u16* out = static_cast<ga_u16*>(p.output) + req * p.output_token_stride +
+                    head * p.output_head_stride + d;
+      *reinterpret_cast<uint2*>(out) = make_uint2(ga_pack2(acc.x, acc.y), ga_pack2(acc.z, acc.w));
+    } else {
+      const long long row = (static_cast<long long>(req) * p.num_heads + head) * p.max_splits + split;
+      *reinterpret_cast<float4*>(p.partial_out + row * HEAD_SIZE + d) = acc;
+      if (d == 0) p.partial_lse[row] = mx + __log2f(l);
+    }
+  }
+}

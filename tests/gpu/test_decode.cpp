@@ -1,0 +1,824 @@
+// The split-KV decode kernels on the GPU against the float64 reference: every head size, block
+// sizes, fp16/bf16, GQA groups (including > 16 heads per KV head), window, soft cap, NHD/HND,
+// fp8 e4m3/e5m2 KV, seq_lens 0, 1, block boundaries and >= 65536, batches 1..512, each launched
+// with the device's split policy and with forced split counts (1, odd, the maximum); then the
+// backend's forward() on mixed and padded batches, and a captured graph replayed at new lengths.
+//
+// Cache slots that must not be read (past seq_len, before the window, unused block-table
+// entries, padded rows) hold NaN or out-of-range block ids, so a stray read shows up as NaN or
+// as an illegal address. GRAPHATTN_TEST_REDUCED=1 runs a few small cases (compute-sanitizer).
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "graphattn/graphattn.hpp"
+#include "runtime/decode.hpp"
+#include "runtime/driver.hpp"
+#include "tests/host_dtypes.hpp"
+#include "tests/reference.hpp"
+#include "tests/test_util.hpp"
+
+using namespace graphattn;
+using namespace graphattn::test;
+
+namespace {
+
+bool reduced() {
+  const char* r = std::getenv("GRAPHATTN_TEST_REDUCED");
+  return r && std::string(r) == "1";
+}
+
+ScalarType scalar_of(DType t) {
+  return t == DType::kBFloat16 ? ScalarType::kBFloat16 : ScalarType::kFloat16;
+}
+ScalarType kv_scalar_of(KvDType kv, DType t) {
+  return kv == KvDType::kAuto     ? scalar_of(t)
+         : kv == KvDType::kFp8E4M3 ? ScalarType::kFloat8E4M3
+                                   : ScalarType::kFloat8E5M2;
+}
+uint16_t to_storage(DType t, double f) {
+  return t == DType::kBFloat16 ? float_to_bf16(static_cast<float>(f))
+                               : float_to_fp16(static_cast<float>(f));
+}
+double from_storage(DType t, uint16_t h) {
+  return t == DType::kBFloat16 ? bf16_to_float(h) : fp16_to_float(h);
+}
+bool is_nan16(DType t, uint16_t h) {
+  return t == DType::kBFloat16 ? (h & 0x7fff) > 0x7f80 : (h & 0x7fff) > 0x7c00;
+}
+double tolerance(DType t) { return t == DType::kBFloat16 ? 5e-3 : 1e-3; }
+
+struct DecodeCase {
+  DType dtype = DType::kBFloat16;
+  KvDType kv = KvDType::kAuto;
+  KvLayout layout = KvLayout::kNHD;
+  int head_size = 128, block_size = 16, num_kv_heads = 2, group = 4;
+  int window = 0;        // 0: none
+  float soft_cap = 0;    // 0: none
+  std::vector<int> seq_lens;
+  int checked = -1;      // requests compared with the reference (sampled); -1: all
+  double q_std = 1.0;    // larger scores make the soft cap bite
+  bool strided = false;  // query and output rows with padding between tokens
+};
+
+std::string describe(const DecodeCase& c) {
+  std::string s = std::string(to_string(c.dtype)) + " kv " + to_string(c.kv) + " " +
+                  to_string(c.layout) + " head " + std::to_string(c.head_size) + " block " +
+                  std::to_string(c.block_size) + " kv heads " + std::to_string(c.num_kv_heads) +
+                  " group " + std::to_string(c.group) + " window " + std::to_string(c.window) +
+                  " cap " + std::to_string(c.soft_cap) + " batch " +
+                  std::to_string(c.seq_lens.size()) + " seq_lens";
+  for (size_t i = 0; i < c.seq_lens.size() && i < 8; ++i) s += " " + std::to_string(c.seq_lens[i]);
+  if (c.seq_lens.size() > 8) s += " ...";
+  return s;
+}
+
+AttentionSpec decode_spec_of(const DecodeCase& c, int arch) {
+  AttentionSpec s;
+  s.kind = KernelKind::kDecode;
+  s.head_size = c.head_size;
+  s.block_size = c.block_size;
+  s.dtype = c.dtype;
+  s.kv_dtype = c.kv;
+  s.group = c.group;
+  s.sliding_window = c.window > 0;
+  s.soft_cap = c.soft_cap > 0;
+  s.layout = c.layout;
+  s.arch = arch;
+  return s;
+}
+
+// A finite random KV element: 16-bit values from N(0, 1); fp8 codes drawn uniformly among the
+// finite codes of magnitude <= 8 (so every exponent, subnormals included, appears).
+struct KvSampler {
+  DType dtype;
+  KvDType kv;
+  std::vector<uint8_t> codes;
+  KvSampler(DType d, KvDType k) : dtype(d), kv(k) {
+    for (int c = 0; c < 256; ++c) {
+      const double v = kv == KvDType::kFp8E4M3 ? e4m3_to_double(static_cast<uint8_t>(c))
+                                               : e5m2_to_double(static_cast<uint8_t>(c));
+      if (std::isfinite(v) && std::fabs(v) <= 8) codes.push_back(static_cast<uint8_t>(c));
+    }
+  }
+  // Writes one element at `dst` (1 or 2 bytes) and returns its stored (unscaled) value.
+  double draw(std::mt19937_64& rng, std::normal_distribution<double>& normal, uint8_t* dst) {
+    if (kv == KvDType::kAuto) {
+      const uint16_t h = to_storage(dtype, normal(rng));
+      std::memcpy(dst, &h, 2);
+      return from_storage(dtype, h);
+    }
+    const uint8_t c = codes[rng() % codes.size()];
+    *dst = c;
+    return kv == KvDType::kFp8E4M3 ? e4m3_to_double(c) : e5m2_to_double(c);
+  }
+};
+
+// Host and device data of one decode batch.
+struct Batch {
+  int64_t num_blocks = 0, max_blocks = 1, token_stride = 0;
+  TensorView kv_view, q_view, out_view, seq_view, bt_view;
+  DeviceBuffer d_cache, d_q, d_out, d_seq, d_bt;
+  std::vector<int> block_table;
+  std::vector<double> q, k_ref, v_ref;  // reference values (logical NHD, dequantized)
+};
+
+int64_t cache_offset(const DecodeCase& c, int64_t nb, int which, int64_t blk, int64_t off,
+                     int64_t h, int64_t d) {
+  const int64_t B = c.block_size, KH = c.num_kv_heads, D = c.head_size;
+  const int64_t base = (which * nb + blk) * B * KH * D;
+  return c.layout == KvLayout::kNHD ? base + (off * KH + h) * D + d
+                                    : base + (h * B + off) * D + d;
+}
+
+void build_batch(const DecodeCase& c, std::mt19937_64& rng, Batch& b) {
+  const int n = static_cast<int>(c.seq_lens.size());
+  const int64_t B = c.block_size, KH = c.num_kv_heads, D = c.head_size, H = KH * c.group;
+  std::vector<int> nblk(n);
+  int64_t used = 0;
+  for (int r = 0; r < n; ++r) {
+    nblk[r] = static_cast<int>((c.seq_lens[r] + B - 1) / B);
+    used += nblk[r];
+    b.max_blocks = std::max<int64_t>(b.max_blocks, nblk[r]);
+  }
+  b.num_blocks = used + 2;  // plus blocks nothing refers to
+  std::vector<int> phys(b.num_blocks);
+  std::iota(phys.begin(), phys.end(), 0);
+  std::shuffle(phys.begin(), phys.end(), rng);
+  // Unused entries (and padded rows) name a block far outside the cache.
+  b.block_table.assign(n * b.max_blocks, 0x3fffffff);
+  int64_t next = 0;
+  for (int r = 0; r < n; ++r)
+    for (int i = 0; i < nblk[r]; ++i) b.block_table[r * b.max_blocks + i] = phys[next++];
+
+  const int elem = c.kv == KvDType::kAuto ? 2 : 1;
+  const size_t cache_elems = 2 * b.num_blocks * B * KH * D;
+  std::vector<uint8_t> host(cache_elems * elem, 0xff);  // NaN everywhere nothing may read
+  b.k_ref.assign(b.num_blocks * B * KH * D, 0.0);
+  b.v_ref.assign(b.k_ref.size(), 0.0);
+  KvSampler sampler(c.dtype, c.kv);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  const double ks = c.kv == KvDType::kAuto ? 1.0 : 0.37, vs = c.kv == KvDType::kAuto ? 1.0 : 1.9;
+  for (int r = 0; r < n; ++r) {
+    const int s = c.seq_lens[r];
+    const int lo = c.window > 0 ? std::max(0, s - c.window) : 0;
+    for (int pos = lo; pos < s; ++pos) {
+      const int64_t blk = b.block_table[r * b.max_blocks + pos / B], off = pos % B;
+      for (int64_t h = 0; h < KH; ++h)
+        for (int64_t d = 0; d < D; ++d) {
+          const size_t ref = ((blk * B + off) * KH + h) * D + d;
+          b.k_ref[ref] =
+              ks * sampler.draw(rng, normal, &host[cache_offset(c, b.num_blocks, 0, blk, off, h, d) * elem]);
+          b.v_ref[ref] =
+              vs * sampler.draw(rng, normal, &host[cache_offset(c, b.num_blocks, 1, blk, off, h, d) * elem]);
+        }
+    }
+  }
+  b.d_cache = DeviceBuffer(host.size());
+  b.d_cache.upload(host.data(), host.size());
+  const ScalarType kst = kv_scalar_of(c.kv, c.dtype);
+  const int64_t NB = b.num_blocks;
+  b.kv_view = c.layout == KvLayout::kNHD
+                  ? TensorView::contiguous(b.d_cache.data(), kst, {2, NB, B, KH, D})
+                  : TensorView::strided(b.d_cache.data(), kst, {2, NB, B, KH, D},
+                                        {NB * KH * B * D, KH * B * D, D, B * D, 1});
+
+  b.token_stride = H * D + (c.strided ? 24 : 0);
+  std::vector<uint16_t> q(n * b.token_stride, 0xffff);
+  b.q.assign(n * H * D, 0.0);
+  std::normal_distribution<double> qn(0.0, c.q_std);
+  for (int r = 0; r < n; ++r)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t d = 0; d < D; ++d) {
+        const uint16_t x = to_storage(c.dtype, qn(rng));
+        q[r * b.token_stride + h * D + d] = x;
+        b.q[(r * H + h) * D + d] = from_storage(c.dtype, x);
+      }
+  const ScalarType st = scalar_of(c.dtype);
+  b.d_q = DeviceBuffer(q.size() * 2);
+  b.d_q.upload(q.data(), q.size() * 2);
+  b.d_out = DeviceBuffer(q.size() * 2);
+  b.q_view = TensorView::strided(b.d_q.data(), st, {n, H, D}, {b.token_stride, D, 1});
+  b.out_view = TensorView::strided(b.d_out.data(), st, {n, H, D}, {b.token_stride, D, 1});
+  b.d_seq = DeviceBuffer(n * 4);
+  b.d_seq.upload(c.seq_lens.data(), n * 4);
+  b.seq_view = TensorView::contiguous(b.d_seq.data(), ScalarType::kInt32, {n});
+  b.d_bt = DeviceBuffer(b.block_table.size() * 4);
+  b.d_bt.upload(b.block_table.data(), b.block_table.size() * 4);
+  b.bt_view = TensorView::contiguous(b.d_bt.data(), ScalarType::kInt32, {n, b.max_blocks});
+}
+
+// The float64 reference for a sample of the batch's requests, in batch row order.
+std::vector<double> reference_rows(const DecodeCase& c, Batch& b, const std::vector<int>& rows,
+                                   double scale) {
+  const int64_t H = c.num_kv_heads * c.group, D = c.head_size;
+  RefProblem p;
+  p.num_heads = static_cast<int>(H);
+  p.num_kv_heads = c.num_kv_heads;
+  p.head_size = c.head_size;
+  p.block_size = c.block_size;
+  p.max_blocks_per_seq = static_cast<int>(b.max_blocks);
+  p.query_start_loc.push_back(0);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const int r = rows[i];
+    p.query_start_loc.push_back(static_cast<int>(i + 1));
+    p.seq_lens.push_back(c.seq_lens[r]);
+    p.block_table.insert(p.block_table.end(), b.block_table.begin() + r * b.max_blocks,
+                         b.block_table.begin() + (r + 1) * b.max_blocks);
+    p.q.insert(p.q.end(), b.q.begin() + r * H * D, b.q.begin() + (r + 1) * H * D);
+  }
+  // The reference never reads past seq_len nor before the window, where the cache holds
+  // nothing (see build_batch); it gets the same block ids.
+  p.k_cache.swap(b.k_ref);  // lent, not copied: long cases hold hundreds of MB
+  p.v_cache.swap(b.v_ref);
+  p.scale = scale;
+  p.window = c.window;
+  p.soft_cap = c.soft_cap;
+  std::vector<double> out = reference_attention(p);
+  p.k_cache.swap(b.k_ref);
+  p.v_cache.swap(b.v_ref);
+  return out;
+}
+
+struct Kernels {
+  const detail::LoadedKernel* decode;
+  const detail::LoadedKernel* reduce;
+  int resident_blocks;
+};
+
+Kernels load(const DecodeCase& c, KernelCache& cache) {
+  const AttentionSpec s = decode_spec_of(c, current_device_arch());
+  Kernels k;
+  k.decode = &detail::load_kernel(s, cache);
+  k.reduce = &detail::load_kernel(detail::decode_reduce_spec(s), cache);
+  k.resident_blocks = detail::decode_resident_blocks(*k.decode);
+  return k;
+}
+
+// Runs one case with each split count in `splits` (0: the device's policy) and compares.
+void run_case(const DecodeCase& c, KernelCache& cache, std::mt19937_64& rng,
+              std::vector<int> splits = {0, 1, 3}) {
+  INFO(describe(c));
+  const int n = static_cast<int>(c.seq_lens.size());
+  const int64_t H = c.num_kv_heads * c.group, D = c.head_size;
+  Batch b;
+  build_batch(c, rng, b);
+  const Kernels k = load(c, cache);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+
+  std::vector<int> rows(n);
+  std::iota(rows.begin(), rows.end(), 0);
+  if (c.checked >= 0 && c.checked < n) {
+    std::shuffle(rows.begin(), rows.end(), rng);
+    rows.resize(c.checked);
+    std::sort(rows.begin(), rows.end());
+  }
+  const std::vector<double> want = reference_rows(c, b, rows, scale);
+
+  const int max_len = std::max(1, *std::max_element(c.seq_lens.begin(), c.seq_lens.end()));
+  const int policy =
+      detail::decode_max_splits(n, c.num_kv_heads, c.group, max_len, c.window, k.resident_blocks);
+  for (int& s : splits) s = s == 0 ? policy : s == -1 ? (max_len + 63) / 64 : s;
+  int most = 1;
+  for (int s : splits) most = std::max(most, s);
+  DeviceBuffer ws(detail::decode_workspace_bytes(n, static_cast<int>(H), c.head_size, most));
+
+  for (int s : splits) {
+    INFO("max_splits " << s << " (policy " << policy << ")");
+    b.d_out.fill_bytes(0xff);  // NaN: every element must be written
+    detail::DecodeLaunch a;
+    a.query = b.q_view;
+    a.kv_cache = b.kv_view;
+    a.output = b.out_view;
+    a.seq_lens = b.seq_view;
+    a.block_table = b.bt_view;
+    a.num_decodes = n;
+    a.max_splits = s;
+    a.scale = static_cast<float>(scale);
+    a.window = c.window;
+    a.soft_cap = c.soft_cap;
+    a.k_scale = c.kv == KvDType::kAuto ? 1.0f : 0.37f;
+    a.v_scale = c.kv == KvDType::kAuto ? 1.0f : 1.9f;
+    a.workspace = ws.data();
+    a.workspace_size = ws.bytes();
+    detail::launch_decode(*k.decode, *k.reduce, a, nullptr);
+    GA_CU_CHECK(detail::driver().cuCtxSynchronize());
+    std::vector<uint16_t> out(n * b.token_stride);
+    b.d_out.download(out.data(), out.size() * 2);
+
+    size_t nan = 0, nonzero_padded = 0;
+    for (int r = 0; r < n; ++r)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t d = 0; d < D; ++d) {
+          const uint16_t x = out[r * b.token_stride + h * D + d];
+          if (is_nan16(c.dtype, x)) ++nan;
+          if (c.seq_lens[r] == 0 && x != 0) ++nonzero_padded;
+        }
+    CHECK(nan == 0);
+    CHECK(nonzero_padded == 0);
+    std::vector<double> got;
+    got.reserve(want.size());
+    for (int r : rows)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t d = 0; d < D; ++d)
+          got.push_back(from_storage(c.dtype, out[r * b.token_stride + h * D + d]));
+    const double err = relative_l2(got, want);
+    INFO("relative L2 error " << err);
+    CHECK(err <= tolerance(c.dtype));
+  }
+}
+
+// Sequence lengths around multiples of the block size, and 0 and 1.
+std::vector<int> boundary_lens(int block, std::mt19937_64& rng) {
+  std::vector<int> v = {0,         1,         block - 1,     block,       block + 1,
+                        2 * block, 3 * block - 1, 16 * block, 16 * block + 1, 0};
+  std::uniform_int_distribution<int> u(2, 40 * block);
+  for (int i = 0; i < 4; ++i) v.push_back(u(rng));
+  return v;
+}
+
+std::vector<int> random_lens(std::mt19937_64& rng, int n, int lo, int hi) {
+  std::uniform_int_distribution<int> u(lo, hi);
+  std::vector<int> v(n);
+  for (int& x : v) x = u(rng);
+  return v;
+}
+
+std::vector<DecodeCase> all_cases(std::mt19937_64& rng) {
+  std::vector<DecodeCase> cases;
+  if (reduced()) {
+    DecodeCase c;
+    c.seq_lens = {0, 1, 17, 300, 64};
+    cases.push_back(c);
+    c.dtype = DType::kFloat16;
+    c.kv = KvDType::kFp8E4M3;
+    c.layout = KvLayout::kHND;
+    c.head_size = 40;
+    c.group = 5;
+    c.window = 37;
+    c.soft_cap = 4;
+    c.q_std = 3;
+    cases.push_back(c);
+    c = DecodeCase();
+    c.head_size = 256;
+    c.group = 20;  // two blocks of query heads per KV head
+    c.num_kv_heads = 1;
+    c.block_size = 256;
+    c.kv = KvDType::kFp8E5M2;
+    c.seq_lens = {300, 0, 513};
+    cases.push_back(c);
+    return cases;
+  }
+  // Every head size (block 16), alternating dtype, group, layout and KV type.
+  for (int h : supported_head_sizes()) {
+    DecodeCase c;
+    c.head_size = h;
+    c.dtype = (h / 8) % 2 ? DType::kFloat16 : DType::kBFloat16;
+    c.group = (h / 8) % 3 == 0 ? 4 : (h / 8) % 3 == 1 ? 1 : 8;
+    c.layout = (h / 8) % 2 ? KvLayout::kHND : KvLayout::kNHD;
+    c.num_kv_heads = 2;
+    c.seq_lens = {1, 0, 37, 300, 1100};
+    cases.push_back(c);
+    c.kv = (h / 8) % 2 ? KvDType::kFp8E4M3 : KvDType::kFp8E5M2;
+    c.seq_lens = {250, 16, 0, 2};
+    cases.push_back(c);
+  }
+  // Block sizes with lengths at block boundaries, both layouts.
+  for (int block : {16, 32, 64, 128, 256})
+    for (KvLayout lay : {KvLayout::kNHD, KvLayout::kHND}) {
+      DecodeCase c;
+      c.block_size = block;
+      c.layout = lay;
+      c.dtype = lay == KvLayout::kNHD ? DType::kBFloat16 : DType::kFloat16;
+      c.seq_lens = boundary_lens(block, rng);
+      c.strided = block == 64;
+      cases.push_back(c);
+    }
+  // GQA groups, both dtypes; 20 and 64 need several blocks of query heads per KV head.
+  for (int g : {1, 2, 4, 5, 8, 16, 20, 64})
+    for (DType dt : {DType::kFloat16, DType::kBFloat16}) {
+      DecodeCase c;
+      c.group = g;
+      c.dtype = dt;
+      c.num_kv_heads = g >= 16 ? 1 : 3;
+      c.seq_lens = random_lens(rng, 5, 1, 3000);
+      c.seq_lens[2] = 0;
+      cases.push_back(c);
+    }
+  // Window and soft cap on and off, both layouts, both dtypes.
+  for (int window : {0, 1, 17, 500})
+    for (float cap : {0.0f, 5.0f})
+      for (KvLayout lay : {KvLayout::kNHD, KvLayout::kHND}) {
+        DecodeCase c;
+        c.window = window;
+        c.soft_cap = cap;
+        c.q_std = cap > 0 ? 3.0 : 1.0;
+        c.layout = lay;
+        c.dtype = window % 2 ? DType::kFloat16 : DType::kBFloat16;
+        c.group = lay == KvLayout::kNHD ? 8 : 2;
+        c.seq_lens = {1, 16, 17, 499, 500, 501, 515, 2049, 0};
+        cases.push_back(c);
+      }
+  // fp8 KV: both formats, layouts, dtypes, with window and cap.
+  for (KvDType kv : {KvDType::kFp8E4M3, KvDType::kFp8E5M2})
+    for (KvLayout lay : {KvLayout::kNHD, KvLayout::kHND})
+      for (DType dt : {DType::kFloat16, DType::kBFloat16}) {
+        DecodeCase c;
+        c.kv = kv;
+        c.layout = lay;
+        c.dtype = dt;
+        c.head_size = dt == DType::kFloat16 ? 128 : 72;
+        c.block_size = lay == KvLayout::kNHD ? 16 : 32;
+        c.window = kv == KvDType::kFp8E4M3 ? 300 : 0;
+        c.soft_cap = dt == DType::kBFloat16 ? 20.0f : 0.0f;
+        c.seq_lens = random_lens(rng, 6, 1, 2500);
+        cases.push_back(c);
+      }
+  // Batches 1..512, short random lengths; a sample of the requests is checked.
+  for (int n : {1, 2, 7, 64, 200, 512}) {
+    DecodeCase c;
+    c.num_kv_heads = 2;
+    c.group = 4;
+    c.seq_lens = random_lens(rng, n, 0, n >= 200 ? 120 : 400);
+    c.checked = std::min(n, 48);
+    cases.push_back(c);
+  }
+  return cases;
+}
+
+}  // namespace
+
+TEST_CASE("gpu decode: matches the float64 reference across the spec axes and split counts") {
+  GA_REQUIRE_GPU();
+  TempDir dir;
+  CacheOptions o;
+  o.dir = dir.path();
+  KernelCache cache(o);
+  auto rng = make_rng();
+  const std::vector<DecodeCase> cases = all_cases(rng);
+  // Compile everything in parallel first.
+  std::vector<AttentionSpec> specs;
+  const int arch = current_device_arch();
+  for (const auto& c : cases) {
+    const AttentionSpec s = decode_spec_of(c, arch);
+    for (const AttentionSpec& x : {s, detail::decode_reduce_spec(s)})
+      if (std::find(specs.begin(), specs.end(), x) == specs.end()) specs.push_back(x);
+  }
+  for (const auto& r : cache.precompile(specs)) {
+    INFO(r.spec << ": " << r.error);
+    REQUIRE(r.error.empty());
+  }
+  for (const auto& c : cases) run_case(c, cache, rng, reduced() ? std::vector<int>{0, 3}
+                                                                : std::vector<int>{0, 1, 3, -1});
+}
+
+TEST_CASE("gpu decode: sequences of 65536 tokens and more") {
+  GA_REQUIRE_GPU();
+  if (reduced()) return;
+  TempDir dir;
+  CacheOptions o;
+  o.dir = dir.path();
+  KernelCache cache(o);
+  auto rng = make_rng();
+  DecodeCase c;
+  c.num_kv_heads = 1;
+  c.group = 8;
+  c.seq_lens = {65536, 70001};
+  run_case(c, cache, rng, {0, 1, 7});
+  c.dtype = DType::kFloat16;
+  c.kv = KvDType::kFp8E4M3;
+  c.layout = KvLayout::kHND;
+  c.head_size = 64;
+  c.group = 4;
+  c.window = 40000;
+  c.seq_lens = {65537};
+  run_case(c, cache, rng, {0, 1});
+}
+
+namespace {
+
+// A mixed batch through AttentionBackend::forward: decodes (contexts already cached, the new
+// token written by forward's cache write), prefills with and without cached context, and padded
+// requests (seq_len 0, slot -1) at the end.
+struct Mixed {
+  std::vector<int> q_lens, seq_lens;  // per request; the first num_decodes have q_len 1
+  int num_decodes = 0;
+  int padded = 0;  // trailing requests with seq_len 0 and one padded token each
+};
+
+void run_forward(const AttentionLayerConfig& cfg, const Mixed& m, KernelCache& cache,
+                 std::mt19937_64& rng) {
+  AttentionBackend attn(cfg);
+  attn.prepare(cache);
+  const auto& c = attn.config();
+  const int64_t H = c.num_heads, KH = c.num_kv_heads, D = c.head_size, B = c.block_size;
+  const int real = static_cast<int>(m.q_lens.size());
+  const int n = real + m.padded;
+  std::vector<int> qsl(n + 1, 0), seq(n, 0);
+  for (int r = 0; r < n; ++r) {
+    const int q = r < real ? m.q_lens[r] : 1;
+    qsl[r + 1] = qsl[r] + q;
+    seq[r] = r < real ? m.seq_lens[r] : 0;
+  }
+  const int T = qsl[n];
+  int64_t max_blocks = 1, used = 0;
+  for (int s : seq) {
+    max_blocks = std::max<int64_t>(max_blocks, (s + B - 1) / B);
+    used += (s + B - 1) / B;
+  }
+  const int64_t NB = used + 1;
+  std::vector<int> phys(NB);
+  std::iota(phys.begin(), phys.end(), 0);
+  std::shuffle(phys.begin(), phys.end(), rng);
+  std::vector<int> bt(n * max_blocks, 0x3fffffff);
+  int64_t next = 0;
+  for (int r = 0; r < real; ++r)
+    for (int i = 0; i < (seq[r] + B - 1) / B; ++i) bt[r * max_blocks + i] = phys[next++];
+
+  // Cached context in the cache; new tokens' keys and values in key/value with their slots.
+  const DType dt = c.dtype;
+  std::normal_distribution<double> normal(0.0, 1.0);
+  std::vector<uint16_t> cache_host(2 * NB * B * KH * D, 0xffff);
+  std::vector<double> kref(NB * B * KH * D, 0.0), vref(kref.size(), 0.0);
+  std::vector<uint16_t> key(T * KH * D, 0xffff), value(T * KH * D, 0xffff), q(T * H * D);
+  std::vector<int64_t> slots(T, -1);
+  std::vector<double> qref(T * H * D);
+  for (size_t i = 0; i < q.size(); ++i) {
+    q[i] = to_storage(dt, normal(rng));
+    qref[i] = from_storage(dt, q[i]);
+  }
+  for (int r = 0; r < real; ++r) {
+    const int s = seq[r], ql = m.q_lens[r];
+    for (int pos = 0; pos < s; ++pos) {
+      const int64_t blk = bt[r * max_blocks + pos / B], off = pos % B;
+      const bool fresh = pos >= s - ql;
+      const int64_t tok = qsl[r] + (pos - (s - ql));
+      if (fresh) slots[tok] = blk * B + off;
+      for (int64_t h = 0; h < KH; ++h)
+        for (int64_t d = 0; d < D; ++d) {
+          const uint16_t kx = to_storage(dt, normal(rng)), vx = to_storage(dt, normal(rng));
+          const size_t ref = ((blk * B + off) * KH + h) * D + d;
+          kref[ref] = from_storage(dt, kx);
+          vref[ref] = from_storage(dt, vx);
+          if (fresh) {
+            key[(tok * KH + h) * D + d] = kx;
+            value[(tok * KH + h) * D + d] = vx;
+          } else {
+            cache_host[((0 * NB + blk) * B + off) * KH * D + h * D + d] = kx;
+            cache_host[((1 * NB + blk) * B + off) * KH * D + h * D + d] = vx;
+          }
+        }
+    }
+  }
+  const ScalarType st = scalar_of(dt);
+  DeviceBuffer d_cache(cache_host.size() * 2), d_q(q.size() * 2), d_out(q.size() * 2),
+      d_key(key.size() * 2), d_value(value.size() * 2), d_slots(T * 8), d_qsl(qsl.size() * 4),
+      d_seq(n * 4), d_bt(bt.size() * 4), ws(attn.workspace_bytes());
+  d_cache.upload(cache_host.data(), cache_host.size() * 2);
+  d_q.upload(q.data(), q.size() * 2);
+  d_key.upload(key.data(), key.size() * 2);
+  d_value.upload(value.data(), value.size() * 2);
+  d_slots.upload(slots.data(), T * 8);
+  d_qsl.upload(qsl.data(), qsl.size() * 4);
+  d_seq.upload(seq.data(), n * 4);
+  d_bt.upload(bt.data(), bt.size() * 4);
+  d_out.fill_bytes(0xff);
+
+  AttentionMetadata md;
+  md.query_start_loc = TensorView::contiguous(d_qsl.data(), ScalarType::kInt32, {n + 1});
+  md.seq_lens = TensorView::contiguous(d_seq.data(), ScalarType::kInt32, {n});
+  md.block_table = TensorView::contiguous(d_bt.data(), ScalarType::kInt32, {n, max_blocks});
+  md.slot_mapping = TensorView::contiguous(d_slots.data(), ScalarType::kInt64, {T});
+  md.num_reqs = n;
+  md.num_decodes = m.num_decodes;
+  md.num_decode_tokens = m.num_decodes;
+  md.num_actual_tokens = T;
+  md.max_query_len = *std::max_element(m.q_lens.begin(), m.q_lens.end());
+  md.max_seq_len = *std::max_element(seq.begin(), seq.end());
+  const TensorView qv = TensorView::contiguous(d_q.data(), st, {T, H, D});
+  const TensorView ov = TensorView::contiguous(d_out.data(), st, {T, H, D});
+  const TensorView kvv = TensorView::contiguous(d_key.data(), st, {T, KH, D});
+  const TensorView vvv = TensorView::contiguous(d_value.data(), st, {T, KH, D});
+  const TensorView cv = TensorView::contiguous(d_cache.data(), st, {2, NB, B, KH, D});
+  attn.forward(qv, kvv, vvv, cv, ov, md, ws.data(), ws.bytes(), nullptr);
+  GA_CU_CHECK(detail::driver().cuCtxSynchronize());
+
+  std::vector<uint16_t> out(q.size());
+  d_out.download(out.data(), out.size() * 2);
+  RefProblem p;
+  p.num_heads = static_cast<int>(H);
+  p.num_kv_heads = static_cast<int>(KH);
+  p.head_size = static_cast<int>(D);
+  p.block_size = static_cast<int>(B);
+  p.query_start_loc = qsl;
+  p.seq_lens = seq;
+  p.block_table = bt;
+  p.max_blocks_per_seq = static_cast<int>(max_blocks);
+  p.q = qref;
+  p.k_cache = kref;
+  p.v_cache = vref;
+  p.scale = c.scale;
+  p.window = c.window;
+  p.soft_cap = c.soft_cap;
+  const std::vector<double> want = reference_attention(p);
+  std::vector<double> got(out.size());
+  size_t nan = 0;
+  for (size_t i = 0; i < out.size(); ++i) {
+    got[i] = from_storage(dt, out[i]);
+    nan += is_nan16(dt, out[i]);
+  }
+  CHECK(nan == 0);
+  // Decode rows and prefill rows separately, so neither hides in the other's norm.
+  const size_t split = static_cast<size_t>(qsl[m.num_decodes]) * H * D;
+  if (split > 0) {
+    const double err = relative_l2(std::vector<double>(got.begin(), got.begin() + split),
+                                   std::vector<double>(want.begin(), want.begin() + split));
+    INFO("decode rows: relative L2 " << err);
+    CHECK(err <= tolerance(dt));
+  }
+  if (split < got.size()) {
+    const double err = relative_l2(std::vector<double>(got.begin() + split, got.end()),
+                                   std::vector<double>(want.begin() + split, want.end()));
+    INFO("prefill rows: relative L2 " << err);
+    CHECK(err <= tolerance(dt));
+  }
+  // Padded requests' rows are exactly zero.
+  for (int r = real; r < n; ++r)
+    for (int64_t i = qsl[r] * H * D; i < qsl[r + 1] * H * D; ++i) CHECK(out[i] == 0);
+}
+
+}  // namespace
+
+TEST_CASE("gpu decode: forward on decode-only, mixed and padded batches") {
+  GA_REQUIRE_GPU();
+  TempDir dir;
+  CacheOptions o;
+  o.dir = dir.path();
+  KernelCache cache(o);
+  auto rng = make_rng();
+  AttentionLayerConfig cfg;
+  cfg.num_heads = 8;
+  cfg.num_kv_heads = 2;
+  cfg.head_size = 128;
+  cfg.block_size = 16;
+  cfg.dtype = DType::kBFloat16;
+  cfg.max_model_len = 4096;
+  cfg.max_num_seqs = 16;
+  {
+    INFO("decode only, padded to a capture size");
+    Mixed m;
+    m.q_lens = {1, 1, 1, 1, 1};
+    m.seq_lens = {1, 17, 300, 2000, 4096};
+    m.num_decodes = 8;  // three padded decodes at the end
+    m.padded = 3;
+    run_forward(cfg, m, cache, rng);
+  }
+  {
+    INFO("decodes then prefills (fresh, chunked over cached context, one token)");
+    Mixed m;
+    m.q_lens = {1, 1, 1, 40, 7, 1, 120};
+    m.seq_lens = {33, 1, 700, 40, 300, 65, 520};
+    m.num_decodes = 3;
+    run_forward(cfg, m, cache, rng);
+  }
+  {
+    INFO("window, soft cap, fp16, group 1");
+    AttentionLayerConfig c2 = cfg;
+    c2.dtype = DType::kFloat16;
+    c2.num_heads = 2;
+    c2.window = 100;
+    c2.soft_cap = 8.0f;
+    Mixed m;
+    m.q_lens = {1, 1, 64, 3};
+    m.seq_lens = {250, 99, 64, 500};
+    m.num_decodes = 2;
+    run_forward(c2, m, cache, rng);
+  }
+}
+
+TEST_CASE("gpu decode: one captured graph serves every context length") {
+  GA_REQUIRE_GPU();
+  if (reduced()) return;
+  TempDir dir;
+  CacheOptions o;
+  o.dir = dir.path();
+  KernelCache cache(o);
+  auto rng = make_rng();
+  const auto& d = detail::driver();
+  DecodeCase c;
+  c.num_kv_heads = 2;
+  c.group = 4;
+  const int n = 4, max_len = 8192;
+  c.seq_lens = {max_len, max_len, max_len, max_len};  // sizes the cache and block table
+  Batch b;
+  build_batch(c, rng, b);
+  const Kernels k = load(c, cache);
+  const int splits =
+      detail::decode_max_splits(n, c.num_kv_heads, c.group, max_len, 0, k.resident_blocks);
+  DeviceBuffer ws(detail::decode_workspace_bytes(n, 8, 128, splits));
+  detail::DecodeLaunch a;
+  a.query = b.q_view;
+  a.kv_cache = b.kv_view;
+  a.output = b.out_view;
+  a.seq_lens = b.seq_view;
+  a.block_table = b.bt_view;
+  a.num_decodes = n;
+  a.max_splits = splits;
+  a.scale = 1.0f / std::sqrt(128.0f);
+  a.workspace = ws.data();
+  a.workspace_size = ws.bytes();
+  CUstream stream;
+  GA_CU_CHECK(d.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+  CUgraph graph;
+  GA_CU_CHECK(d.cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  detail::launch_decode(*k.decode, *k.reduce, a, stream);
+  GA_CU_CHECK(d.cuStreamEndCapture(stream, &graph));
+  CUgraphExec exec;
+  GA_CU_CHECK(d.cuGraphInstantiate(&exec, graph, 0));
+  // New lengths each replay, written into the same device buffers the graph reads.
+  for (const std::vector<int>& lens : {std::vector<int>{1, 0, 8192, 4097},
+                                       std::vector<int>{300, 7000, 16, 0},
+                                       std::vector<int>{8191, 2, 1, 65}}) {
+    DecodeCase now = c;
+    now.seq_lens = lens;
+    INFO(describe(now));
+    b.d_seq.upload(lens.data(), n * 4);
+    b.d_out.fill_bytes(0xff);
+    GA_CU_CHECK(d.cuGraphLaunch(exec, stream));
+    GA_CU_CHECK(d.cuStreamSynchronize(stream));
+    std::vector<uint16_t> out(n * b.token_stride);
+    b.d_out.download(out.data(), out.size() * 2);
+    std::vector<int> rows = {0, 1, 2, 3};
+    // Unread cache slots hold NaN, but the slots below each new length hold data: the window
+    // of valid reference data is the original max_len fill.
+    const std::vector<double> want = reference_rows(now, b, rows, a.scale);
+    std::vector<double> got;
+    for (int r = 0; r < n; ++r)
+      for (int i = 0; i < 8 * 128; ++i) got.push_back(from_storage(c.dtype, out[r * b.token_stride + i]));
+    const double err = relative_l2(got, want);
+    INFO("relative L2 " << err);
+    CHECK(err <= tolerance(c.dtype));
+    for (int r = 0; r < n; ++r)
+      if (lens[r] == 0)
+        for (int i = 0; i < 8 * 128; ++i) CHECK(out[r * b.token_stride + i] == 0);
+  }
+  d.cuGraphExecDestroy(exec);
+  d.cuGraphDestroy(graph);
+  d.cuStreamDestroy(stream);
+}
+
+TEST_CASE("gpu decode: bad arguments are rejected with a clear error") {
+  GA_REQUIRE_GPU();
+  AttentionLayerConfig cfg;
+  cfg.num_heads = 8;
+  cfg.num_kv_heads = 3;
+  cfg.head_size = 128;
+  cfg.max_model_len = 100;
+  cfg.max_num_seqs = 4;
+  CHECK(select_decode_kernel(cfg) == DecodeKernel::kNone);
+  CHECK_THROWS_WITH_AS(AttentionBackend{cfg}, doctest::Contains("num_heads 8 and num_kv_heads 3"),
+                       Error);
+  cfg.num_kv_heads = 2;
+  CHECK(select_decode_kernel(cfg) == DecodeKernel::kSplitKv);
+  cfg.head_size = 100;
+  CHECK(select_decode_kernel(cfg) == DecodeKernel::kNone);
+  CHECK_THROWS_WITH_AS(AttentionBackend{cfg}, doctest::Contains("head size 100 is not supported"),
+                       Error);
+  cfg.head_size = 128;
+  cfg.window = -2;
+  CHECK_THROWS_WITH_AS(AttentionBackend{cfg}, doctest::Contains("window -2"), Error);
+  cfg.window = 0;
+  cfg.max_num_seqs = 0;
+  CHECK_THROWS_WITH_AS(AttentionBackend{cfg}, doctest::Contains("max_num_seqs 0"), Error);
+  cfg.max_num_seqs = 4;
+  AttentionBackend attn(cfg);
+  CHECK_THROWS_WITH_AS(attn.workspace_bytes(), doctest::Contains("call prepare() first"), Error);
+  AttentionMetadata md;
+  CHECK_THROWS_WITH_AS(attn.forward({}, {}, {}, {}, {}, md, nullptr, 0, nullptr),
+                       doctest::Contains("call prepare()"), Error);
+  TempDir dir;
+  CacheOptions o;
+  o.dir = dir.path();
+  KernelCache cache(o);
+  attn.prepare(cache);
+  CHECK(attn.workspace_bytes() > 0);
+  // Too many decodes for the workspace, and a query of the wrong head count.
+  DeviceBuffer q(16 * 8 * 128 * 2);
+  const TensorView qv = TensorView::contiguous(q.data(), ScalarType::kBFloat16, {16, 8, 128});
+  md.num_reqs = md.num_decodes = md.num_decode_tokens = md.num_actual_tokens = 5;
+  CHECK_THROWS_WITH_AS(attn.forward(qv, {}, {}, {}, qv, md, nullptr, 0, nullptr),
+                       doctest::Contains("exceeds max_num_seqs 4"), Error);
+  md.num_reqs = md.num_decodes = md.num_decode_tokens = md.num_actual_tokens = 2;
+  const TensorView bad = TensorView::contiguous(q.data(), ScalarType::kBFloat16, {16, 4, 256});
+  CHECK_THROWS_WITH_AS(attn.forward(bad, {}, {}, {}, bad, md, nullptr, 0, nullptr),
+                       doctest::Contains("must have 8 heads of size 128"), Error);
+  md.num_decode_tokens = 3;
+  CHECK_THROWS_WITH_AS(attn.forward(qv, {}, {}, {}, qv, md, nullptr, 0, nullptr),
+                       doctest::Contains("num_decode_tokens 3 must equal num_decodes 2"), Error);
+}

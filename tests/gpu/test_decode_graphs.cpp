@@ -1,0 +1,178 @@
+// Full CUDA-graph capture of decode steps with the library's ready step (layers of cache write +
+// attention): 200 random steps with changing batch composition and lengths. Graph replay must
+// equal an eager run of the same step exactly, padded tokens must never write the KV cache,
+// a moved KV cache must be picked up, and batches above the largest size run eagerly.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <numeric>
+
+#include "graphattn/capture.hpp"
+#include "graphattn/graphattn.hpp"
+#include "runtime/driver.hpp"
+#include "tests/host_dtypes.hpp"
+#include "tests/test_util.hpp"
+
+using namespace graphattn;
+
+namespace {
+
+constexpr int kLayers = 2, kHeads = 8, kKvHeads = 2, kHead = 128, kBlock = 16;
+constexpr int kMaxModelLen = 2048, kMaxTokens = 96, kBlocks = 5400, kCanary = 4;
+
+AttentionLayerStack::Options stack_options(int window) {
+  AttentionLayerStack::Options o;
+  for (int l = 0; l < kLayers; ++l) {
+    AttentionLayerConfig c;
+    c.num_heads = kHeads;
+    c.num_kv_heads = kKvHeads;
+    c.head_size = kHead;
+    c.block_size = kBlock;
+    c.dtype = DType::kBFloat16;
+    c.max_model_len = kMaxModelLen;
+    c.max_num_seqs = kMaxTokens;
+    c.window = l % 2 ? window : 0;  // alternating window, as gemma-2 does
+    o.layers.push_back(c);
+  }
+  o.max_tokens = kMaxTokens;
+  o.num_blocks = kBlocks;
+  o.max_blocks_per_seq = kMaxModelLen / kBlock;
+  return o;
+}
+
+std::vector<unsigned char> download(const TensorView& t, size_t bytes) {
+  std::vector<unsigned char> h(bytes);
+  GA_CU_CHECK(detail::driver().cuMemcpyDtoH(h.data(), reinterpret_cast<CUdeviceptr>(t.data), bytes));
+  return h;
+}
+
+size_t kv_bytes() { return size_t{2} * kBlocks * kBlock * kKvHeads * kHead * 2; }
+
+// One random step: decodes first (seq_len 1..kMaxModelLen), sometimes prefills after them.
+CommonAttentionMetadata random_batch(std::mt19937_64& rng, bool prefills, int num_decodes) {
+  std::vector<int32_t> q, k;
+  std::uniform_int_distribution<int> len(1, kMaxModelLen);
+  for (int r = 0; r < num_decodes; ++r) {
+    q.push_back(1);
+    k.push_back(len(rng));
+  }
+  const int P = prefills ? 1 + static_cast<int>(rng() % 2) : 0;
+  for (int r = 0; r < P; ++r) {
+    const int n = 2 + static_cast<int>(rng() % 40);
+    q.push_back(n);
+    k.push_back(n + static_cast<int>(rng() % 300));
+  }
+  const int R = static_cast<int>(q.size()), W = kMaxModelLen / kBlock;
+  // Distinct physical blocks for every request; blocks [0, kCanary) and the last kCanary are
+  // never handed out, so any write there is a bug.
+  std::vector<int32_t> pool(kBlocks - 2 * kCanary);
+  std::iota(pool.begin(), pool.end(), kCanary);
+  std::shuffle(pool.begin(), pool.end(), rng);
+  std::vector<int32_t> table(static_cast<size_t>(R) * W, 0);
+  std::vector<int64_t> slots;
+  size_t next = 0;
+  for (int r = 0; r < R; ++r) {
+    const int blocks = (k[r] + kBlock - 1) / kBlock;
+    for (int b = 0; b < blocks; ++b) table[static_cast<size_t>(r) * W + b] = pool[next++];
+    for (int p = k[r] - q[r]; p < k[r]; ++p)
+      slots.push_back(static_cast<int64_t>(table[static_cast<size_t>(r) * W + p / kBlock]) *
+                          kBlock + p % kBlock);
+  }
+  return CommonAttentionMetadata::make(q, k, table, W, slots);
+}
+
+}  // namespace
+
+TEST_CASE("gpu decode graphs: 200 random steps, graph replay equals eager exactly") {
+  GA_REQUIRE_GPU();
+  test::TempDir dir;
+  CacheOptions co;
+  co.dir = dir.path();
+  KernelCache cache(co);
+  auto rng = test::make_rng();
+  const auto& d = detail::driver();
+  CUstream stream;
+  GA_CU_CHECK(d.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+
+  AttentionLayerStack graph_stack(stack_options(256)), eager_stack(stack_options(256));
+  graph_stack.prepare(cache);
+  eager_stack.prepare(cache);
+  // The same random KV contents in both, canary blocks included.
+  std::vector<unsigned char> init(kv_bytes());
+  for (auto& b : init) b = static_cast<unsigned char>(rng() & 0x3f);  // small finite bf16 bytes
+  for (int l = 0; l < kLayers; ++l)
+    for (auto* s : {&graph_stack, &eager_stack})
+      GA_CU_CHECK(d.cuMemcpyHtoD(reinterpret_cast<CUdeviceptr>(s->kv_cache(l).data), init.data(),
+                                 init.size()));
+
+  GraphRunner::Options go;
+  go.capture_sizes = {1, 2, 4, 8, 16, 24, 32};
+  GraphRunner runner(go, [&](CUstream s, int n) { graph_stack.step(s, n); },
+                     [&] { return graph_stack.fingerprint(); });
+  runner.capture_all(stream);
+  CHECK(runner.stats().captures == 7);
+
+  FlashAttentionMetadataBuilder builder;
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<DeviceBuffer> moved;
+  size_t compared_rows = 0;
+  for (int step = 0; step < 200; ++step) {
+    if (step == 100) {
+      // The engine moves every layer's KV cache (same contents): the graphs must follow.
+      for (auto* s : {&graph_stack, &eager_stack})
+        for (int l = 0; l < kLayers; ++l) {
+          moved.emplace_back(kv_bytes());
+          TensorView kv = s->kv_cache(l);
+          GA_CU_CHECK(d.cuMemcpyDtoDAsync(moved.back().ptr(), reinterpret_cast<CUdeviceptr>(kv.data),
+                                          kv_bytes(), stream));
+          kv.data = moved.back().data();
+          s->set_kv_cache(l, kv);
+        }
+    }
+    const bool prefills = rng() % 4 == 0;
+    const int decodes = 1 + static_cast<int>(rng() % (prefills ? 8 : 40));  // some above 32
+    const auto m = random_batch(rng, prefills, decodes);
+    const int n = m.num_actual_tokens;
+    std::vector<uint16_t> q(static_cast<size_t>(n) * kHeads * kHead),
+        kv(static_cast<size_t>(n) * kKvHeads * kHead), vv(kv.size());
+    for (auto* v : {&q, &kv, &vv})
+      for (auto& x : *v) x = test::float_to_bf16(normal(rng));
+    const bool graphable = builder.can_run_in_cudagraph(m) && runner.padded_size(n) > 0;
+    const int padded = graphable ? runner.padded_size(n) : n;
+    graph_stack.set_batch(m, padded, stream, &q, &kv, &vv);
+    eager_stack.set_batch(m, padded, stream, &q, &kv, &vv);
+    const int ran = runner.run(stream, n, builder.can_run_in_cudagraph(m));
+    CHECK(ran == (graphable ? padded : 0));
+    eager_stack.step(stream, padded);  // the same kernels and sizes, launched eagerly
+    GA_CU_CHECK(d.cuStreamSynchronize(stream));
+    for (int l = 0; l < kLayers; ++l) {
+      const size_t bytes = static_cast<size_t>(n) * kHeads * kHead * 2;
+      const auto g = download(graph_stack.output(l), bytes);
+      const auto e = download(eager_stack.output(l), bytes);
+      INFO("step " << step << " layer " << l << " tokens " << n << " padded " << padded);
+      REQUIRE(g == e);
+      compared_rows += n;
+    }
+  }
+  for (int l = 0; l < kLayers; ++l) {
+    const auto g = download(graph_stack.kv_cache(l), kv_bytes());
+    const auto e = download(eager_stack.kv_cache(l), kv_bytes());
+    CHECK(g == e);
+    // Canary blocks (never in a block table) hold exactly what they were given.
+    const size_t block_bytes = size_t{kBlock} * kKvHeads * kHead * 2;
+    for (int which = 0; which < 2; ++which)
+      for (int b : {0, 1, 2, 3, kBlocks - 4, kBlocks - 3, kBlocks - 2, kBlocks - 1}) {
+        const size_t off = (static_cast<size_t>(which) * kBlocks + b) * block_bytes;
+        CHECK(std::equal(g.begin() + off, g.begin() + off + block_bytes, init.begin() + off));
+      }
+  }
+  const GraphStats s = runner.stats();
+  MESSAGE("replays " << s.replays << ", eager " << s.eager_steps << ", captures " << s.captures
+                     << ", updates " << s.updates << ", re-instantiations " << s.reinstantiations
+                     << ", capture ms " << s.capture_ms << ", graph memory " << s.graph_memory_bytes);
+  CHECK(s.replays > 80);
+  CHECK(s.eager_steps > 20);                    // prefills and batches above 32
+  CHECK(s.updates + s.reinstantiations >= 1);   // the KV caches moved at step 100
+  CHECK(compared_rows > 0);
+  d.cuStreamDestroy(stream);
+}

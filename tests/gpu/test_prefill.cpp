@@ -1,0 +1,431 @@
+// The prefill kernel on the GPU against the float64 reference: batches mixing pure prefills,
+// chunked prefills over cached context, one-token rows and padded (seq_len 0) requests, launched
+// on a request sub-range (the decodes before it must stay untouched); fp16/bf16, head sizes
+// (multiples of 16 and not), block sizes, GQA groups, window, soft cap, NHD/HND, fp8 KV.
+// GRAPHATTN_TEST_REDUCED=1 runs a few cases (for compute-sanitizer).
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "graphattn/graphattn.hpp"
+#include "runtime/prefill.hpp"
+#include "tests/host_dtypes.hpp"
+#include "tests/reference.hpp"
+#include "tests/test_util.hpp"
+
+using namespace graphattn;
+using namespace graphattn::test;
+
+namespace {
+
+struct PrefillCase {
+  DType dtype = DType::kBFloat16;
+  KvDType kv = KvDType::kAuto;
+  KvLayout layout = KvLayout::kNHD;
+  int head_size = 128, block_size = 16, num_kv_heads = 2, group = 4;
+  bool window = false, soft_cap = false;
+  int max_len = 200;  // bounds the random sequence lengths (keeps the float64 reference cheap)
+};
+
+std::string describe(const PrefillCase& c) {
+  AttentionSpec s;
+  s.kind = KernelKind::kPrefill;
+  s.head_size = c.head_size;
+  s.block_size = c.block_size;
+  s.dtype = c.dtype;
+  s.kv_dtype = c.kv;
+  s.group = c.group;
+  s.sliding_window = c.window;
+  s.soft_cap = c.soft_cap;
+  s.layout = c.layout;
+  s.arch = current_device_arch();
+  return s.to_string();
+}
+
+AttentionSpec spec_of(const PrefillCase& c) { return AttentionSpec::parse(describe(c)); }
+
+bool reduced() {
+  const char* r = std::getenv("GRAPHATTN_TEST_REDUCED");
+  return r && std::string(r) == "1";
+}
+
+uint16_t to_storage(DType t, double f) {
+  return t == DType::kBFloat16 ? float_to_bf16(static_cast<float>(f))
+                               : float_to_fp16(static_cast<float>(f));
+}
+double from_storage(DType t, uint16_t h) {
+  return t == DType::kBFloat16 ? bf16_to_float(h) : fp16_to_float(h);
+}
+bool is_nan16(DType t, uint16_t h) {
+  return t == DType::kBFloat16 ? (h & 0x7fff) > 0x7f80 : (h & 0x7fff) > 0x7c00;
+}
+
+// Nearest fp8 code, ties to the even code, saturating: the same rounding as host_dtypes.hpp's
+// double_to_fp8, by binary search over the finite positive codes (which increase with the code).
+class Fp8Quantizer {
+ public:
+  explicit Fp8Quantizer(KvDType kv) {
+    for (int c = 0; c < 128; ++c) {
+      const double v = kv == KvDType::kFp8E4M3 ? e4m3_to_double(static_cast<uint8_t>(c))
+                                               : e5m2_to_double(static_cast<uint8_t>(c));
+      if (!std::isfinite(v)) break;
+      values_.push_back(v);
+    }
+  }
+  uint8_t operator()(double x) const {
+    const uint8_t sign = std::signbit(x) ? 0x80 : 0;
+    const double a = std::fabs(x);
+    const size_t hi = std::upper_bound(values_.begin(), values_.end(), a) - values_.begin();
+    if (hi == values_.size()) return static_cast<uint8_t>(sign | (hi - 1));
+    const size_t lo = hi - 1;  // values_[0] == 0 <= a
+    const double dl = a - values_[lo], dh = values_[hi] - a;
+    const size_t c = dl < dh ? lo : dh < dl ? hi : (lo % 2 == 0 ? lo : hi);
+    return static_cast<uint8_t>(sign | c);
+  }
+
+ private:
+  std::vector<double> values_;
+};
+
+// One request of a batch: its query length and seq_len (context + query).
+struct Req {
+  int q_len, seq_len;
+};
+
+// A random batch: `decodes` one-token requests first (not launched: they must stay untouched),
+// then prefills of every kind.
+std::vector<Req> random_batch(std::mt19937_64& rng, int max_len, int decodes) {
+  auto uni = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  std::vector<Req> reqs;
+  for (int i = 0; i < decodes; ++i) reqs.push_back({1, uni(1, max_len)});
+  const int n = uni(3, 6);
+  for (int i = 0; i < n; ++i) {
+    switch (uni(0, 5)) {
+      case 0:
+      case 1: {  // pure prefill
+        const int q = uni(1, max_len);
+        reqs.push_back({q, q});
+        break;
+      }
+      case 2:
+      case 3: {  // chunked prefill / prefix cache hit: new tokens after cached context
+        const int q = uni(1, max_len / 2);
+        reqs.push_back({q, q + uni(1, max_len)});
+        break;
+      }
+      case 4:  // a one-token row inside the prefill range
+        reqs.push_back({1, uni(1, max_len)});
+        break;
+      default:  // a padded request: seq_len 0 (sometimes with query rows, which become zeros)
+        reqs.push_back({uni(0, 2), 0});
+        break;
+    }
+  }
+  // Always at least one long-ish pure prefill that spans several row tiles.
+  reqs.push_back({max_len, max_len});
+  std::shuffle(reqs.begin() + decodes, reqs.end(), rng);
+  return reqs;
+}
+
+// Runs one case: returns the relative L2 error (also CHECKed against the dtype's bound).
+double run_case(const PrefillCase& c, KernelCache& cache, std::mt19937_64& rng) {
+  INFO("case " << describe(c));
+  auto uni = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  const int first_req = uni(0, 2);
+  const std::vector<Req> reqs = random_batch(rng, c.max_len, first_req);
+  const int num_reqs = static_cast<int>(reqs.size());
+  const int H = c.num_kv_heads * c.group, KH = c.num_kv_heads, D = c.head_size, B = c.block_size;
+  const bool fp8 = c.kv != KvDType::kAuto;
+
+  // Batch metadata; physical blocks shuffled, unused table entries point far out of range.
+  std::vector<int> qsl(num_reqs + 1, 0), seq_lens(num_reqs);
+  int max_blocks = 1, total_blocks = 0, max_q = 0;
+  for (int r = 0; r < num_reqs; ++r) {
+    qsl[r + 1] = qsl[r] + reqs[r].q_len;
+    seq_lens[r] = reqs[r].seq_len;
+    const int nb = (reqs[r].seq_len + B - 1) / B;
+    max_blocks = std::max(max_blocks, nb + 1);
+    total_blocks += nb;
+    if (r >= first_req) max_q = std::max(max_q, reqs[r].q_len);
+  }
+  const int T = qsl[num_reqs];
+  const int NB = total_blocks + 3;
+  std::vector<int> phys(NB);
+  std::iota(phys.begin(), phys.end(), 0);
+  std::shuffle(phys.begin(), phys.end(), rng);
+  std::vector<int> table(static_cast<size_t>(num_reqs) * max_blocks, 0x3fffffff);
+  int next = 0;
+  for (int r = 0; r < num_reqs; ++r)
+    for (int b = 0; b < (reqs[r].seq_len + B - 1) / B; ++b)
+      table[r * max_blocks + b] = phys[next++];
+
+  // Query (token stride padded) and the KV cache in its physical layout.
+  std::normal_distribution<double> normal(0.0, 1.0);
+  const int64_t q_tstride = static_cast<int64_t>(H) * D + 16;
+  const int64_t o_tstride = static_cast<int64_t>(H) * D + 8;
+  std::vector<uint16_t> q_host(static_cast<size_t>(T) * q_tstride, 0);
+  RefProblem ref;
+  ref.num_heads = H;
+  ref.num_kv_heads = KH;
+  ref.head_size = D;
+  ref.block_size = B;
+  ref.query_start_loc = qsl;
+  ref.seq_lens = seq_lens;
+  ref.block_table = table;
+  ref.max_blocks_per_seq = max_blocks;
+  ref.q.resize(static_cast<size_t>(T) * H * D);
+  for (int t = 0; t < T; ++t)
+    for (int i = 0; i < H * D; ++i) {
+      const uint16_t v = to_storage(c.dtype, 1.5 * normal(rng));
+      q_host[t * q_tstride + i] = v;
+      ref.q[static_cast<size_t>(t) * H * D + i] = from_storage(c.dtype, v);
+    }
+  const float k_scale = fp8 ? 0.05f : 1.0f, v_scale = fp8 ? 0.03f : 1.0f;
+  const size_t per_kv = static_cast<size_t>(NB) * B * KH * D;
+  const int elem = fp8 ? 1 : 2;
+  std::vector<unsigned char> cache_host(2 * per_kv * elem);
+  const Fp8Quantizer quantize(fp8 ? c.kv : KvDType::kFp8E4M3);
+  ref.k_cache.resize(per_kv);
+  ref.v_cache.resize(per_kv);
+  for (int which = 0; which < 2; ++which) {
+    std::vector<double>& dst = which == 0 ? ref.k_cache : ref.v_cache;
+    const double sc = which == 0 ? k_scale : v_scale;
+    for (int blk = 0; blk < NB; ++blk)
+      for (int off = 0; off < B; ++off)
+        for (int h = 0; h < KH; ++h)
+          for (int d = 0; d < D; ++d) {
+            const size_t logical = ((static_cast<size_t>(blk) * B + off) * KH + h) * D + d;
+            const size_t physical =
+                which * per_kv + (c.layout == KvLayout::kNHD
+                                      ? logical
+                                      : ((static_cast<size_t>(blk) * KH + h) * B + off) * D + d);
+            const double x = normal(rng);
+            if (!fp8) {
+              const uint16_t v = to_storage(c.dtype, x);
+              std::memcpy(&cache_host[physical * 2], &v, 2);
+              dst[logical] = from_storage(c.dtype, v);
+            } else {
+              const uint8_t b = quantize(x / sc);
+              cache_host[physical] = b;
+              dst[logical] =
+                  (c.kv == KvDType::kFp8E4M3 ? e4m3_to_double(b) : e5m2_to_double(b)) * sc;
+            }
+          }
+  }
+  const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+  ref.scale = static_cast<float>(scale);
+  ref.window = c.window ? uni(1, c.max_len / 2) : 0;
+  ref.soft_cap = c.soft_cap ? static_cast<float>(uni(2, 10)) : 0.0;
+  INFO("window " << ref.window << " soft cap " << ref.soft_cap << " first_req " << first_req);
+
+  DeviceBuffer d_q(std::max<size_t>(q_host.size() * 2, 16)),
+      d_out(std::max<size_t>(static_cast<size_t>(T) * o_tstride * 2, 16)),
+      d_cache(cache_host.size()), d_qsl(qsl.size() * 4), d_seq(seq_lens.size() * 4),
+      d_table(table.size() * 4);
+  d_q.upload(q_host.data(), q_host.size() * 2);
+  d_cache.upload(cache_host.data(), cache_host.size());
+  d_qsl.upload(qsl.data(), qsl.size() * 4);
+  d_seq.upload(seq_lens.data(), seq_lens.size() * 4);
+  d_table.upload(table.data(), table.size() * 4);
+  d_out.fill_bytes(0xff);
+
+  const ScalarType st = c.dtype == DType::kBFloat16 ? ScalarType::kBFloat16 : ScalarType::kFloat16;
+  const ScalarType kst = !fp8                        ? st
+                         : c.kv == KvDType::kFp8E4M3 ? ScalarType::kFloat8E4M3
+                                                     : ScalarType::kFloat8E5M2;
+  const TensorView kv_view = c.layout == KvLayout::kNHD
+                                 ? TensorView::contiguous(d_cache.data(), kst, {2, NB, B, KH, D})
+                                 : TensorView::strided(d_cache.data(), kst, {2, NB, B, KH, D},
+                                                       {static_cast<int64_t>(per_kv),
+                                                        int64_t{KH} * B * D, D, int64_t{B} * D, 1});
+  const int extra_q = uni(0, 1) ? uni(1, 40) : 0;  // a loose max_query_len is allowed
+  prefill_attention(
+      TensorView::strided(d_q.data(), st, {T, H, D}, {q_tstride, D, 1}), kv_view,
+      TensorView::strided(d_out.data(), st, {T, H, D}, {o_tstride, D, 1}),
+      TensorView::contiguous(d_qsl.data(), ScalarType::kInt32, {num_reqs + 1}),
+      TensorView::contiguous(d_seq.data(), ScalarType::kInt32, {num_reqs}),
+      TensorView::contiguous(d_table.data(), ScalarType::kInt32, {num_reqs, max_blocks}), first_req,
+      num_reqs, max_q + extra_q, static_cast<float>(scale), ref.window,
+      static_cast<float>(ref.soft_cap), k_scale, v_scale, nullptr, cache);
+  GA_CU_CHECK(detail::driver().cuCtxSynchronize());
+
+  std::vector<uint16_t> out(static_cast<size_t>(T) * o_tstride);
+  if (T > 0) d_out.download(out.data(), out.size() * 2);
+  const std::vector<double> want = reference_attention(ref);
+  // Compare the launched rows; everything else (earlier requests, stride gaps) stays poisoned.
+  const int t0 = qsl[first_req];
+  std::vector<double> got_rows, want_rows;
+  size_t nan = 0, clobbered = 0;
+  for (int t = 0; t < T; ++t)
+    for (int64_t i = 0; i < o_tstride; ++i) {
+      const uint16_t v = out[t * o_tstride + i];
+      if (t < t0 || i >= H * D) {
+        clobbered += v != 0xffff;
+        continue;
+      }
+      nan += is_nan16(c.dtype, v);
+      got_rows.push_back(from_storage(c.dtype, v));
+      want_rows.push_back(want[static_cast<size_t>(t) * H * D + i]);
+    }
+  CHECK(nan == 0);
+  CHECK(clobbered == 0);
+  // Padded requests with query rows must come out exactly zero.
+  for (int r = first_req; r < num_reqs; ++r)
+    if (seq_lens[r] == 0)
+      for (int t = qsl[r]; t < qsl[r + 1]; ++t)
+        for (int i = 0; i < H * D; ++i) CHECK_MESSAGE(out[t * o_tstride + i] == 0, "row " << t);
+  const double err = got_rows.empty() ? 0.0 : relative_l2(got_rows, want_rows);
+  const double bound = c.dtype == DType::kFloat16 ? 1e-3 : 5e-3;
+  CHECK_MESSAGE(err <= bound, "relative L2 " << err << " > " << bound);
+  return err;
+}
+
+std::vector<PrefillCase> all_cases() {
+  const int heads[] = {32, 40, 64, 72, 80, 96, 104, 128, 192, 256};
+  const int blocks[] = {16, 64, 256, 48};
+  const int groups[] = {1, 4, 5, 8};
+  const KvDType kvs[] = {KvDType::kAuto, KvDType::kFp8E4M3, KvDType::kFp8E5M2};
+  std::vector<PrefillCase> cases;
+  for (int i = 0; i < 40; ++i) {
+    PrefillCase c;
+    c.dtype = i % 2 ? DType::kBFloat16 : DType::kFloat16;
+    c.head_size = heads[(i / 2) % 10];
+    c.block_size = blocks[(i / 2) % 4];
+    c.group = groups[(i / 3) % 4];
+    c.window = (i / 5) % 2 == 1;
+    c.soft_cap = (i / 7) % 2 == 1;
+    c.layout = (i / 11) % 2 ? KvLayout::kHND : KvLayout::kNHD;
+    c.kv = i < 20 ? (i % 5 == 4 ? kvs[1 + (i / 5) % 2] : KvDType::kAuto) : kvs[i % 3];
+    c.num_kv_heads = c.group >= 5 ? 1 : 2;
+    c.max_len = c.head_size >= 192 ? 120 : 200;
+    cases.push_back(c);
+  }
+  // Every fp8 format with each dtype and layout, window and cap together.
+  for (int i = 0; i < 8; ++i) {
+    PrefillCase c;
+    c.dtype = i % 2 ? DType::kBFloat16 : DType::kFloat16;
+    c.kv = (i / 2) % 2 ? KvDType::kFp8E5M2 : KvDType::kFp8E4M3;
+    c.layout = (i / 4) % 2 ? KvLayout::kHND : KvLayout::kNHD;
+    c.head_size = i % 3 == 0 ? 128 : 72;
+    c.block_size = 16 * (1 + i);
+    c.group = 1 + i;
+    c.num_kv_heads = 1;
+    c.window = i % 3 == 1;
+    c.soft_cap = i % 2 == 0;
+    cases.push_back(c);
+  }
+  // Long prefill with a large group (many row tiles per request), 16-way GQA.
+  PrefillCase big;
+  big.head_size = 128;
+  big.group = 16;
+  big.num_kv_heads = 1;
+  big.max_len = 400;
+  cases.push_back(big);
+  return cases;
+}
+
+std::vector<PrefillCase> reduced_cases() {
+  std::vector<PrefillCase> all = all_cases(), out;
+  for (int i : {0, 7, 13, 26, 35, 41})  // fp16/bf16, head 40/80/104/192, windows, caps, fp8, HND
+    out.push_back(all[i]);
+  for (auto& c : out) c.max_len = std::min(c.max_len, 80);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("gpu prefill: matches the float64 reference across the spec axes") {
+  GA_REQUIRE_GPU();
+  TempDir dir;
+  CacheOptions o;
+  o.dir = dir.path();
+  KernelCache cache(o);
+  auto rng = make_rng();
+  const std::vector<PrefillCase> cases = reduced() ? reduced_cases() : all_cases();
+  std::vector<AttentionSpec> specs;
+  for (const auto& c : cases) specs.push_back(spec_of(c));
+  for (const auto& r : cache.precompile(specs))
+    CHECK_MESSAGE(r.error.empty(), r.spec << ": " << r.error);
+  double worst16 = 0, worst_bf = 0;
+  for (const auto& c : cases) {
+    const double e = run_case(c, cache, rng);
+    (c.dtype == DType::kFloat16 ? worst16 : worst_bf) =
+        std::max(c.dtype == DType::kFloat16 ? worst16 : worst_bf, e);
+  }
+  MESSAGE(cases.size() << " cases; worst relative L2: fp16 " << worst16 << ", bf16 " << worst_bf);
+}
+
+TEST_CASE("gpu prefill: every head size compiles, loads and matches the reference") {
+  GA_REQUIRE_GPU();
+  if (reduced()) return;
+  TempDir dir;
+  CacheOptions o;
+  o.dir = dir.path();
+  KernelCache cache(o);
+  auto rng = make_rng();
+  std::vector<PrefillCase> cases;
+  for (int h = 32; h <= 256; h += 8) {
+    PrefillCase c;
+    c.head_size = h;
+    c.dtype = (h / 8) % 2 ? DType::kFloat16 : DType::kBFloat16;
+    c.group = 2;
+    c.num_kv_heads = 1;
+    c.max_len = 70;
+    cases.push_back(c);
+  }
+  std::vector<AttentionSpec> specs;
+  for (const auto& c : cases) specs.push_back(spec_of(c));
+  for (const auto& r : cache.precompile(specs))
+    CHECK_MESSAGE(r.error.empty(), r.spec << ": " << r.error);
+  for (const auto& c : cases) run_case(c, cache, rng);
+}
+
+TEST_CASE("gpu prefill: rejects mismatched arguments with a clear error") {
+  GA_REQUIRE_GPU();
+  TempDir dir;
+  CacheOptions o;
+  o.dir = dir.path();
+  KernelCache cache(o);
+  DeviceBuffer q(4 * 8 * 64 * 2), out(4 * 8 * 64 * 2), kv(2 * 4 * 16 * 2 * 64 * 2), meta(64);
+  const auto qv = TensorView::contiguous(q.data(), ScalarType::kBFloat16, {4, 8, 64});
+  const auto ov = TensorView::contiguous(out.data(), ScalarType::kBFloat16, {4, 8, 64});
+  const auto kvv = TensorView::contiguous(kv.data(), ScalarType::kBFloat16, {2, 4, 16, 2, 64});
+  const auto i32 = [&](std::initializer_list<int64_t> shape) {
+    return TensorView::contiguous(meta.data(), ScalarType::kInt32, shape);
+  };
+  // 8 query heads over 3 KV heads is not a GQA layout.
+  const auto kv3 = TensorView::contiguous(kv.data(), ScalarType::kBFloat16, {2, 1, 16, 3, 64});
+  CHECK_THROWS_AS(prefill_attention(qv, kv3, ov, i32({2}), i32({1}), i32({1, 4}), 0, 1, 4, 0.1f, 0,
+                                    0, 1, 1, nullptr, cache),
+                  Error);
+  // query_start_loc too short for the requests launched.
+  CHECK_THROWS_AS(prefill_attention(qv, kvv, ov, i32({2}), i32({2}), i32({2, 4}), 0, 2, 4, 0.1f, 0,
+                                    0, 1, 1, nullptr, cache),
+                  Error);
+  // Output dtype differs from the query's.
+  const auto of = TensorView::contiguous(out.data(), ScalarType::kFloat16, {4, 8, 64});
+  CHECK_THROWS_AS(prefill_attention(qv, kvv, of, i32({2}), i32({1}), i32({1, 4}), 0, 1, 4, 0.1f, 0,
+                                    0, 1, 1, nullptr, cache),
+                  Error);
+  // A kernel of another spec is refused by launch_prefill.
+  detail::PrefillLaunch a;
+  a.query = qv;
+  a.kv_cache = kvv;
+  a.output = ov;
+  a.query_start_loc = i32({2});
+  a.seq_lens = i32({1});
+  a.block_table = i32({1, 4});
+  a.num_reqs = 1;
+  a.max_query_len = 4;
+  a.scale = 0.125f;
+  AttentionSpec other = detail::prefill_spec(a, current_device_arch());
+  other.soft_cap = true;
+  const detail::LoadedKernel& k = detail::load_kernel(other, cache);
+  CHECK_THROWS_AS(detail::launch_prefill(k, a, nullptr), Error);
+}

@@ -1,0 +1,106 @@
+// The prefill kernel's host side without a GPU: spec derivation from the views, argument
+// errors, the tile configuration's shared memory, and NVRTC compiling every head size.
+#include <doctest/doctest.h>
+
+#include <string>
+#include <vector>
+
+#include "graphattn/graphattn.hpp"
+#include "runtime/prefill.hpp"
+#include "tests/test_util.hpp"
+
+using namespace graphattn;
+using namespace graphattn::test;
+
+namespace {
+
+// Views are only inspected, never dereferenced: any aligned non-null address will do.
+void* fake() { return reinterpret_cast<void*>(uintptr_t{1} << 20); }
+
+detail::PrefillLaunch make_launch(int heads, int kv_heads, int head_size, int block_size,
+                                  ScalarType dtype, ScalarType kv_dtype, bool hnd) {
+  const int64_t nb = 8, T = 10, B = block_size, KH = kv_heads, D = head_size;
+  detail::PrefillLaunch a;
+  a.query = TensorView::contiguous(fake(), dtype, {T, heads, D});
+  a.output = TensorView::contiguous(fake(), dtype, {T, heads, D});
+  a.kv_cache = hnd ? TensorView::strided(fake(), kv_dtype, {2, nb, B, KH, D},
+                                         {nb * KH * B * D, KH * B * D, D, B * D, 1})
+                   : TensorView::contiguous(fake(), kv_dtype, {2, nb, B, KH, D});
+  a.query_start_loc = TensorView::contiguous(fake(), ScalarType::kInt32, {3});
+  a.seq_lens = TensorView::contiguous(fake(), ScalarType::kInt32, {2});
+  a.block_table = TensorView::contiguous(fake(), ScalarType::kInt32, {2, 4});
+  a.num_reqs = 2;
+  a.max_query_len = 8;
+  a.scale = 0.1f;
+  return a;
+}
+
+}  // namespace
+
+TEST_CASE("prefill host: the spec follows the views and options") {
+  auto a = make_launch(32, 8, 128, 16, ScalarType::kBFloat16, ScalarType::kBFloat16, false);
+  AttentionSpec s = detail::prefill_spec(a, 90);
+  CHECK(s.to_string() == "prefill_h128_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm90");
+  a = make_launch(10, 2, 72, 48, ScalarType::kFloat16, ScalarType::kFloat8E5M2, true);
+  a.window = 100;
+  a.soft_cap = 30.0f;
+  s = detail::prefill_spec(a, 80);
+  CHECK(s.to_string() == "prefill_h72_b48_fp16_kve5m2_g5_swa1_cap1_hnd_sm80");
+}
+
+TEST_CASE("prefill host: bad arguments are refused with the argument named") {
+  auto a = make_launch(12, 8, 64, 16, ScalarType::kBFloat16, ScalarType::kBFloat16, false);
+  CHECK_THROWS_WITH_AS(detail::prefill_spec(a, 90), doctest::Contains("12 heads"), Error);
+  a = make_launch(8, 8, 64, 16, ScalarType::kBFloat16, ScalarType::kFloat16, false);
+  CHECK_THROWS_WITH_AS(detail::prefill_spec(a, 90), doctest::Contains("KV cache dtype"), Error);
+  a = make_launch(8, 8, 64, 16, ScalarType::kBFloat16, ScalarType::kBFloat16, false);
+  a.output.dtype = ScalarType::kFloat16;
+  CHECK_THROWS_WITH_AS(detail::prefill_spec(a, 90), doctest::Contains("output dtype"), Error);
+  a = make_launch(8, 8, 64, 16, ScalarType::kBFloat16, ScalarType::kBFloat16, false);
+  a.query.shape[2] = 80;
+  CHECK_THROWS_WITH_AS(detail::prefill_spec(a, 90), doctest::Contains("head size"), Error);
+  a = make_launch(8, 8, 64, 16, ScalarType::kBFloat16, ScalarType::kBFloat16, false);
+  a.window = -1;
+  CHECK_THROWS_WITH_AS(detail::prefill_spec(a, 90), doctest::Contains("window"), Error);
+  a = make_launch(8, 8, 64, 16, ScalarType::kBFloat16, ScalarType::kBFloat16, false);
+  CHECK_THROWS_WITH_AS(detail::prefill_spec(a, 75), doctest::Contains("arch"), Error);
+}
+
+TEST_CASE("prefill host: every specialization fits two blocks per multiprocessor") {
+  for (int h : supported_head_sizes())
+    for (KvDType kv : {KvDType::kAuto, KvDType::kFp8E4M3}) {
+      AttentionSpec s;
+      s.kind = KernelKind::kPrefill;
+      s.head_size = h;
+      s.kv_dtype = kv;
+      const detail::PrefillConfig c = detail::prefill_config(s);
+      INFO(s.to_string() << ": " << c.shared_bytes << " bytes");
+      CHECK(c.threads == 128);
+      CHECK(c.block_m == (h <= 128 ? 128 : 64));
+      CHECK(c.shared_bytes <= 227 * 1024 / 2);
+    }
+}
+
+TEST_CASE("prefill host: NVRTC compiles every head size and the feature variants") {
+  TempDir dir;
+  CacheOptions o;
+  o.dir = dir.path();
+  KernelCache cache(o);
+  std::vector<AttentionSpec> specs;
+  for (int h : supported_head_sizes()) {
+    AttentionSpec s;
+    s.kind = KernelKind::kPrefill;
+    s.head_size = h;
+    s.block_size = 16;
+    s.group = 4;
+    s.arch = 90;
+    specs.push_back(s);
+  }
+  for (const char* text : {"prefill_h40_b48_fp16_kve4m3_g5_swa1_cap1_hnd_sm90",
+                           "prefill_h256_b256_bf16_kve5m2_g16_swa1_cap1_nhd_sm90",
+                           "prefill_h128_b16_bf16_kvauto_g64_swa0_cap0_nhd_sm80"})
+    specs.push_back(AttentionSpec::parse(text));
+  for (const auto& r : cache.precompile(specs))
+    CHECK_MESSAGE(r.error.empty(), r.spec << ": " << r.error);
+  CHECK(cache.stats().compiles == specs.size());
+}
