@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "tests/test_util.hpp"
+#include "tests/tool_runner.hpp"
 
 #ifndef GRAPHATTN_CACHE_TOOL
 #error "GRAPHATTN_CACHE_TOOL must name the graphattn-cache binary (see tests/tests.cmake)"
@@ -27,6 +28,9 @@ namespace {
 
 namespace fs = std::filesystem;
 using graphattn::test::TempDir;
+using graphattn::test::ToolRun;
+using graphattn::test::run_program;
+using graphattn::test::read_all;
 using Json = nlohmann::json;
 
 // Four specs covering both archs, both dtypes, both layouts and an fp8 cache.
@@ -37,46 +41,9 @@ const std::vector<std::string> kSeedSpecs = {
     "cache_write_h128_b16_bf16_kve4m3_g1_swa0_cap0_nhd_sm80",
 };
 
-struct ToolRun {
-  int code = -1;    // exit status; -1 when it did not exit normally
-  std::string out;  // stdout
-  std::string err;  // stderr
-};
-
-std::string shell_quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
-std::string read_all(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-// Runs graphattn-cache with args. The environment variables the tool reads are cleared unless
-// given in env ("NAME=value" words).
+// Runs graphattn-cache with args; see run_program.
 ToolRun run_tool(const std::vector<std::string>& args, const std::vector<std::string>& env = {}) {
-  TempDir scratch;
-  const std::string err_path = scratch.path() + "/stderr";
-  std::string cmd =
-      "env -u GRAPHATTN_DUMP_SOURCE -u GRAPHATTN_CACHE_MAX_BYTES -u GRAPHATTN_CACHE_DIR";
-  for (const auto& e : env) cmd += " " + shell_quote(e);
-  cmd += " " + shell_quote(GRAPHATTN_CACHE_TOOL);
-  for (const auto& a : args) cmd += " " + shell_quote(a);
-  cmd += " 2>" + shell_quote(err_path);
-  ToolRun r;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  REQUIRE_MESSAGE(p != nullptr, "popen failed for " << cmd);
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  const int status = ::pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.err = read_all(err_path);
-  return r;
+  return run_program(GRAPHATTN_CACHE_TOOL, args, env);
 }
 
 // The one JSON document on stdout.

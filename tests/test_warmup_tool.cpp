@@ -1,0 +1,61 @@
+// graphattn-warmup, run as the real binary: the compile phase on a machine without a GPU, its
+// cache hits on a second run, and its usage errors.
+#include <doctest/doctest.h>
+
+#include "graphattn/runtime.hpp"
+#include "tests/tool_runner.hpp"
+
+#ifndef GRAPHATTN_WARMUP_TOOL
+#error "GRAPHATTN_WARMUP_TOOL must name the graphattn-warmup binary (see tests/tests.cmake)"
+#endif
+
+using namespace graphattn::test;
+
+namespace {
+
+int count(const std::string& text, const std::string& word) {
+  int n = 0;
+  for (size_t at = text.find(word); at != std::string::npos; at = text.find(word, at + 1)) ++n;
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("warmup tool: compiles a model's kernels, then hits the cache; no GPU skips the rest") {
+  if (graphattn::gpu_available()) {
+    MESSAGE("skipped here: a GPU is present (the GPU suite runs graphattn-warmup in full)");
+    return;
+  }
+  TempDir dir;
+  const auto first = run_program(GRAPHATTN_WARMUP_TOOL, {"--model", "gemma-2-9b", "--arch", "90"},
+                                 {"GRAPHATTN_CACHE_DIR=" + dir.path()});
+  INFO(first.out << first.err);
+  CHECK(first.code == 0);
+  CHECK(first.out.find("[compile] gemma-2-9b: ") != std::string::npos);
+  // gemma-2 alternates a sliding window: both decode variants and the shared write and reduce.
+  CHECK(first.out.find("decode_h256_b16_bf16_kvauto_g2_swa1_cap1_nhd_sm90") != std::string::npos);
+  CHECK(first.out.find("decode_h256_b16_bf16_kvauto_g2_swa0_cap1_nhd_sm90") != std::string::npos);
+  CHECK(first.out.find("0 cache hits, 0 failed") != std::string::npos);
+  CHECK(first.out.find("[capture] skipped: no GPU found") != std::string::npos);
+  CHECK(first.out.find("[decode] skipped: no GPU found") != std::string::npos);
+  const auto second = run_program(GRAPHATTN_WARMUP_TOOL, {"--model", "gemma-2-9b", "--arch", "90"},
+                                  {"GRAPHATTN_CACHE_DIR=" + dir.path()});
+  CHECK(second.code == 0);
+  CHECK(count(second.out, " hit ") == count(first.out, " compiled "));
+  CHECK(second.out.find(" 0 compiled,") != std::string::npos);
+}
+
+TEST_CASE("warmup tool: models and usage errors") {
+  const auto list = run_program(GRAPHATTN_WARMUP_TOOL, {"--list-models"});
+  CHECK(list.code == 0);
+  for (const char* m : {"llama-3-8b", "qwen2.5-7b", "mistral-7b", "gemma-2-9b"})
+    CHECK(list.out.find(m) != std::string::npos);
+  const auto unknown = run_program(GRAPHATTN_WARMUP_TOOL, {"--model", "gpt-9", "--arch", "90"});
+  CHECK(unknown.code == 1);
+  CHECK(unknown.err.find("unknown model 'gpt-9'; built-in models: llama-3-8b") != std::string::npos);
+  const auto bad = run_program(GRAPHATTN_WARMUP_TOOL, {"--dtype", "fp32"});
+  CHECK(bad.code == 2);
+  const auto bad_block = run_program(GRAPHATTN_WARMUP_TOOL, {"--block-size", "24", "--arch", "90"});
+  CHECK(bad_block.code == 1);
+  CHECK(bad_block.err.find("block size 24 is not supported") != std::string::npos);
+}
