@@ -53,3 +53,21 @@ TEST_CASE("graph runner: configuration errors are clear") {
   CHECK(r.run(nullptr, 3) == 0);
   CHECK(r.stats().eager_steps == 1);
 }
+
+TEST_CASE("graph runner: GRAPHATTN_DISABLE_GRAPHS=1 runs every step eagerly") {
+  GraphRunner::Options o;
+  o.capture_sizes = {1, 2, 4};
+  int steps = 0, last_n = -1;
+  setenv("GRAPHATTN_DISABLE_GRAPHS", "1", 1);
+  GraphRunner r(o, [&](CUstream, int n) { ++steps; last_n = n; }, [] { return uint64_t{0}; });
+  unsetenv("GRAPHATTN_DISABLE_GRAPHS");
+  CHECK_FALSE(r.graphs_enabled());
+  r.capture_all(nullptr);  // nothing to capture
+  CHECK(r.run(nullptr, 3) == 0);
+  CHECK(last_n == 3);  // unpadded
+  CHECK(steps == 1);
+  CHECK(r.stats().eager_steps == 1);
+  CHECK(r.stats().captures == 0);
+  GraphRunner enabled(o, [&](CUstream, int) {}, [] { return uint64_t{0}; });
+  CHECK(enabled.graphs_enabled());
+}
