@@ -15,8 +15,6 @@
 namespace graphattn {
 namespace {
 
-using detail::require;
-
 std::string str(int64_t v) { return std::to_string(v); }
 std::string fstr(float v) { return std::to_string(v); }
 
@@ -49,11 +47,11 @@ std::string attention_config_problem(const AttentionLayerConfig& c) {
   if (!(c.soft_cap >= 0) || !std::isfinite(c.soft_cap))
     return "soft_cap " + fstr(c.soft_cap) + " is not supported; supported: 0 (none) or finite > 0";
   if (!(c.scale >= 0) || !std::isfinite(c.scale))
-    return "scale " + fstr(c.scale) + " is not supported; supported: 0 (1/sqrt(head_size)) or "
+    return "scale " + fstr(c.scale) +
+           " is not supported; supported: 0 (1/sqrt(head_size)) or "
            "finite > 0";
-  if (c.kv_dtype != KvDType::kAuto &&
-      (!(c.k_scale > 0) || !(c.v_scale > 0) || !std::isfinite(c.k_scale) ||
-       !std::isfinite(c.v_scale)))
+  if (c.kv_dtype != KvDType::kAuto && (!(c.k_scale > 0) || !(c.v_scale > 0) ||
+                                       !std::isfinite(c.k_scale) || !std::isfinite(c.v_scale)))
     return "k_scale " + fstr(c.k_scale) + " / v_scale " + fstr(c.v_scale) +
            " are not supported for an fp8 KV cache; supported: finite > 0";
   if (c.max_model_len <= 0)
@@ -99,25 +97,35 @@ std::vector<AttentionSpec> AttentionBackend::required_specs() const { return spe
 
 void AttentionBackend::prepare(KernelCache& cache) {
   const int arch = current_device_arch();
-  require(arch == config_.arch, "attention backend was configured for sm_" + str(config_.arch) +
-                                    " but the current device is sm_" + str(arch));
+  GA_REQUIRE(arch == config_.arch, "attention backend was configured for sm_" + str(config_.arch) +
+                                       " but the current device is sm_" + str(arch));
   for (const PrecompileResult& r : cache.precompile(specs_))
-    require(r.error.empty(), "compiling kernel " + r.spec + " failed: " + r.error);
+    GA_REQUIRE(r.error.empty(), "compiling kernel " + r.spec + " failed: " + r.error);
   for (size_t i = 0; i < specs_.size(); ++i) kernels_[i] = &detail::load_kernel(specs_[i], cache);
-  resident_blocks_ = detail::decode_resident_blocks(*kernels_[kDecodeIdx]);
+  num_sms_ = detail::prepare_decode_kernel(*kernels_[kDecodeIdx]);
   cache_ = &cache;
   prepared_ = true;
 }
 
 int AttentionBackend::decode_max_splits(int num_decodes) const {
-  require(prepared_, "decode_max_splits: call prepare() first (the policy needs the device)");
-  return detail::decode_max_splits(num_decodes, config_.num_kv_heads,
-                                   config_.num_heads / config_.num_kv_heads,
-                                   config_.max_model_len, config_.window, resident_blocks_);
+  GA_REQUIRE(prepared_, "decode_max_splits: call prepare() first (the policy needs the device)");
+  return detail::decode_grid(num_decodes, config_.num_kv_heads,
+                             config_.num_heads / config_.num_kv_heads, config_.max_model_len,
+                             config_.window, config_.head_size, config_.kv_dtype, num_sms_)
+      .max_splits;
+}
+
+int AttentionBackend::decode_stages(int num_decodes) const {
+  GA_REQUIRE(prepared_, "decode_stages: call prepare() first (the policy needs the device)");
+  return detail::decode_grid(num_decodes, config_.num_kv_heads,
+                             config_.num_heads / config_.num_kv_heads, config_.max_model_len,
+                             config_.window, config_.head_size, config_.kv_dtype, num_sms_)
+      .stages;
 }
 
 size_t AttentionBackend::workspace_bytes() const {
-  require(prepared_, "workspace_bytes: call prepare() first (the split policy needs the device)");
+  GA_REQUIRE(prepared_,
+             "workspace_bytes: call prepare() first (the split policy needs the device)");
   size_t most = 0;
   for (int b = 1; b <= config_.max_num_seqs; ++b)
     most = std::max(most, detail::decode_workspace_bytes(b, config_.num_heads, config_.head_size,
@@ -129,50 +137,51 @@ void AttentionBackend::forward(const TensorView& query, const TensorView& key,
                                const TensorView& value, const TensorView& kv_cache,
                                const TensorView& output, const AttentionMetadata& md,
                                void* workspace, size_t workspace_size, CUstream stream) const {
-  require(prepared_, "forward: call prepare() before the first forward (and before capture)");
+  GA_REQUIRE(prepared_, "forward: call prepare() before the first forward (and before capture)");
   const AttentionLayerConfig& c = config_;
   // Everything is checked before the first launch, so a bad call launches nothing.
-  require(md.num_reqs >= 0 && md.num_decodes >= 0 && md.num_decodes <= md.num_reqs,
-          "metadata: num_decodes " + str(md.num_decodes) + " must be in [0, num_reqs " +
-              str(md.num_reqs) + "]");
-  require(md.num_decode_tokens == md.num_decodes,
-          "metadata: num_decode_tokens " + str(md.num_decode_tokens) + " must equal num_decodes " +
-              str(md.num_decodes) + " (a decode has one query token)");
-  require(md.num_decodes <= c.max_num_seqs,
-          "metadata: num_decodes " + str(md.num_decodes) + " exceeds max_num_seqs " +
-              str(c.max_num_seqs) + " that the workspace was sized for");
+  GA_REQUIRE(md.num_reqs >= 0 && md.num_decodes >= 0 && md.num_decodes <= md.num_reqs,
+             "metadata: num_decodes " + str(md.num_decodes) + " must be in [0, num_reqs " +
+                 str(md.num_reqs) + "]");
+  GA_REQUIRE(md.num_decode_tokens == md.num_decodes,
+             "metadata: num_decode_tokens " + str(md.num_decode_tokens) +
+                 " must equal num_decodes " + str(md.num_decodes) +
+                 " (a decode has one query token)");
+  GA_REQUIRE(md.num_decodes <= c.max_num_seqs, "metadata: num_decodes " + str(md.num_decodes) +
+                                                   " exceeds max_num_seqs " + str(c.max_num_seqs) +
+                                                   " that the workspace was sized for");
   detail::require_rank(query, 3, "query", "[num_tokens, num_heads, head_size]");
-  require(query.shape[1] == c.num_heads && query.shape[2] == c.head_size,
-          "query " + query.describe() + " must have " + str(c.num_heads) + " heads of size " +
-              str(c.head_size));
-  require(query.dtype == (c.dtype == DType::kBFloat16 ? ScalarType::kBFloat16
-                                                      : ScalarType::kFloat16),
-          "query dtype " + std::string(to_string(query.dtype)) + " differs from the layer's " +
-              to_string(c.dtype));
-  require(md.num_actual_tokens >= md.num_decode_tokens && md.num_actual_tokens <= query.shape[0],
-          "metadata: num_actual_tokens " + str(md.num_actual_tokens) + " must be in [" +
-              str(md.num_decode_tokens) + ", query tokens " + str(query.shape[0]) + "]");
+  GA_REQUIRE(query.shape[1] == c.num_heads && query.shape[2] == c.head_size,
+             "query " + query.describe() + " must have " + str(c.num_heads) + " heads of size " +
+                 str(c.head_size));
+  GA_REQUIRE(
+      query.dtype == (c.dtype == DType::kBFloat16 ? ScalarType::kBFloat16 : ScalarType::kFloat16),
+      "query dtype " + std::string(to_string(query.dtype)) + " differs from the layer's " +
+          to_string(c.dtype));
+  GA_REQUIRE(md.num_actual_tokens >= md.num_decode_tokens && md.num_actual_tokens <= query.shape[0],
+             "metadata: num_actual_tokens " + str(md.num_actual_tokens) + " must be in [" +
+                 str(md.num_decode_tokens) + ", query tokens " + str(query.shape[0]) + "]");
   const detail::KvCacheShape kc = detail::check_kv_cache(kv_cache, c.dtype);
-  require(kc.layout == c.layout && kc.kv_dtype == c.kv_dtype && kc.block_size == c.block_size &&
-              kc.num_kv_heads == c.num_kv_heads && kc.head_size == c.head_size,
-          "kv_cache " + kv_cache.describe() + " (" + to_string(kc.layout) + ", kv " +
-              to_string(kc.kv_dtype) + ") does not match the layer: block size " +
-              str(c.block_size) + ", " + str(c.num_kv_heads) + " KV heads of size " +
-              str(c.head_size) + ", " + to_string(c.layout) + ", kv " + to_string(c.kv_dtype));
+  GA_REQUIRE(kc.layout == c.layout && kc.kv_dtype == c.kv_dtype && kc.block_size == c.block_size &&
+                 kc.num_kv_heads == c.num_kv_heads && kc.head_size == c.head_size,
+             "kv_cache " + kv_cache.describe() + " (" + to_string(kc.layout) + ", kv " +
+                 to_string(kc.kv_dtype) + ") does not match the layer: block size " +
+                 str(c.block_size) + ", " + str(c.num_kv_heads) + " KV heads of size " +
+                 str(c.head_size) + ", " + to_string(c.layout) + ", kv " + to_string(c.kv_dtype));
   detail::require_rank(md.block_table, 2, "block_table", "[num_reqs, max_blocks_per_seq]");
-  require(md.max_seq_len >= 0 && md.max_seq_len <= md.block_table.shape[1] * c.block_size,
-          "metadata: max_seq_len " + str(md.max_seq_len) + " does not fit block_table " +
-              md.block_table.describe() + " of " + str(c.block_size) + "-token blocks");
+  GA_REQUIRE(md.max_seq_len >= 0 && md.max_seq_len <= md.block_table.shape[1] * c.block_size,
+             "metadata: max_seq_len " + str(md.max_seq_len) + " does not fit block_table " +
+                 md.block_table.describe() + " of " + str(c.block_size) + "-token blocks");
   const bool write = key.ndim != 0;
   if (write) {
     detail::require_rank(md.slot_mapping, 1, "slot_mapping", "[num_tokens]");
     detail::require_rank(key, 3, "key", "[num_tokens, num_kv_heads, head_size]");
     detail::require_rank(value, 3, "value", "[num_tokens, num_kv_heads, head_size]");
-    require(key.shape[0] >= md.num_actual_tokens && value.shape[0] >= md.num_actual_tokens &&
-                md.slot_mapping.shape[0] >= md.num_actual_tokens,
-            "key " + key.describe() + ", value " + value.describe() + " and slot_mapping " +
-                md.slot_mapping.describe() + " need num_actual_tokens " +
-                str(md.num_actual_tokens) + " rows");
+    GA_REQUIRE(key.shape[0] >= md.num_actual_tokens && value.shape[0] >= md.num_actual_tokens &&
+                   md.slot_mapping.shape[0] >= md.num_actual_tokens,
+               "key " + key.describe() + ", value " + value.describe() + " and slot_mapping " +
+                   md.slot_mapping.describe() + " need num_actual_tokens " +
+                   str(md.num_actual_tokens) + " rows");
   }
 
   detail::DecodeLaunch d;
@@ -183,6 +192,7 @@ void AttentionBackend::forward(const TensorView& query, const TensorView& key,
   d.block_table = md.block_table;
   d.num_decodes = md.num_decodes;
   d.max_splits = decode_max_splits(md.num_decodes);
+  d.stages = decode_stages(md.num_decodes);
   d.scale = c.scale;
   d.window = c.window;
   d.soft_cap = c.soft_cap;
@@ -192,15 +202,15 @@ void AttentionBackend::forward(const TensorView& query, const TensorView& key,
   d.workspace_size = workspace_size;
   const bool decode = md.num_decodes > 0;
   if (decode) {
-    require(detail::decode_spec(d, c.arch) == specs_[kDecodeIdx],
-            "forward: the views need kernel " + detail::decode_spec(d, c.arch).to_string() +
-                " but the layer prepared " + specs_[kDecodeIdx].to_string());
-    const size_t need = detail::decode_workspace_bytes(md.num_decodes, c.num_heads, c.head_size,
-                                                       d.max_splits);
-    require(workspace != nullptr && workspace_size >= need,
-            "forward: workspace of " + str(static_cast<int64_t>(workspace_size)) +
-                " bytes is smaller than the " + str(static_cast<int64_t>(need)) +
-                " this batch needs (allocate workspace_bytes())");
+    GA_REQUIRE(detail::decode_spec(d, c.arch) == specs_[kDecodeIdx],
+               "forward: the views need kernel " + detail::decode_spec(d, c.arch).to_string() +
+                   " but the layer prepared " + specs_[kDecodeIdx].to_string());
+    const size_t need =
+        detail::decode_workspace_bytes(md.num_decodes, c.num_heads, c.head_size, d.max_splits);
+    GA_REQUIRE(workspace != nullptr && workspace_size >= need,
+               "forward: workspace of " + str(static_cast<int64_t>(workspace_size)) +
+                   " bytes is smaller than the " + str(static_cast<int64_t>(need)) +
+                   " this batch needs (allocate workspace_bytes())");
   }
   detail::PrefillLaunch pf;
   pf.query = query;
@@ -219,11 +229,11 @@ void AttentionBackend::forward(const TensorView& query, const TensorView& key,
   pf.v_scale = c.v_scale;
   const bool prefill = md.num_reqs > md.num_decodes;
   if (prefill) {
-    require(md.max_query_len >= 1, "metadata: max_query_len " + str(md.max_query_len) +
-                                       " must be >= 1 when the batch has prefills");
-    require(detail::prefill_spec(pf, c.arch) == specs_[kPrefillIdx],
-            "forward: the views need kernel " + detail::prefill_spec(pf, c.arch).to_string() +
-                " but the layer prepared " + specs_[kPrefillIdx].to_string());
+    GA_REQUIRE(md.max_query_len >= 1, "metadata: max_query_len " + str(md.max_query_len) +
+                                          " must be >= 1 when the batch has prefills");
+    GA_REQUIRE(detail::prefill_spec(pf, c.arch) == specs_[kPrefillIdx],
+               "forward: the views need kernel " + detail::prefill_spec(pf, c.arch).to_string() +
+                   " but the layer prepared " + specs_[kPrefillIdx].to_string());
   }
 
   if (write) {
@@ -232,8 +242,7 @@ void AttentionBackend::forward(const TensorView& query, const TensorView& key,
     v.shape[0] = md.num_actual_tokens;
     write_kv_cache(k, v, kv_cache, md.slot_mapping, c.k_scale, c.v_scale, stream, *cache_);
   }
-  if (decode)
-    detail::launch_decode(*kernels_[kDecodeIdx], *kernels_[kReduceIdx], d, stream);
+  if (decode) detail::launch_decode(*kernels_[kDecodeIdx], *kernels_[kReduceIdx], d, stream);
   if (prefill) detail::launch_prefill(*kernels_[kPrefillIdx], pf, stream);
 }
 

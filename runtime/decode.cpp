@@ -1,6 +1,7 @@
 // Host side of the split-KV decode kernels: checks the views, derives the specs, launches.
 #include "runtime/decode.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <mutex>
 #include <set>
@@ -25,8 +26,8 @@ struct WorkspaceLayout {
 WorkspaceLayout workspace_layout(int num_decodes, int num_heads, int head_size, int max_splits) {
   WorkspaceLayout w;
   // With one split every request writes its output directly: no partials.
-  const size_t rows = max_splits > 1 ? static_cast<size_t>(num_decodes) * num_heads * max_splits
-                                     : 0;
+  const size_t rows =
+      max_splits > 1 ? static_cast<size_t>(num_decodes) * num_heads * max_splits : 0;
   w.partial_out = 0;
   w.partial_lse = align_up(rows * head_size * sizeof(float));
   w.num_splits = w.partial_lse + align_up(rows * sizeof(float));
@@ -36,12 +37,13 @@ WorkspaceLayout workspace_layout(int num_decodes, int num_heads, int head_size, 
 
 void require_int32_rows(const TensorView& t, const char* name, int64_t min_rows,
                         const char* shape) {
-  require(t.dtype == ScalarType::kInt32,
-          std::string(name) + " must be int32, got " + to_string(t.dtype));
-  require(t.shape[0] >= min_rows, std::string(name) + " " + t.describe() + " needs at least " +
-                                      str(min_rows) + " rows for the requests launched " + shape);
-  require(t.strides[t.ndim - 1] == 1,
-          std::string(name) + " must have a contiguous last dimension, got " + t.describe());
+  GA_REQUIRE(t.dtype == ScalarType::kInt32,
+             std::string(name) + " must be int32, got " + to_string(t.dtype));
+  GA_REQUIRE(t.shape[0] >= min_rows, std::string(name) + " " + t.describe() + " needs at least " +
+                                         str(min_rows) + " rows for the requests launched " +
+                                         shape);
+  GA_REQUIRE(t.strides[t.ndim - 1] == 1,
+             std::string(name) + " must have a contiguous last dimension, got " + t.describe());
 }
 
 std::mutex& limit_mutex() {
@@ -59,8 +61,8 @@ void ensure_shared_limit(CUfunction f, int bytes) {
   if (bytes <= 48 * 1024) return;
   std::lock_guard<std::mutex> lock(limit_mutex());
   if (limit_done().count(f)) return;
-  GA_CU_CHECK(driver().cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                          bytes));
+  GA_CU_CHECK(
+      driver().cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes));
   limit_done().insert(f);
 }
 
@@ -70,21 +72,20 @@ AttentionSpec decode_spec(const DecodeLaunch& a, int arch) {
   require_rank(a.query, 3, "query", "[num_tokens, num_heads, head_size]");
   require_rank(a.output, 3, "output", "[num_tokens, num_heads, head_size]");
   const DType dtype = dtype_of(a.query.dtype);
-  require(a.output.dtype == a.query.dtype, "output dtype " +
-                                               std::string(to_string(a.output.dtype)) +
-                                               " differs from query dtype " +
-                                               to_string(a.query.dtype));
+  GA_REQUIRE(a.output.dtype == a.query.dtype,
+             "output dtype " + std::string(to_string(a.output.dtype)) +
+                 " differs from query dtype " + to_string(a.query.dtype));
   const KvCacheShape kc = check_kv_cache(a.kv_cache, dtype);
   const int64_t num_heads = a.query.shape[1];
-  require(a.query.shape[2] == kc.head_size,
-          "query " + a.query.describe() + " has head size " + str(a.query.shape[2]) +
-              " but the KV cache holds head size " + str(kc.head_size));
-  require(num_heads > 0 && num_heads % kc.num_kv_heads == 0,
-          "query has " + str(num_heads) + " heads, not a positive multiple of the KV cache's " +
-              str(kc.num_kv_heads) + " KV heads");
-  require(a.window >= 0, "window " + str(a.window) + " must be >= 0 (0: no sliding window)");
-  require(a.soft_cap >= 0 && std::isfinite(a.soft_cap),
-          "soft_cap " + std::to_string(a.soft_cap) + " must be finite and >= 0 (0: none)");
+  GA_REQUIRE(a.query.shape[2] == kc.head_size,
+             "query " + a.query.describe() + " has head size " + str(a.query.shape[2]) +
+                 " but the KV cache holds head size " + str(kc.head_size));
+  GA_REQUIRE(num_heads > 0 && num_heads % kc.num_kv_heads == 0,
+             "query has " + str(num_heads) + " heads, not a positive multiple of the KV cache's " +
+                 str(kc.num_kv_heads) + " KV heads");
+  GA_REQUIRE(a.window >= 0, "window " + str(a.window) + " must be >= 0 (0: no sliding window)");
+  GA_REQUIRE(a.soft_cap >= 0 && std::isfinite(a.soft_cap),
+             "soft_cap " + std::to_string(a.soft_cap) + " must be finite and >= 0 (0: none)");
   AttentionSpec spec;
   spec.kind = KernelKind::kDecode;
   spec.head_size = static_cast<int>(kc.head_size);
@@ -120,10 +121,11 @@ size_t decode_workspace_bytes(int num_decodes, int num_heads, int head_size, int
   return workspace_layout(num_decodes, num_heads, head_size, max_splits).total;
 }
 
-int decode_resident_blocks(const LoadedKernel& decode) {
-  require(decode.compiled != nullptr, "decode_resident_blocks: kernel is not loaded");
+int prepare_decode_kernel(const LoadedKernel& decode) {
+  GA_REQUIRE(decode.compiled != nullptr, "prepare_decode_kernel: kernel is not loaded");
   const AttentionSpec& s = decode.compiled->spec;
-  const int smem = ga_decode_smem_bytes(s.head_size, kv_bytes_of(s));
+  const int kvb = kv_bytes_of(s);
+  const int smem = ga_decode_smem_bytes(s.head_size, kvb, ga_decode_max_stages(s.head_size, kvb));
   ensure_shared_limit(decode.function, smem);
   const auto& d = driver();
   CUdevice dev;
@@ -132,70 +134,76 @@ int decode_resident_blocks(const LoadedKernel& decode) {
   GA_CU_CHECK(d.cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev));
   GA_CU_CHECK(d.cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, decode.function,
                                                             GA_DECODE_THREADS, smem));
-  require(per_sm > 0, "decode kernel " + s.to_string() + " cannot run on this device (" +
-                          str(smem) + " bytes of shared memory per block)");
-  return sms * per_sm;
+  GA_REQUIRE(per_sm > 0, "decode kernel " + s.to_string() + " cannot run on this device (" +
+                             str(smem) + " bytes of shared memory per block)");
+  return sms;
 }
 
-int decode_max_splits(int num_decodes, int num_kv_heads, int group, int max_model_len, int window,
-                      int resident_blocks) {
-  if (num_decodes <= 0) return 1;
+DecodeGrid decode_grid(int num_decodes, int num_kv_heads, int group, int max_model_len, int window,
+                       int head_size, KvDType kv_dtype, int num_sms) {
+  const int kvb = kv_dtype == KvDType::kAuto ? 2 : 1;
+  DecodeGrid g;
+  // The deepest pipeline: on the H100 (graphattn-bench --try-splits) it was as fast as the
+  // shallow one within 1% at every REFERENCE.md shape, and 3.5% faster at 64 x 8192.
+  g.stages = ga_decode_max_stages(head_size, kvb);
+  if (num_decodes <= 0) return g;
+  const int64_t blocks_per_split =
+      int64_t{num_decodes} * num_kv_heads * ga_decode_head_chunks(group);
+  if (blocks_per_split >= num_sms) return g;
   // Attended tokens of the longest request, plus the window start's rounding down to a tile.
-  const int64_t len = window > 0 ? std::min<int64_t>(max_model_len, int64_t{window} + GA_DECODE_TILE - 1)
-                                 : max_model_len;
+  const int64_t len = window > 0
+                          ? std::min<int64_t>(max_model_len, int64_t{window} + GA_DECODE_TILE - 1)
+                          : max_model_len;
   const int64_t tiles = (len + GA_DECODE_TILE - 1) / GA_DECODE_TILE;
   const int64_t cap = std::max<int64_t>(
       1, (tiles + GA_DECODE_MIN_TILES_PER_SPLIT - 1) / GA_DECODE_MIN_TILES_PER_SPLIT);
-  const int64_t blocks_per_split =
-      int64_t{num_decodes} * num_kv_heads * ga_decode_head_chunks(group);
-  const int64_t want = std::max<int64_t>(1, resident_blocks / blocks_per_split);
-  return static_cast<int>(std::min(cap, want));
+  g.max_splits = static_cast<int>(std::min(cap, std::max<int64_t>(1, num_sms / blocks_per_split)));
+  return g;
 }
 
 void launch_decode(const LoadedKernel& decode, const LoadedKernel& reduce, const DecodeLaunch& a,
                    CUstream stream) {
-  require(decode.compiled != nullptr && reduce.compiled != nullptr,
-          "launch_decode: kernels are not loaded");
+  GA_REQUIRE(decode.compiled != nullptr && reduce.compiled != nullptr,
+             "launch_decode: kernels are not loaded");
   const AttentionSpec& ks = decode.compiled->spec;
   const AttentionSpec spec = decode_spec(a, ks.arch);
-  require(spec == ks, "launch_decode: the arguments need kernel " + spec.to_string() +
-                          " but kernel " + ks.to_string() + " was given");
-  require(reduce.compiled->spec == decode_reduce_spec(spec),
-          "launch_decode: reduce kernel " + reduce.compiled->spec.to_string() +
-              " does not pair with " + spec.to_string());
+  GA_REQUIRE(spec == ks, "launch_decode: the arguments need kernel " + spec.to_string() +
+                             " but kernel " + ks.to_string() + " was given");
+  GA_REQUIRE(reduce.compiled->spec == decode_reduce_spec(spec),
+             "launch_decode: reduce kernel " + reduce.compiled->spec.to_string() +
+                 " does not pair with " + spec.to_string());
   require_vector_access(a.query, "query");
   require_vector_access(a.output, "output");
   const int64_t num_heads = a.query.shape[1];
-  require(a.output.shape[1] == num_heads && a.output.shape[2] == a.query.shape[2],
-          "output " + a.output.describe() + " does not match query " + a.query.describe());
-  require(a.num_decodes >= 0 && a.num_decodes <= 65535,
-          "num_decodes " + str(a.num_decodes) + " must be in [0, 65535]");
-  require(a.query.shape[0] >= a.num_decodes && a.output.shape[0] >= a.num_decodes,
-          "query " + a.query.describe() + " and output " + a.output.describe() +
-              " need a token per decode request (" + str(a.num_decodes) + ")");
+  GA_REQUIRE(a.output.shape[1] == num_heads && a.output.shape[2] == a.query.shape[2],
+             "output " + a.output.describe() + " does not match query " + a.query.describe());
+  GA_REQUIRE(a.num_decodes >= 0 && a.num_decodes <= 65535,
+             "num_decodes " + str(a.num_decodes) + " must be in [0, 65535]");
+  GA_REQUIRE(a.query.shape[0] >= a.num_decodes && a.output.shape[0] >= a.num_decodes,
+             "query " + a.query.describe() + " and output " + a.output.describe() +
+                 " need a token per decode request (" + str(a.num_decodes) + ")");
   require_rank(a.seq_lens, 1, "seq_lens", "[num_reqs]");
   require_int32_rows(a.seq_lens, "seq_lens", a.num_decodes, "[num_reqs]");
   require_rank(a.block_table, 2, "block_table", "[num_reqs, max_blocks_per_seq]");
-  require_int32_rows(a.block_table, "block_table", a.num_decodes,
-                     "[num_reqs, max_blocks_per_seq]");
-  require(a.max_splits >= 1 && a.max_splits <= (1 << 20),
-          "max_splits " + str(a.max_splits) + " must be in [1, 1048576]");
-  require(std::isfinite(a.scale) && a.scale > 0,
-          "scale " + std::to_string(a.scale) + " must be finite and > 0");
+  require_int32_rows(a.block_table, "block_table", a.num_decodes, "[num_reqs, max_blocks_per_seq]");
+  GA_REQUIRE(a.max_splits >= 1 && a.max_splits <= (1 << 20),
+             "max_splits " + str(a.max_splits) + " must be in [1, 1048576]");
+  GA_REQUIRE(std::isfinite(a.scale) && a.scale > 0,
+             "scale " + std::to_string(a.scale) + " must be finite and > 0");
   const bool fp8 = spec.kv_dtype != KvDType::kAuto;
   if (fp8)
-    require(a.k_scale > 0 && a.v_scale > 0 && std::isfinite(a.k_scale) &&
-                std::isfinite(a.v_scale),
-            "fp8 KV cache needs positive k_scale and v_scale, got " + std::to_string(a.k_scale) +
-                " and " + std::to_string(a.v_scale));
+    GA_REQUIRE(
+        a.k_scale > 0 && a.v_scale > 0 && std::isfinite(a.k_scale) && std::isfinite(a.v_scale),
+        "fp8 KV cache needs positive k_scale and v_scale, got " + std::to_string(a.k_scale) +
+            " and " + std::to_string(a.v_scale));
   const WorkspaceLayout w =
       workspace_layout(a.num_decodes, static_cast<int>(num_heads), spec.head_size, a.max_splits);
-  require(a.workspace != nullptr && a.workspace_size >= w.total &&
-              reinterpret_cast<uintptr_t>(a.workspace) % 16 == 0,
-          "decode workspace of " + str(static_cast<int64_t>(a.workspace_size)) + " bytes at " +
-              (a.workspace ? "an address" : "null") + " is too small or misaligned: " +
-              str(static_cast<int64_t>(w.total)) + " bytes, 16-byte aligned, are needed for " +
-              str(a.num_decodes) + " requests and " + str(a.max_splits) + " splits");
+  GA_REQUIRE(a.workspace != nullptr && a.workspace_size >= w.total &&
+                 reinterpret_cast<uintptr_t>(a.workspace) % 16 == 0,
+             "decode workspace of " + str(static_cast<int64_t>(a.workspace_size)) + " bytes at " +
+                 (a.workspace ? "an address" : "null") + " is too small or misaligned: " +
+                 str(static_cast<int64_t>(w.total)) + " bytes, 16-byte aligned, are needed for " +
+                 str(a.num_decodes) + " requests and " + str(a.max_splits) + " splits");
   if (a.num_decodes == 0) return;
 
   DecodeParams p{};
@@ -228,10 +236,18 @@ void launch_decode(const LoadedKernel& decode, const LoadedKernel& reduce, const
 
   const int num_kv_heads = static_cast<int>(a.kv_cache.shape[3]);
   const int64_t grid_y = int64_t{num_kv_heads} * ga_decode_head_chunks(spec.group);
-  require(grid_y <= 65535, "decode launch too large: " + str(grid_y) +
-                               " KV-head blocks per request (at most 65535)");
-  const int smem = ga_decode_smem_bytes(spec.head_size, kv_bytes_of(spec));
-  ensure_shared_limit(decode.function, smem);
+  GA_REQUIRE(grid_y <= 65535, "decode launch too large: " + str(grid_y) +
+                                  " KV-head blocks per request (at most 65535)");
+  const int kvb = kv_bytes_of(spec);
+  const int stages = a.stages == 0 ? ga_decode_shallow_stages(spec.head_size, kvb) : a.stages;
+  GA_REQUIRE(stages >= 2 && stages <= ga_decode_max_stages(spec.head_size, kvb),
+             "stages " + str(a.stages) + " is not supported for " + spec.to_string() +
+                 "; supported: 0 (default), 2.." + str(ga_decode_max_stages(spec.head_size, kvb)));
+  p.stages = stages;
+  const int smem = ga_decode_smem_bytes(spec.head_size, kvb, stages);
+  ensure_shared_limit(
+      decode.function,
+      ga_decode_smem_bytes(spec.head_size, kvb, ga_decode_max_stages(spec.head_size, kvb)));
   LaunchShape shape;
   shape.grid_x = static_cast<unsigned>(a.max_splits);
   shape.grid_y = static_cast<unsigned>(grid_y);

@@ -4,7 +4,9 @@
 //   const AttentionSpec spec = detail::decode_spec(args, arch);        // once, before capture
 //   const LoadedKernel& dk = load_kernel(spec, cache);                 // and the reduce kernel:
 //   const LoadedKernel& rk = load_kernel(detail::decode_reduce_spec(spec), cache);
-//   args.max_splits = detail::decode_max_splits(...);                  // fixed per batch size
+//   const int sms = detail::prepare_decode_kernel(dk);
+//   const DecodeGrid g = detail::decode_grid(..., sms);                // fixed per batch size
+//   args.max_splits = g.max_splits; args.stages = g.stages;
 //   detail::launch_decode(dk, rk, args, stream);                       // capture-safe
 #pragma once
 
@@ -27,13 +29,14 @@ struct DecodeLaunch {
   TensorView seq_lens;     // [>= num_decodes] int32, context + new token; 0 = padded request
   TensorView block_table;  // [>= num_decodes, max_blocks_per_seq] int32, rows contiguous
   int num_decodes = 0;
-  int max_splits = 1;      // grid width; each request uses at most this many splits
-  float scale = 1.0f;      // softmax scale
-  int window = 0;          // sliding window in tokens; 0 = none (the spec must agree)
-  float soft_cap = 0.0f;   // logits soft cap; 0 = none (the spec must agree)
-  float k_scale = 1.0f;    // fp8 KV: key = stored * k_scale; ignored otherwise
-  float v_scale = 1.0f;    // fp8 KV: value = stored * v_scale; ignored otherwise
-  void* workspace = nullptr;   // decode_workspace_bytes(...) bytes, 16-byte aligned
+  int max_splits = 1;         // grid width; each request uses at most this many splits
+  int stages = 0;             // pipeline depth 2..ga_decode_max_stages; 0: the shallow default
+  float scale = 1.0f;         // softmax scale
+  int window = 0;             // sliding window in tokens; 0 = none (the spec must agree)
+  float soft_cap = 0.0f;      // logits soft cap; 0 = none (the spec must agree)
+  float k_scale = 1.0f;       // fp8 KV: key = stored * k_scale; ignored otherwise
+  float v_scale = 1.0f;       // fp8 KV: value = stored * v_scale; ignored otherwise
+  void* workspace = nullptr;  // decode_workspace_bytes(...) bytes, 16-byte aligned
   size_t workspace_size = 0;
 };
 
@@ -46,21 +49,29 @@ AttentionSpec decode_reduce_spec(const AttentionSpec& decode);
 // Workspace for the partial results of one launch.
 size_t decode_workspace_bytes(int num_decodes, int num_heads, int head_size, int max_splits);
 
-// Thread blocks of `decode` that the current device runs at once (multiprocessors times
-// occupancy). Raises the kernel's dynamic shared-memory limit first. Not for use in a capture.
-int decode_resident_blocks(const LoadedKernel& decode);
+// Raises `decode`'s dynamic shared-memory limit to what its deepest pipeline needs and returns
+// the current device's multiprocessor count (the split policy's input). Call once per loaded
+// kernel before any capture.
+int prepare_decode_kernel(const LoadedKernel& decode);
 
-// The split policy: the grid width for a batch of num_decodes. Enough splits to fill the
-// device's resident_blocks with one wave, never more than the longest attended length needs
-// (GA_DECODE_MIN_TILES_PER_SPLIT tiles per split at least). A pure function.
+// The launch geometry for a batch: the grid width and the pipeline depth.
+struct DecodeGrid {
+  int max_splits = 1;  // splits per request at most (grid x)
+  int stages = 2;      // cp.async stages per warp
+};
+// The split policy, a pure function. A batch whose (request, KV head) blocks fill the
+// multiprocessors by themselves gets no split (each block writes its output, no reduce); a
+// smaller batch is split until there is about one block per multiprocessor. Never more splits
+// than the longest attended length needs (GA_DECODE_MIN_TILES_PER_SPLIT tiles per split at
+// least). The pipeline is the deepest that fits (ga_decode_max_stages).
 //   max_model_len: longest seq_len; window: sliding window (0 none); group: heads per KV head
-int decode_max_splits(int num_decodes, int num_kv_heads, int group, int max_model_len, int window,
-                      int resident_blocks);
+DecodeGrid decode_grid(int num_decodes, int num_kv_heads, int group, int max_model_len, int window,
+                       int head_size, KvDType kv_dtype, int num_sms);
 
 // Checks `args` against the loaded kernels and launches decode (and the reduce when
 // max_splits > 1) on `stream`. Allocates and synchronizes nothing; capture-safe once loaded
-// and decode_resident_blocks() has been called for `decode`. num_decodes 0 launches nothing.
-void launch_decode(const LoadedKernel& decode, const LoadedKernel& reduce,
-                   const DecodeLaunch& args, CUstream stream);
+// and prepare_decode_kernel() has been called for `decode`. num_decodes 0 launches nothing.
+void launch_decode(const LoadedKernel& decode, const LoadedKernel& reduce, const DecodeLaunch& args,
+                   CUstream stream);
 
 }  // namespace graphattn::detail

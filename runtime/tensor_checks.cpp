@@ -59,17 +59,17 @@ KvCacheShape check_kv_cache(const TensorView& c, DType dtype) {
   KvCacheShape s;
   s.layout = kv_layout_of(c);
   s.kv_dtype = kv_dtype_of(c, dtype);
-  require(c.shape[0] == 2, "kv_cache dimension 0 must be 2 (keys, values), got " + c.describe());
+  GA_REQUIRE(c.shape[0] == 2, "kv_cache dimension 0 must be 2 (keys, values), got " + c.describe());
   s.num_blocks = c.shape[1];
   s.block_size = c.shape[2];
   s.num_kv_heads = c.shape[3];
   s.head_size = c.shape[4];
-  require(s.num_kv_heads > 0, "kv_cache has no KV heads: " + c.describe());
+  GA_REQUIRE(s.num_kv_heads > 0, "kv_cache has no KV heads: " + c.describe());
   const int64_t elem = scalar_bytes(c.dtype);
   const bool aligned = reinterpret_cast<uintptr_t>(c.data) % 16 == 0 &&
                        (c.strides[0] * elem) % 16 == 0 && (c.strides[1] * elem) % 16 == 0 &&
                        (c.strides[2] * elem) % 8 == 0 && (c.strides[3] * elem) % 8 == 0;
-  require(aligned, "kv_cache " + c.describe() + " must be 16-byte aligned with block strides "
+  GA_REQUIRE(aligned, "kv_cache " + c.describe() + " must be 16-byte aligned with block strides "
                    "that are multiples of 16 bytes");
   s.key_data = c.data;
   s.value_data = static_cast<char*>(c.data) + c.strides[0] * elem;

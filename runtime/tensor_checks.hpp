@@ -12,6 +12,12 @@ namespace graphattn::detail {
 inline void require(bool ok, const std::string& message) {
   if (!ok) throw Error(message);
 }
+// require() for launch paths: the message expression is evaluated only on failure, so a call
+// that passes costs no string building (forward() runs every check on every step).
+#define GA_REQUIRE(ok, message)                                  \
+  do {                                                           \
+    if (!(ok)) throw ::graphattn::Error(message);                \
+  } while (0)
 void require_rank(const TensorView& t, int rank, const char* name, const char* shape);
 // The head dimension is contiguous and every row starts 16-byte aligned (vector loads).
 void require_vector_access(const TensorView& t, const char* name);

@@ -3,9 +3,9 @@
 // A thread block handles one (split, KV head [, chunk of 16 query heads], request). Every query
 // head of the KV group is processed at once, so each KV byte is read from memory once. The
 // block's warps take interleaved 16-token tiles of the split; each warp streams its tiles through
-// its own shared-memory ring with cp.async (16-byte copies, STAGES tiles in flight) and keeps its
-// own online softmax state. Scores are computed transposed, S^T = K Q^T, so that the 16 tokens
-// of a tile are the MMA's M and up to 8 query heads its N: a GQA group of <= 8 wastes no N.
+// its own shared-memory ring with cp.async (16-byte copies, up to p.stages tiles in flight) and
+// keeps its own online softmax state. Scores are computed transposed, S^T = K Q^T, so that the 16
+// tokens of a tile are the MMA's M and up to 8 query heads its N: a GQA group of <= 8 wastes no N.
 // Likewise O^T += V^T P^T, with P^T moved into B-operand layout by movmatrix.
 //
 // The reduction dimension of K Q^T is the head dimension, which may be permuted freely as long
@@ -23,26 +23,26 @@
 constexpr int KV_BYTES = KV_FP8 ? 1 : 2;
 constexpr int NW = GA_DECODE_WARPS;
 constexpr int TILE = GA_DECODE_TILE;
-constexpr int CE = 16 / KV_BYTES;                                // KV elements per 16-byte chunk
+constexpr int CE = 16 / KV_BYTES;  // KV elements per 16-byte chunk
 constexpr int ROW_BYTES = ga_decode_row_bytes(HEAD_SIZE, KV_BYTES);
-constexpr int CHUNKS_PAD = ROW_BYTES / 16;                       // multiple of 8
-constexpr int DIMS_PAD = CHUNKS_PAD * CE;                        // padded head dimension
+constexpr int CHUNKS_PAD = ROW_BYTES / 16;  // multiple of 8
+constexpr int DIMS_PAD = CHUNKS_PAD * CE;   // padded head dimension
 constexpr int REAL_BYTES = HEAD_SIZE * KV_BYTES;
-constexpr int CP_BYTES = REAL_BYTES % 16 == 0 ? 16 : 8;          // cp.async unit
-constexpr int UNITS = REAL_BYTES / CP_BYTES;                     // cp.async units per row
-constexpr int FULL_CHUNKS = REAL_BYTES / 16;                     // chunks wholly inside the row
-constexpr int LIVE_CHUNKS = (REAL_BYTES + 15) / 16;              // chunks holding any element
-constexpr int STAGES = ga_decode_stages(HEAD_SIZE, KV_BYTES);
-constexpr int TILE_BYTES = TILE * ROW_BYTES;                     // K (or V) of one tile
+constexpr int CP_BYTES = REAL_BYTES % 16 == 0 ? 16 : 8;  // cp.async unit
+constexpr int UNITS = REAL_BYTES / CP_BYTES;             // cp.async units per row
+constexpr int FULL_CHUNKS = REAL_BYTES / 16;             // chunks wholly inside the row
+constexpr int LIVE_CHUNKS = (REAL_BYTES + 15) / 16;      // chunks holding any element
+constexpr int MAX_STAGES = ga_decode_max_stages(HEAD_SIZE, KV_BYTES);
+constexpr int TILE_BYTES = TILE * ROW_BYTES;  // K (or V) of one tile
 constexpr int STAGE_BYTES = 2 * TILE_BYTES;
 constexpr int HPB = GROUP < GA_DECODE_HEADS_PER_BLOCK ? GROUP : GA_DECODE_HEADS_PER_BLOCK;
-constexpr int NT = (HPB + 7) / 8;                                // head n-tiles of 8
+constexpr int NT = (HPB + 7) / 8;  // head n-tiles of 8
 constexpr int HEAD_CHUNKS = ga_decode_head_chunks(GROUP);
-constexpr int KGROUPS = CHUNKS_PAD / 4;                          // K chunks per thread per token
-constexpr int VGROUPS = CHUNKS_PAD / 8;                          // V chunks per thread per token
-constexpr int KW = CE / 2;                                       // 16-bit pairs per chunk
-constexpr int KSUB = CE / 4;                                     // MMA k steps per chunk
-constexpr int MSUB = CE / 2;                                     // MMA m tiles per V chunk
+constexpr int KGROUPS = CHUNKS_PAD / 4;  // K chunks per thread per token
+constexpr int VGROUPS = CHUNKS_PAD / 8;  // V chunks per thread per token
+constexpr int KW = CE / 2;               // 16-bit pairs per chunk
+constexpr int KSUB = CE / 4;             // MMA k steps per chunk
+constexpr int MSUB = CE / 2;             // MMA m tiles per V chunk
 constexpr int LOAD_ITERS = (TILE * UNITS + 31) / 32;
 constexpr float LOG2E = 1.4426950408889634f;
 #define GA_NEG_INF (-__int_as_float(0x7f800000))
@@ -67,6 +67,16 @@ __device__ __forceinline__ void ga_cp_commit() { asm volatile("cp.async.commit_g
 template <int N>
 __device__ __forceinline__ void ga_cp_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+// Waits until at most stages - 1 commit groups are pending (stages is warp-uniform).
+__device__ __forceinline__ void ga_cp_wait_stages(int stages) {
+  if (MAX_STAGES >= 4 && stages >= 4) {
+    ga_cp_wait<3>();
+  } else if (MAX_STAGES >= 3 && stages == 3) {
+    ga_cp_wait<2>();
+  } else {
+    ga_cp_wait<1>();
+  }
 }
 
 __device__ __forceinline__ float ga_exp2(float x) {
@@ -171,7 +181,9 @@ __device__ __forceinline__ void ga_v_pairs(const uint4& ca, const uint4& cb, ga_
   }
 }
 
-__device__ __forceinline__ int ga_k_chunk_index(int i, int t) { return 8 * (i >> 1) + 2 * t + (i & 1); }
+__device__ __forceinline__ int ga_k_chunk_index(int i, int t) {
+  return 8 * (i >> 1) + 2 * t + (i & 1);
+}
 
 extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
     graphattn_decode(const __grid_constant__ DecodeParams p) {
@@ -215,14 +227,16 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   const int tile_begin = split * tiles_per_split;
   const int tile_end = tile_begin + tiles_per_split < tiles ? tile_begin + tiles_per_split : tiles;
   // This warp's tiles: tile_begin + warp + NW * j.
-  const int my_tiles = tile_begin + warp < tile_end ? (tile_end - tile_begin - warp + NW - 1) / NW : 0;
+  const int my_tiles =
+      tile_begin + warp < tile_end ? (tile_end - tile_begin - warp + NW - 1) / NW : 0;
 
-  unsigned char* ring = smem + warp * STAGES * STAGE_BYTES;
+  const int stages = p.stages < 2 ? 2 : p.stages > MAX_STAGES ? MAX_STAGES : p.stages;
+  unsigned char* ring = smem + warp * stages * STAGE_BYTES;
   // Zero the never-copied bytes of each padded row once: K padding must be 0 (it meets Q's
   // zero padding in the dot product), V padding only feeds discarded output columns.
   if (FULL_CHUNKS < CHUNKS_PAD) {
     constexpr int PAD = CHUNKS_PAD - FULL_CHUNKS;
-    for (int i = lane; i < STAGES * 2 * TILE * PAD; i += 32) {
+    for (int i = lane; i < stages * 2 * TILE * PAD; i += 32) {
       const int row = i / (PAD > 0 ? PAD : 1);  // over stages x {K, V} x tokens
       const int c = FULL_CHUNKS + (i - row * PAD);
       *reinterpret_cast<uint4*>(ring + row * ROW_BYTES + ((c ^ (row & 7)) * 16)) =
@@ -240,6 +254,8 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
 
   // Block-table entries of this warp's tiles, 32 at a time: lane l holds tile j0 + l's.
   int bt_cached = 0, bt_j0 = -64;
+  // Tile j of this warp goes to ring stage j % stages.
+  int issue_stage = 0;
   auto issue = [&](int j) {
     if (j - bt_j0 >= 32) {
       bt_j0 = j;
@@ -253,7 +269,8 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
     const int t0 = base + (tile_begin + warp + NW * j) * TILE;
     const long long off = static_cast<long long>(block) * p.cache_block_stride * KV_BYTES +
                           (t0 % BLOCK_SIZE) * token_bytes + head_off;
-    const unsigned stage = ring_addr + (j % STAGES) * STAGE_BYTES;
+    const unsigned stage = ring_addr + issue_stage * STAGE_BYTES;
+    issue_stage = issue_stage + 1 == stages ? 0 : issue_stage + 1;
 #pragma unroll
     for (int it = 0; it < LOAD_ITERS; ++it) {
       const int idx = lane + 32 * it;
@@ -263,8 +280,8 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
         const bool valid = pos >= lo && pos < seq_len;
         const long long src = off + tok * token_bytes + u * CP_BYTES;
         const int chunk = (u * CP_BYTES) >> 4;
-        const unsigned dst = stage + tok * ROW_BYTES + ((chunk ^ (tok & 7)) << 4) +
-                             ((u * CP_BYTES) & 15);
+        const unsigned dst =
+            stage + tok * ROW_BYTES + ((chunk ^ (tok & 7)) << 4) + ((u * CP_BYTES) & 15);
         ga_cp_async(dst, key_cache + (valid ? src : off), valid);
         ga_cp_async(dst + TILE_BYTES, value_cache + (valid ? src : off), valid);
       }
@@ -315,18 +332,21 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
     l_run[nt][0] = l_run[nt][1] = 0.0f;
   }
 
-#pragma unroll
-  for (int s = 0; s < STAGES - 1; ++s) {
+  for (int s = 0; s < stages - 1; ++s) {
     if (s < my_tiles) issue(s);
     ga_cp_commit();
   }
 
+  int use_stage = 0;
   for (int j = 0; j < my_tiles; ++j) {
-    if (j + STAGES - 1 < my_tiles) issue(j + STAGES - 1);
+    if (j + stages - 1 < my_tiles) issue(j + stages - 1);
     ga_cp_commit();
-    ga_cp_wait<STAGES - 1>();
+    // (stages - 1) + (j + 1) groups are committed; tile j's is complete when at most
+    // stages - 1 are pending.
+    ga_cp_wait_stages(stages);
     __syncwarp();
-    const unsigned char* ks = ring + (j % STAGES) * STAGE_BYTES;
+    const unsigned char* ks = ring + use_stage * STAGE_BYTES;
+    use_stage = use_stage + 1 == stages ? 0 : use_stage + 1;
     const unsigned char* vs = ks + TILE_BYTES;
     const int t0 = base + (tile_begin + warp + NW * j) * TILE;
 
@@ -408,8 +428,8 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
       for (int u = 0; u < MSUB; ++u)
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt)
-          ga_mma(o[v][u][nt], lo01[2 * u], lo01[2 * u + 1], lo89[2 * u], lo89[2 * u + 1],
-                 pt[nt][0], pt[nt][1]);
+          ga_mma(o[v][u][nt], lo01[2 * u], lo01[2 * u + 1], lo89[2 * u], lo89[2 * u + 1], pt[nt][0],
+                 pt[nt][1]);
     }
     __syncwarp();
   }
@@ -424,7 +444,7 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
       l_run[nt][1] += __shfl_xor_sync(0xffffffffu, l_run[nt][1], d);
     }
   __syncthreads();  // every warp is done with its ring before the combine reuses it
-  float* red_o = reinterpret_cast<float*>(smem);                   // [NW][16][DIMS_PAD]
+  float* red_o = reinterpret_cast<float*>(smem);                     // [NW][16][DIMS_PAD]
   float* red_m = red_o + NW * GA_DECODE_HEADS_PER_BLOCK * DIMS_PAD;  // [NW][16]
   float* red_l = red_m + NW * GA_DECODE_HEADS_PER_BLOCK;             // [NW][16]
 #pragma unroll
@@ -444,9 +464,8 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
 #pragma unroll
         for (int u = 0; u < MSUB; u += 2) {
           // Element 2u of the chunk is o[..][u][nt][k], element 2u + 1 is o[..][u][nt][k + 2].
-          *reinterpret_cast<float4*>(dst + 2 * u) =
-              make_float4(o[v][u][nt][k], o[v][u][nt][k + 2], o[v][u + 1][nt][k],
-                          o[v][u + 1][nt][k + 2]);
+          *reinterpret_cast<float4*>(dst + 2 * u) = make_float4(
+              o[v][u][nt][k], o[v][u][nt][k + 2], o[v][u + 1][nt][k], o[v][u + 1][nt][k + 2]);
         }
       }
     }
@@ -467,8 +486,8 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
       const float mw = red_m[w * GA_DECODE_HEADS_PER_BLOCK + h];
       const float f = mw == GA_NEG_INF ? 0.0f : ga_exp2(mw - mx);
       l += f * red_l[w * GA_DECODE_HEADS_PER_BLOCK + h];
-      const float4 x =
-          *reinterpret_cast<const float4*>(red_o + (w * GA_DECODE_HEADS_PER_BLOCK + h) * DIMS_PAD + d);
+      const float4 x = *reinterpret_cast<const float4*>(
+          red_o + (w * GA_DECODE_HEADS_PER_BLOCK + h) * DIMS_PAD + d);
       acc.x += f * x.x;
       acc.y += f * x.y;
       acc.z += f * x.z;
@@ -485,7 +504,8 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
                     head * p.output_head_stride + d;
       *reinterpret_cast<uint2*>(out) = make_uint2(ga_pack2(acc.x, acc.y), ga_pack2(acc.z, acc.w));
     } else {
-      const long long row = (static_cast<long long>(req) * p.num_heads + head) * p.max_splits + split;
+      const long long row =
+          (static_cast<long long>(req) * p.num_heads + head) * p.max_splits + split;
       *reinterpret_cast<float4*>(p.partial_out + row * HEAD_SIZE + d) = acc;
       if (d == 0) p.partial_lse[row] = mx + __log2f(l);
     }

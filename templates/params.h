@@ -28,10 +28,10 @@ struct CacheWriteParams {
 
 // Split-KV decode (flash-decoding), one query token per request. Grid
 // (max_splits, num_kv_heads * ga_decode_head_chunks(GROUP), num_decodes), GA_DECODE_THREADS
-// threads, ga_decode_smem_bytes(...) bytes of dynamic shared memory. Request r's split count is
-// computed on the device from seq_lens[r] (ga_decode_* below fixes the policy's constants);
-// blocks past it exit at once. A request with one split writes `output` directly; others write
-// partials that graphattn_decode_reduce combines.
+// threads, ga_decode_smem_bytes(..., stages) bytes of dynamic shared memory. Request r's split
+// count is computed on the device from seq_lens[r] (ga_decode_* below fixes the policy's
+// constants); blocks past it exit at once. A request with one split writes `output` directly;
+// others write partials that graphattn_decode_reduce combines.
 struct DecodeParams {
   const void* query;              // [num_tokens, num_heads, head_size] dtype; request r: token r
   const void* key_cache;          // [num_blocks, block_size, num_kv_heads, head_size] NHD, or
@@ -60,6 +60,7 @@ struct DecodeParams {
   int window;                     // HAS_WINDOW: key k visible from position p when p - k < window
   int max_splits;                 // == gridDim.x, >= 1
   int num_heads;                  // query heads (partials' row count)
+  int stages;                     // cp.async pipeline depth, 2..ga_decode_max_stages(...)
 };
 
 // Combines the decode partials of requests that used more than one split. Grid
@@ -86,21 +87,28 @@ constexpr int GA_DECODE_HEADS_PER_BLOCK = 16;           // query heads one block
 constexpr int ga_decode_row_bytes(int head_size, int kv_bytes) {
   return (head_size * kv_bytes + 127) / 128 * 128;
 }
-constexpr int ga_decode_stages(int head_size, int kv_bytes) {
-  // Pipeline depth per warp: about 64 KiB of K and V tiles per block, 2 to 4 stages.
-  const int stage = GA_DECODE_WARPS * 2 * GA_DECODE_TILE * ga_decode_row_bytes(head_size, kv_bytes);
-  const int n = 65536 / stage;
+// Pipeline depth per warp (a launch argument, 2..ga_decode_max_stages): shallow, about 64 KiB of
+// K and V tiles per block so that several blocks share a multiprocessor; deep, up to about
+// 200 KiB for one block per multiprocessor (the backend's policy uses the deepest).
+constexpr int ga_decode_stage_bytes(int head_size, int kv_bytes) {
+  return GA_DECODE_WARPS * 2 * GA_DECODE_TILE * ga_decode_row_bytes(head_size, kv_bytes);
+}
+constexpr int ga_decode_shallow_stages(int head_size, int kv_bytes) {
+  const int n = 65536 / ga_decode_stage_bytes(head_size, kv_bytes);
+  return n < 2 ? 2 : n > 4 ? 4 : n;
+}
+constexpr int ga_decode_max_stages(int head_size, int kv_bytes) {
+  const int n = 204800 / ga_decode_stage_bytes(head_size, kv_bytes);
   return n < 2 ? 2 : n > 4 ? 4 : n;
 }
 constexpr int ga_decode_head_chunks(int group) {
   return (group + GA_DECODE_HEADS_PER_BLOCK - 1) / GA_DECODE_HEADS_PER_BLOCK;
 }
-constexpr int ga_decode_smem_bytes(int head_size, int kv_bytes) {
+constexpr int ga_decode_smem_bytes(int head_size, int kv_bytes, int stages) {
   // The K/V pipeline, reused at the end for the cross-warp combine: per warp, 16 heads of
   // padded-dimension fp32 rows plus their max and sum.
   const int row = ga_decode_row_bytes(head_size, kv_bytes);
-  const int pipeline = GA_DECODE_WARPS * ga_decode_stages(head_size, kv_bytes) * 2 *
-                       GA_DECODE_TILE * row;
+  const int pipeline = stages * ga_decode_stage_bytes(head_size, kv_bytes);
   const int combine = GA_DECODE_WARPS * GA_DECODE_HEADS_PER_BLOCK * (row / kv_bytes + 2) * 4;
   return pipeline > combine ? pipeline : combine;
 }

@@ -9,6 +9,7 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -20,7 +21,10 @@
 #include <vector>
 
 #include "graphattn/graphattn.hpp"
+#include "runtime/decode.hpp"
 #include "runtime/driver.hpp"
+#include "runtime/module_cache.hpp"
+#include "templates/params.h"
 #include "tests/host_dtypes.hpp"
 #include "tests/reference.hpp"
 
@@ -37,7 +41,8 @@ extern "C" __global__ void fill_random(unsigned short* out, unsigned long long n
     unsigned x = (unsigned)i * 2654435761u ^ (unsigned)(i >> 32) * 40503u ^ seed;
     x ^= x >> 15; x *= 2246822519u; x ^= x >> 13; x *= 3266489917u; x ^= x >> 16;
     // bf16 in [-2, 2): sign, exponent 126..127, random mantissa.
-    out[i] = (unsigned short)(((x & 1u) << 15) | ((126u + ((x >> 1) & 1u)) << 7) | ((x >> 2) & 0x7fu));
+    out[i] = (unsigned short)(((x & 1u) << 15) | ((126u + ((x >> 1) & 1u)) << 7) |
+                              ((x >> 2) & 0x7fu));
   }
 }
 // Read-only streaming: every byte read once with 16-byte loads, four in flight per thread.
@@ -55,9 +60,9 @@ extern "C" __global__ void read_only(const uint4* in, unsigned long long n, unsi
 }
 )";
 
-#define NVRTC_OK(call)                                                                  \
-  do {                                                                                  \
-    nvrtcResult r_ = (call);                                                            \
+#define NVRTC_OK(call)                                                                         \
+  do {                                                                                         \
+    nvrtcResult r_ = (call);                                                                   \
     if (r_ != NVRTC_SUCCESS) throw Error(std::string(#call) + ": " + nvrtcGetErrorString(r_)); \
   } while (0)
 
@@ -112,7 +117,9 @@ double time_us(CUstream s, int reps, DeviceBuffer* flush, Work work) {
   GA_CU_CHECK(d.cuEventCreate(&b, CU_EVENT_DEFAULT));
   std::vector<double> t;
   for (int i = 0; i < reps; ++i) {
-    if (flush) GA_CU_CHECK(d.cuMemsetD8Async(flush->ptr(), static_cast<unsigned char>(i), flush->bytes(), s));
+    if (flush)
+      GA_CU_CHECK(
+          d.cuMemsetD8Async(flush->ptr(), static_cast<unsigned char>(i), flush->bytes(), s));
     GA_CU_CHECK(d.cuEventRecord(a, s));
     work();
     GA_CU_CHECK(d.cuEventRecord(b, s));
@@ -124,6 +131,32 @@ double time_us(CUstream s, int reps, DeviceBuffer* flush, Work work) {
   d.cuEventDestroy(a);
   d.cuEventDestroy(b);
   return median(t);
+}
+
+// Captures `work` (launches on s) into an executable graph.
+template <typename Work>
+CUgraphExec capture(CUstream s, Work work) {
+  const auto& d = driver();
+  CUgraph g;
+  GA_CU_CHECK(d.cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  work();
+  GA_CU_CHECK(d.cuStreamEndCapture(s, &g));
+  CUgraphExec e;
+  GA_CU_CHECK(d.cuGraphInstantiate(&e, g, 0));
+  d.cuGraphDestroy(g);
+  return e;
+}
+
+std::vector<int> parse_ints(const std::string& text) {
+  std::vector<int> out;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (item.empty()) continue;
+    out.push_back(std::stoi(item));
+    if (out.back() < 1) throw Error("split count '" + item + "' must be >= 1");
+  }
+  return out;
 }
 
 struct Shape {
@@ -138,7 +171,8 @@ std::vector<Shape> parse_shapes(const std::string& text) {
     const size_t x = item.find('x');
     if (x == std::string::npos) throw Error("shape '" + item + "' is not BATCHxLEN, e.g. 64x8192");
     out.push_back({std::stoi(item.substr(0, x)), std::stoi(item.substr(x + 1))});
-    if (out.back().batch <= 0 || out.back().len <= 0) throw Error("shape '" + item + "' must be positive");
+    if (out.back().batch <= 0 || out.back().len <= 0)
+      throw Error("shape '" + item + "' must be positive");
   }
   return out;
 }
@@ -151,11 +185,18 @@ int main(int argc, char** argv) {
   std::string shapes_text = "1x4096,1x32768,16x4096,64x2048,64x8192,256x1024,256x4096";
   std::string json_path;
   bool check = true;
+  int rounds = 1;
+  std::string try_splits_text;
   app.add_option("--reps", reps, "timed repetitions per shape (median reported), >= 50")
       ->check(CLI::Range(50, 100000));
   app.add_option("--shapes", shapes_text, "comma-separated BATCHxLEN list");
   app.add_option("--json", json_path, "also write the results as JSON to this file");
   app.add_flag("!--no-check", check, "skip the float64 reference check of each shape");
+  app.add_option("--rounds", rounds, "run the whole shape list this many times")
+      ->check(CLI::Range(1, 100));
+  app.add_option("--try-splits", try_splits_text,
+                 "also time the decode kernels alone (graph replay) at these max_splits, e.g. "
+                 "1,2,4,8,16,32,64");
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -166,7 +207,10 @@ int main(int argc, char** argv) {
     }
     ensure_context(0);
     const auto& d = driver();
-    const std::vector<Shape> shapes = parse_shapes(shapes_text);
+    std::vector<Shape> shapes;
+    for (int r = 0; r < rounds; ++r)
+      for (const Shape& x : parse_shapes(shapes_text)) shapes.push_back(x);
+    const std::vector<int> try_splits = parse_ints(try_splits_text);
     CUdevice dev;
     GA_CU_CHECK(d.cuCtxGetDevice(&dev));
     char name[256] = {};
@@ -190,8 +234,8 @@ int main(int argc, char** argv) {
       CUdeviceptr in = src.ptr(), out = sink.ptr();
       void* args[] = {&in, &n16, &out};
       const double read_us = time_us(stream, 30, nullptr, [&] {
-        GA_CU_CHECK(d.cuLaunchKernel(helpers.read, sms * 8, 1, 1, 512, 1, 1, 0, stream, args,
-                                     nullptr));
+        GA_CU_CHECK(
+            d.cuLaunchKernel(helpers.read, sms * 8, 1, 1, 512, 1, 1, 0, stream, args, nullptr));
       });
       const double copy_us = time_us(stream, 30, nullptr, [&] {
         GA_CU_CHECK(d.cuMemcpyDtoDAsync(dst.ptr(), src.ptr(), bw_bytes, stream));
@@ -221,11 +265,16 @@ int main(int argc, char** argv) {
     std::printf("device: %s, %d SMs, L2 %d MiB, sm_%d\n", name, sms, l2 >> 20, arch);
     std::printf("read-only streaming: %.0f GB/s; device-to-device copy (read + write): %.0f GB/s\n",
                 read_gbs, copy_gbs);
-    std::printf("decode: bf16, %d query heads, %d KV heads, head %d, block %d, median of %d, L2 "
-                "flushed\n\n",
-                H, KH, D, B, reps);
-    std::printf("%-12s %8s %7s %10s %10s %9s %8s %9s\n", "batch x len", "KV MiB", "splits",
-                "time us", "GB/s", "% read", "floor us", "max err");
+    std::printf(
+        "decode: bf16, %d query heads, %d KV heads, head %d, block %d, median of %d, L2 "
+        "flushed\n\n",
+        H, KH, D, B, reps);
+    std::printf(
+        "time: eager forward() between events; graph: the same forward captured and "
+        "replayed; host: forward()'s enqueue time on the CPU\n");
+    std::printf("%-12s %8s %7s %10s %10s %9s %8s %9s %9s %9s\n", "batch x len", "KV MiB",
+                "splits/st", "time us", "GB/s", "% read", "floor us", "graph us", "host us",
+                "max err");
     nlohmann::json results = nlohmann::json::array();
     std::mt19937_64 rng(12345);
     bool ok = true;
@@ -247,7 +296,8 @@ int main(int argc, char** argv) {
       qsl.upload(starts.data(), starts.size() * 4);
       const TensorView cache_v =
           TensorView::contiguous(cache.data(), ScalarType::kBFloat16, {2, NB, B, KH, D});
-      const TensorView q_v = TensorView::contiguous(q.data(), ScalarType::kBFloat16, {s.batch, H, D});
+      const TensorView q_v =
+          TensorView::contiguous(q.data(), ScalarType::kBFloat16, {s.batch, H, D});
       const TensorView o_v =
           TensorView::contiguous(out.data(), ScalarType::kBFloat16, {s.batch, H, D});
       AttentionMetadata md;
@@ -292,8 +342,7 @@ int main(int argc, char** argv) {
             p.block_table.push_back(static_cast<int>(i));
             const int64_t pb = phys[r * blocks_per_seq + i];
             for (int which = 0; which < 2; ++which) {
-              cache.download(blk.data(), block_elems * 2,
-                             ((which * NB + pb) * block_elems) * 2);
+              cache.download(blk.data(), block_elems * 2, ((which * NB + pb) * block_elems) * 2);
               auto& dst = which == 0 ? p.k_cache : p.v_cache;
               for (size_t e = 0; e < block_elems; ++e)
                 dst[i * block_elems + e] = test::bf16_to_float(blk[e]);
@@ -308,20 +357,71 @@ int main(int argc, char** argv) {
       }
 
       for (int i = 0; i < 5; ++i) run();
-      const double us = time_us(stream, reps, &flush, run);
+      std::vector<double> host;
+      const double us = time_us(stream, reps, &flush, [&] {
+        const auto t0 = std::chrono::steady_clock::now();
+        run();
+        host.push_back(
+            std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0)
+                .count());
+      });
+      const CUgraphExec exec = capture(stream, run);
+      const double graph_us =
+          time_us(stream, reps, &flush, [&] { GA_CU_CHECK(d.cuGraphLaunch(exec, stream)); });
+      d.cuGraphExecDestroy(exec);
       const double kv_bytes = static_cast<double>(s.batch) * s.len * KH * D * 2 * 2;
       const double gbs = kv_bytes / us / 1e3;
       char label[32];
       std::snprintf(label, sizeof label, "%dx%d", s.batch, s.len);
       const int splits = attn.decode_max_splits(s.batch);
-      std::printf("%-12s %8.0f %7d %10.1f %10.0f %8.1f%% %8.1f %9.2e%s\n", label,
-                  kv_bytes / (1 << 20), splits, us, gbs, 100.0 * gbs / read_gbs,
-                  kv_bytes / copy_gbs / 1e3, max_err, check && !(max_err <= 5e-3) ? "  FAIL" : "");
+      const int stages = attn.decode_stages(s.batch);
+      char grid[32];
+      std::snprintf(grid, sizeof grid, "%d/%d", splits, stages);
+      std::printf("%-12s %8.0f %7s %10.1f %10.0f %8.1f%% %8.1f %9.1f %9.1f %9.2e%s\n", label,
+                  kv_bytes / (1 << 20), grid, us, gbs, 100.0 * gbs / read_gbs,
+                  kv_bytes / copy_gbs / 1e3, graph_us, median(host), max_err,
+                  check && !(max_err <= 5e-3) ? "  FAIL" : "");
+      if (!try_splits.empty()) {
+        // The decode kernels alone at other grid widths, each captured and replayed.
+        const AttentionSpec ds = attn.required_specs()[1];
+        const detail::LoadedKernel& dk = detail::load_kernel(ds, default_kernel_cache());
+        const detail::LoadedKernel& rk =
+            detail::load_kernel(detail::decode_reduce_spec(ds), default_kernel_cache());
+        const int most = *std::max_element(try_splits.begin(), try_splits.end());
+        DeviceBuffer tws(detail::decode_workspace_bytes(s.batch, H, D, most));
+        for (int deep = 0; deep < 2; ++deep) {
+          std::printf("   %s splits:", deep ? "deep" : "shallow");
+          for (int sp : try_splits) {
+            detail::DecodeLaunch a;
+            a.query = q_v;
+            a.kv_cache = cache_v;
+            a.output = o_v;
+            a.seq_lens = md.seq_lens;
+            a.block_table = md.block_table;
+            a.num_decodes = s.batch;
+            a.max_splits = sp;
+            a.stages = deep ? ga_decode_max_stages(D, 2) : ga_decode_shallow_stages(D, 2);
+            a.scale = attn.config().scale;
+            a.workspace = tws.data();
+            a.workspace_size = tws.bytes();
+            const CUgraphExec e =
+                capture(stream, [&] { detail::launch_decode(dk, rk, a, stream); });
+            const double t =
+                time_us(stream, reps, &flush, [&] { GA_CU_CHECK(d.cuGraphLaunch(e, stream)); });
+            d.cuGraphExecDestroy(e);
+            std::printf("  %d: %.1f us (%.0f%%)", sp, t, 100.0 * kv_bytes / t / 1e3 / read_gbs);
+          }
+          std::printf("\n");
+        }
+      }
       results.push_back({{"batch", s.batch},
                          {"len", s.len},
                          {"kv_mib", kv_bytes / (1 << 20)},
                          {"max_splits", splits},
+                         {"stages", stages},
                          {"time_us", us},
+                         {"graph_us", graph_us},
+                         {"host_us", median(host)},
                          {"gb_per_s", gbs},
                          {"percent_of_read_only", 100.0 * gbs / read_gbs},
                          {"max_rel_l2_error", max_err}});

@@ -131,6 +131,8 @@ class AttentionBackend {
   size_t workspace_bytes() const;
   // The split-KV grid width for a batch of num_decodes (fixed per captured batch size).
   int decode_max_splits(int num_decodes) const;
+  // The decode kernel's pipeline depth for a batch of num_decodes.
+  int decode_stages(int num_decodes) const;
 
   // Runs one step on `stream`:
   //   query, output: [num_tokens, num_heads, head_size] dtype, head dim contiguous, rows
@@ -151,7 +153,7 @@ class AttentionBackend {
   std::vector<AttentionSpec> specs_;  // cache_write, decode, decode_reduce, prefill
   bool prepared_ = false;
   KernelCache* cache_ = nullptr;      // the cache prepare() loaded from
-  int resident_blocks_ = 0;           // decode blocks the device runs at once
+  int num_sms_ = 0;                   // the device's multiprocessors (split policy)
   const detail::LoadedKernel* kernels_[4] = {};  // loaded, in specs_ order
 };
 

@@ -20,6 +20,7 @@
 #include "graphattn/graphattn.hpp"
 #include "runtime/decode.hpp"
 #include "runtime/driver.hpp"
+#include "templates/params.h"
 #include "tests/host_dtypes.hpp"
 #include "tests/reference.hpp"
 #include "tests/test_util.hpp"
@@ -38,7 +39,7 @@ ScalarType scalar_of(DType t) {
   return t == DType::kBFloat16 ? ScalarType::kBFloat16 : ScalarType::kFloat16;
 }
 ScalarType kv_scalar_of(KvDType kv, DType t) {
-  return kv == KvDType::kAuto     ? scalar_of(t)
+  return kv == KvDType::kAuto      ? scalar_of(t)
          : kv == KvDType::kFp8E4M3 ? ScalarType::kFloat8E4M3
                                    : ScalarType::kFloat8E5M2;
 }
@@ -59,8 +60,8 @@ struct DecodeCase {
   KvDType kv = KvDType::kAuto;
   KvLayout layout = KvLayout::kNHD;
   int head_size = 128, block_size = 16, num_kv_heads = 2, group = 4;
-  int window = 0;        // 0: none
-  float soft_cap = 0;    // 0: none
+  int window = 0;      // 0: none
+  float soft_cap = 0;  // 0: none
   std::vector<int> seq_lens;
   int checked = -1;      // requests compared with the reference (sampled); -1: all
   double q_std = 1.0;    // larger scores make the soft cap bite
@@ -133,8 +134,7 @@ int64_t cache_offset(const DecodeCase& c, int64_t nb, int which, int64_t blk, in
                      int64_t h, int64_t d) {
   const int64_t B = c.block_size, KH = c.num_kv_heads, D = c.head_size;
   const int64_t base = (which * nb + blk) * B * KH * D;
-  return c.layout == KvLayout::kNHD ? base + (off * KH + h) * D + d
-                                    : base + (h * B + off) * D + d;
+  return c.layout == KvLayout::kNHD ? base + (off * KH + h) * D + d : base + (h * B + off) * D + d;
 }
 
 void build_batch(const DecodeCase& c, std::mt19937_64& rng, Batch& b) {
@@ -174,9 +174,11 @@ void build_batch(const DecodeCase& c, std::mt19937_64& rng, Batch& b) {
         for (int64_t d = 0; d < D; ++d) {
           const size_t ref = ((blk * B + off) * KH + h) * D + d;
           b.k_ref[ref] =
-              ks * sampler.draw(rng, normal, &host[cache_offset(c, b.num_blocks, 0, blk, off, h, d) * elem]);
+              ks * sampler.draw(rng, normal,
+                                &host[cache_offset(c, b.num_blocks, 0, blk, off, h, d) * elem]);
           b.v_ref[ref] =
-              vs * sampler.draw(rng, normal, &host[cache_offset(c, b.num_blocks, 1, blk, off, h, d) * elem]);
+              vs * sampler.draw(rng, normal,
+                                &host[cache_offset(c, b.num_blocks, 1, blk, off, h, d) * elem]);
         }
     }
   }
@@ -249,7 +251,7 @@ std::vector<double> reference_rows(const DecodeCase& c, Batch& b, const std::vec
 struct Kernels {
   const detail::LoadedKernel* decode;
   const detail::LoadedKernel* reduce;
-  int resident_blocks;
+  int num_sms;
 };
 
 Kernels load(const DecodeCase& c, KernelCache& cache) {
@@ -257,13 +259,20 @@ Kernels load(const DecodeCase& c, KernelCache& cache) {
   Kernels k;
   k.decode = &detail::load_kernel(s, cache);
   k.reduce = &detail::load_kernel(detail::decode_reduce_spec(s), cache);
-  k.resident_blocks = detail::decode_resident_blocks(*k.decode);
+  k.num_sms = detail::prepare_decode_kernel(*k.decode);
   return k;
 }
 
-// Runs one case with each split count in `splits` (0: the device's policy) and compares.
+// A launch's grid width and pipeline depth; 0 means the device's policy for both.
+struct Grid {
+  int splits, stages;
+};
+
+// Runs one case with each grid in `grids` and compares. Split counts: 0 the policy's (with its
+// stages), -1 the most the longest request can use; stages: 0 the shallow default, -1 the
+// deepest.
 void run_case(const DecodeCase& c, KernelCache& cache, std::mt19937_64& rng,
-              std::vector<int> splits = {0, 1, 3}) {
+              std::vector<Grid> grids) {
   INFO(describe(c));
   const int n = static_cast<int>(c.seq_lens.size());
   const int64_t H = c.num_kv_heads * c.group, D = c.head_size;
@@ -282,15 +291,22 @@ void run_case(const DecodeCase& c, KernelCache& cache, std::mt19937_64& rng,
   const std::vector<double> want = reference_rows(c, b, rows, scale);
 
   const int max_len = std::max(1, *std::max_element(c.seq_lens.begin(), c.seq_lens.end()));
-  const int policy =
-      detail::decode_max_splits(n, c.num_kv_heads, c.group, max_len, c.window, k.resident_blocks);
-  for (int& s : splits) s = s == 0 ? policy : s == -1 ? (max_len + 63) / 64 : s;
+  const detail::DecodeGrid policy = detail::decode_grid(n, c.num_kv_heads, c.group, max_len,
+                                                        c.window, c.head_size, c.kv, k.num_sms);
+  const int deepest = ga_decode_max_stages(c.head_size, c.kv == KvDType::kAuto ? 2 : 1);
+  for (Grid& g : grids) {
+    if (g.splits == 0) g = {policy.max_splits, policy.stages};
+    if (g.splits == -1) g.splits = (max_len + 63) / 64;
+    if (g.stages == -1) g.stages = deepest;
+    g.stages = std::min(g.stages, deepest);
+  }
   int most = 1;
-  for (int s : splits) most = std::max(most, s);
+  for (const Grid& g : grids) most = std::max(most, g.splits);
   DeviceBuffer ws(detail::decode_workspace_bytes(n, static_cast<int>(H), c.head_size, most));
 
-  for (int s : splits) {
-    INFO("max_splits " << s << " (policy " << policy << ")");
+  for (const Grid& g : grids) {
+    INFO("max_splits " << g.splits << ", stages " << g.stages << " (policy " << policy.max_splits
+                       << ", " << policy.stages << ")");
     b.d_out.fill_bytes(0xff);  // NaN: every element must be written
     detail::DecodeLaunch a;
     a.query = b.q_view;
@@ -299,7 +315,8 @@ void run_case(const DecodeCase& c, KernelCache& cache, std::mt19937_64& rng,
     a.seq_lens = b.seq_view;
     a.block_table = b.bt_view;
     a.num_decodes = n;
-    a.max_splits = s;
+    a.max_splits = g.splits;
+    a.stages = g.stages;
     a.scale = static_cast<float>(scale);
     a.window = c.window;
     a.soft_cap = c.soft_cap;
@@ -336,8 +353,8 @@ void run_case(const DecodeCase& c, KernelCache& cache, std::mt19937_64& rng,
 
 // Sequence lengths around multiples of the block size, and 0 and 1.
 std::vector<int> boundary_lens(int block, std::mt19937_64& rng) {
-  std::vector<int> v = {0,         1,         block - 1,     block,       block + 1,
-                        2 * block, 3 * block - 1, 16 * block, 16 * block + 1, 0};
+  std::vector<int> v = {
+      0, 1, block - 1, block, block + 1, 2 * block, 3 * block - 1, 16 * block, 16 * block + 1, 0};
   std::uniform_int_distribution<int> u(2, 40 * block);
   for (int i = 0; i < 4; ++i) v.push_back(u(rng));
   return v;
@@ -474,8 +491,10 @@ TEST_CASE("gpu decode: matches the float64 reference across the spec axes and sp
     INFO(r.spec << ": " << r.error);
     REQUIRE(r.error.empty());
   }
-  for (const auto& c : cases) run_case(c, cache, rng, reduced() ? std::vector<int>{0, 3}
-                                                                : std::vector<int>{0, 1, 3, -1});
+  const std::vector<Grid> grids =
+      reduced() ? std::vector<Grid>{{0, 0}, {3, -1}}
+                : std::vector<Grid>{{0, 0}, {1, 0}, {1, -1}, {3, 3}, {-1, -1}, {-1, 2}};
+  for (const auto& c : cases) run_case(c, cache, rng, grids);
 }
 
 TEST_CASE("gpu decode: sequences of 65536 tokens and more") {
@@ -490,7 +509,7 @@ TEST_CASE("gpu decode: sequences of 65536 tokens and more") {
   c.num_kv_heads = 1;
   c.group = 8;
   c.seq_lens = {65536, 70001};
-  run_case(c, cache, rng, {0, 1, 7});
+  run_case(c, cache, rng, {{0, 0}, {1, 0}, {7, -1}});
   c.dtype = DType::kFloat16;
   c.kv = KvDType::kFp8E4M3;
   c.layout = KvLayout::kHND;
@@ -498,7 +517,7 @@ TEST_CASE("gpu decode: sequences of 65536 tokens and more") {
   c.group = 4;
   c.window = 40000;
   c.seq_lens = {65537};
-  run_case(c, cache, rng, {0, 1});
+  run_case(c, cache, rng, {{0, 0}, {1, -1}});
 }
 
 namespace {
@@ -719,9 +738,9 @@ TEST_CASE("gpu decode: one captured graph serves every context length") {
   Batch b;
   build_batch(c, rng, b);
   const Kernels k = load(c, cache);
-  const int splits =
-      detail::decode_max_splits(n, c.num_kv_heads, c.group, max_len, 0, k.resident_blocks);
-  DeviceBuffer ws(detail::decode_workspace_bytes(n, 8, 128, splits));
+  const detail::DecodeGrid grid =
+      detail::decode_grid(n, c.num_kv_heads, c.group, max_len, 0, c.head_size, c.kv, k.num_sms);
+  DeviceBuffer ws(detail::decode_workspace_bytes(n, 8, 128, grid.max_splits));
   detail::DecodeLaunch a;
   a.query = b.q_view;
   a.kv_cache = b.kv_view;
@@ -729,7 +748,8 @@ TEST_CASE("gpu decode: one captured graph serves every context length") {
   a.seq_lens = b.seq_view;
   a.block_table = b.bt_view;
   a.num_decodes = n;
-  a.max_splits = splits;
+  a.max_splits = grid.max_splits;
+  a.stages = grid.stages;
   a.scale = 1.0f / std::sqrt(128.0f);
   a.workspace = ws.data();
   a.workspace_size = ws.bytes();
@@ -742,9 +762,9 @@ TEST_CASE("gpu decode: one captured graph serves every context length") {
   CUgraphExec exec;
   GA_CU_CHECK(d.cuGraphInstantiate(&exec, graph, 0));
   // New lengths each replay, written into the same device buffers the graph reads.
-  for (const std::vector<int>& lens : {std::vector<int>{1, 0, 8192, 4097},
-                                       std::vector<int>{300, 7000, 16, 0},
-                                       std::vector<int>{8191, 2, 1, 65}}) {
+  for (const std::vector<int>& lens :
+       {std::vector<int>{1, 0, 8192, 4097}, std::vector<int>{300, 7000, 16, 0},
+        std::vector<int>{8191, 2, 1, 65}}) {
     DecodeCase now = c;
     now.seq_lens = lens;
     INFO(describe(now));
@@ -760,7 +780,8 @@ TEST_CASE("gpu decode: one captured graph serves every context length") {
     const std::vector<double> want = reference_rows(now, b, rows, a.scale);
     std::vector<double> got;
     for (int r = 0; r < n; ++r)
-      for (int i = 0; i < 8 * 128; ++i) got.push_back(from_storage(c.dtype, out[r * b.token_stride + i]));
+      for (int i = 0; i < 8 * 128; ++i)
+        got.push_back(from_storage(c.dtype, out[r * b.token_stride + i]));
     const double err = relative_l2(got, want);
     INFO("relative L2 " << err);
     CHECK(err <= tolerance(c.dtype));

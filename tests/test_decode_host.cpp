@@ -1,0 +1,123 @@
+// Host side of the decode kernels, no GPU needed: the split policy, the workspace size, the
+// configuration checks and kernel selection, and that every decode specialization the tests use
+// renders.
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "graphattn/backend.hpp"
+#include "graphattn/error.hpp"
+#include "graphattn/jit.hpp"
+#include "runtime/decode.hpp"
+#include "templates/params.h"
+
+using namespace graphattn;
+
+TEST_CASE("decode split policy: about one block per multiprocessor for small batches") {
+  const int sms = 132;
+  const auto grid = [&](int b, int kvh, int g, int len, int window, int head = 128,
+                        KvDType kv = KvDType::kAuto) {
+    return detail::decode_grid(b, kvh, g, len, window, head, kv, sms);
+  };
+  // One long request over 8 KV heads: splits until the blocks cover the device, deep pipeline.
+  CHECK(grid(1, 8, 4, 32768, 0).max_splits == sms / 8);
+  CHECK(grid(1, 8, 4, 32768, 0).stages == ga_decode_max_stages(128, 2));
+  // A batch that fills the device by itself: one split (direct output, no reduce).
+  for (auto bl : {std::pair{64, 8192}, std::pair{256, 4096}, std::pair{17, 100}}) {
+    const auto g = grid(bl.first, 8, 4, bl.second, 0);
+    CHECK(g.max_splits == 1);
+    CHECK(g.stages == ga_decode_max_stages(128, 2));
+  }
+  // Short contexts cap the splits at GA_DECODE_MIN_TILES_PER_SPLIT tiles each.
+  CHECK(grid(1, 1, 1, 64, 0).max_splits == 1);
+  CHECK(grid(1, 1, 1, 65, 0).max_splits == 2);
+  // A window bounds the attended length whatever max_model_len is (plus one tile of rounding).
+  CHECK(grid(1, 1, 1, 1 << 20, 64).max_splits == 2);
+  // Groups above 16 heads take several blocks per KV head, so fewer splits.
+  CHECK(grid(1, 1, 64, 1 << 20, 0).max_splits == sms / 4);
+  CHECK(grid(0, 8, 4, 4096, 0).max_splits == 1);
+  for (int b = 1; b <= 512; b += 7) {
+    const auto g = grid(b, 8, 4, 131072, 0);
+    CHECK(g.max_splits >= 1);
+    CHECK((g.max_splits == 1 || int64_t{g.max_splits} * b * 8 <= sms));
+    CHECK(ga_decode_smem_bytes(128, 2, g.stages) <= 227 * 1024);
+  }
+  // Every head size and KV type: the deepest pipeline fits in a multiprocessor's memory.
+  for (int h = 32; h <= 256; h += 8)
+    for (int kvb : {1, 2}) {
+      INFO("head " << h << " kv bytes " << kvb);
+      CHECK(ga_decode_smem_bytes(h, kvb, ga_decode_max_stages(h, kvb)) <= 227 * 1024);
+      CHECK(ga_decode_shallow_stages(h, kvb) <= ga_decode_max_stages(h, kvb));
+      CHECK(ga_decode_shallow_stages(h, kvb) >= 2);
+    }
+}
+
+TEST_CASE("decode workspace: partials only when a batch can split") {
+  CHECK(detail::decode_workspace_bytes(4, 32, 128, 1) == 256);  // just the split counts
+  const size_t w = detail::decode_workspace_bytes(4, 32, 128, 10);
+  CHECK(w >= 4 * 32 * 10 * (128 + 1) * sizeof(float) + 4 * sizeof(int));
+  CHECK(w % 256 == 0);
+}
+
+TEST_CASE("attention config: selection and errors agree") {
+  AttentionLayerConfig c;
+  c.num_heads = 32;
+  c.num_kv_heads = 8;
+  c.head_size = 128;
+  c.max_model_len = 4096;
+  c.max_num_seqs = 8;
+  c.arch = 90;
+  CHECK(attention_config_problem(c).empty());
+  CHECK(select_decode_kernel(c) == DecodeKernel::kSplitKv);
+  AttentionBackend attn(c);  // arch given: no device needed to list the kernels
+  const auto specs = attn.required_specs();
+  REQUIRE(specs.size() == 4);
+  CHECK(specs[0].to_string() == "cache_write_h128_b16_bf16_kvauto_g1_swa0_cap0_nhd_sm90");
+  CHECK(specs[1].to_string() == "decode_h128_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm90");
+  CHECK(specs[2].to_string() == "decode_reduce_h128_b16_bf16_kvauto_g1_swa0_cap0_nhd_sm90");
+  CHECK(specs[3].to_string() == "prefill_h128_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm90");
+  CHECK(attn.config().scale == doctest::Approx(1.0 / std::sqrt(128.0)));
+  CHECK_THROWS_WITH_AS(attn.workspace_bytes(), doctest::Contains("call prepare() first"), Error);
+
+  struct Bad {
+    void (*edit)(AttentionLayerConfig&);
+    const char* message;
+  };
+  const Bad bad[] = {
+      {[](AttentionLayerConfig& x) { x.num_kv_heads = 5; }, "num_heads 32 and num_kv_heads 5"},
+      {[](AttentionLayerConfig& x) { x.head_size = 100; }, "head size 100 is not supported"},
+      {[](AttentionLayerConfig& x) { x.block_size = 8; }, "block size 8 is not supported"},
+      {[](AttentionLayerConfig& x) { x.window = -1; }, "window -1"},
+      {[](AttentionLayerConfig& x) { x.soft_cap = -3; }, "soft_cap -3"},
+      {[](AttentionLayerConfig& x) { x.max_model_len = 0; }, "max_model_len 0"},
+      {[](AttentionLayerConfig& x) { x.max_num_seqs = 70000; }, "max_num_seqs 70000"},
+      {[](AttentionLayerConfig& x) { x.arch = 75; }, "target arch sm_75"},
+      {[](AttentionLayerConfig& x) {
+         x.kv_dtype = KvDType::kFp8E4M3;
+         x.k_scale = 0;
+       },
+       "k_scale 0"},
+      {[](AttentionLayerConfig& x) { x.num_heads = 8 * 65; }, "group) 65 is not supported"},
+  };
+  for (const Bad& b : bad) {
+    AttentionLayerConfig x = c;
+    b.edit(x);
+    INFO(b.message);
+    CHECK(select_decode_kernel(x) == DecodeKernel::kNone);
+    CHECK(attention_config_problem(x).find(b.message) != std::string::npos);
+    CHECK_THROWS_WITH_AS(AttentionBackend{x}, doctest::Contains(b.message), Error);
+  }
+}
+
+TEST_CASE("decode specs: the reduce kernel is shared across everything it ignores") {
+  AttentionSpec a = AttentionSpec::parse("decode_h96_b64_fp16_kve4m3_g8_swa1_cap1_hnd_sm90");
+  AttentionSpec b = AttentionSpec::parse("decode_h96_b16_fp16_kvauto_g1_swa0_cap0_nhd_sm90");
+  CHECK(detail::decode_reduce_spec(a) == detail::decode_reduce_spec(b));
+  CHECK(detail::decode_reduce_spec(a).to_string() ==
+        "decode_reduce_h96_b16_fp16_kvauto_g1_swa0_cap0_nhd_sm90");
+  // Rendering names the entry point and carries the spec's constants.
+  const KernelSource src = render_kernel(a);
+  CHECK(src.entry == "graphattn_decode");
+  CHECK(src.source.find("constexpr int HEAD_SIZE = 96;") != std::string::npos);
+  CHECK(render_kernel(detail::decode_reduce_spec(a)).entry == "graphattn_decode_reduce");
+}
