@@ -4,6 +4,7 @@
 
 #include "graphattn/error.hpp"
 #include "graphattn/jit.hpp"
+#include "jit_cache/prefill_kernels.hpp"
 
 namespace graphattn {
 namespace detail {
@@ -21,14 +22,18 @@ const char* template_text(const char* name) {
 struct Family {
   const char* file;
   const char* entry;
+  const char* arch_suffix = "";  // "a": arch-specific features (sm_90a's wgmma, setmaxnreg)
 };
 
-Family family_of(KernelKind kind) {
-  switch (kind) {
+Family family_of(const AttentionSpec& spec) {
+  switch (spec.kind) {
     case KernelKind::kCacheWrite: return {"cache_write.cu", "graphattn_cache_write"};
     case KernelKind::kDecode: return {"decode.cu", "graphattn_decode"};
     case KernelKind::kDecodeReduce: return {"decode_reduce.cu", "graphattn_decode_reduce"};
-    case KernelKind::kPrefill: return {"prefill.cu", "graphattn_prefill"};
+    case KernelKind::kPrefill:
+      if (detail::select_prefill_kernel(spec) == detail::PrefillKernel::kWgmma)
+        return {"prefill_sm90.cu", "graphattn_prefill", "a"};
+      return {"prefill.cu", "graphattn_prefill"};
   }
   throw Error("unknown kernel kind");
 }
@@ -37,12 +42,12 @@ Family family_of(KernelKind kind) {
 
 KernelSource render_kernel(const AttentionSpec& spec) {
   spec.validate();
-  const Family fam = family_of(spec.kind);
+  const Family fam = family_of(spec);
   KernelSource out;
   out.spec = spec.to_string();
   out.entry = fam.entry;
-  out.options = {"--gpu-architecture=sm_" + std::to_string(spec.arch), "-std=c++17",
-                 "--fmad=true", "-default-device"};
+  out.options = {"--gpu-architecture=sm_" + std::to_string(spec.arch) + fam.arch_suffix,
+                 "-std=c++17", "--fmad=true", "-default-device"};
   std::ostringstream os;
   os << "// graphattn kernel " << out.spec << " (cache format " << kCacheFormatVersion << ")\n";
   os << "// nvrtc options:";

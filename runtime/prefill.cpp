@@ -9,6 +9,7 @@
 #include "graphattn/backend.hpp"
 #include "graphattn/error.hpp"
 #include "graphattn/runtime.hpp"
+#include "jit_cache/prefill_kernels.hpp"
 #include "runtime/tensor_checks.hpp"
 #include "templates/params.h"
 
@@ -42,10 +43,29 @@ void ensure_shared_limit(CUfunction f, int bytes) {
 }  // namespace
 
 PrefillConfig prefill_config(const AttentionSpec& spec) {
+  PrefillConfig c;
+  switch (select_prefill_kernel(spec)) {
+    case PrefillKernel::kNone:
+      throw Error("prefill_config: " + spec.to_string() + " is not a valid prefill spec");
+    case PrefillKernel::kWgmma: {
+      // Mirrors the PW_* constants of templates/prefill_sm90.cu.
+      const int d = spec.head_size;
+      c.threads = 384;  // one producer and two consumer warpgroups
+      c.block_m = 128;
+      c.block_n = d <= 128 ? 128 : 64;
+      const int q_bytes = c.block_m * d * 2, kv_bytes = c.block_n * d * 2;
+      const int slack = 1024 + 256;  // base alignment + mbarriers
+      int stages = (227 * 1024 - slack - q_bytes) / (2 * kv_bytes);
+      if (stages > 4) stages = 4;
+      c.shared_bytes = q_bytes + 2 * stages * kv_bytes + slack;
+      return c;
+    }
+    case PrefillKernel::kMmaSync:
+      break;
+  }
   // Mirrors the PF_* constants of templates/prefill.cu.
   const int head_pad = (spec.head_size + 15) / 16 * 16;
   const bool fp8 = spec.kv_dtype != KvDType::kAuto;
-  PrefillConfig c;
   c.threads = 128;
   c.block_m = 64 * (head_pad <= 128 ? 2 : 1);  // 4 warps x 16 rows x row tiles per warp
   c.block_n = head_pad <= 128 ? 64 : 32;

@@ -42,7 +42,8 @@ AttentionSpec prefill_spec(const PrefillLaunch& args, int arch);
 // with no request or max_query_len 0 launches nothing.
 void launch_prefill(const LoadedKernel& k, const PrefillLaunch& args, CUstream stream);
 
-// Tile configuration of a prefill spec; must agree with templates/prefill.cu.
+// Tile configuration of a prefill spec; must agree with the template that
+// select_prefill_kernel() picks (templates/prefill.cu or templates/prefill_sm90.cu).
 struct PrefillConfig {
   int block_m = 0;       // rows (query token x group head) per thread block
   int block_n = 0;       // keys per KV tile

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "graphattn/graphattn.hpp"
+#include "jit_cache/prefill_kernels.hpp"
 #include "runtime/prefill.hpp"
 #include "tests/test_util.hpp"
 
@@ -66,19 +67,74 @@ TEST_CASE("prefill host: bad arguments are refused with the argument named") {
   CHECK_THROWS_WITH_AS(detail::prefill_spec(a, 75), doctest::Contains("arch"), Error);
 }
 
-TEST_CASE("prefill host: every specialization fits two blocks per multiprocessor") {
-  for (int h : supported_head_sizes())
-    for (KvDType kv : {KvDType::kAuto, KvDType::kFp8E4M3}) {
-      AttentionSpec s;
-      s.kind = KernelKind::kPrefill;
-      s.head_size = h;
-      s.kv_dtype = kv;
-      const detail::PrefillConfig c = detail::prefill_config(s);
-      INFO(s.to_string() << ": " << c.shared_bytes << " bytes");
-      CHECK(c.threads == 128);
-      CHECK(c.block_m == (h <= 128 ? 128 : 64));
-      CHECK(c.shared_bytes <= 227 * 1024 / 2);
-    }
+TEST_CASE("prefill host: every specialization's tiles fit the multiprocessor") {
+  for (int arch : {80, 90})
+    for (int h : supported_head_sizes())
+      for (KvDType kv : {KvDType::kAuto, KvDType::kFp8E4M3}) {
+        AttentionSpec s;
+        s.kind = KernelKind::kPrefill;
+        s.head_size = h;
+        s.kv_dtype = kv;
+        s.arch = arch;
+        const detail::PrefillConfig c = detail::prefill_config(s);
+        INFO(s.to_string() << ": " << c.shared_bytes << " bytes");
+        if (detail::select_prefill_kernel(s) == detail::PrefillKernel::kWgmma) {
+          // One block per multiprocessor: a producer and two consumer warpgroups.
+          CHECK(c.threads == 384);
+          CHECK(c.block_m == 128);
+          CHECK(c.block_n == (h <= 128 ? 128 : 64));
+          CHECK(c.shared_bytes <= 227 * 1024);
+          // At least two K/V stages besides the Q tile.
+          CHECK(c.shared_bytes >= c.block_m * h * 2 + 2 * 2 * c.block_n * h * 2);
+        } else {
+          // Two blocks per multiprocessor.
+          CHECK(c.threads == 128);
+          CHECK(c.block_m == (h <= 128 ? 128 : 64));
+          CHECK(c.shared_bytes <= 227 * 1024 / 2);
+        }
+      }
+}
+
+TEST_CASE("prefill host: kernel selection is a pure function of the spec") {
+  using detail::PrefillKernel;
+  using detail::select_prefill_kernel;
+  auto parse = [](const char* s) { return AttentionSpec::parse(s); };
+  CHECK(select_prefill_kernel(parse("prefill_h128_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm90")) ==
+        PrefillKernel::kWgmma);
+  CHECK(select_prefill_kernel(parse("prefill_h64_b256_fp16_kvauto_g64_swa1_cap1_hnd_sm90")) ==
+        PrefillKernel::kWgmma);
+  CHECK(select_prefill_kernel(parse("prefill_h192_b16_bf16_kvauto_g1_swa0_cap0_nhd_sm90")) ==
+        PrefillKernel::kWgmma);
+  CHECK(select_prefill_kernel(parse("prefill_h256_b16_bf16_kvauto_g1_swa0_cap0_nhd_sm90")) ==
+        PrefillKernel::kWgmma);
+  // Head sizes off the 64-column swizzle rows, fp8 caches and other archs stay on mma.sync.
+  CHECK(select_prefill_kernel(parse("prefill_h96_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm90")) ==
+        PrefillKernel::kMmaSync);
+  CHECK(select_prefill_kernel(parse("prefill_h128_b16_bf16_kve4m3_g4_swa0_cap0_nhd_sm90")) ==
+        PrefillKernel::kMmaSync);
+  CHECK(select_prefill_kernel(parse("prefill_h128_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm80")) ==
+        PrefillKernel::kMmaSync);
+  CHECK(select_prefill_kernel(parse("prefill_h128_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm89")) ==
+        PrefillKernel::kMmaSync);
+  CHECK(select_prefill_kernel(parse("decode_h128_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm90")) ==
+        PrefillKernel::kNone);
+  AttentionSpec bad = parse("prefill_h128_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm90");
+  bad.head_size = 130;
+  CHECK(select_prefill_kernel(bad) == PrefillKernel::kNone);
+  CHECK_THROWS_AS(detail::prefill_config(bad), Error);
+}
+
+TEST_CASE("prefill host: the wgmma kernel renders from its own template for sm_90a") {
+  const KernelSource hopper =
+      render_kernel(AttentionSpec::parse("prefill_h128_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm90"));
+  CHECK(hopper.entry == "graphattn_prefill");
+  CHECK(hopper.options[0] == "--gpu-architecture=sm_90a");
+  CHECK(hopper.source.find("wgmma.mma_async") != std::string::npos);
+  const KernelSource other =
+      render_kernel(AttentionSpec::parse("prefill_h96_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm90"));
+  CHECK(other.options[0] == "--gpu-architecture=sm_90");
+  CHECK(other.source.find("wgmma.mma_async") == std::string::npos);
+  CHECK(other.source.find("mma.sync.aligned.m16n8k16") != std::string::npos);
 }
 
 TEST_CASE("prefill host: NVRTC compiles every head size and the feature variants") {
@@ -98,7 +154,10 @@ TEST_CASE("prefill host: NVRTC compiles every head size and the feature variants
   }
   for (const char* text : {"prefill_h40_b48_fp16_kve4m3_g5_swa1_cap1_hnd_sm90",
                            "prefill_h256_b256_bf16_kve5m2_g16_swa1_cap1_nhd_sm90",
-                           "prefill_h128_b16_bf16_kvauto_g64_swa0_cap0_nhd_sm80"})
+                           "prefill_h128_b16_bf16_kvauto_g64_swa0_cap0_nhd_sm80",
+                           "prefill_h64_b48_fp16_kvauto_g5_swa1_cap1_hnd_sm90",
+                           "prefill_h192_b256_bf16_kvauto_g64_swa1_cap1_nhd_sm90",
+                           "prefill_h256_b16_fp16_kvauto_g1_swa0_cap1_hnd_sm90"})
     specs.push_back(AttentionSpec::parse(text));
   for (const auto& r : cache.precompile(specs))
     CHECK_MESSAGE(r.error.empty(), r.spec << ": " << r.error);

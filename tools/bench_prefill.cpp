@@ -1,149 +1,102 @@
-// Prefill timing: a batch of pure causal prefills over the paged KV cache (shuffled physical
-// blocks, random data). Checks a few output rows against the float64 reference, then reports
-// the median kernel time (CUDA events, one pair per repetition) and the attention TFLOP/s
-// (4 * head_size * num_heads * visible (query, key) pairs).
-#include <CLI/CLI.hpp>
+// graphattn-bench, prefill part: a batch of pure causal prefills over the paged KV cache (bf16,
+// 32/8 heads, head 128, block 16, shuffled blocks, random data) against the peer on contiguous
+// tensors. A few output rows are checked against the float64 reference before timing.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <numeric>
 #include <random>
-#include <vector>
 
 #include "graphattn/graphattn.hpp"
-#include "runtime/driver.hpp"
 #include "tests/host_dtypes.hpp"
 #include "tests/reference.hpp"
+#include "tools/bench_parts.hpp"
 
-using namespace graphattn;
+namespace graphattn::bench {
 
-int main(int argc, char** argv) {
-  CLI::App app{"graphattn prefill benchmark"};
-  int batch = 4, len = 4096, heads = 32, kv_heads = 8, head_size = 128, block_size = 16;
-  int reps = 20, window = 0;
-  float soft_cap = 0;
-  std::string dtype = "bf16";
-  app.add_option("--batch", batch, "requests");
-  app.add_option("--len", len, "new tokens per request (pure prefill, causal)");
-  app.add_option("--heads", heads, "query heads");
-  app.add_option("--kv-heads", kv_heads, "KV heads");
-  app.add_option("--head-size", head_size, "head size");
-  app.add_option("--block-size", block_size, "KV block size");
-  app.add_option("--dtype", dtype, "bf16 or fp16")->check(CLI::IsMember({"bf16", "fp16"}));
-  app.add_option("--window", window, "sliding window (0: none)");
-  app.add_option("--soft-cap", soft_cap, "soft cap (0: none)");
-  app.add_option("--reps", reps, "timed repetitions");
-  CLI11_PARSE(app, argc, argv);
+nlohmann::json bench_prefill(const Device& dev, int batch, int len, int reps, const PeerTimes& peer,
+                             bool* ok) {
+  const int64_t H = 32, KH = 8, D = 128, B = 16, T = int64_t{batch} * len;
+  const int64_t blocks_per_seq = (len + B - 1) / B, NB = blocks_per_seq * batch;
+  DeviceBuffer q(T * H * D * 2), out(T * H * D * 2), cache(2 * NB * B * KH * D * 2),
+      qsl((batch + 1) * 4), seq(batch * 4), table(NB * 4);
+  fill_random_bf16(dev, q.data(), T * H * D, 5);
+  fill_random_bf16(dev, cache.data(), 2 * NB * B * KH * D, 6);
+  std::vector<int> phys(NB), starts(batch + 1), lens(batch, len);
+  std::iota(phys.begin(), phys.end(), 0);
+  std::mt19937_64 rng(3);
+  std::shuffle(phys.begin(), phys.end(), rng);
+  for (int r = 0; r <= batch; ++r) starts[r] = r * len;
+  table.upload(phys.data(), phys.size() * 4);
+  qsl.upload(starts.data(), starts.size() * 4);
+  seq.upload(lens.data(), lens.size() * 4);
+  out.fill_bytes(0xff);
+  const auto qv = TensorView::contiguous(q.data(), ScalarType::kBFloat16, {T, H, D});
+  const auto ov = TensorView::contiguous(out.data(), ScalarType::kBFloat16, {T, H, D});
+  const auto kv = TensorView::contiguous(cache.data(), ScalarType::kBFloat16, {2, NB, B, KH, D});
+  const auto qslv = TensorView::contiguous(qsl.data(), ScalarType::kInt32, {batch + 1});
+  const auto seqv = TensorView::contiguous(seq.data(), ScalarType::kInt32, {batch});
+  const auto tabv = TensorView::contiguous(table.data(), ScalarType::kInt32, {batch, blocks_per_seq});
+  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  auto run = [&] {
+    prefill_attention(qv, kv, ov, qslv, seqv, tabv, 0, batch, len, scale, 0, 0.0f, 1.0f, 1.0f,
+                      dev.stream);
+  };
+  run();
+  GA_CU_CHECK(detail::driver().cuStreamSynchronize(dev.stream));
 
-  try {
-    ensure_context(0);
-    const auto& d = detail::driver();
-    const bool bf16 = dtype == "bf16";
-    const ScalarType st = bf16 ? ScalarType::kBFloat16 : ScalarType::kFloat16;
-    const int64_t T = int64_t{batch} * len, H = heads, KH = kv_heads, D = head_size, B = block_size;
-    const int64_t blocks_per_seq = (len + B - 1) / B, NB = blocks_per_seq * batch;
-    std::mt19937_64 rng(1234);
-    std::normal_distribution<float> normal(0.f, 1.f);
-    auto store = [&](float x) { return bf16 ? test::float_to_bf16(x) : test::float_to_fp16(x); };
-    auto load = [&](uint16_t h) {
-      return static_cast<double>(bf16 ? test::bf16_to_float(h) : test::fp16_to_float(h));
-    };
-    std::vector<uint16_t> q(T * H * D), cache(2 * NB * B * KH * D);
-    for (auto& x : q) x = store(normal(rng));
-    for (auto& x : cache) x = store(normal(rng));
-    std::vector<int> phys(NB);
-    std::iota(phys.begin(), phys.end(), 0);
-    std::shuffle(phys.begin(), phys.end(), rng);
-    std::vector<int> qsl(batch + 1), seq(batch, len);
-    for (int r = 0; r <= batch; ++r) qsl[r] = r * len;
-
-    DeviceBuffer d_q(q.size() * 2), d_out(q.size() * 2), d_cache(cache.size() * 2),
-        d_qsl(qsl.size() * 4), d_seq(seq.size() * 4), d_table(phys.size() * 4);
-    d_q.upload(q.data(), q.size() * 2);
-    d_cache.upload(cache.data(), cache.size() * 2);
-    d_qsl.upload(qsl.data(), qsl.size() * 4);
-    d_seq.upload(seq.data(), seq.size() * 4);
-    d_table.upload(phys.data(), phys.size() * 4);
-    d_out.fill_bytes(0xff);
-
-    const auto qv = TensorView::contiguous(d_q.data(), st, {T, H, D});
-    const auto ov = TensorView::contiguous(d_out.data(), st, {T, H, D});
-    const auto kv = TensorView::contiguous(d_cache.data(), st, {2, NB, B, KH, D});
-    const auto qslv = TensorView::contiguous(d_qsl.data(), ScalarType::kInt32, {batch + 1});
-    const auto seqv = TensorView::contiguous(d_seq.data(), ScalarType::kInt32, {batch});
-    const auto tabv =
-        TensorView::contiguous(d_table.data(), ScalarType::kInt32, {batch, blocks_per_seq});
-    const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-    auto run = [&] {
-      prefill_attention(qv, kv, ov, qslv, seqv, tabv, 0, batch, len, scale, window, soft_cap, 1, 1,
-                        nullptr);
-    };
-    run();  // compiles and loads
-    GA_CU_CHECK(d.cuCtxSynchronize());
-
-    // The last 4 query rows of the last request, through the reference as a chunked prefill.
-    test::RefProblem ref;
-    ref.num_heads = heads;
-    ref.num_kv_heads = kv_heads;
-    ref.head_size = head_size;
-    ref.block_size = block_size;
-    const int n_check = std::min(4, len);
-    ref.query_start_loc = {0, n_check};
-    ref.seq_lens = {len};
-    ref.max_blocks_per_seq = static_cast<int>(blocks_per_seq);
-    ref.block_table.assign(phys.begin() + (batch - 1) * blocks_per_seq,
-                           phys.begin() + batch * blocks_per_seq);
-    const int64_t first_row = T - n_check;
-    for (int64_t i = first_row * H * D; i < T * H * D; ++i) ref.q.push_back(load(q[i]));
-    ref.k_cache.resize(NB * B * KH * D);
-    ref.v_cache.resize(NB * B * KH * D);
-    for (int64_t i = 0; i < NB * B * KH * D; ++i) {
-      ref.k_cache[i] = load(cache[i]);
-      ref.v_cache[i] = load(cache[NB * B * KH * D + i]);
-    }
-    ref.scale = scale;
-    ref.window = window;
-    ref.soft_cap = soft_cap;
-    const std::vector<double> want = test::reference_attention(ref);
-    std::vector<uint16_t> out(q.size());
-    d_out.download(out.data(), out.size() * 2);
-    std::vector<double> got;
-    size_t nan = 0;
-    for (int64_t i = 0; i < T * H * D; ++i) nan += std::isnan(load(out[i]));
-    for (int64_t i = first_row * H * D; i < T * H * D; ++i) got.push_back(load(out[i]));
-    const double err = test::relative_l2(got, want);
-
-    CUevent e0, e1;
-    GA_CU_CHECK(d.cuEventCreate(&e0, CU_EVENT_DEFAULT));
-    GA_CU_CHECK(d.cuEventCreate(&e1, CU_EVENT_DEFAULT));
-    for (int i = 0; i < 3; ++i) run();
-    std::vector<float> ms;
-    for (int i = 0; i < reps; ++i) {
-      GA_CU_CHECK(d.cuEventRecord(e0, nullptr));
-      run();
-      GA_CU_CHECK(d.cuEventRecord(e1, nullptr));
-      GA_CU_CHECK(d.cuEventSynchronize(e1));
-      float t = 0;
-      GA_CU_CHECK(d.cuEventElapsedTime(&t, e0, e1));
-      ms.push_back(t);
-    }
-    std::sort(ms.begin(), ms.end());
-    const double med = ms[ms.size() / 2];
-    // Visible (query, key) pairs per request: causal, clipped by the window.
-    double pairs = 0;
-    for (int64_t i = 0; i < len; ++i)
-      pairs += window > 0 ? std::min<int64_t>(i + 1, window) : i + 1;
-    const double flops = 4.0 * D * H * pairs * batch;
-    std::printf(
-        "prefill %s batch %d x %d, heads %d/%d, head %d, block %d, window %d, cap %g: median "
-        "%.3f ms (min %.3f, max %.3f, %d reps), %.1f TFLOP/s; check rows rel L2 %.2e, NaN %zu\n",
-        dtype.c_str(), batch, len, heads, kv_heads, head_size, block_size, window, soft_cap, med,
-        ms.front(), ms.back(), reps, flops / (med * 1e-3) / 1e12, err, nan);
-    d.cuEventDestroy(e0);
-    d.cuEventDestroy(e1);
-    return err <= (bf16 ? 5e-3 : 1e-3) && nan == 0 ? 0 : 1;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 2;
+  // The last 4 rows of the last request against the reference (as a chunked prefill of 4).
+  const int n_check = std::min(4, len);
+  test::RefProblem ref;
+  ref.num_heads = static_cast<int>(H);
+  ref.num_kv_heads = static_cast<int>(KH);
+  ref.head_size = static_cast<int>(D);
+  ref.block_size = static_cast<int>(B);
+  ref.query_start_loc = {0, n_check};
+  ref.seq_lens = {len};
+  ref.max_blocks_per_seq = static_cast<int>(blocks_per_seq);
+  ref.block_table.assign(phys.begin() + (batch - 1) * blocks_per_seq, phys.end());
+  ref.scale = scale;
+  std::vector<uint16_t> host(2 * NB * B * KH * D);
+  cache.download(host.data(), host.size() * 2);
+  ref.k_cache.resize(NB * B * KH * D);
+  ref.v_cache.resize(NB * B * KH * D);
+  for (int64_t i = 0; i < NB * B * KH * D; ++i) {
+    ref.k_cache[i] = test::bf16_to_float(host[i]);
+    ref.v_cache[i] = test::bf16_to_float(host[NB * B * KH * D + i]);
   }
+  std::vector<uint16_t> rows(n_check * H * D), outs(n_check * H * D);
+  q.download(rows.data(), rows.size() * 2, (T - n_check) * H * D * 2);
+  out.download(outs.data(), outs.size() * 2, (T - n_check) * H * D * 2);
+  for (uint16_t x : rows) ref.q.push_back(test::bf16_to_float(x));
+  std::vector<double> got;
+  for (uint16_t x : outs) got.push_back(test::bf16_to_float(x));
+  const double err = test::relative_l2(got, test::reference_attention(ref));
+  if (!(err <= 5e-3)) *ok = false;
+
+  for (int i = 0; i < 3; ++i) run();
+  const double us = time_us(dev, reps, true, run);
+  const double flops = 4.0 * D * H * batch * (static_cast<double>(len) * (len + 1) / 2);
+  auto it = peer.prefill_us.find(std::to_string(batch) + ":" + std::to_string(len));
+  const double peer_us = it == peer.prefill_us.end() ? 0 : it->second;
+  std::printf("\n== prefill: %d x %d new tokens, causal, bf16, 32/8 heads, head 128, block 16, "
+              "median of %d\n",
+              batch, len, reps);
+  std::printf("%-12s %10s %10s %10s %10s %12s %9s\n", "", "time us", "TFLOP/s", "peer us",
+              "peer TF/s", "ours/peer", "max err");
+  char peer_us_s[16] = "-", peer_tf_s[16] = "-", ratio_s[16] = "-";
+  if (peer_us > 0) {
+    std::snprintf(peer_us_s, sizeof peer_us_s, "%.1f", peer_us);
+    std::snprintf(peer_tf_s, sizeof peer_tf_s, "%.1f", flops / peer_us / 1e6);
+    std::snprintf(ratio_s, sizeof ratio_s, "%.2fx", peer_us / us);
+  }
+  const std::string label = std::to_string(batch) + "x" + std::to_string(len);
+  std::printf("%-12s %10.1f %10.1f %10s %10s %12s %9.2e%s\n", label.c_str(), us, flops / us / 1e6,
+              peer_us_s, peer_tf_s, ratio_s, err, err <= 5e-3 ? "" : "  FAIL");
+  return {{"batch", batch}, {"len", len}, {"time_us", us}, {"tflops", flops / us / 1e6},
+          {"peer_us", peer_us > 0 ? nlohmann::json(peer_us) : nlohmann::json()},
+          {"ours_over_peer_throughput", peer_us > 0 ? nlohmann::json(peer_us / us) : nlohmann::json()},
+          {"max_rel_l2_error", err}};
 }
+
+}  // namespace graphattn::bench

@@ -386,6 +386,48 @@ TEST_CASE("gpu prefill: every head size compiles, loads and matches the referenc
   for (const auto& c : cases) run_case(c, cache, rng);
 }
 
+TEST_CASE("gpu prefill: the Hopper wgmma kernel across its tile boundaries") {
+  // On sm_90 these specs select templates/prefill_sm90.cu (128-row tiles, 128- or 64-key
+  // tiles, a ring of K/V stages): long requests cross many row and key tiles and wrap the
+  // stage ring; groups that do not divide 128 rows put a token's heads across two tiles.
+  // Elsewhere the same cases exercise the mma.sync kernel.
+  GA_REQUIRE_GPU();
+  TempDir dir;
+  CacheOptions o;
+  o.dir = dir.path();
+  KernelCache cache(o);
+  auto rng = make_rng();
+  std::vector<PrefillCase> cases;
+  const int heads[] = {64, 128, 192, 256};
+  const int blocks[] = {16, 32, 128, 256, 48, 64};
+  const int groups[] = {1, 3, 4, 8, 16, 6};
+  const int n = reduced() ? 4 : 16;
+  for (int i = 0; i < n; ++i) {
+    PrefillCase c;
+    c.dtype = i % 2 ? DType::kBFloat16 : DType::kFloat16;
+    c.head_size = heads[i % 4];
+    c.block_size = blocks[i % 6];
+    c.group = groups[(i / 2) % 6];
+    c.num_kv_heads = c.group >= 8 ? 1 : 2;
+    c.window = i % 5 == 3;
+    c.soft_cap = i % 7 == 5;
+    c.layout = (i / 3) % 2 ? KvLayout::kHND : KvLayout::kNHD;
+    c.max_len = reduced() ? 150 : (c.head_size >= 192 ? 330 : 520);
+    cases.push_back(c);
+  }
+  std::vector<AttentionSpec> specs;
+  for (const auto& c : cases) specs.push_back(spec_of(c));
+  for (const auto& r : cache.precompile(specs))
+    CHECK_MESSAGE(r.error.empty(), r.spec << ": " << r.error);
+  double worst16 = 0, worst_bf = 0;
+  for (const auto& c : cases) {
+    const double e = run_case(c, cache, rng);
+    double& w = c.dtype == DType::kFloat16 ? worst16 : worst_bf;
+    w = std::max(w, e);
+  }
+  MESSAGE(cases.size() << " cases; worst relative L2: fp16 " << worst16 << ", bf16 " << worst_bf);
+}
+
 TEST_CASE("gpu prefill: rejects mismatched arguments with a clear error") {
   GA_REQUIRE_GPU();
   TempDir dir;

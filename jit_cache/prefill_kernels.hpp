@@ -1,0 +1,18 @@
+// Which prefill kernel family serves a spec. One pure function, shared by the renderer (template
+// file and NVRTC target) and the host launch code (tile configuration), so the two cannot drift.
+#pragma once
+
+#include "graphattn/spec.hpp"
+
+namespace graphattn::detail {
+
+enum class PrefillKernel {
+  kNone,     // not a valid prefill spec
+  kMmaSync,  // templates/prefill.cu: mma.sync m16n8k16, every prefill spec on every arch
+  kWgmma,    // templates/prefill_sm90.cu: Hopper wgmma, built for sm_90a; arch 90, 16-bit KV,
+             // head size a multiple of 64
+};
+
+PrefillKernel select_prefill_kernel(const AttentionSpec& spec);
+
+}  // namespace graphattn::detail

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Runs graphattn-bench on a GPU machine: every part (decode, the 32-layer step, capture, prefill)
+# with the peer (tools/peer_sdpa.py, PyTorch SDPA) timed in the same run. Writes OUT_DIR/bench.txt
+# and OUT_DIR/bench.json; tools/plot_bench.py turns the JSON into the README's plot.
+#
+#   scripts/bench.sh OUT_DIR [BENCH_BINARY]
+set -euo pipefail
+if [ $# -lt 1 ]; then
+  echo "usage: $0 OUT_DIR [BENCH_BINARY]" >&2
+  exit 2
+fi
+out="$1"
+root="$(cd "$(dirname "$0")/.." && pwd)"
+bin="${2:-${BUILD_DIR:-$root/build}/graphattn-bench}"
+cuda="${CUDA_HOME:-/usr/local/cuda}"
+export LD_LIBRARY_PATH="$cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export PYTHONUNBUFFERED=1
+mkdir -p "$out"
+cd "$root"
+"$bin" --json "$out/bench.json" --peer-script "$root/tools/peer_sdpa.py" 2>&1 | tee "$out/bench.txt"

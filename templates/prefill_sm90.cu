@@ -1,0 +1,627 @@
+// Prefill attention for Hopper (sm_90a, wgmma): the semantics, grid and GQA row packing of
+// prefill.cu (vLLM v1 flash: variable-length causal queries over the paged KV cache, window,
+// soft cap), for 16-bit KV caches and head sizes that are multiples of 64. The host
+// (detail::select_prefill_kernel) sends every other spec to prefill.cu.
+//
+// Grid: x = query row tiles (reversed so the longest causal tiles start first), y = request
+// (first_req + blockIdx.y), z = KV head. Row r of a request is query token r / GROUP, head
+// kv_head * GROUP + r % GROUP, so each K/V tile serves every head of the group.
+//
+// Three warpgroups per block, specialised:
+// - warpgroup 0, the producer, gathers Q once and then K and V tiles token row by token row
+//   through the block table with 16-byte cp.async into a PW_STAGES-deep ring of shared-memory
+//   stages, signalling each landed tile on an mbarrier (cp.async.mbarrier.arrive.noinc), and
+//   waiting on an "empty" mbarrier before it overwrites a stage;
+// - warpgroups 1 and 2, the consumers, own 64 query rows each: S = Q K^T with wgmma (Q and K
+//   from shared memory), online softmax in registers (log2 domain), O += P V with wgmma (P from
+//   registers, V from shared memory read transposed by the descriptor). While one consumer
+//   runs its softmax the other's wgmma keeps the tensor cores busy.
+// setmaxnreg moves registers from the producer to the consumers.
+//
+// Shared memory tiles use the 128-byte swizzle of the wgmma descriptors: a tile of R rows and
+// HEAD_SIZE columns is stored as HEAD_SIZE / 64 column blocks of R rows x 128 bytes; 16-byte
+// chunk c of row r sits at chunk c ^ (r % 8) of its 128-byte row. Every tile starts on a
+// 1024-byte boundary. Q and K are K-major operands; V is the MN-major B operand of P V.
+// Must agree with detail::prefill_config() on the host (tile sizes, threads, shared memory).
+
+constexpr int PW_CONSUMERS = 2;                        // consumer warpgroups, 64 rows each
+constexpr int PW_THREADS = 128 * (PW_CONSUMERS + 1);
+constexpr int PW_BLOCK_M = 64 * PW_CONSUMERS;
+constexpr int PW_BLOCK_N = HEAD_SIZE <= 128 ? 128 : 64;
+constexpr int PW_CHUNKS = HEAD_SIZE / 8;               // 16-byte chunks per row
+constexpr int PW_Q_BYTES = PW_BLOCK_M * HEAD_SIZE * 2;
+constexpr int PW_KV_BYTES = PW_BLOCK_N * HEAD_SIZE * 2;  // one K or V stage
+constexpr int PW_SLACK = 1024 + 256;                   // base alignment + mbarriers
+constexpr int PW_STAGES_FIT = (227 * 1024 - PW_SLACK - PW_Q_BYTES) / (2 * PW_KV_BYTES);
+constexpr int PW_STAGES = PW_STAGES_FIT > 4 ? 4 : PW_STAGES_FIT;
+constexpr int PW_SMEM_BYTES = PW_Q_BYTES + 2 * PW_STAGES * PW_KV_BYTES + PW_SLACK;
+constexpr int PW_PRODUCER_REGS = 80;
+constexpr int PW_CONSUMER_REGS = 208;  // 80 * 128 + 208 * 256 <= 168 * 384, the launch's share
+static_assert(HEAD_SIZE % 64 == 0 && KV_FP8 == 0, "prefill_sm90 needs 16-bit KV, head % 64 == 0");
+static_assert(PW_STAGES >= 2, "prefill_sm90: shared memory holds fewer than two stages");
+static_assert(5 + 4 * PW_STAGES <= 256 / 8, "prefill_sm90: mbarriers overflow their slack");
+
+__device__ __forceinline__ unsigned pw_smem_addr(const void* p) {
+  unsigned long long a;
+  asm("cvta.to.shared.u64 %0, %1;" : "=l"(a) : "l"(p));
+  return static_cast<unsigned>(a);
+}
+
+// Byte offset of 16-byte chunk c of row r in a swizzled tile of `rows` rows.
+__device__ __forceinline__ unsigned pw_swizzle(int r, int c, int rows) {
+  return static_cast<unsigned>((c >> 3) * rows * 128 + r * 128 + (((c & 7) ^ (r & 7)) << 4));
+}
+
+// 16 bytes global -> shared; bytes beyond src_bytes (0 or 16) are zero-filled.
+__device__ __forceinline__ void pw_cp_async16(unsigned dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+               "r"(src_bytes)
+               : "memory");
+}
+__device__ __forceinline__ void pw_cp_wait_all() {
+  asm volatile("cp.async.wait_all;\n" ::: "memory");
+}
+
+__device__ __forceinline__ void pw_mbar_init(unsigned bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+// Arrives on `bar` once every cp.async this thread issued so far has landed (the count of
+// the barrier includes this arrival).
+__device__ __forceinline__ void pw_mbar_arrive_copies(unsigned bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void pw_mbar_arrive(unsigned bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void pw_mbar_wait(unsigned bar, unsigned parity) {
+  unsigned done;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+// cp.async writes through the generic proxy; wgmma reads shared memory through the async
+// proxy. Executed after the barrier wait that made the copies visible, before the wgmma.
+__device__ __forceinline__ void pw_fence_proxy_async() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+__device__ __forceinline__ void pw_bar_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+__device__ __forceinline__ void pw_wgmma_fence() {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void pw_wgmma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ void pw_wgmma_wait_all() {
+  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+}
+// Pins registers an asynchronous wgmma reads or writes: the compiler may not move their uses
+// across this point.
+template <int N>
+__device__ __forceinline__ void pw_fence_regs(float (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+template <int N>
+__device__ __forceinline__ void pw_fence_regs(unsigned (&r)[N][4]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i)
+#pragma unroll
+    for (int k = 0; k < 4; ++k) asm volatile("" : "+r"(r[i][k])::"memory");
+}
+
+// Shared-memory matrix descriptor, 128-byte swizzle; byte offsets in 16-byte units.
+__device__ __forceinline__ unsigned long long pw_desc(unsigned addr, unsigned lead_bytes,
+                                                      unsigned stride_bytes) {
+  return static_cast<unsigned long long>((addr & 0x3ffff) >> 4) |
+         (static_cast<unsigned long long>(lead_bytes >> 4) << 16) |
+         (static_cast<unsigned long long>(stride_bytes >> 4) << 32) | (1ull << 62);
+}
+
+#define PW_F8(i)                                                                              \
+  "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
+      "+f"(d[i + 6]), "+f"(d[i + 7])
+
+// wgmma m64nNk16, fp32 accumulators d (N / 2 per thread). SS: A and B from shared memory,
+// both K-major; accumulate == 0 overwrites d. RS: A from registers (the m16n8k16 A-fragment
+// layout per warp), B MN-major (transposed) from shared memory, always accumulates.
+#define PW_WGMMA_SS_N64(TY) \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n" \
+               "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " " \
+               "{%0, %1, %2, %3, %4, %5, %6, %7, " \
+               "%8, %9, %10, %11, %12, %13, %14, %15, " \
+               "%16, %17, %18, %19, %20, %21, %22, %23, " \
+               "%24, %25, %26, %27, %28, %29, %30, %31}, " \
+               "%32, %33, p, 1, 1, 0, 0;\n}\n" \
+               : PW_F8(0), PW_F8(8), PW_F8(16), PW_F8(24) \
+               : "l"(da), "l"(db), "r"(accumulate))
+
+#define PW_WGMMA_SS_N128(TY) \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n" \
+               "wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY " " \
+               "{%0, %1, %2, %3, %4, %5, %6, %7, " \
+               "%8, %9, %10, %11, %12, %13, %14, %15, " \
+               "%16, %17, %18, %19, %20, %21, %22, %23, " \
+               "%24, %25, %26, %27, %28, %29, %30, %31, " \
+               "%32, %33, %34, %35, %36, %37, %38, %39, " \
+               "%40, %41, %42, %43, %44, %45, %46, %47, " \
+               "%48, %49, %50, %51, %52, %53, %54, %55, " \
+               "%56, %57, %58, %59, %60, %61, %62, %63}, " \
+               "%64, %65, p, 1, 1, 0, 0;\n}\n" \
+               : PW_F8(0), PW_F8(8), PW_F8(16), PW_F8(24), \
+                 PW_F8(32), PW_F8(40), PW_F8(48), PW_F8(56) \
+               : "l"(da), "l"(db), "r"(accumulate))
+
+#define PW_WGMMA_RS_N64(TY) \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n" \
+               "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " " \
+               "{%0, %1, %2, %3, %4, %5, %6, %7, " \
+               "%8, %9, %10, %11, %12, %13, %14, %15, " \
+               "%16, %17, %18, %19, %20, %21, %22, %23, " \
+               "%24, %25, %26, %27, %28, %29, %30, %31}, " \
+               "{%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n" \
+               : PW_F8(0), PW_F8(8), PW_F8(16), PW_F8(24) \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1))
+
+#define PW_WGMMA_RS_N128(TY) \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n" \
+               "wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY " " \
+               "{%0, %1, %2, %3, %4, %5, %6, %7, " \
+               "%8, %9, %10, %11, %12, %13, %14, %15, " \
+               "%16, %17, %18, %19, %20, %21, %22, %23, " \
+               "%24, %25, %26, %27, %28, %29, %30, %31, " \
+               "%32, %33, %34, %35, %36, %37, %38, %39, " \
+               "%40, %41, %42, %43, %44, %45, %46, %47, " \
+               "%48, %49, %50, %51, %52, %53, %54, %55, " \
+               "%56, %57, %58, %59, %60, %61, %62, %63}, " \
+               "{%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n" \
+               : PW_F8(0), PW_F8(8), PW_F8(16), PW_F8(24), \
+                 PW_F8(32), PW_F8(40), PW_F8(48), PW_F8(56) \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1))
+
+#define PW_WGMMA_RS_N192(TY) \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %101, 0;\n" \
+               "wgmma.mma_async.sync.aligned.m64n192k16.f32." TY "." TY " " \
+               "{%0, %1, %2, %3, %4, %5, %6, %7, " \
+               "%8, %9, %10, %11, %12, %13, %14, %15, " \
+               "%16, %17, %18, %19, %20, %21, %22, %23, " \
+               "%24, %25, %26, %27, %28, %29, %30, %31, " \
+               "%32, %33, %34, %35, %36, %37, %38, %39, " \
+               "%40, %41, %42, %43, %44, %45, %46, %47, " \
+               "%48, %49, %50, %51, %52, %53, %54, %55, " \
+               "%56, %57, %58, %59, %60, %61, %62, %63, " \
+               "%64, %65, %66, %67, %68, %69, %70, %71, " \
+               "%72, %73, %74, %75, %76, %77, %78, %79, " \
+               "%80, %81, %82, %83, %84, %85, %86, %87, " \
+               "%88, %89, %90, %91, %92, %93, %94, %95}, " \
+               "{%96, %97, %98, %99}, %100, p, 1, 1, 1;\n}\n" \
+               : PW_F8(0), PW_F8(8), PW_F8(16), PW_F8(24), \
+                 PW_F8(32), PW_F8(40), PW_F8(48), PW_F8(56), \
+                 PW_F8(64), PW_F8(72), PW_F8(80), PW_F8(88) \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1))
+
+#define PW_WGMMA_RS_N256(TY) \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n" \
+               "wgmma.mma_async.sync.aligned.m64n256k16.f32." TY "." TY " " \
+               "{%0, %1, %2, %3, %4, %5, %6, %7, " \
+               "%8, %9, %10, %11, %12, %13, %14, %15, " \
+               "%16, %17, %18, %19, %20, %21, %22, %23, " \
+               "%24, %25, %26, %27, %28, %29, %30, %31, " \
+               "%32, %33, %34, %35, %36, %37, %38, %39, " \
+               "%40, %41, %42, %43, %44, %45, %46, %47, " \
+               "%48, %49, %50, %51, %52, %53, %54, %55, " \
+               "%56, %57, %58, %59, %60, %61, %62, %63, " \
+               "%64, %65, %66, %67, %68, %69, %70, %71, " \
+               "%72, %73, %74, %75, %76, %77, %78, %79, " \
+               "%80, %81, %82, %83, %84, %85, %86, %87, " \
+               "%88, %89, %90, %91, %92, %93, %94, %95, " \
+               "%96, %97, %98, %99, %100, %101, %102, %103, " \
+               "%104, %105, %106, %107, %108, %109, %110, %111, " \
+               "%112, %113, %114, %115, %116, %117, %118, %119, " \
+               "%120, %121, %122, %123, %124, %125, %126, %127}, " \
+               "{%128, %129, %130, %131}, %132, p, 1, 1, 1;\n}\n" \
+               : PW_F8(0), PW_F8(8), PW_F8(16), PW_F8(24), \
+                 PW_F8(32), PW_F8(40), PW_F8(48), PW_F8(56), \
+                 PW_F8(64), PW_F8(72), PW_F8(80), PW_F8(88), \
+                 PW_F8(96), PW_F8(104), PW_F8(112), PW_F8(120) \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1))
+
+template <int N>
+__device__ __forceinline__ void pw_wgmma_ss(float (&d)[N / 2], unsigned long long da,
+                                            unsigned long long db, int accumulate) {
+  if constexpr (N == 64) {
+    if (IS_BF16)
+      PW_WGMMA_SS_N64("bf16");
+    else
+      PW_WGMMA_SS_N64("f16");
+  } else {
+    static_assert(N == 128, "pw_wgmma_ss: N is 64 or 128");
+    if (IS_BF16)
+      PW_WGMMA_SS_N128("bf16");
+    else
+      PW_WGMMA_SS_N128("f16");
+  }
+}
+
+template <int N>
+__device__ __forceinline__ void pw_wgmma_rs(float (&d)[N / 2], const unsigned (&a)[4],
+                                            unsigned long long db) {
+  if constexpr (N == 64) {
+    if (IS_BF16)
+      PW_WGMMA_RS_N64("bf16");
+    else
+      PW_WGMMA_RS_N64("f16");
+  } else if constexpr (N == 128) {
+    if (IS_BF16)
+      PW_WGMMA_RS_N128("bf16");
+    else
+      PW_WGMMA_RS_N128("f16");
+  } else if constexpr (N == 192) {
+    if (IS_BF16)
+      PW_WGMMA_RS_N192("bf16");
+    else
+      PW_WGMMA_RS_N192("f16");
+  } else {
+    static_assert(N == 256, "pw_wgmma_rs: N is 64, 128, 192 or 256");
+    if (IS_BF16)
+      PW_WGMMA_RS_N256("bf16");
+    else
+      PW_WGMMA_RS_N256("f16");
+  }
+}
+
+// Two floats -> packed pair of the spec's 16-bit type, lo in the low half.
+__device__ __forceinline__ unsigned pw_pack(float lo, float hi) {
+  unsigned r;
+  if (IS_BF16) {
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  } else {
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+  }
+  return r;
+}
+__device__ __forceinline__ float pw_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+__device__ __forceinline__ float pw_rcp(float x) {
+  float y;
+  asm("rcp.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+constexpr float PW_LOG2E = 1.4426950408889634f;
+
+constexpr int PW_LOAD_ITERS = PW_BLOCK_N * PW_CHUNKS / 128;  // 16-byte copies per thread
+static_assert(PW_BLOCK_N * PW_CHUNKS % 128 == 0, "prefill_sm90: uneven K/V tile split");
+
+constexpr int PW_LOAD_BATCH = PW_LOAD_ITERS % 8 == 0 ? 8 : 4;
+
+// Copies the K or V rows [n0, n0 + PW_BLOCK_N) of one head from their pages into a swizzled
+// tile; rows at or past kv_end are zero-filled. Block-table lookups go in batches, each issued
+// whole before its copies and without branches (rows past kv_end look up the last visible
+// row's block, which exists), so their latencies overlap instead of queueing one by one behind
+// the copies; the batches are not unrolled, which keeps the producer's registers few.
+// ptid: 0..127 within the producer warpgroup.
+__device__ __forceinline__ void pw_load_kv(const PrefillParams& p, const ga_u16* cache,
+                                           const int* block_row, long long head_off, int n0,
+                                           int kv_end, unsigned dst, int ptid) {
+#pragma unroll 1
+  for (int b = 0; b < PW_LOAD_ITERS; b += PW_LOAD_BATCH) {
+    int blk[PW_LOAD_BATCH];
+#pragma unroll
+    for (int i = 0; i < PW_LOAD_BATCH; ++i) {
+      const int key = min(n0 + (ptid + (b + i) * 128) / PW_CHUNKS, kv_end - 1);
+      blk[i] = __ldg(block_row + key / BLOCK_SIZE);
+    }
+#pragma unroll
+    for (int i = 0; i < PW_LOAD_BATCH; ++i) {
+      const int idx = ptid + (b + i) * 128;
+      const int row = idx / PW_CHUNKS;
+      const int c = idx - row * PW_CHUNKS;
+      const int key = min(n0 + row, kv_end - 1);
+      const long long off = static_cast<long long>(blk[i]) * p.cache_block_stride +
+                            static_cast<long long>(key % BLOCK_SIZE) * p.cache_token_stride +
+                            head_off + c * 8;
+      pw_cp_async16(dst + pw_swizzle(row, c, PW_BLOCK_N), cache + off,
+                    n0 + row < kv_end ? 16 : 0);
+    }
+  }
+}
+
+// Scores of one KV tile -> probabilities (A fragments of P V) for this thread's two rows;
+// updates the running maxima and sums and rescales the output accumulators.
+template <bool MASK>
+__device__ __forceinline__ void pw_softmax(const PrefillParams& p, float (&s)[PW_BLOCK_N / 2],
+                                           int n0, int t2, const int (&pos)[2], float (&m)[2],
+                                           float (&l)[2], float (&o)[HEAD_SIZE / 2],
+                                           unsigned (&pf)[PW_BLOCK_N / 16][4]) {
+  constexpr int NB = PW_BLOCK_N / 8;
+  const float ninf = __int_as_float(0xff800000);
+  float mx[2] = {ninf, ninf};
+#pragma unroll
+  for (int j = 0; j < NB; ++j) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      float x = s[j * 4 + e];
+      if (HAS_SOFT_CAP) {
+        // cap * tanh(scale * x / cap), tanh(y) = 1 - 2 / (e^{2y} + 1): exact enough at both ends.
+        const float ex = pw_exp2(x * (2.f * PW_LOG2E) * (p.scale / p.soft_cap));
+        x = (p.soft_cap * PW_LOG2E) * (1.f - 2.f * pw_rcp(ex + 1.f));
+      } else {
+        x *= p.scale_log2;
+      }
+      if (MASK) {
+        const int key = n0 + j * 8 + t2 + (e & 1);
+        const int ps = pos[e >> 1];
+        bool visible = key <= ps;
+        if (HAS_WINDOW) visible = visible && ps - key < p.window;
+        if (!visible) x = ninf;
+      }
+      s[j * 4 + e] = x;
+      mx[e >> 1] = fmaxf(mx[e >> 1], x);
+    }
+  }
+  float alpha[2], m_use[2], sum[2] = {0.f, 0.f};
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+    mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+    const float m_new = fmaxf(m[r], mx[r]);
+    m_use[r] = m_new == ninf ? 0.f : m_new;  // a row with nothing visible yet stays at zero
+    alpha[r] = pw_exp2(m[r] - m_use[r]);
+    m[r] = m_new;
+  }
+#pragma unroll
+  for (int j = 0; j < NB; ++j) {
+    const float p0 = pw_exp2(s[j * 4 + 0] - m_use[0]);
+    const float p1 = pw_exp2(s[j * 4 + 1] - m_use[0]);
+    const float p2 = pw_exp2(s[j * 4 + 2] - m_use[1]);
+    const float p3 = pw_exp2(s[j * 4 + 3] - m_use[1]);
+    sum[0] += p0 + p1;
+    sum[1] += p2 + p3;
+    pf[j >> 1][(j & 1) * 2 + 0] = pw_pack(p0, p1);
+    pf[j >> 1][(j & 1) * 2 + 1] = pw_pack(p2, p3);
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) l[r] = l[r] * alpha[r] + sum[r];
+#pragma unroll
+  for (int d = 0; d < HEAD_SIZE / 8; ++d) {
+    o[d * 4 + 0] *= alpha[0];
+    o[d * 4 + 1] *= alpha[0];
+    o[d * 4 + 2] *= alpha[1];
+    o[d * 4 + 3] *= alpha[1];
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
+    graphattn_prefill(const __grid_constant__ PrefillParams p) {
+  extern __shared__ __align__(1024) unsigned char pw_smem[];
+  {
+    // The host sizes shared memory from its copy of this tiling (detail::prefill_config): a
+    // mismatch must fail loudly, never corrupt memory.
+    unsigned dyn;
+    asm("mov.u32 %0, %%dynamic_smem_size;\n" : "=r"(dyn));
+    if (dyn < PW_SMEM_BYTES || blockDim.x != PW_THREADS) __trap();
+  }
+  const int tid = threadIdx.x;
+  const int kv_head = blockIdx.z;
+  const int req = p.first_req + blockIdx.y;
+  const int m0 = (gridDim.x - 1 - blockIdx.x) * PW_BLOCK_M;
+  const int q_start = p.query_start_loc[req];
+  const int q_len = p.query_start_loc[req + 1] - q_start;
+  const int rows = q_len * GROUP;
+  if (m0 >= rows) return;
+  const int seq_len = p.seq_lens[req];
+  const int ctx = seq_len - q_len;  // position of the request's first query token
+  const int m_end = min(rows, m0 + PW_BLOCK_M);
+  const int pos_lo = ctx + m0 / GROUP;
+  const int pos_hi = ctx + (m_end - 1) / GROUP;
+  // Keys [kv_begin, kv_end) can be visible to some row of this tile.
+  const int kv_end = max(0, min(seq_len, pos_hi + 1));
+  int kv_begin = 0;
+  if (HAS_WINDOW) kv_begin = max(0, pos_lo - p.window + 1);
+  const int tile0 = kv_begin / PW_BLOCK_N;
+  const int n_tiles =
+      kv_end > tile0 * PW_BLOCK_N ? (kv_end - tile0 * PW_BLOCK_N + PW_BLOCK_N - 1) / PW_BLOCK_N : 0;
+
+  // Tiles start on a 1024-byte boundary (the swizzle pattern repeats every 1024 bytes).
+  const unsigned raw_base = pw_smem_addr(pw_smem);
+  const unsigned q_base = (raw_base + 1023u) & ~1023u;
+  unsigned char* s_q = pw_smem + (q_base - raw_base);
+  const unsigned k_base = q_base + PW_Q_BYTES;
+  const unsigned v_base = k_base + PW_STAGES * PW_KV_BYTES;
+  // mbarriers: Q full; per stage K full, V full (producer arrivals), K empty, V empty (one
+  // arrival per consumer warp).
+  const unsigned bar_q = v_base + PW_STAGES * PW_KV_BYTES;
+  const unsigned bar_k_full = bar_q + 8;
+  const unsigned bar_v_full = bar_k_full + 8 * PW_STAGES;
+  const unsigned bar_k_empty = bar_v_full + 8 * PW_STAGES;
+  const unsigned bar_v_empty = bar_k_empty + 8 * PW_STAGES;
+  if (tid == 0) {
+    pw_mbar_init(bar_q, 128);
+    for (int s = 0; s < PW_STAGES; ++s) {
+      pw_mbar_init(bar_k_full + 8 * s, 128);
+      pw_mbar_init(bar_v_full + 8 * s, 128);
+      pw_mbar_init(bar_k_empty + 8 * s, 4 * PW_CONSUMERS);
+      pw_mbar_init(bar_v_empty + 8 * s, 4 * PW_CONSUMERS);
+    }
+  }
+  __syncthreads();
+
+  const int* block_row = p.block_table + static_cast<long long>(req) * p.block_table_stride;
+  if (tid < 128) {
+    // Producer.
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(PW_PRODUCER_REGS));
+    if (n_tiles > 0) {
+      // Q rows of this tile (rows past the request are zero-filled).
+      constexpr int TOTAL = PW_BLOCK_M * PW_CHUNKS;
+      const ga_u16* q = static_cast<const ga_u16*>(p.query);
+#pragma unroll 4
+      for (int idx = tid; idx < TOTAL; idx += 128) {
+        const int row = idx / PW_CHUNKS;
+        const int c = idx - row * PW_CHUNKS;
+        const int r = m0 + row;
+        const bool valid = r < rows;
+        long long off = 0;
+        if (valid) {
+          const int tok = r / GROUP;
+          const int head = kv_head * GROUP + (r - tok * GROUP);
+          off = static_cast<long long>(q_start + tok) * p.query_token_stride +
+                static_cast<long long>(head) * p.query_head_stride + c * 8;
+        }
+        pw_cp_async16(q_base + pw_swizzle(row, c, PW_BLOCK_M), q + off, valid ? 16 : 0);
+      }
+      pw_mbar_arrive_copies(bar_q);
+
+      const ga_u16* kc = static_cast<const ga_u16*>(p.key_cache);
+      const ga_u16* vc = static_cast<const ga_u16*>(p.value_cache);
+      const long long head_off = static_cast<long long>(kv_head) * p.cache_head_stride;
+      int stage = 0;
+      unsigned phase = 0;
+      for (int j = 0; j < n_tiles; ++j) {
+        const int n0 = (tile0 + j) * PW_BLOCK_N;
+        // A stage is refilled once all consumer warps released its previous use.
+        if (j >= PW_STAGES) pw_mbar_wait(bar_k_empty + 8 * stage, phase ^ 1);
+        pw_load_kv(p, kc, block_row, head_off, n0, kv_end, k_base + stage * PW_KV_BYTES, tid);
+        pw_mbar_arrive_copies(bar_k_full + 8 * stage);
+        if (j >= PW_STAGES) pw_mbar_wait(bar_v_empty + 8 * stage, phase ^ 1);
+        pw_load_kv(p, vc, block_row, head_off, n0, kv_end, v_base + stage * PW_KV_BYTES, tid);
+        pw_mbar_arrive_copies(bar_v_full + 8 * stage);
+        if (++stage == PW_STAGES) {
+          stage = 0;
+          phase ^= 1;
+        }
+      }
+      pw_cp_wait_all();
+    }
+  } else {
+    // Consumers: warpgroup cw owns tile rows [64 cw, 64 cw + 64); warp w of it rows
+    // [row0, row0 + 16), this thread rows row0 + g and row0 + g + 8.
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(PW_CONSUMER_REGS));
+    const int cw = (tid >> 7) - 1;
+    const int lane = tid & 31;
+    const int row0 = cw * 64 + ((tid >> 5) & 3) * 16;
+    const int g = lane >> 2;
+    const int t2 = (lane & 3) * 2;
+    int pos[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int row = m0 + row0 + g + r * 8;
+      pos[r] = row < rows ? ctx + row / GROUP : -1;
+    }
+    // Positions of the warp's first and last rows (rows past the request are never stored,
+    // so they need no mask).
+    const int w_pos_lo = ctx + (m0 + row0) / GROUP;
+    const int w_pos_hi = ctx + (min(rows, m0 + row0 + 16) - 1) / GROUP;
+
+    float o[HEAD_SIZE / 2];
+    const float ninf = __int_as_float(0xff800000);
+    float m[2] = {ninf, ninf}, l[2] = {0.f, 0.f};
+#pragma unroll
+    for (int i = 0; i < HEAD_SIZE / 2; ++i) o[i] = 0.f;
+
+    // Descriptors: Q and K K-major (8-row groups 1024 bytes apart; k-steps of 16 columns are
+    // 32 bytes inside the swizzled 128-byte row, column blocks of 64 a whole block apart);
+    // V MN-major (64-column blocks PW_BLOCK_N rows apart, 8-row groups 1024 bytes apart).
+    const unsigned long long q_desc = pw_desc(q_base + cw * 64 * 128, 16, 1024);
+    const unsigned long long k_desc = pw_desc(k_base, 16, 1024);
+    const unsigned long long v_desc = pw_desc(v_base, PW_BLOCK_N * 128, 1024);
+    if (n_tiles > 0) {
+      pw_mbar_wait(bar_q, 0);
+      pw_fence_proxy_async();
+    }
+    int stage = 0;
+    unsigned phase = 0;
+    for (int j = 0; j < n_tiles; ++j) {
+      const int n0 = (tile0 + j) * PW_BLOCK_N;
+      float s[PW_BLOCK_N / 2];
+      pw_mbar_wait(bar_k_full + 8 * stage, phase);
+      pw_fence_proxy_async();
+      pw_wgmma_fence();
+      const unsigned long long kd = k_desc + ((stage * PW_KV_BYTES) >> 4);
+#pragma unroll
+      for (int ks = 0; ks < HEAD_SIZE / 16; ++ks) {
+        // Descriptor addresses count 16-byte units: a column block is rows * 8 of them, a
+        // k-step of 16 columns 2.
+        pw_wgmma_ss<PW_BLOCK_N>(s, q_desc + (ks >> 2) * (PW_BLOCK_M * 8) + (ks & 3) * 2,
+                                kd + (ks >> 2) * (PW_BLOCK_N * 8) + (ks & 3) * 2, ks > 0);
+      }
+      pw_wgmma_commit();
+      pw_wgmma_wait_all();
+      pw_fence_regs(s);
+      if (lane == 0) pw_mbar_arrive(bar_k_empty + 8 * stage);
+
+      unsigned pf[PW_BLOCK_N / 16][4];
+      const bool mask =
+          n0 + PW_BLOCK_N - 1 > w_pos_lo || (HAS_WINDOW && w_pos_hi - n0 >= p.window);
+      if (mask)
+        pw_softmax<true>(p, s, n0, t2, pos, m, l, o, pf);
+      else
+        pw_softmax<false>(p, s, n0, t2, pos, m, l, o, pf);
+
+      pw_mbar_wait(bar_v_full + 8 * stage, phase);
+      pw_fence_proxy_async();
+      pw_wgmma_fence();
+      const unsigned long long vd = v_desc + ((stage * PW_KV_BYTES) >> 4);
+#pragma unroll
+      for (int kk = 0; kk < PW_BLOCK_N / 16; ++kk)
+        pw_wgmma_rs<HEAD_SIZE>(o, pf[kk], vd + kk * 128);  // 16 rows of 128 bytes
+      pw_wgmma_commit();
+      pw_wgmma_wait_all();
+      pw_fence_regs(o);
+      pw_fence_regs(pf);
+      if (lane == 0) pw_mbar_arrive(bar_v_empty + 8 * stage);
+      if (++stage == PW_STAGES) {
+        stage = 0;
+        phase ^= 1;
+      }
+    }
+
+    // Normalise; rows that saw no key (seq_len 0) become zeros. Stage through this warp's own
+    // Q rows (swizzled, so the 4-byte stores and 16-byte loads are conflict-free), then store
+    // whole 16-byte chunks.
+    float inv[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float li = l[r];
+      li += __shfl_xor_sync(0xffffffffu, li, 1);
+      li += __shfl_xor_sync(0xffffffffu, li, 2);
+      inv[r] = li > 0.f ? p.v_scale / li : 0.f;
+    }
+    pw_bar_sync(1 + cw, 128);  // the warpgroup's last wgmma (which reads all its Q rows) is done
+#pragma unroll
+    for (int d = 0; d < HEAD_SIZE / 8; ++d) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int row = row0 + g + r * 8;
+        *reinterpret_cast<unsigned*>(s_q + pw_swizzle(row, d, PW_BLOCK_M) + t2 * 2) =
+            pw_pack(o[d * 4 + 2 * r] * inv[r], o[d * 4 + 2 * r + 1] * inv[r]);
+      }
+    }
+    __syncwarp();
+    ga_u16* out = static_cast<ga_u16*>(p.output);
+#pragma unroll 4
+    for (int idx = lane; idx < 16 * PW_CHUNKS; idx += 32) {
+      const int row = idx / PW_CHUNKS;
+      const int c = idx - row * PW_CHUNKS;
+      const int r = m0 + row0 + row;
+      if (r < rows) {
+        const int tok = r / GROUP;
+        const int head = kv_head * GROUP + (r - tok * GROUP);
+        *reinterpret_cast<uint4*>(out +
+                                  static_cast<long long>(q_start + tok) * p.output_token_stride +
+                                  static_cast<long long>(head) * p.output_head_stride + c * 8) =
+            *reinterpret_cast<const uint4*>(s_q + pw_swizzle(row0 + row, c, PW_BLOCK_M));
+      }
+    }
+  }
+}

@@ -1,0 +1,177 @@
+#include "tools/bench_common.hpp"
+
+#include <nvrtc.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "graphattn/error.hpp"
+
+namespace graphattn::bench {
+namespace {
+
+// Helper kernels for the benchmark itself (not part of the library).
+const char* kHelperSource = R"(
+__device__ unsigned mix(unsigned long long i, unsigned seed) {
+  unsigned x = (unsigned)i * 2654435761u ^ (unsigned)(i >> 32) * 40503u ^ seed;
+  x ^= x >> 15; x *= 2246822519u; x ^= x >> 13; x *= 3266489917u; x ^= x >> 16;
+  return x;
+}
+extern "C" __global__ void fill_bf16(unsigned short* out, unsigned long long n, unsigned seed) {
+  for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
+       i += (unsigned long long)gridDim.x * blockDim.x) {
+    const unsigned x = mix(i, seed);
+    // bf16 in [-2, 2): sign, exponent 126..127, random mantissa.
+    out[i] = (unsigned short)(((x & 1u) << 15) | ((126u + ((x >> 1) & 1u)) << 7) | ((x >> 2) & 0x7fu));
+  }
+}
+extern "C" __global__ void fill_fp8(unsigned char* out, unsigned long long n, unsigned seed) {
+  for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
+       i += (unsigned long long)gridDim.x * blockDim.x)
+    out[i] = (unsigned char)(mix(i, seed) & 0xb7u);  // e4m3 exponent <= 6: finite, below 1
+}
+// Read-only streaming: every byte read once with 16-byte loads, four in flight per thread.
+extern "C" __global__ void read_only(const uint4* in, unsigned long long n, unsigned* sink) {
+  unsigned acc = 0;
+  const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+  unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
+  for (; i + 3 * stride < n; i += 4 * stride) {
+    const uint4 a = in[i], b = in[i + stride], c = in[i + 2 * stride], d = in[i + 3 * stride];
+    acc ^= a.x ^ a.y ^ a.z ^ a.w ^ b.x ^ b.y ^ b.z ^ b.w ^ c.x ^ c.y ^ c.z ^ c.w ^ d.x ^ d.y ^
+           d.z ^ d.w;
+  }
+  for (; i < n; i += stride) { const uint4 a = in[i]; acc ^= a.x ^ a.y ^ a.z ^ a.w; }
+  if (acc == 0x9e3779b9u) sink[0] = acc;  // keeps the loads alive, almost never stores
+}
+)";
+
+void nvrtc_ok(nvrtcResult r, const char* what) {
+  if (r != NVRTC_SUCCESS) throw Error(std::string(what) + ": " + nvrtcGetErrorString(r));
+}
+
+std::vector<char> compile_helpers(int arch) {
+  nvrtcProgram prog;
+  nvrtc_ok(nvrtcCreateProgram(&prog, kHelperSource, "bench_helpers.cu", 0, nullptr, nullptr),
+           "nvrtcCreateProgram");
+  const std::string arch_opt = "--gpu-architecture=sm_" + std::to_string(arch);
+  const char* opts[] = {arch_opt.c_str(), "-std=c++17"};
+  if (nvrtcCompileProgram(prog, 2, opts) != NVRTC_SUCCESS) {
+    size_t n = 0;
+    nvrtcGetProgramLogSize(prog, &n);
+    std::string log(n, '\0');
+    nvrtcGetProgramLog(prog, log.data());
+    nvrtcDestroyProgram(&prog);
+    throw Error("benchmark helper kernels failed to compile:\n" + log);
+  }
+  size_t size = 0;
+  nvrtc_ok(nvrtcGetCUBINSize(prog, &size), "nvrtcGetCUBINSize");
+  std::vector<char> cubin(size);
+  nvrtc_ok(nvrtcGetCUBIN(prog, cubin.data()), "nvrtcGetCUBIN");
+  nvrtcDestroyProgram(&prog);
+  return cubin;
+}
+
+void launch_fill(const Device& dev, CUfunction f, void* ptr, size_t n, unsigned seed) {
+  unsigned long long count = n;
+  void* args[] = {&ptr, &count, &seed};
+  GA_CU_CHECK(detail::driver().cuLaunchKernel(f, 1024, 1, 1, 256, 1, 1, 0, dev.stream, args,
+                                              nullptr));
+}
+
+}  // namespace
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+void fill_random_bf16(const Device& d, void* ptr, size_t elems, unsigned seed) {
+  launch_fill(d, d.fill_bf16, ptr, elems, seed);
+}
+void fill_random_fp8(const Device& d, void* ptr, size_t bytes, unsigned seed) {
+  launch_fill(d, d.fill_fp8, ptr, bytes, seed);
+}
+
+Device open_device() {
+  std::string why;
+  if (!gpu_available(&why)) throw Error("no GPU (" + why + ")");
+  ensure_context(0);
+  const auto& d = detail::driver();
+  Device dev;
+  CUdevice cu;
+  GA_CU_CHECK(d.cuCtxGetDevice(&cu));
+  char name[256] = {};
+  GA_CU_CHECK(d.cuDeviceGetName(name, sizeof name, cu));
+  dev.name = name;
+  GA_CU_CHECK(d.cuDeviceGetAttribute(&dev.l2_bytes, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, cu));
+  GA_CU_CHECK(d.cuDeviceGetAttribute(&dev.sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, cu));
+  dev.arch = current_device_arch();
+  GA_CU_CHECK(d.cuStreamCreate(&dev.stream, CU_STREAM_NON_BLOCKING));
+  const std::vector<char> cubin = compile_helpers(dev.arch);
+  GA_CU_CHECK(d.cuModuleLoadData(&dev.helpers, cubin.data()));
+  GA_CU_CHECK(d.cuModuleGetFunction(&dev.fill_bf16, dev.helpers, "fill_bf16"));
+  GA_CU_CHECK(d.cuModuleGetFunction(&dev.fill_fp8, dev.helpers, "fill_fp8"));
+  GA_CU_CHECK(d.cuModuleGetFunction(&dev.read_only, dev.helpers, "read_only"));
+  dev.flush = std::make_unique<DeviceBuffer>(2 * static_cast<size_t>(dev.l2_bytes));
+
+  // The limits, measured now over 2 GiB (far beyond L2).
+  const size_t bytes = size_t{2} << 30;
+  DeviceBuffer src(bytes), dst(bytes), sink(64);
+  fill_random_bf16(dev, src.data(), bytes / 2, 1);
+  unsigned long long n16 = bytes / 16;
+  CUdeviceptr in = src.ptr(), out = sink.ptr();
+  void* args[] = {&in, &n16, &out};
+  const double read_us = time_us(dev, 30, false, [&] {
+    GA_CU_CHECK(d.cuLaunchKernel(dev.read_only, dev.sms * 8, 1, 1, 512, 1, 1, 0, dev.stream, args,
+                                 nullptr));
+  });
+  const double copy_us = time_us(dev, 30, false, [&] {
+    GA_CU_CHECK(d.cuMemcpyDtoDAsync(dst.ptr(), src.ptr(), bytes, dev.stream));
+  });
+  dev.read_gbs = bytes / read_us / 1e3;
+  dev.copy_gbs = 2.0 * bytes / copy_us / 1e3;
+  return dev;
+}
+
+PeerTimes run_peer(const std::string& script, const std::string& out_json,
+                   const std::vector<std::string>& decode_keys,
+                   const std::vector<std::string>& prefill_keys) {
+  PeerTimes p;
+  std::string cmd = "python3 '" + script + "' '" + out_json + "'";
+  if (!decode_keys.empty()) {
+    cmd += " --decode";
+    for (const auto& k : decode_keys) cmd += " " + k;
+  }
+  if (!prefill_keys.empty()) {
+    cmd += " --prefill";
+    for (const auto& k : prefill_keys) cmd += " " + k;
+  }
+  cmd += " > '" + out_json + ".log' 2>&1";
+  const int rc = std::system(cmd.c_str());
+  if (rc != 0) {
+    p.why = "peer script exited with status " + std::to_string(rc) + " (see " + out_json + ".log)";
+    return p;
+  }
+  std::ifstream in(out_json);
+  const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+  if (j.is_discarded()) {
+    p.why = "peer script wrote no readable JSON to " + out_json;
+    return p;
+  }
+  for (const auto& r : j.value("decode", nlohmann::json::array())) {
+    p.decode_us[std::to_string(r["batch"].get<int>()) + ":" + std::to_string(r["context"].get<int>()) +
+                ":" + std::to_string(r["head_size"].get<int>())] = r["us"].get<double>();
+    p.backend = r["backend"].get<std::string>();
+  }
+  for (const auto& r : j.value("prefill", nlohmann::json::array()))
+    p.prefill_us[std::to_string(r["batch"].get<int>()) + ":" + std::to_string(r["tokens"].get<int>())] =
+        r["us"].get<double>();
+  p.available = true;
+  return p;
+}
+
+}  // namespace graphattn::bench

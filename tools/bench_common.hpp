@@ -1,0 +1,89 @@
+// Shared pieces of graphattn-bench: the device and its limits measured in the same run, random
+// fills, event timing with the L2 flushed, graph capture of a callable, and the peer's times.
+#pragma once
+
+#include <cuda.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "graphattn/runtime.hpp"
+#include "runtime/driver.hpp"
+
+namespace graphattn::bench {
+
+struct Device {
+  std::string name;
+  int sms = 0, l2_bytes = 0, arch = 0;
+  CUstream stream = nullptr;
+  CUmodule helpers = nullptr;
+  CUfunction fill_bf16 = nullptr, fill_fp8 = nullptr, read_only = nullptr;
+  std::unique_ptr<DeviceBuffer> flush;  // twice the L2, written before every timed repetition
+  double read_gbs = 0;  // read-only streaming pass, GB/s
+  double copy_gbs = 0;  // device-to-device copy, bytes read + written, GB/s
+};
+
+// Makes a context and stream, compiles the helper kernels, measures the two limits.
+Device open_device();
+
+// bf16 values in [-2, 2) (or fp8 e4m3 bytes in (-1, 1), no NaN) from a hash of the index.
+void fill_random_bf16(const Device& d, void* ptr, size_t elems, unsigned seed);
+void fill_random_fp8(const Device& d, void* ptr, size_t bytes, unsigned seed);
+
+double median(std::vector<double> v);
+
+// Median of `reps` event-timed runs of work(), each after writing the flush buffer (when
+// flush_l2) so no run finds the previous one's data in L2.
+template <typename Work>
+double time_us(const Device& dev, int reps, bool flush_l2, Work work) {
+  const auto& d = detail::driver();
+  CUevent a, b;
+  GA_CU_CHECK(d.cuEventCreate(&a, CU_EVENT_DEFAULT));
+  GA_CU_CHECK(d.cuEventCreate(&b, CU_EVENT_DEFAULT));
+  std::vector<double> t;
+  for (int i = 0; i < reps; ++i) {
+    if (flush_l2)
+      GA_CU_CHECK(d.cuMemsetD8Async(dev.flush->ptr(), static_cast<unsigned char>(i),
+                                    dev.flush->bytes(), dev.stream));
+    GA_CU_CHECK(d.cuEventRecord(a, dev.stream));
+    work();
+    GA_CU_CHECK(d.cuEventRecord(b, dev.stream));
+    GA_CU_CHECK(d.cuEventSynchronize(b));
+    float ms = 0;
+    GA_CU_CHECK(d.cuEventElapsedTime(&ms, a, b));
+    t.push_back(ms * 1000.0);
+  }
+  d.cuEventDestroy(a);
+  d.cuEventDestroy(b);
+  return median(t);
+}
+
+// Captures work() (launches on dev.stream) into an executable graph.
+template <typename Work>
+CUgraphExec capture(const Device& dev, Work work) {
+  const auto& d = detail::driver();
+  CUgraph g;
+  GA_CU_CHECK(d.cuStreamBeginCapture(dev.stream, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  work();
+  GA_CU_CHECK(d.cuStreamEndCapture(dev.stream, &g));
+  CUgraphExec e;
+  GA_CU_CHECK(d.cuGraphInstantiate(&e, g, 0));
+  d.cuGraphDestroy(g);
+  return e;
+}
+
+// The peer's times from tools/peer_sdpa.py, run by graphattn-bench in the same session.
+struct PeerTimes {
+  bool available = false;
+  std::string why;      // when not available
+  std::string backend;  // e.g. "cudnn_attention"
+  std::map<std::string, double> decode_us;   // key "BxL:D"
+  std::map<std::string, double> prefill_us;  // key "BxL"
+};
+PeerTimes run_peer(const std::string& script, const std::string& out_json,
+                   const std::vector<std::string>& decode_keys,
+                   const std::vector<std::string>& prefill_keys);
+
+}  // namespace graphattn::bench

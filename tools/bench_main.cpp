@@ -1,0 +1,112 @@
+// graphattn-bench: the performance tables of graphattn on this GPU, each measured in one run
+// with the device's own limits (read-only streaming and device-to-device copy bandwidth) and,
+// where PyTorch is present, the peer (tools/peer_sdpa.py: cuDNN SDPA on contiguous tensors).
+//
+//   graphattn-bench [--parts decode,step,capture,prefill] [--json OUT.json] [--peer-script P]
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "graphattn/graphattn.hpp"
+#include "tools/bench_parts.hpp"
+
+using namespace graphattn;
+using namespace graphattn::bench;
+
+namespace {
+
+std::vector<std::string> split_list(const std::string& text) {
+  std::vector<std::string> out;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ','))
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"graphattn-bench: decode, the 32-layer step, capture and prefill on this GPU"};
+  std::string parts_text = "decode,step,capture,prefill";
+  std::string shapes_text =
+      "1x4096,1x32768,16x4096,64x2048,64x8192,256x1024,256x4096,64x8192:h64,64x8192:h256,"
+      "64x8192:e4m3";
+  std::string json_path, peer_script = "tools/peer_sdpa.py", try_splits_text;
+  int reps = 100;
+  bool check = true, use_peer = true;
+  app.add_option("--parts", parts_text, "comma-separated: decode, step, capture, prefill")
+      ->capture_default_str();
+  app.add_option("--shapes", shapes_text, "decode shapes BATCHxLEN[:hHEAD|:e4m3], comma-separated")
+      ->capture_default_str();
+  app.add_option("--reps", reps, "timed repetitions (median reported), >= 20")
+      ->check(CLI::Range(20, 100000))->capture_default_str();
+  app.add_option("--json", json_path, "also write every table as one JSON document here");
+  app.add_option("--peer-script", peer_script, "the peer timing script")->capture_default_str();
+  app.add_flag("!--no-peer", use_peer, "do not run the peer");
+  app.add_flag("!--no-check", check, "skip the float64 reference checks");
+  app.add_option("--try-splits", try_splits_text,
+                 "decode: also time the kernels alone at these max_splits, e.g. 1,4,16,64");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  try {
+    const std::vector<std::string> parts = split_list(parts_text);
+    const std::set<std::string> known = {"decode", "step", "capture", "prefill"};
+    for (const auto& p : parts)
+      if (!known.count(p))
+        throw Error("unknown part '" + p + "'; parts: decode, step, capture, prefill");
+    auto wants = [&](const char* p) {
+      return std::find(parts.begin(), parts.end(), p) != parts.end();
+    };
+    DecodeOptions dopt;
+    dopt.shapes = parse_decode_shapes(shapes_text);
+    dopt.reps = reps;
+    dopt.check = check;
+    for (const auto& s : split_list(try_splits_text)) dopt.try_splits.push_back(std::stoi(s));
+
+    Device dev = open_device();
+    std::printf("device: %s, %d SMs, L2 %d MiB, sm_%d\n", dev.name.c_str(), dev.sms,
+                dev.l2_bytes >> 20, dev.arch);
+    std::printf("limits measured now: read-only streaming %.0f GB/s; device-to-device copy "
+                "(read + write) %.0f GB/s\n",
+                dev.read_gbs, dev.copy_gbs);
+    PeerTimes peer;
+    if (use_peer && (wants("decode") || wants("prefill"))) {
+      std::vector<std::string> dk, pk;
+      if (wants("decode"))
+        for (const auto& s : dopt.shapes) dk.push_back(s.peer_key());
+      if (wants("prefill")) pk.push_back("4:4096");
+      const std::string out = json_path.empty() ? "/tmp/graphattn-peer.json" : json_path + ".peer.json";
+      peer = run_peer(peer_script, out, dk, pk);
+      std::printf("peer: %s\n", peer.available ? ("PyTorch SDPA, " + peer.backend).c_str()
+                                               : peer.why.c_str());
+    } else {
+      peer.why = "not run (--no-peer)";
+    }
+    bool ok = true;
+    nlohmann::json j = {{"device", dev.name},
+                        {"sms", dev.sms},
+                        {"read_only_gb_per_s", dev.read_gbs},
+                        {"d2d_copy_gb_per_s", dev.copy_gbs},
+                        {"reps", reps},
+                        {"peer", peer.available ? peer.backend : "unavailable: " + peer.why}};
+    if (wants("decode")) j["decode"] = bench_decode(dev, dopt, peer, &ok);
+    if (wants("step")) j["step"] = bench_step(dev, {1, 64}, 1024, reps);
+    if (wants("capture")) j["capture"] = bench_capture(dev, 256);
+    if (wants("prefill")) j["prefill"] = bench_prefill(dev, 4, 4096, std::max(20, reps / 5), peer, &ok);
+    if (!json_path.empty()) std::ofstream(json_path) << j.dump(2) << "\n";
+    if (!ok) {
+      std::fprintf(stderr, "graphattn-bench: a reference check failed (see FAIL above)\n");
+      return 1;
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "graphattn-bench: %s\n", e.what());
+    return 1;
+  }
+}

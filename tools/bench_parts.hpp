@@ -1,0 +1,43 @@
+// The parts of graphattn-bench. Each prints its table and returns the same numbers as JSON.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "tools/bench_common.hpp"
+
+namespace graphattn::bench {
+
+// One decode shape: batch x context, head size, KV cache dtype ("auto" or "e4m3").
+struct DecodeShape {
+  int batch = 1, len = 1, head_size = 128;
+  std::string kv = "auto";
+  std::string label() const;     // "64x8192", "64x8192 h64", "64x8192 e4m3"
+  std::string peer_key() const;  // "64:8192:128"
+};
+std::vector<DecodeShape> parse_decode_shapes(const std::string& text);  // "64x8192:h64,64x8192:e4m3"
+
+struct DecodeOptions {
+  std::vector<DecodeShape> shapes;
+  int reps = 100;
+  bool check = true;
+  std::vector<int> try_splits;  // also time the decode kernels alone at these grid widths
+};
+// bf16, 32 query heads, 8 KV heads, block 16, shuffled blocks. Sets *ok false when a shape fails
+// its float64 reference check.
+nlohmann::json bench_decode(const Device& dev, const DecodeOptions& o, const PeerTimes& peer,
+                            bool* ok);
+
+// The 32-layer decode step (cache write + attention per layer) of llama-3-8b's shapes at each
+// batch and context `len`: graph replay and eager launches.
+nlohmann::json bench_step(const Device& dev, const std::vector<int>& batches, int len, int reps);
+
+// Capturing every default size of the 32-layer stack at max_num_seqs: total ms, graph memory.
+nlohmann::json bench_capture(const Device& dev, int max_num_seqs);
+
+// Causal prefill of batch x len new tokens (bf16, 32/8 heads, head 128, block 16).
+nlohmann::json bench_prefill(const Device& dev, int batch, int len, int reps, const PeerTimes& peer,
+                             bool* ok);
+
+}  // namespace graphattn::bench
