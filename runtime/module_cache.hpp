@@ -26,12 +26,28 @@ struct LaunchShape {
   unsigned shared_bytes = 0;
 };
 
-// Launches with the parameter struct passed by value as the only kernel argument.
+// Launches with the parameter struct passed by value as the only kernel argument. On sm_90 and
+// newer the launch allows programmatic dependent launch: the kernel may be scheduled while the
+// previous kernel in the stream finishes, and every template waits for it (griddepcontrol.wait,
+// in common.cuh) before touching memory, so a captured step's nodes overlap their launch gaps.
 template <typename Params>
 void launch(const LoadedKernel& k, const LaunchShape& s, CUstream stream, const Params& p) {
   void* args[] = {const_cast<Params*>(&p)};
-  GA_CU_CHECK(driver().cuLaunchKernel(k.function, s.grid_x, s.grid_y, s.grid_z, s.block_x, 1, 1,
-                                      s.shared_bytes, stream, args, nullptr));
+  CUlaunchAttribute attr{};
+  attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+  attr.value.programmaticStreamSerializationAllowed = 1;
+  CUlaunchConfig cfg{};
+  cfg.gridDimX = s.grid_x;
+  cfg.gridDimY = s.grid_y;
+  cfg.gridDimZ = s.grid_z;
+  cfg.blockDimX = s.block_x;
+  cfg.blockDimY = 1;
+  cfg.blockDimZ = 1;
+  cfg.sharedMemBytes = s.shared_bytes;
+  cfg.hStream = stream;
+  cfg.attrs = &attr;
+  cfg.numAttrs = k.compiled->spec.arch >= 90 ? 1 : 0;
+  GA_CU_CHECK(driver().cuLaunchKernelEx(&cfg, k.function, args, nullptr));
 }
 
 }  // namespace graphattn::detail

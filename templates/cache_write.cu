@@ -4,6 +4,7 @@
 
 extern "C" __global__ void __launch_bounds__(256)
     graphattn_cache_write(const __grid_constant__ CacheWriteParams p) {
+  ga_grid_dependency_sync();
   const int token = blockIdx.x;
   const long long slot = p.slot_mapping[token];
   if (slot < 0 || slot >= p.num_slots) return;

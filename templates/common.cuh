@@ -3,6 +3,16 @@
 //   HEAD_SIZE, BLOCK_SIZE, GROUP, IS_BF16, KV_FP8 (0 auto, 1 e4m3, 2 e5m2), KV_HND,
 //   HAS_WINDOW, HAS_SOFT_CAP (all constexpr int).
 
+// Programmatic dependent launch (sm_90+; the host sets the launch attribute there). Every kernel
+// calls this first, before any global memory access: it waits until the previous kernel in the
+// stream has finished and its writes are visible, then lets the next kernel be scheduled early.
+__device__ __forceinline__ void ga_grid_dependency_sync() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 typedef unsigned short ga_u16;  // storage of one fp16 or bf16 value
 typedef unsigned char ga_u8;    // storage of one fp8 value
 

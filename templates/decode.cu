@@ -187,6 +187,7 @@ __device__ __forceinline__ int ga_k_chunk_index(int i, int t) {
 
 extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
     graphattn_decode(const __grid_constant__ DecodeParams p) {
+  ga_grid_dependency_sync();
   extern __shared__ __align__(128) unsigned char smem[];
   const int split = blockIdx.x;
   const int kv_head = blockIdx.y / HEAD_CHUNKS;

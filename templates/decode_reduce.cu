@@ -8,6 +8,7 @@
 
 extern "C" __global__ void __launch_bounds__(ga_decode_reduce_threads(HEAD_SIZE))
     graphattn_decode_reduce(const __grid_constant__ DecodeReduceParams p) {
+  ga_grid_dependency_sync();
   const int head = blockIdx.x;
   const int req = blockIdx.y;
   const int n = p.num_splits[req];

@@ -296,6 +296,7 @@ __device__ __forceinline__ void pf_tile(const PrefillParams& p,
 
 extern "C" __global__ void __launch_bounds__(PF_THREADS)
     graphattn_prefill(const __grid_constant__ PrefillParams p) {
+  ga_grid_dependency_sync();
   extern __shared__ __align__(16) unsigned char pf_smem[];
   {
     // The host sizes shared memory from its copy of this tiling (detail::prefill_config): a

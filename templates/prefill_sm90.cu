@@ -404,6 +404,7 @@ __device__ __forceinline__ void pw_softmax(const PrefillParams& p, float (&s)[PW
 
 extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
     graphattn_prefill(const __grid_constant__ PrefillParams p) {
+  ga_grid_dependency_sync();
   extern __shared__ __align__(1024) unsigned char pw_smem[];
   {
     // The host sizes shared memory from its copy of this tiling (detail::prefill_config): a
