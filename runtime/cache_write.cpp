@@ -10,35 +10,47 @@
 
 namespace graphattn {
 
+namespace detail {
+
+KvCacheShape check_cache_write(const TensorView& key, const TensorView& value,
+                               const TensorView& kv_cache, const TensorView& slot_mapping,
+                               float k_scale, float v_scale) {
+  require_rank(key, 3, "key", "[num_tokens, num_kv_heads, head_size]");
+  require_rank(value, 3, "value", "[num_tokens, num_kv_heads, head_size]");
+  require_rank(slot_mapping, 1, "slot_mapping", "[num_tokens]");
+  const DType dtype = dtype_of(key.dtype);
+  GA_REQUIRE(value.dtype == key.dtype, "value dtype " + std::string(to_string(value.dtype)) +
+                                           " differs from key dtype " + to_string(key.dtype));
+  GA_REQUIRE(slot_mapping.dtype == ScalarType::kInt64,
+             "slot_mapping must be int64, got " + std::string(to_string(slot_mapping.dtype)));
+  const KvCacheShape kc = check_kv_cache(kv_cache, dtype);
+  for (const auto* t : {&key, &value}) {
+    const char* name = t == &key ? "key" : "value";
+    GA_REQUIRE(t->shape[1] == kc.num_kv_heads && t->shape[2] == kc.head_size,
+               std::string(name) + " is " + t->describe() + " but the KV cache holds " +
+                   std::to_string(kc.num_kv_heads) + " heads of size " +
+                   std::to_string(kc.head_size));
+    require_vector_access(*t, name);
+  }
+  GA_REQUIRE(value.shape[0] == key.shape[0] && slot_mapping.shape[0] >= key.shape[0],
+             "key has " + std::to_string(key.shape[0]) + " tokens, value " +
+                 std::to_string(value.shape[0]) + ", slot_mapping " +
+                 std::to_string(slot_mapping.shape[0]) + "; they must agree");
+  if (kc.kv_dtype != KvDType::kAuto)
+    GA_REQUIRE(k_scale > 0 && v_scale > 0, "fp8 KV cache needs positive k_scale and v_scale, got " +
+                                               std::to_string(k_scale) + " and " +
+                                               std::to_string(v_scale));
+  return kc;
+}
+
+}  // namespace detail
+
 void write_kv_cache(const TensorView& key, const TensorView& value, const TensorView& kv_cache,
                     const TensorView& slot_mapping, float k_scale, float v_scale, CUstream stream,
                     KernelCache& cache) {
-  using detail::require;
-  detail::require_rank(key, 3, "key", "[num_tokens, num_kv_heads, head_size]");
-  detail::require_rank(value, 3, "value", "[num_tokens, num_kv_heads, head_size]");
-  detail::require_rank(slot_mapping, 1, "slot_mapping", "[num_tokens]");
+  const detail::KvCacheShape kc =
+      detail::check_cache_write(key, value, kv_cache, slot_mapping, k_scale, v_scale);
   const DType dtype = dtype_of(key.dtype);
-  require(value.dtype == key.dtype, "value dtype " + std::string(to_string(value.dtype)) +
-                                        " differs from key dtype " + to_string(key.dtype));
-  require(slot_mapping.dtype == ScalarType::kInt64,
-          "slot_mapping must be int64, got " + std::string(to_string(slot_mapping.dtype)));
-  const detail::KvCacheShape kc = detail::check_kv_cache(kv_cache, dtype);
-  for (const auto* t : {&key, &value}) {
-    const char* name = t == &key ? "key" : "value";
-    require(t->shape[1] == kc.num_kv_heads && t->shape[2] == kc.head_size,
-            std::string(name) + " is " + t->describe() + " but the KV cache holds " +
-                std::to_string(kc.num_kv_heads) + " heads of size " +
-                std::to_string(kc.head_size));
-    detail::require_vector_access(*t, name);
-  }
-  require(value.shape[0] == key.shape[0] && slot_mapping.shape[0] >= key.shape[0],
-          "key has " + std::to_string(key.shape[0]) + " tokens, value " +
-              std::to_string(value.shape[0]) + ", slot_mapping " +
-              std::to_string(slot_mapping.shape[0]) + "; they must agree");
-  if (kc.kv_dtype != KvDType::kAuto)
-    require(k_scale > 0 && v_scale > 0, "fp8 KV cache needs positive k_scale and v_scale, got " +
-                                            std::to_string(k_scale) + " and " +
-                                            std::to_string(v_scale));
   if (key.shape[0] == 0) return;
 
   AttentionSpec spec;

@@ -233,6 +233,16 @@ void launch_decode(const LoadedKernel& decode, const LoadedKernel& reduce, const
   p.window = a.window;
   p.max_splits = a.max_splits;
   p.num_heads = static_cast<int>(num_heads);
+  if (a.new_key.ndim != 0) {
+    p.new_key = a.new_key.data;
+    p.new_value = a.new_value.data;
+    p.slot_mapping = static_cast<const long long*>(a.slot_mapping.data);
+    p.new_key_token_stride = a.new_key.strides[0];
+    p.new_key_head_stride = a.new_key.strides[1];
+    p.new_value_token_stride = a.new_value.strides[0];
+    p.new_value_head_stride = a.new_value.strides[1];
+    p.num_slots = a.kv_cache.shape[1] * a.kv_cache.shape[2];
+  }
 
   const int num_kv_heads = static_cast<int>(a.kv_cache.shape[3]);
   const int64_t grid_y = int64_t{num_kv_heads} * ga_decode_head_chunks(spec.group);

@@ -38,6 +38,11 @@ struct DecodeLaunch {
   float v_scale = 1.0f;       // fp8 KV: value = stored * v_scale; ignored otherwise
   void* workspace = nullptr;  // decode_workspace_bytes(...) bytes, 16-byte aligned
   size_t workspace_size = 0;
+  // Fused cache write, checked by the caller (check_cache_write): request r's new key and value
+  // (row r) go to slot_mapping[r] inside the decode kernel. ndim 0: no write.
+  TensorView new_key;       // [>= num_decodes, num_kv_heads, head_size] dtype of query
+  TensorView new_value;     // same
+  TensorView slot_mapping;  // [>= num_decodes] int64
 };
 
 // The decode spec these views and options need on `arch`. Checks ranks, dtypes and head counts

@@ -30,5 +30,10 @@ struct KvCacheShape {
   void* value_data = nullptr;
 };
 KvCacheShape check_kv_cache(const TensorView& kv_cache, DType dtype);
+// Every check of the cache write's arguments (write_kv_cache and the decode kernel's fused
+// write share it); returns the cache's shape.
+KvCacheShape check_cache_write(const TensorView& key, const TensorView& value,
+                               const TensorView& kv_cache, const TensorView& slot_mapping,
+                               float k_scale, float v_scale);
 
 }  // namespace graphattn::detail

@@ -225,6 +225,40 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   num_splits = (tiles + tiles_per_split - 1) / tiles_per_split;
   if (split == 0 && blockIdx.y == 0 && tid == 0) p.num_splits[req] = num_splits;
   if (split >= num_splits) return;
+  if (p.new_key != nullptr && split == num_splits - 1) {
+    // Fused cache write: the new token sits in the last tile, which only this split reads, so
+    // it is stored here and read back through the pipeline below.
+    const long long slot = p.slot_mapping[req];
+    if (slot >= 0 && slot < p.num_slots) {
+      const long long blk = slot / BLOCK_SIZE;
+      const long long dst = blk * p.cache_block_stride + (slot - blk * BLOCK_SIZE) *
+                            p.cache_token_stride + static_cast<long long>(kv_head) * p.cache_head_stride;
+      for (int i = tid; i < 2 * (HEAD_SIZE / 8); i += GA_DECODE_THREADS) {
+        const int which = i / (HEAD_SIZE / 8);
+        const int d = (i - which * (HEAD_SIZE / 8)) * 8;
+        const ga_u16* src =
+            which ? static_cast<const ga_u16*>(p.new_value) + req * p.new_value_token_stride +
+                        kv_head * p.new_value_head_stride
+                  : static_cast<const ga_u16*>(p.new_key) + req * p.new_key_token_stride +
+                        kv_head * p.new_key_head_stride;
+        const uint4 x = *reinterpret_cast<const uint4*>(src + d);
+        void* cache = const_cast<void*>(which ? p.value_cache : p.key_cache);
+        if (KV_FP8 == 0) {
+          *reinterpret_cast<uint4*>(static_cast<ga_u16*>(cache) + dst + d) = x;
+        } else {
+          const ga_u16* h = reinterpret_cast<const ga_u16*>(&x);
+          const float scale = which ? p.v_scale : p.k_scale;
+          __align__(8) ga_u8 q[8];
+#pragma unroll
+          for (int j = 0; j < 8; ++j) q[j] = ga_f32_to_kv_fp8(ga_to_float(h[j]) / scale);
+          *reinterpret_cast<uint2*>(static_cast<ga_u8*>(cache) + dst + d) =
+              *reinterpret_cast<const uint2*>(q);
+        }
+      }
+    }
+    __threadfence();
+    __syncthreads();
+  }
   const int tile_begin = split * tiles_per_split;
   const int tile_end = tile_begin + tiles_per_split < tiles ? tile_begin + tiles_per_split : tiles;
   // This warp's tiles: tile_begin + warp + NW * j.

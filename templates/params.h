@@ -58,6 +58,17 @@ struct DecodeParams {
   float v_scale;                  // fp8 KV: value = stored * v_scale; 1 otherwise
   float soft_cap;                 // HAS_SOFT_CAP: scores -> soft_cap * tanh(score / soft_cap)
   int window;                     // HAS_WINDOW: key k visible from position p when p - k < window
+  // Fused cache write (decode-only steps): the blocks holding a request's last tile first store
+  // its new key and value at slot_mapping[r] (skipped when negative or >= num_slots), so no
+  // separate cache write kernel runs. new_key null: the cache was written already.
+  const void* new_key;            // [num_decodes, num_kv_heads, head_size] dtype; request r: row r
+  const void* new_value;          // [num_decodes, num_kv_heads, head_size] dtype
+  const long long* slot_mapping;  // [num_decodes] int64
+  long long new_key_token_stride;  // elements
+  long long new_key_head_stride;
+  long long new_value_token_stride;
+  long long new_value_head_stride;
+  long long num_slots;            // num_blocks * block_size
   int max_splits;                 // == gridDim.x, >= 1
   int num_heads;                  // query heads (partials' row count)
   int stages;                     // cp.async pipeline depth, 2..ga_decode_max_stages(...)

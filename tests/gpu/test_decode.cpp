@@ -670,6 +670,21 @@ void run_forward(const AttentionLayerConfig& cfg, const Mixed& m, KernelCache& c
   // Padded requests' rows are exactly zero.
   for (int r = real; r < n; ++r)
     for (int64_t i = qsl[r] * H * D; i < qsl[r + 1] * H * D; ++i) CHECK(out[i] == 0);
+  // Every new token's key and value landed in its slot (by the cache write kernel, or by the
+  // decode kernel itself on a decode-only batch), bit for bit; nothing else changed.
+  std::vector<uint16_t> after(cache_host.size());
+  d_cache.download(after.data(), after.size() * 2);
+  std::vector<uint16_t> expect = cache_host;
+  for (int64_t tok = 0; tok < T; ++tok) {
+    if (slots[tok] < 0) continue;
+    for (int64_t i = 0; i < KH * D; ++i) {
+      expect[slots[tok] * KH * D + i] = key[tok * KH * D + i];
+      expect[(NB * B + slots[tok]) * KH * D + i] = value[tok * KH * D + i];
+    }
+  }
+  size_t cache_mismatches = 0;
+  for (size_t i = 0; i < after.size(); ++i) cache_mismatches += after[i] != expect[i];
+  CHECK(cache_mismatches == 0);
 }
 
 }  // namespace
