@@ -1,0 +1,54 @@
+#!/usr/bin/env python3
+"""Plots graphattn-bench's decode table: achieved percentage of the read-only bandwidth (measured
+in the same run) per shape, for graphattn and the peer (PyTorch SDPA / cuDNN on contiguous KV).
+
+Usage: plot_bench.py BENCH.json OUT.png
+
+The peer reads contiguous bf16 KV; for fp8 shapes its bytes are twice graphattn's, and its
+percentage is computed from its own bytes.
+"""
+import json
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def main():
+    if len(sys.argv) != 3:
+        print(__doc__, file=sys.stderr)
+        return 2
+    with open(sys.argv[1]) as f:
+        bench = json.load(f)
+    read = bench["read_only_gb_per_s"]
+    labels, ours, peer = [], [], []
+    for r in bench["decode"]:
+        labels.append(r["shape"])
+        ours.append(r["percent_of_read_only"])
+        if r.get("peer_us"):
+            peer_bytes = r["kv_mib"] * 2**20 * (2 if r["kv_dtype"] != "auto" else 1)
+            peer.append(100.0 * peer_bytes / r["peer_us"] / 1e3 / read)
+        else:
+            peer.append(0.0)
+    x = range(len(labels))
+    w = 0.4
+    fig, ax = plt.subplots(figsize=(11, 4.2))
+    ax.bar([i - w / 2 for i in x], ours, w, label="graphattn (paged)")
+    ax.bar([i + w / 2 for i in x], peer, w, label="PyTorch SDPA / cuDNN (contiguous KV)")
+    ax.axhline(100, color="gray", lw=0.8, ls="--")
+    ax.set_xticks(list(x))
+    ax.set_xticklabels(labels, rotation=30, ha="right")
+    ax.set_ylabel("% of read-only bandwidth")
+    ax.set_ylim(0, 110)
+    ax.set_title(f"Decode attention, {bench['device']}: read-only bandwidth {read:.0f} GB/s "
+                 f"measured in the same run")
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(sys.argv[2], dpi=110)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
