@@ -13,7 +13,7 @@
 namespace graphattn {
 
 using detail::driver;
-using detail::require;
+
 
 namespace {
 
@@ -49,16 +49,16 @@ void upload_async(const DeviceBuffer& dst, const std::vector<T>& src, size_t cou
 
 AttentionLayerStack::AttentionLayerStack(Options options) : options_(std::move(options)) {
   Options& o = options_;
-  require(!o.layers.empty(), "AttentionLayerStack needs at least one layer");
-  require(o.max_tokens >= 1, "max_tokens must be >= 1, got " + std::to_string(o.max_tokens));
-  require(o.num_blocks >= 1, "num_blocks must be >= 1, got " + std::to_string(o.num_blocks));
-  require(o.max_blocks_per_seq >= 1,
+  GA_REQUIRE(!o.layers.empty(), "AttentionLayerStack needs at least one layer");
+  GA_REQUIRE(o.max_tokens >= 1, "max_tokens must be >= 1, got " + std::to_string(o.max_tokens));
+  GA_REQUIRE(o.num_blocks >= 1, "num_blocks must be >= 1, got " + std::to_string(o.num_blocks));
+  GA_REQUIRE(o.max_blocks_per_seq >= 1,
           "max_blocks_per_seq must be >= 1, got " + std::to_string(o.max_blocks_per_seq));
   const AttentionLayerConfig& first = o.layers[0];
   std::vector<AttentionLayerConfig> distinct;  // as given, before the backends resolve them
   for (size_t l = 0; l < o.layers.size(); ++l) {
     AttentionLayerConfig& c = o.layers[l];
-    require(c.num_heads == first.num_heads && c.num_kv_heads == first.num_kv_heads &&
+    GA_REQUIRE(c.num_heads == first.num_heads && c.num_kv_heads == first.num_kv_heads &&
                 c.head_size == first.head_size && c.block_size == first.block_size &&
                 c.dtype == first.dtype && c.kv_dtype == first.kv_dtype &&
                 c.layout == first.layout,
@@ -119,15 +119,15 @@ void AttentionLayerStack::set_batch(const CommonAttentionMetadata& m, int padded
                                     const std::vector<uint16_t>* value) {
   const AttentionLayerConfig& c = options_.layers[0];
   const int n = m.num_actual_tokens;
-  require(padded >= n && padded <= options_.max_tokens,
+  GA_REQUIRE(padded >= n && padded <= options_.max_tokens,
           "padded token count " + std::to_string(padded) + " must lie in [" + std::to_string(n) +
               ", max_tokens " + std::to_string(options_.max_tokens) + "]");
-  require(m.max_blocks_per_seq <= options_.max_blocks_per_seq,
+  GA_REQUIRE(m.max_blocks_per_seq <= options_.max_blocks_per_seq,
           "the batch's block table is " + std::to_string(m.max_blocks_per_seq) +
               " blocks wide; the stack holds " + std::to_string(options_.max_blocks_per_seq));
   const DecodePrefillSplit split = split_decodes_and_prefills(m);
   const bool decode_only = split.num_prefills == 0 && m.num_reqs == n;
-  require(decode_only || padded == n,
+  GA_REQUIRE(decode_only || padded == n,
           "only decode-only batches are padded for a graph; a batch with prefills runs eagerly "
           "with its own token count");
   const int R = decode_only ? padded : m.num_reqs;  // each padded request holds one token
@@ -154,7 +154,7 @@ void AttentionLayerStack::set_batch(const CommonAttentionMetadata& m, int padded
        {std::tuple{query, &query_, qrow, "query"}, std::tuple{key, &key_, krow, "key"},
         std::tuple{value, &value_, krow, "value"}}) {
     if (!src) continue;
-    require(src->size() >= n * row, std::string(name) + " holds " + std::to_string(src->size()) +
+    GA_REQUIRE(src->size() >= n * row, std::string(name) + " holds " + std::to_string(src->size()) +
                                         " elements; the batch needs " + std::to_string(n * row));
     upload_async(*dst, *src, n * row, stream);
   }
@@ -168,7 +168,7 @@ void AttentionLayerStack::set_batch(const CommonAttentionMetadata& m, int padded
 
 void AttentionLayerStack::step(CUstream stream, int num_tokens) {
   const AttentionLayerConfig& c = options_.layers[0];
-  require(num_tokens >= 0 && num_tokens <= options_.max_tokens,
+  GA_REQUIRE(num_tokens >= 0 && num_tokens <= options_.max_tokens,
           "step of " + std::to_string(num_tokens) + " tokens; the stack holds at most " +
               std::to_string(options_.max_tokens));
   Counts k = counts_;
@@ -219,13 +219,13 @@ uint64_t AttentionLayerStack::fingerprint() const {
 }
 
 void AttentionLayerStack::set_kv_cache(int layer, const TensorView& kv_cache) {
-  require(layer >= 0 && layer < num_layers(), "layer " + std::to_string(layer) +
+  GA_REQUIRE(layer >= 0 && layer < num_layers(), "layer " + std::to_string(layer) +
                                                   " out of range [0, " +
                                                   std::to_string(num_layers()) + ")");
   const TensorView& old = kv_[layer];
   bool same = kv_cache.ndim == old.ndim && kv_cache.dtype == old.dtype;
   for (int d = 0; same && d < old.ndim; ++d) same = kv_cache.shape[d] == old.shape[d];
-  require(same, "layer " + std::to_string(layer) + " KV cache must be " + old.describe() +
+  GA_REQUIRE(same, "layer " + std::to_string(layer) + " KV cache must be " + old.describe() +
                     ", got " + kv_cache.describe());
   kv_[layer] = kv_cache;
 }

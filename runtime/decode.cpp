@@ -69,36 +69,8 @@ void ensure_shared_limit(CUfunction f, int bytes) {
 }  // namespace
 
 AttentionSpec decode_spec(const DecodeLaunch& a, int arch) {
-  require_rank(a.query, 3, "query", "[num_tokens, num_heads, head_size]");
-  require_rank(a.output, 3, "output", "[num_tokens, num_heads, head_size]");
-  const DType dtype = dtype_of(a.query.dtype);
-  GA_REQUIRE(a.output.dtype == a.query.dtype,
-             "output dtype " + std::string(to_string(a.output.dtype)) +
-                 " differs from query dtype " + to_string(a.query.dtype));
-  const KvCacheShape kc = check_kv_cache(a.kv_cache, dtype);
-  const int64_t num_heads = a.query.shape[1];
-  GA_REQUIRE(a.query.shape[2] == kc.head_size,
-             "query " + a.query.describe() + " has head size " + str(a.query.shape[2]) +
-                 " but the KV cache holds head size " + str(kc.head_size));
-  GA_REQUIRE(num_heads > 0 && num_heads % kc.num_kv_heads == 0,
-             "query has " + str(num_heads) + " heads, not a positive multiple of the KV cache's " +
-                 str(kc.num_kv_heads) + " KV heads");
-  GA_REQUIRE(a.window >= 0, "window " + str(a.window) + " must be >= 0 (0: no sliding window)");
-  GA_REQUIRE(a.soft_cap >= 0 && std::isfinite(a.soft_cap),
-             "soft_cap " + std::to_string(a.soft_cap) + " must be finite and >= 0 (0: none)");
-  AttentionSpec spec;
-  spec.kind = KernelKind::kDecode;
-  spec.head_size = static_cast<int>(kc.head_size);
-  spec.block_size = static_cast<int>(kc.block_size);
-  spec.dtype = dtype;
-  spec.kv_dtype = kc.kv_dtype;
-  spec.group = static_cast<int>(num_heads / kc.num_kv_heads);
-  spec.sliding_window = a.window > 0;
-  spec.soft_cap = a.soft_cap > 0;
-  spec.layout = kc.layout;
-  spec.arch = arch;
-  spec.validate();
-  return spec;
+  return attention_spec_for(KernelKind::kDecode, a.query, a.output, a.kv_cache, a.window,
+                            a.soft_cap, arch);
 }
 
 AttentionSpec decode_reduce_spec(const AttentionSpec& decode) {

@@ -21,10 +21,10 @@ std::string str(int64_t v) { return std::to_string(v); }
 void require_int32_vector(const TensorView& t, const char* name, int64_t min_len,
                           const char* shape) {
   require_rank(t, 1, name, shape);
-  require(t.dtype == ScalarType::kInt32,
+  GA_REQUIRE(t.dtype == ScalarType::kInt32,
           std::string(name) + " must be int32, got " + to_string(t.dtype));
-  require(t.strides[0] == 1, std::string(name) + " must be contiguous, got " + t.describe());
-  require(t.shape[0] >= min_len, std::string(name) + " " + t.describe() + " needs at least " +
+  GA_REQUIRE(t.strides[0] == 1, std::string(name) + " must be contiguous, got " + t.describe());
+  GA_REQUIRE(t.shape[0] >= min_len, std::string(name) + " " + t.describe() + " needs at least " +
                                      str(min_len) + " entries for the requests launched");
 }
 
@@ -77,64 +77,36 @@ PrefillConfig prefill_config(const AttentionSpec& spec) {
 }
 
 AttentionSpec prefill_spec(const PrefillLaunch& a, int arch) {
-  require_rank(a.query, 3, "query", "[num_tokens, num_heads, head_size]");
-  require_rank(a.output, 3, "output", "[num_tokens, num_heads, head_size]");
-  const DType dtype = dtype_of(a.query.dtype);
-  require(a.output.dtype == a.query.dtype,
-          "output dtype " + std::string(to_string(a.output.dtype)) + " differs from query dtype " +
-              to_string(a.query.dtype));
-  const KvCacheShape kc = check_kv_cache(a.kv_cache, dtype);
-  const int64_t num_heads = a.query.shape[1];
-  require(a.query.shape[2] == kc.head_size,
-          "query " + a.query.describe() + " has head size " + str(a.query.shape[2]) +
-              " but the KV cache holds head size " + str(kc.head_size));
-  require(num_heads > 0 && num_heads % kc.num_kv_heads == 0,
-          "query has " + str(num_heads) + " heads, not a positive multiple of the KV cache's " +
-              str(kc.num_kv_heads) + " KV heads");
-  require(a.window >= 0, "window " + str(a.window) + " must be >= 0 (0: no sliding window)");
-  require(a.soft_cap >= 0 && std::isfinite(a.soft_cap),
-          "soft_cap " + std::to_string(a.soft_cap) + " must be finite and >= 0 (0: none)");
-  AttentionSpec spec;
-  spec.kind = KernelKind::kPrefill;
-  spec.head_size = static_cast<int>(kc.head_size);
-  spec.block_size = static_cast<int>(kc.block_size);
-  spec.dtype = dtype;
-  spec.kv_dtype = kc.kv_dtype;
-  spec.group = static_cast<int>(num_heads / kc.num_kv_heads);
-  spec.sliding_window = a.window > 0;
-  spec.soft_cap = a.soft_cap > 0;
-  spec.layout = kc.layout;
-  spec.arch = arch;
-  spec.validate();
-  return spec;
+  return attention_spec_for(KernelKind::kPrefill, a.query, a.output, a.kv_cache, a.window,
+                            a.soft_cap, arch);
 }
 
 void launch_prefill(const LoadedKernel& k, const PrefillLaunch& a, CUstream stream) {
-  require(k.compiled != nullptr, "launch_prefill: kernel is not loaded");
+  GA_REQUIRE(k.compiled != nullptr, "launch_prefill: kernel is not loaded");
   const AttentionSpec& ks = k.compiled->spec;
   const AttentionSpec spec = prefill_spec(a, ks.arch);
-  require(spec == ks, "launch_prefill: the arguments need kernel " + spec.to_string() +
+  GA_REQUIRE(spec == ks, "launch_prefill: the arguments need kernel " + spec.to_string() +
                           " but kernel " + ks.to_string() + " was given");
   require_vector_access(a.query, "query");
   require_vector_access(a.output, "output");
-  require(a.output.shape[1] == a.query.shape[1] && a.output.shape[2] == a.query.shape[2] &&
+  GA_REQUIRE(a.output.shape[1] == a.query.shape[1] && a.output.shape[2] == a.query.shape[2] &&
               a.output.shape[0] >= a.query.shape[0],
           "output " + a.output.describe() + " does not match query " + a.query.describe());
-  require(a.first_req >= 0 && a.num_reqs >= a.first_req,
+  GA_REQUIRE(a.first_req >= 0 && a.num_reqs >= a.first_req,
           "requests [" + str(a.first_req) + ", " + str(a.num_reqs) + ") are not a valid range");
-  require(a.max_query_len >= 0, "max_query_len " + str(a.max_query_len) + " must be >= 0");
+  GA_REQUIRE(a.max_query_len >= 0, "max_query_len " + str(a.max_query_len) + " must be >= 0");
   require_int32_vector(a.query_start_loc, "query_start_loc", a.num_reqs + 1, "[num_reqs + 1]");
   require_int32_vector(a.seq_lens, "seq_lens", a.num_reqs, "[num_reqs]");
   require_rank(a.block_table, 2, "block_table", "[num_reqs, max_blocks_per_seq]");
-  require(a.block_table.dtype == ScalarType::kInt32 && a.block_table.strides[1] == 1 &&
+  GA_REQUIRE(a.block_table.dtype == ScalarType::kInt32 && a.block_table.strides[1] == 1 &&
               a.block_table.shape[0] >= a.num_reqs,
           "block_table " + a.block_table.describe() +
               " must be int32 with contiguous rows and at least " + str(a.num_reqs) + " rows");
-  require(std::isfinite(a.scale) && a.scale > 0,
+  GA_REQUIRE(std::isfinite(a.scale) && a.scale > 0,
           "scale " + std::to_string(a.scale) + " must be finite and > 0");
   const bool fp8 = spec.kv_dtype != KvDType::kAuto;
   if (fp8)
-    require(a.k_scale > 0 && a.v_scale > 0 && std::isfinite(a.k_scale) && std::isfinite(a.v_scale),
+    GA_REQUIRE(a.k_scale > 0 && a.v_scale > 0 && std::isfinite(a.k_scale) && std::isfinite(a.v_scale),
             "fp8 KV cache needs positive k_scale and v_scale, got " + std::to_string(a.k_scale) +
                 " and " + std::to_string(a.v_scale));
 
@@ -144,7 +116,7 @@ void launch_prefill(const LoadedKernel& k, const PrefillLaunch& a, CUstream stre
   const int64_t grid_y = a.num_reqs - a.first_req;
   const int64_t grid_z = a.kv_cache.shape[3];
   if (grid_x == 0 || grid_y == 0) return;
-  require(grid_x < (int64_t{1} << 31) && grid_y <= 65535 && grid_z <= 65535,
+  GA_REQUIRE(grid_x < (int64_t{1} << 31) && grid_y <= 65535 && grid_z <= 65535,
           "prefill launch too large: " + str(grid_x) + " row tiles, " + str(grid_y) +
               " requests (at most 65535), " + str(grid_z) + " KV heads (at most 65535)");
 

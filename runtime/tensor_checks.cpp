@@ -1,6 +1,8 @@
 #include "runtime/tensor_checks.hpp"
 
+#include <cmath>
 #include <cstdint>
+#include <string>
 
 namespace graphattn {
 
@@ -74,6 +76,41 @@ KvCacheShape check_kv_cache(const TensorView& c, DType dtype) {
   s.key_data = c.data;
   s.value_data = static_cast<char*>(c.data) + c.strides[0] * elem;
   return s;
+}
+
+AttentionSpec attention_spec_for(KernelKind kind, const TensorView& query, const TensorView& output,
+                                 const TensorView& kv_cache, int window, float soft_cap, int arch) {
+  const auto str = [](int64_t v) { return std::to_string(v); };
+  require_rank(query, 3, "query", "[num_tokens, num_heads, head_size]");
+  require_rank(output, 3, "output", "[num_tokens, num_heads, head_size]");
+  const DType dtype = dtype_of(query.dtype);
+  GA_REQUIRE(output.dtype == query.dtype, "output dtype " + std::string(to_string(output.dtype)) +
+                                              " differs from query dtype " +
+                                              to_string(query.dtype));
+  const KvCacheShape kc = check_kv_cache(kv_cache, dtype);
+  const int64_t num_heads = query.shape[1];
+  GA_REQUIRE(query.shape[2] == kc.head_size,
+             "query " + query.describe() + " has head size " + str(query.shape[2]) +
+                 " but the KV cache holds head size " + str(kc.head_size));
+  GA_REQUIRE(num_heads > 0 && num_heads % kc.num_kv_heads == 0,
+             "query has " + str(num_heads) + " heads, not a positive multiple of the KV cache's " +
+                 str(kc.num_kv_heads) + " KV heads");
+  GA_REQUIRE(window >= 0, "window " + str(window) + " must be >= 0 (0: no sliding window)");
+  GA_REQUIRE(soft_cap >= 0 && std::isfinite(soft_cap),
+             "soft_cap " + std::to_string(soft_cap) + " must be finite and >= 0 (0: none)");
+  AttentionSpec spec;
+  spec.kind = kind;
+  spec.head_size = static_cast<int>(kc.head_size);
+  spec.block_size = static_cast<int>(kc.block_size);
+  spec.dtype = dtype;
+  spec.kv_dtype = kc.kv_dtype;
+  spec.group = static_cast<int>(num_heads / kc.num_kv_heads);
+  spec.sliding_window = window > 0;
+  spec.soft_cap = soft_cap > 0;
+  spec.layout = kc.layout;
+  spec.arch = arch;
+  spec.validate();
+  return spec;
 }
 
 }  // namespace detail

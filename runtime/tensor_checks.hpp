@@ -9,11 +9,8 @@
 
 namespace graphattn::detail {
 
-inline void require(bool ok, const std::string& message) {
-  if (!ok) throw Error(message);
-}
-// require() for launch paths: the message expression is evaluated only on failure, so a call
-// that passes costs no string building (forward() runs every check on every step).
+// The one checking macro for arguments: the message expression is evaluated only on failure,
+// so a check that passes costs no string building (forward() runs every check on every step).
 #define GA_REQUIRE(ok, message)                                  \
   do {                                                           \
     if (!(ok)) throw ::graphattn::Error(message);                \
@@ -30,6 +27,11 @@ struct KvCacheShape {
   void* value_data = nullptr;
 };
 KvCacheShape check_kv_cache(const TensorView& kv_cache, DType dtype);
+// The spec of an attention kernel of `kind` (decode or prefill) for these views and options on
+// `arch`: checks ranks, dtypes, head counts, window and soft cap (graphattn::Error naming the bad
+// argument). Touches no device.
+AttentionSpec attention_spec_for(KernelKind kind, const TensorView& query, const TensorView& output,
+                                 const TensorView& kv_cache, int window, float soft_cap, int arch);
 // Every check of the cache write's arguments (write_kv_cache and the decode kernel's fused
 // write share it); returns the cache's shape.
 KvCacheShape check_cache_write(const TensorView& key, const TensorView& value,

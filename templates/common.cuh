@@ -88,3 +88,41 @@ __device__ __forceinline__ float ga_kv_fp8_to_f32(ga_u8 b) {
 __device__ __forceinline__ ga_u8 ga_f32_to_kv_fp8(float x) {
   return KV_FP8 == 1 ? ga_f32_to_fp8<7, 3, 0x7e>(x) : ga_f32_to_fp8<15, 2, 0x7b>(x);
 }
+
+// Fails loudly when the launch disagrees with the kernel's own tiling: the host sizes shared
+// memory and the block from its copy of it (detail::prefill_config), and a mismatch must trap,
+// never corrupt memory.
+__device__ __forceinline__ void ga_require_launch(unsigned smem_bytes, unsigned threads) {
+  unsigned dyn;
+  asm("mov.u32 %0, %%dynamic_smem_size;\n" : "=r"(dyn));
+  if (dyn < smem_bytes || blockDim.x != threads) __trap();
+}
+
+// A prefill thread block's work: query rows [m0, m_end) of request req (row r is query token
+// r / GROUP, head r % GROUP; row tiles run in reverse so the longest causal tiles start first)
+// and the key tiles [tile0, tile0 + n_tiles) of BLOCK_N keys that some of its rows can see.
+struct GaPrefillTile {
+  int req, q_start, q_len, seq_len, ctx, m0, m_end, pos_lo, pos_hi, kv_begin, kv_end, tile0,
+      n_tiles;
+};
+template <int BLOCK_M, int BLOCK_N>
+__device__ __forceinline__ bool ga_prefill_tile(const PrefillParams& p, GaPrefillTile& t) {
+  t.req = p.first_req + blockIdx.y;
+  t.m0 = (gridDim.x - 1 - blockIdx.x) * BLOCK_M;
+  t.q_start = p.query_start_loc[t.req];
+  t.q_len = p.query_start_loc[t.req + 1] - t.q_start;
+  const int rows = t.q_len * GROUP;
+  if (t.m0 >= rows) return false;
+  t.seq_len = p.seq_lens[t.req];
+  t.ctx = t.seq_len - t.q_len;  // position of the request's first query token
+  t.m_end = min(rows, t.m0 + BLOCK_M);
+  t.pos_lo = t.ctx + t.m0 / GROUP;
+  t.pos_hi = t.ctx + (t.m_end - 1) / GROUP;
+  t.kv_end = max(0, min(t.seq_len, t.pos_hi + 1));
+  t.kv_begin = HAS_WINDOW ? max(0, t.pos_lo - p.window + 1) : 0;
+  t.tile0 = t.kv_begin / BLOCK_N;
+  t.n_tiles = t.kv_end > t.tile0 * BLOCK_N
+                  ? (t.kv_end - t.tile0 * BLOCK_N + BLOCK_N - 1) / BLOCK_N
+                  : 0;
+  return true;
+}

@@ -406,33 +406,15 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
     graphattn_prefill(const __grid_constant__ PrefillParams p) {
   ga_grid_dependency_sync();
   extern __shared__ __align__(1024) unsigned char pw_smem[];
-  {
-    // The host sizes shared memory from its copy of this tiling (detail::prefill_config): a
-    // mismatch must fail loudly, never corrupt memory.
-    unsigned dyn;
-    asm("mov.u32 %0, %%dynamic_smem_size;\n" : "=r"(dyn));
-    if (dyn < PW_SMEM_BYTES || blockDim.x != PW_THREADS) __trap();
-  }
+  ga_require_launch(PW_SMEM_BYTES, PW_THREADS);
+  GaPrefillTile tile;
+  if (!ga_prefill_tile<PW_BLOCK_M, PW_BLOCK_N>(p, tile)) return;
   const int tid = threadIdx.x;
   const int kv_head = blockIdx.z;
-  const int req = p.first_req + blockIdx.y;
-  const int m0 = (gridDim.x - 1 - blockIdx.x) * PW_BLOCK_M;
-  const int q_start = p.query_start_loc[req];
-  const int q_len = p.query_start_loc[req + 1] - q_start;
-  const int rows = q_len * GROUP;
-  if (m0 >= rows) return;
-  const int seq_len = p.seq_lens[req];
-  const int ctx = seq_len - q_len;  // position of the request's first query token
-  const int m_end = min(rows, m0 + PW_BLOCK_M);
-  const int pos_lo = ctx + m0 / GROUP;
-  const int pos_hi = ctx + (m_end - 1) / GROUP;
-  // Keys [kv_begin, kv_end) can be visible to some row of this tile.
-  const int kv_end = max(0, min(seq_len, pos_hi + 1));
-  int kv_begin = 0;
-  if (HAS_WINDOW) kv_begin = max(0, pos_lo - p.window + 1);
-  const int tile0 = kv_begin / PW_BLOCK_N;
-  const int n_tiles =
-      kv_end > tile0 * PW_BLOCK_N ? (kv_end - tile0 * PW_BLOCK_N + PW_BLOCK_N - 1) / PW_BLOCK_N : 0;
+  const int req = tile.req, q_start = tile.q_start, q_len = tile.q_len, seq_len = tile.seq_len;
+  const int ctx = tile.ctx, m0 = tile.m0, m_end = tile.m_end, pos_lo = tile.pos_lo;
+  const int pos_hi = tile.pos_hi, kv_begin = tile.kv_begin, kv_end = tile.kv_end;
+  const int tile0 = tile.tile0, n_tiles = tile.n_tiles, rows = q_len * GROUP;
 
   // Tiles start on a 1024-byte boundary (the swizzle pattern repeats every 1024 bytes).
   const unsigned raw_base = pw_smem_addr(pw_smem);

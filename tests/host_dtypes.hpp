@@ -7,6 +7,8 @@
 #include <cstring>
 #include <limits>
 
+#include "graphattn/spec.hpp"
+
 namespace graphattn::test {
 
 inline float bits_to_float(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
@@ -90,5 +92,19 @@ uint8_t double_to_fp8(double x) {
 }
 inline uint8_t double_to_e4m3(double x) { return double_to_fp8<e4m3_to_double>(x); }
 inline uint8_t double_to_e5m2(double x) { return double_to_fp8<e5m2_to_double>(x); }
+
+// The model's 16-bit element type by spec dtype.
+inline uint16_t to_storage(DType t, double f) {
+  return t == DType::kBFloat16 ? float_to_bf16(static_cast<float>(f))
+                               : float_to_fp16(static_cast<float>(f));
+}
+inline double from_storage(DType t, uint16_t h) {
+  return t == DType::kBFloat16 ? bf16_to_float(h) : fp16_to_float(h);
+}
+inline bool is_nan16(DType t, uint16_t h) {
+  return t == DType::kBFloat16 ? (h & 0x7fff) > 0x7f80 : (h & 0x7fff) > 0x7c00;
+}
+// The project's accuracy bar against the float64 reference (relative L2).
+inline double tolerance(DType t) { return t == DType::kBFloat16 ? 5e-3 : 1e-3; }
 
 }  // namespace graphattn::test

@@ -42,6 +42,12 @@ inline std::mt19937_64 make_rng() {
   return std::mt19937_64(seed);
 }
 
+// GRAPHATTN_TEST_REDUCED=1: a small matrix (for compute-sanitizer runs).
+inline bool reduced() {
+  const char* r = std::getenv("GRAPHATTN_TEST_REDUCED");
+  return r && std::string(r) == "1";
+}
+
 }  // namespace graphattn::test
 
 // Skips the rest of a GPU test case, with a message, where no GPU is present.

@@ -30,10 +30,6 @@ using namespace graphattn::test;
 
 namespace {
 
-bool reduced() {
-  const char* r = std::getenv("GRAPHATTN_TEST_REDUCED");
-  return r && std::string(r) == "1";
-}
 
 ScalarType scalar_of(DType t) {
   return t == DType::kBFloat16 ? ScalarType::kBFloat16 : ScalarType::kFloat16;
@@ -43,17 +39,6 @@ ScalarType kv_scalar_of(KvDType kv, DType t) {
          : kv == KvDType::kFp8E4M3 ? ScalarType::kFloat8E4M3
                                    : ScalarType::kFloat8E5M2;
 }
-uint16_t to_storage(DType t, double f) {
-  return t == DType::kBFloat16 ? float_to_bf16(static_cast<float>(f))
-                               : float_to_fp16(static_cast<float>(f));
-}
-double from_storage(DType t, uint16_t h) {
-  return t == DType::kBFloat16 ? bf16_to_float(h) : fp16_to_float(h);
-}
-bool is_nan16(DType t, uint16_t h) {
-  return t == DType::kBFloat16 ? (h & 0x7fff) > 0x7f80 : (h & 0x7fff) > 0x7c00;
-}
-double tolerance(DType t) { return t == DType::kBFloat16 ? 5e-3 : 1e-3; }
 
 struct DecodeCase {
   DType dtype = DType::kBFloat16;

@@ -50,21 +50,7 @@ std::string describe(const PrefillCase& c) {
 
 AttentionSpec spec_of(const PrefillCase& c) { return AttentionSpec::parse(describe(c)); }
 
-bool reduced() {
-  const char* r = std::getenv("GRAPHATTN_TEST_REDUCED");
-  return r && std::string(r) == "1";
-}
 
-uint16_t to_storage(DType t, double f) {
-  return t == DType::kBFloat16 ? float_to_bf16(static_cast<float>(f))
-                               : float_to_fp16(static_cast<float>(f));
-}
-double from_storage(DType t, uint16_t h) {
-  return t == DType::kBFloat16 ? bf16_to_float(h) : fp16_to_float(h);
-}
-bool is_nan16(DType t, uint16_t h) {
-  return t == DType::kBFloat16 ? (h & 0x7fff) > 0x7f80 : (h & 0x7fff) > 0x7c00;
-}
 
 // Nearest fp8 code, ties to the even code, saturating: the same rounding as host_dtypes.hpp's
 // double_to_fp8, by binary search over the finite positive codes (which increase with the code).
