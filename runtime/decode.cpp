@@ -179,25 +179,11 @@ void launch_decode(const LoadedKernel& decode, const LoadedKernel& reduce, const
   if (a.num_decodes == 0) return;
 
   DecodeParams p{};
-  const int64_t elem = scalar_bytes(a.kv_cache.dtype);
   unsigned char* ws = static_cast<unsigned char*>(a.workspace);
-  p.query = a.query.data;
-  p.key_cache = a.kv_cache.data;
-  p.value_cache = static_cast<const char*>(a.kv_cache.data) + a.kv_cache.strides[0] * elem;
-  p.block_table = static_cast<const int*>(a.block_table.data);
-  p.seq_lens = static_cast<const int*>(a.seq_lens.data);
-  p.output = a.output.data;
+  set_paged_attention_views(p, a.query, a.output, a.kv_cache, a.seq_lens, a.block_table);
   p.partial_out = reinterpret_cast<float*>(ws + w.partial_out);
   p.partial_lse = reinterpret_cast<float*>(ws + w.partial_lse);
   p.num_splits = reinterpret_cast<int*>(ws + w.num_splits);
-  p.query_token_stride = a.query.strides[0];
-  p.query_head_stride = a.query.strides[1];
-  p.output_token_stride = a.output.strides[0];
-  p.output_head_stride = a.output.strides[1];
-  p.cache_block_stride = a.kv_cache.strides[1];
-  p.cache_token_stride = a.kv_cache.strides[2];
-  p.cache_head_stride = a.kv_cache.strides[3];
-  p.block_table_stride = a.block_table.strides[0];
   p.scale = a.scale;
   p.k_scale = fp8 ? a.k_scale : 1.0f;
   p.v_scale = fp8 ? a.v_scale : 1.0f;

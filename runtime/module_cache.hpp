@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "graphattn/jit.hpp"
+#include "graphattn/tensor.hpp"
 #include "runtime/driver.hpp"
 
 namespace graphattn::detail {
@@ -48,6 +49,29 @@ void launch(const LoadedKernel& k, const LaunchShape& s, CUstream stream, const 
   cfg.attrs = &attr;
   cfg.numAttrs = k.compiled->spec.arch >= 90 ? 1 : 0;
   GA_CU_CHECK(driver().cuLaunchKernelEx(&cfg, k.function, args, nullptr));
+}
+
+// The paged-attention fields that DecodeParams and PrefillParams share: query and output rows,
+// the key and value halves of the flash-layout cache, sequence lengths and the block table.
+template <typename Params>
+void set_paged_attention_views(Params& p, const TensorView& query, const TensorView& output,
+                               const TensorView& kv_cache, const TensorView& seq_lens,
+                               const TensorView& block_table) {
+  const int64_t elem = scalar_bytes(kv_cache.dtype);
+  p.query = query.data;
+  p.output = output.data;
+  p.key_cache = kv_cache.data;
+  p.value_cache = static_cast<const char*>(kv_cache.data) + kv_cache.strides[0] * elem;
+  p.seq_lens = static_cast<const int*>(seq_lens.data);
+  p.block_table = static_cast<const int*>(block_table.data);
+  p.query_token_stride = query.strides[0];
+  p.query_head_stride = query.strides[1];
+  p.output_token_stride = output.strides[0];
+  p.output_head_stride = output.strides[1];
+  p.cache_block_stride = kv_cache.strides[1];
+  p.cache_token_stride = kv_cache.strides[2];
+  p.cache_head_stride = kv_cache.strides[3];
+  p.block_table_stride = block_table.strides[0];
 }
 
 }  // namespace graphattn::detail

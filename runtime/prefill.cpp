@@ -121,22 +121,8 @@ void launch_prefill(const LoadedKernel& k, const PrefillLaunch& a, CUstream stre
               " requests (at most 65535), " + str(grid_z) + " KV heads (at most 65535)");
 
   PrefillParams p{};
-  p.query = a.query.data;
-  p.output = a.output.data;
-  const int64_t elem = scalar_bytes(a.kv_cache.dtype);
-  p.key_cache = a.kv_cache.data;
-  p.value_cache = static_cast<const char*>(a.kv_cache.data) + a.kv_cache.strides[0] * elem;
+  set_paged_attention_views(p, a.query, a.output, a.kv_cache, a.seq_lens, a.block_table);
   p.query_start_loc = static_cast<const int*>(a.query_start_loc.data);
-  p.seq_lens = static_cast<const int*>(a.seq_lens.data);
-  p.block_table = static_cast<const int*>(a.block_table.data);
-  p.query_token_stride = a.query.strides[0];
-  p.query_head_stride = a.query.strides[1];
-  p.output_token_stride = a.output.strides[0];
-  p.output_head_stride = a.output.strides[1];
-  p.cache_block_stride = a.kv_cache.strides[1];
-  p.cache_token_stride = a.kv_cache.strides[2];
-  p.cache_head_stride = a.kv_cache.strides[3];
-  p.block_table_stride = a.block_table.strides[0];
   p.first_req = a.first_req;
   p.num_kv_heads = static_cast<int>(grid_z);
   const float qk_scale = a.scale * (fp8 ? a.k_scale : 1.0f);

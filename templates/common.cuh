@@ -15,6 +15,20 @@ __device__ __forceinline__ void ga_grid_dependency_sync() {
 
 typedef unsigned short ga_u16;  // storage of one fp16 or bf16 value
 typedef unsigned char ga_u8;    // storage of one fp8 value
+typedef unsigned int ga_u32;    // a register of two 16-bit values
+
+constexpr float GA_LOG2E = 1.4426950408889634f;
+
+__device__ __forceinline__ float ga_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+__device__ __forceinline__ float ga_rcp(float x) {
+  float y;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
 
 __device__ __forceinline__ float ga_f16_to_f32(ga_u16 h) {
   float f;
@@ -41,6 +55,17 @@ __device__ __forceinline__ float ga_to_float(ga_u16 h) {
 }
 __device__ __forceinline__ ga_u16 ga_from_float(float f) {
   return IS_BF16 ? ga_f32_to_bf16(f) : ga_f32_to_f16(f);
+}
+
+// Two floats -> one register of the model's 16-bit type, lo in the low half.
+__device__ __forceinline__ ga_u32 ga_pack2(float lo, float hi) {
+  ga_u32 d;
+  if (IS_BF16) {
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+  } else {
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+  }
+  return d;
 }
 
 // fp8 -> float, exact. e5m2 is the upper byte of an fp16; e4m3 moves its bits into an fp16 and

@@ -44,12 +44,10 @@ constexpr int KW = CE / 2;               // 16-bit pairs per chunk
 constexpr int KSUB = CE / 4;             // MMA k steps per chunk
 constexpr int MSUB = CE / 2;             // MMA m tiles per V chunk
 constexpr int LOAD_ITERS = (TILE * UNITS + 31) / 32;
-constexpr float LOG2E = 1.4426950408889634f;
 #define GA_NEG_INF (-__int_as_float(0x7f800000))
 // e4m3 widened by bit moves is the true value times 2^-8.
 constexpr float KV_WIDEN_SCALE = KV_FP8 == 1 ? 256.0f : 1.0f;
 
-typedef unsigned int ga_u32;
 
 __device__ __forceinline__ unsigned ga_smem_addr(const void* p) {
   return static_cast<unsigned>(__cvta_generic_to_shared(p));
@@ -79,11 +77,6 @@ __device__ __forceinline__ void ga_cp_wait_stages(int stages) {
   }
 }
 
-__device__ __forceinline__ float ga_exp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
 
 __device__ __forceinline__ ga_u32 ga_prmt(ga_u32 a, ga_u32 b, ga_u32 sel) {
   ga_u32 d;
@@ -113,16 +106,6 @@ __device__ __forceinline__ ga_u32 ga_movmatrix_trans(ga_u32 x) {
   return y;
 }
 
-// Two floats -> one register of the model's 16-bit type, lo in the low half.
-__device__ __forceinline__ ga_u32 ga_pack2(float lo, float hi) {
-  ga_u32 d;
-  if (IS_BF16) {
-    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
-  } else {
-    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
-  }
-  return d;
-}
 __device__ __forceinline__ float ga_lo_f32(ga_u32 x) {
   return ga_to_float(static_cast<ga_u16>(x & 0xffffu));
 }
@@ -348,8 +331,8 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
 
   // Scores in the log2 domain: no cap: raw * qk_scale; cap: tanh(raw * qk_scale) * cap_log2.
   const float score_scale = p.scale * p.k_scale * KV_WIDEN_SCALE;
-  const float qk_scale = HAS_SOFT_CAP ? score_scale / p.soft_cap : score_scale * LOG2E;
-  const float cap_log2 = HAS_SOFT_CAP ? p.soft_cap * LOG2E : 0.0f;
+  const float qk_scale = HAS_SOFT_CAP ? score_scale / p.soft_cap : score_scale * GA_LOG2E;
+  const float cap_log2 = HAS_SOFT_CAP ? p.soft_cap * GA_LOG2E : 0.0f;
 
   float o[VGROUPS][MSUB][NT][4];
 #pragma unroll

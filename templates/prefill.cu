@@ -83,29 +83,6 @@ __device__ __forceinline__ void pf_mma(float (&d)[4], const unsigned (&a)[4], un
   }
 }
 
-// Two floats -> packed pair of the spec's 16-bit type, lo in the low half.
-__device__ __forceinline__ unsigned pf_pack(float lo, float hi) {
-  unsigned r;
-  if (IS_BF16) {
-    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
-  } else {
-    asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
-  }
-  return r;
-}
-
-__device__ __forceinline__ float pf_exp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
-__device__ __forceinline__ float pf_rcp(float x) {
-  float y;
-  asm("rcp.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
-
-constexpr float PF_LOG2E = 1.4426950408889634f;
 
 // Loads the K and V rows [n0, n0 + PF_BLOCK_N) of one KV head from their pages; rows at or past
 // kv_end are zero-filled and read nothing (not even the block table). 16-bit caches go straight
@@ -164,7 +141,7 @@ __device__ __forceinline__ void pf_convert_kv(const ga_u8* raw, ga_u16* dst, int
       unsigned* o = reinterpret_cast<unsigned*>(&out);
 #pragma unroll
       for (int j = 0; j < 4; ++j)
-        o[j] = pf_pack(ga_kv_fp8_to_f32(b[2 * j]), ga_kv_fp8_to_f32(b[2 * j + 1]));
+        o[j] = ga_pack2(ga_kv_fp8_to_f32(b[2 * j]), ga_kv_fp8_to_f32(b[2 * j + 1]));
       *reinterpret_cast<uint4*>(dst + row * PF_ROW + c * 8) = out;
     }
   }
@@ -229,8 +206,8 @@ __device__ __forceinline__ void pf_tile(const PrefillParams& p,
         if (HAS_SOFT_CAP) {
           // cap * tanh(scale * x / cap), tanh(y) = 1 - 2 / (e^{2y} + 1): exact enough at both
           // ends.
-          const float ex = pf_exp2(x * (2.f * PF_LOG2E) * (p.scale / p.soft_cap));
-          x = (p.soft_cap * PF_LOG2E) * (1.f - 2.f * pf_rcp(ex + 1.f));
+          const float ex = ga_exp2(x * (2.f * GA_LOG2E) * (p.scale / p.soft_cap));
+          x = (p.soft_cap * GA_LOG2E) * (1.f - 2.f * ga_rcp(ex + 1.f));
         } else {
           x *= p.scale_log2;
         }
@@ -252,19 +229,19 @@ __device__ __forceinline__ void pf_tile(const PrefillParams& p,
       mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
       const float m_new = fmaxf(m[i][r], mx[r]);
       m_use[r] = m_new == ninf ? 0.f : m_new;  // a row with nothing visible yet stays at zero
-      alpha[r] = pf_exp2(m[i][r] - m_use[r]);
+      alpha[r] = ga_exp2(m[i][r] - m_use[r]);
       m[i][r] = m_new;
     }
 #pragma unroll
     for (int j = 0; j < NB; ++j) {
-      const float p0 = pf_exp2(s[i][j][0] - m_use[0]);
-      const float p1 = pf_exp2(s[i][j][1] - m_use[0]);
-      const float p2 = pf_exp2(s[i][j][2] - m_use[1]);
-      const float p3 = pf_exp2(s[i][j][3] - m_use[1]);
+      const float p0 = ga_exp2(s[i][j][0] - m_use[0]);
+      const float p1 = ga_exp2(s[i][j][1] - m_use[0]);
+      const float p2 = ga_exp2(s[i][j][2] - m_use[1]);
+      const float p3 = ga_exp2(s[i][j][3] - m_use[1]);
       sum[0] += p0 + p1;
       sum[1] += p2 + p3;
-      pf[i][j >> 1][(j & 1) * 2 + 0] = pf_pack(p0, p1);
-      pf[i][j >> 1][(j & 1) * 2 + 1] = pf_pack(p2, p3);
+      pf[i][j >> 1][(j & 1) * 2 + 0] = ga_pack2(p0, p1);
+      pf[i][j >> 1][(j & 1) * 2 + 1] = ga_pack2(p2, p3);
     }
 #pragma unroll
     for (int r = 0; r < 2; ++r) l[i][r] = l[i][r] * alpha[r] + sum[r];
@@ -444,9 +421,9 @@ extern "C" __global__ void __launch_bounds__(PF_THREADS)
 #pragma unroll
     for (int d = 0; d < PF_HEAD_PAD / 8; ++d) {
       *reinterpret_cast<unsigned*>(s_o + g * PF_ROW + d * 8 + t2) =
-          pf_pack(o[i][d][0] * inv[0], o[i][d][1] * inv[0]);
+          ga_pack2(o[i][d][0] * inv[0], o[i][d][1] * inv[0]);
       *reinterpret_cast<unsigned*>(s_o + (g + 8) * PF_ROW + d * 8 + t2) =
-          pf_pack(o[i][d][2] * inv[1], o[i][d][3] * inv[1]);
+          ga_pack2(o[i][d][2] * inv[1], o[i][d][3] * inv[1]);
     }
   }
   __syncwarp();

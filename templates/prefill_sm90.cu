@@ -277,28 +277,6 @@ __device__ __forceinline__ void pw_wgmma_rs(float (&d)[N / 2], const unsigned (&
   }
 }
 
-// Two floats -> packed pair of the spec's 16-bit type, lo in the low half.
-__device__ __forceinline__ unsigned pw_pack(float lo, float hi) {
-  unsigned r;
-  if (IS_BF16) {
-    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
-  } else {
-    asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
-  }
-  return r;
-}
-__device__ __forceinline__ float pw_exp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
-__device__ __forceinline__ float pw_rcp(float x) {
-  float y;
-  asm("rcp.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
-
-constexpr float PW_LOG2E = 1.4426950408889634f;
 
 constexpr int PW_LOAD_ITERS = PW_BLOCK_N * PW_CHUNKS / 128;  // 16-byte copies per thread
 static_assert(PW_BLOCK_N * PW_CHUNKS % 128 == 0, "prefill_sm90: uneven K/V tile split");
@@ -354,8 +332,8 @@ __device__ __forceinline__ void pw_softmax(const PrefillParams& p, float (&s)[PW
       float x = s[j * 4 + e];
       if (HAS_SOFT_CAP) {
         // cap * tanh(scale * x / cap), tanh(y) = 1 - 2 / (e^{2y} + 1): exact enough at both ends.
-        const float ex = pw_exp2(x * (2.f * PW_LOG2E) * (p.scale / p.soft_cap));
-        x = (p.soft_cap * PW_LOG2E) * (1.f - 2.f * pw_rcp(ex + 1.f));
+        const float ex = ga_exp2(x * (2.f * GA_LOG2E) * (p.scale / p.soft_cap));
+        x = (p.soft_cap * GA_LOG2E) * (1.f - 2.f * ga_rcp(ex + 1.f));
       } else {
         x *= p.scale_log2;
       }
@@ -377,19 +355,19 @@ __device__ __forceinline__ void pw_softmax(const PrefillParams& p, float (&s)[PW
     mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
     const float m_new = fmaxf(m[r], mx[r]);
     m_use[r] = m_new == ninf ? 0.f : m_new;  // a row with nothing visible yet stays at zero
-    alpha[r] = pw_exp2(m[r] - m_use[r]);
+    alpha[r] = ga_exp2(m[r] - m_use[r]);
     m[r] = m_new;
   }
 #pragma unroll
   for (int j = 0; j < NB; ++j) {
-    const float p0 = pw_exp2(s[j * 4 + 0] - m_use[0]);
-    const float p1 = pw_exp2(s[j * 4 + 1] - m_use[0]);
-    const float p2 = pw_exp2(s[j * 4 + 2] - m_use[1]);
-    const float p3 = pw_exp2(s[j * 4 + 3] - m_use[1]);
+    const float p0 = ga_exp2(s[j * 4 + 0] - m_use[0]);
+    const float p1 = ga_exp2(s[j * 4 + 1] - m_use[0]);
+    const float p2 = ga_exp2(s[j * 4 + 2] - m_use[1]);
+    const float p3 = ga_exp2(s[j * 4 + 3] - m_use[1]);
     sum[0] += p0 + p1;
     sum[1] += p2 + p3;
-    pf[j >> 1][(j & 1) * 2 + 0] = pw_pack(p0, p1);
-    pf[j >> 1][(j & 1) * 2 + 1] = pw_pack(p2, p3);
+    pf[j >> 1][(j & 1) * 2 + 0] = ga_pack2(p0, p1);
+    pf[j >> 1][(j & 1) * 2 + 1] = ga_pack2(p2, p3);
   }
 #pragma unroll
   for (int r = 0; r < 2; ++r) l[r] = l[r] * alpha[r] + sum[r];
@@ -587,7 +565,7 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
       for (int r = 0; r < 2; ++r) {
         const int row = row0 + g + r * 8;
         *reinterpret_cast<unsigned*>(s_q + pw_swizzle(row, d, PW_BLOCK_M) + t2 * 2) =
-            pw_pack(o[d * 4 + 2 * r] * inv[r], o[d * 4 + 2 * r + 1] * inv[r]);
+            ga_pack2(o[d * 4 + 2 * r] * inv[r], o[d * 4 + 2 * r + 1] * inv[r]);
       }
     }
     __syncwarp();
