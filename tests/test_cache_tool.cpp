@@ -197,6 +197,36 @@ TEST_CASE("cache tool: compile prints compiled, then hit on a second run") {
   CHECK(entry_files(dir.path()).size() == kSeedSpecs.size());
 }
 
+TEST_CASE("cache tool: compile --model warms every kernel of a built-in model") {
+  TempDir dir;
+  const std::vector<std::string> args = {"--json", "--dir", dir.path(), "compile",
+                                         "--model", "mistral-7b", "--arch", "80",
+                                         "--kv-cache-dtype", "e4m3"};
+  const ToolRun first = run_tool(args);
+  REQUIRE_MESSAGE(first.code == 0, describe(first));
+  const Json j = json_of(first);
+  // mistral-7b: cache write, windowed decode, its reduce, windowed prefill.
+  const std::vector<std::string> want = {
+      "cache_write_h128_b16_bf16_kve4m3_g1_swa0_cap0_nhd_sm80",
+      "decode_h128_b16_bf16_kve4m3_g4_swa1_cap0_nhd_sm80",
+      "decode_reduce_h128_b16_bf16_kvauto_g1_swa0_cap0_nhd_sm80",
+      "prefill_h128_b16_bf16_kve4m3_g4_swa1_cap0_nhd_sm80"};
+  REQUIRE(j["results"].size() == want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    CHECK(j["results"][i]["spec"] == want[i]);
+    CHECK(j["results"][i]["result"] == "compiled");
+  }
+  const Json again = json_of(run_tool(args));
+  CHECK(again["hits"] == want.size());
+  CHECK(again["compiled"] == 0);
+  CHECK(entry_files(dir.path()).size() == want.size());
+  // Neither --spec nor --model, or an unknown model: usage errors.
+  CHECK(run_tool({"--dir", dir.path(), "compile"}).code == 2);
+  const ToolRun unknown = run_tool({"--dir", dir.path(), "compile", "--model", "gpt-9"});
+  CHECK(unknown.code == 2);
+  CHECK(unknown.err.find("unknown model 'gpt-9'; built-in models: llama-3-8b") != std::string::npos);
+}
+
 TEST_CASE("cache tool: list and stats report every entry") {
   TempDir dir;
   copy_seed(dir.path());

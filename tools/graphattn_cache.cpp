@@ -39,6 +39,7 @@
 #include "graphattn/jit.hpp"
 #include "graphattn/spec.hpp"
 #include "jit_cache/disk_tier.hpp"
+#include "tools/models.hpp"
 
 namespace {
 
@@ -71,6 +72,11 @@ struct Options {
   std::string max_bytes_text;      // prune
   double older_than_days = -1;     // prune; negative: not given
   std::vector<std::string> specs;  // compile
+  std::vector<std::string> models;  // compile: every kernel of these built-in models
+  int arch = 90;                    // compile --model: target arch
+  int block_size = 16;              // compile --model
+  std::string dtype = "bf16";       // compile --model
+  std::string kv_dtype = "auto";    // compile --model
   unsigned threads = 0;            // compile; 0: hardware threads
   bool dump_source = false;        // compile
 };
@@ -814,7 +820,27 @@ int cmd_compile(const Options& o) {
       bad += std::string(bad.empty() ? "" : "\n") + "--spec '" + text + "': " + ex.what();
     }
   }
+  for (const auto& name : o.models) {
+    try {
+      graphattn::tools::ModelRunSettings rs;
+      rs.block_size = o.block_size;
+      rs.dtype = graphattn::AttentionSpec::parse("decode_h128_b16_" + o.dtype +
+                                                 "_kvauto_g1_swa0_cap0_nhd_sm90")
+                     .dtype;
+      rs.kv_dtype = graphattn::AttentionSpec::parse("decode_h128_b16_bf16_kv" + o.kv_dtype +
+                                                    "_g1_swa0_cap0_nhd_sm90")
+                        .kv_dtype;
+      rs.arch = o.arch;
+      const auto layers =
+          graphattn::tools::model_layer_configs(graphattn::tools::find_model(name), rs);
+      for (const auto& spec : graphattn::tools::model_kernel_specs(layers))
+        if (std::find(specs.begin(), specs.end(), spec) == specs.end()) specs.push_back(spec);
+    } catch (const std::exception& ex) {
+      bad += std::string(bad.empty() ? "" : "\n") + "--model '" + name + "': " + ex.what();
+    }
+  }
   if (!bad.empty()) throw UsageError(bad);
+  if (specs.empty()) throw UsageError("compile needs at least one --spec or --model");
 
   std::vector<std::string> warnings;
   std::mutex warn_mu;
@@ -968,11 +994,19 @@ int main(int argc, char** argv) {
       "clear", "remove every entry, lock, source and temp file (other files stay)");
   CLI::App* stats = app.add_subcommand("stats", "entries and bytes, by kernel kind and by arch");
   CLI::App* compile = app.add_subcommand("compile", "compile specs into the cache ahead of time");
-  compile
-      ->add_option("--spec", o.specs,
-                   "a spec string such as "
-                   "cache_write_h128_b16_bf16_kvauto_g1_swa0_cap0_nhd_sm90; repeatable")
-      ->required();
+  compile->add_option("--spec", o.specs,
+                      "a spec string such as "
+                      "cache_write_h128_b16_bf16_kvauto_g1_swa0_cap0_nhd_sm90; repeatable");
+  compile->add_option("--model", o.models,
+                      "every kernel of a built-in model (llama-3-8b, qwen2.5-7b, mistral-7b, "
+                      "gemma-2-9b); repeatable");
+  compile->add_option("--arch", o.arch, "with --model: target arch, e.g. 90")
+      ->capture_default_str();
+  compile->add_option("--block-size", o.block_size, "with --model: KV cache block size")
+      ->capture_default_str();
+  compile->add_option("--dtype", o.dtype, "with --model: fp16 or bf16")->capture_default_str();
+  compile->add_option("--kv-cache-dtype", o.kv_dtype, "with --model: auto, e4m3 or e5m2")
+      ->capture_default_str();
   compile->add_option("--threads", o.threads, "compile threads (0: one per core)")
       ->check(CLI::Range(0u, 1024u));
   compile->add_flag("--dump-source", o.dump_source, "write each compiled source beside its entry");

@@ -59,38 +59,6 @@ double percentile(std::vector<double> v, double p) {
   return v[i];
 }
 
-std::vector<AttentionLayerConfig> layer_configs(const tools::ModelConfig& m, const Settings& s,
-                                                int arch) {
-  AttentionSpec probe = AttentionSpec::parse("decode_h128_b16_" + s.dtype + "_kv" + s.kv_dtype +
-                                             "_g1_swa0_cap0_nhd_sm90");
-  std::vector<AttentionLayerConfig> out;
-  for (int l = 0; l < m.num_layers; ++l) {
-    AttentionLayerConfig c;
-    c.num_heads = m.num_heads;
-    c.num_kv_heads = m.num_kv_heads;
-    c.head_size = m.head_size;
-    c.block_size = s.block_size;
-    c.dtype = probe.dtype;
-    c.kv_dtype = probe.kv_dtype;
-    c.window = m.window_alternates ? (l % 2 == 0 ? m.window : 0) : m.window;
-    c.soft_cap = m.soft_cap;
-    c.k_scale = c.v_scale = probe.kv_dtype == KvDType::kAuto ? 1.0f : 0.05f;
-    c.max_model_len = s.max_model_len;
-    c.max_num_seqs = s.max_num_seqs;
-    c.arch = arch;
-    out.push_back(c);
-  }
-  return out;
-}
-
-std::vector<AttentionSpec> model_specs(const std::vector<AttentionLayerConfig>& layers) {
-  std::vector<AttentionSpec> specs;
-  for (const auto& c : layers)
-    for (const auto& s : AttentionBackend(c).required_specs())
-      if (std::find(specs.begin(), specs.end(), s) == specs.end()) specs.push_back(s);
-  return specs;
-}
-
 int compile_phase(KernelCache& cache, const std::vector<AttentionSpec>& specs, unsigned threads,
                   const std::string& model, int arch) {
   std::printf("[compile] %s: %zu kernels for sm_%d, cache %s\n", model.c_str(), specs.size(), arch,
@@ -458,11 +426,19 @@ int main(int argc, char** argv) {
     } else if (arch == 0) {
       arch = 90;
     }
-    const auto layers = layer_configs(m, s, arch);
+    tools::ModelRunSettings rs;
+    rs.block_size = s.block_size;
+    rs.dtype = AttentionSpec::parse("decode_h128_b16_" + s.dtype + "_kvauto_g1_swa0_cap0_nhd_sm90").dtype;
+    rs.kv_dtype =
+        AttentionSpec::parse("decode_h128_b16_bf16_kv" + s.kv_dtype + "_g1_swa0_cap0_nhd_sm90").kv_dtype;
+    rs.max_model_len = s.max_model_len;
+    rs.max_num_seqs = s.max_num_seqs;
+    rs.arch = arch;
+    const auto layers = tools::model_layer_configs(m, rs);
     CacheOptions opts;
     opts.dir = s.cache_dir;
     KernelCache cache(opts);
-    if (compile_phase(cache, model_specs(layers), s.threads, m.name, arch) != 0) return 1;
+    if (compile_phase(cache, tools::model_kernel_specs(layers), s.threads, m.name, arch) != 0) return 1;
     if (!gpu) {
       std::printf("[capture] skipped: no GPU found (%s)\n[decode] skipped: no GPU found\n", why.c_str());
       return 0;

@@ -1,5 +1,7 @@
 #include "tools/models.hpp"
 
+#include <algorithm>
+
 #include "graphattn/error.hpp"
 
 namespace graphattn::tools {
@@ -21,6 +23,36 @@ const ModelConfig& find_model(const std::string& name) {
     known += (known.empty() ? "" : ", ") + m.name;
   }
   throw Error("unknown model '" + name + "'; built-in models: " + known);
+}
+
+std::vector<AttentionLayerConfig> model_layer_configs(const ModelConfig& m,
+                                                      const ModelRunSettings& s) {
+  std::vector<AttentionLayerConfig> out;
+  for (int l = 0; l < m.num_layers; ++l) {
+    AttentionLayerConfig c;
+    c.num_heads = m.num_heads;
+    c.num_kv_heads = m.num_kv_heads;
+    c.head_size = m.head_size;
+    c.block_size = s.block_size;
+    c.dtype = s.dtype;
+    c.kv_dtype = s.kv_dtype;
+    c.window = m.window_alternates ? (l % 2 == 0 ? m.window : 0) : m.window;
+    c.soft_cap = m.soft_cap;
+    c.k_scale = c.v_scale = s.kv_dtype == KvDType::kAuto ? 1.0f : 0.05f;
+    c.max_model_len = s.max_model_len;
+    c.max_num_seqs = s.max_num_seqs;
+    c.arch = s.arch;
+    out.push_back(c);
+  }
+  return out;
+}
+
+std::vector<AttentionSpec> model_kernel_specs(const std::vector<AttentionLayerConfig>& layers) {
+  std::vector<AttentionSpec> specs;
+  for (const auto& c : layers)
+    for (const auto& s : AttentionBackend(c).required_specs())
+      if (std::find(specs.begin(), specs.end(), s) == specs.end()) specs.push_back(s);
+  return specs;
 }
 
 }  // namespace graphattn::tools

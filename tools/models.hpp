@@ -4,6 +4,8 @@
 #include <string>
 #include <vector>
 
+#include "graphattn/backend.hpp"
+
 namespace graphattn::tools {
 
 struct ModelConfig {
@@ -20,5 +22,21 @@ struct ModelConfig {
 const std::vector<ModelConfig>& builtin_models();
 // Throws graphattn::Error naming the model and listing the built-in ones.
 const ModelConfig& find_model(const std::string& name);
+
+// How an engine runs a model: what the kernels are specialized for beyond the model itself.
+struct ModelRunSettings {
+  int block_size = 16;
+  DType dtype = DType::kBFloat16;
+  KvDType kv_dtype = KvDType::kAuto;
+  int max_model_len = 4096;
+  int max_num_seqs = 64;
+  int arch = 90;  // the target; 0 resolves to the current device when a backend is built
+};
+
+// One attention configuration per layer (fp8 caches get a fixed scale of 0.05).
+std::vector<AttentionLayerConfig> model_layer_configs(const ModelConfig& m,
+                                                      const ModelRunSettings& s);
+// Every distinct kernel those layers need, in first-use order. Needs no GPU when arch != 0.
+std::vector<AttentionSpec> model_kernel_specs(const std::vector<AttentionLayerConfig>& layers);
 
 }  // namespace graphattn::tools
