@@ -824,12 +824,8 @@ int cmd_compile(const Options& o) {
     try {
       graphattn::tools::ModelRunSettings rs;
       rs.block_size = o.block_size;
-      rs.dtype = graphattn::AttentionSpec::parse("decode_h128_b16_" + o.dtype +
-                                                 "_kvauto_g1_swa0_cap0_nhd_sm90")
-                     .dtype;
-      rs.kv_dtype = graphattn::AttentionSpec::parse("decode_h128_b16_bf16_kv" + o.kv_dtype +
-                                                    "_g1_swa0_cap0_nhd_sm90")
-                        .kv_dtype;
+      rs.dtype = graphattn::tools::dtype_from_name(o.dtype);
+      rs.kv_dtype = graphattn::tools::kv_dtype_from_name(o.kv_dtype);
       rs.arch = o.arch;
       const auto layers =
           graphattn::tools::model_layer_configs(graphattn::tools::find_model(name), rs);

@@ -428,9 +428,8 @@ int main(int argc, char** argv) {
     }
     tools::ModelRunSettings rs;
     rs.block_size = s.block_size;
-    rs.dtype = AttentionSpec::parse("decode_h128_b16_" + s.dtype + "_kvauto_g1_swa0_cap0_nhd_sm90").dtype;
-    rs.kv_dtype =
-        AttentionSpec::parse("decode_h128_b16_bf16_kv" + s.kv_dtype + "_g1_swa0_cap0_nhd_sm90").kv_dtype;
+    rs.dtype = tools::dtype_from_name(s.dtype);
+    rs.kv_dtype = tools::kv_dtype_from_name(s.kv_dtype);
     rs.max_model_len = s.max_model_len;
     rs.max_num_seqs = s.max_num_seqs;
     rs.arch = arch;

@@ -25,6 +25,18 @@ const ModelConfig& find_model(const std::string& name) {
   throw Error("unknown model '" + name + "'; built-in models: " + known);
 }
 
+DType dtype_from_name(const std::string& name) {
+  for (DType t : {DType::kFloat16, DType::kBFloat16})
+    if (name == to_string(t)) return t;
+  throw Error("dtype '" + name + "' is not supported; supported: fp16, bf16");
+}
+
+KvDType kv_dtype_from_name(const std::string& name) {
+  for (KvDType t : {KvDType::kAuto, KvDType::kFp8E4M3, KvDType::kFp8E5M2})
+    if (name == to_string(t)) return t;
+  throw Error("KV cache dtype '" + name + "' is not supported; supported: auto, e4m3, e5m2");
+}
+
 std::vector<AttentionLayerConfig> model_layer_configs(const ModelConfig& m,
                                                       const ModelRunSettings& s) {
   std::vector<AttentionLayerConfig> out;

@@ -33,6 +33,11 @@ struct ModelRunSettings {
   int arch = 90;  // the target; 0 resolves to the current device when a backend is built
 };
 
+// Reads the command-line names of the element types ("fp16"/"bf16", "auto"/"e4m3"/"e5m2");
+// throws graphattn::Error naming the bad name and the allowed ones.
+DType dtype_from_name(const std::string& name);
+KvDType kv_dtype_from_name(const std::string& name);
+
 // One attention configuration per layer (fp8 caches get a fixed scale of 0.05).
 std::vector<AttentionLayerConfig> model_layer_configs(const ModelConfig& m,
                                                       const ModelRunSettings& s);
