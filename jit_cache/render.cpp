@@ -29,7 +29,6 @@ Family family_of(const AttentionSpec& spec) {
   switch (spec.kind) {
     case KernelKind::kCacheWrite: return {"cache_write.cu", "graphattn_cache_write"};
     case KernelKind::kDecode: return {"decode.cu", "graphattn_decode"};
-    case KernelKind::kDecodeReduce: return {"decode_reduce.cu", "graphattn_decode_reduce"};
     case KernelKind::kPrefill:
       if (detail::select_prefill_kernel(spec) == detail::PrefillKernel::kWgmma)
         return {"prefill_sm90.cu", "graphattn_prefill", "a"};

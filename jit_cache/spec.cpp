@@ -51,7 +51,6 @@ const char* to_string(KernelKind k) {
   switch (k) {
     case KernelKind::kCacheWrite: return "cache_write";
     case KernelKind::kDecode: return "decode";
-    case KernelKind::kDecodeReduce: return "decode_reduce";
     case KernelKind::kPrefill: return "prefill";
   }
   return "?";
@@ -69,9 +68,8 @@ const char* to_string(KvLayout l) { return l == KvLayout::kNHD ? "nhd" : "hnd"; 
 
 void AttentionSpec::validate() const {
   if (kind != KernelKind::kCacheWrite && kind != KernelKind::kDecode &&
-      kind != KernelKind::kDecodeReduce && kind != KernelKind::kPrefill)
-    fail("kernel kind", std::to_string(static_cast<int>(kind)),
-         "cache_write, decode, decode_reduce, prefill");
+      kind != KernelKind::kPrefill)
+    fail("kernel kind", std::to_string(static_cast<int>(kind)), "cache_write, decode, prefill");
   if (!contains(supported_head_sizes(), head_size))
     fail("head size", std::to_string(head_size), "32, 40, ..., 256 (multiples of 8)");
   if (!contains(supported_block_sizes(), block_size))
@@ -94,12 +92,6 @@ void AttentionSpec::validate() const {
     throw Error("spec " + to_string() +
                 ": the cache write kernel does not depend on the group, window or soft cap; "
                 "use g1_swa0_cap0 so that one kernel serves them all");
-  if (kind == KernelKind::kDecodeReduce &&
-      (block_size != 16 || kv_dtype != KvDType::kAuto || group != 1 || sliding_window ||
-       soft_cap || layout != KvLayout::kNHD))
-    throw Error("spec " + to_string() +
-                ": the decode reduce kernel depends only on the head size, dtype and arch; use "
-                "b16_kvauto_g1_swa0_cap0_nhd so that one kernel serves them all");
 }
 
 std::string AttentionSpec::to_string() const {
@@ -142,7 +134,7 @@ bool take_literal(const std::string& s, size_t& pos, const char* lit) {
 
 AttentionSpec AttentionSpec::parse(const std::string& text) {
   const char* grammar =
-      "<cache_write|decode|decode_reduce|prefill>_h<head>_b<block>_<fp16|bf16>_kv<auto|e4m3|"
+      "<cache_write|decode|prefill>_h<head>_b<block>_<fp16|bf16>_kv<auto|e4m3|"
       "e5m2>_g<group>_swa<0|1>_cap<0|1>_<nhd|hnd>_sm<arch>";
   auto bad = [&](const std::string& why) -> Error {
     return Error("malformed spec string '" + text + "': " + why + "; expected " + grammar +
@@ -150,9 +142,7 @@ AttentionSpec AttentionSpec::parse(const std::string& text) {
   };
   AttentionSpec s;
   size_t pos = 0;
-  // Longest kind first: "decode_reduce" before "decode".
   if (take_literal(text, pos, "cache_write_")) s.kind = KernelKind::kCacheWrite;
-  else if (take_literal(text, pos, "decode_reduce_")) s.kind = KernelKind::kDecodeReduce;
   else if (take_literal(text, pos, "decode_")) s.kind = KernelKind::kDecode;
   else if (take_literal(text, pos, "prefill_")) s.kind = KernelKind::kPrefill;
   else throw bad("unknown kernel kind");

@@ -33,7 +33,9 @@ AttentionSpec layer_spec(const AttentionLayerConfig& c, KernelKind kind, int arc
   return s;
 }
 
-enum SpecIndex { kWrite = 0, kDecodeIdx = 1, kReduceIdx = 2, kPrefillIdx = 3 };
+enum SpecIndex { kWrite = 0, kDecodeIdx = 1, kPrefillIdx = 2 };
+
+size_t align256(size_t x) { return (x + 255) / 256 * 256; }
 
 }  // namespace
 
@@ -88,8 +90,7 @@ AttentionBackend::AttentionBackend(const AttentionLayerConfig& config) : config_
   write.sliding_window = false;
   write.soft_cap = false;
   const AttentionSpec decode = layer_spec(config_, KernelKind::kDecode, config_.arch);
-  specs_ = {write, decode, detail::decode_reduce_spec(decode),
-            layer_spec(config_, KernelKind::kPrefill, config_.arch)};
+  specs_ = {write, decode, layer_spec(config_, KernelKind::kPrefill, config_.arch)};
   for (const auto& s : specs_) s.validate();
 }
 
@@ -123,6 +124,14 @@ int AttentionBackend::decode_stages(int num_decodes) const {
       .stages;
 }
 
+// The workspace: the split counters (sized for max_num_seqs, at a fixed place so that every
+// batch size finds its counters at zero), then the partials of the largest batch's launch.
+size_t AttentionBackend::counter_bytes() const {
+  return align256(detail::decode_counter_count(config_.max_num_seqs, config_.num_kv_heads,
+                                               config_.num_heads / config_.num_kv_heads) *
+                  sizeof(unsigned));
+}
+
 size_t AttentionBackend::workspace_bytes() const {
   GA_REQUIRE(prepared_,
              "workspace_bytes: call prepare() first (the split policy needs the device)");
@@ -130,7 +139,7 @@ size_t AttentionBackend::workspace_bytes() const {
   for (int b = 1; b <= config_.max_num_seqs; ++b)
     most = std::max(most, detail::decode_workspace_bytes(b, config_.num_heads, config_.head_size,
                                                          decode_max_splits(b)));
-  return most;
+  return counter_bytes() + most;
 }
 
 void AttentionBackend::forward(const TensorView& query, const TensorView& key,
@@ -198,15 +207,18 @@ void AttentionBackend::forward(const TensorView& query, const TensorView& key,
   d.soft_cap = c.soft_cap;
   d.k_scale = c.k_scale;
   d.v_scale = c.v_scale;
-  d.workspace = workspace;
-  d.workspace_size = workspace_size;
+  const size_t counters = counter_bytes();
+  d.counters = workspace;
+  d.workspace = workspace_size >= counters ? static_cast<unsigned char*>(workspace) + counters
+                                           : nullptr;
+  d.workspace_size = workspace_size >= counters ? workspace_size - counters : 0;
   const bool decode = md.num_decodes > 0;
   if (decode) {
     GA_REQUIRE(detail::decode_spec(d, c.arch) == specs_[kDecodeIdx],
                "forward: the views need kernel " + detail::decode_spec(d, c.arch).to_string() +
                    " but the layer prepared " + specs_[kDecodeIdx].to_string());
-    const size_t need =
-        detail::decode_workspace_bytes(md.num_decodes, c.num_heads, c.head_size, d.max_splits);
+    const size_t need = counters + detail::decode_workspace_bytes(md.num_decodes, c.num_heads,
+                                                                  c.head_size, d.max_splits);
     GA_REQUIRE(workspace != nullptr && workspace_size >= need,
                "forward: workspace of " + str(static_cast<int64_t>(workspace_size)) +
                    " bytes is smaller than the " + str(static_cast<int64_t>(need)) +
@@ -236,10 +248,11 @@ void AttentionBackend::forward(const TensorView& query, const TensorView& key,
                    " but the layer prepared " + specs_[kPrefillIdx].to_string());
   }
 
-  // A decode-only step split across blocks (small batches, where each launch is a large share of
-  // the step) writes its new keys and values inside the decode kernel: one launch fewer per
-  // layer. Large batches (one split) and batches with prefills run the cache write kernel first;
-  // measured on an H200, the fused write cost 3% at batch 64 and saved 7% at batch 1.
+  // A decode-only step writes its new keys and values inside the decode kernel: one launch fewer
+  // per layer. With a 16-bit cache the kernel reads the new rows from key / value directly, so
+  // the write costs no wait; an fp8 cache reads them back after a fence, which measured 3%
+  // slower at batch 64 on an H200, so fp8 fuses only split launches (small batches, where the
+  // saved launch matters most). Batches with prefills run the cache write kernel first.
   TensorView k = key, v = value;
   if (write) {
     k.shape[0] = md.num_actual_tokens;
@@ -247,7 +260,8 @@ void AttentionBackend::forward(const TensorView& query, const TensorView& key,
     detail::check_cache_write(k, v, kv_cache, md.slot_mapping, c.k_scale, c.v_scale);
   }
   const bool fused_write = write && decode && !prefill &&
-                           md.num_actual_tokens == md.num_decodes && d.max_splits > 1;
+                           md.num_actual_tokens == md.num_decodes &&
+                           (c.kv_dtype == KvDType::kAuto || d.max_splits > 1);
   if (fused_write) {
     d.new_key = k;
     d.new_value = v;
@@ -255,7 +269,7 @@ void AttentionBackend::forward(const TensorView& query, const TensorView& key,
   } else if (write) {
     write_kv_cache(k, v, kv_cache, md.slot_mapping, c.k_scale, c.v_scale, stream, *cache_);
   }
-  if (decode) detail::launch_decode(*kernels_[kDecodeIdx], *kernels_[kReduceIdx], d, stream);
+  if (decode) detail::launch_decode(*kernels_[kDecodeIdx], d, stream);
   if (prefill) detail::launch_prefill(*kernels_[kPrefillIdx], pf, stream);
 }
 

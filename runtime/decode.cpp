@@ -20,7 +20,7 @@ std::string str(int64_t v) { return std::to_string(v); }
 size_t align_up(size_t x) { return (x + 255) / 256 * 256; }
 
 struct WorkspaceLayout {
-  size_t partial_out = 0, partial_lse = 0, num_splits = 0, total = 0;
+  size_t partial_out = 0, partial_lse = 0, total = 0;
 };
 
 WorkspaceLayout workspace_layout(int num_decodes, int num_heads, int head_size, int max_splits) {
@@ -30,8 +30,7 @@ WorkspaceLayout workspace_layout(int num_decodes, int num_heads, int head_size, 
       max_splits > 1 ? static_cast<size_t>(num_decodes) * num_heads * max_splits : 0;
   w.partial_out = 0;
   w.partial_lse = align_up(rows * head_size * sizeof(float));
-  w.num_splits = w.partial_lse + align_up(rows * sizeof(float));
-  w.total = w.num_splits + align_up(static_cast<size_t>(num_decodes) * sizeof(int));
+  w.total = w.partial_lse + align_up(rows * sizeof(float));
   return w;
 }
 
@@ -73,24 +72,13 @@ AttentionSpec decode_spec(const DecodeLaunch& a, int arch) {
                             a.soft_cap, arch);
 }
 
-AttentionSpec decode_reduce_spec(const AttentionSpec& decode) {
-  AttentionSpec r;
-  r.kind = KernelKind::kDecodeReduce;
-  r.head_size = decode.head_size;
-  r.block_size = 16;
-  r.dtype = decode.dtype;
-  r.kv_dtype = KvDType::kAuto;
-  r.group = 1;
-  r.sliding_window = false;
-  r.soft_cap = false;
-  r.layout = KvLayout::kNHD;
-  r.arch = decode.arch;
-  r.validate();
-  return r;
-}
-
 size_t decode_workspace_bytes(int num_decodes, int num_heads, int head_size, int max_splits) {
   return workspace_layout(num_decodes, num_heads, head_size, max_splits).total;
+}
+
+size_t decode_counter_count(int num_decodes, int num_kv_heads, int group) {
+  return static_cast<size_t>(std::max(num_decodes, 0)) * std::max(num_kv_heads, 0) *
+         ga_decode_head_chunks(group);
 }
 
 int prepare_decode_kernel(const LoadedKernel& decode) {
@@ -133,17 +121,12 @@ DecodeGrid decode_grid(int num_decodes, int num_kv_heads, int group, int max_mod
   return g;
 }
 
-void launch_decode(const LoadedKernel& decode, const LoadedKernel& reduce, const DecodeLaunch& a,
-                   CUstream stream) {
-  GA_REQUIRE(decode.compiled != nullptr && reduce.compiled != nullptr,
-             "launch_decode: kernels are not loaded");
+void launch_decode(const LoadedKernel& decode, const DecodeLaunch& a, CUstream stream) {
+  GA_REQUIRE(decode.compiled != nullptr, "launch_decode: kernel is not loaded");
   const AttentionSpec& ks = decode.compiled->spec;
   const AttentionSpec spec = decode_spec(a, ks.arch);
   GA_REQUIRE(spec == ks, "launch_decode: the arguments need kernel " + spec.to_string() +
                              " but kernel " + ks.to_string() + " was given");
-  GA_REQUIRE(reduce.compiled->spec == decode_reduce_spec(spec),
-             "launch_decode: reduce kernel " + reduce.compiled->spec.to_string() +
-                 " does not pair with " + spec.to_string());
   require_vector_access(a.query, "query");
   require_vector_access(a.output, "output");
   const int64_t num_heads = a.query.shape[1];
@@ -170,12 +153,20 @@ void launch_decode(const LoadedKernel& decode, const LoadedKernel& reduce, const
             " and " + std::to_string(a.v_scale));
   const WorkspaceLayout w =
       workspace_layout(a.num_decodes, static_cast<int>(num_heads), spec.head_size, a.max_splits);
-  GA_REQUIRE(a.workspace != nullptr && a.workspace_size >= w.total &&
-                 reinterpret_cast<uintptr_t>(a.workspace) % 16 == 0,
+  GA_REQUIRE(w.total == 0 || (a.workspace != nullptr && a.workspace_size >= w.total &&
+                                reinterpret_cast<uintptr_t>(a.workspace) % 16 == 0),
              "decode workspace of " + str(static_cast<int64_t>(a.workspace_size)) + " bytes at " +
                  (a.workspace ? "an address" : "null") + " is too small or misaligned: " +
                  str(static_cast<int64_t>(w.total)) + " bytes, 16-byte aligned, are needed for " +
                  str(a.num_decodes) + " requests and " + str(a.max_splits) + " splits");
+  const int num_kv_heads = static_cast<int>(a.kv_cache.shape[3]);
+  GA_REQUIRE(a.max_splits == 1 || (a.counters != nullptr &&
+                                    reinterpret_cast<uintptr_t>(a.counters) % 4 == 0),
+             "decode counters must be a 4-byte aligned pointer to " +
+                 str(static_cast<int64_t>(
+                     decode_counter_count(a.num_decodes, num_kv_heads, spec.group))) +
+                 " zero-filled uint32 when max_splits (" + str(a.max_splits) + ") > 1, got " +
+                 (a.counters ? "a misaligned pointer" : "null"));
   if (a.num_decodes == 0) return;
 
   DecodeParams p{};
@@ -183,7 +174,7 @@ void launch_decode(const LoadedKernel& decode, const LoadedKernel& reduce, const
   set_paged_attention_views(p, a.query, a.output, a.kv_cache, a.seq_lens, a.block_table);
   p.partial_out = reinterpret_cast<float*>(ws + w.partial_out);
   p.partial_lse = reinterpret_cast<float*>(ws + w.partial_lse);
-  p.num_splits = reinterpret_cast<int*>(ws + w.num_splits);
+  p.counters = static_cast<unsigned*>(a.counters);
   p.scale = a.scale;
   p.k_scale = fp8 ? a.k_scale : 1.0f;
   p.v_scale = fp8 ? a.v_scale : 1.0f;
@@ -202,7 +193,6 @@ void launch_decode(const LoadedKernel& decode, const LoadedKernel& reduce, const
     p.num_slots = a.kv_cache.shape[1] * a.kv_cache.shape[2];
   }
 
-  const int num_kv_heads = static_cast<int>(a.kv_cache.shape[3]);
   const int64_t grid_y = int64_t{num_kv_heads} * ga_decode_head_chunks(spec.group);
   GA_REQUIRE(grid_y <= 65535, "decode launch too large: " + str(grid_y) +
                                   " KV-head blocks per request (at most 65535)");
@@ -223,22 +213,6 @@ void launch_decode(const LoadedKernel& decode, const LoadedKernel& reduce, const
   shape.block_x = GA_DECODE_THREADS;
   shape.shared_bytes = static_cast<unsigned>(smem);
   launch(decode, shape, stream, p);
-  if (a.max_splits == 1) return;  // every request wrote its output directly
-
-  DecodeReduceParams r{};
-  r.partial_out = p.partial_out;
-  r.partial_lse = p.partial_lse;
-  r.num_splits = p.num_splits;
-  r.output = a.output.data;
-  r.output_token_stride = a.output.strides[0];
-  r.output_head_stride = a.output.strides[1];
-  r.num_heads = static_cast<int>(num_heads);
-  r.max_splits = a.max_splits;
-  LaunchShape rs;
-  rs.grid_x = static_cast<unsigned>(num_heads);
-  rs.grid_y = static_cast<unsigned>(a.num_decodes);
-  rs.block_x = static_cast<unsigned>(ga_decode_reduce_threads(spec.head_size));
-  launch(reduce, rs, stream, r);
 }
 
 }  // namespace graphattn::detail

@@ -1,13 +1,13 @@
-// Host side of the split-KV decode kernels (templates/decode.cu, templates/decode_reduce.cu).
+// Host side of the split-KV decode kernel (templates/decode.cu).
 //
 // Use from a backend's forward():
 //   const AttentionSpec spec = detail::decode_spec(args, arch);        // once, before capture
-//   const LoadedKernel& dk = load_kernel(spec, cache);                 // and the reduce kernel:
-//   const LoadedKernel& rk = load_kernel(detail::decode_reduce_spec(spec), cache);
+//   const LoadedKernel& dk = load_kernel(spec, cache);
 //   const int sms = detail::prepare_decode_kernel(dk);
 //   const DecodeGrid g = detail::decode_grid(..., sms);                // fixed per batch size
 //   args.max_splits = g.max_splits; args.stages = g.stages;
-//   detail::launch_decode(dk, rk, args, stream);                       // capture-safe
+//   args.counters = zero-filled buffer of decode_counter_count(...) uint32, kept between launches
+//   detail::launch_decode(dk, args, stream);                           // capture-safe
 #pragma once
 
 #include <cuda.h>
@@ -36,8 +36,11 @@ struct DecodeLaunch {
   float soft_cap = 0.0f;      // logits soft cap; 0 = none (the spec must agree)
   float k_scale = 1.0f;       // fp8 KV: key = stored * k_scale; ignored otherwise
   float v_scale = 1.0f;       // fp8 KV: value = stored * v_scale; ignored otherwise
-  void* workspace = nullptr;  // decode_workspace_bytes(...) bytes, 16-byte aligned
+  void* workspace = nullptr;  // decode_workspace_bytes(...) bytes, 16-byte aligned, any content
   size_t workspace_size = 0;
+  // decode_counter_count(...) uint32 at 4-byte alignment, all zero before the launch; the kernel
+  // leaves them zero. Needed when max_splits > 1 (the last split of a request combines).
+  void* counters = nullptr;
   // Fused cache write, checked by the caller (check_cache_write): request r's new key and value
   // (row r) go to slot_mapping[r] inside the decode kernel. ndim 0: no write.
   TensorView new_key;       // [>= num_decodes, num_kv_heads, head_size] dtype of query
@@ -48,11 +51,11 @@ struct DecodeLaunch {
 // The decode spec these views and options need on `arch`. Checks ranks, dtypes and head counts
 // (throws graphattn::Error naming the bad argument); does not touch the device.
 AttentionSpec decode_spec(const DecodeLaunch& args, int arch);
-// The reduce kernel paired with a decode spec: head size, dtype and arch; the rest canonical.
-AttentionSpec decode_reduce_spec(const AttentionSpec& decode);
 
 // Workspace for the partial results of one launch.
 size_t decode_workspace_bytes(int num_decodes, int num_heads, int head_size, int max_splits);
+// Split counters of one launch: one per (request, KV head, chunk of 16 query heads).
+size_t decode_counter_count(int num_decodes, int num_kv_heads, int group);
 
 // Raises `decode`'s dynamic shared-memory limit to what its deepest pipeline needs and returns
 // the current device's multiprocessor count (the split policy's input). Call once per loaded
@@ -73,10 +76,10 @@ struct DecodeGrid {
 DecodeGrid decode_grid(int num_decodes, int num_kv_heads, int group, int max_model_len, int window,
                        int head_size, KvDType kv_dtype, int num_sms);
 
-// Checks `args` against the loaded kernels and launches decode (and the reduce when
-// max_splits > 1) on `stream`. Allocates and synchronizes nothing; capture-safe once loaded
-// and prepare_decode_kernel() has been called for `decode`. num_decodes 0 launches nothing.
-void launch_decode(const LoadedKernel& decode, const LoadedKernel& reduce, const DecodeLaunch& args,
-                   CUstream stream);
+// Checks `args` against the loaded kernel and launches decode on `stream` (one kernel: split
+// partials are combined by the last split of each request). Allocates and synchronizes nothing;
+// capture-safe once loaded and prepare_decode_kernel() has been called for `decode`.
+// num_decodes 0 launches nothing.
+void launch_decode(const LoadedKernel& decode, const DecodeLaunch& args, CUstream stream);
 
 }  // namespace graphattn::detail

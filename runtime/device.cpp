@@ -33,7 +33,15 @@ int current_device_arch() {
 }
 
 DeviceBuffer::DeviceBuffer(size_t bytes) : bytes_(bytes) {
-  if (bytes) GA_CU_CHECK(driver().cuMemAlloc(&ptr_, bytes));
+  if (!bytes) return;
+  GA_CU_CHECK(driver().cuMemAlloc(&ptr_, bytes));
+  // Zero-filled, so a fresh buffer can serve as a decode workspace (its counters start at 0).
+  const CUresult r = driver().cuMemsetD8(ptr_, 0, bytes);
+  if (r != CUDA_SUCCESS) {
+    driver().cuMemFree(ptr_);
+    ptr_ = 0;
+    GA_CU_CHECK(r);
+  }
 }
 
 DeviceBuffer::~DeviceBuffer() {

@@ -187,7 +187,6 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   const int seq_len = p.seq_lens[req];
   if (seq_len <= 0) {  // a padded row: zeros out, no block-table read
     if (split == 0) {
-      if (blockIdx.y == 0 && tid == 0) p.num_splits[req] = 0;
       for (int i = tid; i < heads_here * (HEAD_SIZE / 8); i += GA_DECODE_THREADS) {
         const int h = i / (HEAD_SIZE / 8), c = i - h * (HEAD_SIZE / 8);
         ga_u16* o = static_cast<ga_u16*>(p.output) + req * p.output_token_stride +
@@ -206,41 +205,48 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   if (num_splits > p.max_splits) num_splits = p.max_splits;
   const int tiles_per_split = (tiles + num_splits - 1) / num_splits;
   num_splits = (tiles + tiles_per_split - 1) / tiles_per_split;
-  if (split == 0 && blockIdx.y == 0 && tid == 0) p.num_splits[req] = num_splits;
   if (split >= num_splits) return;
-  if (p.new_key != nullptr && split == num_splits - 1) {
-    // Fused cache write: the new token sits in the last tile, which only this split reads, so
-    // it is stored here and read back through the pipeline below.
-    const long long slot = p.slot_mapping[req];
-    if (slot >= 0 && slot < p.num_slots) {
-      const long long blk = slot / BLOCK_SIZE;
-      const long long dst = blk * p.cache_block_stride + (slot - blk * BLOCK_SIZE) *
-                            p.cache_token_stride + static_cast<long long>(kv_head) * p.cache_head_stride;
-      for (int i = tid; i < 2 * (HEAD_SIZE / 8); i += GA_DECODE_THREADS) {
-        const int which = i / (HEAD_SIZE / 8);
-        const int d = (i - which * (HEAD_SIZE / 8)) * 8;
-        const ga_u16* src =
-            which ? static_cast<const ga_u16*>(p.new_value) + req * p.new_value_token_stride +
-                        kv_head * p.new_value_head_stride
-                  : static_cast<const ga_u16*>(p.new_key) + req * p.new_key_token_stride +
-                        kv_head * p.new_key_head_stride;
-        const uint4 x = *reinterpret_cast<const uint4*>(src + d);
-        void* cache = const_cast<void*>(which ? p.value_cache : p.key_cache);
-        if (KV_FP8 == 0) {
-          *reinterpret_cast<uint4*>(static_cast<ga_u16*>(cache) + dst + d) = x;
-        } else {
-          const ga_u16* h = reinterpret_cast<const ga_u16*>(&x);
-          const float scale = which ? p.v_scale : p.k_scale;
-          __align__(8) ga_u8 q[8];
+  // Fused cache write: the new token (position seq_len - 1) sits in the last tile, which only
+  // the last split reads. A 16-bit cache gets the row stored and the pipeline below copies the
+  // token from new_key / new_value instead of the cache, so nothing waits for the store; an fp8
+  // cache stores the rounded row and reads it back after a fence (the MMA needs fp8 bytes).
+  const bool last_split = split == num_splits - 1;
+  long long new_slot = -1;
+  if (p.new_key != nullptr && last_split) {
+    new_slot = p.slot_mapping[req];
+    if (new_slot >= p.num_slots) new_slot = -1;
+  }
+  if (new_slot >= 0) {
+    const long long blk = new_slot / BLOCK_SIZE;
+    const long long dst = blk * p.cache_block_stride +
+                          (new_slot - blk * BLOCK_SIZE) * p.cache_token_stride +
+                          static_cast<long long>(kv_head) * p.cache_head_stride;
+    for (int i = tid; i < 2 * (HEAD_SIZE / 8); i += GA_DECODE_THREADS) {
+      const int which = i / (HEAD_SIZE / 8);
+      const int d = (i - which * (HEAD_SIZE / 8)) * 8;
+      const ga_u16* src =
+          which ? static_cast<const ga_u16*>(p.new_value) + req * p.new_value_token_stride +
+                      kv_head * p.new_value_head_stride
+                : static_cast<const ga_u16*>(p.new_key) + req * p.new_key_token_stride +
+                      kv_head * p.new_key_head_stride;
+      const uint4 x = *reinterpret_cast<const uint4*>(src + d);
+      void* cache = const_cast<void*>(which ? p.value_cache : p.key_cache);
+      if (KV_FP8 == 0) {
+        *reinterpret_cast<uint4*>(static_cast<ga_u16*>(cache) + dst + d) = x;
+      } else {
+        const ga_u16* h = reinterpret_cast<const ga_u16*>(&x);
+        const float scale = which ? p.v_scale : p.k_scale;
+        __align__(8) ga_u8 q[8];
 #pragma unroll
-          for (int j = 0; j < 8; ++j) q[j] = ga_f32_to_kv_fp8(ga_to_float(h[j]) / scale);
-          *reinterpret_cast<uint2*>(static_cast<ga_u8*>(cache) + dst + d) =
-              *reinterpret_cast<const uint2*>(q);
-        }
+        for (int j = 0; j < 8; ++j) q[j] = ga_f32_to_kv_fp8(ga_to_float(h[j]) / scale);
+        *reinterpret_cast<uint2*>(static_cast<ga_u8*>(cache) + dst + d) =
+            *reinterpret_cast<const uint2*>(q);
       }
     }
-    __threadfence();
-    __syncthreads();
+    if (KV_FP8 != 0) {
+      __threadfence();
+      __syncthreads();
+    }
   }
   const int tile_begin = split * tiles_per_split;
   const int tile_end = tile_begin + tiles_per_split < tiles ? tile_begin + tiles_per_split : tiles;
@@ -269,6 +275,18 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   const long long token_bytes = p.cache_token_stride * KV_BYTES;
   const int* bt_row = p.block_table + req * p.block_table_stride;
   const unsigned ring_addr = ga_smem_addr(ring);
+  // 16-bit fused write: the new token's K and V rows come straight from new_key / new_value.
+  const bool direct = KV_FP8 == 0 && new_slot >= 0;
+  const unsigned char* new_k_row =
+      direct ? reinterpret_cast<const unsigned char*>(static_cast<const ga_u16*>(p.new_key) +
+                                                      req * p.new_key_token_stride +
+                                                      kv_head * p.new_key_head_stride)
+             : nullptr;
+  const unsigned char* new_v_row =
+      direct ? reinterpret_cast<const unsigned char*>(static_cast<const ga_u16*>(p.new_value) +
+                                                      req * p.new_value_token_stride +
+                                                      kv_head * p.new_value_head_stride)
+             : nullptr;
 
   // Block-table entries of this warp's tiles, 32 at a time: lane l holds tile j0 + l's.
   int bt_cached = 0, bt_j0 = -64;
@@ -300,8 +318,14 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
         const int chunk = (u * CP_BYTES) >> 4;
         const unsigned dst =
             stage + tok * ROW_BYTES + ((chunk ^ (tok & 7)) << 4) + ((u * CP_BYTES) & 15);
-        ga_cp_async(dst, key_cache + (valid ? src : off), valid);
-        ga_cp_async(dst + TILE_BYTES, value_cache + (valid ? src : off), valid);
+        const unsigned char* ksrc = key_cache + (valid ? src : off);
+        const unsigned char* vsrc = value_cache + (valid ? src : off);
+        if (direct && pos == seq_len - 1) {
+          ksrc = new_k_row + u * CP_BYTES;
+          vsrc = new_v_row + u * CP_BYTES;
+        }
+        ga_cp_async(dst, ksrc, valid);
+        ga_cp_async(dst + TILE_BYTES, vsrc, valid);
       }
     }
   };
@@ -527,5 +551,50 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
       *reinterpret_cast<float4*>(p.partial_out + row * HEAD_SIZE + d) = acc;
       if (d == 0) p.partial_lse[row] = mx + __log2f(l);
     }
+  }
+  if (num_splits == 1) return;
+
+  // The split that finishes last combines: each block publishes its partial (fence), counts
+  // itself on its (request, grid y) counter, and the one that sees num_splits - 1 reads every
+  // split's partial after a second fence. atomicInc wraps at num_splits - 1, so the counter is
+  // back at zero for the next launch.
+  __shared__ unsigned ga_last_arrival;
+  __threadfence();
+  __syncthreads();
+  if (tid == 0) {
+    const unsigned done =
+        atomicInc(p.counters + static_cast<long long>(req) * gridDim.y + blockIdx.y,
+                  static_cast<unsigned>(num_splits - 1));
+    ga_last_arrival = done == static_cast<unsigned>(num_splits - 1);
+  }
+  __syncthreads();
+  if (!ga_last_arrival) return;
+  __threadfence();
+  // out = sum_s 2^(lse_s - LSE) o_s with LSE = log2(sum_s 2^lse_s); o_s are normalized.
+  for (int i = tid; i < heads_here * D4; i += GA_DECODE_THREADS) {
+    const int h = i / D4, d = (i - h * D4) * 4;
+    const int head = first_head + h;
+    const long long row0 = (static_cast<long long>(req) * p.num_heads + head) * p.max_splits;
+    const float* lse = p.partial_lse + row0;
+    const float* part = p.partial_out + row0 * HEAD_SIZE + d;
+    float mx = GA_NEG_INF;
+    for (int sp = 0; sp < num_splits; ++sp) mx = fmaxf(mx, __ldcg(lse + sp));
+    float total = 0.0f;
+    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll 4
+    for (int sp = 0; sp < num_splits; ++sp) {
+      const float w = ga_exp2(__ldcg(lse + sp) - mx);
+      const float4 x = __ldcg(reinterpret_cast<const float4*>(part + sp * HEAD_SIZE));
+      total += w;
+      acc.x += w * x.x;
+      acc.y += w * x.y;
+      acc.z += w * x.z;
+      acc.w += w * x.w;
+    }
+    const float r = 1.0f / total;
+    ga_u16* out = static_cast<ga_u16*>(p.output) + req * p.output_token_stride +
+                  head * p.output_head_stride + d;
+    *reinterpret_cast<uint2*>(out) =
+        make_uint2(ga_pack2(acc.x * r, acc.y * r), ga_pack2(acc.z * r, acc.w * r));
   }
 }

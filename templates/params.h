@@ -31,7 +31,9 @@ struct CacheWriteParams {
 // threads, ga_decode_smem_bytes(..., stages) bytes of dynamic shared memory. Request r's split
 // count is computed on the device from seq_lens[r] (ga_decode_* below fixes the policy's
 // constants); blocks past it exit at once. A request with one split writes `output` directly;
-// others write partials that graphattn_decode_reduce combines.
+// otherwise each split writes a partial and counts itself done on its (request, grid y)
+// counter, and the split that arrives last combines the partials into `output` and returns the
+// counter to zero: no second kernel.
 struct DecodeParams {
   const void* query;              // [num_tokens, num_heads, head_size] dtype; request r: token r
   const void* key_cache;          // [num_blocks, block_size, num_kv_heads, head_size] NHD, or
@@ -44,7 +46,8 @@ struct DecodeParams {
                                   // split's softmax-normalized output (times v_scale)
   float* partial_lse;             // [num_decodes, num_heads, max_splits] fp32, log2 of each
                                   // split's sum of exp2(score)
-  int* num_splits;                // [num_decodes] int32, written: splits used (0: seq_len 0)
+  unsigned* counters;             // [num_decodes, gridDim.y] splits done so far; zero before
+                                  // the launch, zero again after it
   long long query_token_stride;   // elements
   long long query_head_stride;
   long long output_token_stride;
@@ -58,9 +61,11 @@ struct DecodeParams {
   float v_scale;                  // fp8 KV: value = stored * v_scale; 1 otherwise
   float soft_cap;                 // HAS_SOFT_CAP: scores -> soft_cap * tanh(score / soft_cap)
   int window;                     // HAS_WINDOW: key k visible from position p when p - k < window
-  // Fused cache write (decode-only steps): the blocks holding a request's last tile first store
-  // its new key and value at slot_mapping[r] (skipped when negative or >= num_slots), so no
-  // separate cache write kernel runs. new_key null: the cache was written already.
+  // Fused cache write (decode-only steps): the blocks holding a request's last tile store its
+  // new key and value at slot_mapping[r] (skipped when negative or >= num_slots), so no
+  // separate cache write kernel runs. With a 16-bit cache the new token's row is read from
+  // new_key / new_value directly (no wait for the store); fp8 reads it back from the cache.
+  // new_key null: the cache was written already.
   const void* new_key;            // [num_decodes, num_kv_heads, head_size] dtype; request r: row r
   const void* new_value;          // [num_decodes, num_kv_heads, head_size] dtype
   const long long* slot_mapping;  // [num_decodes] int64
@@ -72,19 +77,6 @@ struct DecodeParams {
   int max_splits;                 // == gridDim.x, >= 1
   int num_heads;                  // query heads (partials' row count)
   int stages;                     // cp.async pipeline depth, 2..ga_decode_max_stages(...)
-};
-
-// Combines the decode partials of requests that used more than one split. Grid
-// (num_heads, num_decodes), ga_decode_reduce_threads(HEAD_SIZE) threads.
-struct DecodeReduceParams {
-  const float* partial_out;       // [num_decodes, num_heads, max_splits, head_size] fp32
-  const float* partial_lse;       // [num_decodes, num_heads, max_splits] fp32 (log2 domain)
-  const int* num_splits;          // [num_decodes] int32 splits used; <= 1: nothing to combine
-  void* output;                   // [num_tokens, num_heads, head_size] dtype
-  long long output_token_stride;  // elements
-  long long output_head_stride;
-  int num_heads;
-  int max_splits;
 };
 
 // Launch geometry shared by the host and the decode templates (evaluated at compile time by both).
@@ -123,7 +115,6 @@ constexpr int ga_decode_smem_bytes(int head_size, int kv_bytes, int stages) {
   const int combine = GA_DECODE_WARPS * GA_DECODE_HEADS_PER_BLOCK * (row / kv_bytes + 2) * 4;
   return pipeline > combine ? pipeline : combine;
 }
-constexpr int ga_decode_reduce_threads(int head_size) { return (head_size / 4 + 31) / 32 * 32; }
 
 // Prefill (and chunked prefill / prefix caching): variable-length queries over the paged KV
 // cache, causal. The launch covers requests [first_req, first_req + gridDim.y).

@@ -53,9 +53,9 @@ TEST_CASE("decode split policy: about one block per multiprocessor for small bat
 }
 
 TEST_CASE("decode workspace: partials only when a batch can split") {
-  CHECK(detail::decode_workspace_bytes(4, 32, 128, 1) == 256);  // just the split counts
+  CHECK(detail::decode_workspace_bytes(4, 32, 128, 1) == 0);  // one split writes the output
   const size_t w = detail::decode_workspace_bytes(4, 32, 128, 10);
-  CHECK(w >= 4 * 32 * 10 * (128 + 1) * sizeof(float) + 4 * sizeof(int));
+  CHECK(w >= 4 * 32 * 10 * (128 + 1) * sizeof(float));
   CHECK(w % 256 == 0);
 }
 
@@ -71,11 +71,10 @@ TEST_CASE("attention config: selection and errors agree") {
   CHECK(select_decode_kernel(c) == DecodeKernel::kSplitKv);
   AttentionBackend attn(c);  // arch given: no device needed to list the kernels
   const auto specs = attn.required_specs();
-  REQUIRE(specs.size() == 4);
+  REQUIRE(specs.size() == 3);
   CHECK(specs[0].to_string() == "cache_write_h128_b16_bf16_kvauto_g1_swa0_cap0_nhd_sm90");
   CHECK(specs[1].to_string() == "decode_h128_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm90");
-  CHECK(specs[2].to_string() == "decode_reduce_h128_b16_bf16_kvauto_g1_swa0_cap0_nhd_sm90");
-  CHECK(specs[3].to_string() == "prefill_h128_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm90");
+  CHECK(specs[2].to_string() == "prefill_h128_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm90");
   CHECK(attn.config().scale == doctest::Approx(1.0 / std::sqrt(128.0)));
   CHECK_THROWS_WITH_AS(attn.workspace_bytes(), doctest::Contains("call prepare() first"), Error);
 
@@ -109,15 +108,16 @@ TEST_CASE("attention config: selection and errors agree") {
   }
 }
 
-TEST_CASE("decode specs: the reduce kernel is shared across everything it ignores") {
+TEST_CASE("decode specs: rendering names the entry point and carries the spec's constants") {
   AttentionSpec a = AttentionSpec::parse("decode_h96_b64_fp16_kve4m3_g8_swa1_cap1_hnd_sm90");
-  AttentionSpec b = AttentionSpec::parse("decode_h96_b16_fp16_kvauto_g1_swa0_cap0_nhd_sm90");
-  CHECK(detail::decode_reduce_spec(a) == detail::decode_reduce_spec(b));
-  CHECK(detail::decode_reduce_spec(a).to_string() ==
-        "decode_reduce_h96_b16_fp16_kvauto_g1_swa0_cap0_nhd_sm90");
-  // Rendering names the entry point and carries the spec's constants.
   const KernelSource src = render_kernel(a);
   CHECK(src.entry == "graphattn_decode");
   CHECK(src.source.find("constexpr int HEAD_SIZE = 96;") != std::string::npos);
-  CHECK(render_kernel(detail::decode_reduce_spec(a)).entry == "graphattn_decode_reduce");
+  CHECK(src.source.find("constexpr int GROUP = 8;") != std::string::npos);
+}
+
+TEST_CASE("decode counters: one per request, KV head and chunk of 16 query heads") {
+  CHECK(detail::decode_counter_count(64, 8, 4) == 64 * 8);
+  CHECK(detail::decode_counter_count(3, 2, 20) == 3 * 2 * 2);
+  CHECK(detail::decode_counter_count(0, 8, 4) == 0);
 }

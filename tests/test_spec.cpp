@@ -60,22 +60,6 @@ TEST_CASE("spec: every axis rejects bad values with the value and the allowed se
   s = base();
   s.kind = KernelKind::kCacheWrite;
   CHECK(validate_message(s).find("does not depend on the group") != std::string::npos);
-  // decode_reduce depends on the head size, dtype and arch only: every other field must be
-  // canonical so that one kernel is never compiled under two names.
-  AttentionSpec r = AttentionSpec::parse("decode_reduce_h128_b16_bf16_kvauto_g1_swa0_cap0_nhd_sm90");
-  CHECK(validate_message(r).empty());
-  for (int field = 0; field < 6; ++field) {
-    AttentionSpec x = r;
-    if (field == 0) x.block_size = 32;
-    if (field == 1) x.kv_dtype = KvDType::kFp8E4M3;
-    if (field == 2) x.group = 4;
-    if (field == 3) x.sliding_window = true;
-    if (field == 4) x.soft_cap = true;
-    if (field == 5) x.layout = KvLayout::kHND;
-    INFO("field " << field);
-    CHECK(validate_message(x).find("decode reduce kernel depends only on the head size") !=
-          std::string::npos);
-  }
 }
 
 TEST_CASE("spec: every supported value validates") {
@@ -96,22 +80,18 @@ TEST_CASE("spec: canonical string round trip over every axis") {
   const char* examples[] = {
       "decode_h128_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm90",
       "cache_write_h64_b32_fp16_kve4m3_g1_swa0_cap0_hnd_sm80",
-      "decode_reduce_h256_b16_bf16_kvauto_g1_swa0_cap0_nhd_sm89",
+      "decode_h256_b32_bf16_kve5m2_g1_swa1_cap1_nhd_sm89",
       "prefill_h72_b128_fp16_kvauto_g5_swa1_cap0_hnd_sm120",
   };
   for (const char* e : examples) CHECK(AttentionSpec::parse(e).to_string() == e);
   AttentionSpec s = base();
-  for (auto kind : {KernelKind::kDecode, KernelKind::kDecodeReduce, KernelKind::kPrefill})
+  for (auto kind : {KernelKind::kDecode, KernelKind::kPrefill})
     for (auto dt : {DType::kFloat16, DType::kBFloat16})
       for (auto kv : {KvDType::kAuto, KvDType::kFp8E4M3, KvDType::kFp8E5M2})
         for (auto lay : {KvLayout::kNHD, KvLayout::kHND})
           for (int flags = 0; flags < 4; ++flags) {
-            // The reduce kernel accepts only canonical values of the fields it ignores.
-            if (kind == KernelKind::kDecodeReduce &&
-                (kv != KvDType::kAuto || lay != KvLayout::kNHD || flags != 0))
-              continue;
             s.kind = kind;
-            s.group = kind == KernelKind::kDecodeReduce ? 1 : 4;
+            s.group = 4;
             s.dtype = dt;
             s.kv_dtype = kv;
             s.layout = lay;
@@ -150,7 +130,7 @@ TEST_CASE("spec: the parser rejects malformed strings with a clear error") {
     } catch (const Error& e) {
       const std::string msg = e.what();
       CHECK(msg.find("malformed spec string '" + std::string(b) + "'") == 0);
-      CHECK(msg.find("expected <cache_write|decode|decode_reduce|prefill>") != std::string::npos);
+      CHECK(msg.find("expected <cache_write|decode|prefill>") != std::string::npos);
     }
   }
   // Well formed but unsupported values fail validation with the axis message.

@@ -215,10 +215,9 @@ nlohmann::json bench_decode(const Device& dev, const DecodeOptions& o, const Pee
       // The decode kernels alone at other grid widths and depths, each captured and replayed.
       const AttentionSpec ds = attn.required_specs()[1];
       const detail::LoadedKernel& dk = detail::load_kernel(ds, default_kernel_cache());
-      const detail::LoadedKernel& rk =
-          detail::load_kernel(detail::decode_reduce_spec(ds), default_kernel_cache());
       const int most = *std::max_element(o.try_splits.begin(), o.try_splits.end());
       DeviceBuffer tws(detail::decode_workspace_bytes(s.batch, H, D, most));
+      DeviceBuffer counters(detail::decode_counter_count(s.batch, KH, H / KH) * 4);
       for (int deep = 0; deep < 2; ++deep) {
         std::printf("   %s splits:", deep ? "deep" : "shallow");
         for (int sp : o.try_splits) {
@@ -236,7 +235,8 @@ nlohmann::json bench_decode(const Device& dev, const DecodeOptions& o, const Pee
           a.v_scale = attn.config().v_scale;
           a.workspace = tws.data();
           a.workspace_size = tws.bytes();
-          const CUgraphExec e = capture(dev, [&] { detail::launch_decode(dk, rk, a, dev.stream); });
+          a.counters = counters.data();
+          const CUgraphExec e = capture(dev, [&] { detail::launch_decode(dk, a, dev.stream); });
           const double t =
               time_us(dev, o.reps, true, [&] { GA_CU_CHECK(d.cuGraphLaunch(e, dev.stream)); });
           d.cuGraphExecDestroy(e);

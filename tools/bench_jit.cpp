@@ -173,7 +173,7 @@ int run() {
   if (st.memory_hits != 1 + static_cast<uint64_t>(kMemoryBatches) * kMemoryBatchCalls)
     throw graphattn::Error("memory hits were not all memory hits");
 
-  // llama-3-8b's kernel set (cache write, decode, decode reduce, prefill for sm_90): each kernel
+  // llama-3-8b's kernel set (cache write, decode, prefill for sm_90): each kernel
   // cold on its own, then the whole set cold (the precompile pool) and warm (disk hits).
   graphattn::AttentionLayerConfig llama;
   llama.num_heads = 32;

@@ -119,7 +119,7 @@ class AttentionBackend {
 
   // The configuration with scale and arch resolved.
   const AttentionLayerConfig& config() const { return config_; }
-  // cache_write, decode, decode_reduce and prefill specs of this configuration.
+  // cache_write, decode and prefill specs of this configuration.
   std::vector<AttentionSpec> required_specs() const;
   // Compiles (in parallel, through `cache`) and loads every kernel in the current context, and
   // reads the device's multiprocessor count and the decode kernel's occupancy. Throws Error or
@@ -127,7 +127,8 @@ class AttentionBackend {
   void prepare(KernelCache& cache = default_kernel_cache());
   bool prepared() const { return prepared_; }
   // Bytes of scratch that forward() needs for any batch of up to max_num_seqs requests
-  // (split-KV partials). Valid after prepare().
+  // (split-KV counters and partials). Valid after prepare(). The memory must be zero-filled
+  // before its first forward (DeviceBuffer is); every forward leaves it fit for the next.
   size_t workspace_bytes() const;
   // The split-KV grid width for a batch of num_decodes (fixed per captured batch size).
   int decode_max_splits(int num_decodes) const;
@@ -141,7 +142,8 @@ class AttentionBackend {
   //   key, value:    [num_tokens, num_kv_heads, head_size] dtype, the new tokens' keys and
   //                  values, written to their slots first; a view with ndim 0 skips the write
   //   kv_cache:      [2, num_blocks, block_size, num_kv_heads, head_size] (NHD or HND strides)
-  //   workspace:     workspace_bytes() bytes of device memory, 16-byte aligned
+  //   workspace:     workspace_bytes() bytes of device memory, 16-byte aligned, zero-filled
+  //                  before first use; one workspace per stream that runs forwards concurrently
   // Throws Error naming the bad argument; launches nothing then.
   void forward(const TensorView& query, const TensorView& key, const TensorView& value,
                const TensorView& kv_cache, const TensorView& output,
@@ -150,11 +152,13 @@ class AttentionBackend {
 
  private:
   AttentionLayerConfig config_;
-  std::vector<AttentionSpec> specs_;  // cache_write, decode, decode_reduce, prefill
+  std::vector<AttentionSpec> specs_;  // cache_write, decode, prefill
   bool prepared_ = false;
   KernelCache* cache_ = nullptr;      // the cache prepare() loaded from
   int num_sms_ = 0;                   // the device's multiprocessors (split policy)
-  const detail::LoadedKernel* kernels_[4] = {};  // loaded, in specs_ order
+  const detail::LoadedKernel* kernels_[3] = {};  // loaded, in specs_ order
+
+  size_t counter_bytes() const;  // the workspace's leading split counters
 };
 
 }  // namespace graphattn

@@ -19,7 +19,7 @@ CUcontext ensure_context(int device = 0);
 // Compute capability of the current context's device as major * 10 + minor (e.g. 90).
 int current_device_arch();
 
-// Owning device allocation (cuMemAlloc); for tools, tests and benchmarks.
+// Owning device allocation (cuMemAlloc), zero-filled; for tools, tests and benchmarks.
 class DeviceBuffer {
  public:
   DeviceBuffer() = default;

@@ -8,7 +8,7 @@
 
 namespace graphattn {
 
-enum class KernelKind { kCacheWrite, kDecode, kDecodeReduce, kPrefill };
+enum class KernelKind { kCacheWrite, kDecode, kPrefill };
 enum class DType { kFloat16, kBFloat16 };           // query, output and (auto) KV element type
 enum class KvDType { kAuto, kFp8E4M3, kFp8E5M2 };   // KV cache element type; auto = DType
 enum class KvLayout { kNHD, kHND };                 // order of block_size and num_kv_heads

@@ -235,7 +235,6 @@ std::vector<double> reference_rows(const DecodeCase& c, Batch& b, const std::vec
 
 struct Kernels {
   const detail::LoadedKernel* decode;
-  const detail::LoadedKernel* reduce;
   int num_sms;
 };
 
@@ -243,7 +242,6 @@ Kernels load(const DecodeCase& c, KernelCache& cache) {
   const AttentionSpec s = decode_spec_of(c, current_device_arch());
   Kernels k;
   k.decode = &detail::load_kernel(s, cache);
-  k.reduce = &detail::load_kernel(detail::decode_reduce_spec(s), cache);
   k.num_sms = detail::prepare_decode_kernel(*k.decode);
   return k;
 }
@@ -288,6 +286,9 @@ void run_case(const DecodeCase& c, KernelCache& cache, std::mt19937_64& rng,
   int most = 1;
   for (const Grid& g : grids) most = std::max(most, g.splits);
   DeviceBuffer ws(detail::decode_workspace_bytes(n, static_cast<int>(H), c.head_size, most));
+  // Zero-filled once and shared by every launch below: each must leave it at zero.
+  const size_t num_counters = detail::decode_counter_count(n, c.num_kv_heads, c.group);
+  DeviceBuffer counters(num_counters * 4);
 
   for (const Grid& g : grids) {
     INFO("max_splits " << g.splits << ", stages " << g.stages << " (policy " << policy.max_splits
@@ -309,8 +310,12 @@ void run_case(const DecodeCase& c, KernelCache& cache, std::mt19937_64& rng,
     a.v_scale = c.kv == KvDType::kAuto ? 1.0f : 1.9f;
     a.workspace = ws.data();
     a.workspace_size = ws.bytes();
-    detail::launch_decode(*k.decode, *k.reduce, a, nullptr);
+    a.counters = counters.data();
+    detail::launch_decode(*k.decode, a, nullptr);
     GA_CU_CHECK(detail::driver().cuCtxSynchronize());
+    std::vector<unsigned> left(num_counters);
+    counters.download(left.data(), left.size() * 4);
+    CHECK(std::count(left.begin(), left.end(), 0u) == static_cast<long>(num_counters));
     std::vector<uint16_t> out(n * b.token_stride);
     b.d_out.download(out.data(), out.size() * 2);
 
@@ -469,8 +474,7 @@ TEST_CASE("gpu decode: matches the float64 reference across the spec axes and sp
   const int arch = current_device_arch();
   for (const auto& c : cases) {
     const AttentionSpec s = decode_spec_of(c, arch);
-    for (const AttentionSpec& x : {s, detail::decode_reduce_spec(s)})
-      if (std::find(specs.begin(), specs.end(), x) == specs.end()) specs.push_back(x);
+    if (std::find(specs.begin(), specs.end(), s) == specs.end()) specs.push_back(s);
   }
   for (const auto& r : cache.precompile(specs)) {
     INFO(r.spec << ": " << r.error);
@@ -741,6 +745,7 @@ TEST_CASE("gpu decode: one captured graph serves every context length") {
   const detail::DecodeGrid grid =
       detail::decode_grid(n, c.num_kv_heads, c.group, max_len, 0, c.head_size, c.kv, k.num_sms);
   DeviceBuffer ws(detail::decode_workspace_bytes(n, 8, 128, grid.max_splits));
+  DeviceBuffer counters(detail::decode_counter_count(n, c.num_kv_heads, c.group) * 4);
   detail::DecodeLaunch a;
   a.query = b.q_view;
   a.kv_cache = b.kv_view;
@@ -753,11 +758,12 @@ TEST_CASE("gpu decode: one captured graph serves every context length") {
   a.scale = 1.0f / std::sqrt(128.0f);
   a.workspace = ws.data();
   a.workspace_size = ws.bytes();
+  a.counters = counters.data();
   CUstream stream;
   GA_CU_CHECK(d.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
   CUgraph graph;
   GA_CU_CHECK(d.cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL));
-  detail::launch_decode(*k.decode, *k.reduce, a, stream);
+  detail::launch_decode(*k.decode, a, stream);
   GA_CU_CHECK(d.cuStreamEndCapture(stream, &graph));
   CUgraphExec exec;
   GA_CU_CHECK(d.cuGraphInstantiate(&exec, graph, 0));
