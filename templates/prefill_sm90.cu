@@ -14,8 +14,12 @@
 //   waiting on an "empty" mbarrier before it overwrites a stage;
 // - warpgroups 1 and 2, the consumers, own 64 query rows each: S = Q K^T with wgmma (Q and K
 //   from shared memory), online softmax in registers (log2 domain), O += P V with wgmma (P from
-//   registers, V from shared memory read transposed by the descriptor). While one consumer
-//   runs its softmax the other's wgmma keeps the tensor cores busy.
+//   registers, V from shared memory read transposed by the descriptor). Two overlaps keep the
+//   tensor cores busy during the softmax: within a consumer (PW_OVERLAP, head sizes up to
+//   192), iteration j issues S_j = Q K_j^T and O += P_{j-1} V_{j-1} back to back, waits for
+//   S_j alone and runs its softmax while P V still runs, then rescales O; across the two
+//   consumers (PW_PINGPONG), named barriers make them take turns issuing wgmmas, so one's
+//   softmax runs while the other's wgmmas do.
 // setmaxnreg moves registers from the producer to the consumers.
 //
 // Shared memory tiles use the 128-byte swizzle of the wgmma descriptors: a tile of R rows and
@@ -24,6 +28,12 @@
 // 1024-byte boundary. Q and K are K-major operands; V is the MN-major B operand of P V.
 // Must agree with detail::prefill_config() on the host (tile sizes, threads, shared memory).
 
+// The consumer warpgroups take turns issuing their wgmmas (see the consumer loop); false lets
+// them issue independently, for comparison.
+constexpr bool PW_PINGPONG = true;
+// Each consumer overlaps the P V wgmma of one tile with the softmax of the next, which keeps
+// both tiles' probabilities in registers: at head size 256 that no longer fits without spills.
+constexpr bool PW_OVERLAP = HEAD_SIZE <= 192;
 constexpr int PW_CONSUMERS = 2;                        // consumer warpgroups, 64 rows each
 constexpr int PW_THREADS = 128 * (PW_CONSUMERS + 1);
 constexpr int PW_BLOCK_M = 64 * PW_CONSUMERS;
@@ -35,8 +45,13 @@ constexpr int PW_SLACK = 1024 + 256;                   // base alignment + mbarr
 constexpr int PW_STAGES_FIT = (227 * 1024 - PW_SLACK - PW_Q_BYTES) / (2 * PW_KV_BYTES);
 constexpr int PW_STAGES = PW_STAGES_FIT > 4 ? 4 : PW_STAGES_FIT;
 constexpr int PW_SMEM_BYTES = PW_Q_BYTES + 2 * PW_STAGES * PW_KV_BYTES + PW_SLACK;
-constexpr int PW_PRODUCER_REGS = 80;
-constexpr int PW_CONSUMER_REGS = 208;  // 80 * 128 + 208 * 256 <= 168 * 384, the launch's share
+// setmaxnreg shares, all of the launch's registers: 88 * 128 + 208 * 256 == 168 * 384. At 80
+// the producer's tile loop spills at head size 64.
+constexpr int PW_PRODUCER_REGS = 88;
+constexpr int PW_CONSUMER_REGS = 208;
+// Named barriers PW_SCHED_BAR and PW_SCHED_BAR + 1 order the wgmma issues of the two consumer
+// warpgroups (ids 0: __syncthreads, 1 and 2: the consumers' epilogues).
+constexpr int PW_SCHED_BAR = 3;
 static_assert(HEAD_SIZE % 64 == 0 && KV_FP8 == 0, "prefill_sm90 needs 16-bit KV, head % 64 == 0");
 static_assert(PW_STAGES >= 2, "prefill_sm90: shared memory holds fewer than two stages");
 static_assert(5 + 4 * PW_STAGES <= 256 / 8, "prefill_sm90: mbarriers overflow their slack");
@@ -92,6 +107,9 @@ __device__ __forceinline__ void pw_fence_proxy_async() {
 __device__ __forceinline__ void pw_bar_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
+__device__ __forceinline__ void pw_bar_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
 
 __device__ __forceinline__ void pw_wgmma_fence() {
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
@@ -99,8 +117,11 @@ __device__ __forceinline__ void pw_wgmma_fence() {
 __device__ __forceinline__ void pw_wgmma_commit() {
   asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
 }
-__device__ __forceinline__ void pw_wgmma_wait_all() {
-  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+// Waits until at most PENDING of this warpgroup's newest committed groups are in flight; groups
+// complete in commit order.
+template <int PENDING>
+__device__ __forceinline__ void pw_wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(PENDING) : "memory");
 }
 // Pins registers an asynchronous wgmma reads or writes: the compiler may not move their uses
 // across this point.
@@ -315,13 +336,14 @@ __device__ __forceinline__ void pw_load_kv(const PrefillParams& p, const ga_u16*
   }
 }
 
-// Scores of one KV tile -> probabilities (A fragments of P V) for this thread's two rows;
-// updates the running maxima and sums and rescales the output accumulators.
+// Scores of one KV tile -> probabilities, in place in s (fp32, log2 domain), for this thread's
+// two rows; updates the running maxima and sums and returns the factors alpha by which the
+// output accumulators must be rescaled. It leaves those accumulators alone, so it can run while
+// the P V wgmma of the previous tile still accumulates into them.
 template <bool MASK>
 __device__ __forceinline__ void pw_softmax(const PrefillParams& p, float (&s)[PW_BLOCK_N / 2],
                                            int n0, int t2, const int (&pos)[2], float (&m)[2],
-                                           float (&l)[2], float (&o)[HEAD_SIZE / 2],
-                                           unsigned (&pf)[PW_BLOCK_N / 16][4]) {
+                                           float (&l)[2], float (&alpha)[2]) {
   constexpr int NB = PW_BLOCK_N / 8;
   const float ninf = __int_as_float(0xff800000);
   float mx[2] = {ninf, ninf};
@@ -348,35 +370,37 @@ __device__ __forceinline__ void pw_softmax(const PrefillParams& p, float (&s)[PW
       mx[e >> 1] = fmaxf(mx[e >> 1], x);
     }
   }
-  float alpha[2], m_use[2], sum[2] = {0.f, 0.f};
+  float m_use[2], sum[2] = {0.f, 0.f};
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
     mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
     const float m_new = fmaxf(m[r], mx[r]);
-    m_use[r] = m_new == ninf ? 0.f : m_new;  // a row with nothing visible yet stays at zero
+    // A row with nothing visible yet keeps m = -inf; subtracting 0 instead keeps its
+    // probabilities and alpha at exactly 0 rather than NaN.
+    m_use[r] = m_new == ninf ? 0.f : m_new;
     alpha[r] = ga_exp2(m[r] - m_use[r]);
     m[r] = m_new;
   }
 #pragma unroll
   for (int j = 0; j < NB; ++j) {
-    const float p0 = ga_exp2(s[j * 4 + 0] - m_use[0]);
-    const float p1 = ga_exp2(s[j * 4 + 1] - m_use[0]);
-    const float p2 = ga_exp2(s[j * 4 + 2] - m_use[1]);
-    const float p3 = ga_exp2(s[j * 4 + 3] - m_use[1]);
-    sum[0] += p0 + p1;
-    sum[1] += p2 + p3;
-    pf[j >> 1][(j & 1) * 2 + 0] = ga_pack2(p0, p1);
-    pf[j >> 1][(j & 1) * 2 + 1] = ga_pack2(p2, p3);
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      s[j * 4 + e] = ga_exp2(s[j * 4 + e] - m_use[e >> 1]);
+      sum[e >> 1] += s[j * 4 + e];
+    }
   }
 #pragma unroll
   for (int r = 0; r < 2; ++r) l[r] = l[r] * alpha[r] + sum[r];
+}
+
+// Probabilities of one tile -> the A fragments (m16n8k16 layout) of P V.
+__device__ __forceinline__ void pw_pack_p(const float (&s)[PW_BLOCK_N / 2],
+                                          unsigned (&pf)[PW_BLOCK_N / 16][4]) {
 #pragma unroll
-  for (int d = 0; d < HEAD_SIZE / 8; ++d) {
-    o[d * 4 + 0] *= alpha[0];
-    o[d * 4 + 1] *= alpha[0];
-    o[d * 4 + 2] *= alpha[1];
-    o[d * 4 + 3] *= alpha[1];
+  for (int j = 0; j < PW_BLOCK_N / 8; ++j) {
+    pf[j >> 1][(j & 1) * 2 + 0] = ga_pack2(s[j * 4 + 0], s[j * 4 + 1]);
+    pf[j >> 1][(j & 1) * 2 + 1] = ga_pack2(s[j * 4 + 2], s[j * 4 + 3]);
   }
 }
 
@@ -484,9 +508,13 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
     const int w_pos_lo = ctx + (m0 + row0) / GROUP;
     const int w_pos_hi = ctx + (min(rows, m0 + row0 + 16) - 1) / GROUP;
 
+    // o: output accumulators; s: scores, then probabilities, of the newest tile; pf: the
+    // probabilities of the tile whose P V is issued next, as wgmma A fragments.
     float o[HEAD_SIZE / 2];
+    float s[PW_BLOCK_N / 2];
+    unsigned pf[PW_BLOCK_N / 16][4];
     const float ninf = __int_as_float(0xff800000);
-    float m[2] = {ninf, ninf}, l[2] = {0.f, 0.f};
+    float m[2] = {ninf, ninf}, l[2] = {0.f, 0.f}, alpha[2];
 #pragma unroll
     for (int i = 0; i < HEAD_SIZE / 2; ++i) o[i] = 0.f;
 
@@ -496,18 +524,9 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
     const unsigned long long q_desc = pw_desc(q_base + cw * 64 * 128, 16, 1024);
     const unsigned long long k_desc = pw_desc(k_base, 16, 1024);
     const unsigned long long v_desc = pw_desc(v_base, PW_BLOCK_N * 128, 1024);
-    if (n_tiles > 0) {
-      pw_mbar_wait(bar_q, 0);
-      pw_fence_proxy_async();
-    }
-    int stage = 0;
-    unsigned phase = 0;
-    for (int j = 0; j < n_tiles; ++j) {
-      const int n0 = (tile0 + j) * PW_BLOCK_N;
-      float s[PW_BLOCK_N / 2];
-      pw_mbar_wait(bar_k_full + 8 * stage, phase);
-      pw_fence_proxy_async();
-      pw_wgmma_fence();
+
+    // S = Q K^T of the K tile in `stage`, into s.
+    auto issue_s = [&](int stage) {
       const unsigned long long kd = k_desc + ((stage * PW_KV_BYTES) >> 4);
 #pragma unroll
       for (int ks = 0; ks < HEAD_SIZE / 16; ++ks) {
@@ -516,35 +535,120 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
         pw_wgmma_ss<PW_BLOCK_N>(s, q_desc + (ks >> 2) * (PW_BLOCK_M * 8) + (ks & 3) * 2,
                                 kd + (ks >> 2) * (PW_BLOCK_N * 8) + (ks & 3) * 2, ks > 0);
       }
-      pw_wgmma_commit();
-      pw_wgmma_wait_all();
-      pw_fence_regs(s);
-      if (lane == 0) pw_mbar_arrive(bar_k_empty + 8 * stage);
-
-      unsigned pf[PW_BLOCK_N / 16][4];
-      const bool mask =
-          n0 + PW_BLOCK_N - 1 > w_pos_lo || (HAS_WINDOW && w_pos_hi - n0 >= p.window);
-      if (mask)
-        pw_softmax<true>(p, s, n0, t2, pos, m, l, o, pf);
-      else
-        pw_softmax<false>(p, s, n0, t2, pos, m, l, o, pf);
-
-      pw_mbar_wait(bar_v_full + 8 * stage, phase);
-      pw_fence_proxy_async();
-      pw_wgmma_fence();
+    };
+    // O += P V with P from pf and the V tile in `stage`.
+    auto issue_pv = [&](int stage) {
       const unsigned long long vd = v_desc + ((stage * PW_KV_BYTES) >> 4);
 #pragma unroll
       for (int kk = 0; kk < PW_BLOCK_N / 16; ++kk)
         pw_wgmma_rs<HEAD_SIZE>(o, pf[kk], vd + kk * 128);  // 16 rows of 128 bytes
+    };
+    auto softmax = [&](int j) {
+      const int n0 = (tile0 + j) * PW_BLOCK_N;
+      const bool mask =
+          n0 + PW_BLOCK_N - 1 > w_pos_lo || (HAS_WINDOW && w_pos_hi - n0 >= p.window);
+      if (mask)
+        pw_softmax<true>(p, s, n0, t2, pos, m, l, alpha);
+      else
+        pw_softmax<false>(p, s, n0, t2, pos, m, l, alpha);
+    };
+    // Every batch of wgmmas is issued between these two. With PW_PINGPONG the two consumer
+    // warpgroups take turns: a warpgroup issues a batch only after the other one has issued
+    // its previous batch, so one's wgmmas run while the other does its softmax. Consumer cw
+    // waits on barrier PW_SCHED_BAR + cw, completed by its own 128 threads syncing and the
+    // other's 128 arriving. Both consumers issue the same number of batches (n_tiles is per
+    // block) and consumer 0 is released once up front, so consumer 1 skips its arrive after
+    // its last batch: every barrier phase that starts also completes.
+    auto issue_begin = [&] {
+      if (PW_PINGPONG) pw_bar_sync(PW_SCHED_BAR + cw, 256);
+      // The normal writes of o and pf (rescale, packing) complete before wgmmas read them.
+      pw_fence_regs(o);
+      pw_fence_regs(pf);
+      pw_wgmma_fence();
+    };
+    auto issue_end = [&](bool last) {
+      if (PW_PINGPONG && !(last && cw == 1)) pw_bar_arrive(PW_SCHED_BAR + 1 - cw, 256);
+    };
+    // The P V of the tile in (stage, phase), waited for.
+    auto pv = [&](int stage, unsigned phase, bool last) {
+      pw_mbar_wait(bar_v_full + 8 * stage, phase);
+      pw_fence_proxy_async();
+      issue_begin();
+      issue_pv(stage);
       pw_wgmma_commit();
-      pw_wgmma_wait_all();
+      issue_end(last);
+      pw_wgmma_wait<0>();
       pw_fence_regs(o);
       pw_fence_regs(pf);
       if (lane == 0) pw_mbar_arrive(bar_v_empty + 8 * stage);
+    };
+
+    int stage = 0, prev = 0;  // ring stages and phases of tiles j and j - 1
+    unsigned phase = 0, prev_phase = 0;
+    // Tile j: S_j = Q K_j^T and its softmax, then O rescaled and P_j packed into pf. With
+    // `with_pv`, O += P_{j-1} V_{j-1} is issued right behind S_j as a second wgmma group and
+    // still runs during the softmax of S_j, which therefore leaves o and pf alone; without
+    // PW_OVERLAP, the P V of tile j itself follows, waited for.
+    auto tile = [&](int j, bool with_pv) {
+      pw_mbar_wait(bar_k_full + 8 * stage, phase);
+      if (with_pv) pw_mbar_wait(bar_v_full + 8 * prev, prev_phase);
+      pw_fence_proxy_async();
+      issue_begin();
+      issue_s(stage);
+      pw_wgmma_commit();
+      if (with_pv) {
+        issue_pv(prev);
+        pw_wgmma_commit();
+      }
+      issue_end(false);
+      if (with_pv)
+        pw_wgmma_wait<1>();  // groups complete in order: S_j is done, P V may still run
+      else
+        pw_wgmma_wait<0>();
+      pw_fence_regs(s);
+      if (lane == 0) pw_mbar_arrive(bar_k_empty + 8 * stage);
+
+      softmax(j);
+      if (with_pv) {
+        pw_wgmma_wait<0>();
+        pw_fence_regs(o);
+        pw_fence_regs(pf);
+        if (lane == 0) pw_mbar_arrive(bar_v_empty + 8 * prev);
+      }
+#pragma unroll
+      for (int d = 0; d < HEAD_SIZE / 8; ++d) {
+        o[d * 4 + 0] *= alpha[0];
+        o[d * 4 + 1] *= alpha[0];
+        o[d * 4 + 2] *= alpha[1];
+        o[d * 4 + 3] *= alpha[1];
+      }
+      pw_pack_p(s, pf);
+      if (!PW_OVERLAP) pv(stage, phase, j == n_tiles - 1);
+    };
+
+    auto advance = [&] {
+      prev = stage;
+      prev_phase = phase;
       if (++stage == PW_STAGES) {
         stage = 0;
         phase ^= 1;
       }
+    };
+
+    // With PW_OVERLAP, tile 0 (no P V before it) is peeled off the loop and the last tile's
+    // P V follows it, so the loop body issues both kinds of wgmma without a branch between.
+    if (n_tiles > 0) {
+      pw_mbar_wait(bar_q, 0);
+      if (PW_PINGPONG && cw == 1) pw_bar_arrive(PW_SCHED_BAR, 256);  // consumer 0 starts
+      if (PW_OVERLAP) {
+        tile(0, false);
+        advance();
+      }
+      for (int j = PW_OVERLAP ? 1 : 0; j < n_tiles; ++j) {
+        tile(j, PW_OVERLAP);
+        advance();
+      }
+      if (PW_OVERLAP) pv(prev, prev_phase, true);
     }
 
     // Normalise; rows that saw no key (seq_len 0) become zeros. Stage through this warp's own
@@ -558,7 +662,7 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
       li += __shfl_xor_sync(0xffffffffu, li, 2);
       inv[r] = li > 0.f ? p.v_scale / li : 0.f;
     }
-    pw_bar_sync(1 + cw, 128);  // the warpgroup's last wgmma (which reads all its Q rows) is done
+    pw_bar_sync(1 + cw, 128);  // every warp of the warpgroup is done with its wgmmas reading Q
 #pragma unroll
     for (int d = 0; d < HEAD_SIZE / 8; ++d) {
 #pragma unroll
