@@ -66,6 +66,9 @@ AttentionLayerStack::AttentionLayerStack(Options options) : options_(std::move(o
             "size, dtype or KV layout; the stack shares its buffers across layers");
     // Padded decode batches reach max_tokens requests: the workspace must cover them.
     c.max_num_seqs = std::max(c.max_num_seqs, o.max_tokens);
+    // Layer l's kernels follow layer l - 1's, which write only their own layer's cache and
+    // output; the metadata is uploaded before the first layer.
+    c.overlap_previous_kernel = true;
     int found = -1;
     for (size_t b = 0; b < distinct.size() && found < 0; ++b)
       if (same_kernels(distinct[b], c)) found = static_cast<int>(b);

@@ -266,6 +266,7 @@ void AttentionBackend::forward(const TensorView& query, const TensorView& key,
     d.new_key = k;
     d.new_value = v;
     d.slot_mapping = md.slot_mapping;
+    d.early_prologue = c.overlap_previous_kernel;
   } else if (write) {
     write_kv_cache(k, v, kv_cache, md.slot_mapping, c.k_scale, c.v_scale, stream, *cache_);
   }

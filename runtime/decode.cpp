@@ -118,6 +118,9 @@ DecodeGrid decode_grid(int num_decodes, int num_kv_heads, int group, int max_mod
   const int64_t cap = std::max<int64_t>(
       1, (tiles + GA_DECODE_MIN_TILES_PER_SPLIT - 1) / GA_DECODE_MIN_TILES_PER_SPLIT);
   g.max_splits = static_cast<int>(std::min(cap, std::max<int64_t>(1, num_sms / blocks_per_split)));
+  // A split launch has about one block per multiprocessor: the shallow pipeline leaves room for
+  // the next kernel's blocks to start (programmatic dependent launch) while this one runs.
+  if (g.max_splits > 1) g.stages = ga_decode_shallow_stages(head_size, kvb);
   return g;
 }
 
@@ -202,6 +205,7 @@ void launch_decode(const LoadedKernel& decode, const DecodeLaunch& a, CUstream s
              "stages " + str(a.stages) + " is not supported for " + spec.to_string() +
                  "; supported: 0 (default), 2.." + str(ga_decode_max_stages(spec.head_size, kvb)));
   p.stages = stages;
+  p.early_prologue = a.early_prologue && !fp8 && a.new_key.ndim != 0 ? 1 : 0;
   const int smem = ga_decode_smem_bytes(spec.head_size, kvb, stages);
   ensure_shared_limit(
       decode.function,

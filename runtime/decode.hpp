@@ -31,6 +31,9 @@ struct DecodeLaunch {
   int num_decodes = 0;
   int max_splits = 1;         // grid width; each request uses at most this many splits
   int stages = 0;             // pipeline depth 2..ga_decode_max_stages; 0: the shallow default
+  // 16-bit cache with the fused write: read seq_lens, block_table, slot_mapping and the KV cache
+  // before the previous kernel in the stream finishes (it must write none of them).
+  bool early_prologue = false;
   float scale = 1.0f;         // softmax scale
   int window = 0;             // sliding window in tokens; 0 = none (the spec must agree)
   float soft_cap = 0.0f;      // logits soft cap; 0 = none (the spec must agree)
@@ -68,10 +71,11 @@ struct DecodeGrid {
   int stages = 2;      // cp.async stages per warp
 };
 // The split policy, a pure function. A batch whose (request, KV head) blocks fill the
-// multiprocessors by themselves gets no split (each block writes its output, no reduce); a
+// multiprocessors by themselves gets no split (each block writes its output directly); a
 // smaller batch is split until there is about one block per multiprocessor. Never more splits
 // than the longest attended length needs (GA_DECODE_MIN_TILES_PER_SPLIT tiles per split at
-// least). The pipeline is the deepest that fits (ga_decode_max_stages).
+// least). The pipeline is the deepest that fits (ga_decode_max_stages) without splits and the
+// shallow one (ga_decode_shallow_stages) with them.
 //   max_model_len: longest seq_len; window: sliding window (0 none); group: heads per KV head
 DecodeGrid decode_grid(int num_decodes, int num_kv_heads, int group, int max_model_len, int window,
                        int head_size, KvDType kv_dtype, int num_sms);

@@ -170,7 +170,11 @@ __device__ __forceinline__ int ga_k_chunk_index(int i, int t) {
 
 extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
     graphattn_decode(const __grid_constant__ DecodeParams p) {
-  ga_grid_dependency_sync();
+  // Early prologue (16-bit caches): the metadata and the KV cache are read before waiting for
+  // the previous kernel, which the host allows only when that kernel writes neither; the query
+  // and the new token's key and value are read after the wait.
+  const bool early = KV_FP8 == 0 && p.early_prologue != 0;
+  if (!early) ga_grid_dependency_sync();
   extern __shared__ __align__(128) unsigned char smem[];
   const int split = blockIdx.x;
   const int kv_head = blockIdx.y / HEAD_CHUNKS;
@@ -186,6 +190,7 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
 
   const int seq_len = p.seq_lens[req];
   if (seq_len <= 0) {  // a padded row: zeros out, no block-table read
+    if (early) ga_grid_dependency_sync();
     if (split == 0) {
       for (int i = tid; i < heads_here * (HEAD_SIZE / 8); i += GA_DECODE_THREADS) {
         const int h = i / (HEAD_SIZE / 8), c = i - h * (HEAD_SIZE / 8);
@@ -207,20 +212,22 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   num_splits = (tiles + tiles_per_split - 1) / tiles_per_split;
   if (split >= num_splits) return;
   // Fused cache write: the new token (position seq_len - 1) sits in the last tile, which only
-  // the last split reads. A 16-bit cache gets the row stored and the pipeline below copies the
-  // token from new_key / new_value instead of the cache, so nothing waits for the store; an fp8
-  // cache stores the rounded row and reads it back after a fence (the MMA needs fp8 bytes).
+  // the last split reads. With a 16-bit cache the warp that owns that tile loads the new row
+  // from new_key / new_value, stores it to the cache and patches it into its shared-memory tile,
+  // so no load waits for the store; an fp8 cache stores the rounded row first and reads it back
+  // after a fence (the MMA needs the fp8 bytes).
   const bool last_split = split == num_splits - 1;
   long long new_slot = -1;
   if (p.new_key != nullptr && last_split) {
     new_slot = p.slot_mapping[req];
     if (new_slot >= p.num_slots) new_slot = -1;
   }
-  if (new_slot >= 0) {
-    const long long blk = new_slot / BLOCK_SIZE;
-    const long long dst = blk * p.cache_block_stride +
-                          (new_slot - blk * BLOCK_SIZE) * p.cache_token_stride +
-                          static_cast<long long>(kv_head) * p.cache_head_stride;
+  const long long new_dst =
+      new_slot >= 0 ? (new_slot / BLOCK_SIZE) * p.cache_block_stride +
+                          (new_slot % BLOCK_SIZE) * p.cache_token_stride +
+                          static_cast<long long>(kv_head) * p.cache_head_stride
+                    : 0;
+  if (KV_FP8 != 0 && new_slot >= 0) {
     for (int i = tid; i < 2 * (HEAD_SIZE / 8); i += GA_DECODE_THREADS) {
       const int which = i / (HEAD_SIZE / 8);
       const int d = (i - which * (HEAD_SIZE / 8)) * 8;
@@ -231,22 +238,16 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
                       kv_head * p.new_key_head_stride;
       const uint4 x = *reinterpret_cast<const uint4*>(src + d);
       void* cache = const_cast<void*>(which ? p.value_cache : p.key_cache);
-      if (KV_FP8 == 0) {
-        *reinterpret_cast<uint4*>(static_cast<ga_u16*>(cache) + dst + d) = x;
-      } else {
-        const ga_u16* h = reinterpret_cast<const ga_u16*>(&x);
-        const float scale = which ? p.v_scale : p.k_scale;
-        __align__(8) ga_u8 q[8];
+      const ga_u16* h = reinterpret_cast<const ga_u16*>(&x);
+      const float scale = which ? p.v_scale : p.k_scale;
+      __align__(8) ga_u8 q[8];
 #pragma unroll
-        for (int j = 0; j < 8; ++j) q[j] = ga_f32_to_kv_fp8(ga_to_float(h[j]) / scale);
-        *reinterpret_cast<uint2*>(static_cast<ga_u8*>(cache) + dst + d) =
-            *reinterpret_cast<const uint2*>(q);
-      }
+      for (int j = 0; j < 8; ++j) q[j] = ga_f32_to_kv_fp8(ga_to_float(h[j]) / scale);
+      *reinterpret_cast<uint2*>(static_cast<ga_u8*>(cache) + new_dst + d) =
+          *reinterpret_cast<const uint2*>(q);
     }
-    if (KV_FP8 != 0) {
-      __threadfence();
-      __syncthreads();
-    }
+    __threadfence();
+    __syncthreads();
   }
   const int tile_begin = split * tiles_per_split;
   const int tile_end = tile_begin + tiles_per_split < tiles ? tile_begin + tiles_per_split : tiles;
@@ -275,18 +276,12 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   const long long token_bytes = p.cache_token_stride * KV_BYTES;
   const int* bt_row = p.block_table + req * p.block_table_stride;
   const unsigned ring_addr = ga_smem_addr(ring);
-  // 16-bit fused write: the new token's K and V rows come straight from new_key / new_value.
+  // 16-bit fused write: the pipeline zero-fills the new token's row; its owner warp patches it
+  // in from registers (tile new_j of that warp, row new_row).
   const bool direct = KV_FP8 == 0 && new_slot >= 0;
-  const unsigned char* new_k_row =
-      direct ? reinterpret_cast<const unsigned char*>(static_cast<const ga_u16*>(p.new_key) +
-                                                      req * p.new_key_token_stride +
-                                                      kv_head * p.new_key_head_stride)
-             : nullptr;
-  const unsigned char* new_v_row =
-      direct ? reinterpret_cast<const unsigned char*>(static_cast<const ga_u16*>(p.new_value) +
-                                                      req * p.new_value_token_stride +
-                                                      kv_head * p.new_value_head_stride)
-             : nullptr;
+  const int new_owner = (tiles - 1 - tile_begin) % NW;
+  const int new_j = (tiles - 1 - tile_begin) / NW;
+  const int new_row = seq_len - 1 - (base + (tiles - 1) * TILE);
 
   // Block-table entries of this warp's tiles, 32 at a time: lane l holds tile j0 + l's.
   int bt_cached = 0, bt_j0 = -64;
@@ -313,22 +308,47 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
       if (TILE * UNITS % 32 == 0 || idx < TILE * UNITS) {
         const int tok = idx / UNITS, u = idx - (idx / UNITS) * UNITS;
         const int pos = t0 + tok;
-        const bool valid = pos >= lo && pos < seq_len;
+        const bool valid = pos >= lo && pos < seq_len && !(direct && pos == seq_len - 1);
         const long long src = off + tok * token_bytes + u * CP_BYTES;
         const int chunk = (u * CP_BYTES) >> 4;
         const unsigned dst =
             stage + tok * ROW_BYTES + ((chunk ^ (tok & 7)) << 4) + ((u * CP_BYTES) & 15);
-        const unsigned char* ksrc = key_cache + (valid ? src : off);
-        const unsigned char* vsrc = value_cache + (valid ? src : off);
-        if (direct && pos == seq_len - 1) {
-          ksrc = new_k_row + u * CP_BYTES;
-          vsrc = new_v_row + u * CP_BYTES;
-        }
-        ga_cp_async(dst, ksrc, valid);
-        ga_cp_async(dst + TILE_BYTES, vsrc, valid);
+        ga_cp_async(dst, key_cache + (valid ? src : off), valid);
+        ga_cp_async(dst + TILE_BYTES, value_cache + (valid ? src : off), valid);
       }
     }
   };
+
+  for (int s = 0; s < stages - 1; ++s) {
+    if (s < my_tiles) issue(s);
+    ga_cp_commit();
+  }
+  if (early) ga_grid_dependency_sync();
+
+  // The new token's K and V rows (chunks 0..HEAD_SIZE/8-1 of K, then of V), loaded by its owner
+  // warp, stored to the cache by the first head chunk's block, patched into the tile below.
+  constexpr int NEW_CHUNKS = 2 * (HEAD_SIZE / 8);
+  constexpr int NEW_PER_LANE = (NEW_CHUNKS + 31) / 32;
+  uint4 new_rows[NEW_PER_LANE];
+  if (direct && warp == new_owner) {
+#pragma unroll
+    for (int k = 0; k < NEW_PER_LANE; ++k) {
+      const int idx = lane + 32 * k;
+      if (idx < NEW_CHUNKS) {
+        const int which = idx / (HEAD_SIZE / 8), c = idx - which * (HEAD_SIZE / 8);
+        const ga_u16* src =
+            which ? static_cast<const ga_u16*>(p.new_value) + req * p.new_value_token_stride +
+                        kv_head * p.new_value_head_stride
+                  : static_cast<const ga_u16*>(p.new_key) + req * p.new_key_token_stride +
+                        kv_head * p.new_key_head_stride;
+        new_rows[k] = *reinterpret_cast<const uint4*>(src + c * 8);
+        if (head_chunk == 0) {
+          void* cache = const_cast<void*>(which ? p.value_cache : p.key_cache);
+          *reinterpret_cast<uint4*>(static_cast<ga_u16*>(cache) + new_dst + c * 8) = new_rows[k];
+        }
+      }
+    }
+  }
 
   // Q^T fragments (MMA B operand): thread (g, t) holds head g (+ 8 nt) chunks c(i, t).
   ga_u32 qf[NT][KGROUPS][KW];
@@ -374,11 +394,6 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
     l_run[nt][0] = l_run[nt][1] = 0.0f;
   }
 
-  for (int s = 0; s < stages - 1; ++s) {
-    if (s < my_tiles) issue(s);
-    ga_cp_commit();
-  }
-
   int use_stage = 0;
   for (int j = 0; j < my_tiles; ++j) {
     if (j + stages - 1 < my_tiles) issue(j + stages - 1);
@@ -387,9 +402,21 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
     // stages - 1 are pending.
     ga_cp_wait_stages(stages);
     __syncwarp();
-    const unsigned char* ks = ring + use_stage * STAGE_BYTES;
+    unsigned char* ks = ring + use_stage * STAGE_BYTES;
     use_stage = use_stage + 1 == stages ? 0 : use_stage + 1;
-    const unsigned char* vs = ks + TILE_BYTES;
+    unsigned char* vs = ks + TILE_BYTES;
+    if (direct && warp == new_owner && j == new_j) {
+#pragma unroll
+      for (int k = 0; k < NEW_PER_LANE; ++k) {
+        const int idx = lane + 32 * k;
+        if (idx < NEW_CHUNKS) {
+          const int which = idx / (HEAD_SIZE / 8), c = idx - which * (HEAD_SIZE / 8);
+          *reinterpret_cast<uint4*>((which ? vs : ks) + new_row * ROW_BYTES +
+                                    ((c ^ (new_row & 7)) << 4)) = new_rows[k];
+        }
+      }
+      __syncwarp();
+    }
     const int t0 = base + (tile_begin + warp + NW * j) * TILE;
 
     // S^T = K Q^T: rows tokens g, g + 8; columns heads 2t, 2t + 1 (+ 8 nt).

@@ -63,9 +63,9 @@ struct DecodeParams {
   int window;                     // HAS_WINDOW: key k visible from position p when p - k < window
   // Fused cache write (decode-only steps): the blocks holding a request's last tile store its
   // new key and value at slot_mapping[r] (skipped when negative or >= num_slots), so no
-  // separate cache write kernel runs. With a 16-bit cache the new token's row is read from
-  // new_key / new_value directly (no wait for the store); fp8 reads it back from the cache.
-  // new_key null: the cache was written already.
+  // separate cache write kernel runs; position seq_len - 1 then attends to that row. With a
+  // 16-bit cache the row is taken from new_key / new_value directly (no wait for the store);
+  // fp8 reads it back from the cache. new_key null: the cache was written already.
   const void* new_key;            // [num_decodes, num_kv_heads, head_size] dtype; request r: row r
   const void* new_value;          // [num_decodes, num_kv_heads, head_size] dtype
   const long long* slot_mapping;  // [num_decodes] int64
@@ -77,6 +77,9 @@ struct DecodeParams {
   int max_splits;                 // == gridDim.x, >= 1
   int num_heads;                  // query heads (partials' row count)
   int stages;                     // cp.async pipeline depth, 2..ga_decode_max_stages(...)
+  int early_prologue;             // 16-bit caches: 1 reads seq_lens, block_table, slot_mapping
+                                  // and the KV cache before waiting for the previous kernel
+                                  // (programmatic dependent launch): only when it writes none
 };
 
 // Launch geometry shared by the host and the decode templates (evaluated at compile time by both).

@@ -723,6 +723,25 @@ TEST_CASE("gpu decode: forward on decode-only, mixed and padded batches") {
     m.num_decodes = 2;
     run_forward(c2, m, cache, rng);
   }
+  for (int many : {0, 1}) {
+    // The fused write's new rows are patched in by their owner warp; with the early prologue the
+    // cache is read before the wait. Two head chunks per KV head (group 20); a batch of 3 splits,
+    // one of 40 does not.
+    INFO("decode only, early prologue, group 20, " << (many ? "40 requests" : "3 requests"));
+    AttentionLayerConfig c3 = cfg;
+    c3.num_heads = 40;
+    c3.overlap_previous_kernel = true;
+    c3.max_num_seqs = 48;
+    Mixed m;
+    std::uniform_int_distribution<int> len(1, 3000);
+    const int n = many ? 40 : 3;
+    for (int r = 0; r < n; ++r) {
+      m.q_lens.push_back(1);
+      m.seq_lens.push_back(r == 0 ? 16 : r == 1 ? 17 : len(rng));
+    }
+    m.num_decodes = n;
+    run_forward(c3, m, cache, rng);
+  }
 }
 
 TEST_CASE("gpu decode: one captured graph serves every context length") {
