@@ -103,7 +103,7 @@ void AttentionBackend::prepare(KernelCache& cache) {
   for (const PrecompileResult& r : cache.precompile(specs_))
     GA_REQUIRE(r.error.empty(), "compiling kernel " + r.spec + " failed: " + r.error);
   for (size_t i = 0; i < specs_.size(); ++i) kernels_[i] = &detail::load_kernel(specs_[i], cache);
-  num_sms_ = detail::prepare_decode_kernel(*kernels_[kDecodeIdx]);
+  device_ = detail::prepare_decode_kernel(*kernels_[kDecodeIdx]);
   cache_ = &cache;
   prepared_ = true;
 }
@@ -112,7 +112,7 @@ int AttentionBackend::decode_max_splits(int num_decodes) const {
   GA_REQUIRE(prepared_, "decode_max_splits: call prepare() first (the policy needs the device)");
   return detail::decode_grid(num_decodes, config_.num_kv_heads,
                              config_.num_heads / config_.num_kv_heads, config_.max_model_len,
-                             config_.window, config_.head_size, config_.kv_dtype, num_sms_)
+                             config_.window, config_.head_size, config_.kv_dtype, device_)
       .max_splits;
 }
 
@@ -120,7 +120,7 @@ int AttentionBackend::decode_stages(int num_decodes) const {
   GA_REQUIRE(prepared_, "decode_stages: call prepare() first (the policy needs the device)");
   return detail::decode_grid(num_decodes, config_.num_kv_heads,
                              config_.num_heads / config_.num_kv_heads, config_.max_model_len,
-                             config_.window, config_.head_size, config_.kv_dtype, num_sms_)
+                             config_.window, config_.head_size, config_.kv_dtype, device_)
       .stages;
 }
 

@@ -81,35 +81,40 @@ size_t decode_counter_count(int num_decodes, int num_kv_heads, int group) {
          ga_decode_head_chunks(group);
 }
 
-int prepare_decode_kernel(const LoadedKernel& decode) {
+DecodeDevice prepare_decode_kernel(const LoadedKernel& decode) {
   GA_REQUIRE(decode.compiled != nullptr, "prepare_decode_kernel: kernel is not loaded");
   const AttentionSpec& s = decode.compiled->spec;
   const int kvb = kv_bytes_of(s);
-  const int smem = ga_decode_smem_bytes(s.head_size, kvb, ga_decode_max_stages(s.head_size, kvb));
-  ensure_shared_limit(decode.function, smem);
+  const int deep = ga_decode_smem_bytes(s.head_size, kvb, ga_decode_max_stages(s.head_size, kvb));
+  const int shallow =
+      ga_decode_smem_bytes(s.head_size, kvb, ga_decode_shallow_stages(s.head_size, kvb));
+  ensure_shared_limit(decode.function, deep);
   const auto& d = driver();
   CUdevice dev;
   GA_CU_CHECK(d.cuCtxGetDevice(&dev));
-  int sms = 0, per_sm = 0;
-  GA_CU_CHECK(d.cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev));
-  GA_CU_CHECK(d.cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, decode.function,
-                                                            GA_DECODE_THREADS, smem));
-  GA_REQUIRE(per_sm > 0, "decode kernel " + s.to_string() + " cannot run on this device (" +
-                             str(smem) + " bytes of shared memory per block)");
-  return sms;
+  DecodeDevice out;
+  GA_CU_CHECK(
+      d.cuDeviceGetAttribute(&out.num_sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev));
+  GA_CU_CHECK(d.cuOccupancyMaxActiveBlocksPerMultiprocessor(&out.blocks_per_sm_deep,
+                                                            decode.function, GA_DECODE_THREADS,
+                                                            deep));
+  GA_CU_CHECK(d.cuOccupancyMaxActiveBlocksPerMultiprocessor(&out.blocks_per_sm_shallow,
+                                                            decode.function, GA_DECODE_THREADS,
+                                                            shallow));
+  GA_REQUIRE(out.blocks_per_sm_deep > 0,
+             "decode kernel " + s.to_string() + " cannot run on this device (" + str(deep) +
+                 " bytes of shared memory per block)");
+  return out;
 }
 
 DecodeGrid decode_grid(int num_decodes, int num_kv_heads, int group, int max_model_len, int window,
-                       int head_size, KvDType kv_dtype, int num_sms) {
+                       int head_size, KvDType kv_dtype, const DecodeDevice& dev) {
   const int kvb = kv_dtype == KvDType::kAuto ? 2 : 1;
   DecodeGrid g;
-  // The deepest pipeline: on the H100 (graphattn-bench --try-splits) it was as fast as the
-  // shallow one within 1% at every REFERENCE.md shape, and 3.5% faster at 64 x 8192.
   g.stages = ga_decode_max_stages(head_size, kvb);
-  if (num_decodes <= 0) return g;
+  if (num_decodes <= 0 || dev.num_sms <= 0) return g;
   const int64_t blocks_per_split =
       int64_t{num_decodes} * num_kv_heads * ga_decode_head_chunks(group);
-  if (blocks_per_split >= num_sms) return g;
   // Attended tokens of the longest request, plus the window start's rounding down to a tile.
   const int64_t len = window > 0
                           ? std::min<int64_t>(max_model_len, int64_t{window} + GA_DECODE_TILE - 1)
@@ -117,7 +122,27 @@ DecodeGrid decode_grid(int num_decodes, int num_kv_heads, int group, int max_mod
   const int64_t tiles = (len + GA_DECODE_TILE - 1) / GA_DECODE_TILE;
   const int64_t cap = std::max<int64_t>(
       1, (tiles + GA_DECODE_MIN_TILES_PER_SPLIT - 1) / GA_DECODE_MIN_TILES_PER_SPLIT);
-  g.max_splits = static_cast<int>(std::min(cap, std::max<int64_t>(1, num_sms / blocks_per_split)));
+  if (blocks_per_split >= dev.num_sms) {
+    // The batch fills the device by itself. Splits only even out the waves of resident blocks:
+    // the fewest (up to 4) whose last wave is at least 90% full, else the fullest. At 64 x 8192
+    // with head size 64 (3 blocks per multiprocessor, 1.3 waves unsplit) 3 splits measured 12%
+    // faster on an H200 (graphattn-bench --try-splits).
+    const int64_t slots = int64_t{dev.num_sms} * std::max(1, dev.blocks_per_sm_deep);
+    double best = 0;
+    for (int64_t s = 1; s <= std::min<int64_t>(4, cap); ++s) {
+      const int64_t blocks = s * blocks_per_split;
+      const double fill =
+          static_cast<double>(blocks) / static_cast<double>((blocks + slots - 1) / slots * slots);
+      if (fill > best + 1e-9) {
+        best = fill;
+        g.max_splits = static_cast<int>(s);
+      }
+      if (fill >= 0.9) break;
+    }
+    return g;
+  }
+  g.max_splits =
+      static_cast<int>(std::min(cap, std::max<int64_t>(1, dev.num_sms / blocks_per_split)));
   // A split launch has about one block per multiprocessor: the shallow pipeline leaves room for
   // the next kernel's blocks to start (programmatic dependent launch) while this one runs.
   if (g.max_splits > 1) g.stages = ga_decode_shallow_stages(head_size, kvb);

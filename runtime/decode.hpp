@@ -14,6 +14,7 @@
 
 #include <cstddef>
 
+#include "graphattn/backend.hpp"
 #include "graphattn/spec.hpp"
 #include "graphattn/tensor.hpp"
 #include "runtime/module_cache.hpp"
@@ -60,10 +61,10 @@ size_t decode_workspace_bytes(int num_decodes, int num_heads, int head_size, int
 // Split counters of one launch: one per (request, KV head, chunk of 16 query heads).
 size_t decode_counter_count(int num_decodes, int num_kv_heads, int group);
 
-// Raises `decode`'s dynamic shared-memory limit to what its deepest pipeline needs and returns
-// the current device's multiprocessor count (the split policy's input). Call once per loaded
-// kernel before any capture.
-int prepare_decode_kernel(const LoadedKernel& decode);
+// Raises `decode`'s dynamic shared-memory limit to what its deepest pipeline needs and reads
+// the device's multiprocessor count and the kernel's occupancy. Call once per loaded kernel
+// before any capture.
+DecodeDevice prepare_decode_kernel(const LoadedKernel& decode);
 
 // The launch geometry for a batch: the grid width and the pipeline depth.
 struct DecodeGrid {
@@ -71,14 +72,15 @@ struct DecodeGrid {
   int stages = 2;      // cp.async stages per warp
 };
 // The split policy, a pure function. A batch whose (request, KV head) blocks fill the
-// multiprocessors by themselves gets no split (each block writes its output directly); a
-// smaller batch is split until there is about one block per multiprocessor. Never more splits
-// than the longest attended length needs (GA_DECODE_MIN_TILES_PER_SPLIT tiles per split at
-// least). The pipeline is the deepest that fits (ga_decode_max_stages) without splits and the
-// shallow one (ga_decode_shallow_stages) with them.
+// multiprocessors by themselves gets the fewest splits (usually one: each block writes its
+// output directly) that fill the last wave of resident blocks; a smaller batch is split until
+// there is about one block per multiprocessor. Never more splits than the longest attended
+// length needs (GA_DECODE_MIN_TILES_PER_SPLIT tiles per split at least). The pipeline is the
+// deepest that fits (ga_decode_max_stages), except for small split batches, which get the
+// shallow one (ga_decode_shallow_stages).
 //   max_model_len: longest seq_len; window: sliding window (0 none); group: heads per KV head
 DecodeGrid decode_grid(int num_decodes, int num_kv_heads, int group, int max_model_len, int window,
-                       int head_size, KvDType kv_dtype, int num_sms);
+                       int head_size, KvDType kv_dtype, const DecodeDevice& device);
 
 // Checks `args` against the loaded kernel and launches decode on `stream` (one kernel: split
 // partials are combined by the last split of each request). Allocates and synchronizes nothing;

@@ -17,18 +17,27 @@ TEST_CASE("decode split policy: about one block per multiprocessor for small bat
   const int sms = 132;
   const auto grid = [&](int b, int kvh, int g, int len, int window, int head = 128,
                         KvDType kv = KvDType::kAuto) {
-    return detail::decode_grid(b, kvh, g, len, window, head, kv, sms);
+    // An H100/H200 with head 128: one deep block or three shallow ones per multiprocessor.
+    return detail::decode_grid(b, kvh, g, len, window, head, kv, detail::DecodeDevice{sms, 1, 3});
   };
   // One long request over 8 KV heads: splits until the blocks cover the device; the shallow
   // pipeline leaves room for the next kernel's blocks.
   CHECK(grid(1, 8, 4, 32768, 0).max_splits == sms / 8);
   CHECK(grid(1, 8, 4, 32768, 0).stages == ga_decode_shallow_stages(128, 2));
-  // A batch that fills the device by itself: one split (direct output, no reduce).
-  for (auto bl : {std::pair{64, 8192}, std::pair{256, 4096}, std::pair{17, 100}}) {
+  // A batch that fills the device by itself: one split (direct output) when its last wave of
+  // blocks is nearly full.
+  for (auto bl : {std::pair{64, 8192}, std::pair{256, 4096}, std::pair{33, 100}}) {
     const auto g = grid(bl.first, 8, 4, bl.second, 0);
     CHECK(g.max_splits == 1);
     CHECK(g.stages == ga_decode_max_stages(128, 2));
   }
+  // Otherwise the fewest splits (at most 4) that fill it: 512 blocks over 132 x 3 slots fill
+  // 65% of two waves, 1536 fill 97% of four.
+  const auto three = detail::decode_grid(64, 8, 4, 8192, 0, 64, KvDType::kAuto,
+                                         detail::DecodeDevice{sms, 3, 3});
+  CHECK(three.max_splits == 3);
+  // 136 blocks: 52% of two waves unsplit; the length allows 2 splits at most (7 tiles).
+  CHECK(grid(17, 8, 4, 100, 0).max_splits == 2);
   // Short contexts cap the splits at GA_DECODE_MIN_TILES_PER_SPLIT tiles each.
   CHECK(grid(1, 1, 1, 64, 0).max_splits == 1);
   CHECK(grid(1, 1, 1, 65, 0).max_splits == 2);
@@ -40,7 +49,7 @@ TEST_CASE("decode split policy: about one block per multiprocessor for small bat
   for (int b = 1; b <= 512; b += 7) {
     const auto g = grid(b, 8, 4, 131072, 0);
     CHECK(g.max_splits >= 1);
-    CHECK((g.max_splits == 1 || int64_t{g.max_splits} * b * 8 <= sms));
+    CHECK(g.max_splits <= std::max(4, sms / (b * 8)));
     CHECK(ga_decode_smem_bytes(128, 2, g.stages) <= 227 * 1024);
   }
   // Every head size and KV type: the deepest pipeline fits in a multiprocessor's memory.

@@ -57,7 +57,13 @@ void prefill_attention(const TensorView& query, const TensorView& kv_cache,
 
 namespace detail {
 struct LoadedKernel;
-}
+// What the decode split policy (runtime/decode.hpp) knows of the device and the loaded kernel.
+struct DecodeDevice {
+  int num_sms = 0;                // multiprocessors
+  int blocks_per_sm_deep = 1;     // resident decode blocks per multiprocessor, deepest pipeline
+  int blocks_per_sm_shallow = 1;  // the same with the shallow pipeline
+};
+}  // namespace detail
 
 // One attention layer's configuration: everything that is fixed for the life of an engine.
 struct AttentionLayerConfig {
@@ -160,7 +166,7 @@ class AttentionBackend {
   std::vector<AttentionSpec> specs_;  // cache_write, decode, prefill
   bool prepared_ = false;
   KernelCache* cache_ = nullptr;      // the cache prepare() loaded from
-  int num_sms_ = 0;                   // the device's multiprocessors (split policy)
+  detail::DecodeDevice device_;       // multiprocessors and occupancy (split policy)
   const detail::LoadedKernel* kernels_[3] = {};  // loaded, in specs_ order
 
   size_t counter_bytes() const;  // the workspace's leading split counters

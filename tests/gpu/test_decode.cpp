@@ -235,14 +235,14 @@ std::vector<double> reference_rows(const DecodeCase& c, Batch& b, const std::vec
 
 struct Kernels {
   const detail::LoadedKernel* decode;
-  int num_sms;
+  detail::DecodeDevice device;
 };
 
 Kernels load(const DecodeCase& c, KernelCache& cache) {
   const AttentionSpec s = decode_spec_of(c, current_device_arch());
   Kernels k;
   k.decode = &detail::load_kernel(s, cache);
-  k.num_sms = detail::prepare_decode_kernel(*k.decode);
+  k.device = detail::prepare_decode_kernel(*k.decode);
   return k;
 }
 
@@ -275,7 +275,7 @@ void run_case(const DecodeCase& c, KernelCache& cache, std::mt19937_64& rng,
 
   const int max_len = std::max(1, *std::max_element(c.seq_lens.begin(), c.seq_lens.end()));
   const detail::DecodeGrid policy = detail::decode_grid(n, c.num_kv_heads, c.group, max_len,
-                                                        c.window, c.head_size, c.kv, k.num_sms);
+                                                        c.window, c.head_size, c.kv, k.device);
   const int deepest = ga_decode_max_stages(c.head_size, c.kv == KvDType::kAuto ? 2 : 1);
   for (Grid& g : grids) {
     if (g.splits == 0) g = {policy.max_splits, policy.stages};
@@ -762,7 +762,7 @@ TEST_CASE("gpu decode: one captured graph serves every context length") {
   build_batch(c, rng, b);
   const Kernels k = load(c, cache);
   const detail::DecodeGrid grid =
-      detail::decode_grid(n, c.num_kv_heads, c.group, max_len, 0, c.head_size, c.kv, k.num_sms);
+      detail::decode_grid(n, c.num_kv_heads, c.group, max_len, 0, c.head_size, c.kv, k.device);
   DeviceBuffer ws(detail::decode_workspace_bytes(n, 8, 128, grid.max_splits));
   DeviceBuffer counters(detail::decode_counter_count(n, c.num_kv_heads, c.group) * 4);
   detail::DecodeLaunch a;
