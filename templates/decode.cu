@@ -44,6 +44,10 @@ constexpr int KW = CE / 2;               // 16-bit pairs per chunk
 constexpr int KSUB = CE / 4;             // MMA k steps per chunk
 constexpr int MSUB = CE / 2;             // MMA m tiles per V chunk
 constexpr int LOAD_ITERS = (TILE * UNITS + 31) / 32;
+// Whole token rows per warp instruction and a power-of-two count of tokens per lane: each lane
+// keeps one unit of the row and walks LOAD_ITERS consecutive tokens (see issue()).
+constexpr bool FAST_LOAD = 32 % UNITS == 0 && TILE * UNITS % 32 == 0 &&
+                           (LOAD_ITERS & (LOAD_ITERS - 1)) == 0;
 #define GA_NEG_INF (-__int_as_float(0x7f800000))
 // e4m3 widened by bit moves is the true value times 2^-8.
 constexpr float KV_WIDEN_SCALE = KV_FP8 == 1 ? 256.0f : 1.0f;
@@ -283,6 +287,12 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   const int new_j = (tiles - 1 - tile_begin) / NW;
   const int new_row = seq_len - 1 - (base + (tiles - 1) * TILE);
 
+  // The fast gather (FAST_LOAD): lane's unit within a token row, as a byte offset, and its
+  // 16-byte chunk XOR the row swizzle of its first token, plus the byte within the chunk.
+  const int lane_unit = lane % UNITS;
+  const int lane_unit_bytes = lane_unit * CP_BYTES;
+  const int lane_chunk_sw = (lane_unit_bytes >> 4) ^ (((lane / UNITS) * LOAD_ITERS) & 7);
+  const int lane_dst_low = lane_unit_bytes & 15;
   // Block-table entries of this warp's tiles, 32 at a time: lane l holds tile j0 + l's.
   int bt_cached = 0, bt_j0 = -64;
   // Tile j of this warp goes to ring stage j % stages.
@@ -302,19 +312,37 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
                           (t0 % BLOCK_SIZE) * token_bytes + head_off;
     const unsigned stage = ring_addr + issue_stage * STAGE_BYTES;
     issue_stage = issue_stage + 1 == stages ? 0 : issue_stage + 1;
+    if constexpr (FAST_LOAD) {
+      // Lane group lane / UNITS copies tokens tk0 .. tk0 + LOAD_ITERS - 1, unit lane % UNITS.
+      const int tk0 = (lane / UNITS) * LOAD_ITERS;
+      const int p0 = t0 + tk0;
+      const unsigned char* ksrc = key_cache + off + tk0 * token_bytes + lane_unit_bytes;
+      const unsigned char* vsrc = value_cache + off + tk0 * token_bytes + lane_unit_bytes;
+      const unsigned row0 = stage + tk0 * ROW_BYTES + lane_dst_low;
 #pragma unroll
-    for (int it = 0; it < LOAD_ITERS; ++it) {
-      const int idx = lane + 32 * it;
-      if (TILE * UNITS % 32 == 0 || idx < TILE * UNITS) {
-        const int tok = idx / UNITS, u = idx - (idx / UNITS) * UNITS;
-        const int pos = t0 + tok;
+      for (int it = 0; it < LOAD_ITERS; ++it) {
+        const int pos = p0 + it;
         const bool valid = pos >= lo && pos < seq_len && !(direct && pos == seq_len - 1);
-        const long long src = off + tok * token_bytes + u * CP_BYTES;
-        const int chunk = (u * CP_BYTES) >> 4;
-        const unsigned dst =
-            stage + tok * ROW_BYTES + ((chunk ^ (tok & 7)) << 4) + ((u * CP_BYTES) & 15);
-        ga_cp_async(dst, key_cache + (valid ? src : off), valid);
-        ga_cp_async(dst + TILE_BYTES, value_cache + (valid ? src : off), valid);
+        // (tk0 + it) % 8 == (tk0 % 8) ^ it: tk0 is a multiple of LOAD_ITERS, a power of two.
+        const unsigned dst = row0 + it * ROW_BYTES + ((lane_chunk_sw ^ (it & 7)) << 4);
+        ga_cp_async(dst, ksrc + it * token_bytes, valid);
+        ga_cp_async(dst + TILE_BYTES, vsrc + it * token_bytes, valid);
+      }
+    } else {
+#pragma unroll
+      for (int it = 0; it < LOAD_ITERS; ++it) {
+        const int idx = lane + 32 * it;
+        if (TILE * UNITS % 32 == 0 || idx < TILE * UNITS) {
+          const int tok = idx / UNITS, u = idx - (idx / UNITS) * UNITS;
+          const int pos = t0 + tok;
+          const bool valid = pos >= lo && pos < seq_len && !(direct && pos == seq_len - 1);
+          const long long src = off + tok * token_bytes + u * CP_BYTES;
+          const int chunk = (u * CP_BYTES) >> 4;
+          const unsigned dst =
+              stage + tok * ROW_BYTES + ((chunk ^ (tok & 7)) << 4) + ((u * CP_BYTES) & 15);
+          ga_cp_async(dst, key_cache + (valid ? src : off), valid);
+          ga_cp_async(dst + TILE_BYTES, value_cache + (valid ? src : off), valid);
+        }
       }
     }
   };

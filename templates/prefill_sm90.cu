@@ -299,40 +299,58 @@ __device__ __forceinline__ void pw_wgmma_rs(float (&d)[N / 2], const unsigned (&
 }
 
 
-constexpr int PW_LOAD_ITERS = PW_BLOCK_N * PW_CHUNKS / 128;  // 16-byte copies per thread
-static_assert(PW_BLOCK_N * PW_CHUNKS % 128 == 0, "prefill_sm90: uneven K/V tile split");
+// The producer's gather of a K or V tile: thread ptid copies row ptid / 4 of every 32-row pass
+// and chunks ptid % 4 + 4 i of that row, so each warp instruction moves 64 contiguous bytes of
+// 8 rows. The swizzle of a row depends only on row % 8, which is the same in every pass, so
+// the shared-memory offsets are computed once per thread (PwGather), and K and V, which share
+// strides and block table, share the global offsets of each tile (pw_gather_rows).
+constexpr int PW_PASSES = PW_BLOCK_N / 32;
+constexpr int PW_LANE_CHUNKS = PW_CHUNKS / 4;
+static_assert(PW_BLOCK_N % 32 == 0 && PW_CHUNKS % 4 == 0, "prefill_sm90: uneven K/V gather");
 
-constexpr int PW_LOAD_BATCH = PW_LOAD_ITERS % 8 == 0 ? 8 : 4;
+struct PwGather {
+  unsigned dst[PW_LANE_CHUNKS];  // swizzled offsets of this thread's chunks in pass 0
+  int row;                       // this thread's row within a pass
+  long long col;                 // element offset of its first chunk in a token's head row
+};
 
-// Copies the K or V rows [n0, n0 + PW_BLOCK_N) of one head from their pages into a swizzled
-// tile; rows at or past kv_end are zero-filled. Block-table lookups go in batches, each issued
-// whole before its copies and without branches (rows past kv_end look up the last visible
-// row's block, which exists), so their latencies overlap instead of queueing one by one behind
-// the copies; the batches are not unrolled, which keeps the producer's registers few.
-// ptid: 0..127 within the producer warpgroup.
-__device__ __forceinline__ void pw_load_kv(const PrefillParams& p, const ga_u16* cache,
-                                           const int* block_row, long long head_off, int n0,
-                                           int kv_end, unsigned dst, int ptid) {
-#pragma unroll 1
-  for (int b = 0; b < PW_LOAD_ITERS; b += PW_LOAD_BATCH) {
-    int blk[PW_LOAD_BATCH];
+__device__ __forceinline__ PwGather pw_gather_setup(long long head_off, int ptid) {
+  PwGather g;
+  g.row = ptid >> 2;
+  const int q = ptid & 3;
 #pragma unroll
-    for (int i = 0; i < PW_LOAD_BATCH; ++i) {
-      const int key = min(n0 + (ptid + (b + i) * 128) / PW_CHUNKS, kv_end - 1);
-      blk[i] = __ldg(block_row + key / BLOCK_SIZE);
-    }
+  for (int i = 0; i < PW_LANE_CHUNKS; ++i) g.dst[i] = pw_swizzle(g.row, q + 4 * i, PW_BLOCK_N);
+  g.col = head_off + q * 8;
+  return g;
+}
+
+// Element offsets of this thread's rows of the tile at key n0 (rows at or past kv_end point at
+// the last visible key, whose block exists; their copies are zero-filled). The block-table
+// loads are all issued before any is used.
+__device__ __forceinline__ void pw_gather_rows(const PrefillParams& p, const int* block_row,
+                                               const PwGather& g, int n0, int kv_end,
+                                               long long (&off)[PW_PASSES]) {
+  int key[PW_PASSES], blk[PW_PASSES];
 #pragma unroll
-    for (int i = 0; i < PW_LOAD_BATCH; ++i) {
-      const int idx = ptid + (b + i) * 128;
-      const int row = idx / PW_CHUNKS;
-      const int c = idx - row * PW_CHUNKS;
-      const int key = min(n0 + row, kv_end - 1);
-      const long long off = static_cast<long long>(blk[i]) * p.cache_block_stride +
-                            static_cast<long long>(key % BLOCK_SIZE) * p.cache_token_stride +
-                            head_off + c * 8;
-      pw_cp_async16(dst + pw_swizzle(row, c, PW_BLOCK_N), cache + off,
-                    n0 + row < kv_end ? 16 : 0);
-    }
+  for (int k = 0; k < PW_PASSES; ++k) {
+    key[k] = min(n0 + 32 * k + g.row, kv_end - 1);
+    blk[k] = __ldg(block_row + key[k] / BLOCK_SIZE);
+  }
+#pragma unroll
+  for (int k = 0; k < PW_PASSES; ++k)
+    off[k] = static_cast<long long>(blk[k]) * p.cache_block_stride +
+             static_cast<long long>(key[k] % BLOCK_SIZE) * p.cache_token_stride + g.col;
+}
+
+__device__ __forceinline__ void pw_gather_copy(const ga_u16* cache, const PwGather& g,
+                                               const long long (&off)[PW_PASSES], int n0,
+                                               int kv_end, unsigned dst) {
+#pragma unroll
+  for (int k = 0; k < PW_PASSES; ++k) {
+    const int bytes = n0 + 32 * k + g.row < kv_end ? 16 : 0;
+#pragma unroll
+    for (int i = 0; i < PW_LANE_CHUNKS; ++i)
+      pw_cp_async16(dst + k * 32 * 128 + g.dst[i], cache + off[k] + 32 * i, bytes);
   }
 }
 
@@ -346,7 +364,11 @@ __device__ __forceinline__ void pw_softmax(const PrefillParams& p, float (&s)[PW
                                            float (&l)[2], float (&alpha)[2]) {
   constexpr int NB = PW_BLOCK_N / 8;
   const float ninf = __int_as_float(0xff800000);
-  float mx[2] = {ninf, ninf};
+  // Without a soft cap the raw scores are kept and the scale is applied inside the exponent,
+  // exp2(s * scale_log2 - m), one FFMA per element; m is in the scaled (log2) domain. The max
+  // and sum chains are split in two per row to halve their latency.
+  const float sc = HAS_SOFT_CAP ? 1.f : p.scale_log2;
+  float mx[2][2] = {{ninf, ninf}, {ninf, ninf}};
 #pragma unroll
   for (int j = 0; j < NB; ++j) {
 #pragma unroll
@@ -356,8 +378,6 @@ __device__ __forceinline__ void pw_softmax(const PrefillParams& p, float (&s)[PW
         // cap * tanh(scale * x / cap), tanh(y) = 1 - 2 / (e^{2y} + 1): exact enough at both ends.
         const float ex = ga_exp2(x * (2.f * GA_LOG2E) * (p.scale / p.soft_cap));
         x = (p.soft_cap * GA_LOG2E) * (1.f - 2.f * ga_rcp(ex + 1.f));
-      } else {
-        x *= p.scale_log2;
       }
       if (MASK) {
         const int key = n0 + j * 8 + t2 + (e & 1);
@@ -367,15 +387,16 @@ __device__ __forceinline__ void pw_softmax(const PrefillParams& p, float (&s)[PW
         if (!visible) x = ninf;
       }
       s[j * 4 + e] = x;
-      mx[e >> 1] = fmaxf(mx[e >> 1], x);
+      mx[e >> 1][j & 1] = fmaxf(mx[e >> 1][j & 1], x);
     }
   }
-  float m_use[2], sum[2] = {0.f, 0.f};
+  float m_use[2], sum[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-    mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-    const float m_new = fmaxf(m[r], mx[r]);
+    float v = fmaxf(mx[r][0], mx[r][1]);
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+    const float m_new = fmaxf(m[r], v * sc);
     // A row with nothing visible yet keeps m = -inf; subtracting 0 instead keeps its
     // probabilities and alpha at exactly 0 rather than NaN.
     m_use[r] = m_new == ninf ? 0.f : m_new;
@@ -386,12 +407,12 @@ __device__ __forceinline__ void pw_softmax(const PrefillParams& p, float (&s)[PW
   for (int j = 0; j < NB; ++j) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      s[j * 4 + e] = ga_exp2(s[j * 4 + e] - m_use[e >> 1]);
-      sum[e >> 1] += s[j * 4 + e];
+      s[j * 4 + e] = ga_exp2(fmaf(s[j * 4 + e], sc, -m_use[e >> 1]));
+      sum[e >> 1][j & 1] += s[j * 4 + e];
     }
   }
 #pragma unroll
-  for (int r = 0; r < 2; ++r) l[r] = l[r] * alpha[r] + sum[r];
+  for (int r = 0; r < 2; ++r) l[r] = l[r] * alpha[r] + (sum[r][0] + sum[r][1]);
 }
 
 // Probabilities of one tile -> the A fragments (m16n8k16 layout) of P V.
@@ -469,17 +490,20 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
 
       const ga_u16* kc = static_cast<const ga_u16*>(p.key_cache);
       const ga_u16* vc = static_cast<const ga_u16*>(p.value_cache);
-      const long long head_off = static_cast<long long>(kv_head) * p.cache_head_stride;
+      const PwGather gather =
+          pw_gather_setup(static_cast<long long>(kv_head) * p.cache_head_stride, tid);
       int stage = 0;
       unsigned phase = 0;
       for (int j = 0; j < n_tiles; ++j) {
         const int n0 = (tile0 + j) * PW_BLOCK_N;
+        long long off[PW_PASSES];
+        pw_gather_rows(p, block_row, gather, n0, kv_end, off);
         // A stage is refilled once all consumer warps released its previous use.
         if (j >= PW_STAGES) pw_mbar_wait(bar_k_empty + 8 * stage, phase ^ 1);
-        pw_load_kv(p, kc, block_row, head_off, n0, kv_end, k_base + stage * PW_KV_BYTES, tid);
+        pw_gather_copy(kc, gather, off, n0, kv_end, k_base + stage * PW_KV_BYTES);
         pw_mbar_arrive_copies(bar_k_full + 8 * stage);
         if (j >= PW_STAGES) pw_mbar_wait(bar_v_empty + 8 * stage, phase ^ 1);
-        pw_load_kv(p, vc, block_row, head_off, n0, kv_end, v_base + stage * PW_KV_BYTES, tid);
+        pw_gather_copy(vc, gather, off, n0, kv_end, v_base + stage * PW_KV_BYTES);
         pw_mbar_arrive_copies(bar_v_full + 8 * stage);
         if (++stage == PW_STAGES) {
           stage = 0;
