@@ -113,6 +113,7 @@ DecodeGrid decode_grid(int num_decodes, int num_kv_heads, int group, int max_mod
   DecodeGrid g;
   g.stages = ga_decode_max_stages(head_size, kvb);
   if (num_decodes <= 0 || dev.num_sms <= 0) return g;
+  const int shallow = ga_decode_shallow_stages(head_size, kvb);
   const int64_t blocks_per_split =
       int64_t{num_decodes} * num_kv_heads * ga_decode_head_chunks(group);
   // Attended tokens of the longest request, plus the window start's rounding down to a tile.
@@ -123,11 +124,16 @@ DecodeGrid decode_grid(int num_decodes, int num_kv_heads, int group, int max_mod
   const int64_t cap = std::max<int64_t>(
       1, (tiles + GA_DECODE_MIN_TILES_PER_SPLIT - 1) / GA_DECODE_MIN_TILES_PER_SPLIT);
   if (blocks_per_split >= dev.num_sms) {
-    // The batch fills the device by itself. Splits only even out the waves of resident blocks:
-    // the fewest (up to 4) whose last wave is at least 90% full, else the fullest. At 64 x 8192
-    // with head size 64 (3 blocks per multiprocessor, 1.3 waves unsplit) 3 splits measured 12%
-    // faster on an H200 (graphattn-bench --try-splits).
-    const int64_t slots = int64_t{dev.num_sms} * std::max(1, dev.blocks_per_sm_deep);
+    // The batch fills the device by itself. Short contexts take the shallow pipeline, whose
+    // co-resident blocks hide each other's start and end (256 x 1024 on an H200: 4% faster).
+    // Splits only even out few waves of resident blocks: the fewest (up to 4) whose last wave
+    // is at least 90% full, else the fullest (64 x 8192 at head size 64 with 3 resident blocks
+    // per multiprocessor, 1.3 waves unsplit: 3 splits measured 8% faster on an H200).
+    if (tiles <= 2048 / GA_DECODE_TILE) g.stages = shallow;
+    const int64_t slots =
+        int64_t{dev.num_sms} *
+        std::max(1, g.stages == shallow ? dev.blocks_per_sm_shallow : dev.blocks_per_sm_deep);
+    if (blocks_per_split >= 3 * slots) return g;
     double best = 0;
     for (int64_t s = 1; s <= std::min<int64_t>(4, cap); ++s) {
       const int64_t blocks = s * blocks_per_split;
@@ -145,7 +151,7 @@ DecodeGrid decode_grid(int num_decodes, int num_kv_heads, int group, int max_mod
       static_cast<int>(std::min(cap, std::max<int64_t>(1, dev.num_sms / blocks_per_split)));
   // A split launch has about one block per multiprocessor: the shallow pipeline leaves room for
   // the next kernel's blocks to start (programmatic dependent launch) while this one runs.
-  if (g.max_splits > 1) g.stages = ga_decode_shallow_stages(head_size, kvb);
+  if (g.max_splits > 1) g.stages = shallow;
   return g;
 }
 

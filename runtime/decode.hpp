@@ -73,11 +73,11 @@ struct DecodeGrid {
 };
 // The split policy, a pure function. A batch whose (request, KV head) blocks fill the
 // multiprocessors by themselves gets the fewest splits (usually one: each block writes its
-// output directly) that fill the last wave of resident blocks; a smaller batch is split until
-// there is about one block per multiprocessor. Never more splits than the longest attended
-// length needs (GA_DECODE_MIN_TILES_PER_SPLIT tiles per split at least). The pipeline is the
-// deepest that fits (ga_decode_max_stages), except for small split batches, which get the
-// shallow one (ga_decode_shallow_stages).
+// output directly) that fill the last of fewer than three waves of resident blocks; a smaller
+// batch is split until there is about one block per multiprocessor. Never more splits than the
+// longest attended length needs (GA_DECODE_MIN_TILES_PER_SPLIT tiles per split at least). The
+// pipeline is the deepest that fits (ga_decode_max_stages), except for split launches and
+// attended lengths up to 2048 tokens, which get the shallow one (ga_decode_shallow_stages).
 //   max_model_len: longest seq_len; window: sliding window (0 none); group: heads per KV head
 DecodeGrid decode_grid(int num_decodes, int num_kv_heads, int group, int max_model_len, int window,
                        int head_size, KvDType kv_dtype, const DecodeDevice& device);

@@ -71,13 +71,16 @@ __device__ __forceinline__ void ga_cp_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 // Waits until at most stages - 1 commit groups are pending (stages is warp-uniform).
+template <int N = MAX_STAGES>
 __device__ __forceinline__ void ga_cp_wait_stages(int stages) {
-  if (MAX_STAGES >= 4 && stages >= 4) {
-    ga_cp_wait<3>();
-  } else if (MAX_STAGES >= 3 && stages == 3) {
-    ga_cp_wait<2>();
-  } else {
+  if constexpr (N <= 2) {
     ga_cp_wait<1>();
+  } else {
+    if (stages >= N) {
+      ga_cp_wait<N - 1>();
+    } else {
+      ga_cp_wait_stages<N - 1>(stages);
+    }
   }
 }
 

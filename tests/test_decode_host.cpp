@@ -25,12 +25,16 @@ TEST_CASE("decode split policy: about one block per multiprocessor for small bat
   CHECK(grid(1, 8, 4, 32768, 0).max_splits == sms / 8);
   CHECK(grid(1, 8, 4, 32768, 0).stages == ga_decode_shallow_stages(128, 2));
   // A batch that fills the device by itself: one split (direct output) when its last wave of
-  // blocks is nearly full.
-  for (auto bl : {std::pair{64, 8192}, std::pair{256, 4096}, std::pair{33, 100}}) {
+  // blocks is nearly full or it has three waves or more; short contexts take the shallow
+  // pipeline.
+  for (auto bl : {std::pair{64, 8192}, std::pair{256, 4096}}) {
     const auto g = grid(bl.first, 8, 4, bl.second, 0);
     CHECK(g.max_splits == 1);
     CHECK(g.stages == ga_decode_max_stages(128, 2));
   }
+  const auto short_ctx = grid(256, 8, 4, 1024, 0);
+  CHECK(short_ctx.max_splits == 1);
+  CHECK(short_ctx.stages == ga_decode_shallow_stages(128, 2));
   // Otherwise the fewest splits (at most 4) that fill it: 512 blocks over 132 x 3 slots fill
   // 65% of two waves, 1536 fill 97% of four.
   const auto three = detail::decode_grid(64, 8, 4, 8192, 0, 64, KvDType::kAuto,
@@ -59,6 +63,7 @@ TEST_CASE("decode split policy: about one block per multiprocessor for small bat
       CHECK(ga_decode_smem_bytes(h, kvb, ga_decode_max_stages(h, kvb)) <= 227 * 1024);
       CHECK(ga_decode_shallow_stages(h, kvb) <= ga_decode_max_stages(h, kvb));
       CHECK(ga_decode_shallow_stages(h, kvb) >= 2);
+      CHECK(ga_decode_max_stages(h, kvb) <= 8);
     }
 }
 
