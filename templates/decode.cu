@@ -635,19 +635,23 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
     const long long row0 = (static_cast<long long>(req) * p.num_heads + head) * p.max_splits;
     const float* lse = p.partial_lse + row0;
     const float* part = p.partial_out + row0 * HEAD_SIZE + d;
-    float mx = GA_NEG_INF;
-    for (int sp = 0; sp < num_splits; ++sp) mx = fmaxf(mx, __ldcg(lse + sp));
-    float total = 0.0f;
-    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    // One pass with a running maximum, so that every load is issued at once. Each split saw
+    // at least one key, so its lse is finite.
+    float mx = __ldcg(lse);
+    float total = 1.0f;
+    float4 acc = __ldcg(reinterpret_cast<const float4*>(part));
 #pragma unroll 4
-    for (int sp = 0; sp < num_splits; ++sp) {
-      const float w = ga_exp2(__ldcg(lse + sp) - mx);
+    for (int sp = 1; sp < num_splits; ++sp) {
+      const float ls = __ldcg(lse + sp);
       const float4 x = __ldcg(reinterpret_cast<const float4*>(part + sp * HEAD_SIZE));
-      total += w;
-      acc.x += w * x.x;
-      acc.y += w * x.y;
-      acc.z += w * x.z;
-      acc.w += w * x.w;
+      const float m_new = fmaxf(mx, ls);
+      const float a = ga_exp2(mx - m_new), w = ga_exp2(ls - m_new);
+      mx = m_new;
+      total = total * a + w;
+      acc.x = acc.x * a + w * x.x;
+      acc.y = acc.y * a + w * x.y;
+      acc.z = acc.z * a + w * x.z;
+      acc.w = acc.w * a + w * x.w;
     }
     const float r = 1.0f / total;
     ga_u16* out = static_cast<ga_u16*>(p.output) + req * p.output_token_stride +
