@@ -254,10 +254,11 @@ void AttentionBackend::forward(const TensorView& query, const TensorView& key,
   // slower at batch 64 on an H200, so fp8 fuses only split launches (small batches, where the
   // saved launch matters most). Batches with prefills run the cache write kernel first.
   TensorView k = key, v = value;
+  detail::KvCacheShape written{};
   if (write) {
     k.shape[0] = md.num_actual_tokens;
     v.shape[0] = md.num_actual_tokens;
-    detail::check_cache_write(k, v, kv_cache, md.slot_mapping, c.k_scale, c.v_scale);
+    written = detail::check_cache_write(k, v, kv_cache, md.slot_mapping, c.k_scale, c.v_scale);
   }
   const bool fused_write = write && decode && !prefill &&
                            md.num_actual_tokens == md.num_decodes &&
@@ -268,7 +269,9 @@ void AttentionBackend::forward(const TensorView& query, const TensorView& key,
     d.slot_mapping = md.slot_mapping;
     d.early_prologue = c.overlap_previous_kernel;
   } else if (write) {
-    write_kv_cache(k, v, kv_cache, md.slot_mapping, c.k_scale, c.v_scale, stream, *cache_);
+    // The layer's own cache write kernel, loaded by prepare(): no lookup per call.
+    detail::launch_cache_write(*kernels_[kWrite], k, v, kv_cache, written, md.slot_mapping,
+                               c.k_scale, c.v_scale, stream);
   }
   if (decode) detail::launch_decode(*kernels_[kDecodeIdx], d, stream);
   if (prefill) detail::launch_prefill(*kernels_[kPrefillIdx], pf, stream);

@@ -43,27 +43,11 @@ KvCacheShape check_cache_write(const TensorView& key, const TensorView& value,
   return kc;
 }
 
-}  // namespace detail
-
-void write_kv_cache(const TensorView& key, const TensorView& value, const TensorView& kv_cache,
-                    const TensorView& slot_mapping, float k_scale, float v_scale, CUstream stream,
-                    KernelCache& cache) {
-  const detail::KvCacheShape kc =
-      detail::check_cache_write(key, value, kv_cache, slot_mapping, k_scale, v_scale);
-  const DType dtype = dtype_of(key.dtype);
+void launch_cache_write(const LoadedKernel& k, const TensorView& key, const TensorView& value,
+                        const TensorView& kv_cache, const KvCacheShape& kc,
+                        const TensorView& slot_mapping, float k_scale, float v_scale,
+                        CUstream stream) {
   if (key.shape[0] == 0) return;
-
-  AttentionSpec spec;
-  spec.kind = KernelKind::kCacheWrite;
-  spec.head_size = static_cast<int>(kc.head_size);
-  spec.block_size = static_cast<int>(kc.block_size);
-  spec.dtype = dtype;
-  spec.kv_dtype = kc.kv_dtype;
-  spec.group = 1;
-  spec.layout = kc.layout;
-  spec.arch = current_device_arch();
-  const detail::LoadedKernel& k = detail::load_kernel(spec, cache, stream);
-
   CacheWriteParams p{};
   p.key = key.data;
   p.value = value.data;
@@ -82,11 +66,32 @@ void write_kv_cache(const TensorView& key, const TensorView& value, const Tensor
   p.num_kv_heads = static_cast<int>(kc.num_kv_heads);
   p.k_scale = k_scale;
   p.v_scale = v_scale;
-  const int vectors = p.num_kv_heads * spec.head_size / 8;
-  detail::LaunchShape shape;
+  const int vectors = static_cast<int>(p.num_kv_heads * kc.head_size / 8);
+  LaunchShape shape;
   shape.grid_x = static_cast<unsigned>(p.num_tokens);
   shape.block_x = static_cast<unsigned>(std::min(256, (vectors + 31) / 32 * 32));
-  detail::launch(k, shape, stream, p);
+  launch(k, shape, stream, p);
+}
+
+}  // namespace detail
+
+void write_kv_cache(const TensorView& key, const TensorView& value, const TensorView& kv_cache,
+                    const TensorView& slot_mapping, float k_scale, float v_scale, CUstream stream,
+                    KernelCache& cache) {
+  const detail::KvCacheShape kc =
+      detail::check_cache_write(key, value, kv_cache, slot_mapping, k_scale, v_scale);
+  if (key.shape[0] == 0) return;
+  AttentionSpec spec;
+  spec.kind = KernelKind::kCacheWrite;
+  spec.head_size = static_cast<int>(kc.head_size);
+  spec.block_size = static_cast<int>(kc.block_size);
+  spec.dtype = dtype_of(key.dtype);
+  spec.kv_dtype = kc.kv_dtype;
+  spec.group = 1;
+  spec.layout = kc.layout;
+  spec.arch = current_device_arch();
+  detail::launch_cache_write(detail::load_kernel(spec, cache, stream), key, value, kv_cache, kc,
+                             slot_mapping, k_scale, v_scale, stream);
 }
 
 }  // namespace graphattn

@@ -32,6 +32,12 @@ KvCacheShape check_kv_cache(const TensorView& kv_cache, DType dtype);
 // argument). Touches no device.
 AttentionSpec attention_spec_for(KernelKind kind, const TensorView& query, const TensorView& output,
                                  const TensorView& kv_cache, int window, float soft_cap, int arch);
+// Launches the loaded cache write kernel `k` on views that check_cache_write() accepted (kc is
+// its result); checks nothing.
+void launch_cache_write(const LoadedKernel& k, const TensorView& key, const TensorView& value,
+                        const TensorView& kv_cache, const KvCacheShape& kc,
+                        const TensorView& slot_mapping, float k_scale, float v_scale,
+                        CUstream stream);
 // Every check of the cache write's arguments (write_kv_cache and the decode kernel's fused
 // write share it); returns the cache's shape.
 KvCacheShape check_cache_write(const TensorView& key, const TensorView& value,
