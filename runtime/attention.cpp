@@ -108,20 +108,23 @@ void AttentionBackend::prepare(KernelCache& cache) {
   prepared_ = true;
 }
 
-int AttentionBackend::decode_max_splits(int num_decodes) const {
-  GA_REQUIRE(prepared_, "decode_max_splits: call prepare() first (the policy needs the device)");
+detail::DecodeGrid AttentionBackend::decode_grid(int num_decodes, const char* caller) const {
+  GA_REQUIRE(prepared_, std::string(caller) + ": call prepare() first (the policy needs the device)");
   return detail::decode_grid(num_decodes, config_.num_kv_heads,
                              config_.num_heads / config_.num_kv_heads, config_.max_model_len,
-                             config_.window, config_.head_size, config_.kv_dtype, device_)
-      .max_splits;
+                             config_.window, config_.head_size, config_.kv_dtype, device_);
+}
+
+int AttentionBackend::decode_max_splits(int num_decodes) const {
+  return decode_grid(num_decodes, "decode_max_splits").max_splits;
 }
 
 int AttentionBackend::decode_stages(int num_decodes) const {
-  GA_REQUIRE(prepared_, "decode_stages: call prepare() first (the policy needs the device)");
-  return detail::decode_grid(num_decodes, config_.num_kv_heads,
-                             config_.num_heads / config_.num_kv_heads, config_.max_model_len,
-                             config_.window, config_.head_size, config_.kv_dtype, device_)
-      .stages;
+  return decode_grid(num_decodes, "decode_stages").stages;
+}
+
+bool AttentionBackend::decode_cluster(int num_decodes) const {
+  return decode_grid(num_decodes, "decode_cluster").cluster;
 }
 
 // The workspace: the split counters (sized for max_num_seqs, at a fixed place so that every
@@ -200,8 +203,10 @@ void AttentionBackend::forward(const TensorView& query, const TensorView& key,
   d.seq_lens = md.seq_lens;
   d.block_table = md.block_table;
   d.num_decodes = md.num_decodes;
-  d.max_splits = decode_max_splits(md.num_decodes);
-  d.stages = decode_stages(md.num_decodes);
+  const detail::DecodeGrid grid = decode_grid(md.num_decodes, "forward");
+  d.max_splits = grid.max_splits;
+  d.stages = grid.stages;
+  d.cluster = grid.cluster;
   d.scale = c.scale;
   d.window = c.window;
   d.soft_cap = c.soft_cap;

@@ -104,6 +104,23 @@ DecodeDevice prepare_decode_kernel(const LoadedKernel& decode) {
   GA_REQUIRE(out.blocks_per_sm_deep > 0,
              "decode kernel " + s.to_string() + " cannot run on this device (" + str(deep) +
                  " bytes of shared memory per block)");
+  if (s.arch >= 90) {
+    // Clusters of up to 16 split blocks (8 is the portable limit); the device says how large a
+    // cluster of shallow blocks it can actually co-schedule. A driver that cannot answer gets
+    // no clusters.
+    if (d.cuFuncSetAttribute(decode.function, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED,
+                             1) == CUDA_SUCCESS) {
+      CUlaunchConfig cfg{};
+      cfg.gridDimX = 16;
+      cfg.gridDimY = cfg.gridDimZ = 1;
+      cfg.blockDimX = GA_DECODE_THREADS;
+      cfg.blockDimY = cfg.blockDimZ = 1;
+      cfg.sharedMemBytes = static_cast<unsigned>(shallow);
+      int size = 0;
+      if (d.cuOccupancyMaxPotentialClusterSize(&size, decode.function, &cfg) == CUDA_SUCCESS)
+        out.max_cluster = std::min(size, 16);
+    }
+  }
   return out;
 }
 
@@ -152,8 +169,12 @@ DecodeGrid decode_grid(int num_decodes, int num_kv_heads, int group, int max_mod
   g.max_splits =
       static_cast<int>(std::min(cap, std::max<int64_t>(1, dev.num_sms / blocks_per_split)));
   // A split launch has about one block per multiprocessor: the shallow pipeline leaves room for
-  // the next kernel's blocks to start (programmatic dependent launch) while this one runs.
-  if (g.max_splits > 1) g.stages = shallow;
+  // the next kernel's blocks to start (programmatic dependent launch) while this one runs. Its
+  // splits combine through distributed shared memory when one cluster can hold them all.
+  if (g.max_splits > 1) {
+    g.stages = shallow;
+    g.cluster = g.max_splits <= dev.max_cluster;
+  }
   return g;
 }
 
@@ -196,8 +217,11 @@ void launch_decode(const LoadedKernel& decode, const DecodeLaunch& a, CUstream s
                  str(static_cast<int64_t>(w.total)) + " bytes, 16-byte aligned, are needed for " +
                  str(a.num_decodes) + " requests and " + str(a.max_splits) + " splits");
   const int num_kv_heads = static_cast<int>(a.kv_cache.shape[3]);
-  GA_REQUIRE(a.max_splits == 1 || (a.counters != nullptr &&
-                                    reinterpret_cast<uintptr_t>(a.counters) % 4 == 0),
+  GA_REQUIRE(!a.cluster || (spec.arch >= 90 && a.max_splits <= 16),
+             "a cluster launch needs sm_90 or newer and max_splits <= 16, got sm_" +
+                 str(spec.arch) + " and " + str(a.max_splits));
+  GA_REQUIRE(a.max_splits == 1 || a.cluster ||
+                 (a.counters != nullptr && reinterpret_cast<uintptr_t>(a.counters) % 4 == 0),
              "decode counters must be a 4-byte aligned pointer to " +
                  str(static_cast<int64_t>(
                      decode_counter_count(a.num_decodes, num_kv_heads, spec.group))) +
@@ -239,6 +263,7 @@ void launch_decode(const LoadedKernel& decode, const DecodeLaunch& a, CUstream s
                  "; supported: 0 (default), 2.." + str(ga_decode_max_stages(spec.head_size, kvb)));
   p.stages = stages;
   p.early_prologue = a.early_prologue && !fp8 && a.new_key.ndim != 0 ? 1 : 0;
+  p.cluster_splits = a.cluster && a.max_splits > 1 ? 1 : 0;
   const int smem = ga_decode_smem_bytes(spec.head_size, kvb, stages);
   ensure_shared_limit(
       decode.function,
@@ -249,6 +274,7 @@ void launch_decode(const LoadedKernel& decode, const DecodeLaunch& a, CUstream s
   shape.grid_z = static_cast<unsigned>(a.num_decodes);
   shape.block_x = GA_DECODE_THREADS;
   shape.shared_bytes = static_cast<unsigned>(smem);
+  shape.cluster_x = p.cluster_splits ? static_cast<unsigned>(a.max_splits) : 1;
   launch(decode, shape, stream, p);
 }
 

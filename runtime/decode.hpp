@@ -35,6 +35,9 @@ struct DecodeLaunch {
   // 16-bit cache with the fused write: read seq_lens, block_table, slot_mapping and the KV cache
   // before the previous kernel in the stream finishes (it must write none of them).
   bool early_prologue = false;
+  // sm_90+, max_splits <= 16: run the splits of each request as one thread-block cluster and
+  // combine them through distributed shared memory (the counters are then not used).
+  bool cluster = false;
   float scale = 1.0f;         // softmax scale
   int window = 0;             // sliding window in tokens; 0 = none (the spec must agree)
   float soft_cap = 0.0f;      // logits soft cap; 0 = none (the spec must agree)
@@ -66,11 +69,6 @@ size_t decode_counter_count(int num_decodes, int num_kv_heads, int group);
 // before any capture.
 DecodeDevice prepare_decode_kernel(const LoadedKernel& decode);
 
-// The launch geometry for a batch: the grid width and the pipeline depth.
-struct DecodeGrid {
-  int max_splits = 1;  // splits per request at most (grid x)
-  int stages = 2;      // cp.async stages per warp
-};
 // The split policy, a pure function. A batch whose (request, KV head) blocks fill the
 // multiprocessors by themselves gets the fewest splits (usually one: each block writes its
 // output directly) that fill the last of fewer than three waves of resident blocks; a smaller
@@ -78,6 +76,7 @@ struct DecodeGrid {
 // longest attended length needs (GA_DECODE_MIN_TILES_PER_SPLIT tiles per split at least). The
 // pipeline is the deepest that fits (ga_decode_max_stages), except for split launches and
 // attended lengths up to 2048 tokens, which get the shallow one (ga_decode_shallow_stages).
+// Split launches run as clusters where the device can hold max_splits blocks in one.
 //   max_model_len: longest seq_len; window: sliding window (0 none); group: heads per KV head
 DecodeGrid decode_grid(int num_decodes, int num_kv_heads, int group, int max_model_len, int window,
                        int head_size, KvDType kv_dtype, const DecodeDevice& device);

@@ -24,7 +24,8 @@ namespace graphattn::detail {
   X(cuGraphInstantiate) X(cuGraphLaunch) X(cuGraphExecUpdate) X(cuGraphExecDestroy)    \
   X(cuGraphDestroy) X(cuGraphGetNodes)                                                 \
   X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord) X(cuEventSynchronize)            \
-  X(cuEventElapsedTime) X(cuOccupancyMaxActiveBlocksPerMultiprocessor)
+  X(cuEventElapsedTime) X(cuOccupancyMaxActiveBlocksPerMultiprocessor)                 \
+  X(cuOccupancyMaxPotentialClusterSize)
 
 struct DriverApi {
 #define GA_DECLARE(name) decltype(&::name) name = nullptr;

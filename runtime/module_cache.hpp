@@ -25,6 +25,7 @@ struct LaunchShape {
   unsigned grid_x = 1, grid_y = 1, grid_z = 1;
   unsigned block_x = 1;
   unsigned shared_bytes = 0;
+  unsigned cluster_x = 1;  // > 1: thread-block clusters of cluster_x x 1 x 1 (sm_90+)
 };
 
 // Launches with the parameter struct passed by value as the only kernel argument. On sm_90 and
@@ -34,9 +35,13 @@ struct LaunchShape {
 template <typename Params>
 void launch(const LoadedKernel& k, const LaunchShape& s, CUstream stream, const Params& p) {
   void* args[] = {const_cast<Params*>(&p)};
-  CUlaunchAttribute attr{};
-  attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-  attr.value.programmaticStreamSerializationAllowed = 1;
+  CUlaunchAttribute attr[2]{};
+  attr[0].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+  attr[0].value.programmaticStreamSerializationAllowed = 1;
+  attr[1].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+  attr[1].value.clusterDim.x = s.cluster_x;
+  attr[1].value.clusterDim.y = 1;
+  attr[1].value.clusterDim.z = 1;
   CUlaunchConfig cfg{};
   cfg.gridDimX = s.grid_x;
   cfg.gridDimY = s.grid_y;
@@ -46,8 +51,8 @@ void launch(const LoadedKernel& k, const LaunchShape& s, CUstream stream, const 
   cfg.blockDimZ = 1;
   cfg.sharedMemBytes = s.shared_bytes;
   cfg.hStream = stream;
-  cfg.attrs = &attr;
-  cfg.numAttrs = k.compiled->spec.arch >= 90 ? 1 : 0;
+  cfg.attrs = attr;
+  cfg.numAttrs = k.compiled->spec.arch < 90 ? 0 : s.cluster_x > 1 ? 2 : 1;
   GA_CU_CHECK(driver().cuLaunchKernelEx(&cfg, k.function, args, nullptr));
 }
 

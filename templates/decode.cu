@@ -175,6 +175,53 @@ __device__ __forceinline__ int ga_k_chunk_index(int i, int t) {
   return 8 * (i >> 1) + 2 * t + (i & 1);
 }
 
+// Thread-block clusters (sm_90): the splits of one request and head group run as one cluster
+// and combine through distributed shared memory.
+__device__ __forceinline__ void ga_cluster_sync() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.release.aligned;\n"
+               "barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+#endif
+}
+// The address of shared variable `p` in block `rank` of this cluster.
+__device__ __forceinline__ unsigned ga_cluster_addr(const void* p, unsigned rank) {
+  unsigned r = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(ga_smem_addr(p)), "r"(rank));
+#endif
+  return r;
+}
+__device__ __forceinline__ float ga_cluster_ld(unsigned addr) {
+  float v = 0.0f;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(addr) : "memory");
+#endif
+  return v;
+}
+__device__ __forceinline__ float4 ga_cluster_ld4(unsigned addr) {
+  float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];"
+               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+               : "r"(addr)
+               : "memory");
+#endif
+  return v;
+}
+// acc = acc * 2^(m - m') + 2^(ls - m') x with m' = max(m, ls), and total likewise: one more
+// split's normalized output x with log2-sum-exp ls folded into a running combination.
+__device__ __forceinline__ void ga_fold_split(float& mx, float& total, float4& acc, float ls,
+                                              const float4& x) {
+  const float m_new = fmaxf(mx, ls);
+  const float a = ga_exp2(mx - m_new), w = ga_exp2(ls - m_new);
+  mx = m_new;
+  total = total * a + w;
+  acc.x = acc.x * a + w * x.x;
+  acc.y = acc.y * a + w * x.y;
+  acc.z = acc.z * a + w * x.z;
+  acc.w = acc.w * a + w * x.w;
+}
+
 extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
     graphattn_decode(const __grid_constant__ DecodeParams p) {
   // Early prologue (16-bit caches): the metadata and the KV cache are read before waiting for
@@ -217,7 +264,16 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   if (num_splits > p.max_splits) num_splits = p.max_splits;
   const int tiles_per_split = (tiles + num_splits - 1) / num_splits;
   num_splits = (tiles + tiles_per_split - 1) / tiles_per_split;
-  if (split >= num_splits) return;
+  // Cluster launch: every block of the cluster (all splits of this request and head group)
+  // joins both cluster barriers below, also the idle ones past num_splits.
+  const bool cluster = p.cluster_splits != 0 && num_splits > 1;
+  if (split >= num_splits) {
+    if (cluster) {
+      ga_cluster_sync();
+      ga_cluster_sync();
+    }
+    return;
+  }
   // Fused cache write: the new token (position seq_len - 1) sits in the last tile, which only
   // the last split reads. With a 16-bit cache the warp that owns that tile loads the new row
   // from new_key / new_value, stores it to the cache and patches it into its shared-memory tile,
@@ -547,6 +603,8 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   float* red_o = reinterpret_cast<float*>(smem);                     // [NW][16][DIMS_PAD]
   float* red_m = red_o + NW * GA_DECODE_HEADS_PER_BLOCK * DIMS_PAD;  // [NW][16]
   float* red_l = red_m + NW * GA_DECODE_HEADS_PER_BLOCK;             // [NW][16]
+  float* part_o = red_l + NW * GA_DECODE_HEADS_PER_BLOCK;            // [16][HEAD_SIZE], cluster
+  float* part_lse = part_o + GA_DECODE_HEADS_PER_BLOCK * HEAD_SIZE;  // [16], cluster
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
@@ -603,6 +661,9 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
       ga_u16* out = static_cast<ga_u16*>(p.output) + req * p.output_token_stride +
                     head * p.output_head_stride + d;
       *reinterpret_cast<uint2*>(out) = make_uint2(ga_pack2(acc.x, acc.y), ga_pack2(acc.z, acc.w));
+    } else if (cluster) {
+      *reinterpret_cast<float4*>(part_o + h * HEAD_SIZE + d) = acc;
+      if (d == 0) part_lse[h] = mx + __log2f(l);
     } else {
       const long long row =
           (static_cast<long long>(req) * p.num_heads + head) * p.max_splits + split;
@@ -611,6 +672,29 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
     }
   }
   if (num_splits == 1) return;
+  if (cluster) {
+    // Every split's output and log2-sum-exp sit in its block's shared memory; block `split`
+    // combines items split, split + num_splits, ... from all of them, and the second barrier
+    // keeps every block's shared memory alive until all have read it.
+    ga_cluster_sync();
+    for (int i = split + num_splits * tid; i < heads_here * D4;
+         i += num_splits * GA_DECODE_THREADS) {
+      const int h = i / D4, d = (i - h * D4) * 4;
+      float mx = ga_cluster_ld(ga_cluster_addr(part_lse + h, 0));
+      float total = 1.0f;
+      float4 acc = ga_cluster_ld4(ga_cluster_addr(part_o + h * HEAD_SIZE + d, 0));
+      for (int sp = 1; sp < num_splits; ++sp)
+        ga_fold_split(mx, total, acc, ga_cluster_ld(ga_cluster_addr(part_lse + h, sp)),
+                      ga_cluster_ld4(ga_cluster_addr(part_o + h * HEAD_SIZE + d, sp)));
+      const float r = 1.0f / total;
+      ga_u16* out = static_cast<ga_u16*>(p.output) + req * p.output_token_stride +
+                    (first_head + h) * p.output_head_stride + d;
+      *reinterpret_cast<uint2*>(out) =
+          make_uint2(ga_pack2(acc.x * r, acc.y * r), ga_pack2(acc.z * r, acc.w * r));
+    }
+    ga_cluster_sync();
+    return;
+  }
 
   // The split that finishes last combines: each block publishes its partial (fence), counts
   // itself on its (request, grid y) counter, and the one that sees num_splits - 1 reads every
@@ -641,18 +725,9 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
     float total = 1.0f;
     float4 acc = __ldcg(reinterpret_cast<const float4*>(part));
 #pragma unroll 4
-    for (int sp = 1; sp < num_splits; ++sp) {
-      const float ls = __ldcg(lse + sp);
-      const float4 x = __ldcg(reinterpret_cast<const float4*>(part + sp * HEAD_SIZE));
-      const float m_new = fmaxf(mx, ls);
-      const float a = ga_exp2(mx - m_new), w = ga_exp2(ls - m_new);
-      mx = m_new;
-      total = total * a + w;
-      acc.x = acc.x * a + w * x.x;
-      acc.y = acc.y * a + w * x.y;
-      acc.z = acc.z * a + w * x.z;
-      acc.w = acc.w * a + w * x.w;
-    }
+    for (int sp = 1; sp < num_splits; ++sp)
+      ga_fold_split(mx, total, acc, __ldcg(lse + sp),
+                    __ldcg(reinterpret_cast<const float4*>(part + sp * HEAD_SIZE)));
     const float r = 1.0f / total;
     ga_u16* out = static_cast<ga_u16*>(p.output) + req * p.output_token_stride +
                   head * p.output_head_stride + d;

@@ -33,7 +33,8 @@ struct CacheWriteParams {
 // constants); blocks past it exit at once. A request with one split writes `output` directly;
 // otherwise each split writes a partial and counts itself done on its (request, grid y)
 // counter, and the split that arrives last combines the partials into `output` and returns the
-// counter to zero: no second kernel.
+// counter to zero: no second kernel. In a cluster launch (cluster_splits) the splits combine
+// through distributed shared memory instead.
 struct DecodeParams {
   const void* query;              // [num_tokens, num_heads, head_size] dtype; request r: token r
   const void* key_cache;          // [num_blocks, block_size, num_kv_heads, head_size] NHD, or
@@ -77,6 +78,10 @@ struct DecodeParams {
   int max_splits;                 // == gridDim.x, >= 1
   int num_heads;                  // query heads (partials' row count)
   int stages;                     // cp.async pipeline depth, 2..ga_decode_max_stages(...)
+  int cluster_splits;             // 1: launched in clusters of gridDim.x blocks (the splits of a
+                                  // request and head group), which combine through distributed
+                                  // shared memory; counters unused. 0: the last split to arrive
+                                  // on its counter combines.
   int early_prologue;             // 16-bit caches: 1 reads seq_lens, block_table, slot_mapping
                                   // and the KV cache before waiting for the previous kernel
                                   // (programmatic dependent launch): only when it writes none
@@ -112,11 +117,13 @@ constexpr int ga_decode_head_chunks(int group) {
   return (group + GA_DECODE_HEADS_PER_BLOCK - 1) / GA_DECODE_HEADS_PER_BLOCK;
 }
 constexpr int ga_decode_smem_bytes(int head_size, int kv_bytes, int stages) {
-  // The K/V pipeline, reused at the end for the cross-warp combine: per warp, 16 heads of
-  // padded-dimension fp32 rows plus their max and sum.
+  // The K/V pipeline, reused at the end for the cross-warp combine (per warp, 16 heads of
+  // padded-dimension fp32 rows plus their max and sum) and, in a cluster launch, the block's
+  // split output (16 heads of fp32 rows and their log2-sum-exp).
   const int row = ga_decode_row_bytes(head_size, kv_bytes);
   const int pipeline = stages * ga_decode_stage_bytes(head_size, kv_bytes);
-  const int combine = GA_DECODE_WARPS * GA_DECODE_HEADS_PER_BLOCK * (row / kv_bytes + 2) * 4;
+  const int combine = GA_DECODE_WARPS * GA_DECODE_HEADS_PER_BLOCK * (row / kv_bytes + 2) * 4 +
+                      GA_DECODE_HEADS_PER_BLOCK * (head_size + 1) * 4;
   return pipeline > combine ? pipeline : combine;
 }
 

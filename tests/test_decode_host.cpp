@@ -18,12 +18,21 @@ TEST_CASE("decode split policy: about one block per multiprocessor for small bat
   const auto grid = [&](int b, int kvh, int g, int len, int window, int head = 128,
                         KvDType kv = KvDType::kAuto) {
     // An H100/H200 with head 128: one deep block or three shallow ones per multiprocessor.
-    return detail::decode_grid(b, kvh, g, len, window, head, kv, detail::DecodeDevice{sms, 1, 3});
+    return detail::decode_grid(b, kvh, g, len, window, head, kv,
+                               detail::DecodeDevice{sms, 1, 3, 16});
   };
   // One long request over 8 KV heads: splits until the blocks cover the device; the shallow
   // pipeline leaves room for the next kernel's blocks.
   CHECK(grid(1, 8, 4, 32768, 0).max_splits == sms / 8);
   CHECK(grid(1, 8, 4, 32768, 0).stages == ga_decode_shallow_stages(128, 2));
+  // 16 splits fit in one cluster: they combine through distributed shared memory; a device
+  // without clusters, or more splits than a cluster holds, use the counters.
+  CHECK(grid(1, 8, 4, 32768, 0).cluster);
+  CHECK_FALSE(detail::decode_grid(1, 8, 4, 32768, 0, 128, KvDType::kAuto,
+                                  detail::DecodeDevice{sms, 1, 3, 0})
+                  .cluster);
+  CHECK_FALSE(grid(1, 1, 64, 1 << 20, 0).cluster);
+  CHECK_FALSE(grid(64, 8, 4, 8192, 0).cluster);
   // A batch that fills the device by itself: one split (direct output) when its last wave of
   // blocks is nearly full or it has three waves or more; short contexts take the shallow
   // pipeline.

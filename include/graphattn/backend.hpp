@@ -62,6 +62,13 @@ struct DecodeDevice {
   int num_sms = 0;                // multiprocessors
   int blocks_per_sm_deep = 1;     // resident decode blocks per multiprocessor, deepest pipeline
   int blocks_per_sm_shallow = 1;  // the same with the shallow pipeline
+  int max_cluster = 0;            // largest cluster of shallow split blocks it can run (sm_90+)
+};
+// A decode launch's geometry (runtime/decode.hpp's split policy).
+struct DecodeGrid {
+  int max_splits = 1;    // splits per request at most (grid x)
+  int stages = 2;        // cp.async stages per warp
+  bool cluster = false;  // the splits of a request run as one cluster of max_splits blocks
 };
 }  // namespace detail
 
@@ -145,6 +152,9 @@ class AttentionBackend {
   int decode_max_splits(int num_decodes) const;
   // The decode kernel's pipeline depth for a batch of num_decodes.
   int decode_stages(int num_decodes) const;
+  // Whether the splits of a request run as one thread-block cluster (sm_90+: they combine
+  // through distributed shared memory) for a batch of num_decodes.
+  bool decode_cluster(int num_decodes) const;
 
   // Runs one step on `stream`:
   //   query, output: [num_tokens, num_heads, head_size] dtype, head dim contiguous, rows
@@ -170,6 +180,7 @@ class AttentionBackend {
   const detail::LoadedKernel* kernels_[3] = {};  // loaded, in specs_ order
 
   size_t counter_bytes() const;  // the workspace's leading split counters
+  detail::DecodeGrid decode_grid(int num_decodes, const char* caller) const;
 };
 
 }  // namespace graphattn

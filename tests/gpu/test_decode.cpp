@@ -249,6 +249,7 @@ Kernels load(const DecodeCase& c, KernelCache& cache) {
 // A launch's grid width and pipeline depth; 0 means the device's policy for both.
 struct Grid {
   int splits, stages;
+  bool cluster = false;  // the splits combine through distributed shared memory
 };
 
 // Runs one case with each grid in `grids` and compares. Split counts: 0 the policy's (with its
@@ -283,6 +284,15 @@ void run_case(const DecodeCase& c, KernelCache& cache, std::mt19937_64& rng,
     if (g.stages == -1) g.stages = deepest;
     g.stages = std::min(g.stages, deepest);
   }
+  // Every grid that a cluster can hold (shallow pipelines) also runs as a cluster launch.
+  const int shallow = ga_decode_shallow_stages(c.head_size, c.kv == KvDType::kAuto ? 2 : 1);
+  for (size_t i = 0, end = grids.size(); i < end; ++i) {
+    Grid g = grids[i];
+    if (g.splits > 1 && g.splits <= k.device.max_cluster && g.stages <= shallow) {
+      g.cluster = true;
+      grids.push_back(g);
+    }
+  }
   int most = 1;
   for (const Grid& g : grids) most = std::max(most, g.splits);
   DeviceBuffer ws(detail::decode_workspace_bytes(n, static_cast<int>(H), c.head_size, most));
@@ -291,8 +301,8 @@ void run_case(const DecodeCase& c, KernelCache& cache, std::mt19937_64& rng,
   DeviceBuffer counters(num_counters * 4);
 
   for (const Grid& g : grids) {
-    INFO("max_splits " << g.splits << ", stages " << g.stages << " (policy " << policy.max_splits
-                       << ", " << policy.stages << ")");
+    INFO("max_splits " << g.splits << ", stages " << g.stages << (g.cluster ? ", cluster" : "")
+                       << " (policy " << policy.max_splits << ", " << policy.stages << ")");
     b.d_out.fill_bytes(0xff);  // NaN: every element must be written
     detail::DecodeLaunch a;
     a.query = b.q_view;
@@ -311,6 +321,7 @@ void run_case(const DecodeCase& c, KernelCache& cache, std::mt19937_64& rng,
     a.workspace = ws.data();
     a.workspace_size = ws.bytes();
     a.counters = counters.data();
+    a.cluster = g.cluster;
     detail::launch_decode(*k.decode, a, nullptr);
     GA_CU_CHECK(detail::driver().cuCtxSynchronize());
     std::vector<unsigned> left(num_counters);
@@ -778,6 +789,7 @@ TEST_CASE("gpu decode: one captured graph serves every context length") {
   a.workspace = ws.data();
   a.workspace_size = ws.bytes();
   a.counters = counters.data();
+  a.cluster = grid.cluster;
   CUstream stream;
   GA_CU_CHECK(d.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
   CUgraph graph;
