@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <mutex>
 #include <set>
 #include <string>
@@ -104,10 +105,11 @@ DecodeDevice prepare_decode_kernel(const LoadedKernel& decode) {
   GA_REQUIRE(out.blocks_per_sm_deep > 0,
              "decode kernel " + s.to_string() + " cannot run on this device (" + str(deep) +
                  " bytes of shared memory per block)");
-  if (s.arch >= 90) {
+  const char* no_clusters = std::getenv("GRAPHATTN_DECODE_CLUSTERS");
+  if (s.arch >= 90 && !(no_clusters && no_clusters[0] == '0')) {
     // Clusters of up to 16 split blocks (8 is the portable limit); the device says how large a
     // cluster of shallow blocks it can actually co-schedule. A driver that cannot answer gets
-    // no clusters.
+    // no clusters, and so does GRAPHATTN_DECODE_CLUSTERS=0.
     if (d.cuFuncSetAttribute(decode.function, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED,
                              1) == CUDA_SUCCESS) {
       CUlaunchConfig cfg{};

@@ -212,15 +212,24 @@ nlohmann::json bench_decode(const Device& dev, const DecodeOptions& o, const Pee
                 100.0 * gbs / dev.read_gbs, kv_bytes / dev.read_gbs / 1e3, peer_col, ratio_col,
                 err, o.check && !(err <= tol) ? "  FAIL" : "");
     if (!o.try_splits.empty()) {
-      // The decode kernels alone at other grid widths and depths, each captured and replayed.
+      // The decode kernel alone at other grid widths and every pipeline depth, each captured and
+      // replayed; split launches also as clusters where the device holds them.
       const AttentionSpec ds = attn.required_specs()[1];
       const detail::LoadedKernel& dk = detail::load_kernel(ds, default_kernel_cache());
       const int most = *std::max_element(o.try_splits.begin(), o.try_splits.end());
       DeviceBuffer tws(detail::decode_workspace_bytes(s.batch, H, D, most));
       DeviceBuffer counters(detail::decode_counter_count(s.batch, KH, H / KH) * 4);
-      for (int deep = 0; deep < 2; ++deep) {
-        std::printf("   %s splits:", deep ? "deep" : "shallow");
+      const int max_cluster = detail::prepare_decode_kernel(dk).max_cluster;
+      for (int row = 0; row < 2 * ga_decode_max_stages(D, elem); ++row) {
+        const int stages = row / 2 + 1;
+        const bool cluster = row % 2 == 1;
+        // Clusters are sized for the shallow pipeline (prepare_decode_kernel).
+        if (stages < 2 ||
+            (cluster && (max_cluster < 2 || stages > ga_decode_shallow_stages(D, elem))))
+          continue;
+        std::printf("   %d stages%s, splits:", stages, cluster ? ", cluster" : "");
         for (int sp : o.try_splits) {
+          if (cluster && (sp < 2 || sp > max_cluster)) continue;
           detail::DecodeLaunch a;
           a.query = q_v;
           a.kv_cache = cache_v;
@@ -229,7 +238,8 @@ nlohmann::json bench_decode(const Device& dev, const DecodeOptions& o, const Pee
           a.block_table = md.block_table;
           a.num_decodes = s.batch;
           a.max_splits = sp;
-          a.stages = deep ? ga_decode_max_stages(D, elem) : ga_decode_shallow_stages(D, elem);
+          a.stages = stages;
+          a.cluster = cluster;
           a.scale = attn.config().scale;
           a.k_scale = attn.config().k_scale;
           a.v_scale = attn.config().v_scale;
