@@ -143,17 +143,20 @@ DecodeGrid decode_grid(int num_decodes, int num_kv_heads, int group, int max_mod
   const int64_t cap = std::max<int64_t>(
       1, (tiles + GA_DECODE_MIN_TILES_PER_SPLIT - 1) / GA_DECODE_MIN_TILES_PER_SPLIT);
   if (blocks_per_split >= dev.num_sms) {
-    // The batch fills the device by itself. Short contexts take the shallow pipeline, whose
-    // co-resident blocks hide each other's start and end (256 x 1024 on an H200: 4% faster).
+    // The batch fills the device by itself. Short contexts and short rows (head size 64, fp8)
+    // take the shallow pipeline, whose co-resident blocks hide each other's latencies (on an
+    // H200: 256 x 1024 4% faster, 64 x 8192 at head size 64 or fp8 4-10% faster).
     // Splits only even out few waves of long-running resident blocks: the fewest (up to 4, each
     // of 2048 tokens or more) whose last wave is at least 90% full, else the fullest (64 x 8192
     // at head size 64, 3 resident blocks per multiprocessor, 1.3 waves unsplit: 3 splits
     // measured 10% faster on an H200; 64 x 1024 with its short blocks was 5% slower split).
-    if (tiles <= 2048 / GA_DECODE_TILE) g.stages = shallow;
+    if (tiles <= 2048 / GA_DECODE_TILE || ga_decode_stage_bytes(head_size, kvb) < 32768)
+      g.stages = shallow;
     const int64_t slots =
         int64_t{dev.num_sms} *
         std::max(1, g.stages == shallow ? dev.blocks_per_sm_shallow : dev.blocks_per_sm_deep);
-    if (blocks_per_split >= 3 * slots) return g;
+    // All blocks resident at once, or three waves and more: nothing to even out.
+    if (blocks_per_split <= slots || blocks_per_split >= 3 * slots) return g;
     double best = 0;
     const int64_t longest = std::max<int64_t>(1, tiles / (2048 / GA_DECODE_TILE));
     for (int64_t s = 1; s <= std::min<int64_t>({4, cap, longest}); ++s) {

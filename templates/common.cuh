@@ -12,6 +12,14 @@ __device__ __forceinline__ void ga_grid_dependency_sync() {
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
+// Only the second half: lets the next kernel be scheduled. The next kernel starts once every
+// block of this one has called either or exited, so a block that lingers without touching
+// memory (an idle member of a cluster) calls this.
+__device__ __forceinline__ void ga_allow_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
 
 typedef unsigned short ga_u16;  // storage of one fp16 or bf16 value
 typedef unsigned char ga_u8;    // storage of one fp8 value

@@ -269,6 +269,7 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   const bool cluster = p.cluster_splits != 0 && num_splits > 1;
   if (split >= num_splits) {
     if (cluster) {
+      ga_allow_dependents();
       ga_cluster_sync();
       ga_cluster_sync();
     }

@@ -98,15 +98,16 @@ constexpr int GA_DECODE_HEADS_PER_BLOCK = 16;           // query heads one block
 constexpr int ga_decode_row_bytes(int head_size, int kv_bytes) {
   return (head_size * kv_bytes + 127) / 128 * 128;
 }
-// Pipeline depth per warp (a launch argument, 2..ga_decode_max_stages): shallow, about 64 KiB of
-// K and V tiles per block so that several blocks share a multiprocessor; deep, up to 4 stages
-// within about 200 KiB. (Eight stages in one block per multiprocessor, for head size 64 and
-// fp8, measured 10-30% slower on an H200 than four stages in three blocks.)
+// Pipeline depth per warp (a launch argument, 2..ga_decode_max_stages): shallow, about 32 KiB of
+// K and V tiles per block but 2 stages at least, so that several blocks share a multiprocessor;
+// deep, up to 4 stages within about 200 KiB. (For head size 64 and fp8 at 64 x 8192 on an H200,
+// 2 stages in 6 or 4 blocks per multiprocessor beat 4 stages in 3 blocks by 4-10%, and 8 stages
+// in one block were 10-30% slower.)
 constexpr int ga_decode_stage_bytes(int head_size, int kv_bytes) {
   return GA_DECODE_WARPS * 2 * GA_DECODE_TILE * ga_decode_row_bytes(head_size, kv_bytes);
 }
 constexpr int ga_decode_shallow_stages(int head_size, int kv_bytes) {
-  const int n = 65536 / ga_decode_stage_bytes(head_size, kv_bytes);
+  const int n = 32768 / ga_decode_stage_bytes(head_size, kv_bytes);
   return n < 2 ? 2 : n > 4 ? 4 : n;
 }
 constexpr int ga_decode_max_stages(int head_size, int kv_bytes) {

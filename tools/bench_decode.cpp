@@ -263,6 +263,7 @@ nlohmann::json bench_decode(const Device& dev, const DecodeOptions& o, const Pee
                        {"kv_mib", kv_bytes / (1 << 20)},
                        {"max_splits", attn.decode_max_splits(s.batch)},
                        {"stages", attn.decode_stages(s.batch)},
+                       {"cluster", attn.decode_cluster(s.batch)},
                        {"time_us", us},
                        {"graph_us", graph_us},
                        {"gb_per_s", gbs},
