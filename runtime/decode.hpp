@@ -74,10 +74,10 @@ DecodeDevice prepare_decode_kernel(const LoadedKernel& decode);
 // output directly) that fill the last of fewer than three waves of resident blocks; a smaller
 // batch is split until there is about one block per multiprocessor. Never more splits than the
 // longest attended length needs (GA_DECODE_MIN_TILES_PER_SPLIT tiles per split at least). The
-// pipeline is the deepest that fits (ga_decode_max_stages), except for split launches,
-// attended lengths up to 2048 tokens and rows of 128 bytes or less, which get the shallow one
-// (ga_decode_shallow_stages).
-// Split launches run as clusters where the device can hold max_splits blocks in one.
+// pipeline is the deepest that fits (ga_decode_max_stages), except for short split launches (up
+// to 16 tiles a warp), attended lengths up to 2048 tokens and rows of 128 bytes or less, which
+// get the shallow one (ga_decode_shallow_stages). Short split launches run as clusters where
+// the device can hold max_splits blocks in one.
 //   max_model_len: longest seq_len; window: sliding window (0 none); group: heads per KV head
 DecodeGrid decode_grid(int num_decodes, int num_kv_heads, int group, int max_model_len, int window,
                        int head_size, KvDType kv_dtype, const DecodeDevice& device);

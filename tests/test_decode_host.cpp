@@ -21,14 +21,17 @@ TEST_CASE("decode split policy: about one block per multiprocessor for small bat
     return detail::decode_grid(b, kvh, g, len, window, head, kv,
                                detail::DecodeDevice{sms, 1, 3, 16});
   };
-  // One long request over 8 KV heads: splits until the blocks cover the device; the shallow
-  // pipeline leaves room for the next kernel's blocks.
+  // One long request over 8 KV heads: splits until the blocks cover the device; long splits
+  // keep the deep pipeline and the counters.
   CHECK(grid(1, 8, 4, 32768, 0).max_splits == sms / 8);
-  CHECK(grid(1, 8, 4, 32768, 0).stages == ga_decode_shallow_stages(128, 2));
-  // 16 splits fit in one cluster: they combine through distributed shared memory; a device
+  CHECK(grid(1, 8, 4, 32768, 0).stages == ga_decode_max_stages(128, 2));
+  CHECK_FALSE(grid(1, 8, 4, 32768, 0).cluster);
+  // Short splits take the shallow pipeline, which leaves room for the next kernel's blocks, and
+  // 16 of them fit in one cluster: they combine through distributed shared memory. A device
   // without clusters, or more splits than a cluster holds, use the counters.
-  CHECK(grid(1, 8, 4, 32768, 0).cluster);
-  CHECK_FALSE(detail::decode_grid(1, 8, 4, 32768, 0, 128, KvDType::kAuto,
+  CHECK(grid(1, 8, 4, 4096, 0).stages == ga_decode_shallow_stages(128, 2));
+  CHECK(grid(1, 8, 4, 4096, 0).cluster);
+  CHECK_FALSE(detail::decode_grid(1, 8, 4, 4096, 0, 128, KvDType::kAuto,
                                   detail::DecodeDevice{sms, 1, 3, 0})
                   .cluster);
   CHECK_FALSE(grid(1, 1, 64, 1 << 20, 0).cluster);
