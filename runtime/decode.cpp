@@ -86,7 +86,8 @@ DecodeDevice prepare_decode_kernel(const LoadedKernel& decode) {
   GA_REQUIRE(decode.compiled != nullptr, "prepare_decode_kernel: kernel is not loaded");
   const AttentionSpec& s = decode.compiled->spec;
   const int kvb = kv_bytes_of(s);
-  const int deep = ga_decode_smem_bytes(s.head_size, kvb, ga_decode_max_stages(s.head_size, kvb));
+  const int max_stages = ga_decode_max_stages(s.head_size, kvb);
+  const int deep = ga_decode_smem_bytes(s.head_size, kvb, max_stages);
   const int shallow =
       ga_decode_smem_bytes(s.head_size, kvb, ga_decode_shallow_stages(s.head_size, kvb));
   ensure_shared_limit(decode.function, deep);
@@ -96,13 +97,11 @@ DecodeDevice prepare_decode_kernel(const LoadedKernel& decode) {
   DecodeDevice out;
   GA_CU_CHECK(
       d.cuDeviceGetAttribute(&out.num_sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev));
-  GA_CU_CHECK(d.cuOccupancyMaxActiveBlocksPerMultiprocessor(&out.blocks_per_sm_deep,
-                                                            decode.function, GA_DECODE_THREADS,
-                                                            deep));
-  GA_CU_CHECK(d.cuOccupancyMaxActiveBlocksPerMultiprocessor(&out.blocks_per_sm_shallow,
-                                                            decode.function, GA_DECODE_THREADS,
-                                                            shallow));
-  GA_REQUIRE(out.blocks_per_sm_deep > 0,
+  for (int st = 2; st <= max_stages; ++st)
+    GA_CU_CHECK(d.cuOccupancyMaxActiveBlocksPerMultiprocessor(
+        &out.blocks_per_sm[st], decode.function, GA_DECODE_THREADS,
+        ga_decode_smem_bytes(s.head_size, kvb, st)));
+  GA_REQUIRE(out.blocks_per_sm[max_stages] > 0,
              "decode kernel " + s.to_string() + " cannot run on this device (" + str(deep) +
                  " bytes of shared memory per block)");
   const char* no_clusters = std::getenv("GRAPHATTN_DECODE_CLUSTERS");
@@ -143,31 +142,47 @@ DecodeGrid decode_grid(int num_decodes, int num_kv_heads, int group, int max_mod
   const int64_t cap = std::max<int64_t>(
       1, (tiles + GA_DECODE_MIN_TILES_PER_SPLIT - 1) / GA_DECODE_MIN_TILES_PER_SPLIT);
   if (blocks_per_split >= dev.num_sms) {
-    // The batch fills the device by itself. Short contexts and short rows (head size 64, fp8)
-    // take the shallow pipeline, whose co-resident blocks hide each other's latencies (on an
-    // H200: 256 x 1024 4% faster, 64 x 8192 at head size 64 or fp8 4-10% faster).
-    // Splits only even out few waves of long-running resident blocks: the fewest (up to 4, each
-    // of 2048 tokens or more) whose last wave is at least 90% full, else the fullest (64 x 8192
-    // at head size 64, 3 resident blocks per multiprocessor, 1.3 waves unsplit: 3 splits
-    // measured 10% faster on an H200; 64 x 1024 with its short blocks was 5% slower split).
-    if (tiles <= 2048 / GA_DECODE_TILE || ga_decode_stage_bytes(head_size, kvb) < 32768)
-      g.stages = shallow;
-    const int64_t slots =
-        int64_t{dev.num_sms} *
-        std::max(1, g.stages == shallow ? dev.blocks_per_sm_shallow : dev.blocks_per_sm_deep);
-    // All blocks resident at once, or three waves and more: nothing to even out.
-    if (blocks_per_split <= slots || blocks_per_split >= 3 * slots) return g;
+    // The batch fills the device by itself. The pipeline depth sets how many blocks share a
+    // multiprocessor. With three waves or more at the shallow depth the most resident blocks
+    // hide latency best (H200, head 128: 256 x 1024 and 256 x 4096 fastest at 2 stages);
+    // otherwise the depth whose blocks fill the multiprocessors best over the waves (64 x 1024,
+    // 2048 and 8192 fastest at 3 stages, 4% ahead at 64 x 2048; head 64 and fp8 at 2, 4-10%
+    // ahead of 4). Ties go to more resident blocks, then to more stages.
+    const int64_t sms = dev.num_sms;
+    auto fill = [&](int64_t blocks, int per_sm) {
+      const int64_t slots = sms * per_sm;
+      const int64_t unit = blocks <= slots ? sms : slots;  // one wave: the busiest SM decides
+      return static_cast<double>(blocks) / static_cast<double>((blocks + unit - 1) / unit * unit);
+    };
+    const int max_stages = g.stages;
+    const bool many_waves = blocks_per_split >= 3 * sms * std::max(1, dev.blocks_per_sm[shallow]);
+    int chosen = 0;
     double best = 0;
+    for (int st = shallow; st <= max_stages; ++st) {
+      const int per_sm = dev.blocks_per_sm[st];
+      if (per_sm <= 0) continue;
+      const double f = many_waves ? 1.0 : fill(blocks_per_split, per_sm);
+      const bool tie = chosen != 0 && f > best - 0.02 && f < best + 0.02;
+      if (chosen == 0 || f >= best + 0.02 || (tie && per_sm >= dev.blocks_per_sm[chosen])) {
+        chosen = st;
+        best = f;
+      }
+    }
+    if (chosen != 0) g.stages = chosen;
+    if (many_waves) return g;
+    // Splits even out what the depth could not, for long blocks only: the fewest (up to 4, each
+    // of 2048 tokens or more) that fill at least 90%, else the fullest (64 x 1024 with its
+    // short blocks measured 5% slower split in three).
+    const int per_sm = std::max(1, dev.blocks_per_sm[g.stages]);
     const int64_t longest = std::max<int64_t>(1, tiles / (2048 / GA_DECODE_TILE));
+    best = 0;
     for (int64_t s = 1; s <= std::min<int64_t>({4, cap, longest}); ++s) {
-      const int64_t blocks = s * blocks_per_split;
-      const double fill =
-          static_cast<double>(blocks) / static_cast<double>((blocks + slots - 1) / slots * slots);
-      if (fill > best + 1e-9) {
-        best = fill;
+      const double f = fill(s * blocks_per_split, per_sm);
+      if (f > best + 1e-9) {
+        best = f;
         g.max_splits = static_cast<int>(s);
       }
-      if (fill >= 0.9) break;
+      if (f >= 0.9) break;
     }
     return g;
   }

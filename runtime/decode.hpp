@@ -70,14 +70,13 @@ size_t decode_counter_count(int num_decodes, int num_kv_heads, int group);
 DecodeDevice prepare_decode_kernel(const LoadedKernel& decode);
 
 // The split policy, a pure function. A batch whose (request, KV head) blocks fill the
-// multiprocessors by themselves gets the fewest splits (usually one: each block writes its
-// output directly) that fill the last of fewer than three waves of resident blocks; a smaller
-// batch is split until there is about one block per multiprocessor. Never more splits than the
-// longest attended length needs (GA_DECODE_MIN_TILES_PER_SPLIT tiles per split at least). The
-// pipeline is the deepest that fits (ga_decode_max_stages), except for short split launches (up
-// to 16 tiles a warp), attended lengths up to 2048 tokens and rows of 128 bytes or less, which
-// get the shallow one (ga_decode_shallow_stages). Short split launches run as clusters where
-// the device can hold max_splits blocks in one.
+// multiprocessors by itself takes the pipeline depth whose resident blocks fill them best over
+// the waves (the most resident blocks when there are three waves or more), and splits (up to 4,
+// each of 2048 tokens or more) only where no depth fills them; one split writes its output
+// directly. A smaller batch is split until there is about one block per multiprocessor, never
+// into splits of fewer than GA_DECODE_MIN_TILES_PER_SPLIT tiles: short splits (up to 16 tiles a
+// warp) take the shallow pipeline (ga_decode_shallow_stages) and run as clusters where the
+// device holds max_splits blocks in one; long ones the deepest (ga_decode_max_stages).
 //   max_model_len: longest seq_len; window: sliding window (0 none); group: heads per KV head
 DecodeGrid decode_grid(int num_decodes, int num_kv_heads, int group, int max_model_len, int window,
                        int head_size, KvDType kv_dtype, const DecodeDevice& device);

@@ -13,13 +13,23 @@
 
 using namespace graphattn;
 
+// A device of `sms` multiprocessors holding b2, b3, b4 decode blocks each at 2, 3, 4 stages.
+detail::DecodeDevice device(int sms, int b2, int b3, int b4, int max_cluster) {
+  detail::DecodeDevice d;
+  d.num_sms = sms;
+  d.blocks_per_sm[2] = b2;
+  d.blocks_per_sm[3] = b3;
+  d.blocks_per_sm[4] = b4;
+  d.max_cluster = max_cluster;
+  return d;
+}
+
 TEST_CASE("decode split policy: about one block per multiprocessor for small batches") {
   const int sms = 132;
   const auto grid = [&](int b, int kvh, int g, int len, int window, int head = 128,
                         KvDType kv = KvDType::kAuto) {
-    // An H100/H200 with head 128: one deep block or three shallow ones per multiprocessor.
-    return detail::decode_grid(b, kvh, g, len, window, head, kv,
-                               detail::DecodeDevice{sms, 1, 3, 16});
+    // An H100/H200 with head 128: 3, 2 or 1 blocks per multiprocessor at 2, 3 or 4 stages.
+    return detail::decode_grid(b, kvh, g, len, window, head, kv, device(sms, 3, 2, 1, 16));
   };
   // One long request over 8 KV heads: splits until the blocks cover the device; long splits
   // keep the deep pipeline and the counters.
@@ -31,32 +41,42 @@ TEST_CASE("decode split policy: about one block per multiprocessor for small bat
   // without clusters, or more splits than a cluster holds, use the counters.
   CHECK(grid(1, 8, 4, 4096, 0).stages == ga_decode_shallow_stages(128, 2));
   CHECK(grid(1, 8, 4, 4096, 0).cluster);
-  CHECK_FALSE(detail::decode_grid(1, 8, 4, 4096, 0, 128, KvDType::kAuto,
-                                  detail::DecodeDevice{sms, 1, 3, 0})
+  CHECK_FALSE(detail::decode_grid(1, 8, 4, 4096, 0, 128, KvDType::kAuto, device(sms, 3, 2, 1, 0))
                   .cluster);
   CHECK_FALSE(grid(1, 1, 64, 1 << 20, 0).cluster);
   CHECK_FALSE(grid(64, 8, 4, 8192, 0).cluster);
-  // A batch that fills the device by itself: one split (direct output) when its last wave of
-  // blocks is nearly full or it has three waves or more; short contexts take the shallow
-  // pipeline.
-  for (auto bl : {std::pair{64, 8192}, std::pair{256, 4096}}) {
+  // A batch that fills the device by itself, one split (direct output). Three waves or more at
+  // the shallow depth take it; fewer take the depth that fills the multiprocessors best, ties
+  // to more resident blocks: 512 blocks are 97% of 2 waves of 2 (3 stages) or 4 waves of 1
+  // (4 stages), 65% of 2 waves of 3 (2 stages).
+  for (auto bl : {std::pair{256, 4096}, std::pair{256, 1024}}) {
     const auto g = grid(bl.first, 8, 4, bl.second, 0);
     CHECK(g.max_splits == 1);
-    CHECK(g.stages == ga_decode_max_stages(128, 2));
+    CHECK(g.stages == 2);
   }
-  const auto short_ctx = grid(256, 8, 4, 1024, 0);
-  CHECK(short_ctx.max_splits == 1);
-  CHECK(short_ctx.stages == ga_decode_shallow_stages(128, 2));
-  // Otherwise the fewest splits (at most 4) that fill it: 512 blocks over 132 x 3 slots fill
-  // 65% of two waves, 1536 fill 97% of four.
+  for (int len : {1024, 2048, 8192}) {
+    const auto g = grid(64, 8, 4, len, 0);
+    CHECK(g.max_splits == 1);
+    CHECK(g.stages == 3);
+  }
+  // Equal residency at every depth (head 256: one block per multiprocessor): the deepest.
+  CHECK(detail::decode_grid(64, 8, 4, 8192, 0, 256, KvDType::kAuto, device(sms, 1, 1, 0, 0))
+            .stages == 3);
+  // Head 64: six blocks per multiprocessor at 2 stages hold all 512 at once.
+  const auto h64 = detail::decode_grid(64, 8, 4, 8192, 0, 64, KvDType::kAuto,
+                                       device(sms, 6, 4, 3, 0));
+  CHECK(h64.stages == 2);
+  CHECK(h64.max_splits == 1);
+  // Where no depth fills the waves, the fewest splits (at most 4) that do: 512 blocks over
+  // 132 x 3 slots fill 65% of two waves, 1536 fill 97% of four.
   const auto three = detail::decode_grid(64, 8, 4, 8192, 0, 64, KvDType::kAuto,
-                                         detail::DecodeDevice{sms, 3, 3});
+                                         device(sms, 3, 3, 3, 0));
   CHECK(three.max_splits == 3);
   // Blocks of short contexts are not split to fill waves (each split keeps 2048 tokens).
   CHECK(grid(17, 8, 4, 100, 0).max_splits == 1);
   CHECK(grid(64, 8, 4, 1024, 0).max_splits == 1);
-  CHECK(detail::decode_grid(64, 8, 4, 4096, 0, 64, KvDType::kAuto,
-                            detail::DecodeDevice{sms, 3, 3}).max_splits == 2);
+  CHECK(detail::decode_grid(64, 8, 4, 4096, 0, 64, KvDType::kAuto, device(sms, 3, 3, 3, 0))
+            .max_splits == 2);
   // Short contexts cap the splits at GA_DECODE_MIN_TILES_PER_SPLIT tiles each.
   CHECK(grid(1, 1, 1, 64, 0).max_splits == 1);
   CHECK(grid(1, 1, 1, 65, 0).max_splits == 2);

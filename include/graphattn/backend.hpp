@@ -59,10 +59,10 @@ namespace detail {
 struct LoadedKernel;
 // What the decode split policy (runtime/decode.hpp) knows of the device and the loaded kernel.
 struct DecodeDevice {
-  int num_sms = 0;                // multiprocessors
-  int blocks_per_sm_deep = 1;     // resident decode blocks per multiprocessor, deepest pipeline
-  int blocks_per_sm_shallow = 1;  // the same with the shallow pipeline
-  int max_cluster = 0;            // largest cluster of shallow split blocks it can run (sm_90+)
+  int num_sms = 0;             // multiprocessors
+  int blocks_per_sm[5] = {};   // resident decode blocks per multiprocessor with a pipeline of
+                               // [stages] stages (2..4; 0 where the spec allows no such depth)
+  int max_cluster = 0;         // largest cluster of shallow split blocks it can run (sm_90+)
 };
 // A decode launch's geometry (runtime/decode.hpp's split policy).
 struct DecodeGrid {
