@@ -131,16 +131,24 @@ __device__ __forceinline__ void ga_require_launch(unsigned smem_bytes, unsigned 
   if (dyn < smem_bytes || blockDim.x != threads) __trap();
 }
 
-// A prefill thread block's work: query rows [m0, m_end) of request req (row r is query token
-// r / GROUP, head r % GROUP; row tiles run in reverse so the longest causal tiles start first)
-// and the key tiles [tile0, tile0 + n_tiles) of BLOCK_N keys that some of its rows can see.
+// A prefill thread block's work: query rows [m0, m_end) of request req for the query heads of
+// KV head kv_head (row r is query token r / GROUP, head kv_head * GROUP + r % GROUP; row tiles
+// run in reverse so the longest causal tiles start first) and the key tiles
+// [tile0, tile0 + n_tiles) of BLOCK_N keys that some of its rows can see.
 struct GaPrefillTile {
-  int req, q_start, q_len, seq_len, ctx, m0, m_end, pos_lo, pos_hi, kv_begin, kv_end, tile0,
-      n_tiles;
+  int req, kv_head, q_start, q_len, seq_len, ctx, m0, m_end, pos_lo, pos_hi, kv_begin, kv_end,
+      tile0, n_tiles;
 };
+// The start of both prefill kernels: waits for the previous kernel (before any global memory
+// access), checks the launch, then computes the block's tile. False when the block has no rows:
+// it must return at once.
 template <int BLOCK_M, int BLOCK_N>
-__device__ __forceinline__ bool ga_prefill_tile(const PrefillParams& p, GaPrefillTile& t) {
+__device__ __forceinline__ bool ga_prefill_begin(const PrefillParams& p, unsigned smem_bytes,
+                                                 unsigned threads, GaPrefillTile& t) {
+  ga_grid_dependency_sync();
+  ga_require_launch(smem_bytes, threads);
   t.req = p.first_req + blockIdx.y;
+  t.kv_head = blockIdx.z;
   t.m0 = (gridDim.x - 1 - blockIdx.x) * BLOCK_M;
   t.q_start = p.query_start_loc[t.req];
   t.q_len = p.query_start_loc[t.req + 1] - t.q_start;
@@ -158,4 +166,15 @@ __device__ __forceinline__ bool ga_prefill_tile(const PrefillParams& p, GaPrefil
                   ? (t.kv_end - t.tile0 * BLOCK_N + BLOCK_N - 1) / BLOCK_N
                   : 0;
   return true;
+}
+
+// Element offset of column col of row r of a prefill tile in the query or the output (strides in
+// elements): query token q_start + r / GROUP of the request, head kv_head * GROUP + r % GROUP.
+__device__ __forceinline__ long long ga_prefill_row_offset(int r, int col, int q_start, int kv_head,
+                                                           long long token_stride,
+                                                           long long head_stride) {
+  const int tok = r / GROUP;
+  const int head = kv_head * GROUP + (r - tok * GROUP);
+  return static_cast<long long>(q_start + tok) * token_stride +
+         static_cast<long long>(head) * head_stride + col;
 }

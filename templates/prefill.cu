@@ -83,6 +83,22 @@ __device__ __forceinline__ void pf_mma(float (&d)[4], const unsigned (&a)[4], un
   }
 }
 
+// Calls f(row, c) for every 8-element chunk c of the rows [0, ROWS) of a tile that thread tid
+// handles: chunks tid, tid + PF_THREADS, ... in row-major order. The Q and K/V loads and the fp8
+// conversion all use this map, so each thread converts exactly the chunks it loaded.
+template <int ROWS, class F>
+__device__ __forceinline__ void pf_for_each_chunk(int tid, const F& f) {
+  constexpr int TOTAL = ROWS * PF_CHUNKS;
+  constexpr int ITERS = (TOTAL + PF_THREADS - 1) / PF_THREADS;
+#pragma unroll
+  for (int i = 0; i < ITERS; ++i) {
+    const int idx = tid + i * PF_THREADS;
+    if (TOTAL % PF_THREADS == 0 || idx < TOTAL) {
+      const int row = idx / PF_CHUNKS;
+      f(row, idx - row * PF_CHUNKS);
+    }
+  }
+}
 
 // Loads the K and V rows [n0, n0 + PF_BLOCK_N) of one KV head from their pages; rows at or past
 // kv_end are zero-filled and read nothing (not even the block table). 16-bit caches go straight
@@ -90,61 +106,44 @@ __device__ __forceinline__ void pf_mma(float (&d)[4], const unsigned (&a)[4], un
 __device__ __forceinline__ void pf_load_kv(const PrefillParams& p, const int* block_row,
                                            int kv_head, int n0, int kv_end, unsigned k_dst,
                                            unsigned v_dst, int tid) {
-  constexpr int TOTAL = PF_BLOCK_N * PF_CHUNKS;
-  constexpr int ITERS = (TOTAL + PF_THREADS - 1) / PF_THREADS;
   const long long head_off = static_cast<long long>(kv_head) * p.cache_head_stride;
-#pragma unroll
-  for (int i = 0; i < ITERS; ++i) {
-    const int idx = tid + i * PF_THREADS;
-    if (TOTAL % PF_THREADS == 0 || idx < TOTAL) {
-      const int row = idx / PF_CHUNKS;
-      const int c = idx - row * PF_CHUNKS;
-      const int key = n0 + row;
-      const bool valid = key < kv_end;
-      long long off = 0;
-      if (valid) {
-        const int blk = __ldg(block_row + key / BLOCK_SIZE);
-        off = static_cast<long long>(blk) * p.cache_block_stride +
-              static_cast<long long>(key % BLOCK_SIZE) * p.cache_token_stride + head_off + c * 8;
-      }
-      if (KV_FP8) {
-        const ga_u8* kc = static_cast<const ga_u8*>(p.key_cache);
-        const ga_u8* vc = static_cast<const ga_u8*>(p.value_cache);
-        const unsigned so = static_cast<unsigned>(row * HEAD_SIZE + c * 8);
-        pf_cp_async8(k_dst + so, kc + off, valid ? 8 : 0);
-        pf_cp_async8(v_dst + so, vc + off, valid ? 8 : 0);
-      } else {
-        const ga_u16* kc = static_cast<const ga_u16*>(p.key_cache);
-        const ga_u16* vc = static_cast<const ga_u16*>(p.value_cache);
-        const unsigned so = static_cast<unsigned>((row * PF_ROW + c * 8) * 2);
-        pf_cp_async16(k_dst + so, kc + off, valid ? 16 : 0);
-        pf_cp_async16(v_dst + so, vc + off, valid ? 16 : 0);
-      }
+  pf_for_each_chunk<PF_BLOCK_N>(tid, [&](int row, int c) {
+    const int key = n0 + row;
+    const bool valid = key < kv_end;
+    long long off = 0;
+    if (valid) {
+      const int blk = __ldg(block_row + key / BLOCK_SIZE);
+      off = static_cast<long long>(blk) * p.cache_block_stride +
+            static_cast<long long>(key % BLOCK_SIZE) * p.cache_token_stride + head_off + c * 8;
     }
-  }
+    if (KV_FP8) {
+      const ga_u8* kc = static_cast<const ga_u8*>(p.key_cache);
+      const ga_u8* vc = static_cast<const ga_u8*>(p.value_cache);
+      const unsigned so = static_cast<unsigned>(row * HEAD_SIZE + c * 8);
+      pf_cp_async8(k_dst + so, kc + off, valid ? 8 : 0);
+      pf_cp_async8(v_dst + so, vc + off, valid ? 8 : 0);
+    } else {
+      const ga_u16* kc = static_cast<const ga_u16*>(p.key_cache);
+      const ga_u16* vc = static_cast<const ga_u16*>(p.value_cache);
+      const unsigned so = static_cast<unsigned>((row * PF_ROW + c * 8) * 2);
+      pf_cp_async16(k_dst + so, kc + off, valid ? 16 : 0);
+      pf_cp_async16(v_dst + so, vc + off, valid ? 16 : 0);
+    }
+  });
 }
 
-// fp8: converts the chunks this thread loaded (same index map as pf_load_kv) from the raw
-// staging tile into the 16-bit tile.
+// fp8: converts the chunks this thread loaded from the raw staging tile into the 16-bit tile.
 __device__ __forceinline__ void pf_convert_kv(const ga_u8* raw, ga_u16* dst, int tid) {
-  constexpr int TOTAL = PF_BLOCK_N * PF_CHUNKS;
-  constexpr int ITERS = (TOTAL + PF_THREADS - 1) / PF_THREADS;
+  pf_for_each_chunk<PF_BLOCK_N>(tid, [&](int row, int c) {
+    const uint2 in = *reinterpret_cast<const uint2*>(raw + row * HEAD_SIZE + c * 8);
+    const ga_u8* b = reinterpret_cast<const ga_u8*>(&in);
+    uint4 out;
+    unsigned* o = reinterpret_cast<unsigned*>(&out);
 #pragma unroll
-  for (int i = 0; i < ITERS; ++i) {
-    const int idx = tid + i * PF_THREADS;
-    if (TOTAL % PF_THREADS == 0 || idx < TOTAL) {
-      const int row = idx / PF_CHUNKS;
-      const int c = idx - row * PF_CHUNKS;
-      const uint2 in = *reinterpret_cast<const uint2*>(raw + row * HEAD_SIZE + c * 8);
-      const ga_u8* b = reinterpret_cast<const ga_u8*>(&in);
-      uint4 out;
-      unsigned* o = reinterpret_cast<unsigned*>(&out);
-#pragma unroll
-      for (int j = 0; j < 4; ++j)
-        o[j] = ga_pack2(ga_kv_fp8_to_f32(b[2 * j]), ga_kv_fp8_to_f32(b[2 * j + 1]));
-      *reinterpret_cast<uint4*>(dst + row * PF_ROW + c * 8) = out;
-    }
-  }
+    for (int j = 0; j < 4; ++j)
+      o[j] = ga_pack2(ga_kv_fp8_to_f32(b[2 * j]), ga_kv_fp8_to_f32(b[2 * j + 1]));
+    *reinterpret_cast<uint4*>(dst + row * PF_ROW + c * 8) = out;
+  });
 }
 
 // One KV tile for one warp's PF_MT * 16 rows: S = Q K^T, online softmax, O += P V.
@@ -273,17 +272,13 @@ __device__ __forceinline__ void pf_tile(const PrefillParams& p,
 
 extern "C" __global__ void __launch_bounds__(PF_THREADS)
     graphattn_prefill(const __grid_constant__ PrefillParams p) {
-  ga_grid_dependency_sync();
   extern __shared__ __align__(16) unsigned char pf_smem[];
-  ga_require_launch(PF_SMEM_BYTES, PF_THREADS);
   GaPrefillTile tile;
-  if (!ga_prefill_tile<PF_BLOCK_M, PF_BLOCK_N>(p, tile)) return;
+  if (!ga_prefill_begin<PF_BLOCK_M, PF_BLOCK_N>(p, PF_SMEM_BYTES, PF_THREADS, tile)) return;
   const int tid = threadIdx.x;
-  const int kv_head = blockIdx.z;
-  const int req = tile.req, q_start = tile.q_start, q_len = tile.q_len, seq_len = tile.seq_len;
-  const int ctx = tile.ctx, m0 = tile.m0, m_end = tile.m_end, pos_lo = tile.pos_lo;
-  const int pos_hi = tile.pos_hi, kv_begin = tile.kv_begin, kv_end = tile.kv_end;
-  const int tile0 = tile.tile0, n_tiles = tile.n_tiles, rows = q_len * GROUP;
+  const int req = tile.req, kv_head = tile.kv_head, q_start = tile.q_start, ctx = tile.ctx;
+  const int m0 = tile.m0, rows = tile.q_len * GROUP, pos_lo = tile.pos_lo, pos_hi = tile.pos_hi;
+  const int kv_end = tile.kv_end, tile0 = tile.tile0, n_tiles = tile.n_tiles;
 
   ga_u16* s_q = reinterpret_cast<ga_u16*>(pf_smem);
   ga_u16* s_k = s_q + PF_BLOCK_M * PF_ROW;
@@ -306,27 +301,15 @@ extern "C" __global__ void __launch_bounds__(PF_THREADS)
   const int* block_row = p.block_table + static_cast<long long>(req) * p.block_table_stride;
   if (n_tiles > 0) {
     // Q rows of this tile (rows past the request are zero-filled).
-    constexpr int TOTAL = PF_BLOCK_M * PF_CHUNKS;
-    constexpr int ITERS = (TOTAL + PF_THREADS - 1) / PF_THREADS;
     const ga_u16* q = static_cast<const ga_u16*>(p.query);
-#pragma unroll
-    for (int i = 0; i < ITERS; ++i) {
-      const int idx = tid + i * PF_THREADS;
-      if (TOTAL % PF_THREADS == 0 || idx < TOTAL) {
-        const int row = idx / PF_CHUNKS;
-        const int c = idx - row * PF_CHUNKS;
-        const int r = m0 + row;
-        const bool valid = r < rows;
-        long long off = 0;
-        if (valid) {
-          const int tok = r / GROUP;
-          const int head = kv_head * GROUP + (r - tok * GROUP);
-          off = static_cast<long long>(q_start + tok) * p.query_token_stride +
-                static_cast<long long>(head) * p.query_head_stride + c * 8;
-        }
-        pf_cp_async16(q_base + (row * PF_ROW + c * 8) * 2, q + off, valid ? 16 : 0);
-      }
-    }
+    pf_for_each_chunk<PF_BLOCK_M>(tid, [&](int row, int c) {
+      const int r = m0 + row;
+      const bool valid = r < rows;
+      const long long off = valid ? ga_prefill_row_offset(r, c * 8, q_start, kv_head,
+                                                          p.query_token_stride, p.query_head_stride)
+                                  : 0;
+      pf_cp_async16(q_base + (row * PF_ROW + c * 8) * 2, q + off, valid ? 16 : 0);
+    });
     pf_cp_commit();
     if (KV_FP8)
       pf_load_kv(p, block_row, kv_head, tile0 * PF_BLOCK_N, kv_end, raw_base,
@@ -432,13 +415,10 @@ extern "C" __global__ void __launch_bounds__(PF_THREADS)
     const int row = idx / PF_CHUNKS;
     const int c = idx - row * PF_CHUNKS;
     const int r = m0 + warp_row + row;
-    if (r < rows) {
-      const int tok = r / GROUP;
-      const int head = kv_head * GROUP + (r - tok * GROUP);
-      *reinterpret_cast<uint4*>(out +
-                                static_cast<long long>(q_start + tok) * p.output_token_stride +
-                                static_cast<long long>(head) * p.output_head_stride + c * 8) =
+    if (r < rows)
+      *reinterpret_cast<uint4*>(out + ga_prefill_row_offset(r, c * 8, q_start, kv_head,
+                                                            p.output_token_stride,
+                                                            p.output_head_stride)) =
           *reinterpret_cast<const uint4*>(s_o + row * PF_ROW + c * 8);
-    }
   }
 }

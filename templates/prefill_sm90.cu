@@ -427,17 +427,13 @@ __device__ __forceinline__ void pw_pack_p(const float (&s)[PW_BLOCK_N / 2],
 
 extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
     graphattn_prefill(const __grid_constant__ PrefillParams p) {
-  ga_grid_dependency_sync();
   extern __shared__ __align__(1024) unsigned char pw_smem[];
-  ga_require_launch(PW_SMEM_BYTES, PW_THREADS);
   GaPrefillTile tile;
-  if (!ga_prefill_tile<PW_BLOCK_M, PW_BLOCK_N>(p, tile)) return;
+  if (!ga_prefill_begin<PW_BLOCK_M, PW_BLOCK_N>(p, PW_SMEM_BYTES, PW_THREADS, tile)) return;
   const int tid = threadIdx.x;
-  const int kv_head = blockIdx.z;
-  const int req = tile.req, q_start = tile.q_start, q_len = tile.q_len, seq_len = tile.seq_len;
-  const int ctx = tile.ctx, m0 = tile.m0, m_end = tile.m_end, pos_lo = tile.pos_lo;
-  const int pos_hi = tile.pos_hi, kv_begin = tile.kv_begin, kv_end = tile.kv_end;
-  const int tile0 = tile.tile0, n_tiles = tile.n_tiles, rows = q_len * GROUP;
+  const int req = tile.req, kv_head = tile.kv_head, q_start = tile.q_start, ctx = tile.ctx;
+  const int m0 = tile.m0, rows = tile.q_len * GROUP, kv_end = tile.kv_end, tile0 = tile.tile0;
+  const int n_tiles = tile.n_tiles;
 
   // Tiles start on a 1024-byte boundary (the swizzle pattern repeats every 1024 bytes).
   const unsigned raw_base = pw_smem_addr(pw_smem);
@@ -477,13 +473,10 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
         const int c = idx - row * PW_CHUNKS;
         const int r = m0 + row;
         const bool valid = r < rows;
-        long long off = 0;
-        if (valid) {
-          const int tok = r / GROUP;
-          const int head = kv_head * GROUP + (r - tok * GROUP);
-          off = static_cast<long long>(q_start + tok) * p.query_token_stride +
-                static_cast<long long>(head) * p.query_head_stride + c * 8;
-        }
+        const long long off = valid
+                                  ? ga_prefill_row_offset(r, c * 8, q_start, kv_head,
+                                                          p.query_token_stride, p.query_head_stride)
+                                  : 0;
         pw_cp_async16(q_base + pw_swizzle(row, c, PW_BLOCK_M), q + off, valid ? 16 : 0);
       }
       pw_mbar_arrive_copies(bar_q);
@@ -703,14 +696,11 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
       const int row = idx / PW_CHUNKS;
       const int c = idx - row * PW_CHUNKS;
       const int r = m0 + row0 + row;
-      if (r < rows) {
-        const int tok = r / GROUP;
-        const int head = kv_head * GROUP + (r - tok * GROUP);
-        *reinterpret_cast<uint4*>(out +
-                                  static_cast<long long>(q_start + tok) * p.output_token_stride +
-                                  static_cast<long long>(head) * p.output_head_stride + c * 8) =
+      if (r < rows)
+        *reinterpret_cast<uint4*>(out + ga_prefill_row_offset(r, c * 8, q_start, kv_head,
+                                                              p.output_token_stride,
+                                                              p.output_head_stride)) =
             *reinterpret_cast<const uint4*>(s_q + pw_swizzle(row0 + row, c, PW_BLOCK_M));
-      }
     }
   }
 }

@@ -1,4 +1,5 @@
-// Shared test helpers: a temporary directory per test, random data, and the GPU guard.
+// Shared test helpers: a temporary directory (and kernel cache) per test, random data, and the
+// GPU guard.
 #pragma once
 
 #include <doctest/doctest.h>
@@ -9,6 +10,7 @@
 #include <random>
 #include <string>
 
+#include "graphattn/jit.hpp"
 #include "graphattn/runtime.hpp"
 
 namespace graphattn::test {
@@ -31,6 +33,21 @@ class TempDir {
 
  private:
   std::string path_;
+};
+
+// A KernelCache in a fresh TempDir, so a test compiles into a cache of its own and leaves
+// nothing behind. TempDir is the first base: the directory exists before the cache opens it and
+// is removed only after the cache has closed.
+class TempKernelCache : private TempDir, public KernelCache {
+ public:
+  TempKernelCache() : KernelCache(options_in(path())) {}
+
+ private:
+  static CacheOptions options_in(const std::string& dir) {
+    CacheOptions o;
+    o.dir = dir;
+    return o;
+  }
 };
 
 // A generator seeded from the clock unless GRAPHATTN_TEST_SEED is set; the seed is logged so a

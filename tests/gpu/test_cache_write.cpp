@@ -119,10 +119,7 @@ void run_case(const WriteCase& c, KernelCache& cache, std::mt19937_64& rng) {
 
 TEST_CASE("gpu cache write: exact against the host model across the spec axes") {
   GA_REQUIRE_GPU();
-  TempDir dir;
-  CacheOptions o;
-  o.dir = dir.path();
-  KernelCache cache(o);
+  TempKernelCache cache;
   auto rng = make_rng();
   std::vector<WriteCase> cases;
   for (DType dt : {DType::kFloat16, DType::kBFloat16})
@@ -138,10 +135,7 @@ TEST_CASE("gpu cache write: exact against the host model across the spec axes") 
 
 TEST_CASE("gpu cache write: fp8 conversion of every interesting value matches the host") {
   GA_REQUIRE_GPU();
-  TempDir dir;
-  CacheOptions o;
-  o.dir = dir.path();
-  KernelCache cache(o);
+  TempKernelCache cache;
   // Every bf16 bit pattern that is finite, written through an e4m3 and an e5m2 cache:
   // exercises rounding ties, subnormals and saturation exhaustively.
   const int64_t D = 256, KH = 1;

@@ -21,6 +21,7 @@
 #include "runtime/decode.hpp"
 #include "runtime/driver.hpp"
 #include "templates/params.h"
+#include "tests/gpu/gpu_test_util.hpp"
 #include "tests/host_dtypes.hpp"
 #include "tests/reference.hpp"
 #include "tests/test_util.hpp"
@@ -252,6 +253,31 @@ struct Grid {
   bool cluster = false;  // the splits combine through distributed shared memory
 };
 
+// The launch of every request of batch b with grid g. Window, soft cap and the fp8 KV scales are
+// the case's (build_batch stored the cache with those scales).
+detail::DecodeLaunch launch_args(const DecodeCase& c, const Batch& b, const Grid& g, float scale,
+                                 const DeviceBuffer& ws, const DeviceBuffer& counters) {
+  detail::DecodeLaunch a;
+  a.query = b.q_view;
+  a.kv_cache = b.kv_view;
+  a.output = b.out_view;
+  a.seq_lens = b.seq_view;
+  a.block_table = b.bt_view;
+  a.num_decodes = static_cast<int>(c.seq_lens.size());
+  a.max_splits = g.splits;
+  a.stages = g.stages;
+  a.scale = scale;
+  a.window = c.window;
+  a.soft_cap = c.soft_cap;
+  a.k_scale = c.kv == KvDType::kAuto ? 1.0f : 0.37f;
+  a.v_scale = c.kv == KvDType::kAuto ? 1.0f : 1.9f;
+  a.workspace = ws.data();
+  a.workspace_size = ws.bytes();
+  a.counters = counters.data();
+  a.cluster = g.cluster;
+  return a;
+}
+
 // Runs one case with each grid in `grids` and compares. Split counts: 0 the policy's (with its
 // stages), -1 the most the longest request can use; stages: 0 the shallow default, -1 the
 // deepest.
@@ -304,24 +330,7 @@ void run_case(const DecodeCase& c, KernelCache& cache, std::mt19937_64& rng,
     INFO("max_splits " << g.splits << ", stages " << g.stages << (g.cluster ? ", cluster" : "")
                        << " (policy " << policy.max_splits << ", " << policy.stages << ")");
     b.d_out.fill_bytes(0xff);  // NaN: every element must be written
-    detail::DecodeLaunch a;
-    a.query = b.q_view;
-    a.kv_cache = b.kv_view;
-    a.output = b.out_view;
-    a.seq_lens = b.seq_view;
-    a.block_table = b.bt_view;
-    a.num_decodes = n;
-    a.max_splits = g.splits;
-    a.stages = g.stages;
-    a.scale = static_cast<float>(scale);
-    a.window = c.window;
-    a.soft_cap = c.soft_cap;
-    a.k_scale = c.kv == KvDType::kAuto ? 1.0f : 0.37f;
-    a.v_scale = c.kv == KvDType::kAuto ? 1.0f : 1.9f;
-    a.workspace = ws.data();
-    a.workspace_size = ws.bytes();
-    a.counters = counters.data();
-    a.cluster = g.cluster;
+    const detail::DecodeLaunch a = launch_args(c, b, g, static_cast<float>(scale), ws, counters);
     detail::launch_decode(*k.decode, a, nullptr);
     GA_CU_CHECK(detail::driver().cuCtxSynchronize());
     std::vector<unsigned> left(num_counters);
@@ -474,10 +483,7 @@ std::vector<DecodeCase> all_cases(std::mt19937_64& rng) {
 
 TEST_CASE("gpu decode: matches the float64 reference across the spec axes and split counts") {
   GA_REQUIRE_GPU();
-  TempDir dir;
-  CacheOptions o;
-  o.dir = dir.path();
-  KernelCache cache(o);
+  TempKernelCache cache;
   auto rng = make_rng();
   const std::vector<DecodeCase> cases = all_cases(rng);
   // Compile everything in parallel first.
@@ -500,10 +506,7 @@ TEST_CASE("gpu decode: matches the float64 reference across the spec axes and sp
 TEST_CASE("gpu decode: sequences of 65536 tokens and more") {
   GA_REQUIRE_GPU();
   if (reduced()) return;
-  TempDir dir;
-  CacheOptions o;
-  o.dir = dir.path();
-  KernelCache cache(o);
+  TempKernelCache cache;
   auto rng = make_rng();
   DecodeCase c;
   c.num_kv_heads = 1;
@@ -691,10 +694,7 @@ void run_forward(const AttentionLayerConfig& cfg, const Mixed& m, KernelCache& c
 
 TEST_CASE("gpu decode: forward on decode-only, mixed and padded batches") {
   GA_REQUIRE_GPU();
-  TempDir dir;
-  CacheOptions o;
-  o.dir = dir.path();
-  KernelCache cache(o);
+  TempKernelCache cache;
   auto rng = make_rng();
   AttentionLayerConfig cfg;
   cfg.num_heads = 8;
@@ -758,10 +758,7 @@ TEST_CASE("gpu decode: forward on decode-only, mixed and padded batches") {
 TEST_CASE("gpu decode: one captured graph serves every context length") {
   GA_REQUIRE_GPU();
   if (reduced()) return;
-  TempDir dir;
-  CacheOptions o;
-  o.dir = dir.path();
-  KernelCache cache(o);
+  TempKernelCache cache;
   auto rng = make_rng();
   const auto& d = detail::driver();
   DecodeCase c;
@@ -776,22 +773,9 @@ TEST_CASE("gpu decode: one captured graph serves every context length") {
       detail::decode_grid(n, c.num_kv_heads, c.group, max_len, 0, c.head_size, c.kv, k.device);
   DeviceBuffer ws(detail::decode_workspace_bytes(n, 8, 128, grid.max_splits));
   DeviceBuffer counters(detail::decode_counter_count(n, c.num_kv_heads, c.group) * 4);
-  detail::DecodeLaunch a;
-  a.query = b.q_view;
-  a.kv_cache = b.kv_view;
-  a.output = b.out_view;
-  a.seq_lens = b.seq_view;
-  a.block_table = b.bt_view;
-  a.num_decodes = n;
-  a.max_splits = grid.max_splits;
-  a.stages = grid.stages;
-  a.scale = 1.0f / std::sqrt(128.0f);
-  a.workspace = ws.data();
-  a.workspace_size = ws.bytes();
-  a.counters = counters.data();
-  a.cluster = grid.cluster;
-  CUstream stream;
-  GA_CU_CHECK(d.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+  const detail::DecodeLaunch a = launch_args(c, b, {grid.max_splits, grid.stages, grid.cluster},
+                                             1.0f / std::sqrt(128.0f), ws, counters);
+  Stream stream;
   CUgraph graph;
   GA_CU_CHECK(d.cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL));
   detail::launch_decode(*k.decode, a, stream);
@@ -828,7 +812,6 @@ TEST_CASE("gpu decode: one captured graph serves every context length") {
   }
   d.cuGraphExecDestroy(exec);
   d.cuGraphDestroy(graph);
-  d.cuStreamDestroy(stream);
 }
 
 TEST_CASE("gpu decode: bad arguments are rejected with a clear error") {
@@ -860,10 +843,7 @@ TEST_CASE("gpu decode: bad arguments are rejected with a clear error") {
   AttentionMetadata md;
   CHECK_THROWS_WITH_AS(attn.forward({}, {}, {}, {}, {}, md, nullptr, 0, nullptr),
                        doctest::Contains("call prepare()"), Error);
-  TempDir dir;
-  CacheOptions o;
-  o.dir = dir.path();
-  KernelCache cache(o);
+  TempKernelCache cache;
   attn.prepare(cache);
   CHECK(attn.workspace_bytes() > 0);
   // Too many decodes for the workspace, and a query of the wrong head count.

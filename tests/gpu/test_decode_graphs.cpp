@@ -10,6 +10,7 @@
 #include "graphattn/capture.hpp"
 #include "graphattn/graphattn.hpp"
 #include "runtime/driver.hpp"
+#include "tests/gpu/gpu_test_util.hpp"
 #include "tests/host_dtypes.hpp"
 #include "tests/test_util.hpp"
 
@@ -85,14 +86,10 @@ CommonAttentionMetadata random_batch(std::mt19937_64& rng, bool prefills, int nu
 
 TEST_CASE("gpu decode graphs: 200 random steps, graph replay equals eager exactly") {
   GA_REQUIRE_GPU();
-  test::TempDir dir;
-  CacheOptions co;
-  co.dir = dir.path();
-  KernelCache cache(co);
+  test::TempKernelCache cache;
   auto rng = test::make_rng();
   const auto& d = detail::driver();
-  CUstream stream;
-  GA_CU_CHECK(d.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+  test::Stream stream;
 
   AttentionLayerStack graph_stack(stack_options(256)), eager_stack(stack_options(256));
   graph_stack.prepare(cache);
@@ -174,5 +171,4 @@ TEST_CASE("gpu decode graphs: 200 random steps, graph replay equals eager exactl
   CHECK(s.eager_steps > 20);                    // prefills and batches above 32
   CHECK(s.updates + s.reinstantiations >= 1);   // the KV caches moved at step 100
   CHECK(compared_rows > 0);
-  d.cuStreamDestroy(stream);
 }

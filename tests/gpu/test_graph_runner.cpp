@@ -9,6 +9,7 @@
 #include "graphattn/graphattn.hpp"
 #include "graphattn/capture.hpp"
 #include "runtime/driver.hpp"
+#include "tests/gpu/gpu_test_util.hpp"
 #include "tests/test_util.hpp"
 
 using namespace graphattn;
@@ -48,14 +49,10 @@ std::vector<unsigned char> download(const DeviceBuffer& b) {
 
 TEST_CASE("gpu graph runner: replay equals eager, padding writes nothing, pointer change updates") {
   GA_REQUIRE_GPU();
-  test::TempDir dir;
-  CacheOptions co;
-  co.dir = dir.path();
-  KernelCache cache(co);
+  test::TempKernelCache cache;
   auto rng = test::make_rng();
   const auto& d = detail::driver();
-  CUstream stream;
-  GA_CU_CHECK(d.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+  test::Stream stream;
 
   Engine graph_engine, eager_engine;
   graph_engine.cache = eager_engine.cache = &cache;
@@ -132,18 +129,13 @@ TEST_CASE("gpu graph runner: replay equals eager, padding writes nothing, pointe
   CHECK(s.graph_memory_bytes >= 0);
   CHECK(eager.stats().replays == 0);
   CHECK(eager.stats().eager_steps == 200);
-  d.cuStreamDestroy(stream);
 }
 
 TEST_CASE("gpu graph runner: loading a kernel inside a capture is refused with a clear error") {
   GA_REQUIRE_GPU();
-  test::TempDir dir;
-  CacheOptions co;
-  co.dir = dir.path();
-  KernelCache cache(co);
+  test::TempKernelCache cache;
   const auto& d = detail::driver();
-  CUstream stream;
-  GA_CU_CHECK(d.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+  test::Stream stream;
   Engine e;
   e.cache = &cache;
   GraphRunner::Options go;
@@ -166,5 +158,4 @@ TEST_CASE("gpu graph runner: loading a kernel inside a capture is refused with a
                        Error);
   // The stream is usable afterwards.
   GA_CU_CHECK(d.cuStreamSynchronize(stream));
-  d.cuStreamDestroy(stream);
 }

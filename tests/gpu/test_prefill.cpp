@@ -328,10 +328,7 @@ std::vector<PrefillCase> reduced_cases() {
 
 TEST_CASE("gpu prefill: matches the float64 reference across the spec axes") {
   GA_REQUIRE_GPU();
-  TempDir dir;
-  CacheOptions o;
-  o.dir = dir.path();
-  KernelCache cache(o);
+  TempKernelCache cache;
   auto rng = make_rng();
   const std::vector<PrefillCase> cases = reduced() ? reduced_cases() : all_cases();
   std::vector<AttentionSpec> specs;
@@ -350,10 +347,7 @@ TEST_CASE("gpu prefill: matches the float64 reference across the spec axes") {
 TEST_CASE("gpu prefill: every head size compiles, loads and matches the reference") {
   GA_REQUIRE_GPU();
   if (reduced()) return;
-  TempDir dir;
-  CacheOptions o;
-  o.dir = dir.path();
-  KernelCache cache(o);
+  TempKernelCache cache;
   auto rng = make_rng();
   std::vector<PrefillCase> cases;
   for (int h = 32; h <= 256; h += 8) {
@@ -378,10 +372,7 @@ TEST_CASE("gpu prefill: the Hopper wgmma kernel across its tile boundaries") {
   // stage ring; groups that do not divide 128 rows put a token's heads across two tiles.
   // Elsewhere the same cases exercise the mma.sync kernel.
   GA_REQUIRE_GPU();
-  TempDir dir;
-  CacheOptions o;
-  o.dir = dir.path();
-  KernelCache cache(o);
+  TempKernelCache cache;
   auto rng = make_rng();
   std::vector<PrefillCase> cases;
   const int heads[] = {64, 128, 192, 256};
@@ -416,10 +407,7 @@ TEST_CASE("gpu prefill: the Hopper wgmma kernel across its tile boundaries") {
 
 TEST_CASE("gpu prefill: rejects mismatched arguments with a clear error") {
   GA_REQUIRE_GPU();
-  TempDir dir;
-  CacheOptions o;
-  o.dir = dir.path();
-  KernelCache cache(o);
+  TempKernelCache cache;
   DeviceBuffer q(4 * 8 * 64 * 2), out(4 * 8 * 64 * 2), kv(2 * 4 * 16 * 2 * 64 * 2), meta(64);
   const auto qv = TensorView::contiguous(q.data(), ScalarType::kBFloat16, {4, 8, 64});
   const auto ov = TensorView::contiguous(out.data(), ScalarType::kBFloat16, {4, 8, 64});
