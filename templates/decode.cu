@@ -18,7 +18,8 @@
 //
 // Softmax runs in the log2 domain with exp2; accumulation is fp32; P is rounded to the MMA's
 // 16-bit type. fp8 KV is widened to fp16 exactly by bit moves (e4m3 lands scaled by 2^-8, which
-// is folded into the score and output scales), then to bf16 through fp32 when the model is bf16.
+// is folded into the score and output scales) and multiplied in fp16 whatever the model's type;
+// a bf16 query is converted once (see MMA_BF16).
 
 constexpr int KV_BYTES = KV_FP8 ? 1 : 2;
 constexpr int NW = GA_DECODE_WARPS;
@@ -91,10 +92,18 @@ __device__ __forceinline__ ga_u32 ga_prmt(ga_u32 a, ga_u32 b, ga_u32 sel) {
   return d;
 }
 
-// D += A * B, m16n8k16, fp32 accumulate, A/B in the model's 16-bit type.
+// The MMAs' 16-bit type: the model's, except that fp8 caches always multiply in fp16. Their
+// bytes widen to fp16 exactly by bit moves (a bf16 model would need a trip through fp32 for
+// every K and V element); the query converts to fp16 once, pre-multiplied by the softmax scale
+// (exact for |q| * scale in fp16's normal range, below 65504), and the probabilities in [0, 1]
+// round to fp16 more finely than to bf16.
+constexpr bool MMA_BF16 = IS_BF16 && KV_FP8 == 0;
+constexpr bool Q_TO_F16 = IS_BF16 && !MMA_BF16;
+
+// D += A * B, m16n8k16, fp32 accumulate, A/B in the MMA type.
 __device__ __forceinline__ void ga_mma(float (&d)[4], ga_u32 a0, ga_u32 a1, ga_u32 a2, ga_u32 a3,
                                        ga_u32 b0, ga_u32 b1) {
-  if (IS_BF16) {
+  if (MMA_BF16) {
     asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
         "{%8,%9}, {%0,%1,%2,%3};"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
@@ -113,11 +122,23 @@ __device__ __forceinline__ ga_u32 ga_movmatrix_trans(ga_u32 x) {
   return y;
 }
 
-__device__ __forceinline__ float ga_lo_f32(ga_u32 x) {
-  return ga_to_float(static_cast<ga_u16>(x & 0xffffu));
+// Halves of a register in the MMA type -> float; two floats -> a register in the MMA type.
+__device__ __forceinline__ float ga_mma_lo_f32(ga_u32 x) {
+  const ga_u16 h = static_cast<ga_u16>(x & 0xffffu);
+  return MMA_BF16 ? ga_bf16_to_f32(h) : ga_f16_to_f32(h);
 }
-__device__ __forceinline__ float ga_hi_f32(ga_u32 x) {
-  return ga_to_float(static_cast<ga_u16>(x >> 16));
+__device__ __forceinline__ float ga_mma_hi_f32(ga_u32 x) {
+  const ga_u16 h = static_cast<ga_u16>(x >> 16);
+  return MMA_BF16 ? ga_bf16_to_f32(h) : ga_f16_to_f32(h);
+}
+__device__ __forceinline__ ga_u32 ga_mma_pack2(float lo, float hi) {
+  ga_u32 d;
+  if (MMA_BF16) {
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+  } else {
+    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+  }
+  return d;
 }
 
 // Bytes 0 and 2 of x (bytes 1 and 3 ignored) as fp8 -> a pair of fp16 bit patterns, exact;
@@ -127,16 +148,15 @@ __device__ __forceinline__ ga_u32 ga_fp8x2_to_f16x2(ga_u32 x) {
   if (KV_FP8 == 2) return h;
   return (h & 0x80008000u) | ((h & 0x7f007f00u) >> 1);
 }
-// A pair of fp16 bit patterns -> the model's 16-bit type (exact for fp8-widened values).
-__device__ __forceinline__ ga_u32 ga_f16x2_to_model(ga_u32 h) {
-  if (!IS_BF16) return h;
-  return ga_pack2(ga_f16_to_f32(static_cast<ga_u16>(h & 0xffffu)),
-                  ga_f16_to_f32(static_cast<ga_u16>(h >> 16)));
-}
-// Four fp8 bytes e0..e3 -> {e0, e1}, {e2, e3} in the model's 16-bit type.
+// Four fp8 bytes e0..e3 -> {e0, e1}, {e2, e3} as fp16 pairs (the MMA type of fp8 caches).
 __device__ __forceinline__ void ga_fp8x4_widen(ga_u32 w, ga_u32& lo, ga_u32& hi) {
-  lo = ga_f16x2_to_model(ga_fp8x2_to_f16x2(ga_prmt(w, 0u, 0x3120u)));  // bytes e0, ., e1, .
-  hi = ga_f16x2_to_model(ga_fp8x2_to_f16x2(ga_prmt(w, 0u, 0x3322u)));  // bytes e2, ., e3, .
+  lo = ga_fp8x2_to_f16x2(ga_prmt(w, 0u, 0x3120u));  // bytes e0, ., e1, .
+  hi = ga_fp8x2_to_f16x2(ga_prmt(w, 0u, 0x3322u));  // bytes e2, ., e3, .
+}
+// Two bf16 query elements -> fp16, times q_scale.
+__device__ __forceinline__ ga_u32 ga_bf16x2_to_f16x2(ga_u32 x, float q_scale) {
+  return ga_mma_pack2(ga_bf16_to_f32(static_cast<ga_u16>(x & 0xffffu)) * q_scale,
+                      ga_bf16_to_f32(static_cast<ga_u16>(x >> 16)) * q_scale);
 }
 
 // One 16-byte shared chunk of a K row -> KW 16-bit pairs of consecutive elements.
@@ -152,7 +172,7 @@ __device__ __forceinline__ void ga_k_chunk(const uint4& c, ga_u32 (&out)[KW]) {
 }
 
 // Chunks of V rows a and b (consecutive tokens) -> for each element e of the chunk, the pair
-// {a[e], b[e]} in the model's 16-bit type (one MMA A register).
+// {a[e], b[e]} in the MMA type (one MMA A register).
 __device__ __forceinline__ void ga_v_pairs(const uint4& ca, const uint4& cb, ga_u32 (&out)[CE]) {
   const ga_u32 wa[4] = {ca.x, ca.y, ca.z, ca.w};
   const ga_u32 wb[4] = {cb.x, cb.y, cb.z, cb.w};
@@ -439,6 +459,7 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   }
 
   // Q^T fragments (MMA B operand): thread (g, t) holds head g (+ 8 nt) chunks c(i, t).
+  const float q_scale = Q_TO_F16 ? p.scale : 1.0f;
   ga_u32 qf[NT][KGROUPS][KW];
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) {
@@ -453,6 +474,10 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
         const int e = c * CE + half * 8;  // first of 8 query elements
         uint4 v = make_uint4(0u, 0u, 0u, 0u);
         if (h < heads_here && e < HEAD_SIZE) v = *reinterpret_cast<const uint4*>(q + e);
+        if (Q_TO_F16) {
+          v = make_uint4(ga_bf16x2_to_f16x2(v.x, q_scale), ga_bf16x2_to_f16x2(v.y, q_scale),
+                         ga_bf16x2_to_f16x2(v.z, q_scale), ga_bf16x2_to_f16x2(v.w, q_scale));
+        }
         qf[nt][i][half * 4 + 0] = v.x;
         qf[nt][i][half * 4 + 1] = v.y;
         qf[nt][i][half * 4 + 2] = v.z;
@@ -462,7 +487,7 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   }
 
   // Scores in the log2 domain: no cap: raw * qk_scale; cap: tanh(raw * qk_scale) * cap_log2.
-  const float score_scale = p.scale * p.k_scale * KV_WIDEN_SCALE;
+  const float score_scale = p.scale / q_scale * p.k_scale * KV_WIDEN_SCALE;
   const float qk_scale = HAS_SOFT_CAP ? score_scale / p.soft_cap : score_scale * GA_LOG2E;
   const float cap_log2 = HAS_SOFT_CAP ? p.soft_cap * GA_LOG2E : 0.0f;
 
@@ -550,11 +575,11 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
       const float alpha0 = ga_exp2(m_run[nt][0] - mu0), alpha1 = ga_exp2(m_run[nt][1] - mu1);
       m_run[nt][0] = mn0;
       m_run[nt][1] = mn1;
-      const ga_u32 x0 = ga_pack2(ga_exp2(s[nt][0] - mu0), ga_exp2(s[nt][1] - mu1));  // token g
-      const ga_u32 x1 = ga_pack2(ga_exp2(s[nt][2] - mu0), ga_exp2(s[nt][3] - mu1));  // token g+8
+      const ga_u32 x0 = ga_mma_pack2(ga_exp2(s[nt][0] - mu0), ga_exp2(s[nt][1] - mu1));  // token g
+      const ga_u32 x1 = ga_mma_pack2(ga_exp2(s[nt][2] - mu0), ga_exp2(s[nt][3] - mu1));  // g+8
       // The row sums use the rounded weights that the MMA multiplies with.
-      l_run[nt][0] = l_run[nt][0] * alpha0 + ga_lo_f32(x0) + ga_lo_f32(x1);
-      l_run[nt][1] = l_run[nt][1] * alpha1 + ga_hi_f32(x0) + ga_hi_f32(x1);
+      l_run[nt][0] = l_run[nt][0] * alpha0 + ga_mma_lo_f32(x0) + ga_mma_lo_f32(x1);
+      l_run[nt][1] = l_run[nt][1] * alpha1 + ga_mma_hi_f32(x0) + ga_mma_hi_f32(x1);
       pt[nt][0] = ga_movmatrix_trans(x0);
       pt[nt][1] = ga_movmatrix_trans(x1);
 #pragma unroll
