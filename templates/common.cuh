@@ -65,15 +65,20 @@ __device__ __forceinline__ ga_u16 ga_from_float(float f) {
   return IS_BF16 ? ga_f32_to_bf16(f) : ga_f32_to_f16(f);
 }
 
-// Two floats -> one register of the model's 16-bit type, lo in the low half.
-__device__ __forceinline__ ga_u32 ga_pack2(float lo, float hi) {
+// Two floats -> one register of two bf16 (BF16) or fp16 values, lo in the low half.
+template <bool BF16>
+__device__ __forceinline__ ga_u32 ga_pack2_as(float lo, float hi) {
   ga_u32 d;
-  if (IS_BF16) {
+  if (BF16) {
     asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
   } else {
     asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
   }
   return d;
+}
+// ... of the model's 16-bit type.
+__device__ __forceinline__ ga_u32 ga_pack2(float lo, float hi) {
+  return ga_pack2_as<IS_BF16 != 0>(lo, hi);
 }
 
 // fp8 -> float, exact. e5m2 is the upper byte of an fp16; e4m3 moves its bits into an fp16 and

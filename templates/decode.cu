@@ -132,13 +132,7 @@ __device__ __forceinline__ float ga_mma_hi_f32(ga_u32 x) {
   return MMA_BF16 ? ga_bf16_to_f32(h) : ga_f16_to_f32(h);
 }
 __device__ __forceinline__ ga_u32 ga_mma_pack2(float lo, float hi) {
-  ga_u32 d;
-  if (MMA_BF16) {
-    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
-  } else {
-    asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
-  }
-  return d;
+  return ga_pack2_as<MMA_BF16>(lo, hi);
 }
 
 // Bytes 0 and 2 of x (bytes 1 and 3 ignored) as fp8 -> a pair of fp16 bit patterns, exact;
