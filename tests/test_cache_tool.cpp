@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "jit_cache/disk_tier.hpp"
 #include "tests/test_util.hpp"
 #include "tests/tool_runner.hpp"
 
@@ -467,6 +468,47 @@ TEST_CASE("cache tool: verify finds a corrupted entry and --fix removes it") {
   const Json aj = json_of(after);
   CHECK(aj["checked"] == 3);
   CHECK(aj["bad_count"] == 0);
+}
+
+TEST_CASE("cache tool: an intact entry of a retired kernel kind is stale, not bad") {
+  // decode_reduce entries from earlier versions: checksums fine, kind no longer built.
+  TempDir dir;
+  copy_seed(dir.path());
+  const std::string key = keys_by_spec(dir.path()).at(kSeedSpecs[0]);
+  const std::string path = dir.path() + "/" + key + ".gakc";
+  std::vector<char> image;
+  {
+    std::ifstream in(path, std::ios::binary);
+    image.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  graphattn::detail::EntryHeader h;
+  std::vector<char> payload;
+  std::string reason;
+  REQUIRE(graphattn::detail::decode_entry(image, nullptr, &h, &payload, &reason) ==
+          graphattn::detail::EntryStatus::kOk);
+  h.spec = "decode_reduce_h128_b16_bf16_kvauto_g1_swa0_cap0_nhd_sm80";
+  const std::vector<char> retired = graphattn::detail::encode_entry(h, payload);
+  {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out.write(retired.data(), static_cast<std::streamsize>(retired.size()));
+    REQUIRE(out.good());
+  }
+  const ToolRun v = run_tool({"--dir", dir.path(), "--json", "verify"});
+  CHECK_MESSAGE(v.code == 0, describe(v));
+  const Json vj = json_of(v);
+  CHECK(vj["ok"] == 4);
+  CHECK(vj["bad_count"] == 0);
+  CHECK(vj["not_current"] == Json::array({key}));
+  const Json lj = json_of(run_tool({"--dir", dir.path(), "--json", "list"}));
+  for (const auto& e : lj["entries"])
+    if (e["key"] == key) {
+      CHECK(e["ok"] == true);
+      CHECK(e["kind"] == "retired");
+      CHECK(e["status"] == "retired kind");
+    }
+  const ToolRun human = run_tool({"--dir", dir.path(), "verify"});
+  CHECK(human.code == 0);
+  CHECK(contains(human.out, "of a retired kind"));
 }
 
 TEST_CASE("cache tool: prune by age and by size keeps the directory under the cap") {

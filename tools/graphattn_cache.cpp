@@ -310,11 +310,16 @@ int64_t mtime_ms(const struct stat& st) {
 // ---------------------------------------------------------------------------------------------
 // Entries
 
+// Kernel kinds that earlier versions cached and this one no longer builds: their entries are
+// intact but never hit again, like entries of another template version. decode_reduce was
+// folded into the decode kernel.
+bool retired_kind(const std::string& spec) { return spec.rfind("decode_reduce_", 0) == 0; }
+
 // An entry's verdict. Beyond the file checks (magic, version, lengths, checksums, key), the stored
-// spec string must parse and name the stored arch.
+// spec string must parse (or name a retired kind) and name the stored arch.
 struct Check {
   bool ok = true;
-  std::string status;  // "ok", a disk-tier status, "bad spec" or "arch mismatch"
+  std::string status;  // "ok", "retired kind", a disk-tier status, "bad spec" or "arch mismatch"
   std::string reason;
 };
 
@@ -327,6 +332,11 @@ Check check_entry(const EntryInfo& e) {
     return c;
   }
   c.status = "ok";
+  if (retired_kind(e.header.spec)) {
+    c.status = "retired kind";
+    c.reason = "this version builds no kernel of this kind";
+    return c;
+  }
   try {
     const graphattn::AttentionSpec spec = graphattn::AttentionSpec::parse(e.header.spec);
     if (static_cast<uint32_t>(spec.arch) != e.header.arch) {
@@ -345,6 +355,7 @@ Check check_entry(const EntryInfo& e) {
 
 std::string kind_of(const EntryInfo& e) {
   if (e.status != EntryStatus::kOk) return "unknown";
+  if (retired_kind(e.header.spec)) return "retired";
   try {
     return graphattn::to_string(graphattn::AttentionSpec::parse(e.header.spec).kind);
   } catch (const std::exception&) {
@@ -357,6 +368,7 @@ std::string kind_of(const EntryInfo& e) {
 // cannot render the spec (no template for its kind).
 Json is_current(const EntryInfo& e) {
   if (e.status != EntryStatus::kOk) return nullptr;
+  if (retired_kind(e.header.spec)) return false;
   try {
     const graphattn::AttentionSpec spec = graphattn::AttentionSpec::parse(e.header.spec);
     const graphattn::KernelSource src = graphattn::render_kernel(spec);
@@ -609,8 +621,8 @@ int cmd_verify(const Options& o) {
               << " ok, " << bad.size() << " bad\n";
     if (!not_current.empty())
       std::cout << plural(not_current.size(), "entry was", "entries were")
-                << " built from another template or NVRTC version and will not be hit again "
-                   "(prune removes them by age or size)\n";
+                << " built from another template or NVRTC version, or of a retired kind, and "
+                   "will not be hit again (prune removes them by age or size)\n";
     if (!stale_temps.empty())
       std::cout << plural(stale_temps.size(), "stale temp file", "stale temp files")
                 << " left by writers that died\n";
