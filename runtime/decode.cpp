@@ -286,6 +286,11 @@ void launch_decode(const LoadedKernel& decode, const DecodeLaunch& a, CUstream s
   p.stages = stages;
   p.early_prologue = a.early_prologue && !fp8 && a.new_key.ndim != 0 ? 1 : 0;
   p.cluster_splits = a.cluster && a.max_splits > 1 ? 1 : 0;
+  // prepare_decode_kernel sized the clusters for the shallow pipeline's shared memory.
+  GA_REQUIRE(!p.cluster_splits || stages <= ga_decode_shallow_stages(spec.head_size, kvb),
+             "a cluster launch runs the shallow pipeline: stages " + str(stages) +
+                 " is not supported with cluster; supported: 0 (default), 2.." +
+                 str(ga_decode_shallow_stages(spec.head_size, kvb)));
   const int smem = ga_decode_smem_bytes(spec.head_size, kvb, stages);
   ensure_shared_limit(
       decode.function,
