@@ -222,6 +222,9 @@ void launch_decode(const LoadedKernel& decode, const DecodeLaunch& a, CUstream s
   require_int32_rows(a.block_table, "block_table", a.num_decodes, "[num_reqs, max_blocks_per_seq]");
   GA_REQUIRE(a.max_splits >= 1 && a.max_splits <= (1 << 20),
              "max_splits " + str(a.max_splits) + " must be in [1, 1048576]");
+  GA_REQUIRE(!a.cluster || (spec.arch >= 90 && a.max_splits <= 16),
+             "a cluster launch needs sm_90 or newer and max_splits <= 16, got sm_" +
+                 str(spec.arch) + " and " + str(a.max_splits));
   GA_REQUIRE(std::isfinite(a.scale) && a.scale > 0,
              "scale " + std::to_string(a.scale) + " must be finite and > 0");
   const bool fp8 = spec.kv_dtype != KvDType::kAuto;
@@ -239,9 +242,6 @@ void launch_decode(const LoadedKernel& decode, const DecodeLaunch& a, CUstream s
                  str(static_cast<int64_t>(w.total)) + " bytes, 16-byte aligned, are needed for " +
                  str(a.num_decodes) + " requests and " + str(a.max_splits) + " splits");
   const int num_kv_heads = static_cast<int>(a.kv_cache.shape[3]);
-  GA_REQUIRE(!a.cluster || (spec.arch >= 90 && a.max_splits <= 16),
-             "a cluster launch needs sm_90 or newer and max_splits <= 16, got sm_" +
-                 str(spec.arch) + " and " + str(a.max_splits));
   GA_REQUIRE(a.max_splits == 1 || a.cluster ||
                  (a.counters != nullptr && reinterpret_cast<uintptr_t>(a.counters) % 4 == 0),
              "decode counters must be a 4-byte aligned pointer to " +

@@ -775,6 +775,17 @@ TEST_CASE("gpu decode: one captured graph serves every context length") {
   DeviceBuffer counters(detail::decode_counter_count(n, c.num_kv_heads, c.group) * 4);
   const detail::DecodeLaunch a = launch_args(c, b, {grid.max_splits, grid.stages, grid.cluster},
                                              1.0f / std::sqrt(128.0f), ws, counters);
+  // Cluster launches outside what prepare_decode_kernel sized them for are refused up front.
+  detail::DecodeLaunch deep = a;
+  deep.cluster = true;
+  deep.stages = ga_decode_max_stages(c.head_size, 2);
+  CHECK_THROWS_WITH_AS(detail::launch_decode(*k.decode, deep, nullptr),
+                       doctest::Contains("a cluster launch runs the shallow pipeline"), Error);
+  detail::DecodeLaunch wide = a;
+  wide.cluster = true;
+  wide.max_splits = 17;
+  CHECK_THROWS_WITH_AS(detail::launch_decode(*k.decode, wide, nullptr),
+                       doctest::Contains("max_splits <= 16"), Error);
   Stream stream;
   CUgraph graph;
   GA_CU_CHECK(d.cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL));
