@@ -43,6 +43,9 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader \
   >"$out/device.txt" 2>&1 || true
 cat "$out/device.txt"
 step tests "$bin"
+# The decode cluster combine is opt-in (GRAPHATTN_DECODE_CLUSTERS=1); the kernel tests cover it
+# either way, this covers it through forward() and the captured layer stack.
+step clusters env GRAPHATTN_DECODE_CLUSTERS=1 "$bin" --test-case='*forward*,*graph*'
 if [ ! -x "$sanitizer" ]; then
   echo "gpu_suite: compute-sanitizer not found (looked on PATH and in $cuda/bin)" | tee -a "$out/summary.txt"
   exit 1

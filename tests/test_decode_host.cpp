@@ -21,6 +21,7 @@ detail::DecodeDevice device(int sms, int b2, int b3, int b4, int max_cluster) {
   d.blocks_per_sm[3] = b3;
   d.blocks_per_sm[4] = b4;
   d.max_cluster = max_cluster;
+  d.use_clusters = max_cluster > 0;
   return d;
 }
 
@@ -43,6 +44,9 @@ TEST_CASE("decode split policy: about one block per multiprocessor for small bat
   CHECK(grid(1, 8, 4, 4096, 0).cluster);
   CHECK_FALSE(detail::decode_grid(1, 8, 4, 4096, 0, 128, KvDType::kAuto, device(sms, 3, 2, 1, 0))
                   .cluster);
+  detail::DecodeDevice off = device(sms, 3, 2, 1, 16);
+  off.use_clusters = false;  // the default: GRAPHATTN_DECODE_CLUSTERS unset
+  CHECK_FALSE(detail::decode_grid(1, 8, 4, 4096, 0, 128, KvDType::kAuto, off).cluster);
   CHECK_FALSE(grid(1, 1, 64, 1 << 20, 0).cluster);
   CHECK_FALSE(grid(64, 8, 4, 8192, 0).cluster);
   // A batch that fills the device by itself, one split (direct output). Three waves or more at

@@ -63,6 +63,7 @@ struct DecodeDevice {
   int blocks_per_sm[5] = {};   // resident decode blocks per multiprocessor with a pipeline of
                                // [stages] stages (2..4; 0 where the spec allows no such depth)
   int max_cluster = 0;         // largest cluster of shallow split blocks it can run (sm_90+)
+  bool use_clusters = false;   // the policy may use clusters (GRAPHATTN_DECODE_CLUSTERS=1)
 };
 // A decode launch's geometry (runtime/decode.hpp's split policy).
 struct DecodeGrid {

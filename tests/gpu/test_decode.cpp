@@ -769,8 +769,10 @@ TEST_CASE("gpu decode: one captured graph serves every context length") {
   Batch b;
   build_batch(c, rng, b);
   const Kernels k = load(c, cache);
+  detail::DecodeDevice dev = k.device;
+  dev.use_clusters = true;  // captured as a cluster launch where the device allows it
   const detail::DecodeGrid grid =
-      detail::decode_grid(n, c.num_kv_heads, c.group, max_len, 0, c.head_size, c.kv, k.device);
+      detail::decode_grid(n, c.num_kv_heads, c.group, max_len, 0, c.head_size, c.kv, dev);
   DeviceBuffer ws(detail::decode_workspace_bytes(n, 8, 128, grid.max_splits));
   DeviceBuffer counters(detail::decode_counter_count(n, c.num_kv_heads, c.group) * 4);
   const detail::DecodeLaunch a = launch_args(c, b, {grid.max_splits, grid.stages, grid.cluster},
