@@ -222,18 +222,42 @@ __device__ __forceinline__ float4 ga_cluster_ld4(unsigned addr) {
 #endif
   return v;
 }
-// acc = acc * 2^(m - m') + 2^(ls - m') x with m' = max(m, ls), and total likewise: one more
-// split's normalized output x with log2-sum-exp ls folded into a running combination.
-__device__ __forceinline__ void ga_fold_split(float& mx, float& total, float4& acc, float ls,
-                                              const float4& x) {
-  const float m_new = fmaxf(mx, ls);
-  const float a = ga_exp2(mx - m_new), w = ga_exp2(ls - m_new);
-  mx = m_new;
-  total = total * a + w;
-  acc.x = acc.x * a + w * x.x;
-  acc.y = acc.y * a + w * x.y;
-  acc.z = acc.z * a + w * x.z;
-  acc.w = acc.w * a + w * x.w;
+// The combination of n split outputs, out = sum_s 2^(lse_s - LSE) o_s with
+// LSE = log2(sum_s 2^lse_s): load(s, lse, o) gives split s's log2-sum-exp and four of its
+// normalized outputs. One pass with a running maximum, so that every load can be issued at once;
+// each split saw at least one key, so every lse is finite.
+template <typename Load>
+__device__ __forceinline__ float4 ga_combine_splits(int n, Load load) {
+  float mx;
+  float4 acc;
+  load(0, mx, acc);
+  float total = 1.0f;
+#pragma unroll 4
+  for (int sp = 1; sp < n; ++sp) {
+    float ls;
+    float4 x;
+    load(sp, ls, x);
+    const float m_new = fmaxf(mx, ls);
+    const float a = ga_exp2(mx - m_new), w = ga_exp2(ls - m_new);
+    mx = m_new;
+    total = total * a + w;
+    acc.x = acc.x * a + w * x.x;
+    acc.y = acc.y * a + w * x.y;
+    acc.z = acc.z * a + w * x.z;
+    acc.w = acc.w * a + w * x.w;
+  }
+  const float r = 1.0f / total;
+  return make_float4(acc.x * r, acc.y * r, acc.z * r, acc.w * r);
+}
+
+// Query head `head` of request `req` in the output.
+__device__ __forceinline__ ga_u16* ga_output_row(const DecodeParams& p, int req, int head) {
+  return static_cast<ga_u16*>(p.output) + req * p.output_token_stride +
+         head * p.output_head_stride;
+}
+// Four output elements, rounded to the model's type.
+__device__ __forceinline__ void ga_store4(ga_u16* dst, const float4& v) {
+  *reinterpret_cast<uint2*>(dst) = make_uint2(ga_pack2(v.x, v.y), ga_pack2(v.z, v.w));
 }
 
 extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
@@ -262,9 +286,8 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
     if (split == 0) {
       for (int i = tid; i < heads_here * (HEAD_SIZE / 8); i += GA_DECODE_THREADS) {
         const int h = i / (HEAD_SIZE / 8), c = i - h * (HEAD_SIZE / 8);
-        ga_u16* o = static_cast<ga_u16*>(p.output) + req * p.output_token_stride +
-                    (first_head + h) * p.output_head_stride + c * 8;
-        *reinterpret_cast<uint4*>(o) = make_uint4(0u, 0u, 0u, 0u);
+        *reinterpret_cast<uint4*>(ga_output_row(p, req, first_head + h) + c * 8) =
+            make_uint4(0u, 0u, 0u, 0u);
       }
     }
     return;
@@ -678,9 +701,7 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
     acc.w *= r;
     const int head = first_head + h;
     if (num_splits == 1) {
-      ga_u16* out = static_cast<ga_u16*>(p.output) + req * p.output_token_stride +
-                    head * p.output_head_stride + d;
-      *reinterpret_cast<uint2*>(out) = make_uint2(ga_pack2(acc.x, acc.y), ga_pack2(acc.z, acc.w));
+      ga_store4(ga_output_row(p, req, head) + d, acc);
     } else if (cluster) {
       *reinterpret_cast<float4*>(part_o + h * HEAD_SIZE + d) = acc;
       if (d == 0) part_lse[h] = mx + __log2f(l);
@@ -700,17 +721,11 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
     for (int i = split + num_splits * tid; i < heads_here * D4;
          i += num_splits * GA_DECODE_THREADS) {
       const int h = i / D4, d = (i - h * D4) * 4;
-      float mx = ga_cluster_ld(ga_cluster_addr(part_lse + h, 0));
-      float total = 1.0f;
-      float4 acc = ga_cluster_ld4(ga_cluster_addr(part_o + h * HEAD_SIZE + d, 0));
-      for (int sp = 1; sp < num_splits; ++sp)
-        ga_fold_split(mx, total, acc, ga_cluster_ld(ga_cluster_addr(part_lse + h, sp)),
-                      ga_cluster_ld4(ga_cluster_addr(part_o + h * HEAD_SIZE + d, sp)));
-      const float r = 1.0f / total;
-      ga_u16* out = static_cast<ga_u16*>(p.output) + req * p.output_token_stride +
-                    (first_head + h) * p.output_head_stride + d;
-      *reinterpret_cast<uint2*>(out) =
-          make_uint2(ga_pack2(acc.x * r, acc.y * r), ga_pack2(acc.z * r, acc.w * r));
+      ga_store4(ga_output_row(p, req, first_head + h) + d,
+                ga_combine_splits(num_splits, [&](int sp, float& ls, float4& x) {
+                  ls = ga_cluster_ld(ga_cluster_addr(part_lse + h, sp));
+                  x = ga_cluster_ld4(ga_cluster_addr(part_o + h * HEAD_SIZE + d, sp));
+                }));
     }
     ga_cluster_sync();
     return;
@@ -732,26 +747,16 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   __syncthreads();
   if (!ga_last_arrival) return;
   __threadfence();
-  // out = sum_s 2^(lse_s - LSE) o_s with LSE = log2(sum_s 2^lse_s); o_s are normalized.
   for (int i = tid; i < heads_here * D4; i += GA_DECODE_THREADS) {
     const int h = i / D4, d = (i - h * D4) * 4;
     const int head = first_head + h;
     const long long row0 = (static_cast<long long>(req) * p.num_heads + head) * p.max_splits;
     const float* lse = p.partial_lse + row0;
     const float* part = p.partial_out + row0 * HEAD_SIZE + d;
-    // One pass with a running maximum, so that every load is issued at once. Each split saw
-    // at least one key, so its lse is finite.
-    float mx = __ldcg(lse);
-    float total = 1.0f;
-    float4 acc = __ldcg(reinterpret_cast<const float4*>(part));
-#pragma unroll 4
-    for (int sp = 1; sp < num_splits; ++sp)
-      ga_fold_split(mx, total, acc, __ldcg(lse + sp),
-                    __ldcg(reinterpret_cast<const float4*>(part + sp * HEAD_SIZE)));
-    const float r = 1.0f / total;
-    ga_u16* out = static_cast<ga_u16*>(p.output) + req * p.output_token_stride +
-                  head * p.output_head_stride + d;
-    *reinterpret_cast<uint2*>(out) =
-        make_uint2(ga_pack2(acc.x * r, acc.y * r), ga_pack2(acc.z * r, acc.w * r));
+    ga_store4(ga_output_row(p, req, head) + d,
+              ga_combine_splits(num_splits, [&](int sp, float& ls, float4& x) {
+                ls = __ldcg(lse + sp);
+                x = __ldcg(reinterpret_cast<const float4*>(part + sp * HEAD_SIZE));
+              }));
   }
 }

@@ -32,7 +32,7 @@ TEST_CASE("warmup tool: compiles a model's kernels, then hits the cache; no GPU 
   INFO(first.out << first.err);
   CHECK(first.code == 0);
   CHECK(first.out.find("[compile] gemma-2-9b: ") != std::string::npos);
-  // gemma-2 alternates a sliding window: both decode variants and the shared write and reduce.
+  // gemma-2 alternates a sliding window: both decode variants and the shared cache write.
   CHECK(first.out.find("decode_h256_b16_bf16_kvauto_g2_swa1_cap1_nhd_sm90") != std::string::npos);
   CHECK(first.out.find("decode_h256_b16_bf16_kvauto_g2_swa0_cap1_nhd_sm90") != std::string::npos);
   CHECK(first.out.find("0 cache hits, 0 failed") != std::string::npos);
