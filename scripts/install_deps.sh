@@ -10,6 +10,7 @@ have_header xxhash.h || need+=(libxxhash-dev)
 have_header doctest/doctest.h || need+=(doctest-dev)
 have_header CLI/CLI.hpp || need+=(libcli11-dev)
 have_header nlohmann/json.hpp || need+=(nlohmann-json3-dev)
+have_header dlpack/dlpack.h || need+=(libdlpack-dev)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing: ${need[*]}"
   sudo=""
