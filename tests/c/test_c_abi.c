@@ -14,47 +14,11 @@
 #include <unistd.h>
 
 #include "graphattn/graphattn.h"
+#include "tests/c/c_check.h"
 
 #ifndef GRAPHATTN_EXPECTED_VERSION
 #error "the build passes the project version as GRAPHATTN_EXPECTED_VERSION"
 #endif
-
-static const char* status_name(graphattn_status_t s) { return graphattn_status_string(s); }
-
-/* Fails the test at file:line with this thread's last error. */
-#define CHECK(cond)                                                                               \
-  do {                                                                                            \
-    if (!(cond)) {                                                                                \
-      fprintf(stderr, "%s:%d: CHECK(%s) failed; last error: \"%s\"\n", __FILE__, __LINE__, #cond, \
-              graphattn_last_error());                                                            \
-      exit(1);                                                                                    \
-    }                                                                                             \
-  } while (0)
-
-#define CHECK_OK(call)                                                                          \
-  do {                                                                                          \
-    graphattn_status_t s_ = (call);                                                             \
-    if (s_ != GRAPHATTN_OK) {                                                                   \
-      fprintf(stderr, "%s:%d: %s returned %s; last error: \"%s\"\n", __FILE__, __LINE__, #call, \
-              status_name(s_), graphattn_last_error());                                         \
-      exit(1);                                                                                  \
-    }                                                                                           \
-    CHECK(graphattn_last_error()[0] == '\0');                                                   \
-  } while (0)
-
-/* call must return `status` and leave a last error that contains `needle`. */
-#define CHECK_FAILS(call, status, needle)                                         \
-  do {                                                                            \
-    graphattn_status_t s_ = (call);                                               \
-    if (s_ != (status) || !strstr(graphattn_last_error(), (needle))) {            \
-      fprintf(stderr,                                                             \
-              "%s:%d: %s returned %s (want %s) with last error \"%s\" (want one " \
-              "containing \"%s\")\n",                                             \
-              __FILE__, __LINE__, #call, status_name(s_), status_name(status),    \
-              graphattn_last_error(), (needle));                                  \
-      exit(1);                                                                    \
-    }                                                                             \
-  } while (0)
 
 #define INVALID GRAPHATTN_ERROR_INVALID_ARGUMENT
 
