@@ -240,36 +240,12 @@ constexpr int kDLFloat8E5M2 = 12;
 
 // E.g. "float64", "uint8", "float8_e5m2", "float16 x2 lanes".
 std::string dtype_name(const DLDataType& t) {
-  std::string s;
-  switch (t.code) {
-    case kDLInt:
-      s = "int" + std::to_string(t.bits);
-      break;
-    case kDLUInt:
-      s = "uint" + std::to_string(t.bits);
-      break;
-    case kDLFloat:
-      s = "float" + std::to_string(t.bits);
-      break;
-    case kDLBfloat:
-      s = "bfloat" + std::to_string(t.bits);
-      break;
-    case kDLComplex:
-      s = "complex" + std::to_string(t.bits);
-      break;
-    case 6:
-      s = "bool";
-      break;
-    case kDLFloat8E4M3FN:
-      s = "float8_e4m3fn";
-      break;
-    case kDLFloat8E5M2:
-      s = "float8_e5m2";
-      break;
-    default:
-      s = "unknown type code " + std::to_string(t.code);
-      break;
-  }
+  static const char* const kBase[] = {"int",    "uint",    "float", "opaque",
+                                      "bfloat", "complex", "bool"};
+  std::string s = t.code == kDLFloat8E4M3FN ? std::string("float8_e4m3fn")
+                  : t.code == kDLFloat8E5M2 ? std::string("float8_e5m2")
+                  : t.code < 7              ? kBase[t.code] + std::to_string(t.bits)
+                                            : "unknown type code " + std::to_string(t.code);
   if (t.lanes != 1) s += " x" + std::to_string(t.lanes) + " lanes";
   return s;
 }
@@ -687,6 +663,10 @@ graphattn_status_t graphattn_backend_forward(graphattn_backend_t backend, const 
     const TensorView q = view_of(query, "query");
     const TensorView k = view_of(key, "key", Null::kEmpty);
     const TensorView v = view_of(value, "value", Null::kEmpty);
+    if (key && k.ndim == 0)  // the C++ forward reads a 0-d key as "no cache write"
+      invalid(
+          "key is 0-d; pass [num_tokens, num_kv_heads, head_size] keys and values, or NULL "
+          "for both (no cache write)");
     if (!key != !value)
       invalid(std::string(key ? "value" : "key") + " is NULL but " + (key ? "key" : "value") +
               " is not; pass both (to write them to the cache) or neither");

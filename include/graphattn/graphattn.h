@@ -53,7 +53,9 @@ typedef enum graphattn_status {
   GRAPHATTN_OK = 0,
   GRAPHATTN_ERROR = 1,                  /* any graphattn::Error: bad input, driver failure, ... */
   GRAPHATTN_ERROR_INVALID_ARGUMENT = 2, /* caught at this ABI: NULL handle, bad DLTensor, enum */
-  GRAPHATTN_ERROR_COMPILE = 3,          /* NVRTC rejected a kernel (the log is in last_error) */
+  GRAPHATTN_ERROR_COMPILE = 3,          /* NVRTC rejected a kernel (the log is in last_error);
+                                           prepare and precompile report a rejected kernel as
+                                           GRAPHATTN_ERROR, NVRTC's log in the message */
   GRAPHATTN_ERROR_OUT_OF_MEMORY = 4,    /* host allocation failed */
   GRAPHATTN_ERROR_BUFFER_TOO_SMALL = 5, /* an output array or string is too small: *needed says */
   GRAPHATTN_ERROR_INTERNAL = 6          /* anything else (a bug: please report it) */

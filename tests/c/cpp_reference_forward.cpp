@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <exception>
 #include <map>
+#include <memory>
 #include <string>
 
 #include "graphattn/backend.hpp"
@@ -60,6 +61,13 @@ TensorView cache_view(const ref_layer_t& l, const ref_batch_t& b) {
 
 TensorView rows(void* data, const ref_layer_t& l, int64_t tokens, int64_t heads) {
   return TensorView::contiguous(data, model_type(l), {tokens, heads, l.head_size});
+}
+
+// A kernel cache in the C side's directory (the same kernels, found on disk).
+std::unique_ptr<KernelCache> cache_in(const char* dir) {
+  CacheOptions options;
+  options.dir = dir;
+  return std::make_unique<KernelCache>(options);
 }
 
 TensorView slots_view(const ref_batch_t& b, int64_t tokens) {
@@ -166,10 +174,8 @@ int ref_forward(const ref_layer_t* layer, const ref_batch_t* batch, const char* 
     c.max_model_len = l.max_model_len;
     c.max_num_seqs = l.max_num_seqs;
     AttentionBackend attn(c);
-    CacheOptions options;
-    options.dir = cache_dir;
-    KernelCache cache(options);
-    attn.prepare(cache);
+    const auto cache = cache_in(cache_dir);
+    attn.prepare(*cache);
     DeviceBuffer workspace(attn.workspace_bytes());  // zero-filled ...
     finish();                                        // ... before the stream runs
 
@@ -201,12 +207,10 @@ int ref_write_kv_cache(const ref_layer_t* layer, const ref_batch_t* batch, const
   return run("ref_write_kv_cache", [&] {
     const ref_layer_t& l = *layer;
     const ref_batch_t& b = *batch;
-    CacheOptions options;
-    options.dir = cache_dir;
-    KernelCache cache(options);
+    const auto cache = cache_in(cache_dir);
     write_kv_cache(rows(b.key, l, b.num_tokens, l.num_kv_heads),
                    rows(b.value, l, b.num_tokens, l.num_kv_heads), cache_view(l, b),
-                   slots_view(b, b.num_tokens), l.k_scale, l.v_scale, stream_of(stream), cache);
+                   slots_view(b, b.num_tokens), l.k_scale, l.v_scale, stream_of(stream), *cache);
     GA_CU_CHECK(driver().cuStreamSynchronize(stream_of(stream)));
   });
 }

@@ -22,6 +22,11 @@
 
 #define INVALID GRAPHATTN_ERROR_INVALID_ARGUMENT
 
+_Static_assert(sizeof(graphattn_dtype_t) == sizeof(int) &&
+                   sizeof(graphattn_kv_dtype_t) == sizeof(int) &&
+                   sizeof(graphattn_kv_layout_t) == sizeof(int),
+               "the ABI's enums are passed as int");
+
 static int gpu = 0; /* set in main: some calls succeed only where a GPU is */
 
 /* ---- Library ---------------------------------------------------------------------------- */
@@ -160,24 +165,32 @@ static void test_layer_config(void) {
   c.arch = 0; /* the current device: taken as supported here */
   CHECK_OK(graphattn_layer_config_check(&c));
 
-  c = llama_config();
-  c.head_size = 100;
-  CHECK_FAILS(graphattn_layer_config_check(&c), GRAPHATTN_ERROR, "head size 100");
-  c = llama_config();
-  c.num_heads = 30;
-  CHECK_FAILS(graphattn_layer_config_check(&c), GRAPHATTN_ERROR, "num_heads 30 and num_kv_heads 8");
-  c = llama_config();
-  c.block_size = 24;
-  CHECK_FAILS(graphattn_layer_config_check(&c), GRAPHATTN_ERROR, "block size 24");
-  c = llama_config();
-  c.window = -1;
-  CHECK_FAILS(graphattn_layer_config_check(&c), GRAPHATTN_ERROR, "window -1");
-  c = llama_config();
-  c.max_num_seqs = 0;
-  CHECK_FAILS(graphattn_layer_config_check(&c), GRAPHATTN_ERROR, "max_num_seqs 0");
-  c = llama_config();
-  c.max_model_len = -5;
-  CHECK_FAILS(graphattn_layer_config_check(&c), GRAPHATTN_ERROR, "max_model_len -5");
+  /* One bad int field at a time: the check names the value. Enum values out of range and bad
+   * struct sizes are caught at the ABI (INVALID_ARGUMENT), the rest by the C++ checks. */
+  static const struct {
+    size_t offset;
+    int value;
+    graphattn_status_t status;
+    const char* needle;
+  } bad[] = {
+      {offsetof(graphattn_layer_config_t, head_size), 100, GRAPHATTN_ERROR, "head size 100"},
+      {offsetof(graphattn_layer_config_t, num_heads), 30, GRAPHATTN_ERROR,
+       "num_heads 30 and num_kv_heads 8"},
+      {offsetof(graphattn_layer_config_t, block_size), 24, GRAPHATTN_ERROR, "block size 24"},
+      {offsetof(graphattn_layer_config_t, window), -1, GRAPHATTN_ERROR, "window -1"},
+      {offsetof(graphattn_layer_config_t, max_num_seqs), 0, GRAPHATTN_ERROR, "max_num_seqs 0"},
+      {offsetof(graphattn_layer_config_t, max_model_len), -5, GRAPHATTN_ERROR, "max_model_len -5"},
+      {offsetof(graphattn_layer_config_t, arch), 75, GRAPHATTN_ERROR, "sm_75"},
+      {offsetof(graphattn_layer_config_t, kv_dtype), 7, INVALID, "config->kv_dtype 7"},
+      {offsetof(graphattn_layer_config_t, dtype), 5, INVALID, "config->dtype 5"},
+      {offsetof(graphattn_layer_config_t, layout), -1, INVALID, "config->layout -1"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; ++i) {
+    c = llama_config();
+    const int value = bad[i].value; /* the enums are int-sized, as the ABI passes them */
+    memcpy((char*)&c + bad[i].offset, &value, sizeof value);
+    CHECK_FAILS(graphattn_layer_config_check(&c), bad[i].status, bad[i].needle);
+  }
   c = llama_config();
   c.soft_cap = -1.0f;
   CHECK_FAILS(graphattn_layer_config_check(&c), GRAPHATTN_ERROR, "soft_cap -1");
@@ -185,19 +198,6 @@ static void test_layer_config(void) {
   c.kv_dtype = GRAPHATTN_KV_DTYPE_FP8_E4M3;
   c.k_scale = 0.0f;
   CHECK_FAILS(graphattn_layer_config_check(&c), GRAPHATTN_ERROR, "k_scale 0");
-  c = llama_config();
-  c.arch = 75;
-  CHECK_FAILS(graphattn_layer_config_check(&c), GRAPHATTN_ERROR, "sm_75");
-  /* Enum values out of range and bad struct sizes are caught at the ABI. */
-  c = llama_config();
-  c.kv_dtype = (graphattn_kv_dtype_t)7;
-  CHECK_FAILS(graphattn_layer_config_check(&c), INVALID, "config->kv_dtype 7");
-  c = llama_config();
-  c.dtype = (graphattn_dtype_t)5;
-  CHECK_FAILS(graphattn_layer_config_check(&c), INVALID, "config->dtype 5");
-  c = llama_config();
-  c.layout = (graphattn_kv_layout_t)-1;
-  CHECK_FAILS(graphattn_layer_config_check(&c), INVALID, "config->layout -1");
   c = llama_config();
   c.struct_size = 0;
   CHECK_FAILS(graphattn_layer_config_check(&c), INVALID, "config->struct_size 0");
@@ -371,6 +371,10 @@ static void test_tensor_checks(void) {
               "kv_cache is NULL");
   CHECK_FAILS(graphattn_backend_forward(b, &q, &k, NULL, &cache, &out, &md, NULL, 0, NULL), INVALID,
               "value is NULL but key is not");
+  DLTensor scalar = k;
+  scalar.ndim = 0;
+  CHECK_FAILS(graphattn_backend_forward(b, &q, &scalar, &v, &cache, &out, &md, NULL, 0, NULL),
+              INVALID, "key is 0-d");
   CHECK_FAILS(graphattn_backend_forward(b, &q, &k, &v, &cache, &out, NULL, NULL, 0, NULL), INVALID,
               "metadata is NULL");
   /* uint8 is an fp8 KV cache only, with an fp8 kv dtype in force. */
