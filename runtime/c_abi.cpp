@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstring>
+#include <iterator>
 #include <limits>
 #include <memory>
 #include <new>
@@ -199,39 +200,13 @@ graphattn::KernelCache& cache_of(graphattn_cache_t cache) {
 
 // ---- DLTensor -> TensorView
 
+// DLDeviceType names (DLPack 1.1), by value.
 const char* device_name(int type) {
-  switch (type) {
-    case kDLCPU:
-      return "CPU";
-    case kDLCUDA:
-      return "CUDA";
-    case kDLCUDAHost:
-      return "CUDA host (pinned)";
-    case kDLOpenCL:
-      return "OpenCL";
-    case kDLVulkan:
-      return "Vulkan";
-    case kDLMetal:
-      return "Metal";
-    case kDLVPI:
-      return "VPI";
-    case kDLROCM:
-      return "ROCm";
-    case kDLROCMHost:
-      return "ROCm host";
-    case kDLExtDev:
-      return "ExtDev";
-    case kDLCUDAManaged:
-      return "CUDA managed";
-    case 14:
-      return "oneAPI";
-    case 15:
-      return "WebGPU";
-    case 16:
-      return "Hexagon";
-    default:
-      return "unknown";
-  }
+  static const char* const kNames[] = {
+      "unknown", "CPU", "CUDA", "CUDA host (pinned)", "OpenCL", "unknown",      "unknown", "Vulkan",
+      "Metal",   "VPI", "ROCm", "ROCm host",          "ExtDev", "CUDA managed", "oneAPI",  "WebGPU",
+      "Hexagon"};
+  return type >= 0 && type < static_cast<int>(std::size(kNames)) ? kNames[type] : "unknown";
 }
 
 // DLPack 1.1's float8 type codes (absent from older dlpack.h).
