@@ -45,3 +45,5 @@ add_test(NAME consumer_subdirectory
           -DWORK_DIR=${PROJECT_BINARY_DIR}/consumer-subdirectory
           -DCUDAToolkit_ROOT=${GRAPHATTN_CUDA_ROOT} -DBUILD_TYPE=$<CONFIG>
           -P ${PROJECT_SOURCE_DIR}/tests/consumer/run_consumer.cmake)
+
+include(${PROJECT_SOURCE_DIR}/tests/c/c_tests.cmake)
