@@ -18,7 +18,7 @@
 #include "tests/c/c_check.h"
 #include "tests/c/cpp_reference.h"
 
-#define MAX_REQS 16
+#define MAX_REQS 32
 #define UNUSED_BLOCK 0x3fffffff /* block-table entries no request may read */
 
 static uint64_t rng_state;
