@@ -47,3 +47,9 @@ add_test(NAME consumer_subdirectory
           -P ${PROJECT_SOURCE_DIR}/tests/consumer/run_consumer.cmake)
 
 include(${PROJECT_SOURCE_DIR}/tests/c/c_tests.cmake)
+
+# README.md's examples are the code the tests build and run.
+find_package(Python3 COMPONENTS Interpreter REQUIRED)
+add_test(NAME readme_snippets
+         COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/tests/check_readme_snippets.py
+                 ${PROJECT_SOURCE_DIR})

@@ -15,6 +15,7 @@ target_link_libraries(graphattn-c-tests PRIVATE graphattn Threads::Threads)
 add_test(NAME c_abi COMMAND graphattn-c-tests)
 
 add_executable(graphattn-c-gpu-tests ${PROJECT_SOURCE_DIR}/tests/c/test_c_abi_gpu.c
+                                     ${PROJECT_SOURCE_DIR}/tests/c/readme_example.c
                                      ${PROJECT_SOURCE_DIR}/tests/c/cpp_reference_forward.cpp)
 set_target_properties(graphattn-c-gpu-tests PROPERTIES C_STANDARD 11 C_STANDARD_REQUIRED ON
                                                        C_EXTENSIONS OFF)

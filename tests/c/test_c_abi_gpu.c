@@ -17,6 +17,7 @@
 #include "graphattn/graphattn.h"
 #include "tests/c/c_check.h"
 #include "tests/c/cpp_reference.h"
+#include "tests/c/readme_example.h"
 
 #define MAX_REQS 32
 #define UNUSED_BLOCK 0x3fffffff /* block-table entries no request may read */
@@ -344,11 +345,9 @@ static void check_step_result(const step_t* st, const uint16_t* out, const uint1
 static void forward_case(const char* name, const layer_t* l, const int* q, const int* s,
                          int num_reqs, int num_decodes, size_t query_offset,
                          graphattn_cache_t cache, const char* cache_dir, void* stream) {
-  graphattn_backend_t backend = NULL;
-  CHECK_OK(graphattn_backend_create(&l->config, &backend));
-  CHECK_OK(graphattn_backend_prepare(backend, cache));
   size_t ws_bytes = 0;
-  CHECK_OK(graphattn_backend_workspace_bytes(backend, &ws_bytes));
+  graphattn_backend_t backend = attention_create(&l->config, cache, &ws_bytes); /* README's */
+  CHECK(backend != NULL);
   void* ws = device_copy(NULL, ws_bytes); /* zero-filled */
 
   batch_t b = make_batch(q, s, num_reqs, num_decodes, l->ref.block_size, 0);
@@ -357,8 +356,8 @@ static void forward_case(const char* name, const layer_t* l, const int* q, const
   CHECK(ref_fill(st.d_out[0], 0xff, st.q_bytes) == 0); /* poison: NaN in fp16 and bf16 */
   CHECK(ref_fill(st.d_out[1], 0xff, st.q_bytes) == 0);
 
-  CHECK_OK(graphattn_backend_forward(backend, &st.query, &st.key, &st.value, &st.kv_cache,
-                                     &st.output, &st.md, ws, ws_bytes, stream));
+  CHECK(attention_step(backend, &st.query, &st.key, &st.value, &st.kv_cache, &st.output, &st.md,
+                       ws, ws_bytes, stream) == 0);
   CHECK(ref_stream_sync(stream) == 0);
   const ref_batch_t rb = ref_batch_of(&st);
   CHECK(ref_forward(&l->ref, &rb, cache_dir, stream) == 0);
