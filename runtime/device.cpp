@@ -32,11 +32,20 @@ int current_device_arch() {
   return major * 10 + minor;
 }
 
+namespace {
+// Memsets and copies from pageable memory go on the legacy stream and may still be in flight
+// when the call returns; work on a non-blocking stream would not wait for them. Every
+// DeviceBuffer fill and upload is complete on return.
+CUresult finish_legacy_stream(CUresult r) {
+  return r == CUDA_SUCCESS ? driver().cuStreamSynchronize(nullptr) : r;
+}
+}  // namespace
+
 DeviceBuffer::DeviceBuffer(size_t bytes) : bytes_(bytes) {
   if (!bytes) return;
   GA_CU_CHECK(driver().cuMemAlloc(&ptr_, bytes));
   // Zero-filled, so a fresh buffer can serve as a decode workspace (its counters start at 0).
-  const CUresult r = driver().cuMemsetD8(ptr_, 0, bytes);
+  const CUresult r = finish_legacy_stream(driver().cuMemsetD8(ptr_, 0, bytes));
   if (r != CUDA_SUCCESS) {
     driver().cuMemFree(ptr_);
     ptr_ = 0;
@@ -63,7 +72,7 @@ void DeviceBuffer::upload(const void* host, size_t bytes, size_t offset) {
   if (offset + bytes > bytes_)
     throw Error("upload of " + std::to_string(bytes) + " bytes at " + std::to_string(offset) +
                 " overruns a buffer of " + std::to_string(bytes_));
-  GA_CU_CHECK(driver().cuMemcpyHtoD(ptr_ + offset, host, bytes));
+  GA_CU_CHECK(finish_legacy_stream(driver().cuMemcpyHtoD(ptr_ + offset, host, bytes)));
 }
 
 void DeviceBuffer::download(void* host, size_t bytes, size_t offset) const {
@@ -74,7 +83,7 @@ void DeviceBuffer::download(void* host, size_t bytes, size_t offset) const {
 }
 
 void DeviceBuffer::fill_bytes(unsigned char value) {
-  GA_CU_CHECK(driver().cuMemsetD8(ptr_, value, bytes_));
+  GA_CU_CHECK(finish_legacy_stream(driver().cuMemsetD8(ptr_, value, bytes_)));
 }
 
 }  // namespace graphattn

@@ -21,7 +21,8 @@ GRAPHATTN_API CUcontext ensure_context(int device = 0);
 // Compute capability of the current context's device as major * 10 + minor (e.g. 90).
 GRAPHATTN_API int current_device_arch();
 
-// Owning device allocation (cuMemAlloc), zero-filled; for tools, tests and benchmarks.
+// Owning device allocation (cuMemAlloc), zero-filled; for tools, tests and benchmarks. The fill
+// and every upload and fill_bytes are complete when the call returns (visible to any stream).
 class GRAPHATTN_API DeviceBuffer {
  public:
   DeviceBuffer() = default;
