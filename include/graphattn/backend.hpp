@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "graphattn/export.h"
 #include "graphattn/jit.hpp"
 #include "graphattn/spec.hpp"
 #include "graphattn/tensor.hpp"
@@ -19,10 +20,10 @@
 namespace graphattn {
 
 // NHD or HND from the strides of a 5-d KV cache view; throws on anything else.
-KvLayout kv_layout_of(const TensorView& kv_cache);
+GRAPHATTN_API KvLayout kv_layout_of(const TensorView& kv_cache);
 // The KV cache dtype implied by the cache tensor's element type for a model of type `dtype`.
-KvDType kv_dtype_of(const TensorView& kv_cache, DType dtype);
-DType dtype_of(ScalarType t);  // fp16/bf16 only; throws otherwise
+GRAPHATTN_API KvDType kv_dtype_of(const TensorView& kv_cache, DType dtype);
+GRAPHATTN_API DType dtype_of(ScalarType t);  // fp16/bf16 only; throws otherwise
 
 // Writes the new tokens' keys and values into their cache slots (vLLM's
 // reshape_and_cache_flash). A slot of -1 (padding) writes nothing.
@@ -31,9 +32,10 @@ DType dtype_of(ScalarType t);  // fp16/bf16 only; throws otherwise
 //   slot_mapping:  [num_tokens] int64, block * block_size + offset, or -1
 //   k_scale/v_scale: fp8 caches store value / scale; ignored otherwise
 // Asynchronous on `stream`; capture-safe once the kernel is loaded (see prepare_cache_write).
-void write_kv_cache(const TensorView& key, const TensorView& value, const TensorView& kv_cache,
-                    const TensorView& slot_mapping, float k_scale, float v_scale, CUstream stream,
-                    KernelCache& cache = default_kernel_cache());
+GRAPHATTN_API void write_kv_cache(const TensorView& key, const TensorView& value,
+                                  const TensorView& kv_cache, const TensorView& slot_mapping,
+                                  float k_scale, float v_scale, CUstream stream,
+                                  KernelCache& cache = default_kernel_cache());
 
 // Prefill attention (vLLM v1 flash semantics) for requests [first_req, num_reqs) of a batch:
 // query token i of a request with seq_len s and query length n sits at position s - n + i and
@@ -48,12 +50,12 @@ void write_kv_cache(const TensorView& key, const TensorView& value, const Tensor
 //                     seen from p when p - k < window); soft_cap: 0 = none
 //   k_scale/v_scale:  fp8 caches hold value / scale; ignored otherwise
 // Compiles and loads the kernel on first use; asynchronous on `stream`.
-void prefill_attention(const TensorView& query, const TensorView& kv_cache,
-                       const TensorView& output, const TensorView& query_start_loc,
-                       const TensorView& seq_lens, const TensorView& block_table, int first_req,
-                       int num_reqs, int max_query_len, float scale, int window, float soft_cap,
-                       float k_scale, float v_scale, CUstream stream,
-                       KernelCache& cache = default_kernel_cache());
+GRAPHATTN_API void prefill_attention(const TensorView& query, const TensorView& kv_cache,
+                                     const TensorView& output, const TensorView& query_start_loc,
+                                     const TensorView& seq_lens, const TensorView& block_table,
+                                     int first_req, int num_reqs, int max_query_len, float scale,
+                                     int window, float soft_cap, float k_scale, float v_scale,
+                                     CUstream stream, KernelCache& cache = default_kernel_cache());
 
 namespace detail {
 struct LoadedKernel;
@@ -74,7 +76,7 @@ struct DecodeGrid {
 }  // namespace detail
 
 // One attention layer's configuration: everything that is fixed for the life of an engine.
-struct AttentionLayerConfig {
+struct GRAPHATTN_API AttentionLayerConfig {
   int num_heads = 0;              // query heads; a multiple of num_kv_heads
   int num_kv_heads = 0;           // KV heads; query head h reads KV head h / (num_heads / this)
   int head_size = 0;              // 32..256, multiple of 8
@@ -100,7 +102,7 @@ struct AttentionLayerConfig {
 
 // One step's batch, vLLM v1 semantics. Requests are ordered decodes first (one query token
 // each), then prefills. Device views are int32 unless noted; the counts are host-known.
-struct AttentionMetadata {
+struct GRAPHATTN_API AttentionMetadata {
   TensorView query_start_loc;  // [>= num_reqs + 1] token offsets, non-decreasing, [0] = 0
   TensorView seq_lens;         // [>= num_reqs] context + new tokens; 0 = padded request
   TensorView block_table;      // [>= num_reqs, max_blocks_per_seq] physical block ids
@@ -117,10 +119,10 @@ struct AttentionMetadata {
 // of AttentionBackend would reject the configuration (attention_config_problem() says why).
 // arch 0 (the current device) is taken as supported here and checked at construction.
 enum class DecodeKernel { kNone, kSplitKv };
-DecodeKernel select_decode_kernel(const AttentionLayerConfig& config);
+GRAPHATTN_API DecodeKernel select_decode_kernel(const AttentionLayerConfig& config);
 // Empty when the configuration is supported; otherwise what is wrong, naming the value and the
 // allowed set.
-std::string attention_config_problem(const AttentionLayerConfig& config);
+GRAPHATTN_API std::string attention_config_problem(const AttentionLayerConfig& config);
 
 // The attention of one layer (or of every layer sharing a configuration): cache write, then
 // split-KV decode for the decodes and prefill for the rest.
@@ -132,7 +134,7 @@ std::string attention_config_problem(const AttentionLayerConfig& config);
 //
 // After prepare(), forward() compiles, loads, allocates and synchronizes nothing, so it can be
 // captured in a CUDA graph; one graph per batch size serves every context length.
-class AttentionBackend {
+class GRAPHATTN_API AttentionBackend {
  public:
   explicit AttentionBackend(const AttentionLayerConfig& config);
 

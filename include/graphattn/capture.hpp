@@ -15,18 +15,19 @@
 #include <vector>
 
 #include "graphattn/backend.hpp"
+#include "graphattn/export.h"
 #include "graphattn/metadata.hpp"
 #include "graphattn/runtime.hpp"
 
 namespace graphattn {
 
-std::vector<int> default_capture_sizes(int max_num_seqs);
+GRAPHATTN_API std::vector<int> default_capture_sizes(int max_num_seqs);
 // Sorts, removes duplicates, and rejects sizes < 1 (graphattn::Error naming the value).
-std::vector<int> normalize_capture_sizes(std::vector<int> sizes);
+GRAPHATTN_API std::vector<int> normalize_capture_sizes(std::vector<int> sizes);
 // The smallest size >= n, or 0 when n is above every size (run eagerly, unpadded).
-int padded_capture_size(const std::vector<int>& sorted_sizes, int n);
+GRAPHATTN_API int padded_capture_size(const std::vector<int>& sorted_sizes, int n);
 
-struct GraphStats {
+struct GRAPHATTN_API GraphStats {
   uint64_t captures = 0;         // graphs captured (first captures and re-captures)
   uint64_t replays = 0;          // steps served by cuGraphLaunch
   uint64_t updates = 0;          // graphs refreshed in place by cuGraphExecUpdate
@@ -41,7 +42,7 @@ struct GraphStats {
 // persistent buffers, and a fingerprint of everything the captured launches depend on (buffer
 // pointers, sizes, kernel handles). Same fingerprint: replay. Different: capture again and
 // cuGraphExecUpdate the existing graph, instantiating anew if the driver refuses.
-class GraphRunner {
+class GRAPHATTN_API GraphRunner {
  public:
   using Step = std::function<void(CUstream stream, int num_tokens)>;
   using Fingerprint = std::function<uint64_t()>;
@@ -88,7 +89,7 @@ class GraphRunner {
 // Each step the engine (or graphattn-warmup) uploads the batch with set_batch(), which pads it
 // for the graph that will run: slot_mapping tail -1, seq_lens tail 0, query_start_loc
 // non-decreasing (each padded request holds one padded token).
-class AttentionLayerStack {
+class GRAPHATTN_API AttentionLayerStack {
  public:
   struct Options {
     std::vector<AttentionLayerConfig> layers;  // one per layer (windows may alternate)

@@ -6,16 +6,18 @@
 #include <string>
 #include <vector>
 
+#include "graphattn/export.h"
+
 namespace graphattn {
 
 // Any failure: bad input, a driver or NVRTC call that failed, an unusable cache.
-class Error : public std::runtime_error {
+class GRAPHATTN_API Error : public std::runtime_error {
  public:
   explicit Error(const std::string& message) : std::runtime_error(message) {}
 };
 
 // NVRTC rejected a rendered kernel source. Carries everything needed to reproduce it.
-class CompileError : public Error {
+class GRAPHATTN_API CompileError : public Error {
  public:
   CompileError(std::string spec, std::string log, std::vector<std::string> options,
                std::string numbered_source);

@@ -1,10 +1,13 @@
 // graphattn: paged attention for LLM inference engines, JIT-compiled per specialization and
-// launched inside CUDA graphs. This header includes the whole public API.
+// launched inside CUDA graphs. This header includes the whole C++ API (the C ABI is
+// graphattn/graphattn.h).
 #pragma once
 
 #include "graphattn/backend.hpp"
+#include "graphattn/capture.hpp"
 #include "graphattn/error.hpp"
 #include "graphattn/jit.hpp"
+#include "graphattn/metadata.hpp"
 #include "graphattn/runtime.hpp"
 #include "graphattn/spec.hpp"
 #include "graphattn/tensor.hpp"

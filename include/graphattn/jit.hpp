@@ -18,12 +18,13 @@
 #include <string>
 #include <vector>
 
+#include "graphattn/export.h"
 #include "graphattn/spec.hpp"
 
 namespace graphattn {
 
 // XXH3-128 of everything that determines the machine code (see make_key()).
-struct CacheKey {
+struct GRAPHATTN_API CacheKey {
   uint64_t high = 0;
   uint64_t low = 0;
   std::string hex() const;  // 32 lowercase hex digits, high word first
@@ -35,7 +36,7 @@ struct CacheKey {
 constexpr uint32_t kCacheFormatVersion = 1;
 
 // What goes into a key. Exposed so tests can show that each input changes it.
-struct KeyInputs {
+struct GRAPHATTN_API KeyInputs {
   std::string spec;                  // canonical spec string
   std::string source;                // fully rendered source text
   std::vector<std::string> options;  // every NVRTC option, in order
@@ -44,26 +45,26 @@ struct KeyInputs {
   int nvrtc_minor = 0;
   uint32_t format_version = kCacheFormatVersion;
 };
-CacheKey make_key(const KeyInputs& in);
+GRAPHATTN_API CacheKey make_key(const KeyInputs& in);
 
 // A rendered kernel, ready for NVRTC.
-struct KernelSource {
+struct GRAPHATTN_API KernelSource {
   std::string spec;                  // canonical spec string
   std::string entry;                 // the extern "C" kernel name inside
   std::string source;                // full text; the NVRTC options are written into it
   std::vector<std::string> options;  // NVRTC options
 };
-KernelSource render_kernel(const AttentionSpec& spec);
+GRAPHATTN_API KernelSource render_kernel(const AttentionSpec& spec);
 
 // The NVRTC this process is linked with (major, minor).
-std::pair<int, int> nvrtc_version();
+GRAPHATTN_API std::pair<int, int> nvrtc_version();
 
 // Where a cubin came from on this request.
 enum class CacheOrigin { kMemory, kDisk, kCompiled };
-const char* to_string(CacheOrigin o);
+GRAPHATTN_API const char* to_string(CacheOrigin o);
 
 // A compiled kernel: the cubin and its provenance. Immutable and shared.
-struct CompiledKernel {
+struct GRAPHATTN_API CompiledKernel {
   CacheKey key;
   AttentionSpec spec;
   std::string spec_string;
@@ -73,7 +74,7 @@ struct CompiledKernel {
   double compile_ms = 0;       // NVRTC wall time when it was compiled
 };
 
-struct CacheOptions {
+struct GRAPHATTN_API CacheOptions {
   // Empty: GRAPHATTN_CACHE_DIR, else $XDG_CACHE_HOME/graphattn, else ~/.cache/graphattn.
   std::string dir;
   // false: memory only.
@@ -88,7 +89,7 @@ struct CacheOptions {
   std::function<void(const std::string&)> warn;
 };
 
-struct CacheStats {
+struct GRAPHATTN_API CacheStats {
   uint64_t memory_hits = 0;
   uint64_t disk_hits = 0;
   uint64_t misses = 0;       // not in memory nor on disk: compiled
@@ -99,15 +100,14 @@ struct CacheStats {
   double compile_ms = 0;     // total NVRTC wall time
 };
 
-struct PrecompileResult {
+struct GRAPHATTN_API PrecompileResult {
   std::string spec;
   CacheOrigin origin = CacheOrigin::kCompiled;
   double ms = 0;      // wall time of this request
   std::string error;  // empty on success
 };
 
-
-class KernelCache {
+class GRAPHATTN_API KernelCache {
  public:
   explicit KernelCache(CacheOptions options = {});
   ~KernelCache();
@@ -138,9 +138,9 @@ class KernelCache {
 };
 
 // The process-wide cache used by the backends when none is given (default options).
-KernelCache& default_kernel_cache();
+GRAPHATTN_API KernelCache& default_kernel_cache();
 
 // The default cache directory (environment applied), whether or not it exists.
-std::string default_cache_dir();
+GRAPHATTN_API std::string default_cache_dir();
 
 }  // namespace graphattn

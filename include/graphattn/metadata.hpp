@@ -7,12 +7,13 @@
 #include <functional>
 #include <vector>
 
+#include "graphattn/export.h"
 #include "graphattn/tensor.hpp"
 
 namespace graphattn {
 
 // Host copies of one step's batch. Requests are ordered decodes first, then prefills.
-struct CommonAttentionMetadata {
+struct GRAPHATTN_API CommonAttentionMetadata {
   std::vector<int32_t> query_start_loc;      // [num_reqs + 1], non-decreasing, starts at 0
   std::vector<int32_t> seq_lens;             // [num_reqs] context + new tokens
   std::vector<int32_t> num_computed_tokens;  // [num_reqs] seq_lens - query lens
@@ -37,7 +38,7 @@ struct CommonAttentionMetadata {
   int query_len(int req) const { return query_start_loc[req + 1] - query_start_loc[req]; }
 };
 
-struct DecodePrefillSplit {
+struct GRAPHATTN_API DecodePrefillSplit {
   int num_decodes = 0, num_prefills = 0, num_decode_tokens = 0, num_prefill_tokens = 0;
   bool operator==(const DecodePrefillSplit& o) const {
     return num_decodes == o.num_decodes && num_prefills == o.num_prefills &&
@@ -47,37 +48,36 @@ struct DecodePrefillSplit {
 
 // vLLM's split: requests with query length <= decode_threshold are decodes and must all come
 // before the prefills (throws graphattn::Error naming the first out-of-order request).
-DecodePrefillSplit split_decodes_and_prefills(const CommonAttentionMetadata& m,
-                                              int decode_threshold = 1);
+GRAPHATTN_API DecodePrefillSplit split_decodes_and_prefills(const CommonAttentionMetadata& m,
+                                                            int decode_threshold = 1);
 
 // Moves decodes to the front of a persistent batch with the fewest swaps, swapping the
 // rearmost misplaced decodes with the frontmost prefills. `query_lens[i]` is request i's
 // scheduled token count; `swap(i, j)` swaps requests i and j in the engine's batch (and is
 // mirrored here). Returns whether anything was swapped.
-bool reorder_batch_to_split_decodes_and_prefills(std::vector<int32_t>& query_lens,
-                                                 const std::function<void(int, int)>& swap,
-                                                 int decode_threshold = 1);
+GRAPHATTN_API bool reorder_batch_to_split_decodes_and_prefills(
+    std::vector<int32_t>& query_lens, const std::function<void(int, int)>& swap,
+    int decode_threshold = 1);
 
 // Chunked local attention (e.g. Llama 4): each request becomes one virtual request per
 // attention chunk its new tokens touch, with its own query range, key length and block-table
 // row. attn_chunk_size must be a multiple of block_size.
-CommonAttentionMetadata make_local_attention_virtual_batches(int attn_chunk_size,
-                                                             const CommonAttentionMetadata& m,
-                                                             int block_size);
+GRAPHATTN_API CommonAttentionMetadata make_local_attention_virtual_batches(
+    int attn_chunk_size, const CommonAttentionMetadata& m, int block_size);
 
 // How much of a batch the backend can run inside a CUDA graph (vLLM's AttentionCGSupport).
 enum class CudaGraphSupport { kNever, kUniformSingleTokenDecode, kUniformBatch, kAlways };
-const char* to_string(CudaGraphSupport s);
+GRAPHATTN_API const char* to_string(CudaGraphSupport s);
 
 // The flash backend's per-step metadata: the common metadata plus its decode/prefill split.
-struct FlashAttentionMetadata {
+struct GRAPHATTN_API FlashAttentionMetadata {
   CommonAttentionMetadata common;
   DecodePrefillSplit split;
   int common_prefix_len = 0;
   bool for_cudagraph = false;
 };
 
-class FlashAttentionMetadataBuilder {
+class GRAPHATTN_API FlashAttentionMetadataBuilder {
  public:
   // Split-KV decode is graph-safe for every context length; prefill's grid depends on the
   // batch, so full graphs cover uniform single-token decode batches.

@@ -7,20 +7,22 @@
 #include <cstddef>
 #include <string>
 
+#include "graphattn/export.h"
+
 namespace graphattn {
 
 // Whether the driver loads and a device exists; *why says what is missing. Never throws.
-bool gpu_available(std::string* why = nullptr);
+GRAPHATTN_API bool gpu_available(std::string* why = nullptr);
 
 // Makes device's primary context current on this thread if no context is (engines that use
 // the CUDA runtime already have one). Returns the current context.
-CUcontext ensure_context(int device = 0);
+GRAPHATTN_API CUcontext ensure_context(int device = 0);
 
 // Compute capability of the current context's device as major * 10 + minor (e.g. 90).
-int current_device_arch();
+GRAPHATTN_API int current_device_arch();
 
 // Owning device allocation (cuMemAlloc), zero-filled; for tools, tests and benchmarks.
-class DeviceBuffer {
+class GRAPHATTN_API DeviceBuffer {
  public:
   DeviceBuffer() = default;
   explicit DeviceBuffer(size_t bytes);

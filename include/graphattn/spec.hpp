@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "graphattn/export.h"
+
 namespace graphattn {
 
 enum class KernelKind { kCacheWrite, kDecode, kPrefill };
@@ -13,7 +15,7 @@ enum class DType { kFloat16, kBFloat16 };           // query, output and (auto) 
 enum class KvDType { kAuto, kFp8E4M3, kFp8E5M2 };   // KV cache element type; auto = DType
 enum class KvLayout { kNHD, kHND };                 // order of block_size and num_kv_heads
 
-struct AttentionSpec {
+struct GRAPHATTN_API AttentionSpec {
   KernelKind kind = KernelKind::kDecode;
   int head_size = 128;        // 32..256, multiple of 8
   int block_size = 16;        // tokens per KV page: 16..256, multiple of 16
@@ -40,18 +42,18 @@ struct AttentionSpec {
 };
 
 // Element sizes in bytes.
-int dtype_bytes(DType t);
-int kv_dtype_bytes(KvDType t, DType auto_type);
+GRAPHATTN_API int dtype_bytes(DType t);
+GRAPHATTN_API int kv_dtype_bytes(KvDType t, DType auto_type);
 
-const char* to_string(KernelKind k);
-const char* to_string(DType t);     // "fp16" / "bf16"
-const char* to_string(KvDType t);   // "auto" / "e4m3" / "e5m2"
-const char* to_string(KvLayout l);  // "nhd" / "hnd"
+GRAPHATTN_API const char* to_string(KernelKind k);
+GRAPHATTN_API const char* to_string(DType t);     // "fp16" / "bf16"
+GRAPHATTN_API const char* to_string(KvDType t);   // "auto" / "e4m3" / "e5m2"
+GRAPHATTN_API const char* to_string(KvLayout l);  // "nhd" / "hnd"
 
 // The closed sets that validate() checks against, for messages and for tools.
-const std::vector<int>& supported_head_sizes();
-const std::vector<int>& supported_block_sizes();
-const std::vector<int>& supported_archs();
+GRAPHATTN_API const std::vector<int>& supported_head_sizes();
+GRAPHATTN_API const std::vector<int>& supported_block_sizes();
+GRAPHATTN_API const std::vector<int>& supported_archs();
 constexpr int kMaxGroup = 64;
 
 }  // namespace graphattn

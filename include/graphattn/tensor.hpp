@@ -6,15 +6,17 @@
 #include <initializer_list>
 #include <string>
 
+#include "graphattn/export.h"
+
 namespace graphattn {
 
 enum class ScalarType { kFloat16, kBFloat16, kFloat8E4M3, kFloat8E5M2, kFloat32, kInt32, kInt64 };
-int scalar_bytes(ScalarType t);
-const char* to_string(ScalarType t);
+GRAPHATTN_API int scalar_bytes(ScalarType t);
+GRAPHATTN_API const char* to_string(ScalarType t);
 
 constexpr int kMaxDims = 6;
 
-struct TensorView {
+struct GRAPHATTN_API TensorView {
   void* data = nullptr;             // device pointer
   ScalarType dtype = ScalarType::kFloat16;
   int ndim = 0;
