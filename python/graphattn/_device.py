@@ -100,8 +100,7 @@ def host_values(x, name):
             raise ValueError(
                 "%s is a device tensor and the current stream is capturing a CUDA graph: an "
                 "fp8 KV cache needs the scale on the host, and reading it would synchronize; "
-                "pass a float, or make one eager call before capture (the scale is then baked "
-                "into the captured kernels)" % name)
+                "pass a float (it becomes a kernel argument of the captured graph)" % name)
         return [float(v) for v in x.detach().reshape(-1).float().cpu().tolist()]
     tolist = getattr(x, "tolist", None)
     if tolist is None:
@@ -128,6 +127,6 @@ def host_scalar(x, name):
     if not values:
         raise ValueError("%s is empty; allowed: a number or a tensor of equal values" % name)
     if any(v != values[0] for v in values):
-        raise ValueError("%s holds different values (%r, ...); graphattn supports one scale per "
-                         "layer" % (name, values[:4]))
+        raise ValueError("%s holds different values (%s, ...); graphattn supports one scale per "
+                         "layer" % (name, ", ".join(repr(v) for v in values[:4])))
     return values[0]

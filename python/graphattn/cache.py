@@ -44,7 +44,7 @@ class CacheEntry(NamedTuple):
 class PrecompileResult(NamedTuple):
     """What one precompile request did."""
     spec: str
-    origin: str         # "memory", "disk" or "compiled"
+    origin: object      # "memory", "disk" or "compiled"; None when not ok
     ms: float           # wall time of the request
     ok: bool
     error: str          # NVRTC's or the spec parser's first line(s) when not ok
@@ -150,7 +150,7 @@ class KernelCache:
         results = (_lib.PrecompileResult * max(n, 1))()
         status = _lib.lib.graphattn_cache_precompile(self._handle, arr, n, threads, results)
         message = _lib.last_error() if status != errors.OK else ""
-        out = [PrecompileResult(specs[i], ORIGINS.get(r.origin, str(r.origin)), r.ms,
+        out = [PrecompileResult(specs[i], ORIGINS.get(r.origin) if r.ok else None, r.ms,
                                 bool(r.ok), r.error.decode("utf-8", "replace"))
                for i, r in enumerate(results[:n])]
         if status != errors.OK and raise_on_error:
