@@ -43,3 +43,6 @@ add_test(NAME consumer_subdirectory
           -DWORK_DIR=${PROJECT_BINARY_DIR}/consumer-subdirectory
           -DCUDAToolkit_ROOT=${GRAPHATTN_CUDA_ROOT} -DBUILD_TYPE=$<CONFIG>
           -P ${PROJECT_SOURCE_DIR}/tests/consumer/run_consumer.cmake)
+
+# The Python package (python/): pip install in a venv, then pytest.
+include(${PROJECT_SOURCE_DIR}/python/python_tests.cmake)

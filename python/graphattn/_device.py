@@ -31,8 +31,9 @@ def stream_handle(stream, tensors):
                 continue
             fw = _framework(t)
             if fw == "torch":
-                torch = sys.modules["torch"]
-                return torch.cuda.current_stream(t.device if t.is_cuda else None).cuda_stream
+                if not t.is_cuda:
+                    continue  # host memory: the library refuses it, no stream to ask for
+                return sys.modules["torch"].cuda.current_stream(t.device).cuda_stream
             if fw == "cupy":
                 return sys.modules["cupy"].cuda.get_current_stream().ptr
         return 0

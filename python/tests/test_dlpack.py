@@ -234,6 +234,62 @@ def test_flash_attn_varlen_func_reaches_the_library():
         varlen(window_size=(127, 0), softcap=30.0, softmax_scale=0.1)
 
 
+def test_flash_attn_varlen_func_derives_the_configuration(monkeypatch):
+    # Everything up to the backend call, observed through a stand-in for the prepared entry.
+    seen = {}
+
+    class Backend:
+        def forward(self, *args, **kw):
+            seen["args"], seen["kw"] = args, kw
+
+    class Entry:
+        backend, workspace, max_num_seqs = Backend(), None, 256
+
+    def get_prepared(key, config, num_reqs, like, device_id):
+        seen.update(key=key, config=config, num_reqs=num_reqs)
+        return Entry
+
+    monkeypatch.setattr(ops, "_get_prepared", get_prepared)
+    kv = np.zeros((2, 6, 2, 32, 64), np.float16).transpose(0, 1, 3, 2, 4)  # HND, block 32
+    q, out = np.zeros((52, 8, 64), np.float16), np.zeros((52, 8, 64), np.float16)
+    qsl, lens = np.array([0, 1, 2, 52], np.int32), np.array([300, 11, 170], np.int32)
+    table = np.zeros((3, 10), np.int32)
+    r = ops.flash_attn_varlen_func(q, kv[0], kv[1], 50, qsl, 300, seqused_k=lens,
+                                   block_table=table, causal=True, window_size=(63, 0),
+                                   softcap=15.0, softmax_scale=0.1, out=out, num_decodes=2,
+                                   k_descale=np.ones((3, 2), np.float32), fa_version=3)
+    assert r is out
+    assert seen["config"] == dict(num_heads=8, num_kv_heads=2, head_size=64, block_size=32,
+                                  dtype="float16", kv_cache_dtype="auto", layout="HND",
+                                  window=64, soft_cap=15.0, scale=0.1, k_scale=1.0,
+                                  v_scale=1.0, max_model_len=320)
+    assert seen["num_reqs"] == 3 and seen["key"][0] == (_dlpack.CPU, 0)
+    q_arg, key, value, cache, out_arg, meta, workspace = seen["args"]
+    assert key is None and value is None and workspace is None and seen["kw"] == {"stream": 0}
+    assert cache.shape == kv.shape and cache.strides == tuple(s // 2 for s in kv.strides)
+    assert (meta.num_reqs, meta.num_decodes, meta.num_actual_tokens, meta.max_query_len,
+            meta.max_seq_len, meta.slot_mapping) == (3, 2, 52, 50, 300, None)
+
+    # max_seqlen_q == 1: every request is a decode.
+    ops.flash_attn_varlen_func(q[:3], kv[0], kv[1], 1, np.arange(4, dtype=np.int32),
+                               300, seqused_k=lens, block_table=table, out=out[:3])
+    meta = seen["args"][5]
+    assert (meta.num_reqs, meta.num_decodes, meta.max_query_len) == (3, 3, 1)
+    assert seen["config"]["window"] == 0 and seen["config"]["scale"] is None
+
+    # fp8 through uint8 storage needs the format; float8 codes and descales are read.
+    raw = np.zeros((2, 6, 16, 2, 64), np.uint8)
+    with pytest.raises(ValueError, match="key_cache is uint8: say how to read it"):
+        ops.flash_attn_varlen_func(q[:3], raw[0], raw[1], 1, np.arange(4, dtype=np.int32), 300,
+                                   seqused_k=lens, block_table=table, out=out[:3])
+    ops.flash_attn_varlen_func(q[:3], raw[0], raw[1], 1, np.arange(4, dtype=np.int32), 300,
+                               seqused_k=lens, block_table=table, out=out[:3],
+                               kv_cache_dtype="fp8", k_descale=np.full((3, 2), 0.5),
+                               v_descale=0.25)
+    assert (seen["config"]["kv_cache_dtype"], seen["config"]["k_scale"],
+            seen["config"]["v_scale"]) == ("fp8_e4m3", 0.5, 0.25)
+
+
 def test_window_conversion():
     assert ops._window_of(None) == 0
     assert ops._window_of((-1, -1)) == 0
