@@ -36,8 +36,8 @@ install(FILES ${PROJECT_BINARY_DIR}/graphattnConfig.cmake
 
 # pkg-config: relocatable (prefix from the .pc file's own place). The toolkit's include
 # directory is for <cuda.h>, which the C++ headers include; Libs.private serves --static.
-file(RELATIVE_PATH GRAPHATTN_PC_TO_PREFIX
-     /${CMAKE_INSTALL_LIBDIR}/pkgconfig /)
+file(RELATIVE_PATH GRAPHATTN_PC_TO_PREFIX /${CMAKE_INSTALL_LIBDIR}/pkgconfig /)
+string(REGEX REPLACE "/$" "" GRAPHATTN_PC_TO_PREFIX "${GRAPHATTN_PC_TO_PREFIX}")
 set(GRAPHATTN_PC_CFLAGS)
 foreach(dir ${CUDAToolkit_INCLUDE_DIRS} ${GRAPHATTN_DLPACK_INCLUDE_DIR})
   if(NOT dir IN_LIST CMAKE_C_IMPLICIT_INCLUDE_DIRECTORIES)

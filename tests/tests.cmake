@@ -6,7 +6,8 @@ if(NOT GRAPHATTN_BUILD_TOOLS)
   list(FILTER GRAPHATTN_CPU_TESTS EXCLUDE REGEX "/test_(cache|warmup)_tool\\.cpp$")
 endif()
 add_executable(graphattn-tests tests/main.cpp tests/reference.cpp ${GRAPHATTN_CPU_TESTS})
-target_link_libraries(graphattn-tests PRIVATE graphattn doctest::doctest nlohmann_json::nlohmann_json)
+target_link_libraries(graphattn-tests PRIVATE graphattn doctest::doctest
+                      nlohmann_json::nlohmann_json)
 target_include_directories(graphattn-tests PRIVATE ${PROJECT_SOURCE_DIR} ${XXHASH_INCLUDE_DIR})
 if(GRAPHATTN_BUILD_TOOLS)
   target_compile_definitions(graphattn-tests PRIVATE
@@ -35,7 +36,8 @@ if(GRAPHATTN_INSTALL)
   add_test(NAME consumer_package
     COMMAND ${CMAKE_COMMAND} -DMODE=package -DBUILD_DIR=${PROJECT_BINARY_DIR}
             -DSOURCE_DIR=${PROJECT_SOURCE_DIR} -DWORK_DIR=${PROJECT_BINARY_DIR}/consumer-package
-            -DCC=${CMAKE_C_COMPILER} -DCUDAToolkit_ROOT=${GRAPHATTN_CUDA_ROOT} -DBUILD_TYPE=$<CONFIG>
+            -DCC=${CMAKE_C_COMPILER} -DCUDAToolkit_ROOT=${GRAPHATTN_CUDA_ROOT}
+            -DBUILD_TYPE=$<CONFIG>
             -P ${PROJECT_SOURCE_DIR}/tests/consumer/run_consumer.cmake)
 endif()
 add_test(NAME consumer_subdirectory

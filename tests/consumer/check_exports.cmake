@@ -7,6 +7,7 @@
 # - misses a symbol that every build must export (so an all-hidden build fails too);
 # - needs libstdc++ or the CUDA driver at load time (libgcc_s, the unwinder, is shared on
 #   purpose: see CMakeLists.txt).
+cmake_minimum_required(VERSION 3.24)
 foreach(var LIB NM READELF)
   if(NOT ${var})
     message(FATAL_ERROR "check_exports.cmake: pass -D${var}=...")

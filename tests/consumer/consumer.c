@@ -9,12 +9,12 @@
 #error "define GRAPHATTN_EXPECTED_VERSION (the version the package reports)"
 #endif
 
-#define CHECK(cond)                                                           \
-  do {                                                                        \
-    if (!(cond)) {                                                            \
+#define CHECK(cond)                                                            \
+  do {                                                                         \
+    if (!(cond)) {                                                             \
       fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-      return 1;                                                               \
-    }                                                                         \
+      return 1;                                                                \
+    }                                                                          \
   } while (0)
 
 static int run(void) {

@@ -6,9 +6,8 @@
 #include <cstdio>
 #include <exception>
 #include <filesystem>
-#include <string>
-
 #include <graphattn/graphattn.hpp>
+#include <string>
 
 #define CHECK(cond)                                                                 \
   do {                                                                              \
@@ -22,12 +21,14 @@ namespace {
 
 using namespace graphattn;
 
+// vLLM's reshape_and_cache_flash for head size 128, bf16, on sm_90.
+const char* const kSpec = "cache_write_h128_b16_bf16_kvauto_g1_swa0_cap0_nhd_sm90";
+
 int check_spec_and_config() {
-  const std::string name = "cache_write_h128_b16_bf16_kvauto_g1_swa0_cap0_nhd_sm90";
-  const AttentionSpec spec = AttentionSpec::parse(name);
+  const AttentionSpec spec = AttentionSpec::parse(kSpec);
   spec.validate();
   CHECK(spec.kind == KernelKind::kCacheWrite && spec.head_size == 128 && spec.arch == 90);
-  CHECK(spec.to_string() == name);
+  CHECK(spec.to_string() == kSpec);
 
   // graphattn::Error is caught by its type: its typeinfo is the library's.
   std::string message;
@@ -56,7 +57,7 @@ int check_spec_and_config() {
 // Compiles one kernel with NVRTC into a fresh cache directory, then finds it in memory and, from
 // a second cache on the same directory, on disk.
 int check_kernel_cache(const std::string& dir) {
-  const AttentionSpec spec = AttentionSpec::parse("cache_write_h128_b16_bf16_kvauto_g1_swa0_cap0_nhd_sm90");
+  const AttentionSpec spec = AttentionSpec::parse(kSpec);
   CacheOptions options;
   options.dir = dir;
   CacheOrigin origin = CacheOrigin::kMemory;

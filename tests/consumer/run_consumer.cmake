@@ -54,7 +54,7 @@ if(MODE STREQUAL "package")
   file(GLOB shared_libs ${prefix}/lib/libgraphattn.so*)
   list(LENGTH shared_libs n_shared)
   if(n_shared LESS 3)  # libgraphattn.so -> .so.0 -> .so.0.1.0
-    message(FATAL_ERROR "expected libgraphattn.so, its soname link and the file; found: ${shared_libs}")
+    message(FATAL_ERROR "expected libgraphattn.so, its soname link and the file: ${shared_libs}")
   endif()
   foreach(f IN LISTS expected)
     if(NOT EXISTS ${prefix}/${f})
