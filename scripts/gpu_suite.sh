@@ -6,7 +6,8 @@
 #
 #   scripts/gpu_suite.sh OUT_DIR [TEST_BINARY]
 #
-# TEST_BINARY defaults to $BUILD_DIR/graphattn-gpu-tests (BUILD_DIR defaults to build/).
+# TEST_BINARY defaults to $BUILD_DIR/graphattn-gpu-tests (BUILD_DIR defaults to build/); the C ABI's
+# GPU test, graphattn-c-gpu-tests, is taken from the same directory.
 # compute-sanitizer is found on PATH, else under $CUDA_HOME/bin (default /usr/local/cuda).
 set -uo pipefail
 if [ $# -lt 1 ]; then
@@ -44,6 +45,8 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader \
   >"$out/device.txt" 2>&1 || true
 cat "$out/device.txt"
 step tests "$bin"
+# The C ABI against the C++ API, bit for bit, and a forward captured through it (tests/c).
+step c_abi "$(dirname "$bin")/graphattn-c-gpu-tests"
 # The Python package over libgraphattn.so from the same build (PyTorch, CuPy and JAX tensors).
 step python "$root/scripts/python_gpu_tests.sh" "$out/python" "$(dirname "$bin")"
 # The decode cluster combine is opt-in (GRAPHATTN_DECODE_CLUSTERS=1); the kernel tests cover it

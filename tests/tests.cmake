@@ -46,5 +46,8 @@ add_test(NAME consumer_subdirectory
           -DCUDAToolkit_ROOT=${GRAPHATTN_CUDA_ROOT} -DBUILD_TYPE=$<CONFIG>
           -P ${PROJECT_SOURCE_DIR}/tests/consumer/run_consumer.cmake)
 
+# The C ABI (tests/c).
+include(${PROJECT_SOURCE_DIR}/tests/c/c_tests.cmake)
+
 # The Python package (python/): pip install in a venv, then pytest.
 include(${PROJECT_SOURCE_DIR}/python/python_tests.cmake)

@@ -3,10 +3,14 @@
  * through ctypes).
  *
  * Conventions
- * - Every function returns a graphattn_status_t. On anything but GRAPHATTN_OK,
+ * - Every function that can fail returns a graphattn_status_t. On anything but GRAPHATTN_OK,
  *   graphattn_last_error() returns this thread's message for that failure (the same text the
- *   C++ graphattn::Error carries), valid until this thread's next call into graphattn.
- *   No C++ exception ever crosses this ABI.
+ *   C++ graphattn::Error carries), valid until this thread's next call into graphattn; a call
+ *   that returns GRAPHATTN_OK clears it (graphattn_gpu_available excepted, see there).
+ *   No C++ exception ever crosses this ABI (C++ callers see every function noexcept).
+ * - Out-pointers must not be NULL unless a comment says they may be; a NULL one (or a NULL
+ *   handle, a struct whose struct_size is too small, an enum value out of range, a bad
+ *   DLTensor) is GRAPHATTN_ERROR_INVALID_ARGUMENT.
  * - Handles are opaque and owned by the caller (graphattn_*_destroy), except
  *   graphattn_cache_default(), which returns the process-wide cache (destroying it is a no-op).
  * - Tensors are DLPack DLTensors (dlpack/dlpack.h, 0.6 or newer): device memory owned by the
@@ -30,6 +34,13 @@
 
 #include "graphattn/export.h"
 
+/* C++ callers see that no exception crosses this ABI. */
+#ifdef __cplusplus
+#define GRAPHATTN_NOEXCEPT noexcept
+#else
+#define GRAPHATTN_NOEXCEPT
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -42,7 +53,9 @@ typedef enum graphattn_status {
   GRAPHATTN_OK = 0,
   GRAPHATTN_ERROR = 1,                  /* any graphattn::Error: bad input, driver failure, ... */
   GRAPHATTN_ERROR_INVALID_ARGUMENT = 2, /* caught at this ABI: NULL handle, bad DLTensor, enum */
-  GRAPHATTN_ERROR_COMPILE = 3,          /* NVRTC rejected a kernel (the log is in last_error) */
+  GRAPHATTN_ERROR_COMPILE = 3,          /* NVRTC rejected a kernel (the log is in last_error);
+                                           prepare and precompile report a rejected kernel as
+                                           GRAPHATTN_ERROR, NVRTC's log in the message */
   GRAPHATTN_ERROR_OUT_OF_MEMORY = 4,    /* host allocation failed */
   GRAPHATTN_ERROR_BUFFER_TOO_SMALL = 5, /* an output array or string is too small: *needed says */
   GRAPHATTN_ERROR_INTERNAL = 6          /* anything else (a bug: please report it) */
@@ -78,77 +91,84 @@ typedef struct graphattn_cache* graphattn_cache_t;
 /* ---- Library ------------------------------------------------------------------------------ */
 
 /* GRAPHATTN_ABI_VERSION of the loaded library: a binding checks it against its own. */
-GRAPHATTN_API int graphattn_abi_version(void);
+GRAPHATTN_API int graphattn_abi_version(void) GRAPHATTN_NOEXCEPT;
 /* The library version, e.g. "0.1.0". Static storage. */
-GRAPHATTN_API const char* graphattn_version(void);
+GRAPHATTN_API const char* graphattn_version(void) GRAPHATTN_NOEXCEPT;
 /* This thread's message for its last failed call ("" when there was none). Never NULL. */
-GRAPHATTN_API const char* graphattn_last_error(void);
+GRAPHATTN_API const char* graphattn_last_error(void) GRAPHATTN_NOEXCEPT;
 /* A short name for a status, e.g. "GRAPHATTN_ERROR_COMPILE". Static storage. */
-GRAPHATTN_API const char* graphattn_status_string(graphattn_status_t status);
+GRAPHATTN_API const char* graphattn_status_string(graphattn_status_t status) GRAPHATTN_NOEXCEPT;
 
 /* Whether the driver loads and a device exists: *available 1 or 0. Never fails for want of a
  * GPU; without one, graphattn_last_error() says what is missing. */
-GRAPHATTN_API graphattn_status_t graphattn_gpu_available(int* available);
+GRAPHATTN_API graphattn_status_t graphattn_gpu_available(int* available) GRAPHATTN_NOEXCEPT;
 /* Makes `device`'s primary context current on this thread unless a context already is
  * (engines that use the CUDA runtime have one). */
-GRAPHATTN_API graphattn_status_t graphattn_ensure_context(int device);
+GRAPHATTN_API graphattn_status_t graphattn_ensure_context(int device) GRAPHATTN_NOEXCEPT;
 /* Compute capability of the current context's device, major * 10 + minor (e.g. 90). */
-GRAPHATTN_API graphattn_status_t graphattn_current_device_arch(int* arch);
+GRAPHATTN_API graphattn_status_t graphattn_current_device_arch(int* arch) GRAPHATTN_NOEXCEPT;
 
 /* ---- Layer configuration ------------------------------------------------------------------ */
 
 /* One attention layer, fixed for the life of an engine (C++ AttentionLayerConfig). */
 typedef struct graphattn_layer_config {
-  size_t struct_size;          /* sizeof(graphattn_layer_config_t), set by _init */
-  int num_heads;               /* query heads; a multiple of num_kv_heads */
-  int num_kv_heads;            /* KV heads */
-  int head_size;               /* 32..256, multiple of 8 */
-  int block_size;              /* tokens per KV page: 16..256, multiple of 16 (default 16) */
-  graphattn_dtype_t dtype;     /* query, key, value, output (default bfloat16) */
-  graphattn_kv_dtype_t kv_dtype;   /* KV cache element type (default auto) */
-  graphattn_kv_layout_t layout;    /* KV cache stride order (default NHD) */
-  int window;                  /* sliding window in tokens, 0 = none: key k seen from p when
-                                  p - k < window */
-  float soft_cap;              /* logits soft cap c, 0 = none: s -> c * tanh(s / c) */
-  float scale;                 /* softmax scale; 0 = 1 / sqrt(head_size) */
-  float k_scale;               /* fp8 KV: key = stored * k_scale (default 1) */
-  float v_scale;               /* fp8 KV: value = stored * v_scale (default 1) */
-  int max_model_len;           /* longest seq_len a request reaches */
-  int max_num_seqs;            /* most requests in one batch (sizes the workspace) */
-  int arch;                    /* compute capability * 10, 0 = the current device */
-  int overlap_previous_kernel; /* 1: a decode-only forward may start reading metadata and KV
-                                  before the previous kernel in the stream ends (sm_90+); set
-                                  only where that kernel writes none of them */
+  size_t struct_size;            /* sizeof(graphattn_layer_config_t), set by _init */
+  int num_heads;                 /* query heads; a multiple of num_kv_heads */
+  int num_kv_heads;              /* KV heads */
+  int head_size;                 /* 32..256, multiple of 8 */
+  int block_size;                /* tokens per KV page: 16..256, multiple of 16 (default 16) */
+  graphattn_dtype_t dtype;       /* query, key, value, output (default bfloat16) */
+  graphattn_kv_dtype_t kv_dtype; /* KV cache element type (default auto) */
+  graphattn_kv_layout_t layout;  /* KV cache stride order (default NHD) */
+  int window;                    /* sliding window in tokens, 0 = none: key k seen from p when
+                                    p - k < window */
+  float soft_cap;                /* logits soft cap c, 0 = none: s -> c * tanh(s / c) */
+  float scale;                   /* softmax scale; 0 = 1 / sqrt(head_size) */
+  float k_scale;                 /* fp8 KV: key = stored * k_scale (default 1) */
+  float v_scale;                 /* fp8 KV: value = stored * v_scale (default 1) */
+  int max_model_len;             /* longest seq_len a request reaches */
+  int max_num_seqs;              /* most requests in one batch (sizes the workspace) */
+  int arch;                      /* compute capability * 10, 0 = the current device */
+  int overlap_previous_kernel;   /* 1: a decode-only forward may start reading metadata and KV
+                                    before the previous kernel in the stream ends (sm_90+); set
+                                    only where that kernel writes none of them */
 } graphattn_layer_config_t;
 
 /* Fills *config with the defaults above (counts and lengths 0: the caller sets them). */
-GRAPHATTN_API void graphattn_layer_config_init(graphattn_layer_config_t* config);
-/* GRAPHATTN_OK when the configuration is supported; otherwise GRAPHATTN_ERROR and
- * graphattn_last_error() names the bad value and what is allowed. Needs no GPU (arch 0 is
- * taken as supported here and checked by graphattn_backend_create). */
-GRAPHATTN_API graphattn_status_t graphattn_layer_config_check(
-    const graphattn_layer_config_t* config);
+GRAPHATTN_API void graphattn_layer_config_init(graphattn_layer_config_t* config) GRAPHATTN_NOEXCEPT;
+/* GRAPHATTN_OK when the configuration is supported; otherwise GRAPHATTN_ERROR (or
+ * GRAPHATTN_ERROR_INVALID_ARGUMENT for a NULL config, a struct_size below this version's
+ * sizeof, or an enum field out of range) and graphattn_last_error() names the bad value and
+ * what is allowed. Needs no GPU (arch 0 is taken as supported here and checked by
+ * graphattn_backend_create). */
+GRAPHATTN_API graphattn_status_t
+graphattn_layer_config_check(const graphattn_layer_config_t* config) GRAPHATTN_NOEXCEPT;
 
 /* ---- Kernel cache ------------------------------------------------------------------------- */
 
 typedef struct graphattn_cache_options {
-  size_t struct_size;      /* set by _init */
-  const char* dir;         /* NULL or "": GRAPHATTN_CACHE_DIR, $XDG_CACHE_HOME/graphattn,
-                              ~/.cache/graphattn */
-  int use_disk;            /* 0: memory only (default 1) */
-  uint64_t max_bytes;      /* 0: GRAPHATTN_CACHE_MAX_BYTES, else 2 GiB */
-  int lock_timeout_ms;     /* wait for another process's compile of a key (default 60000) */
-  int dump_source;         /* 1: write each compiled source beside its entry */
+  size_t struct_size;  /* set by _init */
+  const char* dir;     /* NULL or "": GRAPHATTN_CACHE_DIR, $XDG_CACHE_HOME/graphattn,
+                          ~/.cache/graphattn */
+  int use_disk;        /* 0: memory only (default 1) */
+  uint64_t max_bytes;  /* 0: GRAPHATTN_CACHE_MAX_BYTES, else 2 GiB */
+  int lock_timeout_ms; /* wait for another process's compile of a key (default 60000) */
+  int dump_source;     /* 1: write each compiled source beside its entry */
 } graphattn_cache_options_t;
 
-GRAPHATTN_API void graphattn_cache_options_init(graphattn_cache_options_t* options);
-GRAPHATTN_API graphattn_status_t graphattn_cache_create(const graphattn_cache_options_t* options,
-                                                        graphattn_cache_t* cache);
+GRAPHATTN_API void graphattn_cache_options_init(graphattn_cache_options_t* options)
+    GRAPHATTN_NOEXCEPT;
+/* options NULL: the defaults of graphattn_cache_options_init. A directory that cannot be used
+ * (read-only, not creatable) is no failure: the cache runs memory-only (cache_dir says "") and
+ * one warning goes to stderr. */
+GRAPHATTN_API graphattn_status_t graphattn_cache_create(
+    const graphattn_cache_options_t* options, graphattn_cache_t* cache) GRAPHATTN_NOEXCEPT;
 /* The process-wide cache the C++ API uses when none is given. Not owned by the caller. */
-GRAPHATTN_API graphattn_status_t graphattn_cache_default(graphattn_cache_t* cache);
+GRAPHATTN_API graphattn_status_t graphattn_cache_default(graphattn_cache_t* cache)
+    GRAPHATTN_NOEXCEPT;
 /* Frees a cache from graphattn_cache_create (NULL and the default cache: no-op). Backends
  * prepared from it must be destroyed first. */
-GRAPHATTN_API void graphattn_cache_destroy(graphattn_cache_t cache);
+GRAPHATTN_API void graphattn_cache_destroy(graphattn_cache_t cache) GRAPHATTN_NOEXCEPT;
 
 typedef struct graphattn_cache_stats {
   size_t struct_size; /* the caller sets it (sizeof); fields past it are not written */
@@ -162,14 +182,15 @@ typedef struct graphattn_cache_stats {
   double compile_ms;
 } graphattn_cache_stats_t;
 
-GRAPHATTN_API graphattn_status_t graphattn_cache_stats(graphattn_cache_t cache,
-                                                       graphattn_cache_stats_t* stats);
+GRAPHATTN_API graphattn_status_t
+graphattn_cache_stats(graphattn_cache_t cache, graphattn_cache_stats_t* stats) GRAPHATTN_NOEXCEPT;
 
 /* The cache's disk directory ("" when memory-only) as a NUL-terminated string in buf of
  * capacity bytes; *needed (may be NULL) receives the bytes needed, NUL included. A too small
  * buffer returns GRAPHATTN_ERROR_BUFFER_TOO_SMALL. */
 GRAPHATTN_API graphattn_status_t graphattn_cache_dir(graphattn_cache_t cache, char* buf,
-                                                     size_t capacity, size_t* needed);
+                                                     size_t capacity,
+                                                     size_t* needed) GRAPHATTN_NOEXCEPT;
 
 /* Where a kernel came from on one request. */
 typedef enum graphattn_cache_origin {
@@ -180,8 +201,10 @@ typedef enum graphattn_cache_origin {
 
 typedef struct graphattn_precompile_result {
   graphattn_cache_origin_t origin;
-  double ms;    /* wall time of this request */
-  int ok;       /* 1 on success; 0: error holds NVRTC's or the spec parser's first line(s) */
+  double ms; /* wall time of this request */
+  int ok;    /* 1 on success; 0: error holds NVRTC's or the spec parser's first line(s)
+                (truncated to fit; last_error has the whole message) and origin means
+                nothing */
   char error[512];
 } graphattn_precompile_result_t;
 
@@ -190,18 +213,19 @@ typedef struct graphattn_precompile_result {
  * threads). results (may be NULL) has num_specs slots. Needs no GPU. Returns GRAPHATTN_OK
  * when every spec compiled; otherwise GRAPHATTN_ERROR, and last_error names the first failure.
  */
-GRAPHATTN_API graphattn_status_t graphattn_cache_precompile(graphattn_cache_t cache,
-                                                            const char* const* specs,
-                                                            size_t num_specs, unsigned threads,
-                                                            graphattn_precompile_result_t* results);
+GRAPHATTN_API graphattn_status_t graphattn_cache_precompile(
+    graphattn_cache_t cache, const char* const* specs, size_t num_specs, unsigned threads,
+    graphattn_precompile_result_t* results) GRAPHATTN_NOEXCEPT;
 
 /* One file of the cache directory. */
 typedef struct graphattn_cache_entry {
-  char key[33];           /* 32 hex digits */
-  char spec[128];         /* canonical spec string ("" when the entry is bad) */
+  char key[33];   /* 32 hex digits */
+  char spec[128]; /* canonical spec string ("" when the entry is bad) */
   int arch;
-  int ok;                 /* 1: header and checksums verify; 0: status says what is wrong */
-  char status[32];        /* "ok", "truncated", "bad-checksum", ... */
+  int ok;          /* 1: header and checksums verify; 0: status says what is wrong */
+  char status[32]; /* the disk tier's verdict: "ok", "truncated", "bad magic",
+                      "format version mismatch", "bad header", "key mismatch",
+                      "checksum mismatch", "I/O error" */
   uint64_t file_bytes;
   int64_t last_used_ms;   /* Unix time, milliseconds */
   int64_t compiled_at_ms; /* Unix time, milliseconds (0 when bad) */
@@ -213,51 +237,53 @@ typedef struct graphattn_cache_entry {
  * cache has none. */
 GRAPHATTN_API graphattn_status_t graphattn_cache_list(graphattn_cache_t cache,
                                                       graphattn_cache_entry_t* entries,
-                                                      size_t capacity, size_t* count);
+                                                      size_t capacity,
+                                                      size_t* count) GRAPHATTN_NOEXCEPT;
 
 /* ---- Attention backend -------------------------------------------------------------------- */
 
 /* Validates the configuration and resolves arch 0 from the current device (making device 0's
  * primary context current if none is). Needs a GPU only for arch 0. */
-GRAPHATTN_API graphattn_status_t graphattn_backend_create(const graphattn_layer_config_t* config,
-                                                          graphattn_backend_t* backend);
-GRAPHATTN_API void graphattn_backend_destroy(graphattn_backend_t backend);
-/* The configuration with scale and arch resolved. */
-GRAPHATTN_API graphattn_status_t graphattn_backend_config(graphattn_backend_t backend,
-                                                          graphattn_layer_config_t* config);
+GRAPHATTN_API graphattn_status_t graphattn_backend_create(
+    const graphattn_layer_config_t* config, graphattn_backend_t* backend) GRAPHATTN_NOEXCEPT;
+GRAPHATTN_API void graphattn_backend_destroy(graphattn_backend_t backend) GRAPHATTN_NOEXCEPT;
+/* The configuration with scale and arch resolved, into *config, whose struct_size the caller
+ * sets (graphattn_layer_config_init does). */
+GRAPHATTN_API graphattn_status_t graphattn_backend_config(
+    graphattn_backend_t backend, graphattn_layer_config_t* config) GRAPHATTN_NOEXCEPT;
 /* The canonical spec strings of the kernels it needs (cache write, decode, prefill): index
  * 0..*count-1 into buf (see graphattn_cache_dir for buf and *needed). index past the end
  * fails; count (may be NULL) receives how many there are. */
 GRAPHATTN_API graphattn_status_t graphattn_backend_spec(graphattn_backend_t backend, int index,
-                                                        char* buf, size_t capacity,
-                                                        size_t* needed, int* count);
+                                                        char* buf, size_t capacity, size_t* needed,
+                                                        int* count) GRAPHATTN_NOEXCEPT;
 /* Compiles (through `cache`; NULL: the default cache) and loads every kernel in the current
  * context. Call before any capture. */
-GRAPHATTN_API graphattn_status_t graphattn_backend_prepare(graphattn_backend_t backend,
-                                                           graphattn_cache_t cache);
+GRAPHATTN_API graphattn_status_t
+graphattn_backend_prepare(graphattn_backend_t backend, graphattn_cache_t cache) GRAPHATTN_NOEXCEPT;
 /* Bytes of device scratch forward() needs (after prepare). Zero-fill it once before its first
  * forward; every forward leaves it fit for the next. */
-GRAPHATTN_API graphattn_status_t graphattn_backend_workspace_bytes(graphattn_backend_t backend,
-                                                                   size_t* bytes);
+GRAPHATTN_API graphattn_status_t
+graphattn_backend_workspace_bytes(graphattn_backend_t backend, size_t* bytes) GRAPHATTN_NOEXCEPT;
 
 /* One step's batch, vLLM v1 semantics: requests ordered decodes first (one query token each),
  * then prefills. Tensors on the device, int32 unless noted; counts host-known. */
 typedef struct graphattn_metadata {
-  size_t struct_size;                /* set by _init */
-  const DLTensor* query_start_loc;   /* [>= num_reqs + 1] token offsets, non-decreasing */
-  const DLTensor* seq_lens;          /* [>= num_reqs] context + new tokens; 0 = padding */
-  const DLTensor* block_table;       /* [>= num_reqs, max_blocks_per_seq] physical blocks */
-  const DLTensor* slot_mapping;      /* int64 [>= num_actual_tokens] slot or -1 (padding); may
-                                        be NULL when forward is given no key/value */
+  size_t struct_size;              /* set by _init */
+  const DLTensor* query_start_loc; /* [>= num_reqs + 1] token offsets, non-decreasing */
+  const DLTensor* seq_lens;        /* [>= num_reqs] context + new tokens; 0 = padding */
+  const DLTensor* block_table;     /* [>= num_reqs, max_blocks_per_seq] physical blocks */
+  const DLTensor* slot_mapping;    /* int64 [>= num_actual_tokens] slot or -1 (padding); may
+                                      be NULL when forward is given no key/value */
   int num_reqs;
-  int num_decodes;                   /* requests [0, num_decodes) are decodes */
-  int num_decode_tokens;             /* == num_decodes */
-  int num_actual_tokens;             /* tokens written to the cache */
-  int max_query_len;                 /* over the prefills (1 when there are none) */
+  int num_decodes;       /* requests [0, num_decodes) are decodes */
+  int num_decode_tokens; /* == num_decodes */
+  int num_actual_tokens; /* tokens written to the cache */
+  int max_query_len;     /* over the prefills (1 when there are none) */
   int max_seq_len;
 } graphattn_metadata_t;
 
-GRAPHATTN_API void graphattn_metadata_init(graphattn_metadata_t* metadata);
+GRAPHATTN_API void graphattn_metadata_init(graphattn_metadata_t* metadata) GRAPHATTN_NOEXCEPT;
 
 /* One step on `stream` (C++ AttentionBackend::forward):
  *   query, output: [num_tokens, num_heads, head_size] dtype, head dim contiguous
@@ -268,31 +294,29 @@ GRAPHATTN_API void graphattn_metadata_init(graphattn_metadata_t* metadata);
  * Launches nothing when it fails. After prepare it compiles, loads, allocates and
  * synchronizes nothing, so it can be captured in a CUDA graph. */
 GRAPHATTN_API graphattn_status_t graphattn_backend_forward(
-    graphattn_backend_t backend, const DLTensor* query, const DLTensor* key,
-    const DLTensor* value, const DLTensor* kv_cache, const DLTensor* output,
-    const graphattn_metadata_t* metadata, void* workspace, size_t workspace_bytes, void* stream);
+    graphattn_backend_t backend, const DLTensor* query, const DLTensor* key, const DLTensor* value,
+    const DLTensor* kv_cache, const DLTensor* output, const graphattn_metadata_t* metadata,
+    void* workspace, size_t workspace_bytes, void* stream) GRAPHATTN_NOEXCEPT;
 
 /* The cache write alone (vLLM's reshape_and_cache_flash): key and value [num_tokens,
  * num_kv_heads, head_size] into kv_cache at slot_mapping (int64 [num_tokens], -1 skipped).
  * fp8 caches store value / scale. Compiles and loads its kernel through `cache` (NULL: the
  * default) on first use, so warm it before capturing it. */
-GRAPHATTN_API graphattn_status_t graphattn_write_kv_cache(const DLTensor* key,
-                                                          const DLTensor* value,
-                                                          const DLTensor* kv_cache,
-                                                          const DLTensor* slot_mapping,
-                                                          graphattn_kv_dtype_t kv_dtype,
-                                                          float k_scale, float v_scale,
-                                                          void* stream, graphattn_cache_t cache);
+GRAPHATTN_API graphattn_status_t
+graphattn_write_kv_cache(const DLTensor* key, const DLTensor* value, const DLTensor* kv_cache,
+                         const DLTensor* slot_mapping, graphattn_kv_dtype_t kv_dtype, float k_scale,
+                         float v_scale, void* stream, graphattn_cache_t cache) GRAPHATTN_NOEXCEPT;
 
 /* ---- Metadata builder and capture sizes (host only) --------------------------------------- */
 
 /* What the flash metadata builder supports inside CUDA graphs. */
-GRAPHATTN_API graphattn_cudagraph_support_t graphattn_cudagraph_support(void);
+GRAPHATTN_API graphattn_cudagraph_support_t graphattn_cudagraph_support(void) GRAPHATTN_NOEXCEPT;
 
 /* Whether a batch (query_start_loc: host int32 [num_reqs + 1]) can replay a graph captured
  * for decodes: *result 1 or 0. */
 GRAPHATTN_API graphattn_status_t graphattn_can_run_in_cudagraph(const int32_t* query_start_loc,
-                                                                int num_reqs, int* result);
+                                                                int num_reqs,
+                                                                int* result) GRAPHATTN_NOEXCEPT;
 
 /* vLLM's split of a batch ordered decodes first (query length <= decode_threshold). A decode
  * after a prefill fails, naming the request. */
@@ -301,17 +325,18 @@ typedef struct graphattn_decode_prefill_split {
 } graphattn_decode_prefill_split_t;
 GRAPHATTN_API graphattn_status_t graphattn_split_decodes_and_prefills(
     const int32_t* query_start_loc, int num_reqs, int decode_threshold,
-    graphattn_decode_prefill_split_t* split);
+    graphattn_decode_prefill_split_t* split) GRAPHATTN_NOEXCEPT;
 
 /* The default capture sizes for max_num_seqs ([1, 2, 4] + range(8, 256, 8) + range(256,
  * max + 1, 16), max = min(2 * max_num_seqs, 512)): up to capacity into sizes, *count the
  * total (BUFFER_TOO_SMALL when more than capacity). */
 GRAPHATTN_API graphattn_status_t graphattn_default_capture_sizes(int max_num_seqs, int* sizes,
-                                                                 size_t capacity, size_t* count);
+                                                                 size_t capacity,
+                                                                 size_t* count) GRAPHATTN_NOEXCEPT;
 /* The smallest of sorted_sizes >= num_tokens, or 0 when num_tokens is above them all. */
 GRAPHATTN_API graphattn_status_t graphattn_padded_capture_size(const int* sorted_sizes,
                                                                size_t num_sizes, int num_tokens,
-                                                               int* padded);
+                                                               int* padded) GRAPHATTN_NOEXCEPT;
 
 #ifdef __cplusplus
 } /* extern "C" */
