@@ -135,8 +135,8 @@ class KernelCache:
         """Compiles (or finds) the kernels named by canonical spec strings, e.g.
         "decode_h128_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm90", on `threads` workers (0: one per
         hardware thread). Needs no GPU. Returns one PrecompileResult per spec; when any failed
-        and raise_on_error, raises GraphattnError (CompileError for NVRTC failures) whose
-        ``results`` attribute holds them all."""
+        and raise_on_error, raises GraphattnError (its message names the first failure, NVRTC's
+        log included) whose ``results`` attribute holds them all."""
         if isinstance(specs, (str, bytes)):
             specs = [specs]
         specs = list(specs)
