@@ -21,6 +21,7 @@ DEVICE_NAMES = {1: "cpu", 2: "cuda", 3: "cuda_host", 4: "opencl", 7: "vulkan", 8
                 9: "vpi", 10: "rocm", 11: "rocm_host", 12: "ext_dev", 13: "cuda_managed",
                 14: "oneapi", 15: "webgpu", 16: "hexagon"}
 CUDA_DEVICES = (CUDA, CUDA_MANAGED)
+MAX_OWNED_DIMS = 8  # DLTensors built here (graphattn takes up to 6 dimensions)
 
 # DLDataTypeCode
 INT = 0
@@ -82,60 +83,41 @@ def dtype_name(code, bits, lanes=1):
     return name if lanes == 1 else "%sx%d" % (name, lanes)
 
 
+class _OwnedDLTensor(ctypes.Structure):
+    """A DLTensor (its fields flattened, shape and strides as addresses) followed by the arrays
+    they point to: one object, built by one constructor call (the fast path's cost)."""
+    _fields_ = [
+        ("data", ctypes.c_void_p), ("device_type", ctypes.c_int), ("device_id", ctypes.c_int32),
+        ("ndim", ctypes.c_int32), ("code", ctypes.c_uint8), ("bits", ctypes.c_uint8),
+        ("lanes", ctypes.c_uint16), ("shape", ctypes.c_void_p), ("strides", ctypes.c_void_p),
+        ("byte_offset", ctypes.c_uint64),
+        ("shape_buf", ctypes.c_int64 * MAX_OWNED_DIMS),
+        ("strides_buf", ctypes.c_int64 * MAX_OWNED_DIMS),
+    ]
+
+
+_SHAPE_AT = _OwnedDLTensor.shape_buf.offset
+_STRIDES_AT = _OwnedDLTensor.strides_buf.offset
+
+
 class DLArg:
-    """One converted tensor: ``ref`` (a ctypes pointer to its DLTensor) to pass to the C ABI,
-    and whatever must stay alive while the library uses it (the capsule, the shape arrays)."""
+    """One converted tensor: ``ref``, the address of its DLTensor (what the C ABI takes), and
+    whatever must stay alive while the library uses it (the capsule, or the owned struct and
+    the producer's object)."""
 
-    __slots__ = ("tensor", "ref", "keep", "source")
+    __slots__ = ("ref", "keep", "source", "shape", "strides", "dtype", "device", "address")
 
-    def __init__(self, tensor, keep, source):
-        self.tensor = tensor              # the DLTensor (a ctypes structure)
-        self.ref = ctypes.pointer(tensor)
-        self.keep = keep                  # capsule / arrays / producer object
-        self.source = source              # the object it came from
-
-    # Convenience views of the DLTensor for Python-side checks.
     @property
     def ndim(self):
-        return self.tensor.ndim
-
-    @property
-    def shape(self):
-        t = self.tensor
-        return tuple(t.shape[i] for i in range(t.ndim))
-
-    @property
-    def strides(self):
-        """Strides in elements (compact row-major ones when the producer gave NULL)."""
-        t = self.tensor
-        if t.strides:
-            return tuple(t.strides[i] for i in range(t.ndim))
-        return compact_strides(self.shape)
-
-    @property
-    def dtype(self):
-        d = self.tensor.dtype
-        return (d.code, d.bits, d.lanes)
+        return len(self.shape)
 
     @property
     def dtype_name(self):
-        d = self.tensor.dtype
-        return dtype_name(d.code, d.bits, d.lanes)
+        return dtype_name(*self.dtype)
 
     @property
     def itemsize(self):
-        d = self.tensor.dtype
-        return d.bits * d.lanes // 8
-
-    @property
-    def device(self):
-        d = self.tensor.device
-        return (d.device_type, d.device_id)
-
-    @property
-    def address(self):
-        """The first element's address (data + byte_offset)."""
-        return (self.tensor.data or 0) + self.tensor.byte_offset
+        return self.dtype[1] * self.dtype[2] // 8
 
     def numel(self):
         n = 1
@@ -154,21 +136,20 @@ def compact_strides(shape):
     return tuple(strides)
 
 
-def make_dltensor(address, device, dtype, shape, strides, keep=(), source=None):
-    """A DLTensor over `address` (device = (type, id), dtype = (code, bits, lanes), shape and
-    strides in elements) that owns its shape and stride arrays."""
+def make_dltensor(address, device, dtype, shape, strides, keep=None, source=None):
+    """A DLArg over `address` (device = (type, id), dtype = (code, bits, lanes), shape and
+    strides in elements, at most MAX_OWNED_DIMS of them) that owns its DLTensor."""
     ndim = len(shape)
-    shape_arr = (ctypes.c_int64 * max(ndim, 1))(*shape)
-    strides_arr = (ctypes.c_int64 * max(ndim, 1))(*strides)
-    t = DLTensor()
-    t.data = address
-    t.device.device_type, t.device.device_id = device
-    t.ndim = ndim
-    t.dtype.code, t.dtype.bits, t.dtype.lanes = dtype
-    t.shape = ctypes.cast(shape_arr, ctypes.POINTER(ctypes.c_int64))
-    t.strides = ctypes.cast(strides_arr, ctypes.POINTER(ctypes.c_int64))
-    t.byte_offset = 0
-    return DLArg(t, (shape_arr, strides_arr, keep), source)
+    t = _OwnedDLTensor(address, device[0], device[1], ndim, dtype[0], dtype[1], dtype[2], None,
+                       None, 0, shape, strides)
+    base = ctypes.addressof(t)
+    t.shape = base + _SHAPE_AT
+    t.strides = base + _STRIDES_AT
+    arg = DLArg()
+    arg.ref, arg.keep, arg.source = base, (t, keep), source
+    arg.shape, arg.strides, arg.dtype, arg.device = tuple(shape), tuple(strides), dtype, device
+    arg.address = address or 0
+    return arg
 
 
 def reshaped(arg, shape, strides):
@@ -212,11 +193,10 @@ def _from_torch(x):
         _TORCH_DTYPES = _torch_dtypes(torch)
     dtype = _TORCH_DTYPES.get(x.dtype)
     dev = x.device
-    if dtype is None or dev.type not in ("cuda", "cpu"):
+    if dtype is None or x.dim() > MAX_OWNED_DIMS or dev.type not in ("cuda", "cpu"):
         return None  # let the general path (and the library) name what is wrong
     device = (CUDA, dev.index or 0) if dev.type == "cuda" else (CPU, 0)
-    return make_dltensor(x.data_ptr(), device, dtype, tuple(x.shape), x.stride(), keep=x,
-                         source=x)
+    return make_dltensor(x.data_ptr(), device, dtype, x.shape, x.stride(), keep=x, source=x)
 
 
 # ---- General path ----------------------------------------------------------------------------
@@ -242,11 +222,21 @@ def _from_capsule(x, name, stream_handle):
     if not _capsule_valid(capsule, b"dltensor"):
         raise TypeError("%s: __dlpack__ of %s returned no 'dltensor' capsule (a used or "
                         "versioned one?)" % (name, _type_name(x)))
-    managed = ctypes.cast(_capsule_pointer(capsule, b"dltensor"),
-                          ctypes.POINTER(DLManagedTensor))
+    ref = _capsule_pointer(capsule, b"dltensor")  # DLManagedTensor*, its dl_tensor first
+    t = DLTensor.from_address(ref)
+    ndim = t.ndim
+    shape = tuple(t.shape[i] for i in range(ndim)) if ndim > 0 else ()
+    arg = DLArg()
     # Not renamed to "used_dltensor": the capsule keeps ownership, and its destructor calls
     # the deleter once the DLArg (which holds it) is gone.
-    return DLArg(managed.contents.dl_tensor, (capsule, managed), x)
+    arg.ref, arg.keep, arg.source = ref, capsule, x
+    arg.shape = shape
+    arg.strides = tuple(t.strides[i] for i in range(ndim)) if t.strides else \
+        compact_strides(shape)
+    arg.dtype = (t.dtype.code, t.dtype.bits, t.dtype.lanes)
+    arg.device = (t.device.device_type, t.device.device_id)
+    arg.address = (t.data or 0) + t.byte_offset
+    return arg
 
 
 def _type_name(x):
@@ -276,5 +266,5 @@ def to_dl_optional(x, name, stream_handle=0):
 
 
 def ref_of(arg):
-    """The DLTensor* of a DLArg, or NULL for None."""
+    """The DLTensor* (an address) of a DLArg, or NULL for None."""
     return None if arg is None else arg.ref

@@ -13,7 +13,6 @@ import os
 import sys
 
 from . import errors
-from ._dlpack import DLTensor
 
 ABI_VERSION = 1  # GRAPHATTN_ABI_VERSION this binding was written for
 LIBRARY_FILE = "libgraphattn.so"
@@ -21,7 +20,7 @@ PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 
 c_int_p = ctypes.POINTER(ctypes.c_int)
 c_size_t_p = ctypes.POINTER(ctypes.c_size_t)
-DLTensor_p = ctypes.POINTER(DLTensor)
+DLTensor_p = ctypes.c_void_p  # a const DLTensor*, passed as an address (DLArg.ref)
 
 
 # ---- Structs ---------------------------------------------------------------------------------

@@ -133,14 +133,17 @@ class _Prepared:
 
 
 _prepared = {}  # (device, configuration) -> _Prepared
+_retired = []   # entries replaced by larger ones: graphs captured earlier still use them
 _lock = threading.Lock()
 
 
 def clear_cache():
     """Drops every prepared backend and workspace of flash_attn_varlen_func (they are made
-    again on the next call)."""
+    again on the next call). CUDA graphs that captured a call must be gone first: they hold
+    the workspace's address."""
     with _lock:
         _prepared.clear()
+        del _retired[:]
 
 
 def _workspace_seqs(num_reqs):
@@ -192,6 +195,8 @@ def _get_prepared(key, config, num_reqs, like, device_id):
             backend = AttentionBackend(max_num_seqs=need, **config)
             backend.prepare()
             workspace = backend.allocate_workspace(like)
+        if key in _prepared:
+            _retired.append(_prepared[key])
         entry = _Prepared(backend, workspace, need)
         _prepared[key] = entry
         return entry

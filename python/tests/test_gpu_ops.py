@@ -196,3 +196,17 @@ def test_vllm_decode_step_in_cuda_graph(seed):
         step()
         torch.cuda.synchronize()
         assert torch.equal(buf.output, replayed), "ops replay %d differs from eager" % i
+
+    # A larger eager batch of the same configuration grows the module's workspace; the graph
+    # captured with the smaller one must keep working (its workspace stays alive).
+    big = Batch(query_lens=[1] * 300, context_lens=lengths(seed + 30, 300, 0, 40),
+                seed=seed + 30, max_blocks_per_seq=width, **BF16)
+    write(big)
+    attend(big, max_seqlen_q=1, max_seqlen_k=max_model_len)
+    torch.cuda.synchronize()
+    check_output(big, big.reference(big.kv_cache), "300 decodes")
+    batch(40, 9).copy_into(buf)
+    expected = buf.expected_cache()
+    graph.replay()
+    torch.cuda.synchronize()
+    check_output(buf, buf.reference(expected), "replay after the workspace grew")
