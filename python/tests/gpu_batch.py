@@ -178,3 +178,34 @@ def check_output(batch, reference, what):
     pad = batch.output[real:]
     assert torch.equal(pad, torch.zeros_like(pad)), "%s: padded rows are not zero" % what
     return err
+
+
+def capture(step):
+    """A CUDA graph of step(), captured after one eager run on a side stream (what
+    torch.cuda.graph asks for: it prepares everything the capture must not do)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    return graph
+
+
+def replay_and_compare(graph, step, buf, new, what):
+    """Copies batch `new` into the captured buffers `buf`, replays, checks the cache write
+    (bit-exact) and the output (against the reference), then runs step() eagerly on the same
+    inputs and requires the same output bit for bit."""
+    new.copy_into(buf)
+    expected = buf.expected_cache()
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(buf.kv_cache, expected), "%s: cache write differs" % what
+    check_output(buf, buf.reference(expected), what)
+    replayed = buf.output.clone()
+    buf.output.fill_(float("nan"))
+    step()  # eager: rewrites the same slots with the same values
+    torch.cuda.synchronize()
+    assert torch.equal(buf.output, replayed), "%s: replay differs from eager" % what

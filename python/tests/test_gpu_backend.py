@@ -10,7 +10,7 @@ from conftest import require_torch_gpu
 torch = require_torch_gpu()
 
 import graphattn  # noqa: E402
-from gpu_batch import Batch, check_output  # noqa: E402
+from gpu_batch import Batch, capture, check_output, replay_and_compare  # noqa: E402
 
 LAYERS = {
     # name: (AttentionBackend options, Batch options)
@@ -176,24 +176,7 @@ def test_decode_step_in_cuda_graph(backends, seed):
     def step():
         attn.forward(buf.query, buf.key, buf.value, buf.kv_cache, buf.output, meta, workspace)
 
-    side = torch.cuda.Stream()                 # eager warm-up, as torch.cuda.graph advises
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        step()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        step()
-
+    graph = capture(step)
     for i, n in enumerate([6, 8, 3, 1]):       # new lengths, tables, slots and data each time
-        batch(10 + i, n).copy_into(buf)
-        expected = buf.expected_cache()
-        graph.replay()
-        torch.cuda.synchronize()
-        assert torch.equal(buf.kv_cache, expected), "replay %d: cache write differs" % i
-        check_output(buf, buf.reference(expected), "replay %d (%d of %d)" % (i, n, size))
-        replayed = buf.output.clone()
-        buf.output.fill_(float("nan"))
-        step()                                 # eager, same inputs (rewrites the same slots)
-        torch.cuda.synchronize()
-        assert torch.equal(buf.output, replayed), "replay %d differs from eager" % i
+        replay_and_compare(graph, step, buf, batch(10 + i, n),
+                           "replay %d (%d of %d)" % (i, n, size))

@@ -10,7 +10,7 @@ torch = require_torch_gpu()
 
 import graphattn  # noqa: E402
 from graphattn import ops  # noqa: E402
-from gpu_batch import Batch, check_output  # noqa: E402
+from gpu_batch import Batch, capture, check_output, replay_and_compare  # noqa: E402
 
 BF16 = dict(num_heads=16, num_kv_heads=4, head_size=128, block_size=16, dtype=torch.bfloat16)
 
@@ -175,27 +175,10 @@ def test_vllm_decode_step_in_cuda_graph(seed):
         write(buf)
         attend(buf, max_seqlen_q=1, max_seqlen_k=max_model_len)
 
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        step()                     # eager: prepares the backend, allocates the workspace
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        step()
-
+    graph = capture(step)          # its eager run prepares the backend and the workspace
     for i, n in enumerate([11, 16, 2]):
-        batch(20 + i, n).copy_into(buf)
-        expected = buf.expected_cache()
-        graph.replay()
-        torch.cuda.synchronize()
-        assert torch.equal(buf.kv_cache, expected), "replay %d: cache write differs" % i
-        check_output(buf, buf.reference(expected), "ops replay %d (%d of %d)" % (i, n, size))
-        replayed = buf.output.clone()
-        buf.output.fill_(float("nan"))
-        step()
-        torch.cuda.synchronize()
-        assert torch.equal(buf.output, replayed), "ops replay %d differs from eager" % i
+        replay_and_compare(graph, step, buf, batch(20 + i, n),
+                           "ops replay %d (%d of %d)" % (i, n, size))
 
     # A larger eager batch of the same configuration grows the module's workspace; the graph
     # captured with the smaller one must keep working (its workspace stays alive).
@@ -205,8 +188,4 @@ def test_vllm_decode_step_in_cuda_graph(seed):
     attend(big, max_seqlen_q=1, max_seqlen_k=max_model_len)
     torch.cuda.synchronize()
     check_output(big, big.reference(big.kv_cache), "300 decodes")
-    batch(40, 9).copy_into(buf)
-    expected = buf.expected_cache()
-    graph.replay()
-    torch.cuda.synchronize()
-    check_output(buf, buf.reference(expected), "replay after the workspace grew")
+    replay_and_compare(graph, step, buf, batch(40, 9), "replay after the workspace grew")
