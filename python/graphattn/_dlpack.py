@@ -7,7 +7,8 @@ kept alive by the returned :class:`DLArg` for as long as the caller holds it.
 
 The general path is ``x.__dlpack__(stream=...)``; PyTorch tensors take a faster path that
 fills the DLTensor from ``data_ptr()``, ``shape``, ``stride()`` and ``dtype`` (no capsule, no
-stream hand-shake: the work runs on a stream the caller's tensors are already ordered on).
+stream hand-shake: by default the work runs on torch's current stream, which the tensors'
+producers are already ordered on; a caller who names another stream orders that stream).
 """
 
 import ctypes
@@ -17,9 +18,6 @@ CPU = 1
 CUDA = 2
 CUDA_HOST = 3
 CUDA_MANAGED = 13
-DEVICE_NAMES = {1: "cpu", 2: "cuda", 3: "cuda_host", 4: "opencl", 7: "vulkan", 8: "metal",
-                9: "vpi", 10: "rocm", 11: "rocm_host", 12: "ext_dev", 13: "cuda_managed",
-                14: "oneapi", 15: "webgpu", 16: "hexagon"}
 CUDA_DEVICES = (CUDA, CUDA_MANAGED)
 MAX_OWNED_DIMS = 8  # DLTensors built here (graphattn takes up to 6 dimensions)
 

@@ -226,7 +226,12 @@ class AttentionBackend:
         stream:        None (PyTorch tensors: torch.cuda.current_stream(); CuPy: its current
                        stream; otherwise the legacy default stream), an int CUstream, a
                        torch.cuda.Stream or a cupy.cuda.Stream
-        Any array with __dlpack__ works (PyTorch, CuPy, JAX); nothing is copied.
+        Any array with __dlpack__ works (PyTorch, CuPy, JAX); nothing is copied. Arrays that
+        go through __dlpack__ are handed the stream, so their producer orders its pending work
+        before it; PyTorch tensors are not (their fast path has no capsule): with an explicit
+        stream other than the current one, order it after their producers yourself
+        (stream.wait_stream(torch.cuda.current_stream())), as for any torch work on a side
+        stream.
         """
         if not isinstance(metadata, AttentionMetadata):
             raise TypeError("metadata must be a graphattn.AttentionMetadata, got %r"
