@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The whole GPU suite on a GPU machine: every GPU test, then compute-sanitizer memcheck and
-# racecheck on the reduced matrix (GRAPHATTN_TEST_REDUCED=1). Logs go to OUT_DIR; the exit status
-# is non-zero when any step fails.
+# The whole GPU suite on a GPU machine: every GPU test, the Python package's tests
+# (scripts/python_gpu_tests.sh, libgraphattn.so from the test binary's build), then
+# compute-sanitizer memcheck and racecheck on the reduced matrix (GRAPHATTN_TEST_REDUCED=1).
+# Logs go to OUT_DIR; the exit status is non-zero when any step fails.
 #
 #   scripts/gpu_suite.sh OUT_DIR [TEST_BINARY]
 #
@@ -46,6 +47,8 @@ cat "$out/device.txt"
 step tests "$bin"
 # The C ABI against the C++ API, bit for bit, and a forward captured through it (tests/c).
 step c_abi "$(dirname "$bin")/graphattn-c-gpu-tests"
+# The Python package over libgraphattn.so from the same build (PyTorch, CuPy and JAX tensors).
+step python "$root/scripts/python_gpu_tests.sh" "$out/python" "$(dirname "$bin")"
 # The decode cluster combine is opt-in (GRAPHATTN_DECODE_CLUSTERS=1); the kernel tests cover it
 # either way, this covers it through forward() and the captured layer stack.
 step clusters env GRAPHATTN_DECODE_CLUSTERS=1 "$bin" --test-case='*forward*,*graph*'

@@ -12,6 +12,9 @@ have_header doctest/doctest.h || need+=(doctest-dev)
 have_header CLI/CLI.hpp || need+=(libcli11-dev)
 have_header nlohmann/json.hpp || need+=(nlohmann-json3-dev)
 have_header dlpack/dlpack.h || need+=(libdlpack-dev)
+# The Python package's tests make a venv (python3 -m venv needs ensurepip: python3-venv).
+command -v python3 >/dev/null || need+=(python3)
+python3 -c "import ensurepip, venv" 2>/dev/null || need+=(python3-venv)
 if [ ${#need[@]} -gt 0 ]; then
   echo "installing: ${need[*]}"
   sudo=""

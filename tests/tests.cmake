@@ -46,6 +46,7 @@ add_test(NAME consumer_subdirectory
           -DCUDAToolkit_ROOT=${GRAPHATTN_CUDA_ROOT} -DBUILD_TYPE=$<CONFIG>
           -P ${PROJECT_SOURCE_DIR}/tests/consumer/run_consumer.cmake)
 
+# The C ABI (tests/c).
 include(${PROJECT_SOURCE_DIR}/tests/c/c_tests.cmake)
 
 # README.md's examples are the code the tests build and run.
@@ -53,3 +54,6 @@ find_package(Python3 COMPONENTS Interpreter REQUIRED)
 add_test(NAME readme_snippets
          COMMAND ${Python3_EXECUTABLE} ${PROJECT_SOURCE_DIR}/tests/check_readme_snippets.py
                  ${PROJECT_SOURCE_DIR})
+
+# The Python package (python/): pip install in a venv, then pytest.
+include(${PROJECT_SOURCE_DIR}/python/python_tests.cmake)

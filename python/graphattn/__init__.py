@@ -1,0 +1,55 @@
+"""graphattn: paged attention for LLM inference engines, kernels compiled at run time with NVRTC
+and launched inside CUDA graphs (vLLM v1 attention-backend semantics).
+
+A pure-Python binding over libgraphattn's C ABI (ctypes): one library build serves every
+CPython 3.9+. Tensors come in through DLPack (PyTorch, CuPy, JAX) without copies; PyTorch is
+never imported unless the caller passes torch tensors, and then work runs on
+torch.cuda.current_stream() unless a stream is given.
+
+    import graphattn
+    attn = graphattn.AttentionBackend(num_heads=32, num_kv_heads=8, head_size=128,
+                                      max_model_len=8192, max_num_seqs=256)
+    attn.prepare()
+    workspace = attn.allocate_workspace(query)
+    attn.forward(query, key, value, kv_cache, output, metadata, workspace)
+
+Modules: graphattn.cache (KernelCache), graphattn.metadata (capture sizes, decode/prefill
+split), graphattn.ops (vLLM's reshape_and_cache_flash and flash_attn_varlen_func),
+graphattn.warmup (``python -m graphattn.warmup``).
+
+The library is loaded at import from $GRAPHATTN_LIBRARY, else from the package's own copy.
+"""
+
+from . import _lib
+from .errors import CompileError, GraphattnError
+from .backend import AttentionBackend, AttentionMetadata, LayerConfig
+from . import cache, metadata, ops
+from .cache import KernelCache, default_cache
+
+__version__ = _lib.version
+library_path = _lib.path
+ABI_VERSION = _lib.ABI_VERSION
+
+
+def gpu_available():
+    """Whether the CUDA driver loads and a device exists (never raises for want of a GPU)."""
+    import ctypes
+
+    flag = ctypes.c_int(0)
+    _lib.check(_lib.lib.graphattn_gpu_available(ctypes.byref(flag)))
+    return bool(flag.value)
+
+
+def current_device_arch():
+    """The current CUDA context's compute capability * 10 (e.g. 90); needs a GPU."""
+    import ctypes
+
+    arch = ctypes.c_int(0)
+    _lib.check(_lib.lib.graphattn_current_device_arch(ctypes.byref(arch)))
+    return arch.value
+
+
+__all__ = ["AttentionBackend", "AttentionMetadata", "LayerConfig", "GraphattnError",
+           "CompileError", "KernelCache", "default_cache", "gpu_available",
+           "current_device_arch", "cache", "metadata", "ops", "library_path", "ABI_VERSION",
+           "__version__"]

@@ -1,0 +1,276 @@
+"""The attention backend of one layer configuration, and one step's batch metadata.
+
+    attn = graphattn.AttentionBackend(num_heads=32, num_kv_heads=8, head_size=128,
+                                      max_model_len=8192, max_num_seqs=256)
+    attn.prepare()                                  # compiles / loads every kernel
+    workspace = attn.allocate_workspace(query)      # once, zero-filled
+    attn.forward(query, key, value, kv_cache, output, metadata, workspace)
+
+After prepare(), forward() compiles, loads, allocates and synchronizes nothing, so it can be
+captured in a CUDA graph (torch.cuda.graph) and replayed with new metadata contents.
+"""
+
+import ctypes
+import dataclasses
+from typing import Any, Optional
+
+from . import _device, _lib, _names
+from ._dlpack import CUDA_DEVICES, ref_of, to_dl, to_dl_optional
+from .cache import KernelCache, default_cache
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerConfig:
+    """A backend's configuration as the library resolved it (scale and arch filled in)."""
+    num_heads: int
+    num_kv_heads: int
+    head_size: int
+    block_size: int
+    dtype: str              # "float16" or "bfloat16"
+    kv_cache_dtype: str     # "auto", "fp8_e4m3" or "fp8_e5m2"
+    layout: str             # "NHD" or "HND"
+    window: int
+    soft_cap: float
+    scale: float
+    k_scale: float
+    v_scale: float
+    max_model_len: int
+    max_num_seqs: int
+    arch: int
+    overlap_previous_kernel: bool
+
+
+@dataclasses.dataclass
+class AttentionMetadata:
+    """One step's batch (vLLM v1 semantics): requests ordered decodes first (one query token
+    each), then prefills. Tensors live on the device; counts are host ints.
+
+    query_start_loc: int32 [>= num_reqs + 1] token offsets, non-decreasing, [0] = 0
+    seq_lens:        int32 [>= num_reqs] context + new tokens; 0 marks a padded request
+    block_table:     int32 [>= num_reqs, max_blocks_per_seq] physical block ids
+    slot_mapping:    int64 [>= num_actual_tokens] cache slot of each new token, -1 = padding
+                     (may be None when forward() gets no key/value)
+    num_decode_tokens defaults to num_decodes; max_query_len is over the prefills (1 when
+    there are none).
+    """
+    query_start_loc: Any
+    seq_lens: Any
+    block_table: Any
+    slot_mapping: Any
+    num_reqs: int
+    num_actual_tokens: int
+    max_query_len: int
+    max_seq_len: int
+    num_decodes: int = 0
+    num_decode_tokens: Optional[int] = None
+
+    def _struct(self, stream):
+        """The graphattn_metadata_t and the converted tensors it points to (keep both)."""
+        md = _lib.Metadata()
+        _lib.lib.graphattn_metadata_init(ctypes.byref(md))
+        args = (to_dl(self.query_start_loc, "metadata.query_start_loc", stream),
+                to_dl(self.seq_lens, "metadata.seq_lens", stream),
+                to_dl(self.block_table, "metadata.block_table", stream),
+                to_dl_optional(self.slot_mapping, "metadata.slot_mapping", stream))
+        md.query_start_loc, md.seq_lens, md.block_table, md.slot_mapping = (
+            ref_of(a) for a in args)
+        md.num_reqs = _names.int_arg("metadata.num_reqs", self.num_reqs, 0)
+        md.num_decodes = _names.int_arg("metadata.num_decodes", self.num_decodes, 0)
+        ndt = self.num_decodes if self.num_decode_tokens is None else self.num_decode_tokens
+        md.num_decode_tokens = _names.int_arg("metadata.num_decode_tokens", ndt, 0)
+        md.num_actual_tokens = _names.int_arg("metadata.num_actual_tokens",
+                                              self.num_actual_tokens, 0)
+        md.max_query_len = _names.int_arg("metadata.max_query_len", self.max_query_len, 0)
+        md.max_seq_len = _names.int_arg("metadata.max_seq_len", self.max_seq_len, 0)
+        return md, args
+
+
+def _layer_config(num_heads, num_kv_heads, head_size, block_size, dtype, kv_cache_dtype, layout,
+                  window, soft_cap, scale, k_scale, v_scale, max_model_len, max_num_seqs, arch,
+                  overlap_previous_kernel):
+    c = _lib.LayerConfig()
+    _lib.lib.graphattn_layer_config_init(ctypes.byref(c))
+    c.num_heads = _names.int_arg("num_heads", num_heads)
+    c.num_kv_heads = _names.int_arg("num_kv_heads", num_kv_heads)
+    c.head_size = _names.int_arg("head_size", head_size)
+    c.block_size = _names.int_arg("block_size", block_size)
+    c.dtype = _names.parse_dtype(dtype)
+    c.kv_dtype = _names.parse_kv_dtype(kv_cache_dtype, c.dtype)
+    c.layout = _names.parse_layout(layout)
+    c.window = _names.int_arg("window", window)
+    c.soft_cap = _names.float_arg("soft_cap", soft_cap)
+    c.scale = 0.0 if scale is None else _names.float_arg("scale", scale)
+    c.k_scale = _names.float_arg("k_scale", k_scale)
+    c.v_scale = _names.float_arg("v_scale", v_scale)
+    c.max_model_len = _names.int_arg("max_model_len", max_model_len)
+    c.max_num_seqs = _names.int_arg("max_num_seqs", max_num_seqs)
+    c.arch = _names.int_arg("arch", arch, 0)
+    c.overlap_previous_kernel = int(_names.bool_arg("overlap_previous_kernel",
+                                                    overlap_previous_kernel))
+    return c
+
+
+class AttentionBackend:
+    """The attention of one layer configuration (or of every layer that shares it): cache
+    write, split-KV decode for the decodes, prefill for the rest.
+
+    Args (keyword only):
+        num_heads, num_kv_heads, head_size: query heads, KV heads (num_heads a multiple of
+            it), head size (32..256, multiple of 8).
+        block_size: tokens per KV page (16..256, multiple of 16).
+        dtype: of query, key, value and output: "float16"/"fp16"/"half", "bfloat16"/"bf16"
+            or a torch dtype.
+        kv_cache_dtype: vLLM's names: "auto" (the model's dtype), "fp8" (= "fp8_e4m3"),
+            "fp8_e4m3", "fp8_e5m2".
+        layout: "NHD" ([2, num_blocks, block_size, num_kv_heads, head_size]) or "HND".
+        window: sliding window in tokens, 0 = none. soft_cap: logits soft cap, 0 = none.
+        scale: softmax scale, None = 1/sqrt(head_size).
+        k_scale, v_scale: fp8 caches hold value / scale (ignored for "auto").
+        max_model_len: the longest sequence a request reaches.
+        max_num_seqs: the most requests in one batch (sizes the workspace).
+        arch: target compute capability * 10 (e.g. 90); 0 = the current device (needs a GPU;
+            makes device 0's primary context current when none is).
+        overlap_previous_kernel: sm_90+: a decode-only forward may start reading metadata and
+            KV before the previous kernel on the stream ends; set it only where that kernel
+            writes none of them.
+    """
+
+    def __init__(self, *, num_heads, num_kv_heads, head_size, block_size=16,
+                 dtype="bfloat16", kv_cache_dtype="auto", layout="NHD", window=0,
+                 soft_cap=0.0, scale=None, k_scale=1.0, v_scale=1.0, max_model_len,
+                 max_num_seqs, arch=0, overlap_previous_kernel=False):
+        c = _layer_config(num_heads, num_kv_heads, head_size, block_size, dtype,
+                          kv_cache_dtype, layout, window, soft_cap, scale, k_scale, v_scale,
+                          max_model_len, max_num_seqs, arch, overlap_previous_kernel)
+        _lib.check(_lib.lib.graphattn_layer_config_check(ctypes.byref(c)))
+        handle = ctypes.c_void_p()
+        _lib.check(_lib.lib.graphattn_backend_create(ctypes.byref(c), ctypes.byref(handle)))
+        self._handle = handle
+        self._cache = None          # the cache prepare() used: it must outlive the backend
+        self._config = None
+
+    def __del__(self):
+        handle = getattr(self, "_handle", None)
+        if handle and _lib is not None and _lib.lib:
+            _lib.lib.graphattn_backend_destroy(handle)
+            self._handle = None
+
+    @property
+    def handle(self):
+        """The graphattn_backend_t (a ctypes.c_void_p)."""
+        return self._handle
+
+    @property
+    def config(self):
+        """The LayerConfig with scale and arch resolved."""
+        if self._config is None:
+            c = _lib.LayerConfig()
+            _lib.lib.graphattn_layer_config_init(ctypes.byref(c))
+            _lib.check(_lib.lib.graphattn_backend_config(self._handle, ctypes.byref(c)))
+            self._config = LayerConfig(
+                c.num_heads, c.num_kv_heads, c.head_size, c.block_size,
+                _names.DTYPE_NAMES[c.dtype], _names.KV_DTYPE_NAMES[c.kv_dtype],
+                _names.LAYOUT_NAMES[c.layout], c.window, c.soft_cap, c.scale, c.k_scale,
+                c.v_scale, c.max_model_len, c.max_num_seqs, c.arch,
+                bool(c.overlap_previous_kernel))
+        return self._config
+
+    def required_specs(self):
+        """The canonical spec strings of the kernels it needs (cache write, decode, prefill)."""
+        specs = []
+        count = ctypes.c_int(0)
+        index = 0
+        while True:
+            specs.append(_lib.read_string(_lib.lib.graphattn_backend_spec, self._handle, index,
+                                          after=(ctypes.byref(count),)))
+            index += 1
+            if index >= count.value:
+                return specs
+
+    def prepare(self, cache=None):
+        """Compiles (through `cache`, a KernelCache; None: the default cache) and loads every
+        kernel in the current CUDA context. Call it before any capture."""
+        if cache is None:
+            cache = default_cache()
+        if not isinstance(cache, KernelCache):
+            raise TypeError("cache must be a graphattn.cache.KernelCache or None, got %r"
+                            % (cache,))
+        _lib.check(_lib.lib.graphattn_backend_prepare(self._handle, cache.handle))
+        self._cache = cache
+        return self
+
+    def workspace_bytes(self):
+        """Bytes of device scratch forward() needs (after prepare()). Zero-fill it once before
+        its first forward; every forward leaves it fit for the next."""
+        n = ctypes.c_size_t(0)
+        _lib.check(_lib.lib.graphattn_backend_workspace_bytes(self._handle, ctypes.byref(n)))
+        return n.value
+
+    def allocate_workspace(self, like):
+        """A zero-filled uint8 array of workspace_bytes() on the device of `like`, allocated by
+        like's framework (a PyTorch tensor or a CuPy array)."""
+        return _device.zeros_bytes(like, self.workspace_bytes())
+
+    def forward(self, query, key, value, kv_cache, output, metadata, workspace, stream=None):
+        """One step: writes key/value to their slots (skipped when both are None), then
+        attention for every request into output.
+
+        query, output: [num_tokens, num_heads, head_size] of the layer's dtype
+        key, value:    [num_tokens, num_kv_heads, head_size] or None
+        kv_cache:      [2, num_blocks, block_size, num_kv_heads, head_size] (NHD, or HND by
+                       strides), the layer's dtype or fp8 (uint8 or float8)
+        metadata:      an AttentionMetadata
+        workspace:     a device array of at least workspace_bytes() bytes (allocate_workspace),
+                       zero-filled before its first use; None only for batches without
+                       decodes (prefill needs no workspace)
+        stream:        None (PyTorch tensors: torch.cuda.current_stream(); CuPy: its current
+                       stream; otherwise the legacy default stream), an int CUstream, a
+                       torch.cuda.Stream or a cupy.cuda.Stream
+        Any array with __dlpack__ works (PyTorch, CuPy, JAX); nothing is copied. Arrays that
+        go through __dlpack__ are handed the stream, so their producer orders its pending work
+        before it; PyTorch tensors are not (their fast path has no capsule): with an explicit
+        stream other than the current one, order it after their producers yourself
+        (stream.wait_stream(torch.cuda.current_stream())), as for any torch work on a side
+        stream.
+        """
+        if not isinstance(metadata, AttentionMetadata):
+            raise TypeError("metadata must be a graphattn.AttentionMetadata, got %r"
+                            % (type(metadata).__name__,))
+        if (key is None) != (value is None):
+            raise ValueError("key and value must both be tensors or both be None (no cache "
+                             "write); got key=%s, value=%s" % (
+                                 "None" if key is None else "tensor",
+                                 "None" if value is None else "tensor"))
+        s = _device.stream_handle(stream, (query, output, kv_cache))
+        q = to_dl(query, "query", s)
+        k = to_dl_optional(key, "key", s)
+        v = to_dl_optional(value, "value", s)
+        kv = to_dl(kv_cache, "kv_cache", s)
+        out = to_dl(output, "output", s)
+        md, md_args = metadata._struct(s)
+        ws_ptr, ws_bytes, ws_arg = workspace_pointer(workspace, s)
+        status = _lib.lib.graphattn_backend_forward(
+            self._handle, q.ref, ref_of(k), ref_of(v), kv.ref, out.ref, ctypes.byref(md),
+            ws_ptr, ws_bytes, s)
+        _lib.check(status)
+        return output
+
+    def __repr__(self):
+        c = self.config
+        return ("AttentionBackend(heads %d/%d, head %d, block %d, %s, kv %s, %s, sm_%d)"
+                % (c.num_heads, c.num_kv_heads, c.head_size, c.block_size, c.dtype,
+                   c.kv_cache_dtype, c.layout, c.arch))
+
+
+def workspace_pointer(workspace, stream):
+    """(address, bytes, keep-alive) of a workspace array (CUDA memory, compact); None gives
+    (NULL, 0), which the library accepts for batches without decodes."""
+    if workspace is None:
+        return None, 0, None
+    w = to_dl(workspace, "workspace", stream)
+    if w.device[0] not in CUDA_DEVICES:
+        raise ValueError("workspace (%s) needs CUDA device memory" % w.dtype_name)
+    if not w.is_compact():
+        raise ValueError("workspace must be a contiguous array, got shape %s strides %s"
+                         % (w.shape, w.strides))
+    return w.address, w.numel() * w.itemsize, w

@@ -1,0 +1,112 @@
+"""Host-side metadata helpers with the semantics of vLLM v1's FlashAttentionMetadataBuilder.
+
+    graphattn.metadata.cudagraph_support                  # AttentionCGSupport
+    graphattn.metadata.can_run_in_cudagraph([0, 1, 2, 3])  # True: a uniform single-token decode
+    graphattn.metadata.split_decodes_and_prefills([0, 1, 2, 7])
+    graphattn.metadata.default_capture_sizes(256)          # [1, 2, 4, 8, ..., 512]
+    graphattn.metadata.padded_capture_size(sizes, 13)      # 16
+
+query_start_loc arguments are host sequences of ints: lists, tuples, NumPy arrays or CPU
+tensors (``tolist()`` is used); device tensors are refused, since reading them would
+synchronize.
+"""
+
+import ctypes
+import enum
+from typing import NamedTuple
+
+from . import _lib, errors
+from ._dlpack import CPU, CUDA_HOST
+from ._names import int_arg
+
+
+class AttentionCGSupport(enum.IntEnum):
+    """How much of a batch may run inside a CUDA graph (vLLM's AttentionCGSupport)."""
+    NEVER = 0
+    UNIFORM_SINGLE_TOKEN_DECODE = 1
+    UNIFORM_BATCH = 2
+    ALWAYS = 3
+
+
+# What the flash metadata builder supports inside CUDA graphs: full graphs cover uniform
+# single-token decode batches (split-KV decode is graph-safe for every context length).
+cudagraph_support = AttentionCGSupport(_lib.lib.graphattn_cudagraph_support())
+
+
+class DecodePrefillSplit(NamedTuple):
+    """vLLM's (num_decodes, num_prefills, num_decode_tokens, num_prefill_tokens)."""
+    num_decodes: int
+    num_prefills: int
+    num_decode_tokens: int
+    num_prefill_tokens: int
+
+
+def _host_ints(values, name):
+    dev = getattr(values, "__dlpack_device__", None)
+    if dev is not None and int(dev()[0]) not in (CPU, CUDA_HOST):
+        raise ValueError("%s must be on the host (a list, a NumPy array or a CPU tensor); got "
+                         "a device array, which would need a synchronizing copy" % name)
+    if hasattr(values, "tolist"):
+        values = values.tolist()
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
+        raise TypeError("%s must be a sequence of ints, got %r" % (name, values))
+    out = [int_arg("%s[%d]" % (name, i), v, -2**31, 2**31 - 1) for i, v in enumerate(values)]
+    return out
+
+
+def _query_start_loc(query_start_loc):
+    q = _host_ints(query_start_loc, "query_start_loc")
+    if not q:
+        raise ValueError("query_start_loc is empty; it needs num_reqs + 1 offsets starting at 0")
+    return (ctypes.c_int32 * len(q))(*q), len(q) - 1
+
+
+def can_run_in_cudagraph(query_start_loc):
+    """Whether a batch (query_start_loc: [num_reqs + 1] host offsets) can replay a graph
+    captured for uniform single-token decodes."""
+    arr, num_reqs = _query_start_loc(query_start_loc)
+    result = ctypes.c_int(0)
+    _lib.check(_lib.lib.graphattn_can_run_in_cudagraph(arr, num_reqs, ctypes.byref(result)))
+    return bool(result.value)
+
+
+def split_decodes_and_prefills(query_start_loc, decode_threshold=1):
+    """vLLM's split of a batch ordered decodes first (query length <= decode_threshold).
+    A decode after a prefill raises GraphattnError naming the request."""
+    arr, num_reqs = _query_start_loc(query_start_loc)
+    threshold = int_arg("decode_threshold", decode_threshold, 1)
+    s = _lib.DecodePrefillSplit()
+    _lib.check(_lib.lib.graphattn_split_decodes_and_prefills(arr, num_reqs, threshold,
+                                                             ctypes.byref(s)))
+    return DecodePrefillSplit(s.num_decodes, s.num_prefills, s.num_decode_tokens,
+                              s.num_prefill_tokens)
+
+
+def default_capture_sizes(max_num_seqs):
+    """vLLM's default CUDA graph batch sizes: [1, 2, 4] + range(8, 256, 8) +
+    range(256, max + 1, 16), max = min(2 * max_num_seqs, 512)."""
+    n = int_arg("max_num_seqs", max_num_seqs, 1)
+    count = ctypes.c_size_t(0)
+    capacity = 64
+    for _ in range(3):
+        sizes = (ctypes.c_int * capacity)()
+        status = _lib.lib.graphattn_default_capture_sizes(n, sizes, capacity,
+                                                          ctypes.byref(count))
+        if status == errors.ERROR_BUFFER_TOO_SMALL and count.value > capacity:
+            capacity = count.value
+            continue
+        _lib.check(status)
+        return list(sizes[:count.value])
+    _lib.check(status)
+
+
+def padded_capture_size(sizes, num_tokens):
+    """The smallest of `sizes` >= num_tokens (the graph a batch of num_tokens replays,
+    padded), or None when num_tokens is above them all (the batch runs eagerly)."""
+    ordered = sorted(_host_ints(sizes, "sizes"))
+    n = int_arg("num_tokens", num_tokens, 0)
+    arr = (ctypes.c_int * max(len(ordered), 1))(*ordered)
+    padded = ctypes.c_int(0)
+    _lib.check(_lib.lib.graphattn_padded_capture_size(arr, len(ordered), n,
+                                                      ctypes.byref(padded)))
+    return padded.value or None

@@ -1,0 +1,348 @@
+"""vLLM-compatible ops: the names, argument order and semantics of vLLM's
+``_custom_ops.reshape_and_cache_flash`` and ``vllm_flash_attn.flash_attn_varlen_func`` (the
+paged form vLLM v1's FlashAttention backend calls), so an engine can swap them in.
+
+    from graphattn import ops
+    ops.reshape_and_cache_flash(key, value, key_cache, value_cache, slot_mapping, "auto",
+                                k_scale, v_scale)
+    ops.flash_attn_varlen_func(q, key_cache, value_cache, max_seqlen_q, cu_seqlens_q,
+                               max_seqlen_k, seqused_k=seq_lens, causal=True,
+                               block_table=block_table, out=out)
+
+Neither synchronizes with the host (except to read a device-tensor scale of an fp8 cache; see
+below). flash_attn_varlen_func keeps one prepared backend and one zero-filled workspace per
+(device, configuration) in a module cache: the first call of a configuration compiles or loads
+its kernels and allocates the workspace, so make one eager call before capturing it in a CUDA
+graph (vLLM's warmup run does); the captured call then compiles and allocates nothing.
+
+Scales: k_scale/v_scale and k_descale/v_descale may be floats or device tensors of equal
+values (vLLM passes 1-element tensors, or ones expanded to [num_reqs, num_kv_heads]). With an
+"auto" cache they are ignored. With an fp8 cache a tensor is read on the host once per call
+(one small synchronizing copy), which is refused while the PyTorch stream is capturing a CUDA
+graph: pass floats there. q_descale is ignored: graphattn takes 16-bit queries.
+"""
+
+import sys
+import threading
+
+from . import _device, _lib, _names, errors
+from ._dlpack import BFLOAT, FLOAT, FLOAT8_E4M3FN, FLOAT8_E5M2, UINT, reshaped, to_dl
+from .backend import AttentionBackend, AttentionMetadata
+
+__all__ = ["reshape_and_cache_flash", "flash_attn_varlen_func", "clear_cache"]
+
+
+def _model_dtype(arg, name):
+    """graphattn_dtype_t of a 16-bit float DLArg, or ValueError naming its dtype."""
+    code, bits, lanes = arg.dtype
+    if bits == 16 and lanes == 1 and code == FLOAT:
+        return _names.FLOAT16
+    if bits == 16 and lanes == 1 and code == BFLOAT:
+        return _names.BFLOAT16
+    raise ValueError("%s dtype %s is not supported; supported: float16, bfloat16"
+                     % (name, arg.dtype_name))
+
+
+def _cache_kv_dtype(cache, model_dtype, kv_cache_dtype):
+    """graphattn_kv_dtype_t of a KV cache DLArg: its float8 type, the model's type (auto), or
+    for uint8 storage the kv_cache_dtype name given."""
+    code, bits, _ = cache.dtype
+    if kv_cache_dtype is not None:
+        return _names.parse_kv_dtype(kv_cache_dtype, model_dtype)
+    if bits == 8 and code == FLOAT8_E4M3FN:
+        return _names.KV_FP8_E4M3
+    if bits == 8 and code == FLOAT8_E5M2:
+        return _names.KV_FP8_E5M2
+    if bits == 8 and code == UINT:
+        raise ValueError("key_cache is uint8: say how to read it with kv_cache_dtype= "
+                         "('fp8', 'fp8_e4m3' or 'fp8_e5m2'), or pass float8 views")
+    return _names.KV_AUTO  # the library checks that it is the model's dtype
+
+
+def paired_kv_cache(key_cache, value_cache):
+    """One 5-d [2, num_blocks, block_size, num_kv_heads, head_size] DLArg over vLLM's two
+    cache halves (kv_cache.unbind(0)): same dtype, device, shape and strides, value_cache a
+    whole number of elements after key_cache."""
+    kc, vc = key_cache, value_cache
+    if kc.ndim != 4 or vc.ndim != 4:
+        raise ValueError("key_cache and value_cache must be 4-d [num_blocks, block_size, "
+                         "num_kv_heads, head_size], got shapes %s and %s" % (kc.shape, vc.shape))
+    if kc.dtype != vc.dtype or kc.device != vc.device:
+        raise ValueError("key_cache (%s on %s) and value_cache (%s on %s) must have one dtype "
+                         "and device" % (kc.dtype_name, kc.device, vc.dtype_name, vc.device))
+    if kc.shape != vc.shape or kc.strides != vc.strides:
+        raise ValueError("key_cache (shape %s, strides %s) and value_cache (shape %s, strides "
+                         "%s) must have the same shape and strides"
+                         % (kc.shape, kc.strides, vc.shape, vc.strides))
+    delta = vc.address - kc.address
+    if delta % kc.itemsize:
+        raise ValueError("value_cache starts %d bytes after key_cache, not a whole number of "
+                         "%s elements: they must be two halves of one allocation"
+                         % (delta, kc.dtype_name))
+    return reshaped(kc, (2,) + kc.shape, (delta // kc.itemsize,) + kc.strides)
+
+
+def _fp8_scales(kv_dtype, k_scale, v_scale, names):
+    if kv_dtype == _names.KV_AUTO:
+        return 1.0, 1.0
+    k = 1.0 if k_scale is None else _device.host_scalar(k_scale, names[0])
+    v = 1.0 if v_scale is None else _device.host_scalar(v_scale, names[1])
+    return k, v
+
+
+def reshape_and_cache_flash(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype,
+                            k_scale, v_scale, *, stream=None):
+    """Writes the new tokens' keys and values into the paged cache (vLLM's op).
+
+    key, value:   [num_tokens, num_kv_heads, head_size] float16/bfloat16; rows past
+                  slot_mapping's length (padding) are ignored
+    key_cache, value_cache: [num_blocks, block_size, num_kv_heads, head_size] each (the two
+                  halves of one [2, ...] allocation; NHD or HND strides)
+    slot_mapping: int64 [num_actual_tokens] block * block_size + offset, -1 = skip
+    kv_cache_dtype: "auto", "fp8", "fp8_e4m3", "fp8_e5m2"; fp8 caches store value / scale
+    stream:       graphattn only: None = the tensors' current stream (see module docs)
+    """
+    s = _device.stream_handle(stream, (key, key_cache))
+    k = to_dl(key, "key", s)
+    v = to_dl(value, "value", s)
+    slots = to_dl(slot_mapping, "slot_mapping", s)
+    cache = paired_kv_cache(to_dl(key_cache, "key_cache", s),
+                            to_dl(value_cache, "value_cache", s))
+    model = _model_dtype(k, "key")
+    kv_dtype = _names.parse_kv_dtype(kv_cache_dtype, model)
+    k_s, v_s = _fp8_scales(kv_dtype, k_scale, v_scale, ("k_scale", "v_scale"))
+    if slots.ndim == 1 and k.ndim == 3 and v.ndim == 3:
+        rows = slots.shape[0]  # vLLM: the slot mapping's length is the token count
+        if k.shape[0] > rows:
+            k = reshaped(k, (rows,) + k.shape[1:], k.strides)
+        if v.shape[0] > rows:
+            v = reshaped(v, (rows,) + v.shape[1:], v.strides)
+    _lib.check(_lib.lib.graphattn_write_kv_cache(k.ref, v.ref, cache.ref, slots.ref, kv_dtype,
+                                                 k_s, v_s, s, None))
+
+
+# ---- flash_attn_varlen_func ------------------------------------------------------------------
+
+class _Prepared:
+    __slots__ = ("backend", "workspace", "max_num_seqs")
+
+    def __init__(self, backend, workspace, max_num_seqs):
+        self.backend = backend
+        self.workspace = to_dl(workspace, "workspace")  # converted once; keeps it alive
+        self.max_num_seqs = max_num_seqs
+
+
+_prepared = {}  # (device, configuration) -> _Prepared
+_retired = []   # entries replaced by larger ones: graphs captured earlier still use them
+_lock = threading.Lock()
+
+
+def clear_cache():
+    """Drops every prepared backend and workspace of flash_attn_varlen_func (they are made
+    again on the next call). CUDA graphs that captured a call must be gone first: they hold
+    the workspace's address."""
+    with _lock:
+        _prepared.clear()
+        del _retired[:]
+
+
+def _workspace_seqs(num_reqs):
+    n = 256
+    while n < num_reqs:
+        n *= 2
+    return n
+
+
+class _on_device:
+    """Makes the framework's device of `x` current while a backend is created (arch 0 reads
+    the current device)."""
+
+    def __init__(self, x, device_id):
+        self.ctx = None
+        if _device._framework(x) == "torch":
+            self.ctx = sys.modules["torch"].cuda.device(x.device)
+        elif _device._framework(x) == "cupy":
+            self.ctx = sys.modules["cupy"].cuda.Device(device_id)
+        else:
+            _lib.check(_lib.lib.graphattn_ensure_context(device_id))
+
+    def __enter__(self):
+        if self.ctx is not None:
+            self.ctx.__enter__()
+
+    def __exit__(self, *exc):
+        if self.ctx is not None:
+            self.ctx.__exit__(*exc)
+
+
+def _get_prepared(key, config, num_reqs, like, device_id):
+    need = _workspace_seqs(num_reqs)
+    entry = _prepared.get(key)
+    if entry is not None and entry.max_num_seqs >= need:
+        return entry
+    with _lock:
+        entry = _prepared.get(key)
+        if entry is not None and entry.max_num_seqs >= need:
+            return entry
+        if _device.is_capturing([like]):
+            raise errors.GraphattnError(
+                "flash_attn_varlen_func: this configuration%s was not prepared before CUDA "
+                "graph capture; make one eager call with at least %d requests first (it "
+                "compiles or loads the kernels and allocates the workspace)"
+                % ("" if entry is None else " with %d requests (prepared for %d)"
+                   % (num_reqs, entry.max_num_seqs), num_reqs))
+        with _on_device(like, device_id):
+            backend = AttentionBackend(max_num_seqs=need, **config)
+            backend.prepare()
+            workspace = backend.allocate_workspace(like)
+        if key in _prepared:
+            _retired.append(_prepared[key])
+        entry = _Prepared(backend, workspace, need)
+        _prepared[key] = entry
+        return entry
+
+
+def _window_of(window_size):
+    """graphattn's window (tokens seen, 0 = all) from flash-attn's (left, right)."""
+    if window_size is None:
+        return 0
+    try:
+        left, right = (int(w) for w in window_size)
+    except (TypeError, ValueError):
+        raise ValueError("window_size %r is not supported; allowed: None, (-1, -1) or "
+                         "(left, 0) / (left, -1) with left >= 0" % (window_size,)) from None
+    if right not in (-1, 0) or left < -1:
+        raise ValueError("window_size %r is not supported; allowed: None, (-1, -1) or (left, 0) "
+                         "/ (left, -1) with left >= 0 (causal attention sees nothing to the "
+                         "right)" % (tuple(window_size),))
+    return 0 if left < 0 else left + 1
+
+
+def _layout_of(cache):
+    """NHD or HND from a [num_blocks, block_size, num_kv_heads, head_size] half's strides (the
+    library's rule: NHD when both match)."""
+    _, bs, nh, hs = cache.shape
+    st = cache.strides
+    if st[3] == 1 and st[2] == hs and st[1] == nh * hs:
+        return _names.NHD
+    if st[3] == 1 and st[1] == hs and st[2] == bs * hs:
+        return _names.HND
+    return _names.NHD  # neither: the library names the strides it got
+
+
+def _refuse(name, value, why):
+    raise ValueError("%s=%r is not supported: %s" % (name, value, why))
+
+
+def flash_attn_varlen_func(q, k, v, max_seqlen_q, cu_seqlens_q, max_seqlen_k, cu_seqlens_k=None,
+                           seqused_k=None, q_v=None, dropout_p=0.0, softmax_scale=None,
+                           causal=False, window_size=None, softcap=0.0, alibi_slopes=None,
+                           deterministic=False, return_attn_probs=False, block_table=None,
+                           return_softmax_lse=False, out=None, scheduler_metadata=None,
+                           q_descale=None, k_descale=None, v_descale=None, num_splits=0,
+                           fa_version=2, s_aux=None, cp_world_size=1, cp_rank=0,
+                           cp_tot_seqused_k=None, *, num_decodes=None, kv_cache_dtype=None,
+                           stream=None):
+    """Paged attention over vLLM's KV cache, as vllm_flash_attn.flash_attn_varlen_func.
+
+    q:             [num_tokens, num_heads, head_size] float16/bfloat16
+    k, v:          the key and value cache halves, [num_blocks, block_size, num_kv_heads,
+                   head_size] each (NHD or HND strides), the model's dtype or fp8
+    max_seqlen_q:  the longest query; 1 means every request is a decode
+    cu_seqlens_q:  int32 [num_reqs + 1] query offsets (device)
+    max_seqlen_k:  the longest sequence (<= block_table width * block_size)
+    seqused_k:     int32 [num_reqs] sequence lengths (context + new tokens), 0 = padding
+    block_table:   int32 [num_reqs, max_blocks_per_seq]
+    softmax_scale: None = 1/sqrt(head_size); causal: True for prefills (decode ignores it);
+    window_size:   (left, 0) as vLLM passes (sliding_window - 1, 0); None/(-1, -1) = none
+    softcap:       logits soft cap, 0 = none
+    out:           [num_tokens, num_heads, head_size] like q (None: allocated like q)
+    k_descale, v_descale: fp8 scales (see the module docs); q_descale is ignored
+    num_splits, scheduler_metadata, fa_version, deterministic: accepted and ignored
+    num_decodes:   graphattn only: how many leading requests are single-token decodes (run
+                   by the split-KV decode kernel) when max_seqlen_q > 1; default 0 (the
+                   prefill kernel handles query length 1 correctly)
+    kv_cache_dtype: graphattn only: "fp8_e4m3"/"fp8_e5m2" for uint8 cache storage
+    stream:        graphattn only: None = the tensors' current stream
+    Returns out. Unsupported features (alibi_slopes, s_aux, q_v, dropout, return_softmax_lse,
+    cu_seqlens_k without a block table, context parallelism) raise ValueError.
+    """
+    if block_table is None:
+        _refuse("block_table", None, "graphattn runs paged attention; pass the block table "
+                "(non-paged varlen attention with cu_seqlens_k is not implemented)")
+    if cu_seqlens_k is not None:
+        _refuse("cu_seqlens_k", "<tensor>", "paged attention takes sequence lengths as "
+                "seqused_k")
+    if seqused_k is None:
+        _refuse("seqused_k", None, "pass the sequence lengths (int32 [num_reqs])")
+    if alibi_slopes is not None:
+        _refuse("alibi_slopes", "<tensor>", "ALiBi is not supported by graphattn yet")
+    if s_aux is not None:
+        _refuse("s_aux", "<tensor>", "attention sinks are not supported by graphattn yet")
+    if q_v is not None:
+        _refuse("q_v", "<tensor>", "only MLA uses it; graphattn does not")
+    if dropout_p:
+        _refuse("dropout_p", dropout_p, "inference only: 0.0")
+    if return_softmax_lse or return_attn_probs:
+        _refuse("return_softmax_lse" if return_softmax_lse else "return_attn_probs", True,
+                "graphattn returns the output only")
+    if cp_world_size != 1:
+        _refuse("cp_world_size", cp_world_size, "context parallelism is not supported: 1")
+    max_q = _names.int_arg("max_seqlen_q", max_seqlen_q, 0)
+    max_k = _names.int_arg("max_seqlen_k", max_seqlen_k, 0)
+    if not causal and max_q > 1:
+        _refuse("causal", causal, "graphattn's prefill is causal (bottom-right aligned, as for "
+                "decoder self-attention); causal=False only with max_seqlen_q == 1 (decode)")
+    window = _window_of(window_size)
+    soft_cap = _names.float_arg("softcap", softcap, 0.0)
+    scale = None if softmax_scale is None else _names.float_arg("softmax_scale", softmax_scale)
+
+    s = _device.stream_handle(stream, (q,))
+    q_arg = to_dl(q, "q", s)
+    if q_arg.ndim != 3:
+        raise ValueError("q must be 3-d [num_tokens, num_heads, head_size], got shape %s"
+                         % (q_arg.shape,))
+    key_half = to_dl(k, "k", s)
+    cache = paired_kv_cache(key_half, to_dl(v, "v", s))
+    qsl = to_dl(cu_seqlens_q, "cu_seqlens_q", s)
+    seq_lens = to_dl(seqused_k, "seqused_k", s)
+    table = to_dl(block_table, "block_table", s)
+    if qsl.ndim != 1 or qsl.shape[0] < 1:
+        raise ValueError("cu_seqlens_q must be 1-d [num_reqs + 1], got shape %s" % (qsl.shape,))
+    if table.ndim != 2:
+        raise ValueError("block_table must be 2-d [num_reqs, max_blocks_per_seq], got shape %s"
+                         % (table.shape,))
+    num_reqs = qsl.shape[0] - 1
+    if max_q == 1:
+        decodes = num_reqs if num_decodes is None else _names.int_arg("num_decodes",
+                                                                     num_decodes, 0)
+    else:
+        decodes = 0 if num_decodes is None else _names.int_arg("num_decodes", num_decodes, 0)
+    if decodes > num_reqs:
+        raise ValueError("num_decodes %d is out of range; allowed: 0..num_reqs (%d)"
+                         % (decodes, num_reqs))
+
+    dtype = _model_dtype(q_arg, "q")
+    half = cache.shape[1:]  # num_blocks, block_size, num_kv_heads, head_size
+    kv_dtype = _cache_kv_dtype(cache, dtype, kv_cache_dtype)
+    k_s, v_s = _fp8_scales(kv_dtype, k_descale, v_descale, ("k_descale", "v_descale"))
+    block_size = half[1]
+    config = dict(num_heads=q_arg.shape[1], num_kv_heads=half[2], head_size=q_arg.shape[2],
+                  block_size=block_size, dtype=_names.DTYPE_NAMES[dtype],
+                  kv_cache_dtype=_names.KV_DTYPE_NAMES[kv_dtype],
+                  layout=_names.LAYOUT_NAMES[_layout_of(key_half)],
+                  window=window, soft_cap=soft_cap, scale=scale, k_scale=k_s, v_scale=v_s,
+                  max_model_len=max(table.shape[1] * block_size, 1))
+    key = (q_arg.device,) + tuple(sorted(config.items()))
+    entry = _get_prepared(key, config, num_reqs, q, q_arg.device[1])
+
+    if out is None:
+        out = _device.empty_like(q)
+    md = AttentionMetadata(query_start_loc=qsl, seq_lens=seq_lens, block_table=table,
+                           slot_mapping=None, num_reqs=num_reqs,
+                           num_actual_tokens=q_arg.shape[0],
+                           max_query_len=max_q if decodes < num_reqs else 1,
+                           max_seq_len=max_k, num_decodes=decodes)
+    entry.backend.forward(q_arg, None, None, cache, to_dl(out, "out", s), md, entry.workspace,
+                          stream=s)
+    return out

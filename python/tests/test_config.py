@@ -1,0 +1,135 @@
+"""AttentionBackend configuration: names, types, the library's checks. CPU only (arch=90 needs
+no GPU until prepare())."""
+
+import math
+
+import pytest
+
+import graphattn
+
+BASE = dict(num_heads=32, num_kv_heads=8, head_size=128, max_model_len=4096, max_num_seqs=16,
+            arch=90)
+
+
+def backend(**overrides):
+    return graphattn.AttentionBackend(**dict(BASE, **overrides))
+
+
+def test_defaults_and_resolved_config():
+    b = backend()
+    c = b.config
+    assert (c.num_heads, c.num_kv_heads, c.head_size, c.block_size) == (32, 8, 128, 16)
+    assert (c.dtype, c.kv_cache_dtype, c.layout) == ("bfloat16", "auto", "NHD")
+    assert (c.window, c.soft_cap, c.k_scale, c.v_scale) == (0, 0.0, 1.0, 1.0)
+    assert (c.max_model_len, c.max_num_seqs, c.arch) == (4096, 16, 90)
+    assert c.overlap_previous_kernel is False
+    assert math.isclose(c.scale, 1 / math.sqrt(128), rel_tol=1e-6)  # None -> 1/sqrt(head)
+    assert b.required_specs() == [
+        "cache_write_h128_b16_bf16_kvauto_g1_swa0_cap0_nhd_sm90",
+        "decode_h128_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm90",
+        "prefill_h128_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm90"]
+    assert "sm_90" in repr(b)
+
+
+def test_every_option_reaches_the_library():
+    b = backend(num_heads=16, num_kv_heads=16, head_size=64, block_size=32, dtype="fp16",
+                kv_cache_dtype="fp8_e5m2", layout="hnd", window=128, soft_cap=30.0, scale=0.5,
+                k_scale=2.0, v_scale=4.0, max_model_len=1000, max_num_seqs=3, arch=89,
+                overlap_previous_kernel=True)
+    c = b.config
+    assert (c.num_heads, c.num_kv_heads, c.head_size, c.block_size) == (16, 16, 64, 32)
+    assert (c.dtype, c.kv_cache_dtype, c.layout) == ("float16", "fp8_e5m2", "HND")
+    assert (c.window, c.soft_cap, c.scale, c.k_scale, c.v_scale) == (128, 30.0, 0.5, 2.0, 4.0)
+    assert (c.max_model_len, c.max_num_seqs, c.arch, c.overlap_previous_kernel) == (
+        1000, 3, 89, True)
+    assert b.required_specs()[1] == "decode_h64_b32_fp16_kve5m2_g1_swa1_cap1_hnd_sm89"
+
+
+@pytest.mark.parametrize("name,expected", [
+    ("float16", "float16"), ("fp16", "float16"), ("half", "float16"), ("torch.float16", "float16"),
+    ("torch.half", "float16"), ("bfloat16", "bfloat16"), ("bf16", "bfloat16"),
+    ("torch.bfloat16", "bfloat16"), ("BF16", "bfloat16")])
+def test_dtype_names(name, expected):
+    assert backend(dtype=name).config.dtype == expected
+
+
+@pytest.mark.parametrize("name,expected", [
+    ("auto", "auto"), ("fp8", "fp8_e4m3"), ("fp8_e4m3", "fp8_e4m3"), ("fp8_e5m2", "fp8_e5m2"),
+    ("bfloat16", "auto")])  # the model's own dtype is "auto"
+def test_kv_cache_dtype_names(name, expected):
+    assert backend(kv_cache_dtype=name).config.kv_cache_dtype == expected
+
+
+def test_name_errors_name_the_value_and_the_choices():
+    with pytest.raises(ValueError, match=r"dtype 'float32' is not supported; supported: "
+                                         r"float16 \(fp16, half\), bfloat16"):
+        backend(dtype="float32")
+    with pytest.raises(ValueError, match=r"kv_cache_dtype 'int8' is not supported; supported: "
+                                         r"auto .*fp8 \(= fp8_e4m3\), fp8_e4m3, fp8_e5m2"):
+        backend(kv_cache_dtype="int8")
+    with pytest.raises(ValueError, match=r"kv_cache_dtype 'float16' .*auto \(the model's dtype "
+                                         r"bfloat16\)"):
+        backend(kv_cache_dtype="float16")
+    with pytest.raises(ValueError, match=r"layout 'NDH' is not supported; supported: 'NHD'"):
+        backend(layout="NDH")
+
+
+def test_type_errors_name_the_argument():
+    with pytest.raises(TypeError, match=r"num_heads must be an int, got '32' \(str\)"):
+        backend(num_heads="32")
+    with pytest.raises(TypeError, match=r"head_size must be an int, got 128.0 \(float\)"):
+        backend(head_size=128.0)
+    with pytest.raises(TypeError, match=r"max_num_seqs must be an int, got True"):
+        backend(max_num_seqs=True)
+    with pytest.raises(TypeError, match=r"soft_cap must be a number"):
+        backend(soft_cap="30")
+    with pytest.raises(ValueError, match=r"scale nan is not allowed"):
+        backend(scale=float("nan"))
+    with pytest.raises(ValueError, match=r"arch -1 is out of range; allowed: >= 0"):
+        backend(arch=-1)
+    with pytest.raises(TypeError):  # keyword-only: no positional configuration
+        graphattn.AttentionBackend(32, 8, 128)
+
+
+@pytest.mark.parametrize("overrides,message", [
+    (dict(head_size=100), "head size 100 is not supported; supported: 32, 40, ..., 256"),
+    (dict(num_heads=30), "num_heads 30 and num_kv_heads 8 are not supported"),
+    (dict(block_size=24), "block size 24 is not supported; supported: 16, 32, ..., 256"),
+    (dict(window=-1), "window -1 is not supported"),
+    (dict(soft_cap=-1.0), "soft_cap -1.0"),
+    (dict(max_model_len=0), "max_model_len 0 is not supported; supported: >= 1"),
+    (dict(max_num_seqs=70000), "max_num_seqs 70000 is not supported; supported: 1..65535"),
+    (dict(kv_cache_dtype="fp8", k_scale=0.0), "for an fp8 KV cache; supported: finite > 0"),
+])
+def test_library_rejects_bad_configurations(overrides, message):
+    with pytest.raises(graphattn.GraphattnError) as info:
+        backend(**overrides)
+    assert message in info.value.message
+    assert info.value.status_name.startswith("GRAPHATTN_ERROR")
+    assert not isinstance(info.value, graphattn.CompileError)
+
+
+def test_arch_zero_needs_a_gpu():
+    if graphattn.gpu_available():
+        pytest.skip("a GPU is present: arch 0 resolves to it")
+    with pytest.raises(graphattn.GraphattnError, match="libcuda|driver|device"):
+        backend(arch=0)
+
+
+def test_prepare_and_workspace_need_a_gpu(tmp_path):
+    b = backend()
+    with pytest.raises(graphattn.GraphattnError, match="prepare"):
+        b.workspace_bytes()  # valid after prepare() only
+    with pytest.raises(TypeError, match="cache must be a graphattn.cache.KernelCache"):
+        b.prepare(cache=str(tmp_path))
+    if graphattn.gpu_available():
+        pytest.skip("a GPU is present: prepare() would succeed")
+    with pytest.raises(graphattn.GraphattnError, match="libcuda|driver"):
+        b.prepare(graphattn.KernelCache(dir=str(tmp_path / "cache")))
+
+
+def test_error_classes():
+    e = graphattn.CompileError("log")
+    assert isinstance(e, graphattn.GraphattnError) and isinstance(e, RuntimeError)
+    assert e.status_name == "GRAPHATTN_ERROR_COMPILE"
+    assert str(graphattn.GraphattnError("x", 2)) == "x (GRAPHATTN_ERROR_INVALID_ARGUMENT)"

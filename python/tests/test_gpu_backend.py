@@ -1,0 +1,182 @@
+"""AttentionBackend on a GPU with PyTorch tensors: decode, prefill and mixed batches against
+SDPA in float64 (fresh random data, output poisoned with NaN first), the cache write against a
+torch scatter, and a decode step captured with torch.cuda.graph, replayed with new lengths,
+block tables and slot mappings and compared with eager runs."""
+
+import pytest
+
+from conftest import require_torch_gpu
+
+torch = require_torch_gpu()
+
+import graphattn  # noqa: E402
+from gpu_batch import Batch, capture, check_output, replay_and_compare  # noqa: E402
+
+LAYERS = {
+    # name: (AttentionBackend options, Batch options)
+    "bf16": (dict(num_heads=16, num_kv_heads=4, head_size=128, block_size=16, dtype="bf16"),
+             dict(dtype=torch.bfloat16)),
+    "fp16": (dict(num_heads=16, num_kv_heads=4, head_size=128, block_size=16,
+                  dtype=torch.float16), dict(dtype=torch.float16)),
+    # HND strides, a sliding window and a soft cap, GQA group 2, head 64, block 32.
+    "fp16-hnd-swa-cap": (dict(num_heads=8, num_kv_heads=4, head_size=64, block_size=32,
+                              dtype="float16", layout="HND", window=48, soft_cap=20.0),
+                         dict(dtype=torch.float16, layout="HND")),
+}
+MAX_MODEL_LEN = 2048
+
+
+@pytest.fixture(scope="module")
+def backends():
+    made = {}
+
+    def get(name):
+        if name not in made:
+            opts, _ = LAYERS[name]
+            attn = graphattn.AttentionBackend(max_model_len=MAX_MODEL_LEN, max_num_seqs=32,
+                                              **opts)
+            attn.prepare()
+            made[name] = attn
+        return made[name]
+
+    return get
+
+
+def make(name, seed, query_lens, context_lens, **kw):
+    opts, batch_opts = LAYERS[name]
+    return Batch(query_lens=query_lens, context_lens=context_lens, seed=seed,
+                 num_heads=opts["num_heads"], num_kv_heads=opts["num_kv_heads"],
+                 head_size=opts["head_size"], block_size=opts["block_size"],
+                 **dict(batch_opts, **kw))
+
+
+def run_and_check(attn, batch, num_decodes, what, with_write=True):
+    c = attn.config
+    expected = batch.expected_cache() if with_write else batch.kv_cache.clone()
+    workspace = attn.allocate_workspace(batch.query)
+    attn.forward(batch.query, batch.key if with_write else None,
+                 batch.value if with_write else None, batch.kv_cache, batch.output,
+                 batch.metadata(graphattn, num_decodes), workspace)
+    torch.cuda.synchronize()
+    assert torch.equal(batch.kv_cache, expected), "%s: cache write differs" % what
+    ref = batch.reference(expected, scale=c.scale, window=c.window, soft_cap=c.soft_cap)
+    return check_output(batch, ref, what)
+
+
+def lengths(seed, n, low, high):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(low, high + 1, (n,), generator=g).tolist()
+
+
+@pytest.mark.parametrize("name", list(LAYERS))
+def test_decode(backends, seed, name):
+    ctx = lengths(seed, 9, 0, 1500)
+    ctx[0] = 1500  # one long request: split-KV
+    b = make(name, seed, [1] * 9, ctx, padded=3)
+    run_and_check(backends(name), b, b.num_reqs, "decode " + name)
+
+
+@pytest.mark.parametrize("name", list(LAYERS))
+def test_prefill(backends, seed, name):
+    b = make(name, seed, [7, 64, 100, 1, 33], [0, 30, 200, 50, 300])
+    run_and_check(backends(name), b, 0, "prefill " + name)
+
+
+@pytest.mark.parametrize("name", list(LAYERS))
+def test_mixed(backends, seed, name):
+    ctx = lengths(seed, 6, 0, 700)
+    b = make(name, seed, [1, 1, 1, 5, 17, 90], ctx)
+    run_and_check(backends(name), b, 3, "mixed " + name)
+
+
+def test_forward_without_cache_write(backends, seed):
+    b = make("bf16", seed, [1, 1, 12], [40, 900, 25])
+    run_and_check(backends("bf16"), b, 2, "no write", with_write=False)
+
+
+def test_prefill_needs_no_workspace(backends, seed):
+    attn = backends("bf16")
+    b = make("bf16", seed, [5, 9], [10, 0])
+    expected = b.expected_cache()
+    attn.forward(b.query, b.key, b.value, b.kv_cache, b.output, b.metadata(graphattn, 0), None)
+    torch.cuda.synchronize()
+    check_output(b, b.reference(expected), "prefill without workspace")
+
+
+def test_library_errors_name_the_problem(backends, seed):
+    attn = backends("bf16")
+    b = make("bf16", seed, [1, 1], [5, 6])
+    ws = attn.allocate_workspace(b.query)
+    with pytest.raises(graphattn.GraphattnError, match="query .* must have 16 heads"):
+        attn.forward(b.query[:, :8], None, None, b.kv_cache, b.output,
+                     b.metadata(graphattn, 2), ws)
+    with pytest.raises(graphattn.GraphattnError, match="workspace of 0 bytes is smaller"):
+        attn.forward(b.query, None, None, b.kv_cache, b.output, b.metadata(graphattn, 2), None)
+    with pytest.raises(graphattn.GraphattnError, match="call prepare"):
+        fresh = graphattn.AttentionBackend(max_model_len=MAX_MODEL_LEN, max_num_seqs=4,
+                                           **LAYERS["bf16"][0])
+        fresh.forward(b.query, None, None, b.kv_cache, b.output, b.metadata(graphattn, 2), ws)
+    assert torch.isnan(b.output).all()  # a failed call launched nothing
+
+
+def test_explicit_stream(backends, seed):
+    attn = backends("bf16")
+    b = make("bf16", seed, [1, 1, 1], [100, 7, 1999])
+    expected = b.expected_cache()
+    ws = attn.allocate_workspace(b.query)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    attn.forward(b.query, b.key, b.value, b.kv_cache, b.output, b.metadata(graphattn, 3), ws,
+                 stream=side)
+    side.synchronize()
+    check_output(b, b.reference(expected), "explicit stream")
+
+
+def test_fp8_cache_decode(seed):
+    if not hasattr(torch, "float8_e4m3fn"):
+        pytest.skip("this PyTorch has no float8_e4m3fn")
+    opts = dict(num_heads=16, num_kv_heads=4, head_size=128, block_size=16, dtype="bf16")
+    attn = graphattn.AttentionBackend(kv_cache_dtype="fp8", k_scale=0.5, v_scale=0.25,
+                                      max_model_len=MAX_MODEL_LEN, max_num_seqs=8, **opts)
+    attn.prepare()
+    b = Batch(query_lens=[1] * 5, context_lens=lengths(seed, 5, 1, 1200), seed=seed,
+              num_heads=16, num_kv_heads=4, head_size=128, block_size=16, dtype=torch.bfloat16,
+              kv_dtype=torch.float8_e4m3fn)
+    attn.forward(b.query, b.key, b.value, b.kv_cache, b.output, b.metadata(graphattn, 5),
+                 attn.allocate_workspace(b.query))
+    torch.cuda.synchronize()
+    # The new tokens were stored as value / scale in e4m3 (rounding may differ from torch's
+    # conversion by one step): compare dequantized.
+    keep = b.slot_mapping >= 0
+    blocks, offs = b.slot_mapping[keep] // 16, b.slot_mapping[keep] % 16
+    stored_k = b.kv_cache.float()[0][blocks, offs] * 0.5
+    assert torch.allclose(stored_k, b.key[keep].float(), rtol=0.13, atol=0.01)
+    ref = b.reference(b.kv_cache, k_scale=0.5, v_scale=0.25)
+    check_output(b, ref, "fp8 e4m3 decode")
+
+
+# ---- CUDA graph: capture once, replay with new batch contents --------------------------------
+
+def test_decode_step_in_cuda_graph(backends, seed):
+    name, size = "bf16", 8                     # the captured batch size
+    attn = backends(name)
+    opts = LAYERS[name][0]
+    width = MAX_MODEL_LEN // opts["block_size"]
+    num_blocks = 8 * width // 4                # room for 8 requests of a quarter max length
+    shape = dict(num_blocks=num_blocks, max_blocks_per_seq=width)
+
+    def batch(step, n):
+        return make(name, seed + step, [1] * n, lengths(seed + step, n, 0, MAX_MODEL_LEN // 4 - 1),
+                    padded=size - n, **shape)
+
+    buf = batch(0, 6)                          # the persistent buffers the graph reads
+    workspace = attn.allocate_workspace(buf.query)
+    meta = buf.metadata(graphattn, size, max_seq_len=MAX_MODEL_LEN)
+
+    def step():
+        attn.forward(buf.query, buf.key, buf.value, buf.kv_cache, buf.output, meta, workspace)
+
+    graph = capture(step)
+    for i, n in enumerate([6, 8, 3, 1]):       # new lengths, tables, slots and data each time
+        replay_and_compare(graph, step, buf, batch(10 + i, n),
+                           "replay %d (%d of %d)" % (i, n, size))

@@ -1,0 +1,191 @@
+"""graphattn.ops on a GPU, called the way vLLM v1's FlashAttention backend calls
+reshape_and_cache_flash and flash_attn_varlen_func: against a torch scatter (bit-exact) and SDPA
+in float64, eager and captured with torch.cuda.graph."""
+
+import pytest
+
+from conftest import require_torch_gpu
+
+torch = require_torch_gpu()
+
+import graphattn  # noqa: E402
+from graphattn import ops  # noqa: E402
+from gpu_batch import Batch, capture, check_output, replay_and_compare  # noqa: E402
+
+BF16 = dict(num_heads=16, num_kv_heads=4, head_size=128, block_size=16, dtype=torch.bfloat16)
+
+
+def lengths(seed, n, low, high):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(low, high + 1, (n,), generator=g).tolist()
+
+
+def scales():
+    """vLLM's layer._k_scale / _v_scale: 1-element float32 device tensors."""
+    return (torch.ones(1, dtype=torch.float32, device="cuda"),
+            torch.ones(1, dtype=torch.float32, device="cuda"))
+
+
+def write(b, kv_cache_dtype="auto", k_scale=None, v_scale=None):
+    ks, vs = scales()
+    key_cache, value_cache = b.kv_cache.unbind(0)
+    ops.reshape_and_cache_flash(b.key, b.value, key_cache, value_cache, b.slot_mapping,
+                                kv_cache_dtype, ks if k_scale is None else k_scale,
+                                vs if v_scale is None else v_scale)
+
+
+def attend(b, max_seqlen_q, max_seqlen_k=None, **kw):
+    key_cache, value_cache = b.kv_cache.unbind(0)
+    ks, vs = scales()
+    descale_shape = (b.num_reqs, b.num_kv_heads)
+    return ops.flash_attn_varlen_func(
+        q=b.query, k=key_cache, v=value_cache, out=b.output,
+        cu_seqlens_q=b.query_start_loc, max_seqlen_q=max_seqlen_q,
+        seqused_k=b.seq_lens, max_seqlen_k=max_seqlen_k or b.max_seq_len,
+        softmax_scale=kw.pop("softmax_scale", None), causal=True,
+        window_size=kw.pop("window_size", (-1, -1)), block_table=b.block_table,
+        softcap=kw.pop("softcap", 0.0), scheduler_metadata=None, fa_version=3,
+        q_descale=ks.expand(descale_shape), k_descale=ks.expand(descale_shape),
+        v_descale=vs.expand(descale_shape), num_splits=0, **kw)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("layout", ["NHD", "HND"])
+def test_reshape_and_cache_flash_is_a_scatter(seed, dtype, layout):
+    b = Batch(query_lens=[1, 7, 30], context_lens=[20, 0, 100], seed=seed, num_heads=8,
+              num_kv_heads=4, head_size=128, block_size=16, dtype=dtype, layout=layout,
+              padded=2)
+    expected = b.expected_cache()
+    # vLLM passes padded key/value rows and an unpadded slot mapping: rows past it are ignored.
+    b.key = torch.cat([b.key, torch.randn_like(b.key[:5])])
+    b.value = torch.cat([b.value, torch.randn_like(b.value[:5])])
+    write(b)
+    torch.cuda.synchronize()
+    assert torch.equal(b.kv_cache, expected)
+
+
+def test_reshape_and_cache_flash_fp8(seed):
+    if not hasattr(torch, "float8_e4m3fn"):
+        pytest.skip("this PyTorch has no float8_e4m3fn")
+    b = Batch(query_lens=[3, 4], context_lens=[5, 0], seed=seed, num_heads=8, num_kv_heads=4,
+              head_size=64, block_size=16, dtype=torch.bfloat16, kv_dtype=torch.float8_e4m3fn)
+    k_scale = torch.full((1,), 0.5, device="cuda")
+    write(b, "fp8", k_scale=k_scale, v_scale=0.25)
+    torch.cuda.synchronize()
+    blocks, offs = b.slot_mapping // 16, b.slot_mapping % 16
+    stored = b.kv_cache.float()
+    assert torch.allclose(stored[0][blocks, offs] * 0.5, b.key.float(), rtol=0.13, atol=0.01)
+    assert torch.allclose(stored[1][blocks, offs] * 0.25, b.value.float(), rtol=0.13,
+                          atol=0.01)
+    # uint8 storage works the same when the op is told the format.
+    raw = b.kv_cache.view(torch.uint8)
+    before = raw.clone()
+    ops.reshape_and_cache_flash(b.key, b.value, raw[0], raw[1], b.slot_mapping, "fp8_e4m3",
+                                0.5, 0.25)
+    torch.cuda.synchronize()
+    assert torch.equal(raw, before)  # the same bytes again
+
+
+def test_decode_prefill_mixed(seed):
+    ctx = lengths(seed, 4, 0, 1800)
+    decode = Batch(query_lens=[1] * 4, context_lens=ctx, seed=seed, padded=2, **BF16)
+    write(decode)
+    attend(decode, max_seqlen_q=1)
+    torch.cuda.synchronize()
+    check_output(decode, decode.reference(decode.kv_cache), "ops decode")
+
+    prefill = Batch(query_lens=[9, 1, 70], context_lens=[0, 33, 250], seed=seed + 1, **BF16)
+    write(prefill)
+    out = attend(prefill, max_seqlen_q=70)
+    assert out is prefill.output
+    torch.cuda.synchronize()
+    check_output(prefill, prefill.reference(prefill.kv_cache), "ops prefill")
+
+    for num_decodes in (None, 2):  # all through the prefill kernel, or the decodes split off
+        mixed = Batch(query_lens=[1, 1, 40, 3], context_lens=lengths(seed + 2, 4, 0, 900),
+                      seed=seed + 2, **BF16)
+        write(mixed)
+        kw = {} if num_decodes is None else dict(num_decodes=num_decodes)
+        attend(mixed, max_seqlen_q=40, **kw)
+        torch.cuda.synchronize()
+        check_output(mixed, mixed.reference(mixed.kv_cache), "ops mixed %s" % num_decodes)
+
+
+def test_window_softcap_scale_hnd_fp16(seed):
+    b = Batch(query_lens=[1, 1, 50], context_lens=[300, 10, 120], seed=seed, num_heads=8,
+              num_kv_heads=2, head_size=64, block_size=32, dtype=torch.float16, layout="HND")
+    write(b)
+    out = attend(b, max_seqlen_q=50, window_size=(63, 0), softcap=15.0, softmax_scale=0.1,
+                 num_decodes=2)
+    torch.cuda.synchronize()
+    check_output(b, b.reference(b.kv_cache, scale=0.1, window=64, soft_cap=15.0),
+                 "window/softcap/HND")
+    assert out is b.output
+
+
+def test_out_none_allocates_like_q(seed):
+    b = Batch(query_lens=[1, 1], context_lens=[3, 64], seed=seed, **BF16)
+    write(b)
+    b.output = None
+    out = attend(b, max_seqlen_q=1)
+    torch.cuda.synchronize()
+    assert out.shape == b.query.shape and out.dtype == b.query.dtype
+    b.output = out
+    check_output(b, b.reference(b.kv_cache), "out=None")
+
+
+def test_fp8_scales_refused_inside_capture(seed):
+    if not hasattr(torch, "float8_e4m3fn"):
+        pytest.skip("this PyTorch has no float8_e4m3fn")
+    b = Batch(query_lens=[1], context_lens=[5], seed=seed, num_heads=8, num_kv_heads=4,
+              head_size=64, block_size=16, dtype=torch.bfloat16, kv_dtype=torch.float8_e4m3fn)
+    k_scale, v_scale = scales()
+    graph = torch.cuda.CUDAGraph()
+    with pytest.raises(ValueError, match="k_scale is a device tensor and the current stream is "
+                                         "capturing a CUDA graph"):
+        with torch.cuda.graph(graph):
+            write(b, "fp8", k_scale=k_scale, v_scale=v_scale)
+
+
+def test_unprepared_configuration_refused_inside_capture(seed):
+    # head size 96 is used nowhere else in this module: its first call would compile.
+    b = Batch(query_lens=[1, 1], context_lens=[3, 4], seed=seed, num_heads=4, num_kv_heads=4,
+              head_size=96, block_size=16, dtype=torch.bfloat16)
+    graph = torch.cuda.CUDAGraph()
+    with pytest.raises(graphattn.GraphattnError, match="not prepared before CUDA graph capture"):
+        with torch.cuda.graph(graph):
+            attend(b, max_seqlen_q=1)
+
+
+def test_vllm_decode_step_in_cuda_graph(seed):
+    """What vLLM's full decode graph does per layer: cache write, then attention, over
+    persistent buffers; capture once after an eager warm-up, then replay new batches."""
+    size, max_model_len = 16, 1024
+    width = max_model_len // BF16["block_size"]
+    shape = dict(num_blocks=size * width // 2, max_blocks_per_seq=width)
+
+    def batch(step, n):
+        return Batch(query_lens=[1] * n, context_lens=lengths(seed + step, n, 0,
+                                                              max_model_len // 2 - 1),
+                     seed=seed + step, padded=size - n, **shape, **BF16)
+
+    buf = batch(0, 11)
+
+    def step():
+        write(buf)
+        attend(buf, max_seqlen_q=1, max_seqlen_k=max_model_len)
+
+    graph = capture(step)          # its eager run prepares the backend and the workspace
+    for i, n in enumerate([11, 16, 2]):
+        replay_and_compare(graph, step, buf, batch(20 + i, n),
+                           "ops replay %d (%d of %d)" % (i, n, size))
+
+    # A larger eager batch of the same configuration grows the module's workspace; the graph
+    # captured with the smaller one must keep working (its workspace stays alive).
+    big = Batch(query_lens=[1] * 300, context_lens=lengths(seed + 30, 300, 0, 40),
+                seed=seed + 30, max_blocks_per_seq=width, **BF16)
+    write(big)
+    attend(big, max_seqlen_q=1, max_seqlen_k=max_model_len)
+    torch.cuda.synchronize()
+    check_output(big, big.reference(big.kv_cache), "300 decodes")
+    replay_and_compare(graph, step, buf, batch(40, 9), "replay after the workspace grew")
