@@ -605,15 +605,16 @@ TEST_CASE("cache tool: a missing directory is an empty cache") {
   CHECK(env.code == 0);
   CHECK(json_of(env)["dir"] == missing);
 
-  // A path that is a file is no cache: reading it and compiling into it are errors naming it.
+  // A path that is a file is no cache: reading it and compiling into it are usage errors
+  // naming it.
   const std::string file = tmp.path() + "/a-file";
   write_file(file, "x");
   const ToolRun ls = run_tool({"--dir", file, "--json", "list"});
-  CHECK(ls.code == 1);
-  CHECK(contains(json_of(ls)["error"].get<std::string>(), file));
+  CHECK(ls.code == 2);
+  CHECK(contains(json_of(ls)["error"].get<std::string>(), file + "' is a regular file"));
   const ToolRun c = run_tool({"--dir", file, "compile", "--spec",
                               "cache_write_h128_b16_bf16_kvauto_g1_swa0_cap0_nhd_sm90"});
-  CHECK(c.code == 1);
+  CHECK(c.code == 2);
   CHECK(contains(c.err, file));
 }
 
