@@ -466,13 +466,13 @@ const EntryInfo& resolve(const std::vector<EntryInfo>& entries, const std::strin
       if (e.status == EntryStatus::kOk && e.header.spec == arg) hits.push_back(&e);
   }
   if (hits.size() == 1) return *hits[0];
-  const std::string what = hex ? "key prefix '" + arg + "'" : "spec " + arg;
+  const std::string what = hex ? "key prefix '" + arg + "'" : "spec " + printable(arg);
   if (hits.empty()) {
     if (!hex) {
       try {
         graphattn::AttentionSpec::parse(arg);
       } catch (const std::exception& ex) {
-        throw graphattn::Error("'" + arg +
+        throw graphattn::Error("'" + printable(arg) +
                                "' is neither a key prefix (hex digits) nor a spec: " + ex.what());
       }
     }
@@ -838,7 +838,7 @@ int cmd_compile(const Options& o) {
     try {
       specs.push_back(graphattn::AttentionSpec::parse(text));
     } catch (const std::exception& ex) {
-      bad += std::string(bad.empty() ? "" : "\n") + "--spec '" + text + "': " + ex.what();
+      bad += std::string(bad.empty() ? "" : "\n") + "--spec '" + printable(text) + "': " + ex.what();
     }
   }
   for (const auto& name : o.models) {
@@ -853,7 +853,7 @@ int cmd_compile(const Options& o) {
       for (const auto& spec : graphattn::tools::model_kernel_specs(layers))
         if (std::find(specs.begin(), specs.end(), spec) == specs.end()) specs.push_back(spec);
     } catch (const std::exception& ex) {
-      bad += std::string(bad.empty() ? "" : "\n") + "--model '" + name + "': " + ex.what();
+      bad += std::string(bad.empty() ? "" : "\n") + "--model '" + printable(name) + "': " + ex.what();
     }
   }
   if (!bad.empty()) throw UsageError(bad);
