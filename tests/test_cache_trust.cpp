@@ -407,8 +407,9 @@ TEST_CASE("trust: a payload that is not a cubin for the entry's arch is never se
          return v;
        }()},
   };
-  for (const auto& [what, payload] : payloads) {
-    INFO(what);
+  for (const auto& wp : payloads) {
+    const std::vector<char>& payload = wp.second;
+    INFO(wp.first);
     plant_entry(dir, want.key, payload);
     CHECK(detail::DiskTier::inspect(entry).status == EntryStatus::kBadCubin);
     KernelCache cache(options_for(dir));
