@@ -26,9 +26,7 @@ bool same_kernels(const AttentionLayerConfig& a, const AttentionLayerConfig& b) 
          a.max_num_seqs == b.max_num_seqs && a.arch == b.arch;
 }
 
-ScalarType scalar_of(DType t) {
-  return t == DType::kBFloat16 ? ScalarType::kBFloat16 : ScalarType::kFloat16;
-}
+using detail::scalar_of;
 
 ScalarType kv_scalar_of(const AttentionLayerConfig& c) {
   switch (c.kv_dtype) {

@@ -167,7 +167,7 @@ void AttentionBackend::forward(const TensorView& query, const TensorView& key,
              "query " + query.describe() + " must have " + str(c.num_heads) + " heads of size " +
                  str(c.head_size));
   GA_REQUIRE(
-      query.dtype == (c.dtype == DType::kBFloat16 ? ScalarType::kBFloat16 : ScalarType::kFloat16),
+      query.dtype == detail::scalar_of(c.dtype),
       "query dtype " + std::string(to_string(query.dtype)) + " differs from the layer's " +
           to_string(c.dtype));
   GA_REQUIRE(md.num_actual_tokens >= md.num_decode_tokens && md.num_actual_tokens <= query.shape[0],
@@ -189,6 +189,7 @@ void AttentionBackend::forward(const TensorView& query, const TensorView& key,
     detail::require_rank(md.slot_mapping, 1, "slot_mapping", "[num_tokens]");
     detail::require_rank(key, 3, "key", "[num_tokens, num_kv_heads, head_size]");
     detail::require_rank(value, 3, "value", "[num_tokens, num_kv_heads, head_size]");
+    detail::require_kv_dtype(key, value, c.dtype, "forward");
     GA_REQUIRE(key.shape[0] >= md.num_actual_tokens && value.shape[0] >= md.num_actual_tokens &&
                    md.slot_mapping.shape[0] >= md.num_actual_tokens,
                "key " + key.describe() + ", value " + value.describe() + " and slot_mapping " +

@@ -16,6 +16,13 @@ namespace graphattn::detail {
     if (!(ok)) throw ::graphattn::Error(message);                \
   } while (0)
 void require_rank(const TensorView& t, int rank, const char* name, const char* shape);
+// The element type of a model dtype.
+ScalarType scalar_of(DType t);
+// New keys and values come in the layer's type `dtype` whatever the cache stores: a kernel built
+// for it would read another 16-bit type's bits as its own (an fp8 cache converts from it; a
+// 16-bit cache copies it). `where` names the caller in the message.
+void require_kv_dtype(const TensorView& key, const TensorView& value, DType dtype,
+                      const char* where);
 // The head dimension is contiguous and every row starts 16-byte aligned (vector loads).
 void require_vector_access(const TensorView& t, const char* name);
 
