@@ -2,12 +2,15 @@
 // mixed batch (cache write, split-KV decode for the decodes, prefill for the rest).
 #include <algorithm>
 #include <cmath>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include "graphattn/backend.hpp"
 #include "graphattn/error.hpp"
 #include "graphattn/runtime.hpp"
 #include "runtime/decode.hpp"
+#include "runtime/driver.hpp"
 #include "runtime/module_cache.hpp"
 #include "runtime/prefill.hpp"
 #include "runtime/tensor_checks.hpp"
@@ -74,7 +77,13 @@ DecodeKernel select_decode_kernel(const AttentionLayerConfig& config) {
   return attention_config_problem(config).empty() ? DecodeKernel::kSplitKv : DecodeKernel::kNone;
 }
 
-AttentionBackend::AttentionBackend(const AttentionLayerConfig& config) : config_(config) {
+struct AttentionBackend::ClearedWorkspaces {
+  std::mutex mu;
+  std::vector<const void*> addresses;
+};
+
+AttentionBackend::AttentionBackend(const AttentionLayerConfig& config)
+    : config_(config), cleared_(std::make_shared<ClearedWorkspaces>()) {
   const std::string problem = attention_config_problem(config_);
   if (!problem.empty()) throw Error("attention layer configuration: " + problem);
   if (config_.arch == 0) {
@@ -278,6 +287,18 @@ void AttentionBackend::forward(const TensorView& query, const TensorView& key,
     // The layer's own cache write kernel, loaded by prepare(): no lookup per call.
     detail::launch_cache_write(*kernels_[kWrite], k, v, kv_cache, written, md.slot_mapping,
                                c.k_scale, c.v_scale, stream);
+  }
+  if (decode && d.max_splits > 1 && !d.cluster) {
+    // The split counters must start at zero; every launch leaves them so. The first split launch
+    // on a workspace clears them (an asynchronous memset, stream-ordered and capturable), so a
+    // workspace that was not zero-filled cannot give wrong outputs.
+    std::lock_guard<std::mutex> lock(cleared_->mu);
+    auto& seen = cleared_->addresses;
+    if (std::find(seen.begin(), seen.end(), workspace) == seen.end()) {
+      GA_CU_CHECK(detail::driver().cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(workspace), 0,
+                                                   counters, stream));
+      seen.push_back(workspace);
+    }
   }
   if (decode) detail::launch_decode(*kernels_[kDecodeIdx], d, stream);
   if (prefill) detail::launch_prefill(*kernels_[kPrefillIdx], pf, stream);

@@ -9,6 +9,7 @@
 #include <cuda.h>
 
 #include <cstddef>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -132,6 +133,14 @@ std::string attention_config_problem(const AttentionLayerConfig& config);
 //
 // After prepare(), forward() compiles, loads, allocates and synchronizes nothing, so it can be
 // captured in a CUDA graph; one graph per batch size serves every context length.
+//
+// Threads: prepare() of different backend objects may run on several threads at once, sharing
+// one KernelCache (each kernel is compiled once and loaded once per context); each thread needs
+// the context current (ensure_context). After prepare(), forward() is const and may
+// run on several threads at once on different streams, each stream with its own workspace (the
+// split counters and partials in a workspace belong to the launches of one stream at a time).
+// Construction, prepare() and destruction of one backend object must not race with each other
+// or with forward() on it.
 class AttentionBackend {
  public:
   explicit AttentionBackend(const AttentionLayerConfig& config);
@@ -146,8 +155,11 @@ class AttentionBackend {
   void prepare(KernelCache& cache = default_kernel_cache());
   bool prepared() const { return prepared_; }
   // Bytes of scratch that forward() needs for any batch of up to max_num_seqs requests
-  // (split-KV counters and partials). Valid after prepare(). The memory must be zero-filled
-  // before its first forward (DeviceBuffer is); every forward leaves it fit for the next.
+  // (split-KV counters and partials). Valid after prepare(). Any content will do: the first
+  // forward() that splits on a workspace address clears its counters (one asynchronous memset on
+  // the stream, captured too if that forward is inside a capture), and every forward leaves
+  // them fit for the next. A workspace freed and re-allocated at the same address must be
+  // zero-filled, or given to a new backend.
   size_t workspace_bytes() const;
   // The split-KV grid width for a batch of num_decodes (fixed per captured batch size).
   int decode_max_splits(int num_decodes) const;
@@ -164,8 +176,8 @@ class AttentionBackend {
   //   key, value:    [num_tokens, num_kv_heads, head_size] dtype, the new tokens' keys and
   //                  values, written to their slots first; a view with ndim 0 skips the write
   //   kv_cache:      [2, num_blocks, block_size, num_kv_heads, head_size] (NHD or HND strides)
-  //   workspace:     workspace_bytes() bytes of device memory, 16-byte aligned, zero-filled
-  //                  before first use; one workspace per stream that runs forwards concurrently
+  //   workspace:     workspace_bytes() bytes of device memory, 16-byte aligned (see
+  //                  workspace_bytes()); one workspace per stream that runs forwards concurrently
   // Throws Error naming the bad argument; launches nothing then.
   void forward(const TensorView& query, const TensorView& key, const TensorView& value,
                const TensorView& kv_cache, const TensorView& output,
@@ -179,6 +191,10 @@ class AttentionBackend {
   KernelCache* cache_ = nullptr;      // the cache prepare() loaded from
   detail::DecodeDevice device_;       // multiprocessors and occupancy (split policy)
   const detail::LoadedKernel* kernels_[3] = {};  // loaded, in specs_ order
+  // Workspace addresses whose split counters forward() has cleared (on their first split
+  // launch), so that an engine's workspace need not be zero-filled. Shared by copies.
+  struct ClearedWorkspaces;
+  std::shared_ptr<ClearedWorkspaces> cleared_;
 
   size_t counter_bytes() const;  // the workspace's leading split counters
   detail::DecodeGrid decode_grid(int num_decodes, const char* caller) const;
