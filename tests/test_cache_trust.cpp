@@ -100,6 +100,15 @@ void plant_entry(const std::string& dir, const CacheKey& key, const std::vector<
   ::chmod((dir + "/" + key.hex() + ".gakc").c_str(), 0600);
 }
 
+// A fresh cache directory (made by the cache itself) and where kSpec's entry goes in it.
+struct EntryDir {
+  Compiled want = compile_in_memory(kSpec);
+  test::TempDir tmp;
+  std::string dir = tmp.path() + "/cache";
+  std::string entry = dir + "/" + want.key.hex() + ".gakc";
+  EntryDir() { KernelCache make_dir(options_for(dir)); }
+};
+
 // Runs fn in a child process that is killed after `seconds`: a hang fails the test instead of
 // the whole suite. Returns the child's exit status (-1: killed).
 int run_bounded(int seconds, const std::function<int()>& fn) {
@@ -327,13 +336,10 @@ TEST_CASE("trust: symbolic links are never followed: entries, lock files, source
 }
 
 TEST_CASE("trust: a FIFO, a huge sparse file or a directory named like an entry hangs and breaks nothing") {
-  const Compiled want = compile_in_memory(kSpec);
-  test::TempDir tmp;
-  const std::string dir = tmp.path() + "/cache";
-  {
-    KernelCache make_dir(options_for(dir));
-  }
-  const std::string entry = dir + "/" + want.key.hex() + ".gakc";
+  const EntryDir d;
+  const Compiled& want = d.want;
+  const std::string& dir = d.dir;
+  const std::string& entry = d.entry;
 
   SUBCASE("FIFO") {
     REQUIRE(::mkfifo(entry.c_str(), 0600) == 0);
@@ -385,13 +391,10 @@ TEST_CASE("trust: a FIFO, a huge sparse file or a directory named like an entry 
 }
 
 TEST_CASE("trust: a payload that is not a cubin for the entry's arch is never served") {
-  const Compiled want = compile_in_memory(kSpec);
-  test::TempDir tmp;
-  const std::string dir = tmp.path() + "/cache";
-  {
-    KernelCache make_dir(options_for(dir));
-  }
-  const std::string entry = dir + "/" + want.key.hex() + ".gakc";
+  const EntryDir d;
+  const Compiled& want = d.want;
+  const std::string& dir = d.dir;
+  const std::string& entry = d.entry;
   std::vector<char> sm80 = compile_in_memory(
       "cache_write_h128_b16_bf16_kvauto_g1_swa0_cap0_nhd_sm80").cubin;
   const std::vector<std::pair<const char*, std::vector<char>>> payloads = {

@@ -61,6 +61,15 @@ std::vector<unsigned char> step_alone(const AttentionBackend& attn, Batch& b, in
   return b.output_bytes();
 }
 
+// A prepared bf16 layer whose decode of n requests of len tokens splits (so that the split
+// counters and partials of a workspace are in play).
+AttentionBackend split_backend(KernelCache& cache, int len, int n) {
+  AttentionBackend attn(Batch::layer(KvDType::kAuto, len));
+  attn.prepare(cache);
+  REQUIRE(attn.decode_max_splits(n) > 1);
+  return attn;
+}
+
 }  // namespace
 
 TEST_CASE("gpu concurrency: prepare() of different configurations on 6 threads compiles each kernel once") {
@@ -89,10 +98,7 @@ TEST_CASE("gpu concurrency: two threads run forward() on two streams, each with 
   GA_REQUIRE_GPU();
   TempKernelCache cache;
   constexpr int kLen = 8192, kN = 2;
-  AttentionBackend attn(Batch::layer(KvDType::kAuto, kLen));
-  attn.prepare(cache);
-  // Split launches, so that the counters and partials in each workspace are in play.
-  REQUIRE(attn.decode_max_splits(kN) > 1);
+  const AttentionBackend attn = split_backend(cache, kLen, kN);
   Batch batches[2] = {Batch(kN, 1, kLen, KvDType::kAuto, 11), Batch(kN, 1, kLen, KvDType::kAuto, 22)};
   DeviceBuffer workspaces[2] = {DeviceBuffer(attn.workspace_bytes()),
                                 DeviceBuffer(attn.workspace_bytes())};
@@ -120,10 +126,7 @@ TEST_CASE("gpu workspace: a workspace that was never zero-filled gives the same 
   GA_REQUIRE_GPU();
   TempKernelCache cache;
   constexpr int kLen = 8192, kN = 1;
-  AttentionBackend attn(Batch::layer(KvDType::kAuto, kLen));
-  attn.prepare(cache);
-  // Counters in play: split and not clustered.
-  REQUIRE(attn.decode_max_splits(kN) > 1);
+  const AttentionBackend attn = split_backend(cache, kLen, kN);
   if (attn.decode_cluster(kN)) {
     MESSAGE("skipped: with GRAPHATTN_DECODE_CLUSTERS=1 this launch combines in a cluster and "
             "uses no counters");
@@ -140,8 +143,7 @@ TEST_CASE("gpu workspace: a workspace that was never zero-filled gives the same 
   CHECK(step_alone(attn, b, kN, garbage, stream) == want);
   CHECK(step_alone(attn, b, kN, garbage, stream) == want);  // and it stays fit
   // A new backend of the same configuration clears the same workspace again on its first use.
-  AttentionBackend other(Batch::layer(KvDType::kAuto, kLen));
-  other.prepare(cache);
+  const AttentionBackend other = split_backend(cache, kLen, kN);
   garbage.fill_bytes(0x5a);
   settle();
   CHECK(step_alone(other, b, kN, garbage, stream) == want);
