@@ -45,6 +45,7 @@ uint64_t pack_spec(const AttentionSpec& s) {
   v = v * 2 + (s.soft_cap ? 1 : 0);
   v = v * 2 + static_cast<uint64_t>(s.layout);
   v = v * 1024 + static_cast<uint64_t>(s.arch);
+  v = v * 2 + (s.check_bounds ? 1 : 0);
   return v;
 }
 

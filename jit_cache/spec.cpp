@@ -100,7 +100,7 @@ std::string AttentionSpec::to_string() const {
   os << graphattn::to_string(kind) << "_h" << head_size << "_b" << block_size << "_"
      << graphattn::to_string(dtype) << "_kv" << graphattn::to_string(kv_dtype) << "_g" << group
      << "_swa" << (sliding_window ? 1 : 0) << "_cap" << (soft_cap ? 1 : 0) << "_"
-     << graphattn::to_string(layout) << "_sm" << arch;
+     << graphattn::to_string(layout) << "_sm" << arch << (check_bounds ? "_chk" : "");
   return os.str();
 }
 
@@ -108,7 +108,7 @@ bool AttentionSpec::operator==(const AttentionSpec& o) const {
   return kind == o.kind && head_size == o.head_size && block_size == o.block_size &&
          dtype == o.dtype && kv_dtype == o.kv_dtype && group == o.group &&
          sliding_window == o.sliding_window && soft_cap == o.soft_cap && layout == o.layout &&
-         arch == o.arch;
+         arch == o.arch && check_bounds == o.check_bounds;
 }
 
 namespace {
@@ -139,7 +139,7 @@ bool take_literal(const std::string& s, size_t& pos, const char* lit) {
 AttentionSpec AttentionSpec::parse(const std::string& text) {
   const char* grammar =
       "<cache_write|decode|prefill>_h<head>_b<block>_<fp16|bf16>_kv<auto|e4m3|"
-      "e5m2>_g<group>_swa<0|1>_cap<0|1>_<nhd|hnd>_sm<arch>";
+      "e5m2>_g<group>_swa<0|1>_cap<0|1>_<nhd|hnd>_sm<arch>[_chk]";
   auto bad = [&](const std::string& why) -> Error {
     return Error("malformed spec string '" + detail::printable(text) + "': " + why +
                  "; expected " + grammar +
@@ -198,6 +198,7 @@ AttentionSpec AttentionSpec::parse(const std::string& text) {
   else if (take_literal(text, pos, "_hnd")) s.layout = KvLayout::kHND;
   else throw missing("layout", "_nhd or _hnd");
   number("_sm", "arch", s.arch);
+  s.check_bounds = take_literal(text, pos, "_chk");
   if (pos != text.size()) throw bad("trailing characters " + found(pos));
   s.validate();
   return s;

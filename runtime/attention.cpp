@@ -2,6 +2,7 @@
 // mixed batch (cache write, split-KV decode for the decodes, prefill for the rest).
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -9,11 +10,13 @@
 #include "graphattn/backend.hpp"
 #include "graphattn/error.hpp"
 #include "graphattn/runtime.hpp"
+#include "jit_cache/text.hpp"
 #include "runtime/decode.hpp"
 #include "runtime/driver.hpp"
 #include "runtime/module_cache.hpp"
 #include "runtime/prefill.hpp"
 #include "runtime/tensor_checks.hpp"
+#include "templates/params.h"
 
 namespace graphattn {
 namespace {
@@ -33,7 +36,17 @@ AttentionSpec layer_spec(const AttentionLayerConfig& c, KernelKind kind, int arc
   s.soft_cap = c.soft_cap > 0;
   s.layout = c.layout;
   s.arch = arch;
+  s.check_bounds = c.check_bounds;
   return s;
+}
+
+// GRAPHATTN_CHECK_BOUNDS: unset, empty or 0 is off, 1 on; anything else is an error naming it.
+bool check_bounds_from_env() {
+  const char* v = std::getenv("GRAPHATTN_CHECK_BOUNDS");
+  if (!v || !*v || std::string(v) == "0") return false;
+  if (std::string(v) == "1") return true;
+  throw Error("GRAPHATTN_CHECK_BOUNDS='" + detail::printable(v) +
+              "' is not supported; supported: 1 (checked kernels) or 0");
 }
 
 enum SpecIndex { kWrite = 0, kDecodeIdx = 1, kPrefillIdx = 2 };
@@ -92,6 +105,7 @@ AttentionBackend::AttentionBackend(const AttentionLayerConfig& config)
     const std::string p = attention_config_problem(config_);
     if (!p.empty()) throw Error("attention layer configuration on the current device: " + p);
   }
+  config_.check_bounds = config_.check_bounds || check_bounds_from_env();
   if (config_.scale == 0) config_.scale = 1.0f / std::sqrt(static_cast<float>(config_.head_size));
   if (config_.kv_dtype == KvDType::kAuto) config_.k_scale = config_.v_scale = 1.0f;
   AttentionSpec write = layer_spec(config_, KernelKind::kCacheWrite, config_.arch);
@@ -113,6 +127,8 @@ void AttentionBackend::prepare(KernelCache& cache) {
     GA_REQUIRE(r.error.empty(), "compiling kernel " + r.spec + " failed: " + r.error);
   for (size_t i = 0; i < specs_.size(); ++i) kernels_[i] = &detail::load_kernel(specs_[i], cache);
   device_ = detail::prepare_decode_kernel(*kernels_[kDecodeIdx]);
+  if (config_.check_bounds && !bounds_)
+    bounds_ = std::make_shared<DeviceBuffer>(sizeof(GaBoundsReport));  // zero-filled
   cache_ = &cache;
   prepared_ = true;
 }
@@ -222,6 +238,8 @@ void AttentionBackend::forward(const TensorView& query, const TensorView& key,
   d.soft_cap = c.soft_cap;
   d.k_scale = c.k_scale;
   d.v_scale = c.v_scale;
+  void* const bounds = bounds_ ? bounds_->data() : nullptr;
+  d.bounds = bounds;
   const size_t counters = counter_bytes();
   d.counters = workspace;
   d.workspace = workspace_size >= counters ? static_cast<unsigned char*>(workspace) + counters
@@ -254,6 +272,7 @@ void AttentionBackend::forward(const TensorView& query, const TensorView& key,
   pf.soft_cap = c.soft_cap;
   pf.k_scale = c.k_scale;
   pf.v_scale = c.v_scale;
+  pf.bounds = bounds;
   const bool prefill = md.num_reqs > md.num_decodes;
   if (prefill) {
     GA_REQUIRE(md.max_query_len >= 1, "metadata: max_query_len " + str(md.max_query_len) +
@@ -286,7 +305,7 @@ void AttentionBackend::forward(const TensorView& query, const TensorView& key,
   } else if (write) {
     // The layer's own cache write kernel, loaded by prepare(): no lookup per call.
     detail::launch_cache_write(*kernels_[kWrite], k, v, kv_cache, written, md.slot_mapping,
-                               c.k_scale, c.v_scale, stream);
+                               c.k_scale, c.v_scale, stream, bounds);
   }
   if (decode && d.max_splits > 1 && !d.cluster) {
     // The split counters must start at zero; every launch leaves them so. The first split launch
@@ -302,6 +321,41 @@ void AttentionBackend::forward(const TensorView& query, const TensorView& key,
   }
   if (decode) detail::launch_decode(*kernels_[kDecodeIdx], d, stream);
   if (prefill) detail::launch_prefill(*kernels_[kPrefillIdx], pf, stream);
+}
+
+BoundsViolation AttentionBackend::take_bounds_violation() const {
+  GA_REQUIRE(config_.check_bounds,
+             "take_bounds_violation: the backend is not in checked mode (set "
+             "AttentionLayerConfig::check_bounds or GRAPHATTN_CHECK_BOUNDS=1)");
+  GA_REQUIRE(bounds_ != nullptr, "take_bounds_violation: call prepare() first");
+  const auto& d = detail::driver();
+  GA_CU_CHECK(d.cuCtxSynchronize());
+  GaBoundsReport r{};
+  bounds_->download(&r, sizeof r);
+  BoundsViolation v;
+  if (r.found) {
+    v.kind = r.kind == 1 ? BoundsViolation::Kind::kBlockId : BoundsViolation::Kind::kSlot;
+    v.request = r.request;
+    v.position = r.position;
+    v.value = r.value;
+    GA_CU_CHECK(d.cuMemsetD8(bounds_->ptr(), 0, sizeof r));
+    GA_CU_CHECK(d.cuCtxSynchronize());
+  }
+  return v;
+}
+
+std::string BoundsViolation::describe() const {
+  switch (kind) {
+    case Kind::kNone: return "no block id or slot outside the cache";
+    case Kind::kBlockId:
+      return "block id " + str(value) + " of request " + str(request) + " (for the key at position " +
+             str(position) + ") is outside the cache";
+    case Kind::kSlot:
+      return "slot " + str(value) + " of batch token " + str(position) +
+             (request >= 0 ? " (decode request " + str(request) + ")" : std::string()) +
+             " is outside the cache";
+  }
+  return "?";
 }
 
 }  // namespace graphattn

@@ -69,8 +69,10 @@ void ensure_shared_limit(CUfunction f, int bytes) {
 }  // namespace
 
 AttentionSpec decode_spec(const DecodeLaunch& a, int arch) {
-  return attention_spec_for(KernelKind::kDecode, a.query, a.output, a.kv_cache, a.window,
-                            a.soft_cap, arch);
+  AttentionSpec s = attention_spec_for(KernelKind::kDecode, a.query, a.output, a.kv_cache,
+                                       a.window, a.soft_cap, arch);
+  s.check_bounds = a.bounds != nullptr;
+  return s;
 }
 
 size_t decode_workspace_bytes(int num_decodes, int num_heads, int head_size, int max_splits) {
@@ -290,6 +292,8 @@ void launch_decode(const LoadedKernel& decode, const DecodeLaunch& a, CUstream s
     p.new_value_head_stride = a.new_value.strides[1];
     p.num_slots = a.kv_cache.shape[1] * a.kv_cache.shape[2];
   }
+  p.num_blocks = a.kv_cache.shape[1];
+  p.bounds = static_cast<GaBoundsReport*>(a.bounds);
 
   const int64_t grid_y = int64_t{num_kv_heads} * ga_decode_head_chunks(spec.group);
   GA_REQUIRE(grid_y <= 65535, "decode launch too large: " + str(grid_y) +

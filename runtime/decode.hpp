@@ -54,6 +54,10 @@ struct DecodeLaunch {
   TensorView new_key;       // [>= num_decodes, num_kv_heads, head_size] dtype of query
   TensorView new_value;     // same
   TensorView slot_mapping;  // [>= num_decodes] int64
+  // Checked mode: a zero-filled GaBoundsReport (templates/params.h) where the kernel records the
+  // first block id or fused-write slot outside the cache; the launch then needs the checked
+  // kernel (spec "_chk"). nullptr: the fast kernel.
+  void* bounds = nullptr;
 };
 
 // The decode spec these views and options need on `arch`. Checks ranks, dtypes and head counts

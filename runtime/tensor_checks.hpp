@@ -41,10 +41,12 @@ AttentionSpec attention_spec_for(KernelKind kind, const TensorView& query, const
                                  const TensorView& kv_cache, int window, float soft_cap, int arch);
 // Launches the loaded cache write kernel `k` on views that check_cache_write() accepted (kc is
 // its result); checks nothing.
+// `bounds`: checked mode's zero-filled GaBoundsReport (then `k` must be a checked kernel), or
+// nullptr.
 void launch_cache_write(const LoadedKernel& k, const TensorView& key, const TensorView& value,
                         const TensorView& kv_cache, const KvCacheShape& kc,
                         const TensorView& slot_mapping, float k_scale, float v_scale,
-                        CUstream stream);
+                        CUstream stream, void* bounds = nullptr);
 // Every check of the cache write's arguments (write_kv_cache and the decode kernel's fused
 // write share it); returns the cache's shape.
 KvCacheShape check_cache_write(const TensorView& key, const TensorView& value,

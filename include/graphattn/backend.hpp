@@ -19,6 +19,8 @@
 
 namespace graphattn {
 
+class DeviceBuffer;
+
 // NHD or HND from the strides of a 5-d KV cache view; throws on anything else.
 KvLayout kv_layout_of(const TensorView& kv_cache);
 // The KV cache dtype implied by the cache tensor's element type for a model of type `dtype`.
@@ -97,6 +99,25 @@ struct AttentionLayerConfig {
   // previous kernel in the stream has finished (the query and the new keys and values are read
   // after it). Set it only where that kernel writes none of those; AttentionLayerStack does.
   bool overlap_previous_kernel = false;
+  // Checked mode (also GRAPHATTN_CHECK_BOUNDS=1): the kernels (specs "..._chk") compare every
+  // block id and slot they read with kv_cache's size; the first out of range is recorded for
+  // take_bounds_violation() and the access is skipped (a bad block reads block 0, a bad slot
+  // writes nothing), so the context survives. Off, the fast kernels run, with no check at all (a
+  // block id past the cache is read, a slot past it is skipped).
+  bool check_bounds = false;
+};
+
+// What checked mode recorded (AttentionBackend::take_bounds_violation()).
+struct BoundsViolation {
+  enum class Kind { kNone, kBlockId, kSlot };
+  Kind kind = Kind::kNone;
+  int request = -1;   // block ids: the request (block_table row); slots: the decode request, or
+                      // -1 when the cache write kernel met it
+  int position = 0;   // block ids: the key position in the request; slots: the batch token
+  int64_t value = 0;  // the block id or slot
+  explicit operator bool() const { return kind != Kind::kNone; }
+  // "block id 70000 of request 3 at position 4096 is outside the cache (0..NB-1)" and the like.
+  std::string describe() const;
 };
 
 // One step's batch, vLLM v1 semantics. Requests are ordered decodes first (one query token
@@ -169,6 +190,12 @@ class AttentionBackend {
   // through distributed shared memory) for a batch of num_decodes.
   bool decode_cluster(int num_decodes) const;
 
+  // Checked mode only (config().check_bounds): the first out-of-range block id or slot that a
+  // kernel of this backend met since the last call (kind kNone when none), and clears the
+  // record. Synchronizes the context: call it outside captures, e.g. after a step. Throws Error
+  // outside checked mode.
+  BoundsViolation take_bounds_violation() const;
+
   // Runs one step on `stream`:
   //   query, output: [num_tokens, num_heads, head_size] dtype, head dim contiguous, rows
   //                  16-byte aligned; output rows of requests are overwritten (padded requests
@@ -195,6 +222,8 @@ class AttentionBackend {
   // launch), so that an engine's workspace need not be zero-filled. Shared by copies.
   struct ClearedWorkspaces;
   std::shared_ptr<ClearedWorkspaces> cleared_;
+  // Checked mode: the device record (a GaBoundsReport), allocated by prepare().
+  std::shared_ptr<DeviceBuffer> bounds_;
 
   size_t counter_bytes() const;  // the workspace's leading split counters
   detail::DecodeGrid decode_grid(int num_decodes, const char* caller) const;
