@@ -9,7 +9,7 @@ set(GRAPHATTN_FUZZ_SECONDS 15 CACHE STRING "seconds each fuzz_* ctest test runs 
 foreach(name spec entry size warmup_args)
   add_executable(fuzz_${name} ${CMAKE_CURRENT_LIST_DIR}/fuzz_${name}.cpp)
   target_link_libraries(fuzz_${name} PRIVATE graphattn CLI11::CLI11)
-  target_include_directories(fuzz_${name} PRIVATE ${CMAKE_SOURCE_DIR} ${XXHASH_INCLUDE_DIR})
+  target_include_directories(fuzz_${name} PRIVATE ${PROJECT_SOURCE_DIR} ${XXHASH_INCLUDE_DIR})
   target_link_options(fuzz_${name} PRIVATE -fsanitize=fuzzer)
   set(_ga_found ${CMAKE_BINARY_DIR}/fuzz-corpus/${name})
   file(MAKE_DIRECTORY ${_ga_found})
@@ -19,5 +19,5 @@ foreach(name spec entry size warmup_args)
                    -rss_limit_mb=2048 -print_final_stats=1 ${_ga_found}
                    ${CMAKE_CURRENT_LIST_DIR}/corpus/${name})
 endforeach()
-target_sources(fuzz_warmup_args PRIVATE ${CMAKE_SOURCE_DIR}/tools/warmup_options.cpp
-                                        ${CMAKE_SOURCE_DIR}/tools/models.cpp)
+target_sources(fuzz_warmup_args PRIVATE ${PROJECT_SOURCE_DIR}/tools/warmup_options.cpp
+                                        ${PROJECT_SOURCE_DIR}/tools/models.cpp)
