@@ -23,12 +23,10 @@ bool same_kernels(const AttentionLayerConfig& a, const AttentionLayerConfig& b) 
          a.kv_dtype == b.kv_dtype && a.layout == b.layout && a.window == b.window &&
          a.soft_cap == b.soft_cap && a.scale == b.scale && a.k_scale == b.k_scale &&
          a.v_scale == b.v_scale && a.max_model_len == b.max_model_len &&
-         a.max_num_seqs == b.max_num_seqs && a.arch == b.arch;
+         a.max_num_seqs == b.max_num_seqs && a.arch == b.arch && a.check_bounds == b.check_bounds;
 }
 
-ScalarType scalar_of(DType t) {
-  return t == DType::kBFloat16 ? ScalarType::kBFloat16 : ScalarType::kFloat16;
-}
+using detail::scalar_of;
 
 ScalarType kv_scalar_of(const AttentionLayerConfig& c) {
   switch (c.kv_dtype) {

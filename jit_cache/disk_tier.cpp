@@ -4,16 +4,19 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <random>
 #include <thread>
+
+#include "jit_cache/cubin_check.hpp"
+#include "jit_cache/text.hpp"
 
 namespace graphattn::detail {
 namespace {
@@ -21,7 +24,10 @@ namespace {
 constexpr char kMagic[8] = {'G', 'A', 'K', 'C', 'U', 'B', 'I', 'N'};
 constexpr size_t kFixedHeader = 8 + 4 + 4 + 16 + 4 * 4 + 8 * 4;  // before the spec string
 constexpr size_t kMaxSpecBytes = 256;
+constexpr size_t kMaxHeaderBytes = kFixedHeader + kMaxSpecBytes + 8;
 constexpr const char* kEntrySuffix = ".gakc";
+// Flags of every open of a file in the cache directory.
+constexpr int kOpenFlags = O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC;
 
 template <typename T>
 void put(std::vector<char>& out, T v) {
@@ -46,29 +52,26 @@ bool is_key_hex(const std::string& s) {
   return true;
 }
 
-bool read_file(const std::string& path, std::vector<char>* out, int* err) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    *err = errno;
-    return false;
-  }
-  struct stat st {};
-  if (fstat(fd, &st) != 0) {
-    *err = errno;
-    ::close(fd);
-    return false;
-  }
-  out->resize(static_cast<size_t>(st.st_size));
+std::string strip_suffix(const std::string& name, const std::string& suffix) {
+  return name.substr(0, name.size() - suffix.size());
+}
+
+bool is_entry_name(const std::string& name) {
+  return !name.empty() && name[0] != '.' && ends_with(name, kEntrySuffix);
+}
+
+// Reads up to size bytes at the file's current offset; returns how many it got (fewer at end of
+// file), or -1 on an error.
+ssize_t read_up_to(int fd, char* out, size_t size) {
   size_t done = 0;
-  while (done < out->size()) {
-    ssize_t n = ::read(fd, out->data() + done, out->size() - done);
+  while (done < size) {
+    const ssize_t n = ::read(fd, out + done, size - done);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
+    if (n < 0) return -1;
+    if (n == 0) break;
     done += static_cast<size_t>(n);
   }
-  out->resize(done);
-  ::close(fd);
-  return true;
+  return static_cast<ssize_t>(done);
 }
 
 bool write_all(int fd, const char* data, size_t size) {
@@ -86,21 +89,162 @@ int64_t mtime_ms(const struct stat& st) {
   return static_cast<int64_t>(st.st_mtim.tv_sec) * 1000 + st.st_mtim.tv_nsec / 1000000;
 }
 
-bool make_dirs(const std::string& dir) {
-  std::string cur;
+// 16 hex digits nobody can predict: temp and probe names cannot be planted in advance.
+std::string random_hex() {
+  uint64_t v = 0;
+  if (::getrandom(&v, sizeof v, 0) != static_cast<ssize_t>(sizeof v)) {
+    std::random_device rd;
+    v = (static_cast<uint64_t>(rd()) << 32) ^ rd();
+  }
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+// Creates dir and its missing parents. What it creates gets exactly `mode` (the last component)
+// or 0700 (parents), whatever the umask. False with errno set on failure.
+bool make_dirs(const std::string& dir, mode_t mode) {
   size_t pos = 0;
   while (pos != std::string::npos) {
     pos = dir.find('/', pos + 1);
-    cur = dir.substr(0, pos);
+    const std::string cur = dir.substr(0, pos);
     if (cur.empty()) continue;
-    if (::mkdir(cur.c_str(), 0755) != 0 && errno != EEXIST) return false;
+    const mode_t m = pos == std::string::npos ? mode : 0700;
+    if (::mkdir(cur.c_str(), m) == 0) {
+      const int fd = ::open(cur.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      struct stat st {};
+      if (fd >= 0 && ::fstat(fd, &st) == 0 && st.st_uid == ::geteuid()) ::fchmod(fd, m);
+      if (fd >= 0) ::close(fd);
+    } else if (errno != EEXIST) {
+      return false;
+    }
   }
-  struct stat st {};
-  return ::stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+  return true;
 }
 
-std::string strip_suffix(const std::string& path, const std::string& suffix) {
-  return path.substr(0, path.size() - suffix.size());
+// Opens `name` in dirfd for reading if it is a regular file, never following a link and never
+// blocking. Returns the descriptor, or -1 with *st filled (not a regular file) or *err set.
+int open_regular(int dirfd, const std::string& name, struct stat* st, int* err) {
+  *err = 0;
+  if (::fstatat(dirfd, name.c_str(), st, AT_SYMLINK_NOFOLLOW) != 0) {
+    *err = errno;
+    return -1;
+  }
+  if (!S_ISREG(st->st_mode)) return -1;
+  const int fd = ::openat(dirfd, name.c_str(), O_RDONLY | kOpenFlags);
+  if (fd < 0) {
+    *err = errno;
+    return -1;
+  }
+  // Swapped between the two looks: judge what was opened.
+  if (::fstat(fd, st) != 0 || !S_ISREG(st->st_mode)) {
+    *err = S_ISREG(st->st_mode) ? errno : 0;
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Reads and checks one entry file: type, trust, size, then the fixed header before the rest.
+EntryStatus load_entry(int dirfd, const std::string& name, const struct stat& dir_st,
+                       const TrustPolicy& policy, const CacheKey* expect, bool touch,
+                       EntryHeader* h, std::vector<char>* payload, struct stat* st,
+                       std::string* reason) {
+  auto fail = [&](EntryStatus s, const std::string& why) {
+    if (reason) *reason = why;
+    return s;
+  };
+  int err = 0;
+  const int fd = open_regular(dirfd, name, st, &err);
+  if (fd < 0) {
+    if (err == ENOENT) return fail(EntryStatus::kMissing, std::strerror(err));
+    if (err != 0) return fail(EntryStatus::kIoError, std::strerror(err));
+    return fail(EntryStatus::kNotRegular, std::string("is ") + file_type_name(st->st_mode));
+  }
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  const std::string untrusted = file_trust_problem(*st, dir_st, policy);
+  if (!untrusted.empty()) return fail(EntryStatus::kUntrusted, untrusted);
+  const uint64_t file_bytes = static_cast<uint64_t>(st->st_size);
+  if (file_bytes > kMaxHeaderBytes + kMaxPayloadBytes)
+    return fail(EntryStatus::kTooLarge,
+                "file of " + std::to_string(file_bytes) + " bytes is larger than any entry (" +
+                    std::to_string(kMaxHeaderBytes + kMaxPayloadBytes) + " bytes at most)");
+  std::vector<char> img(std::min<uint64_t>(file_bytes, kMaxHeaderBytes));
+  ssize_t got = read_up_to(fd, img.data(), img.size());
+  if (got < 0) return fail(EntryStatus::kIoError, std::strerror(errno));
+  img.resize(static_cast<size_t>(got));
+  uint32_t header_bytes = 0;
+  const EntryStatus prefix = check_entry_prefix(img.data(), img.size(), file_bytes, &header_bytes,
+                                                reason);
+  if (prefix != EntryStatus::kOk) return prefix;
+  // The lengths agree with the file's size, which is capped: now the rest may be read.
+  const size_t have = img.size();
+  img.resize(file_bytes);
+  got = read_up_to(fd, img.data() + have, img.size() - have);
+  if (got < 0) return fail(EntryStatus::kIoError, std::strerror(errno));
+  if (have + static_cast<size_t>(got) != img.size())
+    return fail(EntryStatus::kTruncated, "the file shrank while it was read");
+  const EntryStatus s = decode_entry(img, expect, h, payload, reason);
+  if (s == EntryStatus::kOk && touch) ::futimens(fd, nullptr);
+  return s;
+}
+
+CacheKey key_of_hex(const std::string& hex) {
+  CacheKey k;
+  k.high = std::stoull(hex.substr(0, 16), nullptr, 16);
+  k.low = std::stoull(hex.substr(16), nullptr, 16);
+  return k;
+}
+
+// Everything list() and inspect() say of one file named like an entry.
+EntryInfo inspect_at(int dirfd, const std::string& dir, const std::string& name,
+                     const struct stat& dir_st, const TrustPolicy& policy) {
+  EntryInfo info;
+  info.path = dir + "/" + name;
+  info.name = name;
+  info.key_hex = ends_with(name, kEntrySuffix) ? strip_suffix(name, kEntrySuffix) : name;
+  struct stat src {};
+  const std::string source = info.key_hex + ".cu";
+  if (::fstatat(dirfd, source.c_str(), &src, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(src.st_mode))
+    info.source_path = dir + "/" + source;
+  const bool named = is_key_hex(info.key_hex);
+  CacheKey expect;
+  if (named) expect = key_of_hex(info.key_hex);
+  struct stat st {};
+  info.status = load_entry(dirfd, name, dir_st, policy, named ? &expect : nullptr, false,
+                           &info.header, nullptr, &st, &info.reason);
+  info.file_bytes = static_cast<uint64_t>(st.st_size);
+  info.last_used_ms = mtime_ms(st);
+  info.owner = st.st_uid;
+  info.mode = st.st_mode;
+  if (info.status == EntryStatus::kOk && !named) {
+    info.status = EntryStatus::kKeyMismatch;
+    info.reason = "file name is not a key";
+  }
+  return info;
+}
+
+// The names in an open directory, through a descriptor of its own (threads may list at once).
+std::vector<std::string> names_in(int dir_fd) {
+  std::vector<std::string> out;
+  if (dir_fd < 0) return out;
+  const int fd = ::openat(dir_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return out;
+  DIR* d = ::fdopendir(fd);
+  if (!d) {
+    ::close(fd);
+    return out;
+  }
+  while (dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    if (name != "." && name != "..") out.push_back(name);
+  }
+  ::closedir(d);
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 }  // namespace
@@ -122,6 +266,10 @@ const char* to_string(EntryStatus s) {
     case EntryStatus::kKeyMismatch: return "key mismatch";
     case EntryStatus::kBadChecksum: return "checksum mismatch";
     case EntryStatus::kIoError: return "I/O error";
+    case EntryStatus::kNotRegular: return "not a regular file";
+    case EntryStatus::kUntrusted: return "untrusted";
+    case EntryStatus::kTooLarge: return "too large";
+    case EntryStatus::kBadCubin: return "bad cubin";
   }
   return "?";
 }
@@ -148,30 +296,57 @@ std::vector<char> encode_entry(const EntryHeader& h, const std::vector<char>& pa
   return out;
 }
 
+EntryStatus check_entry_prefix(const char* p, size_t size, uint64_t file_bytes,
+                               uint32_t* header_bytes, std::string* reason) {
+  auto fail = [&](EntryStatus s, const std::string& why) {
+    if (reason) *reason = why;
+    return s;
+  };
+  if (file_bytes < 12 || size < 12)
+    return fail(EntryStatus::kTruncated,
+                "file of " + std::to_string(file_bytes) + " bytes is shorter than a header");
+  if (std::memcmp(p, kMagic, 8) != 0)
+    return fail(EntryStatus::kBadMagic, "not a graphattn cache entry (bad magic)");
+  const uint32_t version = get<uint32_t>(p + 8);
+  if (version != kCacheFormatVersion)
+    return fail(EntryStatus::kBadVersion, "format version " + std::to_string(version) +
+                                              ", this build reads " +
+                                              std::to_string(kCacheFormatVersion));
+  if (size < kFixedHeader) return fail(EntryStatus::kTruncated, "header truncated");
+  const uint32_t hb = get<uint32_t>(p + 12);
+  const uint32_t spec_bytes = get<uint32_t>(p + 44);
+  if (spec_bytes > kMaxSpecBytes || hb != kFixedHeader + spec_bytes + 8)
+    return fail(EntryStatus::kBadHeader, "inconsistent header lengths");
+  if (file_bytes < hb || size < hb) return fail(EntryStatus::kTruncated, "header truncated");
+  const uint64_t payload_bytes = get<uint64_t>(p + 64);
+  if (payload_bytes > kMaxPayloadBytes)
+    return fail(EntryStatus::kTooLarge, "header declares a payload of " +
+                                            std::to_string(payload_bytes) + " bytes (at most " +
+                                            std::to_string(kMaxPayloadBytes) + ")");
+  if (file_bytes - hb != payload_bytes)
+    return fail(file_bytes - hb < payload_bytes ? EntryStatus::kTruncated
+                                                : EntryStatus::kBadHeader,
+                "payload is " + std::to_string(file_bytes - hb) + " bytes, header says " +
+                    std::to_string(payload_bytes));
+  *header_bytes = hb;
+  return EntryStatus::kOk;
+}
+
 EntryStatus decode_entry(const std::vector<char>& img, const CacheKey* expect, EntryHeader* h,
                          std::vector<char>* payload, std::string* reason) {
   auto fail = [&](EntryStatus s, const std::string& why) {
     if (reason) *reason = why;
     return s;
   };
-  if (img.size() < 12) return fail(EntryStatus::kTruncated, "file of " + std::to_string(img.size()) + " bytes is shorter than a header");
-  if (std::memcmp(img.data(), kMagic, 8) != 0) return fail(EntryStatus::kBadMagic, "not a graphattn cache entry (bad magic)");
-  const uint32_t version = get<uint32_t>(img.data() + 8);
-  if (version != kCacheFormatVersion)
-    return fail(EntryStatus::kBadVersion, "format version " + std::to_string(version) +
-                                              ", this build reads " +
-                                              std::to_string(kCacheFormatVersion));
-  if (img.size() < kFixedHeader + 8) return fail(EntryStatus::kTruncated, "header truncated");
-  const uint32_t header_bytes = get<uint32_t>(img.data() + 12);
-  const uint32_t spec_bytes = get<uint32_t>(img.data() + 44);
-  if (spec_bytes > kMaxSpecBytes || header_bytes != kFixedHeader + spec_bytes + 8)
-    return fail(EntryStatus::kBadHeader, "inconsistent header lengths");
-  if (img.size() < header_bytes) return fail(EntryStatus::kTruncated, "header truncated");
+  uint32_t header_bytes = 0;
+  const EntryStatus prefix =
+      check_entry_prefix(img.data(), img.size(), img.size(), &header_bytes, reason);
+  if (prefix != EntryStatus::kOk) return prefix;
   const uint64_t stored_header_hash = get<uint64_t>(img.data() + header_bytes - 8);
   if (XXH3_64bits(img.data(), header_bytes - 8) != stored_header_hash)
     return fail(EntryStatus::kBadChecksum, "header checksum mismatch");
   EntryHeader out;
-  out.format_version = version;
+  out.format_version = get<uint32_t>(img.data() + 8);
   out.key.high = get<uint64_t>(img.data() + 16);
   out.key.low = get<uint64_t>(img.data() + 24);
   out.arch = get<uint32_t>(img.data() + 32);
@@ -181,38 +356,60 @@ EntryStatus decode_entry(const std::vector<char>& img, const CacheKey* expect, E
   out.compile_us = get<uint64_t>(img.data() + 56);
   out.payload_bytes = get<uint64_t>(img.data() + 64);
   out.payload_hash = get<uint64_t>(img.data() + 72);
-  out.spec.assign(img.data() + kFixedHeader, spec_bytes);
+  out.spec.assign(img.data() + kFixedHeader, get<uint32_t>(img.data() + 44));
   if (expect && out.key != *expect)
     return fail(EntryStatus::kKeyMismatch, "stored key " + out.key.hex() + " differs from the file's key");
-  if (img.size() - header_bytes != out.payload_bytes)
-    return fail(img.size() - header_bytes < out.payload_bytes ? EntryStatus::kTruncated
-                                                              : EntryStatus::kBadHeader,
-                "payload is " + std::to_string(img.size() - header_bytes) +
-                    " bytes, header says " + std::to_string(out.payload_bytes));
-  if (XXH3_64bits(img.data() + header_bytes, out.payload_bytes) != out.payload_hash)
+  const char* body = img.data() + header_bytes;
+  if (XXH3_64bits(body, out.payload_bytes) != out.payload_hash)
     return fail(EntryStatus::kBadChecksum, "payload checksum mismatch");
-  if (payload) payload->assign(img.begin() + header_bytes, img.end());
+  std::string why;
+  if (!check_cubin(body, out.payload_bytes, out.arch, &why)) return fail(EntryStatus::kBadCubin, why);
+  if (payload) payload->assign(body, body + out.payload_bytes);
   if (h) *h = std::move(out);
   return EntryStatus::kOk;
 }
 
-DiskTier::DiskTier(std::string dir, uint64_t max_bytes, Warn warn)
-    : dir_(std::move(dir)), max_bytes_(max_bytes), warn_(std::move(warn)) {
+DiskTier::DiskTier(std::string dir, Warn warn, bool shared, Access access)
+    : dir_(std::move(dir)), warn_(std::move(warn)), policy_(TrustPolicy::current(shared)) {
   while (dir_.size() > 1 && dir_.back() == '/') dir_.pop_back();
-  if (!make_dirs(dir_)) {
-    disable("cannot create cache directory " + dir_ + ": " + std::strerror(errno));
+  const bool use = access == Access::kUse;
+  if (dir_.empty()) {
+    if (use) disable("no cache directory is set");
+    return;
+  }
+  if (use && !make_dirs(dir_, policy_.dir_mode())) {
+    disable("cannot create cache directory " + printable(dir_, 4096) + ": " + std::strerror(errno));
+    return;
+  }
+  dir_fd_ = ::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir_fd_ < 0) {
+    if (use) disable("cannot open cache directory " + printable(dir_, 4096) + ": " + std::strerror(errno));
+    return;
+  }
+  if (::fstat(dir_fd_, &dir_st_) != 0) {
+    trust_problem_ = "cannot stat cache directory " + printable(dir_, 4096) + ": " + std::strerror(errno);
+  } else {
+    trust_problem_ = directory_trust_problem(dir_, dir_st_, policy_);
+  }
+  if (use && !trust_problem_.empty()) {
+    disable(trust_problem_);
     return;
   }
   // Probe: a directory can exist and still refuse writes (read-only mount, permissions).
-  const std::string probe = dir_ + "/.probe." + std::to_string(::getpid());
-  int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const std::string probe = ".probe." + random_hex();
+  const int fd = ::openat(dir_fd_, probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | kOpenFlags, 0600);
   if (fd < 0) {
-    disable("cache directory " + dir_ + " is not writable (" + std::strerror(errno) + ")");
+    if (use)
+      disable("cache directory " + printable(dir_, 4096) + " is not writable (" + std::strerror(errno) + ")");
     return;
   }
   ::close(fd);
-  ::unlink(probe.c_str());
+  ::unlinkat(dir_fd_, probe.c_str(), 0);
   usable_ = true;
+}
+
+DiskTier::~DiskTier() {
+  if (dir_fd_ >= 0) ::close(dir_fd_);
 }
 
 void DiskTier::disable(const std::string& why) {
@@ -226,55 +423,58 @@ std::string DiskTier::entry_path(const CacheKey& key) const {
 
 EntryStatus DiskTier::read(const CacheKey& key, EntryHeader* h, std::vector<char>* payload,
                            std::string* reason) {
-  const std::string path = entry_path(key);
-  std::vector<char> img;
-  int err = 0;
-  if (!read_file(path, &img, &err)) {
-    if (err == ENOENT) return EntryStatus::kMissing;
-    if (reason) *reason = std::strerror(err);
-    return EntryStatus::kIoError;
-  }
-  const EntryStatus s = decode_entry(img, &key, h, payload, reason);
-  if (s == EntryStatus::kOk && usable_) ::utimensat(AT_FDCWD, path.c_str(), nullptr, 0);
-  return s;
+  if (!usable_ || !trust_problem_.empty()) return EntryStatus::kMissing;
+  struct stat st {};
+  return load_entry(dir_fd_, key.hex() + kEntrySuffix, dir_st_, policy_, &key, true, h, payload,
+                    &st, reason);
 }
 
 bool DiskTier::write(const EntryHeader& h, const std::vector<char>& payload) {
   if (!usable_) return false;
   const std::vector<char> img = encode_entry(h, payload);
-  static std::atomic<uint64_t> counter{0};
-  const std::string tmp = dir_ + "/." + h.key.hex() + ".tmp." + std::to_string(::getpid()) + "." +
-                          std::to_string(counter++);
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    disable("cannot write to cache directory " + dir_ + " (" + std::strerror(errno) + ")");
+  const std::string name = h.key.hex() + kEntrySuffix;
+  const std::string tmp = "." + h.key.hex() + ".tmp." + random_hex();
+  const char* step = "create a temp file";
+  bool ok = false;
+  const int fd = ::openat(dir_fd_, tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | kOpenFlags,
+                          policy_.file_mode());
+  if (fd >= 0) {
+    ok = ::fchmod(fd, policy_.file_mode()) == 0 && write_all(fd, img.data(), img.size()) &&
+         ::fsync(fd) == 0;
+    step = "write a temp file";
+    const int saved = errno;
+    ::close(fd);
+    errno = saved;
+    if (ok) {
+      ok = ::renameat(dir_fd_, tmp.c_str(), dir_fd_, name.c_str()) == 0;
+      step = "rename the temp file over the entry";
+    }
+    if (!ok) {
+      const int saved2 = errno;
+      ::unlinkat(dir_fd_, tmp.c_str(), 0);
+      errno = saved2;
+    }
+  }
+  if (!ok) {
+    if (warn_)
+      warn_("graphattn: could not write cache entry " + name + " in " + printable(dir_, 4096) +
+            " (" + step + ": " + std::strerror(errno) + "); this kernel stays in memory only");
     return false;
   }
-  const bool ok = write_all(fd, img.data(), img.size()) && ::fsync(fd) == 0;
-  const int saved = errno;
-  ::close(fd);
-  if (!ok || ::rename(tmp.c_str(), entry_path(h.key).c_str()) != 0) {
-    ::unlink(tmp.c_str());
-    disable("cannot write to cache directory " + dir_ + " (" + std::strerror(ok ? errno : saved) + ")");
-    return false;
-  }
-  int dfd = ::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
-  }
+  ::fsync(dir_fd_);
   return true;
 }
 
 void DiskTier::write_source(const CacheKey& key, const std::string& text) {
   if (!usable_) return;
-  const std::string path = dir_ + "/" + key.hex() + ".cu";
-  const std::string tmp = dir_ + "/." + key.hex() + ".cu.tmp." + std::to_string(::getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const std::string tmp = "." + key.hex() + ".cu.tmp." + random_hex();
+  const int fd = ::openat(dir_fd_, tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | kOpenFlags,
+                          policy_.file_mode());
   if (fd < 0) return;
-  const bool ok = write_all(fd, text.data(), text.size());
+  const bool ok = ::fchmod(fd, policy_.file_mode()) == 0 && write_all(fd, text.data(), text.size());
   ::close(fd);
-  if (!ok || ::rename(tmp.c_str(), path.c_str()) != 0) ::unlink(tmp.c_str());
+  if (!ok || ::renameat(dir_fd_, tmp.c_str(), dir_fd_, (key.hex() + ".cu").c_str()) != 0)
+    ::unlinkat(dir_fd_, tmp.c_str(), 0);
 }
 
 DiskTier::Lock::~Lock() {
@@ -287,9 +487,18 @@ DiskTier::Lock::~Lock() {
 DiskTier::Lock DiskTier::lock(const CacheKey& key, std::chrono::milliseconds timeout) {
   Lock l;
   if (!usable_) return l;
-  const std::string path = dir_ + "/" + key.hex() + ".lock";
-  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  // Read-only is enough for flock, and lets the members of a shared directory's group lock a
+  // file that another member created.
+  const int fd = ::openat(dir_fd_, (key.hex() + ".lock").c_str(), O_RDONLY | O_CREAT | kOpenFlags,
+                          policy_.file_mode());
   if (fd < 0) return l;
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !file_trust_problem(st, dir_st_, policy_).empty()) {
+    ::close(fd);
+    return l;
+  }
+  if (st.st_uid == policy_.uid && (st.st_mode & 07777) != policy_.file_mode())
+    ::fchmod(fd, policy_.file_mode());
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   auto pause = std::chrono::milliseconds(1);
   while (true) {
@@ -311,93 +520,127 @@ DiskTier::Lock DiskTier::lock(const CacheKey& key, std::chrono::milliseconds tim
   return l;
 }
 
+std::vector<std::string> DiskTier::file_names() const { return names_in(dir_fd_); }
+
+bool DiskTier::read_text(const std::string& name, size_t max_bytes, std::string* out) const {
+  int err = 0;
+  struct stat st {};
+  const int fd = dir_fd_ < 0 ? -1 : open_regular(dir_fd_, name, &st, &err);
+  if (fd < 0) return false;
+  out->resize(std::min<uint64_t>(static_cast<uint64_t>(st.st_size), max_bytes));
+  const ssize_t got = read_up_to(fd, out->data(), out->size());
+  ::close(fd);
+  if (got < 0) return false;
+  out->resize(static_cast<size_t>(got));
+  return true;
+}
+
+bool DiskTier::stat_name(const std::string& name, struct stat* st) const {
+  return dir_fd_ >= 0 && ::fstatat(dir_fd_, name.c_str(), st, AT_SYMLINK_NOFOLLOW) == 0;
+}
+
 std::vector<EntryInfo> DiskTier::list() const {
   std::vector<EntryInfo> out;
-  DIR* d = ::opendir(dir_.c_str());
-  if (!d) return out;
-  while (dirent* e = ::readdir(d)) {
-    const std::string name = e->d_name;
-    if (name.empty() || name[0] == '.' || !ends_with(name, kEntrySuffix)) continue;
-    out.push_back(inspect(dir_ + "/" + name));
-  }
-  ::closedir(d);
-  std::sort(out.begin(), out.end(),
-            [](const EntryInfo& a, const EntryInfo& b) { return a.path < b.path; });
+  for (const auto& name : file_names())
+    if (is_entry_name(name)) out.push_back(inspect_name(name));
   return out;
 }
 
+EntryInfo DiskTier::inspect_name(const std::string& name) const {
+  return inspect_at(dir_fd_, dir_, name, dir_st_, policy_);
+}
+
 EntryInfo DiskTier::inspect(const std::string& path) {
-  EntryInfo info;
-  info.path = path;
   const size_t slash = path.rfind('/');
-  const std::string base = path.substr(slash == std::string::npos ? 0 : slash + 1);
-  info.key_hex = strip_suffix(base, kEntrySuffix);
-  struct stat st {};
-  if (::stat(path.c_str(), &st) != 0) {
-    info.status = EntryStatus::kMissing;
-    info.reason = std::strerror(errno);
-    return info;
-  }
-  info.file_bytes = static_cast<uint64_t>(st.st_size);
-  info.last_used_ms = mtime_ms(st);
-  const std::string src = strip_suffix(path, kEntrySuffix) + ".cu";
-  if (::access(src.c_str(), R_OK) == 0) info.source_path = src;
-  std::vector<char> img;
-  int err = 0;
-  if (!read_file(path, &img, &err)) {
+  const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash);
+  const std::string name = path.substr(slash == std::string::npos ? 0 : slash + 1);
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  struct stat dir_st {};
+  if (fd < 0 || ::fstat(fd, &dir_st) != 0) {
+    EntryInfo info;
+    info.path = path;
+    info.name = name;
     info.status = EntryStatus::kIoError;
-    info.reason = std::strerror(err);
+    info.reason = std::strerror(errno);
+    if (fd >= 0) ::close(fd);
     return info;
   }
-  if (!is_key_hex(info.key_hex)) {
-    info.status = EntryStatus::kKeyMismatch;
-    info.reason = "file name is not a key";
-    return info;
-  }
-  CacheKey expect;
-  expect.high = std::stoull(info.key_hex.substr(0, 16), nullptr, 16);
-  expect.low = std::stoull(info.key_hex.substr(16), nullptr, 16);
-  info.status = decode_entry(img, &expect, &info.header, nullptr, &info.reason);
+  EntryInfo info = inspect_at(fd, dir, name, dir_st, TrustPolicy::current(false));
+  info.path = path;
+  ::close(fd);
   return info;
 }
 
-void DiskTier::remove_entry(const std::string& entry_path) {
-  const std::string stem = strip_suffix(entry_path, kEntrySuffix);
-  ::unlink(entry_path.c_str());
-  ::unlink((stem + ".cu").c_str());
-  ::unlink((stem + ".lock").c_str());
+Removal DiskTier::remove(const std::string& name) const {
+  Removal r;
+  if (dir_fd_ < 0) return r;
+  int rc = ::unlinkat(dir_fd_, name.c_str(), 0);
+  if (rc != 0 && (errno == EISDIR || errno == EPERM)) {
+    struct stat st {};
+    if (stat_name(name, &st) && S_ISDIR(st.st_mode))
+      rc = ::unlinkat(dir_fd_, name.c_str(), AT_REMOVEDIR);
+    else
+      errno = EPERM;
+  }
+  if (rc == 0)
+    r.removed = true;
+  else if (errno != ENOENT)
+    r.error = name + ": " + std::strerror(errno);
+  return r;
+}
+
+Removal DiskTier::remove_entry(const std::string& entry_name) const {
+  const std::string stem =
+      ends_with(entry_name, kEntrySuffix) ? strip_suffix(entry_name, kEntrySuffix) : entry_name;
+  const Removal r = remove(entry_name);
+  remove(stem + ".cu");
+  remove(stem + ".lock");
+  return r;
+}
+
+std::vector<std::string> DiskTier::remove_orphan_locks() const {
+  std::vector<std::string> removed;
+  const std::vector<std::string> names = file_names();
+  for (const auto& name : names) {
+    if (!ends_with(name, ".lock") || !is_key_hex(strip_suffix(name, ".lock"))) continue;
+    if (std::binary_search(names.begin(), names.end(), strip_suffix(name, ".lock") + kEntrySuffix))
+      continue;
+    int err = 0;
+    struct stat st {};
+    const int fd = open_regular(dir_fd_, name, &st, &err);
+    if (fd < 0) continue;
+    // Held: a compile in progress; its entry is about to appear.
+    if (::flock(fd, LOCK_EX | LOCK_NB) == 0 && ::unlinkat(dir_fd_, name.c_str(), 0) == 0)
+      removed.push_back(name);
+    ::close(fd);
+  }
+  return removed;
 }
 
 uint64_t DiskTier::evict(uint64_t max_bytes, const CacheKey* keep) {
   std::vector<EntryInfo> all;
-  DIR* d = ::opendir(dir_.c_str());
-  if (!d) return 0;
   uint64_t total = 0;
-  while (dirent* e = ::readdir(d)) {
-    const std::string name = e->d_name;
-    if (name.empty() || name[0] == '.' || !ends_with(name, kEntrySuffix)) continue;
+  for (const auto& name : file_names()) {
     struct stat st {};
-    const std::string path = dir_ + "/" + name;
-    if (::stat(path.c_str(), &st) != 0) continue;
+    if (!is_entry_name(name) || !stat_name(name, &st) || !S_ISREG(st.st_mode)) continue;
     EntryInfo info;
-    info.path = path;
+    info.name = name;
     info.key_hex = strip_suffix(name, kEntrySuffix);
     info.file_bytes = static_cast<uint64_t>(st.st_size);
     info.last_used_ms = mtime_ms(st);
     total += info.file_bytes;
     all.push_back(std::move(info));
   }
-  ::closedir(d);
   if (total <= max_bytes) return 0;
   std::sort(all.begin(), all.end(), [](const EntryInfo& a, const EntryInfo& b) {
-    return a.last_used_ms != b.last_used_ms ? a.last_used_ms < b.last_used_ms : a.path < b.path;
+    return a.last_used_ms != b.last_used_ms ? a.last_used_ms < b.last_used_ms : a.name < b.name;
   });
   const std::string keep_hex = keep ? keep->hex() : "";
   uint64_t removed = 0;
   for (const auto& e : all) {
     if (total <= max_bytes) break;
     if (e.key_hex == keep_hex) continue;
-    remove_entry(e.path);
+    if (!remove_entry(e.name).removed) continue;
     total -= e.file_bytes;
     ++removed;
   }
@@ -405,20 +648,36 @@ uint64_t DiskTier::evict(uint64_t max_bytes, const CacheKey* keep) {
 }
 
 uint64_t DiskTier::remove_stale_temps(std::chrono::seconds age) const {
-  DIR* d = ::opendir(dir_.c_str());
-  if (!d) return 0;
   uint64_t removed = 0;
   const int64_t cutoff = now_unix_ms() - age.count() * 1000;
-  while (dirent* e = ::readdir(d)) {
-    const std::string name = e->d_name;
+  for (const auto& name : file_names()) {
     if (name.size() < 2 || name[0] != '.' || name.find(".tmp.") == std::string::npos) continue;
-    const std::string path = dir_ + "/" + name;
     struct stat st {};
-    if (::stat(path.c_str(), &st) == 0 && mtime_ms(st) <= cutoff && ::unlink(path.c_str()) == 0)
-      ++removed;
+    if (stat_name(name, &st) && mtime_ms(st) <= cutoff && remove(name).removed) ++removed;
   }
-  ::closedir(d);
   return removed;
+}
+
+std::vector<std::string> DiskTier::repair_modes() {
+  std::vector<std::string> changed;
+  if (dir_fd_ < 0) return changed;
+  const mode_t forbidden = policy_.shared ? S_IWOTH : (S_IWGRP | S_IWOTH);
+  auto fix = [&](int fd, const struct stat& st, const std::string& path) {
+    if (st.st_uid != policy_.uid || !(st.st_mode & forbidden)) return;
+    const mode_t to = st.st_mode & 07777 & ~forbidden;
+    if (::fchmod(fd, to) == 0) changed.push_back(path + ": " + mode_text(st.st_mode) + " -> " + mode_text(to));
+  };
+  fix(dir_fd_, dir_st_, dir_);
+  for (const auto& name : file_names()) {
+    int err = 0;
+    struct stat st {};
+    const int fd = open_regular(dir_fd_, name, &st, &err);
+    if (fd < 0) continue;
+    fix(fd, st, dir_ + "/" + name);
+    ::close(fd);
+  }
+  if (::fstat(dir_fd_, &dir_st_) == 0) trust_problem_ = directory_trust_problem(dir_, dir_st_, policy_);
+  return changed;
 }
 
 }  // namespace graphattn::detail

@@ -12,8 +12,19 @@
 //   char[]   spec string
 //   u64      header XXH3-64 over all bytes above
 //   payload  the cubin
-// Beside it: "<key hex>.lock" (advisory lock), "<key hex>.cu" (dumped source).
+// Beside it: "<key hex>.lock" (advisory lock), "<key hex>.cu" (dumped source), and while a
+// write is in flight ".<key hex>.tmp.<random>".
+//
+// Trust (jit_cache/trust.hpp): the tier loads only from a directory that nobody else can write,
+// and only regular files that this user (or root) owns. Every file is opened relative to the
+// directory's handle, never through a symbolic link (O_NOFOLLOW) and without blocking
+// (O_NONBLOCK: a FIFO named like an entry cannot hang a reader); files are created with O_EXCL
+// under unpredictable names and with an explicit mode (0600; 0640 when shared), whatever the
+// umask. An entry's fixed header is read and its lengths checked against the file's size before
+// anything larger is allocated, and its payload must be a cubin for its arch.
 #pragma once
+
+#include <sys/stat.h>
 
 #include <chrono>
 #include <cstdint>
@@ -23,8 +34,13 @@
 #include <vector>
 
 #include "graphattn/jit.hpp"
+#include "jit_cache/trust.hpp"
 
 namespace graphattn::detail {
+
+// The largest payload an entry may declare; a bigger file is rejected before it is read. The
+// largest kernel graphattn builds is a few hundred KiB.
+constexpr uint64_t kMaxPayloadBytes = uint64_t{64} << 20;
 
 struct EntryHeader {
   uint32_t format_version = kCacheFormatVersion;
@@ -40,42 +56,70 @@ struct EntryHeader {
 };
 
 enum class EntryStatus { kOk, kMissing, kTruncated, kBadMagic, kBadVersion, kBadHeader,
-                         kKeyMismatch, kBadChecksum, kIoError };
+                         kKeyMismatch, kBadChecksum, kIoError, kNotRegular, kUntrusted,
+                         kTooLarge, kBadCubin };
 const char* to_string(EntryStatus s);
 
 // Encodes header + payload into the file image.
 std::vector<char> encode_entry(const EntryHeader& h, const std::vector<char>& payload);
-// Decodes and checks a file image. `expect` (optional) must match the stored key.
+// Checks the fixed header at the start of a file of file_bytes bytes (prefix holds its first
+// `size` bytes, at least all of the header when the file has one): magic, version, header and
+// payload lengths against the file's size. On kOk sets *header_bytes. Reads nothing else.
+EntryStatus check_entry_prefix(const char* prefix, size_t size, uint64_t file_bytes,
+                               uint32_t* header_bytes, std::string* reason);
+// Decodes and checks a whole file image: the prefix checks, both checksums, the key (`expect`,
+// optional, must match the stored one) and the payload (a cubin for the stored arch).
 EntryStatus decode_entry(const std::vector<char>& image, const CacheKey* expect, EntryHeader* h,
                          std::vector<char>* payload, std::string* reason);
 
 // One file in the directory, as the tool sees it.
 struct EntryInfo {
   std::string path;
+  std::string name;           // file name inside the directory
   std::string key_hex;        // from the file name
   uint64_t file_bytes = 0;
   int64_t last_used_ms = 0;   // file modification time, refreshed on every disk hit
+  uid_t owner = 0;            // of the file itself (never of a link's target)
+  mode_t mode = 0;
   EntryStatus status = EntryStatus::kOk;
   std::string reason;
   EntryHeader header;         // valid when status == kOk
   std::string source_path;    // dumped source, or ""
 };
 
+// What a removal did: removed, or not there (error empty), or failed (error says why).
+struct Removal {
+  bool removed = false;
+  std::string error;
+};
+
 class DiskTier {
  public:
   using Warn = std::function<void(const std::string&)>;
-  // Creates dir if needed and probes that it is writable; if not, usable() is false and `warn`
-  // has been called once.
-  DiskTier(std::string dir, uint64_t max_bytes, Warn warn);
+  // kUse: the kernel cache's tier. Creates the directory (and missing parents) if needed, then
+  //   requires it trusted and writable; otherwise usable() is false and `warn` has been called
+  //   once with the path, the owner and mode found and what is required.
+  // kInspect: graphattn-cache's view. Opens an existing directory whatever its owner and mode
+  //   (trust_problem() says what is wrong) and never creates one; usable() means writable.
+  enum class Access { kUse, kInspect };
+  DiskTier(std::string dir, Warn warn, bool shared, Access access = Access::kUse);
+  ~DiskTier();
+  DiskTier(const DiskTier&) = delete;
+  DiskTier& operator=(const DiskTier&) = delete;
 
   bool usable() const { return usable_; }
+  bool exists() const { return dir_fd_ >= 0; }
   const std::string& dir() const { return dir_; }
+  const TrustPolicy& policy() const { return policy_; }
+  // "" when the directory may be loaded from.
+  const std::string& trust_problem() const { return trust_problem_; }
 
-  // Reads and checks the entry for key; on kOk fills h and payload and marks it used.
+  // Reads and checks the entry for key; on kOk fills h and payload and marks it used. Only in a
+  // usable kUse tier (kMissing otherwise).
   EntryStatus read(const CacheKey& key, EntryHeader* h, std::vector<char>* payload,
                    std::string* reason);
-  // Writes atomically (temp file, fsync, rename, fsync dir). On failure the tier turns itself
-  // off (with one warning) and returns false: the caller keeps working from memory.
+  // Writes atomically (temp file, fsync, rename, fsync dir). On failure that one entry is not
+  // written: `warn` says why and the tier stays on for the next.
   bool write(const EntryHeader& h, const std::vector<char>& payload);
   void write_source(const CacheKey& key, const std::string& text);
 
@@ -102,21 +146,42 @@ class DiskTier {
   // Returns how many were removed.
   uint64_t evict(uint64_t max_bytes, const CacheKey* keep);
 
-  // Every entry file, fully checked (status and reason filled), sorted by path.
+  // Every file named like an entry, fully checked (status and reason filled), sorted by path.
   std::vector<EntryInfo> list() const;
+  // One file of the directory, checked like list() does.
+  EntryInfo inspect_name(const std::string& name) const;
+  // A file anywhere, checked against its own directory and this user (for tests).
   static EntryInfo inspect(const std::string& path);
-  // Removes an entry with its lock and source files.
-  static void remove_entry(const std::string& entry_path);
+  // Names in the directory other than "." and "..", sorted.
+  std::vector<std::string> file_names() const;
+  // A regular file of the directory by name (a dumped source), at most max_bytes of it; false
+  // when it is not a regular file or cannot be read.
+  bool read_text(const std::string& name, size_t max_bytes, std::string* out) const;
+  // lstat of a name in the directory.
+  bool stat_name(const std::string& name, struct stat* st) const;
+  // Removes a file or an empty directory by name; never follows a link.
+  Removal remove(const std::string& name) const;
+  // Removes an entry with its lock and source files; the result is the entry's.
+  Removal remove_entry(const std::string& entry_name) const;
+  // Removes lock files without an entry that nobody holds; returns their names.
+  std::vector<std::string> remove_orphan_locks() const;
   // Removes temp files left by processes that died while writing, older than age.
   uint64_t remove_stale_temps(std::chrono::seconds age) const;
+  // Takes write permission for group and others away from the directory and the files in it
+  // that this user owns, where the trust policy forbids it; returns what it changed ("path:
+  // 0775 -> 0755") and re-checks the directory.
+  std::vector<std::string> repair_modes();
 
   std::string entry_path(const CacheKey& key) const;
 
  private:
   void disable(const std::string& why);
   std::string dir_;
-  uint64_t max_bytes_;
   Warn warn_;
+  TrustPolicy policy_;
+  int dir_fd_ = -1;
+  struct stat dir_st_ {};
+  std::string trust_problem_;
   bool usable_ = false;
 };
 

@@ -8,6 +8,7 @@
 
 #include "graphattn/error.hpp"
 #include "graphattn/jit.hpp"
+#include "jit_cache/byte_size.hpp"
 #include "jit_cache/disk_tier.hpp"
 #include "jit_cache/nvrtc_compiler.hpp"
 #include "jit_cache/thread_pool.hpp"
@@ -44,6 +45,7 @@ uint64_t pack_spec(const AttentionSpec& s) {
   v = v * 2 + (s.soft_cap ? 1 : 0);
   v = v * 2 + static_cast<uint64_t>(s.layout);
   v = v * 1024 + static_cast<uint64_t>(s.arch);
+  v = v * 2 + (s.check_bounds ? 1 : 0);
   return v;
 }
 
@@ -52,22 +54,18 @@ const char* env(const char* name) {
   return v && *v ? v : nullptr;
 }
 
-uint64_t parse_bytes(const char* text) {
-  char* end = nullptr;
-  const unsigned long long v = std::strtoull(text, &end, 10);
-  uint64_t mult = 1;
-  if (end && *end) {
-    switch (*end) {
-      case 'k': case 'K': mult = 1ull << 10; break;
-      case 'm': case 'M': mult = 1ull << 20; break;
-      case 'g': case 'G': mult = 1ull << 30; break;
-      default:
-        throw Error(std::string("GRAPHATTN_CACHE_MAX_BYTES='") + text +
-                    "' is not a size; use bytes or a K, M or G suffix, e.g. 512M");
-    }
-  }
-  if (end == text) throw Error(std::string("GRAPHATTN_CACHE_MAX_BYTES='") + text + "' is not a size");
-  return v * mult;
+// GRAPHATTN_CACHE_MAX_BYTES through the one size parser; 0 means no cap (as in ccache).
+uint64_t max_bytes_from_env() {
+  const char* text = env("GRAPHATTN_CACHE_MAX_BYTES");
+  if (!text) return 2ull << 30;
+  const uint64_t v = detail::parse_byte_size(text, "GRAPHATTN_CACHE_MAX_BYTES");
+  return v == 0 ? UINT64_MAX : v;
+}
+
+// An absolute path, or nullptr: the XDG base directory rules ignore relative ones.
+const char* absolute_env(const char* name) {
+  const char* v = env(name);
+  return v && v[0] == '/' ? v : nullptr;
 }
 
 void default_warn(const std::string& msg) { std::cerr << msg << std::endl; }
@@ -76,9 +74,15 @@ void default_warn(const std::string& msg) { std::cerr << msg << std::endl; }
 
 std::string default_cache_dir() {
   if (const char* d = env("GRAPHATTN_CACHE_DIR")) return d;
-  if (const char* x = env("XDG_CACHE_HOME")) return std::string(x) + "/graphattn";
-  if (const char* h = env("HOME")) return std::string(h) + "/.cache/graphattn";
-  return "/tmp/graphattn-cache";
+  if (const char* x = absolute_env("XDG_CACHE_HOME")) return std::string(x) + "/graphattn";
+  if (const char* h = absolute_env("HOME")) return std::string(h) + "/.cache/graphattn";
+  // No shared fallback such as /tmp: another user could have planted entries there.
+  return "";
+}
+
+void check_cache_environment() {
+  max_bytes_from_env();
+  detail::shared_cache_requested();
 }
 
 const char* to_string(CacheOrigin o) {
@@ -110,13 +114,16 @@ KernelCache::KernelCache(CacheOptions options) : impl_(new Impl) {
     auto once = std::make_shared<std::once_flag>();
     o.warn = [once](const std::string& m) { std::call_once(*once, default_warn, m); };
   }
-  if (o.max_bytes == 0)
-    o.max_bytes = env("GRAPHATTN_CACHE_MAX_BYTES") ? parse_bytes(env("GRAPHATTN_CACHE_MAX_BYTES"))
-                                                   : (2ull << 30);
+  if (o.max_bytes == 0) o.max_bytes = max_bytes_from_env();
   if (const char* d = env("GRAPHATTN_DUMP_SOURCE")) o.dump_source = o.dump_source || d[0] == '1';
+  o.shared_dir = o.shared_dir || detail::shared_cache_requested();
   if (o.use_disk) {
     if (o.dir.empty()) o.dir = default_cache_dir();
-    impl_->disk = std::make_unique<DiskTier>(o.dir, o.max_bytes, o.warn);
+    if (o.dir.empty())
+      o.warn("graphattn: no cache directory (GRAPHATTN_CACHE_DIR, XDG_CACHE_HOME and HOME are "
+             "unset or not absolute); the kernel cache runs in memory only");
+    else
+      impl_->disk = std::make_unique<DiskTier>(o.dir, o.warn, o.shared_dir);
   }
 }
 
@@ -192,7 +199,8 @@ KernelPtr KernelCache::load_or_compile(const AttentionSpec& spec, const KernelSo
     EntryHeader h;
     std::vector<char> cubin;
     const EntryStatus s = disk->read(key, &h, &cubin, nullptr);
-    if (s == EntryStatus::kOk && h.spec == src.spec) return make(h, std::move(cubin));
+    if (s == EntryStatus::kOk && h.spec == src.spec && h.arch == static_cast<uint32_t>(spec.arch))
+      return make(h, std::move(cubin));
     if (s != EntryStatus::kMissing) bad_entry = true;
     return nullptr;
   };
@@ -238,15 +246,20 @@ KernelPtr KernelCache::load_or_compile(const AttentionSpec& spec, const KernelSo
   h.compile_us = static_cast<uint64_t>(ms * 1000.0);
   h.spec = src.spec;
   uint64_t evicted = 0;
+  bool write_failed = false;
   if (disk) {
     if (impl_->opts.dump_source) disk->write_source(key, src.source);
-    if (disk->write(h, cubin)) evicted = disk->evict(impl_->opts.max_bytes, &key);
+    if (disk->write(h, cubin))
+      evicted = disk->evict(impl_->opts.max_bytes, &key);
+    else
+      write_failed = true;
   }
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
     ++impl_->stats.compiles;
     impl_->stats.compile_ms += ms;
     impl_->stats.evictions += evicted;
+    impl_->stats.write_failures += write_failed ? 1 : 0;
     if (bad_entry) ++impl_->stats.repairs;
   }
   if (origin) *origin = CacheOrigin::kCompiled;

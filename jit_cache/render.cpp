@@ -61,6 +61,8 @@ KernelSource render_kernel(const AttentionSpec& spec) {
      << "constexpr int HAS_WINDOW = " << (spec.sliding_window ? 1 : 0) << ";\n"
      << "constexpr int HAS_SOFT_CAP = " << (spec.soft_cap ? 1 : 0) << ";\n"
      << "constexpr int TARGET_ARCH = " << spec.arch << ";\n";
+  // Only checked kernels name it: the fast path's source is the same as without the mode.
+  if (spec.check_bounds) os << "#define GA_CHECK_BOUNDS 1\n";
   os << template_text("params.h") << "\n" << template_text("common.cuh") << "\n"
      << template_text(fam.file);
   out.source = os.str();

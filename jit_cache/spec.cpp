@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "graphattn/error.hpp"
+#include "jit_cache/text.hpp"
 
 namespace graphattn {
 namespace {
@@ -99,7 +100,7 @@ std::string AttentionSpec::to_string() const {
   os << graphattn::to_string(kind) << "_h" << head_size << "_b" << block_size << "_"
      << graphattn::to_string(dtype) << "_kv" << graphattn::to_string(kv_dtype) << "_g" << group
      << "_swa" << (sliding_window ? 1 : 0) << "_cap" << (soft_cap ? 1 : 0) << "_"
-     << graphattn::to_string(layout) << "_sm" << arch;
+     << graphattn::to_string(layout) << "_sm" << arch << (check_bounds ? "_chk" : "");
   return os.str();
 }
 
@@ -107,20 +108,23 @@ bool AttentionSpec::operator==(const AttentionSpec& o) const {
   return kind == o.kind && head_size == o.head_size && block_size == o.block_size &&
          dtype == o.dtype && kv_dtype == o.kv_dtype && group == o.group &&
          sliding_window == o.sliding_window && soft_cap == o.soft_cap && layout == o.layout &&
-         arch == o.arch;
+         arch == o.arch && check_bounds == o.check_bounds;
 }
 
 namespace {
 
-// Reads a run of decimal digits (no sign, no leading zero unless the number is 0).
-bool take_number(const std::string& s, size_t& pos, int& out) {
-  size_t start = pos;
-  while (pos < s.size() && s[pos] >= '0' && s[pos] <= '9' && pos - start < 6) ++pos;
-  if (pos == start) return false;
-  if (pos < s.size() && s[pos] >= '0' && s[pos] <= '9') return false;  // too long
-  if (s[start] == '0' && pos - start > 1) return false;
-  out = std::atoi(s.substr(start, pos - start).c_str());
-  return true;
+enum class Number { kOk, kNone, kLeadingZero, kTooLong };
+
+// Reads a run of decimal digits (no sign, no leading zero unless the number is 0, at most 6).
+Number take_number(const std::string& s, size_t& pos, int& out) {
+  size_t end = pos;
+  while (end < s.size() && s[end] >= '0' && s[end] <= '9') ++end;
+  if (end == pos) return Number::kNone;
+  if (end - pos > 6) return Number::kTooLong;
+  if (s[pos] == '0' && end - pos > 1) return Number::kLeadingZero;
+  out = std::atoi(s.substr(pos, end - pos).c_str());
+  pos = end;
+  return Number::kOk;
 }
 
 bool take_literal(const std::string& s, size_t& pos, const char* lit) {
@@ -135,43 +139,67 @@ bool take_literal(const std::string& s, size_t& pos, const char* lit) {
 AttentionSpec AttentionSpec::parse(const std::string& text) {
   const char* grammar =
       "<cache_write|decode|prefill>_h<head>_b<block>_<fp16|bf16>_kv<auto|e4m3|"
-      "e5m2>_g<group>_swa<0|1>_cap<0|1>_<nhd|hnd>_sm<arch>";
+      "e5m2>_g<group>_swa<0|1>_cap<0|1>_<nhd|hnd>_sm<arch>[_chk]";
   auto bad = [&](const std::string& why) -> Error {
-    return Error("malformed spec string '" + text + "': " + why + "; expected " + grammar +
+    return Error("malformed spec string '" + detail::printable(text) + "': " + why +
+                 "; expected " + grammar +
                  ", e.g. decode_h128_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm90");
   };
   AttentionSpec s;
   size_t pos = 0;
+  // What the parser found where it stopped, for the message.
+  auto found = [&](size_t at) {
+    return at >= text.size() ? std::string("the end of the string")
+                             : "'" + detail::printable(text.substr(at), 24) + "'";
+  };
+  auto missing = [&](const std::string& field, const std::string& want) {
+    return bad(field + " field missing: expected " + want + " at offset " + std::to_string(pos) +
+               ", found " + found(pos));
+  };
+  // A field whose literal is present: "<lit><number>".
+  auto number = [&](const char* lit, const std::string& field, int& out) {
+    if (!take_literal(text, pos, lit)) throw missing(field, std::string("'") + lit + "<number>'");
+    const size_t at = pos;
+    switch (take_number(text, pos, out)) {
+      case Number::kOk: return;
+      case Number::kNone:
+        throw bad(field + " field '" + lit + "' has no number: found " + found(at));
+      case Number::kLeadingZero:
+        throw bad(field + " field '" + lit + "' has a number with a leading zero: found " +
+                  found(at));
+      case Number::kTooLong:
+        throw bad(field + " field '" + lit + "' has a number of more than 6 digits: found " +
+                  found(at));
+    }
+  };
+  auto flag = [&](const char* lit, const std::string& field) {
+    int v = 0;
+    number(lit, field, v);
+    if (v > 1) throw bad(field + " field '" + lit + "' must be 0 or 1, found " + std::to_string(v));
+    return v == 1;
+  };
   if (take_literal(text, pos, "cache_write_")) s.kind = KernelKind::kCacheWrite;
   else if (take_literal(text, pos, "decode_")) s.kind = KernelKind::kDecode;
   else if (take_literal(text, pos, "prefill_")) s.kind = KernelKind::kPrefill;
-  else throw bad("unknown kernel kind");
-  if (!take_literal(text, pos, "h") || !take_number(text, pos, s.head_size))
-    throw bad("head size field 'h<number>' missing");
-  if (!take_literal(text, pos, "_b") || !take_number(text, pos, s.block_size))
-    throw bad("block size field '_b<number>' missing");
+  else throw bad("unknown kernel kind: found " + found(0));
+  number("h", "head size", s.head_size);
+  number("_b", "block size", s.block_size);
   if (take_literal(text, pos, "_fp16")) s.dtype = DType::kFloat16;
   else if (take_literal(text, pos, "_bf16")) s.dtype = DType::kBFloat16;
-  else throw bad("dtype must be fp16 or bf16");
+  else throw missing("dtype", "_fp16 or _bf16");
   if (take_literal(text, pos, "_kvauto")) s.kv_dtype = KvDType::kAuto;
   else if (take_literal(text, pos, "_kve4m3")) s.kv_dtype = KvDType::kFp8E4M3;
   else if (take_literal(text, pos, "_kve5m2")) s.kv_dtype = KvDType::kFp8E5M2;
-  else throw bad("KV dtype must be kvauto, kve4m3 or kve5m2");
-  if (!take_literal(text, pos, "_g") || !take_number(text, pos, s.group))
-    throw bad("group field '_g<number>' missing");
-  int flag = 0;
-  if (!take_literal(text, pos, "_swa") || !take_number(text, pos, flag) || flag > 1)
-    throw bad("window field must be swa0 or swa1");
-  s.sliding_window = flag == 1;
-  if (!take_literal(text, pos, "_cap") || !take_number(text, pos, flag) || flag > 1)
-    throw bad("soft cap field must be cap0 or cap1");
-  s.soft_cap = flag == 1;
+  else throw missing("KV dtype", "_kvauto, _kve4m3 or _kve5m2");
+  number("_g", "group", s.group);
+  s.sliding_window = flag("_swa", "window");
+  s.soft_cap = flag("_cap", "soft cap");
   if (take_literal(text, pos, "_nhd")) s.layout = KvLayout::kNHD;
   else if (take_literal(text, pos, "_hnd")) s.layout = KvLayout::kHND;
-  else throw bad("layout must be nhd or hnd");
-  if (!take_literal(text, pos, "_sm") || !take_number(text, pos, s.arch))
-    throw bad("arch field '_sm<number>' missing");
-  if (pos != text.size()) throw bad("trailing characters '" + text.substr(pos) + "'");
+  else throw missing("layout", "_nhd or _hnd");
+  number("_sm", "arch", s.arch);
+  s.check_bounds = take_literal(text, pos, "_chk");
+  if (pos != text.size()) throw bad("trailing characters " + found(pos));
   s.validate();
   return s;
 }

@@ -2,15 +2,21 @@
 // mixed batch (cache write, split-KV decode for the decodes, prefill for the rest).
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include "graphattn/backend.hpp"
 #include "graphattn/error.hpp"
 #include "graphattn/runtime.hpp"
+#include "jit_cache/text.hpp"
 #include "runtime/decode.hpp"
+#include "runtime/driver.hpp"
 #include "runtime/module_cache.hpp"
 #include "runtime/prefill.hpp"
 #include "runtime/tensor_checks.hpp"
+#include "templates/params.h"
 
 namespace graphattn {
 namespace {
@@ -30,7 +36,17 @@ AttentionSpec layer_spec(const AttentionLayerConfig& c, KernelKind kind, int arc
   s.soft_cap = c.soft_cap > 0;
   s.layout = c.layout;
   s.arch = arch;
+  s.check_bounds = c.check_bounds;
   return s;
+}
+
+// GRAPHATTN_CHECK_BOUNDS: unset, empty or 0 is off, 1 on; anything else is an error naming it.
+bool check_bounds_from_env() {
+  const char* v = std::getenv("GRAPHATTN_CHECK_BOUNDS");
+  if (!v || !*v || std::string(v) == "0") return false;
+  if (std::string(v) == "1") return true;
+  throw Error("GRAPHATTN_CHECK_BOUNDS='" + detail::printable(v) +
+              "' is not supported; supported: 1 (checked kernels) or 0");
 }
 
 enum SpecIndex { kWrite = 0, kDecodeIdx = 1, kPrefillIdx = 2 };
@@ -74,7 +90,13 @@ DecodeKernel select_decode_kernel(const AttentionLayerConfig& config) {
   return attention_config_problem(config).empty() ? DecodeKernel::kSplitKv : DecodeKernel::kNone;
 }
 
-AttentionBackend::AttentionBackend(const AttentionLayerConfig& config) : config_(config) {
+struct AttentionBackend::ClearedWorkspaces {
+  std::mutex mu;
+  std::vector<const void*> addresses;
+};
+
+AttentionBackend::AttentionBackend(const AttentionLayerConfig& config)
+    : config_(config), cleared_(std::make_shared<ClearedWorkspaces>()) {
   const std::string problem = attention_config_problem(config_);
   if (!problem.empty()) throw Error("attention layer configuration: " + problem);
   if (config_.arch == 0) {
@@ -83,6 +105,7 @@ AttentionBackend::AttentionBackend(const AttentionLayerConfig& config) : config_
     const std::string p = attention_config_problem(config_);
     if (!p.empty()) throw Error("attention layer configuration on the current device: " + p);
   }
+  config_.check_bounds = config_.check_bounds || check_bounds_from_env();
   if (config_.scale == 0) config_.scale = 1.0f / std::sqrt(static_cast<float>(config_.head_size));
   if (config_.kv_dtype == KvDType::kAuto) config_.k_scale = config_.v_scale = 1.0f;
   AttentionSpec write = layer_spec(config_, KernelKind::kCacheWrite, config_.arch);
@@ -104,6 +127,8 @@ void AttentionBackend::prepare(KernelCache& cache) {
     GA_REQUIRE(r.error.empty(), "compiling kernel " + r.spec + " failed: " + r.error);
   for (size_t i = 0; i < specs_.size(); ++i) kernels_[i] = &detail::load_kernel(specs_[i], cache);
   device_ = detail::prepare_decode_kernel(*kernels_[kDecodeIdx]);
+  if (config_.check_bounds && !bounds_)
+    bounds_ = std::make_shared<DeviceBuffer>(sizeof(GaBoundsReport));  // zero-filled
   cache_ = &cache;
   prepared_ = true;
 }
@@ -167,7 +192,7 @@ void AttentionBackend::forward(const TensorView& query, const TensorView& key,
              "query " + query.describe() + " must have " + str(c.num_heads) + " heads of size " +
                  str(c.head_size));
   GA_REQUIRE(
-      query.dtype == (c.dtype == DType::kBFloat16 ? ScalarType::kBFloat16 : ScalarType::kFloat16),
+      query.dtype == detail::scalar_of(c.dtype),
       "query dtype " + std::string(to_string(query.dtype)) + " differs from the layer's " +
           to_string(c.dtype));
   GA_REQUIRE(md.num_actual_tokens >= md.num_decode_tokens && md.num_actual_tokens <= query.shape[0],
@@ -189,6 +214,7 @@ void AttentionBackend::forward(const TensorView& query, const TensorView& key,
     detail::require_rank(md.slot_mapping, 1, "slot_mapping", "[num_tokens]");
     detail::require_rank(key, 3, "key", "[num_tokens, num_kv_heads, head_size]");
     detail::require_rank(value, 3, "value", "[num_tokens, num_kv_heads, head_size]");
+    detail::require_kv_dtype(key, value, c.dtype, "forward");
     GA_REQUIRE(key.shape[0] >= md.num_actual_tokens && value.shape[0] >= md.num_actual_tokens &&
                    md.slot_mapping.shape[0] >= md.num_actual_tokens,
                "key " + key.describe() + ", value " + value.describe() + " and slot_mapping " +
@@ -212,6 +238,8 @@ void AttentionBackend::forward(const TensorView& query, const TensorView& key,
   d.soft_cap = c.soft_cap;
   d.k_scale = c.k_scale;
   d.v_scale = c.v_scale;
+  void* const bounds = bounds_ ? bounds_->data() : nullptr;
+  d.bounds = bounds;
   const size_t counters = counter_bytes();
   d.counters = workspace;
   d.workspace = workspace_size >= counters ? static_cast<unsigned char*>(workspace) + counters
@@ -244,6 +272,7 @@ void AttentionBackend::forward(const TensorView& query, const TensorView& key,
   pf.soft_cap = c.soft_cap;
   pf.k_scale = c.k_scale;
   pf.v_scale = c.v_scale;
+  pf.bounds = bounds;
   const bool prefill = md.num_reqs > md.num_decodes;
   if (prefill) {
     GA_REQUIRE(md.max_query_len >= 1, "metadata: max_query_len " + str(md.max_query_len) +
@@ -276,10 +305,57 @@ void AttentionBackend::forward(const TensorView& query, const TensorView& key,
   } else if (write) {
     // The layer's own cache write kernel, loaded by prepare(): no lookup per call.
     detail::launch_cache_write(*kernels_[kWrite], k, v, kv_cache, written, md.slot_mapping,
-                               c.k_scale, c.v_scale, stream);
+                               c.k_scale, c.v_scale, stream, bounds);
+  }
+  if (decode && d.max_splits > 1 && !d.cluster) {
+    // The split counters must start at zero; every launch leaves them so. The first split launch
+    // on a workspace clears them (an asynchronous memset, stream-ordered and capturable), so a
+    // workspace that was not zero-filled cannot give wrong outputs.
+    std::lock_guard<std::mutex> lock(cleared_->mu);
+    auto& seen = cleared_->addresses;
+    if (std::find(seen.begin(), seen.end(), workspace) == seen.end()) {
+      GA_CU_CHECK(detail::driver().cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(workspace), 0,
+                                                   counters, stream));
+      seen.push_back(workspace);
+    }
   }
   if (decode) detail::launch_decode(*kernels_[kDecodeIdx], d, stream);
   if (prefill) detail::launch_prefill(*kernels_[kPrefillIdx], pf, stream);
+}
+
+BoundsViolation AttentionBackend::take_bounds_violation() const {
+  GA_REQUIRE(config_.check_bounds,
+             "take_bounds_violation: the backend is not in checked mode (set "
+             "AttentionLayerConfig::check_bounds or GRAPHATTN_CHECK_BOUNDS=1)");
+  GA_REQUIRE(bounds_ != nullptr, "take_bounds_violation: call prepare() first");
+  const auto& d = detail::driver();
+  GA_CU_CHECK(d.cuCtxSynchronize());
+  GaBoundsReport r{};
+  bounds_->download(&r, sizeof r);
+  BoundsViolation v;
+  if (r.found) {
+    v.kind = r.kind == 1 ? BoundsViolation::Kind::kBlockId : BoundsViolation::Kind::kSlot;
+    v.request = r.request;
+    v.position = r.position;
+    v.value = r.value;
+    GA_CU_CHECK(d.cuMemsetD8(bounds_->ptr(), 0, sizeof r));
+    GA_CU_CHECK(d.cuCtxSynchronize());
+  }
+  return v;
+}
+
+std::string BoundsViolation::describe() const {
+  switch (kind) {
+    case Kind::kNone: return "no block id or slot outside the cache";
+    case Kind::kBlockId:
+      return "block id " + str(value) + " of request " + str(request) + " (for the key at position " +
+             str(position) + ") is outside the cache";
+    case Kind::kSlot:
+      return "slot " + str(value) + " of batch token " + str(position) +
+             (request >= 0 ? " (decode request " + str(request) + ")" : std::string()) +
+             " is outside the cache";
+  }
+  return "?";
 }
 
 }  // namespace graphattn

@@ -46,7 +46,11 @@ KvCacheShape check_cache_write(const TensorView& key, const TensorView& value,
 void launch_cache_write(const LoadedKernel& k, const TensorView& key, const TensorView& value,
                         const TensorView& kv_cache, const KvCacheShape& kc,
                         const TensorView& slot_mapping, float k_scale, float v_scale,
-                        CUstream stream) {
+                        CUstream stream, void* bounds) {
+  GA_REQUIRE(k.compiled != nullptr && k.compiled->spec.check_bounds == (bounds != nullptr),
+             std::string("launch_cache_write: ") +
+                 (bounds ? "a bounds report needs a checked kernel (_chk)"
+                         : "a checked kernel (_chk) needs a bounds report"));
   if (key.shape[0] == 0) return;
   CacheWriteParams p{};
   p.key = key.data;
@@ -66,6 +70,7 @@ void launch_cache_write(const LoadedKernel& k, const TensorView& key, const Tens
   p.num_kv_heads = static_cast<int>(kc.num_kv_heads);
   p.k_scale = k_scale;
   p.v_scale = v_scale;
+  p.bounds = static_cast<GaBoundsReport*>(bounds);
   const int vectors = static_cast<int>(p.num_kv_heads * kc.head_size / 8);
   LaunchShape shape;
   shape.grid_x = static_cast<unsigned>(p.num_tokens);

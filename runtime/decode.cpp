@@ -69,8 +69,10 @@ void ensure_shared_limit(CUfunction f, int bytes) {
 }  // namespace
 
 AttentionSpec decode_spec(const DecodeLaunch& a, int arch) {
-  return attention_spec_for(KernelKind::kDecode, a.query, a.output, a.kv_cache, a.window,
-                            a.soft_cap, arch);
+  AttentionSpec s = attention_spec_for(KernelKind::kDecode, a.query, a.output, a.kv_cache,
+                                       a.window, a.soft_cap, arch);
+  s.check_bounds = a.bounds != nullptr;
+  return s;
 }
 
 size_t decode_workspace_bytes(int num_decodes, int num_heads, int head_size, int max_splits) {
@@ -252,6 +254,19 @@ void launch_decode(const LoadedKernel& decode, const DecodeLaunch& a, CUstream s
                      decode_counter_count(a.num_decodes, num_kv_heads, spec.group))) +
                  " zero-filled uint32 when max_splits (" + str(a.max_splits) + ") > 1, got " +
                  (a.counters ? "a misaligned pointer" : "null"));
+  if (a.new_key.ndim != 0) {
+    // The fused cache write: forward() checked these through check_cache_write; a direct
+    // launch gets the same checks of the rows the kernel reads.
+    require_kv_dtype(a.new_key, a.new_value, spec.dtype, "launch_decode");
+    TensorView k = a.new_key, v = a.new_value;
+    GA_REQUIRE(k.ndim == 3 && v.ndim == 3 && k.shape[0] >= a.num_decodes &&
+                   v.shape[0] >= a.num_decodes,
+               "launch_decode: new_key " + k.describe() + " and new_value " + v.describe() +
+                   " must be [>= num_decodes (" + str(a.num_decodes) +
+                   "), num_kv_heads, head_size]");
+    k.shape[0] = v.shape[0] = a.num_decodes;
+    check_cache_write(k, v, a.kv_cache, a.slot_mapping, a.k_scale, a.v_scale);
+  }
   if (a.num_decodes == 0) return;
 
   DecodeParams p{};
@@ -277,6 +292,8 @@ void launch_decode(const LoadedKernel& decode, const DecodeLaunch& a, CUstream s
     p.new_value_head_stride = a.new_value.strides[1];
     p.num_slots = a.kv_cache.shape[1] * a.kv_cache.shape[2];
   }
+  p.num_blocks = a.kv_cache.shape[1];
+  p.bounds = static_cast<GaBoundsReport*>(a.bounds);
 
   const int64_t grid_y = int64_t{num_kv_heads} * ga_decode_head_chunks(spec.group);
   GA_REQUIRE(grid_y <= 65535, "decode launch too large: " + str(grid_y) +

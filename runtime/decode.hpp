@@ -48,11 +48,16 @@ struct DecodeLaunch {
   // decode_counter_count(...) uint32 at 4-byte alignment, all zero before the launch; the kernel
   // leaves them zero. Needed when max_splits > 1 (the last split of a request combines).
   void* counters = nullptr;
-  // Fused cache write, checked by the caller (check_cache_write): request r's new key and value
-  // (row r) go to slot_mapping[r] inside the decode kernel. ndim 0: no write.
+  // Fused cache write, checked as check_cache_write() checks the cache write's views (dtype the
+  // layer's, whatever the cache stores): request r's new key and value (row r) go to
+  // slot_mapping[r] inside the decode kernel. ndim 0: no write.
   TensorView new_key;       // [>= num_decodes, num_kv_heads, head_size] dtype of query
   TensorView new_value;     // same
   TensorView slot_mapping;  // [>= num_decodes] int64
+  // Checked mode: a zero-filled GaBoundsReport (templates/params.h) where the kernel records the
+  // first block id or fused-write slot outside the cache; the launch then needs the checked
+  // kernel (spec "_chk"). nullptr: the fast kernel.
+  void* bounds = nullptr;
 };
 
 // The decode spec these views and options need on `arch`. Checks ranks, dtypes and head counts

@@ -77,8 +77,10 @@ PrefillConfig prefill_config(const AttentionSpec& spec) {
 }
 
 AttentionSpec prefill_spec(const PrefillLaunch& a, int arch) {
-  return attention_spec_for(KernelKind::kPrefill, a.query, a.output, a.kv_cache, a.window,
-                            a.soft_cap, arch);
+  AttentionSpec s = attention_spec_for(KernelKind::kPrefill, a.query, a.output, a.kv_cache,
+                                       a.window, a.soft_cap, arch);
+  s.check_bounds = a.bounds != nullptr;
+  return s;
 }
 
 void launch_prefill(const LoadedKernel& k, const PrefillLaunch& a, CUstream stream) {
@@ -131,6 +133,8 @@ void launch_prefill(const LoadedKernel& k, const PrefillLaunch& a, CUstream stre
   p.soft_cap = a.soft_cap;
   p.v_scale = fp8 ? a.v_scale : 1.0f;
   p.window = a.window;
+  p.num_blocks = a.kv_cache.shape[1];
+  p.bounds = static_cast<GaBoundsReport*>(a.bounds);
 
   ensure_shared_limit(k.function, cfg.shared_bytes);
   LaunchShape shape;

@@ -31,6 +31,10 @@ struct PrefillLaunch {
   float soft_cap = 0.0f;       // logits soft cap; 0 = none (the spec must agree)
   float k_scale = 1.0f;        // fp8 KV: key = stored * k_scale; ignored otherwise
   float v_scale = 1.0f;        // fp8 KV: value = stored * v_scale; ignored otherwise
+  // Checked mode: a zero-filled GaBoundsReport (templates/params.h) where the kernel records the
+  // first block id outside the cache; the launch then needs the checked kernel (spec "_chk").
+  // nullptr: the fast kernel.
+  void* bounds = nullptr;
 };
 
 // The prefill spec these views and options need on `arch` (e.g. 90). Checks ranks, dtypes and

@@ -47,6 +47,18 @@ void require_rank(const TensorView& t, int rank, const char* name, const char* s
     if (t.shape[d] < 0) throw Error(std::string(name) + " has a negative size: " + t.describe());
 }
 
+ScalarType scalar_of(DType t) {
+  return t == DType::kBFloat16 ? ScalarType::kBFloat16 : ScalarType::kFloat16;
+}
+
+void require_kv_dtype(const TensorView& key, const TensorView& value, DType dtype,
+                      const char* where) {
+  GA_REQUIRE(key.dtype == scalar_of(dtype) && value.dtype == scalar_of(dtype),
+             std::string(where) + ": key dtype " + to_string(key.dtype) + " and value dtype " +
+                 to_string(value.dtype) + " must be the layer's " + to_string(dtype) +
+                 " (whatever the KV cache stores)");
+}
+
 void require_vector_access(const TensorView& t, const char* name) {
   const int64_t elems = 16 / scalar_bytes(t.dtype);
   bool ok = t.strides[t.ndim - 1] == 1 && reinterpret_cast<uintptr_t>(t.data) % 16 == 0;

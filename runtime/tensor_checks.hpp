@@ -16,6 +16,13 @@ namespace graphattn::detail {
     if (!(ok)) throw ::graphattn::Error(message);                \
   } while (0)
 void require_rank(const TensorView& t, int rank, const char* name, const char* shape);
+// The element type of a model dtype.
+ScalarType scalar_of(DType t);
+// New keys and values come in the layer's type `dtype` whatever the cache stores: a kernel built
+// for it would read another 16-bit type's bits as its own (an fp8 cache converts from it; a
+// 16-bit cache copies it). `where` names the caller in the message.
+void require_kv_dtype(const TensorView& key, const TensorView& value, DType dtype,
+                      const char* where);
 // The head dimension is contiguous and every row starts 16-byte aligned (vector loads).
 void require_vector_access(const TensorView& t, const char* name);
 
@@ -34,10 +41,12 @@ AttentionSpec attention_spec_for(KernelKind kind, const TensorView& query, const
                                  const TensorView& kv_cache, int window, float soft_cap, int arch);
 // Launches the loaded cache write kernel `k` on views that check_cache_write() accepted (kc is
 // its result); checks nothing.
+// `bounds`: checked mode's zero-filled GaBoundsReport (then `k` must be a checked kernel), or
+// nullptr.
 void launch_cache_write(const LoadedKernel& k, const TensorView& key, const TensorView& value,
                         const TensorView& kv_cache, const KvCacheShape& kc,
                         const TensorView& slot_mapping, float k_scale, float v_scale,
-                        CUstream stream);
+                        CUstream stream, void* bounds = nullptr);
 // Every check of the cache write's arguments (write_kv_cache and the decode kernel's fused
 // write share it); returns the cache's shape.
 KvCacheShape check_cache_write(const TensorView& key, const TensorView& value,

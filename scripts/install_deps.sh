@@ -1,8 +1,15 @@
 #!/usr/bin/env bash
 # Installs what graphattn needs to build on Debian/Ubuntu, skipping what is already there.
 # The CUDA toolkit (nvcc, NVRTC, headers) is expected under $CUDA_HOME or /usr/local/cuda.
+# --sanitize: also clang with its sanitizer and libFuzzer runtimes (scripts/sanitize.sh).
 set -euo pipefail
 need=()
+if [ "${1:-}" = "--sanitize" ]; then
+  command -v clang++ >/dev/null || need+=(clang)
+  ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a >/dev/null 2>&1 ||
+    need+=(libclang-rt-dev)
+  command -v llvm-symbolizer >/dev/null || need+=(llvm)
+fi
 have_header() { [ -e "/usr/include/$1" ]; }
 command -v cmake >/dev/null || need+=(cmake)
 command -v g++ >/dev/null || need+=(g++)

@@ -7,6 +7,9 @@ extern "C" __global__ void __launch_bounds__(256)
   ga_grid_dependency_sync();
   const int token = blockIdx.x;
   const long long slot = p.slot_mapping[token];
+#ifdef GA_CHECK_BOUNDS
+  if (slot >= p.num_slots && threadIdx.x == 0) ga_report_bounds(p.bounds, 2, -1, token, slot);
+#endif
   if (slot < 0 || slot >= p.num_slots) return;
   const long long block = slot / BLOCK_SIZE;
   const long long offset = slot % BLOCK_SIZE;

@@ -183,3 +183,35 @@ __device__ __forceinline__ long long ga_prefill_row_offset(int r, int col, int q
   return static_cast<long long>(q_start + tok) * token_stride +
          static_cast<long long>(head) * head_stride + col;
 }
+
+#ifdef GA_CHECK_BOUNDS
+// Checked mode: records the first out-of-range block id or slot (GaBoundsReport, params.h); the
+// later ones are dropped.
+__device__ __noinline__ void ga_report_bounds(GaBoundsReport* r, int kind, int request,
+                                              int position, long long value) {
+  if (atomicCAS(&r->found, 0, 1) == 0) {
+    r->kind = kind;
+    r->request = request;
+    r->position = position;
+    r->value = value;
+    __threadfence();
+  }
+}
+// A block id read from a block table: itself when inside the cache, else reported and 0.
+__device__ __forceinline__ int ga_checked_block(int block, long long num_blocks, GaBoundsReport* r,
+                                                int request, int position) {
+  if (block >= 0 && block < num_blocks) return block;
+  ga_report_bounds(r, 1, request, position, block);
+  return 0;
+}
+// The block of the prefill key at `key` in the block-table row block_row, checked.
+__device__ __forceinline__ int ga_prefill_checked_block(const PrefillParams& p,
+                                                        const int* block_row, int key) {
+  const int block = __ldg(block_row + key / BLOCK_SIZE);
+  if (block >= 0 && block < p.num_blocks) return block;
+  const long long request =
+      p.block_table_stride > 0 ? (block_row - p.block_table) / p.block_table_stride : 0;
+  ga_report_bounds(p.bounds, 1, static_cast<int>(request), key, block);
+  return 0;
+}
+#endif

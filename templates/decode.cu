@@ -321,6 +321,9 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   long long new_slot = -1;
   if (p.new_key != nullptr && last_split) {
     new_slot = p.slot_mapping[req];
+#ifdef GA_CHECK_BOUNDS
+    if (new_slot >= p.num_slots && tid == 0) ga_report_bounds(p.bounds, 2, req, req, new_slot);
+#endif
     if (new_slot >= p.num_slots) new_slot = -1;
   }
   const long long new_dst =
@@ -403,8 +406,13 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
         bt_cached = bt_row[tok / BLOCK_SIZE];
       }
     }
-    const int block = __shfl_sync(0xffffffffu, bt_cached, j - bt_j0);
     const int t0 = base + (tile_begin + warp + NW * j) * TILE;
+#ifdef GA_CHECK_BOUNDS
+    const int block = ga_checked_block(__shfl_sync(0xffffffffu, bt_cached, j - bt_j0),
+                                       p.num_blocks, p.bounds, req, t0);
+#else
+    const int block = __shfl_sync(0xffffffffu, bt_cached, j - bt_j0);
+#endif
     const long long off = static_cast<long long>(block) * p.cache_block_stride * KV_BYTES +
                           (t0 % BLOCK_SIZE) * token_bytes + head_off;
     const unsigned stage = ring_addr + issue_stage * STAGE_BYTES;

@@ -4,6 +4,21 @@
 // of the tensor's own type; the head dimension is always contiguous.
 #pragma once
 
+// Checked mode (a spec with check_bounds, "..._chk"; GA_CHECK_BOUNDS defined in its source): the
+// kernels compare every block id and slot they read with the cache's size and record the first
+// one out of range here instead of touching memory outside the cache (a bad block id reads block
+// 0, a bad slot writes nothing). kind 1: a block id of request `request`, met for the key at
+// `position`; kind 2: a slot, of batch token `position` (request -1 in the cache write kernel,
+// the decode request in the decode kernel's fused write). Zero-filled by the host; found == 1
+// once something was recorded. Unchecked kernels never touch it.
+struct GaBoundsReport {
+  int found;
+  int kind;
+  int request;
+  int position;
+  long long value;
+};
+
 // reshape_and_cache_flash: write each token's key and value into its slot of the paged cache.
 struct CacheWriteParams {
   const void* key;                // [num_tokens, num_kv_heads, head_size] dtype
@@ -24,6 +39,7 @@ struct CacheWriteParams {
   int num_kv_heads;
   float k_scale;                  // fp8 KV: stored = key / k_scale
   float v_scale;                  // fp8 KV: stored = value / v_scale
+  GaBoundsReport* bounds;         // checked mode only
 };
 
 // Split-KV decode (flash-decoding), one query token per request. Grid
@@ -85,6 +101,8 @@ struct DecodeParams {
   int early_prologue;             // 16-bit caches: 1 reads seq_lens, block_table, slot_mapping
                                   // and the KV cache before waiting for the previous kernel
                                   // (programmatic dependent launch): only when it writes none
+  long long num_blocks;           // checked mode only: blocks in the cache
+  GaBoundsReport* bounds;         // checked mode only
 };
 
 // Launch geometry shared by the host and the decode templates (evaluated at compile time by both).
@@ -154,4 +172,6 @@ struct PrefillParams {
   float soft_cap;                 // HAS_SOFT_CAP: scores -> soft_cap * tanh(score / soft_cap)
   float v_scale;                  // fp8 KV: multiplies the output; 1 otherwise
   int window;                     // HAS_WINDOW: key k visible from position p when p - k < window
+  long long num_blocks;           // checked mode only: blocks in the cache
+  GaBoundsReport* bounds;         // checked mode only
 };

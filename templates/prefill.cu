@@ -112,7 +112,11 @@ __device__ __forceinline__ void pf_load_kv(const PrefillParams& p, const int* bl
     const bool valid = key < kv_end;
     long long off = 0;
     if (valid) {
+#ifdef GA_CHECK_BOUNDS
+      const int blk = ga_prefill_checked_block(p, block_row, key);
+#else
       const int blk = __ldg(block_row + key / BLOCK_SIZE);
+#endif
       off = static_cast<long long>(blk) * p.cache_block_stride +
             static_cast<long long>(key % BLOCK_SIZE) * p.cache_token_stride + head_off + c * 8;
     }

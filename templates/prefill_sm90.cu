@@ -334,7 +334,11 @@ __device__ __forceinline__ void pw_gather_rows(const PrefillParams& p, const int
 #pragma unroll
   for (int k = 0; k < PW_PASSES; ++k) {
     key[k] = min(n0 + 32 * k + g.row, kv_end - 1);
+#ifdef GA_CHECK_BOUNDS
+    blk[k] = ga_prefill_checked_block(p, block_row, key[k]);
+#else
     blk[k] = __ldg(block_row + key[k] / BLOCK_SIZE);
+#endif
   }
 #pragma unroll
   for (int k = 0; k < PW_PASSES; ++k)

@@ -605,15 +605,16 @@ TEST_CASE("cache tool: a missing directory is an empty cache") {
   CHECK(env.code == 0);
   CHECK(json_of(env)["dir"] == missing);
 
-  // A path that is a file is no cache: reading it and compiling into it are errors naming it.
+  // A path that is a file is no cache: reading it and compiling into it are usage errors
+  // naming it.
   const std::string file = tmp.path() + "/a-file";
   write_file(file, "x");
   const ToolRun ls = run_tool({"--dir", file, "--json", "list"});
-  CHECK(ls.code == 1);
-  CHECK(contains(json_of(ls)["error"].get<std::string>(), file));
+  CHECK(ls.code == 2);
+  CHECK(contains(json_of(ls)["error"].get<std::string>(), file + "' is a regular file"));
   const ToolRun c = run_tool({"--dir", file, "compile", "--spec",
                               "cache_write_h128_b16_bf16_kvauto_g1_swa0_cap0_nhd_sm90"});
-  CHECK(c.code == 1);
+  CHECK(c.code == 2);
   CHECK(contains(c.err, file));
 }
 
@@ -653,4 +654,95 @@ TEST_CASE("cache tool: wrong usage prints the usage and exits 2") {
   CHECK(help.code == 0);
   for (const char* cmd : {"list", "show", "verify", "prune", "clear", "stats", "compile"})
     CHECK(contains(help.out, cmd));
+}
+
+TEST_CASE("cache tool: verify reports modes and owners, --fix repairs what it owns and cleans junk") {
+  TempDir dir;
+  copy_seed(dir.path());
+  const auto keys = keys_by_spec(dir.path());
+  const std::string k0 = keys.at(kSeedSpecs[0]);
+  // A group-writable directory, an entry others can write, an orphan lock file, and junk named
+  // like entries: a FIFO, an empty directory and a non-empty one.
+  REQUIRE(::chmod(dir.path().c_str(), 0775) == 0);
+  REQUIRE(::chmod((dir.path() + "/" + k0 + ".gakc").c_str(), 0666) == 0);
+  write_file(dir.path() + "/" + std::string(32, 'a') + ".lock", "");
+  const std::string fifo = std::string(32, 'b') + ".gakc";
+  const std::string empty_dir = std::string(32, 'c') + ".gakc";
+  const std::string full_dir = std::string(32, 'd') + ".gakc";
+  REQUIRE(::mkfifo((dir.path() + "/" + fifo).c_str(), 0600) == 0);
+  fs::create_directory(dir.path() + "/" + empty_dir);
+  fs::create_directory(dir.path() + "/" + full_dir);
+  write_file(dir.path() + "/" + full_dir + "/x", "x");
+  // The tool is run through `timeout`: a FIFO that blocked a reader would fail the test, not
+  // hang it.
+  auto bounded = [](std::vector<std::string> args) {
+    args.insert(args.begin(), {"30", GRAPHATTN_CACHE_TOOL});
+    return run_program("timeout", args);
+  };
+
+  for (const char* cmd : {"list", "stats"}) {
+    const ToolRun r = bounded({"--dir", dir.path(), "--json", cmd});
+    CHECK_MESSAGE(r.code == 0, describe(r));
+  }
+  const ToolRun v = bounded({"--dir", dir.path(), "--json", "verify"});
+  CHECK(v.code == 1);
+  const Json vj = json_of(v);
+  CHECK(contains(vj["directory_problem"].get<std::string>(), "writable by its group"));
+  CHECK(contains(vj["directory_problem"].get<std::string>(), "mode 0775"));
+  std::map<std::string, std::string> status;
+  for (const auto& e : vj["bad"]) status[e["key"].get<std::string>()] = e["status"].get<std::string>() + ": " + e["reason"].get<std::string>();
+  CHECK(contains(status[k0], "untrusted: is writable by group or others"));
+  CHECK(contains(status[std::string(32, 'b')], "is a FIFO"));
+  CHECK(contains(status[std::string(32, 'c')], "is a directory"));
+  CHECK(contains(status[std::string(32, 'd')], "is a directory"));
+  CHECK(vj["bad_count"] == 4);
+
+  const ToolRun f = bounded({"--dir", dir.path(), "--json", "verify", "--fix"});
+  CHECK(f.code == 1);
+  const Json fj = json_of(f);
+  CHECK(fj["repaired_modes"].size() == 2);  // the directory and the entry
+  CHECK(fj["directory_problem"].is_null());
+  CHECK(fj["bad_count"] == 3);  // the entry passes once its mode is repaired
+  CHECK(fj["removed_entries"] == 2);  // the FIFO and the empty directory
+  REQUIRE(fj["not_removed"].size() == 1);  // the directory with a file in it is reported, not
+  CHECK(contains(fj["not_removed"][0].get<std::string>(), full_dir));  // counted as removed
+  CHECK(fj["removed_lock_files"] == Json::array({std::string(32, 'a') + ".lock"}));
+  CHECK(!fs::exists(dir.path() + "/" + fifo));
+  CHECK(!fs::exists(dir.path() + "/" + empty_dir));
+  CHECK(fs::exists(dir.path() + "/" + full_dir));
+  CHECK((fs::status(dir.path()).permissions() & fs::perms::group_write) == fs::perms::none);
+  for (const auto& [spec, key] : keys) CHECK(fs::exists(dir.path() + "/" + key + ".gakc"));
+
+  fs::remove_all(dir.path() + "/" + full_dir);
+  const ToolRun after = bounded({"--dir", dir.path(), "--json", "verify"});
+  CHECK_MESSAGE(after.code == 0, describe(after));
+  CHECK(json_of(after)["checked"] == kSeedSpecs.size());
+
+  // clear removes the junk too, without hanging.
+  REQUIRE(::mkfifo((dir.path() + "/" + fifo).c_str(), 0600) == 0);
+  const ToolRun c = bounded({"--dir", dir.path(), "--json", "clear"});
+  CHECK_MESSAGE(c.code == 0, describe(c));
+  CHECK(!fs::exists(dir.path() + "/" + fifo));
+  CHECK(entry_files(dir.path()).empty());
+}
+
+TEST_CASE("cache tool: an entry of another user is reported and removed by --fix") {
+  if (::geteuid() != 0) {
+    MESSAGE("skipped: making a file owned by another user needs root");
+    return;
+  }
+  TempDir dir;
+  copy_seed(dir.path());
+  const std::string key = keys_by_spec(dir.path()).at(kSeedSpecs[2]);
+  const std::string path = dir.path() + "/" + key + ".gakc";
+  REQUIRE(::chown(path.c_str(), 65534, 65534) == 0);
+  const ToolRun v = run_tool({"--dir", dir.path(), "--json", "verify"});
+  CHECK(v.code == 1);
+  const Json vj = json_of(v);
+  REQUIRE(vj["bad"].size() == 1);
+  CHECK(vj["bad"][0]["status"] == "untrusted");
+  CHECK(contains(vj["bad"][0]["reason"].get<std::string>(), "belongs to another user"));
+  const ToolRun f = run_tool({"--dir", dir.path(), "--json", "verify", "--fix"});
+  CHECK(json_of(f)["removed_entries"] == 1);
+  CHECK(!fs::exists(path));
 }

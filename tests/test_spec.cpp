@@ -2,6 +2,7 @@
 
 #include "graphattn/error.hpp"
 #include "graphattn/spec.hpp"
+#include "jit_cache/text.hpp"
 
 using namespace graphattn;
 
@@ -138,4 +139,35 @@ TEST_CASE("spec: the parser rejects malformed strings with a clear error") {
                        doctest::Contains("head size 100 is not supported"), Error);
   CHECK_THROWS_WITH_AS(AttentionSpec::parse("decode_h128_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm70"),
                        doctest::Contains("target arch sm_70 is not supported"), Error);
+}
+
+TEST_CASE("spec: parse messages say which field is bad and escape what they echo") {
+  struct Case {
+    std::string input;
+    const char* says;
+  };
+  const Case cases[] = {
+      {"decode_h128_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm", "arch field '_sm' has no number: found the end"},
+      {"decode_h128_b16_bf16_kvauto_g4_swa2_cap0_nhd_sm90", "window field '_swa' must be 0 or 1, found 2"},
+      {"decode_h0128_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm90", "head size field 'h' has a number with a leading zero"},
+      {"decode_h128_b16_bf16_kvauto_g9999999_swa0_cap0_nhd_sm90", "group field '_g' has a number of more than 6 digits"},
+      {"decode_h128_b16_f32_kvauto_g4_swa0_cap0_nhd_sm90", "dtype field missing: expected _fp16 or _bf16 at offset 15, found '_f32_kvauto"},
+      {"decode_h128_b16_bf16_kvauto_g4_cap0_swa0_nhd_sm90", "window field missing: expected '_swa<number>' at offset 30"},
+      {"decode_h128\x1b[2J_b16", "'decode_h128\\x1b[2J_b16'"},
+      {"decode_h128_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm90\xc3\xa9", "trailing characters '\\xc3\\xa9'"},
+      {std::string("decode_h128\0_b16", 16), "'decode_h128\\x00_b16'"},
+      {"decode_" + std::string(100000, 'x'), "... (100007 bytes)"},
+  };
+  for (const auto& c : cases) {
+    INFO("input: " << detail::printable(c.input));
+    try {
+      AttentionSpec::parse(c.input);
+      FAIL("accepted");
+    } catch (const Error& e) {
+      const std::string msg = e.what();
+      CHECK_MESSAGE(msg.find(c.says) != std::string::npos, msg);
+      CHECK(msg.size() < 1000);
+      for (char ch : msg) CHECK((ch >= 0x20 && ch < 0x7f));
+    }
+  }
 }

@@ -57,3 +57,7 @@ add_test(NAME readme_snippets
 
 # The Python package (python/): pip install in a venv, then pytest.
 include(${PROJECT_SOURCE_DIR}/python/python_tests.cmake)
+
+# Binaries need no CUDA driver at start-up; fuzz targets (GRAPHATTN_FUZZ).
+include(${PROJECT_SOURCE_DIR}/tests/check_needed.cmake)
+include(${PROJECT_SOURCE_DIR}/tests/fuzz/fuzz.cmake)

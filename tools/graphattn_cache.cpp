@@ -38,7 +38,9 @@
 #include "graphattn/error.hpp"
 #include "graphattn/jit.hpp"
 #include "graphattn/spec.hpp"
+#include "jit_cache/byte_size.hpp"
 #include "jit_cache/disk_tier.hpp"
+#include "jit_cache/text.hpp"
 #include "tools/models.hpp"
 
 namespace {
@@ -46,6 +48,7 @@ namespace {
 using graphattn::detail::DiskTier;
 using graphattn::detail::EntryInfo;
 using graphattn::detail::EntryStatus;
+using graphattn::detail::printable;
 using Json = nlohmann::json;
 
 constexpr int kExitOk = 0;
@@ -56,6 +59,9 @@ constexpr size_t kShortKeyDigits = 12;
 // writer died. verify --fix removes only these; clear removes every temp file.
 constexpr std::chrono::seconds kStaleTempAge{600};
 constexpr const char* kEntrySuffix = ".gakc";
+constexpr const char* kNoDirectory =
+    "no cache directory: give --dir DIR, or set GRAPHATTN_CACHE_DIR, XDG_CACHE_HOME or HOME "
+    "(absolute paths)";
 
 // Wrong usage that CLI11 cannot see (a value with the wrong form, a missing choice): exit 2.
 class UsageError : public std::runtime_error {
@@ -187,64 +193,49 @@ class Table {
 // ---------------------------------------------------------------------------------------------
 // Parsing arguments
 
-// Bytes with an optional binary suffix: 1048576, 1024K, 1M, 1MiB, 2G.
+// --max-bytes through the library's one size parser (GRAPHATTN_CACHE_MAX_BYTES uses it too).
 uint64_t parse_size(const std::string& text) {
-  const std::string allowed =
-      "use a number of bytes, optionally followed by K, M or G (also KiB, MiB, GiB; binary "
-      "multiples), e.g. 64M";
-  size_t pos = 0;
-  while (pos < text.size() && text[pos] >= '0' && text[pos] <= '9') ++pos;
-  if (pos == 0) throw UsageError("--max-bytes '" + text + "' is not a size; " + allowed);
-  std::string unit = text.substr(pos);
-  for (char& c : unit) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  uint64_t mult = 1;
-  if (unit.empty() || unit == "b")
-    mult = 1;
-  else if (unit == "k" || unit == "kb" || unit == "kib")
-    mult = 1ull << 10;
-  else if (unit == "m" || unit == "mb" || unit == "mib")
-    mult = 1ull << 20;
-  else if (unit == "g" || unit == "gb" || unit == "gib")
-    mult = 1ull << 30;
-  else
-    throw UsageError("--max-bytes '" + text + "' has an unknown unit; " + allowed);
-  errno = 0;
-  const unsigned long long v = std::strtoull(text.substr(0, pos).c_str(), nullptr, 10);
-  if (errno == ERANGE || v > std::numeric_limits<uint64_t>::max() / mult)
-    throw UsageError("--max-bytes '" + text + "' is too large");
-  return static_cast<uint64_t>(v) * mult;
+  try {
+    return graphattn::detail::parse_byte_size(text, "--max-bytes");
+  } catch (const graphattn::Error& e) {
+    throw UsageError(e.what());
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
 // The directory
 
-enum class DirState { kMissing, kDirectory, kNotDirectory };
-
-DirState dir_state(const std::string& dir) {
+// The cache directory as the commands see it: opened for inspection whatever its owner and mode
+// (verify reports those). A missing directory is an empty cache and is not created by any
+// command but compile; a path that is not a directory is wrong usage.
+// Whether dir exists (as a directory); wrong usage when it is empty or names something else.
+bool require_directory_path(const std::string& dir) {
+  if (dir.empty()) throw UsageError(kNoDirectory);
   struct stat st {};
   if (::stat(dir.c_str(), &st) != 0) {
-    if (errno == ENOENT) return DirState::kMissing;
-    throw graphattn::Error("cannot read cache directory " + dir + ": " + std::strerror(errno));
+    if (errno == ENOENT) return false;
+    throw graphattn::Error("cannot read cache directory " + printable(dir, 4096) + ": " +
+                           std::strerror(errno));
   }
-  return S_ISDIR(st.st_mode) ? DirState::kDirectory : DirState::kNotDirectory;
+  if (!S_ISDIR(st.st_mode))
+    throw UsageError("--dir '" + printable(dir, 4096) + "' is " +
+                     graphattn::detail::file_type_name(st.st_mode) + ", not a directory");
+  return true;
 }
 
-// The cache directory as the commands see it. A missing directory is an empty cache and is not
-// created by any command but compile.
 class CacheDir {
  public:
   CacheDir(std::string dir, bool need_write) : dir_(std::move(dir)) {
     while (dir_.size() > 1 && dir_.back() == '/') dir_.pop_back();
-    const DirState s = dir_state(dir_);
-    if (s == DirState::kNotDirectory)
-      throw graphattn::Error("cache directory " + dir_ + " exists but is not a directory");
-    if (s == DirState::kMissing) return;
-    std::string warning;
-    tier_ = std::make_unique<DiskTier>(dir_, std::numeric_limits<uint64_t>::max(),
-                                       [&warning](const std::string& w) { warning = w; });
+    if (!require_directory_path(dir_)) return;
+    tier_ = std::make_unique<DiskTier>(dir_, nullptr, graphattn::detail::shared_cache_requested(),
+                                       DiskTier::Access::kInspect);
+    if (!tier_->exists())
+      throw graphattn::Error("cannot open cache directory " + printable(dir_, 4096) + ": " +
+                             std::strerror(errno));
     if (need_write && !tier_->usable())
-      throw graphattn::Error("cannot modify cache directory " + dir_ +
-                             (warning.empty() ? std::string() : ": " + warning));
+      throw graphattn::Error("cannot modify cache directory " + printable(dir_, 4096) +
+                             ": this user cannot write it");
   }
 
   const std::string& path() const { return dir_; }
@@ -253,22 +244,16 @@ class CacheDir {
   std::vector<EntryInfo> entries() const {
     return tier_ ? tier_->list() : std::vector<EntryInfo>{};
   }
-
   // Names of the files in the directory (not "." and "..").
   std::vector<std::string> file_names() const {
-    std::vector<std::string> out;
-    if (!tier_) return out;
-    DIR* d = ::opendir(dir_.c_str());
-    if (!d)
-      throw graphattn::Error("cannot read cache directory " + dir_ + ": " + std::strerror(errno));
-    while (dirent* e = ::readdir(d)) {
-      const std::string name = e->d_name;
-      if (name != "." && name != "..") out.push_back(name);
-    }
-    ::closedir(d);
-    std::sort(out.begin(), out.end());
-    return out;
+    return tier_ ? tier_->file_names() : std::vector<std::string>{};
   }
+  // lstat of a name in the directory: never follows a link.
+  bool stat_name(const std::string& name, struct stat* st) const {
+    return tier_ && tier_->stat_name(name, st);
+  }
+  // "" or what is wrong with the directory's owner or mode.
+  std::string trust_problem() const { return tier_ ? tier_->trust_problem() : ""; }
 
  private:
   std::string dir_;
@@ -300,8 +285,6 @@ bool is_side_file_name(const std::string& name) {
   }
   return false;
 }
-
-bool file_stat(const std::string& path, struct stat* st) { return ::stat(path.c_str(), st) == 0; }
 
 int64_t mtime_ms(const struct stat& st) {
   return static_cast<int64_t>(st.st_mtim.tv_sec) * 1000 + st.st_mtim.tv_nsec / 1000000;
@@ -418,7 +401,10 @@ uint64_t total_bytes(const std::vector<EntryInfo>& entries) {
   return n;
 }
 
-void print_json(const Json& j) { std::cout << j.dump(2) << "\n"; }
+// File names and stored spec strings may hold any bytes: invalid UTF-8 is replaced, not thrown.
+void print_json(const Json& j) {
+  std::cout << j.dump(2, ' ', false, Json::error_handler_t::replace) << "\n";
+}
 
 // ---------------------------------------------------------------------------------------------
 // Commands
@@ -449,7 +435,7 @@ int cmd_list(const Options& o) {
   for (const auto& e : entries) {
     const Check c = check_entry(e);
     const bool readable = e.status == EntryStatus::kOk;
-    t.add({short_key(e.key_hex), readable ? e.header.spec : "-",
+    t.add({printable(short_key(e.key_hex)), readable ? printable(e.header.spec) : "-",
            readable ? "sm_" + std::to_string(e.header.arch) : "-", human_bytes(e.file_bytes),
            readable ? local_time(e.header.compiled_at_ms) : "-", local_time(e.last_used_ms),
            readable ? fixed(static_cast<double>(e.header.compile_us) / 1000.0, 1) : "-",
@@ -480,13 +466,13 @@ const EntryInfo& resolve(const std::vector<EntryInfo>& entries, const std::strin
       if (e.status == EntryStatus::kOk && e.header.spec == arg) hits.push_back(&e);
   }
   if (hits.size() == 1) return *hits[0];
-  const std::string what = hex ? "key prefix '" + arg + "'" : "spec " + arg;
+  const std::string what = hex ? "key prefix '" + arg + "'" : "spec " + printable(arg);
   if (hits.empty()) {
     if (!hex) {
       try {
         graphattn::AttentionSpec::parse(arg);
       } catch (const std::exception& ex) {
-        throw graphattn::Error("'" + arg +
+        throw graphattn::Error("'" + printable(arg) +
                                "' is neither a key prefix (hex digits) nor a spec: " + ex.what());
       }
     }
@@ -502,12 +488,12 @@ const EntryInfo& resolve(const std::vector<EntryInfo>& entries, const std::strin
                          " entries; give " + (hex ? "more digits" : "a key prefix") + ":" + list);
 }
 
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw graphattn::Error("cannot read " + path + ": " + std::strerror(errno));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+// A dumped source, read without following links; sources are tens of KiB.
+std::string read_source(const CacheDir& dir, const EntryInfo& e) {
+  std::string text;
+  if (!dir.tier()->read_text(e.key_hex + ".cu", 16u << 20, &text))
+    throw graphattn::Error("cannot read " + e.source_path);
+  return text;
 }
 
 int cmd_show(const Options& o) {
@@ -516,7 +502,7 @@ int cmd_show(const Options& o) {
   const EntryInfo& e = resolve(entries, o.target, dir.path());
   const Check c = check_entry(e);
   const Json current = is_current(e);
-  const std::string source = e.source_path.empty() ? "" : read_text(e.source_path);
+  const std::string source = e.source_path.empty() ? "" : read_source(dir, e);
   if (o.json) {
     Json j = entry_json(e);
     j["dir"] = dir.path();
@@ -536,7 +522,7 @@ int cmd_show(const Options& o) {
   if (readable) {
     rows.insert(
         rows.end(),
-        {{"spec", h.spec},
+        {{"spec", printable(h.spec, 4096)},
          {"kind", kind_of(e)},
          {"arch", "sm_" + std::to_string(h.arch)},
          {"format version", std::to_string(h.format_version)},
@@ -566,7 +552,12 @@ int cmd_show(const Options& o) {
 }
 
 int cmd_verify(const Options& o) {
-  const CacheDir dir(o.dir, o.fix);
+  CacheDir dir(o.dir, o.fix);
+  // --fix first takes away the write permissions that the trust policy forbids (on what this
+  // user owns), so that the check below judges the repaired modes.
+  std::vector<std::string> repaired_modes;
+  if (o.fix && dir.exists()) repaired_modes = dir.tier()->repair_modes();
+  const std::string dir_problem = dir.trust_problem();
   const std::vector<EntryInfo> entries = dir.entries();
   std::vector<const EntryInfo*> bad;
   std::vector<std::string> not_current;
@@ -583,13 +574,21 @@ int cmd_verify(const Options& o) {
   for (const auto& name : dir.file_names()) {
     struct stat st {};
     if (is_temp_name(name) && name.find(".tmp.") != std::string::npos &&
-        file_stat(dir.path() + "/" + name, &st) && mtime_ms(st) <= cutoff)
+        dir.stat_name(name, &st) && mtime_ms(st) <= cutoff)
       stale_temps.push_back(name);
   }
   uint64_t removed_temps = 0;
+  size_t removed_entries = 0;
+  std::vector<std::string> not_removed;  // "name: why"
+  std::vector<std::string> removed_locks;
   if (o.fix && dir.exists()) {
-    for (const auto* e : bad) DiskTier::remove_entry(e->path);
+    for (const auto* e : bad) {
+      const graphattn::detail::Removal r = dir.tier()->remove_entry(e->name);
+      if (r.removed) ++removed_entries;
+      if (!r.error.empty()) not_removed.push_back(r.error);
+    }
     removed_temps = dir.tier()->remove_stale_temps(kStaleTempAge);
+    removed_locks = dir.tier()->remove_orphan_locks();
   }
   const size_t ok_count = entries.size() - bad.size();
   if (o.json) {
@@ -597,6 +596,7 @@ int cmd_verify(const Options& o) {
     for (const auto* e : bad) bad_list.push_back(entry_json(*e));
     print_json({{"dir", dir.path()},
                 {"exists", dir.exists()},
+                {"directory_problem", dir_problem.empty() ? Json(nullptr) : Json(dir_problem)},
                 {"checked", entries.size()},
                 {"ok", ok_count},
                 {"bad_count", bad.size()},
@@ -604,15 +604,21 @@ int cmd_verify(const Options& o) {
                 {"not_current", not_current},
                 {"stale_temp_files", stale_temps},
                 {"fixed", o.fix},
-                {"removed_entries", o.fix ? bad.size() : 0},
+                {"repaired_modes", repaired_modes},
+                {"removed_entries", removed_entries},
+                {"not_removed", not_removed},
+                {"removed_lock_files", removed_locks},
                 {"removed_temp_files", removed_temps}});
   } else {
+    for (const auto& m : repaired_modes) std::cout << "fixed mode of " << m << "\n";
+    if (!dir_problem.empty()) std::cout << "directory: " << dir_problem << "\n";
     if (!bad.empty()) {
       Table t({"BAD", "SPEC", "SIZE", "WHY"}, "llrl");
       for (const auto* e : bad) {
         const Check c = check_entry(*e);
-        t.add({short_key(e->key_hex), e->status == EntryStatus::kOk ? e->header.spec : "-",
-               human_bytes(e->file_bytes), c.status + ": " + c.reason});
+        t.add({printable(short_key(e->key_hex)),
+               e->status == EntryStatus::kOk ? printable(e->header.spec) : "-", human_bytes(e->file_bytes),
+               c.status + ": " + c.reason});
       }
       t.print(std::cout);
     }
@@ -626,13 +632,19 @@ int cmd_verify(const Options& o) {
     if (!stale_temps.empty())
       std::cout << plural(stale_temps.size(), "stale temp file", "stale temp files")
                 << " left by writers that died\n";
-    if (o.fix)
-      std::cout << "fixed: removed " << plural(bad.size(), "bad entry", "bad entries") << " and "
+    if (o.fix) {
+      std::cout << "fixed: removed " << plural(removed_entries, "bad entry", "bad entries") << ", "
+                << plural(removed_locks.size(), "orphan lock file", "orphan lock files") << " and "
                 << plural(removed_temps, "stale temp file", "stale temp files") << "\n";
-    else if (!bad.empty() || !stale_temps.empty())
+      for (const auto& n : not_removed) std::cout << "could not remove " << n << "\n";
+    } else if (!bad.empty() || !stale_temps.empty()) {
       std::cout << "run verify --fix to remove them\n";
+    }
   }
-  return bad.empty() ? kExitOk : kExitFailed;
+  if (!not_removed.empty())
+    std::cerr << "graphattn-cache: " << plural(not_removed.size(), "bad entry", "bad entries")
+              << " could not be removed\n";
+  return bad.empty() && dir_problem.empty() ? kExitOk : kExitFailed;
 }
 
 int cmd_prune(const Options& o) {
@@ -650,7 +662,7 @@ int cmd_prune(const Options& o) {
     const int64_t cutoff = graphattn::detail::now_unix_ms() - static_cast<int64_t>(span_ms);
     for (const auto& e : before) {
       if (e.last_used_ms < cutoff) {
-        DiskTier::remove_entry(e.path);
+        dir.tier()->remove_entry(e.name);
         why[e.key_hex] = "unused for more than " + days_text(o.older_than_days) + " days";
       }
     }
@@ -688,7 +700,7 @@ int cmd_prune(const Options& o) {
   if (!removed.empty()) {
     Table t({"REMOVED", "SPEC", "SIZE", "LAST USED", "WHY"}, "llrll");
     for (const auto* e : removed)
-      t.add({short_key(e->key_hex), e->status == EntryStatus::kOk ? e->header.spec : "-",
+      t.add({printable(short_key(e->key_hex)), e->status == EntryStatus::kOk ? printable(e->header.spec) : "-",
              human_bytes(e->file_bytes), local_time(e->last_used_ms), why[e->key_hex]});
     t.print(std::cout);
   }
@@ -701,24 +713,21 @@ int cmd_prune(const Options& o) {
 int cmd_clear(const Options& o) {
   const CacheDir dir(o.dir, true);
   const std::vector<EntryInfo> entries = dir.entries();
-  for (const auto& e : entries) DiskTier::remove_entry(e.path);
+  std::vector<std::string> failed;
+  for (const auto& e : entries) {
+    const graphattn::detail::Removal r = dir.tier()->remove_entry(e.name);
+    if (!r.error.empty()) failed.push_back(r.error);
+  }
   uint64_t side_files = 0;
   std::vector<std::string> kept;
-  std::vector<std::string> failed;
   for (const auto& name : dir.file_names()) {
-    const std::string path = dir.path() + "/" + name;
     if (is_temp_name(name) || is_side_file_name(name) || ends_with(name, kEntrySuffix)) {
-      if (::unlink(path.c_str()) == 0)
-        ++side_files;
-      else if (errno != ENOENT)
-        failed.push_back(name + " (" + std::strerror(errno) + ")");
+      const graphattn::detail::Removal r = dir.tier()->remove(name);
+      if (r.removed) ++side_files;
+      if (!r.error.empty() && !ends_with(name, kEntrySuffix)) failed.push_back(r.error);
     } else {
-      kept.push_back(name);
+      kept.push_back(printable(name));
     }
-  }
-  for (const auto& e : entries) {
-    struct stat st {};
-    if (file_stat(e.path, &st)) failed.push_back(e.path);
   }
   if (!failed.empty()) {
     std::string list;
@@ -783,7 +792,7 @@ int cmd_stats(const Options& o) {
       compile_ms += static_cast<double>(e.header.compile_us) / 1000.0;
     }
     struct stat st {};
-    if (!e.source_path.empty() && file_stat(e.source_path, &st)) {
+    if (!e.source_path.empty() && dir.stat_name(e.key_hex + ".cu", &st)) {
       ++sources.count;
       sources.bytes += static_cast<uint64_t>(st.st_size);
     }
@@ -829,7 +838,7 @@ int cmd_compile(const Options& o) {
     try {
       specs.push_back(graphattn::AttentionSpec::parse(text));
     } catch (const std::exception& ex) {
-      bad += std::string(bad.empty() ? "" : "\n") + "--spec '" + text + "': " + ex.what();
+      bad += std::string(bad.empty() ? "" : "\n") + "--spec '" + printable(text) + "': " + ex.what();
     }
   }
   for (const auto& name : o.models) {
@@ -844,11 +853,12 @@ int cmd_compile(const Options& o) {
       for (const auto& spec : graphattn::tools::model_kernel_specs(layers))
         if (std::find(specs.begin(), specs.end(), spec) == specs.end()) specs.push_back(spec);
     } catch (const std::exception& ex) {
-      bad += std::string(bad.empty() ? "" : "\n") + "--model '" + name + "': " + ex.what();
+      bad += std::string(bad.empty() ? "" : "\n") + "--model '" + printable(name) + "': " + ex.what();
     }
   }
   if (!bad.empty()) throw UsageError(bad);
   if (specs.empty()) throw UsageError("compile needs at least one --spec or --model");
+  require_directory_path(o.dir);
 
   std::vector<std::string> warnings;
   std::mutex warn_mu;
@@ -861,7 +871,7 @@ int cmd_compile(const Options& o) {
   };
   graphattn::KernelCache cache(opts);
   auto disk_failure = [&]() {
-    std::string msg = "the cache directory " + o.dir + " cannot be written";
+    std::string msg = "the cache directory " + printable(o.dir, 4096) + " cannot be used";
     for (const auto& w : warnings) msg += "\n  " + w;
     return graphattn::Error(msg);
   };
@@ -873,8 +883,8 @@ int cmd_compile(const Options& o) {
   const std::vector<graphattn::PrecompileResult> results = cache.precompile(specs, threads);
   const double wall_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  // A full disk turns the tier off mid-way: what was compiled then is not in the cache.
-  if (!cache.disk_enabled()) throw disk_failure();
+  // A full disk fails the writes of what was compiled then: those kernels are not in the cache.
+  if (!cache.disk_enabled() || cache.stats().write_failures > 0) throw disk_failure();
 
   size_t compiled = 0, hits = 0, failed = 0;
   auto word = [](const graphattn::PrecompileResult& r) {
@@ -974,7 +984,7 @@ int main(int argc, char** argv) {
   app.add_option("--dir", o.dir,
                  "cache directory (default: GRAPHATTN_CACHE_DIR, else $XDG_CACHE_HOME/graphattn, "
                  "else ~/.cache/graphattn; now " +
-                     default_dir + ")");
+                     (default_dir.empty() ? std::string("none") : printable(default_dir)) + ")");
   app.add_flag("--json", o.json, "print exactly one JSON document on stdout");
 
   CLI::App* list = app.add_subcommand("list", "one row per entry, then totals");
@@ -1028,6 +1038,12 @@ int main(int argc, char** argv) {
                         app.help());
   }
   o.json = o.json || json_requested;
+  // The environment is checked before any command runs, like the arguments.
+  try {
+    graphattn::check_cache_environment();
+  } catch (const std::exception& e) {
+    return report_error(e.what(), o.json, kExitUsage, "");
+  }
 
   try {
     if (list->parsed()) return cmd_list(o);

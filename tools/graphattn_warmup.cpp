@@ -9,7 +9,6 @@
 //   [latency]  decode step at fixed batch sizes, graph replay vs eager launches
 //
 // Without a GPU it runs the compile phase, says capture and decode were skipped, and exits 0.
-#include <CLI/CLI.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -24,6 +23,7 @@
 #include "graphattn/graphattn.hpp"
 #include "runtime/driver.hpp"
 #include "tools/models.hpp"
+#include "tools/warmup_options.hpp"
 
 using namespace graphattn;
 using Clock = std::chrono::steady_clock;
@@ -32,21 +32,7 @@ namespace {
 
 constexpr int kPrefillBudget = 2048;  // prompt tokens admitted per step
 
-struct Settings {
-  std::string model = "llama-3-8b";
-  int max_num_seqs = 64;
-  int max_model_len = 4096;
-  int block_size = 16;
-  std::string dtype = "bf16";
-  std::string kv_dtype = "auto";
-  std::vector<int> capture_sizes;
-  int steps = 300;
-  int arch = 0;
-  unsigned threads = 0;
-  std::string cache_dir;
-  double kv_cache_gib = 0;  // 0: as much as the decode loop can use, within 50% of free memory
-  uint64_t seed = 1234;
-};
+using Settings = tools::WarmupSettings;
 
 double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
@@ -380,31 +366,19 @@ int run_gpu_phases(const Settings& s, const tools::ModelConfig& m,
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"graphattn-warmup: compile, capture and run decode steps of a built-in model"};
-  Settings s;
-  bool list_models = false;
-  app.add_option("--model", s.model, "built-in model configuration (--list-models)")->capture_default_str();
-  app.add_option("--max-num-seqs", s.max_num_seqs, "most requests in one batch")->capture_default_str()->check(CLI::Range(1, 512));
-  app.add_option("--max-model-len", s.max_model_len, "longest sequence in tokens")->capture_default_str()->check(CLI::Range(64, 1 << 20));
-  app.add_option("--block-size", s.block_size, "KV cache block size")->capture_default_str();
-  app.add_option("--dtype", s.dtype, "fp16 or bf16")->capture_default_str()->check(CLI::IsMember({"fp16", "bf16"}));
-  app.add_option("--kv-cache-dtype", s.kv_dtype, "auto, e4m3 or e5m2")->capture_default_str()->check(CLI::IsMember({"auto", "e4m3", "e5m2"}));
-  app.add_option("--capture-sizes", s.capture_sizes, "graph batch sizes (default: vLLM's list up to max_num_seqs)");
-  app.add_option("--steps", s.steps, "decode loop steps")->capture_default_str()->check(CLI::Range(0, 1000000));
-  app.add_option("--arch", s.arch, "target arch, e.g. 90 (default: the GPU's, else 90)");
-  app.add_option("--threads", s.threads, "compile threads (default: cores)");
-  app.add_option("--cache-dir", s.cache_dir, "kernel cache directory (default: $GRAPHATTN_CACHE_DIR or ~/.cache/graphattn)");
-  app.add_option("--kv-cache-gib", s.kv_cache_gib, "KV cache size for all layers (default: up to half the free memory)");
-  app.add_option("--seed", s.seed, "workload random seed")->capture_default_str();
-  app.add_flag("--list-models", list_models, "print the built-in models and exit");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    const int rc = app.exit(e);
-    return rc == 0 ? 0 : 2;
+  // Every option and the environment are checked before any phase: a bad value exits 2.
+  const tools::WarmupArgs args = tools::parse_warmup_args(argc, argv);
+  if (args.exit_code == 0) {
+    std::printf("%s", args.text.c_str());
+    return 0;
   }
+  if (args.exit_code > 0) {
+    std::fprintf(stderr, "graphattn-warmup: %s\n(run with --help for the options)\n", args.text.c_str());
+    return args.exit_code;
+  }
+  const Settings& s = args.settings;
   try {
-    if (list_models) {
+    if (s.list_models) {
       for (const auto& m : tools::builtin_models())
         std::printf("%-12s layers %2d  heads %2d/%d  head %3d  window %d%s  soft cap %g\n",
                     m.name.c_str(), m.num_layers, m.num_heads, m.num_kv_heads, m.head_size,

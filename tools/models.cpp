@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "graphattn/error.hpp"
+#include "jit_cache/text.hpp"
 
 namespace graphattn::tools {
 
@@ -22,19 +23,19 @@ const ModelConfig& find_model(const std::string& name) {
     if (m.name == name) return m;
     known += (known.empty() ? "" : ", ") + m.name;
   }
-  throw Error("unknown model '" + name + "'; built-in models: " + known);
+  throw Error("unknown model '" + detail::printable(name) + "'; built-in models: " + known);
 }
 
 DType dtype_from_name(const std::string& name) {
   for (DType t : {DType::kFloat16, DType::kBFloat16})
     if (name == to_string(t)) return t;
-  throw Error("dtype '" + name + "' is not supported; supported: fp16, bf16");
+  throw Error("dtype '" + detail::printable(name) + "' is not supported; supported: fp16, bf16");
 }
 
 KvDType kv_dtype_from_name(const std::string& name) {
   for (KvDType t : {KvDType::kAuto, KvDType::kFp8E4M3, KvDType::kFp8E5M2})
     if (name == to_string(t)) return t;
-  throw Error("KV cache dtype '" + name + "' is not supported; supported: auto, e4m3, e5m2");
+  throw Error("KV cache dtype '" + detail::printable(name) + "' is not supported; supported: auto, e4m3, e5m2");
 }
 
 std::vector<AttentionLayerConfig> model_layer_configs(const ModelConfig& m,

@@ -9,6 +9,7 @@
 #include <cuda.h>
 
 #include <cstddef>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,8 @@
 #include "graphattn/tensor.hpp"
 
 namespace graphattn {
+
+class DeviceBuffer;
 
 // NHD or HND from the strides of a 5-d KV cache view; throws on anything else.
 GRAPHATTN_API KvLayout kv_layout_of(const TensorView& kv_cache);
@@ -98,6 +101,25 @@ struct GRAPHATTN_API AttentionLayerConfig {
   // previous kernel in the stream has finished (the query and the new keys and values are read
   // after it). Set it only where that kernel writes none of those; AttentionLayerStack does.
   bool overlap_previous_kernel = false;
+  // Checked mode (also GRAPHATTN_CHECK_BOUNDS=1): the kernels (specs "..._chk") compare every
+  // block id and slot they read with kv_cache's size; the first out of range is recorded for
+  // take_bounds_violation() and the access is skipped (a bad block reads block 0, a bad slot
+  // writes nothing), so the context survives. Off, the fast kernels run, with no check at all (a
+  // block id past the cache is read, a slot past it is skipped).
+  bool check_bounds = false;
+};
+
+// What checked mode recorded (AttentionBackend::take_bounds_violation()).
+struct BoundsViolation {
+  enum class Kind { kNone, kBlockId, kSlot };
+  Kind kind = Kind::kNone;
+  int request = -1;   // block ids: the request (block_table row); slots: the decode request, or
+                      // -1 when the cache write kernel met it
+  int position = 0;   // block ids: the key position in the request; slots: the batch token
+  int64_t value = 0;  // the block id or slot
+  explicit operator bool() const { return kind != Kind::kNone; }
+  // "block id 70000 of request 3 at position 4096 is outside the cache (0..NB-1)" and the like.
+  std::string describe() const;
 };
 
 // One step's batch, vLLM v1 semantics. Requests are ordered decodes first (one query token
@@ -134,6 +156,14 @@ GRAPHATTN_API std::string attention_config_problem(const AttentionLayerConfig& c
 //
 // After prepare(), forward() compiles, loads, allocates and synchronizes nothing, so it can be
 // captured in a CUDA graph; one graph per batch size serves every context length.
+//
+// Threads: prepare() of different backend objects may run on several threads at once, sharing
+// one KernelCache (each kernel is compiled once and loaded once per context); each thread needs
+// the context current (ensure_context). After prepare(), forward() is const and may
+// run on several threads at once on different streams, each stream with its own workspace (the
+// split counters and partials in a workspace belong to the launches of one stream at a time).
+// Construction, prepare() and destruction of one backend object must not race with each other
+// or with forward() on it.
 class GRAPHATTN_API AttentionBackend {
  public:
   explicit AttentionBackend(const AttentionLayerConfig& config);
@@ -148,8 +178,11 @@ class GRAPHATTN_API AttentionBackend {
   void prepare(KernelCache& cache = default_kernel_cache());
   bool prepared() const { return prepared_; }
   // Bytes of scratch that forward() needs for any batch of up to max_num_seqs requests
-  // (split-KV counters and partials). Valid after prepare(). The memory must be zero-filled
-  // before its first forward (DeviceBuffer is); every forward leaves it fit for the next.
+  // (split-KV counters and partials). Valid after prepare(). Any content will do: the first
+  // forward() that splits on a workspace address clears its counters (one asynchronous memset on
+  // the stream, captured too if that forward is inside a capture), and every forward leaves
+  // them fit for the next. A workspace freed and re-allocated at the same address must be
+  // zero-filled, or given to a new backend.
   size_t workspace_bytes() const;
   // The split-KV grid width for a batch of num_decodes (fixed per captured batch size).
   int decode_max_splits(int num_decodes) const;
@@ -159,6 +192,12 @@ class GRAPHATTN_API AttentionBackend {
   // through distributed shared memory) for a batch of num_decodes.
   bool decode_cluster(int num_decodes) const;
 
+  // Checked mode only (config().check_bounds): the first out-of-range block id or slot that a
+  // kernel of this backend met since the last call (kind kNone when none), and clears the
+  // record. Synchronizes the context: call it outside captures, e.g. after a step. Throws Error
+  // outside checked mode.
+  BoundsViolation take_bounds_violation() const;
+
   // Runs one step on `stream`:
   //   query, output: [num_tokens, num_heads, head_size] dtype, head dim contiguous, rows
   //                  16-byte aligned; output rows of requests are overwritten (padded requests
@@ -166,8 +205,8 @@ class GRAPHATTN_API AttentionBackend {
   //   key, value:    [num_tokens, num_kv_heads, head_size] dtype, the new tokens' keys and
   //                  values, written to their slots first; a view with ndim 0 skips the write
   //   kv_cache:      [2, num_blocks, block_size, num_kv_heads, head_size] (NHD or HND strides)
-  //   workspace:     workspace_bytes() bytes of device memory, 16-byte aligned, zero-filled
-  //                  before first use; one workspace per stream that runs forwards concurrently
+  //   workspace:     workspace_bytes() bytes of device memory, 16-byte aligned (see
+  //                  workspace_bytes()); one workspace per stream that runs forwards concurrently
   // Throws Error naming the bad argument; launches nothing then.
   void forward(const TensorView& query, const TensorView& key, const TensorView& value,
                const TensorView& kv_cache, const TensorView& output,
@@ -181,6 +220,12 @@ class GRAPHATTN_API AttentionBackend {
   KernelCache* cache_ = nullptr;      // the cache prepare() loaded from
   detail::DecodeDevice device_;       // multiprocessors and occupancy (split policy)
   const detail::LoadedKernel* kernels_[3] = {};  // loaded, in specs_ order
+  // Workspace addresses whose split counters forward() has cleared (on their first split
+  // launch), so that an engine's workspace need not be zero-filled. Shared by copies.
+  struct ClearedWorkspaces;
+  std::shared_ptr<ClearedWorkspaces> cleared_;
+  // Checked mode: the device record (a GaBoundsReport), allocated by prepare().
+  std::shared_ptr<DeviceBuffer> bounds_;
 
   size_t counter_bytes() const;  // the workspace's leading split counters
   detail::DecodeGrid decode_grid(int num_decodes, const char* caller) const;

@@ -75,11 +75,19 @@ struct GRAPHATTN_API CompiledKernel {
 };
 
 struct GRAPHATTN_API CacheOptions {
-  // Empty: GRAPHATTN_CACHE_DIR, else $XDG_CACHE_HOME/graphattn, else ~/.cache/graphattn.
+  // Empty: GRAPHATTN_CACHE_DIR, else $XDG_CACHE_HOME/graphattn, else ~/.cache/graphattn; with
+  // none of them set (or not absolute), memory only. The directory is used only if nobody else
+  // can write it: owned by this user (or root), not writable by group or others (created 0700,
+  // entries 0600). Otherwise one warning, and the cache runs in memory only.
   std::string dir;
+  // A directory deliberately shared by a group (also GRAPHATTN_CACHE_SHARED=1): group-writable
+  // (setgid, e.g. 2770) is accepted, world-writable never. It trusts every member of the group:
+  // any of them can write an entry that this process will load and run.
+  bool shared_dir = false;
   // false: memory only.
   bool use_disk = true;
-  // 0: GRAPHATTN_CACHE_MAX_BYTES, else 2 GiB. Oldest-used entries are evicted past it.
+  // 0: GRAPHATTN_CACHE_MAX_BYTES (bytes, or with a K, M, G or T suffix; 0 there means no cap),
+  // else 2 GiB. Oldest-used entries are evicted past it. A malformed value throws Error.
   uint64_t max_bytes = 0;
   // How long to wait for another process compiling the same key before compiling anyway.
   std::chrono::milliseconds lock_timeout{60000};
@@ -98,6 +106,7 @@ struct GRAPHATTN_API CacheStats {
   uint64_t repairs = 0;      // bad disk entries found and replaced
   uint64_t evictions = 0;
   double compile_ms = 0;     // total NVRTC wall time
+  uint64_t write_failures = 0;  // compiled kernels that could not be written to disk
 };
 
 struct GRAPHATTN_API PrecompileResult {
@@ -140,7 +149,13 @@ class GRAPHATTN_API KernelCache {
 // The process-wide cache used by the backends when none is given (default options).
 GRAPHATTN_API KernelCache& default_kernel_cache();
 
-// The default cache directory (environment applied), whether or not it exists.
+// Throws Error naming the variable and its value when GRAPHATTN_CACHE_MAX_BYTES or
+// GRAPHATTN_CACHE_SHARED is malformed (KernelCache's constructor would throw the same); lets a
+// program reject its environment before it starts any work.
+GRAPHATTN_API void check_cache_environment();
+
+// The default cache directory (environment applied), whether or not it exists; "" when there
+// is none (no GRAPHATTN_CACHE_DIR, and no absolute XDG_CACHE_HOME or HOME).
 GRAPHATTN_API std::string default_cache_dir();
 
 }  // namespace graphattn

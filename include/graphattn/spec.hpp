@@ -26,11 +26,17 @@ struct GRAPHATTN_API AttentionSpec {
   bool soft_cap = false;        // the cap value itself is a launch argument
   KvLayout layout = KvLayout::kNHD;
   int arch = 90;              // compute capability * 10 + minor, e.g. 80, 89, 90
+  // Checked mode (string suffix "_chk"): the kernel compares every block id and slot it reads
+  // with the cache's size and reports the first one out of range (AttentionBackend::
+  // take_bounds_violation) instead of reading or writing outside the cache. Off: the fast path,
+  // whose source and machine code carry no check at all.
+  bool check_bounds = false;
 
   // Throws graphattn::Error naming the first bad field and the allowed values.
   void validate() const;
 
-  // Canonical, stable form, e.g. "decode_h128_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm90".
+  // Canonical, stable form, e.g. "decode_h128_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm90" (checked
+  // mode appends "_chk").
   std::string to_string() const;
 
   // Parses the canonical form; throws graphattn::Error on anything else. The result is
