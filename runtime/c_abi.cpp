@@ -21,6 +21,7 @@
 #include "graphattn/metadata.hpp"
 #include "graphattn/runtime.hpp"
 #include "jit_cache/disk_tier.hpp"
+#include "jit_cache/trust.hpp"
 
 #ifndef GRAPHATTN_VERSION
 #error "GRAPHATTN_VERSION (the project version) must be defined by the build"
@@ -39,6 +40,7 @@ struct graphattn_backend {
 struct graphattn_cache {
   std::unique_ptr<graphattn::KernelCache> owned;  // null for the process-wide cache
   graphattn::KernelCache* cache = nullptr;
+  bool shared_dir = false;  // the options' group-shared opt-in (cache_list reads with it)
 };
 
 // The C enums are the C++ enums' values, so conversions are casts once the range is checked.
@@ -171,6 +173,7 @@ AttentionLayerConfig to_cpp(const graphattn_layer_config_t* config) {
   o.max_num_seqs = c.max_num_seqs;
   o.arch = c.arch;
   o.overlap_previous_kernel = c.overlap_previous_kernel != 0;
+  o.check_bounds = c.check_bounds != 0;
   return o;
 }
 
@@ -192,6 +195,7 @@ void from_cpp(const AttentionLayerConfig& o, graphattn_layer_config_t* c) {
   c->max_num_seqs = o.max_num_seqs;
   c->arch = o.arch;
   c->overlap_previous_kernel = o.overlap_previous_kernel ? 1 : 0;
+  c->check_bounds = o.check_bounds ? 1 : 0;
 }
 
 graphattn::KernelCache& cache_of(graphattn_cache_t cache) {
@@ -434,6 +438,7 @@ void graphattn_cache_options_init(graphattn_cache_options_t* options) noexcept {
   options->max_bytes = d.max_bytes;
   options->lock_timeout_ms = static_cast<int>(d.lock_timeout.count());
   options->dump_source = d.dump_source ? 1 : 0;
+  options->shared_dir = d.shared_dir ? 1 : 0;
 }
 
 graphattn_status_t graphattn_cache_create(const graphattn_cache_options_t* options,
@@ -450,8 +455,11 @@ graphattn_status_t graphattn_cache_create(const graphattn_cache_options_t* optio
       o.max_bytes = c.max_bytes;
       o.lock_timeout = std::chrono::milliseconds(c.lock_timeout_ms);
       o.dump_source = c.dump_source != 0;
+      o.shared_dir = c.shared_dir != 0;
     }
+    const bool shared = o.shared_dir || graphattn::detail::shared_cache_requested();
     auto handle = std::make_unique<graphattn_cache>();
+    handle->shared_dir = shared;
     handle->owned = std::make_unique<graphattn::KernelCache>(std::move(o));
     handle->cache = handle->owned.get();
     *cache = handle.release();
@@ -461,7 +469,8 @@ graphattn_status_t graphattn_cache_create(const graphattn_cache_options_t* optio
 graphattn_status_t graphattn_cache_default(graphattn_cache_t* cache) noexcept {
   return guard([&] {
     deref(cache, "cache") = nullptr;
-    static graphattn_cache shared{nullptr, &graphattn::default_kernel_cache()};
+    static graphattn_cache shared{nullptr, &graphattn::default_kernel_cache(),
+                                  graphattn::detail::shared_cache_requested()};
     *cache = &shared;
   });
 }
@@ -492,6 +501,7 @@ graphattn_status_t graphattn_cache_stats(graphattn_cache_t cache,
     put(&graphattn_cache_stats_t::repairs, s.repairs);
     put(&graphattn_cache_stats_t::evictions, s.evictions);
     put(&graphattn_cache_stats_t::compile_ms, s.compile_ms);
+    put(&graphattn_cache_stats_t::write_failures, s.write_failures);
   });
 }
 
@@ -546,12 +556,14 @@ graphattn_status_t graphattn_cache_precompile(graphattn_cache_t cache, const cha
 graphattn_status_t graphattn_cache_list(graphattn_cache_t cache, graphattn_cache_entry_t* entries,
                                         size_t capacity, size_t* count) noexcept {
   return guard([&] {
-    const std::string dir = deref(cache, "cache").cache->dir();
+    const graphattn_cache& c = deref(cache, "cache");
+    const std::string dir = c.cache->dir();  // "" unless the cache trusted and uses it
     std::vector<graphattn::detail::EntryInfo> found;
-    // The reader graphattn-cache lists with; its warnings are the cache's, already given.
+    // The reader graphattn-cache lists with (it creates nothing); its warnings are the
+    // cache's, already given.
     if (!dir.empty())
-      found = graphattn::detail::DiskTier(dir, std::numeric_limits<uint64_t>::max(),
-                                          [](const std::string&) {})
+      found = graphattn::detail::DiskTier(dir, nullptr, c.shared_dir,
+                                          graphattn::detail::DiskTier::Access::kInspect)
                   .list();
     copy_array(found.size(), capacity, count, entries == nullptr, "cache entries", [&](size_t i) {
       const graphattn::detail::EntryInfo& e = found[i];
@@ -609,6 +621,23 @@ graphattn_status_t graphattn_backend_spec(graphattn_backend_t backend, int index
 graphattn_status_t graphattn_backend_prepare(graphattn_backend_t backend,
                                              graphattn_cache_t cache) noexcept {
   return guard([&] { deref(backend, "backend").attn.prepare(cache_of(cache)); });
+}
+
+graphattn_status_t graphattn_backend_take_bounds_violation(
+    graphattn_backend_t backend, graphattn_bounds_violation_t* violation) noexcept {
+  return guard([&] {
+    graphattn_bounds_violation_t& out = deref(violation, "violation");
+    const graphattn::BoundsViolation v = deref(backend, "backend").attn.take_bounds_violation();
+    static_assert(GRAPHATTN_BOUNDS_BLOCK_ID ==
+                      static_cast<int>(graphattn::BoundsViolation::Kind::kBlockId) &&
+                  GRAPHATTN_BOUNDS_SLOT == static_cast<int>(graphattn::BoundsViolation::Kind::kSlot));
+    out = graphattn_bounds_violation_t{};
+    out.kind = static_cast<graphattn_bounds_kind_t>(v.kind);
+    out.request = v.request;
+    out.position = v.position;
+    out.value = v.value;
+    if (v) copy_fixed(out.message, v.describe());
+  });
 }
 
 graphattn_status_t graphattn_backend_workspace_bytes(graphattn_backend_t backend,

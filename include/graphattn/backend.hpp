@@ -110,7 +110,7 @@ struct GRAPHATTN_API AttentionLayerConfig {
 };
 
 // What checked mode recorded (AttentionBackend::take_bounds_violation()).
-struct BoundsViolation {
+struct GRAPHATTN_API BoundsViolation {
   enum class Kind { kNone, kBlockId, kSlot };
   Kind kind = Kind::kNone;
   int request = -1;   // block ids: the request (block_table row); slots: the decode request, or

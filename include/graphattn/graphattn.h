@@ -132,6 +132,10 @@ typedef struct graphattn_layer_config {
   int overlap_previous_kernel;   /* 1: a decode-only forward may start reading metadata and KV
                                     before the previous kernel in the stream ends (sm_90+); set
                                     only where that kernel writes none of them */
+  int check_bounds;              /* 1: kernels that compare every block id and slot with the
+                                    cache's size, skip an access out of range and record the
+                                    first (graphattn_backend_take_bounds_violation); also
+                                    GRAPHATTN_CHECK_BOUNDS=1. 0 (default): the fast kernels */
 } graphattn_layer_config_t;
 
 /* Fills *config with the defaults above (counts and lengths 0: the caller sets them). */
@@ -154,12 +158,17 @@ typedef struct graphattn_cache_options {
   uint64_t max_bytes;  /* 0: GRAPHATTN_CACHE_MAX_BYTES, else 2 GiB */
   int lock_timeout_ms; /* wait for another process's compile of a key (default 60000) */
   int dump_source;     /* 1: write each compiled source beside its entry */
+  int shared_dir;      /* 1: accept a directory a group shares (group-writable, setgid, never
+                          world-writable; also GRAPHATTN_CACHE_SHARED=1): every member of the
+                          group can then plant GPU code this process runs. 0 (default): the
+                          directory must be this user's (or root's) and writable by no one
+                          else, or the cache runs memory-only with one warning */
 } graphattn_cache_options_t;
 
 GRAPHATTN_API void graphattn_cache_options_init(graphattn_cache_options_t* options)
     GRAPHATTN_NOEXCEPT;
 /* options NULL: the defaults of graphattn_cache_options_init. A directory that cannot be used
- * (read-only, not creatable) is no failure: the cache runs memory-only (cache_dir says "") and
+ * (read-only, not creatable, writable by others) is no failure: the cache runs memory-only (cache_dir says "") and
  * one warning goes to stderr. */
 GRAPHATTN_API graphattn_status_t graphattn_cache_create(
     const graphattn_cache_options_t* options, graphattn_cache_t* cache) GRAPHATTN_NOEXCEPT;
@@ -180,6 +189,7 @@ typedef struct graphattn_cache_stats {
   uint64_t repairs;
   uint64_t evictions;
   double compile_ms;
+  uint64_t write_failures; /* compiled kernels that could not be written to disk */
 } graphattn_cache_stats_t;
 
 GRAPHATTN_API graphattn_status_t
@@ -225,7 +235,8 @@ typedef struct graphattn_cache_entry {
   int ok;          /* 1: header and checksums verify; 0: status says what is wrong */
   char status[32]; /* the disk tier's verdict: "ok", "truncated", "bad magic",
                       "format version mismatch", "bad header", "key mismatch",
-                      "checksum mismatch", "I/O error" */
+                      "checksum mismatch", "I/O error", "not a regular file",
+                      "untrusted", "too large", "bad cubin" */
   uint64_t file_bytes;
   int64_t last_used_ms;   /* Unix time, milliseconds */
   int64_t compiled_at_ms; /* Unix time, milliseconds (0 when bad) */
@@ -297,6 +308,26 @@ GRAPHATTN_API graphattn_status_t graphattn_backend_forward(
     graphattn_backend_t backend, const DLTensor* query, const DLTensor* key, const DLTensor* value,
     const DLTensor* kv_cache, const DLTensor* output, const graphattn_metadata_t* metadata,
     void* workspace, size_t workspace_bytes, void* stream) GRAPHATTN_NOEXCEPT;
+
+/* Checked mode (config check_bounds) only: the first block id or slot out of the cache's range
+ * that a kernel of this backend met since the last call, and clears the record. Synchronizes
+ * the context: call it outside captures, e.g. after a step. GRAPHATTN_ERROR outside checked
+ * mode. */
+typedef enum graphattn_bounds_kind {
+  GRAPHATTN_BOUNDS_NONE = 0,
+  GRAPHATTN_BOUNDS_BLOCK_ID = 1,
+  GRAPHATTN_BOUNDS_SLOT = 2
+} graphattn_bounds_kind_t;
+typedef struct graphattn_bounds_violation {
+  graphattn_bounds_kind_t kind;
+  int request;      /* block ids: the request (block_table row); slots: the decode request, or
+                       -1 when the cache write kernel met it */
+  int position;     /* block ids: the key position in the request; slots: the batch token */
+  int64_t value;    /* the block id or slot */
+  char message[256];/* e.g. "block id 70000 of request 3 at position 4096 is outside ..." */
+} graphattn_bounds_violation_t;
+GRAPHATTN_API graphattn_status_t graphattn_backend_take_bounds_violation(
+    graphattn_backend_t backend, graphattn_bounds_violation_t* violation) GRAPHATTN_NOEXCEPT;
 
 /* The cache write alone (vLLM's reshape_and_cache_flash): key and value [num_tokens,
  * num_kv_heads, head_size] into kv_cache at slot_mapping (int64 [num_tokens], -1 skipped).

@@ -3,7 +3,7 @@ new sequence lengths, block tables and slot mappings, and check it against SDPA.
 
     PYTHONPATH=python GRAPHATTN_LIBRARY=build/libgraphattn.so python3 python/examples/cuda_graph_decode.py
 
-(python/tests/test_gpu_examples.py runs this file.)
+(python/tests/test_gpu_examples.py runs this file; README.md shows the marked part of it.)
 """
 
 import math
@@ -12,11 +12,56 @@ import torch
 
 import graphattn
 
-# --- one layer of llama-3-8b's attention, bf16, paged KV cache (vLLM's flash layout) ---------
+# One layer of llama-3-8b's attention, bf16, paged KV cache in vLLM's flash layout.
 H, KVH, D, BS = 32, 8, 128, 16             # query heads, KV heads, head size, block size
 MAX_LEN, BATCH, NUM_BLOCKS = 4096, 8, 2048  # max_model_len, graph batch size, cache pages
 dev = torch.device("cuda")
+worst = 0.0
 
+
+def new_batch(lengths):
+    """Writes a step into the captured buffers: requests with these context lengths (+1 new
+    token each), padded to BATCH (padded ones get seq_len 0 and slot -1, vLLM's padding, and
+    zeros as output), on shuffled cache pages, with fresh queries, keys and values."""
+    pages = torch.randperm(NUM_BLOCKS, device=dev, dtype=torch.int32)
+    seq_lens.zero_()
+    slot_mapping.fill_(-1)
+    taken = 0
+    for i, n in enumerate(lengths):
+        used = (n + 1 + BS - 1) // BS
+        block_table[i, :used] = pages[taken:taken + used]
+        taken += used
+        seq_lens[i] = n + 1
+        slot_mapping[i] = block_table[i, n // BS].long() * BS + n % BS
+    for t in (query, key, value):
+        t.copy_(torch.randn_like(t))
+
+
+def reference(i):
+    """SDPA over request i's cache pages, gathered, in float32."""
+    n = int(seq_lens[i])
+    pages = block_table[i, :(n + BS - 1) // BS].long()
+    k = kv_cache[0][pages].reshape(-1, KVH, D)[:n].float().repeat_interleave(H // KVH, 1)
+    v = kv_cache[1][pages].reshape(-1, KVH, D)[:n].float().repeat_interleave(H // KVH, 1)
+    q = query[i].float()[:, None]                                    # [H, 1, D]
+    o = torch.nn.functional.scaled_dot_product_attention(q, k.transpose(0, 1), v.transpose(0, 1))
+    return o[:, 0]
+
+
+def check(lengths):
+    """The replayed step wrote each new key to its slot and matches SDPA; padding got zeros."""
+    global worst
+    torch.cuda.synchronize()
+    for i, n in enumerate(lengths):
+        page = int(block_table[i, n // BS])
+        assert torch.equal(kv_cache[0, page, n % BS], key[i])
+        ref = reference(i)
+        err = torch.linalg.vector_norm(output[i].float() - ref) / torch.linalg.vector_norm(ref)
+        worst = max(worst, err.item())
+    assert torch.count_nonzero(output[len(lengths):]) == 0
+
+
+# [readme]
 attn = graphattn.AttentionBackend(num_heads=H, num_kv_heads=KVH, head_size=D, block_size=BS,
                                   dtype=torch.bfloat16, max_model_len=MAX_LEN,
                                   max_num_seqs=BATCH)
@@ -42,25 +87,8 @@ def decode_step():
     attn.forward(query, key, value, kv_cache, output, metadata, workspace)
 
 
-def new_batch(lengths):
-    """Requests with these context lengths (+1 new token each), padded to BATCH: padded ones
-    get seq_len 0 and slot -1 (vLLM's padding), and zeros as output."""
-    pages = torch.randperm(NUM_BLOCKS, device=dev, dtype=torch.int32)  # shuffled pages
-    seq_lens.zero_()
-    slot_mapping.fill_(-1)
-    taken = 0
-    for i, n in enumerate(lengths):
-        used = (n + 1 + BS - 1) // BS
-        block_table[i, :used] = pages[taken:taken + used]
-        taken += used
-        seq_lens[i] = n + 1
-        slot_mapping[i] = block_table[i, n // BS].long() * BS + n % BS
-    for t in (query, key, value):
-        t.copy_(torch.randn_like(t))
-
-
 new_batch([100] * BATCH)
-side = torch.cuda.Stream()                              # warm up eagerly, then capture
+side = torch.cuda.Stream()                             # warm up eagerly, then capture
 side.wait_stream(torch.cuda.current_stream())
 with torch.cuda.stream(side):
     decode_step()
@@ -69,28 +97,10 @@ graph = torch.cuda.CUDAGraph()
 with torch.cuda.graph(graph):
     decode_step()
 
-# --- replay with other lengths and check against SDPA on the gathered cache ------------------
-def reference(i):
-    n = int(seq_lens[i])
-    pages = block_table[i, :(n + BS - 1) // BS].long()
-    k = kv_cache[0][pages].reshape(-1, KVH, D)[:n].float().repeat_interleave(H // KVH, 1)
-    v = kv_cache[1][pages].reshape(-1, KVH, D)[:n].float().repeat_interleave(H // KVH, 1)
-    q = query[i].float()[:, None]                                    # [H, 1, D]
-    o = torch.nn.functional.scaled_dot_product_attention(q, k.transpose(0, 1), v.transpose(0, 1))
-    return o[:, 0]
-
-
-worst = 0.0
 for lengths in ([3000, 17, 512, 1, 4000], [64] * BATCH, [2048, 999]):
-    new_batch(lengths)
+    new_batch(lengths)   # new seq_lens, block tables, slot mappings, q/k/v: same buffers
     graph.replay()
-    torch.cuda.synchronize()
-    for i, n in enumerate(lengths):
-        page = int(block_table[i, n // BS])                      # the new token was written
-        assert torch.equal(kv_cache[0, page, n % BS], key[i])
-        ref = reference(i)
-        err = (torch.linalg.vector_norm(output[i].float() - ref) / torch.linalg.vector_norm(ref))
-        worst = max(worst, err.item())
-    assert torch.count_nonzero(output[len(lengths):]) == 0           # padded requests
+    check(lengths)       # against SDPA on the gathered cache
+# [/readme]
 print("replayed 3 batches; worst relative L2 error vs SDPA %.2e" % worst)
 assert worst < 5e-3 and math.isfinite(worst)

@@ -22,7 +22,7 @@ The library is loaded at import from $GRAPHATTN_LIBRARY, else from the package's
 
 from . import _lib
 from .errors import CompileError, GraphattnError
-from .backend import AttentionBackend, AttentionMetadata, LayerConfig
+from .backend import AttentionBackend, AttentionMetadata, BoundsViolation, LayerConfig
 from . import cache, metadata, ops
 from .cache import KernelCache, default_cache
 
@@ -49,7 +49,7 @@ def current_device_arch():
     return arch.value
 
 
-__all__ = ["AttentionBackend", "AttentionMetadata", "LayerConfig", "GraphattnError",
+__all__ = ["AttentionBackend", "AttentionMetadata", "BoundsViolation", "LayerConfig", "GraphattnError",
            "CompileError", "KernelCache", "default_cache", "gpu_available",
            "current_device_arch", "cache", "metadata", "ops", "library_path", "ABI_VERSION",
            "__version__"]

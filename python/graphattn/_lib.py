@@ -44,6 +44,7 @@ class LayerConfig(ctypes.Structure):
         ("max_num_seqs", ctypes.c_int),
         ("arch", ctypes.c_int),
         ("overlap_previous_kernel", ctypes.c_int),
+        ("check_bounds", ctypes.c_int),
     ]
 
 
@@ -55,6 +56,7 @@ class CacheOptions(ctypes.Structure):
         ("max_bytes", ctypes.c_uint64),
         ("lock_timeout_ms", ctypes.c_int),
         ("dump_source", ctypes.c_int),
+        ("shared_dir", ctypes.c_int),
     ]
 
 
@@ -69,6 +71,7 @@ class CacheStats(ctypes.Structure):
         ("repairs", ctypes.c_uint64),
         ("evictions", ctypes.c_uint64),
         ("compile_ms", ctypes.c_double),
+        ("write_failures", ctypes.c_uint64),
     ]
 
 
@@ -91,6 +94,16 @@ class CacheEntry(ctypes.Structure):
         ("file_bytes", ctypes.c_uint64),
         ("last_used_ms", ctypes.c_int64),
         ("compiled_at_ms", ctypes.c_int64),
+    ]
+
+
+class BoundsViolation(ctypes.Structure):
+    _fields_ = [
+        ("kind", ctypes.c_int),
+        ("request", ctypes.c_int),
+        ("position", ctypes.c_int),
+        ("value", ctypes.c_int64),
+        ("message", ctypes.c_char * 256),
     ]
 
 
@@ -212,6 +225,7 @@ def _declare(lib, path):
         "graphattn_backend_spec": (i, [vp, i, ctypes.c_char_p, sz, c_size_t_p, c_int_p]),
         "graphattn_backend_prepare": (i, [vp, vp]),
         "graphattn_backend_workspace_bytes": (i, [vp, c_size_t_p]),
+        "graphattn_backend_take_bounds_violation": (i, [vp, P(BoundsViolation)]),
         "graphattn_metadata_init": (None, [P(Metadata)]),
         "graphattn_backend_forward": (i, [vp, DLTensor_p, DLTensor_p, DLTensor_p, DLTensor_p,
                                           DLTensor_p, P(Metadata), vp, sz, vp]),

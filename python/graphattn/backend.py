@@ -12,7 +12,7 @@ captured in a CUDA graph (torch.cuda.graph) and replayed with new metadata conte
 
 import ctypes
 import dataclasses
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 from . import _device, _lib, _names
 from ._dlpack import CUDA_DEVICES, ref_of, to_dl, to_dl_optional
@@ -38,6 +38,20 @@ class LayerConfig:
     max_num_seqs: int
     arch: int
     overlap_previous_kernel: bool
+    check_bounds: bool
+
+
+class BoundsViolation(NamedTuple):
+    """What checked mode recorded (AttentionBackend.take_bounds_violation())."""
+    kind: str       # "none", "block_id" or "slot"
+    request: int    # block ids: the request (block_table row); slots: the decode request, or
+                    # -1 when the cache write kernel met it
+    position: int   # block ids: the key position in the request; slots: the batch token
+    value: int      # the block id or slot
+    message: str    # "" for "none"
+
+    def __bool__(self):
+        return self.kind != "none"
 
 
 @dataclasses.dataclass
@@ -87,7 +101,7 @@ class AttentionMetadata:
 
 def _layer_config(num_heads, num_kv_heads, head_size, block_size, dtype, kv_cache_dtype, layout,
                   window, soft_cap, scale, k_scale, v_scale, max_model_len, max_num_seqs, arch,
-                  overlap_previous_kernel):
+                  overlap_previous_kernel, check_bounds):
     c = _lib.LayerConfig()
     _lib.lib.graphattn_layer_config_init(ctypes.byref(c))
     c.num_heads = _names.int_arg("num_heads", num_heads)
@@ -107,6 +121,7 @@ def _layer_config(num_heads, num_kv_heads, head_size, block_size, dtype, kv_cach
     c.arch = _names.int_arg("arch", arch, 0)
     c.overlap_previous_kernel = int(_names.bool_arg("overlap_previous_kernel",
                                                     overlap_previous_kernel))
+    c.check_bounds = int(_names.bool_arg("check_bounds", check_bounds))
     return c
 
 
@@ -133,15 +148,20 @@ class AttentionBackend:
         overlap_previous_kernel: sm_90+: a decode-only forward may start reading metadata and
             KV before the previous kernel on the stream ends; set it only where that kernel
             writes none of them.
+        check_bounds: kernels that compare every block id and slot with the cache's size,
+            skip an access out of range and record the first (take_bounds_violation()); for
+            debugging an engine's block tables (also GRAPHATTN_CHECK_BOUNDS=1). Off: the fast
+            kernels, with no check.
     """
 
     def __init__(self, *, num_heads, num_kv_heads, head_size, block_size=16,
                  dtype="bfloat16", kv_cache_dtype="auto", layout="NHD", window=0,
                  soft_cap=0.0, scale=None, k_scale=1.0, v_scale=1.0, max_model_len,
-                 max_num_seqs, arch=0, overlap_previous_kernel=False):
+                 max_num_seqs, arch=0, overlap_previous_kernel=False, check_bounds=False):
         c = _layer_config(num_heads, num_kv_heads, head_size, block_size, dtype,
                           kv_cache_dtype, layout, window, soft_cap, scale, k_scale, v_scale,
-                          max_model_len, max_num_seqs, arch, overlap_previous_kernel)
+                          max_model_len, max_num_seqs, arch, overlap_previous_kernel,
+                          check_bounds)
         _lib.check(_lib.lib.graphattn_layer_config_check(ctypes.byref(c)))
         handle = ctypes.c_void_p()
         _lib.check(_lib.lib.graphattn_backend_create(ctypes.byref(c), ctypes.byref(handle)))
@@ -172,7 +192,7 @@ class AttentionBackend:
                 _names.DTYPE_NAMES[c.dtype], _names.KV_DTYPE_NAMES[c.kv_dtype],
                 _names.LAYOUT_NAMES[c.layout], c.window, c.soft_cap, c.scale, c.k_scale,
                 c.v_scale, c.max_model_len, c.max_num_seqs, c.arch,
-                bool(c.overlap_previous_kernel))
+                bool(c.overlap_previous_kernel), bool(c.check_bounds))
         return self._config
 
     def required_specs(self):
@@ -205,6 +225,18 @@ class AttentionBackend:
         n = ctypes.c_size_t(0)
         _lib.check(_lib.lib.graphattn_backend_workspace_bytes(self._handle, ctypes.byref(n)))
         return n.value
+
+    def take_bounds_violation(self):
+        """Checked mode (check_bounds=True) only: the first block id or slot out of the cache's
+        range that a kernel of this backend met since the last call (a falsy BoundsViolation
+        when none), and clears the record. Synchronizes the device: call it outside captures,
+        e.g. after a step."""
+        v = _lib.BoundsViolation()
+        _lib.check(_lib.lib.graphattn_backend_take_bounds_violation(self._handle,
+                                                                   ctypes.byref(v)))
+        kind = {0: "none", 1: "block_id", 2: "slot"}[v.kind]
+        return BoundsViolation(kind, v.request, v.position, v.value,
+                               v.message.decode("utf-8", "replace"))
 
     def allocate_workspace(self, like):
         """A zero-filled uint8 array of workspace_bytes() on the device of `like`, allocated by

@@ -27,6 +27,7 @@ class CacheStats(NamedTuple):
     repairs: int
     evictions: int
     compile_ms: float
+    write_failures: int  # compiled kernels that could not be written to disk
 
 
 class CacheEntry(NamedTuple):
@@ -60,10 +61,14 @@ class KernelCache:
         max_bytes: disk size bound; 0: $GRAPHATTN_CACHE_MAX_BYTES, else 2 GiB.
         lock_timeout_ms: how long to wait for another process's compile of the same kernel.
         dump_source: write each compiled source beside its entry.
+        shared_dir: accept a directory a group shares (group-writable, setgid, never
+            world-writable; also GRAPHATTN_CACHE_SHARED=1). Every member of the group can then
+            plant GPU code this process runs. Otherwise the directory must be this user's (or
+            root's) and writable by no one else, or the cache runs memory-only with a warning.
     """
 
     def __init__(self, dir=None, use_disk=True, max_bytes=0, lock_timeout_ms=60000,
-                 dump_source=False):
+                 dump_source=False, shared_dir=False):
         if dir is not None and not isinstance(dir, (str, os.PathLike)):
             raise TypeError("dir must be a str or path, got %r" % (dir,))
         opts = _lib.CacheOptions()
@@ -74,6 +79,7 @@ class KernelCache:
         opts.max_bytes = int_arg("max_bytes", max_bytes, 0)
         opts.lock_timeout_ms = int_arg("lock_timeout_ms", lock_timeout_ms, 0)
         opts.dump_source = int(bool_arg("dump_source", dump_source))
+        opts.shared_dir = int(bool_arg("shared_dir", shared_dir))
         handle = ctypes.c_void_p()
         _lib.check(_lib.lib.graphattn_cache_create(ctypes.byref(opts), ctypes.byref(handle)))
         self._handle = handle
@@ -109,7 +115,8 @@ class KernelCache:
         s.struct_size = ctypes.sizeof(_lib.CacheStats)
         _lib.check(_lib.lib.graphattn_cache_stats(self._handle, ctypes.byref(s)))
         return CacheStats(s.memory_hits, s.disk_hits, s.misses, s.compiles,
-                          s.compile_failures, s.repairs, s.evictions, s.compile_ms)
+                          s.compile_failures, s.repairs, s.evictions, s.compile_ms,
+                          s.write_failures)
 
     def list(self):
         """The entries on disk, sorted by file name (none for a memory-only cache)."""

@@ -95,3 +95,24 @@ def test_default_cache_follows_graphattn_cache_dir():
     assert c is default_cache()
     assert c.dir == os.environ["GRAPHATTN_CACHE_DIR"]  # set by conftest before first use
     assert "default" in repr(c)
+
+
+def test_a_directory_others_can_write_is_not_used(tmp_path, capfd):
+    d = tmp_path / "group"
+    d.mkdir()
+    os.chmod(d, 0o770)
+    cache = KernelCache(dir=str(d))
+    assert cache.dir == "" and "memory only" in repr(cache)
+    assert "writable by its group" in capfd.readouterr().err
+    cache.precompile([WRITE_SPEC])
+    assert os.listdir(d) == [] and cache.list() == []
+
+    shared = KernelCache(dir=str(d), shared_dir=True)  # a group's deliberate opt-in
+    assert shared.dir == str(d)
+    shared.precompile([WRITE_SPEC])
+    (entry,) = shared.list()
+    assert entry.ok and entry.spec == WRITE_SPEC
+    assert shared.stats().write_failures == 0
+
+    os.chmod(d, 0o777)  # world-writable: never
+    assert KernelCache(dir=str(d), shared_dir=True).dir == ""

@@ -45,6 +45,18 @@ def test_every_option_reaches_the_library():
     assert b.required_specs()[1] == "decode_h64_b32_fp16_kve5m2_g1_swa1_cap1_hnd_sm89"
 
 
+def test_checked_mode_selects_checked_kernels():
+    b = backend(check_bounds=True)
+    assert b.config.check_bounds is True
+    assert all(spec.endswith("_chk") for spec in b.required_specs())
+    assert backend().config.check_bounds is False
+    with pytest.raises(graphattn.GraphattnError, match="not in checked mode"):
+        backend().take_bounds_violation()
+    with pytest.raises(graphattn.GraphattnError, match="call prepare"):
+        b.take_bounds_violation()
+    assert not graphattn.BoundsViolation("none", -1, 0, 0, "")
+
+
 @pytest.mark.parametrize("name,expected", [
     ("float16", "float16"), ("fp16", "float16"), ("half", "float16"), ("torch.float16", "float16"),
     ("torch.half", "float16"), ("bfloat16", "bfloat16"), ("bf16", "bfloat16"),

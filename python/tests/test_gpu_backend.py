@@ -180,3 +180,24 @@ def test_decode_step_in_cuda_graph(backends, seed):
     for i, n in enumerate([6, 8, 3, 1]):       # new lengths, tables, slots and data each time
         replay_and_compare(graph, step, buf, batch(10 + i, n),
                            "replay %d (%d of %d)" % (i, n, size))
+
+
+def test_checked_mode_reports_a_bad_block_id(seed):
+    opts, _ = LAYERS["bf16"]
+    attn = graphattn.AttentionBackend(max_model_len=MAX_MODEL_LEN, max_num_seqs=8,
+                                      check_bounds=True, **opts)
+    attn.prepare()
+    assert attn.required_specs()[1].endswith("_chk")
+    b = make("bf16", seed, [1, 1], [40, 70])
+    num_blocks = b.kv_cache.shape[1]
+    b.block_table[1, 2] = num_blocks + 5  # positions 32..47 of request 1
+    ws = attn.allocate_workspace(b.query)
+    attn.forward(b.query, None, None, b.kv_cache, b.output, b.metadata(graphattn, 2), ws)
+    v = attn.take_bounds_violation()
+    assert v and (v.kind, v.request, v.value) == ("block_id", 1, num_blocks + 5), v
+    assert 32 <= v.position < 48 and str(num_blocks + 5) in v.message, v
+    torch.cuda.synchronize()  # the context survived
+    assert not attn.take_bounds_violation()  # read and cleared
+    b.block_table[1, 2] = 0
+    attn.forward(b.query, None, None, b.kv_cache, b.output, b.metadata(graphattn, 2), ws)
+    assert not attn.take_bounds_violation()

@@ -280,6 +280,26 @@ static void test_backend_specs(void) {
     CHECK(graphattn_backend_prepare(b, NULL) == GRAPHATTN_ERROR);
     CHECK(graphattn_last_error()[0] != '\0');
   }
+  graphattn_bounds_violation_t v;
+  CHECK_FAILS(graphattn_backend_take_bounds_violation(b, &v), GRAPHATTN_ERROR,
+              "not in checked mode");
+  CHECK_FAILS(graphattn_backend_take_bounds_violation(b, NULL), INVALID, "violation is NULL");
+  graphattn_backend_destroy(b);
+
+  /* Checked mode: every kernel is the checked twin (spec suffix _chk). */
+  CHECK(c.check_bounds == 0);
+  c.check_bounds = 1;
+  CHECK_OK(graphattn_backend_create(&c, &b));
+  graphattn_layer_config_init(&got);
+  CHECK_OK(graphattn_backend_config(b, &got));
+  CHECK(got.check_bounds == 1);
+  for (int i = 0; i < 3; ++i) {
+    CHECK_OK(graphattn_backend_spec(b, i, buf, sizeof buf, NULL, NULL));
+    CHECK(strncmp(buf, kSpecs[i], strlen(kSpecs[i])) == 0 &&
+          strcmp(buf + strlen(kSpecs[i]), "_chk") == 0);
+  }
+  CHECK_FAILS(graphattn_backend_take_bounds_violation(b, &v), GRAPHATTN_ERROR,
+              "call prepare() first");
   graphattn_backend_destroy(b);
 }
 
@@ -493,7 +513,7 @@ static void test_cache(void) {
   graphattn_cache_options_t o;
   graphattn_cache_options_init(&o);
   CHECK(o.struct_size == sizeof o && o.dir == NULL && o.use_disk == 1 && o.max_bytes == 0);
-  CHECK(o.lock_timeout_ms == 60000 && o.dump_source == 0);
+  CHECK(o.lock_timeout_ms == 60000 && o.dump_source == 0 && o.shared_dir == 0);
   o.dir = dir;
   graphattn_cache_t cache = NULL;
   CHECK_OK(graphattn_cache_create(&o, &cache));
@@ -523,7 +543,7 @@ static void test_cache(void) {
   CHECK_OK(graphattn_cache_precompile(cache, &spec, 1, 0, NULL)); /* results may be NULL */
   s = stats_of(cache);
   CHECK(s.misses == 1 && s.compiles == 1 && s.memory_hits == 2 && s.disk_hits == 0);
-  CHECK(s.compile_failures == 0 && s.repairs == 0 && s.compile_ms > 0);
+  CHECK(s.compile_failures == 0 && s.repairs == 0 && s.compile_ms > 0 && s.write_failures == 0);
   CHECK_OK(graphattn_cache_precompile(cache, NULL, 0, 0, NULL)); /* nothing to do */
 
   /* Strings the parser rejects fail alone, with its message; the rest still run. */
