@@ -385,6 +385,8 @@ const char* graphattn_status_string(graphattn_status_t status) noexcept {
       return "GRAPHATTN_ERROR_BUFFER_TOO_SMALL";
     case GRAPHATTN_ERROR_INTERNAL:
       return "GRAPHATTN_ERROR_INTERNAL";
+    case GRAPHATTN_STATUS_ENUM_MAX:
+      break;
   }
   return "GRAPHATTN_STATUS_UNKNOWN";
 }

@@ -49,6 +49,10 @@ extern "C" {
  * struct that has struct_size is compatible and does not bump it. */
 #define GRAPHATTN_ABI_VERSION 1
 
+/* Every enum ends in an *_ENUM_MAX of 0x7fffffff, as Vulkan's do: the type then holds every int,
+ * in C and in C++, so a value from a newer caller or a binding is a value the library can check
+ * and refuse (GRAPHATTN_ERROR_INVALID_ARGUMENT), never undefined behaviour. It is no valid
+ * value itself. */
 typedef enum graphattn_status {
   GRAPHATTN_OK = 0,
   GRAPHATTN_ERROR = 1,                  /* any graphattn::Error: bad input, driver failure, ... */
@@ -58,23 +62,27 @@ typedef enum graphattn_status {
                                            GRAPHATTN_ERROR, NVRTC's log in the message */
   GRAPHATTN_ERROR_OUT_OF_MEMORY = 4,    /* host allocation failed */
   GRAPHATTN_ERROR_BUFFER_TOO_SMALL = 5, /* an output array or string is too small: *needed says */
-  GRAPHATTN_ERROR_INTERNAL = 6          /* anything else (a bug: please report it) */
+  GRAPHATTN_ERROR_INTERNAL = 6,         /* anything else (a bug: please report it) */
+  GRAPHATTN_STATUS_ENUM_MAX = 0x7fffffff
 } graphattn_status_t;
 
 typedef enum graphattn_dtype {
   GRAPHATTN_DTYPE_FLOAT16 = 0,
-  GRAPHATTN_DTYPE_BFLOAT16 = 1
+  GRAPHATTN_DTYPE_BFLOAT16 = 1,
+  GRAPHATTN_DTYPE_ENUM_MAX = 0x7fffffff
 } graphattn_dtype_t;
 
 typedef enum graphattn_kv_dtype {
   GRAPHATTN_KV_DTYPE_AUTO = 0, /* the model's dtype */
   GRAPHATTN_KV_DTYPE_FP8_E4M3 = 1,
-  GRAPHATTN_KV_DTYPE_FP8_E5M2 = 2
+  GRAPHATTN_KV_DTYPE_FP8_E5M2 = 2,
+  GRAPHATTN_KV_DTYPE_ENUM_MAX = 0x7fffffff
 } graphattn_kv_dtype_t;
 
 typedef enum graphattn_kv_layout {
   GRAPHATTN_KV_LAYOUT_NHD = 0, /* [2, num_blocks, block_size, num_kv_heads, head_size] */
-  GRAPHATTN_KV_LAYOUT_HND = 1  /* [2, num_blocks, num_kv_heads, block_size, head_size] */
+  GRAPHATTN_KV_LAYOUT_HND = 1, /* [2, num_blocks, num_kv_heads, block_size, head_size] */
+  GRAPHATTN_KV_LAYOUT_ENUM_MAX = 0x7fffffff
 } graphattn_kv_layout_t;
 
 /* vLLM's AttentionCGSupport: how much of a batch may run inside a CUDA graph. */
@@ -82,7 +90,8 @@ typedef enum graphattn_cudagraph_support {
   GRAPHATTN_CUDAGRAPH_NEVER = 0,
   GRAPHATTN_CUDAGRAPH_UNIFORM_SINGLE_TOKEN_DECODE = 1,
   GRAPHATTN_CUDAGRAPH_UNIFORM_BATCH = 2,
-  GRAPHATTN_CUDAGRAPH_ALWAYS = 3
+  GRAPHATTN_CUDAGRAPH_ALWAYS = 3,
+  GRAPHATTN_CUDAGRAPH_ENUM_MAX = 0x7fffffff
 } graphattn_cudagraph_support_t;
 
 typedef struct graphattn_backend* graphattn_backend_t;
@@ -206,7 +215,8 @@ GRAPHATTN_API graphattn_status_t graphattn_cache_dir(graphattn_cache_t cache, ch
 typedef enum graphattn_cache_origin {
   GRAPHATTN_ORIGIN_MEMORY = 0,
   GRAPHATTN_ORIGIN_DISK = 1,
-  GRAPHATTN_ORIGIN_COMPILED = 2
+  GRAPHATTN_ORIGIN_COMPILED = 2,
+  GRAPHATTN_ORIGIN_ENUM_MAX = 0x7fffffff
 } graphattn_cache_origin_t;
 
 typedef struct graphattn_precompile_result {
@@ -316,7 +326,8 @@ GRAPHATTN_API graphattn_status_t graphattn_backend_forward(
 typedef enum graphattn_bounds_kind {
   GRAPHATTN_BOUNDS_NONE = 0,
   GRAPHATTN_BOUNDS_BLOCK_ID = 1,
-  GRAPHATTN_BOUNDS_SLOT = 2
+  GRAPHATTN_BOUNDS_SLOT = 2,
+  GRAPHATTN_BOUNDS_ENUM_MAX = 0x7fffffff
 } graphattn_bounds_kind_t;
 typedef struct graphattn_bounds_violation {
   graphattn_bounds_kind_t kind;

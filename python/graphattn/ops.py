@@ -26,7 +26,8 @@ import sys
 import threading
 
 from . import _device, _lib, _names, errors
-from ._dlpack import BFLOAT, FLOAT, FLOAT8_E4M3FN, FLOAT8_E5M2, UINT, reshaped, to_dl
+from ._dlpack import (BFLOAT, CUDA_DEVICES, FLOAT, FLOAT8_E4M3FN, FLOAT8_E5M2, UINT, reshaped,
+                      to_dl)
 from .backend import AttentionBackend, AttentionMetadata
 
 __all__ = ["reshape_and_cache_flash", "flash_attn_varlen_func", "clear_cache"]
@@ -176,6 +177,13 @@ class _on_device:
 
 
 def _get_prepared(key, config, num_reqs, like, device_id):
+    device_type = key[0][0]
+    if device_type not in CUDA_DEVICES:
+        # Before a backend is made and its workspace allocated next to q: host tensors would
+        # fail there with a message about allocation, not about where q lives.
+        raise errors.GraphattnError(
+            "q is on device type %d; graphattn needs CUDA device memory (kDLCUDA or "
+            "kDLCUDAManaged)" % device_type)
     need = _workspace_seqs(num_reqs)
     entry = _prepared.get(key)
     if entry is not None and entry.max_num_seqs >= need:
