@@ -139,14 +139,26 @@ const S& sized(const S* s, const char* name) {
   return v;
 }
 
-template <typename E>
-E enum_value(int v, int count, const char* name, const char* allowed) {
+// A C enum the caller filled in, read as the int it holds: loading an out-of-range value through
+// the enum type is undefined in C++ (the type's range is that of its enumerators), and a caller
+// may hold any int there.
+template <typename CEnum>
+int raw_int(const CEnum& field) {
+  static_assert(sizeof(CEnum) == sizeof(int), "graphattn.h's enums are int-sized (*_ENUM_MAX)");
+  int v;
+  std::memcpy(&v, &field, sizeof v);
+  return v;
+}
+
+template <typename E, typename CEnum>
+E enum_value(const CEnum& field, int count, const char* name, const char* allowed) {
+  const int v = raw_int(field);
   if (v < 0 || v >= count)
     invalid(std::string(name) + " " + std::to_string(v) + " is out of range; allowed: " + allowed);
   return static_cast<E>(v);
 }
 
-KvDType kv_dtype_value(int v, const char* name) {
+KvDType kv_dtype_value(const graphattn_kv_dtype_t& v, const char* name) {
   return enum_value<KvDType>(v, 3, name,
                              "0 (GRAPHATTN_KV_DTYPE_AUTO), 1 (GRAPHATTN_KV_DTYPE_FP8_E4M3), "
                              "2 (GRAPHATTN_KV_DTYPE_FP8_E5M2)");
@@ -370,7 +382,7 @@ const char* graphattn_version(void) noexcept { return GRAPHATTN_VERSION; }
 const char* graphattn_last_error(void) noexcept { return last_error.c_str(); }
 
 const char* graphattn_status_string(graphattn_status_t status) noexcept {
-  switch (status) {
+  switch (raw_int(status)) {
     case GRAPHATTN_OK:
       return "GRAPHATTN_OK";
     case GRAPHATTN_ERROR:
@@ -385,8 +397,6 @@ const char* graphattn_status_string(graphattn_status_t status) noexcept {
       return "GRAPHATTN_ERROR_BUFFER_TOO_SMALL";
     case GRAPHATTN_ERROR_INTERNAL:
       return "GRAPHATTN_ERROR_INTERNAL";
-    case GRAPHATTN_STATUS_ENUM_MAX:
-      break;
   }
   return "GRAPHATTN_STATUS_UNKNOWN";
 }
