@@ -5,15 +5,10 @@
 #
 #   scripts/bench.sh OUT_DIR [BENCH_BINARY]
 set -euo pipefail
-if [ $# -lt 1 ]; then
-  echo "usage: $0 OUT_DIR [BENCH_BINARY]" >&2
-  exit 2
-fi
+. "$(dirname "$0")/env.sh"
+require_args $# 1 "OUT_DIR [BENCH_BINARY]"
 out="$1"
-root="$(cd "$(dirname "$0")/.." && pwd)"
 bin="${2:-${BUILD_DIR:-$root/build}/graphattn-bench}"
-cuda="${CUDA_HOME:-/usr/local/cuda}"
-export LD_LIBRARY_PATH="$cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export PYTHONUNBUFFERED=1
 mkdir -p "$out"
 cd "$root"

@@ -10,15 +10,10 @@
 # GPU test, graphattn-c-gpu-tests, is taken from the same directory.
 # compute-sanitizer is found on PATH, else under $CUDA_HOME/bin (default /usr/local/cuda).
 set -uo pipefail
-if [ $# -lt 1 ]; then
-  echo "usage: $0 OUT_DIR [TEST_BINARY]" >&2
-  exit 2
-fi
+. "$(dirname "$0")/env.sh"
+require_args $# 1 "OUT_DIR [TEST_BINARY]"
 out="$1"
-root="$(cd "$(dirname "$0")/.." && pwd)"
 bin="${2:-${BUILD_DIR:-$root/build}/graphattn-gpu-tests}"
-cuda="${CUDA_HOME:-/usr/local/cuda}"
-export LD_LIBRARY_PATH="$cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 mkdir -p "$out"
 if [ ! -x "$bin" ]; then
   echo "gpu_suite: test binary $bin not found; build it first (scripts/build.sh)" >&2

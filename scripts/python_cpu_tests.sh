@@ -9,11 +9,8 @@
 #
 #   scripts/python_cpu_tests.sh BUILD_DIR        (PYTHON picks the interpreter: python3)
 set -euo pipefail
-if [ $# -lt 1 ]; then
-  echo "usage: $0 BUILD_DIR" >&2
-  exit 2
-fi
-root="$(cd "$(dirname "$0")/.." && pwd)"
+. "$(dirname "$0")/env.sh"
+require_args $# 1 "BUILD_DIR"
 build="$(cd "$1" && pwd)"
 python="${PYTHON:-python3}"
 venv="$build/python-venv"

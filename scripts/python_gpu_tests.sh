@@ -10,18 +10,14 @@
 #
 # PYTHON picks the interpreter (default python3); extra pytest arguments go in PYTEST_ARGS.
 set -uo pipefail
-if [ $# -lt 1 ]; then
-  echo "usage: $0 OUT_DIR [BUILD_DIR]" >&2
-  exit 2
-fi
+. "$(dirname "$0")/env.sh"
+require_args $# 1 "OUT_DIR [BUILD_DIR]"
 out="$1"
-root="$(cd "$(dirname "$0")/.." && pwd)"
 build="$(cd "${2:-${BUILD_DIR:-$root/build}}" 2>/dev/null && pwd)" || {
   echo "python_gpu_tests: build directory ${2:-${BUILD_DIR:-$root/build}} not found" >&2
   exit 2
 }
 python="${PYTHON:-python3}"
-cuda="${CUDA_HOME:-/usr/local/cuda}"
 if [ ! -f "$build/libgraphattn.so" ]; then
   echo "python_gpu_tests: $build/libgraphattn.so not found; build it first (scripts/build.sh," \
        "or cmake --build $build --target graphattn_shared graphattn-warmup)" >&2
@@ -35,7 +31,6 @@ fi
 mkdir -p "$out"
 export GRAPHATTN_LIBRARY="$build/libgraphattn.so"
 export PYTHONPATH="$root/python${PYTHONPATH:+:$PYTHONPATH}"
-export LD_LIBRARY_PATH="$cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export GRAPHATTN_REQUIRE_GPU="${GRAPHATTN_REQUIRE_GPU:-1}"
 export PYTHONUNBUFFERED=1
 cd "$build"  # not python/: the tests must import the package through PYTHONPATH

@@ -6,19 +6,16 @@
 # executions; then runs the CPU tests, the tools they drive, the C ABI's CPU tests and the NEEDED
 # check under the sanitizers. Any sanitizer report fails the run.
 set -euo pipefail
-root="$(cd "$(dirname "$0")/.." && pwd)"
+. "$(dirname "$0")/env.sh"
 "$root/scripts/install_deps.sh" --sanitize
 build="${SANITIZE_BUILD_DIR:-$root/build-asan}"
-cuda="${CUDA_HOME:-/usr/local/cuda}"
 seconds="${GRAPHATTN_FUZZ_SECONDS:-15}"
-export PATH="$cuda/bin:$PATH"
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_COMPILER=clang++ \
   -DCMAKE_C_COMPILER=clang \
   -DCUDAToolkit_ROOT="$cuda" -DGRAPHATTN_FUZZ=ON -DGRAPHATTN_FUZZ_SECONDS="$seconds" >/dev/null
 fuzzers=(fuzz_spec fuzz_entry fuzz_size fuzz_warmup_args)
 cmake --build "$build" -j "$(nproc)" --target graphattn-tests graphattn-cache graphattn-warmup \
   graphattn-c-tests "${fuzzers[@]}"
-export LD_LIBRARY_PATH="$cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 # NVRTC is not built with the sanitizers: its own allocations at exit are not graphattn's leaks.
 export LSAN_OPTIONS="suppressions=$root/tests/fuzz/lsan.supp:print_suppressions=0"
 export ASAN_OPTIONS="abort_on_error=1:detect_stack_use_after_return=1:strict_string_checks=1"

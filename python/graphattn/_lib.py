@@ -267,6 +267,26 @@ def last_error():
     return lib.graphattn_last_error().decode("utf-8", "replace")
 
 
+class OwnedHandle:
+    """Base of the classes that hold a C handle in ``_handle`` (a ctypes.c_void_p) and, when
+    ``_owned``, release it with the C function named by ``_DESTROY`` once collected. At
+    interpreter shutdown this module's globals may be gone already: then nothing is called."""
+    _DESTROY = None
+    _handle = None
+    _owned = False
+
+    def __del__(self):
+        handle = self._handle
+        if handle and self._owned and lib:
+            getattr(lib, self._DESTROY)(handle)
+            self._handle = None
+
+    @property
+    def handle(self):
+        """The C handle (a ctypes.c_void_p), e.g. a graphattn_backend_t."""
+        return self._handle
+
+
 def check(status):
     """Raises the GraphattnError for a non-OK status, with this thread's last-error text."""
     if status != errors.OK:

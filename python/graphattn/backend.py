@@ -125,7 +125,7 @@ def _layer_config(num_heads, num_kv_heads, head_size, block_size, dtype, kv_cach
     return c
 
 
-class AttentionBackend:
+class AttentionBackend(_lib.OwnedHandle):
     """The attention of one layer configuration (or of every layer that shares it): cache
     write, split-KV decode for the decodes, prefill for the rest.
 
@@ -154,6 +154,8 @@ class AttentionBackend:
             kernels, with no check.
     """
 
+    _DESTROY = "graphattn_backend_destroy"
+
     def __init__(self, *, num_heads, num_kv_heads, head_size, block_size=16,
                  dtype="bfloat16", kv_cache_dtype="auto", layout="NHD", window=0,
                  soft_cap=0.0, scale=None, k_scale=1.0, v_scale=1.0, max_model_len,
@@ -165,20 +167,9 @@ class AttentionBackend:
         _lib.check(_lib.lib.graphattn_layer_config_check(ctypes.byref(c)))
         handle = ctypes.c_void_p()
         _lib.check(_lib.lib.graphattn_backend_create(ctypes.byref(c), ctypes.byref(handle)))
-        self._handle = handle
+        self._handle, self._owned = handle, True
         self._cache = None          # the cache prepare() used: it must outlive the backend
         self._config = None
-
-    def __del__(self):
-        handle = getattr(self, "_handle", None)
-        if handle and _lib is not None and _lib.lib:
-            _lib.lib.graphattn_backend_destroy(handle)
-            self._handle = None
-
-    @property
-    def handle(self):
-        """The graphattn_backend_t (a ctypes.c_void_p)."""
-        return self._handle
 
     @property
     def config(self):

@@ -51,7 +51,7 @@ class PrecompileResult(NamedTuple):
     error: str          # NVRTC's or the spec parser's first line(s) when not ok
 
 
-class KernelCache:
+class KernelCache(_lib.OwnedHandle):
     """A kernel cache (graphattn_cache_t).
 
     Args:
@@ -66,6 +66,8 @@ class KernelCache:
             plant GPU code this process runs. Otherwise the directory must be this user's (or
             root's) and writable by no one else, or the cache runs memory-only with a warning.
     """
+
+    _DESTROY = "graphattn_cache_destroy"
 
     def __init__(self, dir=None, use_disk=True, max_bytes=0, lock_timeout_ms=60000,
                  dump_source=False, shared_dir=False):
@@ -93,17 +95,6 @@ class KernelCache:
         self._handle = handle
         self._owned = False
         return self
-
-    def __del__(self):
-        handle = getattr(self, "_handle", None)
-        if handle and getattr(self, "_owned", False) and _lib is not None and _lib.lib:
-            _lib.lib.graphattn_cache_destroy(handle)
-            self._handle = None
-
-    @property
-    def handle(self):
-        """The graphattn_cache_t (a ctypes.c_void_p)."""
-        return self._handle
 
     @property
     def dir(self):
