@@ -11,6 +11,7 @@
 #include "jit_cache/byte_size.hpp"
 #include "jit_cache/disk_tier.hpp"
 #include "jit_cache/nvrtc_compiler.hpp"
+#include "jit_cache/spec_axes.hpp"
 #include "jit_cache/thread_pool.hpp"
 
 namespace graphattn {
@@ -25,29 +26,6 @@ struct KeyHash {
   size_t operator()(const CacheKey& k) const { return static_cast<size_t>(k.low ^ k.high); }
 };
 
-// Every field of a spec packed into one word: the memory tier's fast index, so that a hit costs
-// neither rendering the source nor hashing it. 0 when a field does not fit (such a spec is
-// invalid anyway and takes the slow path, which rejects it).
-uint64_t pack_spec(const AttentionSpec& s) {
-  const auto in = [](int x, int limit) { return x >= 0 && x < limit; };
-  if (!in(static_cast<int>(s.kind), 8) || !in(s.head_size, 512) || !in(s.block_size, 512) ||
-      !in(static_cast<int>(s.dtype), 4) || !in(static_cast<int>(s.kv_dtype), 4) ||
-      !in(s.group, 128) || !in(static_cast<int>(s.layout), 2) || !in(s.arch, 1024))
-    return 0;
-  uint64_t v = 1;
-  v = v * 8 + static_cast<uint64_t>(s.kind);
-  v = v * 512 + static_cast<uint64_t>(s.head_size);
-  v = v * 512 + static_cast<uint64_t>(s.block_size);
-  v = v * 4 + static_cast<uint64_t>(s.dtype);
-  v = v * 4 + static_cast<uint64_t>(s.kv_dtype);
-  v = v * 128 + static_cast<uint64_t>(s.group);
-  v = v * 2 + (s.sliding_window ? 1 : 0);
-  v = v * 2 + (s.soft_cap ? 1 : 0);
-  v = v * 2 + static_cast<uint64_t>(s.layout);
-  v = v * 1024 + static_cast<uint64_t>(s.arch);
-  v = v * 2 + (s.check_bounds ? 1 : 0);
-  return v;
-}
 
 const char* env(const char* name) {
   const char* v = std::getenv(name);
@@ -101,7 +79,9 @@ struct KernelCache::Impl {
   std::unique_ptr<DiskTier> disk;
   mutable std::mutex mu;
   std::unordered_map<CacheKey, std::shared_future<KernelPtr>, KeyHash> entries;
-  // pack_spec(spec) -> key, for specs that validated and rendered once in this process.
+  // detail::packed_spec(spec) -> key, for specs that validated and rendered once in this process:
+  // the fast index, so that a hit costs neither rendering the source nor hashing it. A spec that
+  // does not pack (0) is invalid anyway and takes the slow path, which rejects it.
   std::unordered_map<uint64_t, CacheKey> by_spec;
   CacheStats stats;
 };
@@ -131,7 +111,7 @@ KernelCache::~KernelCache() = default;
 
 std::shared_ptr<const CompiledKernel> KernelCache::get(const AttentionSpec& spec,
                                                        CacheOrigin* origin) {
-  const uint64_t packed = pack_spec(spec);
+  const uint64_t packed = detail::packed_spec(spec);
   {
     std::unique_lock<std::mutex> lock(impl_->mu);
     auto known = impl_->by_spec.find(packed);
@@ -148,9 +128,7 @@ std::shared_ptr<const CompiledKernel> KernelCache::get(const AttentionSpec& spec
     }
   }
   const KernelSource src = render_kernel(spec);  // validates
-  const auto [major, minor] = nvrtc_version();
-  const CacheKey key =
-      make_key({src.spec, src.source, src.options, spec.arch, major, minor, kCacheFormatVersion});
+  const CacheKey key = kernel_key(src, spec.arch);
 
   std::promise<KernelPtr> promise;
   {

@@ -43,4 +43,9 @@ CacheKey make_key(const KeyInputs& in) {
   return CacheKey{h.high64, h.low64};
 }
 
+CacheKey kernel_key(const KernelSource& src, int arch) {
+  const auto [major, minor] = nvrtc_version();
+  return make_key({src.spec, src.source, src.options, arch, major, minor, kCacheFormatVersion});
+}
+
 }  // namespace graphattn

@@ -5,6 +5,7 @@
 #include "graphattn/error.hpp"
 #include "graphattn/jit.hpp"
 #include "jit_cache/prefill_kernels.hpp"
+#include "jit_cache/spec_axes.hpp"
 
 namespace graphattn {
 namespace detail {
@@ -52,17 +53,7 @@ KernelSource render_kernel(const AttentionSpec& spec) {
   os << "// nvrtc options:";
   for (const auto& o : out.options) os << " " << o;
   os << "\n";
-  os << "constexpr int HEAD_SIZE = " << spec.head_size << ";\n"
-     << "constexpr int BLOCK_SIZE = " << spec.block_size << ";\n"
-     << "constexpr int GROUP = " << spec.group << ";\n"
-     << "constexpr int IS_BF16 = " << (spec.dtype == DType::kBFloat16 ? 1 : 0) << ";\n"
-     << "constexpr int KV_FP8 = " << static_cast<int>(spec.kv_dtype) << ";\n"
-     << "constexpr int KV_HND = " << (spec.layout == KvLayout::kHND ? 1 : 0) << ";\n"
-     << "constexpr int HAS_WINDOW = " << (spec.sliding_window ? 1 : 0) << ";\n"
-     << "constexpr int HAS_SOFT_CAP = " << (spec.soft_cap ? 1 : 0) << ";\n"
-     << "constexpr int TARGET_ARCH = " << spec.arch << ";\n";
-  // Only checked kernels name it: the fast path's source is the same as without the mode.
-  if (spec.check_bounds) os << "#define GA_CHECK_BOUNDS 1\n";
+  os << detail::spec_constants(spec);
   os << template_text("params.h") << "\n" << template_text("common.cuh") << "\n"
      << template_text(fam.file);
   out.source = os.str();

@@ -1,10 +1,12 @@
 // AttentionSpec: validation, the canonical string and its parser.
 #include "graphattn/spec.hpp"
 
+#include <cstdint>
 #include <cstdlib>
-#include <sstream>
+#include <type_traits>
 
 #include "graphattn/error.hpp"
+#include "jit_cache/spec_axes.hpp"
 #include "jit_cache/text.hpp"
 
 namespace graphattn {
@@ -48,46 +50,144 @@ int kv_dtype_bytes(KvDType t, DType auto_type) {
   return t == KvDType::kAuto ? dtype_bytes(auto_type) : 1;
 }
 
-const char* to_string(KernelKind k) {
-  switch (k) {
-    case KernelKind::kCacheWrite: return "cache_write";
-    case KernelKind::kDecode: return "decode";
-    case KernelKind::kPrefill: return "prefill";
-  }
-  return "?";
+namespace {
+
+// The names of a kName axis's values, index = the enum's value.
+using Names = std::vector<const char*>;
+template <typename E>
+const Names& axis_names();
+template <>
+const Names& axis_names<KernelKind>() {
+  static const Names n = {"cache_write", "decode", "prefill"};
+  return n;
 }
-const char* to_string(DType t) { return t == DType::kFloat16 ? "fp16" : "bf16"; }
-const char* to_string(KvDType t) {
-  switch (t) {
-    case KvDType::kAuto: return "auto";
-    case KvDType::kFp8E4M3: return "e4m3";
-    case KvDType::kFp8E5M2: return "e5m2";
-  }
-  return "?";
+template <>
+const Names& axis_names<DType>() {
+  static const Names n = {"fp16", "bf16"};
+  return n;
 }
-const char* to_string(KvLayout l) { return l == KvLayout::kNHD ? "nhd" : "hnd"; }
+template <>
+const Names& axis_names<KvDType>() {
+  static const Names n = {"auto", "e4m3", "e5m2"};
+  return n;
+}
+template <>
+const Names& axis_names<KvLayout>() {
+  static const Names n = {"nhd", "hnd"};
+  return n;
+}
+// Axes of other types have no names.
+template <typename T>
+const Names* names_of() {
+  if constexpr (std::is_enum_v<T>) {
+    return &axis_names<T>();
+  } else {
+    return nullptr;
+  }
+}
+
+template <typename E>
+const char* name_of(E v) {
+  const Names& n = axis_names<E>();
+  const int i = static_cast<int>(v);
+  return i >= 0 && i < static_cast<int>(n.size()) ? n[i] : "?";
+}
+
+// What a kNumber axis accepts, for validate() and its message.
+struct NumberRule {
+  bool (*ok)(int);
+  std::string (*allowed)();
+  const char* value_prefix;  // printed before the value: "sm_" for the arch
+};
+
+std::string join_archs() {
+  std::string allowed;
+  for (int a : supported_archs()) allowed += (allowed.empty() ? "sm_" : ", sm_") + std::to_string(a);
+  return allowed;
+}
+
+const NumberRule* rule_of(const char* field) {
+  static const NumberRule head = {[](int v) { return contains(supported_head_sizes(), v); },
+                                  [] { return std::string("32, 40, ..., 256 (multiples of 8)"); },
+                                  ""};
+  static const NumberRule block = {[](int v) { return contains(supported_block_sizes(), v); },
+                                   [] { return std::string("16, 32, ..., 256 (multiples of 16)"); },
+                                   ""};
+  static const NumberRule group = {[](int v) { return v >= 1 && v <= kMaxGroup; },
+                                   [] { return "1.." + std::to_string(kMaxGroup); }, ""};
+  static const NumberRule arch = {[](int v) { return contains(supported_archs(), v); }, join_archs,
+                                  "sm_"};
+  const std::string f(field);
+  if (f == "head_size") return &head;
+  if (f == "block_size") return &block;
+  if (f == "group") return &group;
+  if (f == "arch") return &arch;
+  return nullptr;
+}
+
+enum class Form { kName, kNumber, kFlag, kSuffix };
+
+// One axis of GRAPHATTN_SPEC_AXES, with its field reached as an int.
+struct Axis {
+  Form form;
+  const char* tag;
+  const char* label;
+  int radix;
+  const char* constant;
+  const Names* names;      // kName
+  const NumberRule* rule;  // kNumber
+  int (*get)(const AttentionSpec&);
+  void (*set)(AttentionSpec&, int);
+};
+
+#define GRAPHATTN_SPEC_AXIS(type, field, default_value, form, tag, label, radix, constant) \
+  Axis{Form::form,                                                                     \
+       tag,                                                                            \
+       label,                                                                          \
+       radix,                                                                          \
+       constant,                                                                       \
+       names_of<type>(),                                                               \
+       Form::form == Form::kNumber ? rule_of(#field) : nullptr,                        \
+       [](const AttentionSpec& s) { return static_cast<int>(s.field); },               \
+       [](AttentionSpec& s, int v) { s.field = static_cast<type>(v); }},
+
+const std::vector<Axis>& axes() {
+  static const std::vector<Axis> a = {GRAPHATTN_SPEC_AXES(GRAPHATTN_SPEC_AXIS)};
+  return a;
+}
+#undef GRAPHATTN_SPEC_AXIS
+
+// The packed key's digits must fit in 63 bits under its leading 1.
+constexpr double packed_bits() {
+  double bits = 0;
+#define GRAPHATTN_SPEC_RADIX(type, field, default_value, form, tag, label, radix, constant) \
+  bits += radix <= 2 ? 1 : radix <= 4 ? 2 : radix <= 8 ? 3 : radix <= 128 ? 7 : radix <= 512 ? 9 : 10;
+  GRAPHATTN_SPEC_AXES(GRAPHATTN_SPEC_RADIX)
+#undef GRAPHATTN_SPEC_RADIX
+  return bits;
+}
+static_assert(packed_bits() <= 63, "the spec's axes no longer fit the memory tier's 64-bit key");
+
+std::string allowed_names(const Names& n) {
+  std::string out;
+  for (const char* x : n) out += (out.empty() ? "" : ", ") + std::string(x);
+  return out;
+}
+
+}  // namespace
+
+const char* to_string(KernelKind k) { return name_of(k); }
+const char* to_string(DType t) { return name_of(t); }
+const char* to_string(KvDType t) { return name_of(t); }
+const char* to_string(KvLayout l) { return name_of(l); }
 
 void AttentionSpec::validate() const {
-  if (kind != KernelKind::kCacheWrite && kind != KernelKind::kDecode &&
-      kind != KernelKind::kPrefill)
-    fail("kernel kind", std::to_string(static_cast<int>(kind)), "cache_write, decode, prefill");
-  if (!contains(supported_head_sizes(), head_size))
-    fail("head size", std::to_string(head_size), "32, 40, ..., 256 (multiples of 8)");
-  if (!contains(supported_block_sizes(), block_size))
-    fail("block size", std::to_string(block_size), "16, 32, ..., 256 (multiples of 16)");
-  if (dtype != DType::kFloat16 && dtype != DType::kBFloat16)
-    fail("dtype", std::to_string(static_cast<int>(dtype)), "fp16, bf16");
-  if (kv_dtype != KvDType::kAuto && kv_dtype != KvDType::kFp8E4M3 &&
-      kv_dtype != KvDType::kFp8E5M2)
-    fail("KV cache dtype", std::to_string(static_cast<int>(kv_dtype)), "auto, e4m3, e5m2");
-  if (group < 1 || group > kMaxGroup)
-    fail("queries per KV head (group)", std::to_string(group), "1..64");
-  if (layout != KvLayout::kNHD && layout != KvLayout::kHND)
-    fail("KV layout", std::to_string(static_cast<int>(layout)), "nhd, hnd");
-  if (!contains(supported_archs(), arch)) {
-    std::string allowed;
-    for (int a : supported_archs()) allowed += (allowed.empty() ? "sm_" : ", sm_") + std::to_string(a);
-    fail("target arch", "sm_" + std::to_string(arch), allowed);
+  for (const Axis& a : axes()) {
+    const int v = a.get(*this);
+    if (a.form == Form::kName && (v < 0 || v >= static_cast<int>(a.names->size())))
+      fail(a.label, std::to_string(v), allowed_names(*a.names));
+    if (a.form == Form::kNumber && !a.rule->ok(v))
+      fail(a.label, a.rule->value_prefix + std::to_string(v), a.rule->allowed());
   }
   if (kind == KernelKind::kCacheWrite && (group != 1 || sliding_window || soft_cap))
     throw Error("spec " + to_string() +
@@ -96,20 +196,59 @@ void AttentionSpec::validate() const {
 }
 
 std::string AttentionSpec::to_string() const {
-  std::ostringstream os;
-  os << graphattn::to_string(kind) << "_h" << head_size << "_b" << block_size << "_"
-     << graphattn::to_string(dtype) << "_kv" << graphattn::to_string(kv_dtype) << "_g" << group
-     << "_swa" << (sliding_window ? 1 : 0) << "_cap" << (soft_cap ? 1 : 0) << "_"
-     << graphattn::to_string(layout) << "_sm" << arch << (check_bounds ? "_chk" : "");
-  return os.str();
+  std::string out;
+  for (const Axis& a : axes()) {
+    const int v = a.get(*this);
+    switch (a.form) {
+      case Form::kName:
+        out += a.tag;
+        out += v >= 0 && v < static_cast<int>(a.names->size()) ? (*a.names)[v] : "?";
+        break;
+      case Form::kNumber:
+      case Form::kFlag: out += a.tag + std::to_string(v); break;
+      case Form::kSuffix:
+        if (v) out += a.tag;
+        break;
+    }
+  }
+  return out;
 }
 
 bool AttentionSpec::operator==(const AttentionSpec& o) const {
-  return kind == o.kind && head_size == o.head_size && block_size == o.block_size &&
-         dtype == o.dtype && kv_dtype == o.kv_dtype && group == o.group &&
-         sliding_window == o.sliding_window && soft_cap == o.soft_cap && layout == o.layout &&
-         arch == o.arch && check_bounds == o.check_bounds;
+  for (const Axis& a : axes())
+    if (a.get(*this) != a.get(o)) return false;
+  return true;
 }
+
+namespace detail {
+
+uint64_t packed_spec(const AttentionSpec& s) {
+  uint64_t v = 1;
+  for (const Axis& a : axes()) {
+    const int x = a.get(s);
+    if (x < 0 || x >= a.radix) return 0;
+    v = v * static_cast<uint64_t>(a.radix) + static_cast<uint64_t>(x);
+  }
+  return v;
+}
+
+std::string spec_constants(const AttentionSpec& s) {
+  std::string out;
+  for (const Axis& a : axes()) {
+    if (!*a.constant) continue;
+    const int v = a.get(s);
+    if (a.form == Form::kSuffix) {
+      // Only set ones are named, so that a mode's off state renders the same source as before
+      // the mode existed.
+      if (v) out += std::string("#define ") + a.constant + " 1\n";
+    } else {
+      out += std::string("constexpr int ") + a.constant + " = " + std::to_string(v) + ";\n";
+    }
+  }
+  return out;
+}
+
+}  // namespace detail
 
 namespace {
 
@@ -127,22 +266,37 @@ Number take_number(const std::string& s, size_t& pos, int& out) {
   return Number::kOk;
 }
 
-bool take_literal(const std::string& s, size_t& pos, const char* lit) {
-  std::string l(lit);
-  if (s.compare(pos, l.size(), l) != 0) return false;
-  pos += l.size();
+bool take_literal(const std::string& s, size_t& pos, const std::string& lit) {
+  if (s.compare(pos, lit.size(), lit) != 0) return false;
+  pos += lit.size();
   return true;
+}
+
+// "<cache_write|decode|prefill>_h<head size>_b<block size>..." from the axis list.
+std::string grammar() {
+  std::string g;
+  for (const Axis& a : axes()) {
+    switch (a.form) {
+      case Form::kName: {
+        std::string alts;
+        for (const char* n : *a.names) alts += (alts.empty() ? "" : "|") + std::string(n);
+        g += a.tag + ("<" + alts + ">");
+        break;
+      }
+      case Form::kNumber: g += a.tag + ("<" + std::string(a.label) + ">"); break;
+      case Form::kFlag: g += a.tag + std::string("<0|1>"); break;
+      case Form::kSuffix: g += "[" + std::string(a.tag) + "]"; break;
+    }
+  }
+  return g;
 }
 
 }  // namespace
 
 AttentionSpec AttentionSpec::parse(const std::string& text) {
-  const char* grammar =
-      "<cache_write|decode|prefill>_h<head>_b<block>_<fp16|bf16>_kv<auto|e4m3|"
-      "e5m2>_g<group>_swa<0|1>_cap<0|1>_<nhd|hnd>_sm<arch>[_chk]";
   auto bad = [&](const std::string& why) -> Error {
     return Error("malformed spec string '" + detail::printable(text) + "': " + why +
-                 "; expected " + grammar +
+                 "; expected " + grammar() +
                  ", e.g. decode_h128_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm90");
   };
   AttentionSpec s;
@@ -156,49 +310,54 @@ AttentionSpec AttentionSpec::parse(const std::string& text) {
     return bad(field + " field missing: expected " + want + " at offset " + std::to_string(pos) +
                ", found " + found(pos));
   };
-  // A field whose literal is present: "<lit><number>".
-  auto number = [&](const char* lit, const std::string& field, int& out) {
-    if (!take_literal(text, pos, lit)) throw missing(field, std::string("'") + lit + "<number>'");
-    const size_t at = pos;
-    switch (take_number(text, pos, out)) {
-      case Number::kOk: return;
-      case Number::kNone:
-        throw bad(field + " field '" + lit + "' has no number: found " + found(at));
-      case Number::kLeadingZero:
-        throw bad(field + " field '" + lit + "' has a number with a leading zero: found " +
-                  found(at));
-      case Number::kTooLong:
-        throw bad(field + " field '" + lit + "' has a number of more than 6 digits: found " +
-                  found(at));
+  for (const Axis& a : axes()) {
+    const std::string label(a.label), tag(a.tag);
+    switch (a.form) {
+      case Form::kName: {
+        // Longest name first, so that no name is taken for a prefix of another.
+        int hit = -1;
+        for (int i = 0; i < static_cast<int>(a.names->size()); ++i) {
+          const std::string n = tag + (*a.names)[i];
+          if (text.compare(pos, n.size(), n) == 0 &&
+              (hit < 0 || n.size() > std::string((*a.names)[hit]).size() + tag.size()))
+            hit = i;
+        }
+        if (hit < 0) {
+          if (pos == 0) throw bad("unknown " + label + ": found " + found(0));
+          std::string want;
+          const Names& n = *a.names;
+          for (size_t i = 0; i < n.size(); ++i)
+            want += (i == 0 ? "" : i + 1 == n.size() ? " or " : ", ") + tag + n[i];
+          throw missing(label, want);
+        }
+        pos += tag.size() + std::string((*a.names)[hit]).size();
+        a.set(s, hit);
+        break;
+      }
+      case Form::kNumber:
+      case Form::kFlag: {
+        if (!take_literal(text, pos, tag)) throw missing(label, "'" + tag + "<number>'");
+        const size_t at = pos;
+        int v = 0;
+        switch (take_number(text, pos, v)) {
+          case Number::kOk: break;
+          case Number::kNone:
+            throw bad(label + " field '" + tag + "' has no number: found " + found(at));
+          case Number::kLeadingZero:
+            throw bad(label + " field '" + tag + "' has a number with a leading zero: found " +
+                      found(at));
+          case Number::kTooLong:
+            throw bad(label + " field '" + tag + "' has a number of more than 6 digits: found " +
+                      found(at));
+        }
+        if (a.form == Form::kFlag && v > 1)
+          throw bad(label + " field '" + tag + "' must be 0 or 1, found " + std::to_string(v));
+        a.set(s, v);
+        break;
+      }
+      case Form::kSuffix: a.set(s, take_literal(text, pos, tag) ? 1 : 0); break;
     }
-  };
-  auto flag = [&](const char* lit, const std::string& field) {
-    int v = 0;
-    number(lit, field, v);
-    if (v > 1) throw bad(field + " field '" + lit + "' must be 0 or 1, found " + std::to_string(v));
-    return v == 1;
-  };
-  if (take_literal(text, pos, "cache_write_")) s.kind = KernelKind::kCacheWrite;
-  else if (take_literal(text, pos, "decode_")) s.kind = KernelKind::kDecode;
-  else if (take_literal(text, pos, "prefill_")) s.kind = KernelKind::kPrefill;
-  else throw bad("unknown kernel kind: found " + found(0));
-  number("h", "head size", s.head_size);
-  number("_b", "block size", s.block_size);
-  if (take_literal(text, pos, "_fp16")) s.dtype = DType::kFloat16;
-  else if (take_literal(text, pos, "_bf16")) s.dtype = DType::kBFloat16;
-  else throw missing("dtype", "_fp16 or _bf16");
-  if (take_literal(text, pos, "_kvauto")) s.kv_dtype = KvDType::kAuto;
-  else if (take_literal(text, pos, "_kve4m3")) s.kv_dtype = KvDType::kFp8E4M3;
-  else if (take_literal(text, pos, "_kve5m2")) s.kv_dtype = KvDType::kFp8E5M2;
-  else throw missing("KV dtype", "_kvauto, _kve4m3 or _kve5m2");
-  number("_g", "group", s.group);
-  s.sliding_window = flag("_swa", "window");
-  s.soft_cap = flag("_cap", "soft cap");
-  if (take_literal(text, pos, "_nhd")) s.layout = KvLayout::kNHD;
-  else if (take_literal(text, pos, "_hnd")) s.layout = KvLayout::kHND;
-  else throw missing("layout", "_nhd or _hnd");
-  number("_sm", "arch", s.arch);
-  s.check_bounds = take_literal(text, pos, "_chk");
+  }
   if (pos != text.size()) throw bad("trailing characters " + found(pos));
   s.validate();
   return s;

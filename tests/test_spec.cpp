@@ -149,8 +149,8 @@ TEST_CASE("spec: parse messages say which field is bad and escape what they echo
   const Case cases[] = {
       {"decode_h128_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm", "arch field '_sm' has no number: found the end"},
       {"decode_h128_b16_bf16_kvauto_g4_swa2_cap0_nhd_sm90", "window field '_swa' must be 0 or 1, found 2"},
-      {"decode_h0128_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm90", "head size field 'h' has a number with a leading zero"},
-      {"decode_h128_b16_bf16_kvauto_g9999999_swa0_cap0_nhd_sm90", "group field '_g' has a number of more than 6 digits"},
+      {"decode_h0128_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm90", "head size field '_h' has a number with a leading zero"},
+      {"decode_h128_b16_bf16_kvauto_g9999999_swa0_cap0_nhd_sm90", "(group) field '_g' has a number of more than 6 digits"},
       {"decode_h128_b16_f32_kvauto_g4_swa0_cap0_nhd_sm90", "dtype field missing: expected _fp16 or _bf16 at offset 15, found '_f32_kvauto"},
       {"decode_h128_b16_bf16_kvauto_g4_cap0_swa0_nhd_sm90", "window field missing: expected '_swa<number>' at offset 30"},
       {"decode_h128\x1b[2J_b16", "'decode_h128\\x1b[2J_b16'"},

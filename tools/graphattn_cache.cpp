@@ -355,11 +355,7 @@ Json is_current(const EntryInfo& e) {
   try {
     const graphattn::AttentionSpec spec = graphattn::AttentionSpec::parse(e.header.spec);
     const graphattn::KernelSource src = graphattn::render_kernel(spec);
-    const auto [major, minor] = graphattn::nvrtc_version();
-    const graphattn::CacheKey key =
-        graphattn::make_key({src.spec, src.source, src.options, spec.arch, major, minor,
-                             graphattn::kCacheFormatVersion});
-    return key == e.header.key;
+    return graphattn::kernel_key(src, spec.arch) == e.header.key;
   } catch (const std::exception&) {
     return nullptr;
   }

@@ -59,6 +59,10 @@ GRAPHATTN_API KernelSource render_kernel(const AttentionSpec& spec);
 // The NVRTC this process is linked with (major, minor).
 GRAPHATTN_API std::pair<int, int> nvrtc_version();
 
+// The cache key of a kernel rendered for `arch` (the spec's arch), compiled by this process's
+// NVRTC in this cache format: the one recipe that the cache and graphattn-cache use.
+GRAPHATTN_API CacheKey kernel_key(const KernelSource& src, int arch);
+
 // Where a cubin came from on this request.
 enum class CacheOrigin { kMemory, kDisk, kCompiled };
 GRAPHATTN_API const char* to_string(CacheOrigin o);

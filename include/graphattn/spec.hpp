@@ -15,28 +15,55 @@ enum class DType { kFloat16, kBFloat16 };           // query, output and (auto) 
 enum class KvDType { kAuto, kFp8E4M3, kFp8E5M2 };   // KV cache element type; auto = DType
 enum class KvLayout { kNHD, kHND };                 // order of block_size and num_kv_heads
 
+// Every axis of AttentionSpec, in the order of its canonical string. This one list declares the
+// fields and drives validate(), to_string(), parse(), operator==, the memory tier's packed key
+// and the constants the renderer puts in front of the templates, so a new axis is one line here
+// (plus its template code); tests/test_spec_axes.cpp checks that every axis changes the cache
+// key, the memory-tier entry and the rendered source.
+//
+//   X(type, field, default, form, tag, label, radix, constant)
+//   form:  kName   tag then the value's name (axis_names<type>: "decode", "bf16", ...)
+//          kNumber tag then the value in decimal (checked by the rule named in spec.cpp)
+//          kFlag   tag then 0 or 1
+//          kSuffix tag when set, nothing otherwise
+//   label: the field's name in messages
+//   radix: every value lies in 0..radix-1 (the packed key's digit)
+//   constant: the template's name for the value: "constexpr int <constant> = <value>;" (a name's
+//          index, a flag's 0/1), for kSuffix "#define <constant> 1" when set; "" for none (the
+//          kernel kind picks the template file instead)
+#define GRAPHATTN_SPEC_AXES(X)                                                                \
+  X(KernelKind, kind, KernelKind::kDecode, kName, "", "kernel kind", 8, "")                  \
+  /* 32..256, multiple of 8 */                                                               \
+  X(int, head_size, 128, kNumber, "_h", "head size", 512, "HEAD_SIZE")                       \
+  /* tokens per KV page: 16..256, multiple of 16 */                                          \
+  X(int, block_size, 16, kNumber, "_b", "block size", 512, "BLOCK_SIZE")                     \
+  X(DType, dtype, DType::kBFloat16, kName, "_", "dtype", 4, "IS_BF16")                       \
+  X(KvDType, kv_dtype, KvDType::kAuto, kName, "_kv", "KV cache dtype", 4, "KV_FP8")          \
+  /* query heads per KV head (GQA): 1..64 */                                                 \
+  X(int, group, 1, kNumber, "_g", "queries per KV head (group)", 128, "GROUP")               \
+  /* the window length itself is a launch argument */                                        \
+  X(bool, sliding_window, false, kFlag, "_swa", "window", 2, "HAS_WINDOW")                   \
+  /* the cap value itself is a launch argument */                                            \
+  X(bool, soft_cap, false, kFlag, "_cap", "soft cap", 2, "HAS_SOFT_CAP")                     \
+  X(KvLayout, layout, KvLayout::kNHD, kName, "_", "KV layout", 2, "KV_HND")                  \
+  /* compute capability * 10 + minor, e.g. 80, 89, 90 */                                     \
+  X(int, arch, 90, kNumber, "_sm", "target arch", 1024, "TARGET_ARCH")                       \
+  /* Checked mode: the kernel compares every block id and slot it reads with the cache's */  \
+  /* size and reports the first one out of range (AttentionBackend::take_bounds_violation) */ \
+  /* instead of reading or writing outside the cache. Off: the fast path, whose source and */ \
+  /* machine code carry no check at all. */                                                  \
+  X(bool, check_bounds, false, kSuffix, "_chk", "checked mode", 2, "GA_CHECK_BOUNDS")
+
 struct GRAPHATTN_API AttentionSpec {
-  KernelKind kind = KernelKind::kDecode;
-  int head_size = 128;        // 32..256, multiple of 8
-  int block_size = 16;        // tokens per KV page: 16..256, multiple of 16
-  DType dtype = DType::kBFloat16;
-  KvDType kv_dtype = KvDType::kAuto;
-  int group = 1;              // query heads per KV head (GQA): 1..64
-  bool sliding_window = false;  // the window length itself is a launch argument
-  bool soft_cap = false;        // the cap value itself is a launch argument
-  KvLayout layout = KvLayout::kNHD;
-  int arch = 90;              // compute capability * 10 + minor, e.g. 80, 89, 90
-  // Checked mode (string suffix "_chk"): the kernel compares every block id and slot it reads
-  // with the cache's size and reports the first one out of range (AttentionBackend::
-  // take_bounds_violation) instead of reading or writing outside the cache. Off: the fast path,
-  // whose source and machine code carry no check at all.
-  bool check_bounds = false;
+#define GRAPHATTN_SPEC_FIELD(type, field, default_value, ...) type field = default_value;
+  GRAPHATTN_SPEC_AXES(GRAPHATTN_SPEC_FIELD)
+#undef GRAPHATTN_SPEC_FIELD
 
   // Throws graphattn::Error naming the first bad field and the allowed values.
   void validate() const;
 
   // Canonical, stable form, e.g. "decode_h128_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm90" (checked
-  // mode appends "_chk").
+  // mode appends "_chk"): the axes in order, each written as its form says.
   std::string to_string() const;
 
   // Parses the canonical form; throws graphattn::Error on anything else. The result is

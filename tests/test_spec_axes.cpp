@@ -1,0 +1,100 @@
+// Every axis of AttentionSpec's one list (GRAPHATTN_SPEC_AXES) reaches everything that must tell
+// specs apart. An axis added to the list with no renderer constant (and no template choice)
+// renders the same source for both values: the "rendered sources differ" check below fails for
+// it, and so does the key check, which hashes that source.
+#include <doctest/doctest.h>
+
+#include <set>
+#include <string>
+#include <vector>
+
+#include "graphattn/error.hpp"
+#include "graphattn/jit.hpp"
+#include "graphattn/spec.hpp"
+#include "jit_cache/spec_axes.hpp"
+#include "tests/test_util.hpp"
+
+using namespace graphattn;
+
+namespace {
+
+struct AxisAccess {
+  const char* field;
+  int radix;
+  int (*get)(const AttentionSpec&);
+  void (*set)(AttentionSpec&, int);
+};
+
+#define GRAPHATTN_TEST_AXIS(type, field, default_value, form, tag, label, radix, constant) \
+  AxisAccess{#field, radix, [](const AttentionSpec& s) { return static_cast<int>(s.field); },  \
+             [](AttentionSpec& s, int v) { s.field = static_cast<type>(v); }},
+const std::vector<AxisAccess> kAxes = {GRAPHATTN_SPEC_AXES(GRAPHATTN_TEST_AXIS)};
+#undef GRAPHATTN_TEST_AXIS
+
+bool valid(const AttentionSpec& s) {
+  try {
+    s.validate();
+    return true;
+  } catch (const Error&) {
+    return false;
+  }
+}
+
+// The base spec with `axis` moved to the first other value that validates.
+AttentionSpec moved(const AttentionSpec& base, const AxisAccess& axis) {
+  for (int v = 0; v < axis.radix; ++v) {
+    if (v == axis.get(base)) continue;
+    AttentionSpec s = base;
+    axis.set(s, v);
+    if (valid(s)) return s;
+  }
+  FAIL("axis " << axis.field << " has no second valid value");
+  return base;
+}
+
+}  // namespace
+
+TEST_CASE("spec axes: two specs that differ in one axis differ in key, memory tier and source") {
+  const AttentionSpec base =
+      AttentionSpec::parse("decode_h128_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm90");
+  test::TempKernelCache cache;
+  const auto base_kernel = cache.get(base);
+  const KernelSource base_src = render_kernel(base);
+  CHECK(kAxes.size() == 11);  // a new axis: extend this test's reasoning if it needs more
+  for (const AxisAccess& axis : kAxes) {
+    INFO("axis " << axis.field);
+    const AttentionSpec other = moved(base, axis);
+    CHECK(other != base);
+    CHECK(other.to_string() != base.to_string());
+    CHECK(AttentionSpec::parse(other.to_string()) == other);
+    const KernelSource src = render_kernel(other);
+    CHECK(src.source != base_src.source);
+    CHECK(kernel_key(src, other.arch) != kernel_key(base_src, base.arch));
+    CHECK(detail::packed_spec(other) != detail::packed_spec(base));
+    CHECK(detail::packed_spec(other) != 0);
+    // The memory tier holds a separate kernel for it, compiled once, and serves each its own.
+    const uint64_t compiles = cache.stats().compiles;
+    const auto kernel = cache.get(other);
+    CHECK(kernel.get() != base_kernel.get());
+    CHECK(kernel->spec == other);
+    CHECK(cache.stats().compiles == compiles + 1);
+    CHECK(cache.get(other).get() == kernel.get());
+    CHECK(cache.get(base).get() == base_kernel.get());
+  }
+}
+
+TEST_CASE("spec axes: the packed key is injective over each axis's whole radix") {
+  const AttentionSpec base =
+      AttentionSpec::parse("prefill_h64_b32_fp16_kve5m2_g2_swa1_cap1_hnd_sm80_chk");
+  for (const AxisAccess& axis : kAxes) {
+    INFO("axis " << axis.field);
+    std::set<uint64_t> seen;
+    for (int v = 0; v < axis.radix; ++v) {
+      AttentionSpec s = base;
+      axis.set(s, v);
+      const uint64_t p = detail::packed_spec(s);
+      CHECK(p != 0);
+      CHECK(seen.insert(p).second);
+    }
+  }
+}
