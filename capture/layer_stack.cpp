@@ -17,15 +17,6 @@ using detail::driver;
 
 namespace {
 
-bool same_kernels(const AttentionLayerConfig& a, const AttentionLayerConfig& b) {
-  return a.num_heads == b.num_heads && a.num_kv_heads == b.num_kv_heads &&
-         a.head_size == b.head_size && a.block_size == b.block_size && a.dtype == b.dtype &&
-         a.kv_dtype == b.kv_dtype && a.layout == b.layout && a.window == b.window &&
-         a.soft_cap == b.soft_cap && a.scale == b.scale && a.k_scale == b.k_scale &&
-         a.v_scale == b.v_scale && a.max_model_len == b.max_model_len &&
-         a.max_num_seqs == b.max_num_seqs && a.arch == b.arch && a.check_bounds == b.check_bounds;
-}
-
 using detail::scalar_of;
 
 ScalarType kv_scalar_of(const AttentionLayerConfig& c) {
@@ -53,7 +44,6 @@ AttentionLayerStack::AttentionLayerStack(Options options) : options_(std::move(o
   GA_REQUIRE(o.max_blocks_per_seq >= 1,
           "max_blocks_per_seq must be >= 1, got " + std::to_string(o.max_blocks_per_seq));
   const AttentionLayerConfig& first = o.layers[0];
-  std::vector<AttentionLayerConfig> distinct;  // as given, before the backends resolve them
   for (size_t l = 0; l < o.layers.size(); ++l) {
     AttentionLayerConfig& c = o.layers[l];
     GA_REQUIRE(c.num_heads == first.num_heads && c.num_kv_heads == first.num_kv_heads &&
@@ -67,12 +57,16 @@ AttentionLayerStack::AttentionLayerStack(Options options) : options_(std::move(o
     // Layer l's kernels follow layer l - 1's, which write only their own layer's cache and
     // output; the metadata is uploaded before the first layer.
     c.overlap_previous_kernel = true;
+    // Layers share a backend when it would be the same one: the same derived kernels and the
+    // same resolved configuration (the launch values a backend holds).
+    auto candidate = std::make_unique<AttentionBackend>(c);
     int found = -1;
-    for (size_t b = 0; b < distinct.size() && found < 0; ++b)
-      if (same_kernels(distinct[b], c)) found = static_cast<int>(b);
+    for (size_t b = 0; b < backends_.size() && found < 0; ++b)
+      if (backends_[b]->required_specs() == candidate->required_specs() &&
+          backends_[b]->config() == candidate->config())
+        found = static_cast<int>(b);
     if (found < 0) {
-      distinct.push_back(c);
-      backends_.push_back(std::make_unique<AttentionBackend>(c));
+      backends_.push_back(std::move(candidate));
       found = static_cast<int>(backends_.size()) - 1;
     }
     backend_of_layer_.push_back(found);

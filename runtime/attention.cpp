@@ -24,22 +24,6 @@ namespace {
 std::string str(int64_t v) { return std::to_string(v); }
 std::string fstr(float v) { return std::to_string(v); }
 
-AttentionSpec layer_spec(const AttentionLayerConfig& c, KernelKind kind, int arch) {
-  AttentionSpec s;
-  s.kind = kind;
-  s.head_size = c.head_size;
-  s.block_size = c.block_size;
-  s.dtype = c.dtype;
-  s.kv_dtype = c.kv_dtype;
-  s.group = c.num_kv_heads > 0 ? c.num_heads / c.num_kv_heads : 0;
-  s.sliding_window = c.window > 0;
-  s.soft_cap = c.soft_cap > 0;
-  s.layout = c.layout;
-  s.arch = arch;
-  s.check_bounds = c.check_bounds;
-  return s;
-}
-
 // GRAPHATTN_CHECK_BOUNDS: unset, empty or 0 is off, 1 on; anything else is an error naming it.
 bool check_bounds_from_env() {
   const char* v = std::getenv("GRAPHATTN_CHECK_BOUNDS");
@@ -54,6 +38,23 @@ enum SpecIndex { kWrite = 0, kDecodeIdx = 1, kPrefillIdx = 2 };
 size_t align256(size_t x) { return (x + 255) / 256 * 256; }
 
 }  // namespace
+
+AttentionSpec spec_for(const AttentionLayerConfig& c, KernelKind kind) {
+  const bool write = kind == KernelKind::kCacheWrite;
+  AttentionSpec s;
+  s.kind = kind;
+  s.head_size = c.head_size;
+  s.block_size = c.block_size;
+  s.dtype = c.dtype;
+  s.kv_dtype = c.kv_dtype;
+  s.group = write ? 1 : c.num_kv_heads > 0 ? c.num_heads / c.num_kv_heads : 0;
+  s.sliding_window = !write && c.window > 0;
+  s.soft_cap = !write && c.soft_cap > 0;
+  s.layout = c.layout;
+  s.arch = c.arch;
+  s.check_bounds = c.check_bounds;
+  return s;
+}
 
 std::string attention_config_problem(const AttentionLayerConfig& c) {
   if (c.num_heads <= 0 || c.num_kv_heads <= 0 || c.num_heads % c.num_kv_heads != 0)
@@ -78,8 +79,9 @@ std::string attention_config_problem(const AttentionLayerConfig& c) {
     return "max_num_seqs " + str(c.max_num_seqs) + " is not supported; supported: 1..65535";
   try {
     // arch 0 means the current device, checked at construction; any supported arch stands in.
-    AttentionSpec s = layer_spec(c, KernelKind::kDecode, c.arch == 0 ? 90 : c.arch);
-    s.validate();
+    AttentionLayerConfig any = c;
+    if (any.arch == 0) any.arch = 90;
+    spec_for(any, KernelKind::kDecode).validate();
   } catch (const Error& e) {
     return e.what();
   }
@@ -108,12 +110,8 @@ AttentionBackend::AttentionBackend(const AttentionLayerConfig& config)
   config_.check_bounds = config_.check_bounds || check_bounds_from_env();
   if (config_.scale == 0) config_.scale = 1.0f / std::sqrt(static_cast<float>(config_.head_size));
   if (config_.kv_dtype == KvDType::kAuto) config_.k_scale = config_.v_scale = 1.0f;
-  AttentionSpec write = layer_spec(config_, KernelKind::kCacheWrite, config_.arch);
-  write.group = 1;
-  write.sliding_window = false;
-  write.soft_cap = false;
-  const AttentionSpec decode = layer_spec(config_, KernelKind::kDecode, config_.arch);
-  specs_ = {write, decode, layer_spec(config_, KernelKind::kPrefill, config_.arch)};
+  specs_ = {spec_for(config_, KernelKind::kCacheWrite), spec_for(config_, KernelKind::kDecode),
+            spec_for(config_, KernelKind::kPrefill)};
   for (const auto& s : specs_) s.validate();
 }
 

@@ -86,15 +86,8 @@ void write_kv_cache(const TensorView& key, const TensorView& value, const Tensor
   const detail::KvCacheShape kc =
       detail::check_cache_write(key, value, kv_cache, slot_mapping, k_scale, v_scale);
   if (key.shape[0] == 0) return;
-  AttentionSpec spec;
-  spec.kind = KernelKind::kCacheWrite;
-  spec.head_size = static_cast<int>(kc.head_size);
-  spec.block_size = static_cast<int>(kc.block_size);
-  spec.dtype = dtype_of(key.dtype);
-  spec.kv_dtype = kc.kv_dtype;
-  spec.group = 1;
-  spec.layout = kc.layout;
-  spec.arch = current_device_arch();
+  const AttentionSpec spec = spec_for(
+      detail::layer_of(kc, dtype_of(key.dtype), current_device_arch()), KernelKind::kCacheWrite);
   detail::launch_cache_write(detail::load_kernel(spec, cache, stream), key, value, kv_cache, kc,
                              slot_mapping, k_scale, v_scale, stream);
 }

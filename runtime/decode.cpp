@@ -69,10 +69,8 @@ void ensure_shared_limit(CUfunction f, int bytes) {
 }  // namespace
 
 AttentionSpec decode_spec(const DecodeLaunch& a, int arch) {
-  AttentionSpec s = attention_spec_for(KernelKind::kDecode, a.query, a.output, a.kv_cache,
-                                       a.window, a.soft_cap, arch);
-  s.check_bounds = a.bounds != nullptr;
-  return s;
+  return attention_spec_for(KernelKind::kDecode, a.query, a.output, a.kv_cache, a.window,
+                            a.soft_cap, arch, a.bounds != nullptr);
 }
 
 size_t decode_workspace_bytes(int num_decodes, int num_heads, int head_size, int max_splits) {

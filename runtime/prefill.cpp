@@ -77,10 +77,8 @@ PrefillConfig prefill_config(const AttentionSpec& spec) {
 }
 
 AttentionSpec prefill_spec(const PrefillLaunch& a, int arch) {
-  AttentionSpec s = attention_spec_for(KernelKind::kPrefill, a.query, a.output, a.kv_cache,
-                                       a.window, a.soft_cap, arch);
-  s.check_bounds = a.bounds != nullptr;
-  return s;
+  return attention_spec_for(KernelKind::kPrefill, a.query, a.output, a.kv_cache, a.window,
+                            a.soft_cap, arch, a.bounds != nullptr);
 }
 
 void launch_prefill(const LoadedKernel& k, const PrefillLaunch& a, CUstream stream) {

@@ -90,8 +90,21 @@ KvCacheShape check_kv_cache(const TensorView& c, DType dtype) {
   return s;
 }
 
+AttentionLayerConfig layer_of(const KvCacheShape& kc, DType dtype, int arch) {
+  AttentionLayerConfig c;
+  c.num_heads = c.num_kv_heads = static_cast<int>(kc.num_kv_heads);
+  c.head_size = static_cast<int>(kc.head_size);
+  c.block_size = static_cast<int>(kc.block_size);
+  c.dtype = dtype;
+  c.kv_dtype = kc.kv_dtype;
+  c.layout = kc.layout;
+  c.arch = arch;
+  return c;
+}
+
 AttentionSpec attention_spec_for(KernelKind kind, const TensorView& query, const TensorView& output,
-                                 const TensorView& kv_cache, int window, float soft_cap, int arch) {
+                                 const TensorView& kv_cache, int window, float soft_cap, int arch,
+                                 bool check_bounds) {
   const auto str = [](int64_t v) { return std::to_string(v); };
   require_rank(query, 3, "query", "[num_tokens, num_heads, head_size]");
   require_rank(output, 3, "output", "[num_tokens, num_heads, head_size]");
@@ -110,17 +123,12 @@ AttentionSpec attention_spec_for(KernelKind kind, const TensorView& query, const
   GA_REQUIRE(window >= 0, "window " + str(window) + " must be >= 0 (0: no sliding window)");
   GA_REQUIRE(soft_cap >= 0 && std::isfinite(soft_cap),
              "soft_cap " + std::to_string(soft_cap) + " must be finite and >= 0 (0: none)");
-  AttentionSpec spec;
-  spec.kind = kind;
-  spec.head_size = static_cast<int>(kc.head_size);
-  spec.block_size = static_cast<int>(kc.block_size);
-  spec.dtype = dtype;
-  spec.kv_dtype = kc.kv_dtype;
-  spec.group = static_cast<int>(num_heads / kc.num_kv_heads);
-  spec.sliding_window = window > 0;
-  spec.soft_cap = soft_cap > 0;
-  spec.layout = kc.layout;
-  spec.arch = arch;
+  AttentionLayerConfig c = layer_of(kc, dtype, arch);
+  c.num_heads = static_cast<int>(num_heads);
+  c.window = window;
+  c.soft_cap = soft_cap;
+  c.check_bounds = check_bounds;
+  const AttentionSpec spec = spec_for(c, kind);
   spec.validate();
   return spec;
 }

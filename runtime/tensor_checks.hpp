@@ -34,11 +34,15 @@ struct KvCacheShape {
   void* value_data = nullptr;
 };
 KvCacheShape check_kv_cache(const TensorView& kv_cache, DType dtype);
+// The layer configuration a checked KV cache view says (heads: num_kv_heads query heads, group
+// 1), for spec_for() on direct calls that have no AttentionLayerConfig.
+AttentionLayerConfig layer_of(const KvCacheShape& kc, DType dtype, int arch);
 // The spec of an attention kernel of `kind` (decode or prefill) for these views and options on
-// `arch`: checks ranks, dtypes, head counts, window and soft cap (graphattn::Error naming the bad
-// argument). Touches no device.
+// `arch` (spec_for() of what they say): checks ranks, dtypes, head counts, window and soft cap
+// (graphattn::Error naming the bad argument). Touches no device.
 AttentionSpec attention_spec_for(KernelKind kind, const TensorView& query, const TensorView& output,
-                                 const TensorView& kv_cache, int window, float soft_cap, int arch);
+                                 const TensorView& kv_cache, int window, float soft_cap, int arch,
+                                 bool check_bounds);
 // Launches the loaded cache write kernel `k` on views that check_cache_write() accepted (kc is
 // its result); checks nothing.
 // `bounds`: checked mode's zero-filled GaBoundsReport (then `k` must be a checked kernel), or

@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "graphattn/export.h"
@@ -107,6 +108,15 @@ struct GRAPHATTN_API AttentionLayerConfig {
   // writes nothing), so the context survives. Off, the fast kernels run, with no check at all (a
   // block id past the cache is read, a slot past it is skipped).
   bool check_bounds = false;
+
+  // Every field above, in order: what == compares (a new field joins it here).
+  auto fields() const {
+    return std::tie(num_heads, num_kv_heads, head_size, block_size, dtype, kv_dtype, layout,
+                    window, soft_cap, scale, k_scale, v_scale, max_model_len, max_num_seqs, arch,
+                    overlap_previous_kernel, check_bounds);
+  }
+  bool operator==(const AttentionLayerConfig& o) const { return fields() == o.fields(); }
+  bool operator!=(const AttentionLayerConfig& o) const { return !(*this == o); }
 };
 
 // What checked mode recorded (AttentionBackend::take_bounds_violation()).
@@ -136,6 +146,12 @@ struct GRAPHATTN_API AttentionMetadata {
   int max_query_len = 0;       // over the prefills (1 when there are none)
   int max_seq_len = 0;
 };
+
+// The spec of `kind`'s kernel for a layer of this configuration on config.arch (set it: arch 0
+// is resolved to the current device by AttentionBackend, not here). The one place a spec is made
+// from a layer: the cache write depends on neither the group, the window nor the soft cap, so
+// one cache write kernel serves every layer of a head size, block size, dtype and cache.
+GRAPHATTN_API AttentionSpec spec_for(const AttentionLayerConfig& config, KernelKind kind);
 
 // The decode kernel a configuration gets. A pure function: kNone exactly when the constructor
 // of AttentionBackend would reject the configuration (attention_config_problem() says why).
