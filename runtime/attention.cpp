@@ -92,6 +92,11 @@ DecodeKernel select_decode_kernel(const AttentionLayerConfig& config) {
   return attention_config_problem(config).empty() ? DecodeKernel::kSplitKv : DecodeKernel::kNone;
 }
 
+struct AttentionBackend::Loaded {
+  const detail::LoadedKernel* kernels[3] = {};  // in specs_ order
+  detail::DecodeDevice device;                  // multiprocessors and occupancy
+};
+
 struct AttentionBackend::ClearedWorkspaces {
   std::mutex mu;
   std::vector<const void*> addresses;
@@ -123,31 +128,43 @@ void AttentionBackend::prepare(KernelCache& cache) {
                                        " but the current device is sm_" + str(arch));
   for (const PrecompileResult& r : cache.precompile(specs_))
     GA_REQUIRE(r.error.empty(), "compiling kernel " + r.spec + " failed: " + r.error);
-  for (size_t i = 0; i < specs_.size(); ++i) kernels_[i] = &detail::load_kernel(specs_[i], cache);
-  device_ = detail::prepare_decode_kernel(*kernels_[kDecodeIdx]);
+  auto loaded = std::make_shared<Loaded>();
+  for (size_t i = 0; i < specs_.size(); ++i)
+    loaded->kernels[i] = &detail::load_kernel(specs_[i], cache);
+  loaded->device = detail::prepare_decode_kernel(*loaded->kernels[kDecodeIdx]);
+  loaded_ = std::move(loaded);
   if (config_.check_bounds && !bounds_)
     bounds_ = std::make_shared<DeviceBuffer>(sizeof(GaBoundsReport));  // zero-filled
   cache_ = &cache;
   prepared_ = true;
 }
 
-detail::DecodeGrid AttentionBackend::decode_grid(int num_decodes, const char* caller) const {
-  GA_REQUIRE(prepared_, std::string(caller) + ": call prepare() first (the policy needs the device)");
-  return detail::decode_grid(num_decodes, config_.num_kv_heads,
-                             config_.num_heads / config_.num_kv_heads, config_.max_model_len,
-                             config_.window, config_.head_size, config_.kv_dtype, device_);
+namespace {
+
+// The split policy's grid for a configuration on a prepared device (null: not prepared).
+detail::DecodeGrid grid_of(const AttentionLayerConfig& c, const detail::DecodeDevice* device,
+                           int num_decodes, const char* caller) {
+  GA_REQUIRE(device,
+             std::string(caller) + ": call prepare() first (the policy needs the device)");
+  return detail::decode_grid(num_decodes, c.num_kv_heads, c.num_heads / c.num_kv_heads,
+                             c.max_model_len, c.window, c.head_size, c.kv_dtype, *device);
 }
 
+}  // namespace
+
 int AttentionBackend::decode_max_splits(int num_decodes) const {
-  return decode_grid(num_decodes, "decode_max_splits").max_splits;
+  return grid_of(config_, loaded_ ? &loaded_->device : nullptr, num_decodes, "decode_max_splits")
+      .max_splits;
 }
 
 int AttentionBackend::decode_stages(int num_decodes) const {
-  return decode_grid(num_decodes, "decode_stages").stages;
+  return grid_of(config_, loaded_ ? &loaded_->device : nullptr, num_decodes, "decode_stages")
+      .stages;
 }
 
 bool AttentionBackend::decode_cluster(int num_decodes) const {
-  return decode_grid(num_decodes, "decode_cluster").cluster;
+  return grid_of(config_, loaded_ ? &loaded_->device : nullptr, num_decodes, "decode_cluster")
+      .cluster;
 }
 
 // The workspace: the split counters (sized for max_num_seqs, at a fixed place so that every
@@ -227,7 +244,7 @@ void AttentionBackend::forward(const TensorView& query, const TensorView& key,
   d.seq_lens = md.seq_lens;
   d.block_table = md.block_table;
   d.num_decodes = md.num_decodes;
-  const detail::DecodeGrid grid = decode_grid(md.num_decodes, "forward");
+  const detail::DecodeGrid grid = grid_of(config_, loaded_ ? &loaded_->device : nullptr, md.num_decodes, "forward");
   d.max_splits = grid.max_splits;
   d.stages = grid.stages;
   d.cluster = grid.cluster;
@@ -302,7 +319,7 @@ void AttentionBackend::forward(const TensorView& query, const TensorView& key,
     d.early_prologue = c.overlap_previous_kernel;
   } else if (write) {
     // The layer's own cache write kernel, loaded by prepare(): no lookup per call.
-    detail::launch_cache_write(*kernels_[kWrite], k, v, kv_cache, written, md.slot_mapping,
+    detail::launch_cache_write(*loaded_->kernels[kWrite], k, v, kv_cache, written, md.slot_mapping,
                                c.k_scale, c.v_scale, stream, bounds);
   }
   if (decode && d.max_splits > 1 && !d.cluster) {
@@ -317,8 +334,8 @@ void AttentionBackend::forward(const TensorView& query, const TensorView& key,
       seen.push_back(workspace);
     }
   }
-  if (decode) detail::launch_decode(*kernels_[kDecodeIdx], d, stream);
-  if (prefill) detail::launch_prefill(*kernels_[kPrefillIdx], pf, stream);
+  if (decode) detail::launch_decode(*loaded_->kernels[kDecodeIdx], d, stream);
+  if (prefill) detail::launch_prefill(*loaded_->kernels[kPrefillIdx], pf, stream);
 }
 
 BoundsViolation AttentionBackend::take_bounds_violation() const {

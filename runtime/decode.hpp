@@ -21,6 +21,21 @@
 
 namespace graphattn::detail {
 
+// What the decode split policy knows of the device and the loaded kernel.
+struct DecodeDevice {
+  int num_sms = 0;             // multiprocessors
+  int blocks_per_sm[5] = {};   // resident decode blocks per multiprocessor with a pipeline of
+                               // [stages] stages (2..4; 0 where the spec allows no such depth)
+  int max_cluster = 0;         // largest cluster of shallow split blocks it can run (sm_90+)
+  bool use_clusters = false;   // the policy may use clusters (GRAPHATTN_DECODE_CLUSTERS=1)
+};
+// A decode launch's geometry (runtime/decode.hpp's split policy).
+struct DecodeGrid {
+  int max_splits = 1;    // splits per request at most (grid x)
+  int stages = 2;        // cp.async stages per warp
+  bool cluster = false;  // the splits of a request run as one cluster of max_splits blocks
+};
+
 // One decode launch over requests [0, num_decodes) of a batch (decodes come first, one query
 // token each: request r's query is token r).
 struct DecodeLaunch {

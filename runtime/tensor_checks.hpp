@@ -9,6 +9,8 @@
 
 namespace graphattn::detail {
 
+struct LoadedKernel;  // runtime/module_cache.hpp
+
 // The one checking macro for arguments: the message expression is evaluated only on failure,
 // so a check that passes costs no string building (forward() runs every check on every step).
 #define GA_REQUIRE(ok, message)                                  \

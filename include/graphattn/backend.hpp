@@ -61,24 +61,6 @@ GRAPHATTN_API void prefill_attention(const TensorView& query, const TensorView& 
                                      int window, float soft_cap, float k_scale, float v_scale,
                                      CUstream stream, KernelCache& cache = default_kernel_cache());
 
-namespace detail {
-struct LoadedKernel;
-// What the decode split policy (runtime/decode.hpp) knows of the device and the loaded kernel.
-struct DecodeDevice {
-  int num_sms = 0;             // multiprocessors
-  int blocks_per_sm[5] = {};   // resident decode blocks per multiprocessor with a pipeline of
-                               // [stages] stages (2..4; 0 where the spec allows no such depth)
-  int max_cluster = 0;         // largest cluster of shallow split blocks it can run (sm_90+)
-  bool use_clusters = false;   // the policy may use clusters (GRAPHATTN_DECODE_CLUSTERS=1)
-};
-// A decode launch's geometry (runtime/decode.hpp's split policy).
-struct DecodeGrid {
-  int max_splits = 1;    // splits per request at most (grid x)
-  int stages = 2;        // cp.async stages per warp
-  bool cluster = false;  // the splits of a request run as one cluster of max_splits blocks
-};
-}  // namespace detail
-
 // One attention layer's configuration: everything that is fixed for the life of an engine.
 struct GRAPHATTN_API AttentionLayerConfig {
   int num_heads = 0;              // query heads; a multiple of num_kv_heads
@@ -234,8 +216,10 @@ class GRAPHATTN_API AttentionBackend {
   std::vector<AttentionSpec> specs_;  // cache_write, decode, prefill
   bool prepared_ = false;
   KernelCache* cache_ = nullptr;      // the cache prepare() loaded from
-  detail::DecodeDevice device_;       // multiprocessors and occupancy (split policy)
-  const detail::LoadedKernel* kernels_[3] = {};  // loaded, in specs_ order
+  // What prepare() loaded: the kernels (in specs_ order) and the device's multiprocessors and
+  // occupancy for the split policy (runtime/attention.cpp).
+  struct Loaded;
+  std::shared_ptr<const Loaded> loaded_;
   // Workspace addresses whose split counters forward() has cleared (on their first split
   // launch), so that an engine's workspace need not be zero-filled. Shared by copies.
   struct ClearedWorkspaces;
@@ -244,7 +228,6 @@ class GRAPHATTN_API AttentionBackend {
   std::shared_ptr<DeviceBuffer> bounds_;
 
   size_t counter_bytes() const;  // the workspace's leading split counters
-  detail::DecodeGrid decode_grid(int num_decodes, const char* caller) const;
 };
 
 }  // namespace graphattn
