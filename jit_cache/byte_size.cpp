@@ -1,7 +1,7 @@
 #include "jit_cache/byte_size.hpp"
 
 #include "graphattn/error.hpp"
-#include "jit_cache/text.hpp"
+#include "core/text.hpp"
 
 namespace graphattn::detail {
 

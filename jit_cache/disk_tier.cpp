@@ -16,7 +16,7 @@
 #include <thread>
 
 #include "jit_cache/cubin_check.hpp"
-#include "jit_cache/text.hpp"
+#include "core/text.hpp"
 
 namespace graphattn::detail {
 namespace {

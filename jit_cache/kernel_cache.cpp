@@ -11,7 +11,7 @@
 #include "jit_cache/byte_size.hpp"
 #include "jit_cache/disk_tier.hpp"
 #include "jit_cache/nvrtc_compiler.hpp"
-#include "jit_cache/spec_axes.hpp"
+#include "core/spec_axes.hpp"
 #include "jit_cache/thread_pool.hpp"
 
 namespace graphattn {

@@ -5,7 +5,7 @@
 #include "graphattn/error.hpp"
 #include "graphattn/jit.hpp"
 #include "jit_cache/prefill_kernels.hpp"
-#include "jit_cache/spec_axes.hpp"
+#include "core/spec_axes.hpp"
 
 namespace graphattn {
 namespace detail {

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "graphattn/error.hpp"
-#include "jit_cache/text.hpp"
+#include "core/text.hpp"
 
 namespace graphattn::detail {
 

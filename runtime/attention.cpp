@@ -10,7 +10,7 @@
 #include "graphattn/backend.hpp"
 #include "graphattn/error.hpp"
 #include "graphattn/runtime.hpp"
-#include "jit_cache/text.hpp"
+#include "core/text.hpp"
 #include "runtime/decode.hpp"
 #include "runtime/driver.hpp"
 #include "runtime/module_cache.hpp"

@@ -1,13 +1,16 @@
 // Host side of the split-KV decode kernel (templates/decode.cu).
 //
-// Use from a backend's forward():
-//   const AttentionSpec spec = detail::decode_spec(args, arch);        // once, before capture
-//   const LoadedKernel& dk = load_kernel(spec, cache);
-//   const int sms = detail::prepare_decode_kernel(dk);
-//   const DecodeGrid g = detail::decode_grid(..., sms);                // fixed per batch size
-//   args.max_splits = g.max_splits; args.stages = g.stages;
-//   args.counters = zero-filled buffer of decode_counter_count(...) uint32, kept between launches
-//   detail::launch_decode(dk, args, stream);                           // capture-safe
+// How AttentionBackend uses it (runtime/attention.cpp):
+//   prepare(), once, before any capture:
+//     const LoadedKernel& dk = load_kernel(spec_for(config, KernelKind::kDecode), cache);
+//     const DecodeDevice device = detail::prepare_decode_kernel(dk);  // SMs, occupancy
+//   forward(), every step (capture-safe):
+//     const DecodeGrid g = detail::decode_grid(num_decodes, ..., device);  // fixed per batch size
+//     args.max_splits = g.max_splits; args.stages = g.stages; args.cluster = g.cluster;
+//     args.workspace = decode_workspace_bytes(...) bytes (any content);
+//     args.counters = decode_counter_count(...) uint32 split counters, zeroed before their first
+//                     use and left at zero by every launch;
+//     detail::launch_decode(dk, args, stream);  // checks args against dk's spec (decode_spec)
 #pragma once
 
 #include <cuda.h>

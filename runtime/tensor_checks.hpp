@@ -5,19 +5,13 @@
 #include <string>
 
 #include "graphattn/backend.hpp"
+#include "core/require.hpp"
 #include "graphattn/error.hpp"
 
 namespace graphattn::detail {
 
 struct LoadedKernel;  // runtime/module_cache.hpp
 
-// The one checking macro for arguments: the message expression is evaluated only on failure,
-// so a check that passes costs no string building (forward() runs every check on every step).
-#define GA_REQUIRE(ok, message)                                  \
-  do {                                                           \
-    if (!(ok)) throw ::graphattn::Error(message);                \
-  } while (0)
-void require_rank(const TensorView& t, int rank, const char* name, const char* shape);
 // The element type of a model dtype.
 ScalarType scalar_of(DType t);
 // New keys and values come in the layer's type `dtype` whatever the cache stores: a kernel built

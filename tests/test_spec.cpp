@@ -2,7 +2,7 @@
 
 #include "graphattn/error.hpp"
 #include "graphattn/spec.hpp"
-#include "jit_cache/text.hpp"
+#include "core/text.hpp"
 
 using namespace graphattn;
 

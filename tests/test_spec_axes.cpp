@@ -11,7 +11,7 @@
 #include "graphattn/error.hpp"
 #include "graphattn/jit.hpp"
 #include "graphattn/spec.hpp"
-#include "jit_cache/spec_axes.hpp"
+#include "core/spec_axes.hpp"
 #include "tests/test_util.hpp"
 
 using namespace graphattn;

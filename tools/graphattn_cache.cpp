@@ -40,7 +40,7 @@
 #include "graphattn/spec.hpp"
 #include "jit_cache/byte_size.hpp"
 #include "jit_cache/disk_tier.hpp"
-#include "jit_cache/text.hpp"
+#include "core/text.hpp"
 #include "tools/models.hpp"
 
 namespace {

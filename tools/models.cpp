@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "graphattn/error.hpp"
-#include "jit_cache/text.hpp"
+#include "core/text.hpp"
 
 namespace graphattn::tools {
 

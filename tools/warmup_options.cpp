@@ -10,7 +10,7 @@
 
 #include "graphattn/backend.hpp"
 #include "graphattn/jit.hpp"
-#include "jit_cache/text.hpp"
+#include "core/text.hpp"
 #include "tools/models.hpp"
 
 namespace graphattn::tools {

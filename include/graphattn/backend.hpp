@@ -23,11 +23,6 @@ namespace graphattn {
 
 class DeviceBuffer;
 
-// NHD or HND from the strides of a 5-d KV cache view; throws on anything else.
-GRAPHATTN_API KvLayout kv_layout_of(const TensorView& kv_cache);
-// The KV cache dtype implied by the cache tensor's element type for a model of type `dtype`.
-GRAPHATTN_API KvDType kv_dtype_of(const TensorView& kv_cache, DType dtype);
-GRAPHATTN_API DType dtype_of(ScalarType t);  // fp16/bf16 only; throws otherwise
 
 // Writes the new tokens' keys and values into their cache slots (vLLM's
 // reshape_and_cache_flash). A slot of -1 (padding) writes nothing.

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "graphattn/export.h"
+#include "graphattn/spec.hpp"
 
 namespace graphattn {
 
@@ -32,5 +33,11 @@ struct GRAPHATTN_API TensorView {
   int64_t numel() const;
   std::string describe() const;  // "bf16[4, 8, 128] strides [1024, 128, 1]"
 };
+
+// NHD or HND from the strides of a 5-d KV cache view; throws on anything else.
+GRAPHATTN_API KvLayout kv_layout_of(const TensorView& kv_cache);
+// The KV cache dtype implied by the cache tensor's element type for a model of type `dtype`.
+GRAPHATTN_API KvDType kv_dtype_of(const TensorView& kv_cache, DType dtype);
+GRAPHATTN_API DType dtype_of(ScalarType t);  // fp16/bf16 only; throws otherwise
 
 }  // namespace graphattn

@@ -2,6 +2,7 @@
 
 #include <sstream>
 
+#include "core/require.hpp"
 #include "graphattn/error.hpp"
 
 namespace graphattn {
@@ -73,4 +74,46 @@ std::string TensorView::describe() const {
   return os.str();
 }
 
+DType dtype_of(ScalarType t) {
+  if (t == ScalarType::kFloat16) return DType::kFloat16;
+  if (t == ScalarType::kBFloat16) return DType::kBFloat16;
+  throw Error(std::string("dtype ") + to_string(t) + " is not supported for queries, keys and "
+              "values; supported: fp16, bf16");
+}
+
+KvDType kv_dtype_of(const TensorView& kv_cache, DType dtype) {
+  switch (kv_cache.dtype) {
+    case ScalarType::kFloat8E4M3: return KvDType::kFp8E4M3;
+    case ScalarType::kFloat8E5M2: return KvDType::kFp8E5M2;
+    default:
+      if (dtype_of(kv_cache.dtype) != dtype)
+        throw Error(std::string("KV cache dtype ") + to_string(kv_cache.dtype) +
+                    " differs from the model dtype " + to_string(dtype) +
+                    "; supported: the model dtype, fp8_e4m3, fp8_e5m2");
+      return KvDType::kAuto;
+  }
+}
+
+KvLayout kv_layout_of(const TensorView& c) {
+  detail::require_rank(c, 5, "kv_cache", "[2, num_blocks, block_size, num_kv_heads, head_size]");
+  const int64_t bs = c.shape[2], nh = c.shape[3], hs = c.shape[4];
+  if (c.strides[4] == 1 && c.strides[3] == hs && c.strides[2] == nh * hs) return KvLayout::kNHD;
+  if (c.strides[4] == 1 && c.strides[2] == hs && c.strides[3] == bs * hs) return KvLayout::kHND;
+  throw Error("kv_cache " + c.describe() +
+              " is neither NHD (strides [.., .., heads*head_size, head_size, 1]) nor HND "
+              "(strides [.., .., head_size, block_size*head_size, 1]) within a block");
+}
+
+namespace detail {
+
+void require_rank(const TensorView& t, int rank, const char* name, const char* shape) {
+  if (t.ndim != rank)
+    throw Error(std::string(name) + " must be " + std::to_string(rank) + "-d " + shape + ", got " +
+                t.describe());
+  if (!t.data && t.numel() > 0) throw Error(std::string(name) + " has a null data pointer");
+  for (int d = 0; d < t.ndim; ++d)
+    if (t.shape[d] < 0) throw Error(std::string(name) + " has a negative size: " + t.describe());
+}
+
+}  // namespace detail
 }  // namespace graphattn

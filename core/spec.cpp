@@ -6,8 +6,8 @@
 #include <type_traits>
 
 #include "graphattn/error.hpp"
-#include "jit_cache/spec_axes.hpp"
-#include "jit_cache/text.hpp"
+#include "core/spec_axes.hpp"
+#include "core/text.hpp"
 
 namespace graphattn {
 namespace {
