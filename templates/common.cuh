@@ -38,6 +38,26 @@ __device__ __forceinline__ float ga_rcp(float x) {
   return y;
 }
 
+// The logits soft cap, one formula for every kernel: a raw score x becomes
+// cap * tanh(x * x_over_cap) in the log2 domain (cap_log2 = cap * log2(e); x_over_cap folds the
+// softmax scale and 1 / cap), with tanh(y) = 1 - 2 / (e^{2y} + 1) from ex2.approx and
+// rcp.approx: a few ulp over the whole range, and at large |y| e^{2y} overflows to inf (-> cap)
+// or underflows to 0 (-> -cap), never NaN.
+__device__ __forceinline__ float ga_soft_cap_log2(float x, float x_over_cap, float cap_log2) {
+  const float ex = ga_exp2(x * (2.f * GA_LOG2E) * x_over_cap);
+  return cap_log2 * (1.f - 2.f * ga_rcp(ex + 1.f));
+}
+
+// The sliding window, one rule for every kernel: query position pos sees key position key when
+// key <= pos and pos - key < window (every earlier key without a window).
+__device__ __forceinline__ bool ga_visible(int pos, int key, int window) {
+  return key <= pos && (!HAS_WINDOW || pos - key < window);
+}
+// The first key position that query position pos sees.
+__device__ __forceinline__ int ga_window_first_key(int pos, int window) {
+  return HAS_WINDOW ? max(0, pos - window + 1) : 0;
+}
+
 __device__ __forceinline__ float ga_f16_to_f32(ga_u16 h) {
   float f;
   asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
@@ -165,7 +185,7 @@ __device__ __forceinline__ bool ga_prefill_begin(const PrefillParams& p, unsigne
   t.pos_lo = t.ctx + t.m0 / GROUP;
   t.pos_hi = t.ctx + (t.m_end - 1) / GROUP;
   t.kv_end = max(0, min(t.seq_len, t.pos_hi + 1));
-  t.kv_begin = HAS_WINDOW ? max(0, t.pos_lo - p.window + 1) : 0;
+  t.kv_begin = ga_window_first_key(t.pos_lo, p.window);
   t.tile0 = t.kv_begin / BLOCK_N;
   t.n_tiles = t.kv_end > t.tile0 * BLOCK_N
                   ? (t.kv_end - t.tile0 * BLOCK_N + BLOCK_N - 1) / BLOCK_N

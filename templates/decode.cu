@@ -294,7 +294,7 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   }
 
   // This request's tiles: 16-token tiles from the window start rounded down to 16.
-  const int lo = HAS_WINDOW ? (seq_len - p.window > 0 ? seq_len - p.window : 0) : 0;
+  const int lo = ga_window_first_key(seq_len - 1, p.window);
   const int base = lo & ~(TILE - 1);
   const int tiles = (seq_len - base + TILE - 1) / TILE;
   int num_splits = (tiles + GA_DECODE_MIN_TILES_PER_SPLIT - 1) / GA_DECODE_MIN_TILES_PER_SPLIT;
@@ -511,7 +511,8 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
     }
   }
 
-  // Scores in the log2 domain: no cap: raw * qk_scale; cap: tanh(raw * qk_scale) * cap_log2.
+  // Scores in the log2 domain: no cap: raw * qk_scale; cap: ga_soft_cap_log2(raw, qk_scale,
+  // cap_log2).
   const float score_scale = p.scale / q_scale * p.k_scale * KV_WIDEN_SCALE;
   const float qk_scale = HAS_SOFT_CAP ? score_scale / p.soft_cap : score_scale * GA_LOG2E;
   const float cap_log2 = HAS_SOFT_CAP ? p.soft_cap * GA_LOG2E : 0.0f;
@@ -585,8 +586,8 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
     for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        float x = s[nt][e] * qk_scale;
-        if (HAS_SOFT_CAP) x = tanhf(x) * cap_log2;
+        const float x = HAS_SOFT_CAP ? ga_soft_cap_log2(s[nt][e], qk_scale, cap_log2)
+                                     : s[nt][e] * qk_scale;
         s[nt][e] = (e < 2 ? ok0 : ok1) ? x : GA_NEG_INF;
       }
       float mx0 = fmaxf(s[nt][0], s[nt][2]), mx1 = fmaxf(s[nt][1], s[nt][3]);

@@ -378,17 +378,11 @@ __device__ __forceinline__ void pw_softmax(const PrefillParams& p, float (&s)[PW
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       float x = s[j * 4 + e];
-      if (HAS_SOFT_CAP) {
-        // cap * tanh(scale * x / cap), tanh(y) = 1 - 2 / (e^{2y} + 1): exact enough at both ends.
-        const float ex = ga_exp2(x * (2.f * GA_LOG2E) * (p.scale / p.soft_cap));
-        x = (p.soft_cap * GA_LOG2E) * (1.f - 2.f * ga_rcp(ex + 1.f));
-      }
+      if (HAS_SOFT_CAP) x = ga_soft_cap_log2(x, p.scale / p.soft_cap, p.soft_cap * GA_LOG2E);
       if (MASK) {
         const int key = n0 + j * 8 + t2 + (e & 1);
         const int ps = pos[e >> 1];
-        bool visible = key <= ps;
-        if (HAS_WINDOW) visible = visible && ps - key < p.window;
-        if (!visible) x = ninf;
+        if (!ga_visible(ps, key, p.window)) x = ninf;
       }
       s[j * 4 + e] = x;
       mx[e >> 1][j & 1] = fmaxf(mx[e >> 1][j & 1], x);

@@ -467,6 +467,17 @@ std::vector<DecodeCase> all_cases(std::mt19937_64& rng) {
         c.seq_lens = random_lens(rng, 6, 1, 2500);
         cases.push_back(c);
       }
+  // Large logits (scores of about +-1e3 and +-1e4 before the cap): the soft cap's one formula
+  // (templates/common.cuh) at both ends, against the reference's cap * tanh(s / cap).
+  for (double q_std : {1000.0, 10000.0})
+    for (float cap : {30.0f, 50.0f}) {
+      DecodeCase c;
+      c.dtype = q_std > 5000 ? DType::kBFloat16 : DType::kFloat16;  // fp16 holds |q| < 65504
+      c.soft_cap = cap;
+      c.q_std = q_std;
+      c.seq_lens = {1, 37, 600, 3000};
+      cases.push_back(c);
+    }
   // Batches 1..512, short random lengths; a sample of the requests is checked.
   for (int n : {1, 2, 7, 64, 200, 512}) {
     DecodeCase c;

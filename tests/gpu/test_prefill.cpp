@@ -31,6 +31,8 @@ struct PrefillCase {
   int head_size = 128, block_size = 16, num_kv_heads = 2, group = 4;
   bool window = false, soft_cap = false;
   int max_len = 200;  // bounds the random sequence lengths (keeps the float64 reference cheap)
+  double q_std = 1.5;  // larger scores make the soft cap bite
+  float cap = 0;       // the soft cap's value when soft_cap; 0: drawn from 2..10
 };
 
 std::string describe(const PrefillCase& c) {
@@ -168,7 +170,7 @@ double run_case(const PrefillCase& c, KernelCache& cache, std::mt19937_64& rng) 
   ref.q.resize(static_cast<size_t>(T) * H * D);
   for (int t = 0; t < T; ++t)
     for (int i = 0; i < H * D; ++i) {
-      const uint16_t v = to_storage(c.dtype, 1.5 * normal(rng));
+      const uint16_t v = to_storage(c.dtype, c.q_std * normal(rng));
       q_host[t * q_tstride + i] = v;
       ref.q[static_cast<size_t>(t) * H * D + i] = from_storage(c.dtype, v);
     }
@@ -207,7 +209,7 @@ double run_case(const PrefillCase& c, KernelCache& cache, std::mt19937_64& rng) 
   const double scale = 1.0 / std::sqrt(static_cast<double>(D));
   ref.scale = static_cast<float>(scale);
   ref.window = c.window ? uni(1, c.max_len / 2) : 0;
-  ref.soft_cap = c.soft_cap ? static_cast<float>(uni(2, 10)) : 0.0;
+  ref.soft_cap = !c.soft_cap ? 0.0f : c.cap > 0 ? c.cap : static_cast<float>(uni(2, 10));
   INFO("window " << ref.window << " soft cap " << ref.soft_cap << " first_req " << first_req);
 
   DeviceBuffer d_q(std::max<size_t>(q_host.size() * 2, 16)),
@@ -304,6 +306,18 @@ std::vector<PrefillCase> all_cases() {
     c.num_kv_heads = 1;
     c.window = i % 3 == 1;
     c.soft_cap = i % 2 == 0;
+    cases.push_back(c);
+  }
+  // Large logits (scores of about +-1e3 and +-1e4 before the cap) in both prefill families
+  // (head 128: wgmma on sm_90; head 72: mma.sync): the soft cap's one formula at both ends.
+  for (int i = 0; i < 8; ++i) {
+    PrefillCase c;
+    c.q_std = i % 2 ? 10000.0 : 1000.0;
+    c.dtype = i % 2 ? DType::kBFloat16 : DType::kFloat16;  // fp16 holds |q| < 65504
+    c.soft_cap = true;
+    c.cap = (i / 2) % 2 ? 50.0f : 30.0f;
+    c.head_size = i < 4 ? 128 : 72;
+    c.window = i % 3 == 2;
     cases.push_back(c);
   }
   // Long prefill with a large group (many row tiles per request), 16-way GQA.
