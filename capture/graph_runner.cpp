@@ -141,7 +141,8 @@ void GraphRunner::capture_all(CUstream stream, const Progress& progress) {
 }
 
 int GraphRunner::run(CUstream stream, int num_tokens, bool allow_graph) {
-  if (num_tokens < 0) throw Error("a step needs num_tokens >= 0, got " + std::to_string(num_tokens));
+  if (num_tokens < 0)
+    throw Error("a step needs num_tokens >= 0, got " + std::to_string(num_tokens));
   const int size = disabled_ || !allow_graph ? 0 : padded_size(num_tokens);
   if (size == 0) {
     ++stats_.eager_steps;

@@ -14,16 +14,18 @@ namespace graphattn {
 
 using detail::driver;
 
-
 namespace {
 
 using detail::scalar_of;
 
 ScalarType kv_scalar_of(const AttentionLayerConfig& c) {
   switch (c.kv_dtype) {
-    case KvDType::kFp8E4M3: return ScalarType::kFloat8E4M3;
-    case KvDType::kFp8E5M2: return ScalarType::kFloat8E5M2;
-    default: return scalar_of(c.dtype);
+    case KvDType::kFp8E4M3:
+      return ScalarType::kFloat8E4M3;
+    case KvDType::kFp8E5M2:
+      return ScalarType::kFloat8E5M2;
+    default:
+      return scalar_of(c.dtype);
   }
 }
 
@@ -42,16 +44,17 @@ AttentionLayerStack::AttentionLayerStack(Options options) : options_(std::move(o
   GA_REQUIRE(o.max_tokens >= 1, "max_tokens must be >= 1, got " + std::to_string(o.max_tokens));
   GA_REQUIRE(o.num_blocks >= 1, "num_blocks must be >= 1, got " + std::to_string(o.num_blocks));
   GA_REQUIRE(o.max_blocks_per_seq >= 1,
-          "max_blocks_per_seq must be >= 1, got " + std::to_string(o.max_blocks_per_seq));
+             "max_blocks_per_seq must be >= 1, got " + std::to_string(o.max_blocks_per_seq));
   const AttentionLayerConfig& first = o.layers[0];
   for (size_t l = 0; l < o.layers.size(); ++l) {
     AttentionLayerConfig& c = o.layers[l];
     GA_REQUIRE(c.num_heads == first.num_heads && c.num_kv_heads == first.num_kv_heads &&
-                c.head_size == first.head_size && c.block_size == first.block_size &&
-                c.dtype == first.dtype && c.kv_dtype == first.kv_dtype &&
-                c.layout == first.layout,
-            "layer " + std::to_string(l) + " differs from layer 0 in heads, head size, block "
-            "size, dtype or KV layout; the stack shares its buffers across layers");
+                   c.head_size == first.head_size && c.block_size == first.block_size &&
+                   c.dtype == first.dtype && c.kv_dtype == first.kv_dtype &&
+                   c.layout == first.layout,
+               "layer " + std::to_string(l) +
+                   " differs from layer 0 in heads, head size, block "
+                   "size, dtype or KV layout; the stack shares its buffers across layers");
     // Padded decode batches reach max_tokens requests: the workspace must cover them.
     c.max_num_seqs = std::max(c.max_num_seqs, o.max_tokens);
     // Layer l's kernels follow layer l - 1's, which write only their own layer's cache and
@@ -71,8 +74,8 @@ AttentionLayerStack::AttentionLayerStack(Options options) : options_(std::move(o
     }
     backend_of_layer_.push_back(found);
   }
-  const int64_t T = o.max_tokens, H = first.num_heads, KH = first.num_kv_heads,
-                D = first.head_size, L = num_layers();
+  const int64_t T = o.max_tokens, H = first.num_heads, KH = first.num_kv_heads, D = first.head_size,
+                L = num_layers();
   query_ = DeviceBuffer(T * H * D * 2);
   key_ = DeviceBuffer(T * KH * D * 2);
   value_ = DeviceBuffer(T * KH * D * 2);
@@ -115,16 +118,16 @@ void AttentionLayerStack::set_batch(const CommonAttentionMetadata& m, int padded
   const AttentionLayerConfig& c = options_.layers[0];
   const int n = m.num_actual_tokens;
   GA_REQUIRE(padded >= n && padded <= options_.max_tokens,
-          "padded token count " + std::to_string(padded) + " must lie in [" + std::to_string(n) +
-              ", max_tokens " + std::to_string(options_.max_tokens) + "]");
+             "padded token count " + std::to_string(padded) + " must lie in [" + std::to_string(n) +
+                 ", max_tokens " + std::to_string(options_.max_tokens) + "]");
   GA_REQUIRE(m.max_blocks_per_seq <= options_.max_blocks_per_seq,
-          "the batch's block table is " + std::to_string(m.max_blocks_per_seq) +
-              " blocks wide; the stack holds " + std::to_string(options_.max_blocks_per_seq));
+             "the batch's block table is " + std::to_string(m.max_blocks_per_seq) +
+                 " blocks wide; the stack holds " + std::to_string(options_.max_blocks_per_seq));
   const DecodePrefillSplit split = split_decodes_and_prefills(m);
   const bool decode_only = split.num_prefills == 0 && m.num_reqs == n;
   GA_REQUIRE(decode_only || padded == n,
-          "only decode-only batches are padded for a graph; a batch with prefills runs eagerly "
-          "with its own token count");
+             "only decode-only batches are padded for a graph; a batch with prefills runs eagerly "
+             "with its own token count");
   const int R = decode_only ? padded : m.num_reqs;  // each padded request holds one token
   const int W = options_.max_blocks_per_seq;
   staged_ints_.assign(static_cast<size_t>(R + 1), 0);
@@ -150,7 +153,7 @@ void AttentionLayerStack::set_batch(const CommonAttentionMetadata& m, int padded
         std::tuple{value, &value_, krow, "value"}}) {
     if (!src) continue;
     GA_REQUIRE(src->size() >= n * row, std::string(name) + " holds " + std::to_string(src->size()) +
-                                        " elements; the batch needs " + std::to_string(n * row));
+                                           " elements; the batch needs " + std::to_string(n * row));
     upload_async(*dst, *src, n * row, stream);
   }
   counts_.num_reqs = R;
@@ -164,8 +167,8 @@ void AttentionLayerStack::set_batch(const CommonAttentionMetadata& m, int padded
 void AttentionLayerStack::step(CUstream stream, int num_tokens) {
   const AttentionLayerConfig& c = options_.layers[0];
   GA_REQUIRE(num_tokens >= 0 && num_tokens <= options_.max_tokens,
-          "step of " + std::to_string(num_tokens) + " tokens; the stack holds at most " +
-              std::to_string(options_.max_tokens));
+             "step of " + std::to_string(num_tokens) + " tokens; the stack holds at most " +
+                 std::to_string(options_.max_tokens));
   Counts k = counts_;
   if (num_tokens != counts_tokens_) {
     // A capture pass before (or apart from) set_batch: the graph of this size serves padded
@@ -214,14 +217,14 @@ uint64_t AttentionLayerStack::fingerprint() const {
 }
 
 void AttentionLayerStack::set_kv_cache(int layer, const TensorView& kv_cache) {
-  GA_REQUIRE(layer >= 0 && layer < num_layers(), "layer " + std::to_string(layer) +
-                                                  " out of range [0, " +
-                                                  std::to_string(num_layers()) + ")");
+  GA_REQUIRE(
+      layer >= 0 && layer < num_layers(),
+      "layer " + std::to_string(layer) + " out of range [0, " + std::to_string(num_layers()) + ")");
   const TensorView& old = kv_[layer];
   bool same = kv_cache.ndim == old.ndim && kv_cache.dtype == old.dtype;
   for (int d = 0; same && d < old.ndim; ++d) same = kv_cache.shape[d] == old.shape[d];
   GA_REQUIRE(same, "layer " + std::to_string(layer) + " KV cache must be " + old.describe() +
-                    ", got " + kv_cache.describe());
+                       ", got " + kv_cache.describe());
   kv_[layer] = kv_cache;
 }
 

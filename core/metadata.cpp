@@ -36,7 +36,8 @@ CommonAttentionMetadata CommonAttentionMetadata::make(const std::vector<int32_t>
   m.max_blocks_per_seq = max_blocks_per_seq;
   m.query_start_loc.assign(1, 0);
   for (int r = 0; r < num_reqs; ++r) {
-    if (query_lens[r] < 0) throw Error("query length must be >= 0: " + at("query_lens", r, query_lens[r]));
+    if (query_lens[r] < 0)
+      throw Error("query length must be >= 0: " + at("query_lens", r, query_lens[r]));
     // seq_len 0 marks a padded request (a captured graph's spare rows): it reads nothing.
     if (seq_lens[r] != 0 && seq_lens[r] < query_lens[r])
       throw Error("a sequence holds its new tokens, so seq_len >= query_len; got " +
@@ -49,8 +50,8 @@ CommonAttentionMetadata CommonAttentionMetadata::make(const std::vector<int32_t>
   m.seq_lens = seq_lens;
   m.num_actual_tokens = m.query_start_loc.back();
   if (static_cast<int64_t>(slot_mapping.size()) != m.num_actual_tokens)
-    throw Error("slot_mapping has " + std::to_string(slot_mapping.size()) +
-                " entries for " + std::to_string(m.num_actual_tokens) + " tokens");
+    throw Error("slot_mapping has " + std::to_string(slot_mapping.size()) + " entries for " +
+                std::to_string(m.num_actual_tokens) + " tokens");
   if (num_tokens < 0) num_tokens = m.num_actual_tokens;
   if (num_tokens < m.num_actual_tokens)
     throw Error("num_tokens " + std::to_string(num_tokens) + " is below the " +
@@ -158,10 +159,14 @@ CommonAttentionMetadata make_local_attention_virtual_batches(int chunk,
 
 const char* to_string(CudaGraphSupport s) {
   switch (s) {
-    case CudaGraphSupport::kNever: return "never";
-    case CudaGraphSupport::kUniformSingleTokenDecode: return "uniform single-token decode";
-    case CudaGraphSupport::kUniformBatch: return "uniform batch";
-    case CudaGraphSupport::kAlways: return "always";
+    case CudaGraphSupport::kNever:
+      return "never";
+    case CudaGraphSupport::kUniformSingleTokenDecode:
+      return "uniform single-token decode";
+    case CudaGraphSupport::kUniformBatch:
+      return "uniform batch";
+    case CudaGraphSupport::kAlways:
+      return "always";
   }
   return "?";
 }
@@ -183,8 +188,7 @@ FlashAttentionMetadata FlashAttentionMetadataBuilder::build_for_cudagraph_captur
   if (m.num_reqs != m.num_actual_tokens)
     throw Error("full CUDA graph capture covers decode-only batches: num_reqs " +
                 std::to_string(m.num_reqs) + " != num_actual_tokens " +
-                std::to_string(m.num_actual_tokens) +
-                "; keep every capture size <= max_num_seqs");
+                std::to_string(m.num_actual_tokens) + "; keep every capture size <= max_num_seqs");
   CommonAttentionMetadata c = m;
   c.max_query_len = 1;
   FlashAttentionMetadata f = build(0, c);

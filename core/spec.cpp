@@ -5,9 +5,9 @@
 #include <cstdlib>
 #include <type_traits>
 
-#include "graphattn/error.hpp"
 #include "core/spec_axes.hpp"
 #include "core/text.hpp"
+#include "graphattn/error.hpp"
 
 namespace graphattn {
 namespace {
@@ -102,7 +102,8 @@ struct NumberRule {
 
 std::string join_archs() {
   std::string allowed;
-  for (int a : supported_archs()) allowed += (allowed.empty() ? "sm_" : ", sm_") + std::to_string(a);
+  for (int a : supported_archs())
+    allowed += (allowed.empty() ? "sm_" : ", sm_") + std::to_string(a);
   return allowed;
 }
 
@@ -141,14 +142,14 @@ struct Axis {
 };
 
 #define GRAPHATTN_SPEC_AXIS(type, field, default_value, form, tag, label, radix, constant) \
-  Axis{Form::form,                                                                     \
-       tag,                                                                            \
-       label,                                                                          \
-       radix,                                                                          \
-       constant,                                                                       \
-       names_of<type>(),                                                               \
-       Form::form == Form::kNumber ? rule_of(#field) : nullptr,                        \
-       [](const AttentionSpec& s) { return static_cast<int>(s.field); },               \
+  Axis{Form::form,                                                                         \
+       tag,                                                                                \
+       label,                                                                              \
+       radix,                                                                              \
+       constant,                                                                           \
+       names_of<type>(),                                                                   \
+       Form::form == Form::kNumber ? rule_of(#field) : nullptr,                            \
+       [](const AttentionSpec& s) { return static_cast<int>(s.field); },                   \
        [](AttentionSpec& s, int v) { s.field = static_cast<type>(v); }},
 
 const std::vector<Axis>& axes() {
@@ -161,7 +162,12 @@ const std::vector<Axis>& axes() {
 constexpr double packed_bits() {
   double bits = 0;
 #define GRAPHATTN_SPEC_RADIX(type, field, default_value, form, tag, label, radix, constant) \
-  bits += radix <= 2 ? 1 : radix <= 4 ? 2 : radix <= 8 ? 3 : radix <= 128 ? 7 : radix <= 512 ? 9 : 10;
+  bits += radix <= 2     ? 1                                                                \
+          : radix <= 4   ? 2                                                                \
+          : radix <= 8   ? 3                                                                \
+          : radix <= 128 ? 7                                                                \
+          : radix <= 512 ? 9                                                                \
+                         : 10;
   GRAPHATTN_SPEC_AXES(GRAPHATTN_SPEC_RADIX)
 #undef GRAPHATTN_SPEC_RADIX
   return bits;
@@ -205,7 +211,9 @@ std::string AttentionSpec::to_string() const {
         out += v >= 0 && v < static_cast<int>(a.names->size()) ? (*a.names)[v] : "?";
         break;
       case Form::kNumber:
-      case Form::kFlag: out += a.tag + std::to_string(v); break;
+      case Form::kFlag:
+        out += a.tag + std::to_string(v);
+        break;
       case Form::kSuffix:
         if (v) out += a.tag;
         break;
@@ -283,9 +291,15 @@ std::string grammar() {
         g += a.tag + ("<" + alts + ">");
         break;
       }
-      case Form::kNumber: g += a.tag + ("<" + std::string(a.label) + ">"); break;
-      case Form::kFlag: g += a.tag + std::string("<0|1>"); break;
-      case Form::kSuffix: g += "[" + std::string(a.tag) + "]"; break;
+      case Form::kNumber:
+        g += a.tag + ("<" + std::string(a.label) + ">");
+        break;
+      case Form::kFlag:
+        g += a.tag + std::string("<0|1>");
+        break;
+      case Form::kSuffix:
+        g += "[" + std::string(a.tag) + "]";
+        break;
     }
   }
   return g;
@@ -295,9 +309,8 @@ std::string grammar() {
 
 AttentionSpec AttentionSpec::parse(const std::string& text) {
   auto bad = [&](const std::string& why) -> Error {
-    return Error("malformed spec string '" + detail::printable(text) + "': " + why +
-                 "; expected " + grammar() +
-                 ", e.g. decode_h128_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm90");
+    return Error("malformed spec string '" + detail::printable(text) + "': " + why + "; expected " +
+                 grammar() + ", e.g. decode_h128_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm90");
   };
   AttentionSpec s;
   size_t pos = 0;
@@ -340,7 +353,8 @@ AttentionSpec AttentionSpec::parse(const std::string& text) {
         const size_t at = pos;
         int v = 0;
         switch (take_number(text, pos, v)) {
-          case Number::kOk: break;
+          case Number::kOk:
+            break;
           case Number::kNone:
             throw bad(label + " field '" + tag + "' has no number: found " + found(at));
           case Number::kLeadingZero:
@@ -355,7 +369,9 @@ AttentionSpec AttentionSpec::parse(const std::string& text) {
         a.set(s, v);
         break;
       }
-      case Form::kSuffix: a.set(s, take_literal(text, pos, tag) ? 1 : 0); break;
+      case Form::kSuffix:
+        a.set(s, take_literal(text, pos, tag) ? 1 : 0);
+        break;
     }
   }
   if (pos != text.size()) throw bad("trailing characters " + found(pos));

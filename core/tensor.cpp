@@ -9,23 +9,37 @@ namespace graphattn {
 
 int scalar_bytes(ScalarType t) {
   switch (t) {
-    case ScalarType::kFloat16: case ScalarType::kBFloat16: return 2;
-    case ScalarType::kFloat8E4M3: case ScalarType::kFloat8E5M2: return 1;
-    case ScalarType::kFloat32: case ScalarType::kInt32: return 4;
-    case ScalarType::kInt64: return 8;
+    case ScalarType::kFloat16:
+    case ScalarType::kBFloat16:
+      return 2;
+    case ScalarType::kFloat8E4M3:
+    case ScalarType::kFloat8E5M2:
+      return 1;
+    case ScalarType::kFloat32:
+    case ScalarType::kInt32:
+      return 4;
+    case ScalarType::kInt64:
+      return 8;
   }
   return 0;
 }
 
 const char* to_string(ScalarType t) {
   switch (t) {
-    case ScalarType::kFloat16: return "fp16";
-    case ScalarType::kBFloat16: return "bf16";
-    case ScalarType::kFloat8E4M3: return "fp8_e4m3";
-    case ScalarType::kFloat8E5M2: return "fp8_e5m2";
-    case ScalarType::kFloat32: return "fp32";
-    case ScalarType::kInt32: return "int32";
-    case ScalarType::kInt64: return "int64";
+    case ScalarType::kFloat16:
+      return "fp16";
+    case ScalarType::kBFloat16:
+      return "bf16";
+    case ScalarType::kFloat8E4M3:
+      return "fp8_e4m3";
+    case ScalarType::kFloat8E5M2:
+      return "fp8_e5m2";
+    case ScalarType::kFloat32:
+      return "fp32";
+    case ScalarType::kInt32:
+      return "int32";
+    case ScalarType::kInt64:
+      return "int64";
   }
   return "?";
 }
@@ -77,14 +91,17 @@ std::string TensorView::describe() const {
 DType dtype_of(ScalarType t) {
   if (t == ScalarType::kFloat16) return DType::kFloat16;
   if (t == ScalarType::kBFloat16) return DType::kBFloat16;
-  throw Error(std::string("dtype ") + to_string(t) + " is not supported for queries, keys and "
+  throw Error(std::string("dtype ") + to_string(t) +
+              " is not supported for queries, keys and "
               "values; supported: fp16, bf16");
 }
 
 KvDType kv_dtype_of(const TensorView& kv_cache, DType dtype) {
   switch (kv_cache.dtype) {
-    case ScalarType::kFloat8E4M3: return KvDType::kFp8E4M3;
-    case ScalarType::kFloat8E5M2: return KvDType::kFp8E5M2;
+    case ScalarType::kFloat8E4M3:
+      return KvDType::kFp8E4M3;
+    case ScalarType::kFloat8E5M2:
+      return KvDType::kFp8E5M2;
     default:
       if (dtype_of(kv_cache.dtype) != dtype)
         throw Error(std::string("KV cache dtype ") + to_string(kv_cache.dtype) +

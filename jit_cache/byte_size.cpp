@@ -1,7 +1,7 @@
 #include "jit_cache/byte_size.hpp"
 
-#include "graphattn/error.hpp"
 #include "core/text.hpp"
+#include "graphattn/error.hpp"
 
 namespace graphattn::detail {
 
@@ -31,11 +31,16 @@ uint64_t parse_byte_size(const std::string& text, const std::string& what) {
     unit += (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c;
   }
   int shift = -1;
-  if (unit.empty() || unit == "b") shift = 0;
-  else if (unit == "k" || unit == "kb" || unit == "kib") shift = 10;
-  else if (unit == "m" || unit == "mb" || unit == "mib") shift = 20;
-  else if (unit == "g" || unit == "gb" || unit == "gib") shift = 30;
-  else if (unit == "t" || unit == "tb" || unit == "tib") shift = 40;
+  if (unit.empty() || unit == "b")
+    shift = 0;
+  else if (unit == "k" || unit == "kb" || unit == "kib")
+    shift = 10;
+  else if (unit == "m" || unit == "mb" || unit == "mib")
+    shift = 20;
+  else if (unit == "g" || unit == "gb" || unit == "gib")
+    shift = 30;
+  else if (unit == "t" || unit == "tb" || unit == "tib")
+    shift = 40;
   if (shift < 0) throw fail("unknown unit '" + printable(text.substr(digits)) + "'");
   if (overflow || (shift > 0 && value > (UINT64_MAX >> shift)))
     throw fail("it exceeds 2^64 - 1 bytes");

@@ -32,8 +32,7 @@ bool check_cubin(const char* data, size_t size, uint32_t arch, std::string* why)
     return false;
   };
   Elf64_Ehdr h;
-  if (size < sizeof h)
-    return fail(std::to_string(size) + " bytes are shorter than an ELF header");
+  if (size < sizeof h) return fail(std::to_string(size) + " bytes are shorter than an ELF header");
   std::memcpy(&h, data, sizeof h);
   if (std::memcmp(h.e_ident, ELFMAG, SELFMAG) != 0) return fail("no ELF magic");
   if (h.e_ident[EI_CLASS] != ELFCLASS64) return fail("not a 64-bit ELF image");

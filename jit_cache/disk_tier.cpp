@@ -15,8 +15,8 @@
 #include <random>
 #include <thread>
 
-#include "jit_cache/cubin_check.hpp"
 #include "core/text.hpp"
+#include "jit_cache/cubin_check.hpp"
 
 namespace graphattn::detail {
 namespace {
@@ -42,7 +42,8 @@ T get(const char* p) {
 }
 
 bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 bool is_key_hex(const std::string& s) {
@@ -177,8 +178,8 @@ EntryStatus load_entry(int dirfd, const std::string& name, const struct stat& di
   if (got < 0) return fail(EntryStatus::kIoError, std::strerror(errno));
   img.resize(static_cast<size_t>(got));
   uint32_t header_bytes = 0;
-  const EntryStatus prefix = check_entry_prefix(img.data(), img.size(), file_bytes, &header_bytes,
-                                                reason);
+  const EntryStatus prefix =
+      check_entry_prefix(img.data(), img.size(), file_bytes, &header_bytes, reason);
   if (prefix != EntryStatus::kOk) return prefix;
   // The lengths agree with the file's size, which is capped: now the rest may be read.
   const size_t have = img.size();
@@ -257,19 +258,32 @@ int64_t now_unix_ms() {
 
 const char* to_string(EntryStatus s) {
   switch (s) {
-    case EntryStatus::kOk: return "ok";
-    case EntryStatus::kMissing: return "missing";
-    case EntryStatus::kTruncated: return "truncated";
-    case EntryStatus::kBadMagic: return "bad magic";
-    case EntryStatus::kBadVersion: return "format version mismatch";
-    case EntryStatus::kBadHeader: return "bad header";
-    case EntryStatus::kKeyMismatch: return "key mismatch";
-    case EntryStatus::kBadChecksum: return "checksum mismatch";
-    case EntryStatus::kIoError: return "I/O error";
-    case EntryStatus::kNotRegular: return "not a regular file";
-    case EntryStatus::kUntrusted: return "untrusted";
-    case EntryStatus::kTooLarge: return "too large";
-    case EntryStatus::kBadCubin: return "bad cubin";
+    case EntryStatus::kOk:
+      return "ok";
+    case EntryStatus::kMissing:
+      return "missing";
+    case EntryStatus::kTruncated:
+      return "truncated";
+    case EntryStatus::kBadMagic:
+      return "bad magic";
+    case EntryStatus::kBadVersion:
+      return "format version mismatch";
+    case EntryStatus::kBadHeader:
+      return "bad header";
+    case EntryStatus::kKeyMismatch:
+      return "key mismatch";
+    case EntryStatus::kBadChecksum:
+      return "checksum mismatch";
+    case EntryStatus::kIoError:
+      return "I/O error";
+    case EntryStatus::kNotRegular:
+      return "not a regular file";
+    case EntryStatus::kUntrusted:
+      return "untrusted";
+    case EntryStatus::kTooLarge:
+      return "too large";
+    case EntryStatus::kBadCubin:
+      return "bad cubin";
   }
   return "?";
 }
@@ -324,8 +338,7 @@ EntryStatus check_entry_prefix(const char* p, size_t size, uint64_t file_bytes,
                                             std::to_string(payload_bytes) + " bytes (at most " +
                                             std::to_string(kMaxPayloadBytes) + ")");
   if (file_bytes - hb != payload_bytes)
-    return fail(file_bytes - hb < payload_bytes ? EntryStatus::kTruncated
-                                                : EntryStatus::kBadHeader,
+    return fail(file_bytes - hb < payload_bytes ? EntryStatus::kTruncated : EntryStatus::kBadHeader,
                 "payload is " + std::to_string(file_bytes - hb) + " bytes, header says " +
                     std::to_string(payload_bytes));
   *header_bytes = hb;
@@ -358,12 +371,14 @@ EntryStatus decode_entry(const std::vector<char>& img, const CacheKey* expect, E
   out.payload_hash = get<uint64_t>(img.data() + 72);
   out.spec.assign(img.data() + kFixedHeader, get<uint32_t>(img.data() + 44));
   if (expect && out.key != *expect)
-    return fail(EntryStatus::kKeyMismatch, "stored key " + out.key.hex() + " differs from the file's key");
+    return fail(EntryStatus::kKeyMismatch,
+                "stored key " + out.key.hex() + " differs from the file's key");
   const char* body = img.data() + header_bytes;
   if (XXH3_64bits(body, out.payload_bytes) != out.payload_hash)
     return fail(EntryStatus::kBadChecksum, "payload checksum mismatch");
   std::string why;
-  if (!check_cubin(body, out.payload_bytes, out.arch, &why)) return fail(EntryStatus::kBadCubin, why);
+  if (!check_cubin(body, out.payload_bytes, out.arch, &why))
+    return fail(EntryStatus::kBadCubin, why);
   if (payload) payload->assign(body, body + out.payload_bytes);
   if (h) *h = std::move(out);
   return EntryStatus::kOk;
@@ -383,11 +398,13 @@ DiskTier::DiskTier(std::string dir, Warn warn, bool shared, Access access)
   }
   dir_fd_ = ::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dir_fd_ < 0) {
-    if (use) disable("cannot open cache directory " + printable(dir_, 4096) + ": " + std::strerror(errno));
+    if (use)
+      disable("cannot open cache directory " + printable(dir_, 4096) + ": " + std::strerror(errno));
     return;
   }
   if (::fstat(dir_fd_, &dir_st_) != 0) {
-    trust_problem_ = "cannot stat cache directory " + printable(dir_, 4096) + ": " + std::strerror(errno);
+    trust_problem_ =
+        "cannot stat cache directory " + printable(dir_, 4096) + ": " + std::strerror(errno);
   } else {
     trust_problem_ = directory_trust_problem(dir_, dir_st_, policy_);
   }
@@ -400,7 +417,8 @@ DiskTier::DiskTier(std::string dir, Warn warn, bool shared, Access access)
   const int fd = ::openat(dir_fd_, probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | kOpenFlags, 0600);
   if (fd < 0) {
     if (use)
-      disable("cache directory " + printable(dir_, 4096) + " is not writable (" + std::strerror(errno) + ")");
+      disable("cache directory " + printable(dir_, 4096) + " is not writable (" +
+              std::strerror(errno) + ")");
     return;
   }
   ::close(fd);
@@ -436,8 +454,8 @@ bool DiskTier::write(const EntryHeader& h, const std::vector<char>& payload) {
   const std::string tmp = "." + h.key.hex() + ".tmp." + random_hex();
   const char* step = "create a temp file";
   bool ok = false;
-  const int fd = ::openat(dir_fd_, tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | kOpenFlags,
-                          policy_.file_mode());
+  const int fd =
+      ::openat(dir_fd_, tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | kOpenFlags, policy_.file_mode());
   if (fd >= 0) {
     ok = ::fchmod(fd, policy_.file_mode()) == 0 && write_all(fd, img.data(), img.size()) &&
          ::fsync(fd) == 0;
@@ -468,8 +486,8 @@ bool DiskTier::write(const EntryHeader& h, const std::vector<char>& payload) {
 void DiskTier::write_source(const CacheKey& key, const std::string& text) {
   if (!usable_) return;
   const std::string tmp = "." + key.hex() + ".cu.tmp." + random_hex();
-  const int fd = ::openat(dir_fd_, tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | kOpenFlags,
-                          policy_.file_mode());
+  const int fd =
+      ::openat(dir_fd_, tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | kOpenFlags, policy_.file_mode());
   if (fd < 0) return;
   const bool ok = ::fchmod(fd, policy_.file_mode()) == 0 && write_all(fd, text.data(), text.size());
   ::close(fd);
@@ -665,7 +683,8 @@ std::vector<std::string> DiskTier::repair_modes() {
   auto fix = [&](int fd, const struct stat& st, const std::string& path) {
     if (st.st_uid != policy_.uid || !(st.st_mode & forbidden)) return;
     const mode_t to = st.st_mode & 07777 & ~forbidden;
-    if (::fchmod(fd, to) == 0) changed.push_back(path + ": " + mode_text(st.st_mode) + " -> " + mode_text(to));
+    if (::fchmod(fd, to) == 0)
+      changed.push_back(path + ": " + mode_text(st.st_mode) + " -> " + mode_text(to));
   };
   fix(dir_fd_, dir_st_, dir_);
   for (const auto& name : file_names()) {
@@ -676,7 +695,8 @@ std::vector<std::string> DiskTier::repair_modes() {
     fix(fd, st, dir_ + "/" + name);
     ::close(fd);
   }
-  if (::fstat(dir_fd_, &dir_st_) == 0) trust_problem_ = directory_trust_problem(dir_, dir_st_, policy_);
+  if (::fstat(dir_fd_, &dir_st_) == 0)
+    trust_problem_ = directory_trust_problem(dir_, dir_st_, policy_);
   return changed;
 }
 

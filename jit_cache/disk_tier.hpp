@@ -55,9 +55,21 @@ struct EntryHeader {
   std::string spec;
 };
 
-enum class EntryStatus { kOk, kMissing, kTruncated, kBadMagic, kBadVersion, kBadHeader,
-                         kKeyMismatch, kBadChecksum, kIoError, kNotRegular, kUntrusted,
-                         kTooLarge, kBadCubin };
+enum class EntryStatus {
+  kOk,
+  kMissing,
+  kTruncated,
+  kBadMagic,
+  kBadVersion,
+  kBadHeader,
+  kKeyMismatch,
+  kBadChecksum,
+  kIoError,
+  kNotRegular,
+  kUntrusted,
+  kTooLarge,
+  kBadCubin
+};
 const char* to_string(EntryStatus s);
 
 // Encodes header + payload into the file image.
@@ -75,16 +87,16 @@ EntryStatus decode_entry(const std::vector<char>& image, const CacheKey* expect,
 // One file in the directory, as the tool sees it.
 struct EntryInfo {
   std::string path;
-  std::string name;           // file name inside the directory
-  std::string key_hex;        // from the file name
+  std::string name;     // file name inside the directory
+  std::string key_hex;  // from the file name
   uint64_t file_bytes = 0;
-  int64_t last_used_ms = 0;   // file modification time, refreshed on every disk hit
-  uid_t owner = 0;            // of the file itself (never of a link's target)
+  int64_t last_used_ms = 0;  // file modification time, refreshed on every disk hit
+  uid_t owner = 0;           // of the file itself (never of a link's target)
   mode_t mode = 0;
   EntryStatus status = EntryStatus::kOk;
   std::string reason;
-  EntryHeader header;         // valid when status == kOk
-  std::string source_path;    // dumped source, or ""
+  EntryHeader header;       // valid when status == kOk
+  std::string source_path;  // dumped source, or ""
 };
 
 // What a removal did: removed, or not there (error empty), or failed (error says why).

@@ -6,12 +6,12 @@
 #include <thread>
 #include <unordered_map>
 
+#include "core/spec_axes.hpp"
 #include "graphattn/error.hpp"
 #include "graphattn/jit.hpp"
 #include "jit_cache/byte_size.hpp"
 #include "jit_cache/disk_tier.hpp"
 #include "jit_cache/nvrtc_compiler.hpp"
-#include "core/spec_axes.hpp"
 #include "jit_cache/thread_pool.hpp"
 
 namespace graphattn {
@@ -25,7 +25,6 @@ namespace {
 struct KeyHash {
   size_t operator()(const CacheKey& k) const { return static_cast<size_t>(k.low ^ k.high); }
 };
-
 
 const char* env(const char* name) {
   const char* v = std::getenv(name);
@@ -65,9 +64,12 @@ void check_cache_environment() {
 
 const char* to_string(CacheOrigin o) {
   switch (o) {
-    case CacheOrigin::kMemory: return "memory";
-    case CacheOrigin::kDisk: return "hit";
-    case CacheOrigin::kCompiled: return "compiled";
+    case CacheOrigin::kMemory:
+      return "memory";
+    case CacheOrigin::kDisk:
+      return "hit";
+    case CacheOrigin::kCompiled:
+      return "compiled";
   }
   return "?";
 }
@@ -100,8 +102,9 @@ KernelCache::KernelCache(CacheOptions options) : impl_(new Impl) {
   if (o.use_disk) {
     if (o.dir.empty()) o.dir = default_cache_dir();
     if (o.dir.empty())
-      o.warn("graphattn: no cache directory (GRAPHATTN_CACHE_DIR, XDG_CACHE_HOME and HOME are "
-             "unset or not absolute); the kernel cache runs in memory only");
+      o.warn(
+          "graphattn: no cache directory (GRAPHATTN_CACHE_DIR, XDG_CACHE_HOME and HOME are "
+          "unset or not absolute); the kernel cache runs in memory only");
     else
       impl_->disk = std::make_unique<DiskTier>(o.dir, o.warn, o.shared_dir);
   }

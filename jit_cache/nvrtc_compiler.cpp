@@ -10,8 +10,8 @@ namespace detail {
 void throw_nvrtc_error(nvrtcResult r, const char* call, const char* func, const char* file,
                        int line) {
   std::ostringstream os;
-  os << "NVRTC call " << call << " failed: " << nvrtcGetErrorString(r) << " (" << int(r)
-     << ") in " << func << " at " << file << ":" << line;
+  os << "NVRTC call " << call << " failed: " << nvrtcGetErrorString(r) << " (" << int(r) << ") in "
+     << func << " at " << file << ":" << line;
   throw Error(os.str());
 }
 

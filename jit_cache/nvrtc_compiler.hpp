@@ -14,12 +14,12 @@ namespace graphattn::detail {
 [[noreturn]] void throw_nvrtc_error(nvrtcResult r, const char* call, const char* func,
                                     const char* file, int line);
 
-#define GA_NVRTC_CHECK(call)                                                          \
-  do {                                                                                \
-    nvrtcResult ga_nvrtc_result_ = (call);                                            \
-    if (ga_nvrtc_result_ != NVRTC_SUCCESS)                                            \
+#define GA_NVRTC_CHECK(call)                                                              \
+  do {                                                                                    \
+    nvrtcResult ga_nvrtc_result_ = (call);                                                \
+    if (ga_nvrtc_result_ != NVRTC_SUCCESS)                                                \
       ::graphattn::detail::throw_nvrtc_error(ga_nvrtc_result_, #call, __func__, __FILE__, \
-                                             __LINE__);                               \
+                                             __LINE__);                                   \
   } while (0)
 
 // Compiles src to a cubin; throws CompileError with the log on rejection.

@@ -2,10 +2,10 @@
 // the embedded template texts. The renderer adds no kernel logic.
 #include <sstream>
 
+#include "core/spec_axes.hpp"
 #include "graphattn/error.hpp"
 #include "graphattn/jit.hpp"
 #include "jit_cache/prefill_kernels.hpp"
-#include "core/spec_axes.hpp"
 
 namespace graphattn {
 namespace detail {
@@ -28,8 +28,10 @@ struct Family {
 
 Family family_of(const AttentionSpec& spec) {
   switch (spec.kind) {
-    case KernelKind::kCacheWrite: return {"cache_write.cu", "graphattn_cache_write"};
-    case KernelKind::kDecode: return {"decode.cu", "graphattn_decode"};
+    case KernelKind::kCacheWrite:
+      return {"cache_write.cu", "graphattn_cache_write"};
+    case KernelKind::kDecode:
+      return {"decode.cu", "graphattn_decode"};
     case KernelKind::kPrefill:
       if (detail::select_prefill_kernel(spec) == detail::PrefillKernel::kWgmma)
         return {"prefill_sm90.cu", "graphattn_prefill", "a"};
@@ -54,7 +56,8 @@ KernelSource render_kernel(const AttentionSpec& spec) {
   for (const auto& o : out.options) os << " " << o;
   os << "\n";
   os << detail::spec_constants(spec);
-  os << template_text("params.h") << "\n" << template_text("common.cuh") << "\n"
+  os << template_text("params.h") << "\n"
+     << template_text("common.cuh") << "\n"
      << template_text(fam.file);
   out.source = os.str();
   return out;

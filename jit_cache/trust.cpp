@@ -7,8 +7,8 @@
 #include <cstdlib>
 #include <vector>
 
-#include "graphattn/error.hpp"
 #include "core/text.hpp"
+#include "graphattn/error.hpp"
 
 namespace graphattn::detail {
 
@@ -74,7 +74,8 @@ std::string directory_trust_problem(const std::string& dir, const struct stat& s
            "GRAPHATTN_CACHE_SHARED=1 only for a directory deliberately shared by a group";
   if (st.st_mode & (S_IWGRP | S_IWOTH))
     return where + " is writable by " + (st.st_mode & S_IWOTH ? "every user" : "its group") +
-           found + "; required: not writable by group or others (chmod 700 it), or "
+           found +
+           "; required: not writable by group or others (chmod 700 it), or "
            "GRAPHATTN_CACHE_SHARED=1 for a directory deliberately shared by a group";
   return "";
 }

@@ -22,8 +22,8 @@ struct TrustPolicy {
   bool shared = false;  // GRAPHATTN_CACHE_SHARED=1
   uid_t uid = 0;        // the effective user of this process
   static TrustPolicy current(bool shared);
-  mode_t dir_mode() const { return shared ? 02770 : 0700; }   // directories it creates
-  mode_t file_mode() const { return shared ? 0640 : 0600; }   // files it creates
+  mode_t dir_mode() const { return shared ? 02770 : 0700; }  // directories it creates
+  mode_t file_mode() const { return shared ? 0640 : 0600; }  // files it creates
 };
 
 // GRAPHATTN_CACHE_SHARED: unset, empty or "0" is false, "1" true; anything else throws

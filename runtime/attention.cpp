@@ -7,10 +7,10 @@
 #include <string>
 #include <vector>
 
+#include "core/text.hpp"
 #include "graphattn/backend.hpp"
 #include "graphattn/error.hpp"
 #include "graphattn/runtime.hpp"
-#include "core/text.hpp"
 #include "runtime/decode.hpp"
 #include "runtime/driver.hpp"
 #include "runtime/module_cache.hpp"
@@ -144,8 +144,7 @@ namespace {
 // The split policy's grid for a configuration on a prepared device (null: not prepared).
 detail::DecodeGrid grid_of(const AttentionLayerConfig& c, const detail::DecodeDevice* device,
                            int num_decodes, const char* caller) {
-  GA_REQUIRE(device,
-             std::string(caller) + ": call prepare() first (the policy needs the device)");
+  GA_REQUIRE(device, std::string(caller) + ": call prepare() first (the policy needs the device)");
   return detail::decode_grid(num_decodes, c.num_kv_heads, c.num_heads / c.num_kv_heads,
                              c.max_model_len, c.window, c.head_size, c.kv_dtype, *device);
 }
@@ -206,10 +205,9 @@ void AttentionBackend::forward(const TensorView& query, const TensorView& key,
   GA_REQUIRE(query.shape[1] == c.num_heads && query.shape[2] == c.head_size,
              "query " + query.describe() + " must have " + str(c.num_heads) + " heads of size " +
                  str(c.head_size));
-  GA_REQUIRE(
-      query.dtype == detail::scalar_of(c.dtype),
-      "query dtype " + std::string(to_string(query.dtype)) + " differs from the layer's " +
-          to_string(c.dtype));
+  GA_REQUIRE(query.dtype == detail::scalar_of(c.dtype),
+             "query dtype " + std::string(to_string(query.dtype)) + " differs from the layer's " +
+                 to_string(c.dtype));
   GA_REQUIRE(md.num_actual_tokens >= md.num_decode_tokens && md.num_actual_tokens <= query.shape[0],
              "metadata: num_actual_tokens " + str(md.num_actual_tokens) + " must be in [" +
                  str(md.num_decode_tokens) + ", query tokens " + str(query.shape[0]) + "]");
@@ -244,7 +242,8 @@ void AttentionBackend::forward(const TensorView& query, const TensorView& key,
   d.seq_lens = md.seq_lens;
   d.block_table = md.block_table;
   d.num_decodes = md.num_decodes;
-  const detail::DecodeGrid grid = grid_of(config_, loaded_ ? &loaded_->device : nullptr, md.num_decodes, "forward");
+  const detail::DecodeGrid grid =
+      grid_of(config_, loaded_ ? &loaded_->device : nullptr, md.num_decodes, "forward");
   d.max_splits = grid.max_splits;
   d.stages = grid.stages;
   d.cluster = grid.cluster;
@@ -257,8 +256,8 @@ void AttentionBackend::forward(const TensorView& query, const TensorView& key,
   d.bounds = bounds;
   const size_t counters = counter_bytes();
   d.counters = workspace;
-  d.workspace = workspace_size >= counters ? static_cast<unsigned char*>(workspace) + counters
-                                           : nullptr;
+  d.workspace =
+      workspace_size >= counters ? static_cast<unsigned char*>(workspace) + counters : nullptr;
   d.workspace_size = workspace_size >= counters ? workspace_size - counters : 0;
   const bool decode = md.num_decodes > 0;
   if (decode) {
@@ -309,8 +308,7 @@ void AttentionBackend::forward(const TensorView& query, const TensorView& key,
     v.shape[0] = md.num_actual_tokens;
     written = detail::check_cache_write(k, v, kv_cache, md.slot_mapping, c.k_scale, c.v_scale);
   }
-  const bool fused_write = write && decode && !prefill &&
-                           md.num_actual_tokens == md.num_decodes &&
+  const bool fused_write = write && decode && !prefill && md.num_actual_tokens == md.num_decodes &&
                            (c.kv_dtype == KvDType::kAuto || d.max_splits > 1);
   if (fused_write) {
     d.new_key = k;
@@ -361,10 +359,11 @@ BoundsViolation AttentionBackend::take_bounds_violation() const {
 
 std::string BoundsViolation::describe() const {
   switch (kind) {
-    case Kind::kNone: return "no block id or slot outside the cache";
+    case Kind::kNone:
+      return "no block id or slot outside the cache";
     case Kind::kBlockId:
-      return "block id " + str(value) + " of request " + str(request) + " (for the key at position " +
-             str(position) + ") is outside the cache";
+      return "block id " + str(value) + " of request " + str(request) +
+             " (for the key at position " + str(position) + ") is outside the cache";
     case Kind::kSlot:
       return "slot " + str(value) + " of batch token " + str(position) +
              (request >= 0 ? " (decode request " + str(request) + ")" : std::string()) +

@@ -640,9 +640,9 @@ graphattn_status_t graphattn_backend_take_bounds_violation(
   return guard([&] {
     graphattn_bounds_violation_t& out = deref(violation, "violation");
     const graphattn::BoundsViolation v = deref(backend, "backend").attn.take_bounds_violation();
-    static_assert(GRAPHATTN_BOUNDS_BLOCK_ID ==
-                      static_cast<int>(graphattn::BoundsViolation::Kind::kBlockId) &&
-                  GRAPHATTN_BOUNDS_SLOT == static_cast<int>(graphattn::BoundsViolation::Kind::kSlot));
+    static_assert(
+        GRAPHATTN_BOUNDS_BLOCK_ID == static_cast<int>(graphattn::BoundsViolation::Kind::kBlockId) &&
+        GRAPHATTN_BOUNDS_SLOT == static_cast<int>(graphattn::BoundsViolation::Kind::kSlot));
     out = graphattn_bounds_violation_t{};
     out.kind = static_cast<graphattn_bounds_kind_t>(v.kind);
     out.request = v.request;

@@ -95,15 +95,14 @@ DecodeDevice prepare_decode_kernel(const LoadedKernel& decode) {
   CUdevice dev;
   GA_CU_CHECK(d.cuCtxGetDevice(&dev));
   DecodeDevice out;
-  GA_CU_CHECK(
-      d.cuDeviceGetAttribute(&out.num_sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev));
+  GA_CU_CHECK(d.cuDeviceGetAttribute(&out.num_sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev));
   for (int st = 2; st <= max_stages; ++st)
     GA_CU_CHECK(d.cuOccupancyMaxActiveBlocksPerMultiprocessor(
         &out.blocks_per_sm[st], decode.function, GA_DECODE_THREADS,
         ga_decode_smem_bytes(s.head_size, kvb, st)));
-  GA_REQUIRE(out.blocks_per_sm[max_stages] > 0,
-             "decode kernel " + s.to_string() + " cannot run on this device (" + str(deep) +
-                 " bytes of shared memory per block)");
+  GA_REQUIRE(out.blocks_per_sm[max_stages] > 0, "decode kernel " + s.to_string() +
+                                                    " cannot run on this device (" + str(deep) +
+                                                    " bytes of shared memory per block)");
   // The split policy uses clusters only when asked: the 32-layer B=1 step measured 9% faster
   // with them on an H200 but 4.5% slower on an H100 (both 2026-11-22).
   const char* clusters = std::getenv("GRAPHATTN_DECODE_CLUSTERS");
@@ -239,29 +238,28 @@ void launch_decode(const LoadedKernel& decode, const DecodeLaunch& a, CUstream s
   const WorkspaceLayout w =
       workspace_layout(a.num_decodes, static_cast<int>(num_heads), spec.head_size, a.max_splits);
   GA_REQUIRE(w.total == 0 || (a.workspace != nullptr && a.workspace_size >= w.total &&
-                                reinterpret_cast<uintptr_t>(a.workspace) % 16 == 0),
+                              reinterpret_cast<uintptr_t>(a.workspace) % 16 == 0),
              "decode workspace of " + str(static_cast<int64_t>(a.workspace_size)) + " bytes at " +
                  (a.workspace ? "an address" : "null") + " is too small or misaligned: " +
                  str(static_cast<int64_t>(w.total)) + " bytes, 16-byte aligned, are needed for " +
                  str(a.num_decodes) + " requests and " + str(a.max_splits) + " splits");
   const int num_kv_heads = static_cast<int>(a.kv_cache.shape[3]);
-  GA_REQUIRE(a.max_splits == 1 || a.cluster ||
-                 (a.counters != nullptr && reinterpret_cast<uintptr_t>(a.counters) % 4 == 0),
-             "decode counters must be a 4-byte aligned pointer to " +
-                 str(static_cast<int64_t>(
-                     decode_counter_count(a.num_decodes, num_kv_heads, spec.group))) +
-                 " zero-filled uint32 when max_splits (" + str(a.max_splits) + ") > 1, got " +
-                 (a.counters ? "a misaligned pointer" : "null"));
+  GA_REQUIRE(
+      a.max_splits == 1 || a.cluster ||
+          (a.counters != nullptr && reinterpret_cast<uintptr_t>(a.counters) % 4 == 0),
+      "decode counters must be a 4-byte aligned pointer to " +
+          str(static_cast<int64_t>(decode_counter_count(a.num_decodes, num_kv_heads, spec.group))) +
+          " zero-filled uint32 when max_splits (" + str(a.max_splits) + ") > 1, got " +
+          (a.counters ? "a misaligned pointer" : "null"));
   if (a.new_key.ndim != 0) {
     // The fused cache write: forward() checked these through check_cache_write; a direct
     // launch gets the same checks of the rows the kernel reads.
     require_kv_dtype(a.new_key, a.new_value, spec.dtype, "launch_decode");
     TensorView k = a.new_key, v = a.new_value;
-    GA_REQUIRE(k.ndim == 3 && v.ndim == 3 && k.shape[0] >= a.num_decodes &&
-                   v.shape[0] >= a.num_decodes,
-               "launch_decode: new_key " + k.describe() + " and new_value " + v.describe() +
-                   " must be [>= num_decodes (" + str(a.num_decodes) +
-                   "), num_kv_heads, head_size]");
+    GA_REQUIRE(
+        k.ndim == 3 && v.ndim == 3 && k.shape[0] >= a.num_decodes && v.shape[0] >= a.num_decodes,
+        "launch_decode: new_key " + k.describe() + " and new_value " + v.describe() +
+            " must be [>= num_decodes (" + str(a.num_decodes) + "), num_kv_heads, head_size]");
     k.shape[0] = v.shape[0] = a.num_decodes;
     check_cache_write(k, v, a.kv_cache, a.slot_mapping, a.k_scale, a.v_scale);
   }

@@ -26,11 +26,11 @@ namespace graphattn::detail {
 
 // What the decode split policy knows of the device and the loaded kernel.
 struct DecodeDevice {
-  int num_sms = 0;             // multiprocessors
-  int blocks_per_sm[5] = {};   // resident decode blocks per multiprocessor with a pipeline of
-                               // [stages] stages (2..4; 0 where the spec allows no such depth)
-  int max_cluster = 0;         // largest cluster of shallow split blocks it can run (sm_90+)
-  bool use_clusters = false;   // the policy may use clusters (GRAPHATTN_DECODE_CLUSTERS=1)
+  int num_sms = 0;            // multiprocessors
+  int blocks_per_sm[5] = {};  // resident decode blocks per multiprocessor with a pipeline of
+                              // [stages] stages (2..4; 0 where the spec allows no such depth)
+  int max_cluster = 0;        // largest cluster of shallow split blocks it can run (sm_90+)
+  bool use_clusters = false;  // the policy may use clusters (GRAPHATTN_DECODE_CLUSTERS=1)
 };
 // A decode launch's geometry (runtime/decode.hpp's split policy).
 struct DecodeGrid {
@@ -48,8 +48,8 @@ struct DecodeLaunch {
   TensorView seq_lens;     // [>= num_decodes] int32, context + new token; 0 = padded request
   TensorView block_table;  // [>= num_decodes, max_blocks_per_seq] int32, rows contiguous
   int num_decodes = 0;
-  int max_splits = 1;         // grid width; each request uses at most this many splits
-  int stages = 0;             // pipeline depth 2..ga_decode_max_stages; 0: the shallow default
+  int max_splits = 1;  // grid width; each request uses at most this many splits
+  int stages = 0;      // pipeline depth 2..ga_decode_max_stages; 0: the shallow default
   // 16-bit cache with the fused write: read seq_lens, block_table, slot_mapping and the KV cache
   // before the previous kernel in the stream finishes (it must write none of them).
   bool early_prologue = false;

@@ -28,11 +28,11 @@ Loaded load() {
     return out;
   }
   std::ostringstream missing;
-#define GA_LOAD(name)                                                         \
-  {                                                                           \
-    void* fn = dlsym(lib, GA_EXPANDED_NAME(name));                            \
-    if (!fn) missing << " " << GA_EXPANDED_NAME(name);                        \
-    out.api.name = reinterpret_cast<decltype(out.api.name)>(fn);             \
+#define GA_LOAD(name)                                            \
+  {                                                              \
+    void* fn = dlsym(lib, GA_EXPANDED_NAME(name));               \
+    if (!fn) missing << " " << GA_EXPANDED_NAME(name);           \
+    out.api.name = reinterpret_cast<decltype(out.api.name)>(fn); \
   }
   GA_DRIVER_FUNCTIONS(GA_LOAD)
 #undef GA_LOAD
@@ -87,9 +87,8 @@ void throw_driver_error(CUresult r, const char* call, const char* func, const ch
     l.api.cuGetErrorString(r, &text);
   }
   std::ostringstream os;
-  os << "CUDA driver call " << call << " failed: " << (name ? name : "CUDA_ERROR")
-     << " (" << int(r) << "): " << (text ? text : "unknown error") << " in " << func << " at "
-     << file << ":" << line;
+  os << "CUDA driver call " << call << " failed: " << (name ? name : "CUDA_ERROR") << " (" << int(r)
+     << "): " << (text ? text : "unknown error") << " in " << func << " at " << file << ":" << line;
   throw Error(os.str());
 }
 

@@ -10,22 +10,24 @@
 namespace graphattn::detail {
 
 // X(name): every driver entry point graphattn uses.
-#define GA_DRIVER_FUNCTIONS(X)                                                        \
-  X(cuInit) X(cuDriverGetVersion) X(cuGetErrorName) X(cuGetErrorString)               \
-  X(cuDeviceGet) X(cuDeviceGetCount) X(cuDeviceGetAttribute) X(cuDeviceGetName)        \
-  X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease) X(cuCtxGetCurrent)          \
-  X(cuCtxSetCurrent) X(cuCtxGetDevice) X(cuCtxSynchronize)                            \
-  X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction) X(cuFuncSetAttribute)   \
-  X(cuFuncGetAttribute) X(cuLaunchKernel) X(cuLaunchKernelEx) X(cuMemAlloc) X(cuMemFree) X(cuMemcpyHtoD)    \
-  X(cuMemcpyDtoH) X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync) X(cuMemcpyDtoDAsync)       \
-  X(cuMemsetD8) X(cuMemsetD8Async) X(cuMemsetD32Async) X(cuMemGetInfo)                 \
-  X(cuStreamCreate) X(cuStreamDestroy) X(cuStreamSynchronize)                          \
-  X(cuStreamBeginCapture) X(cuStreamEndCapture) X(cuStreamIsCapturing)                 \
-  X(cuGraphInstantiate) X(cuGraphLaunch) X(cuGraphExecUpdate) X(cuGraphExecDestroy)    \
-  X(cuGraphDestroy) X(cuGraphGetNodes)                                                 \
-  X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord) X(cuEventSynchronize)            \
-  X(cuEventElapsedTime) X(cuOccupancyMaxActiveBlocksPerMultiprocessor)                 \
-  X(cuOccupancyMaxPotentialClusterSize)
+#define GA_DRIVER_FUNCTIONS(X)                                                                     \
+  X(cuInit)                                                                                        \
+  X(cuDriverGetVersion) X(cuGetErrorName) X(cuGetErrorString) X(cuDeviceGet) X(cuDeviceGetCount)   \
+      X(cuDeviceGetAttribute) X(cuDeviceGetName) X(cuDevicePrimaryCtxRetain)                       \
+          X(cuDevicePrimaryCtxRelease) X(cuCtxGetCurrent) X(cuCtxSetCurrent) X(cuCtxGetDevice)     \
+              X(cuCtxSynchronize) X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction) X(  \
+                  cuFuncSetAttribute) X(cuFuncGetAttribute) X(cuLaunchKernel) X(cuLaunchKernelEx)  \
+                  X(cuMemAlloc) X(cuMemFree) X(cuMemcpyHtoD) X(cuMemcpyDtoH) X(cuMemcpyHtoDAsync)  \
+                      X(cuMemcpyDtoHAsync) X(cuMemcpyDtoDAsync) X(cuMemsetD8) X(cuMemsetD8Async)   \
+                          X(cuMemsetD32Async) X(cuMemGetInfo) X(cuStreamCreate) X(cuStreamDestroy) \
+                              X(cuStreamSynchronize) X(cuStreamBeginCapture) X(cuStreamEndCapture) \
+                                  X(cuStreamIsCapturing) X(cuGraphInstantiate) X(cuGraphLaunch)    \
+                                      X(cuGraphExecUpdate) X(cuGraphExecDestroy) X(cuGraphDestroy) \
+                                          X(cuGraphGetNodes) X(cuEventCreate) X(cuEventDestroy)    \
+                                              X(cuEventRecord) X(cuEventSynchronize)               \
+                                                  X(cuEventElapsedTime) X(                         \
+                                                      cuOccupancyMaxActiveBlocksPerMultiprocessor) \
+                                                      X(cuOccupancyMaxPotentialClusterSize)
 
 struct DriverApi {
 #define GA_DECLARE(name) decltype(&::name) name = nullptr;
@@ -42,10 +44,10 @@ bool gpu_available(std::string* why = nullptr);
 [[noreturn]] void throw_driver_error(CUresult r, const char* call, const char* func,
                                      const char* file, int line);
 
-#define GA_CU_CHECK(call)                                                                 \
-  do {                                                                                    \
-    CUresult ga_cu_result_ = (call);                                                      \
-    if (ga_cu_result_ != CUDA_SUCCESS)                                                    \
+#define GA_CU_CHECK(call)                                                                          \
+  do {                                                                                             \
+    CUresult ga_cu_result_ = (call);                                                               \
+    if (ga_cu_result_ != CUDA_SUCCESS)                                                             \
       ::graphattn::detail::throw_driver_error(ga_cu_result_, #call, __func__, __FILE__, __LINE__); \
   } while (0)
 

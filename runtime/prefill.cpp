@@ -22,10 +22,10 @@ void require_int32_vector(const TensorView& t, const char* name, int64_t min_len
                           const char* shape) {
   require_rank(t, 1, name, shape);
   GA_REQUIRE(t.dtype == ScalarType::kInt32,
-          std::string(name) + " must be int32, got " + to_string(t.dtype));
+             std::string(name) + " must be int32, got " + to_string(t.dtype));
   GA_REQUIRE(t.strides[0] == 1, std::string(name) + " must be contiguous, got " + t.describe());
   GA_REQUIRE(t.shape[0] >= min_len, std::string(name) + " " + t.describe() + " needs at least " +
-                                     str(min_len) + " entries for the requests launched");
+                                        str(min_len) + " entries for the requests launched");
 }
 
 // Raises the kernel's dynamic shared memory limit once per loaded function.
@@ -86,29 +86,30 @@ void launch_prefill(const LoadedKernel& k, const PrefillLaunch& a, CUstream stre
   const AttentionSpec& ks = k.compiled->spec;
   const AttentionSpec spec = prefill_spec(a, ks.arch);
   GA_REQUIRE(spec == ks, "launch_prefill: the arguments need kernel " + spec.to_string() +
-                          " but kernel " + ks.to_string() + " was given");
+                             " but kernel " + ks.to_string() + " was given");
   require_vector_access(a.query, "query");
   require_vector_access(a.output, "output");
   GA_REQUIRE(a.output.shape[1] == a.query.shape[1] && a.output.shape[2] == a.query.shape[2] &&
-              a.output.shape[0] >= a.query.shape[0],
-          "output " + a.output.describe() + " does not match query " + a.query.describe());
+                 a.output.shape[0] >= a.query.shape[0],
+             "output " + a.output.describe() + " does not match query " + a.query.describe());
   GA_REQUIRE(a.first_req >= 0 && a.num_reqs >= a.first_req,
-          "requests [" + str(a.first_req) + ", " + str(a.num_reqs) + ") are not a valid range");
+             "requests [" + str(a.first_req) + ", " + str(a.num_reqs) + ") are not a valid range");
   GA_REQUIRE(a.max_query_len >= 0, "max_query_len " + str(a.max_query_len) + " must be >= 0");
   require_int32_vector(a.query_start_loc, "query_start_loc", a.num_reqs + 1, "[num_reqs + 1]");
   require_int32_vector(a.seq_lens, "seq_lens", a.num_reqs, "[num_reqs]");
   require_rank(a.block_table, 2, "block_table", "[num_reqs, max_blocks_per_seq]");
   GA_REQUIRE(a.block_table.dtype == ScalarType::kInt32 && a.block_table.strides[1] == 1 &&
-              a.block_table.shape[0] >= a.num_reqs,
-          "block_table " + a.block_table.describe() +
-              " must be int32 with contiguous rows and at least " + str(a.num_reqs) + " rows");
+                 a.block_table.shape[0] >= a.num_reqs,
+             "block_table " + a.block_table.describe() +
+                 " must be int32 with contiguous rows and at least " + str(a.num_reqs) + " rows");
   GA_REQUIRE(std::isfinite(a.scale) && a.scale > 0,
-          "scale " + std::to_string(a.scale) + " must be finite and > 0");
+             "scale " + std::to_string(a.scale) + " must be finite and > 0");
   const bool fp8 = spec.kv_dtype != KvDType::kAuto;
   if (fp8)
-    GA_REQUIRE(a.k_scale > 0 && a.v_scale > 0 && std::isfinite(a.k_scale) && std::isfinite(a.v_scale),
-            "fp8 KV cache needs positive k_scale and v_scale, got " + std::to_string(a.k_scale) +
-                " and " + std::to_string(a.v_scale));
+    GA_REQUIRE(
+        a.k_scale > 0 && a.v_scale > 0 && std::isfinite(a.k_scale) && std::isfinite(a.v_scale),
+        "fp8 KV cache needs positive k_scale and v_scale, got " + std::to_string(a.k_scale) +
+            " and " + std::to_string(a.v_scale));
 
   const PrefillConfig cfg = prefill_config(spec);
   const int64_t rows = static_cast<int64_t>(a.max_query_len) * spec.group;
@@ -117,8 +118,8 @@ void launch_prefill(const LoadedKernel& k, const PrefillLaunch& a, CUstream stre
   const int64_t grid_z = a.kv_cache.shape[3];
   if (grid_x == 0 || grid_y == 0) return;
   GA_REQUIRE(grid_x < (int64_t{1} << 31) && grid_y <= 65535 && grid_z <= 65535,
-          "prefill launch too large: " + str(grid_x) + " row tiles, " + str(grid_y) +
-              " requests (at most 65535), " + str(grid_z) + " KV heads (at most 65535)");
+             "prefill launch too large: " + str(grid_x) + " row tiles, " + str(grid_y) +
+                 " requests (at most 65535), " + str(grid_z) + " KV heads (at most 65535)");
 
   PrefillParams p{};
   set_paged_attention_views(p, a.query, a.output, a.kv_cache, a.seq_lens, a.block_table);

@@ -8,7 +8,6 @@ namespace graphattn {
 
 namespace detail {
 
-
 ScalarType scalar_of(DType t) {
   return t == DType::kBFloat16 ? ScalarType::kBFloat16 : ScalarType::kFloat16;
 }
@@ -45,8 +44,9 @@ KvCacheShape check_kv_cache(const TensorView& c, DType dtype) {
   const bool aligned = reinterpret_cast<uintptr_t>(c.data) % 16 == 0 &&
                        (c.strides[0] * elem) % 16 == 0 && (c.strides[1] * elem) % 16 == 0 &&
                        (c.strides[2] * elem) % 8 == 0 && (c.strides[3] * elem) % 8 == 0;
-  GA_REQUIRE(aligned, "kv_cache " + c.describe() + " must be 16-byte aligned with block strides "
-                   "that are multiples of 16 bytes");
+  GA_REQUIRE(aligned, "kv_cache " + c.describe() +
+                          " must be 16-byte aligned with block strides "
+                          "that are multiples of 16 bytes");
   s.key_data = c.data;
   s.value_data = static_cast<char*>(c.data) + c.strides[0] * elem;
   return s;

@@ -4,8 +4,8 @@
 
 #include <string>
 
-#include "graphattn/backend.hpp"
 #include "core/require.hpp"
+#include "graphattn/backend.hpp"
 #include "graphattn/error.hpp"
 
 namespace graphattn::detail {

@@ -14,6 +14,7 @@ have_header() { [ -e "/usr/include/$1" ]; }
 command -v cmake >/dev/null || need+=(cmake)
 command -v g++ >/dev/null || need+=(g++)
 command -v pkg-config >/dev/null || need+=(pkg-config)  # the installed package's test
+command -v clang-format >/dev/null || need+=(clang-format)  # scripts/check_format.sh
 have_header xxhash.h || need+=(libxxhash-dev)
 have_header doctest/doctest.h || need+=(doctest-dev)
 have_header CLI/CLI.hpp || need+=(libcli11-dev)

@@ -124,9 +124,9 @@ __device__ __forceinline__ ga_u8 ga_f32_to_fp8(float x) {
   if (e < 1 - EXP_BIAS) {
     // Subnormal range of the fp8 type: a multiple of 2^(1 - bias - mant). Scaling by a power
     // of two is exact and rintf rounds to nearest even; a carry lands on the smallest normal.
-    code = static_cast<int>(rintf(__uint_as_float(abs_bits) *
-                                  __uint_as_float(static_cast<unsigned>(127 + EXP_BIAS - 1 +
-                                                                        MANT_BITS) << 23)));
+    code = static_cast<int>(
+        rintf(__uint_as_float(abs_bits) *
+              __uint_as_float(static_cast<unsigned>(127 + EXP_BIAS - 1 + MANT_BITS) << 23)));
   } else {
     const int shift = 23 - MANT_BITS;
     const unsigned mant = abs_bits & 0x7fffffu;
@@ -187,9 +187,8 @@ __device__ __forceinline__ bool ga_prefill_begin(const PrefillParams& p, unsigne
   t.kv_end = max(0, min(t.seq_len, t.pos_hi + 1));
   t.kv_begin = ga_window_first_key(t.pos_lo, p.window);
   t.tile0 = t.kv_begin / BLOCK_N;
-  t.n_tiles = t.kv_end > t.tile0 * BLOCK_N
-                  ? (t.kv_end - t.tile0 * BLOCK_N + BLOCK_N - 1) / BLOCK_N
-                  : 0;
+  t.n_tiles =
+      t.kv_end > t.tile0 * BLOCK_N ? (t.kv_end - t.tile0 * BLOCK_N + BLOCK_N - 1) / BLOCK_N : 0;
   return true;
 }
 

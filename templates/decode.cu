@@ -47,12 +47,11 @@ constexpr int MSUB = CE / 2;             // MMA m tiles per V chunk
 constexpr int LOAD_ITERS = (TILE * UNITS + 31) / 32;
 // Whole token rows per warp instruction and a power-of-two count of tokens per lane: each lane
 // keeps one unit of the row and walks LOAD_ITERS consecutive tokens (see issue()).
-constexpr bool FAST_LOAD = 32 % UNITS == 0 && TILE * UNITS % 32 == 0 &&
-                           (LOAD_ITERS & (LOAD_ITERS - 1)) == 0;
+constexpr bool FAST_LOAD =
+    32 % UNITS == 0 && TILE * UNITS % 32 == 0 && (LOAD_ITERS & (LOAD_ITERS - 1)) == 0;
 #define GA_NEG_INF (-__int_as_float(0x7f800000))
 // e4m3 widened by bit moves is the true value times 2^-8.
 constexpr float KV_WIDEN_SCALE = KV_FP8 == 1 ? 256.0f : 1.0f;
-
 
 __device__ __forceinline__ unsigned ga_smem_addr(const void* p) {
   return static_cast<unsigned>(__cvta_generic_to_shared(p));
@@ -84,7 +83,6 @@ __device__ __forceinline__ void ga_cp_wait_stages(int stages) {
     }
   }
 }
-
 
 __device__ __forceinline__ ga_u32 ga_prmt(ga_u32 a, ga_u32 b, ga_u32 sel) {
   ga_u32 d;
@@ -193,8 +191,10 @@ __device__ __forceinline__ int ga_k_chunk_index(int i, int t) {
 // and combine through distributed shared memory.
 __device__ __forceinline__ void ga_cluster_sync() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("barrier.cluster.arrive.release.aligned;\n"
-               "barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+  asm volatile(
+      "barrier.cluster.arrive.release.aligned;\n"
+      "barrier.cluster.wait.acquire.aligned;\n" ::
+          : "memory");
 #endif
 }
 // The address of shared variable `p` in block `rank` of this cluster.
@@ -252,8 +252,7 @@ __device__ __forceinline__ float4 ga_combine_splits(int n, Load load) {
 
 // Query head `head` of request `req` in the output.
 __device__ __forceinline__ ga_u16* ga_output_row(const DecodeParams& p, int req, int head) {
-  return static_cast<ga_u16*>(p.output) + req * p.output_token_stride +
-         head * p.output_head_stride;
+  return static_cast<ga_u16*>(p.output) + req * p.output_token_stride + head * p.output_head_stride;
 }
 // Four output elements, rounded to the model's type.
 __device__ __forceinline__ void ga_store4(ga_u16* dst, const float4& v) {
@@ -326,11 +325,11 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
 #endif
     if (new_slot >= p.num_slots) new_slot = -1;
   }
-  const long long new_dst =
-      new_slot >= 0 ? (new_slot / BLOCK_SIZE) * p.cache_block_stride +
-                          (new_slot % BLOCK_SIZE) * p.cache_token_stride +
-                          static_cast<long long>(kv_head) * p.cache_head_stride
-                    : 0;
+  const long long new_dst = new_slot >= 0
+                                ? (new_slot / BLOCK_SIZE) * p.cache_block_stride +
+                                      (new_slot % BLOCK_SIZE) * p.cache_token_stride +
+                                      static_cast<long long>(kv_head) * p.cache_head_stride
+                                : 0;
   if (KV_FP8 != 0 && new_slot >= 0) {
     for (int i = tid; i < 2 * (HEAD_SIZE / 8); i += GA_DECODE_THREADS) {
       const int which = i / (HEAD_SIZE / 8);
@@ -408,8 +407,8 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
     }
     const int t0 = base + (tile_begin + warp + NW * j) * TILE;
 #ifdef GA_CHECK_BOUNDS
-    const int block = ga_checked_block(__shfl_sync(0xffffffffu, bt_cached, j - bt_j0),
-                                       p.num_blocks, p.bounds, req, t0);
+    const int block = ga_checked_block(__shfl_sync(0xffffffffu, bt_cached, j - bt_j0), p.num_blocks,
+                                       p.bounds, req, t0);
 #else
     const int block = __shfl_sync(0xffffffffu, bt_cached, j - bt_j0);
 #endif
@@ -586,8 +585,8 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
     for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const float x = HAS_SOFT_CAP ? ga_soft_cap_log2(s[nt][e], qk_scale, cap_log2)
-                                     : s[nt][e] * qk_scale;
+        const float x =
+            HAS_SOFT_CAP ? ga_soft_cap_log2(s[nt][e], qk_scale, cap_log2) : s[nt][e] * qk_scale;
         s[nt][e] = (e < 2 ? ok0 : ok1) ? x : GA_NEG_INF;
       }
       float mx0 = fmaxf(s[nt][0], s[nt][2]), mx1 = fmaxf(s[nt][1], s[nt][3]);

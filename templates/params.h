@@ -31,15 +31,15 @@ struct CacheWriteParams {
   long long key_head_stride;
   long long value_token_stride;
   long long value_head_stride;
-  long long cache_block_stride;   // shared by key_cache and value_cache
+  long long cache_block_stride;  // shared by key_cache and value_cache
   long long cache_token_stride;
   long long cache_head_stride;
-  long long num_slots;            // num_blocks * block_size; slots outside [0, num_slots) skip
+  long long num_slots;  // num_blocks * block_size; slots outside [0, num_slots) skip
   int num_tokens;
   int num_kv_heads;
-  float k_scale;                  // fp8 KV: stored = key / k_scale
-  float v_scale;                  // fp8 KV: stored = value / v_scale
-  GaBoundsReport* bounds;         // checked mode only
+  float k_scale;           // fp8 KV: stored = key / k_scale
+  float v_scale;           // fp8 KV: stored = value / v_scale
+  GaBoundsReport* bounds;  // checked mode only
 };
 
 // Split-KV decode (flash-decoding), one query token per request. Grid
@@ -52,65 +52,65 @@ struct CacheWriteParams {
 // counter to zero: no second kernel. In a cluster launch (cluster_splits) the splits combine
 // through distributed shared memory instead.
 struct DecodeParams {
-  const void* query;              // [num_tokens, num_heads, head_size] dtype; request r: token r
-  const void* key_cache;          // [num_blocks, block_size, num_kv_heads, head_size] NHD, or
-                                  // [num_blocks, num_kv_heads, block_size, head_size] HND; kv dtype
-  const void* value_cache;        // same shape as key_cache
-  const int* block_table;         // [num_decodes, block_table_stride] int32 physical block ids
-  const int* seq_lens;            // [num_decodes] int32 context + new token; <= 0: zeros out
-  void* output;                   // [num_tokens, num_heads, head_size] dtype
-  float* partial_out;             // [num_decodes, num_heads, max_splits, head_size] fp32, each
-                                  // split's softmax-normalized output (times v_scale)
-  float* partial_lse;             // [num_decodes, num_heads, max_splits] fp32, log2 of each
-                                  // split's sum of exp2(score)
-  unsigned* counters;             // [num_decodes, gridDim.y] splits done so far; zero before
-                                  // the launch, zero again after it
-  long long query_token_stride;   // elements
+  const void* query;             // [num_tokens, num_heads, head_size] dtype; request r: token r
+  const void* key_cache;         // [num_blocks, block_size, num_kv_heads, head_size] NHD, or
+                                 // [num_blocks, num_kv_heads, block_size, head_size] HND; kv dtype
+  const void* value_cache;       // same shape as key_cache
+  const int* block_table;        // [num_decodes, block_table_stride] int32 physical block ids
+  const int* seq_lens;           // [num_decodes] int32 context + new token; <= 0: zeros out
+  void* output;                  // [num_tokens, num_heads, head_size] dtype
+  float* partial_out;            // [num_decodes, num_heads, max_splits, head_size] fp32, each
+                                 // split's softmax-normalized output (times v_scale)
+  float* partial_lse;            // [num_decodes, num_heads, max_splits] fp32, log2 of each
+                                 // split's sum of exp2(score)
+  unsigned* counters;            // [num_decodes, gridDim.y] splits done so far; zero before
+                                 // the launch, zero again after it
+  long long query_token_stride;  // elements
   long long query_head_stride;
   long long output_token_stride;
   long long output_head_stride;
-  long long cache_block_stride;   // shared by key_cache and value_cache, elements
+  long long cache_block_stride;  // shared by key_cache and value_cache, elements
   long long cache_token_stride;
   long long cache_head_stride;
-  long long block_table_stride;   // elements between block_table rows
-  float scale;                    // softmax scale
-  float k_scale;                  // fp8 KV: key = stored * k_scale; 1 otherwise
-  float v_scale;                  // fp8 KV: value = stored * v_scale; 1 otherwise
-  float soft_cap;                 // HAS_SOFT_CAP: scores -> soft_cap * tanh(score / soft_cap)
-  int window;                     // HAS_WINDOW: key k visible from position p when p - k < window
+  long long block_table_stride;  // elements between block_table rows
+  float scale;                   // softmax scale
+  float k_scale;                 // fp8 KV: key = stored * k_scale; 1 otherwise
+  float v_scale;                 // fp8 KV: value = stored * v_scale; 1 otherwise
+  float soft_cap;                // HAS_SOFT_CAP: scores -> soft_cap * tanh(score / soft_cap)
+  int window;                    // HAS_WINDOW: key k visible from position p when p - k < window
   // Fused cache write (decode-only steps): the blocks holding a request's last tile store its
   // new key and value at slot_mapping[r] (skipped when negative or >= num_slots), so no
   // separate cache write kernel runs; position seq_len - 1 then attends to that row. With a
   // 16-bit cache the row is taken from new_key / new_value directly (no wait for the store);
   // fp8 reads it back from the cache. new_key null: the cache was written already.
-  const void* new_key;            // [num_decodes, num_kv_heads, head_size] dtype; request r: row r
-  const void* new_value;          // [num_decodes, num_kv_heads, head_size] dtype
-  const long long* slot_mapping;  // [num_decodes] int64
+  const void* new_key;             // [num_decodes, num_kv_heads, head_size] dtype; request r: row r
+  const void* new_value;           // [num_decodes, num_kv_heads, head_size] dtype
+  const long long* slot_mapping;   // [num_decodes] int64
   long long new_key_token_stride;  // elements
   long long new_key_head_stride;
   long long new_value_token_stride;
   long long new_value_head_stride;
-  long long num_slots;            // num_blocks * block_size
-  int max_splits;                 // == gridDim.x, >= 1
-  int num_heads;                  // query heads (partials' row count)
-  int stages;                     // cp.async pipeline depth, 2..ga_decode_max_stages(...)
-  int cluster_splits;             // 1: launched in clusters of gridDim.x blocks (the splits of a
-                                  // request and head group), which combine through distributed
-                                  // shared memory; counters unused. 0: the last split to arrive
-                                  // on its counter combines.
-  int early_prologue;             // 16-bit caches: 1 reads seq_lens, block_table, slot_mapping
-                                  // and the KV cache before waiting for the previous kernel
-                                  // (programmatic dependent launch): only when it writes none
-  long long num_blocks;           // checked mode only: blocks in the cache
-  GaBoundsReport* bounds;         // checked mode only
+  long long num_slots;     // num_blocks * block_size
+  int max_splits;          // == gridDim.x, >= 1
+  int num_heads;           // query heads (partials' row count)
+  int stages;              // cp.async pipeline depth, 2..ga_decode_max_stages(...)
+  int cluster_splits;      // 1: launched in clusters of gridDim.x blocks (the splits of a
+                           // request and head group), which combine through distributed
+                           // shared memory; counters unused. 0: the last split to arrive
+                           // on its counter combines.
+  int early_prologue;      // 16-bit caches: 1 reads seq_lens, block_table, slot_mapping
+                           // and the KV cache before waiting for the previous kernel
+                           // (programmatic dependent launch): only when it writes none
+  long long num_blocks;    // checked mode only: blocks in the cache
+  GaBoundsReport* bounds;  // checked mode only
 };
 
 // Launch geometry shared by the host and the decode templates (evaluated at compile time by both).
-constexpr int GA_DECODE_WARPS = 4;                      // warps per thread block
+constexpr int GA_DECODE_WARPS = 4;  // warps per thread block
 constexpr int GA_DECODE_THREADS = 32 * GA_DECODE_WARPS;
-constexpr int GA_DECODE_TILE = 16;                      // tokens per warp step (one MMA M tile)
-constexpr int GA_DECODE_MIN_TILES_PER_SPLIT = 4;        // shortest split, in tiles
-constexpr int GA_DECODE_HEADS_PER_BLOCK = 16;           // query heads one block handles at most
+constexpr int GA_DECODE_TILE = 16;                // tokens per warp step (one MMA M tile)
+constexpr int GA_DECODE_MIN_TILES_PER_SPLIT = 4;  // shortest split, in tiles
+constexpr int GA_DECODE_HEADS_PER_BLOCK = 16;     // query heads one block handles at most
 // Bytes of one token's head row in shared memory: padded to whole 128-byte groups (8 chunks of
 // 16 bytes) so the chunk XOR swizzle stays inside the row.
 constexpr int ga_decode_row_bytes(int head_size, int kv_bytes) {
@@ -149,29 +149,29 @@ constexpr int ga_decode_smem_bytes(int head_size, int kv_bytes, int stages) {
 // Prefill (and chunked prefill / prefix caching): variable-length queries over the paged KV
 // cache, causal. The launch covers requests [first_req, first_req + gridDim.y).
 struct PrefillParams {
-  const void* query;              // [num_tokens, num_heads, head_size] dtype
-  void* output;                   // [num_tokens, num_heads, head_size] dtype
-  const void* key_cache;          // [num_blocks, block_size, num_kv_heads, head_size] NHD, or
-                                  // [num_blocks, num_kv_heads, block_size, head_size] HND; kv dtype
-  const void* value_cache;        // same shape as key_cache
-  const int* query_start_loc;     // [num_reqs + 1] token offsets of each request's queries
-  const int* seq_lens;            // [num_reqs] context + new tokens; 0: write zeros
-  const int* block_table;         // [num_reqs, block_table_stride] physical block ids
-  long long query_token_stride;   // elements
+  const void* query;             // [num_tokens, num_heads, head_size] dtype
+  void* output;                  // [num_tokens, num_heads, head_size] dtype
+  const void* key_cache;         // [num_blocks, block_size, num_kv_heads, head_size] NHD, or
+                                 // [num_blocks, num_kv_heads, block_size, head_size] HND; kv dtype
+  const void* value_cache;       // same shape as key_cache
+  const int* query_start_loc;    // [num_reqs + 1] token offsets of each request's queries
+  const int* seq_lens;           // [num_reqs] context + new tokens; 0: write zeros
+  const int* block_table;        // [num_reqs, block_table_stride] physical block ids
+  long long query_token_stride;  // elements
   long long query_head_stride;
   long long output_token_stride;
   long long output_head_stride;
-  long long cache_block_stride;   // shared by key_cache and value_cache, elements
+  long long cache_block_stride;  // shared by key_cache and value_cache, elements
   long long cache_token_stride;
   long long cache_head_stride;
-  long long block_table_stride;   // elements between block_table rows
-  int first_req;                  // request of blockIdx.y == 0
-  int num_kv_heads;               // == gridDim.z
-  float scale_log2;               // softmax scale * k_scale (fp8) * log2(e); no soft cap
-  float scale;                    // softmax scale * k_scale (fp8), used with the soft cap
-  float soft_cap;                 // HAS_SOFT_CAP: scores -> soft_cap * tanh(score / soft_cap)
-  float v_scale;                  // fp8 KV: multiplies the output; 1 otherwise
-  int window;                     // HAS_WINDOW: key k visible from position p when p - k < window
-  long long num_blocks;           // checked mode only: blocks in the cache
-  GaBoundsReport* bounds;         // checked mode only
+  long long block_table_stride;  // elements between block_table rows
+  int first_req;                 // request of blockIdx.y == 0
+  int num_kv_heads;              // == gridDim.z
+  float scale_log2;              // softmax scale * k_scale (fp8) * log2(e); no soft cap
+  float scale;                   // softmax scale * k_scale (fp8), used with the soft cap
+  float soft_cap;                // HAS_SOFT_CAP: scores -> soft_cap * tanh(score / soft_cap)
+  float v_scale;                 // fp8 KV: multiplies the output; 1 otherwise
+  int window;                    // HAS_WINDOW: key k visible from position p when p - k < window
+  long long num_blocks;          // checked mode only: blocks in the cache
+  GaBoundsReport* bounds;        // checked mode only
 };

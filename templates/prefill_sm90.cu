@@ -34,14 +34,14 @@ constexpr bool PW_PINGPONG = true;
 // Each consumer overlaps the P V wgmma of one tile with the softmax of the next, which keeps
 // both tiles' probabilities in registers: at head size 256 that no longer fits without spills.
 constexpr bool PW_OVERLAP = HEAD_SIZE <= 192;
-constexpr int PW_CONSUMERS = 2;                        // consumer warpgroups, 64 rows each
+constexpr int PW_CONSUMERS = 2;  // consumer warpgroups, 64 rows each
 constexpr int PW_THREADS = 128 * (PW_CONSUMERS + 1);
 constexpr int PW_BLOCK_M = 64 * PW_CONSUMERS;
 constexpr int PW_BLOCK_N = HEAD_SIZE <= 128 ? 128 : 64;
-constexpr int PW_CHUNKS = HEAD_SIZE / 8;               // 16-byte chunks per row
+constexpr int PW_CHUNKS = HEAD_SIZE / 8;  // 16-byte chunks per row
 constexpr int PW_Q_BYTES = PW_BLOCK_M * HEAD_SIZE * 2;
 constexpr int PW_KV_BYTES = PW_BLOCK_N * HEAD_SIZE * 2;  // one K or V stage
-constexpr int PW_SLACK = 1024 + 256;                   // base alignment + mbarriers
+constexpr int PW_SLACK = 1024 + 256;                     // base alignment + mbarriers
 constexpr int PW_STAGES_FIT = (227 * 1024 - PW_SLACK - PW_Q_BYTES) / (2 * PW_KV_BYTES);
 constexpr int PW_STAGES = PW_STAGES_FIT > 4 ? 4 : PW_STAGES_FIT;
 constexpr int PW_SMEM_BYTES = PW_Q_BYTES + 2 * PW_STAGES * PW_KV_BYTES + PW_SLACK;
@@ -153,106 +153,113 @@ __device__ __forceinline__ unsigned long long pw_desc(unsigned addr, unsigned le
 // wgmma m64nNk16, fp32 accumulators d (N / 2 per thread). SS: A and B from shared memory,
 // both K-major; accumulate == 0 overwrites d. RS: A from registers (the m16n8k16 A-fragment
 // layout per warp), B MN-major (transposed) from shared memory, always accumulates.
-#define PW_WGMMA_SS_N64(TY) \
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n" \
-               "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " " \
-               "{%0, %1, %2, %3, %4, %5, %6, %7, " \
-               "%8, %9, %10, %11, %12, %13, %14, %15, " \
-               "%16, %17, %18, %19, %20, %21, %22, %23, " \
-               "%24, %25, %26, %27, %28, %29, %30, %31}, " \
-               "%32, %33, p, 1, 1, 0, 0;\n}\n" \
-               : PW_F8(0), PW_F8(8), PW_F8(16), PW_F8(24) \
-               : "l"(da), "l"(db), "r"(accumulate))
+#define PW_WGMMA_SS_N64(TY)                                   \
+  asm volatile(                                               \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"            \
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY \
+      " "                                                     \
+      "{%0, %1, %2, %3, %4, %5, %6, %7, "                     \
+      "%8, %9, %10, %11, %12, %13, %14, %15, "                \
+      "%16, %17, %18, %19, %20, %21, %22, %23, "              \
+      "%24, %25, %26, %27, %28, %29, %30, %31}, "             \
+      "%32, %33, p, 1, 1, 0, 0;\n}\n"                         \
+      : PW_F8(0), PW_F8(8), PW_F8(16), PW_F8(24)              \
+      : "l"(da), "l"(db), "r"(accumulate))
 
-#define PW_WGMMA_SS_N128(TY) \
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n" \
-               "wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY " " \
-               "{%0, %1, %2, %3, %4, %5, %6, %7, " \
-               "%8, %9, %10, %11, %12, %13, %14, %15, " \
-               "%16, %17, %18, %19, %20, %21, %22, %23, " \
-               "%24, %25, %26, %27, %28, %29, %30, %31, " \
-               "%32, %33, %34, %35, %36, %37, %38, %39, " \
-               "%40, %41, %42, %43, %44, %45, %46, %47, " \
-               "%48, %49, %50, %51, %52, %53, %54, %55, " \
-               "%56, %57, %58, %59, %60, %61, %62, %63}, " \
-               "%64, %65, p, 1, 1, 0, 0;\n}\n" \
-               : PW_F8(0), PW_F8(8), PW_F8(16), PW_F8(24), \
-                 PW_F8(32), PW_F8(40), PW_F8(48), PW_F8(56) \
-               : "l"(da), "l"(db), "r"(accumulate))
+#define PW_WGMMA_SS_N128(TY)                                                                 \
+  asm volatile(                                                                              \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"                                           \
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY                               \
+      " "                                                                                    \
+      "{%0, %1, %2, %3, %4, %5, %6, %7, "                                                    \
+      "%8, %9, %10, %11, %12, %13, %14, %15, "                                               \
+      "%16, %17, %18, %19, %20, %21, %22, %23, "                                             \
+      "%24, %25, %26, %27, %28, %29, %30, %31, "                                             \
+      "%32, %33, %34, %35, %36, %37, %38, %39, "                                             \
+      "%40, %41, %42, %43, %44, %45, %46, %47, "                                             \
+      "%48, %49, %50, %51, %52, %53, %54, %55, "                                             \
+      "%56, %57, %58, %59, %60, %61, %62, %63}, "                                            \
+      "%64, %65, p, 1, 1, 0, 0;\n}\n"                                                        \
+      : PW_F8(0), PW_F8(8), PW_F8(16), PW_F8(24), PW_F8(32), PW_F8(40), PW_F8(48), PW_F8(56) \
+      : "l"(da), "l"(db), "r"(accumulate))
 
-#define PW_WGMMA_RS_N64(TY) \
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n" \
-               "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " " \
-               "{%0, %1, %2, %3, %4, %5, %6, %7, " \
-               "%8, %9, %10, %11, %12, %13, %14, %15, " \
-               "%16, %17, %18, %19, %20, %21, %22, %23, " \
-               "%24, %25, %26, %27, %28, %29, %30, %31}, " \
-               "{%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n" \
-               : PW_F8(0), PW_F8(8), PW_F8(16), PW_F8(24) \
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1))
+#define PW_WGMMA_RS_N64(TY)                                   \
+  asm volatile(                                               \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"            \
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY \
+      " "                                                     \
+      "{%0, %1, %2, %3, %4, %5, %6, %7, "                     \
+      "%8, %9, %10, %11, %12, %13, %14, %15, "                \
+      "%16, %17, %18, %19, %20, %21, %22, %23, "              \
+      "%24, %25, %26, %27, %28, %29, %30, %31}, "             \
+      "{%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"           \
+      : PW_F8(0), PW_F8(8), PW_F8(16), PW_F8(24)              \
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1))
 
-#define PW_WGMMA_RS_N128(TY) \
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n" \
-               "wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY " " \
-               "{%0, %1, %2, %3, %4, %5, %6, %7, " \
-               "%8, %9, %10, %11, %12, %13, %14, %15, " \
-               "%16, %17, %18, %19, %20, %21, %22, %23, " \
-               "%24, %25, %26, %27, %28, %29, %30, %31, " \
-               "%32, %33, %34, %35, %36, %37, %38, %39, " \
-               "%40, %41, %42, %43, %44, %45, %46, %47, " \
-               "%48, %49, %50, %51, %52, %53, %54, %55, " \
-               "%56, %57, %58, %59, %60, %61, %62, %63}, " \
-               "{%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n" \
-               : PW_F8(0), PW_F8(8), PW_F8(16), PW_F8(24), \
-                 PW_F8(32), PW_F8(40), PW_F8(48), PW_F8(56) \
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1))
+#define PW_WGMMA_RS_N128(TY)                                                                 \
+  asm volatile(                                                                              \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"                                           \
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY                               \
+      " "                                                                                    \
+      "{%0, %1, %2, %3, %4, %5, %6, %7, "                                                    \
+      "%8, %9, %10, %11, %12, %13, %14, %15, "                                               \
+      "%16, %17, %18, %19, %20, %21, %22, %23, "                                             \
+      "%24, %25, %26, %27, %28, %29, %30, %31, "                                             \
+      "%32, %33, %34, %35, %36, %37, %38, %39, "                                             \
+      "%40, %41, %42, %43, %44, %45, %46, %47, "                                             \
+      "%48, %49, %50, %51, %52, %53, %54, %55, "                                             \
+      "%56, %57, %58, %59, %60, %61, %62, %63}, "                                            \
+      "{%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"                                          \
+      : PW_F8(0), PW_F8(8), PW_F8(16), PW_F8(24), PW_F8(32), PW_F8(40), PW_F8(48), PW_F8(56) \
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1))
 
-#define PW_WGMMA_RS_N192(TY) \
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %101, 0;\n" \
-               "wgmma.mma_async.sync.aligned.m64n192k16.f32." TY "." TY " " \
-               "{%0, %1, %2, %3, %4, %5, %6, %7, " \
-               "%8, %9, %10, %11, %12, %13, %14, %15, " \
-               "%16, %17, %18, %19, %20, %21, %22, %23, " \
-               "%24, %25, %26, %27, %28, %29, %30, %31, " \
-               "%32, %33, %34, %35, %36, %37, %38, %39, " \
-               "%40, %41, %42, %43, %44, %45, %46, %47, " \
-               "%48, %49, %50, %51, %52, %53, %54, %55, " \
-               "%56, %57, %58, %59, %60, %61, %62, %63, " \
-               "%64, %65, %66, %67, %68, %69, %70, %71, " \
-               "%72, %73, %74, %75, %76, %77, %78, %79, " \
-               "%80, %81, %82, %83, %84, %85, %86, %87, " \
-               "%88, %89, %90, %91, %92, %93, %94, %95}, " \
-               "{%96, %97, %98, %99}, %100, p, 1, 1, 1;\n}\n" \
-               : PW_F8(0), PW_F8(8), PW_F8(16), PW_F8(24), \
-                 PW_F8(32), PW_F8(40), PW_F8(48), PW_F8(56), \
-                 PW_F8(64), PW_F8(72), PW_F8(80), PW_F8(88) \
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1))
+#define PW_WGMMA_RS_N192(TY)                                                                  \
+  asm volatile(                                                                               \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %101, 0;\n"                                           \
+      "wgmma.mma_async.sync.aligned.m64n192k16.f32." TY "." TY                                \
+      " "                                                                                     \
+      "{%0, %1, %2, %3, %4, %5, %6, %7, "                                                     \
+      "%8, %9, %10, %11, %12, %13, %14, %15, "                                                \
+      "%16, %17, %18, %19, %20, %21, %22, %23, "                                              \
+      "%24, %25, %26, %27, %28, %29, %30, %31, "                                              \
+      "%32, %33, %34, %35, %36, %37, %38, %39, "                                              \
+      "%40, %41, %42, %43, %44, %45, %46, %47, "                                              \
+      "%48, %49, %50, %51, %52, %53, %54, %55, "                                              \
+      "%56, %57, %58, %59, %60, %61, %62, %63, "                                              \
+      "%64, %65, %66, %67, %68, %69, %70, %71, "                                              \
+      "%72, %73, %74, %75, %76, %77, %78, %79, "                                              \
+      "%80, %81, %82, %83, %84, %85, %86, %87, "                                              \
+      "%88, %89, %90, %91, %92, %93, %94, %95}, "                                             \
+      "{%96, %97, %98, %99}, %100, p, 1, 1, 1;\n}\n"                                          \
+      : PW_F8(0), PW_F8(8), PW_F8(16), PW_F8(24), PW_F8(32), PW_F8(40), PW_F8(48), PW_F8(56), \
+        PW_F8(64), PW_F8(72), PW_F8(80), PW_F8(88)                                            \
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1))
 
-#define PW_WGMMA_RS_N256(TY) \
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n" \
-               "wgmma.mma_async.sync.aligned.m64n256k16.f32." TY "." TY " " \
-               "{%0, %1, %2, %3, %4, %5, %6, %7, " \
-               "%8, %9, %10, %11, %12, %13, %14, %15, " \
-               "%16, %17, %18, %19, %20, %21, %22, %23, " \
-               "%24, %25, %26, %27, %28, %29, %30, %31, " \
-               "%32, %33, %34, %35, %36, %37, %38, %39, " \
-               "%40, %41, %42, %43, %44, %45, %46, %47, " \
-               "%48, %49, %50, %51, %52, %53, %54, %55, " \
-               "%56, %57, %58, %59, %60, %61, %62, %63, " \
-               "%64, %65, %66, %67, %68, %69, %70, %71, " \
-               "%72, %73, %74, %75, %76, %77, %78, %79, " \
-               "%80, %81, %82, %83, %84, %85, %86, %87, " \
-               "%88, %89, %90, %91, %92, %93, %94, %95, " \
-               "%96, %97, %98, %99, %100, %101, %102, %103, " \
-               "%104, %105, %106, %107, %108, %109, %110, %111, " \
-               "%112, %113, %114, %115, %116, %117, %118, %119, " \
-               "%120, %121, %122, %123, %124, %125, %126, %127}, " \
-               "{%128, %129, %130, %131}, %132, p, 1, 1, 1;\n}\n" \
-               : PW_F8(0), PW_F8(8), PW_F8(16), PW_F8(24), \
-                 PW_F8(32), PW_F8(40), PW_F8(48), PW_F8(56), \
-                 PW_F8(64), PW_F8(72), PW_F8(80), PW_F8(88), \
-                 PW_F8(96), PW_F8(104), PW_F8(112), PW_F8(120) \
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1))
+#define PW_WGMMA_RS_N256(TY)                                                                      \
+  asm volatile(                                                                                   \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"                                               \
+      "wgmma.mma_async.sync.aligned.m64n256k16.f32." TY "." TY                                    \
+      " "                                                                                         \
+      "{%0, %1, %2, %3, %4, %5, %6, %7, "                                                         \
+      "%8, %9, %10, %11, %12, %13, %14, %15, "                                                    \
+      "%16, %17, %18, %19, %20, %21, %22, %23, "                                                  \
+      "%24, %25, %26, %27, %28, %29, %30, %31, "                                                  \
+      "%32, %33, %34, %35, %36, %37, %38, %39, "                                                  \
+      "%40, %41, %42, %43, %44, %45, %46, %47, "                                                  \
+      "%48, %49, %50, %51, %52, %53, %54, %55, "                                                  \
+      "%56, %57, %58, %59, %60, %61, %62, %63, "                                                  \
+      "%64, %65, %66, %67, %68, %69, %70, %71, "                                                  \
+      "%72, %73, %74, %75, %76, %77, %78, %79, "                                                  \
+      "%80, %81, %82, %83, %84, %85, %86, %87, "                                                  \
+      "%88, %89, %90, %91, %92, %93, %94, %95, "                                                  \
+      "%96, %97, %98, %99, %100, %101, %102, %103, "                                              \
+      "%104, %105, %106, %107, %108, %109, %110, %111, "                                          \
+      "%112, %113, %114, %115, %116, %117, %118, %119, "                                          \
+      "%120, %121, %122, %123, %124, %125, %126, %127}, "                                         \
+      "{%128, %129, %130, %131}, %132, p, 1, 1, 1;\n}\n"                                          \
+      : PW_F8(0), PW_F8(8), PW_F8(16), PW_F8(24), PW_F8(32), PW_F8(40), PW_F8(48), PW_F8(56),     \
+        PW_F8(64), PW_F8(72), PW_F8(80), PW_F8(88), PW_F8(96), PW_F8(104), PW_F8(112), PW_F8(120) \
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1))
 
 template <int N>
 __device__ __forceinline__ void pw_wgmma_ss(float (&d)[N / 2], unsigned long long da,
@@ -297,7 +304,6 @@ __device__ __forceinline__ void pw_wgmma_rs(float (&d)[N / 2], const unsigned (&
       PW_WGMMA_RS_N256("f16");
   }
 }
-
 
 // The producer's gather of a K or V tile: thread ptid copies row ptid / 4 of every 32-row pass
 // and chunks ptid % 4 + 4 i of that row, so each warp instruction moves 64 contiguous bytes of
@@ -560,8 +566,7 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
     };
     auto softmax = [&](int j) {
       const int n0 = (tile0 + j) * PW_BLOCK_N;
-      const bool mask =
-          n0 + PW_BLOCK_N - 1 > w_pos_lo || (HAS_WINDOW && w_pos_hi - n0 >= p.window);
+      const bool mask = n0 + PW_BLOCK_N - 1 > w_pos_lo || (HAS_WINDOW && w_pos_hi - n0 >= p.window);
       if (mask)
         pw_softmax<true>(p, s, n0, t2, pos, m, l, alpha);
       else

@@ -11,8 +11,16 @@
 
 namespace graphattn::test {
 
-inline float bits_to_float(uint32_t u) { float f; std::memcpy(&f, &u, 4); return f; }
-inline uint32_t float_to_bits(float f) { uint32_t u; std::memcpy(&u, &f, 4); return u; }
+inline float bits_to_float(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+inline uint32_t float_to_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
 
 inline float bf16_to_float(uint16_t h) { return bits_to_float(static_cast<uint32_t>(h) << 16); }
 inline uint16_t float_to_bf16(float f) {  // round to nearest even; NaN stays NaN
@@ -44,9 +52,12 @@ inline uint16_t float_to_fp16(float f) {  // round to nearest even via the doubl
     return static_cast<uint16_t>(sign | static_cast<uint16_t>(q));
   }
   int e;
-  double m = std::frexp(a, &e);  // a = m * 2^e, m in [0.5, 1)
+  double m = std::frexp(a, &e);           // a = m * 2^e, m in [0.5, 1)
   double q = std::nearbyint(m * 2048.0);  // 11 significant bits
-  if (q == 2048.0) { q = 1024.0; ++e; }
+  if (q == 2048.0) {
+    q = 1024.0;
+    ++e;
+  }
   const int exp = e - 1 + 15;
   if (exp >= 31) return static_cast<uint16_t>(sign | 0x7c00u);
   return static_cast<uint16_t>(sign | (exp << 10) | (static_cast<uint16_t>(q) - 1024));
@@ -61,8 +72,9 @@ inline double e4m3_to_double(uint8_t b) {
 }
 inline double e5m2_to_double(uint8_t b) {
   const int s = b >> 7, e = (b >> 2) & 0x1f, m = b & 3;
-  if (e == 31) return m ? std::numeric_limits<double>::quiet_NaN()
-                        : (s ? -1 : 1) * std::numeric_limits<double>::infinity();
+  if (e == 31)
+    return m ? std::numeric_limits<double>::quiet_NaN()
+             : (s ? -1 : 1) * std::numeric_limits<double>::infinity();
   double v = e == 0 ? std::ldexp(m / 4.0, -14) : std::ldexp(1.0 + m / 4.0, e - 15);
   return s ? -v : v;
 }

@@ -28,10 +28,10 @@
 namespace {
 
 namespace fs = std::filesystem;
+using graphattn::test::read_all;
+using graphattn::test::run_program;
 using graphattn::test::TempDir;
 using graphattn::test::ToolRun;
-using graphattn::test::run_program;
-using graphattn::test::read_all;
 using Json = nlohmann::json;
 
 // Four specs covering both archs, both dtypes, both layouts and an fp8 cache.
@@ -200,17 +200,16 @@ TEST_CASE("cache tool: compile prints compiled, then hit on a second run") {
 
 TEST_CASE("cache tool: compile --model warms every kernel of a built-in model") {
   TempDir dir;
-  const std::vector<std::string> args = {"--json", "--dir", dir.path(), "compile",
-                                         "--model", "mistral-7b", "--arch", "80",
+  const std::vector<std::string> args = {"--json",           "--dir",      dir.path(), "compile",
+                                         "--model",          "mistral-7b", "--arch",   "80",
                                          "--kv-cache-dtype", "e4m3"};
   const ToolRun first = run_tool(args);
   REQUIRE_MESSAGE(first.code == 0, describe(first));
   const Json j = json_of(first);
   // mistral-7b: cache write, windowed decode, windowed prefill.
-  const std::vector<std::string> want = {
-      "cache_write_h128_b16_bf16_kve4m3_g1_swa0_cap0_nhd_sm80",
-      "decode_h128_b16_bf16_kve4m3_g4_swa1_cap0_nhd_sm80",
-      "prefill_h128_b16_bf16_kve4m3_g4_swa1_cap0_nhd_sm80"};
+  const std::vector<std::string> want = {"cache_write_h128_b16_bf16_kve4m3_g1_swa0_cap0_nhd_sm80",
+                                         "decode_h128_b16_bf16_kve4m3_g4_swa1_cap0_nhd_sm80",
+                                         "prefill_h128_b16_bf16_kve4m3_g4_swa1_cap0_nhd_sm80"};
   REQUIRE(j["results"].size() == want.size());
   for (size_t i = 0; i < want.size(); ++i) {
     CHECK(j["results"][i]["spec"] == want[i]);
@@ -224,7 +223,8 @@ TEST_CASE("cache tool: compile --model warms every kernel of a built-in model") 
   CHECK(run_tool({"--dir", dir.path(), "compile"}).code == 2);
   const ToolRun unknown = run_tool({"--dir", dir.path(), "compile", "--model", "gpt-9"});
   CHECK(unknown.code == 2);
-  CHECK(unknown.err.find("unknown model 'gpt-9'; built-in models: llama-3-8b") != std::string::npos);
+  CHECK(unknown.err.find("unknown model 'gpt-9'; built-in models: llama-3-8b") !=
+        std::string::npos);
 }
 
 TEST_CASE("cache tool: list and stats report every entry") {
@@ -656,7 +656,8 @@ TEST_CASE("cache tool: wrong usage prints the usage and exits 2") {
     CHECK(contains(help.out, cmd));
 }
 
-TEST_CASE("cache tool: verify reports modes and owners, --fix repairs what it owns and cleans junk") {
+TEST_CASE(
+    "cache tool: verify reports modes and owners, --fix repairs what it owns and cleans junk") {
   TempDir dir;
   copy_seed(dir.path());
   const auto keys = keys_by_spec(dir.path());
@@ -690,7 +691,9 @@ TEST_CASE("cache tool: verify reports modes and owners, --fix repairs what it ow
   CHECK(contains(vj["directory_problem"].get<std::string>(), "writable by its group"));
   CHECK(contains(vj["directory_problem"].get<std::string>(), "mode 0775"));
   std::map<std::string, std::string> status;
-  for (const auto& e : vj["bad"]) status[e["key"].get<std::string>()] = e["status"].get<std::string>() + ": " + e["reason"].get<std::string>();
+  for (const auto& e : vj["bad"])
+    status[e["key"].get<std::string>()] =
+        e["status"].get<std::string>() + ": " + e["reason"].get<std::string>();
   CHECK(contains(status[k0], "untrusted: is writable by group or others"));
   CHECK(contains(status[std::string(32, 'b')], "is a FIFO"));
   CHECK(contains(status[std::string(32, 'c')], "is a directory"));
@@ -702,8 +705,8 @@ TEST_CASE("cache tool: verify reports modes and owners, --fix repairs what it ow
   const Json fj = json_of(f);
   CHECK(fj["repaired_modes"].size() == 2);  // the directory and the entry
   CHECK(fj["directory_problem"].is_null());
-  CHECK(fj["bad_count"] == 3);  // the entry passes once its mode is repaired
-  CHECK(fj["removed_entries"] == 2);  // the FIFO and the empty directory
+  CHECK(fj["bad_count"] == 3);             // the entry passes once its mode is repaired
+  CHECK(fj["removed_entries"] == 2);       // the FIFO and the empty directory
   REQUIRE(fj["not_removed"].size() == 1);  // the directory with a file in it is reported, not
   CHECK(contains(fj["not_removed"][0].get<std::string>(), full_dir));  // counted as removed
   CHECK(fj["removed_lock_files"] == Json::array({std::string(32, 'a') + ".lock"}));

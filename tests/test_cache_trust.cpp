@@ -191,7 +191,8 @@ TEST_CASE("trust: a forged entry in a group- or world-writable directory is neve
   ::chmod(dir.c_str(), 0700);
 }
 
-TEST_CASE("trust: GRAPHATTN_CACHE_SHARED accepts a group-shared directory, never a world-writable one") {
+TEST_CASE(
+    "trust: GRAPHATTN_CACHE_SHARED accepts a group-shared directory, never a world-writable one") {
   const Compiled want = compile_in_memory(kSpec);
   test::TempDir tmp;
   const std::string dir = tmp.path() + "/shared";
@@ -311,9 +312,7 @@ TEST_CASE("trust: symbolic links are never followed: entries, lock files, source
   plant_entry(elsewhere, want.key, other.cubin);
   const std::string victim = tmp.path() + "/victim";
   write_text(victim, "precious");
-  {
-    KernelCache make_dir(options_for(dir));
-  }
+  { KernelCache make_dir(options_for(dir)); }
   const std::string stem = dir + "/" + want.key.hex();
   fs::create_symlink(elsewhere + "/" + want.key.hex() + ".gakc", stem + ".gakc");
   fs::create_symlink(victim, stem + ".lock");
@@ -335,7 +334,9 @@ TEST_CASE("trust: symbolic links are never followed: entries, lock files, source
         EntryStatus::kOk);
 }
 
-TEST_CASE("trust: a FIFO, a huge sparse file or a directory named like an entry hangs and breaks nothing") {
+TEST_CASE(
+    "trust: a FIFO, a huge sparse file or a directory named like an entry hangs and breaks "
+    "nothing") {
   const EntryDir d;
   const Compiled& want = d.want;
   const std::string& dir = d.dir;
@@ -365,8 +366,7 @@ TEST_CASE("trust: a FIFO, a huge sparse file or a directory named like an entry 
     CacheOrigin origin;
     CHECK(cache.get(spec(), &origin)->cubin == want.cubin);
     CHECK(origin == CacheOrigin::kCompiled);
-    const double s =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     CHECK(s < 10);  // a whole read of 64 GiB would take minutes (or fail to allocate)
     CHECK(fs::file_size(entry) < (1u << 20));  // replaced by the real entry
   }
@@ -395,13 +395,14 @@ TEST_CASE("trust: a payload that is not a cubin for the entry's arch is never se
   const Compiled& want = d.want;
   const std::string& dir = d.dir;
   const std::string& entry = d.entry;
-  std::vector<char> sm80 = compile_in_memory(
-      "cache_write_h128_b16_bf16_kvauto_g1_swa0_cap0_nhd_sm80").cubin;
+  std::vector<char> sm80 =
+      compile_in_memory("cache_write_h128_b16_bf16_kvauto_g1_swa0_cap0_nhd_sm80").cubin;
   const std::vector<std::pair<const char*, std::vector<char>>> payloads = {
       {"28 bytes of text", std::vector<char>(28, 'A')},
       {"an sm_80 cubin", sm80},
       {"a cubin cut short", std::vector<char>(want.cubin.begin(), want.cubin.begin() + 100)},
-      {"an x86-64 ELF header", [] {
+      {"an x86-64 ELF header",
+       [] {
          std::vector<char> v(64, 0);
          const char h[] = {0x7f, 'E', 'L', 'F', 2, 1, 1};
          std::copy(h, h + sizeof h, v.begin());

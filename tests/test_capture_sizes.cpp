@@ -22,7 +22,8 @@ TEST_CASE("capture sizes: vLLM's default list and padding") {
   CHECK(s200.back() == 400);
   CHECK(s200[s200.size() - 2] == 384);
   CHECK(default_capture_sizes(1000).back() == 512);
-  CHECK_THROWS_WITH_AS(default_capture_sizes(0), doctest::Contains("max_num_seqs must be >= 1, got 0"), Error);
+  CHECK_THROWS_WITH_AS(default_capture_sizes(0),
+                       doctest::Contains("max_num_seqs must be >= 1, got 0"), Error);
 
   CHECK(padded_capture_size(s256, 1) == 1);
   CHECK(padded_capture_size(s256, 3) == 4);
@@ -36,7 +37,8 @@ TEST_CASE("capture sizes: vLLM's default list and padding") {
   CHECK(padded_capture_size(s256, 0) == 1);
 
   CHECK(normalize_capture_sizes({16, 4, 4, 1}) == std::vector<int>{1, 4, 16});
-  CHECK_THROWS_WITH_AS(normalize_capture_sizes({4, 0}), doctest::Contains("capture size 0 is not allowed"), Error);
+  CHECK_THROWS_WITH_AS(normalize_capture_sizes({4, 0}),
+                       doctest::Contains("capture size 0 is not allowed"), Error);
 }
 
 TEST_CASE("graph runner: configuration errors are clear") {
@@ -44,9 +46,11 @@ TEST_CASE("graph runner: configuration errors are clear") {
   o.capture_sizes = {1, 2};
   CHECK_THROWS_WITH_AS(GraphRunner(o, nullptr, [] { return uint64_t{0}; }),
                        doctest::Contains("needs a step"), Error);
-  CHECK_THROWS_WITH_AS(GraphRunner(o, [](CUstream, int) {}, nullptr),
+  CHECK_THROWS_WITH_AS(GraphRunner(
+                           o, [](CUstream, int) {}, nullptr),
                        doctest::Contains("needs a fingerprint"), Error);
-  GraphRunner r(o, [](CUstream, int) {}, [] { return uint64_t{0}; });
+  GraphRunner r(
+      o, [](CUstream, int) {}, [] { return uint64_t{0}; });
   CHECK(r.padded_size(2) == 2);
   CHECK(r.padded_size(3) == 0);
   // Eager steps need no GPU: a batch above the largest size runs the step directly.
@@ -59,7 +63,13 @@ TEST_CASE("graph runner: GRAPHATTN_DISABLE_GRAPHS=1 runs every step eagerly") {
   o.capture_sizes = {1, 2, 4};
   int steps = 0, last_n = -1;
   setenv("GRAPHATTN_DISABLE_GRAPHS", "1", 1);
-  GraphRunner r(o, [&](CUstream, int n) { ++steps; last_n = n; }, [] { return uint64_t{0}; });
+  GraphRunner r(
+      o,
+      [&](CUstream, int n) {
+        ++steps;
+        last_n = n;
+      },
+      [] { return uint64_t{0}; });
   unsetenv("GRAPHATTN_DISABLE_GRAPHS");
   CHECK_FALSE(r.graphs_enabled());
   r.capture_all(nullptr);  // nothing to capture
@@ -68,6 +78,7 @@ TEST_CASE("graph runner: GRAPHATTN_DISABLE_GRAPHS=1 runs every step eagerly") {
   CHECK(steps == 1);
   CHECK(r.stats().eager_steps == 1);
   CHECK(r.stats().captures == 0);
-  GraphRunner enabled(o, [&](CUstream, int) {}, [] { return uint64_t{0}; });
+  GraphRunner enabled(
+      o, [&](CUstream, int) {}, [] { return uint64_t{0}; });
   CHECK(enabled.graphs_enabled());
 }

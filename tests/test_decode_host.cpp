@@ -42,8 +42,8 @@ TEST_CASE("decode split policy: about one block per multiprocessor for small bat
   // without clusters, or more splits than a cluster holds, use the counters.
   CHECK(grid(1, 8, 4, 4096, 0).stages == ga_decode_shallow_stages(128, 2));
   CHECK(grid(1, 8, 4, 4096, 0).cluster);
-  CHECK_FALSE(detail::decode_grid(1, 8, 4, 4096, 0, 128, KvDType::kAuto, device(sms, 3, 2, 1, 0))
-                  .cluster);
+  CHECK_FALSE(
+      detail::decode_grid(1, 8, 4, 4096, 0, 128, KvDType::kAuto, device(sms, 3, 2, 1, 0)).cluster);
   detail::DecodeDevice off = device(sms, 3, 2, 1, 16);
   off.use_clusters = false;  // the default: GRAPHATTN_DECODE_CLUSTERS unset
   CHECK_FALSE(detail::decode_grid(1, 8, 4, 4096, 0, 128, KvDType::kAuto, off).cluster);
@@ -64,17 +64,18 @@ TEST_CASE("decode split policy: about one block per multiprocessor for small bat
     CHECK(g.stages == 3);
   }
   // Equal residency at every depth (head 256: one block per multiprocessor): the deepest.
-  CHECK(detail::decode_grid(64, 8, 4, 8192, 0, 256, KvDType::kAuto, device(sms, 1, 1, 0, 0))
-            .stages == 3);
+  CHECK(
+      detail::decode_grid(64, 8, 4, 8192, 0, 256, KvDType::kAuto, device(sms, 1, 1, 0, 0)).stages ==
+      3);
   // Head 64: six blocks per multiprocessor at 2 stages hold all 512 at once.
-  const auto h64 = detail::decode_grid(64, 8, 4, 8192, 0, 64, KvDType::kAuto,
-                                       device(sms, 6, 4, 3, 0));
+  const auto h64 =
+      detail::decode_grid(64, 8, 4, 8192, 0, 64, KvDType::kAuto, device(sms, 6, 4, 3, 0));
   CHECK(h64.stages == 2);
   CHECK(h64.max_splits == 1);
   // Where no depth fills the waves, the fewest splits (at most 4) that do: 512 blocks over
   // 132 x 3 slots fill 65% of two waves, 1536 fill 97% of four.
-  const auto three = detail::decode_grid(64, 8, 4, 8192, 0, 64, KvDType::kAuto,
-                                         device(sms, 3, 3, 3, 0));
+  const auto three =
+      detail::decode_grid(64, 8, 4, 8192, 0, 64, KvDType::kAuto, device(sms, 3, 3, 3, 0));
   CHECK(three.max_splits == 3);
   // Blocks of short contexts are not split to fill waves (each split keeps 2048 tokens).
   CHECK(grid(17, 8, 4, 100, 0).max_splits == 1);

@@ -163,8 +163,10 @@ TEST_CASE("disk tier: two processes asking for one key compile it once, identica
       if (read(go[0], &c, 1) != 1) _exit(3);
       KernelCache cache(options_for(dir.path()));
       auto k = cache.get(spec());
-      const uint64_t line[3] = {cache.stats().compiles, std::hash<std::string>{}(std::string(k->cubin.begin(), k->cubin.end())),
-                                cache.stats().disk_hits};
+      const uint64_t line[3] = {
+          cache.stats().compiles,
+          std::hash<std::string>{}(std::string(k->cubin.begin(), k->cubin.end())),
+          cache.stats().disk_hits};
       (void)!write(result[1], line, sizeof line);
       _exit(0);
     }
@@ -251,8 +253,9 @@ TEST_CASE("disk tier: a read-only directory works memory-only") {
     // Root ignores permission bits; try the immutable attribute instead.
     if (std::system(("chattr +i " + ro + " 2>/dev/null").c_str()) != 0 ||
         access((ro + "/.x").c_str(), F_OK) == 0) {
-      MESSAGE("skipped: running as root and chattr +i is unavailable here; the unusable-"
-              "directory case above covers the memory-only path");
+      MESSAGE(
+          "skipped: running as root and chattr +i is unavailable here; the unusable-"
+          "directory case above covers the memory-only path");
       return;
     }
   }

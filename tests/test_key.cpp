@@ -49,7 +49,8 @@ TEST_CASE("key: changes when any input changes") {
     mutate(in);
     return make_key(in) != base;
   };
-  CHECK(differs([](KeyInputs& in) { in.spec = "decode_h128_b16_bf16_kvauto_g8_swa0_cap0_nhd_sm90"; }));
+  CHECK(differs(
+      [](KeyInputs& in) { in.spec = "decode_h128_b16_bf16_kvauto_g8_swa0_cap0_nhd_sm90"; }));
   CHECK(differs([](KeyInputs& in) { in.source += " "; }));
   CHECK(differs([](KeyInputs& in) { in.source[0] = 'E'; }));
   CHECK(differs([](KeyInputs& in) { in.options[1] = "-std=c++20"; }));
@@ -60,15 +61,15 @@ TEST_CASE("key: changes when any input changes") {
   CHECK(differs([](KeyInputs& in) { in.nvrtc_minor = 1; }));
   CHECK(differs([](KeyInputs& in) { in.format_version = 2; }));
   // Field boundaries matter: moving a character from one field to the next changes the key.
-  CHECK(differs([](KeyInputs& in) {
-    in.options = {"--gpu-architecture=sm_90-std=c++17"};
-  }));
+  CHECK(differs([](KeyInputs& in) { in.options = {"--gpu-architecture=sm_90-std=c++17"}; }));
   CHECK(make_key(golden_inputs()) == base);
 }
 
 TEST_CASE("key: rendered sources differ per spec and carry their options") {
-  const auto a = render_kernel(AttentionSpec::parse("cache_write_h128_b16_bf16_kvauto_g1_swa0_cap0_nhd_sm90"));
-  const auto b = render_kernel(AttentionSpec::parse("cache_write_h128_b16_bf16_kvauto_g1_swa0_cap0_nhd_sm80"));
+  const auto a =
+      render_kernel(AttentionSpec::parse("cache_write_h128_b16_bf16_kvauto_g1_swa0_cap0_nhd_sm90"));
+  const auto b =
+      render_kernel(AttentionSpec::parse("cache_write_h128_b16_bf16_kvauto_g1_swa0_cap0_nhd_sm80"));
   CHECK(a.source != b.source);
   CHECK(a.source.find("// nvrtc options: --gpu-architecture=sm_90") != std::string::npos);
   CHECK(a.source.find("constexpr int HEAD_SIZE = 128;") != std::string::npos);

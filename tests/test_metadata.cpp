@@ -62,7 +62,12 @@ TEST_CASE("reorder_batch_to_split_decodes_and_prefills uses the fewest swaps") {
     std::iota(order.begin(), order.end(), 0);
     int swaps = 0;
     const bool changed = reorder_batch_to_split_decodes_and_prefills(
-        lens, [&](int i, int j) { std::swap(order[i], order[j]); ++swaps; }, threshold);
+        lens,
+        [&](int i, int j) {
+          std::swap(order[i], order[j]);
+          ++swaps;
+        },
+        threshold);
     return std::make_tuple(lens, order, swaps, changed);
   };
   {

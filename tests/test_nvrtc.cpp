@@ -29,7 +29,10 @@ TEST_CASE("nvrtc: the cache write kernel compiles to a cubin for sm_80 and sm_90
     double ms = 0;
     const std::vector<char> cubin = detail::nvrtc_compile(src, &ms);
     REQUIRE(cubin.size() > 64);
-    CHECK(std::memcmp(cubin.data(), "\x7f" "ELF", 4) == 0);
+    CHECK(std::memcmp(cubin.data(),
+                      "\x7f"
+                      "ELF",
+                      4) == 0);
     CHECK(contains_bytes(cubin, "graphattn_cache_write"));
     CHECK(ms > 0);
   }

@@ -1,8 +1,8 @@
 #include <doctest/doctest.h>
 
+#include "core/text.hpp"
 #include "graphattn/error.hpp"
 #include "graphattn/spec.hpp"
-#include "core/text.hpp"
 
 using namespace graphattn;
 
@@ -26,7 +26,8 @@ AttentionSpec base() {
 TEST_CASE("spec: every axis rejects bad values with the value and the allowed set") {
   AttentionSpec s = base();
   s.head_size = 100;
-  CHECK(validate_message(s) == "head size 100 is not supported; supported: 32, 40, ..., 256 (multiples of 8)");
+  CHECK(validate_message(s) ==
+        "head size 100 is not supported; supported: 32, 40, ..., 256 (multiples of 8)");
   s.head_size = 24;
   CHECK(validate_message(s).find("head size 24") == 0);
   s.head_size = 264;
@@ -34,8 +35,9 @@ TEST_CASE("spec: every axis rejects bad values with the value and the allowed se
   s = base();
   for (int b : {0, 8, 24, 272, 512}) {
     s.block_size = b;
-    CHECK(validate_message(s) == "block size " + std::to_string(b) +
-                                     " is not supported; supported: 16, 32, ..., 256 (multiples of 16)");
+    CHECK(validate_message(s) ==
+          "block size " + std::to_string(b) +
+              " is not supported; supported: 16, 32, ..., 256 (multiples of 16)");
   }
   s = base();
   s.dtype = static_cast<DType>(7);
@@ -54,7 +56,8 @@ TEST_CASE("spec: every axis rejects bad values with the value and the allowed se
   CHECK(validate_message(s) == "KV layout 3 is not supported; supported: nhd, hnd");
   s = base();
   s.arch = 75;
-  CHECK(validate_message(s).find("target arch sm_75 is not supported; supported: sm_80, sm_86") == 0);
+  CHECK(validate_message(s).find("target arch sm_75 is not supported; supported: sm_80, sm_86") ==
+        0);
   s = base();
   s.kind = static_cast<KernelKind>(11);
   CHECK(validate_message(s).find("kernel kind 11 is not supported") == 0);
@@ -147,14 +150,21 @@ TEST_CASE("spec: parse messages say which field is bad and escape what they echo
     const char* says;
   };
   const Case cases[] = {
-      {"decode_h128_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm", "arch field '_sm' has no number: found the end"},
-      {"decode_h128_b16_bf16_kvauto_g4_swa2_cap0_nhd_sm90", "window field '_swa' must be 0 or 1, found 2"},
-      {"decode_h0128_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm90", "head size field '_h' has a number with a leading zero"},
-      {"decode_h128_b16_bf16_kvauto_g9999999_swa0_cap0_nhd_sm90", "(group) field '_g' has a number of more than 6 digits"},
-      {"decode_h128_b16_f32_kvauto_g4_swa0_cap0_nhd_sm90", "dtype field missing: expected _fp16 or _bf16 at offset 15, found '_f32_kvauto"},
-      {"decode_h128_b16_bf16_kvauto_g4_cap0_swa0_nhd_sm90", "window field missing: expected '_swa<number>' at offset 30"},
+      {"decode_h128_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm",
+       "arch field '_sm' has no number: found the end"},
+      {"decode_h128_b16_bf16_kvauto_g4_swa2_cap0_nhd_sm90",
+       "window field '_swa' must be 0 or 1, found 2"},
+      {"decode_h0128_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm90",
+       "head size field '_h' has a number with a leading zero"},
+      {"decode_h128_b16_bf16_kvauto_g9999999_swa0_cap0_nhd_sm90",
+       "(group) field '_g' has a number of more than 6 digits"},
+      {"decode_h128_b16_f32_kvauto_g4_swa0_cap0_nhd_sm90",
+       "dtype field missing: expected _fp16 or _bf16 at offset 15, found '_f32_kvauto"},
+      {"decode_h128_b16_bf16_kvauto_g4_cap0_swa0_nhd_sm90",
+       "window field missing: expected '_swa<number>' at offset 30"},
       {"decode_h128\x1b[2J_b16", "'decode_h128\\x1b[2J_b16'"},
-      {"decode_h128_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm90\xc3\xa9", "trailing characters '\\xc3\\xa9'"},
+      {"decode_h128_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm90\xc3\xa9",
+       "trailing characters '\\xc3\\xa9'"},
       {std::string("decode_h128\0_b16", 16), "'decode_h128\\x00_b16'"},
       {"decode_" + std::string(100000, 'x'), "... (100007 bytes)"},
   };

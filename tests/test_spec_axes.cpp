@@ -8,10 +8,10 @@
 #include <string>
 #include <vector>
 
+#include "core/spec_axes.hpp"
 #include "graphattn/error.hpp"
 #include "graphattn/jit.hpp"
 #include "graphattn/spec.hpp"
-#include "core/spec_axes.hpp"
 #include "tests/test_util.hpp"
 
 using namespace graphattn;
@@ -25,8 +25,8 @@ struct AxisAccess {
   void (*set)(AttentionSpec&, int);
 };
 
-#define GRAPHATTN_TEST_AXIS(type, field, default_value, form, tag, label, radix, constant) \
-  AxisAccess{#field, radix, [](const AttentionSpec& s) { return static_cast<int>(s.field); },  \
+#define GRAPHATTN_TEST_AXIS(type, field, default_value, form, tag, label, radix, constant)    \
+  AxisAccess{#field, radix, [](const AttentionSpec& s) { return static_cast<int>(s.field); }, \
              [](AttentionSpec& s, int v) { s.field = static_cast<type>(v); }},
 const std::vector<AxisAccess> kAxes = {GRAPHATTN_SPEC_AXES(GRAPHATTN_TEST_AXIS)};
 #undef GRAPHATTN_TEST_AXIS

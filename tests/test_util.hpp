@@ -68,12 +68,12 @@ inline bool reduced() {
 }  // namespace graphattn::test
 
 // Skips the rest of a GPU test case, with a message, where no GPU is present.
-#define GA_REQUIRE_GPU()                                                   \
-  do {                                                                     \
-    std::string ga_why_;                                                   \
-    if (!::graphattn::gpu_available(&ga_why_)) {                           \
-      MESSAGE("skipped: no GPU (" << ga_why_ << ")");                       \
-      return;                                                              \
-    }                                                                      \
-    ::graphattn::ensure_context(0);                                        \
+#define GA_REQUIRE_GPU()                              \
+  do {                                                \
+    std::string ga_why_;                              \
+    if (!::graphattn::gpu_available(&ga_why_)) {      \
+      MESSAGE("skipped: no GPU (" << ga_why_ << ")"); \
+      return;                                         \
+    }                                                 \
+    ::graphattn::ensure_context(0);                   \
   } while (0)

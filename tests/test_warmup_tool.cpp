@@ -52,7 +52,8 @@ TEST_CASE("warmup tool: models and usage errors") {
     CHECK(list.out.find(m) != std::string::npos);
   const auto unknown = run_program(GRAPHATTN_WARMUP_TOOL, {"--model", "gpt-9", "--arch", "90"});
   CHECK(unknown.code == 2);
-  CHECK(unknown.err.find("unknown model 'gpt-9'; built-in models: llama-3-8b") != std::string::npos);
+  CHECK(unknown.err.find("unknown model 'gpt-9'; built-in models: llama-3-8b") !=
+        std::string::npos);
   const auto bad = run_program(GRAPHATTN_WARMUP_TOOL, {"--dtype", "fp32"});
   CHECK(bad.code == 2);
   const auto bad_block = run_program(GRAPHATTN_WARMUP_TOOL, {"--block-size", "24", "--arch", "90"});

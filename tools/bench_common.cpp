@@ -76,8 +76,8 @@ std::vector<char> compile_helpers(int arch) {
 void launch_fill(const Device& dev, CUfunction f, void* ptr, size_t n, unsigned seed) {
   unsigned long long count = n;
   void* args[] = {&ptr, &count, &seed};
-  GA_CU_CHECK(detail::driver().cuLaunchKernel(f, 1024, 1, 1, 256, 1, 1, 0, dev.stream, args,
-                                              nullptr));
+  GA_CU_CHECK(
+      detail::driver().cuLaunchKernel(f, 1024, 1, 1, 256, 1, 1, 0, dev.stream, args, nullptr));
 }
 
 }  // namespace
@@ -163,13 +163,14 @@ PeerTimes run_peer(const std::string& script, const std::string& out_json,
     return p;
   }
   for (const auto& r : j.value("decode", nlohmann::json::array())) {
-    p.decode_us[std::to_string(r["batch"].get<int>()) + ":" + std::to_string(r["context"].get<int>()) +
-                ":" + std::to_string(r["head_size"].get<int>())] = r["us"].get<double>();
+    p.decode_us[std::to_string(r["batch"].get<int>()) + ":" +
+                std::to_string(r["context"].get<int>()) + ":" +
+                std::to_string(r["head_size"].get<int>())] = r["us"].get<double>();
     p.backend = r["backend"].get<std::string>();
   }
   for (const auto& r : j.value("prefill", nlohmann::json::array()))
-    p.prefill_us[std::to_string(r["batch"].get<int>()) + ":" + std::to_string(r["tokens"].get<int>())] =
-        r["us"].get<double>();
+    p.prefill_us[std::to_string(r["batch"].get<int>()) + ":" +
+                 std::to_string(r["tokens"].get<int>())] = r["us"].get<double>();
   p.available = true;
   return p;
 }

@@ -21,8 +21,8 @@ struct Device {
   CUmodule helpers = nullptr;
   CUfunction fill_bf16 = nullptr, fill_fp8 = nullptr, read_only = nullptr;
   std::unique_ptr<DeviceBuffer> flush;  // twice the L2, written before every timed repetition
-  double read_gbs = 0;  // read-only streaming pass, GB/s
-  double copy_gbs = 0;  // device-to-device copy, bytes read + written, GB/s
+  double read_gbs = 0;                  // read-only streaming pass, GB/s
+  double copy_gbs = 0;                  // device-to-device copy, bytes read + written, GB/s
 };
 
 // Makes a context and stream, compiles the helper kernels, measures the two limits.
@@ -77,8 +77,8 @@ CUgraphExec capture(const Device& dev, Work work) {
 // The peer's times from tools/peer_sdpa.py, run by graphattn-bench in the same session.
 struct PeerTimes {
   bool available = false;
-  std::string why;      // when not available
-  std::string backend;  // e.g. "cudnn_attention"
+  std::string why;                           // when not available
+  std::string backend;                       // e.g. "cudnn_attention"
   std::map<std::string, double> decode_us;   // key "BxL:D"
   std::map<std::string, double> prefill_us;  // key "BxL"
 };

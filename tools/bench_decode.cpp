@@ -52,9 +52,12 @@ std::vector<DecodeShape> parse_decode_shapes(const std::string& text) {
       throw Error("shape '" + item + "' is not BATCHxLEN[:hHEAD|:e4m3], e.g. 64x8192:h64");
     s.batch = std::stoi(dims.substr(0, x));
     s.len = std::stoi(dims.substr(x + 1));
-    if (extra == "e4m3") s.kv = "e4m3";
-    else if (!extra.empty() && extra[0] == 'h') s.head_size = std::stoi(extra.substr(1));
-    else if (!extra.empty()) throw Error("shape '" + item + "': suffix must be :hHEAD or :e4m3");
+    if (extra == "e4m3")
+      s.kv = "e4m3";
+    else if (!extra.empty() && extra[0] == 'h')
+      s.head_size = std::stoi(extra.substr(1));
+    else if (!extra.empty())
+      throw Error("shape '" + item + "': suffix must be :hHEAD or :e4m3");
     if (s.batch <= 0 || s.len <= 0) throw Error("shape '" + item + "' must be positive");
     out.push_back(s);
   }
@@ -125,13 +128,15 @@ nlohmann::json bench_decode(const Device& dev, const DecodeOptions& o, const Pee
                             bool* ok) {
   const auto& d = driver();
   const int H = 32, KH = 8, B = 16;
-  std::printf("\n== decode: bf16, %d query heads, %d KV heads, block %d, shuffled blocks, median "
-              "of %d, L2 flushed\n",
-              H, KH, B, o.reps);
-  std::printf("time: eager forward() between events; graph: the same forward captured and "
-              "replayed; peer: %s\n",
-              peer.available ? ("PyTorch SDPA (" + peer.backend + ") on contiguous bf16 KV").c_str()
-                             : ("unavailable, " + peer.why).c_str());
+  std::printf(
+      "\n== decode: bf16, %d query heads, %d KV heads, block %d, shuffled blocks, median "
+      "of %d, L2 flushed\n",
+      H, KH, B, o.reps);
+  std::printf(
+      "time: eager forward() between events; graph: the same forward captured and "
+      "replayed; peer: %s\n",
+      peer.available ? ("PyTorch SDPA (" + peer.backend + ") on contiguous bf16 KV").c_str()
+                     : ("unavailable, " + peer.why).c_str());
   std::printf("%-16s %7s %9s %9s %8s %8s %9s %9s %7s %9s\n", "batch x len", "KV MiB", "time us",
               "graph us", "GB/s", "% read", "floor us", "peer us", "peer/us", "max err");
   nlohmann::json results = nlohmann::json::array();
@@ -159,8 +164,10 @@ nlohmann::json bench_decode(const Device& dev, const DecodeOptions& o, const Pee
     DeviceBuffer cache(cache_elems * elem), q(static_cast<size_t>(s.batch) * H * D * 2),
         out(static_cast<size_t>(s.batch) * H * D * 2), seq(s.batch * 4),
         bt(static_cast<size_t>(NB) * 4), qsl((s.batch + 1) * 4);
-    if (fp8) fill_random_fp8(dev, cache.data(), cache_elems, 7 + s.batch);
-    else fill_random_bf16(dev, cache.data(), cache_elems, 7 + s.batch);
+    if (fp8)
+      fill_random_fp8(dev, cache.data(), cache_elems, 7 + s.batch);
+    else
+      fill_random_bf16(dev, cache.data(), cache_elems, 7 + s.batch);
     fill_random_bf16(dev, q.data(), static_cast<size_t>(s.batch) * H * D, 99 + s.len);
     std::vector<int> phys(NB), lens(s.batch, s.len), starts(s.batch + 1);
     std::iota(phys.begin(), phys.end(), 0);
@@ -172,11 +179,13 @@ nlohmann::json bench_decode(const Device& dev, const DecodeOptions& o, const Pee
     const ScalarType kst = fp8 ? ScalarType::kFloat8E4M3 : ScalarType::kBFloat16;
     const TensorView cache_v = TensorView::contiguous(cache.data(), kst, {2, NB, B, KH, D});
     const TensorView q_v = TensorView::contiguous(q.data(), ScalarType::kBFloat16, {s.batch, H, D});
-    const TensorView o_v = TensorView::contiguous(out.data(), ScalarType::kBFloat16, {s.batch, H, D});
+    const TensorView o_v =
+        TensorView::contiguous(out.data(), ScalarType::kBFloat16, {s.batch, H, D});
     AttentionMetadata md;
     md.query_start_loc = TensorView::contiguous(qsl.data(), ScalarType::kInt32, {s.batch + 1});
     md.seq_lens = TensorView::contiguous(seq.data(), ScalarType::kInt32, {s.batch});
-    md.block_table = TensorView::contiguous(bt.data(), ScalarType::kInt32, {s.batch, blocks_per_seq});
+    md.block_table =
+        TensorView::contiguous(bt.data(), ScalarType::kInt32, {s.batch, blocks_per_seq});
     md.num_reqs = md.num_decodes = md.num_decode_tokens = md.num_actual_tokens = s.batch;
     md.max_query_len = 1;
     md.max_seq_len = s.len;
@@ -207,10 +216,10 @@ nlohmann::json bench_decode(const Device& dev, const DecodeOptions& o, const Pee
       std::snprintf(peer_col, sizeof peer_col, "%.1f", peer_us);
       std::snprintf(ratio_col, sizeof ratio_col, "%.2f", peer_us / best);
     }
-    std::printf("%-16s %7.0f %9.1f %9.1f %8.0f %7.1f%% %9.1f %9s %7s %9.2e%s\n",
-                s.label().c_str(), kv_bytes / (1 << 20), us, graph_us, gbs,
-                100.0 * gbs / dev.read_gbs, kv_bytes / dev.read_gbs / 1e3, peer_col, ratio_col,
-                err, o.check && !(err <= tol) ? "  FAIL" : "");
+    std::printf("%-16s %7.0f %9.1f %9.1f %8.0f %7.1f%% %9.1f %9s %7s %9.2e%s\n", s.label().c_str(),
+                kv_bytes / (1 << 20), us, graph_us, gbs, 100.0 * gbs / dev.read_gbs,
+                kv_bytes / dev.read_gbs / 1e3, peer_col, ratio_col, err,
+                o.check && !(err <= tol) ? "  FAIL" : "");
     if (!o.try_splits.empty()) {
       // The decode kernel alone at other grid widths and every pipeline depth, each captured and
       // replayed; split launches also as clusters where the device holds them.
@@ -255,23 +264,24 @@ nlohmann::json bench_decode(const Device& dev, const DecodeOptions& o, const Pee
         std::printf("\n");
       }
     }
-    results.push_back({{"shape", s.label()},
-                       {"batch", s.batch},
-                       {"len", s.len},
-                       {"head_size", D},
-                       {"kv_dtype", s.kv},
-                       {"kv_mib", kv_bytes / (1 << 20)},
-                       {"max_splits", attn.decode_max_splits(s.batch)},
-                       {"stages", attn.decode_stages(s.batch)},
-                       {"cluster", attn.decode_cluster(s.batch)},
-                       {"time_us", us},
-                       {"graph_us", graph_us},
-                       {"gb_per_s", gbs},
-                       {"percent_of_read_only", 100.0 * gbs / dev.read_gbs},
-                       {"floor_us", kv_bytes / dev.read_gbs / 1e3},
-                       {"peer_us", peer_us > 0 ? nlohmann::json(peer_us) : nlohmann::json()},
-                       {"peer_over_ours", peer_us > 0 ? nlohmann::json(peer_us / best) : nlohmann::json()},
-                       {"max_rel_l2_error", err}});
+    results.push_back(
+        {{"shape", s.label()},
+         {"batch", s.batch},
+         {"len", s.len},
+         {"head_size", D},
+         {"kv_dtype", s.kv},
+         {"kv_mib", kv_bytes / (1 << 20)},
+         {"max_splits", attn.decode_max_splits(s.batch)},
+         {"stages", attn.decode_stages(s.batch)},
+         {"cluster", attn.decode_cluster(s.batch)},
+         {"time_us", us},
+         {"graph_us", graph_us},
+         {"gb_per_s", gbs},
+         {"percent_of_read_only", 100.0 * gbs / dev.read_gbs},
+         {"floor_us", kv_bytes / dev.read_gbs / 1e3},
+         {"peer_us", peer_us > 0 ? nlohmann::json(peer_us) : nlohmann::json()},
+         {"peer_over_ours", peer_us > 0 ? nlohmann::json(peer_us / best) : nlohmann::json()},
+         {"max_rel_l2_error", err}});
   }
   return results;
 }

@@ -42,7 +42,8 @@ int main(int argc, char** argv) {
   app.add_option("--shapes", shapes_text, "decode shapes BATCHxLEN[:hHEAD|:e4m3], comma-separated")
       ->capture_default_str();
   app.add_option("--reps", reps, "timed repetitions (median reported), >= 20")
-      ->check(CLI::Range(20, 100000))->capture_default_str();
+      ->check(CLI::Range(20, 100000))
+      ->capture_default_str();
   app.add_option("--json", json_path, "also write every table as one JSON document here");
   app.add_option("--peer-script", peer_script, "the peer timing script")->capture_default_str();
   app.add_flag("!--no-peer", use_peer, "do not run the peer");
@@ -72,19 +73,21 @@ int main(int argc, char** argv) {
     Device dev = open_device();
     std::printf("device: %s, %d SMs, L2 %d MiB, sm_%d\n", dev.name.c_str(), dev.sms,
                 dev.l2_bytes >> 20, dev.arch);
-    std::printf("limits measured now: read-only streaming %.0f GB/s; device-to-device copy "
-                "(read + write) %.0f GB/s\n",
-                dev.read_gbs, dev.copy_gbs);
+    std::printf(
+        "limits measured now: read-only streaming %.0f GB/s; device-to-device copy "
+        "(read + write) %.0f GB/s\n",
+        dev.read_gbs, dev.copy_gbs);
     PeerTimes peer;
     if (use_peer && (wants("decode") || wants("prefill"))) {
       std::vector<std::string> dk, pk;
       if (wants("decode"))
         for (const auto& s : dopt.shapes) dk.push_back(s.peer_key());
       if (wants("prefill")) pk.push_back("4:4096");
-      const std::string out = json_path.empty() ? "/tmp/graphattn-peer.json" : json_path + ".peer.json";
+      const std::string out =
+          json_path.empty() ? "/tmp/graphattn-peer.json" : json_path + ".peer.json";
       peer = run_peer(peer_script, out, dk, pk);
-      std::printf("peer: %s\n", peer.available ? ("PyTorch SDPA, " + peer.backend).c_str()
-                                               : peer.why.c_str());
+      std::printf("peer: %s\n",
+                  peer.available ? ("PyTorch SDPA, " + peer.backend).c_str() : peer.why.c_str());
     } else {
       peer.why = "not run (--no-peer)";
     }
@@ -98,7 +101,8 @@ int main(int argc, char** argv) {
     if (wants("decode")) j["decode"] = bench_decode(dev, dopt, peer, &ok);
     if (wants("step")) j["step"] = bench_step(dev, {1, 64}, 1024, reps);
     if (wants("capture")) j["capture"] = bench_capture(dev, 256);
-    if (wants("prefill")) j["prefill"] = bench_prefill(dev, 4, 4096, std::max(20, reps / 5), peer, &ok);
+    if (wants("prefill"))
+      j["prefill"] = bench_prefill(dev, 4, 4096, std::max(20, reps / 5), peer, &ok);
     if (!json_path.empty()) std::ofstream(json_path) << j.dump(2) << "\n";
     if (!ok) {
       std::fprintf(stderr, "graphattn-bench: a reference check failed (see FAIL above)\n");

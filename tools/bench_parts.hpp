@@ -16,7 +16,8 @@ struct DecodeShape {
   std::string label() const;     // "64x8192", "64x8192 h64", "64x8192 e4m3"
   std::string peer_key() const;  // "64:8192:128"
 };
-std::vector<DecodeShape> parse_decode_shapes(const std::string& text);  // "64x8192:h64,64x8192:e4m3"
+std::vector<DecodeShape> parse_decode_shapes(
+    const std::string& text);  // "64x8192:h64,64x8192:e4m3"
 
 struct DecodeOptions {
   std::vector<DecodeShape> shapes;

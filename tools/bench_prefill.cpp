@@ -36,7 +36,8 @@ nlohmann::json bench_prefill(const Device& dev, int batch, int len, int reps, co
   const auto kv = TensorView::contiguous(cache.data(), ScalarType::kBFloat16, {2, NB, B, KH, D});
   const auto qslv = TensorView::contiguous(qsl.data(), ScalarType::kInt32, {batch + 1});
   const auto seqv = TensorView::contiguous(seq.data(), ScalarType::kInt32, {batch});
-  const auto tabv = TensorView::contiguous(table.data(), ScalarType::kInt32, {batch, blocks_per_seq});
+  const auto tabv =
+      TensorView::contiguous(table.data(), ScalarType::kInt32, {batch, blocks_per_seq});
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   auto run = [&] {
     prefill_attention(qv, kv, ov, qslv, seqv, tabv, 0, batch, len, scale, 0, 0.0f, 1.0f, 1.0f,
@@ -79,9 +80,10 @@ nlohmann::json bench_prefill(const Device& dev, int batch, int len, int reps, co
   const double flops = 4.0 * D * H * batch * (static_cast<double>(len) * (len + 1) / 2);
   auto it = peer.prefill_us.find(std::to_string(batch) + ":" + std::to_string(len));
   const double peer_us = it == peer.prefill_us.end() ? 0 : it->second;
-  std::printf("\n== prefill: %d x %d new tokens, causal, bf16, 32/8 heads, head 128, block 16, "
-              "median of %d\n",
-              batch, len, reps);
+  std::printf(
+      "\n== prefill: %d x %d new tokens, causal, bf16, 32/8 heads, head 128, block 16, "
+      "median of %d\n",
+      batch, len, reps);
   std::printf("%-12s %10s %10s %10s %10s %12s %9s\n", "", "time us", "TFLOP/s", "peer us",
               "peer TF/s", "ours/peer", "max err");
   char peer_us_s[16] = "-", peer_tf_s[16] = "-", ratio_s[16] = "-";
@@ -93,10 +95,14 @@ nlohmann::json bench_prefill(const Device& dev, int batch, int len, int reps, co
   const std::string label = std::to_string(batch) + "x" + std::to_string(len);
   std::printf("%-12s %10.1f %10.1f %10s %10s %12s %9.2e%s\n", label.c_str(), us, flops / us / 1e6,
               peer_us_s, peer_tf_s, ratio_s, err, err <= 5e-3 ? "" : "  FAIL");
-  return {{"batch", batch}, {"len", len}, {"time_us", us}, {"tflops", flops / us / 1e6},
-          {"peer_us", peer_us > 0 ? nlohmann::json(peer_us) : nlohmann::json()},
-          {"ours_over_peer_throughput", peer_us > 0 ? nlohmann::json(peer_us / us) : nlohmann::json()},
-          {"max_rel_l2_error", err}};
+  return {
+      {"batch", batch},
+      {"len", len},
+      {"time_us", us},
+      {"tflops", flops / us / 1e6},
+      {"peer_us", peer_us > 0 ? nlohmann::json(peer_us) : nlohmann::json()},
+      {"ours_over_peer_throughput", peer_us > 0 ? nlohmann::json(peer_us / us) : nlohmann::json()},
+      {"max_rel_l2_error", err}};
 }
 
 }  // namespace graphattn::bench

@@ -48,12 +48,13 @@ nlohmann::json bench_step(const Device& dev, const std::vector<int>& batches, in
   }
   GraphRunner::Options go;
   go.capture_sizes = batches;
-  GraphRunner runner(go, [&](CUstream s, int n) { stack.step(s, n); },
-                     [&] { return stack.fingerprint(); });
+  GraphRunner runner(
+      go, [&](CUstream s, int n) { stack.step(s, n); }, [&] { return stack.fingerprint(); });
   runner.capture_all(dev.stream);
-  std::printf("\n== step: %d layers x (cache write + decode), 32/8 heads, head 128, bf16, block "
-              "16, context %d, median of %d, L2 flushed\n",
-              m.num_layers, len, reps);
+  std::printf(
+      "\n== step: %d layers x (cache write + decode), 32/8 heads, head 128, bf16, block "
+      "16, context %d, median of %d, L2 flushed\n",
+      m.num_layers, len, reps);
   std::printf("floor: the step's KV bytes over the read-only bandwidth measured above\n");
   std::printf("%-8s %9s %11s %11s %9s %10s\n", "batch", "KV MiB", "graph us", "eager us",
               "floor us", "graph/floor");
@@ -66,14 +67,17 @@ nlohmann::json bench_step(const Device& dev, const std::vector<int>& batches, in
     std::shuffle(table.begin(), table.end(), rng);
     std::vector<int64_t> slots;
     for (int r = 0; r < b; ++r)
-      slots.push_back(static_cast<int64_t>(table[static_cast<size_t>(r) * per_seq + (len - 1) / kBlock]) *
-                          kBlock + (len - 1) % kBlock);
+      slots.push_back(
+          static_cast<int64_t>(table[static_cast<size_t>(r) * per_seq + (len - 1) / kBlock]) *
+              kBlock +
+          (len - 1) % kBlock);
     const auto md = CommonAttentionMetadata::make(q, k, table, per_seq, slots);
     std::vector<uint16_t> qv(static_cast<size_t>(b) * m.num_heads * m.head_size),
         kvv(static_cast<size_t>(b) * m.num_kv_heads * m.head_size);
     for (auto* v : {&qv, &kvv})  // random bf16 in [-2, 2)
       for (auto& x : *v)
-        x = static_cast<uint16_t>(((rng() & 1) << 15) | ((126 + (rng() & 1)) << 7) | (rng() & 0x7f));
+        x = static_cast<uint16_t>(((rng() & 1) << 15) | ((126 + (rng() & 1)) << 7) |
+                                  (rng() & 0x7f));
     stack.set_batch(md, b, dev.stream, &qv, &kvv, &kvv);
     for (int i = 0; i < 3; ++i) runner.run(dev.stream, b);
     const double graph_us = time_us(dev, reps, true, [&] { runner.run(dev.stream, b); });
@@ -83,8 +87,12 @@ nlohmann::json bench_step(const Device& dev, const std::vector<int>& batches, in
     const double floor_us = bytes / dev.read_gbs / 1e3;
     std::printf("%-8d %9.0f %11.1f %11.1f %9.1f %10.2f\n", b, bytes / (1 << 20), graph_us, eager_us,
                 floor_us, graph_us / floor_us);
-    out.push_back({{"batch", b}, {"len", len}, {"layers", m.num_layers},
-                   {"kv_mib", bytes / (1 << 20)}, {"graph_us", graph_us}, {"eager_us", eager_us},
+    out.push_back({{"batch", b},
+                   {"len", len},
+                   {"layers", m.num_layers},
+                   {"kv_mib", bytes / (1 << 20)},
+                   {"graph_us", graph_us},
+                   {"eager_us", eager_us},
                    {"floor_us", floor_us}});
   }
   return out;
@@ -96,21 +104,27 @@ nlohmann::json bench_capture(const Device& dev, int max_num_seqs) {
   stack.prepare();
   GraphRunner::Options go;
   go.capture_sizes = sizes;
-  GraphRunner runner(go, [&](CUstream s, int n) { stack.step(s, n); },
-                     [&] { return stack.fingerprint(); });
+  GraphRunner runner(
+      go, [&](CUstream s, int n) { stack.step(s, n); }, [&] { return stack.fingerprint(); });
   const auto t0 = std::chrono::steady_clock::now();
   runner.capture_all(dev.stream);
   const double wall =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   const GraphStats s = runner.stats();
-  std::printf("\n== capture: %zu default sizes (1..%d) for max_num_seqs %d, %d layers of cache "
-              "write + attention\n",
-              sizes.size(), sizes.back(), max_num_seqs, llama().num_layers);
-  std::printf("wall %.1f ms (one eager run and one capture per size), of which capture and "
-              "instantiation %.1f ms; graph memory %.1f MiB\n",
-              wall, s.capture_ms, s.graph_memory_bytes / 1048576.0);
-  return {{"sizes", sizes.size()}, {"largest", sizes.back()}, {"max_num_seqs", max_num_seqs},
-          {"layers", llama().num_layers}, {"wall_ms", wall}, {"capture_ms", s.capture_ms},
+  std::printf(
+      "\n== capture: %zu default sizes (1..%d) for max_num_seqs %d, %d layers of cache "
+      "write + attention\n",
+      sizes.size(), sizes.back(), max_num_seqs, llama().num_layers);
+  std::printf(
+      "wall %.1f ms (one eager run and one capture per size), of which capture and "
+      "instantiation %.1f ms; graph memory %.1f MiB\n",
+      wall, s.capture_ms, s.graph_memory_bytes / 1048576.0);
+  return {{"sizes", sizes.size()},
+          {"largest", sizes.back()},
+          {"max_num_seqs", max_num_seqs},
+          {"layers", llama().num_layers},
+          {"wall_ms", wall},
+          {"capture_ms", s.capture_ms},
           {"graph_memory_mib", s.graph_memory_bytes / 1048576.0}};
 }
 

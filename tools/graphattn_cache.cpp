@@ -35,12 +35,12 @@
 #include <thread>
 #include <vector>
 
+#include "core/text.hpp"
 #include "graphattn/error.hpp"
 #include "graphattn/jit.hpp"
 #include "graphattn/spec.hpp"
 #include "jit_cache/byte_size.hpp"
 #include "jit_cache/disk_tier.hpp"
-#include "core/text.hpp"
 #include "tools/models.hpp"
 
 namespace {
@@ -73,18 +73,18 @@ class UsageError : public std::runtime_error {
 struct Options {
   std::string dir;
   bool json = false;
-  std::string target;              // show
-  bool fix = false;                // verify
-  std::string max_bytes_text;      // prune
-  double older_than_days = -1;     // prune; negative: not given
-  std::vector<std::string> specs;  // compile
+  std::string target;               // show
+  bool fix = false;                 // verify
+  std::string max_bytes_text;       // prune
+  double older_than_days = -1;      // prune; negative: not given
+  std::vector<std::string> specs;   // compile
   std::vector<std::string> models;  // compile: every kernel of these built-in models
   int arch = 90;                    // compile --model: target arch
   int block_size = 16;              // compile --model
   std::string dtype = "bf16";       // compile --model
   std::string kv_dtype = "auto";    // compile --model
-  unsigned threads = 0;            // compile; 0: hardware threads
-  bool dump_source = false;        // compile
+  unsigned threads = 0;             // compile; 0: hardware threads
+  bool dump_source = false;         // compile
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -569,8 +569,8 @@ int cmd_verify(const Options& o) {
   const int64_t cutoff = graphattn::detail::now_unix_ms() - kStaleTempAge.count() * 1000;
   for (const auto& name : dir.file_names()) {
     struct stat st {};
-    if (is_temp_name(name) && name.find(".tmp.") != std::string::npos &&
-        dir.stat_name(name, &st) && mtime_ms(st) <= cutoff)
+    if (is_temp_name(name) && name.find(".tmp.") != std::string::npos && dir.stat_name(name, &st) &&
+        mtime_ms(st) <= cutoff)
       stale_temps.push_back(name);
   }
   uint64_t removed_temps = 0;
@@ -613,8 +613,8 @@ int cmd_verify(const Options& o) {
       for (const auto* e : bad) {
         const Check c = check_entry(*e);
         t.add({printable(short_key(e->key_hex)),
-               e->status == EntryStatus::kOk ? printable(e->header.spec) : "-", human_bytes(e->file_bytes),
-               c.status + ": " + c.reason});
+               e->status == EntryStatus::kOk ? printable(e->header.spec) : "-",
+               human_bytes(e->file_bytes), c.status + ": " + c.reason});
       }
       t.print(std::cout);
     }
@@ -696,7 +696,8 @@ int cmd_prune(const Options& o) {
   if (!removed.empty()) {
     Table t({"REMOVED", "SPEC", "SIZE", "LAST USED", "WHY"}, "llrll");
     for (const auto* e : removed)
-      t.add({printable(short_key(e->key_hex)), e->status == EntryStatus::kOk ? printable(e->header.spec) : "-",
+      t.add({printable(short_key(e->key_hex)),
+             e->status == EntryStatus::kOk ? printable(e->header.spec) : "-",
              human_bytes(e->file_bytes), local_time(e->last_used_ms), why[e->key_hex]});
     t.print(std::cout);
   }
@@ -834,7 +835,8 @@ int cmd_compile(const Options& o) {
     try {
       specs.push_back(graphattn::AttentionSpec::parse(text));
     } catch (const std::exception& ex) {
-      bad += std::string(bad.empty() ? "" : "\n") + "--spec '" + printable(text) + "': " + ex.what();
+      bad +=
+          std::string(bad.empty() ? "" : "\n") + "--spec '" + printable(text) + "': " + ex.what();
     }
   }
   for (const auto& name : o.models) {
@@ -849,7 +851,8 @@ int cmd_compile(const Options& o) {
       for (const auto& spec : graphattn::tools::model_kernel_specs(layers))
         if (std::find(specs.begin(), specs.end(), spec) == specs.end()) specs.push_back(spec);
     } catch (const std::exception& ex) {
-      bad += std::string(bad.empty() ? "" : "\n") + "--model '" + printable(name) + "': " + ex.what();
+      bad +=
+          std::string(bad.empty() ? "" : "\n") + "--model '" + printable(name) + "': " + ex.what();
     }
   }
   if (!bad.empty()) throw UsageError(bad);

@@ -116,8 +116,7 @@ struct Timer {
 };
 
 CommonAttentionMetadata batch_of(const std::vector<Request*>& decodes,
-                                 const std::vector<Request*>& prefills, int block_size,
-                                 int width) {
+                                 const std::vector<Request*>& prefills, int block_size, int width) {
   std::vector<int32_t> q, k, table;
   std::vector<int64_t> slots;
   for (const auto* list : {&decodes, &prefills})
@@ -125,9 +124,11 @@ CommonAttentionMetadata batch_of(const std::vector<Request*>& decodes,
       const int n = r->prefilled ? 1 : r->prompt;
       q.push_back(n);
       k.push_back(r->seq_len);
-      for (int i = 0; i < width; ++i) table.push_back(i < static_cast<int>(r->blocks.size()) ? r->blocks[i] : 0);
+      for (int i = 0; i < width; ++i)
+        table.push_back(i < static_cast<int>(r->blocks.size()) ? r->blocks[i] : 0);
       for (int p = r->seq_len - n; p < r->seq_len; ++p)
-        slots.push_back(static_cast<int64_t>(r->blocks[p / block_size]) * block_size + p % block_size);
+        slots.push_back(static_cast<int64_t>(r->blocks[p / block_size]) * block_size +
+                        p % block_size);
     }
   return CommonAttentionMetadata::make(q, k, table, width, slots);
 }
@@ -150,7 +151,8 @@ int run_gpu_phases(const Settings& s, const tools::ModelConfig& m,
   GA_CU_CHECK(d.cuMemGetInfo(&free_bytes, &total));
   const double budget = s.kv_cache_gib > 0 ? s.kv_cache_gib * (1ull << 30) : 0.5 * free_bytes;
   const int64_t want = int64_t{s.max_num_seqs} * width + width;
-  const int64_t fit = static_cast<int64_t>(budget / (static_cast<double>(block_bytes) * m.num_layers));
+  const int64_t fit =
+      static_cast<int64_t>(budget / (static_cast<double>(block_bytes) * m.num_layers));
   const int num_blocks = static_cast<int>(std::max<int64_t>(width + 1, std::min(want, fit)));
 
   AttentionLayerStack::Options so;
@@ -162,15 +164,16 @@ int run_gpu_phases(const Settings& s, const tools::ModelConfig& m,
   so.max_blocks_per_seq = width;
   AttentionLayerStack stack(so);
   stack.prepare(cache);
-  std::printf("[capture] %d layers, KV cache %d blocks x %d layers (%.2f GiB), all buffers %.2f GiB\n",
-              m.num_layers, num_blocks, m.num_layers,
-              static_cast<double>(block_bytes) * num_blocks * m.num_layers / (1ull << 30),
-              static_cast<double>(stack.device_bytes()) / (1ull << 30));
+  std::printf(
+      "[capture] %d layers, KV cache %d blocks x %d layers (%.2f GiB), all buffers %.2f GiB\n",
+      m.num_layers, num_blocks, m.num_layers,
+      static_cast<double>(block_bytes) * num_blocks * m.num_layers / (1ull << 30),
+      static_cast<double>(stack.device_bytes()) / (1ull << 30));
   GraphRunner::Options go;
   go.capture_sizes = sizes;
   go.max_num_seqs = s.max_num_seqs;
-  GraphRunner runner(go, [&](CUstream st, int n) { stack.step(st, n); },
-                     [&] { return stack.fingerprint(); });
+  GraphRunner runner(
+      go, [&](CUstream st, int n) { stack.step(st, n); }, [&] { return stack.fingerprint(); });
   const auto tc = Clock::now();
   runner.capture_all(stream, [&](int i, int n, int size, double ms) {
     if (i <= 3 || i == n || i % 8 == 0)
@@ -179,12 +182,14 @@ int run_gpu_phases(const Settings& s, const tools::ModelConfig& m,
   const double capture_wall = ms_since(tc);
   const GraphStats cs = runner.stats();
   if (runner.graphs_enabled())
-    std::printf("[capture] %zu sizes (%d..%d) in %.1f ms wall (%.1f ms capturing), graph memory "
-                "%.1f MiB\n",
-                sizes.size(), sizes.front(), sizes.back(), capture_wall, cs.capture_ms,
-                cs.graph_memory_bytes / 1048576.0);
+    std::printf(
+        "[capture] %zu sizes (%d..%d) in %.1f ms wall (%.1f ms capturing), graph memory "
+        "%.1f MiB\n",
+        sizes.size(), sizes.front(), sizes.back(), capture_wall, cs.capture_ms,
+        cs.graph_memory_bytes / 1048576.0);
   else
-    std::printf("[capture] graphs disabled (GRAPHATTN_DISABLE_GRAPHS=1): every step runs eagerly\n");
+    std::printf(
+        "[capture] graphs disabled (GRAPHATTN_DISABLE_GRAPHS=1): every step runs eagerly\n");
 
   // Random activations, drawn once; each step takes a window of them.
   std::mt19937_64 rng(s.seed);
@@ -215,7 +220,8 @@ int run_gpu_phases(const Settings& s, const tools::ModelConfig& m,
   std::vector<double> graph_us, eager_us, all_us;
   std::vector<unsigned char> out_graph, out_eager;
   Timer timer;
-  int64_t tokens = 0, mismatches = 0, compared = 0, finished = 0, graph_steps = 0, decode_tokens = 0;
+  int64_t tokens = 0, mismatches = 0, compared = 0, finished = 0, graph_steps = 0,
+          decode_tokens = 0;
   double busy_us = 0;
   const auto td = Clock::now();
   for (int step = 0; step < s.steps; ++step) {
@@ -234,7 +240,8 @@ int run_gpu_phases(const Settings& s, const tools::ModelConfig& m,
     while (!waiting.empty() && static_cast<int>(running.size()) < s.max_num_seqs &&
            prompt_tokens + waiting.front().prompt <= kPrefillBudget) {
       Request r = waiting.front();
-      const int need = (std::min(r.prompt + r.target, s.max_model_len) + s.block_size - 1) / s.block_size;
+      const int need =
+          (std::min(r.prompt + r.target, s.max_model_len) + s.block_size - 1) / s.block_size;
       if (!blocks.take(need, &r.blocks)) break;
       waiting.pop_front();
       prompt_tokens += r.prompt;
@@ -246,8 +253,8 @@ int run_gpu_phases(const Settings& s, const tools::ModelConfig& m,
     if (decodes.empty() && prefills.empty()) continue;
     const auto md = batch_of(decodes, prefills, s.block_size, width);
     const int n = md.num_actual_tokens;
-    const bool graph_ok = builder.can_run_in_cudagraph(md) && runner.padded_size(n) > 0 &&
-                          runner.graphs_enabled();
+    const bool graph_ok =
+        builder.can_run_in_cudagraph(md) && runner.padded_size(n) > 0 && runner.graphs_enabled();
     const int padded = graph_ok ? runner.padded_size(n) : n;
     if (n > so.max_tokens) {
       std::printf("[decode] step %d: %d tokens exceed the stack's %d; lower the prompt lengths\n",
@@ -288,8 +295,8 @@ int run_gpu_phases(const Settings& s, const tools::ModelConfig& m,
     for (Request* r : decodes) r->generated += 1;
     running.erase(std::remove_if(running.begin(), running.end(),
                                  [&](const std::unique_ptr<Request>& r) {
-                                   const bool done = r->generated >= r->target ||
-                                                     r->seq_len >= s.max_model_len;
+                                   const bool done =
+                                       r->generated >= r->target || r->seq_len >= s.max_model_len;
                                    if (done) {
                                      blocks.give(r->blocks);
                                      ++finished;
@@ -298,10 +305,11 @@ int run_gpu_phases(const Settings& s, const tools::ModelConfig& m,
                                  }),
                   running.end());
     if ((step + 1) % 50 == 0)
-      std::printf("[decode] step %d: %zu running, %zu waiting, %lld finished, last step %d tokens "
-                  "(%s) %.1f us\n",
-                  step + 1, running.size(), waiting.size(), static_cast<long long>(finished), n,
-                  graph_ok ? "graph" : "eager", us);
+      std::printf(
+          "[decode] step %d: %zu running, %zu waiting, %lld finished, last step %d tokens "
+          "(%s) %.1f us\n",
+          step + 1, running.size(), waiting.size(), static_cast<long long>(finished), n,
+          graph_ok ? "graph" : "eager", us);
   }
   const double wall = ms_since(td);
   const GraphStats gs = runner.stats();
@@ -328,7 +336,8 @@ int run_gpu_phases(const Settings& s, const tools::ModelConfig& m,
     stack.set_batch(md, b, stream, &q, &k, &v);
     std::vector<double> g, e;
     for (int i = 0; i < 55; ++i) {
-      if (runner.graphs_enabled()) g.push_back(timer.time_us(stream, [&] { runner.run(stream, b); }));
+      if (runner.graphs_enabled())
+        g.push_back(timer.time_us(stream, [&] { runner.run(stream, b); }));
       e.push_back(timer.time_us(stream, [&] { stack.step(stream, b); }));
     }
     g.erase(g.begin(), g.begin() + std::min<size_t>(5, g.size()));
@@ -340,8 +349,9 @@ int run_gpu_phases(const Settings& s, const tools::ModelConfig& m,
 
   std::printf("\n[summary] %s, %d layers, max_num_seqs %d, max_model_len %d\n", m.name.c_str(),
               m.num_layers, s.max_num_seqs, s.max_model_len);
-  std::printf("  %-28s %lld (%lld graph, %lld eager)\n", "steps", static_cast<long long>(all_us.size()),
-              static_cast<long long>(graph_steps), static_cast<long long>(all_us.size() - graph_steps));
+  std::printf("  %-28s %lld (%lld graph, %lld eager)\n", "steps",
+              static_cast<long long>(all_us.size()), static_cast<long long>(graph_steps),
+              static_cast<long long>(all_us.size() - graph_steps));
   std::printf("  %-28s %lld requests finished, %lld tokens (%lld decode)\n", "work",
               static_cast<long long>(finished), static_cast<long long>(tokens),
               static_cast<long long>(decode_tokens));
@@ -351,12 +361,13 @@ int run_gpu_phases(const Settings& s, const tools::ModelConfig& m,
               percentile(graph_us, 0.99));
   std::printf("  %-28s p50 %.1f us, p99 %.1f us (the same steps re-run)\n", "eager step latency",
               percentile(eager_us, 0.5), percentile(eager_us, 0.99));
-  std::printf("  %-28s %llu captures, %llu replays, %llu updates, %llu re-instantiations, %llu "
-              "eager steps\n",
-              "graphs", static_cast<unsigned long long>(gs.captures),
-              static_cast<unsigned long long>(gs.replays), static_cast<unsigned long long>(gs.updates),
-              static_cast<unsigned long long>(gs.reinstantiations),
-              static_cast<unsigned long long>(gs.eager_steps));
+  std::printf(
+      "  %-28s %llu captures, %llu replays, %llu updates, %llu re-instantiations, %llu "
+      "eager steps\n",
+      "graphs", static_cast<unsigned long long>(gs.captures),
+      static_cast<unsigned long long>(gs.replays), static_cast<unsigned long long>(gs.updates),
+      static_cast<unsigned long long>(gs.reinstantiations),
+      static_cast<unsigned long long>(gs.eager_steps));
   std::printf("  %-28s %lld of %lld compared steps\n", "mismatches",
               static_cast<long long>(mismatches), static_cast<long long>(compared));
   d.cuStreamDestroy(stream);
@@ -373,7 +384,8 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (args.exit_code > 0) {
-    std::fprintf(stderr, "graphattn-warmup: %s\n(run with --help for the options)\n", args.text.c_str());
+    std::fprintf(stderr, "graphattn-warmup: %s\n(run with --help for the options)\n",
+                 args.text.c_str());
     return args.exit_code;
   }
   const Settings& s = args.settings;
@@ -394,7 +406,8 @@ int main(int argc, char** argv) {
       const int device_arch = current_device_arch();
       if (arch == 0) arch = device_arch;
       if (arch != device_arch) {
-        std::fprintf(stderr, "graphattn-warmup: --arch %d differs from the GPU's sm_%d\n", arch, device_arch);
+        std::fprintf(stderr, "graphattn-warmup: --arch %d differs from the GPU's sm_%d\n", arch,
+                     device_arch);
         return 2;
       }
     } else if (arch == 0) {
@@ -411,9 +424,11 @@ int main(int argc, char** argv) {
     CacheOptions opts;
     opts.dir = s.cache_dir;
     KernelCache cache(opts);
-    if (compile_phase(cache, tools::model_kernel_specs(layers), s.threads, m.name, arch) != 0) return 1;
+    if (compile_phase(cache, tools::model_kernel_specs(layers), s.threads, m.name, arch) != 0)
+      return 1;
     if (!gpu) {
-      std::printf("[capture] skipped: no GPU found (%s)\n[decode] skipped: no GPU found\n", why.c_str());
+      std::printf("[capture] skipped: no GPU found (%s)\n[decode] skipped: no GPU found\n",
+                  why.c_str());
       return 0;
     }
     return run_gpu_phases(s, m, layers, cache);

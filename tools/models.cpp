@@ -2,8 +2,8 @@
 
 #include <algorithm>
 
-#include "graphattn/error.hpp"
 #include "core/text.hpp"
+#include "graphattn/error.hpp"
 
 namespace graphattn::tools {
 
@@ -35,7 +35,8 @@ DType dtype_from_name(const std::string& name) {
 KvDType kv_dtype_from_name(const std::string& name) {
   for (KvDType t : {KvDType::kAuto, KvDType::kFp8E4M3, KvDType::kFp8E5M2})
     if (name == to_string(t)) return t;
-  throw Error("KV cache dtype '" + detail::printable(name) + "' is not supported; supported: auto, e4m3, e5m2");
+  throw Error("KV cache dtype '" + detail::printable(name) +
+              "' is not supported; supported: auto, e4m3, e5m2");
 }
 
 std::vector<AttentionLayerConfig> model_layer_configs(const ModelConfig& m,

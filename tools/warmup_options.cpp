@@ -4,13 +4,13 @@
 
 #include <CLI/CLI.hpp>
 #include <cerrno>
-#include <cstdio>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 
+#include "core/text.hpp"
 #include "graphattn/backend.hpp"
 #include "graphattn/jit.hpp"
-#include "core/text.hpp"
 #include "tools/models.hpp"
 
 namespace graphattn::tools {
@@ -96,18 +96,34 @@ WarmupArgs parse_warmup_args(int argc, const char* const* argv) {
   WarmupSettings& s = out.settings;
   CLI::App app{"graphattn-warmup: compile, capture and run decode steps of a built-in model"};
   std::string seed = std::to_string(s.seed);
-  app.add_option("--model", s.model, "built-in model configuration (--list-models)")->capture_default_str();
-  app.add_option("--max-num-seqs", s.max_num_seqs, "most requests in one batch")->capture_default_str()->check(CLI::Range(1, 512));
-  app.add_option("--max-model-len", s.max_model_len, "longest sequence in tokens")->capture_default_str()->check(CLI::Range(64, 1 << 20));
-  app.add_option("--block-size", s.block_size, "KV cache block size (16..256, multiples of 16)")->capture_default_str();
-  app.add_option("--dtype", s.dtype, "fp16 or bf16")->capture_default_str()->check(CLI::IsMember({"fp16", "bf16"}));
-  app.add_option("--kv-cache-dtype", s.kv_dtype, "auto, e4m3 or e5m2")->capture_default_str()->check(CLI::IsMember({"auto", "e4m3", "e5m2"}));
-  app.add_option("--capture-sizes", s.capture_sizes, "graph batch sizes, 1..65536 (default: vLLM's list up to max_num_seqs)");
-  app.add_option("--steps", s.steps, "decode loop steps")->capture_default_str()->check(CLI::Range(0, 1000000));
+  app.add_option("--model", s.model, "built-in model configuration (--list-models)")
+      ->capture_default_str();
+  app.add_option("--max-num-seqs", s.max_num_seqs, "most requests in one batch")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 512));
+  app.add_option("--max-model-len", s.max_model_len, "longest sequence in tokens")
+      ->capture_default_str()
+      ->check(CLI::Range(64, 1 << 20));
+  app.add_option("--block-size", s.block_size, "KV cache block size (16..256, multiples of 16)")
+      ->capture_default_str();
+  app.add_option("--dtype", s.dtype, "fp16 or bf16")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"fp16", "bf16"}));
+  app.add_option("--kv-cache-dtype", s.kv_dtype, "auto, e4m3 or e5m2")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "e4m3", "e5m2"}));
+  app.add_option("--capture-sizes", s.capture_sizes,
+                 "graph batch sizes, 1..65536 (default: vLLM's list up to max_num_seqs)");
+  app.add_option("--steps", s.steps, "decode loop steps")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1000000));
   app.add_option("--arch", s.arch, "target arch, e.g. 90 (default: the GPU's, else 90)");
-  app.add_option("--threads", s.threads, "compile threads (default: cores)")->check(CLI::Range(0u, 1024u));
-  app.add_option("--cache-dir", s.cache_dir, "kernel cache directory (default: $GRAPHATTN_CACHE_DIR or ~/.cache/graphattn)");
-  app.add_option("--kv-cache-gib", s.kv_cache_gib, "KV cache size for all layers (default: up to half the free memory)");
+  app.add_option("--threads", s.threads, "compile threads (default: cores)")
+      ->check(CLI::Range(0u, 1024u));
+  app.add_option("--cache-dir", s.cache_dir,
+                 "kernel cache directory (default: $GRAPHATTN_CACHE_DIR or ~/.cache/graphattn)");
+  app.add_option("--kv-cache-gib", s.kv_cache_gib,
+                 "KV cache size for all layers (default: up to half the free memory)");
   app.add_option("--seed", seed, "workload random seed (0..2^64-1)")->capture_default_str();
   app.add_flag("--list-models", s.list_models, "print the built-in models and exit");
   std::vector<std::string> args;

@@ -23,7 +23,6 @@ namespace graphattn {
 
 class DeviceBuffer;
 
-
 // Writes the new tokens' keys and values into their cache slots (vLLM's
 // reshape_and_cache_flash). A slot of -1 (padding) writes nothing.
 //   key, value:    [num_tokens, num_kv_heads, head_size], fp16 or bf16, head dim contiguous
@@ -58,22 +57,22 @@ GRAPHATTN_API void prefill_attention(const TensorView& query, const TensorView& 
 
 // One attention layer's configuration: everything that is fixed for the life of an engine.
 struct GRAPHATTN_API AttentionLayerConfig {
-  int num_heads = 0;              // query heads; a multiple of num_kv_heads
-  int num_kv_heads = 0;           // KV heads; query head h reads KV head h / (num_heads / this)
-  int head_size = 0;              // 32..256, multiple of 8
-  int block_size = 16;            // tokens per KV page: 16..256, multiple of 16
+  int num_heads = 0;                  // query heads; a multiple of num_kv_heads
+  int num_kv_heads = 0;               // KV heads; query head h reads KV head h / (num_heads / this)
+  int head_size = 0;                  // 32..256, multiple of 8
+  int block_size = 16;                // tokens per KV page: 16..256, multiple of 16
   DType dtype = DType::kBFloat16;     // query, key, value, output
   KvDType kv_dtype = KvDType::kAuto;  // KV cache element type (auto = dtype)
   KvLayout layout = KvLayout::kNHD;   // KV cache stride order
-  int window = 0;                 // sliding window in tokens, 0 = none: a key at k is seen from
-                                  // position p when p - k < window
-  float soft_cap = 0.0f;          // logits soft cap c, 0 = none: s -> c * tanh(s / c)
-  float scale = 0.0f;             // softmax scale; 0 = 1 / sqrt(head_size)
-  float k_scale = 1.0f;           // fp8 KV: key = stored * k_scale (ignored otherwise)
-  float v_scale = 1.0f;           // fp8 KV: value = stored * v_scale (ignored otherwise)
-  int max_model_len = 0;          // longest seq_len (context + new tokens) a request reaches
-  int max_num_seqs = 0;           // most requests in one batch (sizes the decode workspace)
-  int arch = 0;                   // target compute capability * 10 (e.g. 90); 0 = current device
+  int window = 0;                     // sliding window in tokens, 0 = none: a key at k is seen from
+                                      // position p when p - k < window
+  float soft_cap = 0.0f;              // logits soft cap c, 0 = none: s -> c * tanh(s / c)
+  float scale = 0.0f;                 // softmax scale; 0 = 1 / sqrt(head_size)
+  float k_scale = 1.0f;               // fp8 KV: key = stored * k_scale (ignored otherwise)
+  float v_scale = 1.0f;               // fp8 KV: value = stored * v_scale (ignored otherwise)
+  int max_model_len = 0;              // longest seq_len (context + new tokens) a request reaches
+  int max_num_seqs = 0;               // most requests in one batch (sizes the decode workspace)
+  int arch = 0;  // target compute capability * 10 (e.g. 90); 0 = current device
   // sm_90+, 16-bit KV cache: a decode-only forward() that writes its new keys and values starts
   // reading the metadata (seq_lens, block_table, slot_mapping) and the KV cache before the
   // previous kernel in the stream has finished (the query and the new keys and values are read
@@ -88,8 +87,8 @@ struct GRAPHATTN_API AttentionLayerConfig {
 
   // Every field above, in order: what == compares (a new field joins it here).
   auto fields() const {
-    return std::tie(num_heads, num_kv_heads, head_size, block_size, dtype, kv_dtype, layout,
-                    window, soft_cap, scale, k_scale, v_scale, max_model_len, max_num_seqs, arch,
+    return std::tie(num_heads, num_kv_heads, head_size, block_size, dtype, kv_dtype, layout, window,
+                    soft_cap, scale, k_scale, v_scale, max_model_len, max_num_seqs, arch,
                     overlap_previous_kernel, check_bounds);
   }
   bool operator==(const AttentionLayerConfig& o) const { return fields() == o.fields(); }
@@ -117,10 +116,10 @@ struct GRAPHATTN_API AttentionMetadata {
   TensorView block_table;      // [>= num_reqs, max_blocks_per_seq] physical block ids
   TensorView slot_mapping;     // int64 [>= num_actual_tokens] cache slot of each new token or -1
   int num_reqs = 0;
-  int num_decodes = 0;         // requests [0, num_decodes) are decodes
-  int num_decode_tokens = 0;   // == num_decodes
-  int num_actual_tokens = 0;   // tokens written to the cache (a captured graph's padded count)
-  int max_query_len = 0;       // over the prefills (1 when there are none)
+  int num_decodes = 0;        // requests [0, num_decodes) are decodes
+  int num_decode_tokens = 0;  // == num_decodes
+  int num_actual_tokens = 0;  // tokens written to the cache (a captured graph's padded count)
+  int max_query_len = 0;      // over the prefills (1 when there are none)
   int max_seq_len = 0;
 };
 
@@ -210,7 +209,7 @@ class GRAPHATTN_API AttentionBackend {
   AttentionLayerConfig config_;
   std::vector<AttentionSpec> specs_;  // cache_write, decode, prefill
   bool prepared_ = false;
-  KernelCache* cache_ = nullptr;      // the cache prepare() loaded from
+  KernelCache* cache_ = nullptr;  // the cache prepare() loaded from
   // What prepare() loaded: the kernels (in specs_ order) and the device's multiprocessors and
   // occupancy for the split policy (runtime/attention.cpp).
   struct Loaded;

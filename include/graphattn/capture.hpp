@@ -28,12 +28,12 @@ GRAPHATTN_API std::vector<int> normalize_capture_sizes(std::vector<int> sizes);
 GRAPHATTN_API int padded_capture_size(const std::vector<int>& sorted_sizes, int n);
 
 struct GRAPHATTN_API GraphStats {
-  uint64_t captures = 0;         // graphs captured (first captures and re-captures)
-  uint64_t replays = 0;          // steps served by cuGraphLaunch
-  uint64_t updates = 0;          // graphs refreshed in place by cuGraphExecUpdate
-  uint64_t reinstantiations = 0; // updates the driver refused: instantiated anew
-  uint64_t eager_steps = 0;      // steps above the largest size, or with graphs disabled
-  double capture_ms = 0;         // host time spent capturing and instantiating
+  uint64_t captures = 0;           // graphs captured (first captures and re-captures)
+  uint64_t replays = 0;            // steps served by cuGraphLaunch
+  uint64_t updates = 0;            // graphs refreshed in place by cuGraphExecUpdate
+  uint64_t reinstantiations = 0;   // updates the driver refused: instantiated anew
+  uint64_t eager_steps = 0;        // steps above the largest size, or with graphs disabled
+  double capture_ms = 0;           // host time spent capturing and instantiating
   int64_t graph_memory_bytes = 0;  // device memory the instantiated graphs took (cuMemGetInfo)
 };
 
@@ -51,7 +51,7 @@ class GRAPHATTN_API GraphRunner {
   struct Options {
     std::vector<int> capture_sizes;  // empty: default_capture_sizes(max_num_seqs)
     int max_num_seqs = 256;
-    bool disable_graphs = false;     // also GRAPHATTN_DISABLE_GRAPHS=1
+    bool disable_graphs = false;  // also GRAPHATTN_DISABLE_GRAPHS=1
   };
 
   GraphRunner(Options options, Step step, Fingerprint fingerprint);
@@ -93,8 +93,8 @@ class GRAPHATTN_API AttentionLayerStack {
  public:
   struct Options {
     std::vector<AttentionLayerConfig> layers;  // one per layer (windows may alternate)
-    int max_tokens = 0;      // largest batch in tokens (the largest capture size, or more)
-    int num_blocks = 0;      // KV cache blocks per layer
+    int max_tokens = 0;          // largest batch in tokens (the largest capture size, or more)
+    int num_blocks = 0;          // KV cache blocks per layer
     int max_blocks_per_seq = 0;  // block-table width: ceil(max_model_len / block_size)
   };
   explicit AttentionLayerStack(Options options);

@@ -177,8 +177,8 @@ typedef struct graphattn_cache_options {
 GRAPHATTN_API void graphattn_cache_options_init(graphattn_cache_options_t* options)
     GRAPHATTN_NOEXCEPT;
 /* options NULL: the defaults of graphattn_cache_options_init. A directory that cannot be used
- * (read-only, not creatable, writable by others) is no failure: the cache runs memory-only (cache_dir says "") and
- * one warning goes to stderr. */
+ * (read-only, not creatable, writable by others) is no failure: the cache runs memory-only
+ * (cache_dir says "") and one warning goes to stderr. */
 GRAPHATTN_API graphattn_status_t graphattn_cache_create(
     const graphattn_cache_options_t* options, graphattn_cache_t* cache) GRAPHATTN_NOEXCEPT;
 /* The process-wide cache the C++ API uses when none is given. Not owned by the caller. */
@@ -331,11 +331,11 @@ typedef enum graphattn_bounds_kind {
 } graphattn_bounds_kind_t;
 typedef struct graphattn_bounds_violation {
   graphattn_bounds_kind_t kind;
-  int request;      /* block ids: the request (block_table row); slots: the decode request, or
-                       -1 when the cache write kernel met it */
-  int position;     /* block ids: the key position in the request; slots: the batch token */
-  int64_t value;    /* the block id or slot */
-  char message[256];/* e.g. "block id 70000 of request 3 at position 4096 is outside ..." */
+  int request;       /* block ids: the request (block_table row); slots: the decode request, or
+                        -1 when the cache write kernel met it */
+  int position;      /* block ids: the key position in the request; slots: the batch token */
+  int64_t value;     /* the block id or slot */
+  char message[256]; /* e.g. "block id 70000 of request 3 at position 4096 is outside ..." */
 } graphattn_bounds_violation_t;
 GRAPHATTN_API graphattn_status_t graphattn_backend_take_bounds_violation(
     graphattn_backend_t backend, graphattn_bounds_violation_t* violation) GRAPHATTN_NOEXCEPT;

@@ -104,12 +104,12 @@ struct GRAPHATTN_API CacheOptions {
 struct GRAPHATTN_API CacheStats {
   uint64_t memory_hits = 0;
   uint64_t disk_hits = 0;
-  uint64_t misses = 0;       // not in memory nor on disk: compiled
-  uint64_t compiles = 0;     // NVRTC runs that produced a cubin
+  uint64_t misses = 0;    // not in memory nor on disk: compiled
+  uint64_t compiles = 0;  // NVRTC runs that produced a cubin
   uint64_t compile_failures = 0;
-  uint64_t repairs = 0;      // bad disk entries found and replaced
+  uint64_t repairs = 0;  // bad disk entries found and replaced
   uint64_t evictions = 0;
-  double compile_ms = 0;     // total NVRTC wall time
+  double compile_ms = 0;        // total NVRTC wall time
   uint64_t write_failures = 0;  // compiled kernels that could not be written to disk
 };
 
@@ -144,8 +144,7 @@ class GRAPHATTN_API KernelCache {
  private:
   std::shared_ptr<const CompiledKernel> load_or_compile(const AttentionSpec& spec,
                                                         const KernelSource& src,
-                                                        const CacheKey& key,
-                                                        CacheOrigin* origin);
+                                                        const CacheKey& key, CacheOrigin* origin);
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -19,7 +19,7 @@ struct GRAPHATTN_API CommonAttentionMetadata {
   std::vector<int32_t> num_computed_tokens;  // [num_reqs] seq_lens - query lens
   std::vector<int32_t> block_table;          // [num_reqs, max_blocks_per_seq] physical blocks
   int max_blocks_per_seq = 0;
-  std::vector<int64_t> slot_mapping;         // [num_tokens]; entries past num_actual_tokens are -1
+  std::vector<int64_t> slot_mapping;  // [num_tokens]; entries past num_actual_tokens are -1
   int num_reqs = 0;
   int num_actual_tokens = 0;
   int max_query_len = 0;
@@ -81,8 +81,7 @@ class GRAPHATTN_API FlashAttentionMetadataBuilder {
  public:
   // Split-KV decode is graph-safe for every context length; prefill's grid depends on the
   // batch, so full graphs cover uniform single-token decode batches.
-  static constexpr CudaGraphSupport kCudaGraphSupport =
-      CudaGraphSupport::kUniformSingleTokenDecode;
+  static constexpr CudaGraphSupport kCudaGraphSupport = CudaGraphSupport::kUniformSingleTokenDecode;
   CudaGraphSupport cudagraph_support() const { return kCudaGraphSupport; }
 
   // common_prefix_len: tokens shared by every request (cascade attention); graphattn runs

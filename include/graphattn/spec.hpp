@@ -11,9 +11,9 @@
 namespace graphattn {
 
 enum class KernelKind { kCacheWrite, kDecode, kPrefill };
-enum class DType { kFloat16, kBFloat16 };           // query, output and (auto) KV element type
-enum class KvDType { kAuto, kFp8E4M3, kFp8E5M2 };   // KV cache element type; auto = DType
-enum class KvLayout { kNHD, kHND };                 // order of block_size and num_kv_heads
+enum class DType { kFloat16, kBFloat16 };          // query, output and (auto) KV element type
+enum class KvDType { kAuto, kFp8E4M3, kFp8E5M2 };  // KV cache element type; auto = DType
+enum class KvLayout { kNHD, kHND };                // order of block_size and num_kv_heads
 
 // Every axis of AttentionSpec, in the order of its canonical string. This one list declares the
 // fields and drives validate(), to_string(), parse(), operator==, the memory tier's packed key
@@ -32,26 +32,26 @@ enum class KvLayout { kNHD, kHND };                 // order of block_size and n
 //          index, a flag's 0/1), for kSuffix "#define <constant> 1" when set; "" for none (the
 //          kernel kind picks the template file instead)
 #define GRAPHATTN_SPEC_AXES(X)                                                                \
-  X(KernelKind, kind, KernelKind::kDecode, kName, "", "kernel kind", 8, "")                  \
-  /* 32..256, multiple of 8 */                                                               \
-  X(int, head_size, 128, kNumber, "_h", "head size", 512, "HEAD_SIZE")                       \
-  /* tokens per KV page: 16..256, multiple of 16 */                                          \
-  X(int, block_size, 16, kNumber, "_b", "block size", 512, "BLOCK_SIZE")                     \
-  X(DType, dtype, DType::kBFloat16, kName, "_", "dtype", 4, "IS_BF16")                       \
-  X(KvDType, kv_dtype, KvDType::kAuto, kName, "_kv", "KV cache dtype", 4, "KV_FP8")          \
-  /* query heads per KV head (GQA): 1..64 */                                                 \
-  X(int, group, 1, kNumber, "_g", "queries per KV head (group)", 128, "GROUP")               \
-  /* the window length itself is a launch argument */                                        \
-  X(bool, sliding_window, false, kFlag, "_swa", "window", 2, "HAS_WINDOW")                   \
-  /* the cap value itself is a launch argument */                                            \
-  X(bool, soft_cap, false, kFlag, "_cap", "soft cap", 2, "HAS_SOFT_CAP")                     \
-  X(KvLayout, layout, KvLayout::kNHD, kName, "_", "KV layout", 2, "KV_HND")                  \
-  /* compute capability * 10 + minor, e.g. 80, 89, 90 */                                     \
-  X(int, arch, 90, kNumber, "_sm", "target arch", 1024, "TARGET_ARCH")                       \
-  /* Checked mode: the kernel compares every block id and slot it reads with the cache's */  \
+  X(KernelKind, kind, KernelKind::kDecode, kName, "", "kernel kind", 8, "")                   \
+  /* 32..256, multiple of 8 */                                                                \
+  X(int, head_size, 128, kNumber, "_h", "head size", 512, "HEAD_SIZE")                        \
+  /* tokens per KV page: 16..256, multiple of 16 */                                           \
+  X(int, block_size, 16, kNumber, "_b", "block size", 512, "BLOCK_SIZE")                      \
+  X(DType, dtype, DType::kBFloat16, kName, "_", "dtype", 4, "IS_BF16")                        \
+  X(KvDType, kv_dtype, KvDType::kAuto, kName, "_kv", "KV cache dtype", 4, "KV_FP8")           \
+  /* query heads per KV head (GQA): 1..64 */                                                  \
+  X(int, group, 1, kNumber, "_g", "queries per KV head (group)", 128, "GROUP")                \
+  /* the window length itself is a launch argument */                                         \
+  X(bool, sliding_window, false, kFlag, "_swa", "window", 2, "HAS_WINDOW")                    \
+  /* the cap value itself is a launch argument */                                             \
+  X(bool, soft_cap, false, kFlag, "_cap", "soft cap", 2, "HAS_SOFT_CAP")                      \
+  X(KvLayout, layout, KvLayout::kNHD, kName, "_", "KV layout", 2, "KV_HND")                   \
+  /* compute capability * 10 + minor, e.g. 80, 89, 90 */                                      \
+  X(int, arch, 90, kNumber, "_sm", "target arch", 1024, "TARGET_ARCH")                        \
+  /* Checked mode: the kernel compares every block id and slot it reads with the cache's */   \
   /* size and reports the first one out of range (AttentionBackend::take_bounds_violation) */ \
   /* instead of reading or writing outside the cache. Off: the fast path, whose source and */ \
-  /* machine code carry no check at all. */                                                  \
+  /* machine code carry no check at all. */                                                   \
   X(bool, check_bounds, false, kSuffix, "_chk", "checked mode", 2, "GA_CHECK_BOUNDS")
 
 struct GRAPHATTN_API AttentionSpec {

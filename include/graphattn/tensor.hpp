@@ -18,11 +18,11 @@ GRAPHATTN_API const char* to_string(ScalarType t);
 constexpr int kMaxDims = 6;
 
 struct GRAPHATTN_API TensorView {
-  void* data = nullptr;             // device pointer
+  void* data = nullptr;  // device pointer
   ScalarType dtype = ScalarType::kFloat16;
   int ndim = 0;
   int64_t shape[kMaxDims] = {};
-  int64_t strides[kMaxDims] = {};   // in elements, not bytes
+  int64_t strides[kMaxDims] = {};  // in elements, not bytes
 
   // A contiguous (row-major) view.
   static TensorView contiguous(void* data, ScalarType dtype, std::initializer_list<int64_t> shape);

@@ -11,13 +11,13 @@ graphattn_backend_t attention_create(const graphattn_layer_config_t* config,
                                      graphattn_cache_t cache, size_t* workspace_bytes) {
   graphattn_backend_t attn = NULL;
   if (graphattn_backend_create(config, &attn) != GRAPHATTN_OK ||
-      graphattn_backend_prepare(attn, cache) != GRAPHATTN_OK ||  /* NULL: the default cache */
+      graphattn_backend_prepare(attn, cache) != GRAPHATTN_OK || /* NULL: the default cache */
       graphattn_backend_workspace_bytes(attn, workspace_bytes) != GRAPHATTN_OK) {
     fprintf(stderr, "graphattn: %s\n", graphattn_last_error());
     graphattn_backend_destroy(attn);
     return NULL;
   }
-  return attn;  /* the engine allocates *workspace_bytes of device memory, zero-filled, once */
+  return attn; /* the engine allocates *workspace_bytes of device memory, zero-filled, once */
 }
 
 /* Every step and layer: the tensors are DLPack views of the engine's device memory

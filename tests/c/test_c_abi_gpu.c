@@ -356,8 +356,8 @@ static void forward_case(const char* name, const layer_t* l, const int* q, const
   CHECK(ref_fill(st.d_out[0], 0xff, st.q_bytes) == 0); /* poison: NaN in fp16 and bf16 */
   CHECK(ref_fill(st.d_out[1], 0xff, st.q_bytes) == 0);
 
-  CHECK(attention_step(backend, &st.query, &st.key, &st.value, &st.kv_cache, &st.output, &st.md,
-                       ws, ws_bytes, stream) == 0);
+  CHECK(attention_step(backend, &st.query, &st.key, &st.value, &st.kv_cache, &st.output, &st.md, ws,
+                       ws_bytes, stream) == 0);
   CHECK(ref_stream_sync(stream) == 0);
   const ref_batch_t rb = ref_batch_of(&st);
   CHECK(ref_forward(&l->ref, &rb, cache_dir, stream) == 0);

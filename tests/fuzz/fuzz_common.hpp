@@ -18,7 +18,8 @@ inline void check_message(const std::string& m, size_t max_bytes = 4096) {
   if (m.empty()) broken("empty error message");
   if (m.size() > max_bytes) broken("message of " + std::to_string(m.size()) + " bytes");
   for (char c : m)
-    if (c != '\n' && (c < 0x20 || c >= 0x7f)) broken("raw control or non-ASCII byte in: " + m.substr(0, 200));
+    if (c != '\n' && (c < 0x20 || c >= 0x7f))
+      broken("raw control or non-ASCII byte in: " + m.substr(0, 200));
 }
 
 }  // namespace graphattn::fuzz

@@ -30,15 +30,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const std::vector<char> img(p, p + n);
     uint32_t header_bytes = 0;
     std::string why;
-    const EntryStatus prefix = graphattn::detail::check_entry_prefix(img.data(), img.size(),
-                                                                     img.size(), &header_bytes, &why);
+    const EntryStatus prefix = graphattn::detail::check_entry_prefix(
+        img.data(), img.size(), img.size(), &header_bytes, &why);
     EntryHeader h;
     std::vector<char> payload;
     const EntryStatus s = graphattn::detail::decode_entry(img, nullptr, &h, &payload, &why);
     if (prefix != EntryStatus::kOk && s != prefix) broken("prefix and whole decode disagree");
     if (s == EntryStatus::kOk) {
       if (header_bytes + payload.size() != img.size()) broken("lengths");
-      if (graphattn::detail::encode_entry(h, payload) != img) broken("accepted image does not re-encode");
+      if (graphattn::detail::encode_entry(h, payload) != img)
+        broken("accepted image does not re-encode");
       if (!graphattn::detail::check_cubin(payload.data(), payload.size(), h.arch, nullptr))
         broken("accepted a payload that is not a cubin");
     }
@@ -60,7 +61,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::vector<char> got;
   std::string why;
   const EntryStatus s = graphattn::detail::decode_entry(img, &h.key, &back, &got, &why);
-  const bool cubin = graphattn::detail::check_cubin(payload.data(), payload.size(), h.arch, nullptr);
+  const bool cubin =
+      graphattn::detail::check_cubin(payload.data(), payload.size(), h.arch, nullptr);
   if (s == EntryStatus::kOk) {
     if (!cubin) broken("accepted a payload that is not a cubin");
     if (got != payload || back.spec != h.spec || back.arch != h.arch || back.key != h.key)

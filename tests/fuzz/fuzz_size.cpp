@@ -23,7 +23,8 @@ bool reference(const std::string& text, uint64_t* out) {
   }
   if (i == 0) return false;
   std::string u;
-  for (; i < text.size(); ++i) u += static_cast<char>(std::tolower(static_cast<unsigned char>(text[i])));
+  for (; i < text.size(); ++i)
+    u += static_cast<char>(std::tolower(static_cast<unsigned char>(text[i])));
   int shift = -1;
   const std::string prefixes = "kmgt";
   if (u.empty() || u == "b") {

@@ -27,8 +27,12 @@ struct Batch {
   std::vector<unsigned char> cache_before;
 
   Batch(int requests, int new_tokens, int seq_len, KvDType kv_dtype, uint64_t seed = 1)
-      : n(requests), q_len(new_tokens), T(int64_t{requests} * new_tokens),
-        W((seq_len + B - 1) / B), NB(requests * W), kv(kv_dtype) {
+      : n(requests),
+        q_len(new_tokens),
+        T(int64_t{requests} * new_tokens),
+        W((seq_len + B - 1) / B),
+        NB(requests * W),
+        kv(kv_dtype) {
     std::mt19937_64 rng(seed);
     const int64_t elem = kv == KvDType::kAuto ? 2 : 1;
     cache = DeviceBuffer(2 * NB * B * KH * D * elem);
@@ -44,8 +48,7 @@ struct Batch {
     value_fp16.upload(ones_fp16.data(), ones_fp16.size() * 2);
     // Query: bf16 with exponents of 0.25..2 and random signs and mantissas.
     std::vector<uint16_t> qh(T * H * D);
-    for (auto& x : qh)
-      x = static_cast<uint16_t>((rng() & 0x807f) | ((0x7d + rng() % 3) << 7));
+    for (auto& x : qh) x = static_cast<uint16_t>((rng() & 0x807f) | ((0x7d + rng() % 3) << 7));
     q.upload(qh.data(), qh.size() * 2);
     // Cache bytes below 0x3c: as bf16 pairs or fp8 bytes these are finite and small.
     cache_before.resize(cache.bytes());
@@ -89,9 +92,12 @@ struct Batch {
   }
   ScalarType cache_type() const {
     switch (kv) {
-      case KvDType::kFp8E4M3: return ScalarType::kFloat8E4M3;
-      case KvDType::kFp8E5M2: return ScalarType::kFloat8E5M2;
-      default: return ScalarType::kBFloat16;
+      case KvDType::kFp8E4M3:
+        return ScalarType::kFloat8E4M3;
+      case KvDType::kFp8E5M2:
+        return ScalarType::kFloat8E5M2;
+      default:
+        return ScalarType::kBFloat16;
     }
   }
   TensorView cache_view() const {

@@ -59,7 +59,7 @@ TEST_CASE("gpu bounds check: out-of-range block ids and slots are reported, not 
       CHECK(v.position == 16);  // the first key of the decode tile that block holds
       CHECK(v.value == b.NB + 7);
       CHECK(v.describe().find("block id " + std::to_string(b.NB + 7) + " of request 1") == 0);
-      CHECK_FALSE(attn.take_bounds_violation());  // taken, so cleared
+      CHECK_FALSE(attn.take_bounds_violation());          // taken, so cleared
       set_block(b, 1, 1, static_cast<int32_t>(b.W + 1));  // request 1's own block again
       step(attn, b, 2, ws);
       CHECK_FALSE(attn.take_bounds_violation());

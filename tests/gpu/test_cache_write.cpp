@@ -22,7 +22,6 @@ struct WriteCase {
   int head_size, block_size, num_kv_heads, num_blocks, num_tokens;
 };
 
-
 void run_case(const WriteCase& c, KernelCache& cache, std::mt19937_64& rng) {
   INFO("dtype " << to_string(c.dtype) << " kv " << to_string(c.kv) << " " << to_string(c.layout)
                 << " head " << c.head_size << " block " << c.block_size << " kv heads "
@@ -57,7 +56,7 @@ void run_case(const WriteCase& c, KernelCache& cache, std::mt19937_64& rng) {
   d_cache.upload(host_cache.data(), cache_bytes);
 
   const ScalarType st = c.dtype == DType::kBFloat16 ? ScalarType::kBFloat16 : ScalarType::kFloat16;
-  const ScalarType kst = c.kv == KvDType::kAuto ? st
+  const ScalarType kst = c.kv == KvDType::kAuto      ? st
                          : c.kv == KvDType::kFp8E4M3 ? ScalarType::kFloat8E4M3
                                                      : ScalarType::kFloat8E5M2;
   TensorView kv_view;
@@ -81,7 +80,8 @@ void run_case(const WriteCase& c, KernelCache& cache, std::mt19937_64& rng) {
   std::vector<unsigned char> want = host_cache;
   auto offset = [&](int which, int64_t blk, int64_t off, int64_t h, int64_t d) {
     const int64_t base = which * NB * B * KH * D + blk * B * KH * D;
-    return c.layout == KvLayout::kNHD ? base + (off * KH + h) * D + d : base + (h * B + off) * D + d;
+    return c.layout == KvLayout::kNHD ? base + (off * KH + h) * D + d
+                                      : base + (h * B + off) * D + d;
   };
   for (int64_t t = 0; t < T; ++t) {
     if (slots[t] < 0) continue;
@@ -125,8 +125,8 @@ TEST_CASE("gpu cache write: exact against the host model across the spec axes") 
   for (DType dt : {DType::kFloat16, DType::kBFloat16})
     for (KvLayout lay : {KvLayout::kNHD, KvLayout::kHND})
       for (KvDType kv : {KvDType::kAuto, KvDType::kFp8E4M3, KvDType::kFp8E5M2})
-        for (auto hb : {std::pair{64, 16}, std::pair{128, 32}, std::pair{256, 16}, std::pair{40, 256},
-                        std::pair{96, 64}})
+        for (auto hb : {std::pair{64, 16}, std::pair{128, 32}, std::pair{256, 16},
+                        std::pair{40, 256}, std::pair{96, 64}})
           cases.push_back({dt, kv, lay, hb.first, hb.second, 4, 12, 97});
   cases.push_back({DType::kBFloat16, KvDType::kAuto, KvLayout::kNHD, 128, 16, 8, 300, 2048});
   cases.push_back({DType::kFloat16, KvDType::kFp8E4M3, KvLayout::kHND, 256, 128, 1, 20, 512});

@@ -43,7 +43,8 @@ void run_together(int threads, const std::function<void(int)>& fn) {
   while (ready.load() < threads) std::this_thread::yield();
   go = true;
   for (auto& th : pool) th.join();
-  for (int t = 0; t < threads; ++t) CHECK_MESSAGE(errors[t].empty(), "thread " << t << ": " << errors[t]);
+  for (int t = 0; t < threads; ++t)
+    CHECK_MESSAGE(errors[t].empty(), "thread " << t << ": " << errors[t]);
 }
 
 // Setup on the legacy stream (uploads, fills) done before any work on the tests' own
@@ -72,14 +73,16 @@ AttentionBackend split_backend(KernelCache& cache, int len, int n) {
 
 }  // namespace
 
-TEST_CASE("gpu concurrency: prepare() of different configurations on 6 threads compiles each kernel once") {
+TEST_CASE(
+    "gpu concurrency: prepare() of different configurations on 6 threads compiles each kernel "
+    "once") {
   GA_REQUIRE_GPU();
   TempKernelCache cache;
   std::vector<AttentionLayerConfig> configs;
   for (KvDType kv : {KvDType::kAuto, KvDType::kFp8E4M3})
     for (int max_len : {512, 4096}) configs.push_back(Batch::layer(kv, max_len));
   configs[1].head_size = 64;
-  configs[3].num_heads = 16;  // group 8
+  configs[3].num_heads = 16;      // group 8
   configs.push_back(configs[0]);  // the same kernels as another thread's
   configs.push_back(configs[2]);
   std::set<std::string> distinct;
@@ -99,14 +102,16 @@ TEST_CASE("gpu concurrency: two threads run forward() on two streams, each with 
   TempKernelCache cache;
   constexpr int kLen = 8192, kN = 2;
   const AttentionBackend attn = split_backend(cache, kLen, kN);
-  Batch batches[2] = {Batch(kN, 1, kLen, KvDType::kAuto, 11), Batch(kN, 1, kLen, KvDType::kAuto, 22)};
+  Batch batches[2] = {Batch(kN, 1, kLen, KvDType::kAuto, 11),
+                      Batch(kN, 1, kLen, KvDType::kAuto, 22)};
   DeviceBuffer workspaces[2] = {DeviceBuffer(attn.workspace_bytes()),
                                 DeviceBuffer(attn.workspace_bytes())};
   Stream streams[2];
   settle();
   // The step writes the same keys and values each time, so every run gives the same bytes.
   std::vector<unsigned char> alone[2];
-  for (int i = 0; i < 2; ++i) alone[i] = step_alone(attn, batches[i], kN, workspaces[i], streams[i]);
+  for (int i = 0; i < 2; ++i)
+    alone[i] = step_alone(attn, batches[i], kN, workspaces[i], streams[i]);
   REQUIRE(alone[0] != alone[1]);
   for (int i = 0; i < 2; ++i) {
     size_t nan_bytes = 0;  // the poison is 0xff bytes: none may survive
@@ -128,8 +133,9 @@ TEST_CASE("gpu workspace: a workspace that was never zero-filled gives the same 
   constexpr int kLen = 8192, kN = 1;
   const AttentionBackend attn = split_backend(cache, kLen, kN);
   if (attn.decode_cluster(kN)) {
-    MESSAGE("skipped: with GRAPHATTN_DECODE_CLUSTERS=1 this launch combines in a cluster and "
-            "uses no counters");
+    MESSAGE(
+        "skipped: with GRAPHATTN_DECODE_CLUSTERS=1 this launch combines in a cluster and "
+        "uses no counters");
     return;
   }
   Batch b(kN, 1, kLen, KvDType::kAuto, 5);

@@ -31,7 +31,6 @@ using namespace graphattn::test;
 
 namespace {
 
-
 ScalarType scalar_of(DType t) {
   return t == DType::kBFloat16 ? ScalarType::kBFloat16 : ScalarType::kFloat16;
 }

@@ -43,7 +43,8 @@ AttentionLayerStack::Options stack_options(int window) {
 
 std::vector<unsigned char> download(const TensorView& t, size_t bytes) {
   std::vector<unsigned char> h(bytes);
-  GA_CU_CHECK(detail::driver().cuMemcpyDtoH(h.data(), reinterpret_cast<CUdeviceptr>(t.data), bytes));
+  GA_CU_CHECK(
+      detail::driver().cuMemcpyDtoH(h.data(), reinterpret_cast<CUdeviceptr>(t.data), bytes));
   return h;
 }
 
@@ -77,7 +78,8 @@ CommonAttentionMetadata random_batch(std::mt19937_64& rng, bool prefills, int nu
     for (int b = 0; b < blocks; ++b) table[static_cast<size_t>(r) * W + b] = pool[next++];
     for (int p = k[r] - q[r]; p < k[r]; ++p)
       slots.push_back(static_cast<int64_t>(table[static_cast<size_t>(r) * W + p / kBlock]) *
-                          kBlock + p % kBlock);
+                          kBlock +
+                      p % kBlock);
   }
   return CommonAttentionMetadata::make(q, k, table, W, slots);
 }
@@ -104,8 +106,9 @@ TEST_CASE("gpu decode graphs: 200 random steps, graph replay equals eager exactl
 
   GraphRunner::Options go;
   go.capture_sizes = {1, 2, 4, 8, 16, 24, 32};
-  GraphRunner runner(go, [&](CUstream s, int n) { graph_stack.step(s, n); },
-                     [&] { return graph_stack.fingerprint(); });
+  GraphRunner runner(
+      go, [&](CUstream s, int n) { graph_stack.step(s, n); },
+      [&] { return graph_stack.fingerprint(); });
   runner.capture_all(stream);
   CHECK(runner.stats().captures == 7);
 
@@ -120,8 +123,8 @@ TEST_CASE("gpu decode graphs: 200 random steps, graph replay equals eager exactl
         for (int l = 0; l < kLayers; ++l) {
           moved.emplace_back(kv_bytes());
           TensorView kv = s->kv_cache(l);
-          GA_CU_CHECK(d.cuMemcpyDtoDAsync(moved.back().ptr(), reinterpret_cast<CUdeviceptr>(kv.data),
-                                          kv_bytes(), stream));
+          GA_CU_CHECK(d.cuMemcpyDtoDAsync(
+              moved.back().ptr(), reinterpret_cast<CUdeviceptr>(kv.data), kv_bytes(), stream));
           kv.data = moved.back().data();
           s->set_kv_cache(l, kv);
         }
@@ -166,9 +169,10 @@ TEST_CASE("gpu decode graphs: 200 random steps, graph replay equals eager exactl
   const GraphStats s = runner.stats();
   MESSAGE("replays " << s.replays << ", eager " << s.eager_steps << ", captures " << s.captures
                      << ", updates " << s.updates << ", re-instantiations " << s.reinstantiations
-                     << ", capture ms " << s.capture_ms << ", graph memory " << s.graph_memory_bytes);
+                     << ", capture ms " << s.capture_ms << ", graph memory "
+                     << s.graph_memory_bytes);
   CHECK(s.replays > 80);
-  CHECK(s.eager_steps > 20);                    // prefills and batches above 32
-  CHECK(s.updates + s.reinstantiations >= 1);   // the KV caches moved at step 100
+  CHECK(s.eager_steps > 20);                   // prefills and batches above 32
+  CHECK(s.updates + s.reinstantiations >= 1);  // the KV caches moved at step 100
   CHECK(compared_rows > 0);
 }

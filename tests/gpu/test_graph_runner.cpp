@@ -6,8 +6,8 @@
 #include <cstring>
 #include <numeric>
 
-#include "graphattn/graphattn.hpp"
 #include "graphattn/capture.hpp"
+#include "graphattn/graphattn.hpp"
 #include "runtime/driver.hpp"
 #include "tests/gpu/gpu_test_util.hpp"
 #include "tests/test_util.hpp"
@@ -61,11 +61,13 @@ TEST_CASE("gpu graph runner: replay equals eager, padding writes nothing, pointe
 
   GraphRunner::Options go;
   go.capture_sizes = {1, 2, 4, 8, 16, 32};
-  GraphRunner graphs(go, [&](CUstream s, int n) { graph_engine.step(s, n); },
-                     [&] { return graph_engine.fingerprint(); });
+  GraphRunner graphs(
+      go, [&](CUstream s, int n) { graph_engine.step(s, n); },
+      [&] { return graph_engine.fingerprint(); });
   go.disable_graphs = true;
-  GraphRunner eager(go, [&](CUstream s, int n) { eager_engine.step(s, n); },
-                    [&] { return eager_engine.fingerprint(); });
+  GraphRunner eager(
+      go, [&](CUstream s, int n) { eager_engine.step(s, n); },
+      [&] { return eager_engine.fingerprint(); });
   // Kernels are loaded before capture: nothing compiles inside it.
   graph_engine.step(stream, 1);
   GA_CU_CHECK(d.cuStreamSynchronize(stream));
@@ -123,7 +125,7 @@ TEST_CASE("gpu graph runner: replay equals eager, padding writes nothing, pointe
   }
   const GraphStats s = graphs.stats();
   CHECK(s.replays > 150);
-  CHECK(s.eager_steps > 0);      // batches of 33..48 tokens ran eagerly
+  CHECK(s.eager_steps > 0);                    // batches of 33..48 tokens ran eagerly
   CHECK(s.updates + s.reinstantiations >= 1);  // the KV cache moved at step 100
   CHECK(s.captures >= 6);
   CHECK(s.graph_memory_bytes >= 0);
@@ -141,21 +143,20 @@ TEST_CASE("gpu graph runner: loading a kernel inside a capture is refused with a
   GraphRunner::Options go;
   go.capture_sizes = {4};
   // A head size this process has never loaded: the step would have to compile inside capture.
-  GraphRunner r(go,
-                [&](CUstream s, int n) {
-                  DeviceBuffer* k = &e.key;
-                  write_kv_cache(
-                      TensorView::contiguous(k->data(), ScalarType::kBFloat16, {n, 2, 72}),
-                      TensorView::contiguous(k->data(), ScalarType::kBFloat16, {n, 2, 72}),
-                      TensorView::contiguous(e.caches[0].data(), ScalarType::kBFloat16,
-                                             {2, 8, 16, 2, 72}),
-                      TensorView::contiguous(e.slots.data(), ScalarType::kInt64, {n}), 1, 1, s,
-                      cache);
-                },
-                [] { return uint64_t{1}; });
+  GraphRunner r(
+      go,
+      [&](CUstream s, int n) {
+        DeviceBuffer* k = &e.key;
+        write_kv_cache(
+            TensorView::contiguous(k->data(), ScalarType::kBFloat16, {n, 2, 72}),
+            TensorView::contiguous(k->data(), ScalarType::kBFloat16, {n, 2, 72}),
+            TensorView::contiguous(e.caches[0].data(), ScalarType::kBFloat16, {2, 8, 16, 2, 72}),
+            TensorView::contiguous(e.slots.data(), ScalarType::kInt64, {n}), 1, 1, s, cache);
+      },
+      [] { return uint64_t{1}; });
   e.slots.fill_bytes(0xff);
-  CHECK_THROWS_WITH_AS(r.run(stream, 4), doctest::Contains("is not loaded and the stream is capturing"),
-                       Error);
+  CHECK_THROWS_WITH_AS(r.run(stream, 4),
+                       doctest::Contains("is not loaded and the stream is capturing"), Error);
   // The stream is usable afterwards.
   GA_CU_CHECK(d.cuStreamSynchronize(stream));
 }

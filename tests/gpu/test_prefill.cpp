@@ -30,7 +30,7 @@ struct PrefillCase {
   KvLayout layout = KvLayout::kNHD;
   int head_size = 128, block_size = 16, num_kv_heads = 2, group = 4;
   bool window = false, soft_cap = false;
-  int max_len = 200;  // bounds the random sequence lengths (keeps the float64 reference cheap)
+  int max_len = 200;   // bounds the random sequence lengths (keeps the float64 reference cheap)
   double q_std = 1.5;  // larger scores make the soft cap bite
   float cap = 0;       // the soft cap's value when soft_cap; 0: drawn from 2..10
 };
@@ -51,8 +51,6 @@ std::string describe(const PrefillCase& c) {
 }
 
 AttentionSpec spec_of(const PrefillCase& c) { return AttentionSpec::parse(describe(c)); }
-
-
 
 // Nearest fp8 code, ties to the even code, saturating: the same rounding as host_dtypes.hpp's
 // double_to_fp8, by binary search over the finite positive codes (which increase with the code).
