@@ -10,24 +10,58 @@
 namespace graphattn::detail {
 
 // X(name): every driver entry point graphattn uses.
-#define GA_DRIVER_FUNCTIONS(X)                                                                     \
-  X(cuInit)                                                                                        \
-  X(cuDriverGetVersion) X(cuGetErrorName) X(cuGetErrorString) X(cuDeviceGet) X(cuDeviceGetCount)   \
-      X(cuDeviceGetAttribute) X(cuDeviceGetName) X(cuDevicePrimaryCtxRetain)                       \
-          X(cuDevicePrimaryCtxRelease) X(cuCtxGetCurrent) X(cuCtxSetCurrent) X(cuCtxGetDevice)     \
-              X(cuCtxSynchronize) X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction) X(  \
-                  cuFuncSetAttribute) X(cuFuncGetAttribute) X(cuLaunchKernel) X(cuLaunchKernelEx)  \
-                  X(cuMemAlloc) X(cuMemFree) X(cuMemcpyHtoD) X(cuMemcpyDtoH) X(cuMemcpyHtoDAsync)  \
-                      X(cuMemcpyDtoHAsync) X(cuMemcpyDtoDAsync) X(cuMemsetD8) X(cuMemsetD8Async)   \
-                          X(cuMemsetD32Async) X(cuMemGetInfo) X(cuStreamCreate) X(cuStreamDestroy) \
-                              X(cuStreamSynchronize) X(cuStreamBeginCapture) X(cuStreamEndCapture) \
-                                  X(cuStreamIsCapturing) X(cuGraphInstantiate) X(cuGraphLaunch)    \
-                                      X(cuGraphExecUpdate) X(cuGraphExecDestroy) X(cuGraphDestroy) \
-                                          X(cuGraphGetNodes) X(cuEventCreate) X(cuEventDestroy)    \
-                                              X(cuEventRecord) X(cuEventSynchronize)               \
-                                                  X(cuEventElapsedTime) X(                         \
-                                                      cuOccupancyMaxActiveBlocksPerMultiprocessor) \
-                                                      X(cuOccupancyMaxPotentialClusterSize)
+// clang-format off (one entry a line: clang-format re-indents a list of macro calls)
+#define GA_DRIVER_FUNCTIONS(X)           \
+  X(cuInit)                              \
+  X(cuDriverGetVersion)                  \
+  X(cuGetErrorName)                      \
+  X(cuGetErrorString)                    \
+  X(cuDeviceGet)                         \
+  X(cuDeviceGetCount)                    \
+  X(cuDeviceGetAttribute)                \
+  X(cuDeviceGetName)                     \
+  X(cuDevicePrimaryCtxRetain)            \
+  X(cuDevicePrimaryCtxRelease)           \
+  X(cuCtxGetCurrent)                     \
+  X(cuCtxSetCurrent)                     \
+  X(cuCtxGetDevice)                      \
+  X(cuCtxSynchronize)                    \
+  X(cuModuleLoadData)                    \
+  X(cuModuleUnload)                      \
+  X(cuModuleGetFunction)                 \
+  X(cuFuncGetAttribute)                  \
+  X(cuLaunchKernel)                      \
+  X(cuLaunchKernelEx)                    \
+  X(cuMemAlloc)                          \
+  X(cuMemFree)                           \
+  X(cuMemcpyHtoD)                        \
+  X(cuMemcpyDtoH)                        \
+  X(cuMemcpyHtoDAsync)                   \
+  X(cuMemcpyDtoHAsync)                   \
+  X(cuMemcpyDtoDAsync)                   \
+  X(cuMemsetD8)                          \
+  X(cuMemsetD8Async)                     \
+  X(cuMemsetD32Async)                    \
+  X(cuMemGetInfo)                        \
+  X(cuStreamCreate)                      \
+  X(cuStreamDestroy)                     \
+  X(cuStreamSynchronize)                 \
+  X(cuStreamBeginCapture)                \
+  X(cuStreamEndCapture)                  \
+  X(cuStreamIsCapturing)                 \
+  X(cuGraphInstantiate)                  \
+  X(cuGraphLaunch)                       \
+  X(cuGraphExecUpdate)                   \
+  X(cuGraphExecDestroy)                  \
+  X(cuGraphDestroy)                      \
+  X(cuGraphGetNodes)                     \
+  X(cuEventCreate)                       \
+  X(cuEventDestroy)                      \
+  X(cuEventRecord)                       \
+  X(cuEventSynchronize)                  \
+  X(cuEventElapsedTime)                  \
+  X(cuOccupancyMaxPotentialClusterSize)
+// clang-format on
 
 struct DriverApi {
 #define GA_DECLARE(name) decltype(&::name) name = nullptr;
