@@ -10,7 +10,8 @@
 namespace graphattn::detail {
 
 // X(name): every driver entry point graphattn uses.
-// clang-format off (one entry a line: clang-format re-indents a list of macro calls)
+// One entry a line, outside clang-format (it re-indents a list of macro calls on every run).
+// clang-format off
 #define GA_DRIVER_FUNCTIONS(X)           \
   X(cuInit)                              \
   X(cuDriverGetVersion)                  \
