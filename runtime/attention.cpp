@@ -35,8 +35,6 @@ bool check_bounds_from_env() {
 
 enum SpecIndex { kWrite = 0, kDecodeIdx = 1, kPrefillIdx = 2 };
 
-size_t align256(size_t x) { return (x + 255) / 256 * 256; }
-
 }  // namespace
 
 AttentionSpec spec_for(const AttentionLayerConfig& c, KernelKind kind) {
@@ -166,14 +164,6 @@ bool AttentionBackend::decode_cluster(int num_decodes) const {
       .cluster;
 }
 
-// The workspace: the split counters (sized for max_num_seqs, at a fixed place so that every
-// batch size finds its counters at zero), then the partials of the largest batch's launch.
-size_t AttentionBackend::counter_bytes() const {
-  return align256(detail::decode_counter_count(config_.max_num_seqs, config_.num_kv_heads,
-                                               config_.num_heads / config_.num_kv_heads) *
-                  sizeof(unsigned));
-}
-
 size_t AttentionBackend::workspace_bytes() const {
   GA_REQUIRE(prepared_,
              "workspace_bytes: call prepare() first (the split policy needs the device)");
@@ -181,7 +171,7 @@ size_t AttentionBackend::workspace_bytes() const {
   for (int b = 1; b <= config_.max_num_seqs; ++b)
     most = std::max(most, detail::decode_workspace_bytes(b, config_.num_heads, config_.head_size,
                                                          decode_max_splits(b)));
-  return counter_bytes() + most;
+  return detail::layer_workspace(config_).total(most);
 }
 
 void AttentionBackend::forward(const TensorView& query, const TensorView& key,
@@ -254,18 +244,16 @@ void AttentionBackend::forward(const TensorView& query, const TensorView& key,
   d.v_scale = c.v_scale;
   void* const bounds = bounds_ ? bounds_->data() : nullptr;
   d.bounds = bounds;
-  const size_t counters = counter_bytes();
+  const detail::LayerWorkspace ws = detail::layer_workspace(c);
   d.counters = workspace;
-  d.workspace =
-      workspace_size >= counters ? static_cast<unsigned char*>(workspace) + counters : nullptr;
-  d.workspace_size = workspace_size >= counters ? workspace_size - counters : 0;
+  d.workspace = workspace_size >= ws.partials ? static_cast<unsigned char*>(workspace) + ws.partials
+                                              : nullptr;
+  d.workspace_size = workspace_size >= ws.partials ? workspace_size - ws.partials : 0;
   const bool decode = md.num_decodes > 0;
   if (decode) {
-    GA_REQUIRE(detail::decode_spec(d, c.arch) == specs_[kDecodeIdx],
-               "forward: the views need kernel " + detail::decode_spec(d, c.arch).to_string() +
-                   " but the layer prepared " + specs_[kDecodeIdx].to_string());
-    const size_t need = counters + detail::decode_workspace_bytes(md.num_decodes, c.num_heads,
-                                                                  c.head_size, d.max_splits);
+    detail::check_decode_launch(specs_[kDecodeIdx], d, kc, "forward");
+    const size_t need = ws.total(
+        detail::decode_workspace_bytes(md.num_decodes, c.num_heads, c.head_size, d.max_splits));
     GA_REQUIRE(workspace != nullptr && workspace_size >= need,
                "forward: workspace of " + str(static_cast<int64_t>(workspace_size)) +
                    " bytes is smaller than the " + str(static_cast<int64_t>(need)) +
@@ -291,9 +279,7 @@ void AttentionBackend::forward(const TensorView& query, const TensorView& key,
   if (prefill) {
     GA_REQUIRE(md.max_query_len >= 1, "metadata: max_query_len " + str(md.max_query_len) +
                                           " must be >= 1 when the batch has prefills");
-    GA_REQUIRE(detail::prefill_spec(pf, c.arch) == specs_[kPrefillIdx],
-               "forward: the views need kernel " + detail::prefill_spec(pf, c.arch).to_string() +
-                   " but the layer prepared " + specs_[kPrefillIdx].to_string());
+    detail::check_prefill_launch(specs_[kPrefillIdx], pf, kc, "forward");
   }
 
   // A decode-only step writes its new keys and values inside the decode kernel: one launch fewer
@@ -302,11 +288,10 @@ void AttentionBackend::forward(const TensorView& query, const TensorView& key,
   // slower at batch 64 on an H200, so fp8 fuses only split launches (small batches, where the
   // saved launch matters most). Batches with prefills run the cache write kernel first.
   TensorView k = key, v = value;
-  detail::KvCacheShape written{};
   if (write) {
     k.shape[0] = md.num_actual_tokens;
     v.shape[0] = md.num_actual_tokens;
-    written = detail::check_cache_write(k, v, kv_cache, md.slot_mapping, c.k_scale, c.v_scale);
+    detail::check_cache_write(k, v, kc, md.slot_mapping, c.k_scale, c.v_scale);
   }
   const bool fused_write = write && decode && !prefill && md.num_actual_tokens == md.num_decodes &&
                            (c.kv_dtype == KvDType::kAuto || d.max_splits > 1);
@@ -317,7 +302,7 @@ void AttentionBackend::forward(const TensorView& query, const TensorView& key,
     d.early_prologue = c.overlap_previous_kernel;
   } else if (write) {
     // The layer's own cache write kernel, loaded by prepare(): no lookup per call.
-    detail::launch_cache_write(*loaded_->kernels[kWrite], k, v, kv_cache, written, md.slot_mapping,
+    detail::launch_cache_write(*loaded_->kernels[kWrite], k, v, kv_cache, kc, md.slot_mapping,
                                c.k_scale, c.v_scale, stream, bounds);
   }
   if (decode && d.max_splits > 1 && !d.cluster) {
@@ -328,12 +313,12 @@ void AttentionBackend::forward(const TensorView& query, const TensorView& key,
     auto& seen = cleared_->addresses;
     if (std::find(seen.begin(), seen.end(), workspace) == seen.end()) {
       GA_CU_CHECK(detail::driver().cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(workspace), 0,
-                                                   counters, stream));
+                                                   ws.counters, stream));
       seen.push_back(workspace);
     }
   }
-  if (decode) detail::launch_decode(*loaded_->kernels[kDecodeIdx], d, stream);
-  if (prefill) detail::launch_prefill(*loaded_->kernels[kPrefillIdx], pf, stream);
+  if (decode) detail::enqueue_decode(*loaded_->kernels[kDecodeIdx], d, stream);
+  if (prefill) detail::enqueue_prefill(*loaded_->kernels[kPrefillIdx], pf, stream);
 }
 
 BoundsViolation AttentionBackend::take_bounds_violation() const {

@@ -16,6 +16,14 @@ KvCacheShape check_cache_write(const TensorView& key, const TensorView& value,
                                const TensorView& kv_cache, const TensorView& slot_mapping,
                                float k_scale, float v_scale) {
   require_rank(key, 3, "key", "[num_tokens, num_kv_heads, head_size]");
+  const KvCacheShape kc = check_kv_cache(kv_cache, dtype_of(key.dtype));
+  check_cache_write(key, value, kc, slot_mapping, k_scale, v_scale);
+  return kc;
+}
+
+void check_cache_write(const TensorView& key, const TensorView& value, const KvCacheShape& kc,
+                       const TensorView& slot_mapping, float k_scale, float v_scale) {
+  require_rank(key, 3, "key", "[num_tokens, num_kv_heads, head_size]");
   require_rank(value, 3, "value", "[num_tokens, num_kv_heads, head_size]");
   require_rank(slot_mapping, 1, "slot_mapping", "[num_tokens]");
   const DType dtype = dtype_of(key.dtype);
@@ -23,7 +31,9 @@ KvCacheShape check_cache_write(const TensorView& key, const TensorView& value,
                                            " differs from key dtype " + to_string(key.dtype));
   GA_REQUIRE(slot_mapping.dtype == ScalarType::kInt64,
              "slot_mapping must be int64, got " + std::string(to_string(slot_mapping.dtype)));
-  const KvCacheShape kc = check_kv_cache(kv_cache, dtype);
+  GA_REQUIRE(dtype == kc.dtype, "key dtype " + std::string(to_string(key.dtype)) +
+                                    " differs from the " + to_string(kc.dtype) +
+                                    " the KV cache was checked for");
   for (const auto* t : {&key, &value}) {
     const char* name = t == &key ? "key" : "value";
     GA_REQUIRE(t->shape[1] == kc.num_kv_heads && t->shape[2] == kc.head_size,
@@ -40,7 +50,6 @@ KvCacheShape check_cache_write(const TensorView& key, const TensorView& value,
     GA_REQUIRE(k_scale > 0 && v_scale > 0, "fp8 KV cache needs positive k_scale and v_scale, got " +
                                                std::to_string(k_scale) + " and " +
                                                std::to_string(v_scale));
-  return kc;
 }
 
 void launch_cache_write(const LoadedKernel& k, const TensorView& key, const TensorView& value,

@@ -4,8 +4,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
-#include <mutex>
-#include <set>
 #include <string>
 
 #include "graphattn/backend.hpp"
@@ -46,24 +44,11 @@ void require_int32_rows(const TensorView& t, const char* name, int64_t min_rows,
              std::string(name) + " must have a contiguous last dimension, got " + t.describe());
 }
 
-std::mutex& limit_mutex() {
-  static std::mutex* mu = new std::mutex;
-  return *mu;
-}
-std::set<CUfunction>& limit_done() {
-  static std::set<CUfunction>* done = new std::set<CUfunction>;
-  return *done;
-}
-
 int kv_bytes_of(const AttentionSpec& s) { return s.kv_dtype == KvDType::kAuto ? 2 : 1; }
 
-void ensure_shared_limit(CUfunction f, int bytes) {
-  if (bytes <= 48 * 1024) return;
-  std::lock_guard<std::mutex> lock(limit_mutex());
-  if (limit_done().count(f)) return;
-  GA_CU_CHECK(
-      driver().cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes));
-  limit_done().insert(f);
+// The pipeline depth a launch asks for (0: the shallow default).
+int stages_of(const AttentionSpec& s, const DecodeLaunch& a) {
+  return a.stages == 0 ? ga_decode_shallow_stages(s.head_size, kv_bytes_of(s)) : a.stages;
 }
 
 }  // namespace
@@ -82,6 +67,14 @@ size_t decode_counter_count(int num_decodes, int num_kv_heads, int group) {
          ga_decode_head_chunks(group);
 }
 
+LayerWorkspace layer_workspace(const AttentionLayerConfig& c) {
+  LayerWorkspace w;
+  w.counters = decode_counter_count(c.max_num_seqs, c.num_kv_heads, c.num_heads / c.num_kv_heads) *
+               sizeof(unsigned);
+  w.partials = align_up(w.counters);
+  return w;
+}
+
 DecodeDevice prepare_decode_kernel(const LoadedKernel& decode) {
   GA_REQUIRE(decode.compiled != nullptr, "prepare_decode_kernel: kernel is not loaded");
   const AttentionSpec& s = decode.compiled->spec;
@@ -90,7 +83,7 @@ DecodeDevice prepare_decode_kernel(const LoadedKernel& decode) {
   const int deep = ga_decode_smem_bytes(s.head_size, kvb, max_stages);
   const int shallow =
       ga_decode_smem_bytes(s.head_size, kvb, ga_decode_shallow_stages(s.head_size, kvb));
-  ensure_shared_limit(decode.function, deep);
+  ensure_shared_limit(decode, deep);
   const auto& d = driver();
   CUdevice dev;
   GA_CU_CHECK(d.cuCtxGetDevice(&dev));
@@ -202,11 +195,11 @@ DecodeGrid decode_grid(int num_decodes, int num_kv_heads, int group, int max_mod
   return g;
 }
 
-void launch_decode(const LoadedKernel& decode, const DecodeLaunch& a, CUstream stream) {
-  GA_REQUIRE(decode.compiled != nullptr, "launch_decode: kernel is not loaded");
-  const AttentionSpec& ks = decode.compiled->spec;
-  const AttentionSpec spec = decode_spec(a, ks.arch);
-  GA_REQUIRE(spec == ks, "launch_decode: the arguments need kernel " + spec.to_string() +
+void check_decode_launch(const AttentionSpec& ks, const DecodeLaunch& a, const KvCacheShape& kc,
+                         const char* where) {
+  const AttentionSpec spec = attention_spec_for(KernelKind::kDecode, a.query, a.output, kc,
+                                                a.window, a.soft_cap, ks.arch, a.bounds != nullptr);
+  GA_REQUIRE(spec == ks, std::string(where) + ": the views need kernel " + spec.to_string() +
                              " but kernel " + ks.to_string() + " was given");
   require_vector_access(a.query, "query");
   require_vector_access(a.output, "output");
@@ -235,6 +228,17 @@ void launch_decode(const LoadedKernel& decode, const DecodeLaunch& a, CUstream s
         a.k_scale > 0 && a.v_scale > 0 && std::isfinite(a.k_scale) && std::isfinite(a.v_scale),
         "fp8 KV cache needs positive k_scale and v_scale, got " + std::to_string(a.k_scale) +
             " and " + std::to_string(a.v_scale));
+  const int kvb = kv_bytes_of(spec);
+  const int stages = stages_of(spec, a);
+  GA_REQUIRE(stages >= 2 && stages <= ga_decode_max_stages(spec.head_size, kvb),
+             "stages " + str(a.stages) + " is not supported for " + spec.to_string() +
+                 "; supported: 0 (default), 2.." + str(ga_decode_max_stages(spec.head_size, kvb)));
+  // prepare_decode_kernel sized the clusters for the shallow pipeline's shared memory.
+  GA_REQUIRE(
+      !(a.cluster && a.max_splits > 1) || stages <= ga_decode_shallow_stages(spec.head_size, kvb),
+      "a cluster launch runs the shallow pipeline: stages " + str(stages) +
+          " is not supported with cluster; supported: 0 (default), 2.." +
+          str(ga_decode_shallow_stages(spec.head_size, kvb)));
   const WorkspaceLayout w =
       workspace_layout(a.num_decodes, static_cast<int>(num_heads), spec.head_size, a.max_splits);
   GA_REQUIRE(w.total == 0 || (a.workspace != nullptr && a.workspace_size >= w.total &&
@@ -244,6 +248,9 @@ void launch_decode(const LoadedKernel& decode, const DecodeLaunch& a, CUstream s
                  str(static_cast<int64_t>(w.total)) + " bytes, 16-byte aligned, are needed for " +
                  str(a.num_decodes) + " requests and " + str(a.max_splits) + " splits");
   const int num_kv_heads = static_cast<int>(a.kv_cache.shape[3]);
+  const int64_t grid_y = int64_t{num_kv_heads} * ga_decode_head_chunks(spec.group);
+  GA_REQUIRE(grid_y <= 65535, "decode launch too large: " + str(grid_y) +
+                                  " KV-head blocks per request (at most 65535)");
   GA_REQUIRE(
       a.max_splits == 1 || a.cluster ||
           (a.counters != nullptr && reinterpret_cast<uintptr_t>(a.counters) % 4 == 0),
@@ -254,16 +261,25 @@ void launch_decode(const LoadedKernel& decode, const DecodeLaunch& a, CUstream s
   if (a.new_key.ndim != 0) {
     // The fused cache write: forward() checked these through check_cache_write; a direct
     // launch gets the same checks of the rows the kernel reads.
-    require_kv_dtype(a.new_key, a.new_value, spec.dtype, "launch_decode");
+    require_kv_dtype(a.new_key, a.new_value, spec.dtype, where);
     TensorView k = a.new_key, v = a.new_value;
     GA_REQUIRE(
         k.ndim == 3 && v.ndim == 3 && k.shape[0] >= a.num_decodes && v.shape[0] >= a.num_decodes,
-        "launch_decode: new_key " + k.describe() + " and new_value " + v.describe() +
+        std::string(where) + ": new_key " + k.describe() + " and new_value " + v.describe() +
             " must be [>= num_decodes (" + str(a.num_decodes) + "), num_kv_heads, head_size]");
     k.shape[0] = v.shape[0] = a.num_decodes;
-    check_cache_write(k, v, a.kv_cache, a.slot_mapping, a.k_scale, a.v_scale);
+    check_cache_write(k, v, kc, a.slot_mapping, a.k_scale, a.v_scale);
   }
+}
+
+void enqueue_decode(const LoadedKernel& decode, const DecodeLaunch& a, CUstream stream) {
   if (a.num_decodes == 0) return;
+  const AttentionSpec& spec = decode.compiled->spec;
+  const bool fp8 = spec.kv_dtype != KvDType::kAuto;
+  const int64_t num_heads = a.query.shape[1];
+  const int num_kv_heads = static_cast<int>(a.kv_cache.shape[3]);
+  const WorkspaceLayout w =
+      workspace_layout(a.num_decodes, static_cast<int>(num_heads), spec.head_size, a.max_splits);
 
   DecodeParams p{};
   unsigned char* ws = static_cast<unsigned char*>(a.workspace);
@@ -288,29 +304,16 @@ void launch_decode(const LoadedKernel& decode, const DecodeLaunch& a, CUstream s
     p.new_value_head_stride = a.new_value.strides[1];
     p.num_slots = a.kv_cache.shape[1] * a.kv_cache.shape[2];
   }
-  p.num_blocks = a.kv_cache.shape[1];
   p.bounds = static_cast<GaBoundsReport*>(a.bounds);
 
   const int64_t grid_y = int64_t{num_kv_heads} * ga_decode_head_chunks(spec.group);
-  GA_REQUIRE(grid_y <= 65535, "decode launch too large: " + str(grid_y) +
-                                  " KV-head blocks per request (at most 65535)");
   const int kvb = kv_bytes_of(spec);
-  const int stages = a.stages == 0 ? ga_decode_shallow_stages(spec.head_size, kvb) : a.stages;
-  GA_REQUIRE(stages >= 2 && stages <= ga_decode_max_stages(spec.head_size, kvb),
-             "stages " + str(a.stages) + " is not supported for " + spec.to_string() +
-                 "; supported: 0 (default), 2.." + str(ga_decode_max_stages(spec.head_size, kvb)));
+  const int stages = stages_of(spec, a);
   p.stages = stages;
   p.early_prologue = a.early_prologue && !fp8 && a.new_key.ndim != 0 ? 1 : 0;
   p.cluster_splits = a.cluster && a.max_splits > 1 ? 1 : 0;
-  // prepare_decode_kernel sized the clusters for the shallow pipeline's shared memory.
-  GA_REQUIRE(!p.cluster_splits || stages <= ga_decode_shallow_stages(spec.head_size, kvb),
-             "a cluster launch runs the shallow pipeline: stages " + str(stages) +
-                 " is not supported with cluster; supported: 0 (default), 2.." +
-                 str(ga_decode_shallow_stages(spec.head_size, kvb)));
   const int smem = ga_decode_smem_bytes(spec.head_size, kvb, stages);
-  ensure_shared_limit(
-      decode.function,
-      ga_decode_smem_bytes(spec.head_size, kvb, ga_decode_max_stages(spec.head_size, kvb)));
+  ensure_shared_limit(decode, smem);
   LaunchShape shape;
   shape.grid_x = static_cast<unsigned>(a.max_splits);
   shape.grid_y = static_cast<unsigned>(grid_y);
@@ -319,6 +322,12 @@ void launch_decode(const LoadedKernel& decode, const DecodeLaunch& a, CUstream s
   shape.shared_bytes = static_cast<unsigned>(smem);
   shape.cluster_x = p.cluster_splits ? static_cast<unsigned>(a.max_splits) : 1;
   launch(decode, shape, stream, p);
+}
+
+void launch_decode(const LoadedKernel& decode, const DecodeLaunch& a, CUstream stream) {
+  const KvCacheShape kc = check_direct_launch(decode, a.query, a.kv_cache, "launch_decode");
+  check_decode_launch(decode.compiled->spec, a, kc, "launch_decode");
+  enqueue_decode(decode, a, stream);
 }
 
 }  // namespace graphattn::detail

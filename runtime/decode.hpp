@@ -21,6 +21,7 @@
 #include "graphattn/spec.hpp"
 #include "graphattn/tensor.hpp"
 #include "runtime/module_cache.hpp"
+#include "runtime/tensor_checks.hpp"
 
 namespace graphattn::detail {
 
@@ -87,6 +88,16 @@ size_t decode_workspace_bytes(int num_decodes, int num_heads, int head_size, int
 // Split counters of one launch: one per (request, KV head, chunk of 16 query heads).
 size_t decode_counter_count(int num_decodes, int num_kv_heads, int group);
 
+// A layer's workspace (AttentionBackend::workspace_bytes()): the split counters for max_num_seqs
+// requests first, at a fixed place so that every batch size finds its counters at zero, then,
+// 256-byte aligned, the partials of one launch (decode_workspace_bytes of its batch).
+struct LayerWorkspace {
+  size_t counters = 0;  // bytes of split counters at offset 0
+  size_t partials = 0;  // offset of the launch's partials
+  size_t total(size_t partial_bytes) const { return partials + partial_bytes; }
+};
+LayerWorkspace layer_workspace(const AttentionLayerConfig& config);
+
 // Raises `decode`'s dynamic shared-memory limit to what its deepest pipeline needs and reads
 // the device's multiprocessor count and the kernel's occupancy. Call once per loaded kernel
 // before any capture.
@@ -103,6 +114,15 @@ DecodeDevice prepare_decode_kernel(const LoadedKernel& decode);
 //   max_model_len: longest seq_len; window: sliding window (0 none); group: heads per KV head
 DecodeGrid decode_grid(int num_decodes, int num_kv_heads, int group, int max_model_len, int window,
                        int head_size, KvDType kv_dtype, const DecodeDevice& device);
+
+// Every check of a decode launch's arguments against the kernel spec `ks`, given the KV cache's
+// shape (check_kv_cache of args.kv_cache, checked once by the caller); `where` names the caller
+// in the messages. Throws graphattn::Error naming the bad argument.
+void check_decode_launch(const AttentionSpec& ks, const DecodeLaunch& args, const KvCacheShape& kc,
+                         const char* where);
+// Launches decode on arguments that check_decode_launch() accepted for decode's spec; checks
+// nothing. num_decodes 0 launches nothing.
+void enqueue_decode(const LoadedKernel& decode, const DecodeLaunch& args, CUstream stream);
 
 // Checks `args` against the loaded kernel and launches decode on `stream` (one kernel: split
 // partials are combined by the last split of each request). Allocates and synchronizes nothing;

@@ -12,6 +12,7 @@ struct Registry {
   std::mutex mu;
   // Node-based: references handed out stay valid while new kernels are added.
   std::map<std::pair<std::string, CUcontext>, LoadedKernel> loaded;
+  std::map<CUfunction, int> shared_limit;  // dynamic shared memory allowed, above the default
 };
 
 Registry& registry() {
@@ -54,6 +55,18 @@ const LoadedKernel& load_kernel(const AttentionSpec& spec, KernelCache& cache, C
   auto [it, inserted] = r.loaded.emplace(id, k);
   if (!inserted) d.cuModuleUnload(k.module);  // another thread loaded it first
   return it->second;
+}
+
+void ensure_shared_limit(const LoadedKernel& k, int bytes) {
+  constexpr int kDefaultLimit = 48 * 1024;
+  if (bytes <= kDefaultLimit) return;
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  int& limit = r.shared_limit[k.function];
+  if (limit >= bytes) return;
+  GA_CU_CHECK(driver().cuFuncSetAttribute(k.function,
+                                          CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes));
+  limit = bytes;
 }
 
 }  // namespace graphattn::detail

@@ -21,6 +21,11 @@ struct LoadedKernel {
 const LoadedKernel& load_kernel(const AttentionSpec& spec, KernelCache& cache,
                                 CUstream stream = nullptr);
 
+// Lets k's blocks use `bytes` of dynamic shared memory (above the 48 KiB default the driver
+// must be told; the limit only grows). Thread-safe; a driver call only the first time a kernel
+// needs more.
+void ensure_shared_limit(const LoadedKernel& k, int bytes);
+
 struct LaunchShape {
   unsigned grid_x = 1, grid_y = 1, grid_z = 1;
   unsigned block_x = 1;
@@ -57,7 +62,8 @@ void launch(const LoadedKernel& k, const LaunchShape& s, CUstream stream, const 
 }
 
 // The paged-attention fields that DecodeParams and PrefillParams share: query and output rows,
-// the key and value halves of the flash-layout cache, sequence lengths and the block table.
+// and the paged KV cache (PagedKvView: the key and value halves of the flash-layout cache,
+// sequence lengths and the block table).
 template <typename Params>
 void set_paged_attention_views(Params& p, const TensorView& query, const TensorView& output,
                                const TensorView& kv_cache, const TensorView& seq_lens,
@@ -65,18 +71,19 @@ void set_paged_attention_views(Params& p, const TensorView& query, const TensorV
   const int64_t elem = scalar_bytes(kv_cache.dtype);
   p.query = query.data;
   p.output = output.data;
-  p.key_cache = kv_cache.data;
-  p.value_cache = static_cast<const char*>(kv_cache.data) + kv_cache.strides[0] * elem;
-  p.seq_lens = static_cast<const int*>(seq_lens.data);
-  p.block_table = static_cast<const int*>(block_table.data);
   p.query_token_stride = query.strides[0];
   p.query_head_stride = query.strides[1];
   p.output_token_stride = output.strides[0];
   p.output_head_stride = output.strides[1];
-  p.cache_block_stride = kv_cache.strides[1];
-  p.cache_token_stride = kv_cache.strides[2];
-  p.cache_head_stride = kv_cache.strides[3];
-  p.block_table_stride = block_table.strides[0];
+  p.kv.key_cache = kv_cache.data;
+  p.kv.value_cache = static_cast<const char*>(kv_cache.data) + kv_cache.strides[0] * elem;
+  p.kv.seq_lens = static_cast<const int*>(seq_lens.data);
+  p.kv.block_table = static_cast<const int*>(block_table.data);
+  p.kv.cache_block_stride = kv_cache.strides[1];
+  p.kv.cache_token_stride = kv_cache.strides[2];
+  p.kv.cache_head_stride = kv_cache.strides[3];
+  p.kv.block_table_stride = block_table.strides[0];
+  p.kv.num_blocks = kv_cache.shape[1];
 }
 
 }  // namespace graphattn::detail

@@ -2,8 +2,6 @@
 #include "runtime/prefill.hpp"
 
 #include <cmath>
-#include <mutex>
-#include <set>
 #include <string>
 
 #include "graphattn/backend.hpp"
@@ -28,52 +26,24 @@ void require_int32_vector(const TensorView& t, const char* name, int64_t min_len
                                         str(min_len) + " entries for the requests launched");
 }
 
-// Raises the kernel's dynamic shared memory limit once per loaded function.
-void ensure_shared_limit(CUfunction f, int bytes) {
-  if (bytes <= 48 * 1024) return;
-  static std::mutex mu;
-  static std::set<CUfunction>* done = new std::set<CUfunction>;
-  std::lock_guard<std::mutex> lock(mu);
-  if (done->count(f)) return;
-  GA_CU_CHECK(
-      driver().cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes));
-  done->insert(f);
-}
-
 }  // namespace
 
 PrefillConfig prefill_config(const AttentionSpec& spec) {
-  PrefillConfig c;
+  // The templates size their tiles with the same params.h functions.
+  const int d = spec.head_size;
   switch (select_prefill_kernel(spec)) {
     case PrefillKernel::kNone:
-      throw Error("prefill_config: " + spec.to_string() + " is not a valid prefill spec");
-    case PrefillKernel::kWgmma: {
-      // Mirrors the PW_* constants of templates/prefill_sm90.cu.
-      const int d = spec.head_size;
-      c.threads = 384;  // one producer and two consumer warpgroups
-      c.block_m = 128;
-      c.block_n = d <= 128 ? 128 : 64;
-      const int q_bytes = c.block_m * d * 2, kv_bytes = c.block_n * d * 2;
-      const int slack = 1024 + 256;  // base alignment + mbarriers
-      int stages = (227 * 1024 - slack - q_bytes) / (2 * kv_bytes);
-      if (stages > 4) stages = 4;
-      c.shared_bytes = q_bytes + 2 * stages * kv_bytes + slack;
-      return c;
-    }
-    case PrefillKernel::kMmaSync:
       break;
+    case PrefillKernel::kWgmma:
+      return {GA_PREFILL_SM90_BLOCK_M, ga_prefill_sm90_block_n(d), GA_PREFILL_SM90_THREADS,
+              ga_prefill_sm90_smem_bytes(d)};
+    case PrefillKernel::kMmaSync: {
+      const bool fp8 = spec.kv_dtype != KvDType::kAuto;
+      return {ga_prefill_block_m(d), ga_prefill_block_n(d), GA_PREFILL_THREADS,
+              ga_prefill_smem_bytes(d, fp8)};
+    }
   }
-  // Mirrors the PF_* constants of templates/prefill.cu.
-  const int head_pad = (spec.head_size + 15) / 16 * 16;
-  const bool fp8 = spec.kv_dtype != KvDType::kAuto;
-  c.threads = 128;
-  c.block_m = 64 * (head_pad <= 128 ? 2 : 1);  // 4 warps x 16 rows x row tiles per warp
-  c.block_n = head_pad <= 128 ? 64 : 32;
-  const int row = head_pad + 8;
-  const int stages = fp8 ? 1 : 2;
-  c.shared_bytes = (c.block_m + 2 * stages * c.block_n) * row * 2 +
-                   (fp8 ? 2 * 2 * c.block_n * spec.head_size : 0);
-  return c;
+  throw Error("prefill_config: " + spec.to_string() + " is not a valid prefill spec");
 }
 
 AttentionSpec prefill_spec(const PrefillLaunch& a, int arch) {
@@ -81,11 +51,11 @@ AttentionSpec prefill_spec(const PrefillLaunch& a, int arch) {
                             a.soft_cap, arch, a.bounds != nullptr);
 }
 
-void launch_prefill(const LoadedKernel& k, const PrefillLaunch& a, CUstream stream) {
-  GA_REQUIRE(k.compiled != nullptr, "launch_prefill: kernel is not loaded");
-  const AttentionSpec& ks = k.compiled->spec;
-  const AttentionSpec spec = prefill_spec(a, ks.arch);
-  GA_REQUIRE(spec == ks, "launch_prefill: the arguments need kernel " + spec.to_string() +
+void check_prefill_launch(const AttentionSpec& ks, const PrefillLaunch& a, const KvCacheShape& kc,
+                          const char* where) {
+  const AttentionSpec spec = attention_spec_for(KernelKind::kPrefill, a.query, a.output, kc,
+                                                a.window, a.soft_cap, ks.arch, a.bounds != nullptr);
+  GA_REQUIRE(spec == ks, std::string(where) + ": the views need kernel " + spec.to_string() +
                              " but kernel " + ks.to_string() + " was given");
   require_vector_access(a.query, "query");
   require_vector_access(a.output, "output");
@@ -110,16 +80,25 @@ void launch_prefill(const LoadedKernel& k, const PrefillLaunch& a, CUstream stre
         a.k_scale > 0 && a.v_scale > 0 && std::isfinite(a.k_scale) && std::isfinite(a.v_scale),
         "fp8 KV cache needs positive k_scale and v_scale, got " + std::to_string(a.k_scale) +
             " and " + std::to_string(a.v_scale));
+  const PrefillConfig cfg = prefill_config(spec);
+  const int64_t rows = static_cast<int64_t>(a.max_query_len) * spec.group;
+  const int64_t grid_x = (rows + cfg.block_m - 1) / cfg.block_m;
+  const int64_t grid_y = a.num_reqs - a.first_req;
+  const int64_t grid_z = a.kv_cache.shape[3];
+  GA_REQUIRE(grid_x < (int64_t{1} << 31) && grid_y <= 65535 && grid_z <= 65535,
+             "prefill launch too large: " + str(grid_x) + " row tiles, " + str(grid_y) +
+                 " requests (at most 65535), " + str(grid_z) + " KV heads (at most 65535)");
+}
 
+void enqueue_prefill(const LoadedKernel& k, const PrefillLaunch& a, CUstream stream) {
+  const AttentionSpec& spec = k.compiled->spec;
+  const bool fp8 = spec.kv_dtype != KvDType::kAuto;
   const PrefillConfig cfg = prefill_config(spec);
   const int64_t rows = static_cast<int64_t>(a.max_query_len) * spec.group;
   const int64_t grid_x = (rows + cfg.block_m - 1) / cfg.block_m;
   const int64_t grid_y = a.num_reqs - a.first_req;
   const int64_t grid_z = a.kv_cache.shape[3];
   if (grid_x == 0 || grid_y == 0) return;
-  GA_REQUIRE(grid_x < (int64_t{1} << 31) && grid_y <= 65535 && grid_z <= 65535,
-             "prefill launch too large: " + str(grid_x) + " row tiles, " + str(grid_y) +
-                 " requests (at most 65535), " + str(grid_z) + " KV heads (at most 65535)");
 
   PrefillParams p{};
   set_paged_attention_views(p, a.query, a.output, a.kv_cache, a.seq_lens, a.block_table);
@@ -132,10 +111,9 @@ void launch_prefill(const LoadedKernel& k, const PrefillLaunch& a, CUstream stre
   p.soft_cap = a.soft_cap;
   p.v_scale = fp8 ? a.v_scale : 1.0f;
   p.window = a.window;
-  p.num_blocks = a.kv_cache.shape[1];
   p.bounds = static_cast<GaBoundsReport*>(a.bounds);
 
-  ensure_shared_limit(k.function, cfg.shared_bytes);
+  ensure_shared_limit(k, cfg.shared_bytes);
   LaunchShape shape;
   shape.grid_x = static_cast<unsigned>(grid_x);
   shape.grid_y = static_cast<unsigned>(grid_y);
@@ -143,6 +121,12 @@ void launch_prefill(const LoadedKernel& k, const PrefillLaunch& a, CUstream stre
   shape.block_x = static_cast<unsigned>(cfg.threads);
   shape.shared_bytes = static_cast<unsigned>(cfg.shared_bytes);
   launch(k, shape, stream, p);
+}
+
+void launch_prefill(const LoadedKernel& k, const PrefillLaunch& a, CUstream stream) {
+  const KvCacheShape kc = check_direct_launch(k, a.query, a.kv_cache, "launch_prefill");
+  check_prefill_launch(k.compiled->spec, a, kc, "launch_prefill");
+  enqueue_prefill(k, a, stream);
 }
 
 }  // namespace graphattn::detail
@@ -169,9 +153,13 @@ void prefill_attention(const TensorView& query, const TensorView& kv_cache,
   a.soft_cap = soft_cap;
   a.k_scale = k_scale;
   a.v_scale = v_scale;
-  const AttentionSpec spec = detail::prefill_spec(a, current_device_arch());
+  detail::require_rank(query, 3, "query", "[num_tokens, num_heads, head_size]");
+  const detail::KvCacheShape kc = detail::check_kv_cache(kv_cache, dtype_of(query.dtype));
+  const AttentionSpec spec = detail::attention_spec_for(
+      KernelKind::kPrefill, query, output, kc, window, soft_cap, current_device_arch(), false);
   const detail::LoadedKernel& k = detail::load_kernel(spec, cache, stream);
-  detail::launch_prefill(k, a, stream);
+  detail::check_prefill_launch(spec, a, kc, "prefill_attention");
+  detail::enqueue_prefill(k, a, stream);
 }
 
 }  // namespace graphattn

@@ -12,6 +12,7 @@
 #include "graphattn/spec.hpp"
 #include "graphattn/tensor.hpp"
 #include "runtime/module_cache.hpp"
+#include "runtime/tensor_checks.hpp"
 
 namespace graphattn::detail {
 
@@ -41,13 +42,20 @@ struct PrefillLaunch {
 // head counts (throws graphattn::Error naming the bad argument); does not touch the device.
 AttentionSpec prefill_spec(const PrefillLaunch& args, int arch);
 
+// Every check of a prefill launch's arguments against the kernel spec `ks`, given the KV cache's
+// shape (check_kv_cache of args.kv_cache, checked once by the caller); `where` names the caller.
+void check_prefill_launch(const AttentionSpec& ks, const PrefillLaunch& args,
+                          const KvCacheShape& kc, const char* where);
+// Launches on arguments that check_prefill_launch() accepted for k's spec; checks nothing.
+void enqueue_prefill(const LoadedKernel& k, const PrefillLaunch& args, CUstream stream);
+
 // Checks `args` against the loaded kernel's spec and launches it on `stream`. Allocates
 // nothing and synchronises nothing; safe inside a graph capture once `k` is loaded. A launch
 // with no request or max_query_len 0 launches nothing.
 void launch_prefill(const LoadedKernel& k, const PrefillLaunch& args, CUstream stream);
 
-// Tile configuration of a prefill spec; must agree with the template that
-// select_prefill_kernel() picks (templates/prefill.cu or templates/prefill_sm90.cu).
+// Tile configuration of a prefill spec, from templates/params.h's ga_prefill_* functions, which
+// the template that select_prefill_kernel() picks sizes its tiles with.
 struct PrefillConfig {
   int block_m = 0;       // rows (query token x group head) per thread block
   int block_n = 0;       // keys per KV tile

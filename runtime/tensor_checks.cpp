@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <string>
 
+#include "runtime/module_cache.hpp"
+
 namespace graphattn {
 
 namespace detail {
@@ -32,6 +34,7 @@ void require_vector_access(const TensorView& t, const char* name) {
 
 KvCacheShape check_kv_cache(const TensorView& c, DType dtype) {
   KvCacheShape s;
+  s.dtype = dtype;
   s.layout = kv_layout_of(c);
   s.kv_dtype = kv_dtype_of(c, dtype);
   GA_REQUIRE(c.shape[0] == 2, "kv_cache dimension 0 must be 2 (keys, values), got " + c.describe());
@@ -52,6 +55,13 @@ KvCacheShape check_kv_cache(const TensorView& c, DType dtype) {
   return s;
 }
 
+KvCacheShape check_direct_launch(const LoadedKernel& k, const TensorView& query,
+                                 const TensorView& kv_cache, const char* where) {
+  GA_REQUIRE(k.compiled != nullptr, std::string(where) + ": kernel is not loaded");
+  require_rank(query, 3, "query", "[num_tokens, num_heads, head_size]");
+  return check_kv_cache(kv_cache, dtype_of(query.dtype));
+}
+
 AttentionLayerConfig layer_of(const KvCacheShape& kc, DType dtype, int arch) {
   AttentionLayerConfig c;
   c.num_heads = c.num_kv_heads = static_cast<int>(kc.num_kv_heads);
@@ -67,6 +77,14 @@ AttentionLayerConfig layer_of(const KvCacheShape& kc, DType dtype, int arch) {
 AttentionSpec attention_spec_for(KernelKind kind, const TensorView& query, const TensorView& output,
                                  const TensorView& kv_cache, int window, float soft_cap, int arch,
                                  bool check_bounds) {
+  require_rank(query, 3, "query", "[num_tokens, num_heads, head_size]");
+  return attention_spec_for(kind, query, output, check_kv_cache(kv_cache, dtype_of(query.dtype)),
+                            window, soft_cap, arch, check_bounds);
+}
+
+AttentionSpec attention_spec_for(KernelKind kind, const TensorView& query, const TensorView& output,
+                                 const KvCacheShape& kc, int window, float soft_cap, int arch,
+                                 bool check_bounds) {
   const auto str = [](int64_t v) { return std::to_string(v); };
   require_rank(query, 3, "query", "[num_tokens, num_heads, head_size]");
   require_rank(output, 3, "output", "[num_tokens, num_heads, head_size]");
@@ -74,7 +92,9 @@ AttentionSpec attention_spec_for(KernelKind kind, const TensorView& query, const
   GA_REQUIRE(output.dtype == query.dtype, "output dtype " + std::string(to_string(output.dtype)) +
                                               " differs from query dtype " +
                                               to_string(query.dtype));
-  const KvCacheShape kc = check_kv_cache(kv_cache, dtype);
+  GA_REQUIRE(dtype == kc.dtype, "query dtype " + std::string(to_string(query.dtype)) +
+                                    " differs from the " + to_string(kc.dtype) +
+                                    " the KV cache was checked for");
   const int64_t num_heads = query.shape[1];
   GA_REQUIRE(query.shape[2] == kc.head_size,
              "query " + query.describe() + " has head size " + str(query.shape[2]) +

@@ -22,14 +22,21 @@ void require_kv_dtype(const TensorView& key, const TensorView& value, DType dtyp
 // The head dimension is contiguous and every row starts 16-byte aligned (vector loads).
 void require_vector_access(const TensorView& t, const char* name);
 
+// A KV cache view after check_kv_cache(): what it holds. A call checks its cache view once and
+// hands this on to every later check and launch.
 struct KvCacheShape {
   int64_t num_blocks = 0, block_size = 0, num_kv_heads = 0, head_size = 0;
+  DType dtype = DType::kFloat16;  // the model dtype it was checked for
   KvLayout layout = KvLayout::kNHD;
   KvDType kv_dtype = KvDType::kAuto;
   void* key_data = nullptr;
   void* value_data = nullptr;
 };
 KvCacheShape check_kv_cache(const TensorView& kv_cache, DType dtype);
+// The start of a direct launch (launch_decode, launch_prefill): k is loaded, the query has rank
+// 3, and the KV cache view is checked for the query's dtype. `where` names the caller.
+KvCacheShape check_direct_launch(const LoadedKernel& k, const TensorView& query,
+                                 const TensorView& kv_cache, const char* where);
 // The layer configuration a checked KV cache view says (heads: num_kv_heads query heads, group
 // 1), for spec_for() on direct calls that have no AttentionLayerConfig.
 AttentionLayerConfig layer_of(const KvCacheShape& kc, DType dtype, int arch);
@@ -38,6 +45,10 @@ AttentionLayerConfig layer_of(const KvCacheShape& kc, DType dtype, int arch);
 // (graphattn::Error naming the bad argument). Touches no device.
 AttentionSpec attention_spec_for(KernelKind kind, const TensorView& query, const TensorView& output,
                                  const TensorView& kv_cache, int window, float soft_cap, int arch,
+                                 bool check_bounds);
+// The same for a cache view that check_kv_cache() has accepted (kc).
+AttentionSpec attention_spec_for(KernelKind kind, const TensorView& query, const TensorView& output,
+                                 const KvCacheShape& kc, int window, float soft_cap, int arch,
                                  bool check_bounds);
 // Launches the loaded cache write kernel `k` on views that check_cache_write() accepted (kc is
 // its result); checks nothing.
@@ -52,5 +63,8 @@ void launch_cache_write(const LoadedKernel& k, const TensorView& key, const Tens
 KvCacheShape check_cache_write(const TensorView& key, const TensorView& value,
                                const TensorView& kv_cache, const TensorView& slot_mapping,
                                float k_scale, float v_scale);
+// The same for a cache view that check_kv_cache() has accepted (kc).
+void check_cache_write(const TensorView& key, const TensorView& value, const KvCacheShape& kc,
+                       const TensorView& slot_mapping, float k_scale, float v_scale);
 
 }  // namespace graphattn::detail

@@ -179,7 +179,7 @@ __device__ __forceinline__ bool ga_prefill_begin(const PrefillParams& p, unsigne
   t.q_len = p.query_start_loc[t.req + 1] - t.q_start;
   const int rows = t.q_len * GROUP;
   if (t.m0 >= rows) return false;
-  t.seq_len = p.seq_lens[t.req];
+  t.seq_len = p.kv.seq_lens[t.req];
   t.ctx = t.seq_len - t.q_len;  // position of the request's first query token
   t.m_end = min(rows, t.m0 + BLOCK_M);
   t.pos_lo = t.ctx + t.m0 / GROUP;
@@ -227,9 +227,9 @@ __device__ __forceinline__ int ga_checked_block(int block, long long num_blocks,
 __device__ __forceinline__ int ga_prefill_checked_block(const PrefillParams& p,
                                                         const int* block_row, int key) {
   const int block = __ldg(block_row + key / BLOCK_SIZE);
-  if (block >= 0 && block < p.num_blocks) return block;
+  if (block >= 0 && block < p.kv.num_blocks) return block;
   const long long request =
-      p.block_table_stride > 0 ? (block_row - p.block_table) / p.block_table_stride : 0;
+      p.kv.block_table_stride > 0 ? (block_row - p.kv.block_table) / p.kv.block_table_stride : 0;
   ga_report_bounds(p.bounds, 1, static_cast<int>(request), key, block);
   return 0;
 }

@@ -279,7 +279,7 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
                              ? GROUP - head_chunk * GA_DECODE_HEADS_PER_BLOCK
                              : HPB;
 
-  const int seq_len = p.seq_lens[req];
+  const int seq_len = p.kv.seq_lens[req];
   if (seq_len <= 0) {  // a padded row: zeros out, no block-table read
     if (early) ga_grid_dependency_sync();
     if (split == 0) {
@@ -326,9 +326,9 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
     if (new_slot >= p.num_slots) new_slot = -1;
   }
   const long long new_dst = new_slot >= 0
-                                ? (new_slot / BLOCK_SIZE) * p.cache_block_stride +
-                                      (new_slot % BLOCK_SIZE) * p.cache_token_stride +
-                                      static_cast<long long>(kv_head) * p.cache_head_stride
+                                ? (new_slot / BLOCK_SIZE) * p.kv.cache_block_stride +
+                                      (new_slot % BLOCK_SIZE) * p.kv.cache_token_stride +
+                                      static_cast<long long>(kv_head) * p.kv.cache_head_stride
                                 : 0;
   if (KV_FP8 != 0 && new_slot >= 0) {
     for (int i = tid; i < 2 * (HEAD_SIZE / 8); i += GA_DECODE_THREADS) {
@@ -340,7 +340,7 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
                 : static_cast<const ga_u16*>(p.new_key) + req * p.new_key_token_stride +
                       kv_head * p.new_key_head_stride;
       const uint4 x = *reinterpret_cast<const uint4*>(src + d);
-      void* cache = const_cast<void*>(which ? p.value_cache : p.key_cache);
+      void* cache = const_cast<void*>(which ? p.kv.value_cache : p.kv.key_cache);
       const ga_u16* h = reinterpret_cast<const ga_u16*>(&x);
       const float scale = which ? p.v_scale : p.k_scale;
       __align__(8) ga_u8 q[8];
@@ -373,11 +373,11 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
     __syncwarp();
   }
 
-  const unsigned char* key_cache = static_cast<const unsigned char*>(p.key_cache);
-  const unsigned char* value_cache = static_cast<const unsigned char*>(p.value_cache);
-  const long long head_off = static_cast<long long>(kv_head) * p.cache_head_stride * KV_BYTES;
-  const long long token_bytes = p.cache_token_stride * KV_BYTES;
-  const int* bt_row = p.block_table + req * p.block_table_stride;
+  const unsigned char* key_cache = static_cast<const unsigned char*>(p.kv.key_cache);
+  const unsigned char* value_cache = static_cast<const unsigned char*>(p.kv.value_cache);
+  const long long head_off = static_cast<long long>(kv_head) * p.kv.cache_head_stride * KV_BYTES;
+  const long long token_bytes = p.kv.cache_token_stride * KV_BYTES;
+  const int* bt_row = p.kv.block_table + req * p.kv.block_table_stride;
   const unsigned ring_addr = ga_smem_addr(ring);
   // 16-bit fused write: the pipeline zero-fills the new token's row; its owner warp patches it
   // in from registers (tile new_j of that warp, row new_row).
@@ -407,12 +407,12 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
     }
     const int t0 = base + (tile_begin + warp + NW * j) * TILE;
 #ifdef GA_CHECK_BOUNDS
-    const int block = ga_checked_block(__shfl_sync(0xffffffffu, bt_cached, j - bt_j0), p.num_blocks,
-                                       p.bounds, req, t0);
+    const int block = ga_checked_block(__shfl_sync(0xffffffffu, bt_cached, j - bt_j0),
+                                       p.kv.num_blocks, p.bounds, req, t0);
 #else
     const int block = __shfl_sync(0xffffffffu, bt_cached, j - bt_j0);
 #endif
-    const long long off = static_cast<long long>(block) * p.cache_block_stride * KV_BYTES +
+    const long long off = static_cast<long long>(block) * p.kv.cache_block_stride * KV_BYTES +
                           (t0 % BLOCK_SIZE) * token_bytes + head_off;
     const unsigned stage = ring_addr + issue_stage * STAGE_BYTES;
     issue_stage = issue_stage + 1 == stages ? 0 : issue_stage + 1;
@@ -475,7 +475,7 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
                         kv_head * p.new_key_head_stride;
         new_rows[k] = *reinterpret_cast<const uint4*>(src + c * 8);
         if (head_chunk == 0) {
-          void* cache = const_cast<void*>(which ? p.value_cache : p.key_cache);
+          void* cache = const_cast<void*>(which ? p.kv.value_cache : p.kv.key_cache);
           *reinterpret_cast<uint4*>(static_cast<ga_u16*>(cache) + new_dst + c * 8) = new_rows[k];
         }
       }

@@ -42,6 +42,21 @@ struct CacheWriteParams {
   GaBoundsReport* bounds;  // checked mode only
 };
 
+// The paged KV cache as an attention kernel reads it (decode and prefill): the key and value
+// halves of the flash-layout cache, each request's sequence length and block table row.
+struct PagedKvView {
+  const void* key_cache;         // [num_blocks, block_size, num_kv_heads, head_size] NHD, or
+                                 // [num_blocks, num_kv_heads, block_size, head_size] HND; kv dtype
+  const void* value_cache;       // same shape as key_cache
+  const int* block_table;        // [num_reqs, block_table_stride] int32 physical block ids
+  const int* seq_lens;           // [num_reqs] int32 context + new tokens; <= 0: zeros out
+  long long cache_block_stride;  // shared by key_cache and value_cache, elements
+  long long cache_token_stride;
+  long long cache_head_stride;
+  long long block_table_stride;  // elements between block_table rows
+  long long num_blocks;          // blocks in the cache (checked mode compares block ids with it)
+};
+
 // Split-KV decode (flash-decoding), one query token per request. Grid
 // (max_splits, num_kv_heads * ga_decode_head_chunks(GROUP), num_decodes), GA_DECODE_THREADS
 // threads, ga_decode_smem_bytes(..., stages) bytes of dynamic shared memory. Request r's split
@@ -52,12 +67,8 @@ struct CacheWriteParams {
 // counter to zero: no second kernel. In a cluster launch (cluster_splits) the splits combine
 // through distributed shared memory instead.
 struct DecodeParams {
+  PagedKvView kv;                // request r: block table row r, seq_lens[r]
   const void* query;             // [num_tokens, num_heads, head_size] dtype; request r: token r
-  const void* key_cache;         // [num_blocks, block_size, num_kv_heads, head_size] NHD, or
-                                 // [num_blocks, num_kv_heads, block_size, head_size] HND; kv dtype
-  const void* value_cache;       // same shape as key_cache
-  const int* block_table;        // [num_decodes, block_table_stride] int32 physical block ids
-  const int* seq_lens;           // [num_decodes] int32 context + new token; <= 0: zeros out
   void* output;                  // [num_tokens, num_heads, head_size] dtype
   float* partial_out;            // [num_decodes, num_heads, max_splits, head_size] fp32, each
                                  // split's softmax-normalized output (times v_scale)
@@ -69,15 +80,11 @@ struct DecodeParams {
   long long query_head_stride;
   long long output_token_stride;
   long long output_head_stride;
-  long long cache_block_stride;  // shared by key_cache and value_cache, elements
-  long long cache_token_stride;
-  long long cache_head_stride;
-  long long block_table_stride;  // elements between block_table rows
-  float scale;                   // softmax scale
-  float k_scale;                 // fp8 KV: key = stored * k_scale; 1 otherwise
-  float v_scale;                 // fp8 KV: value = stored * v_scale; 1 otherwise
-  float soft_cap;                // HAS_SOFT_CAP: scores -> soft_cap * tanh(score / soft_cap)
-  int window;                    // HAS_WINDOW: key k visible from position p when p - k < window
+  float scale;     // softmax scale
+  float k_scale;   // fp8 KV: key = stored * k_scale; 1 otherwise
+  float v_scale;   // fp8 KV: value = stored * v_scale; 1 otherwise
+  float soft_cap;  // HAS_SOFT_CAP: scores -> soft_cap * tanh(score / soft_cap)
+  int window;      // HAS_WINDOW: key k visible from position p when p - k < window
   // Fused cache write (decode-only steps): the blocks holding a request's last tile store its
   // new key and value at slot_mapping[r] (skipped when negative or >= num_slots), so no
   // separate cache write kernel runs; position seq_len - 1 then attends to that row. With a
@@ -101,7 +108,6 @@ struct DecodeParams {
   int early_prologue;      // 16-bit caches: 1 reads seq_lens, block_table, slot_mapping
                            // and the KV cache before waiting for the previous kernel
                            // (programmatic dependent launch): only when it writes none
-  long long num_blocks;    // checked mode only: blocks in the cache
   GaBoundsReport* bounds;  // checked mode only
 };
 
@@ -149,29 +155,75 @@ constexpr int ga_decode_smem_bytes(int head_size, int kv_bytes, int stages) {
 // Prefill (and chunked prefill / prefix caching): variable-length queries over the paged KV
 // cache, causal. The launch covers requests [first_req, first_req + gridDim.y).
 struct PrefillParams {
+  PagedKvView kv;                // request r: block table row r, seq_lens[r] (0: write zeros)
   const void* query;             // [num_tokens, num_heads, head_size] dtype
   void* output;                  // [num_tokens, num_heads, head_size] dtype
-  const void* key_cache;         // [num_blocks, block_size, num_kv_heads, head_size] NHD, or
-                                 // [num_blocks, num_kv_heads, block_size, head_size] HND; kv dtype
-  const void* value_cache;       // same shape as key_cache
   const int* query_start_loc;    // [num_reqs + 1] token offsets of each request's queries
-  const int* seq_lens;           // [num_reqs] context + new tokens; 0: write zeros
-  const int* block_table;        // [num_reqs, block_table_stride] physical block ids
   long long query_token_stride;  // elements
   long long query_head_stride;
   long long output_token_stride;
   long long output_head_stride;
-  long long cache_block_stride;  // shared by key_cache and value_cache, elements
-  long long cache_token_stride;
-  long long cache_head_stride;
-  long long block_table_stride;  // elements between block_table rows
-  int first_req;                 // request of blockIdx.y == 0
-  int num_kv_heads;              // == gridDim.z
-  float scale_log2;              // softmax scale * k_scale (fp8) * log2(e); no soft cap
-  float scale;                   // softmax scale * k_scale (fp8), used with the soft cap
-  float soft_cap;                // HAS_SOFT_CAP: scores -> soft_cap * tanh(score / soft_cap)
-  float v_scale;                 // fp8 KV: multiplies the output; 1 otherwise
-  int window;                    // HAS_WINDOW: key k visible from position p when p - k < window
-  long long num_blocks;          // checked mode only: blocks in the cache
-  GaBoundsReport* bounds;        // checked mode only
+  int first_req;           // request of blockIdx.y == 0
+  int num_kv_heads;        // == gridDim.z
+  float scale_log2;        // softmax scale * k_scale (fp8) * log2(e); no soft cap
+  float scale;             // softmax scale * k_scale (fp8), used with the soft cap
+  float soft_cap;          // HAS_SOFT_CAP: scores -> soft_cap * tanh(score / soft_cap)
+  float v_scale;           // fp8 KV: multiplies the output; 1 otherwise
+  int window;              // HAS_WINDOW: key k visible from position p when p - k < window
+  GaBoundsReport* bounds;  // checked mode only
 };
+
+// Prefill tile geometry, shared by the host (runtime/prefill.cpp) and the two prefill templates
+// (evaluated at compile time by both). detail::select_prefill_kernel() picks the template.
+//
+// templates/prefill.cu (mma.sync, every arch): GA_PREFILL_WARPS warps; a warp owns
+// ga_prefill_row_tiles() m16 row tiles of the block's ga_prefill_block_m() rows; K/V tiles of
+// ga_prefill_block_n() keys in padded shared-memory rows, double-buffered (16-bit KV) or staged
+// raw and converted (fp8 KV).
+constexpr int GA_PREFILL_WARPS = 4;
+constexpr int GA_PREFILL_THREADS = 32 * GA_PREFILL_WARPS;
+constexpr int ga_prefill_head_pad(int head_size) { return (head_size + 15) / 16 * 16; }
+constexpr int ga_prefill_row_tiles(int head_size) {
+  return ga_prefill_head_pad(head_size) <= 128 ? 2 : 1;
+}
+constexpr int ga_prefill_block_m(int head_size) {
+  return GA_PREFILL_WARPS * 16 * ga_prefill_row_tiles(head_size);
+}
+constexpr int ga_prefill_block_n(int head_size) {
+  return ga_prefill_head_pad(head_size) <= 128 ? 64 : 32;
+}
+// Shared-memory row stride in 16-bit elements (8 of padding: no ldmatrix bank conflicts).
+constexpr int ga_prefill_row_elems(int head_size) { return ga_prefill_head_pad(head_size) + 8; }
+constexpr int ga_prefill_stages(bool kv_fp8) { return kv_fp8 ? 1 : 2; }
+constexpr int ga_prefill_smem_bytes(int head_size, bool kv_fp8) {
+  // Q and the 16-bit K/V tiles, then (fp8) the raw K/V tiles: [stage][k/v][n][head_size].
+  return (ga_prefill_block_m(head_size) +
+          2 * ga_prefill_stages(kv_fp8) * ga_prefill_block_n(head_size)) *
+             ga_prefill_row_elems(head_size) * 2 +
+         (kv_fp8 ? 2 * 2 * ga_prefill_block_n(head_size) * head_size : 0);
+}
+//
+// templates/prefill_sm90.cu (Hopper wgmma, sm_90a, 16-bit KV, head size a multiple of 64): one
+// producer warpgroup and GA_PREFILL_SM90_CONSUMERS consumer warpgroups of 64 rows each; a ring
+// of K and V stages in as much shared memory as a block may have (227 KiB), at most 4.
+constexpr int GA_PREFILL_SM90_CONSUMERS = 2;
+constexpr int GA_PREFILL_SM90_THREADS = 128 * (GA_PREFILL_SM90_CONSUMERS + 1);
+constexpr int GA_PREFILL_SM90_BLOCK_M = 64 * GA_PREFILL_SM90_CONSUMERS;
+constexpr int GA_PREFILL_SM90_SLACK = 1024 + 256;  // base alignment + mbarriers
+constexpr int ga_prefill_sm90_block_n(int head_size) { return head_size <= 128 ? 128 : 64; }
+constexpr int ga_prefill_sm90_q_bytes(int head_size) {
+  return GA_PREFILL_SM90_BLOCK_M * head_size * 2;
+}
+constexpr int ga_prefill_sm90_kv_bytes(int head_size) {  // one K or V stage
+  return ga_prefill_sm90_block_n(head_size) * head_size * 2;
+}
+constexpr int ga_prefill_sm90_stages(int head_size) {
+  const int fit = (227 * 1024 - GA_PREFILL_SM90_SLACK - ga_prefill_sm90_q_bytes(head_size)) /
+                  (2 * ga_prefill_sm90_kv_bytes(head_size));
+  return fit > 4 ? 4 : fit;
+}
+constexpr int ga_prefill_sm90_smem_bytes(int head_size) {
+  return ga_prefill_sm90_q_bytes(head_size) +
+         2 * ga_prefill_sm90_stages(head_size) * ga_prefill_sm90_kv_bytes(head_size) +
+         GA_PREFILL_SM90_SLACK;
+}

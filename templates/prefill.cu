@@ -16,22 +16,21 @@
 // converts the chunks it loaded into the fp16/bf16 tile (exact: every e4m3/e5m2 value is
 // representable); k_scale folds into the score scale and v_scale into the output.
 // Head sizes that are not multiples of 16 are padded with zero columns in shared memory.
-// Must agree with detail::prefill_config() on the host (tile sizes, shared memory size).
 
-constexpr int PF_HEAD_PAD = (HEAD_SIZE + 15) / 16 * 16;  // MMA k-dimension of Q.K^T
-constexpr int PF_WARPS = 4;
-constexpr int PF_THREADS = PF_WARPS * 32;
-constexpr int PF_MT = PF_HEAD_PAD <= 128 ? 2 : 1;  // m16 row tiles per warp
-constexpr int PF_BLOCK_M = PF_WARPS * 16 * PF_MT;
-constexpr int PF_BLOCK_N = PF_HEAD_PAD <= 128 ? 64 : 32;
+// The geometry is params.h's (ga_prefill_*), which the host launch code reads too.
+constexpr int PF_HEAD_PAD = ga_prefill_head_pad(HEAD_SIZE);  // MMA k-dimension of Q.K^T
+constexpr int PF_WARPS = GA_PREFILL_WARPS;
+constexpr int PF_THREADS = GA_PREFILL_THREADS;
+constexpr int PF_MT = ga_prefill_row_tiles(HEAD_SIZE);  // m16 row tiles per warp
+constexpr int PF_BLOCK_M = ga_prefill_block_m(HEAD_SIZE);
+constexpr int PF_BLOCK_N = ga_prefill_block_n(HEAD_SIZE);
 constexpr bool PF_Q_IN_REGS = PF_HEAD_PAD * PF_MT <= 128;   // else Q fragments re-read from smem
 constexpr int PF_QF = PF_Q_IN_REGS ? PF_HEAD_PAD / 16 : 1;  // Q fragments held in registers
-constexpr int PF_ROW = PF_HEAD_PAD + 8;                     // smem row stride (16-bit elements)
-constexpr int PF_STAGES = KV_FP8 ? 1 : 2;                   // 16-bit K/V tile buffers
+constexpr int PF_ROW = ga_prefill_row_elems(HEAD_SIZE);     // smem row stride (16-bit elements)
+constexpr int PF_STAGES = ga_prefill_stages(KV_FP8);        // 16-bit K/V tile buffers
 constexpr int PF_CHUNKS = HEAD_SIZE / 8;                    // 8-element chunks per row
 constexpr int PF_SMEM_16 = (PF_BLOCK_M + 2 * PF_STAGES * PF_BLOCK_N) * PF_ROW * 2;
-constexpr int PF_SMEM_RAW = KV_FP8 ? 2 * 2 * PF_BLOCK_N * HEAD_SIZE : 0;  // [stage][k/v][n][d]
-constexpr int PF_SMEM_BYTES = PF_SMEM_16 + PF_SMEM_RAW;
+constexpr int PF_SMEM_BYTES = ga_prefill_smem_bytes(HEAD_SIZE, KV_FP8);
 
 __device__ __forceinline__ unsigned pf_smem_addr(const void* p) {
   unsigned long long a;
@@ -106,7 +105,7 @@ __device__ __forceinline__ void pf_for_each_chunk(int tid, const F& f) {
 __device__ __forceinline__ void pf_load_kv(const PrefillParams& p, const int* block_row,
                                            int kv_head, int n0, int kv_end, unsigned k_dst,
                                            unsigned v_dst, int tid) {
-  const long long head_off = static_cast<long long>(kv_head) * p.cache_head_stride;
+  const long long head_off = static_cast<long long>(kv_head) * p.kv.cache_head_stride;
   pf_for_each_chunk<PF_BLOCK_N>(tid, [&](int row, int c) {
     const int key = n0 + row;
     const bool valid = key < kv_end;
@@ -117,18 +116,18 @@ __device__ __forceinline__ void pf_load_kv(const PrefillParams& p, const int* bl
 #else
       const int blk = __ldg(block_row + key / BLOCK_SIZE);
 #endif
-      off = static_cast<long long>(blk) * p.cache_block_stride +
-            static_cast<long long>(key % BLOCK_SIZE) * p.cache_token_stride + head_off + c * 8;
+      off = static_cast<long long>(blk) * p.kv.cache_block_stride +
+            static_cast<long long>(key % BLOCK_SIZE) * p.kv.cache_token_stride + head_off + c * 8;
     }
     if (KV_FP8) {
-      const ga_u8* kc = static_cast<const ga_u8*>(p.key_cache);
-      const ga_u8* vc = static_cast<const ga_u8*>(p.value_cache);
+      const ga_u8* kc = static_cast<const ga_u8*>(p.kv.key_cache);
+      const ga_u8* vc = static_cast<const ga_u8*>(p.kv.value_cache);
       const unsigned so = static_cast<unsigned>(row * HEAD_SIZE + c * 8);
       pf_cp_async8(k_dst + so, kc + off, valid ? 8 : 0);
       pf_cp_async8(v_dst + so, vc + off, valid ? 8 : 0);
     } else {
-      const ga_u16* kc = static_cast<const ga_u16*>(p.key_cache);
-      const ga_u16* vc = static_cast<const ga_u16*>(p.value_cache);
+      const ga_u16* kc = static_cast<const ga_u16*>(p.kv.key_cache);
+      const ga_u16* vc = static_cast<const ga_u16*>(p.kv.value_cache);
       const unsigned so = static_cast<unsigned>((row * PF_ROW + c * 8) * 2);
       pf_cp_async16(k_dst + so, kc + off, valid ? 16 : 0);
       pf_cp_async16(v_dst + so, vc + off, valid ? 16 : 0);
@@ -297,7 +296,7 @@ extern "C" __global__ void __launch_bounds__(PF_THREADS)
       *reinterpret_cast<uint4*>(s_q + r * PF_ROW + HEAD_SIZE) = make_uint4(0, 0, 0, 0);
   }
 
-  const int* block_row = p.block_table + static_cast<long long>(req) * p.block_table_stride;
+  const int* block_row = p.kv.block_table + static_cast<long long>(req) * p.kv.block_table_stride;
   if (n_tiles > 0) {
     // Q rows of this tile (rows past the request are zero-filled).
     const ga_u16* q = static_cast<const ga_u16*>(p.query);

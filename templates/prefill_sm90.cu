@@ -26,7 +26,6 @@
 // HEAD_SIZE columns is stored as HEAD_SIZE / 64 column blocks of R rows x 128 bytes; 16-byte
 // chunk c of row r sits at chunk c ^ (r % 8) of its 128-byte row. Every tile starts on a
 // 1024-byte boundary. Q and K are K-major operands; V is the MN-major B operand of P V.
-// Must agree with detail::prefill_config() on the host (tile sizes, threads, shared memory).
 
 // The consumer warpgroups take turns issuing their wgmmas (see the consumer loop); false lets
 // them issue independently, for comparison.
@@ -34,17 +33,16 @@ constexpr bool PW_PINGPONG = true;
 // Each consumer overlaps the P V wgmma of one tile with the softmax of the next, which keeps
 // both tiles' probabilities in registers: at head size 256 that no longer fits without spills.
 constexpr bool PW_OVERLAP = HEAD_SIZE <= 192;
-constexpr int PW_CONSUMERS = 2;  // consumer warpgroups, 64 rows each
-constexpr int PW_THREADS = 128 * (PW_CONSUMERS + 1);
-constexpr int PW_BLOCK_M = 64 * PW_CONSUMERS;
-constexpr int PW_BLOCK_N = HEAD_SIZE <= 128 ? 128 : 64;
+// The geometry is params.h's (ga_prefill_sm90_*), which the host launch code reads too.
+constexpr int PW_CONSUMERS = GA_PREFILL_SM90_CONSUMERS;  // consumer warpgroups, 64 rows each
+constexpr int PW_THREADS = GA_PREFILL_SM90_THREADS;
+constexpr int PW_BLOCK_M = GA_PREFILL_SM90_BLOCK_M;
+constexpr int PW_BLOCK_N = ga_prefill_sm90_block_n(HEAD_SIZE);
 constexpr int PW_CHUNKS = HEAD_SIZE / 8;  // 16-byte chunks per row
-constexpr int PW_Q_BYTES = PW_BLOCK_M * HEAD_SIZE * 2;
-constexpr int PW_KV_BYTES = PW_BLOCK_N * HEAD_SIZE * 2;  // one K or V stage
-constexpr int PW_SLACK = 1024 + 256;                     // base alignment + mbarriers
-constexpr int PW_STAGES_FIT = (227 * 1024 - PW_SLACK - PW_Q_BYTES) / (2 * PW_KV_BYTES);
-constexpr int PW_STAGES = PW_STAGES_FIT > 4 ? 4 : PW_STAGES_FIT;
-constexpr int PW_SMEM_BYTES = PW_Q_BYTES + 2 * PW_STAGES * PW_KV_BYTES + PW_SLACK;
+constexpr int PW_Q_BYTES = ga_prefill_sm90_q_bytes(HEAD_SIZE);
+constexpr int PW_KV_BYTES = ga_prefill_sm90_kv_bytes(HEAD_SIZE);  // one K or V stage
+constexpr int PW_STAGES = ga_prefill_sm90_stages(HEAD_SIZE);
+constexpr int PW_SMEM_BYTES = ga_prefill_sm90_smem_bytes(HEAD_SIZE);
 // setmaxnreg shares, all of the launch's registers: 88 * 128 + 208 * 256 == 168 * 384. At 80
 // the producer's tile loop spills at head size 64.
 constexpr int PW_PRODUCER_REGS = 88;
@@ -348,8 +346,8 @@ __device__ __forceinline__ void pw_gather_rows(const PrefillParams& p, const int
   }
 #pragma unroll
   for (int k = 0; k < PW_PASSES; ++k)
-    off[k] = static_cast<long long>(blk[k]) * p.cache_block_stride +
-             static_cast<long long>(key[k] % BLOCK_SIZE) * p.cache_token_stride + g.col;
+    off[k] = static_cast<long long>(blk[k]) * p.kv.cache_block_stride +
+             static_cast<long long>(key[k] % BLOCK_SIZE) * p.kv.cache_token_stride + g.col;
 }
 
 __device__ __forceinline__ void pw_gather_copy(const ga_u16* cache, const PwGather& g,
@@ -463,7 +461,7 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
   }
   __syncthreads();
 
-  const int* block_row = p.block_table + static_cast<long long>(req) * p.block_table_stride;
+  const int* block_row = p.kv.block_table + static_cast<long long>(req) * p.kv.block_table_stride;
   if (tid < 128) {
     // Producer.
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(PW_PRODUCER_REGS));
@@ -485,10 +483,10 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
       }
       pw_mbar_arrive_copies(bar_q);
 
-      const ga_u16* kc = static_cast<const ga_u16*>(p.key_cache);
-      const ga_u16* vc = static_cast<const ga_u16*>(p.value_cache);
+      const ga_u16* kc = static_cast<const ga_u16*>(p.kv.key_cache);
+      const ga_u16* vc = static_cast<const ga_u16*>(p.kv.value_cache);
       const PwGather gather =
-          pw_gather_setup(static_cast<long long>(kv_head) * p.cache_head_stride, tid);
+          pw_gather_setup(static_cast<long long>(kv_head) * p.kv.cache_head_stride, tid);
       int stage = 0;
       unsigned phase = 0;
       for (int j = 0; j < n_tiles; ++j) {

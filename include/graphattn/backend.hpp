@@ -220,8 +220,6 @@ class GRAPHATTN_API AttentionBackend {
   std::shared_ptr<ClearedWorkspaces> cleared_;
   // Checked mode: the device record (a GaBoundsReport), allocated by prepare().
   std::shared_ptr<DeviceBuffer> bounds_;
-
-  size_t counter_bytes() const;  // the workspace's leading split counters
 };
 
 }  // namespace graphattn
