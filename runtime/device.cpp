@@ -86,4 +86,47 @@ void DeviceBuffer::fill_bytes(unsigned char value) {
   GA_CU_CHECK(finish_legacy_stream(driver().cuMemsetD8(ptr_, value, bytes_)));
 }
 
+void device_memory_info(size_t* free_bytes, size_t* total_bytes) {
+  size_t f = 0, t = 0;
+  GA_CU_CHECK(driver().cuMemGetInfo(&f, &t));
+  if (free_bytes) *free_bytes = f;
+  if (total_bytes) *total_bytes = t;
+}
+
+void copy_to_host(void* host, const void* device, size_t bytes) {
+  GA_CU_CHECK(driver().cuMemcpyDtoH(host, reinterpret_cast<CUdeviceptr>(device), bytes));
+}
+
+Stream::Stream() { GA_CU_CHECK(driver().cuStreamCreate(&stream_, CU_STREAM_NON_BLOCKING)); }
+
+Stream::~Stream() {
+  if (stream_) driver().cuStreamDestroy(stream_);
+}
+
+void Stream::synchronize() const { GA_CU_CHECK(driver().cuStreamSynchronize(stream_)); }
+
+EventTimer::EventTimer() {
+  GA_CU_CHECK(driver().cuEventCreate(&begin_, CU_EVENT_DEFAULT));
+  const CUresult r = driver().cuEventCreate(&end_, CU_EVENT_DEFAULT);
+  if (r != CUDA_SUCCESS) {
+    driver().cuEventDestroy(begin_);
+    GA_CU_CHECK(r);
+  }
+}
+
+EventTimer::~EventTimer() {
+  driver().cuEventDestroy(begin_);
+  driver().cuEventDestroy(end_);
+}
+
+void EventTimer::start(CUstream stream) { GA_CU_CHECK(driver().cuEventRecord(begin_, stream)); }
+
+double EventTimer::stop_us(CUstream stream) {
+  GA_CU_CHECK(driver().cuEventRecord(end_, stream));
+  GA_CU_CHECK(driver().cuEventSynchronize(end_));
+  float ms = 0;
+  GA_CU_CHECK(driver().cuEventElapsedTime(&ms, begin_, end_));
+  return ms * 1000.0;
+}
+
 }  // namespace graphattn

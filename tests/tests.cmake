@@ -5,8 +5,8 @@ if(NOT GRAPHATTN_BUILD_TOOLS)
   # These run the tool binaries.
   list(FILTER GRAPHATTN_CPU_TESTS EXCLUDE REGEX "/test_(cache|warmup)_tool\\.cpp$")
 endif()
-add_executable(graphattn-tests tests/main.cpp tests/reference.cpp ${GRAPHATTN_CPU_TESTS})
-target_link_libraries(graphattn-tests PRIVATE graphattn doctest::doctest
+add_executable(graphattn-tests tests/main.cpp ${GRAPHATTN_CPU_TESTS})
+target_link_libraries(graphattn-tests PRIVATE graphattn graphattn_testing doctest::doctest
                       nlohmann_json::nlohmann_json)
 target_include_directories(graphattn-tests PRIVATE ${PROJECT_SOURCE_DIR} ${XXHASH_INCLUDE_DIR})
 if(GRAPHATTN_BUILD_TOOLS)
@@ -18,8 +18,8 @@ endif()
 add_test(NAME cpu COMMAND graphattn-tests)
 
 file(GLOB GRAPHATTN_GPU_TESTS CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/tests/gpu/*.cpp)
-add_executable(graphattn-gpu-tests tests/gpu_main.cpp tests/reference.cpp ${GRAPHATTN_GPU_TESTS})
-target_link_libraries(graphattn-gpu-tests PRIVATE graphattn doctest::doctest)
+add_executable(graphattn-gpu-tests tests/gpu_main.cpp ${GRAPHATTN_GPU_TESTS})
+target_link_libraries(graphattn-gpu-tests PRIVATE graphattn graphattn_testing doctest::doctest)
 target_include_directories(graphattn-gpu-tests PRIVATE ${PROJECT_SOURCE_DIR})
 add_test(NAME gpu COMMAND graphattn-gpu-tests)
 set_tests_properties(gpu PROPERTIES SKIP_RETURN_CODE 77)

@@ -110,7 +110,8 @@ Device open_device() {
   GA_CU_CHECK(d.cuDeviceGetAttribute(&dev.l2_bytes, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, cu));
   GA_CU_CHECK(d.cuDeviceGetAttribute(&dev.sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, cu));
   dev.arch = current_device_arch();
-  GA_CU_CHECK(d.cuStreamCreate(&dev.stream, CU_STREAM_NON_BLOCKING));
+  dev.owned_stream = std::make_unique<Stream>();
+  dev.stream = *dev.owned_stream;
   const std::vector<char> cubin = compile_helpers(dev.arch);
   GA_CU_CHECK(d.cuModuleLoadData(&dev.helpers, cubin.data()));
   GA_CU_CHECK(d.cuModuleGetFunction(&dev.fill_bf16, dev.helpers, "fill_bf16"));

@@ -17,7 +17,8 @@ namespace graphattn::bench {
 struct Device {
   std::string name;
   int sms = 0, l2_bytes = 0, arch = 0;
-  CUstream stream = nullptr;
+  std::unique_ptr<Stream> owned_stream;
+  CUstream stream = nullptr;  // owned_stream's
   CUmodule helpers = nullptr;
   CUfunction fill_bf16 = nullptr, fill_fp8 = nullptr, read_only = nullptr;
   std::unique_ptr<DeviceBuffer> flush;  // twice the L2, written before every timed repetition
@@ -38,25 +39,14 @@ double median(std::vector<double> v);
 // flush_l2) so no run finds the previous one's data in L2.
 template <typename Work>
 double time_us(const Device& dev, int reps, bool flush_l2, Work work) {
-  const auto& d = detail::driver();
-  CUevent a, b;
-  GA_CU_CHECK(d.cuEventCreate(&a, CU_EVENT_DEFAULT));
-  GA_CU_CHECK(d.cuEventCreate(&b, CU_EVENT_DEFAULT));
+  EventTimer timer;
   std::vector<double> t;
   for (int i = 0; i < reps; ++i) {
     if (flush_l2)
-      GA_CU_CHECK(d.cuMemsetD8Async(dev.flush->ptr(), static_cast<unsigned char>(i),
-                                    dev.flush->bytes(), dev.stream));
-    GA_CU_CHECK(d.cuEventRecord(a, dev.stream));
-    work();
-    GA_CU_CHECK(d.cuEventRecord(b, dev.stream));
-    GA_CU_CHECK(d.cuEventSynchronize(b));
-    float ms = 0;
-    GA_CU_CHECK(d.cuEventElapsedTime(&ms, a, b));
-    t.push_back(ms * 1000.0);
+      GA_CU_CHECK(detail::driver().cuMemsetD8Async(dev.flush->ptr(), static_cast<unsigned char>(i),
+                                                   dev.flush->bytes(), dev.stream));
+    t.push_back(timer.time_us(dev.stream, work));
   }
-  d.cuEventDestroy(a);
-  d.cuEventDestroy(b);
   return median(t);
 }
 

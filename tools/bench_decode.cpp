@@ -16,8 +16,8 @@
 #include "runtime/decode.hpp"
 #include "runtime/module_cache.hpp"
 #include "templates/params.h"
-#include "tests/host_dtypes.hpp"
-#include "tests/reference.hpp"
+#include "testing/host_dtypes.hpp"
+#include "testing/reference.hpp"
 #include "tools/bench_parts.hpp"
 
 namespace graphattn::bench {

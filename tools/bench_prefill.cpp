@@ -8,8 +8,8 @@
 #include <random>
 
 #include "graphattn/graphattn.hpp"
-#include "tests/host_dtypes.hpp"
-#include "tests/reference.hpp"
+#include "testing/host_dtypes.hpp"
+#include "testing/reference.hpp"
 #include "tools/bench_parts.hpp"
 
 namespace graphattn::bench {

@@ -21,7 +21,6 @@
 
 #include "graphattn/capture.hpp"
 #include "graphattn/graphattn.hpp"
-#include "runtime/driver.hpp"
 #include "tools/models.hpp"
 #include "tools/warmup_options.hpp"
 
@@ -93,28 +92,6 @@ class BlockPool {
   std::vector<int32_t> free_;
 };
 
-struct Timer {
-  CUevent a = nullptr, b = nullptr;
-  Timer() {
-    GA_CU_CHECK(detail::driver().cuEventCreate(&a, CU_EVENT_DEFAULT));
-    GA_CU_CHECK(detail::driver().cuEventCreate(&b, CU_EVENT_DEFAULT));
-  }
-  ~Timer() {
-    detail::driver().cuEventDestroy(a);
-    detail::driver().cuEventDestroy(b);
-  }
-  template <typename Fn>
-  double time_us(CUstream s, Fn&& fn) {
-    GA_CU_CHECK(detail::driver().cuEventRecord(a, s));
-    fn();
-    GA_CU_CHECK(detail::driver().cuEventRecord(b, s));
-    GA_CU_CHECK(detail::driver().cuEventSynchronize(b));
-    float ms = 0;
-    GA_CU_CHECK(detail::driver().cuEventElapsedTime(&ms, a, b));
-    return ms * 1000.0;
-  }
-};
-
 CommonAttentionMetadata batch_of(const std::vector<Request*>& decodes,
                                  const std::vector<Request*>& prefills, int block_size, int width) {
   std::vector<int32_t> q, k, table;
@@ -135,9 +112,7 @@ CommonAttentionMetadata batch_of(const std::vector<Request*>& decodes,
 
 int run_gpu_phases(const Settings& s, const tools::ModelConfig& m,
                    const std::vector<AttentionLayerConfig>& layers, KernelCache& cache) {
-  const auto& d = detail::driver();
-  CUstream stream;
-  GA_CU_CHECK(d.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING));
+  const Stream stream;
   // Full decode graphs hold one token per request, so sizes above max_num_seqs never run.
   std::vector<int> sizes = s.capture_sizes.empty() ? default_capture_sizes(s.max_num_seqs)
                                                    : normalize_capture_sizes(s.capture_sizes);
@@ -148,7 +123,7 @@ int run_gpu_phases(const Settings& s, const tools::ModelConfig& m,
   const int64_t block_bytes = int64_t{2} * s.block_size * m.num_kv_heads * m.head_size *
                               kv_dtype_bytes(layers[0].kv_dtype, layers[0].dtype);
   size_t free_bytes = 0, total = 0;
-  GA_CU_CHECK(d.cuMemGetInfo(&free_bytes, &total));
+  device_memory_info(&free_bytes, &total);
   const double budget = s.kv_cache_gib > 0 ? s.kv_cache_gib * (1ull << 30) : 0.5 * free_bytes;
   const int64_t want = int64_t{s.max_num_seqs} * width + width;
   const int64_t fit =
@@ -208,7 +183,7 @@ int run_gpu_phases(const Settings& s, const tools::ModelConfig& m,
     const size_t at = (rng() % pool_rows) * qrow;
     return std::vector<uint16_t>(pool.begin() + at, pool.begin() + at + rows * row);
   };
-  GA_CU_CHECK(d.cuStreamSynchronize(stream));
+  stream.synchronize();
 
   // [decode] continuous batching.
   BlockPool blocks(num_blocks);
@@ -219,7 +194,7 @@ int run_gpu_phases(const Settings& s, const tools::ModelConfig& m,
   FlashAttentionMetadataBuilder builder;
   std::vector<double> graph_us, eager_us, all_us;
   std::vector<unsigned char> out_graph, out_eager;
-  Timer timer;
+  EventTimer timer;
   int64_t tokens = 0, mismatches = 0, compared = 0, finished = 0, graph_steps = 0,
           decode_tokens = 0;
   double busy_us = 0;
@@ -277,12 +252,10 @@ int run_gpu_phases(const Settings& s, const tools::ModelConfig& m,
         out_graph.resize(bytes * m.num_layers);
         out_eager.resize(bytes * m.num_layers);
         for (int l = 0; l < m.num_layers; ++l)
-          GA_CU_CHECK(d.cuMemcpyDtoH(out_graph.data() + l * bytes,
-                                     reinterpret_cast<CUdeviceptr>(stack.output(l).data), bytes));
+          copy_to_host(out_graph.data() + l * bytes, stack.output(l).data, bytes);
         eager_us.push_back(timer.time_us(stream, [&] { stack.step(stream, padded); }));
         for (int l = 0; l < m.num_layers; ++l)
-          GA_CU_CHECK(d.cuMemcpyDtoH(out_eager.data() + l * bytes,
-                                     reinterpret_cast<CUdeviceptr>(stack.output(l).data), bytes));
+          copy_to_host(out_eager.data() + l * bytes, stack.output(l).data, bytes);
         ++compared;
         if (out_graph != out_eager) {
           ++mismatches;
@@ -370,7 +343,6 @@ int run_gpu_phases(const Settings& s, const tools::ModelConfig& m,
       static_cast<unsigned long long>(gs.eager_steps));
   std::printf("  %-28s %lld of %lld compared steps\n", "mismatches",
               static_cast<long long>(mismatches), static_cast<long long>(compared));
-  d.cuStreamDestroy(stream);
   return mismatches == 0 ? 0 : 1;
 }
 

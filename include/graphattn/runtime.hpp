@@ -1,5 +1,6 @@
 // Device helpers for engines, tools and tests: GPU presence, the current device's arch, a
-// context, and an owning device buffer for tools and tests (the forward path never allocates).
+// context, its memory, and owning device buffers, streams and event timers for tools and tests
+// (the forward path never allocates).
 #pragma once
 
 #include <cuda.h>
@@ -46,6 +47,53 @@ class GRAPHATTN_API DeviceBuffer {
  private:
   CUdeviceptr ptr_ = 0;
   size_t bytes_ = 0;
+};
+
+// Free and total memory of the current context's device, in bytes.
+GRAPHATTN_API void device_memory_info(size_t* free_bytes, size_t* total_bytes);
+
+// Copies bytes of device memory (any address in the current context) to host memory; returns
+// when the copy is done.
+GRAPHATTN_API void copy_to_host(void* host, const void* device, size_t bytes);
+
+// Owning non-blocking stream (cuStreamCreate) of the current context, destroyed with the object;
+// passes wherever a CUstream is taken.
+class GRAPHATTN_API Stream {
+ public:
+  Stream();
+  ~Stream();
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+  operator CUstream() const { return stream_; }
+  CUstream get() const { return stream_; }
+  // Waits for everything queued on the stream.
+  void synchronize() const;
+
+ private:
+  CUstream stream_ = nullptr;
+};
+
+// Times work queued on a stream with two events: start(s), queue the work, stop_us(s) waits for
+// it and returns the elapsed microseconds (the GPU's time between the two records).
+class GRAPHATTN_API EventTimer {
+ public:
+  EventTimer();
+  ~EventTimer();
+  EventTimer(const EventTimer&) = delete;
+  EventTimer& operator=(const EventTimer&) = delete;
+  void start(CUstream stream);
+  double stop_us(CUstream stream);
+  // start, work(), stop_us.
+  template <typename Work>
+  double time_us(CUstream stream, Work&& work) {
+    start(stream);
+    work();
+    return stop_us(stream);
+  }
+
+ private:
+  CUevent begin_ = nullptr;
+  CUevent end_ = nullptr;
 };
 
 }  // namespace graphattn

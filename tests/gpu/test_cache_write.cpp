@@ -7,7 +7,7 @@
 #include <numeric>
 
 #include "graphattn/graphattn.hpp"
-#include "tests/host_dtypes.hpp"
+#include "testing/host_dtypes.hpp"
 #include "tests/test_util.hpp"
 
 using namespace graphattn;

@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "graphattn/graphattn.hpp"
+#include "graphattn/runtime.hpp"
 #include "runtime/driver.hpp"
 #include "tests/gpu/forward_batch.hpp"
-#include "tests/gpu/gpu_test_util.hpp"
 #include "tests/test_util.hpp"
 
 using namespace graphattn;

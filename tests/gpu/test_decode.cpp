@@ -18,12 +18,12 @@
 #include <vector>
 
 #include "graphattn/graphattn.hpp"
+#include "graphattn/runtime.hpp"
 #include "runtime/decode.hpp"
 #include "runtime/driver.hpp"
 #include "templates/params.h"
-#include "tests/gpu/gpu_test_util.hpp"
-#include "tests/host_dtypes.hpp"
-#include "tests/reference.hpp"
+#include "testing/host_dtypes.hpp"
+#include "testing/reference.hpp"
 #include "tests/test_util.hpp"
 
 using namespace graphattn;

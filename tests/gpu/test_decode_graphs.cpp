@@ -9,9 +9,9 @@
 
 #include "graphattn/capture.hpp"
 #include "graphattn/graphattn.hpp"
+#include "graphattn/runtime.hpp"
 #include "runtime/driver.hpp"
-#include "tests/gpu/gpu_test_util.hpp"
-#include "tests/host_dtypes.hpp"
+#include "testing/host_dtypes.hpp"
 #include "tests/test_util.hpp"
 
 using namespace graphattn;
@@ -91,7 +91,7 @@ TEST_CASE("gpu decode graphs: 200 random steps, graph replay equals eager exactl
   test::TempKernelCache cache;
   auto rng = test::make_rng();
   const auto& d = detail::driver();
-  test::Stream stream;
+  Stream stream;
 
   AttentionLayerStack graph_stack(stack_options(256)), eager_stack(stack_options(256));
   graph_stack.prepare(cache);

@@ -8,8 +8,8 @@
 
 #include "graphattn/capture.hpp"
 #include "graphattn/graphattn.hpp"
+#include "graphattn/runtime.hpp"
 #include "runtime/driver.hpp"
-#include "tests/gpu/gpu_test_util.hpp"
 #include "tests/test_util.hpp"
 
 using namespace graphattn;
@@ -52,7 +52,7 @@ TEST_CASE("gpu graph runner: replay equals eager, padding writes nothing, pointe
   test::TempKernelCache cache;
   auto rng = test::make_rng();
   const auto& d = detail::driver();
-  test::Stream stream;
+  Stream stream;
 
   Engine graph_engine, eager_engine;
   graph_engine.cache = eager_engine.cache = &cache;
@@ -137,7 +137,7 @@ TEST_CASE("gpu graph runner: loading a kernel inside a capture is refused with a
   GA_REQUIRE_GPU();
   test::TempKernelCache cache;
   const auto& d = detail::driver();
-  test::Stream stream;
+  Stream stream;
   Engine e;
   e.cache = &cache;
   GraphRunner::Options go;

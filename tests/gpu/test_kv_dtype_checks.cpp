@@ -12,11 +12,11 @@
 #include <vector>
 
 #include "graphattn/graphattn.hpp"
+#include "graphattn/runtime.hpp"
 #include "runtime/decode.hpp"
 #include "runtime/driver.hpp"
 #include "runtime/module_cache.hpp"
 #include "tests/gpu/forward_batch.hpp"
-#include "tests/gpu/gpu_test_util.hpp"
 #include "tests/test_util.hpp"
 
 using namespace graphattn;

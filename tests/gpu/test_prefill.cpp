@@ -15,8 +15,8 @@
 
 #include "graphattn/graphattn.hpp"
 #include "runtime/prefill.hpp"
-#include "tests/host_dtypes.hpp"
-#include "tests/reference.hpp"
+#include "testing/host_dtypes.hpp"
+#include "testing/reference.hpp"
 #include "tests/test_util.hpp"
 
 using namespace graphattn;

@@ -1,4 +1,4 @@
-#include "tests/reference.hpp"
+#include "testing/reference.hpp"
 
 #include <algorithm>
 #include <cmath>
