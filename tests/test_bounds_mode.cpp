@@ -9,6 +9,7 @@
 #include "graphattn/backend.hpp"
 #include "graphattn/error.hpp"
 #include "graphattn/jit.hpp"
+#include "testing/configs.hpp"
 #include "tests/test_util.hpp"
 
 using namespace graphattn;
@@ -63,12 +64,7 @@ TEST_CASE("bounds mode: every checked kernel family compiles, apart from its fas
 }
 
 TEST_CASE("bounds mode: layer configs and GRAPHATTN_CHECK_BOUNDS choose the checked kernels") {
-  AttentionLayerConfig c;
-  c.num_heads = 8;
-  c.num_kv_heads = 2;
-  c.head_size = 128;
-  c.max_model_len = 1024;
-  c.max_num_seqs = 4;
+  AttentionLayerConfig c = test::layer_config(8, 2, 128, 1024, 4);
   c.arch = 90;
   for (const auto& s : AttentionBackend(c).required_specs()) CHECK_FALSE(s.check_bounds);
   c.check_bounds = true;

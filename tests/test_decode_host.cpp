@@ -10,6 +10,7 @@
 #include "graphattn/jit.hpp"
 #include "runtime/decode.hpp"
 #include "templates/params.h"
+#include "testing/configs.hpp"
 
 using namespace graphattn;
 
@@ -115,12 +116,7 @@ TEST_CASE("decode workspace: partials only when a batch can split") {
 }
 
 TEST_CASE("attention config: selection and errors agree") {
-  AttentionLayerConfig c;
-  c.num_heads = 32;
-  c.num_kv_heads = 8;
-  c.head_size = 128;
-  c.max_model_len = 4096;
-  c.max_num_seqs = 8;
+  AttentionLayerConfig c = test::layer_config(32, 8, 128, 4096, 8);
   c.arch = 90;
   CHECK(attention_config_problem(c).empty());
   CHECK(select_decode_kernel(c) == DecodeKernel::kSplitKv);

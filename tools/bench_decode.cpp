@@ -16,6 +16,7 @@
 #include "runtime/decode.hpp"
 #include "runtime/module_cache.hpp"
 #include "templates/params.h"
+#include "testing/configs.hpp"
 #include "testing/host_dtypes.hpp"
 #include "testing/reference.hpp"
 #include "tools/bench_parts.hpp"
@@ -145,16 +146,9 @@ nlohmann::json bench_decode(const Device& dev, const DecodeOptions& o, const Pee
     const int D = s.head_size;
     const bool fp8 = s.kv == "e4m3";
     const int elem = fp8 ? 1 : 2;
-    AttentionLayerConfig cfg;
-    cfg.num_heads = H;
-    cfg.num_kv_heads = KH;
-    cfg.head_size = D;
+    AttentionLayerConfig cfg = test::layer_config(H, KH, D, s.len, s.batch);
     cfg.block_size = B;
-    cfg.dtype = DType::kBFloat16;
-    cfg.kv_dtype = fp8 ? KvDType::kFp8E4M3 : KvDType::kAuto;
-    cfg.k_scale = cfg.v_scale = fp8 ? 1.5f : 1.0f;
-    cfg.max_model_len = s.len;
-    cfg.max_num_seqs = s.batch;
+    cfg = test::with_kv(cfg, fp8 ? KvDType::kFp8E4M3 : KvDType::kAuto, 1.5f);
     AttentionBackend attn(cfg);
     attn.prepare();
     DeviceBuffer ws(attn.workspace_bytes());

@@ -23,6 +23,7 @@
 #include "graphattn/error.hpp"
 #include "graphattn/jit.hpp"
 #include "graphattn/spec.hpp"
+#include "testing/configs.hpp"
 
 namespace {
 
@@ -175,12 +176,7 @@ int run() {
 
   // llama-3-8b's kernel set (cache write, decode, prefill for sm_90): each kernel
   // cold on its own, then the whole set cold (the precompile pool) and warm (disk hits).
-  graphattn::AttentionLayerConfig llama;
-  llama.num_heads = 32;
-  llama.num_kv_heads = 8;
-  llama.head_size = 128;
-  llama.max_model_len = 4096;
-  llama.max_num_seqs = 256;
+  graphattn::AttentionLayerConfig llama = graphattn::test::layer_config(32, 8, 128, 4096, 256);
   llama.arch = 90;
   const auto llama_specs = graphattn::AttentionBackend(llama).required_specs();
   std::vector<double> kernel_ms;

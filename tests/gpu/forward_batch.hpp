@@ -13,6 +13,7 @@
 
 #include "graphattn/graphattn.hpp"
 #include "runtime/driver.hpp"
+#include "testing/configs.hpp"
 
 namespace graphattn::test {
 
@@ -126,17 +127,10 @@ struct Batch {
 
   // A bf16 layer of these shapes whose requests can reach max_model_len tokens.
   static AttentionLayerConfig layer(KvDType kv, int max_model_len, int max_num_seqs = 8) {
-    AttentionLayerConfig c;
-    c.num_heads = static_cast<int>(H);
-    c.num_kv_heads = static_cast<int>(KH);
-    c.head_size = static_cast<int>(D);
+    AttentionLayerConfig c = layer_config(static_cast<int>(H), static_cast<int>(KH),
+                                          static_cast<int>(D), max_model_len, max_num_seqs);
     c.block_size = static_cast<int>(B);
-    c.dtype = DType::kBFloat16;
-    c.kv_dtype = kv;
-    c.k_scale = c.v_scale = kv == KvDType::kAuto ? 1.0f : 0.05f;
-    c.max_model_len = max_model_len;
-    c.max_num_seqs = max_num_seqs;
-    return c;
+    return with_kv(c, kv, 0.05f);
   }
 };
 

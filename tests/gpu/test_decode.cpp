@@ -22,6 +22,7 @@
 #include "runtime/decode.hpp"
 #include "runtime/driver.hpp"
 #include "templates/params.h"
+#include "testing/configs.hpp"
 #include "testing/host_dtypes.hpp"
 #include "testing/reference.hpp"
 #include "tests/test_util.hpp"
@@ -706,14 +707,7 @@ TEST_CASE("gpu decode: forward on decode-only, mixed and padded batches") {
   GA_REQUIRE_GPU();
   TempKernelCache cache;
   auto rng = make_rng();
-  AttentionLayerConfig cfg;
-  cfg.num_heads = 8;
-  cfg.num_kv_heads = 2;
-  cfg.head_size = 128;
-  cfg.block_size = 16;
-  cfg.dtype = DType::kBFloat16;
-  cfg.max_model_len = 4096;
-  cfg.max_num_seqs = 16;
+  const AttentionLayerConfig cfg = layer_config(8, 2, 128, 4096, 16);
   {
     INFO("decode only, padded to a capture size");
     Mixed m;
@@ -839,12 +833,7 @@ TEST_CASE("gpu decode: one captured graph serves every context length") {
 
 TEST_CASE("gpu decode: bad arguments are rejected with a clear error") {
   GA_REQUIRE_GPU();
-  AttentionLayerConfig cfg;
-  cfg.num_heads = 8;
-  cfg.num_kv_heads = 3;
-  cfg.head_size = 128;
-  cfg.max_model_len = 100;
-  cfg.max_num_seqs = 4;
+  AttentionLayerConfig cfg = layer_config(8, 3, 128, 100, 4);
   CHECK(select_decode_kernel(cfg) == DecodeKernel::kNone);
   CHECK_THROWS_WITH_AS(AttentionBackend{cfg}, doctest::Contains("num_heads 8 and num_kv_heads 3"),
                        Error);

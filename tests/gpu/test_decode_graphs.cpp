@@ -11,6 +11,7 @@
 #include "graphattn/graphattn.hpp"
 #include "graphattn/runtime.hpp"
 #include "runtime/driver.hpp"
+#include "testing/configs.hpp"
 #include "testing/host_dtypes.hpp"
 #include "tests/test_util.hpp"
 
@@ -24,14 +25,8 @@ constexpr int kMaxModelLen = 2048, kMaxTokens = 96, kBlocks = 5400, kCanary = 4;
 AttentionLayerStack::Options stack_options(int window) {
   AttentionLayerStack::Options o;
   for (int l = 0; l < kLayers; ++l) {
-    AttentionLayerConfig c;
-    c.num_heads = kHeads;
-    c.num_kv_heads = kKvHeads;
-    c.head_size = kHead;
+    AttentionLayerConfig c = test::layer_config(kHeads, kKvHeads, kHead, kMaxModelLen, kMaxTokens);
     c.block_size = kBlock;
-    c.dtype = DType::kBFloat16;
-    c.max_model_len = kMaxModelLen;
-    c.max_num_seqs = kMaxTokens;
     c.window = l % 2 ? window : 0;  // alternating window, as gemma-2 does
     o.layers.push_back(c);
   }
