@@ -16,19 +16,6 @@ using detail::driver;
 
 namespace {
 
-using detail::scalar_of;
-
-ScalarType kv_scalar_of(const AttentionLayerConfig& c) {
-  switch (c.kv_dtype) {
-    case KvDType::kFp8E4M3:
-      return ScalarType::kFloat8E4M3;
-    case KvDType::kFp8E5M2:
-      return ScalarType::kFloat8E5M2;
-    default:
-      return scalar_of(c.dtype);
-  }
-}
-
 template <typename T>
 void upload_async(const DeviceBuffer& dst, const std::vector<T>& src, size_t count, CUstream s) {
   if (count == 0) return;
@@ -89,15 +76,17 @@ AttentionLayerStack::AttentionLayerStack(Options options) : options_(std::move(o
   std::vector<int32_t> qsl(T + 1);
   for (int64_t i = 0; i <= T; ++i) qsl[i] = static_cast<int32_t>(i);
   query_start_loc_.upload(qsl.data(), qsl.size() * 4);
-  const int kv_elem = scalar_bytes(kv_scalar_of(first));
+  const int kv_elem = scalar_bytes(scalar_type_of(first.kv_dtype, first.dtype));
   const int64_t NB = o.num_blocks, B = first.block_size;
   for (int l = 0; l < L; ++l) {
     own_kv_.emplace_back(2 * NB * B * KH * D * kv_elem);
     own_kv_.back().fill_bytes(0);
     void* p = own_kv_.back().data();
     kv_.push_back(first.layout == KvLayout::kNHD
-                      ? TensorView::contiguous(p, kv_scalar_of(first), {2, NB, B, KH, D})
-                      : TensorView::strided(p, kv_scalar_of(first), {2, NB, B, KH, D},
+                      ? TensorView::contiguous(p, scalar_type_of(first.kv_dtype, first.dtype),
+                                               {2, NB, B, KH, D})
+                      : TensorView::strided(p, scalar_type_of(first.kv_dtype, first.dtype),
+                                            {2, NB, B, KH, D},
                                             {NB * KH * B * D, KH * B * D, D, B * D, 1}));
   }
 }
@@ -189,7 +178,7 @@ void AttentionLayerStack::step(CUstream stream, int num_tokens) {
   md.max_query_len = k.max_query_len;
   md.max_seq_len = k.max_seq_len;
   md.query_start_loc.shape[0] = k.num_reqs + 1;
-  const ScalarType st = scalar_of(c.dtype);
+  const ScalarType st = scalar_type_of(c.dtype);
   const auto q = TensorView::contiguous(query_.data(), st, {n, H, D});
   const auto kk = TensorView::contiguous(key_.data(), st, {n, KH, D});
   const auto v = TensorView::contiguous(value_.data(), st, {n, KH, D});
@@ -234,7 +223,7 @@ TensorView AttentionLayerStack::output(int layer) const {
   const AttentionLayerConfig& c = options_.layers[0];
   const int64_t T = options_.max_tokens, H = c.num_heads, D = c.head_size;
   char* base = static_cast<char*>(outputs_.data()) + static_cast<size_t>(layer) * T * H * D * 2;
-  return TensorView::contiguous(base, scalar_of(c.dtype), {T, H, D});
+  return TensorView::contiguous(base, scalar_type_of(c.dtype), {T, H, D});
 }
 
 size_t AttentionLayerStack::device_bytes() const {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <string>
 
+#include "core/text.hpp"
 #include "graphattn/error.hpp"
 
 namespace graphattn {
@@ -158,17 +159,9 @@ CommonAttentionMetadata make_local_attention_virtual_batches(int chunk,
 }
 
 const char* to_string(CudaGraphSupport s) {
-  switch (s) {
-    case CudaGraphSupport::kNever:
-      return "never";
-    case CudaGraphSupport::kUniformSingleTokenDecode:
-      return "uniform single-token decode";
-    case CudaGraphSupport::kUniformBatch:
-      return "uniform batch";
-    case CudaGraphSupport::kAlways:
-      return "always";
-  }
-  return "?";
+  static const char* const kNames[] = {"never", "uniform single-token decode", "uniform batch",
+                                       "always"};
+  return detail::enum_name(s, kNames);
 }
 
 FlashAttentionMetadata FlashAttentionMetadataBuilder::build(int common_prefix_len,

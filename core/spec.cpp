@@ -55,26 +55,17 @@ namespace {
 // The names of a kName axis's values, index = the enum's value.
 using Names = std::vector<const char*>;
 template <typename E>
-const Names& axis_names();
-template <>
-const Names& axis_names<KernelKind>() {
-  static const Names n = {"cache_write", "decode", "prefill"};
-  return n;
-}
-template <>
-const Names& axis_names<DType>() {
-  static const Names n = {"fp16", "bf16"};
-  return n;
-}
-template <>
-const Names& axis_names<KvDType>() {
-  static const Names n = {"auto", "e4m3", "e5m2"};
-  return n;
-}
-template <>
-const Names& axis_names<KvLayout>() {
-  static const Names n = {"nhd", "hnd"};
-  return n;
+const Names& axis_names() {
+  static const Names names = [] {
+    if constexpr (std::is_same_v<E, KernelKind>) return Names{"cache_write", "decode", "prefill"};
+    if constexpr (std::is_same_v<E, DType>) return Names{"fp16", "bf16"};
+    if constexpr (std::is_same_v<E, KvDType>) return Names{"auto", "e4m3", "e5m2"};
+    if constexpr (std::is_same_v<E, KvLayout>) return Names{"nhd", "hnd"};
+  }();
+  static_assert(std::is_same_v<E, KernelKind> || std::is_same_v<E, DType> ||
+                    std::is_same_v<E, KvDType> || std::is_same_v<E, KvLayout>,
+                "an enum axis of AttentionSpec needs its value names here");
+  return names;
 }
 // Axes of other types have no names.
 template <typename T>

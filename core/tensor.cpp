@@ -3,6 +3,7 @@
 #include <sstream>
 
 #include "core/require.hpp"
+#include "core/text.hpp"
 #include "graphattn/error.hpp"
 
 namespace graphattn {
@@ -25,23 +26,9 @@ int scalar_bytes(ScalarType t) {
 }
 
 const char* to_string(ScalarType t) {
-  switch (t) {
-    case ScalarType::kFloat16:
-      return "fp16";
-    case ScalarType::kBFloat16:
-      return "bf16";
-    case ScalarType::kFloat8E4M3:
-      return "fp8_e4m3";
-    case ScalarType::kFloat8E5M2:
-      return "fp8_e5m2";
-    case ScalarType::kFloat32:
-      return "fp32";
-    case ScalarType::kInt32:
-      return "int32";
-    case ScalarType::kInt64:
-      return "int64";
-  }
-  return "?";
+  static const char* const kNames[] = {"fp16", "bf16",  "fp8_e4m3", "fp8_e5m2",
+                                       "fp32", "int32", "int64"};
+  return detail::enum_name(t, kNames);
 }
 
 TensorView TensorView::contiguous(void* data, ScalarType dtype,
@@ -109,6 +96,16 @@ KvDType kv_dtype_of(const TensorView& kv_cache, DType dtype) {
                     "; supported: the model dtype, fp8_e4m3, fp8_e5m2");
       return KvDType::kAuto;
   }
+}
+
+ScalarType scalar_type_of(DType dtype) {
+  return dtype == DType::kBFloat16 ? ScalarType::kBFloat16 : ScalarType::kFloat16;
+}
+
+ScalarType scalar_type_of(KvDType kv, DType dtype) {
+  if (kv == KvDType::kFp8E4M3) return ScalarType::kFloat8E4M3;
+  if (kv == KvDType::kFp8E5M2) return ScalarType::kFloat8E5M2;
+  return scalar_type_of(dtype);
 }
 
 KvLayout kv_layout_of(const TensorView& c) {

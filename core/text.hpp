@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <iterator>
 #include <string>
 
 namespace graphattn::detail {
@@ -26,6 +27,14 @@ inline std::string printable(const std::string& text, size_t max_bytes = 96) {
   }
   if (n < text.size()) out += "... (" + std::to_string(text.size()) + " bytes)";
   return out;
+}
+
+// The name of an enum value from a table in the enum's order (values 0, 1, ...); "?" for a value
+// outside it (an int cast into the enum).
+template <typename Enum, size_t N>
+const char* enum_name(Enum e, const char* const (&names)[N]) {
+  const auto i = static_cast<size_t>(e);
+  return i < N ? names[i] : "?";
 }
 
 }  // namespace graphattn::detail

@@ -7,6 +7,7 @@
 #include <unordered_map>
 
 #include "core/spec_axes.hpp"
+#include "core/text.hpp"
 #include "graphattn/error.hpp"
 #include "graphattn/jit.hpp"
 #include "jit_cache/byte_size.hpp"
@@ -63,15 +64,8 @@ void check_cache_environment() {
 }
 
 const char* to_string(CacheOrigin o) {
-  switch (o) {
-    case CacheOrigin::kMemory:
-      return "memory";
-    case CacheOrigin::kDisk:
-      return "hit";
-    case CacheOrigin::kCompiled:
-      return "compiled";
-  }
-  return "?";
+  static const char* const kNames[] = {"memory", "hit", "compiled"};
+  return detail::enum_name(o, kNames);
 }
 
 using KernelPtr = std::shared_ptr<const CompiledKernel>;

@@ -195,7 +195,7 @@ void AttentionBackend::forward(const TensorView& query, const TensorView& key,
   GA_REQUIRE(query.shape[1] == c.num_heads && query.shape[2] == c.head_size,
              "query " + query.describe() + " must have " + str(c.num_heads) + " heads of size " +
                  str(c.head_size));
-  GA_REQUIRE(query.dtype == detail::scalar_of(c.dtype),
+  GA_REQUIRE(query.dtype == scalar_type_of(c.dtype),
              "query dtype " + std::string(to_string(query.dtype)) + " differs from the layer's " +
                  to_string(c.dtype));
   GA_REQUIRE(md.num_actual_tokens >= md.num_decode_tokens && md.num_actual_tokens <= query.shape[0],

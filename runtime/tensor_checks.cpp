@@ -10,13 +10,9 @@ namespace graphattn {
 
 namespace detail {
 
-ScalarType scalar_of(DType t) {
-  return t == DType::kBFloat16 ? ScalarType::kBFloat16 : ScalarType::kFloat16;
-}
-
 void require_kv_dtype(const TensorView& key, const TensorView& value, DType dtype,
                       const char* where) {
-  GA_REQUIRE(key.dtype == scalar_of(dtype) && value.dtype == scalar_of(dtype),
+  GA_REQUIRE(key.dtype == scalar_type_of(dtype) && value.dtype == scalar_type_of(dtype),
              std::string(where) + ": key dtype " + to_string(key.dtype) + " and value dtype " +
                  to_string(value.dtype) + " must be the layer's " + to_string(dtype) +
                  " (whatever the KV cache stores)");

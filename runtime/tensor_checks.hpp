@@ -12,8 +12,6 @@ namespace graphattn::detail {
 
 struct LoadedKernel;  // runtime/module_cache.hpp
 
-// The element type of a model dtype.
-ScalarType scalar_of(DType t);
 // New keys and values come in the layer's type `dtype` whatever the cache stores: a kernel built
 // for it would read another 16-bit type's bits as its own (an fp8 cache converts from it; a
 // 16-bit cache copies it). `where` names the caller in the message.

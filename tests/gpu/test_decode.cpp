@@ -32,15 +32,6 @@ using namespace graphattn::test;
 
 namespace {
 
-ScalarType scalar_of(DType t) {
-  return t == DType::kBFloat16 ? ScalarType::kBFloat16 : ScalarType::kFloat16;
-}
-ScalarType kv_scalar_of(KvDType kv, DType t) {
-  return kv == KvDType::kAuto      ? scalar_of(t)
-         : kv == KvDType::kFp8E4M3 ? ScalarType::kFloat8E4M3
-                                   : ScalarType::kFloat8E5M2;
-}
-
 struct DecodeCase {
   DType dtype = DType::kBFloat16;
   KvDType kv = KvDType::kAuto;
@@ -170,7 +161,7 @@ void build_batch(const DecodeCase& c, std::mt19937_64& rng, Batch& b) {
   }
   b.d_cache = DeviceBuffer(host.size());
   b.d_cache.upload(host.data(), host.size());
-  const ScalarType kst = kv_scalar_of(c.kv, c.dtype);
+  const ScalarType kst = scalar_type_of(c.kv, c.dtype);
   const int64_t NB = b.num_blocks;
   b.kv_view = c.layout == KvLayout::kNHD
                   ? TensorView::contiguous(b.d_cache.data(), kst, {2, NB, B, KH, D})
@@ -188,7 +179,7 @@ void build_batch(const DecodeCase& c, std::mt19937_64& rng, Batch& b) {
         q[r * b.token_stride + h * D + d] = x;
         b.q[(r * H + h) * D + d] = from_storage(c.dtype, x);
       }
-  const ScalarType st = scalar_of(c.dtype);
+  const ScalarType st = scalar_type_of(c.dtype);
   b.d_q = DeviceBuffer(q.size() * 2);
   b.d_q.upload(q.data(), q.size() * 2);
   b.d_out = DeviceBuffer(q.size() * 2);
@@ -609,7 +600,7 @@ void run_forward(const AttentionLayerConfig& cfg, const Mixed& m, KernelCache& c
         }
     }
   }
-  const ScalarType st = scalar_of(dt);
+  const ScalarType st = scalar_type_of(dt);
   DeviceBuffer d_cache(cache_host.size() * 2), d_q(q.size() * 2), d_out(q.size() * 2),
       d_key(key.size() * 2), d_value(value.size() * 2), d_slots(T * 8), d_qsl(qsl.size() * 4),
       d_seq(n * 4), d_bt(bt.size() * 4), ws(attn.workspace_bytes());
