@@ -225,12 +225,8 @@ void AttentionBackend::forward(const TensorView& query, const TensorView& key,
                    str(md.num_actual_tokens) + " rows");
   }
 
-  detail::DecodeLaunch d;
-  d.query = query;
-  d.kv_cache = kv_cache;
-  d.output = output;
-  d.seq_lens = md.seq_lens;
-  d.block_table = md.block_table;
+  const detail::AttentionViews views{query, kv_cache, output, md.seq_lens, md.block_table};
+  detail::DecodeLaunch d{views};
   d.num_decodes = md.num_decodes;
   const detail::DecodeGrid grid =
       grid_of(config_, loaded_ ? &loaded_->device : nullptr, md.num_decodes, "forward");
@@ -259,13 +255,8 @@ void AttentionBackend::forward(const TensorView& query, const TensorView& key,
                    " bytes is smaller than the " + str(static_cast<int64_t>(need)) +
                    " this batch needs (allocate workspace_bytes())");
   }
-  detail::PrefillLaunch pf;
-  pf.query = query;
-  pf.kv_cache = kv_cache;
-  pf.output = output;
+  detail::PrefillLaunch pf{views};
   pf.query_start_loc = md.query_start_loc;
-  pf.seq_lens = md.seq_lens;
-  pf.block_table = md.block_table;
   pf.first_req = md.num_decodes;
   pf.num_reqs = md.num_reqs;
   pf.max_query_len = md.max_query_len;

@@ -283,7 +283,7 @@ void enqueue_decode(const LoadedKernel& decode, const DecodeLaunch& a, CUstream 
 
   DecodeParams p{};
   unsigned char* ws = static_cast<unsigned char*>(a.workspace);
-  set_paged_attention_views(p, a.query, a.output, a.kv_cache, a.seq_lens, a.block_table);
+  set_paged_attention_views(p, a);
   p.partial_out = reinterpret_cast<float*>(ws + w.partial_out);
   p.partial_lse = reinterpret_cast<float*>(ws + w.partial_lse);
   p.counters = static_cast<unsigned*>(a.counters);
@@ -314,13 +314,9 @@ void enqueue_decode(const LoadedKernel& decode, const DecodeLaunch& a, CUstream 
   p.cluster_splits = a.cluster && a.max_splits > 1 ? 1 : 0;
   const int smem = ga_decode_smem_bytes(spec.head_size, kvb, stages);
   ensure_shared_limit(decode, smem);
-  LaunchShape shape;
-  shape.grid_x = static_cast<unsigned>(a.max_splits);
-  shape.grid_y = static_cast<unsigned>(grid_y);
-  shape.grid_z = static_cast<unsigned>(a.num_decodes);
-  shape.block_x = GA_DECODE_THREADS;
-  shape.shared_bytes = static_cast<unsigned>(smem);
-  shape.cluster_x = p.cluster_splits ? static_cast<unsigned>(a.max_splits) : 1;
+  const auto u = [](int64_t v) { return static_cast<unsigned>(v); };
+  const LaunchShape shape{u(a.max_splits),   u(grid_y), u(a.num_decodes),
+                          GA_DECODE_THREADS, u(smem),   p.cluster_splits ? u(a.max_splits) : 1u};
   launch(decode, shape, stream, p);
 }
 

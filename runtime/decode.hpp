@@ -42,12 +42,10 @@ struct DecodeGrid {
 
 // One decode launch over requests [0, num_decodes) of a batch (decodes come first, one query
 // token each: request r's query is token r).
-struct DecodeLaunch {
-  TensorView query;        // [num_tokens >= num_decodes, num_heads, head_size] fp16/bf16
-  TensorView kv_cache;     // [2, num_blocks, block_size, num_kv_heads, head_size] NHD or HND
-  TensorView output;       // [num_tokens >= num_decodes, num_heads, head_size] dtype of query
-  TensorView seq_lens;     // [>= num_decodes] int32, context + new token; 0 = padded request
-  TensorView block_table;  // [>= num_decodes, max_blocks_per_seq] int32, rows contiguous
+// The views (AttentionViews) hold at least num_decodes tokens and requests.
+struct DecodeLaunch : AttentionViews {
+  DecodeLaunch() = default;
+  explicit DecodeLaunch(const AttentionViews& views) : AttentionViews(views) {}
   int num_decodes = 0;
   int max_splits = 1;  // grid width; each request uses at most this many splits
   int stages = 0;      // pipeline depth 2..ga_decode_max_stages; 0: the shallow default

@@ -61,29 +61,36 @@ void launch(const LoadedKernel& k, const LaunchShape& s, CUstream stream, const 
   GA_CU_CHECK(driver().cuLaunchKernelEx(&cfg, k.function, args, nullptr));
 }
 
+// The views every paged-attention launch reads (DecodeLaunch and PrefillLaunch start with them).
+struct AttentionViews {
+  TensorView query;        // [num_tokens, num_heads, head_size] fp16/bf16, head dim contiguous
+  TensorView kv_cache;     // [2, num_blocks, block_size, num_kv_heads, head_size] NHD or HND
+  TensorView output;       // [num_tokens, num_heads, head_size] dtype of query; written
+  TensorView seq_lens;     // [>= num_reqs] int32, context + new tokens; 0 = padded request
+  TensorView block_table;  // [>= num_reqs, max_blocks_per_seq] int32, rows contiguous
+};
+
 // The paged-attention fields that DecodeParams and PrefillParams share: query and output rows,
 // and the paged KV cache (PagedKvView: the key and value halves of the flash-layout cache,
 // sequence lengths and the block table).
 template <typename Params>
-void set_paged_attention_views(Params& p, const TensorView& query, const TensorView& output,
-                               const TensorView& kv_cache, const TensorView& seq_lens,
-                               const TensorView& block_table) {
-  const int64_t elem = scalar_bytes(kv_cache.dtype);
-  p.query = query.data;
-  p.output = output.data;
-  p.query_token_stride = query.strides[0];
-  p.query_head_stride = query.strides[1];
-  p.output_token_stride = output.strides[0];
-  p.output_head_stride = output.strides[1];
-  p.kv.key_cache = kv_cache.data;
-  p.kv.value_cache = static_cast<const char*>(kv_cache.data) + kv_cache.strides[0] * elem;
-  p.kv.seq_lens = static_cast<const int*>(seq_lens.data);
-  p.kv.block_table = static_cast<const int*>(block_table.data);
-  p.kv.cache_block_stride = kv_cache.strides[1];
-  p.kv.cache_token_stride = kv_cache.strides[2];
-  p.kv.cache_head_stride = kv_cache.strides[3];
-  p.kv.block_table_stride = block_table.strides[0];
-  p.kv.num_blocks = kv_cache.shape[1];
+void set_paged_attention_views(Params& p, const AttentionViews& v) {
+  const int64_t elem = scalar_bytes(v.kv_cache.dtype);
+  p.query = v.query.data;
+  p.output = v.output.data;
+  p.query_token_stride = v.query.strides[0];
+  p.query_head_stride = v.query.strides[1];
+  p.output_token_stride = v.output.strides[0];
+  p.output_head_stride = v.output.strides[1];
+  p.kv.key_cache = v.kv_cache.data;
+  p.kv.value_cache = static_cast<const char*>(v.kv_cache.data) + v.kv_cache.strides[0] * elem;
+  p.kv.seq_lens = static_cast<const int*>(v.seq_lens.data);
+  p.kv.block_table = static_cast<const int*>(v.block_table.data);
+  p.kv.cache_block_stride = v.kv_cache.strides[1];
+  p.kv.cache_token_stride = v.kv_cache.strides[2];
+  p.kv.cache_head_stride = v.kv_cache.strides[3];
+  p.kv.block_table_stride = v.block_table.strides[0];
+  p.kv.num_blocks = v.kv_cache.shape[1];
 }
 
 }  // namespace graphattn::detail

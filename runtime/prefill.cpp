@@ -101,7 +101,7 @@ void enqueue_prefill(const LoadedKernel& k, const PrefillLaunch& a, CUstream str
   if (grid_x == 0 || grid_y == 0) return;
 
   PrefillParams p{};
-  set_paged_attention_views(p, a.query, a.output, a.kv_cache, a.seq_lens, a.block_table);
+  set_paged_attention_views(p, a);
   p.query_start_loc = static_cast<const int*>(a.query_start_loc.data);
   p.first_req = a.first_req;
   p.num_kv_heads = static_cast<int>(grid_z);
@@ -114,13 +114,9 @@ void enqueue_prefill(const LoadedKernel& k, const PrefillLaunch& a, CUstream str
   p.bounds = static_cast<GaBoundsReport*>(a.bounds);
 
   ensure_shared_limit(k, cfg.shared_bytes);
-  LaunchShape shape;
-  shape.grid_x = static_cast<unsigned>(grid_x);
-  shape.grid_y = static_cast<unsigned>(grid_y);
-  shape.grid_z = static_cast<unsigned>(grid_z);
-  shape.block_x = static_cast<unsigned>(cfg.threads);
-  shape.shared_bytes = static_cast<unsigned>(cfg.shared_bytes);
-  launch(k, shape, stream, p);
+  const auto u = [](int64_t v) { return static_cast<unsigned>(v); };
+  launch(k, LaunchShape{u(grid_x), u(grid_y), u(grid_z), u(cfg.threads), u(cfg.shared_bytes)},
+         stream, p);
 }
 
 void launch_prefill(const LoadedKernel& k, const PrefillLaunch& a, CUstream stream) {
@@ -138,13 +134,8 @@ void prefill_attention(const TensorView& query, const TensorView& kv_cache,
                        const TensorView& seq_lens, const TensorView& block_table, int first_req,
                        int num_reqs, int max_query_len, float scale, int window, float soft_cap,
                        float k_scale, float v_scale, CUstream stream, KernelCache& cache) {
-  detail::PrefillLaunch a;
-  a.query = query;
-  a.kv_cache = kv_cache;
-  a.output = output;
+  detail::PrefillLaunch a{{query, kv_cache, output, seq_lens, block_table}};
   a.query_start_loc = query_start_loc;
-  a.seq_lens = seq_lens;
-  a.block_table = block_table;
   a.first_req = first_req;
   a.num_reqs = num_reqs;
   a.max_query_len = max_query_len;

@@ -17,13 +17,10 @@
 namespace graphattn::detail {
 
 // One prefill launch over requests [first_req, num_reqs) of a batch.
-struct PrefillLaunch {
-  TensorView query;            // [num_tokens, num_heads, head_size] fp16/bf16, head dim contiguous
-  TensorView kv_cache;         // [2, num_blocks, block_size, num_kv_heads, head_size] NHD or HND
-  TensorView output;           // [num_tokens, num_heads, head_size] dtype of query; written
+struct PrefillLaunch : AttentionViews {
+  PrefillLaunch() = default;
+  explicit PrefillLaunch(const AttentionViews& views) : AttentionViews(views) {}
   TensorView query_start_loc;  // [>= num_reqs + 1] int32, non-decreasing token offsets
-  TensorView seq_lens;         // [>= num_reqs] int32, context + new tokens; 0 = padded request
-  TensorView block_table;      // [>= num_reqs, max_blocks_per_seq] int32 physical block ids
   int first_req = 0;           // first request this launch handles (decodes come before it)
   int num_reqs = 0;            // one past the last request handled
   int max_query_len = 0;       // >= every handled request's query length (sizes the grid)

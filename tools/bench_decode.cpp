@@ -233,12 +233,7 @@ nlohmann::json bench_decode(const Device& dev, const DecodeOptions& o, const Pee
         std::printf("   %d stages%s, splits:", stages, cluster ? ", cluster" : "");
         for (int sp : o.try_splits) {
           if (cluster && (sp < 2 || sp > max_cluster)) continue;
-          detail::DecodeLaunch a;
-          a.query = q_v;
-          a.kv_cache = cache_v;
-          a.output = o_v;
-          a.seq_lens = md.seq_lens;
-          a.block_table = md.block_table;
+          detail::DecodeLaunch a{{q_v, cache_v, o_v, md.seq_lens, md.block_table}};
           a.num_decodes = s.batch;
           a.max_splits = sp;
           a.stages = stages;

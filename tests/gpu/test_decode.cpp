@@ -248,12 +248,7 @@ struct Grid {
 // the case's (build_batch stored the cache with those scales).
 detail::DecodeLaunch launch_args(const DecodeCase& c, const Batch& b, const Grid& g, float scale,
                                  const DeviceBuffer& ws, const DeviceBuffer& counters) {
-  detail::DecodeLaunch a;
-  a.query = b.q_view;
-  a.kv_cache = b.kv_view;
-  a.output = b.out_view;
-  a.seq_lens = b.seq_view;
-  a.block_table = b.bt_view;
+  detail::DecodeLaunch a{{b.q_view, b.kv_view, b.out_view, b.seq_view, b.bt_view}};
   a.num_decodes = static_cast<int>(c.seq_lens.size());
   a.max_splits = g.splits;
   a.stages = g.stages;
