@@ -45,9 +45,11 @@
 
 namespace {
 
+using graphattn::detail::classify_file_name;
 using graphattn::detail::DiskTier;
 using graphattn::detail::EntryInfo;
 using graphattn::detail::EntryStatus;
+using graphattn::detail::FileKind;
 using graphattn::detail::printable;
 using Json = nlohmann::json;
 
@@ -58,7 +60,6 @@ constexpr size_t kShortKeyDigits = 12;
 // A temp file this old cannot belong to a write in progress (writes take milliseconds): its
 // writer died. verify --fix removes only these; clear removes every temp file.
 constexpr std::chrono::seconds kStaleTempAge{600};
-constexpr const char* kEntrySuffix = ".gakc";
 constexpr const char* kNoDirectory =
     "no cache directory: give --dir DIR, or set GRAPHATTN_CACHE_DIR, XDG_CACHE_HOME or HOME "
     "(absolute paths)";
@@ -259,32 +260,6 @@ class CacheDir {
   std::string dir_;
   std::unique_ptr<DiskTier> tier_;
 };
-
-bool is_key_hex(const std::string& s) {
-  return s.size() == 32 && std::all_of(s.begin(), s.end(), [](char c) {
-           return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
-         });
-}
-
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
-// The disk tier's temp files: ".<key>.tmp.<pid>.<n>", ".<key>.cu.tmp.<pid>", ".probe.<pid>".
-bool is_temp_name(const std::string& name) {
-  return name.size() > 1 && name[0] == '.' &&
-         (name.find(".tmp.") != std::string::npos || name.rfind(".probe.", 0) == 0);
-}
-
-// Files the cache owns besides entries: "<key>.lock" and "<key>.cu".
-bool is_side_file_name(const std::string& name) {
-  for (const char* suffix : {".lock", ".cu"}) {
-    const std::string s = suffix;
-    if (ends_with(name, s) && is_key_hex(name.substr(0, name.size() - s.size()))) return true;
-  }
-  return false;
-}
 
 int64_t mtime_ms(const struct stat& st) {
   return static_cast<int64_t>(st.st_mtim.tv_sec) * 1000 + st.st_mtim.tv_nsec / 1000000;
@@ -487,7 +462,7 @@ const EntryInfo& resolve(const std::vector<EntryInfo>& entries, const std::strin
 // A dumped source, read without following links; sources are tens of KiB.
 std::string read_source(const CacheDir& dir, const EntryInfo& e) {
   std::string text;
-  if (!dir.tier()->read_text(e.key_hex + ".cu", 16u << 20, &text))
+  if (!dir.tier()->read_text(graphattn::detail::source_file_of(e.name), 16u << 20, &text))
     throw graphattn::Error("cannot read " + e.source_path);
   return text;
 }
@@ -569,7 +544,7 @@ int cmd_verify(const Options& o) {
   const int64_t cutoff = graphattn::detail::now_unix_ms() - kStaleTempAge.count() * 1000;
   for (const auto& name : dir.file_names()) {
     struct stat st {};
-    if (is_temp_name(name) && name.find(".tmp.") != std::string::npos && dir.stat_name(name, &st) &&
+    if (classify_file_name(name, nullptr) == FileKind::kTemp && dir.stat_name(name, &st) &&
         mtime_ms(st) <= cutoff)
       stale_temps.push_back(name);
   }
@@ -718,10 +693,12 @@ int cmd_clear(const Options& o) {
   uint64_t side_files = 0;
   std::vector<std::string> kept;
   for (const auto& name : dir.file_names()) {
-    if (is_temp_name(name) || is_side_file_name(name) || ends_with(name, kEntrySuffix)) {
+    // Entries were removed above: one that failed is not reported twice.
+    const FileKind kind = classify_file_name(name, nullptr);
+    if (kind != FileKind::kOther) {
       const graphattn::detail::Removal r = dir.tier()->remove(name);
       if (r.removed) ++side_files;
-      if (!r.error.empty() && !ends_with(name, kEntrySuffix)) failed.push_back(r.error);
+      if (!r.error.empty() && !graphattn::detail::is_entry_kind(kind)) failed.push_back(r.error);
     } else {
       kept.push_back(printable(name));
     }
@@ -789,7 +766,7 @@ int cmd_stats(const Options& o) {
       compile_ms += static_cast<double>(e.header.compile_us) / 1000.0;
     }
     struct stat st {};
-    if (!e.source_path.empty() && dir.stat_name(e.key_hex + ".cu", &st)) {
+    if (!e.source_path.empty() && dir.stat_name(graphattn::detail::source_file_of(e.name), &st)) {
       ++sources.count;
       sources.bytes += static_cast<uint64_t>(st.st_size);
     }
