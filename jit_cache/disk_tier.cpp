@@ -1,13 +1,11 @@
 #include "jit_cache/disk_tier.hpp"
 
-#define XXH_INLINE_ALL
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -16,50 +14,12 @@
 #include <thread>
 
 #include "core/text.hpp"
-#include "jit_cache/cubin_check.hpp"
 
 namespace graphattn::detail {
 namespace {
 
-constexpr char kMagic[8] = {'G', 'A', 'K', 'C', 'U', 'B', 'I', 'N'};
-constexpr size_t kFixedHeader = 8 + 4 + 4 + 16 + 4 * 4 + 8 * 4;  // before the spec string
-constexpr size_t kMaxSpecBytes = 256;
-constexpr size_t kMaxHeaderBytes = kFixedHeader + kMaxSpecBytes + 8;
-constexpr const char* kEntrySuffix = ".gakc";
 // Flags of every open of a file in the cache directory.
 constexpr int kOpenFlags = O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC;
-
-template <typename T>
-void put(std::vector<char>& out, T v) {
-  const char* p = reinterpret_cast<const char*>(&v);
-  out.insert(out.end(), p, p + sizeof v);
-}
-template <typename T>
-T get(const char* p) {
-  T v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
-bool is_key_hex(const std::string& s) {
-  if (s.size() != 32) return false;
-  for (char c : s)
-    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
-  return true;
-}
-
-std::string strip_suffix(const std::string& name, const std::string& suffix) {
-  return name.substr(0, name.size() - suffix.size());
-}
-
-bool is_entry_name(const std::string& name) {
-  return !name.empty() && name[0] != '.' && ends_with(name, kEntrySuffix);
-}
 
 // Reads up to size bytes at the file's current offset; returns how many it got (fewer at end of
 // file), or -1 on an error.
@@ -193,27 +153,20 @@ EntryStatus load_entry(int dirfd, const std::string& name, const struct stat& di
   return s;
 }
 
-CacheKey key_of_hex(const std::string& hex) {
-  CacheKey k;
-  k.high = std::stoull(hex.substr(0, 16), nullptr, 16);
-  k.low = std::stoull(hex.substr(16), nullptr, 16);
-  return k;
-}
-
 // Everything list() and inspect() say of one file named like an entry.
 EntryInfo inspect_at(int dirfd, const std::string& dir, const std::string& name,
                      const struct stat& dir_st, const TrustPolicy& policy) {
   EntryInfo info;
   info.path = dir + "/" + name;
   info.name = name;
-  info.key_hex = ends_with(name, kEntrySuffix) ? strip_suffix(name, kEntrySuffix) : name;
+  info.key_hex = entry_stem(name);
   struct stat src {};
-  const std::string source = info.key_hex + ".cu";
+  const std::string source = source_file_of(name);
   if (::fstatat(dirfd, source.c_str(), &src, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(src.st_mode))
     info.source_path = dir + "/" + source;
   const bool named = is_key_hex(info.key_hex);
   CacheKey expect;
-  if (named) expect = key_of_hex(info.key_hex);
+  if (named) expect = key_from_hex(info.key_hex);
   struct stat st {};
   info.status = load_entry(dirfd, name, dir_st, policy, named ? &expect : nullptr, false,
                            &info.header, nullptr, &st, &info.reason);
@@ -256,134 +209,6 @@ int64_t now_unix_ms() {
       .count();
 }
 
-const char* to_string(EntryStatus s) {
-  switch (s) {
-    case EntryStatus::kOk:
-      return "ok";
-    case EntryStatus::kMissing:
-      return "missing";
-    case EntryStatus::kTruncated:
-      return "truncated";
-    case EntryStatus::kBadMagic:
-      return "bad magic";
-    case EntryStatus::kBadVersion:
-      return "format version mismatch";
-    case EntryStatus::kBadHeader:
-      return "bad header";
-    case EntryStatus::kKeyMismatch:
-      return "key mismatch";
-    case EntryStatus::kBadChecksum:
-      return "checksum mismatch";
-    case EntryStatus::kIoError:
-      return "I/O error";
-    case EntryStatus::kNotRegular:
-      return "not a regular file";
-    case EntryStatus::kUntrusted:
-      return "untrusted";
-    case EntryStatus::kTooLarge:
-      return "too large";
-    case EntryStatus::kBadCubin:
-      return "bad cubin";
-  }
-  return "?";
-}
-
-std::vector<char> encode_entry(const EntryHeader& h, const std::vector<char>& payload) {
-  std::vector<char> out;
-  out.reserve(kFixedHeader + h.spec.size() + 8 + payload.size());
-  out.insert(out.end(), kMagic, kMagic + 8);
-  put<uint32_t>(out, h.format_version);
-  put<uint32_t>(out, static_cast<uint32_t>(kFixedHeader + h.spec.size() + 8));
-  put<uint64_t>(out, h.key.high);
-  put<uint64_t>(out, h.key.low);
-  put<uint32_t>(out, h.arch);
-  put<uint32_t>(out, h.nvrtc_major);
-  put<uint32_t>(out, h.nvrtc_minor);
-  put<uint32_t>(out, static_cast<uint32_t>(h.spec.size()));
-  put<int64_t>(out, h.compiled_at_ms);
-  put<uint64_t>(out, h.compile_us);
-  put<uint64_t>(out, payload.size());
-  put<uint64_t>(out, XXH3_64bits(payload.data(), payload.size()));
-  out.insert(out.end(), h.spec.begin(), h.spec.end());
-  put<uint64_t>(out, XXH3_64bits(out.data(), out.size()));
-  out.insert(out.end(), payload.begin(), payload.end());
-  return out;
-}
-
-EntryStatus check_entry_prefix(const char* p, size_t size, uint64_t file_bytes,
-                               uint32_t* header_bytes, std::string* reason) {
-  auto fail = [&](EntryStatus s, const std::string& why) {
-    if (reason) *reason = why;
-    return s;
-  };
-  if (file_bytes < 12 || size < 12)
-    return fail(EntryStatus::kTruncated,
-                "file of " + std::to_string(file_bytes) + " bytes is shorter than a header");
-  if (std::memcmp(p, kMagic, 8) != 0)
-    return fail(EntryStatus::kBadMagic, "not a graphattn cache entry (bad magic)");
-  const uint32_t version = get<uint32_t>(p + 8);
-  if (version != kCacheFormatVersion)
-    return fail(EntryStatus::kBadVersion, "format version " + std::to_string(version) +
-                                              ", this build reads " +
-                                              std::to_string(kCacheFormatVersion));
-  if (size < kFixedHeader) return fail(EntryStatus::kTruncated, "header truncated");
-  const uint32_t hb = get<uint32_t>(p + 12);
-  const uint32_t spec_bytes = get<uint32_t>(p + 44);
-  if (spec_bytes > kMaxSpecBytes || hb != kFixedHeader + spec_bytes + 8)
-    return fail(EntryStatus::kBadHeader, "inconsistent header lengths");
-  if (file_bytes < hb || size < hb) return fail(EntryStatus::kTruncated, "header truncated");
-  const uint64_t payload_bytes = get<uint64_t>(p + 64);
-  if (payload_bytes > kMaxPayloadBytes)
-    return fail(EntryStatus::kTooLarge, "header declares a payload of " +
-                                            std::to_string(payload_bytes) + " bytes (at most " +
-                                            std::to_string(kMaxPayloadBytes) + ")");
-  if (file_bytes - hb != payload_bytes)
-    return fail(file_bytes - hb < payload_bytes ? EntryStatus::kTruncated : EntryStatus::kBadHeader,
-                "payload is " + std::to_string(file_bytes - hb) + " bytes, header says " +
-                    std::to_string(payload_bytes));
-  *header_bytes = hb;
-  return EntryStatus::kOk;
-}
-
-EntryStatus decode_entry(const std::vector<char>& img, const CacheKey* expect, EntryHeader* h,
-                         std::vector<char>* payload, std::string* reason) {
-  auto fail = [&](EntryStatus s, const std::string& why) {
-    if (reason) *reason = why;
-    return s;
-  };
-  uint32_t header_bytes = 0;
-  const EntryStatus prefix =
-      check_entry_prefix(img.data(), img.size(), img.size(), &header_bytes, reason);
-  if (prefix != EntryStatus::kOk) return prefix;
-  const uint64_t stored_header_hash = get<uint64_t>(img.data() + header_bytes - 8);
-  if (XXH3_64bits(img.data(), header_bytes - 8) != stored_header_hash)
-    return fail(EntryStatus::kBadChecksum, "header checksum mismatch");
-  EntryHeader out;
-  out.format_version = get<uint32_t>(img.data() + 8);
-  out.key.high = get<uint64_t>(img.data() + 16);
-  out.key.low = get<uint64_t>(img.data() + 24);
-  out.arch = get<uint32_t>(img.data() + 32);
-  out.nvrtc_major = get<uint32_t>(img.data() + 36);
-  out.nvrtc_minor = get<uint32_t>(img.data() + 40);
-  out.compiled_at_ms = get<int64_t>(img.data() + 48);
-  out.compile_us = get<uint64_t>(img.data() + 56);
-  out.payload_bytes = get<uint64_t>(img.data() + 64);
-  out.payload_hash = get<uint64_t>(img.data() + 72);
-  out.spec.assign(img.data() + kFixedHeader, get<uint32_t>(img.data() + 44));
-  if (expect && out.key != *expect)
-    return fail(EntryStatus::kKeyMismatch,
-                "stored key " + out.key.hex() + " differs from the file's key");
-  const char* body = img.data() + header_bytes;
-  if (XXH3_64bits(body, out.payload_bytes) != out.payload_hash)
-    return fail(EntryStatus::kBadChecksum, "payload checksum mismatch");
-  std::string why;
-  if (!check_cubin(body, out.payload_bytes, out.arch, &why))
-    return fail(EntryStatus::kBadCubin, why);
-  if (payload) payload->assign(body, body + out.payload_bytes);
-  if (h) *h = std::move(out);
-  return EntryStatus::kOk;
-}
-
 DiskTier::DiskTier(std::string dir, Warn warn, bool shared, Access access)
     : dir_(std::move(dir)), warn_(std::move(warn)), policy_(TrustPolicy::current(shared)) {
   while (dir_.size() > 1 && dir_.back() == '/') dir_.pop_back();
@@ -413,7 +238,7 @@ DiskTier::DiskTier(std::string dir, Warn warn, bool shared, Access access)
     return;
   }
   // Probe: a directory can exist and still refuse writes (read-only mount, permissions).
-  const std::string probe = ".probe." + random_hex();
+  const std::string probe = probe_file_name(random_hex());
   const int fd = ::openat(dir_fd_, probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | kOpenFlags, 0600);
   if (fd < 0) {
     if (use)
@@ -436,22 +261,22 @@ void DiskTier::disable(const std::string& why) {
 }
 
 std::string DiskTier::entry_path(const CacheKey& key) const {
-  return dir_ + "/" + key.hex() + kEntrySuffix;
+  return dir_ + "/" + entry_file_name(key);
 }
 
 EntryStatus DiskTier::read(const CacheKey& key, EntryHeader* h, std::vector<char>* payload,
                            std::string* reason) {
   if (!usable_ || !trust_problem_.empty()) return EntryStatus::kMissing;
   struct stat st {};
-  return load_entry(dir_fd_, key.hex() + kEntrySuffix, dir_st_, policy_, &key, true, h, payload,
-                    &st, reason);
+  return load_entry(dir_fd_, entry_file_name(key), dir_st_, policy_, &key, true, h, payload, &st,
+                    reason);
 }
 
 bool DiskTier::write(const EntryHeader& h, const std::vector<char>& payload) {
   if (!usable_) return false;
   const std::vector<char> img = encode_entry(h, payload);
-  const std::string name = h.key.hex() + kEntrySuffix;
-  const std::string tmp = "." + h.key.hex() + ".tmp." + random_hex();
+  const std::string name = entry_file_name(h.key);
+  const std::string tmp = temp_file_name(h.key, TempOf::kEntry, random_hex());
   const char* step = "create a temp file";
   bool ok = false;
   const int fd =
@@ -485,13 +310,13 @@ bool DiskTier::write(const EntryHeader& h, const std::vector<char>& payload) {
 
 void DiskTier::write_source(const CacheKey& key, const std::string& text) {
   if (!usable_) return;
-  const std::string tmp = "." + key.hex() + ".cu.tmp." + random_hex();
+  const std::string tmp = temp_file_name(key, TempOf::kSource, random_hex());
   const int fd =
       ::openat(dir_fd_, tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | kOpenFlags, policy_.file_mode());
   if (fd < 0) return;
   const bool ok = ::fchmod(fd, policy_.file_mode()) == 0 && write_all(fd, text.data(), text.size());
   ::close(fd);
-  if (!ok || ::renameat(dir_fd_, tmp.c_str(), dir_fd_, (key.hex() + ".cu").c_str()) != 0)
+  if (!ok || ::renameat(dir_fd_, tmp.c_str(), dir_fd_, source_file_name(key).c_str()) != 0)
     ::unlinkat(dir_fd_, tmp.c_str(), 0);
 }
 
@@ -507,7 +332,7 @@ DiskTier::Lock DiskTier::lock(const CacheKey& key, std::chrono::milliseconds tim
   if (!usable_) return l;
   // Read-only is enough for flock, and lets the members of a shared directory's group lock a
   // file that another member created.
-  const int fd = ::openat(dir_fd_, (key.hex() + ".lock").c_str(), O_RDONLY | O_CREAT | kOpenFlags,
+  const int fd = ::openat(dir_fd_, lock_file_name(key).c_str(), O_RDONLY | O_CREAT | kOpenFlags,
                           policy_.file_mode());
   if (fd < 0) return l;
   struct stat st {};
@@ -560,7 +385,7 @@ bool DiskTier::stat_name(const std::string& name, struct stat* st) const {
 std::vector<EntryInfo> DiskTier::list() const {
   std::vector<EntryInfo> out;
   for (const auto& name : file_names())
-    if (is_entry_name(name)) out.push_back(inspect_name(name));
+    if (is_entry_kind(classify_file_name(name, nullptr))) out.push_back(inspect_name(name));
   return out;
 }
 
@@ -608,11 +433,9 @@ Removal DiskTier::remove(const std::string& name) const {
 }
 
 Removal DiskTier::remove_entry(const std::string& entry_name) const {
-  const std::string stem =
-      ends_with(entry_name, kEntrySuffix) ? strip_suffix(entry_name, kEntrySuffix) : entry_name;
   const Removal r = remove(entry_name);
-  remove(stem + ".cu");
-  remove(stem + ".lock");
+  remove(source_file_of(entry_name));
+  remove(lock_file_of(entry_name));
   return r;
 }
 
@@ -620,8 +443,9 @@ std::vector<std::string> DiskTier::remove_orphan_locks() const {
   std::vector<std::string> removed;
   const std::vector<std::string> names = file_names();
   for (const auto& name : names) {
-    if (!ends_with(name, ".lock") || !is_key_hex(strip_suffix(name, ".lock"))) continue;
-    if (std::binary_search(names.begin(), names.end(), strip_suffix(name, ".lock") + kEntrySuffix))
+    std::string key_hex;
+    if (classify_file_name(name, &key_hex) != FileKind::kLock) continue;
+    if (std::binary_search(names.begin(), names.end(), entry_file_name(key_from_hex(key_hex))))
       continue;
     int err = 0;
     struct stat st {};
@@ -640,10 +464,12 @@ uint64_t DiskTier::evict(uint64_t max_bytes, const CacheKey* keep) {
   uint64_t total = 0;
   for (const auto& name : file_names()) {
     struct stat st {};
-    if (!is_entry_name(name) || !stat_name(name, &st) || !S_ISREG(st.st_mode)) continue;
+    if (!is_entry_kind(classify_file_name(name, nullptr)) || !stat_name(name, &st) ||
+        !S_ISREG(st.st_mode))
+      continue;
     EntryInfo info;
     info.name = name;
-    info.key_hex = strip_suffix(name, kEntrySuffix);
+    info.key_hex = entry_stem(name);
     info.file_bytes = static_cast<uint64_t>(st.st_size);
     info.last_used_ms = mtime_ms(st);
     total += info.file_bytes;
@@ -669,7 +495,7 @@ uint64_t DiskTier::remove_stale_temps(std::chrono::seconds age) const {
   uint64_t removed = 0;
   const int64_t cutoff = now_unix_ms() - age.count() * 1000;
   for (const auto& name : file_names()) {
-    if (name.size() < 2 || name[0] != '.' || name.find(".tmp.") == std::string::npos) continue;
+    if (classify_file_name(name, nullptr) != FileKind::kTemp) continue;
     struct stat st {};
     if (stat_name(name, &st) && mtime_ms(st) <= cutoff && remove(name).removed) ++removed;
   }

@@ -1,19 +1,6 @@
 // The disk tier of the kernel cache: one file per entry, written atomically, checked on every
-// read. Also the reader used by graphattn-cache (list, show, verify, prune, clear).
-//
-// File layout (little-endian), "<key hex>.gakc":
-//   char[8]  magic "GAKCUBIN"
-//   u32      format version (kCacheFormatVersion)
-//   u32      header bytes (everything up to the payload)
-//   u64 x2   key (high, low)
-//   u32      arch;  u32 nvrtc major;  u32 nvrtc minor;  u32 spec string bytes
-//   i64      compiled at (Unix ms);  u64 compile time (microseconds)
-//   u64      payload bytes;  u64 payload XXH3-64
-//   char[]   spec string
-//   u64      header XXH3-64 over all bytes above
-//   payload  the cubin
-// Beside it: "<key hex>.lock" (advisory lock), "<key hex>.cu" (dumped source), and while a
-// write is in flight ".<key hex>.tmp.<random>".
+// read. Also the reader used by graphattn-cache (list, show, verify, prune, clear). What the
+// files hold and how they are named: jit_cache/entry_format.hpp.
 //
 // Trust (jit_cache/trust.hpp): the tier loads only from a directory that nobody else can write,
 // and only regular files that this user (or root) owns. Every file is opened relative to the
@@ -34,55 +21,10 @@
 #include <vector>
 
 #include "graphattn/jit.hpp"
+#include "jit_cache/entry_format.hpp"
 #include "jit_cache/trust.hpp"
 
 namespace graphattn::detail {
-
-// The largest payload an entry may declare; a bigger file is rejected before it is read. The
-// largest kernel graphattn builds is a few hundred KiB.
-constexpr uint64_t kMaxPayloadBytes = uint64_t{64} << 20;
-
-struct EntryHeader {
-  uint32_t format_version = kCacheFormatVersion;
-  CacheKey key;
-  uint32_t arch = 0;
-  uint32_t nvrtc_major = 0;
-  uint32_t nvrtc_minor = 0;
-  int64_t compiled_at_ms = 0;
-  uint64_t compile_us = 0;
-  uint64_t payload_bytes = 0;
-  uint64_t payload_hash = 0;
-  std::string spec;
-};
-
-enum class EntryStatus {
-  kOk,
-  kMissing,
-  kTruncated,
-  kBadMagic,
-  kBadVersion,
-  kBadHeader,
-  kKeyMismatch,
-  kBadChecksum,
-  kIoError,
-  kNotRegular,
-  kUntrusted,
-  kTooLarge,
-  kBadCubin
-};
-const char* to_string(EntryStatus s);
-
-// Encodes header + payload into the file image.
-std::vector<char> encode_entry(const EntryHeader& h, const std::vector<char>& payload);
-// Checks the fixed header at the start of a file of file_bytes bytes (prefix holds its first
-// `size` bytes, at least all of the header when the file has one): magic, version, header and
-// payload lengths against the file's size. On kOk sets *header_bytes. Reads nothing else.
-EntryStatus check_entry_prefix(const char* prefix, size_t size, uint64_t file_bytes,
-                               uint32_t* header_bytes, std::string* reason);
-// Decodes and checks a whole file image: the prefix checks, both checksums, the key (`expect`,
-// optional, must match the stored one) and the payload (a cubin for the stored arch).
-EntryStatus decode_entry(const std::vector<char>& image, const CacheKey* expect, EntryHeader* h,
-                         std::vector<char>* payload, std::string* reason);
 
 // One file in the directory, as the tool sees it.
 struct EntryInfo {

@@ -9,6 +9,9 @@ add_executable(graphattn-tests tests/main.cpp ${GRAPHATTN_CPU_TESTS})
 target_link_libraries(graphattn-tests PRIVATE graphattn graphattn_testing doctest::doctest
                       nlohmann_json::nlohmann_json)
 target_include_directories(graphattn-tests PRIVATE ${PROJECT_SOURCE_DIR} ${XXHASH_INCLUDE_DIR})
+# Files the tests read (tests/data: the golden cache entry).
+target_compile_definitions(graphattn-tests PRIVATE
+  GRAPHATTN_TEST_DATA_DIR="${PROJECT_SOURCE_DIR}/tests/data")
 if(GRAPHATTN_BUILD_TOOLS)
   target_compile_definitions(graphattn-tests PRIVATE
     GRAPHATTN_CACHE_TOOL="$<TARGET_FILE:graphattn-cache>"

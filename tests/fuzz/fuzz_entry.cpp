@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "jit_cache/cubin_check.hpp"
-#include "jit_cache/disk_tier.hpp"
+#include "jit_cache/entry_format.hpp"
 #include "tests/fuzz/fuzz_common.hpp"
 
 using graphattn::detail::EntryHeader;

@@ -1,0 +1,125 @@
+// What the parts of graphattn-cache share. main.cpp sets up the command line (the usage and the
+// exit statuses are described there) and dispatches to the commands: inspect.cpp (list, show,
+// stats), maintain.cpp (verify, prune, clear) and compile.cpp. entries.cpp opens the cache
+// directory and judges its entries; output.cpp formats for people and for --json.
+#pragma once
+
+#include <sys/stat.h>
+
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "core/text.hpp"
+#include "jit_cache/disk_tier.hpp"
+#include "tools/cache/output.hpp"
+
+namespace graphattn::tools::cache_tool {
+
+using detail::DiskTier;
+using detail::EntryInfo;
+using detail::EntryStatus;
+using detail::printable;
+
+constexpr int kExitOk = 0;
+constexpr int kExitFailed = 1;
+constexpr int kExitUsage = 2;
+
+// Wrong usage that CLI11 cannot see (a value with the wrong form, a missing choice): exit 2.
+class UsageError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Everything the command line chose.
+struct Options {
+  std::string dir;
+  bool json = false;
+  std::string target;               // show
+  bool fix = false;                 // verify
+  std::string max_bytes_text;       // prune
+  double older_than_days = -1;      // prune; negative: not given
+  std::vector<std::string> specs;   // compile
+  std::vector<std::string> models;  // compile: every kernel of these built-in models
+  int arch = 90;                    // compile --model: target arch
+  int block_size = 16;              // compile --model
+  std::string dtype = "bf16";       // compile --model
+  std::string kv_dtype = "auto";    // compile --model
+  unsigned threads = 0;             // compile; 0: hardware threads
+  bool dump_source = false;         // compile
+};
+
+// ---------------------------------------------------------------------------------------------
+// The directory
+
+// Whether dir exists (as a directory); wrong usage when it is empty or names something else.
+bool require_directory_path(const std::string& dir);
+
+// The cache directory as the commands see it: opened for inspection whatever its owner and mode
+// (verify reports those). A missing directory is an empty cache and is not created by any
+// command but compile; a path that is not a directory is wrong usage.
+class CacheDir {
+ public:
+  CacheDir(std::string dir, bool need_write);
+
+  const std::string& path() const { return dir_; }
+  bool exists() const { return tier_ != nullptr; }
+  DiskTier* tier() const { return tier_.get(); }
+  std::vector<EntryInfo> entries() const {
+    return tier_ ? tier_->list() : std::vector<EntryInfo>{};
+  }
+  // Names of the files in the directory (not "." and "..").
+  std::vector<std::string> file_names() const {
+    return tier_ ? tier_->file_names() : std::vector<std::string>{};
+  }
+  // lstat of a name in the directory: never follows a link.
+  bool stat_name(const std::string& name, struct stat* st) const {
+    return tier_ && tier_->stat_name(name, st);
+  }
+  // "" or what is wrong with the directory's owner or mode.
+  std::string trust_problem() const { return tier_ ? tier_->trust_problem() : ""; }
+
+ private:
+  std::string dir_;
+  std::unique_ptr<DiskTier> tier_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Entries
+
+// An entry's verdict. Beyond the file checks (magic, version, lengths, checksums, key), the stored
+// spec string must parse (or name a retired kind) and name the stored arch.
+struct Check {
+  bool ok = true;
+  std::string status;  // "ok", "retired kind", a disk-tier status, "bad spec" or "arch mismatch"
+  std::string reason;
+};
+
+Check check_entry(const EntryInfo& e);
+// The kernel kind of the stored spec: "retired" for a kind this version no longer builds,
+// "unknown" when the entry is unreadable or its spec does not parse.
+std::string kind_of(const EntryInfo& e);
+// Whether this build would look the entry up under the same key: false when it was compiled from
+// another template text or by another NVRTC (it will never be hit again); null when this build
+// cannot render the spec (no template for its kind).
+Json is_current(const EntryInfo& e);
+// Every field of an entry, as list, show, verify and prune print it.
+Json entry_json(const EntryInfo& e);
+// The entries' file sizes together.
+uint64_t total_bytes(const std::vector<EntryInfo>& entries);
+
+// ---------------------------------------------------------------------------------------------
+// Commands: each returns the exit status; wrong usage throws UsageError, any other failure
+// graphattn::Error.
+
+int cmd_list(const Options& o);
+int cmd_show(const Options& o);
+int cmd_stats(const Options& o);
+int cmd_verify(const Options& o);
+int cmd_prune(const Options& o);
+int cmd_clear(const Options& o);
+int cmd_compile(const Options& o);
+
+}  // namespace graphattn::tools::cache_tool

@@ -1,0 +1,128 @@
+// graphattn-cache compile: fills the cache ahead of time through the library's KernelCache, so
+// that entries, keys and names are exactly those an engine looks up.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <iostream>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "graphattn/error.hpp"
+#include "graphattn/jit.hpp"
+#include "graphattn/spec.hpp"
+#include "tools/cache/cache_tool.hpp"
+#include "tools/models.hpp"
+
+namespace graphattn::tools::cache_tool {
+
+int cmd_compile(const Options& o) {
+  std::vector<graphattn::AttentionSpec> specs;
+  std::string bad;
+  for (const auto& text : o.specs) {
+    try {
+      specs.push_back(graphattn::AttentionSpec::parse(text));
+    } catch (const std::exception& ex) {
+      bad +=
+          std::string(bad.empty() ? "" : "\n") + "--spec '" + printable(text) + "': " + ex.what();
+    }
+  }
+  for (const auto& name : o.models) {
+    try {
+      graphattn::tools::ModelRunSettings rs;
+      rs.block_size = o.block_size;
+      rs.dtype = graphattn::tools::dtype_from_name(o.dtype);
+      rs.kv_dtype = graphattn::tools::kv_dtype_from_name(o.kv_dtype);
+      rs.arch = o.arch;
+      const auto layers =
+          graphattn::tools::model_layer_configs(graphattn::tools::find_model(name), rs);
+      for (const auto& spec : graphattn::tools::model_kernel_specs(layers))
+        if (std::find(specs.begin(), specs.end(), spec) == specs.end()) specs.push_back(spec);
+    } catch (const std::exception& ex) {
+      bad +=
+          std::string(bad.empty() ? "" : "\n") + "--model '" + printable(name) + "': " + ex.what();
+    }
+  }
+  if (!bad.empty()) throw UsageError(bad);
+  if (specs.empty()) throw UsageError("compile needs at least one --spec or --model");
+  require_directory_path(o.dir);
+
+  std::vector<std::string> warnings;
+  std::mutex warn_mu;
+  graphattn::CacheOptions opts;
+  opts.dir = o.dir;
+  opts.dump_source = o.dump_source;
+  opts.warn = [&](const std::string& w) {
+    std::lock_guard<std::mutex> lock(warn_mu);
+    warnings.push_back(w);
+  };
+  graphattn::KernelCache cache(opts);
+  auto disk_failure = [&]() {
+    std::string msg = "the cache directory " + printable(o.dir, 4096) + " cannot be used";
+    for (const auto& w : warnings) msg += "\n  " + w;
+    return graphattn::Error(msg);
+  };
+  if (!cache.disk_enabled()) throw disk_failure();
+
+  const unsigned threads =
+      o.threads ? o.threads : std::max(1u, std::thread::hardware_concurrency());
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::vector<graphattn::PrecompileResult> results = cache.precompile(specs, threads);
+  const double wall_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  // A full disk fails the writes of what was compiled then: those kernels are not in the cache.
+  if (!cache.disk_enabled() || cache.stats().write_failures > 0) throw disk_failure();
+
+  size_t compiled = 0, hits = 0, failed = 0;
+  auto word = [](const graphattn::PrecompileResult& r) {
+    if (!r.error.empty()) return "failed";
+    return r.origin == graphattn::CacheOrigin::kCompiled ? "compiled" : "hit";
+  };
+  for (const auto& r : results) {
+    if (!r.error.empty())
+      ++failed;
+    else if (r.origin == graphattn::CacheOrigin::kCompiled)
+      ++compiled;
+    else
+      ++hits;
+  }
+  if (o.json) {
+    Json list = Json::array();
+    for (size_t i = 0; i < results.size(); ++i) {
+      const auto& r = results[i];
+      Json j = {{"spec", r.spec.empty() ? specs[i].to_string() : r.spec},
+                {"result", word(r)},
+                {"ms", r.ms}};
+      if (!r.error.empty()) j["error"] = r.error;
+      list.push_back(j);
+    }
+    print_json({{"dir", cache.dir()},
+                {"threads", threads},
+                {"results", list},
+                {"compiled", compiled},
+                {"hits", hits},
+                {"failed", failed},
+                {"wall_ms", wall_ms}});
+  } else {
+    size_t width = 0;
+    for (const auto& r : results) width = std::max(width, r.spec.size());
+    for (const auto& r : results) {
+      char ms[32];
+      std::snprintf(ms, sizeof ms, "%10.1f ms", r.ms);
+      std::cout << r.spec << std::string(width - r.spec.size() + 2, ' ') << word(r)
+                << std::string(8 - std::strlen(word(r)) + 2, ' ') << ms << "\n";
+    }
+    std::cout << "total: " << compiled << " compiled, " << hits << " hit, " << failed
+              << " failed in " << fixed(wall_ms, 1) << " ms on "
+              << plural(threads, "thread", "threads") << " into " << cache.dir() << "\n";
+  }
+  for (const auto& r : results)
+    if (!r.error.empty())
+      std::cerr << "graphattn-cache: " << r.spec << " failed: " << r.error << "\n";
+  return failed ? kExitFailed : kExitOk;
+}
+
+}  // namespace graphattn::tools::cache_tool

@@ -1,0 +1,150 @@
+// graphattn-cache: the operator's view of a JIT kernel cache directory. It lists, shows, checks,
+// prunes and clears the entries that KernelCache writes, and fills the cache ahead of time.
+//
+//   graphattn-cache [--dir DIR] [--json] list | show KEY-PREFIX|SPEC | verify [--fix]
+//                                        | prune --max-bytes N | --older-than DAYS | clear | stats
+//                                        | compile --spec SPEC [--spec SPEC ...] [--threads N]
+//
+// Exit status: 0 success; 1 the command found a problem or could not do its job (a bad entry,
+// a failed compile, no such entry); 2 wrong usage. With --json every command, failures
+// included, prints exactly one JSON document on stdout; messages for people go to stderr.
+#include <CLI/CLI.hpp>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <iostream>
+#include <string>
+
+#include "graphattn/jit.hpp"
+#include "tools/cache/cache_tool.hpp"
+
+using namespace graphattn::tools::cache_tool;
+
+namespace {
+
+// Reports a failure: to stderr for people and, with --json, as the one document on stdout.
+int report_error(const std::string& message, bool json, int code, const std::string& usage) {
+  std::cerr << "graphattn-cache: " << message << "\n";
+  if (!usage.empty()) std::cerr << "\n" << usage;
+  if (json) print_json({{"error", message}, {"exit_code", code}});
+  return code;
+}
+
+// CLI11 reports an unknown command as a missing one; name it and the commands there are.
+std::string describe_parse_error(const CLI::App& app, const CLI::ParseError& e, int argc,
+                                 char** argv) {
+  if (!app.get_subcommands().empty()) return e.what();
+  std::string names;
+  for (const CLI::App* sub : app.get_subcommands({}))
+    names += (names.empty() ? "" : ", ") + sub->get_name();
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--dir") {
+      ++i;  // its value
+    } else if (!a.empty() && a[0] != '-') {
+      return "unknown command '" + a + "'; the commands are " + names;
+    }
+  }
+  return std::string(e.what()) + "; the commands are " + names;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // --json must shape the output even when the command line fails to parse.
+  bool json_requested = false;
+  for (int i = 1; i < argc && std::strcmp(argv[i], "--") != 0; ++i)
+    json_requested = json_requested || std::strcmp(argv[i], "--json") == 0;
+
+  Options o;
+  CLI::App app("Inspect, check, fill, prune or clear the graphattn JIT kernel cache.",
+               "graphattn-cache");
+  app.fallthrough();  // --dir and --json are accepted after the command too
+  app.require_subcommand(1);
+  std::string default_dir;
+  try {
+    default_dir = graphattn::default_cache_dir();
+  } catch (const std::exception& ex) {
+    return report_error(ex.what(), json_requested, kExitFailed, "");
+  }
+  o.dir = default_dir;
+  app.add_option("--dir", o.dir,
+                 "cache directory (default: GRAPHATTN_CACHE_DIR, else $XDG_CACHE_HOME/graphattn, "
+                 "else ~/.cache/graphattn; now " +
+                     (default_dir.empty() ? std::string("none") : printable(default_dir)) + ")");
+  app.add_flag("--json", o.json, "print exactly one JSON document on stdout");
+
+  CLI::App* list = app.add_subcommand("list", "one row per entry, then totals");
+  CLI::App* show = app.add_subcommand("show", "every header field of one entry, and its source");
+  show->add_option("entry", o.target, "a unique key prefix (hex) or a spec string")->required();
+  CLI::App* verify = app.add_subcommand("verify", "re-check every entry; exit 1 if any is bad");
+  verify->add_flag("--fix", o.fix, "remove the bad entries and stale temp files");
+  CLI::App* prune = app.add_subcommand("prune", "remove entries by size cap or by age");
+  prune->add_option("--max-bytes", o.max_bytes_text,
+                    "remove least recently used entries until the total is at most N bytes "
+                    "(K, M, G suffixes)");
+  prune
+      ->add_option("--older-than", o.older_than_days,
+                   "remove entries not used for more than DAYS days")
+      ->check(CLI::Validator(
+          [](std::string& v) -> std::string {
+            char* end = nullptr;
+            const double d = std::strtod(v.c_str(), &end);
+            if (v.empty() || *end != '\0' || !std::isfinite(d) || d < 0)
+              return "DAYS must be a number >= 0 (fractions allowed, e.g. 0.5), not '" + v + "'";
+            return "";
+          },
+          "DAYS"));
+  CLI::App* clear = app.add_subcommand(
+      "clear", "remove every entry, lock, source and temp file (other files stay)");
+  CLI::App* stats = app.add_subcommand("stats", "entries and bytes, by kernel kind and by arch");
+  CLI::App* compile = app.add_subcommand("compile", "compile specs into the cache ahead of time");
+  compile->add_option("--spec", o.specs,
+                      "a spec string such as "
+                      "cache_write_h128_b16_bf16_kvauto_g1_swa0_cap0_nhd_sm90; repeatable");
+  compile->add_option("--model", o.models,
+                      "every kernel of a built-in model (llama-3-8b, qwen2.5-7b, mistral-7b, "
+                      "gemma-2-9b); repeatable");
+  compile->add_option("--arch", o.arch, "with --model: target arch, e.g. 90")
+      ->capture_default_str();
+  compile->add_option("--block-size", o.block_size, "with --model: KV cache block size")
+      ->capture_default_str();
+  compile->add_option("--dtype", o.dtype, "with --model: fp16 or bf16")->capture_default_str();
+  compile->add_option("--kv-cache-dtype", o.kv_dtype, "with --model: auto, e4m3 or e5m2")
+      ->capture_default_str();
+  compile->add_option("--threads", o.threads, "compile threads (0: one per core)")
+      ->check(CLI::Range(0u, 1024u));
+  compile->add_flag("--dump-source", o.dump_source, "write each compiled source beside its entry");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::Success& e) {  // --help
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    return report_error(describe_parse_error(app, e, argc, argv), json_requested, kExitUsage,
+                        app.help());
+  }
+  o.json = o.json || json_requested;
+  // The environment is checked before any command runs, like the arguments.
+  try {
+    graphattn::check_cache_environment();
+  } catch (const std::exception& e) {
+    return report_error(e.what(), o.json, kExitUsage, "");
+  }
+
+  try {
+    if (list->parsed()) return cmd_list(o);
+    if (show->parsed()) return cmd_show(o);
+    if (verify->parsed()) return cmd_verify(o);
+    if (prune->parsed()) return cmd_prune(o);
+    if (clear->parsed()) return cmd_clear(o);
+    if (stats->parsed()) return cmd_stats(o);
+    if (compile->parsed()) return cmd_compile(o);
+    return report_error("no command given", o.json, kExitUsage, app.help());
+  } catch (const UsageError& e) {
+    return report_error(e.what(), o.json, kExitUsage, app.help());
+  } catch (const std::exception& e) {
+    return report_error(e.what(), o.json, kExitFailed, "");
+  }
+}

@@ -1,0 +1,248 @@
+// graphattn-cache verify, prune and clear: they check the directory and remove what is bad, old,
+// over the size cap, or everything.
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <iostream>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "graphattn/error.hpp"
+#include "jit_cache/byte_size.hpp"
+#include "tools/cache/cache_tool.hpp"
+
+namespace graphattn::tools::cache_tool {
+namespace {
+
+using detail::classify_file_name;
+using detail::FileKind;
+
+// A temp file this old cannot belong to a write in progress (writes take milliseconds): its
+// writer died. verify --fix removes only these; clear removes every temp file.
+constexpr std::chrono::seconds kStaleTempAge{600};
+
+// --max-bytes through the library's one size parser (GRAPHATTN_CACHE_MAX_BYTES uses it too).
+uint64_t parse_size(const std::string& text) {
+  try {
+    return graphattn::detail::parse_byte_size(text, "--max-bytes");
+  } catch (const graphattn::Error& e) {
+    throw UsageError(e.what());
+  }
+}
+
+int64_t mtime_ms(const struct stat& st) {
+  return static_cast<int64_t>(st.st_mtim.tv_sec) * 1000 + st.st_mtim.tv_nsec / 1000000;
+}
+
+}  // namespace
+
+int cmd_verify(const Options& o) {
+  CacheDir dir(o.dir, o.fix);
+  // --fix first takes away the write permissions that the trust policy forbids (on what this
+  // user owns), so that the check below judges the repaired modes.
+  std::vector<std::string> repaired_modes;
+  if (o.fix && dir.exists()) repaired_modes = dir.tier()->repair_modes();
+  const std::string dir_problem = dir.trust_problem();
+  const std::vector<EntryInfo> entries = dir.entries();
+  std::vector<const EntryInfo*> bad;
+  std::vector<std::string> not_current;
+  for (const auto& e : entries) {
+    if (!check_entry(e).ok) {
+      bad.push_back(&e);
+    } else {
+      const Json cur = is_current(e);
+      if (cur.is_boolean() && !cur.get<bool>()) not_current.push_back(e.key_hex);
+    }
+  }
+  std::vector<std::string> stale_temps;
+  const int64_t cutoff = graphattn::detail::now_unix_ms() - kStaleTempAge.count() * 1000;
+  for (const auto& name : dir.file_names()) {
+    struct stat st {};
+    if (classify_file_name(name, nullptr) == FileKind::kTemp && dir.stat_name(name, &st) &&
+        mtime_ms(st) <= cutoff)
+      stale_temps.push_back(name);
+  }
+  uint64_t removed_temps = 0;
+  size_t removed_entries = 0;
+  std::vector<std::string> not_removed;  // "name: why"
+  std::vector<std::string> removed_locks;
+  if (o.fix && dir.exists()) {
+    for (const auto* e : bad) {
+      const graphattn::detail::Removal r = dir.tier()->remove_entry(e->name);
+      if (r.removed) ++removed_entries;
+      if (!r.error.empty()) not_removed.push_back(r.error);
+    }
+    removed_temps = dir.tier()->remove_stale_temps(kStaleTempAge);
+    removed_locks = dir.tier()->remove_orphan_locks();
+  }
+  const size_t ok_count = entries.size() - bad.size();
+  if (o.json) {
+    Json bad_list = Json::array();
+    for (const auto* e : bad) bad_list.push_back(entry_json(*e));
+    print_json({{"dir", dir.path()},
+                {"exists", dir.exists()},
+                {"directory_problem", dir_problem.empty() ? Json(nullptr) : Json(dir_problem)},
+                {"checked", entries.size()},
+                {"ok", ok_count},
+                {"bad_count", bad.size()},
+                {"bad", bad_list},
+                {"not_current", not_current},
+                {"stale_temp_files", stale_temps},
+                {"fixed", o.fix},
+                {"repaired_modes", repaired_modes},
+                {"removed_entries", removed_entries},
+                {"not_removed", not_removed},
+                {"removed_lock_files", removed_locks},
+                {"removed_temp_files", removed_temps}});
+  } else {
+    for (const auto& m : repaired_modes) std::cout << "fixed mode of " << m << "\n";
+    if (!dir_problem.empty()) std::cout << "directory: " << dir_problem << "\n";
+    if (!bad.empty()) {
+      Table t({"BAD", "SPEC", "SIZE", "WHY"}, "llrl");
+      for (const auto* e : bad) {
+        const Check c = check_entry(*e);
+        t.add({printable(short_key(e->key_hex)),
+               e->status == EntryStatus::kOk ? printable(e->header.spec) : "-",
+               human_bytes(e->file_bytes), c.status + ": " + c.reason});
+      }
+      t.print(std::cout);
+    }
+    std::cout << "checked " << plural(entries.size(), "entry", "entries") << " in " << dir.path()
+              << (dir.exists() ? "" : " (the directory does not exist)") << ": " << ok_count
+              << " ok, " << bad.size() << " bad\n";
+    if (!not_current.empty())
+      std::cout << plural(not_current.size(), "entry was", "entries were")
+                << " built from another template or NVRTC version, or of a retired kind, and "
+                   "will not be hit again (prune removes them by age or size)\n";
+    if (!stale_temps.empty())
+      std::cout << plural(stale_temps.size(), "stale temp file", "stale temp files")
+                << " left by writers that died\n";
+    if (o.fix) {
+      std::cout << "fixed: removed " << plural(removed_entries, "bad entry", "bad entries") << ", "
+                << plural(removed_locks.size(), "orphan lock file", "orphan lock files") << " and "
+                << plural(removed_temps, "stale temp file", "stale temp files") << "\n";
+      for (const auto& n : not_removed) std::cout << "could not remove " << n << "\n";
+    } else if (!bad.empty() || !stale_temps.empty()) {
+      std::cout << "run verify --fix to remove them\n";
+    }
+  }
+  if (!not_removed.empty())
+    std::cerr << "graphattn-cache: " << plural(not_removed.size(), "bad entry", "bad entries")
+              << " could not be removed\n";
+  return bad.empty() && dir_problem.empty() ? kExitOk : kExitFailed;
+}
+
+int cmd_prune(const Options& o) {
+  const bool by_size = !o.max_bytes_text.empty();
+  const bool by_age = o.older_than_days >= 0;
+  if (!by_size && !by_age)
+    throw UsageError("prune needs --max-bytes N, --older-than DAYS, or both");
+  const uint64_t max_bytes = by_size ? parse_size(o.max_bytes_text) : 0;
+  const CacheDir dir(o.dir, true);
+  const std::vector<EntryInfo> before = dir.entries();
+  std::map<std::string, std::string> why;  // key -> reason it went
+  if (by_age) {
+    // Clamped so that an absurd number of days cannot overflow the conversion.
+    const double span_ms = std::min(o.older_than_days * 86400000.0, 1e15);
+    const int64_t cutoff = graphattn::detail::now_unix_ms() - static_cast<int64_t>(span_ms);
+    for (const auto& e : before) {
+      if (e.last_used_ms < cutoff) {
+        dir.tier()->remove_entry(e.name);
+        why[e.key_hex] = "unused for more than " + days_text(o.older_than_days) + " days";
+      }
+    }
+  }
+  if (by_size && dir.exists()) dir.tier()->evict(max_bytes, nullptr);
+  const std::vector<EntryInfo> after = dir.entries();
+  std::set<std::string> remaining;
+  for (const auto& e : after) remaining.insert(e.key_hex);
+  std::vector<const EntryInfo*> removed;
+  uint64_t removed_bytes = 0;
+  for (const auto& e : before) {
+    if (remaining.count(e.key_hex)) continue;
+    if (!why.count(e.key_hex)) why[e.key_hex] = "over the size cap of " + human_bytes(max_bytes);
+    removed.push_back(&e);
+    removed_bytes += e.file_bytes;
+  }
+  if (o.json) {
+    Json list = Json::array();
+    for (const auto* e : removed) {
+      Json j = entry_json(*e);
+      j["why"] = why[e->key_hex];
+      list.push_back(j);
+    }
+    print_json({{"dir", dir.path()},
+                {"exists", dir.exists()},
+                {"max_bytes", by_size ? Json(max_bytes) : Json(nullptr)},
+                {"older_than_days", by_age ? Json(o.older_than_days) : Json(nullptr)},
+                {"removed", list},
+                {"removed_count", removed.size()},
+                {"removed_bytes", removed_bytes},
+                {"remaining_count", after.size()},
+                {"remaining_bytes", total_bytes(after)}});
+    return kExitOk;
+  }
+  if (!removed.empty()) {
+    Table t({"REMOVED", "SPEC", "SIZE", "LAST USED", "WHY"}, "llrll");
+    for (const auto* e : removed)
+      t.add({printable(short_key(e->key_hex)),
+             e->status == EntryStatus::kOk ? printable(e->header.spec) : "-",
+             human_bytes(e->file_bytes), local_time(e->last_used_ms), why[e->key_hex]});
+    t.print(std::cout);
+  }
+  std::cout << "removed " << plural(removed.size(), "entry", "entries") << " ("
+            << human_bytes(removed_bytes) << "); " << plural(after.size(), "entry", "entries")
+            << " (" << human_bytes(total_bytes(after)) << ") remain in " << dir.path() << "\n";
+  return kExitOk;
+}
+
+int cmd_clear(const Options& o) {
+  const CacheDir dir(o.dir, true);
+  const std::vector<EntryInfo> entries = dir.entries();
+  std::vector<std::string> failed;
+  for (const auto& e : entries) {
+    const graphattn::detail::Removal r = dir.tier()->remove_entry(e.name);
+    if (!r.error.empty()) failed.push_back(r.error);
+  }
+  uint64_t side_files = 0;
+  std::vector<std::string> kept;
+  for (const auto& name : dir.file_names()) {
+    // Entries were removed above: one that failed is not reported twice.
+    const FileKind kind = classify_file_name(name, nullptr);
+    if (kind != FileKind::kOther) {
+      const graphattn::detail::Removal r = dir.tier()->remove(name);
+      if (r.removed) ++side_files;
+      if (!r.error.empty() && !graphattn::detail::is_entry_kind(kind)) failed.push_back(r.error);
+    } else {
+      kept.push_back(printable(name));
+    }
+  }
+  if (!failed.empty()) {
+    std::string list;
+    for (const auto& f : failed) list += "\n  " + f;
+    throw graphattn::Error("could not remove " + plural(failed.size(), "file", "files") + " from " +
+                           dir.path() + ":" + list);
+  }
+  if (o.json) {
+    print_json({{"dir", dir.path()},
+                {"exists", dir.exists()},
+                {"removed_entries", entries.size()},
+                {"removed_bytes", total_bytes(entries)},
+                {"removed_other_files", side_files},
+                {"kept_files", kept}});
+    return kExitOk;
+  }
+  std::cout << "removed " << plural(entries.size(), "entry", "entries") << " ("
+            << human_bytes(total_bytes(entries)) << ") and "
+            << plural(side_files, "lock, source or temp file", "lock, source and temp files")
+            << " from " << dir.path();
+  if (!kept.empty()) std::cout << "; kept " << plural(kept.size(), "other file", "other files");
+  std::cout << "\n";
+  return kExitOk;
+}
+
+}  // namespace graphattn::tools::cache_tool
