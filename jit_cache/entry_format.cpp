@@ -5,6 +5,7 @@
 
 #include <cstring>
 
+#include "core/text.hpp"
 #include "jit_cache/cubin_check.hpp"
 
 namespace graphattn::detail {
@@ -42,35 +43,11 @@ bool is_key_with(const std::string& name, const std::string& suffix) {
 }  // namespace
 
 const char* to_string(EntryStatus s) {
-  switch (s) {
-    case EntryStatus::kOk:
-      return "ok";
-    case EntryStatus::kMissing:
-      return "missing";
-    case EntryStatus::kTruncated:
-      return "truncated";
-    case EntryStatus::kBadMagic:
-      return "bad magic";
-    case EntryStatus::kBadVersion:
-      return "format version mismatch";
-    case EntryStatus::kBadHeader:
-      return "bad header";
-    case EntryStatus::kKeyMismatch:
-      return "key mismatch";
-    case EntryStatus::kBadChecksum:
-      return "checksum mismatch";
-    case EntryStatus::kIoError:
-      return "I/O error";
-    case EntryStatus::kNotRegular:
-      return "not a regular file";
-    case EntryStatus::kUntrusted:
-      return "untrusted";
-    case EntryStatus::kTooLarge:
-      return "too large";
-    case EntryStatus::kBadCubin:
-      return "bad cubin";
-  }
-  return "?";
+  static const char* const kNames[] = {
+      "ok",         "missing",      "truncated",         "bad magic", "format version mismatch",
+      "bad header", "key mismatch", "checksum mismatch", "I/O error", "not a regular file",
+      "untrusted",  "too large",    "bad cubin"};
+  return enum_name(s, kNames);
 }
 
 std::vector<char> encode_entry(const EntryHeader& h, const std::vector<char>& payload) {
