@@ -247,13 +247,14 @@ void AttentionBackend::forward(const TensorView& query, const TensorView& key,
   d.workspace_size = workspace_size >= ws.partials ? workspace_size - ws.partials : 0;
   const bool decode = md.num_decodes > 0;
   if (decode) {
-    detail::check_decode_launch(specs_[kDecodeIdx], d, kc, "forward");
+    // The layer's workspace first: its message names workspace_bytes(), which engines call.
     const size_t need = ws.total(
         detail::decode_workspace_bytes(md.num_decodes, c.num_heads, c.head_size, d.max_splits));
     GA_REQUIRE(workspace != nullptr && workspace_size >= need,
                "forward: workspace of " + str(static_cast<int64_t>(workspace_size)) +
                    " bytes is smaller than the " + str(static_cast<int64_t>(need)) +
                    " this batch needs (allocate workspace_bytes())");
+    detail::check_decode_launch(specs_[kDecodeIdx], d, kc, "forward");
   }
   detail::PrefillLaunch pf{views};
   pf.query_start_loc = md.query_start_loc;
