@@ -220,14 +220,7 @@ void check_decode_launch(const AttentionSpec& ks, const DecodeLaunch& a, const K
   GA_REQUIRE(!a.cluster || (spec.arch >= 90 && a.max_splits <= 16),
              "a cluster launch needs sm_90 or newer and max_splits <= 16, got sm_" +
                  str(spec.arch) + " and " + str(a.max_splits));
-  GA_REQUIRE(std::isfinite(a.scale) && a.scale > 0,
-             "scale " + std::to_string(a.scale) + " must be finite and > 0");
-  const bool fp8 = spec.kv_dtype != KvDType::kAuto;
-  if (fp8)
-    GA_REQUIRE(
-        a.k_scale > 0 && a.v_scale > 0 && std::isfinite(a.k_scale) && std::isfinite(a.v_scale),
-        "fp8 KV cache needs positive k_scale and v_scale, got " + std::to_string(a.k_scale) +
-            " and " + std::to_string(a.v_scale));
+  require_launch_scales(spec, a.scale, a.k_scale, a.v_scale);
   const int kvb = kv_bytes_of(spec);
   const int stages = stages_of(spec, a);
   GA_REQUIRE(stages >= 2 && stages <= ga_decode_max_stages(spec.head_size, kvb),

@@ -72,14 +72,7 @@ void check_prefill_launch(const AttentionSpec& ks, const PrefillLaunch& a, const
                  a.block_table.shape[0] >= a.num_reqs,
              "block_table " + a.block_table.describe() +
                  " must be int32 with contiguous rows and at least " + str(a.num_reqs) + " rows");
-  GA_REQUIRE(std::isfinite(a.scale) && a.scale > 0,
-             "scale " + std::to_string(a.scale) + " must be finite and > 0");
-  const bool fp8 = spec.kv_dtype != KvDType::kAuto;
-  if (fp8)
-    GA_REQUIRE(
-        a.k_scale > 0 && a.v_scale > 0 && std::isfinite(a.k_scale) && std::isfinite(a.v_scale),
-        "fp8 KV cache needs positive k_scale and v_scale, got " + std::to_string(a.k_scale) +
-            " and " + std::to_string(a.v_scale));
+  require_launch_scales(spec, a.scale, a.k_scale, a.v_scale);
   const PrefillConfig cfg = prefill_config(spec);
   const int64_t rows = static_cast<int64_t>(a.max_query_len) * spec.group;
   const int64_t grid_x = (rows + cfg.block_m - 1) / cfg.block_m;

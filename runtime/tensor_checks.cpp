@@ -58,6 +58,15 @@ KvCacheShape check_direct_launch(const LoadedKernel& k, const TensorView& query,
   return check_kv_cache(kv_cache, dtype_of(query.dtype));
 }
 
+void require_launch_scales(const AttentionSpec& spec, float scale, float k_scale, float v_scale) {
+  GA_REQUIRE(std::isfinite(scale) && scale > 0,
+             "scale " + std::to_string(scale) + " must be finite and > 0");
+  if (spec.kv_dtype != KvDType::kAuto)
+    GA_REQUIRE(k_scale > 0 && v_scale > 0 && std::isfinite(k_scale) && std::isfinite(v_scale),
+               "fp8 KV cache needs positive k_scale and v_scale, got " + std::to_string(k_scale) +
+                   " and " + std::to_string(v_scale));
+}
+
 AttentionLayerConfig layer_of(const KvCacheShape& kc, DType dtype, int arch) {
   AttentionLayerConfig c;
   c.num_heads = c.num_kv_heads = static_cast<int>(kc.num_kv_heads);

@@ -44,6 +44,9 @@ AttentionLayerConfig layer_of(const KvCacheShape& kc, DType dtype, int arch);
 AttentionSpec attention_spec_for(KernelKind kind, const TensorView& query, const TensorView& output,
                                  const TensorView& kv_cache, int window, float soft_cap, int arch,
                                  bool check_bounds);
+// The softmax scale is finite and positive; with an fp8 cache (spec.kv_dtype) so are k_scale
+// and v_scale.
+void require_launch_scales(const AttentionSpec& spec, float scale, float k_scale, float v_scale);
 // The same for a cache view that check_kv_cache() has accepted (kc).
 AttentionSpec attention_spec_for(KernelKind kind, const TensorView& query, const TensorView& output,
                                  const KvCacheShape& kc, int window, float soft_cap, int arch,
