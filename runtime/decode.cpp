@@ -197,12 +197,8 @@ DecodeGrid decode_grid(int num_decodes, int num_kv_heads, int group, int max_mod
 
 void check_decode_launch(const AttentionSpec& ks, const DecodeLaunch& a, const KvCacheShape& kc,
                          const char* where) {
-  const AttentionSpec spec = attention_spec_for(KernelKind::kDecode, a.query, a.output, kc,
-                                                a.window, a.soft_cap, ks.arch, a.bounds != nullptr);
-  GA_REQUIRE(spec == ks, std::string(where) + ": the views need kernel " + spec.to_string() +
-                             " but kernel " + ks.to_string() + " was given");
-  require_vector_access(a.query, "query");
-  require_vector_access(a.output, "output");
+  require_launch_kernel(KernelKind::kDecode, ks, a, kc, where);
+  const AttentionSpec& spec = ks;
   const int64_t num_heads = a.query.shape[1];
   GA_REQUIRE(a.output.shape[1] == num_heads && a.output.shape[2] == a.query.shape[2],
              "output " + a.output.describe() + " does not match query " + a.query.describe());
@@ -220,7 +216,6 @@ void check_decode_launch(const AttentionSpec& ks, const DecodeLaunch& a, const K
   GA_REQUIRE(!a.cluster || (spec.arch >= 90 && a.max_splits <= 16),
              "a cluster launch needs sm_90 or newer and max_splits <= 16, got sm_" +
                  str(spec.arch) + " and " + str(a.max_splits));
-  require_launch_scales(spec, a.scale, a.k_scale, a.v_scale);
   const int kvb = kv_bytes_of(spec);
   const int stages = stages_of(spec, a);
   GA_REQUIRE(stages >= 2 && stages <= ga_decode_max_stages(spec.head_size, kvb),

@@ -53,12 +53,8 @@ AttentionSpec prefill_spec(const PrefillLaunch& a, int arch) {
 
 void check_prefill_launch(const AttentionSpec& ks, const PrefillLaunch& a, const KvCacheShape& kc,
                           const char* where) {
-  const AttentionSpec spec = attention_spec_for(KernelKind::kPrefill, a.query, a.output, kc,
-                                                a.window, a.soft_cap, ks.arch, a.bounds != nullptr);
-  GA_REQUIRE(spec == ks, std::string(where) + ": the views need kernel " + spec.to_string() +
-                             " but kernel " + ks.to_string() + " was given");
-  require_vector_access(a.query, "query");
-  require_vector_access(a.output, "output");
+  require_launch_kernel(KernelKind::kPrefill, ks, a, kc, where);
+  const AttentionSpec& spec = ks;
   GA_REQUIRE(a.output.shape[1] == a.query.shape[1] && a.output.shape[2] == a.query.shape[2] &&
                  a.output.shape[0] >= a.query.shape[0],
              "output " + a.output.describe() + " does not match query " + a.query.describe());
@@ -72,7 +68,6 @@ void check_prefill_launch(const AttentionSpec& ks, const PrefillLaunch& a, const
                  a.block_table.shape[0] >= a.num_reqs,
              "block_table " + a.block_table.describe() +
                  " must be int32 with contiguous rows and at least " + str(a.num_reqs) + " rows");
-  require_launch_scales(spec, a.scale, a.k_scale, a.v_scale);
   const PrefillConfig cfg = prefill_config(spec);
   const int64_t rows = static_cast<int64_t>(a.max_query_len) * spec.group;
   const int64_t grid_x = (rows + cfg.block_m - 1) / cfg.block_m;

@@ -68,4 +68,20 @@ KvCacheShape check_cache_write(const TensorView& key, const TensorView& value,
 void check_cache_write(const TensorView& key, const TensorView& value, const KvCacheShape& kc,
                        const TensorView& slot_mapping, float k_scale, float v_scale);
 
+// The checks every attention launch (DecodeLaunch, PrefillLaunch) starts with: its views and
+// options need exactly the kernel `ks` (spec_for of what they say on ks's arch, checked mode
+// included), query and output rows allow vector access, and the scales are valid. kc: the
+// checked KV cache view; `where` names the caller.
+template <typename Launch>
+void require_launch_kernel(KernelKind kind, const AttentionSpec& ks, const Launch& a,
+                           const KvCacheShape& kc, const char* where) {
+  const AttentionSpec spec = attention_spec_for(kind, a.query, a.output, kc, a.window, a.soft_cap,
+                                                ks.arch, a.bounds != nullptr);
+  GA_REQUIRE(spec == ks, std::string(where) + ": the views need kernel " + spec.to_string() +
+                             " but kernel " + ks.to_string() + " was given");
+  require_vector_access(a.query, "query");
+  require_vector_access(a.output, "output");
+  require_launch_scales(spec, a.scale, a.k_scale, a.v_scale);
+}
+
 }  // namespace graphattn::detail
