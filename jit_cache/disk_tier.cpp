@@ -241,14 +241,16 @@ DiskTier::DiskTier(std::string dir, Warn warn, bool shared, Access access)
   const std::string probe = probe_file_name(random_hex());
   const int fd = ::openat(dir_fd_, probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | kOpenFlags, 0600);
   if (fd < 0) {
-    if (use)
-      disable("cache directory " + printable(dir_, 4096) + " is not writable (" +
-              std::strerror(errno) + ")");
+    // A trusted directory that refuses writes (a read-only image layer, a read-only mount) still
+    // serves its verified entries; new kernels go elsewhere (KernelCache's next layer, memory).
+    read_only_why_ = std::strerror(errno);
+    usable_ = use;
     return;
   }
   ::close(fd);
   ::unlinkat(dir_fd_, probe.c_str(), 0);
   usable_ = true;
+  writable_ = true;
 }
 
 DiskTier::~DiskTier() {
@@ -257,6 +259,7 @@ DiskTier::~DiskTier() {
 
 void DiskTier::disable(const std::string& why) {
   usable_ = false;
+  writable_ = false;
   if (warn_) warn_("graphattn: " + why + "; the kernel cache runs in memory only");
 }
 
@@ -268,12 +271,13 @@ EntryStatus DiskTier::read(const CacheKey& key, EntryHeader* h, std::vector<char
                            std::string* reason) {
   if (!usable_ || !trust_problem_.empty()) return EntryStatus::kMissing;
   struct stat st {};
-  return load_entry(dir_fd_, entry_file_name(key), dir_st_, policy_, &key, true, h, payload, &st,
-                    reason);
+  // The modification time records the last use (for eviction): only where this process writes.
+  return load_entry(dir_fd_, entry_file_name(key), dir_st_, policy_, &key, writable_, h, payload,
+                    &st, reason);
 }
 
 bool DiskTier::write(const EntryHeader& h, const std::vector<char>& payload) {
-  if (!usable_) return false;
+  if (!writable_) return false;
   const std::vector<char> img = encode_entry(h, payload);
   const std::string name = entry_file_name(h.key);
   const std::string tmp = temp_file_name(h.key, TempOf::kEntry, random_hex());
@@ -309,7 +313,7 @@ bool DiskTier::write(const EntryHeader& h, const std::vector<char>& payload) {
 }
 
 void DiskTier::write_source(const CacheKey& key, const std::string& text) {
-  if (!usable_) return;
+  if (!writable_) return;
   const std::string tmp = temp_file_name(key, TempOf::kSource, random_hex());
   const int fd =
       ::openat(dir_fd_, tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | kOpenFlags, policy_.file_mode());
@@ -329,7 +333,7 @@ DiskTier::Lock::~Lock() {
 
 DiskTier::Lock DiskTier::lock(const CacheKey& key, std::chrono::milliseconds timeout) {
   Lock l;
-  if (!usable_) return l;
+  if (!writable_) return l;
   // Read-only is enough for flock, and lets the members of a shared directory's group lock a
   // file that another member created.
   const int fd = ::openat(dir_fd_, lock_file_name(key).c_str(), O_RDONLY | O_CREAT | kOpenFlags,
@@ -460,6 +464,7 @@ std::vector<std::string> DiskTier::remove_orphan_locks() const {
 }
 
 uint64_t DiskTier::evict(uint64_t max_bytes, const CacheKey* keep) {
+  if (!writable_) return 0;
   std::vector<EntryInfo> all;
   uint64_t total = 0;
   for (const auto& name : file_names()) {

@@ -51,8 +51,10 @@ class DiskTier {
  public:
   using Warn = std::function<void(const std::string&)>;
   // kUse: the kernel cache's tier. Creates the directory (and missing parents) if needed, then
-  //   requires it trusted and writable; otherwise usable() is false and `warn` has been called
-  //   once with the path, the owner and mode found and what is required.
+  //   requires it trusted; otherwise usable() is false and `warn` has been called once with the
+  //   path, the owner and mode found and what is required. A trusted directory that refuses
+  //   writes (a read-only image layer or mount) is usable but not writable(): it serves its
+  //   verified entries and is never written, locked, touched or evicted.
   // kInspect: graphattn-cache's view. Opens an existing directory whatever its owner and mode
   //   (trust_problem() says what is wrong) and never creates one; usable() means writable.
   enum class Access { kUse, kInspect };
@@ -62,6 +64,9 @@ class DiskTier {
   DiskTier& operator=(const DiskTier&) = delete;
 
   bool usable() const { return usable_; }
+  bool writable() const { return writable_; }
+  // Why a usable directory is read-only ("Read-only file system"); "" when writable.
+  const std::string& read_only_why() const { return read_only_why_; }
   bool exists() const { return dir_fd_ >= 0; }
   const std::string& dir() const { return dir_; }
   const TrustPolicy& policy() const { return policy_; }
@@ -137,6 +142,8 @@ class DiskTier {
   struct stat dir_st_ {};
   std::string trust_problem_;
   bool usable_ = false;
+  bool writable_ = false;
+  std::string read_only_why_;
 };
 
 int64_t now_unix_ms();

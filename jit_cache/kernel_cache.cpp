@@ -48,6 +48,29 @@ const char* absolute_env(const char* name) {
 
 void default_warn(const std::string& msg) { std::cerr << msg << std::endl; }
 
+// GRAPHATTN_CACHE_DIRS: absolute paths separated by ':' (empty elements are skipped); a relative
+// path throws, like the other malformed cache variables.
+std::vector<std::string> dirs_from_env() {
+  std::vector<std::string> out;
+  const char* text = env("GRAPHATTN_CACHE_DIRS");
+  if (!text) return out;
+  std::string all = text;
+  size_t start = 0;
+  while (start <= all.size()) {
+    size_t end = all.find(':', start);
+    if (end == std::string::npos) end = all.size();
+    const std::string d = all.substr(start, end - start);
+    if (!d.empty()) {
+      if (d[0] != '/')
+        throw Error("GRAPHATTN_CACHE_DIRS element '" + detail::printable(d) +
+                    "' is not an absolute path; supported: absolute directories separated by ':'");
+      out.push_back(d);
+    }
+    start = end + 1;
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string default_cache_dir() {
@@ -60,6 +83,7 @@ std::string default_cache_dir() {
 
 void check_cache_environment() {
   max_bytes_from_env();
+  dirs_from_env();
   detail::shared_cache_requested();
 }
 
@@ -72,7 +96,8 @@ using KernelPtr = std::shared_ptr<const CompiledKernel>;
 
 struct KernelCache::Impl {
   CacheOptions opts;
-  std::unique_ptr<DiskTier> disk;
+  std::vector<std::unique_ptr<DiskTier>> layers;  // usable ones, in search order
+  DiskTier* writer = nullptr;                     // the first writable layer
   mutable std::mutex mu;
   std::unordered_map<CacheKey, std::shared_future<KernelPtr>, KeyHash> entries;
   // detail::packed_spec(spec) -> key, for specs that validated and rendered once in this process:
@@ -94,13 +119,34 @@ KernelCache::KernelCache(CacheOptions options) : impl_(new Impl) {
   if (const char* d = env("GRAPHATTN_DUMP_SOURCE")) o.dump_source = o.dump_source || d[0] == '1';
   o.shared_dir = o.shared_dir || detail::shared_cache_requested();
   if (o.use_disk) {
-    if (o.dir.empty()) o.dir = default_cache_dir();
-    if (o.dir.empty())
+    // Options first (dirs, then dir), then GRAPHATTN_CACHE_DIRS, then default_cache_dir().
+    const std::vector<std::string> from_env = dirs_from_env();
+    std::vector<std::string> dirs = o.dirs;
+    if (dirs.empty() && !o.dir.empty()) dirs.push_back(o.dir);
+    if (dirs.empty()) dirs = from_env;
+    if (dirs.empty()) {
+      o.dir = default_cache_dir();
+      if (!o.dir.empty()) dirs.push_back(o.dir);
+    }
+    if (dirs.empty())
       o.warn(
-          "graphattn: no cache directory (GRAPHATTN_CACHE_DIR, XDG_CACHE_HOME and HOME are "
-          "unset or not absolute); the kernel cache runs in memory only");
-    else
-      impl_->disk = std::make_unique<DiskTier>(o.dir, o.warn, o.shared_dir);
+          "graphattn: no cache directory (GRAPHATTN_CACHE_DIRS, GRAPHATTN_CACHE_DIR, "
+          "XDG_CACHE_HOME and HOME are unset or not absolute); the kernel cache runs in memory "
+          "only");
+    std::string read_only;
+    for (const std::string& d : dirs) {
+      auto tier = std::make_unique<DiskTier>(d, o.warn, o.shared_dir);
+      if (!tier->usable()) continue;
+      if (!tier->writable())
+        read_only += (read_only.empty() ? "" : ", ") + detail::printable(d, 4096) + " (" +
+                     tier->read_only_why() + ")";
+      else if (!impl_->writer)
+        impl_->writer = tier.get();
+      impl_->layers.push_back(std::move(tier));
+    }
+    if (!impl_->writer && !read_only.empty())
+      o.warn("graphattn: no writable cache directory: " + read_only +
+             " serve their verified entries; kernels compiled now are kept in memory only");
   }
 }
 
@@ -157,7 +203,7 @@ std::shared_ptr<const CompiledKernel> KernelCache::get(const AttentionSpec& spec
 
 KernelPtr KernelCache::load_or_compile(const AttentionSpec& spec, const KernelSource& src,
                                        const CacheKey& key, CacheOrigin* origin) {
-  DiskTier* disk = impl_->disk && impl_->disk->usable() ? impl_->disk.get() : nullptr;
+  DiskTier* const writer = impl_->writer;
   auto make = [&](const EntryHeader& h, std::vector<char> cubin) {
     auto k = std::make_shared<CompiledKernel>();
     k->key = key;
@@ -170,31 +216,31 @@ KernelPtr KernelCache::load_or_compile(const AttentionSpec& spec, const KernelSo
     return KernelPtr(std::move(k));
   };
   bool bad_entry = false;
+  // Every layer in order: the first verified entry wins; a bad one is never served.
   auto try_disk = [&]() -> KernelPtr {
-    EntryHeader h;
-    std::vector<char> cubin;
-    const EntryStatus s = disk->read(key, &h, &cubin, nullptr);
-    if (s == EntryStatus::kOk && h.spec == src.spec && h.arch == static_cast<uint32_t>(spec.arch))
-      return make(h, std::move(cubin));
-    if (s != EntryStatus::kMissing) bad_entry = true;
+    for (const auto& layer : impl_->layers) {
+      EntryHeader h;
+      std::vector<char> cubin;
+      const EntryStatus s = layer->read(key, &h, &cubin, nullptr);
+      if (s == EntryStatus::kOk && h.spec == src.spec &&
+          h.arch == static_cast<uint32_t>(spec.arch)) {
+        std::lock_guard<std::mutex> lock(impl_->mu);
+        ++impl_->stats.disk_hits;
+        if (origin) *origin = CacheOrigin::kDisk;
+        return make(h, std::move(cubin));
+      }
+      if (s != EntryStatus::kMissing) bad_entry = true;
+    }
     return nullptr;
   };
   DiskTier::Lock file_lock;
-  if (disk) {
-    if (KernelPtr k = try_disk()) {
-      std::lock_guard<std::mutex> lock(impl_->mu);
-      ++impl_->stats.disk_hits;
-      if (origin) *origin = CacheOrigin::kDisk;
-      return k;
-    }
-    file_lock = disk->lock(key, impl_->opts.lock_timeout);
-    // Another process may have compiled it while we waited for the lock.
-    bad_entry = false;
-    if (KernelPtr k = try_disk()) {
-      std::lock_guard<std::mutex> lock(impl_->mu);
-      ++impl_->stats.disk_hits;
-      if (origin) *origin = CacheOrigin::kDisk;
-      return k;
+  if (!impl_->layers.empty()) {
+    if (KernelPtr k = try_disk()) return k;
+    if (writer) {
+      file_lock = writer->lock(key, impl_->opts.lock_timeout);
+      // Another process may have compiled it while we waited for the lock.
+      bad_entry = false;
+      if (KernelPtr k = try_disk()) return k;
     }
   }
   {
@@ -208,7 +254,7 @@ KernelPtr KernelCache::load_or_compile(const AttentionSpec& spec, const KernelSo
   } catch (...) {
     std::lock_guard<std::mutex> lock(impl_->mu);
     ++impl_->stats.compile_failures;
-    if (disk && impl_->opts.dump_source) disk->write_source(key, src.source);
+    if (writer && impl_->opts.dump_source) writer->write_source(key, src.source);
     throw;
   }
   EntryHeader h;
@@ -222,10 +268,10 @@ KernelPtr KernelCache::load_or_compile(const AttentionSpec& spec, const KernelSo
   h.spec = src.spec;
   uint64_t evicted = 0;
   bool write_failed = false;
-  if (disk) {
-    if (impl_->opts.dump_source) disk->write_source(key, src.source);
-    if (disk->write(h, cubin))
-      evicted = disk->evict(impl_->opts.max_bytes, &key);
+  if (writer) {
+    if (impl_->opts.dump_source) writer->write_source(key, src.source);
+    if (writer->write(h, cubin))
+      evicted = writer->evict(impl_->opts.max_bytes, &key);
     else
       write_failed = true;
   }
@@ -263,11 +309,15 @@ CacheStats KernelCache::stats() const {
   return impl_->stats;
 }
 
-std::string KernelCache::dir() const {
-  return impl_->disk && impl_->disk->usable() ? impl_->disk->dir() : "";
-}
+std::string KernelCache::dir() const { return impl_->writer ? impl_->writer->dir() : ""; }
 
-bool KernelCache::disk_enabled() const { return impl_->disk && impl_->disk->usable(); }
+bool KernelCache::disk_enabled() const { return !impl_->layers.empty(); }
+
+std::vector<KernelCache::Layer> KernelCache::layers() const {
+  std::vector<Layer> out;
+  for (const auto& l : impl_->layers) out.push_back({l->dir(), l->writable()});
+  return out;
+}
 
 KernelCache& default_kernel_cache() {
   static KernelCache cache;

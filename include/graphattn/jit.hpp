@@ -84,6 +84,13 @@ struct GRAPHATTN_API CacheOptions {
   // can write it: owned by this user (or root), not writable by group or others (created 0700,
   // entries 0600). Otherwise one warning, and the cache runs in memory only.
   std::string dir;
+  // Layered directories, searched in this order; the first writable one receives new kernels
+  // (non-empty: `dir` is not used). With neither `dirs` nor `dir` set, GRAPHATTN_CACHE_DIRS
+  // (absolute paths separated by ':', e.g. "/opt/graphattn/kernels:/home/me/.cache/graphattn")
+  // comes before GRAPHATTN_CACHE_DIR and the defaults above. Each layer must pass the same trust
+  // rules (a root-owned directory that is not writable by group or others is trusted). A layer this
+  // process cannot write (a read-only image layer or mount) still serves its verified entries.
+  std::vector<std::string> dirs;
   // A directory deliberately shared by a group (also GRAPHATTN_CACHE_SHARED=1): group-writable
   // (setgid, e.g. 2770) is accepted, world-writable never. It trusts every member of the group:
   // any of them can write an entry that this process will load and run.
@@ -137,9 +144,17 @@ class GRAPHATTN_API KernelCache {
                                            unsigned threads = 0);
 
   CacheStats stats() const;
-  // The disk directory, or "" when running memory-only.
+  // The directory new kernels are written to, or "" when none is writable (memory only, or
+  // read-only layers only).
   std::string dir() const;
+  // Whether any directory serves entries (a writable one or a read-only layer).
   bool disk_enabled() const;
+  // Every directory in use, in search order, and whether this process writes it.
+  struct Layer {
+    std::string dir;
+    bool writable = false;
+  };
+  std::vector<Layer> layers() const;
 
  private:
   std::shared_ptr<const CompiledKernel> load_or_compile(const AttentionSpec& spec,
@@ -152,9 +167,9 @@ class GRAPHATTN_API KernelCache {
 // The process-wide cache used by the backends when none is given (default options).
 GRAPHATTN_API KernelCache& default_kernel_cache();
 
-// Throws Error naming the variable and its value when GRAPHATTN_CACHE_MAX_BYTES or
-// GRAPHATTN_CACHE_SHARED is malformed (KernelCache's constructor would throw the same); lets a
-// program reject its environment before it starts any work.
+// Throws Error naming the variable and its value when GRAPHATTN_CACHE_MAX_BYTES,
+// GRAPHATTN_CACHE_SHARED or GRAPHATTN_CACHE_DIRS is malformed (KernelCache's constructor would
+// throw the same); lets a program reject its environment before it starts any work.
 GRAPHATTN_API void check_cache_environment();
 
 // The default cache directory (environment applied), whether or not it exists; "" when there
