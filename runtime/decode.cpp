@@ -195,10 +195,9 @@ DecodeGrid decode_grid(int num_decodes, int num_kv_heads, int group, int max_mod
   return g;
 }
 
-void check_decode_launch(const AttentionSpec& ks, const DecodeLaunch& a, const KvCacheShape& kc,
+void check_decode_launch(const AttentionSpec& spec, const DecodeLaunch& a, const KvCacheShape& kc,
                          const char* where) {
-  require_launch_kernel(KernelKind::kDecode, ks, a, kc, where);
-  const AttentionSpec& spec = ks;
+  require_launch_kernel(KernelKind::kDecode, spec, a, kc, where);
   const int64_t num_heads = a.query.shape[1];
   GA_REQUIRE(a.output.shape[1] == num_heads && a.output.shape[2] == a.query.shape[2],
              "output " + a.output.describe() + " does not match query " + a.query.describe());

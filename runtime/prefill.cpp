@@ -26,6 +26,16 @@ void require_int32_vector(const TensorView& t, const char* name, int64_t min_len
                                         str(min_len) + " entries for the requests launched");
 }
 
+// The launch grid: x = row tiles of the longest query, y = requests, z = KV heads.
+struct PrefillGrid {
+  int64_t x = 0, y = 0, z = 0;
+};
+PrefillGrid prefill_grid(const PrefillConfig& cfg, const AttentionSpec& spec,
+                         const PrefillLaunch& a) {
+  const int64_t rows = static_cast<int64_t>(a.max_query_len) * spec.group;
+  return {(rows + cfg.block_m - 1) / cfg.block_m, a.num_reqs - a.first_req, a.kv_cache.shape[3]};
+}
+
 }  // namespace
 
 PrefillConfig prefill_config(const AttentionSpec& spec) {
@@ -51,10 +61,9 @@ AttentionSpec prefill_spec(const PrefillLaunch& a, int arch) {
                             a.soft_cap, arch, a.bounds != nullptr);
 }
 
-void check_prefill_launch(const AttentionSpec& ks, const PrefillLaunch& a, const KvCacheShape& kc,
+void check_prefill_launch(const AttentionSpec& spec, const PrefillLaunch& a, const KvCacheShape& kc,
                           const char* where) {
-  require_launch_kernel(KernelKind::kPrefill, ks, a, kc, where);
-  const AttentionSpec& spec = ks;
+  require_launch_kernel(KernelKind::kPrefill, spec, a, kc, where);
   GA_REQUIRE(a.output.shape[1] == a.query.shape[1] && a.output.shape[2] == a.query.shape[2] &&
                  a.output.shape[0] >= a.query.shape[0],
              "output " + a.output.describe() + " does not match query " + a.query.describe());
@@ -68,31 +77,24 @@ void check_prefill_launch(const AttentionSpec& ks, const PrefillLaunch& a, const
                  a.block_table.shape[0] >= a.num_reqs,
              "block_table " + a.block_table.describe() +
                  " must be int32 with contiguous rows and at least " + str(a.num_reqs) + " rows");
-  const PrefillConfig cfg = prefill_config(spec);
-  const int64_t rows = static_cast<int64_t>(a.max_query_len) * spec.group;
-  const int64_t grid_x = (rows + cfg.block_m - 1) / cfg.block_m;
-  const int64_t grid_y = a.num_reqs - a.first_req;
-  const int64_t grid_z = a.kv_cache.shape[3];
-  GA_REQUIRE(grid_x < (int64_t{1} << 31) && grid_y <= 65535 && grid_z <= 65535,
-             "prefill launch too large: " + str(grid_x) + " row tiles, " + str(grid_y) +
-                 " requests (at most 65535), " + str(grid_z) + " KV heads (at most 65535)");
+  const PrefillGrid g = prefill_grid(prefill_config(spec), spec, a);
+  GA_REQUIRE(g.x < (int64_t{1} << 31) && g.y <= 65535 && g.z <= 65535,
+             "prefill launch too large: " + str(g.x) + " row tiles, " + str(g.y) +
+                 " requests (at most 65535), " + str(g.z) + " KV heads (at most 65535)");
 }
 
 void enqueue_prefill(const LoadedKernel& k, const PrefillLaunch& a, CUstream stream) {
   const AttentionSpec& spec = k.compiled->spec;
   const bool fp8 = spec.kv_dtype != KvDType::kAuto;
   const PrefillConfig cfg = prefill_config(spec);
-  const int64_t rows = static_cast<int64_t>(a.max_query_len) * spec.group;
-  const int64_t grid_x = (rows + cfg.block_m - 1) / cfg.block_m;
-  const int64_t grid_y = a.num_reqs - a.first_req;
-  const int64_t grid_z = a.kv_cache.shape[3];
-  if (grid_x == 0 || grid_y == 0) return;
+  const PrefillGrid g = prefill_grid(cfg, spec, a);
+  if (g.x == 0 || g.y == 0) return;
 
   PrefillParams p{};
   set_paged_attention_views(p, a);
   p.query_start_loc = static_cast<const int*>(a.query_start_loc.data);
   p.first_req = a.first_req;
-  p.num_kv_heads = static_cast<int>(grid_z);
+  p.num_kv_heads = static_cast<int>(g.z);
   const float qk_scale = a.scale * (fp8 ? a.k_scale : 1.0f);
   p.scale_log2 = qk_scale * 1.4426950408889634f;
   p.scale = qk_scale;
@@ -103,8 +105,7 @@ void enqueue_prefill(const LoadedKernel& k, const PrefillLaunch& a, CUstream str
 
   ensure_shared_limit(k, cfg.shared_bytes);
   const auto u = [](int64_t v) { return static_cast<unsigned>(v); };
-  launch(k, LaunchShape{u(grid_x), u(grid_y), u(grid_z), u(cfg.threads), u(cfg.shared_bytes)},
-         stream, p);
+  launch(k, LaunchShape{u(g.x), u(g.y), u(g.z), u(cfg.threads), u(cfg.shared_bytes)}, stream, p);
 }
 
 void launch_prefill(const LoadedKernel& k, const PrefillLaunch& a, CUstream stream) {
