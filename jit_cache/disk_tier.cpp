@@ -50,18 +50,6 @@ int64_t mtime_ms(const struct stat& st) {
   return static_cast<int64_t>(st.st_mtim.tv_sec) * 1000 + st.st_mtim.tv_nsec / 1000000;
 }
 
-// 16 hex digits nobody can predict: temp and probe names cannot be planted in advance.
-std::string random_hex() {
-  uint64_t v = 0;
-  if (::getrandom(&v, sizeof v, 0) != static_cast<ssize_t>(sizeof v)) {
-    std::random_device rd;
-    v = (static_cast<uint64_t>(rd()) << 32) ^ rd();
-  }
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
-  return buf;
-}
-
 // Creates dir and its missing parents. What it creates gets exactly `mode` (the last component)
 // or 0700 (parents), whatever the umask. False with errno set on failure.
 bool make_dirs(const std::string& dir, mode_t mode) {
@@ -529,6 +517,17 @@ std::vector<std::string> DiskTier::repair_modes() {
   if (::fstat(dir_fd_, &dir_st_) == 0)
     trust_problem_ = directory_trust_problem(dir_, dir_st_, policy_);
   return changed;
+}
+
+std::string random_hex() {
+  uint64_t v = 0;
+  if (::getrandom(&v, sizeof v, 0) != static_cast<ssize_t>(sizeof v)) {
+    std::random_device rd;
+    v = (static_cast<uint64_t>(rd()) << 32) ^ rd();
+  }
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
+  return buf;
 }
 
 }  // namespace graphattn::detail

@@ -148,4 +148,8 @@ class DiskTier {
 
 int64_t now_unix_ms();
 
+// 16 hex digits nobody can predict (getrandom): temp and probe names cannot be planted in
+// advance, and a remote lock's owner token cannot be guessed.
+std::string random_hex();
+
 }  // namespace graphattn::detail

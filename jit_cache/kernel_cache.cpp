@@ -13,6 +13,8 @@
 #include "jit_cache/byte_size.hpp"
 #include "jit_cache/disk_tier.hpp"
 #include "jit_cache/nvrtc_compiler.hpp"
+#include "jit_cache/redis_client.hpp"
+#include "jit_cache/remote_tier.hpp"
 #include "jit_cache/thread_pool.hpp"
 
 namespace graphattn {
@@ -20,6 +22,8 @@ namespace graphattn {
 using detail::DiskTier;
 using detail::EntryHeader;
 using detail::EntryStatus;
+using detail::RemoteStatus;
+using detail::RemoteTier;
 
 namespace {
 
@@ -81,14 +85,37 @@ std::string default_cache_dir() {
   return "";
 }
 
+// GRAPHATTN_REMOTE_CACHE, checked; "" when unset.
+std::string remote_url_from_env() {
+  const char* url = env("GRAPHATTN_REMOTE_CACHE");
+  if (!url) return "";
+  try {
+    detail::parse_redis_url(url);
+  } catch (const Error& e) {
+    throw Error(std::string("GRAPHATTN_REMOTE_CACHE: ") + e.what());
+  }
+  return url;
+}
+
+// The signing secret from the options' file, else GRAPHATTN_CACHE_SIGNING_KEY's; "" for none.
+std::string signing_key(const std::string& file) {
+  if (!file.empty()) return detail::read_signing_key(file);
+  if (const char* f = env("GRAPHATTN_CACHE_SIGNING_KEY")) return detail::read_signing_key(f);
+  return "";
+}
+
 void check_cache_environment() {
   max_bytes_from_env();
   dirs_from_env();
   detail::shared_cache_requested();
+  remote_url_from_env();
+  signing_key("");
 }
 
+bool remote_available(std::string* why) { return detail::redis_client_loadable(why); }
+
 const char* to_string(CacheOrigin o) {
-  static const char* const kNames[] = {"memory", "hit", "compiled"};
+  static const char* const kNames[] = {"memory", "hit", "compiled", "remote"};
   return detail::enum_name(o, kNames);
 }
 
@@ -98,6 +125,7 @@ struct KernelCache::Impl {
   CacheOptions opts;
   std::vector<std::unique_ptr<DiskTier>> layers;  // usable ones, in search order
   DiskTier* writer = nullptr;                     // the first writable layer
+  std::unique_ptr<RemoteTier> remote;             // after the disk layers, or null
   mutable std::mutex mu;
   std::unordered_map<CacheKey, std::shared_future<KernelPtr>, KeyHash> entries;
   // detail::packed_spec(spec) -> key, for specs that validated and rendered once in this process:
@@ -147,6 +175,23 @@ KernelCache::KernelCache(CacheOptions options) : impl_(new Impl) {
     if (!impl_->writer && !read_only.empty())
       o.warn("graphattn: no writable cache directory: " + read_only +
              " serve their verified entries; kernels compiled now are kept in memory only");
+  }
+  if (o.use_remote) {
+    if (o.remote_url.empty()) o.remote_url = remote_url_from_env();
+    if (!o.remote_url.empty()) {
+      detail::RemoteOptions ro;
+      ro.url = o.remote_url;
+      ro.timeout = o.remote_timeout;
+      ro.retry = o.remote_retry;
+      ro.signing_key = signing_key(o.signing_key_file);
+      auto remote = std::make_unique<RemoteTier>(std::move(ro), o.warn);  // checks the URL
+      std::string why;
+      if (detail::redis_client_loadable(&why))
+        impl_->remote = std::move(remote);
+      else
+        o.warn("graphattn: remote kernel cache " + remote->where() + " is configured but " + why +
+               "; using the local tiers only");
+    }
   }
 }
 
@@ -243,6 +288,44 @@ KernelPtr KernelCache::load_or_compile(const AttentionSpec& spec, const KernelSo
       if (KernelPtr k = try_disk()) return k;
     }
   }
+  RemoteTier* const remote = impl_->remote.get();
+  // A verified remote value whose header names this spec and arch; a value that fails is deleted
+  // by the tier (or here, for a header of another spec) and never served.
+  auto try_remote = [&]() -> KernelPtr {
+    EntryHeader h;
+    std::vector<char> cubin;
+    const RemoteStatus s = remote->get(key, &h, &cubin, nullptr);
+    if (s == RemoteStatus::kHit && h.spec == src.spec &&
+        h.arch == static_cast<uint32_t>(spec.arch)) {
+      if (writer && writer->write(h, cubin)) writer->evict(impl_->opts.max_bytes, &key);
+      if (origin) *origin = CacheOrigin::kRemote;
+      return make(h, std::move(cubin));
+    }
+    if (s == RemoteStatus::kHit) remote->reject(key);
+    return nullptr;
+  };
+  // Held while this process compiles the key for the whole fleet; released however it ends.
+  struct RemoteLock {
+    RemoteTier* tier = nullptr;
+    CacheKey key;
+    ~RemoteLock() {
+      if (tier) tier->unlock(key);
+    }
+  } remote_lock;
+  if (remote) {
+    if (KernelPtr k = try_remote()) return k;
+    auto result = remote->lock(key, impl_->opts.lock_timeout);
+    // Another process compiles it: wait for its value (or for its lock to go) up to the lock
+    // timeout, then compile here after all.
+    const auto deadline = std::chrono::steady_clock::now() + impl_->opts.lock_timeout;
+    while (result == RemoteTier::LockResult::kHeldByOther &&
+           std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      if (KernelPtr k = try_remote()) return k;
+      if (!remote->locked(key)) result = remote->lock(key, impl_->opts.lock_timeout);
+    }
+    if (result == RemoteTier::LockResult::kAcquired) remote_lock = {remote, key};
+  }
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
     ++impl_->stats.misses;
@@ -275,6 +358,7 @@ KernelPtr KernelCache::load_or_compile(const AttentionSpec& spec, const KernelSo
     else
       write_failed = true;
   }
+  if (remote) remote->put(h, cubin);
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
     ++impl_->stats.compiles;
@@ -305,9 +389,24 @@ std::vector<PrecompileResult> KernelCache::precompile(const std::vector<Attentio
 }
 
 CacheStats KernelCache::stats() const {
-  std::lock_guard<std::mutex> lock(impl_->mu);
-  return impl_->stats;
+  CacheStats s;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    s = impl_->stats;
+  }
+  if (impl_->remote) {
+    const detail::RemoteCounters r = impl_->remote->counters();
+    s.remote_hits = r.hits;
+    s.remote_misses = r.misses;
+    s.remote_rejects = r.rejects;
+    s.remote_puts = r.puts;
+    s.remote_errors = r.errors;
+    s.remote_ms = r.ms;
+  }
+  return s;
 }
+
+std::string KernelCache::remote() const { return impl_->remote ? impl_->remote->where() : ""; }
 
 std::string KernelCache::dir() const { return impl_->writer ? impl_->writer->dir() : ""; }
 

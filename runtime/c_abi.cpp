@@ -53,7 +53,8 @@ static_assert(GRAPHATTN_KV_LAYOUT_NHD == static_cast<int>(graphattn::KvLayout::k
               GRAPHATTN_KV_LAYOUT_HND == static_cast<int>(graphattn::KvLayout::kHND));
 static_assert(GRAPHATTN_ORIGIN_MEMORY == static_cast<int>(graphattn::CacheOrigin::kMemory) &&
               GRAPHATTN_ORIGIN_DISK == static_cast<int>(graphattn::CacheOrigin::kDisk) &&
-              GRAPHATTN_ORIGIN_COMPILED == static_cast<int>(graphattn::CacheOrigin::kCompiled));
+              GRAPHATTN_ORIGIN_COMPILED == static_cast<int>(graphattn::CacheOrigin::kCompiled) &&
+              GRAPHATTN_ORIGIN_REMOTE == static_cast<int>(graphattn::CacheOrigin::kRemote));
 static_assert(GRAPHATTN_CUDAGRAPH_NEVER == static_cast<int>(graphattn::CudaGraphSupport::kNever) &&
               GRAPHATTN_CUDAGRAPH_UNIFORM_SINGLE_TOKEN_DECODE ==
                   static_cast<int>(graphattn::CudaGraphSupport::kUniformSingleTokenDecode) &&

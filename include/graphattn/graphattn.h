@@ -216,6 +216,7 @@ typedef enum graphattn_cache_origin {
   GRAPHATTN_ORIGIN_MEMORY = 0,
   GRAPHATTN_ORIGIN_DISK = 1,
   GRAPHATTN_ORIGIN_COMPILED = 2,
+  GRAPHATTN_ORIGIN_REMOTE = 3, /* a verified value from the remote tier (Redis) */
   GRAPHATTN_ORIGIN_ENUM_MAX = 0x7fffffff
 } graphattn_cache_origin_t;
 

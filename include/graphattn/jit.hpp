@@ -2,7 +2,9 @@
 // on disk under a 128-bit XXH3 key.
 //
 //   get(spec): memory tier (hit: return) -> disk tier (valid entry: load)
-//              -> per-key cross-process lock -> disk again -> NVRTC -> temp file, fsync, rename
+//              -> per-key cross-process lock -> disk again
+//              -> remote tier on Redis, when configured (valid value: load, write to disk)
+//              -> fleet-wide lock on Redis -> NVRTC -> temp file, fsync, rename; put to Redis
 //
 // Thread-safe: concurrent callers of one key wait for a single compile. Safe across processes
 // sharing one directory: an advisory lock per key makes one of them compile, and a corrupt,
@@ -64,7 +66,7 @@ GRAPHATTN_API std::pair<int, int> nvrtc_version();
 GRAPHATTN_API CacheKey kernel_key(const KernelSource& src, int arch);
 
 // Where a cubin came from on this request.
-enum class CacheOrigin { kMemory, kDisk, kCompiled };
+enum class CacheOrigin { kMemory, kDisk, kCompiled, kRemote };
 GRAPHATTN_API const char* to_string(CacheOrigin o);
 
 // A compiled kernel: the cubin and its provenance. Immutable and shared.
@@ -104,8 +106,26 @@ struct GRAPHATTN_API CacheOptions {
   std::chrono::milliseconds lock_timeout{60000};
   // Write each compiled source next to its entry (also GRAPHATTN_DUMP_SOURCE=1).
   bool dump_source = false;
-  // Receives warnings (read-only directory, lock timeout). Default: one line on stderr.
+  // Receives warnings (read-only directory, lock timeout, remote server down). Default: one
+  // line on stderr.
   std::function<void(const std::string&)> warn;
+
+  // The remote tier, shared by a fleet: redis://[[user]:password@]host[:port][/db]. Empty:
+  // GRAPHATTN_REMOTE_CACHE; neither set, or use_remote false: no remote tier. A malformed URL
+  // throws Error. Needs a build with hiredis (remote_available() says why not) and the library
+  // at run time; without either, one warning and the local tiers only. Values are verified like
+  // disk entries; only get() (prepare, precompile) reaches the server, never forward().
+  std::string remote_url;
+  bool use_remote = true;
+  // Connect, read and write timeout of every call to the server.
+  std::chrono::milliseconds remote_timeout{500};
+  // After a failed call the tier stays off (one warning) and tries again after this back-off,
+  // doubled after each failed retry up to 10 minutes.
+  std::chrono::milliseconds remote_retry{30000};
+  // A file holding the secret that signs remote values (HMAC-SHA256); then only values with a
+  // valid tag are accepted. Empty: GRAPHATTN_CACHE_SIGNING_KEY. Without a key, every process that
+  // can write the Redis database can give this process GPU code to run.
+  std::string signing_key_file;
 };
 
 struct GRAPHATTN_API CacheStats {
@@ -118,6 +138,12 @@ struct GRAPHATTN_API CacheStats {
   uint64_t evictions = 0;
   double compile_ms = 0;        // total NVRTC wall time
   uint64_t write_failures = 0;  // compiled kernels that could not be written to disk
+  uint64_t remote_hits = 0;     // verified values from the remote tier
+  uint64_t remote_misses = 0;   // asked the remote tier, not there
+  uint64_t remote_rejects = 0;  // remote values that failed verification (deleted, recompiled)
+  uint64_t remote_puts = 0;     // kernels stored to the remote tier
+  uint64_t remote_errors = 0;   // failed calls to the server (each starts a back-off)
+  double remote_ms = 0;         // wall time spent in calls to the server
 };
 
 struct GRAPHATTN_API PrecompileResult {
@@ -155,6 +181,8 @@ class GRAPHATTN_API KernelCache {
     bool writable = false;
   };
   std::vector<Layer> layers() const;
+  // The remote tier's URL (password masked), or "" when there is none.
+  std::string remote() const;
 
  private:
   std::shared_ptr<const CompiledKernel> load_or_compile(const AttentionSpec& spec,
@@ -168,12 +196,17 @@ class GRAPHATTN_API KernelCache {
 GRAPHATTN_API KernelCache& default_kernel_cache();
 
 // Throws Error naming the variable and its value when GRAPHATTN_CACHE_MAX_BYTES,
-// GRAPHATTN_CACHE_SHARED or GRAPHATTN_CACHE_DIRS is malformed (KernelCache's constructor would
-// throw the same); lets a program reject its environment before it starts any work.
+// GRAPHATTN_CACHE_SHARED, GRAPHATTN_CACHE_DIRS or GRAPHATTN_REMOTE_CACHE is malformed or
+// GRAPHATTN_CACHE_SIGNING_KEY names an unusable key file (KernelCache's constructor would throw
+// the same); lets a program reject its environment before it starts any work.
 GRAPHATTN_API void check_cache_environment();
 
 // The default cache directory (environment applied), whether or not it exists; "" when there
 // is none (no GRAPHATTN_CACHE_DIR, and no absolute XDG_CACHE_HOME or HOME).
 GRAPHATTN_API std::string default_cache_dir();
+
+// Whether this build has the remote tier's Redis client and its library can be loaded; when not,
+// *why (may be null) says what is missing.
+GRAPHATTN_API bool remote_available(std::string* why = nullptr);
 
 }  // namespace graphattn

@@ -14,7 +14,7 @@ from typing import NamedTuple
 from . import _lib, errors
 from ._names import bool_arg, int_arg
 
-ORIGINS = {0: "memory", 1: "disk", 2: "compiled"}
+ORIGINS = {0: "memory", 1: "disk", 2: "compiled", 3: "remote"}
 
 
 class CacheStats(NamedTuple):
@@ -45,7 +45,7 @@ class CacheEntry(NamedTuple):
 class PrecompileResult(NamedTuple):
     """What one precompile request did."""
     spec: str
-    origin: object      # "memory", "disk" or "compiled"; None when not ok
+    origin: object      # "memory", "disk", "compiled" or "remote"; None when not ok
     ms: float           # wall time of the request
     ok: bool
     error: str          # NVRTC's or the spec parser's first line(s) when not ok

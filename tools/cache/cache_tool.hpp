@@ -1,6 +1,7 @@
 // What the parts of graphattn-cache share. main.cpp sets up the command line (the usage and the
 // exit statuses are described there) and dispatches to the commands: inspect.cpp (list, show,
-// stats), maintain.cpp (verify, prune, clear) and compile.cpp. entries.cpp opens the cache
+// stats), maintain.cpp (verify, prune, clear), compile.cpp and remote.cpp (push, pull, the remote
+// part of stats). entries.cpp opens the cache
 // directory and judges its entries; output.cpp formats for people and for --json.
 #pragma once
 
@@ -49,6 +50,9 @@ struct Options {
   std::string kv_dtype = "auto";    // compile --model
   unsigned threads = 0;             // compile; 0: hardware threads
   bool dump_source = false;         // compile
+  std::string remote;               // redis://... (default GRAPHATTN_REMOTE_CACHE)
+  std::string signing_key_file;     // default GRAPHATTN_CACHE_SIGNING_KEY
+  int remote_timeout_ms = 2000;     // connect and read timeout of the tool's calls
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -121,5 +125,10 @@ int cmd_verify(const Options& o);
 int cmd_prune(const Options& o);
 int cmd_clear(const Options& o);
 int cmd_compile(const Options& o);
+int cmd_push(const Options& o);
+int cmd_pull(const Options& o);
+// The remote tier for `stats`: configured, built in, reachable, entries and bytes.
+Json remote_stats(const Options& o);
+void print_remote_stats(const Json& remote);
 
 }  // namespace graphattn::tools::cache_tool

@@ -55,6 +55,8 @@ int cmd_compile(const Options& o) {
   graphattn::CacheOptions opts;
   opts.dir = o.dir;
   opts.dump_source = o.dump_source;
+  opts.remote_url = o.remote;
+  opts.signing_key_file = o.signing_key_file;
   opts.warn = [&](const std::string& w) {
     std::lock_guard<std::mutex> lock(warn_mu);
     warnings.push_back(w);
@@ -76,9 +78,10 @@ int cmd_compile(const Options& o) {
   // A full disk fails the writes of what was compiled then: those kernels are not in the cache.
   if (!cache.disk_enabled() || cache.stats().write_failures > 0) throw disk_failure();
 
-  size_t compiled = 0, hits = 0, failed = 0;
+  size_t compiled = 0, hits = 0, remote_hits = 0, failed = 0;
   auto word = [](const graphattn::PrecompileResult& r) {
     if (!r.error.empty()) return "failed";
+    if (r.origin == graphattn::CacheOrigin::kRemote) return "remote";
     return r.origin == graphattn::CacheOrigin::kCompiled ? "compiled" : "hit";
   };
   for (const auto& r : results) {
@@ -86,6 +89,8 @@ int cmd_compile(const Options& o) {
       ++failed;
     else if (r.origin == graphattn::CacheOrigin::kCompiled)
       ++compiled;
+    else if (r.origin == graphattn::CacheOrigin::kRemote)
+      ++remote_hits;
     else
       ++hits;
   }
@@ -104,6 +109,8 @@ int cmd_compile(const Options& o) {
                 {"results", list},
                 {"compiled", compiled},
                 {"hits", hits},
+                {"remote_hits", remote_hits},
+                {"remote", cache.remote().empty() ? Json() : Json(cache.remote())},
                 {"failed", failed},
                 {"wall_ms", wall_ms}});
   } else {
@@ -115,13 +122,18 @@ int cmd_compile(const Options& o) {
       std::cout << r.spec << std::string(width - r.spec.size() + 2, ' ') << word(r)
                 << std::string(8 - std::strlen(word(r)) + 2, ' ') << ms << "\n";
     }
-    std::cout << "total: " << compiled << " compiled, " << hits << " hit, " << failed
-              << " failed in " << fixed(wall_ms, 1) << " ms on "
+    std::cout << "total: " << compiled << " compiled, " << hits << " hit, "
+              << (cache.remote().empty()
+                      ? std::string()
+                      : std::to_string(remote_hits) + " from " + cache.remote() + ", ")
+              << failed << " failed in " << fixed(wall_ms, 1) << " ms on "
               << plural(threads, "thread", "threads") << " into " << cache.dir() << "\n";
   }
   for (const auto& r : results)
     if (!r.error.empty())
       std::cerr << "graphattn-cache: " << r.spec << " failed: " << r.error << "\n";
+  // What the cache warned about and did not stop the run (a remote server that went down).
+  for (const auto& w : warnings) std::cerr << w << "\n";
   return failed ? kExitFailed : kExitOk;
 }
 

@@ -4,6 +4,7 @@
 //   graphattn-cache [--dir DIR] [--json] list | show KEY-PREFIX|SPEC | verify [--fix]
 //                                        | prune --max-bytes N | --older-than DAYS | clear | stats
 //                                        | compile --spec SPEC [--spec SPEC ...] [--threads N]
+//                                        | push | pull   (with --remote URL [--signing-key FILE])
 //
 // Exit status: 0 success; 1 the command found a problem or could not do its job (a bad entry,
 // a failed compile, no such entry); 2 wrong usage. With --json every command, failures
@@ -40,7 +41,7 @@ std::string describe_parse_error(const CLI::App& app, const CLI::ParseError& e, 
     names += (names.empty() ? "" : ", ") + sub->get_name();
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--dir") {
+    if (a == "--dir" || a == "--remote" || a == "--signing-key" || a == "--remote-timeout-ms") {
       ++i;  // its value
     } else if (!a.empty() && a[0] != '-') {
       return "unknown command '" + a + "'; the commands are " + names;
@@ -74,6 +75,17 @@ int main(int argc, char** argv) {
                  "else ~/.cache/graphattn; now " +
                      (default_dir.empty() ? std::string("none") : printable(default_dir)) + ")");
   app.add_flag("--json", o.json, "print exactly one JSON document on stdout");
+  if (const char* url = std::getenv("GRAPHATTN_REMOTE_CACHE")) o.remote = url;
+  app.add_option("--remote", o.remote,
+                 "remote cache, redis://[[user]:password@]host[:port][/db] (default: "
+                 "GRAPHATTN_REMOTE_CACHE): shown by stats, used by push, pull and compile");
+  app.add_option("--signing-key", o.signing_key_file,
+                 "file holding the secret that signs remote values (default: "
+                 "GRAPHATTN_CACHE_SIGNING_KEY)");
+  app.add_option("--remote-timeout-ms", o.remote_timeout_ms,
+                 "connect and read timeout of each call to the remote cache")
+      ->check(CLI::Range(1, 600000))
+      ->capture_default_str();
 
   CLI::App* list = app.add_subcommand("list", "one row per entry, then totals");
   CLI::App* show = app.add_subcommand("show", "every header field of one entry, and its source");
@@ -116,6 +128,10 @@ int main(int argc, char** argv) {
   compile->add_option("--threads", o.threads, "compile threads (0: one per core)")
       ->check(CLI::Range(0u, 1024u));
   compile->add_flag("--dump-source", o.dump_source, "write each compiled source beside its entry");
+  CLI::App* push = app.add_subcommand(
+      "push", "store every verified entry of --dir in the remote cache (signed with a key)");
+  CLI::App* pull =
+      app.add_subcommand("pull", "install every verified value of the remote cache into --dir");
 
   try {
     app.parse(argc, argv);
@@ -141,6 +157,8 @@ int main(int argc, char** argv) {
     if (clear->parsed()) return cmd_clear(o);
     if (stats->parsed()) return cmd_stats(o);
     if (compile->parsed()) return cmd_compile(o);
+    if (push->parsed()) return cmd_push(o);
+    if (pull->parsed()) return cmd_pull(o);
     return report_error("no command given", o.json, kExitUsage, app.help());
   } catch (const UsageError& e) {
     return report_error(e.what(), o.json, kExitUsage, app.help());
