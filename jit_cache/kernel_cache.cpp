@@ -308,6 +308,9 @@ KernelPtr KernelCache::load_or_compile(const AttentionSpec& spec, const KernelSo
   struct RemoteLock {
     RemoteTier* tier = nullptr;
     CacheKey key;
+    RemoteLock() = default;
+    RemoteLock(const RemoteLock&) = delete;
+    RemoteLock& operator=(const RemoteLock&) = delete;
     ~RemoteLock() {
       if (tier) tier->unlock(key);
     }
@@ -324,7 +327,11 @@ KernelPtr KernelCache::load_or_compile(const AttentionSpec& spec, const KernelSo
       if (KernelPtr k = try_remote()) return k;
       if (!remote->locked(key)) result = remote->lock(key, impl_->opts.lock_timeout);
     }
-    if (result == RemoteTier::LockResult::kAcquired) remote_lock = {remote, key};
+    // Set in place: assigning a temporary RemoteLock would unlock at once in its destructor.
+    if (result == RemoteTier::LockResult::kAcquired) {
+      remote_lock.key = key;
+      remote_lock.tier = remote;
+    }
   }
   {
     std::lock_guard<std::mutex> lock(impl_->mu);

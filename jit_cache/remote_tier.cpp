@@ -215,8 +215,12 @@ RemoteStatus RemoteTier::get(const CacheKey& key, EntryHeader* h, std::vector<ch
   std::lock_guard<std::mutex> lock(mu_);
   const std::string name = remote_entry_name(key);
   RedisReply r;
-  if (!call([&](RedisConnection& c) { r = checked(c.command({"GET", name})); }, "GET"))
-    return RemoteStatus::kUnavailable;
+  // WRONGTYPE (a list or hash under an entry's name) is a bad value, not a broken server.
+  auto get = [&](RedisConnection& c) {
+    r = c.command({"GET", name});
+    if (r.type != RedisReply::Type::kError || r.str.rfind("WRONGTYPE", 0) != 0) checked(r);
+  };
+  if (!call(get, "GET")) return RemoteStatus::kUnavailable;
   if (r.type == RedisReply::Type::kNil) {
     ++counters_.misses;
     return RemoteStatus::kMissing;
@@ -301,9 +305,9 @@ auto RemoteTier::direct(F&& f) -> decltype(f(std::declval<RedisConnection&>())) 
   std::lock_guard<std::mutex> lock(mu_);
   try {
     return f(connection());
-  } catch (const RedisError&) {
+  } catch (const RedisError& e) {
     conn_.reset();
-    throw;
+    throw RedisError(where_ + ": " + e.what());
   }
 }
 

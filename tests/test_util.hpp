@@ -46,6 +46,7 @@ class TempKernelCache : private TempDir, public KernelCache {
   static CacheOptions options_in(const std::string& dir) {
     CacheOptions o;
     o.dir = dir;
+    o.use_remote = false;  // never a developer's GRAPHATTN_REMOTE_CACHE
     return o;
   }
 };

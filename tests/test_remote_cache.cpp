@@ -1,0 +1,401 @@
+// The remote tier of the kernel cache against a real redis-server on 127.0.0.1 (started and torn
+// down by each test through tests/redis_server.hpp): kernels shared between caches with their own
+// disk directories and between processes, a server that dies or hangs mid-run, values that must
+// be rejected (corrupt, another key's, unsigned or wrongly signed), and graphattn-cache's
+// stats, push and pull.
+#include <doctest/doctest.h>
+#include <sys/stat.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "graphattn/error.hpp"
+#include "graphattn/jit.hpp"
+#include "jit_cache/remote_tier.hpp"
+#include "tests/redis_server.hpp"
+#include "tests/test_util.hpp"
+#include "tests/tool_runner.hpp"
+
+using namespace graphattn;
+namespace fs = std::filesystem;
+
+namespace {
+
+const char* kWrite = "cache_write_h128_b16_bf16_kvauto_g1_swa0_cap0_nhd_sm90";
+const char* kWrite64 = "cache_write_h64_b16_bf16_kvauto_g1_swa0_cap0_nhd_sm90";
+const char* kWrite256 = "cache_write_h256_b16_bf16_kvauto_g1_swa0_cap0_nhd_sm90";
+const char* kWrite96 = "cache_write_h96_b16_bf16_kvauto_g1_swa0_cap0_nhd_sm90";
+
+AttentionSpec spec(const char* s) { return AttentionSpec::parse(s); }
+
+// A kernel cache with its own disk directory, on the given remote tier, collecting warnings.
+struct RemoteCache {
+  test::TempDir dir;
+  std::vector<std::string> warnings;
+  std::unique_ptr<KernelCache> cache;
+
+  explicit RemoteCache(const std::string& url, const std::string& key_file = "",
+                       std::chrono::milliseconds timeout = std::chrono::milliseconds(500),
+                       std::chrono::milliseconds retry = std::chrono::milliseconds(30000)) {
+    CacheOptions o;
+    o.dir = dir.path();
+    o.remote_url = url;
+    o.remote_timeout = timeout;
+    o.remote_retry = retry;
+    o.signing_key_file = key_file;
+    o.warn = [this](const std::string& w) { warnings.push_back(w); };
+    cache = std::make_unique<KernelCache>(o);
+  }
+  CacheOrigin get(const char* s) {
+    CacheOrigin origin = CacheOrigin::kMemory;
+    cache->get(spec(s), &origin);
+    return origin;
+  }
+  CacheStats stats() const { return cache->stats(); }
+};
+
+// The Redis name of a spec's entry, as the cache computes it.
+std::string entry_name(const char* s) {
+  const KernelSource src = render_kernel(spec(s));
+  return detail::remote_entry_name(kernel_key(src, spec(s).arch));
+}
+
+// A signing key file (0600) holding `secret`.
+std::string key_file(const test::TempDir& dir, const std::string& name, const std::string& secret,
+                     mode_t mode = 0600) {
+  const std::string path = dir.path() + "/" + name;
+  std::ofstream(path) << secret << "\n";
+  ::chmod(path.c_str(), mode);
+  return path;
+}
+
+// Where a new cache on `dir` alone (no remote tier) finds the kernel.
+CacheOrigin local_origin(const std::string& dir, const char* s) {
+  CacheOptions o;
+  o.dir = dir;
+  o.use_remote = false;
+  KernelCache local(o);
+  CacheOrigin origin = CacheOrigin::kMemory;
+  local.get(spec(s), &origin);
+  return origin;
+}
+
+size_t entry_count(const std::string& dir) {
+  size_t n = 0;
+  for (const auto& e : fs::directory_iterator(dir)) n += e.path().extension() == ".gakc";
+  return n;
+}
+
+bool mentions(const std::vector<std::string>& warnings, const std::string& text) {
+  for (const auto& w : warnings)
+    if (w.find(text) != std::string::npos) return true;
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("remote tier: a kernel compiled by one cache is a verified remote hit for another") {
+  GA_REQUIRE_REDIS();
+  test::RedisServer redis;
+  RemoteCache a(redis.url()), b(redis.url());
+  CHECK(a.cache->remote() == redis.url() + "/0");
+
+  CHECK(a.get(kWrite) == CacheOrigin::kCompiled);
+  CHECK(a.stats().compiles == 1);
+  CHECK(a.stats().remote_misses == 1);
+  CHECK(a.stats().remote_puts == 1);
+  CHECK(redis.command({"EXISTS", entry_name(kWrite)}).integer == 1);
+
+  CHECK(b.get(kWrite) == CacheOrigin::kRemote);
+  CHECK(b.stats().compiles == 0);
+  CHECK(b.stats().remote_hits == 1);
+  CHECK(b.stats().remote_ms > 0);
+  // The value went to b's disk too: a new cache object on b's directory finds it there, with the
+  // remote tier switched off.
+  CHECK(local_origin(b.dir.path(), kWrite) == CacheOrigin::kDisk);
+
+  // A memory hit never reaches the server: frozen, it would time out.
+  redis.freeze();
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK(b.get(kWrite) == CacheOrigin::kMemory);
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(100));
+  redis.thaw();
+  CHECK(b.stats().remote_errors == 0);
+  CHECK(a.warnings.empty());
+  CHECK(b.warnings.empty());
+}
+
+TEST_CASE("remote tier: two processes with their own disk directories compile a kernel once") {
+#ifndef GRAPHATTN_CACHE_TOOL
+  MESSAGE("skipped: the tools are not built (GRAPHATTN_BUILD_TOOLS=OFF)");
+  return;
+#else
+  GA_REQUIRE_REDIS();
+  test::RedisServer redis;
+  test::TempDir dir_a, dir_b, scratch;
+  // A decode kernel: its compile takes long enough (hundreds of ms) that both processes ask at
+  // once; the fleet-wide lock makes one compile and the other wait for its value.
+  const std::string decode = "decode_h128_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm90";
+  auto command = [&](const std::string& dir, const std::string& out) {
+    return "env -u GRAPHATTN_CACHE_DIR -u GRAPHATTN_CACHE_SIGNING_KEY " +
+           test::shell_quote(GRAPHATTN_CACHE_TOOL) + " --json --dir " + test::shell_quote(dir) +
+           " --remote " + redis.url() + " compile --spec " + decode + " >" +
+           test::shell_quote(out) + " 2>&1";
+  };
+  const std::string out_a = scratch.path() + "/a.json", out_b = scratch.path() + "/b.json";
+  const std::string both =
+      "(" + command(dir_a.path(), out_a) + ") & (" + command(dir_b.path(), out_b) + ") & wait";
+  REQUIRE(std::system(both.c_str()) == 0);
+  const auto ja = nlohmann::json::parse(test::read_all(out_a), nullptr, false);
+  const auto jb = nlohmann::json::parse(test::read_all(out_b), nullptr, false);
+  INFO("a: " << test::read_all(out_a));
+  INFO("b: " << test::read_all(out_b));
+  REQUIRE_FALSE(ja.is_discarded());
+  REQUIRE_FALSE(jb.is_discarded());
+  CHECK(ja["compiled"].get<int>() + jb["compiled"].get<int>() == 1);
+  CHECK(ja["remote_hits"].get<int>() + jb["remote_hits"].get<int>() == 1);
+  CHECK(ja["failed"].get<int>() + jb["failed"].get<int>() == 0);
+  // Each directory holds the entry, and the lock is gone.
+  CHECK(entry_count(dir_a.path()) == 1);
+  CHECK(entry_count(dir_b.path()) == 1);
+  const auto locks = redis.command({"KEYS", "graphattn:lock:*"});
+  CHECK(locks.elements.empty());
+#endif
+}
+
+TEST_CASE("remote tier: a server killed mid-run costs one warning per cache and no failure") {
+  GA_REQUIRE_REDIS();
+  test::RedisServer redis;
+  RemoteCache a(redis.url(), "", std::chrono::milliseconds(300), std::chrono::milliseconds(400));
+  RemoteCache b(redis.url(), "", std::chrono::milliseconds(300), std::chrono::milliseconds(400));
+  CHECK(a.get(kWrite) == CacheOrigin::kCompiled);
+  CHECK(b.get(kWrite) == CacheOrigin::kRemote);
+
+  redis.kill();
+  for (RemoteCache* c : {&a, &b}) {
+    CHECK(c->get(kWrite64) == CacheOrigin::kCompiled);
+    // Backing off: the next miss asks nobody and warns no more.
+    const uint64_t errors = c->stats().remote_errors;
+    CHECK(c->get(kWrite256) == CacheOrigin::kCompiled);
+    CHECK(c->stats().remote_errors == errors);
+    CHECK(c->warnings.size() == 1);
+    REQUIRE_FALSE(c->warnings.empty());
+    CHECK(c->warnings[0].find(redis.url() + "/0") != std::string::npos);
+    CHECK(c->warnings[0].find("local tiers only") != std::string::npos);
+  }
+  // Back after the back-off: the tier is used again without a restart of the cache.
+  redis.start();
+  std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+  const uint64_t puts = a.stats().remote_puts;
+  CHECK(a.get(kWrite96) == CacheOrigin::kCompiled);
+  CHECK(a.stats().remote_puts == puts + 1);
+  CHECK(b.get(kWrite96) == CacheOrigin::kRemote);
+  CHECK(a.warnings.size() == 1);
+}
+
+TEST_CASE("remote tier: a server that accepts but never answers is given up after the timeout") {
+  GA_REQUIRE_REDIS();
+  test::RedisServer redis;
+  RemoteCache a(redis.url(), "", std::chrono::milliseconds(200));
+  redis.freeze();
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK(a.get(kWrite) == CacheOrigin::kCompiled);
+  const auto first = std::chrono::steady_clock::now() - t0;
+  const auto t1 = std::chrono::steady_clock::now();
+  CHECK(a.get(kWrite64) == CacheOrigin::kCompiled);
+  const auto second = std::chrono::steady_clock::now() - t1;
+  redis.thaw();
+  // One timed-out call (200 ms) plus a compile; then no call at all while backing off.
+  CHECK(first < std::chrono::seconds(3));
+  CHECK(a.stats().remote_errors == 1);
+  CHECK(a.warnings.size() == 1);
+  CHECK(second < first);
+}
+
+TEST_CASE("remote tier: corrupt values and values of another key are rejected, never served") {
+  GA_REQUIRE_REDIS();
+  test::RedisServer redis;
+  RemoteCache a(redis.url());
+  CHECK(a.get(kWrite) == CacheOrigin::kCompiled);
+  CHECK(a.get(kWrite64) == CacheOrigin::kCompiled);
+  const std::string good = redis.command({"GET", entry_name(kWrite)}).str;
+  REQUIRE(good.size() > 100);
+
+  SUBCASE("one byte of the cubin flipped") {
+    std::string bad = good;
+    bad[bad.size() - 40] ^= 0x10;
+    redis.command({"SET", entry_name(kWrite), bad});
+  }
+  SUBCASE("one byte of the header flipped") {
+    std::string bad = good;
+    bad[12] ^= 0x01;
+    redis.command({"SET", entry_name(kWrite), bad});
+  }
+  SUBCASE("truncated") { redis.command({"SET", entry_name(kWrite), good.substr(0, 50)}); }
+  SUBCASE("another key's valid value") {
+    const std::string other = redis.command({"GET", entry_name(kWrite64)}).str;
+    redis.command({"SET", entry_name(kWrite), other});
+  }
+  SUBCASE("not a string") {
+    redis.command({"DEL", entry_name(kWrite)});
+    redis.command({"RPUSH", entry_name(kWrite), good});
+  }
+
+  RemoteCache b(redis.url());
+  CHECK(b.get(kWrite) == CacheOrigin::kCompiled);
+  CHECK(b.stats().remote_rejects == 1);
+  CHECK(b.stats().remote_hits == 0);
+  CHECK(b.stats().compiles == 1);
+  // The compile replaced the bad value with a good one.
+  RemoteCache c(redis.url());
+  CHECK(c.get(kWrite) == CacheOrigin::kRemote);
+  CHECK(c.stats().remote_rejects == 0);
+}
+
+TEST_CASE("remote tier: with a signing key only values with a valid tag are accepted") {
+  GA_REQUIRE_REDIS();
+  test::RedisServer redis;
+  test::TempDir keys;
+  const std::string key1 = key_file(keys, "k1", "a secret of more than sixteen bytes");
+  const std::string key2 = key_file(keys, "k2", "another secret, also long enough");
+
+  // An unsigned value (a cache without a key put it) is refused by a signing cache.
+  RemoteCache plain(redis.url());
+  CHECK(plain.get(kWrite) == CacheOrigin::kCompiled);
+  RemoteCache signer(redis.url(), key1);
+  CHECK(signer.get(kWrite) == CacheOrigin::kCompiled);
+  CHECK(signer.stats().remote_rejects == 1);
+  // It stored a signed value in its place: another holder of the key gets a hit.
+  const std::string value = redis.command({"GET", entry_name(kWrite)}).str;
+  CHECK(value.rfind("GASIGN01", 0) == 0);
+  RemoteCache same_key(redis.url(), key1);
+  CHECK(same_key.get(kWrite) == CacheOrigin::kRemote);
+
+  SUBCASE("another key's tag") {
+    RemoteCache other(redis.url(), key2);
+    CHECK(other.get(kWrite) == CacheOrigin::kCompiled);
+    CHECK(other.stats().remote_rejects == 1);
+  }
+  SUBCASE("a tag flipped, or an entry changed under a good tag") {
+    std::string bad = value;
+    bad[8 + (value.size() % 32)] ^= 0x01;  // inside the tag
+    SUBCASE("tag") {}
+    SUBCASE("entry") {
+      bad = value;
+      bad[bad.size() - 1] ^= 0x01;
+    }
+    redis.command({"SET", entry_name(kWrite), bad});
+    RemoteCache c(redis.url(), key1);
+    CHECK(c.get(kWrite) == CacheOrigin::kCompiled);
+    CHECK(c.stats().remote_rejects == 1);
+  }
+  SUBCASE("a signed value moved under another kernel's name") {
+    CHECK(same_key.get(kWrite64) == CacheOrigin::kCompiled);
+    redis.command({"SET", entry_name(kWrite64), value});
+    RemoteCache c(redis.url(), key1);
+    CHECK(c.get(kWrite64) == CacheOrigin::kCompiled);
+    CHECK(c.stats().remote_rejects == 1);
+  }
+}
+
+TEST_CASE("remote tier: bad URLs and signing key files are errors naming them") {
+  test::TempDir keys;
+  auto error_of = [](const std::string& url, const std::string& key) {
+    CacheOptions o;
+    o.use_disk = false;
+    o.remote_url = url;
+    o.signing_key_file = key;
+    o.warn = [](const std::string&) {};
+    try {
+      KernelCache c(o);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  for (const char* url : {"http://127.0.0.1:6379", "redis://", "redis://host:port",
+                          "redis://host:70000", "redis://host:6379/x", "redis://host:6379/-1"}) {
+    INFO(url);
+    const std::string e = error_of(url, "");
+    CHECK(e.find(url) != std::string::npos);
+    CHECK(e.find("redis://") != std::string::npos);
+  }
+  const std::string short_key = key_file(keys, "short", "tiny");
+  CHECK(error_of("redis://127.0.0.1:1", short_key).find(short_key) != std::string::npos);
+  const std::string open_key = key_file(keys, "open", "a secret of more than sixteen bytes", 0666);
+  CHECK(error_of("redis://127.0.0.1:1", open_key).find(open_key) != std::string::npos);
+  const std::string missing = keys.path() + "/missing";
+  CHECK(error_of("redis://127.0.0.1:1", missing).find(missing) != std::string::npos);
+}
+
+TEST_CASE("remote tier: a password in the URL authenticates; a wrong one is one warning") {
+  GA_REQUIRE_REDIS();
+  test::RedisServer redis({"--requirepass", "s3cret"});
+  const std::string host = "127.0.0.1:" + std::to_string(redis.port());
+  RemoteCache good("redis://:s3cret@" + host + "/2");
+  CHECK(good.cache->remote() == "redis://:***@" + host + "/2");
+  CHECK(good.get(kWrite) == CacheOrigin::kCompiled);
+  CHECK(good.stats().remote_puts == 1);
+  CHECK(good.warnings.empty());
+  RemoteCache again("redis://:s3cret@" + host + "/2");
+  CHECK(again.get(kWrite) == CacheOrigin::kRemote);
+  RemoteCache other_db("redis://:s3cret@" + host + "/3");
+  CHECK(other_db.get(kWrite) == CacheOrigin::kCompiled);
+
+  RemoteCache wrong("redis://:nope@" + host);
+  CHECK(wrong.get(kWrite) == CacheOrigin::kCompiled);
+  CHECK(wrong.warnings.size() == 1);
+  CHECK(mentions(wrong.warnings, "redis://:***@" + host));
+  CHECK_FALSE(mentions(wrong.warnings, "nope"));
+}
+
+#ifdef GRAPHATTN_CACHE_TOOL
+TEST_CASE("graphattn-cache: stats shows the remote tier, push and pull move verified entries") {
+  GA_REQUIRE_REDIS();
+  test::RedisServer redis;
+  test::TempDir src, dst;
+  auto tool = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), {"--remote", redis.url()});
+    return test::run_program(GRAPHATTN_CACHE_TOOL, args);
+  };
+  const auto compiled =
+      tool({"--dir", src.path(), "compile", "--spec", kWrite, "--spec", kWrite64});
+  REQUIRE(compiled.code == 0);
+  // Compile already put them; empty the server so that push has something to do.
+  redis.command({"FLUSHALL"});
+
+  const auto push = tool({"--json", "--dir", src.path(), "push"});
+  INFO(push.out << push.err);
+  REQUIRE(push.code == 0);
+  CHECK(redis.command({"EXISTS", entry_name(kWrite), entry_name(kWrite64)}).integer == 2);
+
+  const auto stats = tool({"--json", "--dir", src.path(), "stats"});
+  INFO(stats.out << stats.err);
+  REQUIRE(stats.code == 0);
+  const auto js = nlohmann::json::parse(stats.out, nullptr, false);
+  REQUIRE_FALSE(js.is_discarded());
+  CHECK(js["remote"]["entries"].get<int>() == 2);
+
+  // A corrupt value on the server is not installed by pull.
+  std::string bad = redis.command({"GET", entry_name(kWrite64)}).str;
+  bad[bad.size() - 3] ^= 0x04;
+  redis.command({"SET", entry_name(kWrite64), bad});
+  const auto pull = tool({"--json", "--dir", dst.path(), "pull"});
+  INFO(pull.out << pull.err);
+  CHECK(pull.code != 0);  // it found a bad value
+  CHECK(entry_count(dst.path()) == 1);
+  // What was pulled is served from disk, with no compile.
+  CHECK(local_origin(dst.path(), kWrite) == CacheOrigin::kDisk);
+
+  // Without a server: a clear error, not a hang.
+  redis.kill();
+  const auto down = tool({"--dir", src.path(), "push"});
+  CHECK(down.code != 0);
+  CHECK(down.err.find(redis.url()) != std::string::npos);
+}
+#endif
