@@ -15,6 +15,7 @@
 
 #include "graphattn/error.hpp"
 #include "graphattn/jit.hpp"
+#include "tests/read_only_view.hpp"
 #include "tests/test_util.hpp"
 
 using namespace graphattn;
@@ -39,47 +40,6 @@ size_t entry_count(const std::string& dir) {
   for (const auto& e : fs::directory_iterator(dir)) n += e.path().extension() == ".gakc";
   return n;
 }
-
-// A read-only view of a directory, as a read-only image layer would be: for root (whom modes do
-// not stop) a read-only bind mount, for anyone else the directory with its write bits taken
-// away. ok() is false where neither is possible (no mount privilege); why() says so.
-class ReadOnlyView {
- public:
-  explicit ReadOnlyView(const std::string& dir) : dir_(dir) {
-    if (::geteuid() != 0) {
-      ok_ = ::chmod(dir.c_str(), 0555) == 0;
-      path_ = dir;
-      if (!ok_) why_ = "chmod failed";
-      return;
-    }
-    path_ = mount_point_.path();
-    if (::mount(dir.c_str(), path_.c_str(), nullptr, MS_BIND, nullptr) != 0) {
-      why_ = std::string("bind mount: ") + std::strerror(errno);
-      return;
-    }
-    mounted_ = true;
-    if (::mount(nullptr, path_.c_str(), nullptr, MS_BIND | MS_REMOUNT | MS_RDONLY, nullptr) != 0) {
-      why_ = std::string("read-only remount: ") + std::strerror(errno);
-      return;
-    }
-    ok_ = true;
-  }
-  ~ReadOnlyView() {
-    if (mounted_) ::umount2(path_.c_str(), MNT_DETACH);
-    if (::geteuid() != 0) ::chmod(dir_.c_str(), 0700);
-  }
-  bool ok() const { return ok_; }
-  const std::string& why() const { return why_; }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string dir_;
-  test::TempDir mount_point_;
-  std::string path_;
-  std::string why_;
-  bool mounted_ = false;
-  bool ok_ = false;
-};
 
 // Fills dir with the kernel for kSpec, as an image build step would.
 void bake(const std::string& dir) {
@@ -119,7 +79,7 @@ TEST_CASE("cache layers: searched in order; new kernels go to the first writable
 TEST_CASE("cache layers: a read-only layer serves its verified entries and is never written") {
   test::TempDir system, user;
   bake(system.path());
-  ReadOnlyView ro(system.path());
+  test::ReadOnlyView ro(system.path());
   if (!ro.ok()) {
     MESSAGE("skipped: cannot make a read-only directory here (" << ro.why() << ")");
     return;
@@ -171,7 +131,7 @@ TEST_CASE("cache layers: a bad entry in a read-only layer is never served") {
     f.seekp(-1, std::ios::end);
     f.put('\x5a');  // the last payload byte: the payload checksum no longer matches
   }
-  ReadOnlyView ro(system.path());
+  test::ReadOnlyView ro(system.path());
   if (!ro.ok()) {
     MESSAGE("skipped: cannot make a read-only directory here (" << ro.why() << ")");
     return;

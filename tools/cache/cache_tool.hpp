@@ -9,11 +9,15 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "core/text.hpp"
+#include "graphattn/error.hpp"
+#include "graphattn/jit.hpp"
+#include "graphattn/spec.hpp"
 #include "jit_cache/disk_tier.hpp"
 #include "tools/cache/output.hpp"
 
@@ -44,7 +48,7 @@ struct Options {
   double older_than_days = -1;      // prune; negative: not given
   std::vector<std::string> specs;   // compile
   std::vector<std::string> models;  // compile: every kernel of these built-in models
-  int arch = 90;                    // compile --model: target arch
+  std::vector<int> archs;           // compile/export --model: target archs (default {90})
   int block_size = 16;              // compile --model
   std::string dtype = "bf16";       // compile --model
   std::string kv_dtype = "auto";    // compile --model
@@ -53,6 +57,8 @@ struct Options {
   std::string remote;               // redis://... (default GRAPHATTN_REMOTE_CACHE)
   std::string signing_key_file;     // default GRAPHATTN_CACHE_SIGNING_KEY
   int remote_timeout_ms = 2000;     // connect and read timeout of the tool's calls
+  std::string bundle;               // export, import: the bundle file
+  bool dry_run = false;             // import: verify and report, install nothing
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -127,6 +133,36 @@ int cmd_clear(const Options& o);
 int cmd_compile(const Options& o);
 int cmd_push(const Options& o);
 int cmd_pull(const Options& o);
+int cmd_export(const Options& o);
+int cmd_import(const Options& o);
+
+// The specs --spec and --model (for every --arch) name, without repeats; UsageError for a bad
+// one.
+std::vector<graphattn::AttentionSpec> requested_specs(const Options& o);
+// The library's KernelCache on --dir (with the remote tier of --remote), collecting the warnings
+// it gives; throws graphattn::Error when the directory cannot be used.
+class ToolCache {
+ public:
+  explicit ToolCache(const Options& o);
+  // Precompiles on threads() workers; throws when a compiled kernel could not be written.
+  std::vector<graphattn::PrecompileResult> precompile(
+      const std::vector<graphattn::AttentionSpec>& specs, double* wall_ms);
+  unsigned threads() const;  // --threads, else one per core
+
+  std::unique_ptr<graphattn::KernelCache> cache;
+  std::vector<std::string> warnings;
+
+ private:
+  graphattn::Error disk_failure() const;
+  const Options& o_;
+  std::mutex mu_;
+};
+
+// The secret of --signing-key, else of GRAPHATTN_CACHE_SIGNING_KEY; "" when neither is set.
+std::string signing_secret(const Options& o);
+// The directory --dir as the kernel cache uses it (trusted; created when `create`); throws
+// graphattn::Error when it cannot be used (or written, when `create`).
+std::unique_ptr<DiskTier> open_local(const Options& o, bool create);
 // The remote tier for `stats`: configured, built in, reachable, entries and bytes.
 Json remote_stats(const Options& o);
 void print_remote_stats(const Json& remote);

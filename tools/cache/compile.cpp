@@ -19,7 +19,7 @@
 
 namespace graphattn::tools::cache_tool {
 
-int cmd_compile(const Options& o) {
+std::vector<graphattn::AttentionSpec> requested_specs(const Options& o) {
   std::vector<graphattn::AttentionSpec> specs;
   std::string bad;
   for (const auto& text : o.specs) {
@@ -31,52 +31,71 @@ int cmd_compile(const Options& o) {
     }
   }
   for (const auto& name : o.models) {
-    try {
-      graphattn::tools::ModelRunSettings rs;
-      rs.block_size = o.block_size;
-      rs.dtype = graphattn::tools::dtype_from_name(o.dtype);
-      rs.kv_dtype = graphattn::tools::kv_dtype_from_name(o.kv_dtype);
-      rs.arch = o.arch;
-      const auto layers =
-          graphattn::tools::model_layer_configs(graphattn::tools::find_model(name), rs);
-      for (const auto& spec : graphattn::tools::model_kernel_specs(layers))
-        if (std::find(specs.begin(), specs.end(), spec) == specs.end()) specs.push_back(spec);
-    } catch (const std::exception& ex) {
-      bad +=
-          std::string(bad.empty() ? "" : "\n") + "--model '" + printable(name) + "': " + ex.what();
+    for (const int arch : o.archs) {
+      try {
+        graphattn::tools::ModelRunSettings rs;
+        rs.block_size = o.block_size;
+        rs.dtype = graphattn::tools::dtype_from_name(o.dtype);
+        rs.kv_dtype = graphattn::tools::kv_dtype_from_name(o.kv_dtype);
+        rs.arch = arch;
+        const auto layers =
+            graphattn::tools::model_layer_configs(graphattn::tools::find_model(name), rs);
+        for (const auto& spec : graphattn::tools::model_kernel_specs(layers))
+          if (std::find(specs.begin(), specs.end(), spec) == specs.end()) specs.push_back(spec);
+      } catch (const std::exception& ex) {
+        bad += std::string(bad.empty() ? "" : "\n") + "--model '" + printable(name) + "' (arch " +
+               std::to_string(arch) + "): " + ex.what();
+      }
     }
   }
   if (!bad.empty()) throw UsageError(bad);
-  if (specs.empty()) throw UsageError("compile needs at least one --spec or --model");
-  require_directory_path(o.dir);
+  return specs;
+}
 
-  std::vector<std::string> warnings;
-  std::mutex warn_mu;
+ToolCache::ToolCache(const Options& o) : o_(o) {
+  require_directory_path(o.dir);
   graphattn::CacheOptions opts;
   opts.dir = o.dir;
   opts.dump_source = o.dump_source;
   opts.remote_url = o.remote;
   opts.signing_key_file = o.signing_key_file;
-  opts.warn = [&](const std::string& w) {
-    std::lock_guard<std::mutex> lock(warn_mu);
+  opts.warn = [this](const std::string& w) {
+    std::lock_guard<std::mutex> lock(mu_);
     warnings.push_back(w);
   };
-  graphattn::KernelCache cache(opts);
-  auto disk_failure = [&]() {
-    std::string msg = "the cache directory " + printable(o.dir, 4096) + " cannot be used";
-    for (const auto& w : warnings) msg += "\n  " + w;
-    return graphattn::Error(msg);
-  };
-  if (!cache.disk_enabled()) throw disk_failure();
+  cache = std::make_unique<graphattn::KernelCache>(opts);
+  if (!cache->disk_enabled()) throw disk_failure();
+}
 
-  const unsigned threads =
-      o.threads ? o.threads : std::max(1u, std::thread::hardware_concurrency());
+graphattn::Error ToolCache::disk_failure() const {
+  std::string msg = "the cache directory " + printable(o_.dir, 4096) + " cannot be used";
+  for (const auto& w : warnings) msg += "\n  " + w;
+  return graphattn::Error(msg);
+}
+
+unsigned ToolCache::threads() const {
+  return o_.threads ? o_.threads : std::max(1u, std::thread::hardware_concurrency());
+}
+
+std::vector<graphattn::PrecompileResult> ToolCache::precompile(
+    const std::vector<graphattn::AttentionSpec>& specs, double* wall_ms) {
   const auto t0 = std::chrono::steady_clock::now();
-  const std::vector<graphattn::PrecompileResult> results = cache.precompile(specs, threads);
-  const double wall_ms =
+  std::vector<graphattn::PrecompileResult> results = cache->precompile(specs, threads());
+  *wall_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   // A full disk fails the writes of what was compiled then: those kernels are not in the cache.
-  if (!cache.disk_enabled() || cache.stats().write_failures > 0) throw disk_failure();
+  if (!cache->disk_enabled() || cache->stats().write_failures > 0) throw disk_failure();
+  return results;
+}
+
+int cmd_compile(const Options& o) {
+  const std::vector<graphattn::AttentionSpec> specs = requested_specs(o);
+  if (specs.empty()) throw UsageError("compile needs at least one --spec or --model");
+  ToolCache tool(o);
+  graphattn::KernelCache& cache = *tool.cache;
+  double wall_ms = 0;
+  const std::vector<graphattn::PrecompileResult> results = tool.precompile(specs, &wall_ms);
+  const unsigned threads = tool.threads();
 
   size_t compiled = 0, hits = 0, remote_hits = 0, failed = 0;
   auto word = [](const graphattn::PrecompileResult& r) {
@@ -133,7 +152,7 @@ int cmd_compile(const Options& o) {
     if (!r.error.empty())
       std::cerr << "graphattn-cache: " << r.spec << " failed: " << r.error << "\n";
   // What the cache warned about and did not stop the run (a remote server that went down).
-  for (const auto& w : warnings) std::cerr << w << "\n";
+  for (const auto& w : tool.warnings) std::cerr << w << "\n";
   return failed ? kExitFailed : kExitOk;
 }
 

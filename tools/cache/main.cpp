@@ -5,6 +5,8 @@
 //                                        | prune --max-bytes N | --older-than DAYS | clear | stats
 //                                        | compile --spec SPEC [--spec SPEC ...] [--threads N]
 //                                        | push | pull   (with --remote URL [--signing-key FILE])
+//                                        | export BUNDLE [--model M --arch 90,100 | --spec S]
+//                                        | import BUNDLE [--dry-run]
 //
 // Exit status: 0 success; 1 the command found a problem or could not do its job (a bad entry,
 // a failed compile, no such entry); 2 wrong usage. With --json every command, failures
@@ -118,13 +120,29 @@ int main(int argc, char** argv) {
   compile->add_option("--model", o.models,
                       "every kernel of a built-in model (llama-3-8b, qwen2.5-7b, mistral-7b, "
                       "gemma-2-9b); repeatable");
-  compile->add_option("--arch", o.arch, "with --model: target arch, e.g. 90")
-      ->capture_default_str();
-  compile->add_option("--block-size", o.block_size, "with --model: KV cache block size")
-      ->capture_default_str();
-  compile->add_option("--dtype", o.dtype, "with --model: fp16 or bf16")->capture_default_str();
-  compile->add_option("--kv-cache-dtype", o.kv_dtype, "with --model: auto, e4m3 or e5m2")
-      ->capture_default_str();
+  CLI::App* export_ = app.add_subcommand(
+      "export",
+      "write one bundle file of verified entries: --spec/--model (compiled into --dir "
+      "when missing), else every current entry of --dir");
+  export_->add_option("bundle", o.bundle, "the bundle file to write (a tar archive)")->required();
+  CLI::App* import = app.add_subcommand(
+      "import", "verify a bundle and install its entries into --dir (stale ones are reported)");
+  import->add_option("bundle", o.bundle, "the bundle file to read")->required();
+  import->add_flag("--dry-run", o.dry_run, "verify and report, install nothing");
+  for (CLI::App* c : {compile, export_}) {
+    c->add_option("--arch", o.archs, "with --model: target archs, e.g. 90 or 90,100 (default 90)")
+        ->delimiter(',')
+        ->check(CLI::Range(50, 1000));
+    c->add_option("--block-size", o.block_size, "with --model: KV cache block size")
+        ->capture_default_str();
+    c->add_option("--dtype", o.dtype, "with --model: fp16 or bf16")->capture_default_str();
+    c->add_option("--kv-cache-dtype", o.kv_dtype, "with --model: auto, e4m3 or e5m2")
+        ->capture_default_str();
+  }
+  export_->add_option("--spec", o.specs, "a spec string; repeatable");
+  export_->add_option("--model", o.models, "every kernel of a built-in model; repeatable");
+  export_->add_option("--threads", o.threads, "compile threads (0: one per core)")
+      ->check(CLI::Range(0u, 1024u));
   compile->add_option("--threads", o.threads, "compile threads (0: one per core)")
       ->check(CLI::Range(0u, 1024u));
   compile->add_flag("--dump-source", o.dump_source, "write each compiled source beside its entry");
@@ -142,6 +160,7 @@ int main(int argc, char** argv) {
                         app.help());
   }
   o.json = o.json || json_requested;
+  if (o.archs.empty()) o.archs = {90};
   // The environment is checked before any command runs, like the arguments.
   try {
     graphattn::check_cache_environment();
@@ -159,6 +178,8 @@ int main(int argc, char** argv) {
     if (compile->parsed()) return cmd_compile(o);
     if (push->parsed()) return cmd_push(o);
     if (pull->parsed()) return cmd_pull(o);
+    if (export_->parsed()) return cmd_export(o);
+    if (import->parsed()) return cmd_import(o);
     return report_error("no command given", o.json, kExitUsage, app.help());
   } catch (const UsageError& e) {
     return report_error(e.what(), o.json, kExitUsage, app.help());

@@ -20,14 +20,14 @@ namespace graphattn::tools::cache_tool {
 using graphattn::detail::RedisError;
 using graphattn::detail::RemoteTier;
 
-namespace {
-
 std::string signing_secret(const Options& o) {
   if (!o.signing_key_file.empty()) return graphattn::detail::read_signing_key(o.signing_key_file);
   if (const char* f = std::getenv("GRAPHATTN_CACHE_SIGNING_KEY"); f && *f)
     return graphattn::detail::read_signing_key(f);
   return "";
 }
+
+namespace {
 
 // The tier the commands talk to; throws graphattn::Error when none is configured or this build
 // cannot reach Redis.
@@ -60,7 +60,8 @@ std::string spec_problem(const graphattn::detail::EntryHeader& h) {
   return "";
 }
 
-// The local directory as the kernel cache uses it: trusted, created when missing.
+}  // namespace
+
 std::unique_ptr<DiskTier> open_local(const Options& o, bool create) {
   const bool exists = require_directory_path(o.dir);
   if (!exists && !create)
@@ -75,8 +76,6 @@ std::unique_ptr<DiskTier> open_local(const Options& o, bool create) {
                            (tier->read_only_why().empty() ? "" : ": " + tier->read_only_why()));
   return tier;
 }
-
-}  // namespace
 
 Json remote_stats(const Options& o) {
   Json j = {{"url", nullptr}, {"built_in", graphattn::detail::redis_client_built_in()}};
