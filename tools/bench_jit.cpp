@@ -7,6 +7,9 @@
 //                   directory with a new KernelCache (median and max over distinct specs)
 //   disk hit        get() on a new KernelCache over a populated directory
 //   memory hit      get() of a spec that this KernelCache already holds (median per call)
+//   remote hit      with GRAPHATTN_REMOTE_CACHE=redis://...: get() of llama-3-8b's kernels by a
+//                   new KernelCache over an empty directory, served by the Redis server (the
+//                   other rows never use the remote tier)
 #include <stdlib.h>
 
 #include <algorithm>
@@ -60,9 +63,19 @@ class ScratchDir {
 graphattn::CacheOptions options_for(const std::string& dir) {
   graphattn::CacheOptions o;
   o.dir = dir;
+  o.use_remote = false;
   o.warn = [](const std::string& w) { std::cerr << "warning: " << w << "\n"; };
   return o;
 }
+
+graphattn::CacheOptions remote_options_for(const std::string& dir, const std::string& url) {
+  graphattn::CacheOptions o = options_for(dir);
+  o.use_remote = true;
+  o.remote_url = url;
+  return o;
+}
+
+constexpr int kRemoteRepeats = 20;
 
 graphattn::AttentionSpec cache_write(int head, graphattn::DType dtype, graphattn::KvDType kv,
                                      graphattn::KvLayout layout, int arch) {
@@ -199,6 +212,33 @@ int run() {
       throw graphattn::Error("the warm pass over the llama-3-8b set was not all disk hits");
   }
 
+  // Remote hits: the set is put once, then fetched by new caches over empty directories.
+  const char* remote_env = std::getenv("GRAPHATTN_REMOTE_CACHE");
+  const std::string remote_url = remote_env ? remote_env : "";
+  std::vector<double> remote_ms, remote_set_ms;
+  std::string remote_where;
+  if (!remote_url.empty()) {
+    {
+      ScratchDir dir;
+      graphattn::KernelCache c(remote_options_for(dir.path(), remote_url));
+      remote_where = c.remote();
+      for (const auto& spec : llama_specs) c.get(spec);
+      if (c.stats().remote_puts + c.stats().remote_hits != llama_specs.size())
+        throw graphattn::Error("the llama-3-8b set could not be stored in " + c.remote());
+    }
+    for (int i = 0; i < kRemoteRepeats; ++i) {
+      ScratchDir dir;
+      graphattn::KernelCache c(remote_options_for(dir.path(), remote_url));
+      const auto t0 = Clock::now();
+      for (const auto& spec : llama_specs) {
+        const auto t1 = Clock::now();
+        get_expect(c, spec, graphattn::CacheOrigin::kRemote);
+        remote_ms.push_back(ms_since(t1));
+      }
+      remote_set_ms.push_back(ms_since(t0));
+    }
+  }
+
   std::printf("graphattn-bench-jit: cache write kernel, NVRTC %d.%d, %u hardware threads\n",
               nv_major, nv_minor, std::thread::hardware_concurrency());
   std::printf("%-46s %14s %14s %8s\n", "measurement", "median", "max", "n");
@@ -220,6 +260,16 @@ int run() {
     row("  " + llama_specs[i].to_string(), fmt(kernel_ms[i], "ms"), "-", 1);
   row("whole set cold (precompile, wall)", fmt(set_cold_ms, "ms"), "-", 1);
   row("whole set warm (new cache, disk hits, wall)", fmt(set_warm_ms, "ms"), "-", 1);
+  if (remote_url.empty()) {
+    std::printf("\nremote tier: not measured (set GRAPHATTN_REMOTE_CACHE=redis://HOST:PORT)\n");
+  } else {
+    std::printf("\nremote tier, %s (a new cache over an empty directory each time):\n",
+                remote_where.c_str());
+    row("remote hit per kernel of the set (get())", fmt(median(remote_ms), "ms"),
+        fmt(max_of(remote_ms), "ms"), remote_ms.size());
+    row("whole set from the remote tier (wall)", fmt(median(remote_set_ms), "ms"),
+        fmt(max_of(remote_set_ms), "ms"), remote_set_ms.size());
+  }
   return 0;
 }
 
