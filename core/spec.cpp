@@ -186,10 +186,12 @@ void AttentionSpec::validate() const {
     if (a.form == Form::kNumber && !a.rule->ok(v))
       fail(a.label, a.rule->value_prefix + std::to_string(v), a.rule->allowed());
   }
-  if (kind == KernelKind::kCacheWrite && (group != 1 || sliding_window || soft_cap))
+  if (kind == KernelKind::kCacheWrite &&
+      (group != 1 || sliding_window || soft_cap || alibi || sinks))
     throw Error("spec " + to_string() +
-                ": the cache write kernel does not depend on the group, window or soft cap; "
-                "use g1_swa0_cap0 so that one kernel serves them all");
+                ": the cache write kernel does not depend on the group, window, soft cap, ALiBi "
+                "or sinks; use g1_swa0_cap0 without _alibi or _sink so that one kernel serves "
+                "them all");
 }
 
 std::string AttentionSpec::to_string() const {

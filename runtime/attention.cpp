@@ -48,6 +48,8 @@ AttentionSpec spec_for(const AttentionLayerConfig& c, KernelKind kind) {
   s.group = write ? 1 : c.num_kv_heads > 0 ? c.num_heads / c.num_kv_heads : 0;
   s.sliding_window = !write && c.window > 0;
   s.soft_cap = !write && c.soft_cap > 0;
+  s.alibi = !write && c.alibi_slopes != nullptr;
+  s.sinks = !write && c.sinks != nullptr;
   s.layout = c.layout;
   s.arch = c.arch;
   s.check_bounds = c.check_bounds;
@@ -225,7 +227,8 @@ void AttentionBackend::forward(const TensorView& query, const TensorView& key,
                    str(md.num_actual_tokens) + " rows");
   }
 
-  const detail::AttentionViews views{query, kv_cache, output, md.seq_lens, md.block_table};
+  const detail::AttentionViews views{query,          kv_cache,       output, md.seq_lens,
+                                     md.block_table, c.alibi_slopes, c.sinks};
   detail::DecodeLaunch d{views};
   d.num_decodes = md.num_decodes;
   const detail::DecodeGrid grid =

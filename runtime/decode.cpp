@@ -55,7 +55,8 @@ int stages_of(const AttentionSpec& s, const DecodeLaunch& a) {
 
 AttentionSpec decode_spec(const DecodeLaunch& a, int arch) {
   return attention_spec_for(KernelKind::kDecode, a.query, a.output, a.kv_cache, a.window,
-                            a.soft_cap, arch, a.bounds != nullptr);
+                            a.soft_cap, arch, a.bounds != nullptr, a.alibi_slopes != nullptr,
+                            a.sinks != nullptr);
 }
 
 size_t decode_workspace_bytes(int num_decodes, int num_heads, int head_size, int max_splits) {

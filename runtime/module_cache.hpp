@@ -68,6 +68,9 @@ struct AttentionViews {
   TensorView output;       // [num_tokens, num_heads, head_size] dtype of query; written
   TensorView seq_lens;     // [>= num_reqs] int32, context + new tokens; 0 = padded request
   TensorView block_table;  // [>= num_reqs, max_blocks_per_seq] int32, rows contiguous
+  // Per-head launch data of the ALiBi and sinks spec axes (non-null: the spec has the axis).
+  const float* alibi_slopes = nullptr;  // [num_heads] fp32 device memory
+  const float* sinks = nullptr;         // [num_heads] fp32 device memory
 };
 
 // The paged-attention fields that DecodeParams and PrefillParams share: query and output rows,
@@ -78,6 +81,8 @@ void set_paged_attention_views(Params& p, const AttentionViews& v) {
   const int64_t elem = scalar_bytes(v.kv_cache.dtype);
   p.query = v.query.data;
   p.output = v.output.data;
+  p.terms.alibi_slopes = v.alibi_slopes;
+  p.terms.sinks = v.sinks;
   p.query_token_stride = v.query.strides[0];
   p.query_head_stride = v.query.strides[1];
   p.output_token_stride = v.output.strides[0];

@@ -58,7 +58,8 @@ PrefillConfig prefill_config(const AttentionSpec& spec) {
 
 AttentionSpec prefill_spec(const PrefillLaunch& a, int arch) {
   return attention_spec_for(KernelKind::kPrefill, a.query, a.output, a.kv_cache, a.window,
-                            a.soft_cap, arch, a.bounds != nullptr);
+                            a.soft_cap, arch, a.bounds != nullptr, a.alibi_slopes != nullptr,
+                            a.sinks != nullptr);
 }
 
 void check_prefill_launch(const AttentionSpec& spec, const PrefillLaunch& a, const KvCacheShape& kc,
@@ -122,8 +123,9 @@ void prefill_attention(const TensorView& query, const TensorView& kv_cache,
                        const TensorView& output, const TensorView& query_start_loc,
                        const TensorView& seq_lens, const TensorView& block_table, int first_req,
                        int num_reqs, int max_query_len, float scale, int window, float soft_cap,
-                       float k_scale, float v_scale, CUstream stream, KernelCache& cache) {
-  detail::PrefillLaunch a{{query, kv_cache, output, seq_lens, block_table}};
+                       float k_scale, float v_scale, CUstream stream, KernelCache& cache,
+                       const float* alibi_slopes, const float* sinks) {
+  detail::PrefillLaunch a{{query, kv_cache, output, seq_lens, block_table, alibi_slopes, sinks}};
   a.query_start_loc = query_start_loc;
   a.first_req = first_req;
   a.num_reqs = num_reqs;
@@ -136,7 +138,8 @@ void prefill_attention(const TensorView& query, const TensorView& kv_cache,
   detail::require_rank(query, 3, "query", "[num_tokens, num_heads, head_size]");
   const detail::KvCacheShape kc = detail::check_kv_cache(kv_cache, dtype_of(query.dtype));
   const AttentionSpec spec = detail::attention_spec_for(
-      KernelKind::kPrefill, query, output, kc, window, soft_cap, current_device_arch(), false);
+      KernelKind::kPrefill, query, output, kc, window, soft_cap, current_device_arch(), false,
+      alibi_slopes != nullptr, sinks != nullptr);
   const detail::LoadedKernel& k = detail::load_kernel(spec, cache, stream);
   detail::check_prefill_launch(spec, a, kc, "prefill_attention");
   detail::enqueue_prefill(k, a, stream);

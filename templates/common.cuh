@@ -1,7 +1,14 @@
 // Device helpers shared by every kernel family. Self-contained: no toolkit header is needed, so
 // NVRTC compiles these with nothing but libnvrtc. The renderer defines before this text:
 //   HEAD_SIZE, BLOCK_SIZE, GROUP, IS_BF16, KV_FP8 (0 auto, 1 e4m3, 2 e5m2), KV_HND,
-//   HAS_WINDOW, HAS_SOFT_CAP (all constexpr int).
+//   HAS_WINDOW, HAS_SOFT_CAP (all constexpr int), and HAS_ALIBI / HAS_SINKS (#define 1) for
+//   specs with those suffixes.
+#ifndef HAS_ALIBI
+#define HAS_ALIBI 0
+#endif
+#ifndef HAS_SINKS
+#define HAS_SINKS 0
+#endif
 
 // Programmatic dependent launch (sm_90+; the host sets the launch attribute there). Every kernel
 // calls this first, before any global memory access: it waits until the previous kernel in the
@@ -56,6 +63,29 @@ __device__ __forceinline__ bool ga_visible(int pos, int key, int window) {
 // The first key position that query position pos sees.
 __device__ __forceinline__ int ga_window_first_key(int pos, int window) {
   return HAS_WINDOW ? max(0, pos - window + 1) : 0;
+}
+
+// ALiBi, one rule for every kernel: the bias of key position key seen from query position pos,
+// in the log2 domain (slope_log2 = slope * log2(e)), added after the soft cap.
+__device__ __forceinline__ float ga_alibi_log2(float slope_log2, int key, int pos) {
+  return slope_log2 * static_cast<float>(key - pos);
+}
+// head's ALiBi slope in the log2 domain (0 without ALiBi, or for a head past the layer's).
+__device__ __forceinline__ float ga_alibi_slope_log2(const GaHeadTerms& t, int head, bool valid) {
+  return HAS_ALIBI && valid ? __ldg(t.alibi_slopes + head) * GA_LOG2E : 0.f;
+}
+// head's sink logit in the log2 domain (-inf without sinks, or for a head past the layer's).
+__device__ __forceinline__ float ga_sink_log2(const GaHeadTerms& t, int head, bool valid) {
+  return HAS_SINKS && valid ? __ldg(t.sinks + head) * GA_LOG2E : __int_as_float(0xff800000);
+}
+// The softmax normalizer of a row whose scores (log2 domain) have maximum m and sum
+// l = sum 2^(s - m), with an attention sink of logit sink_log2 in the denominator:
+// 1 / (l + 2^(sink - m)), computed without overflow for a sink far above m. 0 for a row that saw
+// no key (m = -inf).
+__device__ __forceinline__ float ga_sink_normalizer(float m, float l, float sink_log2) {
+  const float top = fmaxf(m, sink_log2);
+  const float a = ga_exp2(m - top);
+  return a / (l * a + ga_exp2(sink_log2 - top));
 }
 
 __device__ __forceinline__ float ga_f16_to_f32(ga_u16 h) {

@@ -223,11 +223,11 @@ __device__ __forceinline__ float4 ga_cluster_ld4(unsigned addr) {
   return v;
 }
 // The combination of n split outputs, out = sum_s 2^(lse_s - LSE) o_s with
-// LSE = log2(sum_s 2^lse_s): load(s, lse, o) gives split s's log2-sum-exp and four of its
-// normalized outputs. One pass with a running maximum, so that every load can be issued at once;
-// each split saw at least one key, so every lse is finite.
+// LSE = log2(sum_s 2^lse_s (+ 2^sink_log2 with HAS_SINKS)): load(s, lse, o) gives split s's
+// log2-sum-exp and four of its normalized outputs. One pass with a running maximum, so that every
+// load can be issued at once; each split saw at least one key, so every lse is finite.
 template <typename Load>
-__device__ __forceinline__ float4 ga_combine_splits(int n, Load load) {
+__device__ __forceinline__ float4 ga_combine_splits(int n, float sink_log2, Load load) {
   float mx;
   float4 acc;
   load(0, mx, acc);
@@ -246,7 +246,7 @@ __device__ __forceinline__ float4 ga_combine_splits(int n, Load load) {
     acc.z = acc.z * a + w * x.z;
     acc.w = acc.w * a + w * x.w;
   }
-  const float r = 1.0f / total;
+  const float r = HAS_SINKS ? ga_sink_normalizer(mx, total, sink_log2) : 1.0f / total;
   return make_float4(acc.x * r, acc.y * r, acc.z * r, acc.w * r);
 }
 
@@ -526,10 +526,16 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
 #pragma unroll
         for (int e = 0; e < 4; ++e) o[v][u][nt][e] = 0.0f;
   float m_run[NT][2], l_run[NT][2];
+  float slope[NT][2];  // ALiBi slopes (log2 domain) of heads 2t, 2t + 1 (+ 8 nt)
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) {
     m_run[nt][0] = m_run[nt][1] = GA_NEG_INF;
     l_run[nt][0] = l_run[nt][1] = 0.0f;
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      const int h = nt * 8 + 2 * t + k;
+      slope[nt][k] = ga_alibi_slope_log2(p.terms, first_head + h, h < heads_here);
+    }
   }
 
   int use_stage = 0;
@@ -585,8 +591,9 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
     for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const float x =
+        float x =
             HAS_SOFT_CAP ? ga_soft_cap_log2(s[nt][e], qk_scale, cap_log2) : s[nt][e] * qk_scale;
+        if (HAS_ALIBI) x += ga_alibi_log2(slope[nt][e & 1], e < 2 ? pos0 : pos1, seq_len - 1);
         s[nt][e] = (e < 2 ? ok0 : ok1) ? x : GA_NEG_INF;
       }
       float mx0 = fmaxf(s[nt][0], s[nt][2]), mx1 = fmaxf(s[nt][1], s[nt][3]);
@@ -702,7 +709,11 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
       acc.z += f * x.z;
       acc.w += f * x.w;
     }
-    const float r = out_scale / l;
+    // One split: the sink joins here; several: in the combine of the splits.
+    const float r =
+        HAS_SINKS && num_splits == 1
+            ? out_scale * ga_sink_normalizer(mx, l, ga_sink_log2(p.terms, first_head + h, true))
+            : out_scale / l;
     acc.x *= r;
     acc.y *= r;
     acc.z *= r;
@@ -729,11 +740,13 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
     for (int i = split + num_splits * tid; i < heads_here * D4;
          i += num_splits * GA_DECODE_THREADS) {
       const int h = i / D4, d = (i - h * D4) * 4;
-      ga_store4(ga_output_row(p, req, first_head + h) + d,
-                ga_combine_splits(num_splits, [&](int sp, float& ls, float4& x) {
-                  ls = ga_cluster_ld(ga_cluster_addr(part_lse + h, sp));
-                  x = ga_cluster_ld4(ga_cluster_addr(part_o + h * HEAD_SIZE + d, sp));
-                }));
+      ga_store4(
+          ga_output_row(p, req, first_head + h) + d,
+          ga_combine_splits(num_splits, ga_sink_log2(p.terms, first_head + h, true),
+                            [&](int sp, float& ls, float4& x) {
+                              ls = ga_cluster_ld(ga_cluster_addr(part_lse + h, sp));
+                              x = ga_cluster_ld4(ga_cluster_addr(part_o + h * HEAD_SIZE + d, sp));
+                            }));
     }
     ga_cluster_sync();
     return;
@@ -762,9 +775,10 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
     const float* lse = p.partial_lse + row0;
     const float* part = p.partial_out + row0 * HEAD_SIZE + d;
     ga_store4(ga_output_row(p, req, head) + d,
-              ga_combine_splits(num_splits, [&](int sp, float& ls, float4& x) {
-                ls = __ldcg(lse + sp);
-                x = __ldcg(reinterpret_cast<const float4*>(part + sp * HEAD_SIZE));
-              }));
+              ga_combine_splits(
+                  num_splits, ga_sink_log2(p.terms, head, true), [&](int sp, float& ls, float4& x) {
+                    ls = __ldcg(lse + sp);
+                    x = __ldcg(reinterpret_cast<const float4*>(part + sp * HEAD_SIZE));
+                  }));
   }
 }

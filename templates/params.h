@@ -57,6 +57,14 @@ struct PagedKvView {
   long long num_blocks;          // blocks in the cache (checked mode compares block ids with it)
 };
 
+// Per-head score terms that are launch data, shared by decode and prefill. Each pointer is read
+// only by kernels built with its spec axis and may be null otherwise.
+struct GaHeadTerms {
+  const float* alibi_slopes;  // [num_heads] fp32, HAS_ALIBI: score += slope[h] * (key - query
+                              // position), on the scaled (and capped) score
+  const float* sinks;         // [num_heads] fp32, HAS_SINKS: softmax denominator += exp(sink[h])
+};
+
 // Split-KV decode (flash-decoding), one query token per request. Grid
 // (max_splits, num_kv_heads * ga_decode_head_chunks(GROUP), num_decodes), GA_DECODE_THREADS
 // threads, ga_decode_smem_bytes(..., stages) bytes of dynamic shared memory. Request r's split
@@ -68,6 +76,7 @@ struct PagedKvView {
 // through distributed shared memory instead.
 struct DecodeParams {
   PagedKvView kv;                // request r: block table row r, seq_lens[r]
+  GaHeadTerms terms;             // ALiBi slopes and sink logits (spec axes alibi, sinks)
   const void* query;             // [num_tokens, num_heads, head_size] dtype; request r: token r
   void* output;                  // [num_tokens, num_heads, head_size] dtype
   float* partial_out;            // [num_decodes, num_heads, max_splits, head_size] fp32, each
@@ -156,6 +165,7 @@ constexpr int ga_decode_smem_bytes(int head_size, int kv_bytes, int stages) {
 // cache, causal. The launch covers requests [first_req, first_req + gridDim.y).
 struct PrefillParams {
   PagedKvView kv;                // request r: block table row r, seq_lens[r] (0: write zeros)
+  GaHeadTerms terms;             // ALiBi slopes and sink logits (spec axes alibi, sinks)
   const void* query;             // [num_tokens, num_heads, head_size] dtype
   void* output;                  // [num_tokens, num_heads, head_size] dtype
   const int* query_start_loc;    // [num_reqs + 1] token offsets of each request's queries

@@ -154,8 +154,8 @@ template <bool MASK>
 __device__ __forceinline__ void pf_tile(const PrefillParams& p,
                                         const unsigned (&qf)[PF_MT][PF_QF][4], unsigned q_addr,
                                         unsigned k_addr, unsigned v_addr, int n0, int lane,
-                                        const int (&pos)[PF_MT][2], float (&m)[PF_MT][2],
-                                        float (&l)[PF_MT][2],
+                                        const int (&pos)[PF_MT][2], const float (&slope)[PF_MT][2],
+                                        float (&m)[PF_MT][2], float (&l)[PF_MT][2],
                                         float (&o)[PF_MT][PF_HEAD_PAD / 8][4]) {
   constexpr int NB = PF_BLOCK_N / 8;
   float s[PF_MT][NB][4];
@@ -210,11 +210,9 @@ __device__ __forceinline__ void pf_tile(const PrefillParams& p,
         } else {
           x *= p.scale_log2;
         }
-        if (MASK) {
-          const int key = n0 + j * 8 + t2 + (e & 1);
-          const int ps = pos[i][e >> 1];
-          if (!ga_visible(ps, key, p.window)) x = ninf;
-        }
+        const int key = n0 + j * 8 + t2 + (e & 1);
+        if (HAS_ALIBI) x += ga_alibi_log2(slope[i][e >> 1], key, pos[i][e >> 1]);
+        if (MASK && !ga_visible(pos[i][e >> 1], key, p.window)) x = ninf;
         s[i][j][e] = x;
         mx[e >> 1] = fmaxf(mx[e >> 1], x);
       }
@@ -322,13 +320,18 @@ extern "C" __global__ void __launch_bounds__(PF_THREADS)
   // The warp's rows are [warp * 16 * PF_MT, (warp + 1) * 16 * PF_MT) of the tile. This thread's
   // rows (lane / 4 and lane / 4 + 8 of each m16 tile): their positions, or -1 past the request.
   const int warp_row = warp * 16 * PF_MT;
+  // Their heads' ALiBi slopes and sink logits (log2 domain), where the spec has them.
   int pos[PF_MT][2];
+  float slope[PF_MT][2], sink[PF_MT][2];
 #pragma unroll
   for (int i = 0; i < PF_MT; ++i)
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const int row = m0 + warp_row + i * 16 + (lane >> 2) + r * 8;
       pos[i][r] = row < rows ? ctx + row / GROUP : -1;
+      const int head = kv_head * GROUP + row % GROUP;
+      slope[i][r] = ga_alibi_slope_log2(p.terms, head, row < rows);
+      sink[i][r] = ga_sink_log2(p.terms, head, row < rows);
     }
   const unsigned q_lane = q_base + ((warp_row + (lane & 15)) * PF_ROW + (lane >> 4) * 8) * 2;
   unsigned qf[PF_MT][PF_QF][4];
@@ -378,9 +381,9 @@ extern "C" __global__ void __launch_bounds__(PF_THREADS)
     const unsigned k_addr = k_base + stage * KV_TILE_BYTES;
     const unsigned v_addr = v_base + stage * KV_TILE_BYTES;
     if (mask)
-      pf_tile<true>(p, qf, q_lane, k_addr, v_addr, n0, lane, pos, m, l, o);
+      pf_tile<true>(p, qf, q_lane, k_addr, v_addr, n0, lane, pos, slope, m, l, o);
     else
-      pf_tile<false>(p, qf, q_lane, k_addr, v_addr, n0, lane, pos, m, l, o);
+      pf_tile<false>(p, qf, q_lane, k_addr, v_addr, n0, lane, pos, slope, m, l, o);
     __syncthreads();
   }
 
@@ -395,7 +398,9 @@ extern "C" __global__ void __launch_bounds__(PF_THREADS)
       float li = l[i][r];
       li += __shfl_xor_sync(0xffffffffu, li, 1);
       li += __shfl_xor_sync(0xffffffffu, li, 2);
-      inv[r] = li > 0.f ? p.v_scale / li : 0.f;
+      inv[r] = HAS_SINKS  ? p.v_scale * ga_sink_normalizer(m[i][r], li, sink[i][r])
+               : li > 0.f ? p.v_scale / li
+                          : 0.f;
     }
     const int g = i * 16 + (lane >> 2);
     const int t2 = (lane & 3) * 2;

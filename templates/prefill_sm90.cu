@@ -368,26 +368,29 @@ __device__ __forceinline__ void pw_gather_copy(const ga_u16* cache, const PwGath
 // the P V wgmma of the previous tile still accumulates into them.
 template <bool MASK>
 __device__ __forceinline__ void pw_softmax(const PrefillParams& p, float (&s)[PW_BLOCK_N / 2],
-                                           int n0, int t2, const int (&pos)[2], float (&m)[2],
-                                           float (&l)[2], float (&alpha)[2]) {
+                                           int n0, int t2, const int (&pos)[2],
+                                           const float (&slope)[2], float (&m)[2], float (&l)[2],
+                                           float (&alpha)[2]) {
   constexpr int NB = PW_BLOCK_N / 8;
   const float ninf = __int_as_float(0xff800000);
-  // Without a soft cap the raw scores are kept and the scale is applied inside the exponent,
-  // exp2(s * scale_log2 - m), one FFMA per element; m is in the scaled (log2) domain. The max
-  // and sum chains are split in two per row to halve their latency.
-  const float sc = HAS_SOFT_CAP ? 1.f : p.scale_log2;
+  // Without a soft cap or ALiBi the raw scores are kept and the scale is applied inside the
+  // exponent, exp2(s * scale_log2 - m), one FFMA per element; m is in the scaled (log2) domain.
+  // The max and sum chains are split in two per row to halve their latency.
+  constexpr bool SCALED = HAS_SOFT_CAP || HAS_ALIBI;  // s is scaled here, in the loop below
+  const float sc = SCALED ? 1.f : p.scale_log2;
   float mx[2][2] = {{ninf, ninf}, {ninf, ninf}};
 #pragma unroll
   for (int j = 0; j < NB; ++j) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       float x = s[j * 4 + e];
-      if (HAS_SOFT_CAP) x = ga_soft_cap_log2(x, p.scale / p.soft_cap, p.soft_cap * GA_LOG2E);
-      if (MASK) {
-        const int key = n0 + j * 8 + t2 + (e & 1);
-        const int ps = pos[e >> 1];
-        if (!ga_visible(ps, key, p.window)) x = ninf;
-      }
+      if (HAS_SOFT_CAP)
+        x = ga_soft_cap_log2(x, p.scale / p.soft_cap, p.soft_cap * GA_LOG2E);
+      else if (SCALED)
+        x *= p.scale_log2;
+      const int key = n0 + j * 8 + t2 + (e & 1);
+      if (HAS_ALIBI) x += ga_alibi_log2(slope[e >> 1], key, pos[e >> 1]);
+      if (MASK && !ga_visible(pos[e >> 1], key, p.window)) x = ninf;
       s[j * 4 + e] = x;
       mx[e >> 1][j & 1] = fmaxf(mx[e >> 1][j & 1], x);
     }
@@ -517,10 +520,14 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
     const int g = lane >> 2;
     const int t2 = (lane & 3) * 2;
     int pos[2];
+    float slope[2], sink[2];  // ALiBi slopes and sink logits of the rows' heads (log2 domain)
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const int row = m0 + row0 + g + r * 8;
       pos[r] = row < rows ? ctx + row / GROUP : -1;
+      const int head = kv_head * GROUP + row % GROUP;
+      slope[r] = ga_alibi_slope_log2(p.terms, head, row < rows);
+      sink[r] = ga_sink_log2(p.terms, head, row < rows);
     }
     // Positions of the warp's first and last rows (rows past the request are never stored,
     // so they need no mask).
@@ -566,9 +573,9 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
       const int n0 = (tile0 + j) * PW_BLOCK_N;
       const bool mask = n0 + PW_BLOCK_N - 1 > w_pos_lo || (HAS_WINDOW && w_pos_hi - n0 >= p.window);
       if (mask)
-        pw_softmax<true>(p, s, n0, t2, pos, m, l, alpha);
+        pw_softmax<true>(p, s, n0, t2, pos, slope, m, l, alpha);
       else
-        pw_softmax<false>(p, s, n0, t2, pos, m, l, alpha);
+        pw_softmax<false>(p, s, n0, t2, pos, slope, m, l, alpha);
     };
     // Every batch of wgmmas is issued between these two. With PW_PINGPONG the two consumer
     // warpgroups take turns: a warpgroup issues a batch only after the other one has issued
@@ -678,7 +685,9 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
       float li = l[r];
       li += __shfl_xor_sync(0xffffffffu, li, 1);
       li += __shfl_xor_sync(0xffffffffu, li, 2);
-      inv[r] = li > 0.f ? p.v_scale / li : 0.f;
+      inv[r] = HAS_SINKS  ? p.v_scale * ga_sink_normalizer(m[r], li, sink[r])
+               : li > 0.f ? p.v_scale / li
+                          : 0.f;
     }
     pw_bar_sync(1 + cw, 128);  // every warp of the warpgroup is done with its wgmmas reading Q
 #pragma unroll

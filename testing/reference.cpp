@@ -34,10 +34,12 @@ std::vector<double> reference_attention(const RefProblem& p) {
           for (int d = 0; d < D; ++d) dot += q[d] * kv[d];
           double sc = dot * p.scale;
           if (p.soft_cap > 0) sc = p.soft_cap * std::tanh(sc / p.soft_cap);
+          if (!p.alibi_slopes.empty()) sc += p.alibi_slopes[h] * (k - pos);
           scores[k - first] = sc;
           mx = std::max(mx, sc);
         }
-        double denom = 0;
+        if (!p.sinks.empty()) mx = std::max(mx, p.sinks[h]);
+        double denom = p.sinks.empty() ? 0 : std::exp(p.sinks[h] - mx);
         for (double& sc : scores) denom += (sc = std::exp(sc - mx));
         double* o = &out[(static_cast<size_t>(q0 + i) * H + h) * D];
         for (int k = first; k <= pos; ++k) {
@@ -50,6 +52,28 @@ std::vector<double> reference_attention(const RefProblem& p) {
     }
   }
   return out;
+}
+
+std::vector<double> random_alibi_slopes(std::mt19937_64& rng, int num_heads, bool on,
+                                        double max_slope) {
+  std::vector<double> out;
+  if (!on) return out;
+  std::uniform_real_distribution<double> u(0.0, max_slope);
+  for (int h = 0; h < num_heads; ++h) out.push_back(static_cast<float>(u(rng) + 1e-4));
+  return out;
+}
+
+std::vector<double> random_sinks(std::mt19937_64& rng, int num_heads, bool on, double sink_std) {
+  std::vector<double> out;
+  if (!on) return out;
+  std::normal_distribution<double> n(0.0, sink_std);
+  for (int h = 0; h < num_heads; ++h)
+    out.push_back(static_cast<float>(h % 5 == 3 ? 4 * sink_std : n(rng)));
+  return out;
+}
+
+std::vector<float> to_floats(const std::vector<double>& v) {
+  return std::vector<float>(v.begin(), v.end());
 }
 
 double relative_l2(const std::vector<double>& a, const std::vector<double>& b) {

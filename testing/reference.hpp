@@ -1,7 +1,9 @@
 // The float64 host reference for paged attention (vLLM v1 flash-backend semantics): variable
-// length queries over a paged KV cache, causal, with GQA, sliding window and soft cap.
+// length queries over a paged KV cache, causal, with GQA, sliding window, soft cap, ALiBi and
+// attention sinks.
 #pragma once
 
+#include <random>
 #include <vector>
 
 namespace graphattn::test {
@@ -20,12 +22,26 @@ struct RefProblem {
   double scale = 1.0;
   int window = 0;         // 0: no window; else a key at k is seen from p when p - k < window
   double soft_cap = 0.0;  // 0: none; else s -> cap * tanh(s / cap) on the scaled score
+  // [num_heads] or empty: head h adds alibi_slopes[h] * (key - query position) after the cap.
+  std::vector<double> alibi_slopes;
+  // [num_heads] or empty: head h's softmax denominator gains exp(sinks[h]) (no value).
+  std::vector<double> sinks;
 };
 
 // [num_tokens, num_heads, head_size]. Query token i of a request with seq_len s and q_len n
 // sits at position s - n + i and sees keys 0..position (and the window). Rows of a request
 // with seq_len 0 are zeros.
 std::vector<double> reference_attention(const RefProblem& p);
+
+// Per-head launch data for the ALiBi and sinks axes, drawn at random and exactly representable in
+// fp32 (what the kernels read): slopes in (0, max_slope], sink logits ~ N(0, sink_std), with a
+// few large ones (sink_std * 4) so that a sink dominates some heads' softmax. Empty when off.
+std::vector<double> random_alibi_slopes(std::mt19937_64& rng, int num_heads, bool on,
+                                        double max_slope = 0.06);
+std::vector<double> random_sinks(std::mt19937_64& rng, int num_heads, bool on,
+                                 double sink_std = 2.0);
+// The same values as fp32, for the device.
+std::vector<float> to_floats(const std::vector<double>& v);
 
 // Relative L2 error ||a - b|| / ||b|| (b the reference); 0 when both are zero.
 double relative_l2(const std::vector<double>& a, const std::vector<double>& b);

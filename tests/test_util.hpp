@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <random>
 #include <string>
+#include <vector>
 
 #include "graphattn/jit.hpp"
 #include "graphattn/runtime.hpp"
@@ -58,6 +59,16 @@ inline std::mt19937_64 make_rng() {
   const uint64_t seed = s ? std::strtoull(s, nullptr, 10) : std::random_device{}();
   MESSAGE("random seed " << seed << " (set GRAPHATTN_TEST_SEED to repeat)");
   return std::mt19937_64(seed);
+}
+
+// A device copy of per-head values as fp32 (ALiBi slopes, sink logits); an empty buffer (data()
+// null) when there are none.
+inline DeviceBuffer upload_floats(const std::vector<double>& v) {
+  if (v.empty()) return DeviceBuffer();
+  const std::vector<float> f(v.begin(), v.end());
+  DeviceBuffer d(f.size() * 4);
+  d.upload(f.data(), f.size() * 4);
+  return d;
 }
 
 // GRAPHATTN_TEST_REDUCED=1: a small matrix (for compute-sanitizer runs).

@@ -47,13 +47,16 @@ GRAPHATTN_API void write_kv_cache(const TensorView& key, const TensorView& value
 //   scale:            softmax scale; window: sliding window in tokens, 0 = none (a key at k is
 //                     seen from p when p - k < window); soft_cap: 0 = none
 //   k_scale/v_scale:  fp8 caches hold value / scale; ignored otherwise
+//   alibi_slopes, sinks: [num_heads] fp32 device arrays or null, as AttentionLayerConfig says
 // Compiles and loads the kernel on first use; asynchronous on `stream`.
 GRAPHATTN_API void prefill_attention(const TensorView& query, const TensorView& kv_cache,
                                      const TensorView& output, const TensorView& query_start_loc,
                                      const TensorView& seq_lens, const TensorView& block_table,
                                      int first_req, int num_reqs, int max_query_len, float scale,
                                      int window, float soft_cap, float k_scale, float v_scale,
-                                     CUstream stream, KernelCache& cache = default_kernel_cache());
+                                     CUstream stream, KernelCache& cache = default_kernel_cache(),
+                                     const float* alibi_slopes = nullptr,
+                                     const float* sinks = nullptr);
 
 // One attention layer's configuration: everything that is fixed for the life of an engine.
 struct GRAPHATTN_API AttentionLayerConfig {
@@ -67,12 +70,19 @@ struct GRAPHATTN_API AttentionLayerConfig {
   int window = 0;                     // sliding window in tokens, 0 = none: a key at k is seen from
                                       // position p when p - k < window
   float soft_cap = 0.0f;              // logits soft cap c, 0 = none: s -> c * tanh(s / c)
-  float scale = 0.0f;                 // softmax scale; 0 = 1 / sqrt(head_size)
-  float k_scale = 1.0f;               // fp8 KV: key = stored * k_scale (ignored otherwise)
-  float v_scale = 1.0f;               // fp8 KV: value = stored * v_scale (ignored otherwise)
-  int max_model_len = 0;              // longest seq_len (context + new tokens) a request reaches
-  int max_num_seqs = 0;               // most requests in one batch (sizes the decode workspace)
-  int arch = 0;  // target compute capability * 10 (e.g. 90); 0 = current device
+  // ALiBi: [num_heads] fp32 slopes in device memory (null: none). Query head h adds
+  // slope[h] * (key position - query position) to its scaled (and capped) scores. The engine
+  // keeps the array alive and may change its contents between steps (graphs read it on replay).
+  const float* alibi_slopes = nullptr;
+  // Attention sinks (gpt-oss): [num_heads] fp32 logits in device memory (null: none). Head h's
+  // softmax denominator gains exp(sinks[h]), which contributes no value. Kept alive likewise.
+  const float* sinks = nullptr;
+  float scale = 0.0f;     // softmax scale; 0 = 1 / sqrt(head_size)
+  float k_scale = 1.0f;   // fp8 KV: key = stored * k_scale (ignored otherwise)
+  float v_scale = 1.0f;   // fp8 KV: value = stored * v_scale (ignored otherwise)
+  int max_model_len = 0;  // longest seq_len (context + new tokens) a request reaches
+  int max_num_seqs = 0;   // most requests in one batch (sizes the decode workspace)
+  int arch = 0;           // target compute capability * 10 (e.g. 90); 0 = current device
   // sm_90+, 16-bit KV cache: a decode-only forward() that writes its new keys and values starts
   // reading the metadata (seq_lens, block_table, slot_mapping) and the KV cache before the
   // previous kernel in the stream has finished (the query and the new keys and values are read
@@ -88,8 +98,8 @@ struct GRAPHATTN_API AttentionLayerConfig {
   // Every field above, in order: what == compares (a new field joins it here).
   auto fields() const {
     return std::tie(num_heads, num_kv_heads, head_size, block_size, dtype, kv_dtype, layout, window,
-                    soft_cap, scale, k_scale, v_scale, max_model_len, max_num_seqs, arch,
-                    overlap_previous_kernel, check_bounds);
+                    soft_cap, alibi_slopes, sinks, scale, k_scale, v_scale, max_model_len,
+                    max_num_seqs, arch, overlap_previous_kernel, check_bounds);
   }
   bool operator==(const AttentionLayerConfig& o) const { return fields() == o.fields(); }
   bool operator!=(const AttentionLayerConfig& o) const { return !(*this == o); }

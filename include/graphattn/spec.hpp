@@ -48,6 +48,12 @@ enum class KvLayout { kNHD, kHND };                // order of block_size and nu
   X(KvLayout, layout, KvLayout::kNHD, kName, "_", "KV layout", 2, "KV_HND")                   \
   /* compute capability * 10 + minor, e.g. 80, 89, 90 */                                      \
   X(int, arch, 90, kNumber, "_sm", "target arch", 1024, "TARGET_ARCH")                        \
+  /* ALiBi: score += slope[head] * (key position - query position); the slopes are launch */  \
+  /* data (a device array of num_heads floats) */                                             \
+  X(bool, alibi, false, kSuffix, "_alibi", "ALiBi", 2, "HAS_ALIBI")                           \
+  /* attention sinks (gpt-oss): one logit per head joins the softmax denominator and adds */  \
+  /* no value; the logits are launch data (a device array of num_heads floats) */             \
+  X(bool, sinks, false, kSuffix, "_sink", "attention sinks", 2, "HAS_SINKS")                  \
   /* Checked mode: the kernel compares every block id and slot it reads with the cache's */   \
   /* size and reports the first one out of range (AttentionBackend::take_bounds_violation) */ \
   /* instead of reading or writing outside the cache. Off: the fast path, whose source and */ \

@@ -43,6 +43,8 @@ struct DecodeCase {
   int checked = -1;      // requests compared with the reference (sampled); -1: all
   double q_std = 1.0;    // larger scores make the soft cap bite
   bool strided = false;  // query and output rows with padding between tokens
+  bool alibi = false;    // per-head ALiBi slopes (random)
+  bool sinks = false;    // per-head sink logits (random, some dominating)
 };
 
 std::string describe(const DecodeCase& c) {
@@ -50,8 +52,9 @@ std::string describe(const DecodeCase& c) {
                   to_string(c.layout) + " head " + std::to_string(c.head_size) + " block " +
                   std::to_string(c.block_size) + " kv heads " + std::to_string(c.num_kv_heads) +
                   " group " + std::to_string(c.group) + " window " + std::to_string(c.window) +
-                  " cap " + std::to_string(c.soft_cap) + " batch " +
-                  std::to_string(c.seq_lens.size()) + " seq_lens";
+                  " cap " + std::to_string(c.soft_cap) + (c.alibi ? " alibi" : "") +
+                  (c.sinks ? " sinks" : "") + " batch " + std::to_string(c.seq_lens.size()) +
+                  " seq_lens";
   for (size_t i = 0; i < c.seq_lens.size() && i < 8; ++i) s += " " + std::to_string(c.seq_lens[i]);
   if (c.seq_lens.size() > 8) s += " ...";
   return s;
@@ -67,6 +70,8 @@ AttentionSpec decode_spec_of(const DecodeCase& c, int arch) {
   s.group = c.group;
   s.sliding_window = c.window > 0;
   s.soft_cap = c.soft_cap > 0;
+  s.alibi = c.alibi;
+  s.sinks = c.sinks;
   s.layout = c.layout;
   s.arch = arch;
   return s;
@@ -105,6 +110,8 @@ struct Batch {
   DeviceBuffer d_cache, d_q, d_out, d_seq, d_bt;
   std::vector<int> block_table;
   std::vector<double> q, k_ref, v_ref;  // reference values (logical NHD, dequantized)
+  std::vector<double> slopes, sinks;    // per head, when the case has them
+  DeviceBuffer d_slopes, d_sinks;
 };
 
 int64_t cache_offset(const DecodeCase& c, int64_t nb, int which, int64_t blk, int64_t off,
@@ -191,6 +198,10 @@ void build_batch(const DecodeCase& c, std::mt19937_64& rng, Batch& b) {
   b.d_bt = DeviceBuffer(b.block_table.size() * 4);
   b.d_bt.upload(b.block_table.data(), b.block_table.size() * 4);
   b.bt_view = TensorView::contiguous(b.d_bt.data(), ScalarType::kInt32, {n, b.max_blocks});
+  b.slopes = random_alibi_slopes(rng, static_cast<int>(H), c.alibi);
+  b.sinks = random_sinks(rng, static_cast<int>(H), c.sinks);
+  b.d_slopes = upload_floats(b.slopes);
+  b.d_sinks = upload_floats(b.sinks);
 }
 
 // The float64 reference for a sample of the batch's requests, in batch row order.
@@ -219,6 +230,8 @@ std::vector<double> reference_rows(const DecodeCase& c, Batch& b, const std::vec
   p.scale = scale;
   p.window = c.window;
   p.soft_cap = c.soft_cap;
+  p.alibi_slopes = b.slopes;
+  p.sinks = b.sinks;
   std::vector<double> out = reference_attention(p);
   p.k_cache.swap(b.k_ref);
   p.v_cache.swap(b.v_ref);
@@ -248,7 +261,9 @@ struct Grid {
 // the case's (build_batch stored the cache with those scales).
 detail::DecodeLaunch launch_args(const DecodeCase& c, const Batch& b, const Grid& g, float scale,
                                  const DeviceBuffer& ws, const DeviceBuffer& counters) {
-  detail::DecodeLaunch a{{b.q_view, b.kv_view, b.out_view, b.seq_view, b.bt_view}};
+  detail::DecodeLaunch a{{b.q_view, b.kv_view, b.out_view, b.seq_view, b.bt_view,
+                          static_cast<const float*>(b.d_slopes.data()),
+                          static_cast<const float*>(b.d_sinks.data())}};
   a.num_decodes = static_cast<int>(c.seq_lens.size());
   a.max_splits = g.splits;
   a.stages = g.stages;
@@ -378,6 +393,8 @@ std::vector<DecodeCase> all_cases(std::mt19937_64& rng) {
     c.soft_cap = 4;
     c.q_std = 3;
     cases.push_back(c);
+    c.alibi = c.sinks = true;
+    cases.push_back(c);
     c = DecodeCase();
     c.head_size = 256;
     c.group = 20;  // two blocks of query heads per KV head
@@ -464,6 +481,23 @@ std::vector<DecodeCase> all_cases(std::mt19937_64& rng) {
       c.seq_lens = {1, 37, 600, 3000};
       cases.push_back(c);
     }
+  // ALiBi and attention sinks, apart and together, with window, cap, fp8, large groups (several
+  // blocks of query heads per KV head) and lengths that take one split or many.
+  for (int i = 0; i < 12; ++i) {
+    DecodeCase c;
+    c.alibi = i % 3 != 1;
+    c.sinks = i % 3 != 0;
+    c.window = i % 4 == 2 ? 300 : 0;
+    c.soft_cap = i % 5 == 4 ? 8.0f : 0.0f;
+    c.dtype = i % 2 ? DType::kFloat16 : DType::kBFloat16;
+    c.kv = i % 6 == 5 ? KvDType::kFp8E4M3 : KvDType::kAuto;
+    c.layout = i % 4 == 3 ? KvLayout::kHND : KvLayout::kNHD;
+    c.head_size = i % 3 == 2 ? 64 : 128;
+    c.group = i < 8 ? 4 : 20;
+    c.num_kv_heads = c.group > 16 ? 1 : 2;
+    c.seq_lens = {1, 0, 17, 700, 4100};
+    cases.push_back(c);
+  }
   // Batches 1..512, short random lengths; a sample of the requests is checked.
   for (int n : {1, 2, 7, 64, 200, 512}) {
     DecodeCase c;

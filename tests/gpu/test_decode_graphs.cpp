@@ -1,7 +1,9 @@
 // Full CUDA-graph capture of decode steps with the library's ready step (layers of cache write +
 // attention): 200 random steps with changing batch composition and lengths. Graph replay must
 // equal an eager run of the same step exactly, padded tokens must never write the KV cache,
-// a moved KV cache must be picked up, and batches above the largest size run eagerly.
+// a moved KV cache must be picked up, and batches above the largest size run eagerly. Layer 0
+// has ALiBi, layer 1 a window and attention sinks, whose per-head arrays change mid-run: replays
+// read them as the eager launches do.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -13,6 +15,7 @@
 #include "runtime/driver.hpp"
 #include "testing/configs.hpp"
 #include "testing/host_dtypes.hpp"
+#include "testing/reference.hpp"
 #include "tests/test_util.hpp"
 
 using namespace graphattn;
@@ -22,12 +25,14 @@ namespace {
 constexpr int kLayers = 2, kHeads = 8, kKvHeads = 2, kHead = 128, kBlock = 16;
 constexpr int kMaxModelLen = 2048, kMaxTokens = 96, kBlocks = 5400, kCanary = 4;
 
-AttentionLayerStack::Options stack_options(int window) {
+AttentionLayerStack::Options stack_options(int window, const float* slopes, const float* sinks) {
   AttentionLayerStack::Options o;
   for (int l = 0; l < kLayers; ++l) {
     AttentionLayerConfig c = test::layer_config(kHeads, kKvHeads, kHead, kMaxModelLen, kMaxTokens);
     c.block_size = kBlock;
     c.window = l % 2 ? window : 0;  // alternating window, as gemma-2 does
+    c.alibi_slopes = l % 2 ? nullptr : slopes;
+    c.sinks = l % 2 ? sinks : nullptr;
     o.layers.push_back(c);
   }
   o.max_tokens = kMaxTokens;
@@ -88,7 +93,12 @@ TEST_CASE("gpu decode graphs: 200 random steps, graph replay equals eager exactl
   const auto& d = detail::driver();
   Stream stream;
 
-  AttentionLayerStack graph_stack(stack_options(256)), eager_stack(stack_options(256));
+  const DeviceBuffer slopes = test::upload_floats(test::random_alibi_slopes(rng, kHeads, true));
+  DeviceBuffer sinks = test::upload_floats(test::random_sinks(rng, kHeads, true));
+  const auto* sl = static_cast<const float*>(slopes.data());
+  const auto* sk = static_cast<const float*>(sinks.data());
+  AttentionLayerStack graph_stack(stack_options(256, sl, sk)),
+      eager_stack(stack_options(256, sl, sk));
   graph_stack.prepare(cache);
   eager_stack.prepare(cache);
   // The same random KV contents in both, canary blocks included.
@@ -123,6 +133,12 @@ TEST_CASE("gpu decode graphs: 200 random steps, graph replay equals eager exactl
           kv.data = moved.back().data();
           s->set_kv_cache(l, kv);
         }
+    }
+    if (step == 150) {
+      // New sink logits in the same array: the captured graphs read them.
+      const std::vector<float> f = test::to_floats(test::random_sinks(rng, kHeads, true, 4.0));
+      GA_CU_CHECK(d.cuStreamSynchronize(stream));
+      sinks.upload(f.data(), f.size() * 4);
     }
     const bool prefills = rng() % 4 == 0;
     const int decodes = 1 + static_cast<int>(rng() % (prefills ? 8 : 40));  // some above 32

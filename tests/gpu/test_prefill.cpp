@@ -33,6 +33,8 @@ struct PrefillCase {
   int max_len = 200;   // bounds the random sequence lengths (keeps the float64 reference cheap)
   double q_std = 1.5;  // larger scores make the soft cap bite
   float cap = 0;       // the soft cap's value when soft_cap; 0: drawn from 2..10
+  bool alibi = false;  // per-head ALiBi slopes (random)
+  bool sinks = false;  // per-head sink logits (random, some dominating)
 };
 
 std::string describe(const PrefillCase& c) {
@@ -45,6 +47,8 @@ std::string describe(const PrefillCase& c) {
   s.group = c.group;
   s.sliding_window = c.window;
   s.soft_cap = c.soft_cap;
+  s.alibi = c.alibi;
+  s.sinks = c.sinks;
   s.layout = c.layout;
   s.arch = current_device_arch();
   return s.to_string();
@@ -209,6 +213,9 @@ double run_case(const PrefillCase& c, KernelCache& cache, std::mt19937_64& rng) 
   ref.window = c.window ? uni(1, c.max_len / 2) : 0;
   ref.soft_cap = !c.soft_cap ? 0.0f : c.cap > 0 ? c.cap : static_cast<float>(uni(2, 10));
   INFO("window " << ref.window << " soft cap " << ref.soft_cap << " first_req " << first_req);
+  ref.alibi_slopes = random_alibi_slopes(rng, H, c.alibi);
+  ref.sinks = random_sinks(rng, H, c.sinks);
+  const DeviceBuffer d_slopes = upload_floats(ref.alibi_slopes), d_sinks = upload_floats(ref.sinks);
 
   DeviceBuffer d_q(std::max<size_t>(q_host.size() * 2, 16)),
       d_out(std::max<size_t>(static_cast<size_t>(T) * o_tstride * 2, 16)),
@@ -238,7 +245,8 @@ double run_case(const PrefillCase& c, KernelCache& cache, std::mt19937_64& rng) 
       TensorView::contiguous(d_seq.data(), ScalarType::kInt32, {num_reqs}),
       TensorView::contiguous(d_table.data(), ScalarType::kInt32, {num_reqs, max_blocks}), first_req,
       num_reqs, max_q + extra_q, static_cast<float>(scale), ref.window,
-      static_cast<float>(ref.soft_cap), k_scale, v_scale, nullptr, cache);
+      static_cast<float>(ref.soft_cap), k_scale, v_scale, nullptr, cache,
+      static_cast<const float*>(d_slopes.data()), static_cast<const float*>(d_sinks.data()));
   GA_CU_CHECK(detail::driver().cuCtxSynchronize());
 
   std::vector<uint16_t> out(static_cast<size_t>(T) * o_tstride);
@@ -318,6 +326,23 @@ std::vector<PrefillCase> all_cases() {
     c.window = i % 3 == 2;
     cases.push_back(c);
   }
+  // ALiBi and sinks, apart and together, with window, cap and fp8, in both prefill families
+  // (head 128 and 64: wgmma on sm_90; head 72 and fp8: mma.sync).
+  for (int i = 0; i < 12; ++i) {
+    PrefillCase c;
+    c.alibi = i % 3 != 1;
+    c.sinks = i % 3 != 0;
+    c.dtype = i % 2 ? DType::kBFloat16 : DType::kFloat16;
+    c.head_size = i % 4 == 0 ? 72 : i % 4 == 1 ? 64 : 128;
+    c.kv = i % 5 == 4 ? KvDType::kFp8E5M2 : KvDType::kAuto;
+    c.window = i % 4 == 2;
+    c.soft_cap = i % 6 == 5;
+    c.group = i < 6 ? 4 : 6;
+    c.num_kv_heads = 2;
+    c.layout = i % 3 == 2 ? KvLayout::kHND : KvLayout::kNHD;
+    c.max_len = 260;
+    cases.push_back(c);
+  }
   // Long prefill with a large group (many row tiles per request), 16-way GQA.
   PrefillCase big;
   big.head_size = 128;
@@ -332,6 +357,8 @@ std::vector<PrefillCase> reduced_cases() {
   std::vector<PrefillCase> all = all_cases(), out;
   for (int i : {0, 7, 13, 26, 35, 41})  // fp16/bf16, head 40/80/104/192, windows, caps, fp8, HND
     out.push_back(all[i]);
+  for (const auto& c : all)  // ALiBi and sinks together in both families
+    if (c.alibi && c.sinks && (c.head_size == 72 || c.head_size == 128)) out.push_back(c);
   for (auto& c : out) c.max_len = std::min(c.max_len, 80);
   return out;
 }
@@ -400,6 +427,8 @@ TEST_CASE("gpu prefill: the Hopper wgmma kernel across its tile boundaries") {
     c.num_kv_heads = c.group >= 8 ? 1 : 2;
     c.window = i % 5 == 3;
     c.soft_cap = i % 7 == 5;
+    c.alibi = i % 4 == 1;
+    c.sinks = i % 3 == 2;
     c.layout = (i / 3) % 2 ? KvLayout::kHND : KvLayout::kNHD;
     c.max_len = reduced() ? 150 : (c.head_size >= 192 ? 330 : 520);
     cases.push_back(c);
