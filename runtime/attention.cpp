@@ -95,6 +95,8 @@ DecodeKernel select_decode_kernel(const AttentionLayerConfig& config) {
 struct AttentionBackend::Loaded {
   const detail::LoadedKernel* kernels[3] = {};  // in specs_ order
   detail::DecodeDevice device;                  // multiprocessors and occupancy
+  CUcontext context = nullptr;                  // where the kernels are loaded
+  int device_ordinal = 0;                       // that context's device
 };
 
 struct AttentionBackend::ClearedWorkspaces {
@@ -126,12 +128,24 @@ void AttentionBackend::prepare(KernelCache& cache) {
   const int arch = current_device_arch();
   GA_REQUIRE(arch == config_.arch, "attention backend was configured for sm_" + str(config_.arch) +
                                        " but the current device is sm_" + str(arch));
+  CUcontext context = nullptr;
+  GA_CU_CHECK(detail::driver().cuCtxGetCurrent(&context));
+  const int device = current_device();
+  // The kernels, the split policy's device and the bounds report belong to one context: a
+  // backend serves the device it was first prepared on (make one backend per device).
+  GA_REQUIRE(!loaded_ || loaded_->context == context,
+             "attention backend was prepared on device " +
+                 str(loaded_ ? loaded_->device_ordinal : 0) +
+                 "'s context and cannot be prepared again on device " + str(device) +
+                 "'s; make one backend per device");
   for (const PrecompileResult& r : cache.precompile(specs_))
     GA_REQUIRE(r.error.empty(), "compiling kernel " + r.spec + " failed: " + r.error);
   auto loaded = std::make_shared<Loaded>();
   for (size_t i = 0; i < specs_.size(); ++i)
     loaded->kernels[i] = &detail::load_kernel(specs_[i], cache);
   loaded->device = detail::prepare_decode_kernel(*loaded->kernels[kDecodeIdx]);
+  loaded->context = context;
+  loaded->device_ordinal = device;
   loaded_ = std::move(loaded);
   if (config_.check_bounds && !bounds_)
     bounds_ = std::make_shared<DeviceBuffer>(sizeof(GaBoundsReport));  // zero-filled

@@ -416,6 +416,24 @@ graphattn_status_t graphattn_ensure_context(int device) noexcept {
   return guard([&] { graphattn::ensure_context(device); });
 }
 
+graphattn_status_t graphattn_device_count(int* count) noexcept {
+  return guard([&] { deref(count, "count") = graphattn::device_count(); });
+}
+
+graphattn_status_t graphattn_use_device(int device) noexcept {
+  return guard([&] {
+    const int count = graphattn::device_count();
+    try {
+      graphattn::use_device(device);
+    } catch (const graphattn::Error& e) {
+      // A device that does not exist is the caller's argument; a missing GPU or a driver
+      // failure stays GRAPHATTN_ERROR.
+      if (count > 0 && (device < 0 || device >= count)) invalid(e.what());
+      throw;
+    }
+  });
+}
+
 graphattn_status_t graphattn_current_device_arch(int* arch) noexcept {
   return guard([&] {
     int& out = deref(arch, "arch");

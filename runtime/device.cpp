@@ -1,3 +1,6 @@
+#include <map>
+#include <mutex>
+
 #include "graphattn/error.hpp"
 #include "graphattn/runtime.hpp"
 #include "runtime/driver.hpp"
@@ -8,18 +11,81 @@ using detail::driver;
 
 bool gpu_available(std::string* why) { return detail::gpu_available(why); }
 
+namespace {
+
+// Primary contexts this process retained, one per device, each retained once and kept until
+// process exit (as loaded modules are), so selecting a device again costs no driver retain.
+class RetainedContexts {
+ public:
+  CUcontext get(int device) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = contexts_.find(device);
+    if (it != contexts_.end()) return it->second;
+    const auto& d = driver();
+    CUdevice dev;
+    GA_CU_CHECK(d.cuDeviceGet(&dev, device));
+    CUcontext ctx = nullptr;
+    GA_CU_CHECK(d.cuDevicePrimaryCtxRetain(&ctx, dev));
+    contexts_.emplace(device, ctx);
+    return ctx;
+  }
+
+ private:
+  std::mutex mu_;
+  std::map<int, CUcontext> contexts_;
+};
+
+RetainedContexts& retained() {
+  static RetainedContexts* r = new RetainedContexts;  // never destroyed, like the contexts
+  return *r;
+}
+
+// The primary context of `device` after checking that the device exists.
+CUcontext primary_context(int device) {
+  std::string why;
+  if (!detail::gpu_available(&why)) throw Error("no GPU: " + why);
+  const int count = device_count();
+  if (device < 0 || device >= count)
+    throw Error("device " + std::to_string(device) + " is out of range; this machine has " +
+                std::to_string(count) + " CUDA device" + (count == 1 ? "" : "s") + " (0.." +
+                std::to_string(count - 1) + ")");
+  return retained().get(device);
+}
+
+}  // namespace
+
+int device_count() {
+  try {
+    if (!detail::gpu_available()) return 0;
+    int n = 0;
+    return driver().cuDeviceGetCount(&n) == CUDA_SUCCESS ? n : 0;
+  } catch (const std::exception&) {
+    return 0;
+  }
+}
+
+CUcontext use_device(int device) {
+  const CUcontext ctx = primary_context(device);
+  GA_CU_CHECK(driver().cuCtxSetCurrent(ctx));
+  return ctx;
+}
+
 CUcontext ensure_context(int device) {
   std::string why;
   if (!detail::gpu_available(&why)) throw Error("no GPU: " + why);
-  const auto& d = driver();
   CUcontext ctx = nullptr;
-  GA_CU_CHECK(d.cuCtxGetCurrent(&ctx));
+  GA_CU_CHECK(driver().cuCtxGetCurrent(&ctx));
   if (ctx) return ctx;
+  return use_device(device);
+}
+
+int current_device() {
+  CUcontext ctx = nullptr;
+  GA_CU_CHECK(driver().cuCtxGetCurrent(&ctx));
+  if (!ctx) throw Error("no CUDA context is current on this thread; call use_device() first");
   CUdevice dev;
-  GA_CU_CHECK(d.cuDeviceGet(&dev, device));
-  GA_CU_CHECK(d.cuDevicePrimaryCtxRetain(&ctx, dev));
-  GA_CU_CHECK(d.cuCtxSetCurrent(ctx));
-  return ctx;
+  GA_CU_CHECK(driver().cuCtxGetDevice(&dev));
+  return static_cast<int>(dev);
 }
 
 int current_device_arch() {

@@ -2,6 +2,9 @@
 // cache hits on a second run, and its usage errors.
 #include <doctest/doctest.h>
 
+#include <cstdio>
+#include <thread>
+
 #include "graphattn/runtime.hpp"
 #include "tests/tool_runner.hpp"
 
@@ -17,6 +20,21 @@ int count(const std::string& text, const std::string& word) {
   int n = 0;
   for (size_t at = text.find(word); at != std::string::npos; at = text.find(word, at + 1)) ++n;
   return n;
+}
+
+// The compile phase's summary, "[compile] N kernels: C compiled, H cache hits, F failed".
+struct CompileSummary {
+  int kernels = -1, compiled = -1, hits = -1, failed = -1;
+};
+
+CompileSummary compile_summary(const std::string& out) {
+  CompileSummary c;
+  const size_t line = out.find(" kernels: ");
+  const size_t at = line == std::string::npos ? line : out.rfind("[compile] ", line);
+  if (at != std::string::npos)
+    std::sscanf(out.c_str() + at, "[compile] %d kernels: %d compiled, %d cache hits, %d failed",
+                &c.kernels, &c.compiled, &c.hits, &c.failed);
+  return c;
 }
 
 }  // namespace
@@ -56,7 +74,49 @@ TEST_CASE("warmup tool: models and usage errors") {
         std::string::npos);
   const auto bad = run_program(GRAPHATTN_WARMUP_TOOL, {"--dtype", "fp32"});
   CHECK(bad.code == 2);
+  const auto bad_device = run_program(GRAPHATTN_WARMUP_TOOL, {"--device", "-1", "--arch", "90"});
+  CHECK(bad_device.code == 2);
+  CHECK(bad_device.err.find("--device -1 is not allowed; use a CUDA device ordinal") !=
+        std::string::npos);
+  if (graphattn::gpu_available()) {
+    const int n = graphattn::device_count();
+    const auto missing = run_program(GRAPHATTN_WARMUP_TOOL, {"--device", std::to_string(n)});
+    CHECK(missing.code == 2);
+    CHECK(missing.err.find("is out of range; this machine has " + std::to_string(n)) !=
+          std::string::npos);
+  }
   const auto bad_block = run_program(GRAPHATTN_WARMUP_TOOL, {"--block-size", "24", "--arch", "90"});
   CHECK(bad_block.code == 2);
   CHECK(bad_block.err.find("--block-size 24 is not supported") != std::string::npos);
+}
+
+TEST_CASE("warmup tool: one process per GPU on one fresh cache compiles each kernel once in all") {
+  // Engine workers, one process per device, start together on one cache directory: the per-key
+  // lock lets one of them compile each kernel and the other finds it on disk. Without a GPU
+  // both run the compile phase; with one GPU both share it; with several each has its own.
+  const int gpus = graphattn::device_count();
+  TempDir dir;
+  ToolRun runs[2];
+  std::vector<std::thread> workers;
+  for (int i = 0; i < 2; ++i)
+    workers.emplace_back([&, i] {
+      runs[i] = run_program(
+          GRAPHATTN_WARMUP_TOOL,
+          {"--model", "llama-3-8b", "--device", std::to_string(gpus ? i % gpus : i), "--threads",
+           "1", "--steps", "0", "--max-num-seqs", "8", "--kv-cache-gib", "1"},
+          {"GRAPHATTN_CACHE_DIR=" + dir.path()});
+    });
+  for (auto& w : workers) w.join();
+  CompileSummary sum[2];
+  for (int i = 0; i < 2; ++i) {
+    INFO("process " << i << ":\n" << runs[i].out << runs[i].err);
+    CHECK(runs[i].code == 0);
+    sum[i] = compile_summary(runs[i].out);
+    CHECK(sum[i].kernels == 3);  // llama-3-8b: cache write, decode, prefill
+    CHECK(sum[i].failed == 0);
+  }
+  MESSAGE("compiled " << sum[0].compiled << " + " << sum[1].compiled << ", hits " << sum[0].hits
+                      << " + " << sum[1].hits << " (" << gpus << " GPUs)");
+  CHECK(sum[0].compiled + sum[1].compiled == 3);
+  CHECK(sum[0].hits + sum[1].hits == 3);
 }

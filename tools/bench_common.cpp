@@ -96,12 +96,13 @@ void fill_random_fp8(const Device& d, void* ptr, size_t bytes, unsigned seed) {
   launch_fill(d, d.fill_fp8, ptr, bytes, seed);
 }
 
-Device open_device() {
+Device open_device(int device) {
   std::string why;
   if (!gpu_available(&why)) throw Error("no GPU (" + why + ")");
-  ensure_context(0);
+  use_device(device);
   const auto& d = detail::driver();
   Device dev;
+  dev.ordinal = device;
   CUdevice cu;
   GA_CU_CHECK(d.cuCtxGetDevice(&cu));
   char name[256] = {};

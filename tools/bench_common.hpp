@@ -15,6 +15,7 @@
 namespace graphattn::bench {
 
 struct Device {
+  int ordinal = 0;  // the CUDA device; its context must be current where this is used
   std::string name;
   int sms = 0, l2_bytes = 0, arch = 0;
   std::unique_ptr<Stream> owned_stream;
@@ -26,8 +27,9 @@ struct Device {
   double copy_gbs = 0;                  // device-to-device copy, bytes read + written, GB/s
 };
 
-// Makes a context and stream, compiles the helper kernels, measures the two limits.
-Device open_device();
+// Makes device's primary context current on this thread (use_device), makes a stream, compiles
+// the helper kernels, measures the two limits.
+Device open_device(int device = 0);
 
 // bf16 values in [-2, 2) (or fp8 e4m3 bytes in (-1, 1), no NaN) from a hash of the index.
 void fill_random_bf16(const Device& d, void* ptr, size_t elems, unsigned seed);

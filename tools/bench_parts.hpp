@@ -34,6 +34,13 @@ nlohmann::json bench_decode(const Device& dev, const DecodeOptions& o, const Pee
 // batch and context `len`: graph replay and eager launches.
 nlohmann::json bench_step(const Device& dev, const std::vector<int>& batches, int len, int reps);
 
+// Tensor parallelism on two GPUs: the same step with half of llama-3-8b's heads on each of
+// devices 0 (dev, current on this thread) and 1, replayed on both at once and timed per GPU
+// with its own events, against the full step on device 0 alone. With fewer than 2 GPUs it
+// prints one line and returns {"skipped": why}.
+nlohmann::json bench_tensor_parallel(const Device& dev, const std::vector<int>& batches, int len,
+                                     int reps);
+
 // Capturing every default size of the 32-layer stack at max_num_seqs: total ms, graph memory.
 nlohmann::json bench_capture(const Device& dev, int max_num_seqs);
 

@@ -1,11 +1,15 @@
-// graphattn-bench, step and capture parts: llama-3-8b's 32 attention layers (32/8 heads, head 128,
-// bf16, block 16), each layer a cache write plus attention, as the library's ready step
-// (AttentionLayerStack) replayed from a CUDA graph and launched eagerly.
+// graphattn-bench, step, tensor-parallel and capture parts: llama-3-8b's 32 attention layers
+// (32/8 heads, head 128, bf16, block 16), each layer a cache write plus attention, as the
+// library's ready step (AttentionLayerStack) replayed from a CUDA graph and launched eagerly;
+// and the step split by heads over two GPUs, replayed on both at once.
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <numeric>
 #include <random>
+#include <string>
+#include <thread>
 
 #include "graphattn/capture.hpp"
 #include "graphattn/graphattn.hpp"
@@ -20,7 +24,9 @@ constexpr int kBlock = 16;
 // The built-in model's shapes (tools/models.cpp), so the bench and graphattn-warmup agree.
 const tools::ModelConfig& llama() { return tools::find_model("llama-3-8b"); }
 
-AttentionLayerStack::Options llama_stack(int max_tokens, int max_model_len, int num_blocks) {
+// 1/tp of llama-3-8b's heads per layer (tp 2: the share of one GPU of two).
+AttentionLayerStack::Options llama_stack(int max_tokens, int max_model_len, int num_blocks,
+                                         int tp = 1) {
   tools::ModelRunSettings s;  // bf16, 16-bit KV cache
   s.block_size = kBlock;
   s.max_model_len = max_model_len;
@@ -28,40 +34,46 @@ AttentionLayerStack::Options llama_stack(int max_tokens, int max_model_len, int 
   s.arch = 0;  // the current device
   AttentionLayerStack::Options o;
   o.layers = tools::model_layer_configs(llama(), s);
+  for (AttentionLayerConfig& c : o.layers) {
+    c.num_heads /= tp;
+    c.num_kv_heads /= tp;
+  }
   o.max_tokens = max_tokens;
   o.num_blocks = num_blocks;
   o.max_blocks_per_seq = (max_model_len + kBlock - 1) / kBlock;
   return o;
 }
 
-}  // namespace
-
-nlohmann::json bench_step(const Device& dev, const std::vector<int>& batches, int len, int reps) {
-  const tools::ModelConfig& m = llama();
-  const int max_batch = *std::max_element(batches.begin(), batches.end());
-  const int per_seq = (len + kBlock - 1) / kBlock;
-  AttentionLayerStack stack(llama_stack(max_batch, len, max_batch * per_seq));
-  stack.prepare();
-  for (int l = 0; l < m.num_layers; ++l) {
-    const TensorView kv = stack.kv_cache(l);
-    fill_random_bf16(dev, kv.data, static_cast<size_t>(kv.numel()), 17 + l);
+// The 32-layer step on dev's device (its context current): a prepared stack with random KV
+// caches and one captured graph per batch.
+struct StepRig {
+  AttentionLayerStack stack;
+  GraphRunner runner;
+  StepRig(const Device& dev, const std::vector<int>& batches, int len, int tp)
+      : stack(llama_stack(
+            *std::max_element(batches.begin(), batches.end()), len,
+            *std::max_element(batches.begin(), batches.end()) * ((len + kBlock - 1) / kBlock), tp)),
+        runner(
+            capture_options(batches), [this](CUstream s, int n) { stack.step(s, n); },
+            [this] { return stack.fingerprint(); }) {
+    stack.prepare();
+    for (int l = 0; l < stack.num_layers(); ++l) {
+      const TensorView kv = stack.kv_cache(l);
+      fill_random_bf16(dev, kv.data, static_cast<size_t>(kv.numel()), 17 + l);
+    }
+    runner.capture_all(dev.stream);
   }
-  GraphRunner::Options go;
-  go.capture_sizes = batches;
-  GraphRunner runner(
-      go, [&](CUstream s, int n) { stack.step(s, n); }, [&] { return stack.fingerprint(); });
-  runner.capture_all(dev.stream);
-  std::printf(
-      "\n== step: %d layers x (cache write + decode), 32/8 heads, head 128, bf16, block "
-      "16, context %d, median of %d, L2 flushed\n",
-      m.num_layers, len, reps);
-  std::printf("floor: the step's KV bytes over the read-only bandwidth measured above\n");
-  std::printf("%-8s %9s %11s %11s %9s %10s\n", "batch", "KV MiB", "graph us", "eager us",
-              "floor us", "graph/floor");
-  std::mt19937_64 rng(7);
-  nlohmann::json out = nlohmann::json::array();
-  for (int b : batches) {
-    // b decode requests at context len (the new token included), shuffled blocks.
+  static GraphRunner::Options capture_options(const std::vector<int>& batches) {
+    GraphRunner::Options go;
+    go.capture_sizes = batches;
+    return go;
+  }
+
+  // b decode requests at context len (the new token included), shuffled blocks, random bf16 q,
+  // k and v in [-2, 2); then three warm-up replays.
+  void set_batch(const Device& dev, int b, int len, std::mt19937_64& rng) {
+    const AttentionLayerConfig& c = stack.options().layers[0];
+    const int per_seq = (len + kBlock - 1) / kBlock;
     std::vector<int32_t> q(b, 1), k(b, len), table(static_cast<size_t>(b) * per_seq);
     std::iota(table.begin(), table.end(), 0);
     std::shuffle(table.begin(), table.end(), rng);
@@ -72,16 +84,54 @@ nlohmann::json bench_step(const Device& dev, const std::vector<int>& batches, in
               kBlock +
           (len - 1) % kBlock);
     const auto md = CommonAttentionMetadata::make(q, k, table, per_seq, slots);
-    std::vector<uint16_t> qv(static_cast<size_t>(b) * m.num_heads * m.head_size),
-        kvv(static_cast<size_t>(b) * m.num_kv_heads * m.head_size);
-    for (auto* v : {&qv, &kvv})  // random bf16 in [-2, 2)
+    std::vector<uint16_t> qv(static_cast<size_t>(b) * c.num_heads * c.head_size),
+        kvv(static_cast<size_t>(b) * c.num_kv_heads * c.head_size);
+    for (auto* v : {&qv, &kvv})
       for (auto& x : *v)
         x = static_cast<uint16_t>(((rng() & 1) << 15) | ((126 + (rng() & 1)) << 7) |
                                   (rng() & 0x7f));
     stack.set_batch(md, b, dev.stream, &qv, &kvv, &kvv);
     for (int i = 0; i < 3; ++i) runner.run(dev.stream, b);
-    const double graph_us = time_us(dev, reps, true, [&] { runner.run(dev.stream, b); });
-    const double eager_us = time_us(dev, reps, true, [&] { stack.step(dev.stream, b); });
+  }
+};
+
+// Releases the threads that reach it together, as often as it is used.
+class SpinBarrier {
+ public:
+  explicit SpinBarrier(int n) : n_(n) {}
+  void wait() {
+    const int gen = generation_.load();
+    if (arrived_.fetch_add(1) + 1 == n_) {
+      arrived_ = 0;
+      ++generation_;
+      return;
+    }
+    while (generation_.load() == gen) std::this_thread::yield();
+  }
+
+ private:
+  const int n_;
+  std::atomic<int> arrived_{0}, generation_{0};
+};
+
+}  // namespace
+
+nlohmann::json bench_step(const Device& dev, const std::vector<int>& batches, int len, int reps) {
+  const tools::ModelConfig& m = llama();
+  StepRig rig(dev, batches, len, 1);
+  std::printf(
+      "\n== step: %d layers x (cache write + decode), 32/8 heads, head 128, bf16, block "
+      "16, context %d, median of %d, L2 flushed\n",
+      m.num_layers, len, reps);
+  std::printf("floor: the step's KV bytes over the read-only bandwidth measured above\n");
+  std::printf("%-8s %9s %11s %11s %9s %10s\n", "batch", "KV MiB", "graph us", "eager us",
+              "floor us", "graph/floor");
+  std::mt19937_64 rng(7);
+  nlohmann::json out = nlohmann::json::array();
+  for (int b : batches) {
+    rig.set_batch(dev, b, len, rng);
+    const double graph_us = time_us(dev, reps, true, [&] { rig.runner.run(dev.stream, b); });
+    const double eager_us = time_us(dev, reps, true, [&] { rig.stack.step(dev.stream, b); });
     const double bytes =
         static_cast<double>(m.num_layers) * b * len * m.num_kv_heads * m.head_size * 2 * 2;
     const double floor_us = bytes / dev.read_gbs / 1e3;
@@ -95,6 +145,102 @@ nlohmann::json bench_step(const Device& dev, const std::vector<int>& batches, in
                    {"eager_us", eager_us},
                    {"floor_us", floor_us}});
   }
+  return out;
+}
+
+nlohmann::json bench_tensor_parallel(const Device& dev, const std::vector<int>& batches, int len,
+                                     int reps) {
+  const int devices = device_count();
+  if (devices < 2) {
+    const std::string why = "needs 2 GPUs, found " + std::to_string(devices);
+    std::printf("\n== tensor-parallel step: skipped (%s)\n", why.c_str());
+    return {{"skipped", why}};
+  }
+  const tools::ModelConfig& m = llama();
+  // Device 1 is opened, prepared and timed on a thread of its own with its context current;
+  // this thread keeps device 0's (dev's).
+  Device dev1;
+  std::unique_ptr<StepRig> half1;
+  std::string error;
+  std::thread([&] {
+    try {
+      dev1 = open_device(1);
+      half1 = std::make_unique<StepRig>(dev1, batches, len, 2);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }).join();
+  if (!error.empty()) throw Error("tensor-parallel step on device 1: " + error);
+  StepRig full(dev, batches, len, 1), half0(dev, batches, len, 2);
+  std::printf(
+      "\n== tensor-parallel step: %d layers x (cache write + decode) of llama-3-8b, each of 2 GPUs "
+      "(%s, %s) with half the heads (%d/%d), replayed on both at once, vs the full step (%d/%d) "
+      "on GPU 0 alone; context %d, median of %d, L2 flushed, per GPU with its own events\n",
+      m.num_layers, dev.name.c_str(), dev1.name.c_str(), m.num_heads / 2, m.num_kv_heads / 2,
+      m.num_heads, m.num_kv_heads, len, reps);
+  std::printf("%-8s %13s %13s %13s %13s %12s %8s\n", "batch", "1 GPU full", "1 GPU half",
+              "GPU 0 of 2", "GPU 1 of 2", "2 GPUs step", "speedup");
+  std::mt19937_64 rng(7), rng1(8);
+  nlohmann::json out = nlohmann::json::array();
+  for (int b : batches) {
+    full.set_batch(dev, b, len, rng);
+    half0.set_batch(dev, b, len, rng);
+    std::thread([&] {
+      use_device(dev1.ordinal);
+      half1->set_batch(dev1, b, len, rng1);
+    }).join();
+    const double full_us = time_us(dev, reps, true, [&] { full.runner.run(dev.stream, b); });
+    const double half_us = time_us(dev, reps, true, [&] { half0.runner.run(dev.stream, b); });
+    // Both GPUs replay their half at once, rep by rep: each thread flushes its L2, then times
+    // its replay with its device's events.
+    SpinBarrier barrier(2);
+    std::vector<double> t[2];
+    std::string errors[2];
+    auto timed = [&](int g, const Device& d, StepRig& rig) {
+      int waited = 0;  // a thread that fails still meets the other at every rep
+      try {
+        use_device(d.ordinal);
+        EventTimer timer;
+        for (int i = 0; i < reps; ++i) {
+          GA_CU_CHECK(detail::driver().cuMemsetD8Async(
+              d.flush->ptr(), static_cast<unsigned char>(i), d.flush->bytes(), d.stream));
+          d.owned_stream->synchronize();
+          barrier.wait();
+          ++waited;
+          t[g].push_back(timer.time_us(d.stream, [&] { rig.runner.run(d.stream, b); }));
+        }
+      } catch (const std::exception& e) {
+        errors[g] = e.what();
+        for (; waited < reps; ++waited) barrier.wait();
+      }
+    };
+    std::thread t0(timed, 0, std::cref(dev), std::ref(half0));
+    std::thread t1(timed, 1, std::cref(dev1), std::ref(*half1));
+    t0.join();
+    t1.join();
+    for (const std::string& e : errors)
+      if (!e.empty()) throw Error("tensor-parallel step: " + e);
+    std::vector<double> step(reps);
+    for (int i = 0; i < reps; ++i) step[i] = std::max(t[0][i], t[1][i]);
+    const double gpu0 = median(t[0]), gpu1 = median(t[1]), both = median(step);
+    std::printf("%-8d %10.1f us %10.1f us %10.1f us %10.1f us %9.1f us %7.2fx\n", b, full_us,
+                half_us, gpu0, gpu1, both, full_us / both);
+    out.push_back({{"batch", b},
+                   {"len", len},
+                   {"layers", m.num_layers},
+                   {"devices", {dev.name, dev1.name}},
+                   {"full_one_gpu_us", full_us},
+                   {"half_one_gpu_us", half_us},
+                   {"half_per_gpu_at_once_us", {gpu0, gpu1}},
+                   {"tensor_parallel_step_us", both},
+                   {"speedup", full_us / both}});
+  }
+  // dev1's objects belong to device 1: released with its context current.
+  std::thread([&] {
+    use_device(dev1.ordinal);
+    half1.reset();
+    dev1 = Device();
+  }).join();
   return out;
 }
 

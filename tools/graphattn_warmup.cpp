@@ -374,7 +374,14 @@ int main(int argc, char** argv) {
     const bool gpu = gpu_available(&why);
     int arch = s.arch;
     if (gpu) {
-      ensure_context(0);
+      const bool exists = s.device < device_count();
+      try {
+        use_device(s.device);
+      } catch (const Error& e) {
+        if (exists) throw;
+        std::fprintf(stderr, "graphattn-warmup: --device %d: %s\n", s.device, e.what());
+        return 2;
+      }
       const int device_arch = current_device_arch();
       if (arch == 0) arch = device_arch;
       if (arch != device_arch) {

@@ -58,6 +58,9 @@ std::string warmup_settings_problem(const WarmupSettings& s) {
   if (s.arch != 0 && !contains(supported_archs(), s.arch))
     return "--arch " + std::to_string(s.arch) + " is not supported; supported: 0 (the GPU's), " +
            join(supported_archs());
+  if (s.device < 0)
+    return "--device " + std::to_string(s.device) +
+           " is not allowed; use a CUDA device ordinal 0..N-1 (N devices on this machine)";
   for (int c : s.capture_sizes)
     if (c < 1 || c > 65536)
       return "--capture-sizes " + std::to_string(c) + " is not allowed; sizes are 1..65536";
@@ -118,6 +121,9 @@ WarmupArgs parse_warmup_args(int argc, const char* const* argv) {
       ->capture_default_str()
       ->check(CLI::Range(0, 1000000));
   app.add_option("--arch", s.arch, "target arch, e.g. 90 (default: the GPU's, else 90)");
+  app.add_option("--device", s.device,
+                 "CUDA device ordinal to run on (one warmup process per GPU; default 0)")
+      ->capture_default_str();
   app.add_option("--threads", s.threads, "compile threads (default: cores)")
       ->check(CLI::Range(0u, 1024u));
   app.add_option("--cache-dir", s.cache_dir,

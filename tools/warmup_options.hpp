@@ -19,6 +19,8 @@ struct WarmupSettings {
   std::vector<int> capture_sizes;
   int steps = 300;
   int arch = 0;
+  int device = 0;  // CUDA device ordinal (one warmup process per GPU); checked against the count
+                   // once the GPU is opened
   unsigned threads = 0;
   std::string cache_dir;
   double kv_cache_gib = 0;  // 0: as much as the decode loop can use, within 50% of free memory

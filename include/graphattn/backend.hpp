@@ -166,6 +166,12 @@ GRAPHATTN_API std::string attention_config_problem(const AttentionLayerConfig& c
 // split counters and partials in a workspace belong to the launches of one stream at a time).
 // Construction, prepare() and destruction of one backend object must not race with each other
 // or with forward() on it.
+//
+// Devices: a backend belongs to the device whose context was current at its first prepare()
+// (preparing it again under another device's context throws); forward() runs with that context
+// current, on that device's streams and memory. Several GPUs in one process: one backend (or
+// AttentionLayerStack) per device, each made and prepared on a thread that called
+// use_device(device); the kernels are compiled once per arch and loaded once per context.
 class GRAPHATTN_API AttentionBackend {
  public:
   explicit AttentionBackend(const AttentionLayerConfig& config);
@@ -175,8 +181,9 @@ class GRAPHATTN_API AttentionBackend {
   // cache_write, decode and prefill specs of this configuration.
   std::vector<AttentionSpec> required_specs() const;
   // Compiles (in parallel, through `cache`) and loads every kernel in the current context, and
-  // reads the device's multiprocessor count and the decode kernel's occupancy. Throws Error or
-  // CompileError. Call before any capture.
+  // reads that device's multiprocessor count and the decode kernel's occupancy. Throws Error or
+  // CompileError (also when a previous prepare() was on another context). Call before any
+  // capture.
   void prepare(KernelCache& cache = default_kernel_cache());
   bool prepared() const { return prepared_; }
   // Bytes of scratch that forward() needs for any batch of up to max_num_seqs requests

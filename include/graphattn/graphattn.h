@@ -114,6 +114,13 @@ GRAPHATTN_API graphattn_status_t graphattn_gpu_available(int* available) GRAPHAT
 /* Makes `device`'s primary context current on this thread unless a context already is
  * (engines that use the CUDA runtime have one). */
 GRAPHATTN_API graphattn_status_t graphattn_ensure_context(int device) GRAPHATTN_NOEXCEPT;
+/* CUDA devices this process can use: *count 0 where the driver does not load or no device
+ * exists (never fails for want of a GPU). */
+GRAPHATTN_API graphattn_status_t graphattn_device_count(int* count) GRAPHATTN_NOEXCEPT;
+/* Makes `device`'s primary context current on this thread, whatever context was current
+ * (C++ use_device): one thread per device in a process driving several GPUs. An out-of-range
+ * device is GRAPHATTN_ERROR_INVALID_ARGUMENT naming it and the count. */
+GRAPHATTN_API graphattn_status_t graphattn_use_device(int device) GRAPHATTN_NOEXCEPT;
 /* Compute capability of the current context's device, major * 10 + minor (e.g. 90). */
 GRAPHATTN_API graphattn_status_t graphattn_current_device_arch(int* arch) GRAPHATTN_NOEXCEPT;
 

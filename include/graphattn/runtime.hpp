@@ -15,9 +15,27 @@ namespace graphattn {
 // Whether the driver loads and a device exists; *why says what is missing. Never throws.
 GRAPHATTN_API bool gpu_available(std::string* why = nullptr);
 
+// CUDA devices this process can use; 0 where the driver does not load or no device exists.
+// Never throws.
+GRAPHATTN_API int device_count();
+
+// Makes device's primary context current on this thread, whatever context was current before,
+// and returns it (retained once per process and device, never released). Everything graphattn
+// does on this thread afterwards (prepare, buffers, streams, capture) belongs to that device.
+// Several devices in one process: one thread per device, each calling use_device(its device)
+// first; a backend or AttentionLayerStack stays on the device it was prepared on and is used
+// only with that device's context current. Throws graphattn::Error without a GPU, or naming
+// the device and the count when device is not in [0, device_count()).
+GRAPHATTN_API CUcontext use_device(int device);
+
 // Makes device's primary context current on this thread if no context is (engines that use
-// the CUDA runtime already have one). Returns the current context.
+// the CUDA runtime already have one); keeps a current context, whichever device it belongs to
+// (use_device() selects one). Returns the current context.
 GRAPHATTN_API CUcontext ensure_context(int device = 0);
+
+// The ordinal of the current context's device. Throws graphattn::Error when no context is
+// current.
+GRAPHATTN_API int current_device();
 
 // Compute capability of the current context's device as major * 10 + minor (e.g. 90).
 GRAPHATTN_API int current_device_arch();

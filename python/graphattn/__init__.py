@@ -40,6 +40,22 @@ def gpu_available():
     return bool(flag.value)
 
 
+def device_count():
+    """CUDA devices this process can use; 0 without a driver or a GPU (never raises for that)."""
+    import ctypes
+
+    count = ctypes.c_int(0)
+    _lib.check(_lib.lib.graphattn_device_count(ctypes.byref(count)))
+    return count.value
+
+
+def use_device(device):
+    """Makes `device`'s primary context current on this thread, whatever context was current
+    (one thread per device when a process drives several GPUs). An out-of-range device raises
+    GraphattnError naming it and the count."""
+    _lib.check(_lib.lib.graphattn_use_device(int(device)))
+
+
 def current_device_arch():
     """The current CUDA context's compute capability * 10 (e.g. 90); needs a GPU."""
     import ctypes
@@ -51,5 +67,5 @@ def current_device_arch():
 
 __all__ = ["AttentionBackend", "AttentionMetadata", "BoundsViolation", "LayerConfig", "GraphattnError",
            "CompileError", "KernelCache", "default_cache", "gpu_available",
-           "current_device_arch", "cache", "metadata", "ops", "library_path", "ABI_VERSION",
+           "device_count", "use_device", "current_device_arch", "cache", "metadata", "ops", "library_path", "ABI_VERSION",
            "__version__"]

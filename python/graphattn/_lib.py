@@ -207,6 +207,8 @@ def _declare(lib, path):
         "graphattn_status_string": (ctypes.c_char_p, [i]),
         "graphattn_gpu_available": (i, [c_int_p]),
         "graphattn_ensure_context": (i, [i]),
+        "graphattn_device_count": (i, [c_int_p]),
+        "graphattn_use_device": (i, [i]),
         "graphattn_current_device_arch": (i, [c_int_p]),
         "graphattn_layer_config_init": (None, [P(LayerConfig)]),
         "graphattn_layer_config_check": (i, [P(LayerConfig)]),

@@ -46,6 +46,14 @@ def test_library_and_versions():
     assert isinstance(graphattn.gpu_available(), bool)
 
 
+def test_devices():
+    count = graphattn.device_count()
+    assert count >= (1 if graphattn.gpu_available() else 0)
+    with pytest.raises(graphattn.GraphattnError,
+                       match="out of range" if count else "no GPU"):
+        graphattn.use_device(count)
+
+
 def test_library_is_the_documented_one():
     env = os.environ.get("GRAPHATTN_LIBRARY")
     if env:

@@ -43,6 +43,14 @@ static void test_library(void) {
   int available = -1;
   CHECK(graphattn_gpu_available(&available) == GRAPHATTN_OK);
   CHECK(available == gpu);
+  int count = -1;
+  CHECK_OK(graphattn_device_count(&count));
+  CHECK(available ? count >= 1 : count == 0);
+  CHECK_FAILS(graphattn_use_device(count), available ? INVALID : GRAPHATTN_ERROR,
+              available ? "is out of range" : "no GPU");
+  CHECK_FAILS(graphattn_use_device(-1), available ? INVALID : GRAPHATTN_ERROR,
+              available ? "device -1 is out of range" : "no GPU");
+  CHECK_FAILS(graphattn_device_count(NULL), INVALID, "count is NULL");
   if (!available) {
     CHECK(graphattn_last_error()[0] != '\0'); /* says what is missing */
     CHECK_FAILS(graphattn_ensure_context(0), GRAPHATTN_ERROR, "no GPU");
@@ -50,7 +58,9 @@ static void test_library(void) {
     CHECK(graphattn_current_device_arch(&arch) == GRAPHATTN_ERROR);
     CHECK(graphattn_last_error()[0] != '\0');
   } else {
-    CHECK_OK(graphattn_ensure_context(0));
+    CHECK_OK(graphattn_use_device(count - 1));
+    CHECK_OK(graphattn_ensure_context(0)); /* keeps the current context */
+    CHECK_OK(graphattn_use_device(0));
     int arch = 0;
     CHECK_OK(graphattn_current_device_arch(&arch));
     CHECK(arch >= 70);
