@@ -98,18 +98,15 @@ struct HostModel {
 
   // The float64 attention of layer l for the current step: [n, heads, D].
   std::vector<double> reference(int l) {
-    // Heads, head size, block size, then the batch's metadata, in RefProblem's field order.
-    RefProblem p{heads,
-                 kv_heads,
-                 kHead,
-                 kBlock,
-                 batch.query_start_loc,
-                 batch.seq_lens,
-                 batch.block_table,
-                 kBlocksPerSeq,
-                 {},
-                 {},
-                 {}};
+    RefProblem p;
+    p.num_heads = heads;
+    p.num_kv_heads = kv_heads;
+    p.head_size = kHead;
+    p.block_size = kBlock;
+    p.query_start_loc = batch.query_start_loc;
+    p.seq_lens = batch.seq_lens;
+    p.block_table = batch.block_table;
+    p.max_blocks_per_seq = kBlocksPerSeq;
     for (uint16_t x : q) p.q.push_back(bf16_to_float(x));
     p.k_cache.swap(k[l]);  // lent, not copied
     p.v_cache.swap(v[l]);
