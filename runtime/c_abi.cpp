@@ -128,17 +128,32 @@ graphattn_status_t guard(Body&& body) noexcept {
   }
 }
 
-// A struct that starts with struct_size: this version reads every field it knows, so the caller
-// must have set struct_size to at least this version's sizeof (the *_init functions do).
+// A struct that starts with struct_size: the caller must have set struct_size to at least
+// min_bytes, the size of the struct's first version (sizeof when it has only one; the *_init
+// functions set sizeof).
 template <typename S>
-const S& sized(const S* s, const char* name) {
+const S& sized(const S* s, const char* name, size_t min_bytes = sizeof(S)) {
   const S& v = deref(s, name);
-  if (v.struct_size < sizeof(S))
+  if (v.struct_size < min_bytes)
     invalid(std::string(name) + "->struct_size " + std::to_string(v.struct_size) +
-            " is smaller than this version's " + std::to_string(sizeof(S)) +
+            " is smaller than " + std::to_string(min_bytes) +
             " (initialise it with its _init function or set it to sizeof)");
   return v;
 }
+
+// Whether the caller's struct (struct_size bytes) holds `field`: a field added after the struct's
+// first version is read or written only when it does, so an older caller's smaller struct works.
+template <typename S, typename F>
+bool holds(const S& s, F S::*field) {
+  const size_t end = static_cast<size_t>(reinterpret_cast<const char*>(&(s.*field)) -
+                                         reinterpret_cast<const char*>(&s)) +
+                     sizeof(s.*field);
+  return end <= s.struct_size;
+}
+
+// The layer configuration's first version ended with check_bounds.
+constexpr size_t kLayerConfigV1Bytes =
+    offsetof(graphattn_layer_config_t, check_bounds) + sizeof(int);
 
 // A C enum the caller filled in, read as the int it holds: loading an out-of-range value through
 // the enum type is undefined in C++ (the type's range is that of its enumerators), and a caller
@@ -166,7 +181,7 @@ KvDType kv_dtype_value(const graphattn_kv_dtype_t& v, const char* name) {
 }
 
 AttentionLayerConfig to_cpp(const graphattn_layer_config_t* config) {
-  const graphattn_layer_config_t& c = sized(config, "config");
+  const graphattn_layer_config_t& c = sized(config, "config", kLayerConfigV1Bytes);
   AttentionLayerConfig o;
   o.num_heads = c.num_heads;
   o.num_kv_heads = c.num_kv_heads;
@@ -187,10 +202,12 @@ AttentionLayerConfig to_cpp(const graphattn_layer_config_t* config) {
   o.arch = c.arch;
   o.overlap_previous_kernel = c.overlap_previous_kernel != 0;
   o.check_bounds = c.check_bounds != 0;
+  if (holds(c, &graphattn_layer_config_t::alibi_slopes)) o.alibi_slopes = c.alibi_slopes;
+  if (holds(c, &graphattn_layer_config_t::sinks)) o.sinks = c.sinks;
   return o;
 }
 
-// Every field but struct_size.
+// Every field but struct_size that the caller's struct holds.
 void from_cpp(const AttentionLayerConfig& o, graphattn_layer_config_t* c) {
   c->num_heads = o.num_heads;
   c->num_kv_heads = o.num_kv_heads;
@@ -209,6 +226,8 @@ void from_cpp(const AttentionLayerConfig& o, graphattn_layer_config_t* c) {
   c->arch = o.arch;
   c->overlap_previous_kernel = o.overlap_previous_kernel ? 1 : 0;
   c->check_bounds = o.check_bounds ? 1 : 0;
+  if (holds(*c, &graphattn_layer_config_t::alibi_slopes)) c->alibi_slopes = o.alibi_slopes;
+  if (holds(*c, &graphattn_layer_config_t::sinks)) c->sinks = o.sinks;
 }
 
 graphattn::KernelCache& cache_of(graphattn_cache_t cache) {
@@ -517,9 +536,7 @@ graphattn_status_t graphattn_cache_stats(graphattn_cache_t cache,
     graphattn_cache_stats_t& out = deref(stats, "stats");
     // Fields past the caller's struct_size are not written (an older caller's smaller struct).
     const auto put = [&](auto field, auto value) {
-      const size_t end = reinterpret_cast<const char*>(&(out.*field)) -
-                         reinterpret_cast<const char*>(&out) + sizeof(out.*field);
-      if (end <= out.struct_size) out.*field = value;
+      if (holds(out, field)) out.*field = value;
     };
     if (out.struct_size < offsetof(graphattn_cache_stats_t, memory_hits) + sizeof(uint64_t))
       invalid("stats->struct_size " + std::to_string(out.struct_size) +
@@ -629,7 +646,7 @@ graphattn_status_t graphattn_backend_config(graphattn_backend_t backend,
                                             graphattn_layer_config_t* config) noexcept {
   return guard([&] {
     const AttentionLayerConfig& c = deref(backend, "backend").attn.config();
-    sized(config, "config");
+    sized(config, "config", kLayerConfigV1Bytes);
     from_cpp(c, config);
   });
 }

@@ -152,13 +152,18 @@ typedef struct graphattn_layer_config {
                                     cache's size, skip an access out of range and record the
                                     first (graphattn_backend_take_bounds_violation); also
                                     GRAPHATTN_CHECK_BOUNDS=1. 0 (default): the fast kernels */
+  /* Fields below were added after the first version: a caller whose struct_size ends before a
+   * field gets its default (NULL, 0). */
+  /* ALiBi and attention sinks: [num_heads] fp32 arrays in device memory, NULL = none */
+  const float* alibi_slopes;     /* head h adds slope[h] * (key position - query position) */
+  const float* sinks;            /* head h's softmax denominator gains exp(sinks[h]) */
 } graphattn_layer_config_t;
 
 /* Fills *config with the defaults above (counts and lengths 0: the caller sets them). */
 GRAPHATTN_API void graphattn_layer_config_init(graphattn_layer_config_t* config) GRAPHATTN_NOEXCEPT;
 /* GRAPHATTN_OK when the configuration is supported; otherwise GRAPHATTN_ERROR (or
- * GRAPHATTN_ERROR_INVALID_ARGUMENT for a NULL config, a struct_size below this version's
- * sizeof, or an enum field out of range) and graphattn_last_error() names the bad value and
+ * GRAPHATTN_ERROR_INVALID_ARGUMENT for a NULL config, a struct_size below the first version's
+ * (up to check_bounds), or an enum field out of range) and graphattn_last_error() names the bad value and
  * what is allowed. Needs no GPU (arch 0 is taken as supported here and checked by
  * graphattn_backend_create). */
 GRAPHATTN_API graphattn_status_t

@@ -45,6 +45,9 @@ class LayerConfig(ctypes.Structure):
         ("arch", ctypes.c_int),
         ("overlap_previous_kernel", ctypes.c_int),
         ("check_bounds", ctypes.c_int),
+        # ALiBi and attention sinks: [num_heads] fp32 device arrays, NULL = none
+        ("alibi_slopes", ctypes.c_void_p),
+        ("sinks", ctypes.c_void_p),
     ]
 
 

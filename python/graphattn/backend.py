@@ -39,6 +39,8 @@ class LayerConfig:
     arch: int
     overlap_previous_kernel: bool
     check_bounds: bool
+    alibi: bool             # per-head ALiBi slopes were given
+    sinks: bool             # per-head sink logits were given
 
 
 class BoundsViolation(NamedTuple):
@@ -99,9 +101,25 @@ class AttentionMetadata:
         return md, args
 
 
+def head_array(x, name, num_heads):
+    """The DLArg of a per-head array (ALiBi slopes, sink logits): float32, [num_heads],
+    contiguous, in CUDA memory; None for None. Its ``address`` goes into the layer config, and
+    the DLArg must stay alive as long as the backend that reads it."""
+    if x is None:
+        return None
+    arg = to_dl(x, name)
+    if arg.device[0] not in CUDA_DEVICES:
+        raise ValueError("%s must be in CUDA device memory (the kernels read it on every "
+                         "forward)" % name)
+    if arg.dtype_name != "float32" or arg.shape != (num_heads,) or not arg.is_compact():
+        raise ValueError("%s must be a contiguous float32 array of num_heads (%d) values, got %s "
+                         "%s" % (name, num_heads, arg.dtype_name, arg.shape))
+    return arg
+
+
 def _layer_config(num_heads, num_kv_heads, head_size, block_size, dtype, kv_cache_dtype, layout,
                   window, soft_cap, scale, k_scale, v_scale, max_model_len, max_num_seqs, arch,
-                  overlap_previous_kernel, check_bounds):
+                  overlap_previous_kernel, check_bounds, alibi=None, sinks=None):
     c = _lib.LayerConfig()
     _lib.lib.graphattn_layer_config_init(ctypes.byref(c))
     c.num_heads = _names.int_arg("num_heads", num_heads)
@@ -122,6 +140,8 @@ def _layer_config(num_heads, num_kv_heads, head_size, block_size, dtype, kv_cach
     c.overlap_previous_kernel = int(_names.bool_arg("overlap_previous_kernel",
                                                     overlap_previous_kernel))
     c.check_bounds = int(_names.bool_arg("check_bounds", check_bounds))
+    c.alibi_slopes = None if alibi is None else alibi.address
+    c.sinks = None if sinks is None else sinks.address
     return c
 
 
@@ -152,6 +172,12 @@ class AttentionBackend(_lib.OwnedHandle):
             skip an access out of range and record the first (take_bounds_violation()); for
             debugging an engine's block tables (also GRAPHATTN_CHECK_BOUNDS=1). Off: the fast
             kernels, with no check.
+        alibi_slopes: ALiBi, a float32 CUDA array of num_heads slopes: head h adds
+            slope[h] * (key position - query position) to its scores. None: no ALiBi.
+        sinks: attention sinks (gpt-oss), a float32 CUDA array of num_heads logits: head h's
+            softmax denominator gains exp(sinks[h]). None: none.
+            Both are read by every forward (and graph replay): the backend keeps a reference,
+            and new contents written into the same arrays take effect on the next step.
     """
 
     _DESTROY = "graphattn_backend_destroy"
@@ -159,11 +185,15 @@ class AttentionBackend(_lib.OwnedHandle):
     def __init__(self, *, num_heads, num_kv_heads, head_size, block_size=16,
                  dtype="bfloat16", kv_cache_dtype="auto", layout="NHD", window=0,
                  soft_cap=0.0, scale=None, k_scale=1.0, v_scale=1.0, max_model_len,
-                 max_num_seqs, arch=0, overlap_previous_kernel=False, check_bounds=False):
+                 max_num_seqs, arch=0, overlap_previous_kernel=False, check_bounds=False,
+                 alibi_slopes=None, sinks=None):
+        heads = _names.int_arg("num_heads", num_heads)
+        self._head_arrays = (head_array(alibi_slopes, "alibi_slopes", heads),
+                             head_array(sinks, "sinks", heads))  # alive as long as self
         c = _layer_config(num_heads, num_kv_heads, head_size, block_size, dtype,
                           kv_cache_dtype, layout, window, soft_cap, scale, k_scale, v_scale,
                           max_model_len, max_num_seqs, arch, overlap_previous_kernel,
-                          check_bounds)
+                          check_bounds, *self._head_arrays)
         _lib.check(_lib.lib.graphattn_layer_config_check(ctypes.byref(c)))
         handle = ctypes.c_void_p()
         _lib.check(_lib.lib.graphattn_backend_create(ctypes.byref(c), ctypes.byref(handle)))
@@ -183,7 +213,8 @@ class AttentionBackend(_lib.OwnedHandle):
                 _names.DTYPE_NAMES[c.dtype], _names.KV_DTYPE_NAMES[c.kv_dtype],
                 _names.LAYOUT_NAMES[c.layout], c.window, c.soft_cap, c.scale, c.k_scale,
                 c.v_scale, c.max_model_len, c.max_num_seqs, c.arch,
-                bool(c.overlap_previous_kernel), bool(c.check_bounds))
+                bool(c.overlap_previous_kernel), bool(c.check_bounds), bool(c.alibi_slopes),
+                bool(c.sinks))
         return self._config
 
     def required_specs(self):

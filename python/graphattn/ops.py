@@ -28,7 +28,7 @@ import threading
 from . import _device, _lib, _names, errors
 from ._dlpack import (BFLOAT, CUDA_DEVICES, FLOAT, FLOAT8_E4M3FN, FLOAT8_E5M2, UINT, reshaped,
                       to_dl)
-from .backend import AttentionBackend, AttentionMetadata
+from .backend import AttentionBackend, AttentionMetadata, head_array
 
 __all__ = ["reshape_and_cache_flash", "flash_attn_varlen_func", "clear_cache"]
 
@@ -272,8 +272,9 @@ def flash_attn_varlen_func(q, k, v, max_seqlen_q, cu_seqlens_q, max_seqlen_k, cu
                    prefill kernel handles query length 1 correctly)
     kv_cache_dtype: graphattn only: "fp8_e4m3"/"fp8_e5m2" for uint8 cache storage
     stream:        graphattn only: None = the tensors' current stream
-    Returns out. Unsupported features (alibi_slopes, s_aux, q_v, dropout, return_softmax_lse,
-    cu_seqlens_k without a block table, context parallelism) raise ValueError.
+    alibi_slopes and s_aux (attention sinks) are float32 CUDA arrays of num_heads values.
+    Returns out. Unsupported features (q_v, dropout, return_softmax_lse, cu_seqlens_k without a
+    block table, context parallelism) raise ValueError.
     """
     if block_table is None:
         _refuse("block_table", None, "graphattn runs paged attention; pass the block table "
@@ -283,10 +284,6 @@ def flash_attn_varlen_func(q, k, v, max_seqlen_q, cu_seqlens_q, max_seqlen_k, cu
                 "seqused_k")
     if seqused_k is None:
         _refuse("seqused_k", None, "pass the sequence lengths (int32 [num_reqs])")
-    if alibi_slopes is not None:
-        _refuse("alibi_slopes", "<tensor>", "ALiBi is not supported by graphattn yet")
-    if s_aux is not None:
-        _refuse("s_aux", "<tensor>", "attention sinks are not supported by graphattn yet")
     if q_v is not None:
         _refuse("q_v", "<tensor>", "only MLA uses it; graphattn does not")
     if dropout_p:
@@ -341,8 +338,14 @@ def flash_attn_varlen_func(q, k, v, max_seqlen_q, cu_seqlens_q, max_seqlen_k, cu
                   layout=_names.LAYOUT_NAMES[_layout_of(key_half)],
                   window=window, soft_cap=soft_cap, scale=scale, k_scale=k_s, v_scale=v_s,
                   max_model_len=max(table.shape[1] * block_size, 1))
-    key = (q_arg.device,) + tuple(sorted(config.items()))
-    entry = _get_prepared(key, config, num_reqs, q, q_arg.device[1])
+    # Per-head arrays: a backend reads them on every call, so it is keyed by their addresses and
+    # keeps them alive.
+    alibi = head_array(alibi_slopes, "alibi_slopes", q_arg.shape[1])
+    sinks = head_array(s_aux, "s_aux", q_arg.shape[1])
+    key = (q_arg.device,) + tuple(sorted(config.items())) + tuple(
+        0 if a is None else a.address for a in (alibi, sinks))
+    entry = _get_prepared(key, dict(config, alibi_slopes=alibi, sinks=sinks), num_reqs, q,
+                          q_arg.device[1])
 
     if out is None:
         out = _device.empty_like(q)

@@ -124,8 +124,11 @@ class Batch:
         expected[1][blocks, offsets] = v
         return expected
 
-    def reference(self, cache, scale=None, window=0, soft_cap=0.0, k_scale=1.0, v_scale=1.0):
-        """float64 attention of every query row over `cache`; padded requests give zeros."""
+    def reference(self, cache, scale=None, window=0, soft_cap=0.0, k_scale=1.0, v_scale=1.0,
+                  alibi_slopes=None, sinks=None):
+        """float64 attention of every query row over `cache`; padded requests give zeros.
+        alibi_slopes / sinks: [num_heads] tensors (ALiBi bias after the cap; a sink logit per
+        head in the softmax denominator)."""
         scale = 1.0 / math.sqrt(self.head_size) if scale is None else scale
         group = self.num_heads // self.num_kv_heads
         out = torch.zeros(self.num_tokens, self.num_heads, self.head_size,
@@ -148,10 +151,19 @@ class Batch:
             allowed = kpos <= qpos
             if window:
                 allowed &= (qpos - kpos) < window
-            if soft_cap:
-                logits = soft_cap * torch.tanh((q @ k.transpose(1, 2)) * scale / soft_cap)
+            if soft_cap or alibi_slopes is not None or sinks is not None:
+                logits = (q @ k.transpose(1, 2)) * scale
+                if soft_cap:
+                    logits = soft_cap * torch.tanh(logits / soft_cap)
+                if alibi_slopes is not None:
+                    logits = logits + alibi_slopes.double()[:, None, None] * (kpos - qpos)
                 logits = logits.masked_fill(~allowed, float("-inf"))
-                o = torch.softmax(logits, dim=-1) @ v
+                if sinks is not None:  # one more column per head, holding no value
+                    column = sinks.double()[:, None, None].expand(-1, n, 1)
+                    logits = torch.cat([logits, column], dim=-1)
+                    o = torch.softmax(logits, dim=-1)[..., :-1] @ v
+                else:
+                    o = torch.softmax(logits, dim=-1) @ v
             else:
                 o = F.scaled_dot_product_attention(q[None], k[None], v[None],
                                                    attn_mask=allowed[None, None], scale=scale)[0]

@@ -205,13 +205,13 @@ def varlen(**kw):
 
 
 @pytest.mark.parametrize("kw,message", [
-    (dict(alibi_slopes=np.zeros(8, np.float32)), "alibi_slopes=.* ALiBi is not supported"),
+    (dict(alibi_slopes=np.zeros(8, np.float32)), "alibi_slopes must be in CUDA device memory"),
     (dict(return_softmax_lse=True), "return_softmax_lse=True is not supported"),
     (dict(return_attn_probs=True), "return_attn_probs=True is not supported"),
     (dict(block_table=None), "block_table=None is not supported: graphattn runs paged"),
     (dict(cu_seqlens_k=np.arange(4, dtype=np.int32)), "cu_seqlens_k=.*seqused_k"),
     (dict(seqused_k=None), "seqused_k=None is not supported"),
-    (dict(s_aux=np.zeros(8, np.float32)), "attention sinks are not supported"),
+    (dict(s_aux=np.zeros(8, np.float32)), "s_aux must be in CUDA device memory"),
     (dict(dropout_p=0.1), "dropout_p=0.1 is not supported"),
     (dict(max_seqlen_q=4, causal=False), "causal=False is not supported"),
     (dict(window_size=(8, 8)), r"window_size \(8, 8\) is not supported"),
@@ -263,7 +263,8 @@ def test_flash_attn_varlen_func_derives_the_configuration(monkeypatch):
     assert seen["config"] == dict(num_heads=8, num_kv_heads=2, head_size=64, block_size=32,
                                   dtype="float16", kv_cache_dtype="auto", layout="HND",
                                   window=64, soft_cap=15.0, scale=0.1, k_scale=1.0,
-                                  v_scale=1.0, max_model_len=320)
+                                  v_scale=1.0, max_model_len=320, alibi_slopes=None,
+                                  sinks=None)
     assert seen["num_reqs"] == 3 and seen["key"][0] == (_dlpack.CPU, 0)
     q_arg, key, value, cache, out_arg, meta, workspace = seen["args"]
     assert key is None and value is None and workspace is None and seen["kw"] == {"stream": 0}

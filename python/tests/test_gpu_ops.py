@@ -123,6 +123,25 @@ def test_window_softcap_scale_hnd_fp16(seed):
     assert out is b.output
 
 
+def test_alibi_and_sinks(seed):
+    # vLLM passes ALiBi slopes as alibi_slopes and gpt-oss's sinks as s_aux (float32, per head).
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    slopes = torch.rand(16, generator=g, device="cuda") * 0.05
+    sinks = torch.randn(16, generator=g, device="cuda") * 2
+    b = Batch(query_lens=[1, 1, 60, 5], context_lens=[700, 3, 90, 0], seed=seed, **BF16)
+    write(b)
+    attend(b, max_seqlen_q=60, num_decodes=2, alibi_slopes=slopes, s_aux=sinks)
+    torch.cuda.synchronize()
+    check_output(b, b.reference(b.kv_cache, alibi_slopes=slopes, sinks=sinks), "alibi + sinks")
+    # New contents in the same arrays take effect on the next call.
+    sinks.mul_(-1)
+    attend(b, max_seqlen_q=60, num_decodes=2, alibi_slopes=slopes, s_aux=sinks)
+    torch.cuda.synchronize()
+    check_output(b, b.reference(b.kv_cache, alibi_slopes=slopes, sinks=sinks), "sinks changed")
+    with pytest.raises(ValueError, match=r"s_aux must be a contiguous float32 array of num_heads"):
+        attend(b, max_seqlen_q=60, s_aux=sinks[:8])
+
+
 def test_out_none_allocates_like_q(seed):
     b = Batch(query_lens=[1, 1], context_lens=[3, 64], seed=seed, **BF16)
     write(b)

@@ -211,6 +211,10 @@ static void test_layer_config(void) {
   c = llama_config();
   c.struct_size = 0;
   CHECK_FAILS(graphattn_layer_config_check(&c), INVALID, "config->struct_size 0");
+  /* The first version's size is accepted (later fields take their defaults). */
+  c = llama_config();
+  c.struct_size = offsetof(graphattn_layer_config_t, check_bounds) + sizeof(int);
+  CHECK_OK(graphattn_layer_config_check(&c));
 
   /* backend_create validates the same way and leaves no handle. */
   graphattn_backend_t b = (graphattn_backend_t)1;
@@ -255,6 +259,19 @@ static void test_backend_specs(void) {
   CHECK(fabsf(got.scale - 1.0f / sqrtf(128.0f)) < 1e-7f); /* resolved */
   got.struct_size = 8;
   CHECK_FAILS(graphattn_backend_config(b, &got), INVALID, "config->struct_size 8");
+  /* A caller of the first version (struct ending at check_bounds) gets the fields it has and
+   * nothing is written past them. */
+  const size_t v1 = offsetof(graphattn_layer_config_t, check_bounds) + sizeof(int);
+  memset(&got, 0x5a, sizeof got);
+  got.struct_size = v1;
+  CHECK_OK(graphattn_backend_config(b, &got));
+  CHECK(got.num_heads == 32 && got.check_bounds == 0);
+  {
+    const unsigned char* tail = (const unsigned char*)&got + v1;
+    int untouched = 1;
+    for (size_t i = 0; i < sizeof got - v1; ++i) untouched = untouched && tail[i] == 0x5a;
+    CHECK(untouched);
+  }
 
   char buf[128];
   size_t needed = 0;
@@ -310,6 +327,23 @@ static void test_backend_specs(void) {
   }
   CHECK_FAILS(graphattn_backend_take_bounds_violation(b, &v), GRAPHATTN_ERROR,
               "call prepare() first");
+  graphattn_backend_destroy(b);
+
+  /* ALiBi slopes and sinks (device arrays, not read before a forward): the attention kernels
+   * gain the suffixes _alibi and _sink, the cache write stays the shared one. */
+  static float slopes_stand_in[32], sinks_stand_in[32];
+  c.check_bounds = 0;
+  c.alibi_slopes = slopes_stand_in;
+  c.sinks = sinks_stand_in;
+  CHECK_OK(graphattn_backend_create(&c, &b));
+  graphattn_layer_config_init(&got);
+  CHECK_OK(graphattn_backend_config(b, &got));
+  CHECK(got.alibi_slopes == slopes_stand_in && got.sinks == sinks_stand_in);
+  for (int i = 0; i < 3; ++i) {
+    CHECK_OK(graphattn_backend_spec(b, i, buf, sizeof buf, NULL, NULL));
+    CHECK(strncmp(buf, kSpecs[i], strlen(kSpecs[i])) == 0 &&
+          strcmp(buf + strlen(kSpecs[i]), i == 0 ? "" : "_alibi_sink") == 0);
+  }
   graphattn_backend_destroy(b);
 }
 
