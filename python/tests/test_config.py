@@ -57,6 +57,15 @@ def test_checked_mode_selects_checked_kernels():
     assert not graphattn.BoundsViolation("none", -1, 0, 0, "")
 
 
+def test_alibi_and_sinks_need_per_head_float32_device_arrays():
+    import numpy as np
+    c = backend().config
+    assert (c.alibi, c.sinks) == (False, False)
+    for name in ("alibi_slopes", "sinks"):
+        with pytest.raises(ValueError, match=name + " must be in CUDA device memory"):
+            backend(**{name: np.zeros(32, np.float32)})
+
+
 @pytest.mark.parametrize("name,expected", [
     ("float16", "float16"), ("fp16", "float16"), ("half", "float16"), ("torch.float16", "float16"),
     ("torch.half", "float16"), ("bfloat16", "bfloat16"), ("bf16", "bfloat16"),
