@@ -32,6 +32,18 @@ AttentionLayerStack::AttentionLayerStack(Options options) : options_(std::move(o
   GA_REQUIRE(o.num_blocks >= 1, "num_blocks must be >= 1, got " + std::to_string(o.num_blocks));
   GA_REQUIRE(o.max_blocks_per_seq >= 1,
              "max_blocks_per_seq must be >= 1, got " + std::to_string(o.max_blocks_per_seq));
+  GA_REQUIRE(o.kv_sharing_target.empty() || o.kv_sharing_target.size() == o.layers.size(),
+             "kv_sharing_target has " + std::to_string(o.kv_sharing_target.size()) +
+                 " entries; it must be empty or hold one per layer (" +
+                 std::to_string(o.layers.size()) + ")");
+  for (size_t l = 0; l < o.layers.size(); ++l) {
+    const int t = o.kv_sharing_target.empty() ? -1 : o.kv_sharing_target[l];
+    GA_REQUIRE(t == -1 || (t >= 0 && static_cast<size_t>(t) < l && o.kv_sharing_target[t] == -1),
+               "kv_sharing_target[" + std::to_string(l) + "] = " + std::to_string(t) +
+                   " is not allowed; allowed: -1 (its own cache) or an earlier layer (0.." +
+                   std::to_string(static_cast<int>(l) - 1) + ") that has its own cache");
+    kv_owner_.push_back(t == -1 ? static_cast<int>(l) : t);
+  }
   const AttentionLayerConfig& first = o.layers[0];
   for (size_t l = 0; l < o.layers.size(); ++l) {
     AttentionLayerConfig& c = o.layers[l];
@@ -45,8 +57,9 @@ AttentionLayerStack::AttentionLayerStack(Options options) : options_(std::move(o
     // Padded decode batches reach max_tokens requests: the workspace must cover them.
     c.max_num_seqs = std::max(c.max_num_seqs, o.max_tokens);
     // Layer l's kernels follow layer l - 1's, which write only their own layer's cache and
-    // output; the metadata is uploaded before the first layer.
-    c.overlap_previous_kernel = true;
+    // output; the metadata is uploaded before the first layer. A layer that shares an earlier
+    // layer's cache (maybe l - 1's, written by its kernel just before) waits instead.
+    c.overlap_previous_kernel = kv_owner_[l] == static_cast<int>(l);
     // Layers share a backend when it would be the same one: the same derived kernels and the
     // same resolved configuration (the launch values a backend holds).
     auto candidate = std::make_unique<AttentionBackend>(c);
@@ -79,6 +92,10 @@ AttentionLayerStack::AttentionLayerStack(Options options) : options_(std::move(o
   const int kv_elem = scalar_bytes(scalar_type_of(first.kv_dtype, first.dtype));
   const int64_t NB = o.num_blocks, B = first.block_size;
   for (int l = 0; l < L; ++l) {
+    if (kv_owner_[l] != l) {  // a sharing layer reads its target's cache
+      kv_.push_back(kv_[kv_owner_[l]]);
+      continue;
+    }
     own_kv_.emplace_back(2 * NB * B * KH * D * kv_elem);
     own_kv_.back().fill_bytes(0);
     void* p = own_kv_.back().data();
@@ -185,8 +202,10 @@ void AttentionLayerStack::step(CUstream stream, int num_tokens) {
   for (int l = 0; l < num_layers(); ++l) {
     TensorView out = output(l);
     out.shape[0] = n;
-    backends_[backend_of_layer_[l]]->forward(q, kk, v, kv_[l], out, md, workspace_.data(),
-                                             workspace_.bytes(), stream);
+    const bool owner = kv_owner_[l] == l;  // a sharing layer writes nothing (ndim 0 views)
+    backends_[backend_of_layer_[l]]->forward(q, owner ? kk : TensorView{}, owner ? v : TensorView{},
+                                             kv_[l], out, md, workspace_.data(), workspace_.bytes(),
+                                             stream);
   }
 }
 
@@ -214,8 +233,14 @@ void AttentionLayerStack::set_kv_cache(int layer, const TensorView& kv_cache) {
   for (int d = 0; same && d < old.ndim; ++d) same = kv_cache.shape[d] == old.shape[d];
   GA_REQUIRE(same, "layer " + std::to_string(layer) + " KV cache must be " + old.describe() +
                        ", got " + kv_cache.describe());
-  kv_[layer] = kv_cache;
+  GA_REQUIRE(kv_owner_[layer] == layer, "layer " + std::to_string(layer) + " shares layer " +
+                                            std::to_string(kv_owner_[layer]) +
+                                            "'s KV cache; set that layer's instead");
+  for (int l = 0; l < num_layers(); ++l)
+    if (kv_owner_[l] == layer) kv_[l] = kv_cache;
 }
+
+int AttentionLayerStack::kv_owner(int layer) const { return kv_owner_.at(layer); }
 
 TensorView AttentionLayerStack::kv_cache(int layer) const { return kv_.at(layer); }
 

@@ -96,6 +96,11 @@ class GRAPHATTN_API AttentionLayerStack {
     int max_tokens = 0;          // largest batch in tokens (the largest capture size, or more)
     int num_blocks = 0;          // KV cache blocks per layer
     int max_blocks_per_seq = 0;  // block-table width: ceil(max_model_len / block_size)
+    // KV sharing (vLLM's kv_sharing_target_layer_name): empty, or one entry per layer: -1 for a
+    // layer with its own cache, else the index of an earlier layer with its own cache whose
+    // cache this layer reads. A sharing layer writes no keys or values and has no cache of its
+    // own; set_kv_cache() of its target moves it too.
+    std::vector<int> kv_sharing_target;
   };
   explicit AttentionLayerStack(Options options);
 
@@ -115,8 +120,11 @@ class GRAPHATTN_API AttentionLayerStack {
   // Pointers, sizes and kernel handles the captured launches depend on.
   uint64_t fingerprint() const;
 
-  // Replaces layer l's KV cache with an engine-owned view (same shape and dtype).
+  // Replaces layer l's KV cache with an engine-owned view (same shape and dtype), for the layers
+  // that share it too. Refused for a sharing layer (set its target's).
   void set_kv_cache(int layer, const TensorView& kv_cache);
+  // The layer whose cache layer l reads: l itself, or its KV sharing target.
+  int kv_owner(int layer) const;
   TensorView kv_cache(int layer) const;
   TensorView output(int layer) const;  // [max_tokens, num_heads, head_size]
   int num_layers() const { return static_cast<int>(options_.layers.size()); }
@@ -130,6 +138,7 @@ class GRAPHATTN_API AttentionLayerStack {
   Options options_;
   std::vector<std::unique_ptr<AttentionBackend>> backends_;  // one per distinct configuration
   std::vector<int> backend_of_layer_;
+  std::vector<int> kv_owner_;  // per layer: the layer whose cache it reads (itself, or a target)
   DeviceBuffer query_, key_, value_, outputs_, slots_, seq_lens_, query_start_loc_, block_table_,
       workspace_;
   std::vector<DeviceBuffer> own_kv_;

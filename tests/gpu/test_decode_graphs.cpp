@@ -187,3 +187,64 @@ TEST_CASE("gpu decode graphs: 200 random steps, graph replay equals eager exactl
   CHECK(s.updates + s.reinstantiations >= 1);  // the KV caches moved at step 100
   CHECK(compared_rows > 0);
 }
+
+TEST_CASE("gpu decode graphs: a layer sharing an earlier layer's KV cache reads it, writes none") {
+  GA_REQUIRE_GPU();
+  test::TempKernelCache cache;
+  auto rng = test::make_rng();
+  const auto& d = detail::driver();
+  Stream stream;
+  // Layers 0 and 1 own caches; layer 2 reads layer 0's, layer 3 layer 1's (a different window).
+  AttentionLayerStack::Options o = stack_options(256, nullptr, nullptr);
+  o.layers.push_back(o.layers[0]);
+  o.layers.push_back(o.layers[1]);
+  o.kv_sharing_target = {-1, -1, 0, 1};
+  AttentionLayerStack stack(o), plain(stack_options(256, nullptr, nullptr));
+  stack.prepare(cache);
+  plain.prepare(cache);
+  CHECK(stack.kv_owner(2) == 0);
+  CHECK(stack.kv_owner(3) == 1);
+  CHECK(stack.kv_cache(2).data == stack.kv_cache(0).data);
+  CHECK(stack.device_bytes() - plain.device_bytes() < kv_bytes());  // no cache for layers 2, 3
+  CHECK_THROWS_WITH_AS(stack.set_kv_cache(2, stack.kv_cache(2)),
+                       doctest::Contains("layer 2 shares layer 0's KV cache"), Error);
+  std::vector<unsigned char> init(kv_bytes());
+  for (auto& b : init) b = static_cast<unsigned char>(rng() & 0x3f);
+  for (int l = 0; l < kLayers; ++l)
+    for (auto* s : {&stack, &plain})
+      GA_CU_CHECK(d.cuMemcpyHtoD(reinterpret_cast<CUdeviceptr>(s->kv_cache(l).data), init.data(),
+                                 init.size()));
+  GraphRunner::Options go;
+  go.capture_sizes = {1, 4, 8, 16};
+  GraphRunner runner(
+      go, [&](CUstream s, int n) { stack.step(s, n); }, [&] { return stack.fingerprint(); });
+  runner.capture_all(stream);
+  FlashAttentionMetadataBuilder builder;
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (int step = 0; step < 40; ++step) {
+    const bool prefills = step % 5 == 4;
+    const auto m = random_batch(rng, prefills, 1 + static_cast<int>(rng() % 12));
+    const int n = m.num_actual_tokens;
+    std::vector<uint16_t> q(static_cast<size_t>(n) * kHeads * kHead),
+        kv(static_cast<size_t>(n) * kKvHeads * kHead), vv(kv.size());
+    for (auto* v : {&q, &kv, &vv})
+      for (auto& x : *v) x = test::float_to_bf16(normal(rng));
+    const bool graphable = builder.can_run_in_cudagraph(m) && runner.padded_size(n) > 0;
+    const int padded = graphable ? runner.padded_size(n) : n;
+    stack.set_batch(m, padded, stream, &q, &kv, &vv);
+    plain.set_batch(m, padded, stream, &q, &kv, &vv);
+    runner.run(stream, n, builder.can_run_in_cudagraph(m));
+    plain.step(stream, padded);
+    GA_CU_CHECK(d.cuStreamSynchronize(stream));
+    const size_t bytes = static_cast<size_t>(n) * kHeads * kHead * 2;
+    INFO("step " << step << " tokens " << n << " padded " << padded);
+    // The sharing layers see what their targets see: the same query over the same cache.
+    for (int l = 0; l < 2; ++l) {
+      REQUIRE(download(stack.output(l + 2), bytes) == download(stack.output(l), bytes));
+      REQUIRE(download(stack.output(l), bytes) == download(plain.output(l), bytes));
+    }
+  }
+  // Only the owners wrote: the two caches equal those of a stack without sharing layers.
+  for (int l = 0; l < kLayers; ++l)
+    CHECK(download(stack.kv_cache(l), kv_bytes()) == download(plain.kv_cache(l), kv_bytes()));
+}
