@@ -186,6 +186,10 @@ void AttentionSpec::validate() const {
     if (a.form == Form::kNumber && !a.rule->ok(v))
       fail(a.label, a.rule->value_prefix + std::to_string(v), a.rule->allowed());
   }
+  if (multi_token && kind != KernelKind::kDecode)
+    throw Error("spec " + to_string() +
+                ": multi-token (_mt) is a decode kernel's axis; prefill kernels take any query "
+                "length already");
   if (kind == KernelKind::kCacheWrite &&
       (group != 1 || sliding_window || soft_cap || alibi || sinks))
     throw Error("spec " + to_string() +

@@ -50,6 +50,7 @@ AttentionSpec spec_for(const AttentionLayerConfig& c, KernelKind kind) {
   s.soft_cap = !write && c.soft_cap > 0;
   s.alibi = !write && c.alibi_slopes != nullptr;
   s.sinks = !write && c.sinks != nullptr;
+  s.multi_token = kind == KernelKind::kDecode && c.decode_query_len > 1;
   s.layout = c.layout;
   s.arch = c.arch;
   s.check_bounds = c.check_bounds;
@@ -63,6 +64,9 @@ std::string attention_config_problem(const AttentionLayerConfig& c) {
            "num_kv_heads";
   if (c.window < 0)
     return "window " + str(c.window) + " is not supported; supported: 0 (none) or >= 1 tokens";
+  if (c.decode_query_len < 1 || c.decode_query_len > kMaxDecodeQueryLen)
+    return "decode_query_len " + str(c.decode_query_len) + " is not supported; supported: 1.." +
+           str(kMaxDecodeQueryLen) + " (1 + speculative tokens)";
   if (!(c.soft_cap >= 0) || !std::isfinite(c.soft_cap))
     return "soft_cap " + fstr(c.soft_cap) + " is not supported; supported: 0 (none) or finite > 0";
   if (!(c.scale >= 0) || !std::isfinite(c.scale))
@@ -159,8 +163,9 @@ namespace {
 detail::DecodeGrid grid_of(const AttentionLayerConfig& c, const detail::DecodeDevice* device,
                            int num_decodes, const char* caller) {
   GA_REQUIRE(device, std::string(caller) + ": call prepare() first (the policy needs the device)");
-  return detail::decode_grid(num_decodes, c.num_kv_heads, c.num_heads / c.num_kv_heads,
-                             c.max_model_len, c.window, c.head_size, c.kv_dtype, *device);
+  return detail::decode_grid(num_decodes, c.num_kv_heads,
+                             c.num_heads / c.num_kv_heads * c.decode_query_len, c.max_model_len,
+                             c.window, c.head_size, c.kv_dtype, *device);
 }
 
 }  // namespace
@@ -185,8 +190,9 @@ size_t AttentionBackend::workspace_bytes() const {
              "workspace_bytes: call prepare() first (the split policy needs the device)");
   size_t most = 0;
   for (int b = 1; b <= config_.max_num_seqs; ++b)
-    most = std::max(most, detail::decode_workspace_bytes(b, config_.num_heads, config_.head_size,
-                                                         decode_max_splits(b)));
+    most = std::max(most,
+                    detail::decode_workspace_bytes(b * config_.decode_query_len, config_.num_heads,
+                                                   config_.head_size, decode_max_splits(b)));
   return detail::layer_workspace(config_).total(most);
 }
 
@@ -200,10 +206,12 @@ void AttentionBackend::forward(const TensorView& query, const TensorView& key,
   GA_REQUIRE(md.num_reqs >= 0 && md.num_decodes >= 0 && md.num_decodes <= md.num_reqs,
              "metadata: num_decodes " + str(md.num_decodes) + " must be in [0, num_reqs " +
                  str(md.num_reqs) + "]");
-  GA_REQUIRE(md.num_decode_tokens == md.num_decodes,
-             "metadata: num_decode_tokens " + str(md.num_decode_tokens) +
-                 " must equal num_decodes " + str(md.num_decodes) +
-                 " (a decode has one query token)");
+  GA_REQUIRE(md.num_decode_tokens >= md.num_decodes &&
+                 md.num_decode_tokens <= int64_t{md.num_decodes} * c.decode_query_len,
+             "metadata: num_decode_tokens " + str(md.num_decode_tokens) + " must be in [" +
+                 str(md.num_decodes) + ", num_decodes * decode_query_len " +
+                 str(md.num_decodes * c.decode_query_len) + "] (a decode has 1.." +
+                 str(c.decode_query_len) + " query tokens)");
   GA_REQUIRE(md.num_decodes <= c.max_num_seqs, "metadata: num_decodes " + str(md.num_decodes) +
                                                    " exceeds max_num_seqs " + str(c.max_num_seqs) +
                                                    " that the workspace was sized for");
@@ -245,6 +253,11 @@ void AttentionBackend::forward(const TensorView& query, const TensorView& key,
                                      md.block_table, c.alibi_slopes, c.sinks};
   detail::DecodeLaunch d{views};
   d.num_decodes = md.num_decodes;
+  if (c.decode_query_len > 1) {  // the multi-token kernel: rows from query_start_loc
+    d.multi_token = true;
+    d.query_start_loc = md.query_start_loc;
+    d.max_query_len = c.decode_query_len;
+  }
   const detail::DecodeGrid grid =
       grid_of(config_, loaded_ ? &loaded_->device : nullptr, md.num_decodes, "forward");
   d.max_splits = grid.max_splits;
@@ -265,8 +278,8 @@ void AttentionBackend::forward(const TensorView& query, const TensorView& key,
   const bool decode = md.num_decodes > 0;
   if (decode) {
     // The layer's workspace first: its message names workspace_bytes(), which engines call.
-    const size_t need = ws.total(
-        detail::decode_workspace_bytes(md.num_decodes, c.num_heads, c.head_size, d.max_splits));
+    const size_t need = ws.total(detail::decode_workspace_bytes(
+        md.num_decodes * d.max_query_len, c.num_heads, c.head_size, d.max_splits));
     GA_REQUIRE(workspace != nullptr && workspace_size >= need,
                "forward: workspace of " + str(static_cast<int64_t>(workspace_size)) +
                    " bytes is smaller than the " + str(static_cast<int64_t>(need)) +
@@ -302,7 +315,8 @@ void AttentionBackend::forward(const TensorView& query, const TensorView& key,
     v.shape[0] = md.num_actual_tokens;
     detail::check_cache_write(k, v, kc, md.slot_mapping, c.k_scale, c.v_scale);
   }
-  const bool fused_write = write && decode && !prefill && md.num_actual_tokens == md.num_decodes &&
+  const bool fused_write = write && decode && !prefill && !d.multi_token &&
+                           md.num_actual_tokens == md.num_decodes &&
                            (c.kv_dtype == KvDType::kAuto || d.max_splits > 1);
   if (fused_write) {
     d.new_key = k;

@@ -56,21 +56,22 @@ int stages_of(const AttentionSpec& s, const DecodeLaunch& a) {
 AttentionSpec decode_spec(const DecodeLaunch& a, int arch) {
   return attention_spec_for(KernelKind::kDecode, a.query, a.output, a.kv_cache, a.window,
                             a.soft_cap, arch, a.bounds != nullptr, a.alibi_slopes != nullptr,
-                            a.sinks != nullptr);
+                            a.sinks != nullptr, a.multi_token);
 }
 
-size_t decode_workspace_bytes(int num_decodes, int num_heads, int head_size, int max_splits) {
-  return workspace_layout(num_decodes, num_heads, head_size, max_splits).total;
+size_t decode_workspace_bytes(int rows, int num_heads, int head_size, int max_splits) {
+  return workspace_layout(rows, num_heads, head_size, max_splits).total;
 }
 
-size_t decode_counter_count(int num_decodes, int num_kv_heads, int group) {
+size_t decode_counter_count(int num_decodes, int num_kv_heads, int columns) {
   return static_cast<size_t>(std::max(num_decodes, 0)) * std::max(num_kv_heads, 0) *
-         ga_decode_head_chunks(group);
+         ga_decode_head_chunks(columns);
 }
 
 LayerWorkspace layer_workspace(const AttentionLayerConfig& c) {
   LayerWorkspace w;
-  w.counters = decode_counter_count(c.max_num_seqs, c.num_kv_heads, c.num_heads / c.num_kv_heads) *
+  w.counters = decode_counter_count(c.max_num_seqs, c.num_kv_heads,
+                                    c.num_heads / c.num_kv_heads * c.decode_query_len) *
                sizeof(unsigned);
   w.partials = align_up(w.counters);
   return w;
@@ -121,15 +122,15 @@ DecodeDevice prepare_decode_kernel(const LoadedKernel& decode) {
   return out;
 }
 
-DecodeGrid decode_grid(int num_decodes, int num_kv_heads, int group, int max_model_len, int window,
-                       int head_size, KvDType kv_dtype, const DecodeDevice& dev) {
+DecodeGrid decode_grid(int num_decodes, int num_kv_heads, int columns, int max_model_len,
+                       int window, int head_size, KvDType kv_dtype, const DecodeDevice& dev) {
   const int kvb = kv_dtype == KvDType::kAuto ? 2 : 1;
   DecodeGrid g;
   g.stages = ga_decode_max_stages(head_size, kvb);
   if (num_decodes <= 0 || dev.num_sms <= 0) return g;
   const int shallow = ga_decode_shallow_stages(head_size, kvb);
   const int64_t blocks_per_split =
-      int64_t{num_decodes} * num_kv_heads * ga_decode_head_chunks(group);
+      int64_t{num_decodes} * num_kv_heads * ga_decode_head_chunks(columns);
   // Attended tokens of the longest request, plus the window start's rounding down to a tile.
   const int64_t len = window > 0
                           ? std::min<int64_t>(max_model_len, int64_t{window} + GA_DECODE_TILE - 1)
@@ -227,8 +228,25 @@ void check_decode_launch(const AttentionSpec& spec, const DecodeLaunch& a, const
       "a cluster launch runs the shallow pipeline: stages " + str(stages) +
           " is not supported with cluster; supported: 0 (default), 2.." +
           str(ga_decode_shallow_stages(spec.head_size, kvb)));
+  if (a.multi_token) {
+    GA_REQUIRE(a.max_query_len >= 1 && a.max_query_len <= kMaxDecodeQueryLen,
+               "max_query_len " + str(a.max_query_len) +
+                   " is not supported for multi-token "
+                   "decode; supported: 1.." +
+                   str(kMaxDecodeQueryLen));
+    require_rank(a.query_start_loc, 1, "query_start_loc", "[num_reqs + 1]");
+    require_int32_rows(a.query_start_loc, "query_start_loc", int64_t{a.num_decodes} + 1,
+                       "[num_reqs + 1]");
+    GA_REQUIRE(a.new_key.ndim == 0, std::string(where) +
+                                        ": a multi-token decode launch takes no fused cache "
+                                        "write (write the new tokens first)");
+  } else {
+    GA_REQUIRE(a.max_query_len == 1, "max_query_len " + str(a.max_query_len) +
+                                         " needs a multi-token decode kernel (spec _mt)");
+  }
+  const int rows = a.num_decodes * a.max_query_len;
   const WorkspaceLayout w =
-      workspace_layout(a.num_decodes, static_cast<int>(num_heads), spec.head_size, a.max_splits);
+      workspace_layout(rows, static_cast<int>(num_heads), spec.head_size, a.max_splits);
   GA_REQUIRE(w.total == 0 || (a.workspace != nullptr && a.workspace_size >= w.total &&
                               reinterpret_cast<uintptr_t>(a.workspace) % 16 == 0),
              "decode workspace of " + str(static_cast<int64_t>(a.workspace_size)) + " bytes at " +
@@ -236,14 +254,15 @@ void check_decode_launch(const AttentionSpec& spec, const DecodeLaunch& a, const
                  str(static_cast<int64_t>(w.total)) + " bytes, 16-byte aligned, are needed for " +
                  str(a.num_decodes) + " requests and " + str(a.max_splits) + " splits");
   const int num_kv_heads = static_cast<int>(a.kv_cache.shape[3]);
-  const int64_t grid_y = int64_t{num_kv_heads} * ga_decode_head_chunks(spec.group);
+  const int columns = spec.group * a.max_query_len;
+  const int64_t grid_y = int64_t{num_kv_heads} * ga_decode_head_chunks(columns);
   GA_REQUIRE(grid_y <= 65535, "decode launch too large: " + str(grid_y) +
                                   " KV-head blocks per request (at most 65535)");
   GA_REQUIRE(
       a.max_splits == 1 || a.cluster ||
           (a.counters != nullptr && reinterpret_cast<uintptr_t>(a.counters) % 4 == 0),
       "decode counters must be a 4-byte aligned pointer to " +
-          str(static_cast<int64_t>(decode_counter_count(a.num_decodes, num_kv_heads, spec.group))) +
+          str(static_cast<int64_t>(decode_counter_count(a.num_decodes, num_kv_heads, columns))) +
           " zero-filled uint32 when max_splits (" + str(a.max_splits) + ") > 1, got " +
           (a.counters ? "a misaligned pointer" : "null"));
   if (a.new_key.ndim != 0) {
@@ -266,8 +285,8 @@ void enqueue_decode(const LoadedKernel& decode, const DecodeLaunch& a, CUstream 
   const bool fp8 = spec.kv_dtype != KvDType::kAuto;
   const int64_t num_heads = a.query.shape[1];
   const int num_kv_heads = static_cast<int>(a.kv_cache.shape[3]);
-  const WorkspaceLayout w =
-      workspace_layout(a.num_decodes, static_cast<int>(num_heads), spec.head_size, a.max_splits);
+  const WorkspaceLayout w = workspace_layout(
+      a.num_decodes * a.max_query_len, static_cast<int>(num_heads), spec.head_size, a.max_splits);
 
   DecodeParams p{};
   unsigned char* ws = static_cast<unsigned char*>(a.workspace);
@@ -293,8 +312,11 @@ void enqueue_decode(const LoadedKernel& decode, const DecodeLaunch& a, CUstream 
     p.num_slots = a.kv_cache.shape[1] * a.kv_cache.shape[2];
   }
   p.bounds = static_cast<GaBoundsReport*>(a.bounds);
+  p.query_start_loc = a.multi_token ? static_cast<const int*>(a.query_start_loc.data) : nullptr;
+  p.max_query_len = a.max_query_len;
 
-  const int64_t grid_y = int64_t{num_kv_heads} * ga_decode_head_chunks(spec.group);
+  const int64_t grid_y =
+      int64_t{num_kv_heads} * ga_decode_head_chunks(spec.group * a.max_query_len);
   const int kvb = kv_bytes_of(spec);
   const int stages = stages_of(spec, a);
   p.stages = stages;

@@ -75,16 +75,23 @@ struct DecodeLaunch : AttentionViews {
   // first block id or fused-write slot outside the cache; the launch then needs the checked
   // kernel (spec "_chk"). nullptr: the fast kernel.
   void* bounds = nullptr;
+  // Multi-token decode (multi_token true, a "_mt" kernel): request r's query rows are
+  // [query_start_loc[r], query_start_loc[r + 1]), at most max_query_len (1..16) of them; no
+  // fused cache write. The grid and workspace are sized for num_decodes * max_query_len rows.
+  TensorView query_start_loc;  // [>= num_decodes + 1] int32
+  int max_query_len = 1;
 };
 
 // The decode spec these views and options need on `arch`. Checks ranks, dtypes and head counts
 // (throws graphattn::Error naming the bad argument); does not touch the device.
 AttentionSpec decode_spec(const DecodeLaunch& args, int arch);
 
-// Workspace for the partial results of one launch.
-size_t decode_workspace_bytes(int num_decodes, int num_heads, int head_size, int max_splits);
-// Split counters of one launch: one per (request, KV head, chunk of 16 query heads).
-size_t decode_counter_count(int num_decodes, int num_kv_heads, int group);
+// Workspace for the partial results of one launch of `rows` query rows (num_decodes, or for a
+// multi-token launch num_decodes * max_query_len).
+size_t decode_workspace_bytes(int rows, int num_heads, int head_size, int max_splits);
+// Split counters of one launch: one per (request, KV head, chunk of 16 query columns). columns:
+// query columns per KV head, the GQA group (times max_query_len for a multi-token launch).
+size_t decode_counter_count(int num_decodes, int num_kv_heads, int columns);
 
 // A layer's workspace (AttentionBackend::workspace_bytes()): the split counters for max_num_seqs
 // requests first, at a fixed place so that every batch size finds its counters at zero, then,
@@ -109,9 +116,10 @@ DecodeDevice prepare_decode_kernel(const LoadedKernel& decode);
 // into splits of fewer than GA_DECODE_MIN_TILES_PER_SPLIT tiles: short splits (up to 16 tiles a
 // warp) take the shallow pipeline (ga_decode_shallow_stages) and run as clusters where the
 // device holds max_splits blocks in one; long ones the deepest (ga_decode_max_stages).
-//   max_model_len: longest seq_len; window: sliding window (0 none); group: heads per KV head
-DecodeGrid decode_grid(int num_decodes, int num_kv_heads, int group, int max_model_len, int window,
-                       int head_size, KvDType kv_dtype, const DecodeDevice& device);
+//   max_model_len: longest seq_len; window: sliding window (0 none); columns: query columns per
+//   KV head, the GQA group (times max_query_len for multi-token decode)
+DecodeGrid decode_grid(int num_decodes, int num_kv_heads, int columns, int max_model_len,
+                       int window, int head_size, KvDType kv_dtype, const DecodeDevice& device);
 
 // Every check of a decode launch's arguments against the kernel spec `ks`, given the KV cache's
 // shape (check_kv_cache of args.kv_cache, checked once by the caller); `where` names the caller

@@ -71,6 +71,9 @@ struct AttentionViews {
   // Per-head launch data of the ALiBi and sinks spec axes (non-null: the spec has the axis).
   const float* alibi_slopes = nullptr;  // [num_heads] fp32 device memory
   const float* sinks = nullptr;         // [num_heads] fp32 device memory
+  // Decode launches: the multi-token kernel (spec "_mt"; DecodeLaunch's query_start_loc and
+  // max_query_len say the rows). Prefill launches leave it false.
+  bool multi_token = false;
 };
 
 // The paged-attention fields that DecodeParams and PrefillParams share: query and output rows,

@@ -16,6 +16,13 @@
 // whole output chunks. Shared-memory rows are swizzled at 16-byte granularity (chunk ^ row % 8),
 // which makes both access patterns conflict-free.
 //
+// Multi-token decode (specs "_mt", speculative decoding): a request has 1..max_query_len query
+// tokens at positions seq_len - q_len .. seq_len - 1, causal among themselves. The N columns of
+// S^T are then (query token, head) pairs, token-major like the prefill kernels' rows, 16 per
+// block, so the tokens of a request share every KV tile the block reads; each column has its own
+// causal (and window) limit, and a column that sees no key of a split is weighted 0 when the
+// splits combine. Without "_mt" every column is a head of the one query token, as before.
+//
 // Softmax runs in the log2 domain with exp2; accumulation is fp32; P is rounded to the MMA's
 // 16-bit type. fp8 KV is widened to fp16 exactly by bit moves (e4m3 lands scaled by 2^-8, which
 // is folded into the score and output scales) and multiplied in fp16 whatever the model's type;
@@ -36,7 +43,13 @@ constexpr int LIVE_CHUNKS = (REAL_BYTES + 15) / 16;      // chunks holding any e
 constexpr int MAX_STAGES = ga_decode_max_stages(HEAD_SIZE, KV_BYTES);
 constexpr int TILE_BYTES = TILE * ROW_BYTES;  // K (or V) of one tile
 constexpr int STAGE_BYTES = 2 * TILE_BYTES;
-constexpr int HPB = GROUP < GA_DECODE_HEADS_PER_BLOCK ? GROUP : GA_DECODE_HEADS_PER_BLOCK;
+#ifdef GA_MULTI_TOKEN
+constexpr bool MT = true;
+#else
+constexpr bool MT = false;
+#endif
+// Query columns per block: heads of the one token, or (multi-token) up to 16 (token, head) pairs.
+constexpr int HPB = MT || GROUP >= GA_DECODE_HEADS_PER_BLOCK ? GA_DECODE_HEADS_PER_BLOCK : GROUP;
 constexpr int NT = (HPB + 7) / 8;  // head n-tiles of 8
 constexpr int HEAD_CHUNKS = ga_decode_head_chunks(GROUP);
 constexpr int KGROUPS = CHUNKS_PAD / 4;  // K chunks per thread per token
@@ -226,19 +239,21 @@ __device__ __forceinline__ float4 ga_cluster_ld4(unsigned addr) {
 // LSE = log2(sum_s 2^lse_s (+ 2^sink_log2 with HAS_SINKS)): load(s, lse, o) gives split s's
 // log2-sum-exp and four of its normalized outputs. One pass with a running maximum, so that every
 // load can be issued at once; each split saw at least one key, so every lse is finite.
+// (Multi-token: a split that saw no key of a column has lse -inf and output 0, weight 0.)
 template <typename Load>
 __device__ __forceinline__ float4 ga_combine_splits(int n, float sink_log2, Load load) {
   float mx;
   float4 acc;
   load(0, mx, acc);
-  float total = 1.0f;
+  float total = MT && mx == GA_NEG_INF ? 0.0f : 1.0f;
 #pragma unroll 4
   for (int sp = 1; sp < n; ++sp) {
     float ls;
     float4 x;
     load(sp, ls, x);
     const float m_new = fmaxf(mx, ls);
-    const float a = ga_exp2(mx - m_new), w = ga_exp2(ls - m_new);
+    const float m_use = MT && m_new == GA_NEG_INF ? 0.0f : m_new;
+    const float a = ga_exp2(mx - m_use), w = ga_exp2(ls - m_use);
     mx = m_new;
     total = total * a + w;
     acc.x = acc.x * a + w * x.x;
@@ -268,24 +283,38 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   if (!early) ga_grid_dependency_sync();
   extern __shared__ __align__(128) unsigned char smem[];
   const int split = blockIdx.x;
-  const int kv_head = blockIdx.y / HEAD_CHUNKS;
-  const int head_chunk = blockIdx.y - kv_head * HEAD_CHUNKS;
   const int req = blockIdx.z;
+  // Column chunks per KV head: compile-time for one token, from the launch's max_query_len for
+  // multi-token kernels (the grid is fixed per captured size).
+  const int chunks = MT ? (p.max_query_len * GROUP + HPB - 1) / HPB : HEAD_CHUNKS;
+  const int kv_head = blockIdx.y / chunks;
+  const int head_chunk = blockIdx.y - kv_head * chunks;
   const int tid = threadIdx.x;
   const int warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, t = lane & 3;
-  const int first_head = kv_head * GROUP + head_chunk * GA_DECODE_HEADS_PER_BLOCK;
-  const int heads_here = GROUP - head_chunk * GA_DECODE_HEADS_PER_BLOCK < HPB
-                             ? GROUP - head_chunk * GA_DECODE_HEADS_PER_BLOCK
-                             : HPB;
+  const int first_col = head_chunk * GA_DECODE_HEADS_PER_BLOCK;
+  const int first_head = kv_head * GROUP + first_col;  // one token: column c is head first_head + c
+  // Multi-token: the request's query rows and their count.
+  const int q_begin = MT ? p.query_start_loc[req] : req;
+  const int q_len = MT ? p.query_start_loc[req + 1] - q_begin : 1;
+  const int cols = MT ? q_len * GROUP : GROUP;
+  const int heads_here = cols - first_col < HPB ? cols - first_col : HPB;  // columns here
+  if (MT && heads_here <= 0) return;  // a shorter request: this chunk has no column
+  // Column c's query row (token) and head.
+  auto col_token = [&](int c) { return MT ? q_begin + (first_col + c) / GROUP : req; };
+  auto col_head = [&](int c) {
+    return MT ? kv_head * GROUP + (first_col + c) % GROUP : first_head + c;
+  };
 
   const int seq_len = p.kv.seq_lens[req];
+  // Column c's query position (multi-token; one token: seq_len - 1).
+  auto col_pos = [&](int c) { return seq_len - q_len + (MT ? (first_col + c) / GROUP : 0); };
   if (seq_len <= 0) {  // a padded row: zeros out, no block-table read
     if (early) ga_grid_dependency_sync();
     if (split == 0) {
       for (int i = tid; i < heads_here * (HEAD_SIZE / 8); i += GA_DECODE_THREADS) {
         const int h = i / (HEAD_SIZE / 8), c = i - h * (HEAD_SIZE / 8);
-        *reinterpret_cast<uint4*>(ga_output_row(p, req, first_head + h) + c * 8) =
+        *reinterpret_cast<uint4*>(ga_output_row(p, col_token(h), col_head(h)) + c * 8) =
             make_uint4(0u, 0u, 0u, 0u);
       }
     }
@@ -293,7 +322,8 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   }
 
   // This request's tiles: 16-token tiles from the window start rounded down to 16.
-  const int lo = ga_window_first_key(seq_len - 1, p.window);
+  // (Multi-token: from the first column's window start; the columns' own limits mask the rest.)
+  const int lo = ga_window_first_key(col_pos(0), p.window);
   const int base = lo & ~(TILE - 1);
   const int tiles = (seq_len - base + TILE - 1) / TILE;
   int num_splits = (tiles + GA_DECODE_MIN_TILES_PER_SPLIT - 1) / GA_DECODE_MIN_TILES_PER_SPLIT;
@@ -488,8 +518,8 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) {
     const int h = nt * 8 + g;
-    const ga_u16* q = static_cast<const ga_u16*>(p.query) + req * p.query_token_stride +
-                      (first_head + h) * p.query_head_stride;
+    const ga_u16* q = static_cast<const ga_u16*>(p.query) + col_token(h) * p.query_token_stride +
+                      col_head(h) * p.query_head_stride;
 #pragma unroll
     for (int i = 0; i < KGROUPS; ++i) {
       const int c = ga_k_chunk_index(i, t);
@@ -526,7 +556,8 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
 #pragma unroll
         for (int e = 0; e < 4; ++e) o[v][u][nt][e] = 0.0f;
   float m_run[NT][2], l_run[NT][2];
-  float slope[NT][2];  // ALiBi slopes (log2 domain) of heads 2t, 2t + 1 (+ 8 nt)
+  float slope[NT][2];                // ALiBi slopes (log2 domain) of columns 2t, 2t + 1 (+ 8 nt)
+  int col_hi[NT][2], col_lo[NT][2];  // multi-token: the keys [lo, hi] a column sees
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) {
     m_run[nt][0] = m_run[nt][1] = GA_NEG_INF;
@@ -534,7 +565,9 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
 #pragma unroll
     for (int k = 0; k < 2; ++k) {
       const int h = nt * 8 + 2 * t + k;
-      slope[nt][k] = ga_alibi_slope_log2(p.terms, first_head + h, h < heads_here);
+      slope[nt][k] = ga_alibi_slope_log2(p.terms, col_head(h), h < heads_here);
+      col_hi[nt][k] = h < heads_here ? col_pos(h) : -1;
+      col_lo[nt][k] = ga_window_first_key(col_hi[nt][k], p.window);
     }
   }
 
@@ -593,8 +626,13 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
       for (int e = 0; e < 4; ++e) {
         float x =
             HAS_SOFT_CAP ? ga_soft_cap_log2(s[nt][e], qk_scale, cap_log2) : s[nt][e] * qk_scale;
-        if (HAS_ALIBI) x += ga_alibi_log2(slope[nt][e & 1], e < 2 ? pos0 : pos1, seq_len - 1);
-        s[nt][e] = (e < 2 ? ok0 : ok1) ? x : GA_NEG_INF;
+        const int pos = e < 2 ? pos0 : pos1;
+        if (HAS_ALIBI)
+          x += ga_alibi_log2(slope[nt][e & 1], pos, MT ? col_hi[nt][e & 1] : seq_len - 1);
+        const bool ok = MT      ? pos >= col_lo[nt][e & 1] && pos <= col_hi[nt][e & 1]
+                        : e < 2 ? ok0
+                                : ok1;
+        s[nt][e] = ok ? x : GA_NEG_INF;
       }
       float mx0 = fmaxf(s[nt][0], s[nt][2]), mx1 = fmaxf(s[nt][1], s[nt][3]);
 #pragma unroll
@@ -709,24 +747,26 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
       acc.z += f * x.z;
       acc.w += f * x.w;
     }
-    // One split: the sink joins here; several: in the combine of the splits.
+    // One split: the sink joins here; several: in the combine of the splits. (Multi-token: a
+    // column that saw no key here has l = 0 and contributes a zero output with lse -inf.)
     const float r =
         HAS_SINKS && num_splits == 1
-            ? out_scale * ga_sink_normalizer(mx, l, ga_sink_log2(p.terms, first_head + h, true))
-            : out_scale / l;
+            ? out_scale * ga_sink_normalizer(mx, l, ga_sink_log2(p.terms, col_head(h), true))
+        : MT && l == 0.0f ? 0.0f
+                          : out_scale / l;
     acc.x *= r;
     acc.y *= r;
     acc.z *= r;
     acc.w *= r;
-    const int head = first_head + h;
+    const int head = col_head(h), token = col_token(h);
     if (num_splits == 1) {
-      ga_store4(ga_output_row(p, req, head) + d, acc);
+      ga_store4(ga_output_row(p, token, head) + d, acc);
     } else if (cluster) {
       *reinterpret_cast<float4*>(part_o + h * HEAD_SIZE + d) = acc;
       if (d == 0) part_lse[h] = mx + __log2f(l);
     } else {
       const long long row =
-          (static_cast<long long>(req) * p.num_heads + head) * p.max_splits + split;
+          (static_cast<long long>(token) * p.num_heads + head) * p.max_splits + split;
       *reinterpret_cast<float4*>(p.partial_out + row * HEAD_SIZE + d) = acc;
       if (d == 0) p.partial_lse[row] = mx + __log2f(l);
     }
@@ -741,8 +781,8 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
          i += num_splits * GA_DECODE_THREADS) {
       const int h = i / D4, d = (i - h * D4) * 4;
       ga_store4(
-          ga_output_row(p, req, first_head + h) + d,
-          ga_combine_splits(num_splits, ga_sink_log2(p.terms, first_head + h, true),
+          ga_output_row(p, col_token(h), col_head(h)) + d,
+          ga_combine_splits(num_splits, ga_sink_log2(p.terms, col_head(h), true),
                             [&](int sp, float& ls, float4& x) {
                               ls = ga_cluster_ld(ga_cluster_addr(part_lse + h, sp));
                               x = ga_cluster_ld4(ga_cluster_addr(part_o + h * HEAD_SIZE + d, sp));
@@ -770,11 +810,11 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   __threadfence();
   for (int i = tid; i < heads_here * D4; i += GA_DECODE_THREADS) {
     const int h = i / D4, d = (i - h * D4) * 4;
-    const int head = first_head + h;
-    const long long row0 = (static_cast<long long>(req) * p.num_heads + head) * p.max_splits;
+    const int head = col_head(h), token = col_token(h);
+    const long long row0 = (static_cast<long long>(token) * p.num_heads + head) * p.max_splits;
     const float* lse = p.partial_lse + row0;
     const float* part = p.partial_out + row0 * HEAD_SIZE + d;
-    ga_store4(ga_output_row(p, req, head) + d,
+    ga_store4(ga_output_row(p, token, head) + d,
               ga_combine_splits(
                   num_splits, ga_sink_log2(p.terms, head, true), [&](int sp, float& ls, float4& x) {
                     ls = __ldcg(lse + sp);

@@ -106,9 +106,15 @@ struct DecodeParams {
   long long new_key_head_stride;
   long long new_value_token_stride;
   long long new_value_head_stride;
-  long long num_slots;     // num_blocks * block_size
-  int max_splits;          // == gridDim.x, >= 1
-  int num_heads;           // query heads (partials' row count)
+  long long num_slots;  // num_blocks * block_size
+  int max_splits;       // == gridDim.x, >= 1
+  int num_heads;        // query heads (partials' row count)
+  // Multi-token decode (GA_MULTI_TOKEN): request r's query rows are
+  // [query_start_loc[r], query_start_loc[r + 1]), at most max_query_len of them; gridDim.y is
+  // num_kv_heads * ga_decode_column_chunks(max_query_len, GROUP), and the partials and the
+  // outputs are indexed by query row. Unused (null, 1) otherwise.
+  const int* query_start_loc;  // [num_decodes + 1] int32
+  int max_query_len;
   int stages;              // cp.async pipeline depth, 2..ga_decode_max_stages(...)
   int cluster_splits;      // 1: launched in clusters of gridDim.x blocks (the splits of a
                            // request and head group), which combine through distributed
@@ -149,6 +155,10 @@ constexpr int ga_decode_max_stages(int head_size, int kv_bytes) {
 }
 constexpr int ga_decode_head_chunks(int group) {
   return (group + GA_DECODE_HEADS_PER_BLOCK - 1) / GA_DECODE_HEADS_PER_BLOCK;
+}
+// Blocks per KV head of a multi-token decode: q_len * group (token, head) columns, 16 a block.
+constexpr int ga_decode_column_chunks(int max_query_len, int group) {
+  return ga_decode_head_chunks(max_query_len * group);
 }
 constexpr int ga_decode_smem_bytes(int head_size, int kv_bytes, int stages) {
   // The K/V pipeline, reused at the end for the cross-warp combine (per warp, 16 heads of

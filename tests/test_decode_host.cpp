@@ -172,3 +172,29 @@ TEST_CASE("decode counters: one per request, KV head and chunk of 16 query heads
   CHECK(detail::decode_counter_count(3, 2, 20) == 3 * 2 * 2);
   CHECK(detail::decode_counter_count(0, 8, 4) == 0);
 }
+
+TEST_CASE("multi-token decode: the _mt axis, its configuration and its grid") {
+  // decode_query_len > 1 selects the multi-token decode kernel; prefill and cache write stay.
+  AttentionLayerConfig c = test::layer_config(32, 8, 128, 4096, 64);
+  c.arch = 90;
+  c.decode_query_len = 4;
+  const auto specs = AttentionBackend(c).required_specs();
+  CHECK(specs[0].to_string() == "cache_write_h128_b16_bf16_kvauto_g1_swa0_cap0_nhd_sm90");
+  CHECK(specs[1].to_string() == "decode_h128_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm90_mt");
+  CHECK(specs[2].to_string() == "prefill_h128_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm90");
+  CHECK(AttentionSpec::parse(specs[1].to_string()) == specs[1]);
+  CHECK_THROWS_WITH_AS(
+      AttentionSpec::parse("prefill_h128_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm90_mt"),
+      doctest::Contains("multi-token (_mt) is a decode kernel's axis"), Error);
+  for (int bad : {0, -1, kMaxDecodeQueryLen + 1}) {
+    c.decode_query_len = bad;
+    const std::string want =
+        "decode_query_len " + std::to_string(bad) + " is not supported; supported: 1..16";
+    CHECK_THROWS_WITH_AS(AttentionBackend{c}, doctest::Contains(want.c_str()), Error);
+  }
+  // Columns per KV head: group x tokens, 16 a block.
+  CHECK(ga_decode_column_chunks(4, 4) == 1);
+  CHECK(ga_decode_column_chunks(5, 4) == 2);
+  CHECK(ga_decode_column_chunks(16, 8) == 8);
+  CHECK(detail::decode_counter_count(3, 2, 4 * 8) == 3 * 2 * 2);
+}

@@ -58,6 +58,9 @@ GRAPHATTN_API void prefill_attention(const TensorView& query, const TensorView& 
                                      const float* alibi_slopes = nullptr,
                                      const float* sinks = nullptr);
 
+// The most query tokens a multi-token decode request holds (AttentionLayerConfig).
+constexpr int kMaxDecodeQueryLen = 16;
+
 // One attention layer's configuration: everything that is fixed for the life of an engine.
 struct GRAPHATTN_API AttentionLayerConfig {
   int num_heads = 0;                  // query heads; a multiple of num_kv_heads
@@ -77,6 +80,12 @@ struct GRAPHATTN_API AttentionLayerConfig {
   // Attention sinks (gpt-oss): [num_heads] fp32 logits in device memory (null: none). Head h's
   // softmax denominator gains exp(sinks[h]), which contributes no value. Kept alive likewise.
   const float* sinks = nullptr;
+  // The most query tokens of a decode request: 1, or 1 + the speculative tokens a step verifies
+  // (vLLM's uniform decode query length, up to kMaxDecodeQueryLen). Above 1 the decode kernel
+  // is the multi-token one (spec "_mt"): decode requests (the first num_decodes) may then hold
+  // 1..decode_query_len tokens each, causal among themselves, and every KV tile a request reads
+  // serves all of its tokens.
+  int decode_query_len = 1;
   float scale = 0.0f;     // softmax scale; 0 = 1 / sqrt(head_size)
   float k_scale = 1.0f;   // fp8 KV: key = stored * k_scale (ignored otherwise)
   float v_scale = 1.0f;   // fp8 KV: value = stored * v_scale (ignored otherwise)
@@ -98,8 +107,8 @@ struct GRAPHATTN_API AttentionLayerConfig {
   // Every field above, in order: what == compares (a new field joins it here).
   auto fields() const {
     return std::tie(num_heads, num_kv_heads, head_size, block_size, dtype, kv_dtype, layout, window,
-                    soft_cap, alibi_slopes, sinks, scale, k_scale, v_scale, max_model_len,
-                    max_num_seqs, arch, overlap_previous_kernel, check_bounds);
+                    soft_cap, alibi_slopes, sinks, decode_query_len, scale, k_scale, v_scale,
+                    max_model_len, max_num_seqs, arch, overlap_previous_kernel, check_bounds);
   }
   bool operator==(const AttentionLayerConfig& o) const { return fields() == o.fields(); }
   bool operator!=(const AttentionLayerConfig& o) const { return !(*this == o); }

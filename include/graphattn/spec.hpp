@@ -54,6 +54,9 @@ enum class KvLayout { kNHD, kHND };                // order of block_size and nu
   /* attention sinks (gpt-oss): one logit per head joins the softmax denominator and adds */  \
   /* no value; the logits are launch data (a device array of num_heads floats) */             \
   X(bool, sinks, false, kSuffix, "_sink", "attention sinks", 2, "HAS_SINKS")                  \
+  /* multi-token decode (speculative decoding): decode requests of 1..max_query_len query */  \
+  /* tokens, causal among themselves, sharing each KV tile; decode kernels only */            \
+  X(bool, multi_token, false, kSuffix, "_mt", "multi-token decode", 2, "GA_MULTI_TOKEN")      \
   /* Checked mode: the kernel compares every block id and slot it reads with the cache's */   \
   /* size and reports the first one out of range (AttentionBackend::take_bounds_violation) */ \
   /* instead of reading or writing outside the cache. Off: the fast path, whose source and */ \

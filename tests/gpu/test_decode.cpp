@@ -560,7 +560,9 @@ namespace {
 // token written by forward's cache write), prefills with and without cached context, and padded
 // requests (seq_len 0, slot -1) at the end.
 struct Mixed {
-  std::vector<int> q_lens, seq_lens;  // per request; the first num_decodes have q_len 1
+  // per request; the first num_decodes have q_len 1 (multi-token configurations: 1..its
+  // decode_query_len)
+  std::vector<int> q_lens, seq_lens;
   int num_decodes = 0;
   int padded = 0;  // trailing requests with seq_len 0 and one padded token each
 };
@@ -650,7 +652,7 @@ void run_forward(const AttentionLayerConfig& cfg, const Mixed& m, KernelCache& c
   md.slot_mapping = TensorView::contiguous(d_slots.data(), ScalarType::kInt64, {T});
   md.num_reqs = n;
   md.num_decodes = m.num_decodes;
-  md.num_decode_tokens = m.num_decodes;
+  md.num_decode_tokens = qsl[m.num_decodes];
   md.num_actual_tokens = T;
   md.max_query_len = *std::max_element(m.q_lens.begin(), m.q_lens.end());
   md.max_seq_len = *std::max_element(seq.begin(), seq.end());
@@ -722,6 +724,56 @@ void run_forward(const AttentionLayerConfig& cfg, const Mixed& m, KernelCache& c
 }
 
 }  // namespace
+
+TEST_CASE("gpu decode: multi-token decode (speculative tokens) through forward") {
+  GA_REQUIRE_GPU();
+  TempKernelCache cache;
+  auto rng = make_rng();
+  AttentionLayerConfig cfg = layer_config(8, 2, 128, 8192, 16);
+  cfg.decode_query_len = 4;  // 3 speculative tokens
+  {
+    INFO("decode only: 4 tokens each, some shorter, one long request (split), padding");
+    Mixed m;
+    m.q_lens = {4, 4, 1, 3, 4, 2};
+    m.seq_lens = {4, 300, 17, 2000, 8000, 40};
+    m.num_decodes = 8;
+    m.padded = 2;
+    run_forward(cfg, m, cache, rng);
+  }
+  {
+    INFO("decodes then prefills");
+    Mixed m;
+    m.q_lens = {4, 2, 4, 40, 3, 120};
+    m.seq_lens = {33, 700, 4, 40, 300, 520};
+    m.num_decodes = 3;
+    run_forward(cfg, m, cache, rng);
+  }
+  {
+    INFO("group 8 (two blocks of columns), 8 tokens, window, soft cap, fp16");
+    AttentionLayerConfig c2 = cfg;
+    c2.num_heads = 16;
+    c2.decode_query_len = 8;
+    c2.window = 100;
+    c2.soft_cap = 8.0f;
+    c2.dtype = DType::kFloat16;
+    Mixed m;
+    m.q_lens = {8, 5, 8, 1};
+    m.seq_lens = {8, 99, 3000, 250};
+    m.num_decodes = 4;
+    run_forward(c2, m, cache, rng);
+  }
+  {
+    INFO("group 1, 16 tokens");
+    AttentionLayerConfig c3 = cfg;
+    c3.num_heads = 2;
+    c3.decode_query_len = 16;
+    Mixed m;
+    m.q_lens = {16, 9, 16};
+    m.seq_lens = {16, 1000, 5000};
+    m.num_decodes = 3;
+    run_forward(c3, m, cache, rng);
+  }
+}
 
 TEST_CASE("gpu decode: forward on decode-only, mixed and padded batches") {
   GA_REQUIRE_GPU();
