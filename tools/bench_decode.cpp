@@ -29,6 +29,7 @@ std::string DecodeShape::label() const {
   std::string s = std::to_string(batch) + "x" + std::to_string(len);
   if (head_size != 128) s += " h" + std::to_string(head_size);
   if (kv != "auto") s += " " + kv;
+  if (q_len > 1) s += " q" + std::to_string(q_len);
   return s;
 }
 
@@ -50,15 +51,19 @@ std::vector<DecodeShape> parse_decode_shapes(const std::string& text) {
     }
     const size_t x = dims.find('x');
     if (x == std::string::npos)
-      throw Error("shape '" + item + "' is not BATCHxLEN[:hHEAD|:e4m3], e.g. 64x8192:h64");
+      throw Error("shape '" + item + "' is not BATCHxLEN[:hHEAD|:e4m3|:qN], e.g. 64x8192:h64");
     s.batch = std::stoi(dims.substr(0, x));
     s.len = std::stoi(dims.substr(x + 1));
     if (extra == "e4m3")
       s.kv = "e4m3";
     else if (!extra.empty() && extra[0] == 'h')
       s.head_size = std::stoi(extra.substr(1));
+    else if (!extra.empty() && extra[0] == 'q')
+      s.q_len = std::stoi(extra.substr(1));
     else if (!extra.empty())
-      throw Error("shape '" + item + "': suffix must be :hHEAD or :e4m3");
+      throw Error("shape '" + item + "': suffix must be :hHEAD, :e4m3 or :qN");
+    if (s.q_len < 1 || s.q_len > kMaxDecodeQueryLen)
+      throw Error("shape '" + item + "': q_len must be 1.." + std::to_string(kMaxDecodeQueryLen));
     if (s.batch <= 0 || s.len <= 0) throw Error("shape '" + item + "' must be positive");
     out.push_back(s);
   }
@@ -74,7 +79,8 @@ double check_shape(const DecodeShape& s, const AttentionBackend& attn, const Dev
   const AttentionLayerConfig& c = attn.config();
   const int H = c.num_heads, KH = c.num_kv_heads, D = c.head_size, B = c.block_size;
   const bool fp8 = s.kv == "e4m3";
-  std::vector<uint16_t> out_h(static_cast<size_t>(s.batch) * H * D), q_h(out_h.size());
+  const int Q = s.q_len;  // query rows of a request
+  std::vector<uint16_t> out_h(static_cast<size_t>(s.batch) * Q * H * D), q_h(out_h.size());
   out.download(out_h.data(), out_h.size() * 2);
   q.download(q_h.data(), q_h.size() * 2);
   double worst = 0;
@@ -84,11 +90,12 @@ double check_shape(const DecodeShape& s, const AttentionBackend& attn, const Dev
     p.num_kv_heads = KH;
     p.head_size = D;
     p.block_size = B;
-    p.query_start_loc = {0, 1};
+    p.query_start_loc = {0, Q};
     p.seq_lens = {s.len};
     p.max_blocks_per_seq = static_cast<int>(blocks_per_seq);
     p.scale = c.scale;
-    for (int i = 0; i < H * D; ++i) p.q.push_back(test::bf16_to_float(q_h[r * H * D + i]));
+    for (int i = 0; i < Q * H * D; ++i)
+      p.q.push_back(test::bf16_to_float(q_h[static_cast<size_t>(r) * Q * H * D + i]));
     // This request's blocks, copied into a compact cache numbered 0..blocks_per_seq-1.
     const size_t block_elems = static_cast<size_t>(B) * KH * D;
     const size_t elem = fp8 ? 1 : 2;
@@ -116,8 +123,9 @@ double check_shape(const DecodeShape& s, const AttentionBackend& attn, const Dev
       }
     }
     const std::vector<double> want = test::reference_attention(p);
-    std::vector<double> got(H * D);
-    for (int i = 0; i < H * D; ++i) got[i] = test::bf16_to_float(out_h[r * H * D + i]);
+    std::vector<double> got(static_cast<size_t>(Q) * H * D);
+    for (size_t i = 0; i < got.size(); ++i)
+      got[i] = test::bf16_to_float(out_h[static_cast<size_t>(r) * Q * H * D + i]);
     worst = std::max(worst, test::relative_l2(got, want));
   }
   return worst;
@@ -148,6 +156,8 @@ nlohmann::json bench_decode(const Device& dev, const DecodeOptions& o, const Pee
     const int elem = fp8 ? 1 : 2;
     AttentionLayerConfig cfg = test::layer_config(H, KH, D, s.len, s.batch);
     cfg.block_size = B;
+    cfg.decode_query_len = s.q_len;   // > 1: the multi-token kernel, s.q_len tokens a request
+    const int T = s.batch * s.q_len;  // query rows
     cfg = test::with_kv(cfg, fp8 ? KvDType::kFp8E4M3 : KvDType::kAuto, 1.5f);
     AttentionBackend attn(cfg);
     attn.prepare();
@@ -155,32 +165,32 @@ nlohmann::json bench_decode(const Device& dev, const DecodeOptions& o, const Pee
     const int64_t blocks_per_seq = (s.len + B - 1) / B;
     const int64_t NB = s.batch * blocks_per_seq;
     const size_t cache_elems = static_cast<size_t>(2) * NB * B * KH * D;
-    DeviceBuffer cache(cache_elems * elem), q(static_cast<size_t>(s.batch) * H * D * 2),
-        out(static_cast<size_t>(s.batch) * H * D * 2), seq(s.batch * 4),
-        bt(static_cast<size_t>(NB) * 4), qsl((s.batch + 1) * 4);
+    DeviceBuffer cache(cache_elems * elem), q(static_cast<size_t>(T) * H * D * 2),
+        out(static_cast<size_t>(T) * H * D * 2), seq(s.batch * 4), bt(static_cast<size_t>(NB) * 4),
+        qsl((s.batch + 1) * 4);
     if (fp8)
       fill_random_fp8(dev, cache.data(), cache_elems, 7 + s.batch);
     else
       fill_random_bf16(dev, cache.data(), cache_elems, 7 + s.batch);
-    fill_random_bf16(dev, q.data(), static_cast<size_t>(s.batch) * H * D, 99 + s.len);
+    fill_random_bf16(dev, q.data(), static_cast<size_t>(T) * H * D, 99 + s.len);
     std::vector<int> phys(NB), lens(s.batch, s.len), starts(s.batch + 1);
     std::iota(phys.begin(), phys.end(), 0);
     std::shuffle(phys.begin(), phys.end(), rng);
-    std::iota(starts.begin(), starts.end(), 0);
+    for (int r = 0; r <= s.batch; ++r) starts[r] = r * s.q_len;
     bt.upload(phys.data(), phys.size() * 4);
     seq.upload(lens.data(), lens.size() * 4);
     qsl.upload(starts.data(), starts.size() * 4);
     const ScalarType kst = fp8 ? ScalarType::kFloat8E4M3 : ScalarType::kBFloat16;
     const TensorView cache_v = TensorView::contiguous(cache.data(), kst, {2, NB, B, KH, D});
-    const TensorView q_v = TensorView::contiguous(q.data(), ScalarType::kBFloat16, {s.batch, H, D});
-    const TensorView o_v =
-        TensorView::contiguous(out.data(), ScalarType::kBFloat16, {s.batch, H, D});
+    const TensorView q_v = TensorView::contiguous(q.data(), ScalarType::kBFloat16, {T, H, D});
+    const TensorView o_v = TensorView::contiguous(out.data(), ScalarType::kBFloat16, {T, H, D});
     AttentionMetadata md;
     md.query_start_loc = TensorView::contiguous(qsl.data(), ScalarType::kInt32, {s.batch + 1});
     md.seq_lens = TensorView::contiguous(seq.data(), ScalarType::kInt32, {s.batch});
     md.block_table =
         TensorView::contiguous(bt.data(), ScalarType::kInt32, {s.batch, blocks_per_seq});
-    md.num_reqs = md.num_decodes = md.num_decode_tokens = md.num_actual_tokens = s.batch;
+    md.num_reqs = md.num_decodes = s.batch;
+    md.num_decode_tokens = md.num_actual_tokens = T;
     md.max_query_len = 1;
     md.max_seq_len = s.len;
     auto run = [&] {
@@ -203,7 +213,8 @@ nlohmann::json bench_decode(const Device& dev, const DecodeOptions& o, const Pee
     const double kv_bytes = static_cast<double>(s.batch) * s.len * KH * D * elem * 2;
     const double best = std::min(us, graph_us);
     const double gbs = kv_bytes / best / 1e3;
-    auto it = peer.decode_us.find(s.peer_key());
+    // The peer times one query token a request: no peer for multi-token rows.
+    auto it = s.q_len > 1 ? peer.decode_us.end() : peer.decode_us.find(s.peer_key());
     const double peer_us = it == peer.decode_us.end() ? 0 : it->second;
     char peer_col[16] = "-", ratio_col[16] = "-";
     if (peer_us > 0) {
@@ -214,7 +225,7 @@ nlohmann::json bench_decode(const Device& dev, const DecodeOptions& o, const Pee
                 kv_bytes / (1 << 20), us, graph_us, gbs, 100.0 * gbs / dev.read_gbs,
                 kv_bytes / dev.read_gbs / 1e3, peer_col, ratio_col, err,
                 o.check && !(err <= tol) ? "  FAIL" : "");
-    if (!o.try_splits.empty()) {
+    if (!o.try_splits.empty() && s.q_len == 1) {  // (single-token kernels only)
       // The decode kernel alone at other grid widths and every pipeline depth, each captured and
       // replayed; split launches also as clusters where the device holds them.
       const AttentionSpec ds = attn.required_specs()[1];
@@ -258,6 +269,7 @@ nlohmann::json bench_decode(const Device& dev, const DecodeOptions& o, const Pee
          {"batch", s.batch},
          {"len", s.len},
          {"head_size", D},
+         {"q_len", s.q_len},
          {"kv_dtype", s.kv},
          {"kv_mib", kv_bytes / (1 << 20)},
          {"max_splits", attn.decode_max_splits(s.batch)},
