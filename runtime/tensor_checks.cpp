@@ -81,15 +81,15 @@ AttentionLayerConfig layer_of(const KvCacheShape& kc, DType dtype, int arch) {
 
 AttentionSpec attention_spec_for(KernelKind kind, const TensorView& query, const TensorView& output,
                                  const TensorView& kv_cache, int window, float soft_cap, int arch,
-                                 bool check_bounds, bool alibi, bool sinks) {
+                                 bool check_bounds, bool alibi, bool sinks, bool non_causal) {
   require_rank(query, 3, "query", "[num_tokens, num_heads, head_size]");
   return attention_spec_for(kind, query, output, check_kv_cache(kv_cache, dtype_of(query.dtype)),
-                            window, soft_cap, arch, check_bounds, alibi, sinks);
+                            window, soft_cap, arch, check_bounds, alibi, sinks, non_causal);
 }
 
 AttentionSpec attention_spec_for(KernelKind kind, const TensorView& query, const TensorView& output,
                                  const KvCacheShape& kc, int window, float soft_cap, int arch,
-                                 bool check_bounds, bool alibi, bool sinks) {
+                                 bool check_bounds, bool alibi, bool sinks, bool non_causal) {
   const auto str = [](int64_t v) { return std::to_string(v); };
   require_rank(query, 3, "query", "[num_tokens, num_heads, head_size]");
   require_rank(output, 3, "output", "[num_tokens, num_heads, head_size]");
@@ -119,6 +119,7 @@ AttentionSpec attention_spec_for(KernelKind kind, const TensorView& query, const
   static const float kPresent = 0.f;
   c.alibi_slopes = alibi ? &kPresent : nullptr;
   c.sinks = sinks ? &kPresent : nullptr;
+  c.attn_type = non_causal ? AttentionType::kEncoder : AttentionType::kDecoder;
   const AttentionSpec spec = spec_for(c, kind);
   spec.validate();
   return spec;

@@ -41,17 +41,19 @@ AttentionLayerConfig layer_of(const KvCacheShape& kc, DType dtype, int arch);
 // The spec of an attention kernel of `kind` (decode or prefill) for these views and options on
 // `arch` (spec_for() of what they say): checks ranks, dtypes, head counts, window and soft cap
 // (graphattn::Error naming the bad argument). Touches no device.
-// alibi, sinks: the launch passes ALiBi slopes / sink logits.
+// alibi, sinks: the launch passes ALiBi slopes / sink logits; non_causal: a non-causal prefill.
 AttentionSpec attention_spec_for(KernelKind kind, const TensorView& query, const TensorView& output,
                                  const TensorView& kv_cache, int window, float soft_cap, int arch,
-                                 bool check_bounds, bool alibi = false, bool sinks = false);
+                                 bool check_bounds, bool alibi = false, bool sinks = false,
+                                 bool non_causal = false);
 // The softmax scale is finite and positive; with an fp8 cache (spec.kv_dtype) so are k_scale
 // and v_scale.
 void require_launch_scales(const AttentionSpec& spec, float scale, float k_scale, float v_scale);
 // The same for a cache view that check_kv_cache() has accepted (kc).
 AttentionSpec attention_spec_for(KernelKind kind, const TensorView& query, const TensorView& output,
                                  const KvCacheShape& kc, int window, float soft_cap, int arch,
-                                 bool check_bounds, bool alibi = false, bool sinks = false);
+                                 bool check_bounds, bool alibi = false, bool sinks = false,
+                                 bool non_causal = false);
 // Launches the loaded cache write kernel `k` on views that check_cache_write() accepted (kc is
 // its result); checks nothing.
 // `bounds`: checked mode's zero-filled GaBoundsReport (then `k` must be a checked kernel), or
@@ -76,9 +78,9 @@ void check_cache_write(const TensorView& key, const TensorView& value, const KvC
 template <typename Launch>
 void require_launch_kernel(KernelKind kind, const AttentionSpec& ks, const Launch& a,
                            const KvCacheShape& kc, const char* where) {
-  const AttentionSpec spec =
-      attention_spec_for(kind, a.query, a.output, kc, a.window, a.soft_cap, ks.arch,
-                         a.bounds != nullptr, a.alibi_slopes != nullptr, a.sinks != nullptr);
+  const AttentionSpec spec = attention_spec_for(
+      kind, a.query, a.output, kc, a.window, a.soft_cap, ks.arch, a.bounds != nullptr,
+      a.alibi_slopes != nullptr, a.sinks != nullptr, kind == KernelKind::kPrefill && a.non_causal);
   GA_REQUIRE(spec == ks, std::string(where) + ": the views need kernel " + spec.to_string() +
                              " but kernel " + ks.to_string() + " was given");
   require_vector_access(a.query, "query");

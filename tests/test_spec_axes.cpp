@@ -55,12 +55,13 @@ AttentionSpec moved(const AttentionSpec& base, const AxisAccess& axis) {
 }  // namespace
 
 TEST_CASE("spec axes: two specs that differ in one axis differ in key, memory tier and source") {
+  // A prefill spec: the non-causal and dense-KV axes are prefill axes.
   const AttentionSpec base =
-      AttentionSpec::parse("decode_h128_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm90");
+      AttentionSpec::parse("prefill_h128_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm90");
   test::TempKernelCache cache;
   const auto base_kernel = cache.get(base);
   const KernelSource base_src = render_kernel(base);
-  CHECK(kAxes.size() == 13);  // a new axis: extend this test's reasoning if it needs more
+  CHECK(kAxes.size() == 15);  // a new axis: extend this test's reasoning if it needs more
   for (const AxisAccess& axis : kAxes) {
     INFO("axis " << axis.field);
     const AttentionSpec other = moved(base, axis);
