@@ -54,6 +54,9 @@ AttentionLayerStack::AttentionLayerStack(Options options) : options_(std::move(o
                "layer " + std::to_string(l) +
                    " differs from layer 0 in heads, head size, block "
                    "size, dtype or KV layout; the stack shares its buffers across layers");
+    GA_REQUIRE(c.attn_type != AttentionType::kEncoderOnly,
+               "layer " + std::to_string(l) +
+                   " is encoder-only: it has no KV cache and no decode step to capture");
     // Padded decode batches reach max_tokens requests: the workspace must cover them.
     c.max_num_seqs = std::max(c.max_num_seqs, o.max_tokens);
     // Layer l's kernels follow layer l - 1's, which write only their own layer's cache and
@@ -82,9 +85,12 @@ AttentionLayerStack::AttentionLayerStack(Options options) : options_(std::move(o
   outputs_ = DeviceBuffer(L * T * H * D * 2);
   slots_ = DeviceBuffer(T * 8);
   seq_lens_ = DeviceBuffer(T * 4);
+  encoder_seq_lens_ = DeviceBuffer(T * 4);
   query_start_loc_ = DeviceBuffer((T + 1) * 4);
   block_table_ = DeviceBuffer(T * o.max_blocks_per_seq * 4);
-  for (auto* b : {&query_, &key_, &value_, &outputs_, &seq_lens_, &block_table_}) b->fill_bytes(0);
+  for (auto* b :
+       {&query_, &key_, &value_, &outputs_, &seq_lens_, &encoder_seq_lens_, &block_table_})
+    b->fill_bytes(0);
   slots_.fill_bytes(0xff);  // every slot -1: a step before the first batch writes nothing
   std::vector<int32_t> qsl(T + 1);
   for (int64_t i = 0; i <= T; ++i) qsl[i] = static_cast<int32_t>(i);
@@ -106,6 +112,12 @@ AttentionLayerStack::AttentionLayerStack(Options options) : options_(std::move(o
                                             {2, NB, B, KH, D},
                                             {NB * KH * B * D, KH * B * D, D, B * D, 1}));
   }
+}
+
+bool AttentionLayerStack::has_cross_layer() const {
+  for (const AttentionLayerConfig& c : options_.layers)
+    if (c.attn_type == AttentionType::kEncoderDecoder) return true;
+  return false;
 }
 
 void AttentionLayerStack::prepare(KernelCache& cache) {
@@ -143,6 +155,19 @@ void AttentionLayerStack::set_batch(const CommonAttentionMetadata& m, int padded
   staged_ints_.assign(static_cast<size_t>(R), 0);  // padded requests: seq_len 0
   std::copy(m.seq_lens.begin(), m.seq_lens.end(), staged_ints_.begin());
   upload_async(seq_lens_, staged_ints_, R, stream);
+  int max_encoder_len = 0;
+  if (has_cross_layer()) {
+    // Cross-attention layers read the encoder's keys: their lengths, padded requests 0.
+    GA_REQUIRE(m.encoder_seq_lens.size() == static_cast<size_t>(m.num_reqs),
+               "the stack has cross-attention layers: encoder_seq_lens needs one length for each "
+               "of the " +
+                   std::to_string(m.num_reqs) + " requests, got " +
+                   std::to_string(m.encoder_seq_lens.size()));
+    staged_ints_.assign(static_cast<size_t>(R), 0);
+    std::copy(m.encoder_seq_lens.begin(), m.encoder_seq_lens.end(), staged_ints_.begin());
+    for (int len : m.encoder_seq_lens) max_encoder_len = std::max(max_encoder_len, len);
+    upload_async(encoder_seq_lens_, staged_ints_, R, stream);
+  }
   staged_ints_.assign(static_cast<size_t>(m.num_reqs) * W, 0);
   for (int r = 0; r < m.num_reqs; ++r)
     std::copy(m.block_table.begin() + static_cast<size_t>(r) * m.max_blocks_per_seq,
@@ -167,6 +192,7 @@ void AttentionLayerStack::set_batch(const CommonAttentionMetadata& m, int padded
   counts_.num_actual_tokens = padded;
   counts_.max_query_len = std::max(1, m.max_query_len);
   counts_.max_seq_len = m.max_seq_len;
+  counts_.max_encoder_len = max_encoder_len;
   counts_tokens_ = padded;
 }
 
@@ -179,7 +205,7 @@ void AttentionLayerStack::step(CUstream stream, int num_tokens) {
   if (num_tokens != counts_tokens_) {
     // A capture pass before (or apart from) set_batch: the graph of this size serves padded
     // decode-only batches, so that is the shape it is captured with.
-    k = Counts{num_tokens, num_tokens, num_tokens, 1, c.max_model_len};
+    k = Counts{num_tokens, num_tokens, num_tokens, 1, c.max_model_len, c.max_model_len};
   }
   const int64_t n = num_tokens, H = c.num_heads, KH = c.num_kv_heads, D = c.head_size;
   AttentionMetadata md;
@@ -199,20 +225,30 @@ void AttentionLayerStack::step(CUstream stream, int num_tokens) {
   const auto q = TensorView::contiguous(query_.data(), st, {n, H, D});
   const auto kk = TensorView::contiguous(key_.data(), st, {n, KH, D});
   const auto v = TensorView::contiguous(value_.data(), st, {n, KH, D});
+  // Cross-attention layers: the encoder's lengths as seq_lens, and no write (the encoder's
+  // keys and values are in their cache already; the step's tokens are the decoder's).
+  AttentionMetadata cross_md = md;
+  cross_md.seq_lens =
+      TensorView::contiguous(encoder_seq_lens_.data(), ScalarType::kInt32, {k.num_reqs});
+  cross_md.max_seq_len = k.max_encoder_len;
   for (int l = 0; l < num_layers(); ++l) {
     TensorView out = output(l);
     out.shape[0] = n;
-    const bool owner = kv_owner_[l] == l;  // a sharing layer writes nothing (ndim 0 views)
-    backends_[backend_of_layer_[l]]->forward(q, owner ? kk : TensorView{}, owner ? v : TensorView{},
-                                             kv_[l], out, md, workspace_.data(), workspace_.bytes(),
-                                             stream);
+    // A sharing layer and a cross-attention layer write nothing (ndim 0 views).
+    const bool owner = kv_owner_[l] == l;
+    const bool cross = options_.layers[l].attn_type == AttentionType::kEncoderDecoder;
+    const bool writes = owner && !cross;
+    backends_[backend_of_layer_[l]]->forward(
+        q, writes ? kk : TensorView{}, writes ? v : TensorView{}, kv_[l], out, cross ? cross_md : md,
+        workspace_.data(), workspace_.bytes(), stream);
   }
 }
 
 uint64_t AttentionLayerStack::fingerprint() const {
   std::vector<uint64_t> words;
-  for (const DeviceBuffer* b : {&query_, &key_, &value_, &outputs_, &slots_, &seq_lens_,
-                                &query_start_loc_, &block_table_, &workspace_}) {
+  for (const DeviceBuffer* b :
+       {&query_, &key_, &value_, &outputs_, &slots_, &seq_lens_, &encoder_seq_lens_,
+        &query_start_loc_, &block_table_, &workspace_}) {
     words.push_back(b->ptr());
     words.push_back(b->bytes());
   }

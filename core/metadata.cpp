@@ -164,20 +164,75 @@ const char* to_string(CudaGraphSupport s) {
   return detail::enum_name(s, kNames);
 }
 
+FlashAttentionMetadataBuilder::FlashAttentionMetadataBuilder(AttentionType type, int block_size)
+    : type_(type), block_size_(block_size) {
+  if (static_cast<int>(type) < 0 || static_cast<int>(type) > 3)
+    throw Error("attention type " + std::to_string(static_cast<int>(type)) +
+                " is not supported; supported: decoder, encoder, encoder_only, encoder_decoder");
+  if (block_size <= 0) throw Error("block_size " + std::to_string(block_size) + " must be >= 1");
+}
+
+namespace {
+
+// vLLM's CrossAttentionBuilder: the encoder's lengths become the keys, and the requests whose
+// decoder has computed nothing yet write their encoder tokens.
+CommonAttentionMetadata cross_attention_metadata(const CommonAttentionMetadata& m, int block_size) {
+  if (m.encoder_seq_lens.size() != static_cast<size_t>(m.num_reqs))
+    throw Error("cross attention needs encoder_seq_lens for each of the " +
+                std::to_string(m.num_reqs) + " requests, got " +
+                std::to_string(m.encoder_seq_lens.size()));
+  CommonAttentionMetadata c = m;
+  c.causal = false;
+  c.seq_lens = m.encoder_seq_lens;
+  c.max_seq_len = 0;
+  c.slot_mapping.clear();
+  for (int r = 0; r < m.num_reqs; ++r) {
+    const int enc = m.encoder_seq_lens[r];
+    if (enc < 0 || enc > m.max_blocks_per_seq * block_size)
+      throw Error(at("encoder_seq_lens", r, enc) + " must be in [0, " +
+                  std::to_string(m.max_blocks_per_seq * block_size) + "] (its block-table row of " +
+                  std::to_string(m.max_blocks_per_seq) + " blocks of " +
+                  std::to_string(block_size) + ")");
+    c.max_seq_len = std::max(c.max_seq_len, enc);
+    const bool first_step =
+        static_cast<size_t>(r) >= m.num_computed_tokens.size() || m.num_computed_tokens[r] == 0;
+    if (!first_step) continue;
+    for (int i = 0; i < enc; ++i) {
+      const int64_t blk =
+          m.block_table[static_cast<size_t>(r) * m.max_blocks_per_seq + i / block_size];
+      c.slot_mapping.push_back(blk * block_size + i % block_size);
+    }
+  }
+  return c;
+}
+
+}  // namespace
+
 FlashAttentionMetadata FlashAttentionMetadataBuilder::build(int common_prefix_len,
                                                             const CommonAttentionMetadata& m,
                                                             bool) const {
   if (common_prefix_len < 0)
     throw Error("common_prefix_len must be >= 0, got " + std::to_string(common_prefix_len));
   FlashAttentionMetadata f;
-  f.common = m;
-  f.split = split_decodes_and_prefills(m);
+  f.common = type_ == AttentionType::kEncoderDecoder ? cross_attention_metadata(m, block_size_) : m;
+  if (type_ != AttentionType::kDecoder) f.common.causal = false;
+  if (type_ == AttentionType::kEncoderOnly) {
+    // No cache and no decodes: every sequence runs whole through the dense prefill.
+    f.split.num_prefills = m.num_reqs;
+    f.split.num_prefill_tokens = m.num_actual_tokens;
+  } else {
+    f.split = split_decodes_and_prefills(m);
+  }
   f.common_prefix_len = common_prefix_len;
   return f;
 }
 
 FlashAttentionMetadata FlashAttentionMetadataBuilder::build_for_cudagraph_capture(
     const CommonAttentionMetadata& m) const {
+  if (type_ == AttentionType::kEncoderOnly)
+    throw Error(
+        "encoder-only attention never runs in a full CUDA graph (its batches are all "
+        "prefills; cudagraph support: never)");
   if (m.num_reqs != m.num_actual_tokens)
     throw Error("full CUDA graph capture covers decode-only batches: num_reqs " +
                 std::to_string(m.num_reqs) + " != num_actual_tokens " +
@@ -190,7 +245,7 @@ FlashAttentionMetadata FlashAttentionMetadataBuilder::build_for_cudagraph_captur
 }
 
 bool FlashAttentionMetadataBuilder::can_run_in_cudagraph(const CommonAttentionMetadata& m) const {
-  return m.max_query_len <= 1;
+  return type_ != AttentionType::kEncoderOnly && m.max_query_len <= 1;
 }
 
 }  // namespace graphattn

@@ -177,6 +177,10 @@ const char* to_string(KernelKind k) { return name_of(k); }
 const char* to_string(DType t) { return name_of(t); }
 const char* to_string(KvDType t) { return name_of(t); }
 const char* to_string(KvLayout l) { return name_of(l); }
+const char* to_string(AttentionType t) {
+  static const char* const kNames[] = {"decoder", "encoder", "encoder_only", "encoder_decoder"};
+  return detail::enum_name(t, kNames);
+}
 
 void AttentionSpec::validate() const {
   for (const Axis& a : axes()) {
@@ -196,6 +200,24 @@ void AttentionSpec::validate() const {
                 ": the cache write kernel does not depend on the group, window, soft cap, ALiBi "
                 "or sinks; use g1_swa0_cap0 without _alibi or _sink so that one kernel serves "
                 "them all");
+  // Only prefill has a causal mask to drop: a decode query (the last position) sees every key
+  // already, so cross attention's decodes run the causal decode kernel.
+  if (non_causal && kind != KernelKind::kPrefill)
+    throw Error("spec " + to_string() + ": non-causal (_nc) is a prefill axis; the " +
+                name_of(kind) +
+                " kernel has no causal mask to drop (a decode query sees every key already)");
+  if (non_causal && sliding_window)
+    throw Error("spec " + to_string() +
+                ": non-causal (_nc) attention with a sliding window (swa1) is not supported; "
+                "supported: swa0 with _nc");
+  if (dense_kv && kind != KernelKind::kPrefill)
+    throw Error("spec " + to_string() + ": dense KV (_dense) is a prefill axis, not " +
+                name_of(kind));
+  // Dense K/V have no pages, no cache element type and no block ids: one canonical kernel.
+  if (dense_kv &&
+      (block_size != 16 || kv_dtype != KvDType::kAuto || layout != KvLayout::kNHD || check_bounds))
+    throw Error("spec " + to_string() +
+                ": dense KV (_dense) reads no paged cache; use b16, kvauto, nhd and no _chk");
 }
 
 std::string AttentionSpec::to_string() const {

@@ -39,6 +39,7 @@ enum SpecIndex { kWrite = 0, kDecodeIdx = 1, kPrefillIdx = 2 };
 
 AttentionSpec spec_for(const AttentionLayerConfig& c, KernelKind kind) {
   const bool write = kind == KernelKind::kCacheWrite;
+  const bool prefill = kind == KernelKind::kPrefill;
   AttentionSpec s;
   s.kind = kind;
   s.head_size = c.head_size;
@@ -54,19 +55,47 @@ AttentionSpec spec_for(const AttentionLayerConfig& c, KernelKind kind) {
   s.layout = c.layout;
   s.arch = c.arch;
   s.check_bounds = c.check_bounds;
+  // Only prefill drops the causal mask: a decode query sees every key already.
+  s.non_causal = prefill && c.attn_type != AttentionType::kDecoder;
+  if (prefill && c.attn_type == AttentionType::kEncoderOnly) {
+    // No cache: the one canonical dense kernel, whatever the layer's cache settings say.
+    s.dense_kv = true;
+    s.block_size = 16;
+    s.kv_dtype = KvDType::kAuto;
+    s.layout = KvLayout::kNHD;
+    s.check_bounds = false;
+  }
   return s;
 }
+
+namespace {
+
+// The kernels a layer of type t needs, in specs_ order: an encoder-only layer has no cache to
+// write and no decodes.
+std::vector<KernelKind> kernel_kinds(AttentionType t) {
+  if (t == AttentionType::kEncoderOnly) return {KernelKind::kPrefill};
+  return {KernelKind::kCacheWrite, KernelKind::kDecode, KernelKind::kPrefill};
+}
+
+}  // namespace
 
 std::string attention_config_problem(const AttentionLayerConfig& c) {
   if (c.num_heads <= 0 || c.num_kv_heads <= 0 || c.num_heads % c.num_kv_heads != 0)
     return "num_heads " + str(c.num_heads) + " and num_kv_heads " + str(c.num_kv_heads) +
            " are not supported; supported: positive counts with num_heads a multiple of "
            "num_kv_heads";
+  if (static_cast<int>(c.attn_type) < 0 ||
+      static_cast<int>(c.attn_type) > static_cast<int>(AttentionType::kEncoderDecoder))
+    return "attn_type " + str(static_cast<int>(c.attn_type)) +
+           " is not supported; supported: decoder, encoder, encoder_only, encoder_decoder";
   if (c.window < 0)
     return "window " + str(c.window) + " is not supported; supported: 0 (none) or >= 1 tokens";
   if (c.decode_query_len < 1 || c.decode_query_len > kMaxDecodeQueryLen)
     return "decode_query_len " + str(c.decode_query_len) + " is not supported; supported: 1.." +
            str(kMaxDecodeQueryLen) + " (1 + speculative tokens)";
+  if (c.window > 0 && c.attn_type != AttentionType::kDecoder)
+    return "window " + str(c.window) + " is not supported for attn_type " + to_string(c.attn_type) +
+           " (non-causal); supported: 0 (none)";
   if (!(c.soft_cap >= 0) || !std::isfinite(c.soft_cap))
     return "soft_cap " + fstr(c.soft_cap) + " is not supported; supported: 0 (none) or finite > 0";
   if (!(c.scale >= 0) || !std::isfinite(c.scale))
@@ -85,7 +114,7 @@ std::string attention_config_problem(const AttentionLayerConfig& c) {
     // arch 0 means the current device, checked at construction; any supported arch stands in.
     AttentionLayerConfig any = c;
     if (any.arch == 0) any.arch = 90;
-    spec_for(any, KernelKind::kDecode).validate();
+    for (KernelKind k : kernel_kinds(c.attn_type)) spec_for(any, k).validate();
   } catch (const Error& e) {
     return e.what();
   }
@@ -97,7 +126,7 @@ DecodeKernel select_decode_kernel(const AttentionLayerConfig& config) {
 }
 
 struct AttentionBackend::Loaded {
-  const detail::LoadedKernel* kernels[3] = {};  // in specs_ order
+  const detail::LoadedKernel* kernels[3] = {};  // in specs_ order (encoder-only: prefill only)
   detail::DecodeDevice device;                  // multiprocessors and occupancy
   CUcontext context = nullptr;                  // where the kernels are loaded
   int device_ordinal = 0;                       // that context's device
@@ -121,8 +150,7 @@ AttentionBackend::AttentionBackend(const AttentionLayerConfig& config)
   config_.check_bounds = config_.check_bounds || check_bounds_from_env();
   if (config_.scale == 0) config_.scale = 1.0f / std::sqrt(static_cast<float>(config_.head_size));
   if (config_.kv_dtype == KvDType::kAuto) config_.k_scale = config_.v_scale = 1.0f;
-  specs_ = {spec_for(config_, KernelKind::kCacheWrite), spec_for(config_, KernelKind::kDecode),
-            spec_for(config_, KernelKind::kPrefill)};
+  for (KernelKind k : kernel_kinds(config_.attn_type)) specs_.push_back(spec_for(config_, k));
   for (const auto& s : specs_) s.validate();
 }
 
@@ -147,7 +175,7 @@ void AttentionBackend::prepare(KernelCache& cache) {
   auto loaded = std::make_shared<Loaded>();
   for (size_t i = 0; i < specs_.size(); ++i)
     loaded->kernels[i] = &detail::load_kernel(specs_[i], cache);
-  loaded->device = detail::prepare_decode_kernel(*loaded->kernels[kDecodeIdx]);
+  if (!encoder_only()) loaded->device = detail::prepare_decode_kernel(*loaded->kernels[kDecodeIdx]);
   loaded->context = context;
   loaded->device_ordinal = device;
   loaded_ = std::move(loaded);
@@ -188,6 +216,7 @@ bool AttentionBackend::decode_cluster(int num_decodes) const {
 size_t AttentionBackend::workspace_bytes() const {
   GA_REQUIRE(prepared_,
              "workspace_bytes: call prepare() first (the split policy needs the device)");
+  if (encoder_only()) return 0;  // no decode: nothing to split
   size_t most = 0;
   for (int b = 1; b <= config_.max_num_seqs; ++b)
     most = std::max(most,
@@ -201,6 +230,7 @@ void AttentionBackend::forward(const TensorView& query, const TensorView& key,
                                const TensorView& output, const AttentionMetadata& md,
                                void* workspace, size_t workspace_size, CUstream stream) const {
   GA_REQUIRE(prepared_, "forward: call prepare() before the first forward (and before capture)");
+  if (encoder_only()) return forward_encoder_only(query, key, value, output, md, stream);
   const AttentionLayerConfig& c = config_;
   // Everything is checked before the first launch, so a bad call launches nothing.
   GA_REQUIRE(md.num_reqs >= 0 && md.num_decodes >= 0 && md.num_decodes <= md.num_reqs,
@@ -237,20 +267,32 @@ void AttentionBackend::forward(const TensorView& query, const TensorView& key,
              "metadata: max_seq_len " + str(md.max_seq_len) + " does not fit block_table " +
                  md.block_table.describe() + " of " + str(c.block_size) + "-token blocks");
   const bool write = key.ndim != 0;
+  // Cross attention writes the encoder's tokens (key's rows, as many as vLLM's cross slot
+  // mapping holds), not the decoder's queries; the others write the batch's tokens.
+  const bool cross = c.attn_type == AttentionType::kEncoderDecoder;
+  int64_t write_rows = md.num_actual_tokens;
   if (write) {
     detail::require_rank(md.slot_mapping, 1, "slot_mapping", "[num_tokens]");
     detail::require_rank(key, 3, "key", "[num_tokens, num_kv_heads, head_size]");
     detail::require_rank(value, 3, "value", "[num_tokens, num_kv_heads, head_size]");
     detail::require_kv_dtype(key, value, c.dtype, "forward");
-    GA_REQUIRE(key.shape[0] >= md.num_actual_tokens && value.shape[0] >= md.num_actual_tokens &&
-                   md.slot_mapping.shape[0] >= md.num_actual_tokens,
+    if (cross) {
+      write_rows = key.shape[0];
+      GA_REQUIRE(value.shape[0] >= write_rows && md.slot_mapping.shape[0] >= write_rows,
+                 "cross attention writes key's " + str(write_rows) + " encoder rows: value " +
+                     value.describe() + " and slot_mapping " + md.slot_mapping.describe() +
+                     " need as many");
+    }
+    GA_REQUIRE(key.shape[0] >= write_rows && value.shape[0] >= write_rows &&
+                   md.slot_mapping.shape[0] >= write_rows,
                "key " + key.describe() + ", value " + value.describe() + " and slot_mapping " +
                    md.slot_mapping.describe() + " need num_actual_tokens " +
                    str(md.num_actual_tokens) + " rows");
   }
 
-  const detail::AttentionViews views{query,          kv_cache,       output, md.seq_lens,
-                                     md.block_table, c.alibi_slopes, c.sinks};
+  const detail::AttentionViews views{
+      query,          kv_cache,       output,  md.seq_lens,
+      md.block_table, c.alibi_slopes, c.sinks, c.attn_type != AttentionType::kDecoder};
   detail::DecodeLaunch d{views};
   d.num_decodes = md.num_decodes;
   if (c.decode_query_len > 1) {  // the multi-token kernel: rows from query_start_loc
@@ -311,11 +353,11 @@ void AttentionBackend::forward(const TensorView& query, const TensorView& key,
   // saved launch matters most). Batches with prefills run the cache write kernel first.
   TensorView k = key, v = value;
   if (write) {
-    k.shape[0] = md.num_actual_tokens;
-    v.shape[0] = md.num_actual_tokens;
+    k.shape[0] = write_rows;
+    v.shape[0] = write_rows;
     detail::check_cache_write(k, v, kc, md.slot_mapping, c.k_scale, c.v_scale);
   }
-  const bool fused_write = write && decode && !prefill && !d.multi_token &&
+  const bool fused_write = write && !cross && decode && !prefill && !d.multi_token &&
                            md.num_actual_tokens == md.num_decodes &&
                            (c.kv_dtype == KvDType::kAuto || d.max_splits > 1);
   if (fused_write) {
@@ -342,6 +384,47 @@ void AttentionBackend::forward(const TensorView& query, const TensorView& key,
   }
   if (decode) detail::enqueue_decode(*loaded_->kernels[kDecodeIdx], d, stream);
   if (prefill) detail::enqueue_prefill(*loaded_->kernels[kPrefillIdx], pf, stream);
+}
+
+void AttentionBackend::forward_encoder_only(const TensorView& query, const TensorView& key,
+                                            const TensorView& value, const TensorView& output,
+                                            const AttentionMetadata& md, CUstream stream) const {
+  const AttentionLayerConfig& c = config_;
+  GA_REQUIRE(key.ndim != 0 && value.ndim != 0,
+             "forward: an encoder-only layer has no KV cache; key and value (the batch's tokens, "
+             "[num_tokens, num_kv_heads, head_size]) are required");
+  detail::require_rank(query, 3, "query", "[num_tokens, num_heads, head_size]");
+  detail::require_rank(key, 3, "key", "[num_tokens, num_kv_heads, head_size]");
+  GA_REQUIRE(query.shape[1] == c.num_heads && query.shape[2] == c.head_size &&
+                 key.shape[1] == c.num_kv_heads,
+             "query " + query.describe() + " and key " + key.describe() + " must have " +
+                 str(c.num_heads) + " and " + str(c.num_kv_heads) + " heads of size " +
+                 str(c.head_size));
+  GA_REQUIRE(query.dtype == scalar_type_of(c.dtype),
+             "query dtype " + std::string(to_string(query.dtype)) + " differs from the layer's " +
+                 to_string(c.dtype));
+  GA_REQUIRE(md.num_reqs >= 0 && md.num_actual_tokens <= query.shape[0] &&
+                 md.num_actual_tokens <= key.shape[0],
+             "metadata: num_actual_tokens " + str(md.num_actual_tokens) + " exceeds query " +
+                 query.describe() + " or key " + key.describe());
+  detail::DensePrefillLaunch a;
+  a.query = query;
+  a.key = key;
+  a.value = value;
+  a.output = output;
+  a.query_start_loc = md.query_start_loc;
+  a.num_reqs = md.num_reqs;
+  a.max_query_len = md.max_query_len;
+  a.scale = c.scale;
+  a.alibi_slopes = c.alibi_slopes;
+  a.sinks = c.sinks;
+  GA_REQUIRE(a.query_start_loc.ndim == 1,
+             "metadata: query_start_loc " + md.query_start_loc.describe() +
+                 " must be [num_reqs + 1] int32 (each sequence's tokens)");
+  const AttentionSpec spec = detail::dense_prefill_spec(a, c.arch);
+  GA_REQUIRE(spec == specs_[0], "forward: the views need kernel " + spec.to_string() +
+                                    " but the layer prepared " + specs_[0].to_string());
+  detail::enqueue_dense_prefill(*loaded_->kernels[0], a, stream);
 }
 
 BoundsViolation AttentionBackend::take_bounds_violation() const {

@@ -183,6 +183,11 @@ KvDType kv_dtype_value(const graphattn_kv_dtype_t& v, const char* name) {
 AttentionLayerConfig to_cpp(const graphattn_layer_config_t* config) {
   const graphattn_layer_config_t& c = sized(config, "config", kLayerConfigV1Bytes);
   AttentionLayerConfig o;
+  if (holds(c, &graphattn_layer_config_t::attn_type))
+    o.attn_type = enum_value<graphattn::AttentionType>(
+        c.attn_type, 4, "config->attn_type",
+        "0 (GRAPHATTN_ATTN_DECODER), 1 (GRAPHATTN_ATTN_ENCODER), 2 (GRAPHATTN_ATTN_ENCODER_ONLY), "
+        "3 (GRAPHATTN_ATTN_ENCODER_DECODER)");
   o.num_heads = c.num_heads;
   o.num_kv_heads = c.num_kv_heads;
   o.head_size = c.head_size;
@@ -228,6 +233,8 @@ void from_cpp(const AttentionLayerConfig& o, graphattn_layer_config_t* c) {
   c->check_bounds = o.check_bounds ? 1 : 0;
   if (holds(*c, &graphattn_layer_config_t::alibi_slopes)) c->alibi_slopes = o.alibi_slopes;
   if (holds(*c, &graphattn_layer_config_t::sinks)) c->sinks = o.sinks;
+  if (holds(*c, &graphattn_layer_config_t::attn_type))
+    c->attn_type = static_cast<graphattn_attn_type_t>(o.attn_type);
 }
 
 graphattn::KernelCache& cache_of(graphattn_cache_t cache) {
@@ -754,6 +761,50 @@ graphattn_status_t graphattn_write_kv_cache(const DLTensor* key, const DLTensor*
     const TensorView s = view_of(slot_mapping, "slot_mapping");
     graphattn::write_kv_cache(k, v, c, s, k_scale, v_scale, static_cast<CUstream>(stream),
                               cache_of(cache));
+  });
+}
+
+// An optional float32 [n] device array (ALiBi slopes, sink logits): its data or null.
+const float* floats_of(const DLTensor* t, const char* name) {
+  const TensorView v = view_of(t, name, Null::kEmpty);
+  if (v.ndim == 0) return nullptr;
+  if (v.ndim != 1 || v.dtype != ScalarType::kFloat32 || v.strides[0] != 1)
+    invalid(std::string(name) + " must be a contiguous float32 [num_heads] tensor, got " +
+            v.describe());
+  return static_cast<const float*>(v.data);
+}
+
+graphattn_status_t graphattn_encoder_attention(const DLTensor* query, const DLTensor* key,
+                                               const DLTensor* value, const DLTensor* output,
+                                               const DLTensor* query_start_loc, int max_query_len,
+                                               float scale, const DLTensor* alibi_slopes,
+                                               const DLTensor* sinks, void* stream,
+                                               graphattn_cache_t cache) noexcept {
+  return guard([&] {
+    // One statement each: the first bad tensor, in argument order, is the one named.
+    const TensorView q = view_of(query, "query");
+    const TensorView k = view_of(key, "key");
+    const TensorView v = view_of(value, "value");
+    const TensorView o = view_of(output, "output");
+    const TensorView qsl = view_of(query_start_loc, "query_start_loc");
+    const float* slopes = floats_of(alibi_slopes, "alibi_slopes");
+    const float* sink = floats_of(sinks, "sinks");
+    graphattn::encoder_attention(q, k, v, o, qsl, max_query_len, scale,
+                                 static_cast<CUstream>(stream), cache_of(cache), slopes, sink);
+  });
+}
+
+graphattn_status_t graphattn_multi_head_attention(const DLTensor* q, const DLTensor* k,
+                                                  const DLTensor* v, const DLTensor* out,
+                                                  float scale, void* stream,
+                                                  graphattn_cache_t cache) noexcept {
+  return guard([&] {
+    const TensorView qv = view_of(q, "q");
+    const TensorView kv = view_of(k, "k");
+    const TensorView vv = view_of(v, "v");
+    const TensorView ov = view_of(out, "out");
+    graphattn::multi_head_attention(qv, kv, vv, ov, scale, static_cast<CUstream>(stream),
+                                    cache_of(cache));
   });
 }
 

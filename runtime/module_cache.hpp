@@ -74,22 +74,32 @@ struct AttentionViews {
   // Decode launches: the multi-token kernel (spec "_mt"; DecodeLaunch's query_start_loc and
   // max_query_len say the rows). Prefill launches leave it false.
   bool multi_token = false;
+  // Prefill: queries see every key of their request (spec axis non_causal); decode ignores it.
+  bool non_causal = false;
 };
 
 // The paged-attention fields that DecodeParams and PrefillParams share: query and output rows,
 // and the paged KV cache (PagedKvView: the key and value halves of the flash-layout cache,
 // sequence lengths and the block table).
+// The query and output rows and the per-head terms (every attention launch, the dense prefill
+// included).
+template <typename Params>
+void set_query_output_views(Params& p, const TensorView& query, const TensorView& output,
+                            const float* alibi_slopes, const float* sinks) {
+  p.query = query.data;
+  p.output = output.data;
+  p.terms.alibi_slopes = alibi_slopes;
+  p.terms.sinks = sinks;
+  p.query_token_stride = query.strides[0];
+  p.query_head_stride = query.strides[1];
+  p.output_token_stride = output.strides[0];
+  p.output_head_stride = output.strides[1];
+}
+
 template <typename Params>
 void set_paged_attention_views(Params& p, const AttentionViews& v) {
   const int64_t elem = scalar_bytes(v.kv_cache.dtype);
-  p.query = v.query.data;
-  p.output = v.output.data;
-  p.terms.alibi_slopes = v.alibi_slopes;
-  p.terms.sinks = v.sinks;
-  p.query_token_stride = v.query.strides[0];
-  p.query_head_stride = v.query.strides[1];
-  p.output_token_stride = v.output.strides[0];
-  p.output_head_stride = v.output.strides[1];
+  set_query_output_views(p, v.query, v.output, v.alibi_slopes, v.sinks);
   p.kv.key_cache = v.kv_cache.data;
   p.kv.value_cache = static_cast<const char*>(v.kv_cache.data) + v.kv_cache.strides[0] * elem;
   p.kv.seq_lens = static_cast<const int*>(v.seq_lens.data);

@@ -2,6 +2,7 @@
 #include "runtime/prefill.hpp"
 
 #include <cmath>
+#include <cstdint>
 #include <string>
 
 #include "graphattn/backend.hpp"
@@ -30,10 +31,35 @@ void require_int32_vector(const TensorView& t, const char* name, int64_t min_len
 struct PrefillGrid {
   int64_t x = 0, y = 0, z = 0;
 };
-PrefillGrid prefill_grid(const PrefillConfig& cfg, const AttentionSpec& spec,
-                         const PrefillLaunch& a) {
-  const int64_t rows = static_cast<int64_t>(a.max_query_len) * spec.group;
-  return {(rows + cfg.block_m - 1) / cfg.block_m, a.num_reqs - a.first_req, a.kv_cache.shape[3]};
+PrefillGrid prefill_grid(const AttentionSpec& spec, int64_t max_query_len, int64_t num_reqs,
+                         int64_t num_kv_heads) {
+  const int64_t rows = max_query_len * spec.group;
+  const int64_t block_m = prefill_config(spec).block_m;
+  return {(rows + block_m - 1) / block_m, num_reqs, num_kv_heads};
+}
+PrefillGrid prefill_grid(const AttentionSpec& spec, const PrefillLaunch& a) {
+  return prefill_grid(spec, a.max_query_len, a.num_reqs - a.first_req, a.kv_cache.shape[3]);
+}
+
+void require_grid_fits(const PrefillGrid& g) {
+  GA_REQUIRE(g.x < (int64_t{1} << 31) && g.y <= 65535 && g.z <= 65535,
+             "prefill launch too large: " + str(g.x) + " row tiles, " + str(g.y) +
+                 " requests (at most 65535), " + str(g.z) + " KV heads (at most 65535)");
+}
+
+// The scales of a prefill launch: k_scale folds into the score scale, v_scale into the output.
+void set_prefill_scales(PrefillParams& p, float scale, float k_scale, float v_scale) {
+  p.scale_log2 = scale * k_scale * 1.4426950408889634f;
+  p.scale = scale * k_scale;
+  p.v_scale = v_scale;
+}
+
+void launch_prefill_grid(const LoadedKernel& k, const PrefillGrid& g, const PrefillParams& p,
+                         CUstream stream) {
+  const PrefillConfig cfg = prefill_config(k.compiled->spec);
+  ensure_shared_limit(k, cfg.shared_bytes);
+  const auto u = [](int64_t v) { return static_cast<unsigned>(v); };
+  launch(k, LaunchShape{u(g.x), u(g.y), u(g.z), u(cfg.threads), u(cfg.shared_bytes)}, stream, p);
 }
 
 }  // namespace
@@ -59,7 +85,7 @@ PrefillConfig prefill_config(const AttentionSpec& spec) {
 AttentionSpec prefill_spec(const PrefillLaunch& a, int arch) {
   return attention_spec_for(KernelKind::kPrefill, a.query, a.output, a.kv_cache, a.window,
                             a.soft_cap, arch, a.bounds != nullptr, a.alibi_slopes != nullptr,
-                            a.sinks != nullptr);
+                            a.sinks != nullptr, false, a.non_causal);
 }
 
 void check_prefill_launch(const AttentionSpec& spec, const PrefillLaunch& a, const KvCacheShape& kc,
@@ -78,17 +104,13 @@ void check_prefill_launch(const AttentionSpec& spec, const PrefillLaunch& a, con
                  a.block_table.shape[0] >= a.num_reqs,
              "block_table " + a.block_table.describe() +
                  " must be int32 with contiguous rows and at least " + str(a.num_reqs) + " rows");
-  const PrefillGrid g = prefill_grid(prefill_config(spec), spec, a);
-  GA_REQUIRE(g.x < (int64_t{1} << 31) && g.y <= 65535 && g.z <= 65535,
-             "prefill launch too large: " + str(g.x) + " row tiles, " + str(g.y) +
-                 " requests (at most 65535), " + str(g.z) + " KV heads (at most 65535)");
+  require_grid_fits(prefill_grid(spec, a));
 }
 
 void enqueue_prefill(const LoadedKernel& k, const PrefillLaunch& a, CUstream stream) {
   const AttentionSpec& spec = k.compiled->spec;
   const bool fp8 = spec.kv_dtype != KvDType::kAuto;
-  const PrefillConfig cfg = prefill_config(spec);
-  const PrefillGrid g = prefill_grid(cfg, spec, a);
+  const PrefillGrid g = prefill_grid(spec, a);
   if (g.x == 0 || g.y == 0) return;
 
   PrefillParams p{};
@@ -96,17 +118,79 @@ void enqueue_prefill(const LoadedKernel& k, const PrefillLaunch& a, CUstream str
   p.query_start_loc = static_cast<const int*>(a.query_start_loc.data);
   p.first_req = a.first_req;
   p.num_kv_heads = static_cast<int>(g.z);
-  const float qk_scale = a.scale * (fp8 ? a.k_scale : 1.0f);
-  p.scale_log2 = qk_scale * 1.4426950408889634f;
-  p.scale = qk_scale;
+  set_prefill_scales(p, a.scale, fp8 ? a.k_scale : 1.0f, fp8 ? a.v_scale : 1.0f);
   p.soft_cap = a.soft_cap;
-  p.v_scale = fp8 ? a.v_scale : 1.0f;
   p.window = a.window;
   p.bounds = static_cast<GaBoundsReport*>(a.bounds);
+  launch_prefill_grid(k, g, p, stream);
+}
 
-  ensure_shared_limit(k, cfg.shared_bytes);
-  const auto u = [](int64_t v) { return static_cast<unsigned>(v); };
-  launch(k, LaunchShape{u(g.x), u(g.y), u(g.z), u(cfg.threads), u(cfg.shared_bytes)}, stream, p);
+AttentionSpec dense_prefill_spec(const DensePrefillLaunch& a, int arch) {
+  require_rank(a.query, 3, "query", "[num_tokens, num_heads, head_size]");
+  require_rank(a.key, 3, "key", "[num_kv_tokens, num_kv_heads, head_size]");
+  require_rank(a.value, 3, "value", "[num_kv_tokens, num_kv_heads, head_size]");
+  const DType dtype = dtype_of(a.query.dtype);
+  require_kv_dtype(a.key, a.value, dtype, "dense attention");
+  GA_REQUIRE(a.value.shape[0] == a.key.shape[0] && a.value.shape[1] == a.key.shape[1] &&
+                 a.value.shape[2] == a.key.shape[2] && a.value.strides[0] == a.key.strides[0] &&
+                 a.value.strides[1] == a.key.strides[1],
+             "value " + a.value.describe() + " must have the shape and strides of key " +
+                 a.key.describe());
+  require_vector_access(a.key, "key");
+  require_vector_access(a.value, "value");
+  GA_REQUIRE(a.num_reqs >= 0, "num_reqs " + str(a.num_reqs) + " must be >= 0");
+  GA_REQUIRE(a.max_query_len >= 0, "max_query_len " + str(a.max_query_len) + " must be >= 0");
+  if (a.query_start_loc.ndim != 0) {
+    require_int32_vector(a.query_start_loc, "query_start_loc", a.num_reqs + 1, "[num_reqs + 1]");
+  } else {
+    // A uniform batch: every row is addressed from the lengths, so they must fit the views.
+    GA_REQUIRE(a.uniform_kv_len >= 0, "kv length " + str(a.uniform_kv_len) + " must be >= 0");
+    GA_REQUIRE(int64_t{a.num_reqs} * a.max_query_len <= a.query.shape[0] &&
+                   int64_t{a.num_reqs} * a.uniform_kv_len <= a.key.shape[0],
+               "a uniform batch of " + str(a.num_reqs) + " x " + str(a.max_query_len) +
+                   " queries and " + str(a.uniform_kv_len) + " keys does not fit query " +
+                   a.query.describe() + " and key " + a.key.describe());
+  }
+  // The dense kernel reads no cache: the shape a cache of these keys would have stands in for
+  // the checks and the spec (block size, layout and element type are the canonical ones).
+  KvCacheShape kc;
+  kc.block_size = 16;
+  kc.num_kv_heads = a.key.shape[1];
+  kc.head_size = a.key.shape[2];
+  kc.dtype = dtype;
+  GA_REQUIRE(kc.num_kv_heads > 0, "key " + a.key.describe() + " has no KV heads");
+  AttentionSpec spec =
+      attention_spec_for(KernelKind::kPrefill, a.query, a.output, kc, 0, 0.0f, arch, false,
+                         a.alibi_slopes != nullptr, a.sinks != nullptr, false, true);
+  spec.dense_kv = true;
+  spec.validate();
+  GA_REQUIRE(a.output.shape[1] == a.query.shape[1] && a.output.shape[2] == a.query.shape[2] &&
+                 a.output.shape[0] >= a.query.shape[0],
+             "output " + a.output.describe() + " does not match query " + a.query.describe());
+  require_vector_access(a.query, "query");
+  require_vector_access(a.output, "output");
+  require_launch_scales(spec, a.scale, 1.0f, 1.0f);
+  require_grid_fits(prefill_grid(spec, a.max_query_len, a.num_reqs, kc.num_kv_heads));
+  return spec;
+}
+
+void enqueue_dense_prefill(const LoadedKernel& k, const DensePrefillLaunch& a, CUstream stream) {
+  const AttentionSpec& spec = k.compiled->spec;
+  const PrefillGrid g = prefill_grid(spec, a.max_query_len, a.num_reqs, a.key.shape[1]);
+  if (g.x == 0 || g.y == 0) return;
+  PrefillParams p{};
+  set_query_output_views(p, a.query, a.output, a.alibi_slopes, a.sinks);
+  p.kv.key_cache = a.key.data;
+  p.kv.value_cache = a.value.data;
+  p.kv.cache_token_stride = a.key.strides[0];
+  p.kv.cache_head_stride = a.key.strides[1];
+  p.query_start_loc =
+      a.query_start_loc.ndim != 0 ? static_cast<const int*>(a.query_start_loc.data) : nullptr;
+  p.uniform_q_len = a.max_query_len;
+  p.uniform_kv_len = a.uniform_kv_len;
+  p.num_kv_heads = static_cast<int>(g.z);
+  set_prefill_scales(p, a.scale, 1.0f, 1.0f);
+  launch_prefill_grid(k, g, p, stream);
 }
 
 void launch_prefill(const LoadedKernel& k, const PrefillLaunch& a, CUstream stream) {
@@ -124,8 +208,9 @@ void prefill_attention(const TensorView& query, const TensorView& kv_cache,
                        const TensorView& seq_lens, const TensorView& block_table, int first_req,
                        int num_reqs, int max_query_len, float scale, int window, float soft_cap,
                        float k_scale, float v_scale, CUstream stream, KernelCache& cache,
-                       const float* alibi_slopes, const float* sinks) {
-  detail::PrefillLaunch a{{query, kv_cache, output, seq_lens, block_table, alibi_slopes, sinks}};
+                       const float* alibi_slopes, const float* sinks, bool causal) {
+  detail::PrefillLaunch a{
+      {query, kv_cache, output, seq_lens, block_table, alibi_slopes, sinks, !causal}};
   a.query_start_loc = query_start_loc;
   a.first_req = first_req;
   a.num_reqs = num_reqs;
@@ -139,10 +224,82 @@ void prefill_attention(const TensorView& query, const TensorView& kv_cache,
   const detail::KvCacheShape kc = detail::check_kv_cache(kv_cache, dtype_of(query.dtype));
   const AttentionSpec spec = detail::attention_spec_for(
       KernelKind::kPrefill, query, output, kc, window, soft_cap, current_device_arch(), false,
-      alibi_slopes != nullptr, sinks != nullptr);
+      alibi_slopes != nullptr, sinks != nullptr, false, !causal);
   const detail::LoadedKernel& k = detail::load_kernel(spec, cache, stream);
   detail::check_prefill_launch(spec, a, kc, "prefill_attention");
   detail::enqueue_prefill(k, a, stream);
+}
+
+namespace {
+
+void run_dense(const detail::DensePrefillLaunch& a, CUstream stream, KernelCache& cache) {
+  // Every argument is checked before the device is asked for its arch, so a bad call fails the
+  // same way on a machine without a GPU; sm_90 stands in for it (as in
+  // attention_config_problem).
+  detail::dense_prefill_spec(a, 90);
+  const AttentionSpec spec = detail::dense_prefill_spec(a, current_device_arch());
+  detail::enqueue_dense_prefill(detail::load_kernel(spec, cache, stream), a, stream);
+}
+
+// [batch, len, heads, head_size] as [batch * len, heads, head_size]; `name` for messages.
+TensorView flatten_batch(const TensorView& t, const char* name) {
+  detail::require_rank(t, 4, name, "[batch, seq_len, heads, head_size]");
+  GA_REQUIRE(t.shape[0] <= 1 || t.strides[0] == t.shape[1] * t.strides[1],
+             std::string(name) + " " + t.describe() +
+                 " cannot be viewed as [batch * seq_len, heads, head_size]: its batch stride "
+                 "must be seq_len x its token stride");
+  TensorView f = t;
+  f.ndim = 3;
+  f.shape[0] = t.shape[0] * t.shape[1];
+  for (int d = 1; d < 3; ++d) {
+    f.shape[d] = t.shape[d + 1];
+    f.strides[d] = t.strides[d + 1];
+  }
+  f.strides[0] = t.strides[1];
+  return f;
+}
+
+}  // namespace
+
+void encoder_attention(const TensorView& query, const TensorView& key, const TensorView& value,
+                       const TensorView& output, const TensorView& query_start_loc,
+                       int max_query_len, float scale, CUstream stream, KernelCache& cache,
+                       const float* alibi_slopes, const float* sinks) {
+  detail::require_rank(query_start_loc, 1, "query_start_loc", "[num_reqs + 1]");
+  GA_REQUIRE(query_start_loc.shape[0] >= 1,
+             "query_start_loc " + query_start_loc.describe() + " needs num_reqs + 1 >= 1 entries");
+  detail::DensePrefillLaunch a;
+  a.query = query;
+  a.key = key;
+  a.value = value;
+  a.output = output;
+  a.query_start_loc = query_start_loc;
+  a.num_reqs = static_cast<int>(query_start_loc.shape[0] - 1);
+  a.max_query_len = max_query_len;
+  a.scale = scale;
+  a.alibi_slopes = alibi_slopes;
+  a.sinks = sinks;
+  run_dense(a, stream, cache);
+}
+
+void multi_head_attention(const TensorView& q, const TensorView& k, const TensorView& v,
+                          const TensorView& out, float scale, CUstream stream, KernelCache& cache) {
+  detail::DensePrefillLaunch a;
+  a.query = flatten_batch(q, "q");
+  a.key = flatten_batch(k, "k");
+  a.value = flatten_batch(v, "v");
+  a.output = flatten_batch(out, "out");
+  GA_REQUIRE(k.shape[0] == q.shape[0] && v.shape[0] == q.shape[0] && out.shape[0] == q.shape[0] &&
+                 out.shape[1] == q.shape[1],
+             "q " + q.describe() + ", k " + k.describe() + ", v " + v.describe() + " and out " +
+                 out.describe() + " must agree in batch (and out with q in seq_len)");
+  GA_REQUIRE(q.shape[1] <= INT32_MAX && k.shape[1] <= INT32_MAX,
+             "q " + q.describe() + " / k " + k.describe() + ": sequence lengths must fit int32");
+  a.num_reqs = static_cast<int>(q.shape[0]);
+  a.max_query_len = static_cast<int>(q.shape[1]);
+  a.uniform_kv_len = static_cast<int>(k.shape[1]);
+  a.scale = scale;
+  run_dense(a, stream, cache);
 }
 
 }  // namespace graphattn

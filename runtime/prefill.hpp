@@ -51,6 +51,28 @@ void enqueue_prefill(const LoadedKernel& k, const PrefillLaunch& args, CUstream 
 // with no request or max_query_len 0 launches nothing.
 void launch_prefill(const LoadedKernel& k, const PrefillLaunch& args, CUstream stream);
 
+// One prefill launch over dense K/V (spec axis dense_kv, always non-causal here): encoder-only
+// attention (varlen, by query_start_loc) and MultiHeadAttention (a uniform batch).
+struct DensePrefillLaunch {
+  TensorView query;            // [num_tokens, num_heads, head_size] fp16/bf16
+  TensorView key;              // [num_kv_tokens, num_kv_heads, head_size] dtype of query
+  TensorView value;            // same shape and strides as key
+  TensorView output;           // [num_tokens, num_heads, head_size] dtype of query; written
+  TensorView query_start_loc;  // [>= num_reqs + 1] int32: request r's queries and keys are its
+                               // rows; ndim 0: a uniform batch (uniform_q_len, uniform_kv_len)
+  int num_reqs = 0;
+  int max_query_len = 0;   // >= every request's query length (sizes the grid)
+  int uniform_kv_len = 0;  // uniform batch: keys per request
+  float scale = 1.0f;
+  const float* alibi_slopes = nullptr;  // [num_heads] fp32 device memory or null
+  const float* sinks = nullptr;         // [num_heads] fp32 device memory or null
+};
+// The dense prefill spec these views need on `arch`; checks every argument (graphattn::Error
+// naming the bad one) and touches no device.
+AttentionSpec dense_prefill_spec(const DensePrefillLaunch& args, int arch);
+// Launches on arguments that dense_prefill_spec() accepted for k's spec; checks nothing.
+void enqueue_dense_prefill(const LoadedKernel& k, const DensePrefillLaunch& args, CUstream stream);
+
 // Tile configuration of a prefill spec, from templates/params.h's ga_prefill_* functions, which
 // the template that select_prefill_kernel() picks sizes its tiles with.
 struct PrefillConfig {

@@ -41,11 +41,11 @@ AttentionLayerConfig layer_of(const KvCacheShape& kc, DType dtype, int arch);
 // The spec of an attention kernel of `kind` (decode or prefill) for these views and options on
 // `arch` (spec_for() of what they say): checks ranks, dtypes, head counts, window and soft cap
 // (graphattn::Error naming the bad argument). Touches no device.
-// alibi, sinks: the launch passes ALiBi slopes / sink logits.
+// alibi, sinks: the launch passes ALiBi slopes / sink logits; non_causal: a non-causal prefill.
 AttentionSpec attention_spec_for(KernelKind kind, const TensorView& query, const TensorView& output,
                                  const TensorView& kv_cache, int window, float soft_cap, int arch,
                                  bool check_bounds, bool alibi = false, bool sinks = false,
-                                 bool multi_token = false);
+                                 bool multi_token = false, bool non_causal = false);
 // The softmax scale is finite and positive; with an fp8 cache (spec.kv_dtype) so are k_scale
 // and v_scale.
 void require_launch_scales(const AttentionSpec& spec, float scale, float k_scale, float v_scale);
@@ -53,7 +53,7 @@ void require_launch_scales(const AttentionSpec& spec, float scale, float k_scale
 AttentionSpec attention_spec_for(KernelKind kind, const TensorView& query, const TensorView& output,
                                  const KvCacheShape& kc, int window, float soft_cap, int arch,
                                  bool check_bounds, bool alibi = false, bool sinks = false,
-                                 bool multi_token = false);
+                                 bool multi_token = false, bool non_causal = false);
 // Launches the loaded cache write kernel `k` on views that check_cache_write() accepted (kc is
 // its result); checks nothing.
 // `bounds`: checked mode's zero-filled GaBoundsReport (then `k` must be a checked kernel), or
@@ -80,7 +80,8 @@ void require_launch_kernel(KernelKind kind, const AttentionSpec& ks, const Launc
                            const KvCacheShape& kc, const char* where) {
   const AttentionSpec spec = attention_spec_for(
       kind, a.query, a.output, kc, a.window, a.soft_cap, ks.arch, a.bounds != nullptr,
-      a.alibi_slopes != nullptr, a.sinks != nullptr, a.multi_token);
+      a.alibi_slopes != nullptr, a.sinks != nullptr, a.multi_token,
+      kind == KernelKind::kPrefill && a.non_causal);
   GA_REQUIRE(spec == ks, std::string(where) + ": the views need kernel " + spec.to_string() +
                              " but kernel " + ks.to_string() + " was given");
   require_vector_access(a.query, "query");

@@ -1,13 +1,19 @@
 // Device helpers shared by every kernel family. Self-contained: no toolkit header is needed, so
 // NVRTC compiles these with nothing but libnvrtc. The renderer defines before this text:
 //   HEAD_SIZE, BLOCK_SIZE, GROUP, IS_BF16, KV_FP8 (0 auto, 1 e4m3, 2 e5m2), KV_HND,
-//   HAS_WINDOW, HAS_SOFT_CAP (all constexpr int), and HAS_ALIBI / HAS_SINKS (#define 1) for
-//   specs with those suffixes.
+//   HAS_WINDOW, HAS_SOFT_CAP (all constexpr int), and HAS_ALIBI / HAS_SINKS / GA_NON_CAUSAL /
+//   GA_DENSE_KV (#define 1) for specs with those suffixes.
 #ifndef HAS_ALIBI
 #define HAS_ALIBI 0
 #endif
 #ifndef HAS_SINKS
 #define HAS_SINKS 0
+#endif
+#ifndef GA_NON_CAUSAL
+#define GA_NON_CAUSAL 0
+#endif
+#ifndef GA_DENSE_KV
+#define GA_DENSE_KV 0
 #endif
 
 // Programmatic dependent launch (sm_90+; the host sets the launch attribute there). Every kernel
@@ -63,6 +69,20 @@ __device__ __forceinline__ bool ga_visible(int pos, int key, int window) {
 // The first key position that query position pos sees.
 __device__ __forceinline__ int ga_window_first_key(int pos, int window) {
   return HAS_WINDOW ? max(0, pos - window + 1) : 0;
+}
+// The prefill mask: causal, the window rule; non-causal (no window), every key before kv_end,
+// the request's seq_len. The last tile's rows at or past kv_end are zero-filled, which would
+// score 0 rather than -inf: the mask is what removes them.
+__device__ __forceinline__ bool ga_prefill_visible(int pos, int key, int kv_end, int window) {
+  return GA_NON_CAUSAL ? key < kv_end : ga_visible(pos, key, window);
+}
+// Whether the key tile [n0, n0 + block_n) needs the mask for rows at positions
+// [pos_lo, pos_hi]: causal, when a key lies past pos_lo or (window) falls out of pos_hi's window;
+// non-causal, only when the tile reaches past kv_end. Full tiles take the unmasked fast path.
+__device__ __forceinline__ bool ga_prefill_tile_masked(int n0, int block_n, int pos_lo, int pos_hi,
+                                                       int kv_end, int window) {
+  if (GA_NON_CAUSAL) return n0 + block_n > kv_end;
+  return n0 + block_n - 1 > pos_lo || (HAS_WINDOW && pos_hi - n0 >= window);
 }
 
 // ALiBi, one rule for every kernel: the bias of key position key seen from query position pos,
@@ -190,9 +210,10 @@ __device__ __forceinline__ void ga_require_launch(unsigned smem_bytes, unsigned 
 // KV head kv_head (row r is query token r / GROUP, head kv_head * GROUP + r % GROUP; row tiles
 // run in reverse so the longest causal tiles start first) and the key tiles
 // [tile0, tile0 + n_tiles) of BLOCK_N keys that some of its rows can see.
+// kv_row0: GA_DENSE_KV only, the dense K/V row of the request's key 0 (PagedKvView).
 struct GaPrefillTile {
   int req, kv_head, q_start, q_len, seq_len, ctx, m0, m_end, pos_lo, pos_hi, kv_begin, kv_end,
-      tile0, n_tiles;
+      tile0, n_tiles, kv_row0;
 };
 // The start of both prefill kernels: waits for the previous kernel (before any global memory
 // access), checks the launch, then computes the block's tile. False when the block has no rows:
@@ -205,16 +226,30 @@ __device__ __forceinline__ bool ga_prefill_begin(const PrefillParams& p, unsigne
   t.req = p.first_req + blockIdx.y;
   t.kv_head = blockIdx.z;
   t.m0 = (gridDim.x - 1 - blockIdx.x) * BLOCK_M;
-  t.q_start = p.query_start_loc[t.req];
-  t.q_len = p.query_start_loc[t.req + 1] - t.q_start;
+  const bool uniform = GA_DENSE_KV && p.query_start_loc == nullptr;
+  if (uniform) {
+    t.q_start = t.req * p.uniform_q_len;
+    t.q_len = p.uniform_q_len;
+  } else {
+    t.q_start = p.query_start_loc[t.req];
+    t.q_len = p.query_start_loc[t.req + 1] - t.q_start;
+  }
   const int rows = t.q_len * GROUP;
   if (t.m0 >= rows) return false;
-  t.seq_len = p.kv.seq_lens[t.req];
-  t.ctx = t.seq_len - t.q_len;  // position of the request's first query token
+  if (GA_DENSE_KV) {
+    t.seq_len = uniform ? p.uniform_kv_len : t.q_len;
+    t.kv_row0 = uniform ? t.req * p.uniform_kv_len : t.q_start;
+  } else {
+    t.seq_len = p.kv.seq_lens[t.req];
+    t.kv_row0 = 0;
+  }
+  // Position of the request's first query token: its keys end with its queries (for non-causal
+  // attention this matters only to ALiBi's key - query distance).
+  t.ctx = t.seq_len - t.q_len;
   t.m_end = min(rows, t.m0 + BLOCK_M);
   t.pos_lo = t.ctx + t.m0 / GROUP;
   t.pos_hi = t.ctx + (t.m_end - 1) / GROUP;
-  t.kv_end = max(0, min(t.seq_len, t.pos_hi + 1));
+  t.kv_end = GA_NON_CAUSAL ? max(0, t.seq_len) : max(0, min(t.seq_len, t.pos_hi + 1));
   t.kv_begin = ga_window_first_key(t.pos_lo, p.window);
   t.tile0 = t.kv_begin / BLOCK_N;
   t.n_tiles =
@@ -231,6 +266,29 @@ __device__ __forceinline__ long long ga_prefill_row_offset(int r, int col, int q
   const int head = kv_head * GROUP + (r - tok * GROUP);
   return static_cast<long long>(q_start + tok) * token_stride +
          static_cast<long long>(head) * head_stride + col;
+}
+
+#ifdef GA_CHECK_BOUNDS
+__device__ __forceinline__ int ga_prefill_checked_block(const PrefillParams& p,
+                                                        const int* block_row, int key);
+#endif
+// Element offset of key `key` of a prefill tile's request in the key (or value) data, before the
+// head and column offsets: through the block table row block_row (checked in checked mode), or
+// GA_DENSE_KV, the dense row kv_row0 + key.
+__device__ __forceinline__ long long ga_prefill_key_offset(const PrefillParams& p,
+                                                           const int* block_row, int kv_row0,
+                                                           int key) {
+#if GA_DENSE_KV
+  return static_cast<long long>(kv_row0 + key) * p.kv.cache_token_stride;
+#else
+#ifdef GA_CHECK_BOUNDS
+  const int blk = ga_prefill_checked_block(p, block_row, key);
+#else
+  const int blk = __ldg(block_row + key / BLOCK_SIZE);
+#endif
+  return static_cast<long long>(blk) * p.kv.cache_block_stride +
+         static_cast<long long>(key % BLOCK_SIZE) * p.kv.cache_token_stride;
+#endif
 }
 
 #ifdef GA_CHECK_BOUNDS

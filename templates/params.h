@@ -44,6 +44,19 @@ struct CacheWriteParams {
 
 // The paged KV cache as an attention kernel reads it (decode and prefill): the key and value
 // halves of the flash-layout cache, each request's sequence length and block table row.
+//
+// Dense mode (prefill specs with the dense_kv axis, "_dense", GA_DENSE_KV defined): keys and
+// values come from dense tensors instead of pages, for encoder-only attention and vLLM's
+// MultiHeadAttention, which have no KV cache. key_cache / value_cache are then
+// [num_kv_tokens, num_kv_heads, head_size] dtype tensors sharing cache_token_stride and
+// cache_head_stride; block_table, seq_lens, cache_block_stride and num_blocks are unused. Request
+// r's keys are the dense rows kv_row0 .. kv_row0 + seq_len - 1, where (PrefillParams)
+// query_start_loc non-null: its own query rows (kv_row0 = query_start_loc[r], seq_len = its
+// query length: self-attention of variable-length sequences); null: a uniform batch,
+// kv_row0 = r * uniform_kv_len, seq_len = uniform_kv_len. A spec axis rather than a run-time
+// mode (say, block_table == null), so that the paged kernels' source and machine code stay
+// exactly what they were: the dense address computation replaces the block-table walk at
+// compile time, and neither kernel carries a branch or a register for the other.
 struct PagedKvView {
   const void* key_cache;         // [num_blocks, block_size, num_kv_heads, head_size] NHD, or
                                  // [num_blocks, num_kv_heads, block_size, head_size] HND; kv dtype
@@ -172,13 +185,15 @@ constexpr int ga_decode_smem_bytes(int head_size, int kv_bytes, int stages) {
 }
 
 // Prefill (and chunked prefill / prefix caching): variable-length queries over the paged KV
-// cache, causal. The launch covers requests [first_req, first_req + gridDim.y).
+// cache, causal (GA_NON_CAUSAL: every row sees all keys [0, seq_len)); GA_DENSE_KV: over dense
+// K/V (PagedKvView). The launch covers requests [first_req, first_req + gridDim.y).
 struct PrefillParams {
   PagedKvView kv;                // request r: block table row r, seq_lens[r] (0: write zeros)
   GaHeadTerms terms;             // ALiBi slopes and sink logits (spec axes alibi, sinks)
   const void* query;             // [num_tokens, num_heads, head_size] dtype
   void* output;                  // [num_tokens, num_heads, head_size] dtype
-  const int* query_start_loc;    // [num_reqs + 1] token offsets of each request's queries
+  const int* query_start_loc;    // [num_reqs + 1] token offsets of each request's queries;
+                                 // GA_DENSE_KV only: null for a uniform batch (below)
   long long query_token_stride;  // elements
   long long query_head_stride;
   long long output_token_stride;
@@ -191,6 +206,11 @@ struct PrefillParams {
   float v_scale;           // fp8 KV: multiplies the output; 1 otherwise
   int window;              // HAS_WINDOW: key k visible from position p when p - k < window
   GaBoundsReport* bounds;  // checked mode only
+  // GA_DENSE_KV with query_start_loc null: request r's queries are rows
+  // [r * uniform_q_len, (r + 1) * uniform_q_len) and its keys rows
+  // [r * uniform_kv_len, (r + 1) * uniform_kv_len) (MultiHeadAttention's [batch, seq, ...]).
+  int uniform_q_len;
+  int uniform_kv_len;
 };
 
 // Prefill tile geometry, shared by the host (runtime/prefill.cpp) and the two prefill templates

@@ -1,6 +1,8 @@
 // Prefill attention over the paged KV cache (vLLM v1 flash semantics): variable-length queries,
 // causal, GQA, sliding window, soft cap, fp8 KV. Covers chunked prefill and prefix caching: the
-// new tokens of a request attend to its cached context and, causally, to themselves.
+// new tokens of a request attend to its cached context and, causally, to themselves. Spec axes
+// make it non-causal (GA_NON_CAUSAL: encoder and cross attention) and read dense K/V instead of
+// pages (GA_DENSE_KV: encoder-only attention, MultiHeadAttention; see PagedKvView).
 //
 // Grid: x = query row tiles (reversed so the longest causal tiles start first), y = request
 // (first_req + blockIdx.y), z = KV head. The GROUP query heads of a KV head are packed into the
@@ -99,26 +101,19 @@ __device__ __forceinline__ void pf_for_each_chunk(int tid, const F& f) {
   }
 }
 
-// Loads the K and V rows [n0, n0 + PF_BLOCK_N) of one KV head from their pages; rows at or past
-// kv_end are zero-filled and read nothing (not even the block table). 16-bit caches go straight
-// into the tile buffers, fp8 caches into the raw staging buffers.
+// Loads the K and V rows [n0, n0 + PF_BLOCK_N) of one KV head from their pages (GA_DENSE_KV:
+// from the dense rows after kv_row0); rows at or past kv_end are zero-filled and read nothing
+// (not even the block table). 16-bit caches go straight into the tile buffers, fp8 caches into
+// the raw staging buffers.
 __device__ __forceinline__ void pf_load_kv(const PrefillParams& p, const int* block_row,
-                                           int kv_head, int n0, int kv_end, unsigned k_dst,
-                                           unsigned v_dst, int tid) {
+                                           int kv_row0, int kv_head, int n0, int kv_end,
+                                           unsigned k_dst, unsigned v_dst, int tid) {
   const long long head_off = static_cast<long long>(kv_head) * p.kv.cache_head_stride;
   pf_for_each_chunk<PF_BLOCK_N>(tid, [&](int row, int c) {
     const int key = n0 + row;
     const bool valid = key < kv_end;
     long long off = 0;
-    if (valid) {
-#ifdef GA_CHECK_BOUNDS
-      const int blk = ga_prefill_checked_block(p, block_row, key);
-#else
-      const int blk = __ldg(block_row + key / BLOCK_SIZE);
-#endif
-      off = static_cast<long long>(blk) * p.kv.cache_block_stride +
-            static_cast<long long>(key % BLOCK_SIZE) * p.kv.cache_token_stride + head_off + c * 8;
-    }
+    if (valid) off = ga_prefill_key_offset(p, block_row, kv_row0, key) + head_off + c * 8;
     if (KV_FP8) {
       const ga_u8* kc = static_cast<const ga_u8*>(p.kv.key_cache);
       const ga_u8* vc = static_cast<const ga_u8*>(p.kv.value_cache);
@@ -153,9 +148,10 @@ __device__ __forceinline__ void pf_convert_kv(const ga_u8* raw, ga_u16* dst, int
 template <bool MASK>
 __device__ __forceinline__ void pf_tile(const PrefillParams& p,
                                         const unsigned (&qf)[PF_MT][PF_QF][4], unsigned q_addr,
-                                        unsigned k_addr, unsigned v_addr, int n0, int lane,
-                                        const int (&pos)[PF_MT][2], const float (&slope)[PF_MT][2],
-                                        float (&m)[PF_MT][2], float (&l)[PF_MT][2],
+                                        unsigned k_addr, unsigned v_addr, int n0, int kv_end,
+                                        int lane, const int (&pos)[PF_MT][2],
+                                        const float (&slope)[PF_MT][2], float (&m)[PF_MT][2],
+                                        float (&l)[PF_MT][2],
                                         float (&o)[PF_MT][PF_HEAD_PAD / 8][4]) {
   constexpr int NB = PF_BLOCK_N / 8;
   float s[PF_MT][NB][4];
@@ -212,7 +208,7 @@ __device__ __forceinline__ void pf_tile(const PrefillParams& p,
         }
         const int key = n0 + j * 8 + t2 + (e & 1);
         if (HAS_ALIBI) x += ga_alibi_log2(slope[i][e >> 1], key, pos[i][e >> 1]);
-        if (MASK && !ga_visible(pos[i][e >> 1], key, p.window)) x = ninf;
+        if (MASK && !ga_prefill_visible(pos[i][e >> 1], key, kv_end, p.window)) x = ninf;
         s[i][j][e] = x;
         mx[e >> 1] = fmaxf(mx[e >> 1], x);
       }
@@ -275,6 +271,7 @@ extern "C" __global__ void __launch_bounds__(PF_THREADS)
   const int req = tile.req, kv_head = tile.kv_head, q_start = tile.q_start, ctx = tile.ctx;
   const int m0 = tile.m0, rows = tile.q_len * GROUP, pos_lo = tile.pos_lo, pos_hi = tile.pos_hi;
   const int kv_end = tile.kv_end, tile0 = tile.tile0, n_tiles = tile.n_tiles;
+  const int kv_row0 = tile.kv_row0;
 
   ga_u16* s_q = reinterpret_cast<ga_u16*>(pf_smem);
   ga_u16* s_k = s_q + PF_BLOCK_M * PF_ROW;
@@ -308,10 +305,10 @@ extern "C" __global__ void __launch_bounds__(PF_THREADS)
     });
     pf_cp_commit();
     if (KV_FP8)
-      pf_load_kv(p, block_row, kv_head, tile0 * PF_BLOCK_N, kv_end, raw_base,
+      pf_load_kv(p, block_row, kv_row0, kv_head, tile0 * PF_BLOCK_N, kv_end, raw_base,
                  raw_base + RAW_TILE_BYTES, tid);
     else
-      pf_load_kv(p, block_row, kv_head, tile0 * PF_BLOCK_N, kv_end, k_base, v_base, tid);
+      pf_load_kv(p, block_row, kv_row0, kv_head, tile0 * PF_BLOCK_N, kv_end, k_base, v_base, tid);
     pf_cp_commit();
   }
 
@@ -353,12 +350,12 @@ extern "C" __global__ void __launch_bounds__(PF_THREADS)
     if (j + 1 < n_tiles) {
       const int nxt = (j + 1) & 1;
       if (KV_FP8)
-        pf_load_kv(p, block_row, kv_head, n0 + PF_BLOCK_N, kv_end,
+        pf_load_kv(p, block_row, kv_row0, kv_head, n0 + PF_BLOCK_N, kv_end,
                    raw_base + nxt * 2 * RAW_TILE_BYTES,
                    raw_base + nxt * 2 * RAW_TILE_BYTES + RAW_TILE_BYTES, tid);
       else
-        pf_load_kv(p, block_row, kv_head, n0 + PF_BLOCK_N, kv_end, k_base + nxt * KV_TILE_BYTES,
-                   v_base + nxt * KV_TILE_BYTES, tid);
+        pf_load_kv(p, block_row, kv_row0, kv_head, n0 + PF_BLOCK_N, kv_end,
+                   k_base + nxt * KV_TILE_BYTES, v_base + nxt * KV_TILE_BYTES, tid);
       pf_cp_commit();
       pf_cp_wait<1>();
     } else {
@@ -377,13 +374,13 @@ extern "C" __global__ void __launch_bounds__(PF_THREADS)
         for (int ks = 0; ks < PF_QF; ++ks)
           pf_ldmatrix_x4(qf[i][ks], q_lane + (i * 16 * PF_ROW + ks * 16) * 2);
     }
-    const bool mask = n0 + PF_BLOCK_N - 1 > pos_lo || (HAS_WINDOW && pos_hi - n0 >= p.window);
+    const bool mask = ga_prefill_tile_masked(n0, PF_BLOCK_N, pos_lo, pos_hi, kv_end, p.window);
     const unsigned k_addr = k_base + stage * KV_TILE_BYTES;
     const unsigned v_addr = v_base + stage * KV_TILE_BYTES;
     if (mask)
-      pf_tile<true>(p, qf, q_lane, k_addr, v_addr, n0, lane, pos, slope, m, l, o);
+      pf_tile<true>(p, qf, q_lane, k_addr, v_addr, n0, kv_end, lane, pos, slope, m, l, o);
     else
-      pf_tile<false>(p, qf, q_lane, k_addr, v_addr, n0, lane, pos, slope, m, l, o);
+      pf_tile<false>(p, qf, q_lane, k_addr, v_addr, n0, kv_end, lane, pos, slope, m, l, o);
     __syncthreads();
   }
 

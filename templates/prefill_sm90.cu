@@ -1,6 +1,7 @@
 // Prefill attention for Hopper (sm_90a, wgmma): the semantics, grid and GQA row packing of
 // prefill.cu (vLLM v1 flash: variable-length causal queries over the paged KV cache, window,
-// soft cap), for 16-bit KV caches and head sizes that are multiples of 64. The host
+// soft cap; the non-causal and dense-K/V axes likewise), for 16-bit KV caches and head sizes
+// that are multiples of 64. The host
 // (detail::select_prefill_kernel) sends every other spec to prefill.cu.
 //
 // Grid: x = query row tiles (reversed so the longest causal tiles start first), y = request
@@ -330,10 +331,16 @@ __device__ __forceinline__ PwGather pw_gather_setup(long long head_off, int ptid
 
 // Element offsets of this thread's rows of the tile at key n0 (rows at or past kv_end point at
 // the last visible key, whose block exists; their copies are zero-filled). The block-table
-// loads are all issued before any is used.
+// loads are all issued before any is used. GA_DENSE_KV: the dense rows after kv_row0.
 __device__ __forceinline__ void pw_gather_rows(const PrefillParams& p, const int* block_row,
-                                               const PwGather& g, int n0, int kv_end,
+                                               int kv_row0, const PwGather& g, int n0, int kv_end,
                                                long long (&off)[PW_PASSES]) {
+#if GA_DENSE_KV
+#pragma unroll
+  for (int k = 0; k < PW_PASSES; ++k)
+    off[k] =
+        ga_prefill_key_offset(p, block_row, kv_row0, min(n0 + 32 * k + g.row, kv_end - 1)) + g.col;
+#else
   int key[PW_PASSES], blk[PW_PASSES];
 #pragma unroll
   for (int k = 0; k < PW_PASSES; ++k) {
@@ -348,6 +355,7 @@ __device__ __forceinline__ void pw_gather_rows(const PrefillParams& p, const int
   for (int k = 0; k < PW_PASSES; ++k)
     off[k] = static_cast<long long>(blk[k]) * p.kv.cache_block_stride +
              static_cast<long long>(key[k] % BLOCK_SIZE) * p.kv.cache_token_stride + g.col;
+#endif
 }
 
 __device__ __forceinline__ void pw_gather_copy(const ga_u16* cache, const PwGather& g,
@@ -368,7 +376,7 @@ __device__ __forceinline__ void pw_gather_copy(const ga_u16* cache, const PwGath
 // the P V wgmma of the previous tile still accumulates into them.
 template <bool MASK>
 __device__ __forceinline__ void pw_softmax(const PrefillParams& p, float (&s)[PW_BLOCK_N / 2],
-                                           int n0, int t2, const int (&pos)[2],
+                                           int n0, int kv_end, int t2, const int (&pos)[2],
                                            const float (&slope)[2], float (&m)[2], float (&l)[2],
                                            float (&alpha)[2]) {
   constexpr int NB = PW_BLOCK_N / 8;
@@ -390,7 +398,7 @@ __device__ __forceinline__ void pw_softmax(const PrefillParams& p, float (&s)[PW
         x *= p.scale_log2;
       const int key = n0 + j * 8 + t2 + (e & 1);
       if (HAS_ALIBI) x += ga_alibi_log2(slope[e >> 1], key, pos[e >> 1]);
-      if (MASK && !ga_visible(pos[e >> 1], key, p.window)) x = ninf;
+      if (MASK && !ga_prefill_visible(pos[e >> 1], key, kv_end, p.window)) x = ninf;
       s[j * 4 + e] = x;
       mx[e >> 1][j & 1] = fmaxf(mx[e >> 1][j & 1], x);
     }
@@ -438,7 +446,7 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
   const int tid = threadIdx.x;
   const int req = tile.req, kv_head = tile.kv_head, q_start = tile.q_start, ctx = tile.ctx;
   const int m0 = tile.m0, rows = tile.q_len * GROUP, kv_end = tile.kv_end, tile0 = tile.tile0;
-  const int n_tiles = tile.n_tiles;
+  const int n_tiles = tile.n_tiles, kv_row0 = tile.kv_row0;
 
   // Tiles start on a 1024-byte boundary (the swizzle pattern repeats every 1024 bytes).
   const unsigned raw_base = pw_smem_addr(pw_smem);
@@ -495,7 +503,7 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
       for (int j = 0; j < n_tiles; ++j) {
         const int n0 = (tile0 + j) * PW_BLOCK_N;
         long long off[PW_PASSES];
-        pw_gather_rows(p, block_row, gather, n0, kv_end, off);
+        pw_gather_rows(p, block_row, kv_row0, gather, n0, kv_end, off);
         // A stage is refilled once all consumer warps released its previous use.
         if (j >= PW_STAGES) pw_mbar_wait(bar_k_empty + 8 * stage, phase ^ 1);
         pw_gather_copy(kc, gather, off, n0, kv_end, k_base + stage * PW_KV_BYTES);
@@ -571,11 +579,10 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
     };
     auto softmax = [&](int j) {
       const int n0 = (tile0 + j) * PW_BLOCK_N;
-      const bool mask = n0 + PW_BLOCK_N - 1 > w_pos_lo || (HAS_WINDOW && w_pos_hi - n0 >= p.window);
-      if (mask)
-        pw_softmax<true>(p, s, n0, t2, pos, slope, m, l, alpha);
+      if (ga_prefill_tile_masked(n0, PW_BLOCK_N, w_pos_lo, w_pos_hi, kv_end, p.window))
+        pw_softmax<true>(p, s, n0, kv_end, t2, pos, slope, m, l, alpha);
       else
-        pw_softmax<false>(p, s, n0, t2, pos, slope, m, l, alpha);
+        pw_softmax<false>(p, s, n0, kv_end, t2, pos, slope, m, l, alpha);
     };
     // Every batch of wgmmas is issued between these two. With PW_PINGPONG the two consumer
     // warpgroups take turns: a warpgroup issues a batch only after the other one has issued

@@ -18,18 +18,31 @@ std::vector<double> reference_attention(const RefProblem& p) {
     const int s = p.seq_lens[r];
     if (s == 0) continue;
     const int n = q1 - q0;
-    if (n > s) throw std::invalid_argument("reference: query longer than its sequence");
+    if (p.causal && n > s) throw std::invalid_argument("reference: query longer than its sequence");
+    if (!p.causal && p.window > 0)
+      throw std::invalid_argument("reference: non-causal attention has no window");
+    // Element offset of key k's row (KV head kh) in k_cache / v_cache.
+    const auto row = [&](int k, int kh) {
+      const size_t token =
+          p.kv_start_loc.empty()
+              ? static_cast<size_t>(
+                    p.block_table[static_cast<size_t>(r) * p.max_blocks_per_seq + k / B]) *
+                        B +
+                    k % B
+              : static_cast<size_t>(p.kv_start_loc[r] + k);
+      return (token * KH + kh) * D;
+    };
     for (int i = 0; i < n; ++i) {
       const int pos = s - n + i;
       const int first = p.window > 0 ? std::max(0, pos - p.window + 1) : 0;
+      const int last = p.causal ? pos : s - 1;
       for (int h = 0; h < H; ++h) {
         const int kh = h / group;
         const double* q = &p.q[(static_cast<size_t>(q0 + i) * H + h) * D];
-        scores.assign(pos + 1 - first, 0.0);
+        scores.assign(last + 1 - first, 0.0);
         double mx = -INFINITY;
-        for (int k = first; k <= pos; ++k) {
-          const int blk = p.block_table[static_cast<size_t>(r) * p.max_blocks_per_seq + k / B];
-          const double* kv = &p.k_cache[((static_cast<size_t>(blk) * B + k % B) * KH + kh) * D];
+        for (int k = first; k <= last; ++k) {
+          const double* kv = &p.k_cache[row(k, kh)];
           double dot = 0;
           for (int d = 0; d < D; ++d) dot += q[d] * kv[d];
           double sc = dot * p.scale;
@@ -42,9 +55,8 @@ std::vector<double> reference_attention(const RefProblem& p) {
         double denom = p.sinks.empty() ? 0 : std::exp(p.sinks[h] - mx);
         for (double& sc : scores) denom += (sc = std::exp(sc - mx));
         double* o = &out[(static_cast<size_t>(q0 + i) * H + h) * D];
-        for (int k = first; k <= pos; ++k) {
-          const int blk = p.block_table[static_cast<size_t>(r) * p.max_blocks_per_seq + k / B];
-          const double* vv = &p.v_cache[((static_cast<size_t>(blk) * B + k % B) * KH + kh) * D];
+        for (int k = first; k <= last; ++k) {
+          const double* vv = &p.v_cache[row(k, kh)];
           const double w = scores[k - first] / denom;
           for (int d = 0; d < D; ++d) o[d] += w * vv[d];
         }

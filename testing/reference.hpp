@@ -1,6 +1,6 @@
 // The float64 host reference for paged attention (vLLM v1 flash-backend semantics): variable
-// length queries over a paged KV cache, causal, with GQA, sliding window, soft cap, ALiBi and
-// attention sinks.
+// length queries over a paged KV cache (or dense K/V), causal or not, with GQA, sliding window,
+// soft cap, ALiBi and attention sinks.
 #pragma once
 
 #include <random>
@@ -26,11 +26,18 @@ struct RefProblem {
   std::vector<double> alibi_slopes;
   // [num_heads] or empty: head h's softmax denominator gains exp(sinks[h]) (no value).
   std::vector<double> sinks;
+  // false: non-causal, every query of a request sees all its keys 0..seq_len - 1 (no window; the
+  // query may be longer than the sequence). ALiBi still measures key - (s - n + i).
+  bool causal = true;
+  // Dense K/V (encoder-only attention, MultiHeadAttention): non-empty [num_reqs], request r's key
+  // k is row kv_start_loc[r] + k of k_cache / v_cache read as [num_kv_tokens, num_kv_heads,
+  // head_size]; block_table, block_size and max_blocks_per_seq are then unused.
+  std::vector<int> kv_start_loc;
 };
 
 // [num_tokens, num_heads, head_size]. Query token i of a request with seq_len s and q_len n
-// sits at position s - n + i and sees keys 0..position (and the window). Rows of a request
-// with seq_len 0 are zeros.
+// sits at position s - n + i and sees keys 0..position (and the window), or every key when
+// non-causal. Rows of a request with seq_len 0 are zeros.
 std::vector<double> reference_attention(const RefProblem& p);
 
 // Per-head launch data for the ALiBi and sinks axes, drawn at random and exactly representable in

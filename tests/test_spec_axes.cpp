@@ -54,15 +54,31 @@ AttentionSpec moved(const AttentionSpec& base, const AxisAccess& axis) {
 
 }  // namespace
 
+// Whether `axis` has a value other than base's that validates.
+bool movable(const AttentionSpec& base, const AxisAccess& axis) {
+  for (int v = 0; v < axis.radix; ++v) {
+    AttentionSpec s = base;
+    axis.set(s, v);
+    if (v != axis.get(base) && valid(s)) return true;
+  }
+  return false;
+}
+
 TEST_CASE("spec axes: two specs that differ in one axis differ in key, memory tier and source") {
-  const AttentionSpec base =
-      AttentionSpec::parse("decode_h128_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm90");
+  // A prefill spec (the non-causal and dense-KV axes are prefill axes), and a decode spec for
+  // the axes of decode kernels only (multi-token).
+  const AttentionSpec bases[2] = {
+      AttentionSpec::parse("prefill_h128_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm90"),
+      AttentionSpec::parse("decode_h128_b32_bf16_kvauto_g4_swa0_cap0_nhd_sm90")};
   test::TempKernelCache cache;
-  const auto base_kernel = cache.get(base);
-  const KernelSource base_src = render_kernel(base);
-  CHECK(kAxes.size() == 14);  // a new axis: extend this test's reasoning if it needs more
+  const std::shared_ptr<const CompiledKernel> base_kernels[2] = {cache.get(bases[0]),
+                                                                 cache.get(bases[1])};
+  CHECK(kAxes.size() == 16);  // a new axis: extend this test's reasoning if it needs more
   for (const AxisAccess& axis : kAxes) {
     INFO("axis " << axis.field);
+    const int b = movable(bases[0], axis) ? 0 : 1;
+    const AttentionSpec& base = bases[b];
+    const KernelSource base_src = render_kernel(base);
     const AttentionSpec other = moved(base, axis);
     CHECK(other != base);
     CHECK(other.to_string() != base.to_string());
@@ -75,11 +91,11 @@ TEST_CASE("spec axes: two specs that differ in one axis differ in key, memory ti
     // The memory tier holds a separate kernel for it, compiled once, and serves each its own.
     const uint64_t compiles = cache.stats().compiles;
     const auto kernel = cache.get(other);
-    CHECK(kernel.get() != base_kernel.get());
+    CHECK(kernel.get() != base_kernels[b].get());
     CHECK(kernel->spec == other);
     CHECK(cache.stats().compiles == compiles + 1);
     CHECK(cache.get(other).get() == kernel.get());
-    CHECK(cache.get(base).get() == base_kernel.get());
+    CHECK(cache.get(base).get() == base_kernels[b].get());
   }
 }
 

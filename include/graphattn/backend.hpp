@@ -48,6 +48,9 @@ GRAPHATTN_API void write_kv_cache(const TensorView& key, const TensorView& value
 //                     seen from p when p - k < window); soft_cap: 0 = none
 //   k_scale/v_scale:  fp8 caches hold value / scale; ignored otherwise
 //   alibi_slopes, sinks: [num_heads] fp32 device arrays or null, as AttentionLayerConfig says
+//   causal:           false: every query of a request sees all its keys 0..seq_len - 1
+//                     (encoder and cross attention; no window then; the query length may
+//                     exceed seq_len); ALiBi still measures key - (s - n + i)
 // Compiles and loads the kernel on first use; asynchronous on `stream`.
 GRAPHATTN_API void prefill_attention(const TensorView& query, const TensorView& kv_cache,
                                      const TensorView& output, const TensorView& query_start_loc,
@@ -56,10 +59,44 @@ GRAPHATTN_API void prefill_attention(const TensorView& query, const TensorView& 
                                      int window, float soft_cap, float k_scale, float v_scale,
                                      CUstream stream, KernelCache& cache = default_kernel_cache(),
                                      const float* alibi_slopes = nullptr,
+                                     const float* sinks = nullptr, bool causal = true);
+
+// Encoder-only attention (vLLM's ENCODER_ONLY; its FlashAttention encoder path): bidirectional
+// self-attention of variable-length sequences with no KV cache, through the prefill kernel
+// reading dense K/V (spec "..._nc_dense").
+//   query, output:    [num_tokens, num_heads, head_size] fp16/bf16, head dim contiguous, rows
+//                     16-byte aligned
+//   key, value:       [num_tokens, num_kv_heads, head_size] the same dtype, equal strides, rows
+//                     16-byte aligned; request r's keys are its own tokens
+//   query_start_loc:  [num_reqs + 1] int32 token offsets of the sequences (num_reqs from its
+//                     length); rows past query_start_loc[num_reqs] are not written
+//   max_query_len:    >= every sequence's length (sizes the grid)
+//   scale:            softmax scale
+//   alibi_slopes, sinks: [num_heads] fp32 device arrays or null (ALiBi: key - query position)
+// Compiles and loads the kernel on first use; asynchronous on `stream`; allocates nothing.
+GRAPHATTN_API void encoder_attention(const TensorView& query, const TensorView& key,
+                                     const TensorView& value, const TensorView& output,
+                                     const TensorView& query_start_loc, int max_query_len,
+                                     float scale, CUstream stream,
+                                     KernelCache& cache = default_kernel_cache(),
+                                     const float* alibi_slopes = nullptr,
                                      const float* sinks = nullptr);
 
 // The most query tokens a multi-token decode request holds (AttentionLayerConfig).
 constexpr int kMaxDecodeQueryLen = 16;
+
+// vLLM's MultiHeadAttention (vision encoders): dense, non-causal attention of a uniform batch,
+// through the same dense-K/V prefill kernel.
+//   q, out:  [batch, q_len, num_heads, head_size] fp16/bf16
+//   k, v:    [batch, kv_len, num_kv_heads, head_size] the same dtype, equal strides
+// Each must be viewable as [batch * len, heads, head_size] (batch stride = len x token stride,
+// as for contiguous tensors and slices of a packed qkv tensor), head dim contiguous, rows
+// 16-byte aligned; num_heads a multiple of num_kv_heads. Query i of a batch row sees all its
+// kv_len keys. Asynchronous on `stream`; allocates nothing.
+GRAPHATTN_API void multi_head_attention(const TensorView& q, const TensorView& k,
+                                        const TensorView& v, const TensorView& out, float scale,
+                                        CUstream stream,
+                                        KernelCache& cache = default_kernel_cache());
 
 // One attention layer's configuration: everything that is fixed for the life of an engine.
 struct GRAPHATTN_API AttentionLayerConfig {
@@ -103,12 +140,19 @@ struct GRAPHATTN_API AttentionLayerConfig {
   // writes nothing), so the context survives. Off, the fast kernels run, with no check at all (a
   // block id past the cache is read, a slot past it is skipped).
   bool check_bounds = false;
+  // vLLM's attention type (spec.hpp): decoder (causal, paged; the default), encoder
+  // (bidirectional over the paged cache), encoder-only (bidirectional, no KV cache: forward()
+  // takes an ndim-0 kv_cache and the keys and values of the batch's tokens), encoder-decoder
+  // (cross attention over a cache the encoder's output filled; forward() with ndim-0 key and
+  // value writes nothing). Encoder and encoder-only layers take no window.
+  AttentionType attn_type = AttentionType::kDecoder;
 
   // Every field above, in order: what == compares (a new field joins it here).
   auto fields() const {
     return std::tie(num_heads, num_kv_heads, head_size, block_size, dtype, kv_dtype, layout, window,
                     soft_cap, alibi_slopes, sinks, decode_query_len, scale, k_scale, v_scale,
-                    max_model_len, max_num_seqs, arch, overlap_previous_kernel, check_bounds);
+                    max_model_len, max_num_seqs, arch, overlap_previous_kernel, check_bounds,
+                    attn_type);
   }
   bool operator==(const AttentionLayerConfig& o) const { return fields() == o.fields(); }
   bool operator!=(const AttentionLayerConfig& o) const { return !(*this == o); }
@@ -187,7 +231,8 @@ class GRAPHATTN_API AttentionBackend {
 
   // The configuration with scale and arch resolved.
   const AttentionLayerConfig& config() const { return config_; }
-  // cache_write, decode and prefill specs of this configuration.
+  // cache_write, decode and prefill specs of this configuration (encoder-only: the prefill
+  // spec alone, "..._nc_dense").
   std::vector<AttentionSpec> required_specs() const;
   // Compiles (in parallel, through `cache`) and loads every kernel in the current context, and
   // reads that device's multiprocessor count and the decode kernel's occupancy. Throws Error or
@@ -216,7 +261,7 @@ class GRAPHATTN_API AttentionBackend {
   // outside checked mode.
   BoundsViolation take_bounds_violation() const;
 
-  // Runs one step on `stream`:
+  // Runs one step on `stream` (per config().attn_type, below):
   //   query, output: [num_tokens, num_heads, head_size] dtype, head dim contiguous, rows
   //                  16-byte aligned; output rows of requests are overwritten (padded requests
   //                  get zeros)
@@ -225,6 +270,14 @@ class GRAPHATTN_API AttentionBackend {
   //   kv_cache:      [2, num_blocks, block_size, num_kv_heads, head_size] (NHD or HND strides)
   //   workspace:     workspace_bytes() bytes of device memory, 16-byte aligned (see
   //                  workspace_bytes()); one workspace per stream that runs forwards concurrently
+  // Attention types: a decoder is causal; an encoder layer's prefills are bidirectional over
+  // the cache; a cross-attention (encoder-decoder) layer's metadata holds the encoder lengths
+  // as seq_lens (FlashAttentionMetadataBuilder(kEncoderDecoder) makes it), its prefills are
+  // bidirectional, its decodes the usual ones, and key/value, when present, are the encoder's
+  // rows (key.shape[0] of them, written to slot_mapping's first entries; ndim 0: the cache
+  // holds them already, nothing is written). An encoder-only layer ignores kv_cache (pass an
+  // ndim-0 view) and the decode counts: every request [0, num_reqs) is a sequence whose
+  // queries see its own keys, rows query_start_loc[r].. of key and value; no workspace needed.
   // Throws Error naming the bad argument; launches nothing then.
   void forward(const TensorView& query, const TensorView& key, const TensorView& value,
                const TensorView& kv_cache, const TensorView& output,
@@ -232,8 +285,14 @@ class GRAPHATTN_API AttentionBackend {
                CUstream stream) const;
 
  private:
+  bool encoder_only() const { return config_.attn_type == AttentionType::kEncoderOnly; }
+  // forward() of an encoder-only layer: the dense prefill over every request.
+  void forward_encoder_only(const TensorView& query, const TensorView& key, const TensorView& value,
+                            const TensorView& output, const AttentionMetadata& metadata,
+                            CUstream stream) const;
+
   AttentionLayerConfig config_;
-  std::vector<AttentionSpec> specs_;  // cache_write, decode, prefill
+  std::vector<AttentionSpec> specs_;  // cache_write, decode, prefill (encoder-only: prefill)
   bool prepared_ = false;
   KernelCache* cache_ = nullptr;  // the cache prepare() loaded from
   // What prepare() loaded: the kernels (in specs_ order) and the device's multiprocessors and

@@ -89,6 +89,13 @@ class GRAPHATTN_API GraphRunner {
 // Each step the engine (or graphattn-warmup) uploads the batch with set_batch(), which pads it
 // for the graph that will run: slot_mapping tail -1, seq_lens tail 0, query_start_loc
 // non-decreasing (each padded request holds one padded token).
+//
+// Cross-attention layers (attn_type kEncoderDecoder) read a cache that the step does not write:
+// the encoder's keys and values, put there by the engine (an earlier forward() with key and
+// value, or its own copy into kv_cache(l) / set_kv_cache), through the same block table as the
+// other layers, for CommonAttentionMetadata::encoder_seq_lens keys per request (set_batch
+// uploads them; padded requests 0). Their step writes nothing. Encoder-only layers have no
+// decode step and are refused.
 class GRAPHATTN_API AttentionLayerStack {
  public:
   struct Options {
@@ -133,14 +140,16 @@ class GRAPHATTN_API AttentionLayerStack {
 
  private:
   struct Counts {
-    int num_reqs = 0, num_decodes = 0, num_actual_tokens = 0, max_query_len = 1, max_seq_len = 0;
+    int num_reqs = 0, num_decodes = 0, num_actual_tokens = 0, max_query_len = 1, max_seq_len = 0,
+        max_encoder_len = 0;
   };
+  bool has_cross_layer() const;
   Options options_;
   std::vector<std::unique_ptr<AttentionBackend>> backends_;  // one per distinct configuration
   std::vector<int> backend_of_layer_;
   std::vector<int> kv_owner_;  // per layer: the layer whose cache it reads (itself, or a target)
-  DeviceBuffer query_, key_, value_, outputs_, slots_, seq_lens_, query_start_loc_, block_table_,
-      workspace_;
+  DeviceBuffer query_, key_, value_, outputs_, slots_, seq_lens_, encoder_seq_lens_,
+      query_start_loc_, block_table_, workspace_;
   std::vector<DeviceBuffer> own_kv_;
   std::vector<TensorView> kv_;
   std::vector<int64_t> staged_slots_;

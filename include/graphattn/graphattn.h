@@ -85,6 +85,16 @@ typedef enum graphattn_kv_layout {
   GRAPHATTN_KV_LAYOUT_ENUM_MAX = 0x7fffffff
 } graphattn_kv_layout_t;
 
+/* vLLM's AttentionType (C++ graphattn::AttentionType; AttentionLayerConfig::attn_type says what
+ * each means). */
+typedef enum graphattn_attn_type {
+  GRAPHATTN_ATTN_DECODER = 0,         /* causal, over the paged cache (the default) */
+  GRAPHATTN_ATTN_ENCODER = 1,         /* bidirectional, over the paged cache */
+  GRAPHATTN_ATTN_ENCODER_ONLY = 2,    /* bidirectional, no KV cache: keys/values come in */
+  GRAPHATTN_ATTN_ENCODER_DECODER = 3, /* cross attention over the encoder's cached keys */
+  GRAPHATTN_ATTN_TYPE_ENUM_MAX = 0x7fffffff
+} graphattn_attn_type_t;
+
 /* vLLM's AttentionCGSupport: how much of a batch may run inside a CUDA graph. */
 typedef enum graphattn_cudagraph_support {
   GRAPHATTN_CUDAGRAPH_NEVER = 0,
@@ -157,6 +167,9 @@ typedef struct graphattn_layer_config {
   /* ALiBi and attention sinks: [num_heads] fp32 arrays in device memory, NULL = none */
   const float* alibi_slopes;     /* head h adds slope[h] * (key position - query position) */
   const float* sinks;            /* head h's softmax denominator gains exp(sinks[h]) */
+  /* attention type */
+  graphattn_attn_type_t attn_type; /* default GRAPHATTN_ATTN_DECODER; a caller built before this
+                                      field (struct_size ending before it) gets the decoder */
 } graphattn_layer_config_t;
 
 /* Fills *config with the defaults above (counts and lengths 0: the caller sets them). */
@@ -352,6 +365,21 @@ typedef struct graphattn_bounds_violation {
 } graphattn_bounds_violation_t;
 GRAPHATTN_API graphattn_status_t graphattn_backend_take_bounds_violation(
     graphattn_backend_t backend, graphattn_bounds_violation_t* violation) GRAPHATTN_NOEXCEPT;
+
+/* Encoder-only attention (C++ encoder_attention): bidirectional self-attention of the sequences
+ * of query_start_loc (int32 [num_reqs + 1]) over dense keys and values, no KV cache.
+ * query, output [num_tokens, num_heads, head_size]; key, value [num_tokens, num_kv_heads,
+ * head_size] (equal strides); max_query_len >= every sequence's length. alibi_slopes and sinks
+ * (may be NULL): float32 [num_heads] device tensors. Compiles its kernel on first use. */
+GRAPHATTN_API graphattn_status_t graphattn_encoder_attention(
+    const DLTensor* query, const DLTensor* key, const DLTensor* value, const DLTensor* output,
+    const DLTensor* query_start_loc, int max_query_len, float scale, const DLTensor* alibi_slopes,
+    const DLTensor* sinks, void* stream, graphattn_cache_t cache) GRAPHATTN_NOEXCEPT;
+/* vLLM's MultiHeadAttention (C++ multi_head_attention): q, out [batch, q_len, num_heads,
+ * head_size], k, v [batch, kv_len, num_kv_heads, head_size], non-causal, no cache. */
+GRAPHATTN_API graphattn_status_t graphattn_multi_head_attention(
+    const DLTensor* q, const DLTensor* k, const DLTensor* v, const DLTensor* out, float scale,
+    void* stream, graphattn_cache_t cache) GRAPHATTN_NOEXCEPT;
 
 /* The cache write alone (vLLM's reshape_and_cache_flash): key and value [num_tokens,
  * num_kv_heads, head_size] into kv_cache at slot_mapping (int64 [num_tokens], -1 skipped).

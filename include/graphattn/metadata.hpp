@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "graphattn/export.h"
+#include "graphattn/spec.hpp"
 #include "graphattn/tensor.hpp"
 
 namespace graphattn {
@@ -25,6 +26,11 @@ struct GRAPHATTN_API CommonAttentionMetadata {
   int max_query_len = 0;
   int max_seq_len = 0;
   bool causal = true;
+  // Encoder-decoder models (vLLM's encoder_seq_lens): [num_reqs] encoder tokens of each request,
+  // the keys its cross-attention layers read; empty otherwise. The cross-attention builder
+  // (FlashAttentionMetadataBuilder(AttentionType::kEncoderDecoder, ...)) turns them into the
+  // seq_lens and the slot mapping of those layers.
+  std::vector<int32_t> encoder_seq_lens;
 
   // Builds and checks the metadata for requests with the given query and sequence lengths.
   // slot_mapping holds the num_actual_tokens real slots; it is padded to num_tokens (>= the
@@ -79,13 +85,34 @@ struct GRAPHATTN_API FlashAttentionMetadata {
 
 class GRAPHATTN_API FlashAttentionMetadataBuilder {
  public:
+  // A builder for the layers of one attention type, as vLLM v1 makes one per KV cache group:
+  //   kDecoder        the metadata as given (causal)
+  //   kEncoder        causal = false; the split as given
+  //   kEncoderOnly    causal = false and every request a prefill (no decodes, no cache)
+  //   kEncoderDecoder vLLM's CrossAttentionBuilder: causal = false, seq_lens = the requests'
+  //                   encoder_seq_lens (max_seq_len their maximum), and slot_mapping the cross
+  //                   slots of the encoder tokens of the requests with no computed decoder
+  //                   tokens yet (their first step writes the encoder's keys and values):
+  //                   request by request, slot of encoder token i = block_table[r][i /
+  //                   block_size] * block_size + i % block_size. The split follows the decoder's
+  //                   query lengths.
+  // block_size: the layer's KV page size (cross attention's slots).
+  FlashAttentionMetadataBuilder() = default;
+  explicit FlashAttentionMetadataBuilder(AttentionType type, int block_size = 16);
+  AttentionType attn_type() const { return type_; }
+
   // Split-KV decode is graph-safe for every context length; prefill's grid depends on the
-  // batch, so full graphs cover uniform single-token decode batches.
+  // batch, so full graphs cover uniform single-token decode batches (decoder, encoder and cross
+  // attention; encoder-only batches are all prefills and never run in a full graph).
   static constexpr CudaGraphSupport kCudaGraphSupport = CudaGraphSupport::kUniformSingleTokenDecode;
-  CudaGraphSupport cudagraph_support() const { return kCudaGraphSupport; }
+  CudaGraphSupport cudagraph_support() const {
+    return type_ == AttentionType::kEncoderOnly ? CudaGraphSupport::kNever : kCudaGraphSupport;
+  }
 
   // common_prefix_len: tokens shared by every request (cascade attention); graphattn runs
   // without cascade, so it is recorded, not used. fast_build: skip optional work (none today).
+  // Throws graphattn::Error for cross attention without one encoder length per request, or
+  // with one that outgrows its block-table row.
   FlashAttentionMetadata build(int common_prefix_len, const CommonAttentionMetadata& m,
                                bool fast_build = false) const;
   // Metadata for capturing a full graph: decode-only (num_reqs == num_actual_tokens, throws
@@ -93,6 +120,10 @@ class GRAPHATTN_API FlashAttentionMetadataBuilder {
   FlashAttentionMetadata build_for_cudagraph_capture(const CommonAttentionMetadata& m) const;
   // Whether a batch can replay a graph captured from build_for_cudagraph_capture.
   bool can_run_in_cudagraph(const CommonAttentionMetadata& m) const;
+
+ private:
+  AttentionType type_ = AttentionType::kDecoder;
+  int block_size_ = 16;
 };
 
 }  // namespace graphattn

@@ -14,6 +14,17 @@ enum class KernelKind { kCacheWrite, kDecode, kPrefill };
 enum class DType { kFloat16, kBFloat16 };          // query, output and (auto) KV element type
 enum class KvDType { kAuto, kFp8E4M3, kFp8E5M2 };  // KV cache element type; auto = DType
 enum class KvLayout { kNHD, kHND };                // order of block_size and num_kv_heads
+// vLLM's AttentionType: what a layer's queries see and where its keys come from.
+//   kDecoder        causal self-attention over the paged KV cache (what forward() always did)
+//   kEncoder        bidirectional self-attention over the paged KV cache, which forward() writes
+//                   as for a decoder (prefill specs "_nc")
+//   kEncoderOnly    bidirectional self-attention with no KV cache: keys and values come in with
+//                   the queries, [num_tokens, heads, head_size], per request by query_start_loc
+//                   (prefill specs "_nc_dense")
+//   kEncoderDecoder cross attention: decoder queries read keys and values that the encoder's
+//                   output wrote into the paged cache once; non-causal (prefill "_nc"; a decode
+//                   query sees every key anyway, so decodes run the decode kernel)
+enum class AttentionType { kDecoder, kEncoder, kEncoderOnly, kEncoderDecoder };
 
 // Every axis of AttentionSpec, in the order of its canonical string. This one list declares the
 // fields and drives validate(), to_string(), parse(), operator==, the memory tier's packed key
@@ -57,6 +68,13 @@ enum class KvLayout { kNHD, kHND };                // order of block_size and nu
   /* multi-token decode (speculative decoding): decode requests of 1..max_query_len query */  \
   /* tokens, causal among themselves, sharing each KV tile; decode kernels only */            \
   X(bool, multi_token, false, kSuffix, "_mt", "multi-token decode", 2, "GA_MULTI_TOKEN")      \
+  /* Non-causal (bidirectional) prefill: every query row of a request sees all of its keys */ \
+  /* [0, seq_len) (encoder, encoder-only and cross attention). Prefill only, no window. */    \
+  X(bool, non_causal, false, kSuffix, "_nc", "non-causal", 2, "GA_NON_CAUSAL")                \
+  /* Dense K/V (encoder-only attention, MultiHeadAttention): the prefill kernel reads keys */ \
+  /* and values from [tokens, kv_heads, head_size] tensors instead of the paged cache (see */ \
+  /* PagedKvView in templates/params.h). Prefill only, canonical b16, kvauto, nhd. */         \
+  X(bool, dense_kv, false, kSuffix, "_dense", "dense KV", 2, "GA_DENSE_KV")                   \
   /* Checked mode: the kernel compares every block id and slot it reads with the cache's */   \
   /* size and reports the first one out of range (AttentionBackend::take_bounds_violation) */ \
   /* instead of reading or writing outside the cache. Off: the fast path, whose source and */ \
@@ -91,6 +109,8 @@ GRAPHATTN_API const char* to_string(KernelKind k);
 GRAPHATTN_API const char* to_string(DType t);     // "fp16" / "bf16"
 GRAPHATTN_API const char* to_string(KvDType t);   // "auto" / "e4m3" / "e5m2"
 GRAPHATTN_API const char* to_string(KvLayout l);  // "nhd" / "hnd"
+// "decoder", "encoder", "encoder_only", "encoder_decoder" (vLLM's AttentionType values).
+GRAPHATTN_API const char* to_string(AttentionType t);
 
 // The closed sets that validate() checks against, for messages and for tools.
 GRAPHATTN_API const std::vector<int>& supported_head_sizes();

@@ -48,6 +48,8 @@ class LayerConfig(ctypes.Structure):
         # ALiBi and attention sinks: [num_heads] fp32 device arrays, NULL = none
         ("alibi_slopes", ctypes.c_void_p),
         ("sinks", ctypes.c_void_p),
+        # attention type (GRAPHATTN_ATTN_*): 0 decoder
+        ("attn_type", ctypes.c_int),
     ]
 
 

@@ -159,6 +159,27 @@ static graphattn_layer_config_t llama_config(void) {
   return c;
 }
 
+/* The attention type: appended with struct_size, so a caller built before it keeps working. */
+static void test_attn_type(void) {
+  graphattn_layer_config_t c = llama_config();
+  CHECK(c.attn_type == GRAPHATTN_ATTN_DECODER);
+  c.attn_type = GRAPHATTN_ATTN_ENCODER_DECODER;
+  CHECK_OK(graphattn_layer_config_check(&c));
+  c.window = 64; /* non-causal types take no window */
+  CHECK_FAILS(graphattn_layer_config_check(&c), GRAPHATTN_ERROR, "encoder_decoder");
+  c.struct_size = offsetof(graphattn_layer_config_t, attn_type); /* an older caller: decoder */
+  CHECK_OK(graphattn_layer_config_check(&c));
+  /* Below the first version's size (up to check_bounds): refused. */
+  c.struct_size = offsetof(graphattn_layer_config_t, check_bounds) + sizeof(int) - 1;
+  CHECK_FAILS(graphattn_layer_config_check(&c), INVALID, "struct_size");
+  /* No GPU needed for the argument checks of the dense functions (NULL tensors are refused). */
+  CHECK_FAILS(
+      graphattn_encoder_attention(NULL, NULL, NULL, NULL, NULL, 1, 0.1f, NULL, NULL, NULL, NULL),
+      INVALID, "query");
+  CHECK_FAILS(graphattn_multi_head_attention(NULL, NULL, NULL, NULL, 0.1f, NULL, NULL), INVALID,
+              "q");
+}
+
 static void test_layer_config(void) {
   graphattn_layer_config_t c;
   graphattn_layer_config_init(&c);
@@ -194,6 +215,7 @@ static void test_layer_config(void) {
       {offsetof(graphattn_layer_config_t, kv_dtype), 7, INVALID, "config->kv_dtype 7"},
       {offsetof(graphattn_layer_config_t, dtype), 5, INVALID, "config->dtype 5"},
       {offsetof(graphattn_layer_config_t, layout), -1, INVALID, "config->layout -1"},
+      {offsetof(graphattn_layer_config_t, attn_type), 4, INVALID, "config->attn_type 4"},
   };
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; ++i) {
     c = llama_config();
@@ -761,6 +783,7 @@ int main(void) {
   test_last_error();
   test_null_arguments();
   test_layer_config();
+  test_attn_type();
   test_backend_specs();
   test_tensor_checks();
   test_cache();

@@ -35,6 +35,9 @@ struct PrefillCase {
   float cap = 0;       // the soft cap's value when soft_cap; 0: drawn from 2..10
   bool alibi = false;  // per-head ALiBi slopes (random)
   bool sinks = false;  // per-head sink logits (random, some dominating)
+  // Encoder / cross attention: every query sees all keys of its request; the batch then also
+  // holds requests with more queries than keys (decoder queries over a short encoder output).
+  bool non_causal = false;
 };
 
 std::string describe(const PrefillCase& c) {
@@ -49,6 +52,7 @@ std::string describe(const PrefillCase& c) {
   s.soft_cap = c.soft_cap;
   s.alibi = c.alibi;
   s.sinks = c.sinks;
+  s.non_causal = c.non_causal;
   s.layout = c.layout;
   s.arch = current_device_arch();
   return s.to_string();
@@ -90,7 +94,8 @@ struct Req {
 
 // A random batch: `decodes` one-token requests first (not launched: they must stay untouched),
 // then prefills of every kind.
-std::vector<Req> random_batch(std::mt19937_64& rng, int max_len, int decodes) {
+std::vector<Req> random_batch(std::mt19937_64& rng, int max_len, int decodes,
+                              bool longer_queries = false) {
   auto uni = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
   std::vector<Req> reqs;
   for (int i = 0; i < decodes; ++i) reqs.push_back({1, uni(1, max_len)});
@@ -119,6 +124,10 @@ std::vector<Req> random_batch(std::mt19937_64& rng, int max_len, int decodes) {
   }
   // Always at least one long-ish pure prefill that spans several row tiles.
   reqs.push_back({max_len, max_len});
+  if (longer_queries) {  // non-causal only: queries past the keys' count, keys across tiles
+    reqs.push_back({max_len, uni(1, max_len / 2)});
+    reqs.push_back({uni(1, 8), max_len});
+  }
   std::shuffle(reqs.begin() + decodes, reqs.end(), rng);
   return reqs;
 }
@@ -128,7 +137,7 @@ double run_case(const PrefillCase& c, KernelCache& cache, std::mt19937_64& rng) 
   INFO("case " << describe(c));
   auto uni = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
   const int first_req = uni(0, 2);
-  const std::vector<Req> reqs = random_batch(rng, c.max_len, first_req);
+  const std::vector<Req> reqs = random_batch(rng, c.max_len, first_req, c.non_causal);
   const int num_reqs = static_cast<int>(reqs.size());
   const int H = c.num_kv_heads * c.group, KH = c.num_kv_heads, D = c.head_size, B = c.block_size;
   const bool fp8 = c.kv != KvDType::kAuto;
@@ -213,6 +222,7 @@ double run_case(const PrefillCase& c, KernelCache& cache, std::mt19937_64& rng) 
   ref.window = c.window ? uni(1, c.max_len / 2) : 0;
   ref.soft_cap = !c.soft_cap ? 0.0f : c.cap > 0 ? c.cap : static_cast<float>(uni(2, 10));
   INFO("window " << ref.window << " soft cap " << ref.soft_cap << " first_req " << first_req);
+  ref.causal = !c.non_causal;
   ref.alibi_slopes = random_alibi_slopes(rng, H, c.alibi);
   ref.sinks = random_sinks(rng, H, c.sinks);
   const DeviceBuffer d_slopes = upload_floats(ref.alibi_slopes), d_sinks = upload_floats(ref.sinks);
@@ -246,7 +256,8 @@ double run_case(const PrefillCase& c, KernelCache& cache, std::mt19937_64& rng) 
       TensorView::contiguous(d_table.data(), ScalarType::kInt32, {num_reqs, max_blocks}), first_req,
       num_reqs, max_q + extra_q, static_cast<float>(scale), ref.window,
       static_cast<float>(ref.soft_cap), k_scale, v_scale, nullptr, cache,
-      static_cast<const float*>(d_slopes.data()), static_cast<const float*>(d_sinks.data()));
+      static_cast<const float*>(d_slopes.data()), static_cast<const float*>(d_sinks.data()),
+      !c.non_causal);
   GA_CU_CHECK(detail::driver().cuCtxSynchronize());
 
   std::vector<uint16_t> out(static_cast<size_t>(T) * o_tstride);
@@ -363,13 +374,8 @@ std::vector<PrefillCase> reduced_cases() {
   return out;
 }
 
-}  // namespace
-
-TEST_CASE("gpu prefill: matches the float64 reference across the spec axes") {
-  GA_REQUIRE_GPU();
-  TempKernelCache cache;
-  auto rng = make_rng();
-  const std::vector<PrefillCase> cases = reduced() ? reduced_cases() : all_cases();
+// Compiles every case's kernel in parallel, then runs the cases and reports the worst errors.
+void run_cases(const std::vector<PrefillCase>& cases, KernelCache& cache, std::mt19937_64& rng) {
   std::vector<AttentionSpec> specs;
   for (const auto& c : cases) specs.push_back(spec_of(c));
   for (const auto& r : cache.precompile(specs))
@@ -377,10 +383,19 @@ TEST_CASE("gpu prefill: matches the float64 reference across the spec axes") {
   double worst16 = 0, worst_bf = 0;
   for (const auto& c : cases) {
     const double e = run_case(c, cache, rng);
-    (c.dtype == DType::kFloat16 ? worst16 : worst_bf) =
-        std::max(c.dtype == DType::kFloat16 ? worst16 : worst_bf, e);
+    double& w = c.dtype == DType::kFloat16 ? worst16 : worst_bf;
+    w = std::max(w, e);
   }
   MESSAGE(cases.size() << " cases; worst relative L2: fp16 " << worst16 << ", bf16 " << worst_bf);
+}
+
+}  // namespace
+
+TEST_CASE("gpu prefill: matches the float64 reference across the spec axes") {
+  GA_REQUIRE_GPU();
+  TempKernelCache cache;
+  auto rng = make_rng();
+  run_cases(reduced() ? reduced_cases() : all_cases(), cache, rng);
 }
 
 TEST_CASE("gpu prefill: every head size compiles, loads and matches the reference") {
@@ -433,17 +448,7 @@ TEST_CASE("gpu prefill: the Hopper wgmma kernel across its tile boundaries") {
     c.max_len = reduced() ? 150 : (c.head_size >= 192 ? 330 : 520);
     cases.push_back(c);
   }
-  std::vector<AttentionSpec> specs;
-  for (const auto& c : cases) specs.push_back(spec_of(c));
-  for (const auto& r : cache.precompile(specs))
-    CHECK_MESSAGE(r.error.empty(), r.spec << ": " << r.error);
-  double worst16 = 0, worst_bf = 0;
-  for (const auto& c : cases) {
-    const double e = run_case(c, cache, rng);
-    double& w = c.dtype == DType::kFloat16 ? worst16 : worst_bf;
-    w = std::max(w, e);
-  }
-  MESSAGE(cases.size() << " cases; worst relative L2: fp16 " << worst16 << ", bf16 " << worst_bf);
+  run_cases(cases, cache, rng);
 }
 
 TEST_CASE("gpu prefill: rejects mismatched arguments with a clear error") {
@@ -485,4 +490,36 @@ TEST_CASE("gpu prefill: rejects mismatched arguments with a clear error") {
   other.soft_cap = true;
   const detail::LoadedKernel& k = detail::load_kernel(other, cache);
   CHECK_THROWS_AS(detail::launch_prefill(k, a, nullptr), Error);
+}
+
+TEST_CASE("gpu prefill: encoder and cross attention (non-causal) in both prefill kernels") {
+  // Every query sees all keys [0, seq_len): the last key tile's zero-filled rows must be masked
+  // (score -inf, not 0) and full tiles take the unmasked path. Lengths cross the row tiles
+  // (mma.sync: 64 or 128 rows; wgmma: 128) and key tiles (mma.sync 64/32, wgmma 128/64), with
+  // queries shorter and longer than the keys. On sm_90 head sizes 64 and 128 with a 16-bit cache
+  // run the wgmma kernel; head 72 and fp8 caches run mma.sync (elsewhere all run mma.sync).
+  GA_REQUIRE_GPU();
+  TempKernelCache cache;
+  auto rng = make_rng();
+  std::vector<PrefillCase> cases;
+  const int heads[] = {64, 128, 72};
+  const int groups[] = {1, 4, 6, 2};
+  const int n = reduced() ? 6 : 18;
+  for (int i = 0; i < n; ++i) {
+    PrefillCase c;
+    c.non_causal = true;
+    c.dtype = i % 2 ? DType::kBFloat16 : DType::kFloat16;
+    c.head_size = heads[i % 3];
+    c.group = groups[(i / 3) % 4];
+    c.num_kv_heads = c.group >= 6 ? 1 : 2;
+    c.block_size = i % 4 == 3 ? 48 : 16 * (1 + i % 3);
+    c.alibi = i % 5 == 2;
+    c.sinks = i % 4 == 1;
+    c.soft_cap = i % 7 == 4;
+    c.layout = i % 6 == 5 ? KvLayout::kHND : KvLayout::kNHD;
+    c.kv = i == 8 ? KvDType::kFp8E4M3 : i == 13 ? KvDType::kFp8E5M2 : KvDType::kAuto;
+    c.max_len = reduced() ? 150 : 300 + 37 * (i % 4);
+    cases.push_back(c);
+  }
+  run_cases(cases, cache, rng);
 }
