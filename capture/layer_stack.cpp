@@ -239,8 +239,8 @@ void AttentionLayerStack::step(CUstream stream, int num_tokens) {
     const bool cross = options_.layers[l].attn_type == AttentionType::kEncoderDecoder;
     const bool writes = owner && !cross;
     backends_[backend_of_layer_[l]]->forward(
-        q, writes ? kk : TensorView{}, writes ? v : TensorView{}, kv_[l], out, cross ? cross_md : md,
-        workspace_.data(), workspace_.bytes(), stream);
+        q, writes ? kk : TensorView{}, writes ? v : TensorView{}, kv_[l], out,
+        cross ? cross_md : md, workspace_.data(), workspace_.bytes(), stream);
   }
 }
 

@@ -57,7 +57,8 @@ using Names = std::vector<const char*>;
 template <typename E>
 const Names& axis_names() {
   static const Names names = [] {
-    if constexpr (std::is_same_v<E, KernelKind>) return Names{"cache_write", "decode", "prefill"};
+    if constexpr (std::is_same_v<E, KernelKind>)
+      return Names{"cache_write", "decode", "prefill", "kv_scale"};
     if constexpr (std::is_same_v<E, DType>) return Names{"fp16", "bf16"};
     if constexpr (std::is_same_v<E, KvDType>) return Names{"auto", "e4m3", "e5m2"};
     if constexpr (std::is_same_v<E, KvLayout>) return Names{"nhd", "hnd"};
@@ -218,6 +219,13 @@ void AttentionSpec::validate() const {
       (block_size != 16 || kv_dtype != KvDType::kAuto || layout != KvLayout::kNHD || check_bounds))
     throw Error("spec " + to_string() +
                 ": dense KV (_dense) reads no paged cache; use b16, kvauto, nhd and no _chk");
+  if (kind == KernelKind::kKvScale &&
+      (block_size != 16 || kv_dtype != KvDType::kAuto || group != 1 || sliding_window || soft_cap ||
+       layout != KvLayout::kNHD || alibi || sinks || check_bounds))
+    throw Error("spec " + to_string() +
+                ": the kv_scale kernel depends only on the head size, dtype and arch; use "
+                "b16_kvauto_g1_swa0_cap0_nhd without suffixes so that one kernel serves every "
+                "layer, e.g. kv_scale_h128_b16_bf16_kvauto_g1_swa0_cap0_nhd_sm90");
 }
 
 std::string AttentionSpec::to_string() const {

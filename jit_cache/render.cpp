@@ -36,6 +36,8 @@ Family family_of(const AttentionSpec& spec) {
       if (detail::select_prefill_kernel(spec) == detail::PrefillKernel::kWgmma)
         return {"prefill_sm90.cu", "graphattn_prefill", "a"};
       return {"prefill.cu", "graphattn_prefill"};
+    case KernelKind::kKvScale:
+      return {"kv_scale.cu", "graphattn_kv_scale"};
   }
   throw Error("unknown kernel kind");
 }

@@ -2,6 +2,7 @@
 // mixed batch (cache write, split-KV decode for the decodes, prefill for the rest).
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <mutex>
 #include <string>
@@ -38,7 +39,7 @@ enum SpecIndex { kWrite = 0, kDecodeIdx = 1, kPrefillIdx = 2 };
 }  // namespace
 
 AttentionSpec spec_for(const AttentionLayerConfig& c, KernelKind kind) {
-  const bool write = kind == KernelKind::kCacheWrite;
+  const bool write = kind == KernelKind::kCacheWrite || kind == KernelKind::kKvScale;
   const bool prefill = kind == KernelKind::kPrefill;
   AttentionSpec s;
   s.kind = kind;
@@ -63,6 +64,15 @@ AttentionSpec spec_for(const AttentionLayerConfig& c, KernelKind kind) {
     s.block_size = 16;
     s.kv_dtype = KvDType::kAuto;
     s.layout = KvLayout::kNHD;
+    s.check_bounds = false;
+  }
+  if (kind == KernelKind::kKvScale) {
+    // calc_kv_scales reads only the new keys and values: one kernel per head size and dtype.
+    const AttentionSpec d;
+    s.block_size = d.block_size;
+    s.kv_dtype = d.kv_dtype;
+    s.group = d.group;
+    s.layout = d.layout;
     s.check_bounds = false;
   }
   return s;
@@ -106,6 +116,11 @@ std::string attention_config_problem(const AttentionLayerConfig& c) {
                                        !std::isfinite(c.k_scale) || !std::isfinite(c.v_scale)))
     return "k_scale " + fstr(c.k_scale) + " / v_scale " + fstr(c.v_scale) +
            " are not supported for an fp8 KV cache; supported: finite > 0";
+  for (const float* p : {c.k_scale_device, c.v_scale_device})
+    if (reinterpret_cast<uintptr_t>(p) % alignof(float) != 0)
+      return std::string(p == c.k_scale_device ? "k" : "v") +
+             "_scale_device is not supported at a misaligned address; supported: null or a "
+             "4-byte aligned fp32 device scalar";
   if (c.max_model_len <= 0)
     return "max_model_len " + str(c.max_model_len) + " is not supported; supported: >= 1";
   if (c.max_num_seqs <= 0 || c.max_num_seqs > 65535)
@@ -149,7 +164,10 @@ AttentionBackend::AttentionBackend(const AttentionLayerConfig& config)
   }
   config_.check_bounds = config_.check_bounds || check_bounds_from_env();
   if (config_.scale == 0) config_.scale = 1.0f / std::sqrt(static_cast<float>(config_.head_size));
-  if (config_.kv_dtype == KvDType::kAuto) config_.k_scale = config_.v_scale = 1.0f;
+  if (config_.kv_dtype == KvDType::kAuto) {
+    config_.k_scale = config_.v_scale = 1.0f;
+    config_.k_scale_device = config_.v_scale_device = nullptr;
+  }
   for (KernelKind k : kernel_kinds(config_.attn_type)) specs_.push_back(spec_for(config_, k));
   for (const auto& s : specs_) s.validate();
 }
@@ -310,6 +328,8 @@ void AttentionBackend::forward(const TensorView& query, const TensorView& key,
   d.soft_cap = c.soft_cap;
   d.k_scale = c.k_scale;
   d.v_scale = c.v_scale;
+  const detail::DeviceKvScales device_scales{c.k_scale_device, c.v_scale_device};
+  d.device_scales = device_scales;
   void* const bounds = bounds_ ? bounds_->data() : nullptr;
   d.bounds = bounds;
   const detail::LayerWorkspace ws = detail::layer_workspace(c);
@@ -338,6 +358,7 @@ void AttentionBackend::forward(const TensorView& query, const TensorView& key,
   pf.soft_cap = c.soft_cap;
   pf.k_scale = c.k_scale;
   pf.v_scale = c.v_scale;
+  pf.device_scales = device_scales;
   pf.bounds = bounds;
   const bool prefill = md.num_reqs > md.num_decodes;
   if (prefill) {
@@ -368,7 +389,7 @@ void AttentionBackend::forward(const TensorView& query, const TensorView& key,
   } else if (write) {
     // The layer's own cache write kernel, loaded by prepare(): no lookup per call.
     detail::launch_cache_write(*loaded_->kernels[kWrite], k, v, kv_cache, kc, md.slot_mapping,
-                               c.k_scale, c.v_scale, stream, bounds);
+                               c.k_scale, c.v_scale, stream, bounds, device_scales);
   }
   if (decode && d.max_splits > 1 && !d.cluster) {
     // The split counters must start at zero; every launch leaves them so. The first split launch

@@ -209,6 +209,8 @@ AttentionLayerConfig to_cpp(const graphattn_layer_config_t* config) {
   o.check_bounds = c.check_bounds != 0;
   if (holds(c, &graphattn_layer_config_t::alibi_slopes)) o.alibi_slopes = c.alibi_slopes;
   if (holds(c, &graphattn_layer_config_t::sinks)) o.sinks = c.sinks;
+  if (holds(c, &graphattn_layer_config_t::k_scale_device)) o.k_scale_device = c.k_scale_device;
+  if (holds(c, &graphattn_layer_config_t::v_scale_device)) o.v_scale_device = c.v_scale_device;
   return o;
 }
 
@@ -235,6 +237,8 @@ void from_cpp(const AttentionLayerConfig& o, graphattn_layer_config_t* c) {
   if (holds(*c, &graphattn_layer_config_t::sinks)) c->sinks = o.sinks;
   if (holds(*c, &graphattn_layer_config_t::attn_type))
     c->attn_type = static_cast<graphattn_attn_type_t>(o.attn_type);
+  if (holds(*c, &graphattn_layer_config_t::k_scale_device)) c->k_scale_device = o.k_scale_device;
+  if (holds(*c, &graphattn_layer_config_t::v_scale_device)) c->v_scale_device = o.v_scale_device;
 }
 
 graphattn::KernelCache& cache_of(graphattn_cache_t cache) {
@@ -395,6 +399,21 @@ graphattn::CommonAttentionMetadata batch_of(const int32_t* query_start_loc, int 
       query_lens, query_lens, {}, 0,
       std::vector<int64_t>(static_cast<size_t>(std::max<int64_t>(tokens, 0)), -1));
 }
+
+// A one-element float32 device tensor (any rank): its address.
+float* device_scalar_of(const DLTensor* t, const char* name) {
+  const TensorView v = view_of(t, name);
+  int64_t n = 1;
+  for (int d = 0; d < v.ndim; ++d) n *= v.shape[d];
+  if (v.dtype != graphattn::ScalarType::kFloat32 || n != 1)
+    invalid(std::string(name) + " " + v.describe() +
+            " is not supported; supported: a one-element float32 device tensor");
+  return static_cast<float*>(v.data);
+}
+
+static_assert(GRAPHATTN_K_SCALE_DIVISOR == graphattn::kKScaleDivisor &&
+                  GRAPHATTN_V_SCALE_DIVISOR == graphattn::kVScaleDivisor,
+              "graphattn.h and backend.hpp name vLLM's divisors alike");
 
 }  // namespace
 
@@ -805,6 +824,21 @@ graphattn_status_t graphattn_multi_head_attention(const DLTensor* q, const DLTen
     const TensorView ov = view_of(out, "out");
     graphattn::multi_head_attention(qv, kv, vv, ov, scale, static_cast<CUstream>(stream),
                                     cache_of(cache));
+  });
+}
+
+/* fp8 scales in device memory */
+
+graphattn_status_t graphattn_calc_kv_scales(const DLTensor* key, const DLTensor* value,
+                                            const DLTensor* k_scale, const DLTensor* v_scale,
+                                            float k_divisor, float v_divisor, void* stream,
+                                            graphattn_cache_t cache) noexcept {
+  return guard([&] {
+    const TensorView k = view_of(key, "key");
+    const TensorView v = view_of(value, "value");
+    graphattn::calc_kv_scales(k, v, device_scalar_of(k_scale, "k_scale"),
+                              device_scalar_of(v_scale, "v_scale"), k_divisor, v_divisor,
+                              static_cast<CUstream>(stream), cache_of(cache));
   });
 }
 

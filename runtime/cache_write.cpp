@@ -55,7 +55,7 @@ void check_cache_write(const TensorView& key, const TensorView& value, const KvC
 void launch_cache_write(const LoadedKernel& k, const TensorView& key, const TensorView& value,
                         const TensorView& kv_cache, const KvCacheShape& kc,
                         const TensorView& slot_mapping, float k_scale, float v_scale,
-                        CUstream stream, void* bounds) {
+                        CUstream stream, void* bounds, DeviceKvScales scales) {
   GA_REQUIRE(k.compiled != nullptr && k.compiled->spec.check_bounds == (bounds != nullptr),
              std::string("launch_cache_write: ") +
                  (bounds ? "a bounds report needs a checked kernel (_chk)"
@@ -79,6 +79,7 @@ void launch_cache_write(const LoadedKernel& k, const TensorView& key, const Tens
   p.num_kv_heads = static_cast<int>(kc.num_kv_heads);
   p.k_scale = k_scale;
   p.v_scale = v_scale;
+  if (kc.kv_dtype != KvDType::kAuto) p.scales = {scales.k, scales.v};
   p.bounds = static_cast<GaBoundsReport*>(bounds);
   const int vectors = static_cast<int>(p.num_kv_heads * kc.head_size / 8);
   LaunchShape shape;
@@ -91,14 +92,16 @@ void launch_cache_write(const LoadedKernel& k, const TensorView& key, const Tens
 
 void write_kv_cache(const TensorView& key, const TensorView& value, const TensorView& kv_cache,
                     const TensorView& slot_mapping, float k_scale, float v_scale, CUstream stream,
-                    KernelCache& cache) {
+                    KernelCache& cache, const float* k_scale_device, const float* v_scale_device) {
   const detail::KvCacheShape kc =
       detail::check_cache_write(key, value, kv_cache, slot_mapping, k_scale, v_scale);
+  const detail::DeviceKvScales scales{k_scale_device, v_scale_device};
+  detail::require_device_scales(scales, "write_kv_cache");
   if (key.shape[0] == 0) return;
   const AttentionSpec spec = spec_for(
       detail::layer_of(kc, dtype_of(key.dtype), current_device_arch()), KernelKind::kCacheWrite);
   detail::launch_cache_write(detail::load_kernel(spec, cache, stream), key, value, kv_cache, kc,
-                             slot_mapping, k_scale, v_scale, stream);
+                             slot_mapping, k_scale, v_scale, stream, nullptr, scales);
 }
 
 }  // namespace graphattn

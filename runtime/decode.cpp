@@ -297,6 +297,7 @@ void enqueue_decode(const LoadedKernel& decode, const DecodeLaunch& a, CUstream 
   p.scale = a.scale;
   p.k_scale = fp8 ? a.k_scale : 1.0f;
   p.v_scale = fp8 ? a.v_scale : 1.0f;
+  if (fp8) p.scales = {a.device_scales.k, a.device_scales.v};
   p.soft_cap = a.soft_cap > 0 ? a.soft_cap : 1.0f;
   p.window = a.window;
   p.max_splits = a.max_splits;

@@ -55,12 +55,13 @@ struct DecodeLaunch : AttentionViews {
   // sm_90+, max_splits <= 16: run the splits of each request as one thread-block cluster and
   // combine them through distributed shared memory (the counters are then not used).
   bool cluster = false;
-  float scale = 1.0f;         // softmax scale
-  int window = 0;             // sliding window in tokens; 0 = none (the spec must agree)
-  float soft_cap = 0.0f;      // logits soft cap; 0 = none (the spec must agree)
-  float k_scale = 1.0f;       // fp8 KV: key = stored * k_scale; ignored otherwise
-  float v_scale = 1.0f;       // fp8 KV: value = stored * v_scale; ignored otherwise
-  void* workspace = nullptr;  // decode_workspace_bytes(...) bytes, 16-byte aligned, any content
+  float scale = 1.0f;            // softmax scale
+  int window = 0;                // sliding window in tokens; 0 = none (the spec must agree)
+  float soft_cap = 0.0f;         // logits soft cap; 0 = none (the spec must agree)
+  float k_scale = 1.0f;          // fp8 KV: key = stored * k_scale; ignored otherwise
+  float v_scale = 1.0f;          // fp8 KV: value = stored * v_scale; ignored otherwise
+  DeviceKvScales device_scales;  // fp8 KV: device scalars read instead of k_scale / v_scale
+  void* workspace = nullptr;     // decode_workspace_bytes(...) bytes, 16-byte aligned, any content
   size_t workspace_size = 0;
   // decode_counter_count(...) uint32 at 4-byte alignment, all zero before the launch; the kernel
   // leaves them zero. Needed when max_splits > 1 (the last split of a request combines).

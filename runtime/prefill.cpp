@@ -118,7 +118,10 @@ void enqueue_prefill(const LoadedKernel& k, const PrefillLaunch& a, CUstream str
   p.query_start_loc = static_cast<const int*>(a.query_start_loc.data);
   p.first_req = a.first_req;
   p.num_kv_heads = static_cast<int>(g.z);
-  set_prefill_scales(p, a.scale, fp8 ? a.k_scale : 1.0f, fp8 ? a.v_scale : 1.0f);
+  // A device k scale is multiplied in by the kernel (ga_prefill_scales), in the host's order.
+  const bool device_k = fp8 && a.device_scales.k != nullptr;
+  set_prefill_scales(p, a.scale, fp8 && !device_k ? a.k_scale : 1.0f, fp8 ? a.v_scale : 1.0f);
+  if (fp8) p.scales = {a.device_scales.k, a.device_scales.v};
   p.soft_cap = a.soft_cap;
   p.window = a.window;
   p.bounds = static_cast<GaBoundsReport*>(a.bounds);
@@ -208,7 +211,8 @@ void prefill_attention(const TensorView& query, const TensorView& kv_cache,
                        const TensorView& seq_lens, const TensorView& block_table, int first_req,
                        int num_reqs, int max_query_len, float scale, int window, float soft_cap,
                        float k_scale, float v_scale, CUstream stream, KernelCache& cache,
-                       const float* alibi_slopes, const float* sinks, bool causal) {
+                       const float* alibi_slopes, const float* sinks, bool causal,
+                       const float* k_scale_device, const float* v_scale_device) {
   detail::PrefillLaunch a{
       {query, kv_cache, output, seq_lens, block_table, alibi_slopes, sinks, !causal}};
   a.query_start_loc = query_start_loc;
@@ -220,6 +224,8 @@ void prefill_attention(const TensorView& query, const TensorView& kv_cache,
   a.soft_cap = soft_cap;
   a.k_scale = k_scale;
   a.v_scale = v_scale;
+  a.device_scales = {k_scale_device, v_scale_device};
+  detail::require_device_scales(a.device_scales, "prefill_attention");
   detail::require_rank(query, 3, "query", "[num_tokens, num_heads, head_size]");
   const detail::KvCacheShape kc = detail::check_kv_cache(kv_cache, dtype_of(query.dtype));
   const AttentionSpec spec = detail::attention_spec_for(

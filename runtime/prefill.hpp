@@ -20,15 +20,16 @@ namespace graphattn::detail {
 struct PrefillLaunch : AttentionViews {
   PrefillLaunch() = default;
   explicit PrefillLaunch(const AttentionViews& views) : AttentionViews(views) {}
-  TensorView query_start_loc;  // [>= num_reqs + 1] int32, non-decreasing token offsets
-  int first_req = 0;           // first request this launch handles (decodes come before it)
-  int num_reqs = 0;            // one past the last request handled
-  int max_query_len = 0;       // >= every handled request's query length (sizes the grid)
-  float scale = 1.0f;          // softmax scale, usually 1 / sqrt(head_size)
-  int window = 0;              // sliding window in tokens; 0 = none (the spec must agree)
-  float soft_cap = 0.0f;       // logits soft cap; 0 = none (the spec must agree)
-  float k_scale = 1.0f;        // fp8 KV: key = stored * k_scale; ignored otherwise
-  float v_scale = 1.0f;        // fp8 KV: value = stored * v_scale; ignored otherwise
+  TensorView query_start_loc;    // [>= num_reqs + 1] int32, non-decreasing token offsets
+  int first_req = 0;             // first request this launch handles (decodes come before it)
+  int num_reqs = 0;              // one past the last request handled
+  int max_query_len = 0;         // >= every handled request's query length (sizes the grid)
+  float scale = 1.0f;            // softmax scale, usually 1 / sqrt(head_size)
+  int window = 0;                // sliding window in tokens; 0 = none (the spec must agree)
+  float soft_cap = 0.0f;         // logits soft cap; 0 = none (the spec must agree)
+  float k_scale = 1.0f;          // fp8 KV: key = stored * k_scale; ignored otherwise
+  float v_scale = 1.0f;          // fp8 KV: value = stored * v_scale; ignored otherwise
+  DeviceKvScales device_scales;  // fp8 KV: device scalars read instead of k_scale / v_scale
   // Checked mode: a zero-filled GaBoundsReport (templates/params.h) where the kernel records the
   // first block id outside the cache; the launch then needs the checked kernel (spec "_chk").
   // nullptr: the fast kernel.

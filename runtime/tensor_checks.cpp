@@ -67,6 +67,14 @@ void require_launch_scales(const AttentionSpec& spec, float scale, float k_scale
                    " and " + std::to_string(v_scale));
 }
 
+void require_device_scales(const DeviceKvScales& s, const char* where) {
+  for (const float* p : {s.k, s.v})
+    GA_REQUIRE(reinterpret_cast<uintptr_t>(p) % alignof(float) == 0,
+               std::string(where) + ": " + (p == s.k ? "k" : "v") +
+                   "_scale_device must point to a 4-byte aligned fp32 device scalar, got an "
+                   "address that is not");
+}
+
 AttentionLayerConfig layer_of(const KvCacheShape& kc, DType dtype, int arch) {
   AttentionLayerConfig c;
   c.num_heads = c.num_kv_heads = static_cast<int>(kc.num_kv_heads);

@@ -54,14 +54,23 @@ AttentionSpec attention_spec_for(KernelKind kind, const TensorView& query, const
                                  const KvCacheShape& kc, int window, float soft_cap, int arch,
                                  bool check_bounds, bool alibi = false, bool sinks = false,
                                  bool multi_token = false, bool non_causal = false);
+// fp8 k/v scales in device memory, [1] fp32 each (null: the launch's float scales): what every
+// launch of a layer hands to its kernel (GaKvScales in templates/params.h). A 16-bit cache's
+// kernels never receive them.
+struct DeviceKvScales {
+  const float* k = nullptr;
+  const float* v = nullptr;
+};
+// Device scale pointers are 4-byte aligned (fp32 scalars); `where` names the caller.
+void require_device_scales(const DeviceKvScales& s, const char* where);
 // Launches the loaded cache write kernel `k` on views that check_cache_write() accepted (kc is
 // its result); checks nothing.
 // `bounds`: checked mode's zero-filled GaBoundsReport (then `k` must be a checked kernel), or
-// nullptr.
+// nullptr. `scales`: device scales that replace k_scale / v_scale (fp8 caches).
 void launch_cache_write(const LoadedKernel& k, const TensorView& key, const TensorView& value,
                         const TensorView& kv_cache, const KvCacheShape& kc,
                         const TensorView& slot_mapping, float k_scale, float v_scale,
-                        CUstream stream, void* bounds = nullptr);
+                        CUstream stream, void* bounds = nullptr, DeviceKvScales scales = {});
 // Every check of the cache write's arguments (write_kv_cache and the decode kernel's fused
 // write share it); returns the cache's shape.
 KvCacheShape check_cache_write(const TensorView& key, const TensorView& value,
@@ -73,20 +82,22 @@ void check_cache_write(const TensorView& key, const TensorView& value, const KvC
 
 // The checks every attention launch (DecodeLaunch, PrefillLaunch) starts with: its views and
 // options need exactly the kernel `ks` (spec_for of what they say on ks's arch, checked mode
-// included), query and output rows allow vector access, and the scales are valid. kc: the
+// included), query and output rows allow vector access, and the scales (floats and device
+// pointers) are valid. kc: the
 // checked KV cache view; `where` names the caller.
 template <typename Launch>
 void require_launch_kernel(KernelKind kind, const AttentionSpec& ks, const Launch& a,
                            const KvCacheShape& kc, const char* where) {
-  const AttentionSpec spec = attention_spec_for(
-      kind, a.query, a.output, kc, a.window, a.soft_cap, ks.arch, a.bounds != nullptr,
-      a.alibi_slopes != nullptr, a.sinks != nullptr, a.multi_token,
-      kind == KernelKind::kPrefill && a.non_causal);
+  const AttentionSpec spec =
+      attention_spec_for(kind, a.query, a.output, kc, a.window, a.soft_cap, ks.arch,
+                         a.bounds != nullptr, a.alibi_slopes != nullptr, a.sinks != nullptr,
+                         a.multi_token, kind == KernelKind::kPrefill && a.non_causal);
   GA_REQUIRE(spec == ks, std::string(where) + ": the views need kernel " + spec.to_string() +
                              " but kernel " + ks.to_string() + " was given");
   require_vector_access(a.query, "query");
   require_vector_access(a.output, "output");
   require_launch_scales(spec, a.scale, a.k_scale, a.v_scale);
+  require_device_scales(a.device_scales, where);
 }
 
 }  // namespace graphattn::detail

@@ -19,6 +19,8 @@ extern "C" __global__ void __launch_bounds__(256)
   const ga_u16* key = static_cast<const ga_u16*>(p.key) + token * p.key_token_stride;
   const ga_u16* value = static_cast<const ga_u16*>(p.value) + token * p.value_token_stride;
   const long long base = block * p.cache_block_stride + offset * p.cache_token_stride;
+  const float k_scale = ga_kv_scale(p.scales.k_scale_ptr, p.k_scale);
+  const float v_scale = ga_kv_scale(p.scales.v_scale_ptr, p.v_scale);
   for (int i = threadIdx.x; i < total; i += blockDim.x) {
     const int head = i / VECS_PER_HEAD;
     const int d = (i - head * VECS_PER_HEAD) * VEC;
@@ -35,8 +37,8 @@ extern "C" __global__ void __launch_bounds__(256)
       __align__(8) ga_u8 vq[VEC];
 #pragma unroll
       for (int j = 0; j < VEC; ++j) {
-        kq[j] = ga_f32_to_kv_fp8(ga_to_float(kh[j]) / p.k_scale);
-        vq[j] = ga_f32_to_kv_fp8(ga_to_float(vh[j]) / p.v_scale);
+        kq[j] = ga_f32_to_kv_fp8(ga_to_float(kh[j]) / k_scale);
+        vq[j] = ga_f32_to_kv_fp8(ga_to_float(vh[j]) / v_scale);
       }
       *reinterpret_cast<uint2*>(static_cast<ga_u8*>(p.key_cache) + dst) =
           *reinterpret_cast<const uint2*>(kq);

@@ -197,6 +197,30 @@ __device__ __forceinline__ ga_u8 ga_f32_to_kv_fp8(float x) {
   return KV_FP8 == 1 ? ga_f32_to_fp8<7, 3, 0x7e>(x) : ga_f32_to_fp8<15, 2, 0x7b>(x);
 }
 
+// An fp8 k or v scale: the device scalar when the launch gives one (GaKvScales), else the
+// launch's float. Call after ga_grid_dependency_sync(): the previous kernel may have written it.
+// A 16-bit cache never reads the pointer.
+__device__ __forceinline__ float ga_kv_scale(const float* ptr, float value) {
+  return KV_FP8 != 0 && ptr != nullptr ? *ptr : value;
+}
+
+// The score and output scales a prefill kernel applies. With a device k scale the host passed
+// the softmax scale alone in p.scale, and the products are formed here in the host's order
+// (scale * k_scale, then * log2(e)), so a device scale and an equal float give the same bits.
+struct GaPrefillScales {
+  float scale_log2;  // softmax scale * k_scale * log2(e)
+  float scale;       // softmax scale * k_scale
+  float v_scale;
+};
+__device__ __forceinline__ GaPrefillScales ga_prefill_scales(const PrefillParams& p) {
+  GaPrefillScales s{p.scale_log2, p.scale, ga_kv_scale(p.scales.v_scale_ptr, p.v_scale)};
+  if (KV_FP8 != 0 && p.scales.k_scale_ptr != nullptr) {
+    s.scale = p.scale * *p.scales.k_scale_ptr;
+    s.scale_log2 = s.scale * GA_LOG2E;
+  }
+  return s;
+}
+
 // Fails loudly when the launch disagrees with the kernel's own tiling: the host sizes shared
 // memory and the block from its copy of it (detail::prefill_config), and a mismatch must trap,
 // never corrupt memory.

@@ -372,7 +372,8 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
       const uint4 x = *reinterpret_cast<const uint4*>(src + d);
       void* cache = const_cast<void*>(which ? p.kv.value_cache : p.kv.key_cache);
       const ga_u16* h = reinterpret_cast<const ga_u16*>(&x);
-      const float scale = which ? p.v_scale : p.k_scale;
+      const float scale = which ? ga_kv_scale(p.scales.v_scale_ptr, p.v_scale)
+                                : ga_kv_scale(p.scales.k_scale_ptr, p.k_scale);
       __align__(8) ga_u8 q[8];
 #pragma unroll
       for (int j = 0; j < 8; ++j) q[j] = ga_f32_to_kv_fp8(ga_to_float(h[j]) / scale);
@@ -542,7 +543,8 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
 
   // Scores in the log2 domain: no cap: raw * qk_scale; cap: ga_soft_cap_log2(raw, qk_scale,
   // cap_log2).
-  const float score_scale = p.scale / q_scale * p.k_scale * KV_WIDEN_SCALE;
+  const float score_scale =
+      p.scale / q_scale * ga_kv_scale(p.scales.k_scale_ptr, p.k_scale) * KV_WIDEN_SCALE;
   const float qk_scale = HAS_SOFT_CAP ? score_scale / p.soft_cap : score_scale * GA_LOG2E;
   const float cap_log2 = HAS_SOFT_CAP ? p.soft_cap * GA_LOG2E : 0.0f;
 
@@ -726,7 +728,7 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   }
   __syncthreads();
 
-  const float out_scale = p.v_scale * KV_WIDEN_SCALE;
+  const float out_scale = ga_kv_scale(p.scales.v_scale_ptr, p.v_scale) * KV_WIDEN_SCALE;
   constexpr int D4 = HEAD_SIZE / 4;
   for (int i = tid; i < heads_here * D4; i += GA_DECODE_THREADS) {
     const int h = i / D4, d = (i - h * D4) * 4;

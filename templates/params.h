@@ -19,6 +19,17 @@ struct GaBoundsReport {
   long long value;
 };
 
+// fp8 KV scales in device memory, for engines that compute them on the device (calc_kv_scales)
+// or change them between replays of a captured graph: a non-null pointer is read (once per
+// thread, after the wait for the previous kernel, which may be the one that wrote it) instead
+// of the launch's float. A uniform branch on launch data, not a spec axis: one load per thread
+// costs nothing next to the KV traffic, and one kernel then serves both kinds of scale. Kernels
+// of a 16-bit (auto) cache never read them (the host passes null there).
+struct GaKvScales {
+  const float* k_scale_ptr;  // [1] fp32 device scalar, or null: use the float k_scale
+  const float* v_scale_ptr;  // [1] fp32 device scalar, or null: use the float v_scale
+};
+
 // reshape_and_cache_flash: write each token's key and value into its slot of the paged cache.
 struct CacheWriteParams {
   const void* key;                // [num_tokens, num_kv_heads, head_size] dtype
@@ -40,7 +51,38 @@ struct CacheWriteParams {
   float k_scale;           // fp8 KV: stored = key / k_scale
   float v_scale;           // fp8 KV: stored = value / v_scale
   GaBoundsReport* bounds;  // checked mode only
+  GaKvScales scales;       // fp8 KV: k/v scales in device memory (null: k_scale, v_scale)
 };
+
+// calc_kv_scales (spec kind kv_scale): k_scale = max(amax(|key|) / k_divisor, GA_KV_SCALE_MIN)
+// over the first num_tokens rows, v_scale likewise from the values, into two fp32 device
+// scalars. Grid (x, 2), GA_KV_SCALE_THREADS threads: y 0 reduces the keys, 1 the values, the x
+// blocks stride over the rows. The host first sets both scalars to GA_KV_SCALE_MIN (memset
+// nodes); every block then raises its scalar with an atomic max on the bits of its own
+// amax / divisor: non-negative floats order as their bits, and rounding a division by a positive
+// divisor is monotonic, so the result is exactly max(amax / divisor, GA_KV_SCALE_MIN) with no
+// scratch memory, no second kernel and a grid fixed by the token count (graph-capturable).
+struct KvScaleParams {
+  const void* key;             // [num_tokens, num_kv_heads, head_size] dtype
+  const void* value;           // [num_tokens, num_kv_heads, head_size] dtype
+  float* k_scale_out;          // [1] fp32, holds GA_KV_SCALE_MIN at the launch
+  float* v_scale_out;          // [1] fp32, holds GA_KV_SCALE_MIN at the launch
+  long long key_token_stride;  // elements
+  long long key_head_stride;
+  long long value_token_stride;
+  long long value_head_stride;
+  int num_tokens;
+  int num_kv_heads;
+  float k_divisor;  // finite > 0
+  float v_divisor;  // finite > 0
+};
+constexpr int GA_KV_SCALE_THREADS = 256;
+constexpr int GA_KV_SCALE_MAX_BLOCKS = 512;  // grid x at most (the rows are strided over)
+// The smallest scale calc_kv_scales writes: an all-zero batch gives it, never 0 (a division by
+// it would be NaN). Tiny, yet normal in every product the kernels form with it (the softmax
+// scale, 2^8 for e4m3); and since scale >= amax / divisor, a stored value stays within the
+// divisor whatever the clamp.
+constexpr float GA_KV_SCALE_MIN = 1e-12f;
 
 // The paged KV cache as an attention kernel reads it (decode and prefill): the key and value
 // halves of the flash-layout cache, each request's sequence length and block table row.
@@ -102,11 +144,12 @@ struct DecodeParams {
   long long query_head_stride;
   long long output_token_stride;
   long long output_head_stride;
-  float scale;     // softmax scale
-  float k_scale;   // fp8 KV: key = stored * k_scale; 1 otherwise
-  float v_scale;   // fp8 KV: value = stored * v_scale; 1 otherwise
-  float soft_cap;  // HAS_SOFT_CAP: scores -> soft_cap * tanh(score / soft_cap)
-  int window;      // HAS_WINDOW: key k visible from position p when p - k < window
+  float scale;        // softmax scale
+  float k_scale;      // fp8 KV: key = stored * k_scale; 1 otherwise
+  float v_scale;      // fp8 KV: value = stored * v_scale; 1 otherwise
+  GaKvScales scales;  // fp8 KV: k/v scales in device memory (null: k_scale, v_scale)
+  float soft_cap;     // HAS_SOFT_CAP: scores -> soft_cap * tanh(score / soft_cap)
+  int window;         // HAS_WINDOW: key k visible from position p when p - k < window
   // Fused cache write (decode-only steps): the blocks holding a request's last tile store its
   // new key and value at slot_mapping[r] (skipped when negative or >= num_slots), so no
   // separate cache write kernel runs; position seq_len - 1 then attends to that row. With a
@@ -198,12 +241,16 @@ struct PrefillParams {
   long long query_head_stride;
   long long output_token_stride;
   long long output_head_stride;
-  int first_req;           // request of blockIdx.y == 0
-  int num_kv_heads;        // == gridDim.z
-  float scale_log2;        // softmax scale * k_scale (fp8) * log2(e); no soft cap
-  float scale;             // softmax scale * k_scale (fp8), used with the soft cap
-  float soft_cap;          // HAS_SOFT_CAP: scores -> soft_cap * tanh(score / soft_cap)
-  float v_scale;           // fp8 KV: multiplies the output; 1 otherwise
+  int first_req;     // request of blockIdx.y == 0
+  int num_kv_heads;  // == gridDim.z
+  float scale_log2;  // softmax scale * k_scale (fp8) * log2(e); no soft cap
+  float scale;       // softmax scale * k_scale (fp8), used with the soft cap
+  float soft_cap;    // HAS_SOFT_CAP: scores -> soft_cap * tanh(score / soft_cap)
+  float v_scale;     // fp8 KV: multiplies the output; 1 otherwise
+  // fp8 KV: k/v scales in device memory (null: the floats above). With a device k scale the
+  // host leaves k_scale out of scale and scale_log2, and the kernel forms both products itself
+  // (ga_prefill_scales, common.cuh) as the host would: equal scales give equal results.
+  GaKvScales scales;
   int window;              // HAS_WINDOW: key k visible from position p when p - k < window
   GaBoundsReport* bounds;  // checked mode only
   // GA_DENSE_KV with query_start_loc null: request r's queries are rows

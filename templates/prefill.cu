@@ -146,7 +146,7 @@ __device__ __forceinline__ void pf_convert_kv(const ga_u8* raw, ga_u16* dst, int
 
 // One KV tile for one warp's PF_MT * 16 rows: S = Q K^T, online softmax, O += P V.
 template <bool MASK>
-__device__ __forceinline__ void pf_tile(const PrefillParams& p,
+__device__ __forceinline__ void pf_tile(const PrefillParams& p, const GaPrefillScales& sc,
                                         const unsigned (&qf)[PF_MT][PF_QF][4], unsigned q_addr,
                                         unsigned k_addr, unsigned v_addr, int n0, int kv_end,
                                         int lane, const int (&pos)[PF_MT][2],
@@ -202,9 +202,9 @@ __device__ __forceinline__ void pf_tile(const PrefillParams& p,
       for (int e = 0; e < 4; ++e) {
         float x = s[i][j][e];
         if (HAS_SOFT_CAP) {
-          x = ga_soft_cap_log2(x, p.scale / p.soft_cap, p.soft_cap * GA_LOG2E);
+          x = ga_soft_cap_log2(x, sc.scale / p.soft_cap, p.soft_cap * GA_LOG2E);
         } else {
-          x *= p.scale_log2;
+          x *= sc.scale_log2;
         }
         const int key = n0 + j * 8 + t2 + (e & 1);
         if (HAS_ALIBI) x += ga_alibi_log2(slope[i][e >> 1], key, pos[i][e >> 1]);
@@ -272,6 +272,7 @@ extern "C" __global__ void __launch_bounds__(PF_THREADS)
   const int m0 = tile.m0, rows = tile.q_len * GROUP, pos_lo = tile.pos_lo, pos_hi = tile.pos_hi;
   const int kv_end = tile.kv_end, tile0 = tile.tile0, n_tiles = tile.n_tiles;
   const int kv_row0 = tile.kv_row0;
+  const GaPrefillScales sc = ga_prefill_scales(p);  // after the wait in ga_prefill_begin
 
   ga_u16* s_q = reinterpret_cast<ga_u16*>(pf_smem);
   ga_u16* s_k = s_q + PF_BLOCK_M * PF_ROW;
@@ -378,9 +379,9 @@ extern "C" __global__ void __launch_bounds__(PF_THREADS)
     const unsigned k_addr = k_base + stage * KV_TILE_BYTES;
     const unsigned v_addr = v_base + stage * KV_TILE_BYTES;
     if (mask)
-      pf_tile<true>(p, qf, q_lane, k_addr, v_addr, n0, kv_end, lane, pos, slope, m, l, o);
+      pf_tile<true>(p, sc, qf, q_lane, k_addr, v_addr, n0, kv_end, lane, pos, slope, m, l, o);
     else
-      pf_tile<false>(p, qf, q_lane, k_addr, v_addr, n0, kv_end, lane, pos, slope, m, l, o);
+      pf_tile<false>(p, sc, qf, q_lane, k_addr, v_addr, n0, kv_end, lane, pos, slope, m, l, o);
     __syncthreads();
   }
 
@@ -395,8 +396,8 @@ extern "C" __global__ void __launch_bounds__(PF_THREADS)
       float li = l[i][r];
       li += __shfl_xor_sync(0xffffffffu, li, 1);
       li += __shfl_xor_sync(0xffffffffu, li, 2);
-      inv[r] = HAS_SINKS  ? p.v_scale * ga_sink_normalizer(m[i][r], li, sink[i][r])
-               : li > 0.f ? p.v_scale / li
+      inv[r] = HAS_SINKS  ? sc.v_scale * ga_sink_normalizer(m[i][r], li, sink[i][r])
+               : li > 0.f ? sc.v_scale / li
                           : 0.f;
     }
     const int g = i * 16 + (lane >> 2);

@@ -51,6 +51,8 @@ constexpr int PW_CONSUMER_REGS = 208;
 // Named barriers PW_SCHED_BAR and PW_SCHED_BAR + 1 order the wgmma issues of the two consumer
 // warpgroups (ids 0: __syncthreads, 1 and 2: the consumers' epilogues).
 constexpr int PW_SCHED_BAR = 3;
+// 16-bit KV only: the k/v scales are 1 and their device pointers (GaKvScales) null here; fp8
+// caches, with host or device scales, take templates/prefill.cu.
 static_assert(HEAD_SIZE % 64 == 0 && KV_FP8 == 0, "prefill_sm90 needs 16-bit KV, head % 64 == 0");
 static_assert(PW_STAGES >= 2, "prefill_sm90: shared memory holds fewer than two stages");
 static_assert(5 + 4 * PW_STAGES <= 256 / 8, "prefill_sm90: mbarriers overflow their slack");

@@ -134,7 +134,7 @@ TEST_CASE("spec: the parser rejects malformed strings with a clear error") {
     } catch (const Error& e) {
       const std::string msg = e.what();
       CHECK(msg.find("malformed spec string '" + std::string(b) + "'") == 0);
-      CHECK(msg.find("expected <cache_write|decode|prefill>") != std::string::npos);
+      CHECK(msg.find("expected <cache_write|decode|prefill|kv_scale>") != std::string::npos);
     }
   }
   // Well formed but unsupported values fail validation with the axis message.

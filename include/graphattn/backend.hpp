@@ -29,11 +29,41 @@ class DeviceBuffer;
 //   kv_cache:      [2, num_blocks, block_size, num_kv_heads, head_size], dtype of key or fp8
 //   slot_mapping:  [num_tokens] int64, block * block_size + offset, or -1
 //   k_scale/v_scale: fp8 caches store value / scale; ignored otherwise
+//   k_scale_device/v_scale_device: [1] fp32 device scalars or null; a non-null one is read by the
+//                  kernel at run time instead of the float (fp8 caches; ignored otherwise)
 // Asynchronous on `stream`; capture-safe once the kernel is loaded (see prepare_cache_write).
 GRAPHATTN_API void write_kv_cache(const TensorView& key, const TensorView& value,
                                   const TensorView& kv_cache, const TensorView& slot_mapping,
                                   float k_scale, float v_scale, CUstream stream,
+                                  KernelCache& cache = default_kernel_cache(),
+                                  const float* k_scale_device = nullptr,
+                                  const float* v_scale_device = nullptr);
+
+// vLLM's Attention.calc_kv_scales on the device: from a batch's new keys and values,
+//   *k_scale_out = max(amax(|key|) / k_divisor, kMinKvScale), *v_scale_out likewise,
+// written into two fp32 device scalars that a layer's kernels then read (k_scale_device and
+// v_scale_device of AttentionLayerConfig), so the scales change without recapturing a graph.
+//   key, value:   [num_tokens, num_kv_heads, head_size] fp16/bf16, head dim contiguous, rows
+//                 16-byte aligned (strided like write_kv_cache's); exactly num_tokens rows are
+//                 read: pass a view of the real tokens, padded rows past it never count
+//   k_scale_out, v_scale_out: [1] fp32 device scalars, 4-byte aligned, distinct; overwritten
+//   k_divisor, v_divisor: finite > 0. kKScaleDivisor / kVScaleDivisor (200 / 100) are vLLM's
+//                 K_SCALE_CONSTANT / V_SCALE_CONSTANT: scales computed once from a first batch
+//                 leave later, larger values headroom below the fp8 maximum (448 for e4m3);
+//                 fp8_max(kv_dtype) gives the amax / fp8 max (full range for this batch)
+// An all-zero batch (or num_tokens 0) writes kMinKvScale, never 0; a NaN or infinite input gives
+// a NaN or infinite scale, as vLLM's torch amax does. Asynchronous on `stream`: two 4-byte
+// memsets and one kernel of a grid fixed by num_tokens, no scratch memory and no host sync, so
+// it can be captured (compiles and loads its kernel on first use: call it once before capture).
+GRAPHATTN_API void calc_kv_scales(const TensorView& key, const TensorView& value,
+                                  float* k_scale_out, float* v_scale_out, float k_divisor,
+                                  float v_divisor, CUstream stream,
                                   KernelCache& cache = default_kernel_cache());
+constexpr float kKScaleDivisor = 200.0f;  // vLLM's K_SCALE_CONSTANT
+constexpr float kVScaleDivisor = 100.0f;  // vLLM's V_SCALE_CONSTANT
+constexpr float kMinKvScale = 1e-12f;     // calc_kv_scales' smallest result (GA_KV_SCALE_MIN)
+// The largest finite value of an fp8 KV type: 448 (e4m3), 57344 (e5m2); auto is an Error.
+GRAPHATTN_API float fp8_max(KvDType kv_dtype);
 
 // Prefill attention (vLLM v1 flash semantics) for requests [first_req, num_reqs) of a batch:
 // query token i of a request with seq_len s and query length n sits at position s - n + i and
@@ -51,15 +81,16 @@ GRAPHATTN_API void write_kv_cache(const TensorView& key, const TensorView& value
 //   causal:           false: every query of a request sees all its keys 0..seq_len - 1
 //                     (encoder and cross attention; no window then; the query length may
 //                     exceed seq_len); ALiBi still measures key - (s - n + i)
+//   k_scale_device, v_scale_device: [1] fp32 device scalars or null, read instead of k_scale /
+//                     v_scale (fp8 caches; ignored otherwise), as AttentionLayerConfig says
 // Compiles and loads the kernel on first use; asynchronous on `stream`.
-GRAPHATTN_API void prefill_attention(const TensorView& query, const TensorView& kv_cache,
-                                     const TensorView& output, const TensorView& query_start_loc,
-                                     const TensorView& seq_lens, const TensorView& block_table,
-                                     int first_req, int num_reqs, int max_query_len, float scale,
-                                     int window, float soft_cap, float k_scale, float v_scale,
-                                     CUstream stream, KernelCache& cache = default_kernel_cache(),
-                                     const float* alibi_slopes = nullptr,
-                                     const float* sinks = nullptr, bool causal = true);
+GRAPHATTN_API void prefill_attention(
+    const TensorView& query, const TensorView& kv_cache, const TensorView& output,
+    const TensorView& query_start_loc, const TensorView& seq_lens, const TensorView& block_table,
+    int first_req, int num_reqs, int max_query_len, float scale, int window, float soft_cap,
+    float k_scale, float v_scale, CUstream stream, KernelCache& cache = default_kernel_cache(),
+    const float* alibi_slopes = nullptr, const float* sinks = nullptr, bool causal = true,
+    const float* k_scale_device = nullptr, const float* v_scale_device = nullptr);
 
 // Encoder-only attention (vLLM's ENCODER_ONLY; its FlashAttention encoder path): bidirectional
 // self-attention of variable-length sequences with no KV cache, through the prefill kernel
@@ -123,9 +154,16 @@ struct GRAPHATTN_API AttentionLayerConfig {
   // 1..decode_query_len tokens each, causal among themselves, and every KV tile a request reads
   // serves all of its tokens.
   int decode_query_len = 1;
-  float scale = 0.0f;     // softmax scale; 0 = 1 / sqrt(head_size)
-  float k_scale = 1.0f;   // fp8 KV: key = stored * k_scale (ignored otherwise)
-  float v_scale = 1.0f;   // fp8 KV: value = stored * v_scale (ignored otherwise)
+  float scale = 0.0f;    // softmax scale; 0 = 1 / sqrt(head_size)
+  float k_scale = 1.0f;  // fp8 KV: key = stored * k_scale (ignored otherwise)
+  float v_scale = 1.0f;  // fp8 KV: value = stored * v_scale (ignored otherwise)
+  // fp8 KV scales in device memory: [1] fp32 scalars owned by the engine (null: k_scale /
+  // v_scale). Every kernel of the layer (cache write, decode with its fused write, prefill)
+  // reads them when it runs, so they may change between steps, e.g. by calc_kv_scales, and a
+  // captured graph follows them on replay without recapture. Kept alive while the layer runs.
+  // Ignored (reset to null, as the float scales are reset to 1) for a 16-bit (auto) cache.
+  const float* k_scale_device = nullptr;
+  const float* v_scale_device = nullptr;
   int max_model_len = 0;  // longest seq_len (context + new tokens) a request reaches
   int max_num_seqs = 0;   // most requests in one batch (sizes the decode workspace)
   int arch = 0;           // target compute capability * 10 (e.g. 90); 0 = current device
@@ -151,8 +189,8 @@ struct GRAPHATTN_API AttentionLayerConfig {
   auto fields() const {
     return std::tie(num_heads, num_kv_heads, head_size, block_size, dtype, kv_dtype, layout, window,
                     soft_cap, alibi_slopes, sinks, decode_query_len, scale, k_scale, v_scale,
-                    max_model_len, max_num_seqs, arch, overlap_previous_kernel, check_bounds,
-                    attn_type);
+                    k_scale_device, v_scale_device, max_model_len, max_num_seqs, arch,
+                    overlap_previous_kernel, check_bounds, attn_type);
   }
   bool operator==(const AttentionLayerConfig& o) const { return fields() == o.fields(); }
   bool operator!=(const AttentionLayerConfig& o) const { return !(*this == o); }

@@ -165,18 +165,26 @@ typedef struct graphattn_layer_config {
   /* Fields below were added after the first version: a caller whose struct_size ends before a
    * field gets its default (NULL, 0). */
   /* ALiBi and attention sinks: [num_heads] fp32 arrays in device memory, NULL = none */
-  const float* alibi_slopes;     /* head h adds slope[h] * (key position - query position) */
-  const float* sinks;            /* head h's softmax denominator gains exp(sinks[h]) */
+  const float* alibi_slopes; /* head h adds slope[h] * (key position - query position) */
+  const float* sinks;        /* head h's softmax denominator gains exp(sinks[h]) */
   /* attention type */
   graphattn_attn_type_t attn_type; /* default GRAPHATTN_ATTN_DECODER; a caller built before this
                                       field (struct_size ending before it) gets the decoder */
+  /* fp8 scales in device memory */
+  const float* k_scale_device; /* fp8 KV: a float32 device scalar that every kernel of the
+                                  layer reads when it runs, instead of k_scale (NULL, the
+                                  default: k_scale); it may change between steps and graph
+                                  replays (graphattn_calc_kv_scales writes one). 4-byte
+                                  aligned; ignored for an auto cache */
+  const float* v_scale_device; /* the same for v_scale */
 } graphattn_layer_config_t;
 
 /* Fills *config with the defaults above (counts and lengths 0: the caller sets them). */
 GRAPHATTN_API void graphattn_layer_config_init(graphattn_layer_config_t* config) GRAPHATTN_NOEXCEPT;
 /* GRAPHATTN_OK when the configuration is supported; otherwise GRAPHATTN_ERROR (or
- * GRAPHATTN_ERROR_INVALID_ARGUMENT for a NULL config, a struct_size below the first version's
- * (up to check_bounds), or an enum field out of range) and graphattn_last_error() names the bad value and
+ * GRAPHATTN_ERROR_INVALID_ARGUMENT for a NULL config, a struct_size below the first release's
+ * (up to check_bounds; fields appended since read as their defaults when not covered), or an
+ * enum field out of range) and graphattn_last_error() names the bad value and
  * what is allowed. Needs no GPU (arch 0 is taken as supported here and checked by
  * graphattn_backend_create). */
 GRAPHATTN_API graphattn_status_t
@@ -295,7 +303,7 @@ GRAPHATTN_API graphattn_status_t graphattn_backend_create(
     const graphattn_layer_config_t* config, graphattn_backend_t* backend) GRAPHATTN_NOEXCEPT;
 GRAPHATTN_API void graphattn_backend_destroy(graphattn_backend_t backend) GRAPHATTN_NOEXCEPT;
 /* The configuration with scale and arch resolved, into *config, whose struct_size the caller
- * sets (graphattn_layer_config_init does). */
+ * sets (graphattn_layer_config_init does); fields past it are not written. */
 GRAPHATTN_API graphattn_status_t graphattn_backend_config(
     graphattn_backend_t backend, graphattn_layer_config_t* config) GRAPHATTN_NOEXCEPT;
 /* The canonical spec strings of the kernels it needs (cache write, decode, prefill): index
@@ -389,6 +397,20 @@ GRAPHATTN_API graphattn_status_t
 graphattn_write_kv_cache(const DLTensor* key, const DLTensor* value, const DLTensor* kv_cache,
                          const DLTensor* slot_mapping, graphattn_kv_dtype_t kv_dtype, float k_scale,
                          float v_scale, void* stream, graphattn_cache_t cache) GRAPHATTN_NOEXCEPT;
+
+/* fp8 scales in device memory: vLLM's Attention.calc_kv_scales on the device (C++
+ * graphattn::calc_kv_scales). key and value [num_tokens, num_kv_heads, head_size] float16 or
+ * bfloat16 (exactly these rows are read: pass a view of the real tokens); k_scale and v_scale
+ * one-element float32 device tensors, overwritten with max(amax(|key|) / k_divisor, 1e-12) and
+ * likewise for the values. Divisors finite > 0: vLLM's are 200 (keys) and 100 (values)
+ * (GRAPHATTN_K_SCALE_DIVISOR, GRAPHATTN_V_SCALE_DIVISOR); 448 (e4m3) or 57344 (e5m2) give
+ * amax / fp8 max. Two memsets and one kernel on `stream`, no host sync: capturable once its
+ * kernel is loaded (compiled through `cache`, NULL: the default, on first use). */
+#define GRAPHATTN_K_SCALE_DIVISOR 200.0f
+#define GRAPHATTN_V_SCALE_DIVISOR 100.0f
+GRAPHATTN_API graphattn_status_t graphattn_calc_kv_scales(
+    const DLTensor* key, const DLTensor* value, const DLTensor* k_scale, const DLTensor* v_scale,
+    float k_divisor, float v_divisor, void* stream, graphattn_cache_t cache) GRAPHATTN_NOEXCEPT;
 
 /* ---- Metadata builder and capture sizes (host only) --------------------------------------- */
 

@@ -10,7 +10,10 @@
 
 namespace graphattn {
 
-enum class KernelKind { kCacheWrite, kDecode, kPrefill };
+// kKvScale: calc_kv_scales (a batch's amax of |key| and |value| into device scalars); it depends
+// only on the head size, the dtype and the arch, so its spec keeps every other axis at its
+// default (block 16, kv auto, g1, swa0, cap0, nhd, no suffix).
+enum class KernelKind { kCacheWrite, kDecode, kPrefill, kKvScale };
 enum class DType { kFloat16, kBFloat16 };          // query, output and (auto) KV element type
 enum class KvDType { kAuto, kFp8E4M3, kFp8E5M2 };  // KV cache element type; auto = DType
 enum class KvLayout { kNHD, kHND };                // order of block_size and num_kv_heads

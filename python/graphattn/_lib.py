@@ -50,6 +50,9 @@ class LayerConfig(ctypes.Structure):
         ("sinks", ctypes.c_void_p),
         # attention type (GRAPHATTN_ATTN_*): 0 decoder
         ("attn_type", ctypes.c_int),
+        # fp8 scales in device memory
+        ("k_scale_device", ctypes.c_void_p),
+        ("v_scale_device", ctypes.c_void_p),
     ]
 
 
@@ -237,6 +240,9 @@ def _declare(lib, path):
         "graphattn_backend_forward": (i, [vp, DLTensor_p, DLTensor_p, DLTensor_p, DLTensor_p,
                                           DLTensor_p, P(Metadata), vp, sz, vp]),
         "graphattn_write_kv_cache": (i, [DLTensor_p, DLTensor_p, DLTensor_p, DLTensor_p, i,
+                                         ctypes.c_float, ctypes.c_float, vp, vp]),
+        # fp8 scales in device memory
+        "graphattn_calc_kv_scales": (i, [DLTensor_p, DLTensor_p, DLTensor_p, DLTensor_p,
                                          ctypes.c_float, ctypes.c_float, vp, vp]),
         "graphattn_cudagraph_support": (i, []),
         "graphattn_can_run_in_cudagraph": (i, [P(ctypes.c_int32), i, c_int_p]),

@@ -15,7 +15,7 @@ import dataclasses
 from typing import Any, NamedTuple, Optional
 
 from . import _device, _lib, _names
-from ._dlpack import CUDA_DEVICES, ref_of, to_dl, to_dl_optional
+from ._dlpack import CUDA_DEVICES, FLOAT, ref_of, to_dl, to_dl_optional
 from .cache import KernelCache, default_cache
 
 
@@ -41,6 +41,9 @@ class LayerConfig:
     check_bounds: bool
     alibi: bool             # per-head ALiBi slopes were given
     sinks: bool             # per-head sink logits were given
+    # fp8 scales in device memory: addresses of the float32 scalars, None for none
+    k_scale_device: Optional[int] = None
+    v_scale_device: Optional[int] = None
 
 
 class BoundsViolation(NamedTuple):
@@ -117,9 +120,23 @@ def head_array(x, name, num_heads):
     return arg
 
 
+# fp8 scales in device memory
+
+def device_scalar(x, name):
+    """(address, keep-alive) of a one-element float32 CUDA tensor; (None, None) for None."""
+    if x is None:
+        return None, None
+    a = to_dl(x, name)
+    if a.dtype != (FLOAT, 32, 1) or a.numel() != 1 or a.device[0] not in CUDA_DEVICES:
+        raise ValueError("%s (%s, shape %s) is not supported; supported: a one-element float32 "
+                         "CUDA tensor" % (name, a.dtype_name, tuple(a.shape)))
+    return a.address, a
+
+
 def _layer_config(num_heads, num_kv_heads, head_size, block_size, dtype, kv_cache_dtype, layout,
                   window, soft_cap, scale, k_scale, v_scale, max_model_len, max_num_seqs, arch,
-                  overlap_previous_kernel, check_bounds, alibi=None, sinks=None):
+                  overlap_previous_kernel, check_bounds, alibi=None, sinks=None,
+                  k_scale_device=None, v_scale_device=None):
     c = _lib.LayerConfig()
     _lib.lib.graphattn_layer_config_init(ctypes.byref(c))
     c.num_heads = _names.int_arg("num_heads", num_heads)
@@ -142,6 +159,8 @@ def _layer_config(num_heads, num_kv_heads, head_size, block_size, dtype, kv_cach
     c.check_bounds = int(_names.bool_arg("check_bounds", check_bounds))
     c.alibi_slopes = None if alibi is None else alibi.address
     c.sinks = None if sinks is None else sinks.address
+    c.k_scale_device = k_scale_device
+    c.v_scale_device = v_scale_device
     return c
 
 
@@ -161,6 +180,10 @@ class AttentionBackend(_lib.OwnedHandle):
         window: sliding window in tokens, 0 = none. soft_cap: logits soft cap, 0 = none.
         scale: softmax scale, None = 1/sqrt(head_size).
         k_scale, v_scale: fp8 caches hold value / scale (ignored for "auto").
+        k_scale_device, v_scale_device: fp8 scales in device memory: one-element float32 CUDA
+            tensors that every kernel reads when it runs, instead of k_scale / v_scale (None:
+            those), so they may change between steps and graph replays without a recapture
+            (ops.calc_kv_scales writes them). The backend keeps them alive; ignored for "auto".
         max_model_len: the longest sequence a request reaches.
         max_num_seqs: the most requests in one batch (sizes the workspace).
         arch: target compute capability * 10 (e.g. 90); 0 = the current device (needs a GPU;
@@ -186,14 +209,17 @@ class AttentionBackend(_lib.OwnedHandle):
                  dtype="bfloat16", kv_cache_dtype="auto", layout="NHD", window=0,
                  soft_cap=0.0, scale=None, k_scale=1.0, v_scale=1.0, max_model_len,
                  max_num_seqs, arch=0, overlap_previous_kernel=False, check_bounds=False,
-                 alibi_slopes=None, sinks=None):
+                 alibi_slopes=None, sinks=None, k_scale_device=None, v_scale_device=None):
         heads = _names.int_arg("num_heads", num_heads)
         self._head_arrays = (head_array(alibi_slopes, "alibi_slopes", heads),
                              head_array(sinks, "sinks", heads))  # alive as long as self
+        k_dev, k_keep = device_scalar(k_scale_device, "k_scale_device")
+        v_dev, v_keep = device_scalar(v_scale_device, "v_scale_device")
+        self._scale_tensors = (k_keep, v_keep)  # the kernels read them on every step
         c = _layer_config(num_heads, num_kv_heads, head_size, block_size, dtype,
                           kv_cache_dtype, layout, window, soft_cap, scale, k_scale, v_scale,
                           max_model_len, max_num_seqs, arch, overlap_previous_kernel,
-                          check_bounds, *self._head_arrays)
+                          check_bounds, *self._head_arrays, k_dev, v_dev)
         _lib.check(_lib.lib.graphattn_layer_config_check(ctypes.byref(c)))
         handle = ctypes.c_void_p()
         _lib.check(_lib.lib.graphattn_backend_create(ctypes.byref(c), ctypes.byref(handle)))
@@ -214,7 +240,7 @@ class AttentionBackend(_lib.OwnedHandle):
                 _names.LAYOUT_NAMES[c.layout], c.window, c.soft_cap, c.scale, c.k_scale,
                 c.v_scale, c.max_model_len, c.max_num_seqs, c.arch,
                 bool(c.overlap_previous_kernel), bool(c.check_bounds), bool(c.alibi_slopes),
-                bool(c.sinks))
+                bool(c.sinks), c.k_scale_device, c.v_scale_device)
         return self._config
 
     def required_specs(self):

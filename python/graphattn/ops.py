@@ -30,7 +30,7 @@ from ._dlpack import (BFLOAT, CUDA_DEVICES, FLOAT, FLOAT8_E4M3FN, FLOAT8_E5M2, U
                       to_dl)
 from .backend import AttentionBackend, AttentionMetadata, head_array
 
-__all__ = ["reshape_and_cache_flash", "flash_attn_varlen_func", "clear_cache"]
+__all__ = ["reshape_and_cache_flash", "flash_attn_varlen_func", "clear_cache", "calc_kv_scales"]
 
 
 def _model_dtype(arg, name):
@@ -120,6 +120,37 @@ def reshape_and_cache_flash(key, value, key_cache, value_cache, slot_mapping, kv
             v = reshaped(v, (rows,) + v.shape[1:], v.strides)
     _lib.check(_lib.lib.graphattn_write_kv_cache(k.ref, v.ref, cache.ref, slots.ref, kv_dtype,
                                                  k_s, v_s, s, None))
+
+
+# ---- fp8 scales in device memory
+
+K_SCALE_DIVISOR = 200.0  # vLLM's K_SCALE_CONSTANT
+V_SCALE_DIVISOR = 100.0  # vLLM's V_SCALE_CONSTANT
+
+
+def calc_kv_scales(key, value, k_scale, v_scale, k_divisor=K_SCALE_DIVISOR,
+                   v_divisor=V_SCALE_DIVISOR, *, stream=None):
+    """vLLM's Attention.calc_kv_scales on the device, without a host sync: writes
+    max(amax(|key|) / k_divisor, 1e-12) into k_scale and likewise for the values.
+
+    key, value:       [num_tokens, num_kv_heads, head_size] float16/bfloat16 (exactly these
+                      rows are read: slice off padding first)
+    k_scale, v_scale: one-element float32 CUDA tensors, overwritten (e.g. the ones given to
+                      AttentionBackend(k_scale_device=, v_scale_device=))
+    k_divisor, v_divisor: vLLM's constants by default (200, 100: headroom for later batches
+                      when scales are computed once); 448 (e4m3) or 57344 (e5m2) give amax / fp8
+                      max
+    stream:           None = the tensors' current stream (see module docs)
+    Capturable in a CUDA graph after one eager call (which compiles or loads the kernel).
+    """
+    s = _device.stream_handle(stream, (key, k_scale))
+    k = to_dl(key, "key", s)
+    v = to_dl(value, "value", s)
+    ks = to_dl(k_scale, "k_scale", s)
+    vs = to_dl(v_scale, "v_scale", s)
+    _lib.check(_lib.lib.graphattn_calc_kv_scales(
+        k.ref, v.ref, ks.ref, vs.ref, _names.float_arg("k_divisor", k_divisor),
+        _names.float_arg("v_divisor", v_divisor), s, None))
 
 
 # ---- flash_attn_varlen_func ------------------------------------------------------------------

@@ -154,3 +154,29 @@ def test_error_classes():
     assert isinstance(e, graphattn.GraphattnError) and isinstance(e, RuntimeError)
     assert e.status_name == "GRAPHATTN_ERROR_COMPILE"
     assert str(graphattn.GraphattnError("x", 2)) == "x (GRAPHATTN_ERROR_INVALID_ARGUMENT)"
+
+
+# ---- fp8 scales in device memory
+
+def test_device_scales_default_to_none_and_take_only_cuda_scalars():
+    c = backend(kv_cache_dtype="fp8_e4m3").config
+    assert (c.k_scale_device, c.v_scale_device) == (None, None)
+    np = pytest.importorskip("numpy")
+    host = np.ones(1, dtype=np.float32)  # host memory: refused before the library sees it
+    with pytest.raises(ValueError, match="k_scale_device .* supported: a one-element float32 "
+                                         "CUDA tensor"):
+        backend(kv_cache_dtype="fp8_e4m3", k_scale_device=host)
+    with pytest.raises(ValueError, match="v_scale_device"):
+        backend(kv_cache_dtype="fp8_e4m3", v_scale_device=np.ones(2, dtype=np.float32))
+
+
+def test_calc_kv_scales_checks_its_arguments():
+    from graphattn import ops
+    assert (ops.K_SCALE_DIVISOR, ops.V_SCALE_DIVISOR) == (200.0, 100.0)
+    np = pytest.importorskip("numpy")
+    key = np.zeros((4, 2, 128), dtype=np.float16)
+    scale = np.zeros(1, dtype=np.float32)
+    with pytest.raises(Exception, match="key"):  # host arrays: the library names the tensor
+        ops.calc_kv_scales(key, key, scale, scale)
+    with pytest.raises(ValueError, match="k_divisor"):
+        ops.calc_kv_scales(key, key, scale, scale, k_divisor=float("inf"))

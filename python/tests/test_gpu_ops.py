@@ -208,3 +208,28 @@ def test_vllm_decode_step_in_cuda_graph(seed):
     torch.cuda.synchronize()
     check_output(big, big.reference(big.kv_cache), "300 decodes")
     replay_and_compare(graph, step, buf, batch(40, 9), "replay after the workspace grew")
+
+
+# ---- fp8 scales in device memory
+
+def test_calc_kv_scales_and_device_scales(seed):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    rows = torch.full((48, 4, 128), 1e4, dtype=torch.bfloat16, device="cuda")  # 8 padded rows
+    rows[:40] = torch.randn(40, 4, 128, device="cuda", generator=g).to(torch.bfloat16)
+    key = rows[:40]
+    value = key * 3
+    ks = torch.full((1,), float("nan"), device="cuda")
+    vs = torch.full((1,), float("nan"), device="cuda")
+    def amax_over(x, divisor):  # float32 on the host: IEEE division, as the kernel's
+        return (x.abs().max().float().cpu() / torch.tensor(divisor)).item()
+
+    ops.calc_kv_scales(key, value, ks, vs)
+    assert ks.item() == amax_over(key, 200.0) and vs.item() == amax_over(value, 100.0)
+    ops.calc_kv_scales(key, value, ks, vs, k_divisor=448.0, v_divisor=448.0)
+    assert ks.item() == amax_over(key, 448.0)
+    ops.calc_kv_scales(torch.zeros_like(key), value, ks, vs)
+    assert ks.item() == pytest.approx(1e-12, rel=1e-6)  # never zero
+    b = graphattn.AttentionBackend(num_heads=16, num_kv_heads=4, head_size=128,
+                                   kv_cache_dtype="fp8_e4m3", max_model_len=1024,
+                                   max_num_seqs=4, k_scale_device=ks, v_scale_device=vs)
+    assert (b.config.k_scale_device, b.config.v_scale_device) == (ks.data_ptr(), vs.data_ptr())
