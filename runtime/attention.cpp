@@ -308,9 +308,9 @@ void AttentionBackend::forward(const TensorView& query, const TensorView& key,
                    str(md.num_actual_tokens) + " rows");
   }
 
-  const detail::AttentionViews views{
-      query,          kv_cache,       output,  md.seq_lens,
-      md.block_table, c.alibi_slopes, c.sinks, c.attn_type != AttentionType::kDecoder};
+  detail::AttentionViews views{query,          kv_cache,       output, md.seq_lens,
+                               md.block_table, c.alibi_slopes, c.sinks};
+  views.non_causal = c.attn_type != AttentionType::kDecoder;
   detail::DecodeLaunch d{views};
   d.num_decodes = md.num_decodes;
   if (c.decode_query_len > 1) {  // the multi-token kernel: rows from query_start_loc

@@ -211,10 +211,10 @@ void prefill_attention(const TensorView& query, const TensorView& kv_cache,
                        const TensorView& seq_lens, const TensorView& block_table, int first_req,
                        int num_reqs, int max_query_len, float scale, int window, float soft_cap,
                        float k_scale, float v_scale, CUstream stream, KernelCache& cache,
-                       const float* alibi_slopes, const float* sinks, bool causal,
-                       const float* k_scale_device, const float* v_scale_device) {
-  detail::PrefillLaunch a{
-      {query, kv_cache, output, seq_lens, block_table, alibi_slopes, sinks, !causal}};
+                       const float* alibi_slopes, const float* sinks, const float* k_scale_device,
+                       const float* v_scale_device, bool causal) {
+  detail::PrefillLaunch a{{query, kv_cache, output, seq_lens, block_table, alibi_slopes, sinks}};
+  a.non_causal = !causal;
   a.query_start_loc = query_start_loc;
   a.first_req = first_req;
   a.num_reqs = num_reqs;

@@ -78,19 +78,22 @@ GRAPHATTN_API float fp8_max(KvDType kv_dtype);
 //                     seen from p when p - k < window); soft_cap: 0 = none
 //   k_scale/v_scale:  fp8 caches hold value / scale; ignored otherwise
 //   alibi_slopes, sinks: [num_heads] fp32 device arrays or null, as AttentionLayerConfig says
+//   k_scale_device, v_scale_device: [1] fp32 device scalars or null, read instead of k_scale /
+//                     v_scale (fp8 caches; ignored otherwise), as AttentionLayerConfig says
 //   causal:           false: every query of a request sees all its keys 0..seq_len - 1
 //                     (encoder and cross attention; no window then; the query length may
 //                     exceed seq_len); ALiBi still measures key - (s - n + i)
-//   k_scale_device, v_scale_device: [1] fp32 device scalars or null, read instead of k_scale /
-//                     v_scale (fp8 caches; ignored otherwise), as AttentionLayerConfig says
 // Compiles and loads the kernel on first use; asynchronous on `stream`.
-GRAPHATTN_API void prefill_attention(
-    const TensorView& query, const TensorView& kv_cache, const TensorView& output,
-    const TensorView& query_start_loc, const TensorView& seq_lens, const TensorView& block_table,
-    int first_req, int num_reqs, int max_query_len, float scale, int window, float soft_cap,
-    float k_scale, float v_scale, CUstream stream, KernelCache& cache = default_kernel_cache(),
-    const float* alibi_slopes = nullptr, const float* sinks = nullptr, bool causal = true,
-    const float* k_scale_device = nullptr, const float* v_scale_device = nullptr);
+GRAPHATTN_API void prefill_attention(const TensorView& query, const TensorView& kv_cache,
+                                     const TensorView& output, const TensorView& query_start_loc,
+                                     const TensorView& seq_lens, const TensorView& block_table,
+                                     int first_req, int num_reqs, int max_query_len, float scale,
+                                     int window, float soft_cap, float k_scale, float v_scale,
+                                     CUstream stream, KernelCache& cache = default_kernel_cache(),
+                                     const float* alibi_slopes = nullptr,
+                                     const float* sinks = nullptr,
+                                     const float* k_scale_device = nullptr,
+                                     const float* v_scale_device = nullptr, bool causal = true);
 
 // Encoder-only attention (vLLM's ENCODER_ONLY; its FlashAttention encoder path): bidirectional
 // self-attention of variable-length sequences with no KV cache, through the prefill kernel

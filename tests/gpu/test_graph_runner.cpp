@@ -138,23 +138,24 @@ TEST_CASE("gpu graph runner: loading a kernel inside a capture is refused with a
   test::TempKernelCache cache;
   const auto& d = detail::driver();
   Stream stream;
-  Engine e;
-  e.cache = &cache;
   GraphRunner::Options go;
   go.capture_sizes = {4};
-  // A head size this process has never loaded: the step would have to compile inside capture.
+  // A kernel no other test loads (head 248 on blocks of 48 tokens; the registry of loaded
+  // modules is per process): the step would have to compile and load it inside the capture.
+  constexpr int64_t kHead = 248, kBlock = 48;
+  DeviceBuffer key(4 * 2 * kHead * 2), kv(2 * 8 * kBlock * 2 * kHead * 2), slots(4 * 8);
   GraphRunner r(
       go,
       [&](CUstream s, int n) {
-        DeviceBuffer* k = &e.key;
+        const TensorView k =
+            TensorView::contiguous(key.data(), ScalarType::kBFloat16, {n, 2, kHead});
         write_kv_cache(
-            TensorView::contiguous(k->data(), ScalarType::kBFloat16, {n, 2, 72}),
-            TensorView::contiguous(k->data(), ScalarType::kBFloat16, {n, 2, 72}),
-            TensorView::contiguous(e.caches[0].data(), ScalarType::kBFloat16, {2, 8, 16, 2, 72}),
-            TensorView::contiguous(e.slots.data(), ScalarType::kInt64, {n}), 1, 1, s, cache);
+            k, k,
+            TensorView::contiguous(kv.data(), ScalarType::kBFloat16, {2, 8, kBlock, 2, kHead}),
+            TensorView::contiguous(slots.data(), ScalarType::kInt64, {n}), 1, 1, s, cache);
       },
       [] { return uint64_t{1}; });
-  e.slots.fill_bytes(0xff);
+  slots.fill_bytes(0xff);
   CHECK_THROWS_WITH_AS(r.run(stream, 4),
                        doctest::Contains("is not loaded and the stream is capturing"), Error);
   // The stream is usable afterwards.

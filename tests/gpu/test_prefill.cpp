@@ -257,7 +257,7 @@ double run_case(const PrefillCase& c, KernelCache& cache, std::mt19937_64& rng) 
       num_reqs, max_q + extra_q, static_cast<float>(scale), ref.window,
       static_cast<float>(ref.soft_cap), k_scale, v_scale, nullptr, cache,
       static_cast<const float*>(d_slopes.data()), static_cast<const float*>(d_sinks.data()),
-      !c.non_causal);
+      nullptr, nullptr, !c.non_causal);
   GA_CU_CHECK(detail::driver().cuCtxSynchronize());
 
   std::vector<uint16_t> out(static_cast<size_t>(T) * o_tstride);
