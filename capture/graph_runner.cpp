@@ -11,15 +11,21 @@ namespace graphattn {
 
 using detail::driver;
 
-std::vector<int> default_capture_sizes(int max_num_seqs) {
+std::vector<int> default_capture_sizes(int max_num_seqs, int decode_query_len) {
   if (max_num_seqs < 1)
     throw Error("max_num_seqs must be >= 1, got " + std::to_string(max_num_seqs));
-  const int max_size = std::min(2 * max_num_seqs, 512);
+  if (decode_query_len < 1 || decode_query_len > kMaxDecodeQueryLen)
+    throw Error("decode_query_len " + std::to_string(decode_query_len) +
+                " is not supported; supported: 1.." + std::to_string(kMaxDecodeQueryLen));
+  const int q = decode_query_len;
+  const int max_size = std::min(2 * max_num_seqs * q, 512);
   std::vector<int> sizes = {1, 2, 4};
   for (int s = 8; s < 256; s += 8) sizes.push_back(s);
   for (int s = 256; s <= max_size; s += 16) sizes.push_back(s);
+  for (int& s : sizes) s = (s + q - 1) / q * q;
   sizes.erase(std::remove_if(sizes.begin(), sizes.end(), [&](int s) { return s > max_size; }),
               sizes.end());
+  sizes.erase(std::unique(sizes.begin(), sizes.end()), sizes.end());
   return sizes;
 }
 

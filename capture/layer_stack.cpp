@@ -54,6 +54,11 @@ AttentionLayerStack::AttentionLayerStack(Options options) : options_(std::move(o
                "layer " + std::to_string(l) +
                    " differs from layer 0 in heads, head size, block "
                    "size, dtype or KV layout; the stack shares its buffers across layers");
+    GA_REQUIRE(c.decode_query_len == first.decode_query_len,
+               "layer " + std::to_string(l) + " has decode_query_len " +
+                   std::to_string(c.decode_query_len) + " but layer 0 has " +
+                   std::to_string(first.decode_query_len) +
+                   "; a step's decode requests hold one query length for every layer");
     GA_REQUIRE(c.attn_type != AttentionType::kEncoderOnly,
                "layer " + std::to_string(l) +
                    " is encoder-only: it has no KV cache and no decode step to capture");
@@ -92,8 +97,11 @@ AttentionLayerStack::AttentionLayerStack(Options options) : options_(std::move(o
        {&query_, &key_, &value_, &outputs_, &seq_lens_, &encoder_seq_lens_, &block_table_})
     b->fill_bytes(0);
   slots_.fill_bytes(0xff);  // every slot -1: a step before the first batch writes nothing
+  // Uniform decode requests of decode_query_len tokens until the tokens run out (what a capture
+  // pass before the first set_batch reads).
   std::vector<int32_t> qsl(T + 1);
-  for (int64_t i = 0; i <= T; ++i) qsl[i] = static_cast<int32_t>(i);
+  for (int64_t i = 0; i <= T; ++i)
+    qsl[i] = static_cast<int32_t>(std::min(i * first.decode_query_len, T));
   query_start_loc_.upload(qsl.data(), qsl.size() * 4);
   const int kv_elem = scalar_bytes(scalar_type_of(first.kv_dtype, first.dtype));
   const int64_t NB = o.num_blocks, B = first.block_size;
@@ -141,16 +149,25 @@ void AttentionLayerStack::set_batch(const CommonAttentionMetadata& m, int padded
   GA_REQUIRE(m.max_blocks_per_seq <= options_.max_blocks_per_seq,
              "the batch's block table is " + std::to_string(m.max_blocks_per_seq) +
                  " blocks wide; the stack holds " + std::to_string(options_.max_blocks_per_seq));
-  const DecodePrefillSplit split = split_decodes_and_prefills(m);
-  const bool decode_only = split.num_prefills == 0 && m.num_reqs == n;
-  GA_REQUIRE(decode_only || padded == n,
-             "only decode-only batches are padded for a graph; a batch with prefills runs eagerly "
-             "with its own token count");
-  const int R = decode_only ? padded : m.num_reqs;  // each padded request holds one token
+  // Decodes hold up to q tokens each; a uniform decode batch (every request exactly q tokens)
+  // is the one a graph serves, padded with requests of q tokens and seq_len 0.
+  const int q = c.decode_query_len;
+  const DecodePrefillSplit split = split_decodes_and_prefills(m, q);
+  const bool uniform = split.num_prefills == 0 && int64_t{m.num_reqs} * q == n;
+  GA_REQUIRE(uniform || padded == n,
+             "only uniform decode batches (every request " + std::to_string(q) +
+                 " token(s)) are padded for a graph; this batch runs eagerly with its own token "
+                 "count " +
+                 std::to_string(n) + ", not " + std::to_string(padded));
+  GA_REQUIRE(padded == n || padded % q == 0,
+             "padded token count " + std::to_string(padded) +
+                 " must be a multiple of decode_query_len " + std::to_string(q) +
+                 " (a graph of n tokens serves n / decode_query_len requests)");
+  const int R = uniform ? padded / q : m.num_reqs;
   const int W = options_.max_blocks_per_seq;
   staged_ints_.assign(static_cast<size_t>(R + 1), 0);
   for (int r = 0; r <= R; ++r)
-    staged_ints_[r] = r <= m.num_reqs ? m.query_start_loc[r] : n + (r - m.num_reqs);
+    staged_ints_[r] = r <= m.num_reqs ? m.query_start_loc[r] : n + (r - m.num_reqs) * q;
   upload_async(query_start_loc_, staged_ints_, R + 1, stream);
   staged_ints_.assign(static_cast<size_t>(R), 0);  // padded requests: seq_len 0
   std::copy(m.seq_lens.begin(), m.seq_lens.end(), staged_ints_.begin());
@@ -188,7 +205,8 @@ void AttentionLayerStack::set_batch(const CommonAttentionMetadata& m, int padded
     upload_async(*dst, *src, n * row, stream);
   }
   counts_.num_reqs = R;
-  counts_.num_decodes = decode_only ? R : split.num_decodes;
+  counts_.num_decodes = uniform ? R : split.num_decodes;
+  counts_.num_decode_tokens = uniform ? padded : split.num_decode_tokens;
   counts_.num_actual_tokens = padded;
   counts_.max_query_len = std::max(1, m.max_query_len);
   counts_.max_seq_len = m.max_seq_len;
@@ -201,11 +219,18 @@ void AttentionLayerStack::step(CUstream stream, int num_tokens) {
   GA_REQUIRE(num_tokens >= 0 && num_tokens <= options_.max_tokens,
              "step of " + std::to_string(num_tokens) + " tokens; the stack holds at most " +
                  std::to_string(options_.max_tokens));
+  const int qlen = c.decode_query_len;
   Counts k = counts_;
   if (num_tokens != counts_tokens_) {
     // A capture pass before (or apart from) set_batch: the graph of this size serves padded
-    // decode-only batches, so that is the shape it is captured with.
-    k = Counts{num_tokens, num_tokens, num_tokens, 1, c.max_model_len, c.max_model_len};
+    // uniform decode batches, so that is the shape it is captured with.
+    GA_REQUIRE(num_tokens % qlen == 0, "a step of " + std::to_string(num_tokens) +
+                                           " tokens is not a uniform decode batch of " +
+                                           std::to_string(qlen) +
+                                           " tokens a request; capture sizes must be multiples of "
+                                           "decode_query_len");
+    const int reqs = num_tokens / qlen;
+    k = Counts{reqs, reqs, num_tokens, num_tokens, qlen, c.max_model_len, c.max_model_len};
   }
   const int64_t n = num_tokens, H = c.num_heads, KH = c.num_kv_heads, D = c.head_size;
   AttentionMetadata md;
@@ -216,7 +241,7 @@ void AttentionLayerStack::step(CUstream stream, int num_tokens) {
   md.slot_mapping = TensorView::contiguous(slots_.data(), ScalarType::kInt64, {n});
   md.num_reqs = k.num_reqs;
   md.num_decodes = k.num_decodes;
-  md.num_decode_tokens = k.num_decodes;
+  md.num_decode_tokens = k.num_decode_tokens;
   md.num_actual_tokens = k.num_actual_tokens;
   md.max_query_len = k.max_query_len;
   md.max_seq_len = k.max_seq_len;

@@ -164,12 +164,17 @@ const char* to_string(CudaGraphSupport s) {
   return detail::enum_name(s, kNames);
 }
 
-FlashAttentionMetadataBuilder::FlashAttentionMetadataBuilder(AttentionType type, int block_size)
-    : type_(type), block_size_(block_size) {
+FlashAttentionMetadataBuilder::FlashAttentionMetadataBuilder(AttentionType type, int block_size,
+                                                             int decode_query_len)
+    : type_(type), block_size_(block_size), decode_query_len_(decode_query_len) {
   if (static_cast<int>(type) < 0 || static_cast<int>(type) > 3)
     throw Error("attention type " + std::to_string(static_cast<int>(type)) +
                 " is not supported; supported: decoder, encoder, encoder_only, encoder_decoder");
   if (block_size <= 0) throw Error("block_size " + std::to_string(block_size) + " must be >= 1");
+  if (decode_query_len < 1 || decode_query_len > kMaxDecodeQueryLen)
+    throw Error("decode_query_len " + std::to_string(decode_query_len) +
+                " is not supported; supported: 1.." + std::to_string(kMaxDecodeQueryLen) +
+                " (1 + the speculative tokens a step verifies)");
 }
 
 namespace {
@@ -221,7 +226,7 @@ FlashAttentionMetadata FlashAttentionMetadataBuilder::build(int common_prefix_le
     f.split.num_prefills = m.num_reqs;
     f.split.num_prefill_tokens = m.num_actual_tokens;
   } else {
-    f.split = split_decodes_and_prefills(m);
+    f.split = split_decodes_and_prefills(m, decode_query_len_);
   }
   f.common_prefix_len = common_prefix_len;
   return f;
@@ -233,19 +238,27 @@ FlashAttentionMetadata FlashAttentionMetadataBuilder::build_for_cudagraph_captur
     throw Error(
         "encoder-only attention never runs in a full CUDA graph (its batches are all "
         "prefills; cudagraph support: never)");
-  if (m.num_reqs != m.num_actual_tokens)
-    throw Error("full CUDA graph capture covers decode-only batches: num_reqs " +
-                std::to_string(m.num_reqs) + " != num_actual_tokens " +
-                std::to_string(m.num_actual_tokens) + "; keep every capture size <= max_num_seqs");
+  const int q = decode_query_len_;
+  if (int64_t{m.num_reqs} * q != m.num_actual_tokens || !can_run_in_cudagraph(m))
+    throw Error("full CUDA graph capture covers uniform decode batches of " + std::to_string(q) +
+                " token(s) a request: num_reqs " + std::to_string(m.num_reqs) +
+                " * decode_query_len " + std::to_string(q) + " != num_actual_tokens " +
+                std::to_string(m.num_actual_tokens) +
+                " or a request holds another count; keep every capture size a multiple of "
+                "decode_query_len and <= max_num_seqs * decode_query_len");
   CommonAttentionMetadata c = m;
-  c.max_query_len = 1;
+  c.max_query_len = q;
   FlashAttentionMetadata f = build(0, c);
   f.for_cudagraph = true;
   return f;
 }
 
 bool FlashAttentionMetadataBuilder::can_run_in_cudagraph(const CommonAttentionMetadata& m) const {
-  return type_ != AttentionType::kEncoderOnly && m.max_query_len <= 1;
+  if (type_ == AttentionType::kEncoderOnly) return false;
+  if (decode_query_len_ == 1) return m.max_query_len <= 1;
+  for (int r = 0; r < m.num_reqs; ++r)
+    if (m.query_len(r) != decode_query_len_) return false;
+  return true;
 }
 
 }  // namespace graphattn

@@ -1,5 +1,9 @@
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <string>
+#include <vector>
+
 #include "graphattn/capture.hpp"
 #include "graphattn/error.hpp"
 
@@ -39,6 +43,30 @@ TEST_CASE("capture sizes: vLLM's default list and padding") {
   CHECK(normalize_capture_sizes({16, 4, 4, 1}) == std::vector<int>{1, 4, 16});
   CHECK_THROWS_WITH_AS(normalize_capture_sizes({4, 0}),
                        doctest::Contains("capture size 0 is not allowed"), Error);
+}
+
+TEST_CASE("capture sizes: multiples of the decode query length for speculative decoding") {
+  // q = 1 is the list above.
+  CHECK(default_capture_sizes(64, 1) == default_capture_sizes(64));
+  // q = 4, max_num_seqs 8: max = min(2 * 8 * 4, 512) = 64; [1, 2, 4, 8, ..., 64] rounded up to
+  // multiples of 4 and deduplicated.
+  CHECK(default_capture_sizes(8, 4) == std::vector<int>{4, 8, 16, 24, 32, 40, 48, 56, 64});
+  // q = 3: 1, 2, 4 become 3, 3, 6; 8 becomes 9, ...; nothing above max = 48.
+  CHECK(default_capture_sizes(8, 3) == std::vector<int>{3, 6, 9, 18, 24, 33, 42, 48});
+  // Large batches stop at 512 tokens (128 requests of 4), as vLLM's list does.
+  const auto big = default_capture_sizes(256, 4);
+  CHECK(big.back() == 512);
+  for (int s : big) CHECK(s % 4 == 0);
+  CHECK(std::adjacent_find(big.begin(), big.end(), [](int a, int b) { return a >= b; }) ==
+        big.end());
+  // q = 16: sizes are whole requests of 16 tokens.
+  CHECK(default_capture_sizes(2, 16) == std::vector<int>{16, 32, 48, 64});
+  for (int bad : {0, 17})
+    CHECK_THROWS_WITH_AS(default_capture_sizes(8, bad),
+                         doctest::Contains(("decode_query_len " + std::to_string(bad) +
+                                            " is not supported; supported: 1..16")
+                                               .c_str()),
+                         Error);
 }
 
 TEST_CASE("graph runner: configuration errors are clear") {

@@ -45,3 +45,20 @@ TEST_CASE("layer stack: KV sharing targets must be earlier layers with their own
         std::string::npos);  // a target that itself shares
   CHECK(error_of({-2, -1, -1, -1}).find("kv_sharing_target[0] = -2") != std::string::npos);
 }
+
+TEST_CASE("layer stack: every layer has one decode query length") {
+  AttentionLayerStack::Options o;
+  for (int l = 0; l < 3; ++l) {
+    AttentionLayerConfig c = test::layer_config(8, 2, 128, 1024, 16);
+    c.arch = 90;
+    c.decode_query_len = l == 2 ? 2 : 4;
+    o.layers.push_back(c);
+  }
+  o.max_tokens = 16;
+  o.num_blocks = 64;
+  o.max_blocks_per_seq = 64;
+  CHECK_THROWS_WITH_AS(AttentionLayerStack{o},
+                       "layer 2 has decode_query_len 2 but layer 0 has 4; a step's decode "
+                       "requests hold one query length for every layer",
+                       Error);
+}

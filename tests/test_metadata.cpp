@@ -1,9 +1,11 @@
 #include <doctest/doctest.h>
 
 #include <numeric>
+#include <string>
 
 #include "graphattn/error.hpp"
 #include "graphattn/metadata.hpp"
+#include "graphattn/spec.hpp"
 
 using namespace graphattn;
 
@@ -145,8 +147,44 @@ TEST_CASE("flash metadata builder: support level, capture build, graph eligibili
   const auto mixed = batch({1, 6}, {3, 6});
   CHECK_FALSE(b.can_run_in_cudagraph(mixed));
   CHECK_THROWS_WITH_AS(b.build_for_cudagraph_capture(mixed),
-                       doctest::Contains("decode-only batches"), Error);
+                       doctest::Contains("uniform decode batches of 1 token(s) a request"), Error);
   const auto built = b.build(0, mixed);
   CHECK(built.split == DecodePrefillSplit{1, 1, 1, 6});
   CHECK_THROWS_WITH_AS(b.build(-1, mixed), doctest::Contains("common_prefix_len"), Error);
+}
+
+TEST_CASE("flash metadata builder: speculative decoding's uniform batches (decode_query_len)") {
+  for (int bad : {0, -2, kMaxDecodeQueryLen + 1})
+    CHECK_THROWS_WITH_AS(FlashAttentionMetadataBuilder(AttentionType::kDecoder, 16, bad),
+                         doctest::Contains(("decode_query_len " + std::to_string(bad) +
+                                            " is not supported; supported: 1..16")
+                                               .c_str()),
+                         Error);
+  const FlashAttentionMetadataBuilder b(AttentionType::kDecoder, 16, 4);
+  CHECK(b.decode_threshold() == 4);
+  CHECK(b.cudagraph_support() == CudaGraphSupport::kUniformBatch);
+  CHECK(std::string(to_string(b.cudagraph_support())) == "uniform batch");
+  CHECK(FlashAttentionMetadataBuilder(AttentionType::kEncoderOnly, 16, 4).cudagraph_support() ==
+        CudaGraphSupport::kNever);
+  CHECK(FlashAttentionMetadataBuilder(AttentionType::kEncoderDecoder, 16, 4).cudagraph_support() ==
+        CudaGraphSupport::kUniformBatch);
+  // Every request exactly 4 tokens (padded ones too, seq_len 0): a graph's batch.
+  const auto uniform = batch({4, 4, 4}, {9, 300, 0}, 16);
+  CHECK(b.can_run_in_cudagraph(uniform));
+  const auto f = b.build_for_cudagraph_capture(uniform);
+  CHECK(f.for_cudagraph);
+  CHECK(f.common.max_query_len == 4);
+  CHECK(f.split == DecodePrefillSplit{3, 0, 12, 0});
+  // A request with fewer tokens (fewer drafts) is a decode but not a uniform batch: eager.
+  const auto ragged = batch({4, 2, 4}, {9, 30, 40});
+  CHECK_FALSE(b.can_run_in_cudagraph(ragged));
+  CHECK(b.build(0, ragged).split == DecodePrefillSplit{3, 0, 10, 0});
+  CHECK_THROWS_WITH_AS(b.build_for_cudagraph_capture(ragged),
+                       doctest::Contains("uniform decode batches of 4 token(s) a request"), Error);
+  // Requests above the threshold are prefills; single-token requests are decodes too.
+  const auto mixed = batch({4, 1, 5}, {9, 30, 40});
+  CHECK_FALSE(b.can_run_in_cudagraph(mixed));
+  CHECK(b.build(0, mixed).split == DecodePrefillSplit{2, 1, 5, 5});
+  // The single-token builder keeps vLLM's rule: a request of 4 tokens is a prefill there.
+  CHECK(FlashAttentionMetadataBuilder().build(0, uniform).split == DecodePrefillSplit{0, 3, 0, 12});
 }

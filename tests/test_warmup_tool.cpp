@@ -88,6 +88,28 @@ TEST_CASE("warmup tool: models and usage errors") {
   const auto bad_block = run_program(GRAPHATTN_WARMUP_TOOL, {"--block-size", "24", "--arch", "90"});
   CHECK(bad_block.code == 2);
   CHECK(bad_block.err.find("--block-size 24 is not supported") != std::string::npos);
+  const auto bad_spec = run_program(GRAPHATTN_WARMUP_TOOL, {"--spec-tokens", "16", "--arch", "90"});
+  CHECK(bad_spec.code == 2);
+  CHECK(bad_spec.err.find("--spec-tokens 16 is not allowed; use 0..15") != std::string::npos);
+  const auto bad_sizes = run_program(
+      GRAPHATTN_WARMUP_TOOL, {"--spec-tokens", "3", "--capture-sizes", "8", "6", "--arch", "90"});
+  CHECK(bad_sizes.code == 2);
+  CHECK(bad_sizes.err.find("--capture-sizes 6 is not allowed with --spec-tokens 3; sizes are "
+                           "multiples of 4") != std::string::npos);
+}
+
+TEST_CASE("warmup tool: --spec-tokens compiles the multi-token decode kernel") {
+  if (graphattn::gpu_available()) {
+    MESSAGE("skipped here: a GPU is present (the GPU suite runs graphattn-warmup in full)");
+    return;
+  }
+  TempDir dir;
+  const auto r = run_program(GRAPHATTN_WARMUP_TOOL, {"--spec-tokens", "3", "--arch", "90"},
+                             {"GRAPHATTN_CACHE_DIR=" + dir.path()});
+  INFO(r.out << r.err);
+  CHECK(r.code == 0);
+  CHECK(r.out.find("decode_h128_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm90_mt ") != std::string::npos);
+  CHECK(r.out.find("3 kernels: 3 compiled") != std::string::npos);
 }
 
 TEST_CASE("warmup tool: one process per GPU on one fresh cache compiles each kernel once in all") {

@@ -5,7 +5,9 @@
 //   [capture]  one eager run and one CUDA graph per capture size, largest first
 //   [decode]   continuous batching: requests arrive (prefill, run eagerly), grow by one token per
 //              step (decode-only steps replay the padded graph), finish; a sample of graph steps
-//              is re-run eagerly and compared byte for byte
+//              is re-run eagerly and compared byte for byte. With --spec-tokens K a decode step
+//              verifies 1 + K tokens a request (uniform batches replay graphs) and keeps
+//              1 + a random number of them (the accepted drafts)
 //   [latency]  decode step at fixed batch sizes, graph replay vs eager launches
 //
 // Without a GPU it runs the compile phase, says capture and decode were skipped, and exits 0.
@@ -92,13 +94,15 @@ class BlockPool {
   std::vector<int32_t> free_;
 };
 
+// A step's batch: decodes first (q query tokens each: 1 + the speculative tokens), then prompts.
 CommonAttentionMetadata batch_of(const std::vector<Request*>& decodes,
-                                 const std::vector<Request*>& prefills, int block_size, int width) {
+                                 const std::vector<Request*>& prefills, int block_size, int width,
+                                 int decode_len) {
   std::vector<int32_t> q, k, table;
   std::vector<int64_t> slots;
   for (const auto* list : {&decodes, &prefills})
     for (const Request* r : *list) {
-      const int n = r->prefilled ? 1 : r->prompt;
+      const int n = r->prefilled ? decode_len : r->prompt;
       q.push_back(n);
       k.push_back(r->seq_len);
       for (int i = 0; i < width; ++i)
@@ -113,12 +117,15 @@ CommonAttentionMetadata batch_of(const std::vector<Request*>& decodes,
 int run_gpu_phases(const Settings& s, const tools::ModelConfig& m,
                    const std::vector<AttentionLayerConfig>& layers, KernelCache& cache) {
   const Stream stream;
-  // Full decode graphs hold one token per request, so sizes above max_num_seqs never run.
-  std::vector<int> sizes = s.capture_sizes.empty() ? default_capture_sizes(s.max_num_seqs)
+  // Full decode graphs hold q tokens per request (q = 1 + the speculative tokens), so sizes
+  // above max_num_seqs * q never run.
+  const int q = s.spec_tokens + 1;
+  std::vector<int> sizes = s.capture_sizes.empty() ? default_capture_sizes(s.max_num_seqs, q)
                                                    : normalize_capture_sizes(s.capture_sizes);
-  sizes.erase(std::remove_if(sizes.begin(), sizes.end(), [&](int x) { return x > s.max_num_seqs; }),
-              sizes.end());
-  if (sizes.empty()) sizes = {1};
+  sizes.erase(
+      std::remove_if(sizes.begin(), sizes.end(), [&](int x) { return x > s.max_num_seqs * q; }),
+      sizes.end());
+  if (sizes.empty()) sizes = {q};
   const int width = (s.max_model_len + s.block_size - 1) / s.block_size;
   const int64_t block_bytes = int64_t{2} * s.block_size * m.num_kv_heads * m.head_size *
                               kv_dtype_bytes(layers[0].kv_dtype, layers[0].dtype);
@@ -134,7 +141,7 @@ int run_gpu_phases(const Settings& s, const tools::ModelConfig& m,
   so.layers = layers;
   // A step holds every running decode plus at most kPrefillBudget prompt tokens (vLLM's
   // max_num_batched_tokens), so that is the most an eager step needs.
-  so.max_tokens = std::max(sizes.back(), s.max_num_seqs + kPrefillBudget);
+  so.max_tokens = std::max(sizes.back(), s.max_num_seqs * q + kPrefillBudget);
   so.num_blocks = num_blocks;
   so.max_blocks_per_seq = width;
   AttentionLayerStack stack(so);
@@ -189,9 +196,11 @@ int run_gpu_phases(const Settings& s, const tools::ModelConfig& m,
   BlockPool blocks(num_blocks);
   std::deque<Request> waiting;
   std::vector<std::unique_ptr<Request>> running;
-  std::uniform_int_distribution<int> prompt_len(16, std::min(512, s.max_model_len / 2));
+  // Prompts longer than q tokens: a shorter one would be split as a decode.
+  std::uniform_int_distribution<int> prompt_len(std::max(16, q + 1),
+                                                std::min(512, s.max_model_len / 2));
   std::uniform_int_distribution<int> gen_len(16, std::min(512, s.max_model_len / 2));
-  FlashAttentionMetadataBuilder builder;
+  const FlashAttentionMetadataBuilder builder(AttentionType::kDecoder, s.block_size, q);
   std::vector<double> graph_us, eager_us, all_us;
   std::vector<unsigned char> out_graph, out_eager;
   EventTimer timer;
@@ -215,8 +224,9 @@ int run_gpu_phases(const Settings& s, const tools::ModelConfig& m,
     while (!waiting.empty() && static_cast<int>(running.size()) < s.max_num_seqs &&
            prompt_tokens + waiting.front().prompt <= kPrefillBudget) {
       Request r = waiting.front();
-      const int need =
-          (std::min(r.prompt + r.target, s.max_model_len) + s.block_size - 1) / s.block_size;
+      // Speculative steps write up to q - 1 tokens past the last accepted one.
+      const int need = (std::min(r.prompt + r.target + q - 1, s.max_model_len) + s.block_size - 1) /
+                       s.block_size;
       if (!blocks.take(need, &r.blocks)) break;
       waiting.pop_front();
       prompt_tokens += r.prompt;
@@ -224,9 +234,9 @@ int run_gpu_phases(const Settings& s, const tools::ModelConfig& m,
       running.push_back(std::make_unique<Request>(r));
       prefills.push_back(running.back().get());
     }
-    for (Request* r : decodes) r->seq_len += 1;
+    for (Request* r : decodes) r->seq_len += q;
     if (decodes.empty() && prefills.empty()) continue;
-    const auto md = batch_of(decodes, prefills, s.block_size, width);
+    const auto md = batch_of(decodes, prefills, s.block_size, width, q);
     const int n = md.num_actual_tokens;
     const bool graph_ok =
         builder.can_run_in_cudagraph(md) && runner.padded_size(n) > 0 && runner.graphs_enabled();
@@ -236,13 +246,13 @@ int run_gpu_phases(const Settings& s, const tools::ModelConfig& m,
                   step, n, so.max_tokens);
       return 1;
     }
-    const auto q = slice(n, qrow), k = slice(n, krow), v = slice(n, krow);
-    stack.set_batch(md, padded, stream, &q, &k, &v);
+    const auto qr = slice(n, qrow), k = slice(n, krow), v = slice(n, krow);
+    stack.set_batch(md, padded, stream, &qr, &k, &v);
     const double us = timer.time_us(stream, [&] { runner.run(stream, n, graph_ok); });
     all_us.push_back(us);
     busy_us += us;
     tokens += n;
-    decode_tokens += static_cast<int64_t>(decodes.size());
+    decode_tokens += static_cast<int64_t>(decodes.size()) * q;
     if (graph_ok) {
       ++graph_steps;
       graph_us.push_back(us);
@@ -265,11 +275,17 @@ int run_gpu_phases(const Settings& s, const tools::ModelConfig& m,
       }
     }
     for (Request* r : prefills) r->prefilled = true;
-    for (Request* r : decodes) r->generated += 1;
+    for (Request* r : decodes) {
+      // The target model accepts 0..q - 1 of the drafts; the rejected ones' cache rows are
+      // overwritten by the next step.
+      const int accepted = q > 1 ? static_cast<int>(rng() % q) : 0;
+      r->seq_len -= q - 1 - accepted;
+      r->generated += 1 + accepted;
+    }
     running.erase(std::remove_if(running.begin(), running.end(),
                                  [&](const std::unique_ptr<Request>& r) {
-                                   const bool done =
-                                       r->generated >= r->target || r->seq_len >= s.max_model_len;
+                                   const bool done = r->generated >= r->target ||
+                                                     r->seq_len + q > s.max_model_len;
                                    if (done) {
                                      blocks.give(r->blocks);
                                      ++finished;
@@ -288,30 +304,32 @@ int run_gpu_phases(const Settings& s, const tools::ModelConfig& m,
   const GraphStats gs = runner.stats();
 
   // [latency] fixed decode batches at context 1024 (or max_model_len / 2), graph vs eager.
-  std::printf("\n[latency] decode step of %d layers, context %d, median of 50\n", m.num_layers,
-              std::min(1024, s.max_model_len - 1));
+  std::printf(
+      "\n[latency] decode step of %d layers, context %d, %d token(s) a request, median of 50\n",
+      m.num_layers, std::min(1024, s.max_model_len - q), q);
   std::printf("  %6s %14s %14s %8s\n", "batch", "graph us", "eager us", "ratio");
   for (int b : {1, 8, 64, s.max_num_seqs}) {
-    if (b > s.max_num_seqs || runner.padded_size(b) != b) continue;
-    const int ctx = std::min(1024, s.max_model_len - 1);
-    const int per = (ctx + 1 + s.block_size - 1) / s.block_size;
+    const int t = b * q;  // tokens
+    if (b > s.max_num_seqs || runner.padded_size(t) != t) continue;
+    const int ctx = std::min(1024, s.max_model_len - q);
+    const int per = (ctx + q + s.block_size - 1) / s.block_size;
     if (int64_t{per} * b > num_blocks) continue;
     std::vector<Request> reqs(b);
     std::vector<Request*> dec;
     for (int i = 0; i < b; ++i) {
       reqs[i].prefilled = true;
-      reqs[i].seq_len = ctx + 1;
+      reqs[i].seq_len = ctx + q;
       for (int j = 0; j < per; ++j) reqs[i].blocks.push_back(i * per + j);
       dec.push_back(&reqs[i]);
     }
-    const auto md = batch_of(dec, {}, s.block_size, width);
-    const auto q = slice(b, qrow), k = slice(b, krow), v = slice(b, krow);
-    stack.set_batch(md, b, stream, &q, &k, &v);
+    const auto md = batch_of(dec, {}, s.block_size, width, q);
+    const auto qr = slice(t, qrow), k = slice(t, krow), v = slice(t, krow);
+    stack.set_batch(md, t, stream, &qr, &k, &v);
     std::vector<double> g, e;
     for (int i = 0; i < 55; ++i) {
       if (runner.graphs_enabled())
-        g.push_back(timer.time_us(stream, [&] { runner.run(stream, b); }));
-      e.push_back(timer.time_us(stream, [&] { stack.step(stream, b); }));
+        g.push_back(timer.time_us(stream, [&] { runner.run(stream, t); }));
+      e.push_back(timer.time_us(stream, [&] { stack.step(stream, t); }));
     }
     g.erase(g.begin(), g.begin() + std::min<size_t>(5, g.size()));
     e.erase(e.begin(), e.begin() + 5);
@@ -320,8 +338,10 @@ int run_gpu_phases(const Settings& s, const tools::ModelConfig& m,
     if (b == s.max_num_seqs) break;
   }
 
-  std::printf("\n[summary] %s, %d layers, max_num_seqs %d, max_model_len %d\n", m.name.c_str(),
+  std::printf("\n[summary] %s, %d layers, max_num_seqs %d, max_model_len %d", m.name.c_str(),
               m.num_layers, s.max_num_seqs, s.max_model_len);
+  if (q > 1) std::printf(", %d speculative tokens (decode requests of %d tokens)", q - 1, q);
+  std::printf("\n");
   std::printf("  %-28s %lld (%lld graph, %lld eager)\n", "steps",
               static_cast<long long>(all_us.size()), static_cast<long long>(graph_steps),
               static_cast<long long>(all_us.size() - graph_steps));
@@ -392,14 +412,7 @@ int main(int argc, char** argv) {
     } else if (arch == 0) {
       arch = 90;
     }
-    tools::ModelRunSettings rs;
-    rs.block_size = s.block_size;
-    rs.dtype = tools::dtype_from_name(s.dtype);
-    rs.kv_dtype = tools::kv_dtype_from_name(s.kv_dtype);
-    rs.max_model_len = s.max_model_len;
-    rs.max_num_seqs = s.max_num_seqs;
-    rs.arch = arch;
-    const auto layers = tools::model_layer_configs(m, rs);
+    const auto layers = tools::model_layer_configs(m, tools::run_settings_of(s, arch));
     CacheOptions opts;
     opts.dir = s.cache_dir;
     KernelCache cache(opts);

@@ -56,6 +56,7 @@ std::vector<AttentionLayerConfig> model_layer_configs(const ModelConfig& m,
     c.max_model_len = s.max_model_len;
     c.max_num_seqs = s.max_num_seqs;
     c.arch = s.arch;
+    c.decode_query_len = s.decode_query_len;
     out.push_back(c);
   }
   return out;

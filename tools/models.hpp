@@ -30,7 +30,8 @@ struct ModelRunSettings {
   KvDType kv_dtype = KvDType::kAuto;
   int max_model_len = 4096;
   int max_num_seqs = 64;
-  int arch = 90;  // the target; 0 resolves to the current device when a backend is built
+  int arch = 90;             // the target; 0 resolves to the current device when a backend is built
+  int decode_query_len = 1;  // 1 + the speculative tokens a decode step verifies
 };
 
 // Reads the command-line names of the element types ("fp16"/"bf16", "auto"/"e4m3"/"e5m2");

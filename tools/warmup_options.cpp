@@ -46,6 +46,18 @@ std::string cache_dir_problem(const std::string& what, const std::string& dir) {
 
 }  // namespace
 
+ModelRunSettings run_settings_of(const WarmupSettings& s, int arch) {
+  ModelRunSettings rs;
+  rs.block_size = s.block_size;
+  rs.dtype = dtype_from_name(s.dtype);
+  rs.kv_dtype = kv_dtype_from_name(s.kv_dtype);
+  rs.max_model_len = s.max_model_len;
+  rs.max_num_seqs = s.max_num_seqs;
+  rs.arch = arch;
+  rs.decode_query_len = s.spec_tokens + 1;
+  return rs;
+}
+
 std::string warmup_settings_problem(const WarmupSettings& s) {
   try {
     find_model(s.model);
@@ -61,9 +73,17 @@ std::string warmup_settings_problem(const WarmupSettings& s) {
   if (s.device < 0)
     return "--device " + std::to_string(s.device) +
            " is not allowed; use a CUDA device ordinal 0..N-1 (N devices on this machine)";
-  for (int c : s.capture_sizes)
+  if (s.spec_tokens < 0 || s.spec_tokens > kMaxDecodeQueryLen - 1)
+    return "--spec-tokens " + std::to_string(s.spec_tokens) + " is not allowed; use 0.." +
+           std::to_string(kMaxDecodeQueryLen - 1) + " (a decode request holds 1 + K tokens)";
+  for (int c : s.capture_sizes) {
     if (c < 1 || c > 65536)
       return "--capture-sizes " + std::to_string(c) + " is not allowed; sizes are 1..65536";
+    if (c % (s.spec_tokens + 1) != 0)
+      return "--capture-sizes " + std::to_string(c) + " is not allowed with --spec-tokens " +
+             std::to_string(s.spec_tokens) + "; sizes are multiples of " +
+             std::to_string(s.spec_tokens + 1) + " (a graph serves requests of 1 + K tokens)";
+  }
   if (!std::isfinite(s.kv_cache_gib) || s.kv_cache_gib < 0 || s.kv_cache_gib > 1 << 20)
     return "--kv-cache-gib " + number_text(s.kv_cache_gib) +
            " is not allowed; use 0 (automatic) or a size in GiB up to 1048576";
@@ -77,13 +97,8 @@ std::string warmup_settings_problem(const WarmupSettings& s) {
     if (std::string p = cache_dir_problem("GRAPHATTN_CACHE_DIR", default_cache_dir()); !p.empty())
       return p;
   try {
-    ModelRunSettings rs;
-    rs.block_size = s.block_size;
-    rs.dtype = dtype_from_name(s.dtype);
-    rs.kv_dtype = kv_dtype_from_name(s.kv_dtype);
-    rs.max_model_len = s.max_model_len;
-    rs.max_num_seqs = s.max_num_seqs;
-    rs.arch = s.arch == 0 ? 90 : s.arch;  // any supported arch stands in for the GPU's
+    // Any supported arch stands in for the GPU's.
+    const ModelRunSettings rs = run_settings_of(s, s.arch == 0 ? 90 : s.arch);
     for (const auto& layer : model_layer_configs(find_model(s.model), rs)) {
       const std::string p = attention_config_problem(layer);
       if (!p.empty()) return "model " + s.model + ": " + p;
@@ -116,7 +131,12 @@ WarmupArgs parse_warmup_args(int argc, const char* const* argv) {
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "e4m3", "e5m2"}));
   app.add_option("--capture-sizes", s.capture_sizes,
-                 "graph batch sizes, 1..65536 (default: vLLM's list up to max_num_seqs)");
+                 "graph sizes in tokens, 1..65536, multiples of 1 + K (default: vLLM's list up to "
+                 "max_num_seqs requests)");
+  app.add_option("--spec-tokens", s.spec_tokens,
+                 "speculative decoding: K draft tokens a decode step verifies (0..15); decode "
+                 "requests hold 1 + K tokens and graphs capture uniform batches of them")
+      ->capture_default_str();
   app.add_option("--steps", s.steps, "decode loop steps")
       ->capture_default_str()
       ->check(CLI::Range(0, 1000000));

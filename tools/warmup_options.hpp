@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "tools/models.hpp"
+
 namespace graphattn::tools {
 
 struct WarmupSettings {
@@ -17,6 +19,7 @@ struct WarmupSettings {
   std::string dtype = "bf16";
   std::string kv_dtype = "auto";
   std::vector<int> capture_sizes;
+  int spec_tokens = 0;  // speculative tokens a decode step verifies: requests of 1 + K tokens
   int steps = 300;
   int arch = 0;
   int device = 0;  // CUDA device ordinal (one warmup process per GPU); checked against the count
@@ -37,6 +40,10 @@ struct WarmupArgs {
 // Parses argv[1..argc) and checks every value and the environment (GRAPHATTN_CACHE_*); prints
 // nothing.
 WarmupArgs parse_warmup_args(int argc, const char* const* argv);
+
+// What the kernels are built for: the settings' block size, dtypes, lengths, decode query
+// length (1 + spec_tokens) and `arch` (the resolved target).
+ModelRunSettings run_settings_of(const WarmupSettings& s, int arch);
 
 // "" when the settings are usable on some GPU; otherwise what is wrong, naming the value and what
 // is allowed. The arch is checked against the device later (0: the GPU's own).

@@ -116,9 +116,6 @@ GRAPHATTN_API void encoder_attention(const TensorView& query, const TensorView& 
                                      const float* alibi_slopes = nullptr,
                                      const float* sinks = nullptr);
 
-// The most query tokens a multi-token decode request holds (AttentionLayerConfig).
-constexpr int kMaxDecodeQueryLen = 16;
-
 // vLLM's MultiHeadAttention (vision encoders): dense, non-causal attention of a uniform batch,
 // through the same dense-K/V prefill kernel.
 //   q, out:  [batch, q_len, num_heads, head_size] fp16/bf16

@@ -21,7 +21,11 @@
 
 namespace graphattn {
 
-GRAPHATTN_API std::vector<int> default_capture_sizes(int max_num_seqs);
+// decode_query_len > 1 (uniform multi-token decode graphs, vLLM's speculative decoding): the
+// list is made for max = min(2 * max_num_seqs * decode_query_len, 512) and every size rounded up
+// to a multiple of decode_query_len (a graph of n tokens serves n / decode_query_len requests),
+// duplicates and sizes above max dropped, as vLLM adjusts its sizes for speculative decoding.
+GRAPHATTN_API std::vector<int> default_capture_sizes(int max_num_seqs, int decode_query_len = 1);
 // Sorts, removes duplicates, and rejects sizes < 1 (graphattn::Error naming the value).
 GRAPHATTN_API std::vector<int> normalize_capture_sizes(std::vector<int> sizes);
 // The smallest size >= n, or 0 when n is above every size (run eagerly, unpadded).
@@ -90,6 +94,11 @@ class GRAPHATTN_API GraphRunner {
 // for the graph that will run: slot_mapping tail -1, seq_lens tail 0, query_start_loc
 // non-decreasing (each padded request holds one padded token).
 //
+// Speculative decoding (vLLM's uniform batch): layers with decode_query_len q > 1 (the same in
+// every layer) take decode requests of 1..q tokens. A graph of n tokens (a multiple of q; see
+// default_capture_sizes(max_num_seqs, q)) serves a uniform decode batch, every request exactly q
+// tokens, padded with requests of q tokens and seq_len 0; any other batch runs eagerly.
+//
 // Cross-attention layers (attn_type kEncoderDecoder) read a cache that the step does not write:
 // the encoder's keys and values, put there by the engine (an earlier forward() with key and
 // value, or its own copy into kv_cache(l) / set_kv_cache), through the same block table as the
@@ -115,7 +124,8 @@ class GRAPHATTN_API AttentionLayerStack {
   void prepare(KernelCache& cache = default_kernel_cache());
 
   // Uploads one step's batch (decodes first) on `stream` and pads it to `padded_tokens`
-  // (>= m.num_actual_tokens; pass the graph size that will run, or the actual count).
+  // (>= m.num_actual_tokens; pass the graph size that will run, or the actual count). Only a
+  // uniform decode batch may be padded, and only to a multiple of decode_query_len.
   // query/key/value rows of the real tokens are uploaded from the host when given.
   void set_batch(const CommonAttentionMetadata& m, int padded_tokens, CUstream stream,
                  const std::vector<uint16_t>* query = nullptr,
@@ -135,13 +145,15 @@ class GRAPHATTN_API AttentionLayerStack {
   TensorView kv_cache(int layer) const;
   TensorView output(int layer) const;  // [max_tokens, num_heads, head_size]
   int num_layers() const { return static_cast<int>(options_.layers.size()); }
+  // Query tokens of a uniform decode request (every layer's decode_query_len).
+  int decode_query_len() const { return options_.layers[0].decode_query_len; }
   const Options& options() const { return options_; }
   size_t device_bytes() const;  // what the stack allocated
 
  private:
   struct Counts {
-    int num_reqs = 0, num_decodes = 0, num_actual_tokens = 0, max_query_len = 1, max_seq_len = 0,
-        max_encoder_len = 0;
+    int num_reqs = 0, num_decodes = 0, num_decode_tokens = 0, num_actual_tokens = 0,
+        max_query_len = 1, max_seq_len = 0, max_encoder_len = 0;
   };
   bool has_cross_layer() const;
   Options options_;

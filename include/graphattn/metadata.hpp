@@ -97,16 +97,26 @@ class GRAPHATTN_API FlashAttentionMetadataBuilder {
   //                   block_size] * block_size + i % block_size. The split follows the decoder's
   //                   query lengths.
   // block_size: the layer's KV page size (cross attention's slots).
+  // decode_query_len: the most query tokens a decode request holds, 1 + the speculative tokens
+  // a step verifies (vLLM's uniform_decode_query_len, 1..kMaxDecodeQueryLen, the layers'
+  // AttentionLayerConfig::decode_query_len). It is the decode threshold of the split (requests
+  // of up to that many tokens are decodes) and the query length of a uniform batch.
   FlashAttentionMetadataBuilder() = default;
-  explicit FlashAttentionMetadataBuilder(AttentionType type, int block_size = 16);
+  explicit FlashAttentionMetadataBuilder(AttentionType type, int block_size = 16,
+                                         int decode_query_len = 1);
   AttentionType attn_type() const { return type_; }
+  int decode_threshold() const { return decode_query_len_; }
 
   // Split-KV decode is graph-safe for every context length; prefill's grid depends on the
-  // batch, so full graphs cover uniform single-token decode batches (decoder, encoder and cross
-  // attention; encoder-only batches are all prefills and never run in a full graph).
+  // batch, so full graphs cover uniform decode batches: every request holds exactly
+  // decode_query_len tokens (decoder, encoder and cross attention; encoder-only batches are all
+  // prefills and never run in a full graph). With one token that is vLLM's uniform single-token
+  // decode, with more its uniform batch (a capture size of n tokens serves n / decode_query_len
+  // requests).
   static constexpr CudaGraphSupport kCudaGraphSupport = CudaGraphSupport::kUniformSingleTokenDecode;
   CudaGraphSupport cudagraph_support() const {
-    return type_ == AttentionType::kEncoderOnly ? CudaGraphSupport::kNever : kCudaGraphSupport;
+    if (type_ == AttentionType::kEncoderOnly) return CudaGraphSupport::kNever;
+    return decode_query_len_ > 1 ? CudaGraphSupport::kUniformBatch : kCudaGraphSupport;
   }
 
   // common_prefix_len: tokens shared by every request (cascade attention); graphattn runs
@@ -115,15 +125,18 @@ class GRAPHATTN_API FlashAttentionMetadataBuilder {
   // with one that outgrows its block-table row.
   FlashAttentionMetadata build(int common_prefix_len, const CommonAttentionMetadata& m,
                                bool fast_build = false) const;
-  // Metadata for capturing a full graph: decode-only (num_reqs == num_actual_tokens, throws
-  // otherwise), max_query_len 1.
+  // Metadata for capturing a full graph: a uniform decode batch (every request holds
+  // decode_query_len tokens, num_actual_tokens == num_reqs * decode_query_len; throws
+  // otherwise), max_query_len decode_query_len.
   FlashAttentionMetadata build_for_cudagraph_capture(const CommonAttentionMetadata& m) const;
-  // Whether a batch can replay a graph captured from build_for_cudagraph_capture.
+  // Whether a batch can replay a graph captured from build_for_cudagraph_capture: a uniform
+  // decode batch (with one token a request, every request holds at most one).
   bool can_run_in_cudagraph(const CommonAttentionMetadata& m) const;
 
  private:
   AttentionType type_ = AttentionType::kDecoder;
   int block_size_ = 16;
+  int decode_query_len_ = 1;
 };
 
 }  // namespace graphattn

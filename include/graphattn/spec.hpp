@@ -120,5 +120,8 @@ GRAPHATTN_API const std::vector<int>& supported_head_sizes();
 GRAPHATTN_API const std::vector<int>& supported_block_sizes();
 GRAPHATTN_API const std::vector<int>& supported_archs();
 constexpr int kMaxGroup = 64;
+// The most query tokens a multi-token decode request holds (spec "_mt";
+// AttentionLayerConfig::decode_query_len, the metadata builder's decode threshold).
+constexpr int kMaxDecodeQueryLen = 16;
 
 }  // namespace graphattn

@@ -7,6 +7,8 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <initializer_list>
 #include <numeric>
 
 #include "graphattn/capture.hpp"
@@ -50,17 +52,50 @@ std::vector<unsigned char> download(const TensorView& t, size_t bytes) {
 
 size_t kv_bytes() { return size_t{2} * kBlocks * kBlock * kKvHeads * kHead * 2; }
 
-// One random step: decodes first (seq_len 1..kMaxModelLen), sometimes prefills after them.
-CommonAttentionMetadata random_batch(std::mt19937_64& rng, bool prefills, int num_decodes) {
+// The same random KV contents (small finite bf16 bytes) in every layer of every stack, canary
+// blocks included; returns them.
+std::vector<unsigned char> fill_kv_caches(std::mt19937_64& rng,
+                                          std::initializer_list<AttentionLayerStack*> stacks) {
+  std::vector<unsigned char> init(kv_bytes());
+  for (auto& b : init) b = static_cast<unsigned char>(rng() & 0x3f);
+  for (int l = 0; l < kLayers; ++l)
+    for (AttentionLayerStack* s : stacks)
+      GA_CU_CHECK(detail::driver().cuMemcpyHtoD(reinterpret_cast<CUdeviceptr>(s->kv_cache(l).data),
+                                                init.data(), init.size()));
+  return init;
+}
+
+// Both stacks' caches are equal, and their canary blocks (never in a block table) hold exactly
+// what fill_kv_caches gave them.
+void check_caches_agree(const AttentionLayerStack& graph, const AttentionLayerStack& eager,
+                        const std::vector<unsigned char>& init) {
+  for (int l = 0; l < kLayers; ++l) {
+    const auto g = download(graph.kv_cache(l), kv_bytes());
+    CHECK(g == download(eager.kv_cache(l), kv_bytes()));
+    const size_t block_bytes = size_t{kBlock} * kKvHeads * kHead * 2;
+    for (int which = 0; which < 2; ++which)
+      for (int b : {0, 1, 2, 3, kBlocks - 4, kBlocks - 3, kBlocks - 2, kBlocks - 1}) {
+        const size_t off = (static_cast<size_t>(which) * kBlocks + b) * block_bytes;
+        CHECK(std::equal(g.begin() + off, g.begin() + off + block_bytes, init.begin() + off));
+      }
+  }
+}
+
+// One random step: decodes first (decode_len query tokens each, seq_len decode_len..
+// kMaxModelLen; with `ragged` one of them holds fewer), sometimes prefills after them (longer
+// than decode_len).
+CommonAttentionMetadata random_batch(std::mt19937_64& rng, bool prefills, int num_decodes,
+                                     int decode_len = 1, bool ragged = false) {
   std::vector<int32_t> q, k;
-  std::uniform_int_distribution<int> len(1, kMaxModelLen);
+  std::uniform_int_distribution<int> len(decode_len, kMaxModelLen);
+  const int short_one = ragged ? static_cast<int>(rng() % num_decodes) : -1;
   for (int r = 0; r < num_decodes; ++r) {
-    q.push_back(1);
+    q.push_back(r == short_one ? 1 + static_cast<int>(rng() % (decode_len - 1)) : decode_len);
     k.push_back(len(rng));
   }
   const int P = prefills ? 1 + static_cast<int>(rng() % 2) : 0;
   for (int r = 0; r < P; ++r) {
-    const int n = 2 + static_cast<int>(rng() % 40);
+    const int n = decode_len + 1 + static_cast<int>(rng() % 40);
     q.push_back(n);
     k.push_back(n + static_cast<int>(rng() % 300));
   }
@@ -101,13 +136,7 @@ TEST_CASE("gpu decode graphs: 200 random steps, graph replay equals eager exactl
       eager_stack(stack_options(256, sl, sk));
   graph_stack.prepare(cache);
   eager_stack.prepare(cache);
-  // The same random KV contents in both, canary blocks included.
-  std::vector<unsigned char> init(kv_bytes());
-  for (auto& b : init) b = static_cast<unsigned char>(rng() & 0x3f);  // small finite bf16 bytes
-  for (int l = 0; l < kLayers; ++l)
-    for (auto* s : {&graph_stack, &eager_stack})
-      GA_CU_CHECK(d.cuMemcpyHtoD(reinterpret_cast<CUdeviceptr>(s->kv_cache(l).data), init.data(),
-                                 init.size()));
+  const std::vector<unsigned char> init = fill_kv_caches(rng, {&graph_stack, &eager_stack});
 
   GraphRunner::Options go;
   go.capture_sizes = {1, 2, 4, 8, 16, 24, 32};
@@ -165,18 +194,7 @@ TEST_CASE("gpu decode graphs: 200 random steps, graph replay equals eager exactl
       compared_rows += n;
     }
   }
-  for (int l = 0; l < kLayers; ++l) {
-    const auto g = download(graph_stack.kv_cache(l), kv_bytes());
-    const auto e = download(eager_stack.kv_cache(l), kv_bytes());
-    CHECK(g == e);
-    // Canary blocks (never in a block table) hold exactly what they were given.
-    const size_t block_bytes = size_t{kBlock} * kKvHeads * kHead * 2;
-    for (int which = 0; which < 2; ++which)
-      for (int b : {0, 1, 2, 3, kBlocks - 4, kBlocks - 3, kBlocks - 2, kBlocks - 1}) {
-        const size_t off = (static_cast<size_t>(which) * kBlocks + b) * block_bytes;
-        CHECK(std::equal(g.begin() + off, g.begin() + off + block_bytes, init.begin() + off));
-      }
-  }
+  check_caches_agree(graph_stack, eager_stack, init);
   const GraphStats s = runner.stats();
   MESSAGE("replays " << s.replays << ", eager " << s.eager_steps << ", captures " << s.captures
                      << ", updates " << s.updates << ", re-instantiations " << s.reinstantiations
@@ -208,12 +226,7 @@ TEST_CASE("gpu decode graphs: a layer sharing an earlier layer's KV cache reads 
   CHECK(stack.device_bytes() - plain.device_bytes() < kv_bytes());  // no cache for layers 2, 3
   CHECK_THROWS_WITH_AS(stack.set_kv_cache(2, stack.kv_cache(2)),
                        doctest::Contains("layer 2 shares layer 0's KV cache"), Error);
-  std::vector<unsigned char> init(kv_bytes());
-  for (auto& b : init) b = static_cast<unsigned char>(rng() & 0x3f);
-  for (int l = 0; l < kLayers; ++l)
-    for (auto* s : {&stack, &plain})
-      GA_CU_CHECK(d.cuMemcpyHtoD(reinterpret_cast<CUdeviceptr>(s->kv_cache(l).data), init.data(),
-                                 init.size()));
+  const std::vector<unsigned char> init = fill_kv_caches(rng, {&stack, &plain});
   GraphRunner::Options go;
   go.capture_sizes = {1, 4, 8, 16};
   GraphRunner runner(
@@ -247,4 +260,104 @@ TEST_CASE("gpu decode graphs: a layer sharing an earlier layer's KV cache reads 
   // Only the owners wrote: the two caches equal those of a stack without sharing layers.
   for (int l = 0; l < kLayers; ++l)
     CHECK(download(stack.kv_cache(l), kv_bytes()) == download(plain.kv_cache(l), kv_bytes()));
+}
+
+TEST_CASE("gpu decode graphs: speculative decoding, uniform batches of 4 tokens a request") {
+  GA_REQUIRE_GPU();
+  test::TempKernelCache cache;
+  auto rng = test::make_rng();
+  const auto& d = detail::driver();
+  Stream stream;
+  constexpr int kQ = 4;  // 1 token + 3 drafts a request
+  AttentionLayerStack::Options o = stack_options(256, nullptr, nullptr);
+  for (auto& c : o.layers) c.decode_query_len = kQ;
+  AttentionLayerStack graph_stack(o), eager_stack(o);
+  CHECK(graph_stack.decode_query_len() == kQ);
+  graph_stack.prepare(cache);
+  eager_stack.prepare(cache);
+  const std::vector<unsigned char> init = fill_kv_caches(rng, {&graph_stack, &eager_stack});
+
+  // vLLM's sizes for max_num_seqs 24 and 4 tokens a request, cut at the stack's 96 tokens.
+  GraphRunner::Options go;
+  for (int size : default_capture_sizes(24, kQ))
+    if (size <= kMaxTokens) go.capture_sizes.push_back(size);
+  REQUIRE(go.capture_sizes.front() == kQ);
+  for (int size : go.capture_sizes) CHECK(size % kQ == 0);
+  GraphRunner runner(
+      go, [&](CUstream s, int n) { graph_stack.step(s, n); },
+      [&] { return graph_stack.fingerprint(); });
+  runner.capture_all(stream);
+
+  const FlashAttentionMetadataBuilder builder(AttentionType::kDecoder, kBlock, kQ);
+  CHECK(builder.cudagraph_support() == CudaGraphSupport::kUniformBatch);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  int checked_against_reference = 0;
+  for (int step = 0; step < 60; ++step) {
+    // Mostly uniform decode batches (graphs), some with a short request or prefills (eager).
+    const int kind = static_cast<int>(rng() % 6);
+    const bool prefills = kind == 0, ragged = kind == 1;
+    const int decodes = 1 + static_cast<int>(rng() % (prefills ? 6 : 24));
+    const auto m = random_batch(rng, prefills, decodes, kQ, ragged && decodes > 0);
+    const int n = m.num_actual_tokens;
+    std::vector<uint16_t> q(static_cast<size_t>(n) * kHeads * kHead),
+        kv(static_cast<size_t>(n) * kKvHeads * kHead), vv(kv.size());
+    for (auto* v : {&q, &kv, &vv})
+      for (auto& x : *v) x = test::float_to_bf16(normal(rng));
+    const bool uniform = builder.can_run_in_cudagraph(m);
+    CHECK(uniform == (kind > 1));
+    const bool graphable = uniform && runner.padded_size(n) > 0;
+    const int padded = graphable ? runner.padded_size(n) : n;
+    graph_stack.set_batch(m, padded, stream, &q, &kv, &vv);
+    eager_stack.set_batch(m, padded, stream, &q, &kv, &vv);
+    const int ran = runner.run(stream, n, uniform);
+    CHECK(ran == (graphable ? padded : 0));
+    eager_stack.step(stream, padded);
+    GA_CU_CHECK(d.cuStreamSynchronize(stream));
+    const size_t bytes = static_cast<size_t>(n) * kHeads * kHead * 2;
+    for (int l = 0; l < kLayers; ++l) {
+      INFO("step " << step << " layer " << l << " tokens " << n << " padded " << padded);
+      REQUIRE(download(graph_stack.output(l), bytes) == download(eager_stack.output(l), bytes));
+    }
+    if (!graphable || step % 5 != 0) continue;
+    // The replayed step against the float64 reference: layer 1 (sliding window 256) over the
+    // cache as the step left it (the new rows written).
+    test::RefProblem p;
+    p.num_heads = kHeads;
+    p.num_kv_heads = kKvHeads;
+    p.head_size = kHead;
+    p.block_size = kBlock;
+    p.query_start_loc.assign(m.query_start_loc.begin(), m.query_start_loc.end());
+    p.seq_lens.assign(m.seq_lens.begin(), m.seq_lens.end());
+    p.block_table.assign(m.block_table.begin(), m.block_table.end());
+    p.max_blocks_per_seq = m.max_blocks_per_seq;
+    p.scale = 1.0 / std::sqrt(static_cast<double>(kHead));
+    p.window = 256;
+    for (uint16_t x : q) p.q.push_back(test::bf16_to_float(x));
+    const auto cache_bytes = download(graph_stack.kv_cache(1), kv_bytes());
+    const auto* half = reinterpret_cast<const uint16_t*>(cache_bytes.data());
+    const size_t per_half = kv_bytes() / 4;  // bf16 elements in the key (or value) half
+    for (size_t i = 0; i < per_half; ++i) {
+      p.k_cache.push_back(test::bf16_to_float(half[i]));
+      p.v_cache.push_back(test::bf16_to_float(half[per_half + i]));
+    }
+    const std::vector<double> want = test::reference_attention(p);
+    const auto got_bytes = download(graph_stack.output(1), bytes);
+    const auto* got_half = reinterpret_cast<const uint16_t*>(got_bytes.data());
+    std::vector<double> got(want.size());
+    for (size_t i = 0; i < got.size(); ++i) got[i] = test::bf16_to_float(got_half[i]);
+    const double err = test::relative_l2(got, want);
+    INFO("step " << step << ": " << m.num_reqs << " requests of " << kQ << " tokens, padded to "
+                 << padded);
+    CHECK(err < 1e-2);
+    ++checked_against_reference;
+  }
+  const GraphStats s = runner.stats();
+  MESSAGE("speculative decode graphs: replays " << s.replays << ", eager " << s.eager_steps
+                                                << ", steps checked against the reference "
+                                                << checked_against_reference);
+  CHECK(s.replays > 20);
+  CHECK(s.eager_steps > 5);
+  CHECK(checked_against_reference > 0);
+  // Padded tokens and requests wrote nothing outside the batches' blocks.
+  check_caches_agree(graph_stack, eager_stack, init);
 }
