@@ -36,6 +36,7 @@ namespace graphattn::detail {
   X(cuLaunchKernelEx)                             \
   X(cuMemAlloc)                                   \
   X(cuMemFree)                                    \
+  X(cuMemcpyAsync)                                \
   X(cuMemcpyHtoD)                                 \
   X(cuMemcpyDtoH)                                 \
   X(cuMemcpyHtoDAsync)                            \

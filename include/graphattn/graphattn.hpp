@@ -7,6 +7,7 @@
 #include "graphattn/capture.hpp"
 #include "graphattn/error.hpp"
 #include "graphattn/jit.hpp"
+#include "graphattn/kv_blocks.hpp"
 #include "graphattn/metadata.hpp"
 #include "graphattn/runtime.hpp"
 #include "graphattn/spec.hpp"

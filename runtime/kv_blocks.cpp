@@ -1,0 +1,124 @@
+// swap_blocks and copy_blocks: whole blocks of paged caches copied by the driver's memcpy, one
+// copy per (cache, pair), after every view and pair has been checked.
+#include "graphattn/kv_blocks.hpp"
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "core/require.hpp"
+#include "graphattn/error.hpp"
+#include "runtime/driver.hpp"
+
+namespace graphattn {
+namespace {
+
+std::string str(int64_t v) { return std::to_string(v); }
+
+// A checked [num_blocks, ...] cache: where block 0 starts, the distance between blocks and the
+// bytes of one block.
+struct BlockCache {
+  const char* data = nullptr;
+  int64_t num_blocks = 0;
+  int64_t block_stride_bytes = 0;
+  int64_t block_bytes = 0;
+};
+
+BlockCache check_block_cache(const TensorView& t, const std::string& name) {
+  GA_REQUIRE(t.data != nullptr, name + " is null");
+  GA_REQUIRE(t.ndim >= 2 && t.ndim <= kMaxDims,
+             name + " " + t.describe() +
+                 " is not supported; supported: [num_blocks, ...] with at least one dim per block");
+  GA_REQUIRE(t.shape[0] >= 1, name + " " + t.describe() + " holds no block");
+  // The block's dims, by increasing stride, must tile one compact region.
+  std::vector<int> order;
+  for (int d = 1; d < t.ndim; ++d) order.push_back(d);
+  std::sort(order.begin(), order.end(), [&](int a, int b) { return t.strides[a] < t.strides[b]; });
+  int64_t expect = 1;
+  for (int d : order) {
+    GA_REQUIRE(t.shape[d] >= 1, name + " " + t.describe() + " has an empty dim " + str(d));
+    GA_REQUIRE(t.shape[d] == 1 || t.strides[d] == expect,
+               name + " " + t.describe() +
+                   " is not supported: each block must be one compact region (its dims after "
+                   "the first, in some order, contiguous)");
+    expect *= t.shape[d];
+  }
+  GA_REQUIRE(t.strides[0] >= expect,
+             name + " " + t.describe() + " has blocks " + str(t.strides[0]) +
+                 " elements apart, closer than a block's " + str(expect) + " elements");
+  const int64_t elem = scalar_bytes(t.dtype);
+  return {static_cast<const char*>(t.data), t.shape[0], t.strides[0] * elem, expect * elem};
+}
+
+// The same element type and block shape (the dims after the first, in order).
+void require_same_blocks(const TensorView& a, const TensorView& b, const std::string& a_name,
+                         const std::string& b_name) {
+  bool same = a.dtype == b.dtype && a.ndim == b.ndim;
+  for (int d = 1; same && d < a.ndim; ++d) same = a.shape[d] == b.shape[d];
+  GA_REQUIRE(same, a_name + " " + a.describe() + " and " + b_name + " " + b.describe() +
+                       " must have one dtype and one block shape (the dims after the first)");
+}
+
+void require_pairs(const std::vector<BlockPair>& mapping, int64_t src_blocks, int64_t dst_blocks,
+                   const std::string& where) {
+  for (size_t i = 0; i < mapping.size(); ++i) {
+    const BlockPair& p = mapping[i];
+    GA_REQUIRE(p.src >= 0 && p.src < src_blocks && p.dst >= 0 && p.dst < dst_blocks,
+               where + ": block mapping pair " + str(static_cast<int64_t>(i)) + " (" + str(p.src) +
+                   " -> " + str(p.dst) + ") is out of range; allowed: source blocks 0.." +
+                   str(src_blocks - 1) + ", destination blocks 0.." + str(dst_blocks - 1));
+  }
+}
+
+CUdeviceptr address(const BlockCache& c, int64_t block) {
+  return reinterpret_cast<CUdeviceptr>(c.data + block * c.block_stride_bytes);
+}
+
+}  // namespace
+
+TensorView kv_cache_half(const TensorView& kv_cache, int which) {
+  GA_REQUIRE(kv_cache.ndim >= 2 && kv_cache.shape[0] == 2,
+             "kv_cache " + kv_cache.describe() + " is not a [2, num_blocks, ...] KV cache");
+  GA_REQUIRE(which == 0 || which == 1,
+             "kv_cache_half: which " + str(which) + " is not allowed; 0 (keys) or 1 (values)");
+  TensorView out;
+  out.dtype = kv_cache.dtype;
+  out.ndim = kv_cache.ndim - 1;
+  out.data = static_cast<char*>(kv_cache.data) +
+             which * kv_cache.strides[0] * scalar_bytes(kv_cache.dtype);
+  for (int d = 1; d < kv_cache.ndim; ++d) {
+    out.shape[d - 1] = kv_cache.shape[d];
+    out.strides[d - 1] = kv_cache.strides[d];
+  }
+  return out;
+}
+
+void swap_blocks(const TensorView& src, const TensorView& dst,
+                 const std::vector<BlockPair>& mapping, CUstream stream) {
+  const BlockCache s = check_block_cache(src, "swap_blocks: src");
+  const BlockCache d = check_block_cache(dst, "swap_blocks: dst");
+  require_same_blocks(src, dst, "swap_blocks: src", "dst");
+  require_pairs(mapping, s.num_blocks, d.num_blocks, "swap_blocks");
+  const auto& drv = detail::driver();
+  for (const BlockPair& p : mapping)
+    GA_CU_CHECK(drv.cuMemcpyAsync(address(d, p.dst), address(s, p.src),
+                                  static_cast<size_t>(s.block_bytes), stream));
+}
+
+void copy_blocks(const std::vector<TensorView>& caches, const std::vector<BlockPair>& mapping,
+                 CUstream stream) {
+  std::vector<BlockCache> checked;
+  for (size_t i = 0; i < caches.size(); ++i) {
+    const std::string name = "copy_blocks: caches[" + std::to_string(i) + "]";
+    checked.push_back(check_block_cache(caches[i], name));
+    require_pairs(mapping, checked.back().num_blocks, checked.back().num_blocks, name);
+  }
+  const auto& drv = detail::driver();
+  for (const BlockCache& c : checked)
+    for (const BlockPair& p : mapping)
+      if (p.src != p.dst)
+        GA_CU_CHECK(drv.cuMemcpyDtoDAsync(address(c, p.dst), address(c, p.src),
+                                          static_cast<size_t>(c.block_bytes), stream));
+}
+
+}  // namespace graphattn
