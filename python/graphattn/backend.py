@@ -212,8 +212,8 @@ class AttentionBackend(_lib.OwnedHandle):
             "encoder": bidirectional over the paged cache;
             "encoder_only": bidirectional, no KV cache: forward() attends each request's
                 queries to its own rows of key and value, needs no workspace and reads
-                neither kv_cache nor metadata.seq_lens / block_table (which must still be
-                CUDA tensors: 0-d ones will do);
+                neither kv_cache nor metadata.seq_lens, block_table and slot_mapping (which
+                must still be CUDA tensors: 0-d ones will do);
             "encoder_decoder": cross attention over the cache that the encoder's keys and
                 values filled (metadata.seq_lens: the encoder lengths; key/value None
                 writes nothing).
