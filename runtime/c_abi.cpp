@@ -211,6 +211,8 @@ AttentionLayerConfig to_cpp(const graphattn_layer_config_t* config) {
   if (holds(c, &graphattn_layer_config_t::sinks)) o.sinks = c.sinks;
   if (holds(c, &graphattn_layer_config_t::k_scale_device)) o.k_scale_device = c.k_scale_device;
   if (holds(c, &graphattn_layer_config_t::v_scale_device)) o.v_scale_device = c.v_scale_device;
+  if (holds(c, &graphattn_layer_config_t::decode_query_len))
+    o.decode_query_len = c.decode_query_len;  // its range: attention_config_problem()
   return o;
 }
 
@@ -239,6 +241,8 @@ void from_cpp(const AttentionLayerConfig& o, graphattn_layer_config_t* c) {
     c->attn_type = static_cast<graphattn_attn_type_t>(o.attn_type);
   if (holds(*c, &graphattn_layer_config_t::k_scale_device)) c->k_scale_device = o.k_scale_device;
   if (holds(*c, &graphattn_layer_config_t::v_scale_device)) c->v_scale_device = o.v_scale_device;
+  if (holds(*c, &graphattn_layer_config_t::decode_query_len))
+    c->decode_query_len = o.decode_query_len;
 }
 
 graphattn::KernelCache& cache_of(graphattn_cache_t cache) {

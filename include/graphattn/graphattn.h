@@ -163,7 +163,7 @@ typedef struct graphattn_layer_config {
                                     first (graphattn_backend_take_bounds_violation); also
                                     GRAPHATTN_CHECK_BOUNDS=1. 0 (default): the fast kernels */
   /* Fields below were added after the first version: a caller whose struct_size ends before a
-   * field gets its default (NULL, 0). */
+   * field gets its default (NULL pointers, GRAPHATTN_ATTN_DECODER, decode_query_len 1). */
   /* ALiBi and attention sinks: [num_heads] fp32 arrays in device memory, NULL = none */
   const float* alibi_slopes; /* head h adds slope[h] * (key position - query position) */
   const float* sinks;        /* head h's softmax denominator gains exp(sinks[h]) */
@@ -177,6 +177,13 @@ typedef struct graphattn_layer_config {
                                   replays (graphattn_calc_kv_scales writes one). 4-byte
                                   aligned; ignored for an auto cache */
   const float* v_scale_device; /* the same for v_scale */
+  /* multi-token decode (speculative decoding) */
+  int decode_query_len; /* the most query tokens of a decode request: 1 (the default; also what
+                           a caller whose struct_size ends before this field gets), or 1 + the
+                           draft tokens a step verifies, up to 16. Above 1 the decode kernel is
+                           the multi-token one (spec "_mt"): each of the first num_decodes
+                           requests holds 1..decode_query_len tokens, causal among themselves,
+                           and num_decode_tokens may reach num_decodes * decode_query_len */
 } graphattn_layer_config_t;
 
 /* Fills *config with the defaults above (counts and lengths 0: the caller sets them). */
@@ -321,8 +328,9 @@ graphattn_backend_prepare(graphattn_backend_t backend, graphattn_cache_t cache) 
 GRAPHATTN_API graphattn_status_t
 graphattn_backend_workspace_bytes(graphattn_backend_t backend, size_t* bytes) GRAPHATTN_NOEXCEPT;
 
-/* One step's batch, vLLM v1 semantics: requests ordered decodes first (one query token each),
- * then prefills. Tensors on the device, int32 unless noted; counts host-known. */
+/* One step's batch, vLLM v1 semantics: requests ordered decodes first (one query token each,
+ * or 1..decode_query_len with a multi-token layer), then prefills. Tensors on the device, int32
+ * unless noted; counts host-known. */
 typedef struct graphattn_metadata {
   size_t struct_size;              /* set by _init */
   const DLTensor* query_start_loc; /* [>= num_reqs + 1] token offsets, non-decreasing */
@@ -332,7 +340,8 @@ typedef struct graphattn_metadata {
                                       be NULL when forward is given no key/value */
   int num_reqs;
   int num_decodes;       /* requests [0, num_decodes) are decodes */
-  int num_decode_tokens; /* == num_decodes */
+  int num_decode_tokens; /* == num_decodes; with decode_query_len > 1, the decodes' tokens
+                            (num_decodes..num_decodes * decode_query_len) */
   int num_actual_tokens; /* tokens written to the cache */
   int max_query_len;     /* over the prefills (1 when there are none) */
   int max_seq_len;

@@ -14,7 +14,8 @@ torch.cuda.current_stream() unless a stream is given.
     attn.forward(query, key, value, kv_cache, output, metadata, workspace)
 
 Modules: graphattn.cache (KernelCache), graphattn.metadata (capture sizes, decode/prefill
-split), graphattn.ops (vLLM's reshape_and_cache_flash and flash_attn_varlen_func),
+split), graphattn.ops (vLLM's reshape_and_cache_flash and flash_attn_varlen_func; calc_kv_scales;
+encoder_attention and multi_head_attention, without a KV cache),
 graphattn.warmup (``python -m graphattn.warmup``).
 
 The library is loaded at import from $GRAPHATTN_LIBRARY, else from the package's own copy.

@@ -53,6 +53,8 @@ class LayerConfig(ctypes.Structure):
         # fp8 scales in device memory
         ("k_scale_device", ctypes.c_void_p),
         ("v_scale_device", ctypes.c_void_p),
+        # multi-token decode: the most query tokens of a decode request (1..16)
+        ("decode_query_len", ctypes.c_int),
     ]
 
 
@@ -241,6 +243,12 @@ def _declare(lib, path):
                                           DLTensor_p, P(Metadata), vp, sz, vp]),
         "graphattn_write_kv_cache": (i, [DLTensor_p, DLTensor_p, DLTensor_p, DLTensor_p, i,
                                          ctypes.c_float, ctypes.c_float, vp, vp]),
+        # attention types: dense (no KV cache) attention
+        "graphattn_encoder_attention": (i, [DLTensor_p, DLTensor_p, DLTensor_p, DLTensor_p,
+                                            DLTensor_p, i, ctypes.c_float, DLTensor_p,
+                                            DLTensor_p, vp, vp]),
+        "graphattn_multi_head_attention": (i, [DLTensor_p, DLTensor_p, DLTensor_p, DLTensor_p,
+                                               ctypes.c_float, vp, vp]),
         # fp8 scales in device memory
         "graphattn_calc_kv_scales": (i, [DLTensor_p, DLTensor_p, DLTensor_p, DLTensor_p,
                                          ctypes.c_float, ctypes.c_float, vp, vp]),

@@ -1,4 +1,5 @@
-"""Names accepted for dtypes, KV cache dtypes and layouts, and argument type checks.
+"""Names accepted for dtypes, KV cache dtypes, layouts and attention types, and argument type
+checks.
 
 Every rejection is a TypeError or ValueError naming the argument, the value and what is
 allowed.
@@ -17,10 +18,18 @@ KV_FP8_E5M2 = 2
 # graphattn_kv_layout_t
 NHD = 0
 HND = 1
+# graphattn_attn_type_t
+ATTN_DECODER = 0
+ATTN_ENCODER = 1
+ATTN_ENCODER_ONLY = 2
+ATTN_ENCODER_DECODER = 3
 
 DTYPE_NAMES = {FLOAT16: "float16", BFLOAT16: "bfloat16"}
 KV_DTYPE_NAMES = {KV_AUTO: "auto", KV_FP8_E4M3: "fp8_e4m3", KV_FP8_E5M2: "fp8_e5m2"}
 LAYOUT_NAMES = {NHD: "NHD", HND: "HND"}
+# vLLM's AttentionType values
+ATTN_TYPE_NAMES = {ATTN_DECODER: "decoder", ATTN_ENCODER: "encoder",
+                   ATTN_ENCODER_ONLY: "encoder_only", ATTN_ENCODER_DECODER: "encoder_decoder"}
 
 _DTYPES = {"float16": FLOAT16, "fp16": FLOAT16, "half": FLOAT16,
            "bfloat16": BFLOAT16, "bf16": BFLOAT16}
@@ -67,6 +76,17 @@ def parse_layout(value, arg="layout"):
     raise ValueError("%s %r is not supported; supported: 'NHD' ([2, num_blocks, block_size, "
                      "num_kv_heads, head_size]) or 'HND' ([2, num_blocks, num_kv_heads, "
                      "block_size, head_size])" % (arg, value))
+
+
+def parse_attn_type(value, arg="attn_type"):
+    """graphattn_attn_type_t for vLLM's AttentionType values ("decoder", "encoder",
+    "encoder_only", "encoder_decoder"; any case)."""
+    if isinstance(value, str):
+        for code, name in ATTN_TYPE_NAMES.items():
+            if value.strip().lower() == name:
+                return code
+    raise ValueError("%s %r is not supported; supported: %s (vLLM's AttentionType)"
+                     % (arg, value, ", ".join(repr(n) for n in ATTN_TYPE_NAMES.values())))
 
 
 def int_arg(name, value, minimum=None, maximum=None):

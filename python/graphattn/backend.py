@@ -44,6 +44,8 @@ class LayerConfig:
     # fp8 scales in device memory: addresses of the float32 scalars, None for none
     k_scale_device: Optional[int] = None
     v_scale_device: Optional[int] = None
+    attn_type: str = "decoder"  # "decoder", "encoder", "encoder_only" or "encoder_decoder"
+    decode_query_len: int = 1   # the most query tokens of a decode request (multi-token: > 1)
 
 
 class BoundsViolation(NamedTuple):
@@ -62,15 +64,16 @@ class BoundsViolation(NamedTuple):
 @dataclasses.dataclass
 class AttentionMetadata:
     """One step's batch (vLLM v1 semantics): requests ordered decodes first (one query token
-    each), then prefills. Tensors live on the device; counts are host ints.
+    each, or 1..decode_query_len with a multi-token backend), then prefills. Tensors live on
+    the device; counts are host ints.
 
     query_start_loc: int32 [>= num_reqs + 1] token offsets, non-decreasing, [0] = 0
     seq_lens:        int32 [>= num_reqs] context + new tokens; 0 marks a padded request
     block_table:     int32 [>= num_reqs, max_blocks_per_seq] physical block ids
     slot_mapping:    int64 [>= num_actual_tokens] cache slot of each new token, -1 = padding
                      (may be None when forward() gets no key/value)
-    num_decode_tokens defaults to num_decodes; max_query_len is over the prefills (1 when
-    there are none).
+    num_decode_tokens defaults to num_decodes (pass the decodes' token count when they hold
+    more than one each); max_query_len is over the prefills (1 when there are none).
     """
     query_start_loc: Any
     seq_lens: Any
@@ -136,7 +139,8 @@ def device_scalar(x, name):
 def _layer_config(num_heads, num_kv_heads, head_size, block_size, dtype, kv_cache_dtype, layout,
                   window, soft_cap, scale, k_scale, v_scale, max_model_len, max_num_seqs, arch,
                   overlap_previous_kernel, check_bounds, alibi=None, sinks=None,
-                  k_scale_device=None, v_scale_device=None):
+                  k_scale_device=None, v_scale_device=None, attn_type="decoder",
+                  decode_query_len=1):
     c = _lib.LayerConfig()
     _lib.lib.graphattn_layer_config_init(ctypes.byref(c))
     c.num_heads = _names.int_arg("num_heads", num_heads)
@@ -161,6 +165,8 @@ def _layer_config(num_heads, num_kv_heads, head_size, block_size, dtype, kv_cach
     c.sinks = None if sinks is None else sinks.address
     c.k_scale_device = k_scale_device
     c.v_scale_device = v_scale_device
+    c.attn_type = _names.parse_attn_type(attn_type)
+    c.decode_query_len = _names.int_arg("decode_query_len", decode_query_len)  # range: library
     return c
 
 
@@ -201,6 +207,23 @@ class AttentionBackend(_lib.OwnedHandle):
             softmax denominator gains exp(sinks[h]). None: none.
             Both are read by every forward (and graph replay): the backend keeps a reference,
             and new contents written into the same arrays take effect on the next step.
+        attn_type: vLLM's AttentionType:
+            "decoder": causal over the paged cache (the default);
+            "encoder": bidirectional over the paged cache;
+            "encoder_only": bidirectional, no KV cache: forward() attends each request's
+                queries to its own rows of key and value, needs no workspace and reads
+                neither kv_cache nor metadata.seq_lens, block_table and slot_mapping (which
+                must still be CUDA tensors: 0-d ones will do);
+            "encoder_decoder": cross attention over the cache that the encoder's keys and
+                values filled (metadata.seq_lens: the encoder lengths; key/value None
+                writes nothing).
+            Non-decoder types take no window; their prefill kernels are the non-causal ones
+            (spec "_nc"; encoder_only's only kernel is "_nc_dense").
+        decode_query_len: the most query tokens of a decode request: 1 (the default), or
+            1 + the draft tokens a speculative-decoding step verifies, up to 16. Above 1 the
+            decode kernel is the multi-token one (spec "_mt"): each of the first num_decodes
+            requests holds 1..decode_query_len tokens, causal among themselves, and
+            metadata.num_decode_tokens may reach num_decodes * decode_query_len.
     """
 
     _DESTROY = "graphattn_backend_destroy"
@@ -209,7 +232,8 @@ class AttentionBackend(_lib.OwnedHandle):
                  dtype="bfloat16", kv_cache_dtype="auto", layout="NHD", window=0,
                  soft_cap=0.0, scale=None, k_scale=1.0, v_scale=1.0, max_model_len,
                  max_num_seqs, arch=0, overlap_previous_kernel=False, check_bounds=False,
-                 alibi_slopes=None, sinks=None, k_scale_device=None, v_scale_device=None):
+                 alibi_slopes=None, sinks=None, k_scale_device=None, v_scale_device=None,
+                 attn_type="decoder", decode_query_len=1):
         heads = _names.int_arg("num_heads", num_heads)
         self._head_arrays = (head_array(alibi_slopes, "alibi_slopes", heads),
                              head_array(sinks, "sinks", heads))  # alive as long as self
@@ -219,7 +243,8 @@ class AttentionBackend(_lib.OwnedHandle):
         c = _layer_config(num_heads, num_kv_heads, head_size, block_size, dtype,
                           kv_cache_dtype, layout, window, soft_cap, scale, k_scale, v_scale,
                           max_model_len, max_num_seqs, arch, overlap_previous_kernel,
-                          check_bounds, *self._head_arrays, k_dev, v_dev)
+                          check_bounds, *self._head_arrays, k_dev, v_dev,
+                          attn_type=attn_type, decode_query_len=decode_query_len)
         _lib.check(_lib.lib.graphattn_layer_config_check(ctypes.byref(c)))
         handle = ctypes.c_void_p()
         _lib.check(_lib.lib.graphattn_backend_create(ctypes.byref(c), ctypes.byref(handle)))
@@ -240,11 +265,13 @@ class AttentionBackend(_lib.OwnedHandle):
                 _names.LAYOUT_NAMES[c.layout], c.window, c.soft_cap, c.scale, c.k_scale,
                 c.v_scale, c.max_model_len, c.max_num_seqs, c.arch,
                 bool(c.overlap_previous_kernel), bool(c.check_bounds), bool(c.alibi_slopes),
-                bool(c.sinks), c.k_scale_device, c.v_scale_device)
+                bool(c.sinks), c.k_scale_device, c.v_scale_device,
+                _names.ATTN_TYPE_NAMES[c.attn_type], c.decode_query_len)
         return self._config
 
     def required_specs(self):
-        """The canonical spec strings of the kernels it needs (cache write, decode, prefill)."""
+        """The canonical spec strings of the kernels it needs (cache write, decode, prefill;
+        an encoder_only layer: its prefill alone)."""
         specs = []
         count = ctypes.c_int(0)
         index = 0

@@ -1,6 +1,8 @@
 """vLLM-compatible ops: the names, argument order and semantics of vLLM's
 ``_custom_ops.reshape_and_cache_flash`` and ``vllm_flash_attn.flash_attn_varlen_func`` (the
-paged form vLLM v1's FlashAttention backend calls), so an engine can swap them in.
+paged form vLLM v1's FlashAttention backend calls), so an engine can swap them in; and the
+attention of layers without a KV cache: ``encoder_attention`` (vLLM's ENCODER_ONLY layers) and
+``multi_head_attention`` (its MultiHeadAttention, for vision encoders).
 
     from graphattn import ops
     ops.reshape_and_cache_flash(key, value, key_cache, value_cache, slot_mapping, "auto",
@@ -22,15 +24,17 @@ values (vLLM passes 1-element tensors, or ones expanded to [num_reqs, num_kv_hea
 graph: pass floats there. q_descale is ignored: graphattn takes 16-bit queries.
 """
 
+import math
 import sys
 import threading
 
 from . import _device, _lib, _names, errors
-from ._dlpack import (BFLOAT, CUDA_DEVICES, FLOAT, FLOAT8_E4M3FN, FLOAT8_E5M2, UINT, reshaped,
-                      to_dl)
+from ._dlpack import (BFLOAT, CUDA_DEVICES, FLOAT, FLOAT8_E4M3FN, FLOAT8_E5M2, UINT, ref_of,
+                      reshaped, to_dl)
 from .backend import AttentionBackend, AttentionMetadata, head_array
 
-__all__ = ["reshape_and_cache_flash", "flash_attn_varlen_func", "clear_cache", "calc_kv_scales"]
+__all__ = ["reshape_and_cache_flash", "flash_attn_varlen_func", "clear_cache", "calc_kv_scales",
+           "encoder_attention", "multi_head_attention"]
 
 
 def _model_dtype(arg, name):
@@ -151,6 +155,79 @@ def calc_kv_scales(key, value, k_scale, v_scale, k_divisor=K_SCALE_DIVISOR,
     _lib.check(_lib.lib.graphattn_calc_kv_scales(
         k.ref, v.ref, ks.ref, vs.ref, _names.float_arg("k_divisor", k_divisor),
         _names.float_arg("v_divisor", v_divisor), s, None))
+
+
+# ---- attention without a KV cache ------------------------------------------------------------
+
+def _dense_shape(arg, name, form):
+    """arg's shape, which must have as many dimensions as `form` names (the heads and the head
+    size are needed here for the default scale and the per-head arrays)."""
+    if arg.ndim != len(form):
+        raise ValueError("%s must be %d-d [%s], got shape %s"
+                         % (name, len(form), ", ".join(form), arg.shape))
+    return arg.shape
+
+
+def _softmax_scale(scale, head_size):
+    return 1.0 / math.sqrt(head_size) if scale is None else _names.float_arg("scale", scale)
+
+
+def encoder_attention(query, key, value, output, query_start_loc, max_query_len, scale=None,
+                      alibi_slopes=None, sinks=None, *, stream=None):
+    """Encoder-only attention (vLLM's ENCODER_ONLY layers): bidirectional self-attention of
+    variable-length sequences over dense keys and values, with no KV cache.
+
+    query, output:   [num_tokens, num_heads, head_size] float16/bfloat16, head dim contiguous;
+                     rows past query_start_loc[-1] are not written
+    key, value:      [num_tokens, num_kv_heads, head_size] the same dtype, equal strides
+                     (num_heads a multiple of num_kv_heads); sequence r's keys are its own
+                     tokens, rows query_start_loc[r]..query_start_loc[r + 1]
+    query_start_loc: int32 [num_seqs + 1] token offsets of the sequences (device)
+    max_query_len:   >= every sequence's length
+    scale:           softmax scale, None = 1/sqrt(head_size)
+    alibi_slopes, sinks: float32 CUDA arrays of num_heads values, or None (ALiBi: key position
+                     - query position)
+    stream:          None = the tensors' current stream (see module docs)
+    Compiles or loads its kernel on first use (make one eager call before capturing it in a CUDA
+    graph); allocates nothing. Returns output.
+    """
+    s = _device.stream_handle(stream, (query, output))
+    q = to_dl(query, "query", s)
+    k = to_dl(key, "key", s)
+    v = to_dl(value, "value", s)
+    out = to_dl(output, "output", s)
+    qsl = to_dl(query_start_loc, "query_start_loc", s)
+    _, heads, head_size = _dense_shape(q, "query", ("num_tokens", "num_heads", "head_size"))
+    slopes = head_array(alibi_slopes, "alibi_slopes", heads)
+    sink = head_array(sinks, "sinks", heads)
+    _lib.check(_lib.lib.graphattn_encoder_attention(
+        q.ref, k.ref, v.ref, out.ref, qsl.ref, _names.int_arg("max_query_len", max_query_len),
+        _softmax_scale(scale, head_size), ref_of(slopes), ref_of(sink), s, None))
+    return output
+
+
+def multi_head_attention(q, k, v, out, scale=None, *, stream=None):
+    """vLLM's MultiHeadAttention (vision encoders): dense, non-causal attention of a uniform
+    batch, no KV cache. Query i of batch row b sees all kv_len keys of row b.
+
+    q, out:  [batch, q_len, num_heads, head_size] float16/bfloat16
+    k, v:    [batch, kv_len, num_kv_heads, head_size] the same dtype, equal strides (num_heads a
+             multiple of num_kv_heads)
+    Each must be viewable as [batch * len, heads, head_size] (contiguous tensors, or slices of a
+    packed qkv tensor), head dim contiguous.
+    scale:   softmax scale, None = 1/sqrt(head_size)
+    stream:  None = the tensors' current stream (see module docs)
+    Compiles or loads its kernel on first use; allocates nothing. Returns out.
+    """
+    s = _device.stream_handle(stream, (q, out))
+    qa = to_dl(q, "q", s)
+    ka = to_dl(k, "k", s)
+    va = to_dl(v, "v", s)
+    oa = to_dl(out, "out", s)
+    head_size = _dense_shape(qa, "q", ("batch", "q_len", "num_heads", "head_size"))[3]
+    _lib.check(_lib.lib.graphattn_multi_head_attention(
+        qa.ref, ka.ref, va.ref, oa.ref, _softmax_scale(scale, head_size), s, None))
+    return out
 
 
 # ---- flash_attn_varlen_func ------------------------------------------------------------------

@@ -20,6 +20,7 @@ _CACHE_ROOT = tempfile.mkdtemp(prefix="graphattn-pytest-")
 os.environ["GRAPHATTN_CACHE_DIR"] = os.path.join(_CACHE_ROOT, "default-cache")
 
 import graphattn  # noqa: E402  (after GRAPHATTN_CACHE_DIR)
+from graphattn import _dlpack  # noqa: E402
 
 
 def pytest_report_header(config):
@@ -58,3 +59,11 @@ def require_torch_gpu():
     if not graphattn.gpu_available():
         skip_or_fail("PyTorch sees a GPU but graphattn does not (driver?)")
     return torch
+
+
+def fake_cuda(shape, dtype=(_dlpack.FLOAT, 16, 1), address=1 << 32):
+    """A DLTensor that claims CUDA memory at an address nobody dereferences, for checks that
+    fail before any launch (an unprepared backend, a call refused by its argument checks), so
+    it is never read."""
+    return _dlpack.make_dltensor(address, (_dlpack.CUDA, 0), dtype, shape,
+                                 _dlpack.compact_strides(shape))

@@ -6,7 +6,9 @@ data, shuffled physical blocks, the new tokens' keys and values with their slots
 output rows. `expected_cache()` is the cache after a correct write (a torch scatter), and
 `reference()` the attention of every query row computed from that cache in float64 by
 torch.nn.functional.scaled_dot_product_attention on the gathered keys and values (with the
-logits soft cap, which SDPA lacks, written out).
+logits soft cap, ALiBi and sinks, which SDPA lacks, written out: `attention_float64`).
+`dense_reference()` is the same for attention without a KV cache (encoder-only attention,
+MultiHeadAttention): every query of a sequence sees all of that sequence's keys.
 """
 
 import math
@@ -86,6 +88,8 @@ class Batch:
     # -- what the engine's buffers hold -----------------------------------------------------
 
     def metadata(self, graphattn, num_decodes, max_seq_len=None):
+        """The first num_decodes requests are decodes (one token each, or up to a multi-token
+        backend's decode_query_len: num_decode_tokens counts them)."""
         prefills = [q for q in self.query_lens[num_decodes:]]
         return graphattn.AttentionMetadata(
             query_start_loc=self.query_start_loc, seq_lens=self.seq_lens,
@@ -93,7 +97,7 @@ class Batch:
             num_reqs=self.num_reqs, num_actual_tokens=self.num_tokens,
             max_query_len=max(prefills) if prefills else 1,
             max_seq_len=self.max_seq_len if max_seq_len is None else max_seq_len,
-            num_decodes=num_decodes)
+            num_decodes=num_decodes, num_decode_tokens=sum(self.query_lens[:num_decodes]))
 
     def copy_into(self, other):
         """Copies this batch's contents into `other`'s tensors (same shapes): a graph captured
@@ -151,24 +155,55 @@ class Batch:
             allowed = kpos <= qpos
             if window:
                 allowed &= (qpos - kpos) < window
-            if soft_cap or alibi_slopes is not None or sinks is not None:
-                logits = (q @ k.transpose(1, 2)) * scale
-                if soft_cap:
-                    logits = soft_cap * torch.tanh(logits / soft_cap)
-                if alibi_slopes is not None:
-                    logits = logits + alibi_slopes.double()[:, None, None] * (kpos - qpos)
-                logits = logits.masked_fill(~allowed, float("-inf"))
-                if sinks is not None:  # one more column per head, holding no value
-                    column = sinks.double()[:, None, None].expand(-1, n, 1)
-                    logits = torch.cat([logits, column], dim=-1)
-                    o = torch.softmax(logits, dim=-1)[..., :-1] @ v
-                else:
-                    o = torch.softmax(logits, dim=-1) @ v
-            else:
-                o = F.scaled_dot_product_attention(q[None], k[None], v[None],
-                                                   attn_mask=allowed[None, None], scale=scale)[0]
+            o = attention_float64(q, k, v, scale, qpos, kpos, allowed, soft_cap, alibi_slopes,
+                                  sinks)
             out[starts[r]:starts[r] + n] = o.transpose(0, 1)
         return out
+
+
+def attention_float64(q, k, v, scale, qpos, kpos, allowed=None, soft_cap=0.0,
+                      alibi_slopes=None, sinks=None):
+    """Attention of q [H, n, D] over k, v [H, s, D] (float64, KV heads already repeated per
+    group). qpos [n, 1] and kpos [1, s] are the positions; allowed [n, s] the keys each query
+    sees (None: all). Scores are scaled, capped (soft_cap), then biased by ALiBi's
+    slope[h] * (key position - query position); sinks add one logit per head to the softmax
+    denominator, holding no value."""
+    if not soft_cap and alibi_slopes is None and sinks is None:
+        mask = None if allowed is None else allowed[None, None]
+        return F.scaled_dot_product_attention(q[None], k[None], v[None], attn_mask=mask,
+                                              scale=scale)[0]
+    logits = (q @ k.transpose(1, 2)) * scale
+    if soft_cap:
+        logits = soft_cap * torch.tanh(logits / soft_cap)
+    if alibi_slopes is not None:
+        logits = logits + alibi_slopes.double()[:, None, None] * (kpos - qpos)
+    if allowed is not None:
+        logits = logits.masked_fill(~allowed, float("-inf"))
+    if sinks is None:
+        return torch.softmax(logits, dim=-1) @ v
+    column = sinks.double()[:, None, None].expand(-1, q.shape[1], 1)
+    logits = torch.cat([logits, column], dim=-1)
+    return torch.softmax(logits, dim=-1)[..., :-1] @ v
+
+
+def dense_reference(q, k, v, q_starts, kv_starts, scale, alibi_slopes=None, sinks=None):
+    """float64 non-causal attention without a KV cache: the query rows
+    q_starts[r]:q_starts[r + 1] of q [tokens, H, D] see all the rows
+    kv_starts[r]:kv_starts[r + 1] of k, v [tokens, KH, D]; ALiBi positions count from each
+    sequence's start. Returns [q_starts[-1], H, D]."""
+    group = q.shape[1] // k.shape[1]
+    out = torch.zeros(q_starts[-1], q.shape[1], q.shape[2], dtype=torch.float64,
+                      device=q.device)
+    for r in range(len(q_starts) - 1):
+        rows = slice(q_starts[r], q_starts[r + 1])
+        qs = q[rows].double().transpose(0, 1)  # [H, n, D]
+        ks, vs = (x[kv_starts[r]:kv_starts[r + 1]].double().repeat_interleave(group, dim=1)
+                  .transpose(0, 1) for x in (k, v))  # [H, s, D]
+        qpos = torch.arange(qs.shape[1], device=q.device)[:, None]
+        kpos = torch.arange(ks.shape[1], device=q.device)[None, :]
+        out[rows] = attention_float64(qs, ks, vs, scale, qpos, kpos, alibi_slopes=alibi_slopes,
+                                      sinks=sinks).transpose(0, 1)
+    return out
 
 
 def relative_l2(actual, expected):

@@ -180,3 +180,146 @@ def test_calc_kv_scales_checks_its_arguments():
         ops.calc_kv_scales(key, key, scale, scale)
     with pytest.raises(ValueError, match="k_divisor"):
         ops.calc_kv_scales(key, key, scale, scale, k_divisor=float("inf"))
+
+
+# ---- attention types and multi-token decode
+
+SPECS = ("cache_write_h128_b16_bf16_kvauto_g1_swa0_cap0_nhd_sm90",
+         "decode_h128_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm90",
+         "prefill_h128_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm90")
+
+
+@pytest.mark.parametrize("name,expected,suffixes", [
+    ("decoder", "decoder", ("", "", "")),
+    ("encoder", "encoder", ("", "", "_nc")),
+    ("ENCODER_DECODER", "encoder_decoder", ("", "", "_nc")),
+    (" encoder_only ", "encoder_only", None),  # its one kernel, below
+])
+def test_attn_type_reaches_the_library(name, expected, suffixes):
+    b = backend(attn_type=name)
+    assert b.config.attn_type == expected
+    assert b.config.decode_query_len == 1
+    if suffixes is None:  # no cache, no decodes: the dense non-causal prefill alone
+        assert b.required_specs() == ["prefill_h128_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm90_nc_dense"]
+    else:
+        assert b.required_specs() == [s + x for s, x in zip(SPECS, suffixes)]
+
+
+@pytest.mark.parametrize("n", [2, 4, 16])
+def test_decode_query_len_selects_the_multi_token_decode(n):
+    b = backend(decode_query_len=n)
+    assert (b.config.decode_query_len, b.config.attn_type) == (n, "decoder")
+    assert b.required_specs() == [SPECS[0], SPECS[1] + "_mt", SPECS[2]]
+    # Cross attention with speculative decodes: a multi-token decode, a non-causal prefill.
+    b = backend(attn_type="encoder_decoder", decode_query_len=n)
+    assert (b.config.decode_query_len, b.config.attn_type) == (n, "encoder_decoder")
+    assert b.required_specs() == [SPECS[0], SPECS[1] + "_mt", SPECS[2] + "_nc"]
+
+
+def test_attn_type_and_decode_query_len_defaults():
+    b = backend()
+    assert (b.config.attn_type, b.config.decode_query_len) == ("decoder", 1)
+    assert b.required_specs() == list(SPECS)
+    # The ctypes struct is the C struct: graphattn_layer_config_init writes its sizeof, which
+    # the last field (decode_query_len, after v_scale_device) reaches.
+    import ctypes
+    from graphattn import _lib
+    c = _lib.LayerConfig()
+    _lib.lib.graphattn_layer_config_init(ctypes.byref(c))
+    assert c.struct_size == ctypes.sizeof(_lib.LayerConfig)
+    assert [name for name, _ in _lib.LayerConfig._fields_][-3:] == [
+        "k_scale_device", "v_scale_device", "decode_query_len"]
+    assert (c.attn_type, c.decode_query_len) == (0, 1)
+    # LayerConfig's new fields come last, with defaults: positional construction still works.
+    import dataclasses
+    names = [f.name for f in dataclasses.fields(graphattn.LayerConfig)]
+    assert names[-2:] == ["attn_type", "decode_query_len"]
+    old = graphattn.LayerConfig(*dataclasses.astuple(b.config)[:-2])
+    assert (old.attn_type, old.decode_query_len) == ("decoder", 1)
+    assert old == b.config
+
+
+def test_bad_attn_types_and_decode_query_lens_name_the_value():
+    allowed = r"supported: 'decoder', 'encoder', 'encoder_only', 'encoder_decoder'"
+    with pytest.raises(ValueError, match=r"attn_type 'causal' is not supported; " + allowed):
+        backend(attn_type="causal")
+    with pytest.raises(ValueError, match=r"attn_type 0 is not supported; " + allowed):
+        backend(attn_type=0)  # the names, not the C enum's values
+    with pytest.raises(ValueError, match=r"attn_type None is not supported"):
+        backend(attn_type=None)
+    with pytest.raises(TypeError, match=r"decode_query_len must be an int, got '4' \(str\)"):
+        backend(decode_query_len="4")
+    with pytest.raises(TypeError, match=r"decode_query_len must be an int, got 4.0 \(float\)"):
+        backend(decode_query_len=4.0)
+    # The range is the library's (one place): it names the value and 1..16.
+    for n in (0, 17, -1):
+        with pytest.raises(graphattn.GraphattnError) as info:
+            backend(decode_query_len=n)
+        assert ("decode_query_len %d is not supported; supported: 1..16" % n
+                in info.value.message)
+    # Non-causal types take no window.
+    with pytest.raises(graphattn.GraphattnError,
+                       match="window 64 is not supported for attn_type encoder "):
+        backend(attn_type="encoder", window=64)
+
+
+def test_dense_attention_ops_check_their_arguments():
+    from conftest import fake_cuda
+    from graphattn import _dlpack, ops
+    assert {"encoder_attention", "multi_head_attention"} <= set(ops.__all__)
+    np = pytest.importorskip("numpy")
+    q, kv = np.zeros((6, 8, 64), np.float16), np.zeros((6, 2, 64), np.float16)
+    qsl = np.array([0, 2, 6], np.int32)
+    # Host arrays: the library names the first tensor that is not in CUDA memory.
+    with pytest.raises(graphattn.GraphattnError, match=r"query is on device type 1 \(CPU\); "
+                                                       r"graphattn needs CUDA device memory"):
+        ops.encoder_attention(q, kv, kv, q, qsl, 4)
+    cq, ckv = fake_cuda((6, 8, 64)), fake_cuda((6, 2, 64))
+    with pytest.raises(graphattn.GraphattnError, match=r"value is on device type 1 \(CPU\)"):
+        ops.encoder_attention(cq, ckv, kv, cq, qsl, 4)
+    with pytest.raises(graphattn.GraphattnError, match=r"query_start_loc is on device type 1"):
+        ops.encoder_attention(cq, ckv, ckv, cq, qsl, 4)
+    q4, kv4 = np.zeros((2, 3, 8, 64), np.float16), np.zeros((2, 5, 2, 64), np.float16)
+    with pytest.raises(graphattn.GraphattnError, match=r"q is on device type 1 \(CPU\)"):
+        ops.multi_head_attention(q4, kv4, kv4, q4)
+    cq4 = fake_cuda((2, 3, 8, 64))
+    with pytest.raises(graphattn.GraphattnError, match=r"out is on device type 1 \(CPU\)"):
+        ops.multi_head_attention(cq4, fake_cuda((2, 5, 2, 64)), fake_cuda((2, 5, 2, 64)), q4)
+    # The default scale needs the head size, so the query's rank is checked here.
+    with pytest.raises(ValueError, match=r"query must be 3-d \[num_tokens, num_heads, "
+                                         r"head_size\], got shape \(6, 512\)"):
+        ops.encoder_attention(fake_cuda((6, 512)), ckv, ckv, cq, qsl, 4)
+    with pytest.raises(ValueError, match=r"q must be 4-d \[batch, q_len, num_heads, "
+                                         r"head_size\], got shape \(6, 8, 64\)"):
+        ops.multi_head_attention(cq, ckv, ckv, cq)
+    with pytest.raises(ValueError, match=r"scale nan is not allowed"):
+        ops.encoder_attention(cq, ckv, ckv, cq, qsl, 4, scale=float("nan"))
+    with pytest.raises(TypeError, match=r"max_query_len must be an int"):
+        ops.encoder_attention(cq, ckv, ckv, cq, qsl, 4.0)
+    # Per-head arrays: float32 CUDA arrays of num_heads (8) values.
+    with pytest.raises(ValueError, match=r"sinks must be a contiguous float32 array of "
+                                         r"num_heads \(8\) values"):
+        ops.encoder_attention(cq, ckv, ckv, cq, qsl, 4,
+                              sinks=fake_cuda((4,), (_dlpack.FLOAT, 32, 1)))
+    with pytest.raises(ValueError, match=r"alibi_slopes must be in CUDA device memory"):
+        ops.encoder_attention(cq, ckv, ckv, cq, qsl, 4, alibi_slopes=np.zeros(8, np.float32))
+    # Well-formed (fake) CUDA tensors reach the C++ checks, which run before any device use:
+    # each argument arrives in its place.
+    i32 = (_dlpack.INT, 32, 1)
+    cqsl = fake_cuda((3,), i32)
+    with pytest.raises(graphattn.GraphattnError, match=r"max_query_len -1 must be >= 0"):
+        ops.encoder_attention(cq, ckv, ckv, cq, cqsl, -1)
+    with pytest.raises(graphattn.GraphattnError, match=r"scale -0.500000 must be finite and > 0"):
+        ops.encoder_attention(cq, ckv, ckv, cq, cqsl, 4, scale=-0.5)
+    with pytest.raises(graphattn.GraphattnError, match=r"scale -0.500000 must be finite and > 0"):
+        ops.multi_head_attention(cq4, fake_cuda((2, 5, 2, 64)), fake_cuda((2, 5, 2, 64)), cq4,
+                                 scale=-0.5)
+    with pytest.raises(graphattn.GraphattnError, match=r"must agree in batch"):
+        ops.multi_head_attention(cq4, fake_cuda((3, 5, 2, 64)), fake_cuda((3, 5, 2, 64)), cq4)
+    if graphattn.gpu_available():
+        return  # past the checks the kernel would run on the fake addresses
+    # Past every check, the kernel needs the device.
+    with pytest.raises(graphattn.GraphattnError, match=r"libcuda|driver|no GPU"):
+        ops.encoder_attention(cq, ckv, ckv, cq, cqsl, 4)
+    with pytest.raises(graphattn.GraphattnError, match=r"libcuda|driver|no GPU"):
+        ops.multi_head_attention(cq4, fake_cuda((2, 5, 2, 64)), fake_cuda((2, 5, 2, 64)), cq4)

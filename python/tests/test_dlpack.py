@@ -9,6 +9,7 @@ import gc
 import pytest
 
 import graphattn
+from conftest import fake_cuda
 from graphattn import _device, _dlpack, ops
 
 np = pytest.importorskip("numpy", reason="the DLPack tests use NumPy arrays")
@@ -91,13 +92,6 @@ def test_seven_dims_is_an_ndim_error(unprepared):
 def test_host_memory_is_refused(unprepared):
     e = forward_error(unprepared, np.zeros((4, 32, 128), np.float16))
     assert "query is on device type 1 (CPU); graphattn needs CUDA device memory" in e.message
-
-
-def fake_cuda(shape, dtype=(_dlpack.FLOAT, 16, 1), address=1 << 32):
-    """A DLTensor that claims CUDA memory at an address nobody dereferences: the checks below
-    fail before any launch (an unprepared backend), so it is never read."""
-    return _dlpack.make_dltensor(address, (_dlpack.CUDA, 0), dtype, shape,
-                                 _dlpack.compact_strides(shape))
 
 
 def test_every_tensor_is_converted_and_named(unprepared):

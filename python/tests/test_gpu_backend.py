@@ -1,7 +1,10 @@
 """AttentionBackend on a GPU with PyTorch tensors: decode, prefill and mixed batches against
 SDPA in float64 (fresh random data, output poisoned with NaN first), the cache write against a
 torch scatter, and a decode step captured with torch.cuda.graph, replayed with new lengths,
-block tables and slot mappings and compared with eager runs."""
+block tables and slot mappings and compared with eager runs; multi-token decode
+(decode_query_len) and an encoder-only layer (attn_type)."""
+
+import math
 
 import pytest
 
@@ -10,7 +13,8 @@ from conftest import require_torch_gpu
 torch = require_torch_gpu()
 
 import graphattn  # noqa: E402
-from gpu_batch import Batch, capture, check_output, replay_and_compare  # noqa: E402
+from gpu_batch import (TOLERANCE, Batch, capture, check_output, dense_reference,  # noqa: E402
+                       relative_l2, replay_and_compare)
 
 LAYERS = {
     # name: (AttentionBackend options, Batch options)
@@ -201,3 +205,61 @@ def test_checked_mode_reports_a_bad_block_id(seed):
     b.block_table[1, 2] = 0
     attn.forward(b.query, None, None, b.kv_cache, b.output, b.metadata(graphattn, 2), ws)
     assert not attn.take_bounds_violation()
+
+
+# ---- attention types and multi-token decode
+
+def test_multi_token_decode(seed):
+    """Speculative decoding: decode_query_len=4 runs the decodes through the multi-token kernel
+    (_mt); each decode request holds 1..4 tokens, causal among themselves after its context."""
+    opts, _ = LAYERS["bf16"]
+    attn = graphattn.AttentionBackend(max_model_len=MAX_MODEL_LEN, max_num_seqs=16,
+                                      decode_query_len=4, **opts)
+    attn.prepare()
+    assert attn.config.decode_query_len == 4
+    assert attn.required_specs()[1].endswith("_mt")
+    # Decodes only (one long request: split-KV), two padded decodes (seq_len 0) at the end.
+    ctx = lengths(seed, 6, 0, 1500)
+    ctx[1] = MAX_MODEL_LEN - 4
+    b = make("bf16", seed, [4, 4, 1, 3, 4, 2], ctx, padded=2)
+    run_and_check(attn, b, b.num_reqs, "multi-token decodes")
+    # Decodes, then prefills (the prefill kernel, causal as ever).
+    b = make("bf16", seed + 1, [4, 2, 4, 40, 3, 120], lengths(seed + 1, 6, 0, 700))
+    run_and_check(attn, b, 3, "multi-token decodes and prefills")
+    # More decode tokens than num_decodes * decode_query_len: refused, naming the counts.
+    b = make("bf16", seed + 2, [5, 5], [10, 20])
+    with pytest.raises(graphattn.GraphattnError,
+                       match=r"num_decode_tokens 10 must be in \[2, num_decodes \* "
+                             r"decode_query_len 8\]"):
+        attn.forward(b.query, None, None, b.kv_cache, b.output, b.metadata(graphattn, 2),
+                     attn.allocate_workspace(b.query))
+
+
+def test_encoder_only_layer(seed):
+    """attn_type="encoder_only": no KV cache; each request's queries see its own keys."""
+    H, KH, D = 16, 4, 128
+    attn = graphattn.AttentionBackend(num_heads=H, num_kv_heads=KH, head_size=D,
+                                      max_model_len=MAX_MODEL_LEN, max_num_seqs=8,
+                                      attn_type="encoder_only")
+    attn.prepare()
+    assert attn.required_specs() == [
+        "prefill_h128_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm%d_nc_dense" % attn.config.arch]
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    lens = lengths(seed, 5, 1, 300)
+    starts = [0]
+    for n in lens:
+        starts.append(starts[-1] + n)
+    T = starts[-1]
+    q, k, v = (torch.randn(T, h, D, generator=g, device="cuda").to(torch.bfloat16)
+               for h in (H, KH, KH))
+    out = torch.full_like(q, float("nan"))
+    # Not read by an encoder-only layer, but the C ABI wants CUDA tensors there.
+    unused = torch.zeros((), dtype=torch.int32, device="cuda")
+    md = graphattn.AttentionMetadata(
+        query_start_loc=torch.tensor(starts, dtype=torch.int32, device="cuda"),
+        seq_lens=unused, block_table=unused, slot_mapping=unused, num_reqs=len(lens),
+        num_actual_tokens=T, max_query_len=max(lens), max_seq_len=max(lens))
+    attn.forward(q, k, v, unused, out, md, None)
+    torch.cuda.synchronize()
+    err = relative_l2(out, dense_reference(q, k, v, starts, starts, 1.0 / math.sqrt(D)))
+    assert err <= TOLERANCE[torch.bfloat16], "encoder-only forward: relative L2 error %.3g" % err

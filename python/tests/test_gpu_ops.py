@@ -1,6 +1,9 @@
 """graphattn.ops on a GPU, called the way vLLM v1's FlashAttention backend calls
 reshape_and_cache_flash and flash_attn_varlen_func: against a torch scatter (bit-exact) and SDPA
-in float64, eager and captured with torch.cuda.graph."""
+in float64, eager and captured with torch.cuda.graph; encoder_attention and multi_head_attention
+(no KV cache) against non-causal attention per sequence in float64."""
+
+import math
 
 import pytest
 
@@ -10,7 +13,8 @@ torch = require_torch_gpu()
 
 import graphattn  # noqa: E402
 from graphattn import ops  # noqa: E402
-from gpu_batch import Batch, capture, check_output, replay_and_compare  # noqa: E402
+from gpu_batch import (TOLERANCE, Batch, capture, check_output, dense_reference,  # noqa: E402
+                       relative_l2, replay_and_compare)
 
 BF16 = dict(num_heads=16, num_kv_heads=4, head_size=128, block_size=16, dtype=torch.bfloat16)
 
@@ -233,3 +237,61 @@ def test_calc_kv_scales_and_device_scales(seed):
                                    kv_cache_dtype="fp8_e4m3", max_model_len=1024,
                                    max_num_seqs=4, k_scale_device=ks, v_scale_device=vs)
     assert (b.config.k_scale_device, b.config.v_scale_device) == (ks.data_ptr(), vs.data_ptr())
+
+
+# ---- attention without a KV cache
+
+@pytest.mark.parametrize("dtype,modifiers", [(torch.bfloat16, False), (torch.float16, True)])
+def test_encoder_attention(seed, dtype, modifiers):
+    H, KH, D = 16, 4, 128
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    # Lengths on both sides of the kernel's row and key tiles, in a seeded order.
+    tiles = [1, 17, 64, 65, 130, 257]
+    order = torch.randperm(len(tiles), generator=torch.Generator().manual_seed(seed)).tolist()
+    lens = [tiles[i] for i in order]
+    starts = [0]
+    for n in lens:
+        starts.append(starts[-1] + n)
+    T = starts[-1]
+    # q, k and v are slices of one packed [T, H + 2 KH, D] tensor (vLLM's qkv projection).
+    packed = torch.randn(T, H + 2 * KH, D, generator=g, device="cuda").to(dtype)
+    q, k, v = packed[:, :H], packed[:, H:H + KH], packed[:, H + KH:]
+    out = torch.full((T + 3, H, D), float("nan"), dtype=dtype, device="cuda")  # 3 spare rows
+    qsl = torch.tensor(starts, dtype=torch.int32, device="cuda")
+    kw, scale = {}, 1.0 / math.sqrt(D)  # the default
+    if modifiers:
+        scale = 0.07
+        kw = dict(scale=scale, alibi_slopes=torch.rand(H, generator=g, device="cuda") * 0.05,
+                  sinks=torch.randn(H, generator=g, device="cuda") * 2)
+    assert ops.encoder_attention(q, k, v, out, qsl, max(lens), **kw) is out
+    torch.cuda.synchronize()
+    ref = dense_reference(q, k, v, starts, starts, scale, kw.get("alibi_slopes"), kw.get("sinks"))
+    err = relative_l2(out[:T], ref)
+    assert err <= TOLERANCE[dtype], "encoder_attention: relative L2 error %.3g" % err
+    assert torch.isnan(out[T:]).all(), "rows past query_start_loc[-1] were written"
+
+
+@pytest.mark.parametrize("dtype,batch,q_len,kv_len,heads,kv_heads,head_size", [
+    (torch.bfloat16, 3, 130, 77, 16, 4, 64),
+    (torch.bfloat16, 2, 1, 257, 8, 2, 128),
+    (torch.float16, 4, 65, 65, 8, 8, 128),
+])
+def test_multi_head_attention(seed, dtype, batch, q_len, kv_len, heads, kv_heads, head_size):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+
+    def randn(length, h):
+        return torch.randn(batch, length, h, head_size, generator=g, device="cuda").to(dtype)
+
+    q, k, v = randn(q_len, heads), randn(kv_len, kv_heads), randn(kv_len, kv_heads)
+    # Each batch row is a sequence: its q_len queries see its kv_len keys.
+    q_starts = [b * q_len for b in range(batch + 1)]
+    kv_starts = [b * kv_len for b in range(batch + 1)]
+    for scale in (None, 0.02):  # None: 1/sqrt(head_size)
+        out = torch.full_like(q, float("nan"))
+        assert ops.multi_head_attention(q, k, v, out, scale) is out
+        torch.cuda.synchronize()
+        ref = dense_reference(q.flatten(0, 1), k.flatten(0, 1), v.flatten(0, 1), q_starts,
+                              kv_starts, 1.0 / math.sqrt(head_size) if scale is None else scale)
+        err = relative_l2(out.flatten(0, 1), ref)
+        assert err <= TOLERANCE[dtype], ("multi_head_attention(scale=%s): relative L2 error %.3g"
+                                         % (scale, err))

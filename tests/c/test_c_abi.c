@@ -180,6 +180,63 @@ static void test_attn_type(void) {
               "q");
 }
 
+/* Multi-token decode: decode_query_len, appended after v_scale_device. */
+static void test_decode_query_len(void) {
+  graphattn_layer_config_t c = llama_config();
+  CHECK(c.decode_query_len == 1);
+  /* Out of range: the C++ check names the value and the allowed range. */
+  c.decode_query_len = 0;
+  CHECK_FAILS(graphattn_layer_config_check(&c), GRAPHATTN_ERROR,
+              "decode_query_len 0 is not supported; supported: 1..16");
+  c.decode_query_len = 17;
+  CHECK_FAILS(graphattn_layer_config_check(&c), GRAPHATTN_ERROR,
+              "decode_query_len 17 is not supported; supported: 1..16");
+  graphattn_backend_t b = (graphattn_backend_t)1;
+  CHECK_FAILS(graphattn_backend_create(&c, &b), GRAPHATTN_ERROR, "decode_query_len 17");
+  CHECK(b == NULL);
+  /* A caller whose struct ends before the field is not read there: it gets 1. */
+  c.struct_size = offsetof(graphattn_layer_config_t, decode_query_len);
+  CHECK_OK(graphattn_layer_config_check(&c));
+  CHECK_OK(graphattn_backend_create(&c, &b));
+  graphattn_layer_config_t got;
+  graphattn_layer_config_init(&got);
+  CHECK_OK(graphattn_backend_config(b, &got));
+  CHECK(got.decode_query_len == 1);
+  graphattn_backend_destroy(b);
+
+  /* 4 (3 draft tokens): the decode kernel is the multi-token one, the others unchanged. */
+  c = llama_config();
+  c.decode_query_len = 4;
+  CHECK_OK(graphattn_layer_config_check(&c));
+  c.decode_query_len = 16; /* the largest */
+  CHECK_OK(graphattn_layer_config_check(&c));
+  c.decode_query_len = 4;
+  CHECK_OK(graphattn_backend_create(&c, &b));
+  graphattn_layer_config_init(&got);
+  CHECK_OK(graphattn_backend_config(b, &got));
+  CHECK(got.decode_query_len == 4);
+  char buf[128];
+  CHECK_OK(graphattn_backend_spec(b, 0, buf, sizeof buf, NULL, NULL));
+  CHECK(strcmp(buf, "cache_write_h128_b16_bf16_kvauto_g1_swa0_cap0_nhd_sm90") == 0);
+  CHECK_OK(graphattn_backend_spec(b, 1, buf, sizeof buf, NULL, NULL));
+  CHECK(strcmp(buf, "decode_h128_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm90_mt") == 0);
+  CHECK_OK(graphattn_backend_spec(b, 2, buf, sizeof buf, NULL, NULL));
+  CHECK(strcmp(buf, "prefill_h128_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm90") == 0);
+  /* A caller whose struct ends before the field: nothing is written at or past it. */
+  const size_t before = offsetof(graphattn_layer_config_t, decode_query_len);
+  memset(&got, 0x5a, sizeof got);
+  got.struct_size = before;
+  CHECK_OK(graphattn_backend_config(b, &got));
+  CHECK(got.num_heads == 32 && got.v_scale_device == NULL);
+  {
+    const unsigned char* tail = (const unsigned char*)&got + before;
+    int untouched = 1;
+    for (size_t i = 0; i < sizeof got - before; ++i) untouched = untouched && tail[i] == 0x5a;
+    CHECK(untouched);
+  }
+  graphattn_backend_destroy(b);
+}
+
 static void test_layer_config(void) {
   graphattn_layer_config_t c;
   graphattn_layer_config_init(&c);
@@ -784,6 +841,7 @@ int main(void) {
   test_null_arguments();
   test_layer_config();
   test_attn_type();
+  test_decode_query_len();
   test_backend_specs();
   test_tensor_checks();
   test_cache();
