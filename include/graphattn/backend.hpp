@@ -210,7 +210,8 @@ struct GRAPHATTN_API BoundsViolation {
 };
 
 // One step's batch, vLLM v1 semantics. Requests are ordered decodes first (one query token
-// each), then prefills. Device views are int32 unless noted; the counts are host-known.
+// each, or 1..decode_query_len with multi-token decode), then prefills. Device views are int32
+// unless noted; the counts are host-known.
 struct GRAPHATTN_API AttentionMetadata {
   TensorView query_start_loc;  // [>= num_reqs + 1] token offsets, non-decreasing, [0] = 0
   TensorView seq_lens;         // [>= num_reqs] context + new tokens; 0 = padded request
@@ -218,7 +219,7 @@ struct GRAPHATTN_API AttentionMetadata {
   TensorView slot_mapping;     // int64 [>= num_actual_tokens] cache slot of each new token or -1
   int num_reqs = 0;
   int num_decodes = 0;        // requests [0, num_decodes) are decodes
-  int num_decode_tokens = 0;  // == num_decodes
+  int num_decode_tokens = 0;  // num_decodes; up to num_decodes * decode_query_len (multi-token)
   int num_actual_tokens = 0;  // tokens written to the cache (a captured graph's padded count)
   int max_query_len = 0;      // over the prefills (1 when there are none)
   int max_seq_len = 0;

@@ -63,7 +63,8 @@ TEST_CASE("gpu kv blocks: swap_blocks out to host memory and back, NHD and HND")
       const unsigned char* h = host.data() + which * 3 * kBlockBytes;
       CHECK(std::memcmp(h, block_of(init, which, 7), kBlockBytes) == 0);
       CHECK(std::memcmp(h + 2 * kBlockBytes, block_of(init, which, 2), kBlockBytes) == 0);
-      CHECK(std::all_of(h + kBlockBytes, h + 2 * kBlockBytes, [](unsigned char b) { return b == 0; }));
+      CHECK(std::all_of(h + kBlockBytes, h + 2 * kBlockBytes,
+                        [](unsigned char b) { return b == 0; }));
     }
     // Back in, to other blocks: 0 -> 11, 2 -> 4.
     for (int which = 0; which < 2; ++which) {
