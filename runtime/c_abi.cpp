@@ -853,15 +853,30 @@ graphattn_cudagraph_support_t graphattn_cudagraph_support(void) noexcept {
       graphattn::FlashAttentionMetadataBuilder().cudagraph_support());
 }
 
-graphattn_status_t graphattn_can_run_in_cudagraph(const int32_t* query_start_loc, int num_reqs,
-                                                  int* result) noexcept {
+graphattn_status_t graphattn_cudagraph_support_for(
+    int decode_query_len, graphattn_cudagraph_support_t* support) noexcept {
+  return guard([&] {
+    graphattn_cudagraph_support_t& out = deref(support, "support");
+    out = static_cast<graphattn_cudagraph_support_t>(
+        graphattn::FlashAttentionMetadataBuilder(graphattn::AttentionType::kDecoder, 16,
+                                                 decode_query_len)
+            .cudagraph_support());
+  });
+}
+
+graphattn_status_t graphattn_can_run_uniform_decode(const int32_t* query_start_loc, int num_reqs,
+                                                    int decode_query_len, int* result) noexcept {
   return guard([&] {
     int& out = deref(result, "result");
-    out = graphattn::FlashAttentionMetadataBuilder().can_run_in_cudagraph(
-              batch_of(query_start_loc, num_reqs))
-              ? 1
-              : 0;
+    const graphattn::FlashAttentionMetadataBuilder builder(graphattn::AttentionType::kDecoder, 16,
+                                                           decode_query_len);
+    out = builder.can_run_in_cudagraph(batch_of(query_start_loc, num_reqs)) ? 1 : 0;
   });
+}
+
+graphattn_status_t graphattn_can_run_in_cudagraph(const int32_t* query_start_loc, int num_reqs,
+                                                  int* result) noexcept {
+  return graphattn_can_run_uniform_decode(query_start_loc, num_reqs, 1, result);
 }
 
 graphattn_status_t graphattn_split_decodes_and_prefills(
@@ -878,13 +893,19 @@ graphattn_status_t graphattn_split_decodes_and_prefills(
   });
 }
 
-graphattn_status_t graphattn_default_capture_sizes(int max_num_seqs, int* sizes, size_t capacity,
-                                                   size_t* count) noexcept {
+graphattn_status_t graphattn_uniform_decode_capture_sizes(int max_num_seqs, int decode_query_len,
+                                                          int* sizes, size_t capacity,
+                                                          size_t* count) noexcept {
   return guard([&] {
-    const std::vector<int> all = graphattn::default_capture_sizes(max_num_seqs);
+    const std::vector<int> all = graphattn::default_capture_sizes(max_num_seqs, decode_query_len);
     copy_array(all.size(), capacity, count, sizes == nullptr, "capture sizes",
                [&](size_t i) { sizes[i] = all[i]; });
   });
+}
+
+graphattn_status_t graphattn_default_capture_sizes(int max_num_seqs, int* sizes, size_t capacity,
+                                                   size_t* count) noexcept {
+  return graphattn_uniform_decode_capture_sizes(max_num_seqs, 1, sizes, capacity, count);
 }
 
 graphattn_status_t graphattn_padded_capture_size(const int* sorted_sizes, size_t num_sizes,

@@ -432,6 +432,19 @@ GRAPHATTN_API graphattn_status_t graphattn_can_run_in_cudagraph(const int32_t* q
                                                                 int num_reqs,
                                                                 int* result) GRAPHATTN_NOEXCEPT;
 
+/* Speculative decoding (layers with decode_query_len > 1: 1 + the draft tokens a step
+ * verifies, up to 16): the builder's support level for that decode query length
+ * (GRAPHATTN_CUDAGRAPH_UNIFORM_BATCH above 1), and whether a batch is a uniform decode batch
+ * (every request exactly decode_query_len tokens) that a full graph serves. A decode_query_len
+ * out of 1..16 is GRAPHATTN_ERROR naming it. graphattn_can_run_in_cudagraph is the
+ * decode_query_len 1 case. */
+GRAPHATTN_API graphattn_status_t graphattn_cudagraph_support_for(
+    int decode_query_len, graphattn_cudagraph_support_t* support) GRAPHATTN_NOEXCEPT;
+GRAPHATTN_API graphattn_status_t graphattn_can_run_uniform_decode(const int32_t* query_start_loc,
+                                                                  int num_reqs,
+                                                                  int decode_query_len,
+                                                                  int* result) GRAPHATTN_NOEXCEPT;
+
 /* vLLM's split of a batch ordered decodes first (query length <= decode_threshold). A decode
  * after a prefill fails, naming the request. */
 typedef struct graphattn_decode_prefill_split {
@@ -447,6 +460,13 @@ GRAPHATTN_API graphattn_status_t graphattn_split_decodes_and_prefills(
 GRAPHATTN_API graphattn_status_t graphattn_default_capture_sizes(int max_num_seqs, int* sizes,
                                                                  size_t capacity,
                                                                  size_t* count) GRAPHATTN_NOEXCEPT;
+/* The same for graphs of uniform decode batches of decode_query_len tokens a request (C++
+ * default_capture_sizes(max_num_seqs, decode_query_len)): the list for max = min(2 *
+ * max_num_seqs * decode_query_len, 512), each size rounded up to a multiple of decode_query_len,
+ * duplicates and sizes above max dropped. decode_query_len 1 is the list above. */
+GRAPHATTN_API graphattn_status_t
+graphattn_uniform_decode_capture_sizes(int max_num_seqs, int decode_query_len, int* sizes,
+                                       size_t capacity, size_t* count) GRAPHATTN_NOEXCEPT;
 /* The smallest of sorted_sizes >= num_tokens, or 0 when num_tokens is above them all. */
 GRAPHATTN_API graphattn_status_t graphattn_padded_capture_size(const int* sorted_sizes,
                                                                size_t num_sizes, int num_tokens,

@@ -254,9 +254,12 @@ def _declare(lib, path):
                                          ctypes.c_float, ctypes.c_float, vp, vp]),
         "graphattn_cudagraph_support": (i, []),
         "graphattn_can_run_in_cudagraph": (i, [P(ctypes.c_int32), i, c_int_p]),
+        "graphattn_cudagraph_support_for": (i, [i, c_int_p]),
+        "graphattn_can_run_uniform_decode": (i, [P(ctypes.c_int32), i, i, c_int_p]),
         "graphattn_split_decodes_and_prefills": (i, [P(ctypes.c_int32), i, i,
                                                      P(DecodePrefillSplit)]),
         "graphattn_default_capture_sizes": (i, [i, c_int_p, sz, c_size_t_p]),
+        "graphattn_uniform_decode_capture_sizes": (i, [i, i, c_int_p, sz, c_size_t_p]),
         "graphattn_padded_capture_size": (i, [c_int_p, sz, i, c_int_p]),
     }
     missing = []

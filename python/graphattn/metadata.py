@@ -29,7 +29,8 @@ class AttentionCGSupport(enum.IntEnum):
 
 
 # What the flash metadata builder supports inside CUDA graphs: full graphs cover uniform
-# single-token decode batches (split-KV decode is graph-safe for every context length).
+# single-token decode batches (split-KV decode is graph-safe for every context length); with
+# speculative decoding, uniform batches (cudagraph_support_for(decode_query_len)).
 cudagraph_support = AttentionCGSupport(_lib.lib.graphattn_cudagraph_support())
 
 
@@ -61,12 +62,25 @@ def _query_start_loc(query_start_loc):
     return (ctypes.c_int32 * len(q))(*q), len(q) - 1
 
 
-def can_run_in_cudagraph(query_start_loc):
-    """Whether a batch (query_start_loc: [num_reqs + 1] host offsets) can replay a graph
-    captured for uniform single-token decodes."""
+def cudagraph_support_for(decode_query_len):
+    """The builder's support level for layers with this decode query length (1 + the
+    speculative tokens a step verifies, 1..16): UNIFORM_BATCH above 1, else
+    cudagraph_support."""
+    q = int_arg("decode_query_len", decode_query_len)
+    out = ctypes.c_int(0)
+    _lib.check(_lib.lib.graphattn_cudagraph_support_for(q, ctypes.byref(out)))
+    return AttentionCGSupport(out.value)
+
+
+def can_run_in_cudagraph(query_start_loc, decode_query_len=1):
+    """Whether a batch (query_start_loc: [num_reqs + 1] host offsets) can replay a full graph:
+    a uniform decode batch, every request decode_query_len tokens (1: single-token decodes;
+    speculative decoding: 1 + the draft tokens)."""
     arr, num_reqs = _query_start_loc(query_start_loc)
+    q = int_arg("decode_query_len", decode_query_len)
     result = ctypes.c_int(0)
-    _lib.check(_lib.lib.graphattn_can_run_in_cudagraph(arr, num_reqs, ctypes.byref(result)))
+    _lib.check(_lib.lib.graphattn_can_run_uniform_decode(arr, num_reqs, q,
+                                                         ctypes.byref(result)))
     return bool(result.value)
 
 
@@ -82,16 +96,19 @@ def split_decodes_and_prefills(query_start_loc, decode_threshold=1):
                               s.num_prefill_tokens)
 
 
-def default_capture_sizes(max_num_seqs):
-    """vLLM's default CUDA graph batch sizes: [1, 2, 4] + range(8, 256, 8) +
-    range(256, max + 1, 16), max = min(2 * max_num_seqs, 512)."""
+def default_capture_sizes(max_num_seqs, decode_query_len=1):
+    """vLLM's default CUDA graph sizes in tokens: [1, 2, 4] + range(8, 256, 8) +
+    range(256, max + 1, 16), max = min(2 * max_num_seqs * decode_query_len, 512); with
+    decode_query_len > 1 (speculative decoding) every size rounded up to a multiple of it,
+    duplicates and sizes above max dropped."""
     n = int_arg("max_num_seqs", max_num_seqs, 1)
+    q = int_arg("decode_query_len", decode_query_len)
     count = ctypes.c_size_t(0)
     capacity = 64
     for _ in range(3):
         sizes = (ctypes.c_int * capacity)()
-        status = _lib.lib.graphattn_default_capture_sizes(n, sizes, capacity,
-                                                          ctypes.byref(count))
+        status = _lib.lib.graphattn_uniform_decode_capture_sizes(n, q, sizes, capacity,
+                                                                 ctypes.byref(count))
         if status == errors.ERROR_BUFFER_TOO_SMALL and count.value > capacity:
             capacity = count.value
             continue

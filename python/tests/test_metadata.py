@@ -76,3 +76,19 @@ def test_padded_capture_size():
     assert md.padded_capture_size([16, 4, 8], 5) == 8  # any order
     with pytest.raises(ValueError, match="num_tokens -1 is out of range"):
         md.padded_capture_size(sizes, -1)
+
+
+def test_speculative_decoding_uniform_batches():
+    assert md.cudagraph_support_for(4) == md.AttentionCGSupport.UNIFORM_BATCH
+    assert md.cudagraph_support_for(1) == md.cudagraph_support
+    assert md.can_run_in_cudagraph([0, 4, 8, 12], decode_query_len=4)
+    assert not md.can_run_in_cudagraph([0, 4, 6, 10], decode_query_len=4)  # a short request
+    assert not md.can_run_in_cudagraph([0, 4, 8, 12])  # single-token graphs
+    assert md.default_capture_sizes(8, 4) == [4, 8, 16, 24, 32, 40, 48, 56, 64]
+    assert md.default_capture_sizes(64, 1) == vllm_sizes(64)
+    for s in md.default_capture_sizes(256, 3):
+        assert s % 3 == 0 and s <= 512
+    with pytest.raises(graphattn.GraphattnError, match="decode_query_len 17 is not supported"):
+        md.default_capture_sizes(8, 17)
+    with pytest.raises(graphattn.GraphattnError, match="decode_query_len 0 is not supported"):
+        md.cudagraph_support_for(0)

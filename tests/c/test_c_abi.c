@@ -787,6 +787,34 @@ static void test_capture_and_split(void) {
   CHECK_FAILS(graphattn_default_capture_sizes(0, sizes, 64, &count), GRAPHATTN_ERROR,
               "max_num_seqs must be >= 1, got 0");
 
+  /* Speculative decoding: sizes of whole requests of 4 tokens; the support level and the
+   * uniform-batch test for that decode query length. */
+  CHECK_OK(graphattn_uniform_decode_capture_sizes(8, 4, sizes, 64, &count));
+  CHECK(count == 9 && sizes[0] == 4 && sizes[1] == 8 && sizes[2] == 16 && sizes[8] == 64);
+  CHECK_OK(graphattn_uniform_decode_capture_sizes(256, 1, sizes, 64, &count));
+  CHECK(count == 51 && sizes[50] == 512);
+  CHECK_FAILS(graphattn_uniform_decode_capture_sizes(8, 17, sizes, 64, &count), GRAPHATTN_ERROR,
+              "decode_query_len 17 is not supported; supported: 1..16");
+  graphattn_cudagraph_support_t support = GRAPHATTN_CUDAGRAPH_NEVER;
+  CHECK_OK(graphattn_cudagraph_support_for(4, &support));
+  CHECK(support == GRAPHATTN_CUDAGRAPH_UNIFORM_BATCH);
+  CHECK_OK(graphattn_cudagraph_support_for(1, &support));
+  CHECK(support == graphattn_cudagraph_support());
+  CHECK_FAILS(graphattn_cudagraph_support_for(0, &support), GRAPHATTN_ERROR,
+              "decode_query_len 0 is not supported");
+  CHECK_FAILS(graphattn_cudagraph_support_for(4, NULL), GRAPHATTN_ERROR_INVALID_ARGUMENT,
+              "support is NULL");
+  {
+    const int32_t uniform[] = {0, 4, 8, 12}, ragged[] = {0, 4, 6, 10};
+    int ok = -1;
+    CHECK_OK(graphattn_can_run_uniform_decode(uniform, 3, 4, &ok));
+    CHECK(ok == 1);
+    CHECK_OK(graphattn_can_run_uniform_decode(ragged, 3, 4, &ok));
+    CHECK(ok == 0);
+    CHECK_OK(graphattn_can_run_in_cudagraph(uniform, 3, &ok)); /* 4 tokens: not single-token */
+    CHECK(ok == 0);
+  }
+
   CHECK_OK(graphattn_default_capture_sizes(256, sizes, 64, &count));
   int padded = -1;
   CHECK_OK(graphattn_padded_capture_size(sizes, count, 3, &padded));
