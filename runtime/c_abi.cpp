@@ -18,6 +18,7 @@
 #include "graphattn/error.hpp"
 #include "graphattn/graphattn.h"
 #include "graphattn/jit.hpp"
+#include "graphattn/kv_blocks.hpp"
 #include "graphattn/metadata.hpp"
 #include "graphattn/runtime.hpp"
 #include "jit_cache/disk_tier.hpp"
@@ -314,7 +315,7 @@ enum class Null { kRejected, kEmpty };
 // dtype and rank errors before the device error: NULL, ndim, dtype, sizes, strides, byte_offset,
 // device. A NULL tensor where allowed is an empty view (ndim 0).
 TensorView view_of(const DLTensor* t, const char* name, Null null = Null::kRejected,
-                   const KvDType* kv_cache = nullptr) {
+                   const KvDType* kv_cache = nullptr, bool host_allowed = false) {
   TensorView v;
   if (!t) {
     if (null == Null::kEmpty) return v;
@@ -339,6 +340,7 @@ TensorView view_of(const DLTensor* t, const char* name, Null null = Null::kRejec
   }
   v.data = t->data ? static_cast<char*>(t->data) + t->byte_offset : nullptr;
   const int device = t->device.device_type;
+  if (host_allowed && (device == kDLCPU || device == kDLCUDAHost)) return v;
   if (device != kDLCUDA && device != kDLCUDAManaged)
     invalid(std::string(name) + " is on device type " + std::to_string(device) + " (" +
             device_name(device) +
@@ -413,6 +415,21 @@ float* device_scalar_of(const DLTensor* t, const char* name) {
     invalid(std::string(name) + " " + v.describe() +
             " is not supported; supported: a one-element float32 device tensor");
   return static_cast<float*>(v.data);
+}
+
+// A cache that swap_blocks / copy_blocks copy bytes of: any element type graphattn knows, 8-bit
+// ones (uint8, float8) read as the fp8 type they are tagged with (uint8: e4m3, same size).
+TensorView block_cache_of(const DLTensor* t, const char* name, bool host_allowed) {
+  const KvDType kv = t && t->dtype.code == kDLFloat8E5M2 ? KvDType::kFp8E5M2 : KvDType::kFp8E4M3;
+  return view_of(t, name, Null::kRejected, &kv, host_allowed);
+}
+
+// A host block mapping of num_pairs (src, dst) int64 pairs.
+std::vector<graphattn::BlockPair> pairs_of(const int64_t* mapping, size_t num_pairs) {
+  if (num_pairs > 0) deref(mapping, "block_mapping");
+  std::vector<graphattn::BlockPair> out(num_pairs);
+  for (size_t i = 0; i < num_pairs; ++i) out[i] = {mapping[2 * i], mapping[2 * i + 1]};
+  return out;
 }
 
 static_assert(GRAPHATTN_K_SCALE_DIVISOR == graphattn::kKScaleDivisor &&
@@ -843,6 +860,32 @@ graphattn_status_t graphattn_calc_kv_scales(const DLTensor* key, const DLTensor*
     graphattn::calc_kv_scales(k, v, device_scalar_of(k_scale, "k_scale"),
                               device_scalar_of(v_scale, "v_scale"), k_divisor, v_divisor,
                               static_cast<CUstream>(stream), cache_of(cache));
+  });
+}
+
+// ---- Block copies
+
+graphattn_status_t graphattn_swap_blocks(const DLTensor* src, const DLTensor* dst,
+                                         const int64_t* block_mapping, size_t num_pairs,
+                                         void* stream) noexcept {
+  return guard([&] {
+    const TensorView s = block_cache_of(src, "src", true);
+    const TensorView d = block_cache_of(dst, "dst", true);
+    graphattn::swap_blocks(s, d, pairs_of(block_mapping, num_pairs), static_cast<CUstream>(stream));
+  });
+}
+
+graphattn_status_t graphattn_copy_blocks(const DLTensor* const* caches, size_t num_caches,
+                                         const int64_t* block_mapping, size_t num_pairs,
+                                         void* stream) noexcept {
+  return guard([&] {
+    if (num_caches > 0) deref(caches, "caches");
+    std::vector<TensorView> views;
+    for (size_t i = 0; i < num_caches; ++i)
+      views.push_back(
+          block_cache_of(caches[i], ("caches[" + std::to_string(i) + "]").c_str(), false));
+    graphattn::copy_blocks(views, pairs_of(block_mapping, num_pairs),
+                           static_cast<CUstream>(stream));
   });
 }
 

@@ -50,13 +50,16 @@ BlockCache check_block_cache(const TensorView& t, const std::string& name) {
   return {static_cast<const char*>(t.data), t.shape[0], t.strides[0] * elem, expect * elem};
 }
 
-// The same element type and block shape (the dims after the first, in order).
+// The same element type, block shape and order in memory (the dims after the first): bytes
+// copied from one block must mean the same in the other.
 void require_same_blocks(const TensorView& a, const TensorView& b, const std::string& a_name,
                          const std::string& b_name) {
   bool same = a.dtype == b.dtype && a.ndim == b.ndim;
-  for (int d = 1; same && d < a.ndim; ++d) same = a.shape[d] == b.shape[d];
+  for (int d = 1; same && d < a.ndim; ++d)
+    same = a.shape[d] == b.shape[d] && (a.shape[d] == 1 || a.strides[d] == b.strides[d]);
   GA_REQUIRE(same, a_name + " " + a.describe() + " and " + b_name + " " + b.describe() +
-                       " must have one dtype and one block shape (the dims after the first)");
+                       " must have one dtype and one block layout (the dims after the first, "
+                       "their sizes and strides)");
 }
 
 void require_pairs(const std::vector<BlockPair>& mapping, int64_t src_blocks, int64_t dst_blocks,

@@ -71,12 +71,16 @@ TEST_CASE("kv blocks: swap_blocks and copy_blocks check views and pairs before a
       TensorView::contiguous(at(0x300000), ScalarType::kBFloat16, {4, 16, 2, 128});
   CHECK(error_of([&] {
           swap_blocks(dev, wide, {}, nullptr);
-        }).find("must have one dtype and one block shape") != std::string::npos);
+        }).find("must have one dtype and one block layout") != std::string::npos);
   const TensorView fp8 =
       TensorView::contiguous(at(0x300000), ScalarType::kFloat8E4M3, {4, 16, 2, 64});
   CHECK(error_of([&] {
           swap_blocks(dev, fp8, {}, nullptr);
-        }).find("must have one dtype and one block shape") != std::string::npos);
+        }).find("must have one dtype and one block layout") != std::string::npos);
+  // NHD and HND blocks hold the same elements in other orders: no byte copy between them.
+  CHECK(error_of([&] {
+          swap_blocks(hnd, dev, {}, nullptr);
+        }).find("must have one dtype and one block layout") != std::string::npos);
   // A block must be one compact region: a strided head dim is not.
   const TensorView gappy = TensorView::strided(at(0x300000), ScalarType::kBFloat16, {4, 16, 2, 64},
                                                {16 * 2 * 128, 2 * 128, 128, 1});
@@ -96,9 +100,9 @@ TEST_CASE("kv blocks: swap_blocks and copy_blocks check views and pairs before a
           swap_blocks(flat, flat, {}, nullptr);
         }).find("supported: [num_blocks, ...] with at least one dim per block") !=
         std::string::npos);
-  // HND pages are compact blocks too: the check passes and the pair check follows.
+  // HND pages are compact blocks too: the checks pass and the pair check follows.
   CHECK(error_of([&] {
-          swap_blocks(hnd, dev, {{0, 10}}, nullptr);
+          swap_blocks(hnd, hnd, {{0, 10}}, nullptr);
         }).find("pair 0 (0 -> 10) is out of range") != std::string::npos);
   // copy_blocks: every cache is checked against every pair, named by index.
   CHECK(error_of([&] {

@@ -421,6 +421,28 @@ GRAPHATTN_API graphattn_status_t graphattn_calc_kv_scales(
     const DLTensor* key, const DLTensor* value, const DLTensor* k_scale, const DLTensor* v_scale,
     float k_divisor, float v_divisor, void* stream, graphattn_cache_t cache) GRAPHATTN_NOEXCEPT;
 
+/* ---- Block copies (vLLM's swap_blocks and copy_blocks; C++ graphattn/kv_blocks.hpp) -------- */
+
+/* For each pair i in order, block block_mapping[2i + 1] of dst := block block_mapping[2i] of
+ * src. src and dst are [num_blocks, ...] caches of one dtype and block shape (the dims after
+ * the first), each block one compact region (NHD or HND pages; for a flash KV cache [2,
+ * num_blocks, ...] pass its key and value halves, e.g. kv_cache[0] and kv_cache[1]); either may
+ * be host memory (kDLCPU, or kDLCUDAHost for pinned memory, which keeps the copy asynchronous).
+ * block_mapping: host int64 [num_pairs][2]. One cuMemcpyAsync per pair on stream; every view
+ * and pair is checked first (GRAPHATTN_ERROR naming the pair by index and the allowed range). */
+GRAPHATTN_API graphattn_status_t graphattn_swap_blocks(const DLTensor* src, const DLTensor* dst,
+                                                       const int64_t* block_mapping,
+                                                       size_t num_pairs,
+                                                       void* stream) GRAPHATTN_NOEXCEPT;
+/* Copy-on-write: in every one of num_caches device caches ([num_blocks, ...] as above, e.g.
+ * every layer's key and value halves), for each pair in order, block dst := block src (a pair
+ * with src == dst copies nothing). Device-to-device copies on stream; capturable. */
+GRAPHATTN_API graphattn_status_t graphattn_copy_blocks(const DLTensor* const* caches,
+                                                       size_t num_caches,
+                                                       const int64_t* block_mapping,
+                                                       size_t num_pairs,
+                                                       void* stream) GRAPHATTN_NOEXCEPT;
+
 /* ---- Metadata builder and capture sizes (host only) --------------------------------------- */
 
 /* What the flash metadata builder supports inside CUDA graphs. */

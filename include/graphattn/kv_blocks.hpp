@@ -26,10 +26,10 @@ struct BlockPair {
 GRAPHATTN_API TensorView kv_cache_half(const TensorView& kv_cache, int which);
 
 // vLLM's swap_blocks: for each pair in order, block pair.dst of `dst` := block pair.src of `src`.
-//   src, dst: [num_blocks, ...] caches of one dtype and one block shape (dims 1..), each block
-//             one compact region of memory (its dims in any stride order, e.g. NHD or HND
-//             pages); either may live in host memory (pinned memory keeps the copy
-//             asynchronous; pageable memory makes it synchronous, and cannot be captured).
+//   src, dst: [num_blocks, ...] caches of one dtype and one block layout (the sizes and strides
+//             of dims 1..), each block one compact region of memory (its dims in any stride
+//             order, e.g. NHD or HND pages); either may live in host memory (pinned memory keeps
+//             the copy asynchronous; pageable memory makes it synchronous, and cannot be captured).
 //             The two may have different block counts.
 //   mapping:  pairs with src in [0, src blocks) and dst in [0, dst blocks)
 // One cuMemcpyAsync per pair on `stream`; allocates nothing and compiles nothing. Every argument

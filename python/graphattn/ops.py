@@ -2,7 +2,8 @@
 ``_custom_ops.reshape_and_cache_flash`` and ``vllm_flash_attn.flash_attn_varlen_func`` (the
 paged form vLLM v1's FlashAttention backend calls), so an engine can swap them in; and the
 attention of layers without a KV cache: ``encoder_attention`` (vLLM's ENCODER_ONLY layers) and
-``multi_head_attention`` (its MultiHeadAttention, for vision encoders).
+``multi_head_attention`` (its MultiHeadAttention, for vision encoders); and vLLM's block copies
+of paged caches, ``swap_blocks`` and ``copy_blocks``.
 
     from graphattn import ops
     ops.reshape_and_cache_flash(key, value, key_cache, value_cache, slot_mapping, "auto",
@@ -24,6 +25,7 @@ values (vLLM passes 1-element tensors, or ones expanded to [num_reqs, num_kv_hea
 graph: pass floats there. q_descale is ignored: graphattn takes 16-bit queries.
 """
 
+import ctypes
 import math
 import sys
 import threading
@@ -34,7 +36,7 @@ from ._dlpack import (BFLOAT, CUDA_DEVICES, FLOAT, FLOAT8_E4M3FN, FLOAT8_E5M2, U
 from .backend import AttentionBackend, AttentionMetadata, head_array
 
 __all__ = ["reshape_and_cache_flash", "flash_attn_varlen_func", "clear_cache", "calc_kv_scales",
-           "encoder_attention", "multi_head_attention"]
+           "encoder_attention", "multi_head_attention", "swap_blocks", "copy_blocks"]
 
 
 def _model_dtype(arg, name):
@@ -465,3 +467,60 @@ def flash_attn_varlen_func(q, k, v, max_seqlen_q, cu_seqlens_q, max_seqlen_k, cu
     entry.backend.forward(q_arg, None, None, cache, to_dl(out, "out", s), md, entry.workspace,
                           stream=s)
     return out
+
+
+# ---- block copies (vLLM's swap_blocks and copy_blocks)
+
+def _block_mapping(block_mapping):
+    """(ctypes int64 array, num_pairs) of a host [num_pairs, 2] mapping of (src, dst) blocks."""
+    dev = getattr(block_mapping, "__dlpack_device__", None)
+    if dev is not None and int(dev()[0]) in CUDA_DEVICES:
+        raise ValueError("block_mapping must be on the host (a list of pairs, a NumPy array or a "
+                         "CPU tensor); got a device array: copy it with .cpu() (a synchronizing "
+                         "copy graphattn does not make behind your back)")
+    if hasattr(block_mapping, "tolist"):
+        block_mapping = block_mapping.tolist()
+    flat = []
+    for i, pair in enumerate(block_mapping):
+        if isinstance(pair, (str, bytes)) or not hasattr(pair, "__len__") or len(pair) != 2:
+            raise ValueError("block_mapping[%d] is %r; each entry is a (src, dst) pair of block "
+                             "numbers" % (i, pair))
+        flat += [_names.int_arg("block_mapping[%d][%d]" % (i, j), v, -2**63, 2**63 - 1)
+                 for j, v in enumerate(pair)]
+    return (ctypes.c_int64 * max(len(flat), 1))(*flat), len(flat) // 2
+
+
+def swap_blocks(src, dst, block_mapping, *, stream=None):
+    """vLLM's swap_blocks: for each (s, d) in block_mapping, in order, dst[d] = src[s].
+
+    src, dst:      [num_blocks, ...] caches of one dtype and block shape (for a flash KV cache,
+                   its key or value half, kv_cache[0] / kv_cache[1]); either may be a host
+                   tensor (pinned memory keeps the copy asynchronous)
+    block_mapping: host [num_pairs, 2] integers (vLLM passes a CPU int64 tensor)
+    stream:        None = the tensors' current stream
+    """
+    s = _device.stream_handle(stream, (src, dst))
+    a = to_dl(src, "src", s)
+    b = to_dl(dst, "dst", s)
+    pairs, n = _block_mapping(block_mapping)
+    _lib.check(_lib.lib.graphattn_swap_blocks(a.ref, b.ref, pairs, n, s))
+
+
+def copy_blocks(key_caches, value_caches, block_mapping, *, stream=None):
+    """vLLM's copy_blocks (copy-on-write): in every key and value cache (device memory, one per
+    layer), for each (s, d) in block_mapping, in order, cache[d] = cache[s]. block_mapping is a
+    host [num_pairs, 2] array (vLLM's is a device tensor: pass block_mapping.cpu()).
+    Capturable in a CUDA graph."""
+    caches = list(key_caches) + list(value_caches)
+    s = _device.stream_handle(stream, caches)
+    args = []
+    for i, c in enumerate(caches):
+        name = ("key_caches[%d]" % i if i < len(key_caches)
+                else "value_caches[%d]" % (i - len(key_caches)))
+        args.append(to_dl(c, name, s))
+        if args[-1].device[0] not in CUDA_DEVICES:
+            raise ValueError("%s must be in CUDA device memory (copy_blocks copies device to "
+                             "device)" % name)
+    refs = (ctypes.c_void_p * max(len(args), 1))(*[a.ref for a in args])
+    pairs, n = _block_mapping(block_mapping)
+    _lib.check(_lib.lib.graphattn_copy_blocks(refs, len(args), pairs, n, s))

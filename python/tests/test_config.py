@@ -323,3 +323,34 @@ def test_dense_attention_ops_check_their_arguments():
         ops.encoder_attention(cq, ckv, ckv, cq, cqsl, 4)
     with pytest.raises(graphattn.GraphattnError, match=r"libcuda|driver|no GPU"):
         ops.multi_head_attention(cq4, fake_cuda((2, 5, 2, 64)), fake_cuda((2, 5, 2, 64)), cq4)
+
+
+# ---- block copies
+
+def test_swap_and_copy_blocks_check_their_arguments():
+    from graphattn import ops
+    np = pytest.importorskip("numpy")
+    src = np.zeros((4, 16, 2, 64), dtype=np.float16)
+    dst = np.zeros((2, 16, 2, 64), dtype=np.float16)
+    # Host caches are allowed for swap_blocks: the library checks the pairs before any copy.
+    with pytest.raises(graphattn.GraphattnError,
+                       match=r"swap_blocks: block mapping pair 1 \(3 -> 2\) is out of range; "
+                             r"allowed: source blocks 0..3, destination blocks 0..1"):
+        ops.swap_blocks(src, dst, np.array([[0, 1], [3, 2]], dtype=np.int64))
+    with pytest.raises(graphattn.GraphattnError, match="one dtype and one block layout"):
+        ops.swap_blocks(src, np.zeros((2, 16, 2, 32), dtype=np.float16), [(0, 0)])
+    with pytest.raises(ValueError, match=r"block_mapping\[1\] is \[3\]; each entry is a "
+                                         r"\(src, dst\) pair"):
+        ops.swap_blocks(src, dst, [[0, 1], [3]])
+    with pytest.raises(TypeError, match=r"block_mapping\[0\]\[1\] must be an int"):
+        ops.swap_blocks(src, dst, [[0, 1.5]])
+
+    class DeviceMapping:
+        def __dlpack_device__(self):
+            return (2, 0)
+
+    with pytest.raises(ValueError, match="block_mapping must be on the host"):
+        ops.swap_blocks(src, dst, DeviceMapping())
+    # copy_blocks works in device memory only, and names the cache.
+    with pytest.raises(ValueError, match=r"value_caches\[0\] must be in CUDA device memory"):
+        ops.copy_blocks([], [src], [(0, 1)])

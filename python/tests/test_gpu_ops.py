@@ -295,3 +295,60 @@ def test_multi_head_attention(seed, dtype, batch, q_len, kv_len, heads, kv_heads
         err = relative_l2(out.flatten(0, 1), ref)
         assert err <= TOLERANCE[dtype], ("multi_head_attention(scale=%s): relative L2 error %.3g"
                                          % (scale, err))
+
+
+# ---- block copies
+
+@pytest.mark.parametrize("hnd", [False, True])
+def test_swap_blocks_out_and_back(seed, hnd):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    shape = (2, 12, 16, 2, 64)
+    kv = torch.randn(shape, generator=g, device="cuda").to(torch.bfloat16)
+    if hnd:  # HND pages: the same blocks, heads outside tokens
+        kv = kv.transpose(2, 3).contiguous().transpose(2, 3)
+    before = kv.clone()
+    # The host cache holds blocks in the same layout (bytes are copied as they are).
+    host = torch.zeros((2, 3, 2, 16, 64), dtype=torch.bfloat16).pin_memory().transpose(2, 3) \
+        if hnd else torch.zeros((2, 3) + shape[2:], dtype=torch.bfloat16).pin_memory()
+    for which in (0, 1):
+        ops.swap_blocks(kv[which], host[which], torch.tensor([[7, 0], [2, 2]]))
+    torch.cuda.synchronize()
+    for which in (0, 1):
+        assert torch.equal(host[which, 0], before[which, 7].cpu())
+        assert torch.equal(host[which, 2], before[which, 2].cpu())
+        assert not host[which, 1].any()
+        ops.swap_blocks(host[which], kv[which], [(0, 11), (2, 4)])
+    torch.cuda.synchronize()
+    want = before.clone()
+    want[:, 11] = before[:, 7]
+    want[:, 4] = before[:, 2]
+    assert torch.equal(kv, want)
+
+
+def test_copy_blocks_every_layer_and_in_a_graph(seed):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    layers = [torch.randn((2, 10, 16, 2, 64), generator=g, device="cuda").to(torch.bfloat16)
+              for _ in range(3)]
+    mapping = torch.tensor([[3, 8], [5, 9], [6, 6]])
+
+    def expected(before):
+        want = before.clone()
+        want[:, 8] = before[:, 3]
+        want[:, 9] = before[:, 5]
+        return want
+
+    wants = [expected(kv) for kv in layers]
+    ops.copy_blocks([kv[0] for kv in layers], [kv[1] for kv in layers], mapping)
+    torch.cuda.synchronize()
+    for kv, want in zip(layers, wants):
+        assert torch.equal(kv, want)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        ops.copy_blocks([kv[0] for kv in layers], [kv[1] for kv in layers], mapping)
+    for kv in layers:
+        kv.copy_(torch.randn(kv.shape, generator=g, device="cuda").to(torch.bfloat16))
+    wants = [expected(kv) for kv in layers]
+    graph.replay()
+    torch.cuda.synchronize()
+    for kv, want in zip(layers, wants):
+        assert torch.equal(kv, want)
