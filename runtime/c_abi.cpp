@@ -770,13 +770,18 @@ graphattn_status_t graphattn_backend_forward(graphattn_backend_t backend, const 
       invalid(std::string(key ? "value" : "key") + " is NULL but " + (key ? "key" : "value") +
               " is not; pass both (to write them to the cache) or neither");
     const KvDType kv = attn.config().kv_dtype;
-    const TensorView cache = view_of(kv_cache, "kv_cache", Null::kRejected, &kv);
+    // An encoder-only layer has no cache: its cache, sequence lengths, block table and slots
+    // may be NULL (they are not read).
+    const bool no_cache = attn.config().attn_type == graphattn::AttentionType::kEncoderOnly;
+    const Null paged = no_cache ? Null::kEmpty : Null::kRejected;
+    const TensorView cache = view_of(kv_cache, "kv_cache", paged, &kv);
     const TensorView out = view_of(output, "output");
     graphattn::AttentionMetadata md;
     md.query_start_loc = view_of(m.query_start_loc, "query_start_loc");
-    md.seq_lens = view_of(m.seq_lens, "seq_lens");
-    md.block_table = view_of(m.block_table, "block_table");
-    md.slot_mapping = view_of(m.slot_mapping, "slot_mapping", key ? Null::kRejected : Null::kEmpty);
+    md.seq_lens = view_of(m.seq_lens, "seq_lens", paged);
+    md.block_table = view_of(m.block_table, "block_table", paged);
+    md.slot_mapping =
+        view_of(m.slot_mapping, "slot_mapping", key && !no_cache ? Null::kRejected : Null::kEmpty);
     md.num_reqs = m.num_reqs;
     md.num_decodes = m.num_decodes;
     md.num_decode_tokens = m.num_decode_tokens;

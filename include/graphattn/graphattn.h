@@ -355,6 +355,8 @@ GRAPHATTN_API void graphattn_metadata_init(graphattn_metadata_t* metadata) GRAPH
  *                  both NULL: no cache write
  *   kv_cache:      [2, num_blocks, block_size, num_kv_heads, head_size] (NHD or HND strides)
  *   workspace:     graphattn_backend_workspace_bytes() bytes, zero-filled before first use
+ * An encoder-only layer (GRAPHATTN_ATTN_ENCODER_ONLY) has no cache: key and value are the
+ * batch's tokens, and kv_cache, metadata's seq_lens, block_table and slot_mapping may be NULL.
  * Launches nothing when it fails. After prepare it compiles, loads, allocates and
  * synchronizes nothing, so it can be captured in a CUDA graph. */
 GRAPHATTN_API graphattn_status_t graphattn_backend_forward(

@@ -72,6 +72,7 @@ class AttentionMetadata:
     block_table:     int32 [>= num_reqs, max_blocks_per_seq] physical block ids
     slot_mapping:    int64 [>= num_actual_tokens] cache slot of each new token, -1 = padding
                      (may be None when forward() gets no key/value)
+    An encoder-only layer reads neither seq_lens, block_table nor slot_mapping: None will do.
     num_decode_tokens defaults to num_decodes (pass the decodes' token count when they hold
     more than one each); max_query_len is over the prefills (1 when there are none).
     """
@@ -90,9 +91,11 @@ class AttentionMetadata:
         """The graphattn_metadata_t and the converted tensors it points to (keep both)."""
         md = _lib.Metadata()
         _lib.lib.graphattn_metadata_init(ctypes.byref(md))
+        # seq_lens and block_table may be None for an encoder-only layer (the library refuses
+        # None for the others, naming the field).
         args = (to_dl(self.query_start_loc, "metadata.query_start_loc", stream),
-                to_dl(self.seq_lens, "metadata.seq_lens", stream),
-                to_dl(self.block_table, "metadata.block_table", stream),
+                to_dl_optional(self.seq_lens, "metadata.seq_lens", stream),
+                to_dl_optional(self.block_table, "metadata.block_table", stream),
                 to_dl_optional(self.slot_mapping, "metadata.slot_mapping", stream))
         md.query_start_loc, md.seq_lens, md.block_table, md.slot_mapping = (
             ref_of(a) for a in args)
@@ -212,8 +215,8 @@ class AttentionBackend(_lib.OwnedHandle):
             "encoder": bidirectional over the paged cache;
             "encoder_only": bidirectional, no KV cache: forward() attends each request's
                 queries to its own rows of key and value, needs no workspace and reads
-                neither kv_cache nor metadata.seq_lens, block_table and slot_mapping (which
-                must still be CUDA tensors: 0-d ones will do);
+                neither kv_cache nor metadata.seq_lens, block_table and slot_mapping (pass
+                None for them);
             "encoder_decoder": cross attention over the cache that the encoder's keys and
                 values filled (metadata.seq_lens: the encoder lengths; key/value None
                 writes nothing).
@@ -325,7 +328,8 @@ class AttentionBackend(_lib.OwnedHandle):
         query, output: [num_tokens, num_heads, head_size] of the layer's dtype
         key, value:    [num_tokens, num_kv_heads, head_size] or None
         kv_cache:      [2, num_blocks, block_size, num_kv_heads, head_size] (NHD, or HND by
-                       strides), the layer's dtype or fp8 (uint8 or float8)
+                       strides), the layer's dtype or fp8 (uint8 or float8); None for an
+                       encoder-only layer
         metadata:      an AttentionMetadata
         workspace:     a device array of at least workspace_bytes() bytes (allocate_workspace),
                        zero-filled before its first use; None only for batches without
@@ -352,12 +356,12 @@ class AttentionBackend(_lib.OwnedHandle):
         q = to_dl(query, "query", s)
         k = to_dl_optional(key, "key", s)
         v = to_dl_optional(value, "value", s)
-        kv = to_dl(kv_cache, "kv_cache", s)
+        kv = to_dl_optional(kv_cache, "kv_cache", s)  # None: an encoder-only layer (no cache)
         out = to_dl(output, "output", s)
         md, md_args = metadata._struct(s)
         ws_ptr, ws_bytes, ws_arg = workspace_pointer(workspace, s)
         status = _lib.lib.graphattn_backend_forward(
-            self._handle, q.ref, ref_of(k), ref_of(v), kv.ref, out.ref, ctypes.byref(md),
+            self._handle, q.ref, ref_of(k), ref_of(v), ref_of(kv), out.ref, ctypes.byref(md),
             ws_ptr, ws_bytes, s)
         _lib.check(status)
         return output

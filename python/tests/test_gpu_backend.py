@@ -253,13 +253,12 @@ def test_encoder_only_layer(seed):
     q, k, v = (torch.randn(T, h, D, generator=g, device="cuda").to(torch.bfloat16)
                for h in (H, KH, KH))
     out = torch.full_like(q, float("nan"))
-    # Not read by an encoder-only layer, but the C ABI wants CUDA tensors there.
-    unused = torch.zeros((), dtype=torch.int32, device="cuda")
+    # No cache, sequence lengths, block table or slots for an encoder-only layer.
     md = graphattn.AttentionMetadata(
         query_start_loc=torch.tensor(starts, dtype=torch.int32, device="cuda"),
-        seq_lens=unused, block_table=unused, slot_mapping=unused, num_reqs=len(lens),
+        seq_lens=None, block_table=None, slot_mapping=None, num_reqs=len(lens),
         num_actual_tokens=T, max_query_len=max(lens), max_seq_len=max(lens))
-    attn.forward(q, k, v, unused, out, md, None)
+    attn.forward(q, k, v, None, out, md, None)
     torch.cuda.synchronize()
     err = relative_l2(out, dense_reference(q, k, v, starts, starts, 1.0 / math.sqrt(D)))
     assert err <= TOLERANCE[torch.bfloat16], "encoder-only forward: relative L2 error %.3g" % err

@@ -512,6 +512,22 @@ static void test_tensor_checks(void) {
               "query is NULL");
   CHECK_FAILS(graphattn_backend_forward(b, &q, &k, &v, NULL, &out, &md, NULL, 0, NULL), INVALID,
               "kv_cache is NULL");
+  {
+    /* An encoder-only layer has no cache: NULL kv_cache, seq_lens, block_table and slot_mapping
+     * pass the conversion and reach the C++ forward (prepare() is next). */
+    graphattn_layer_config_t e = llama_config();
+    e.attn_type = GRAPHATTN_ATTN_ENCODER_ONLY;
+    graphattn_backend_t enc = NULL;
+    CHECK_OK(graphattn_backend_create(&e, &enc));
+    graphattn_metadata_t none = md;
+    none.seq_lens = none.block_table = none.slot_mapping = NULL;
+    CHECK_FAILS(graphattn_backend_forward(enc, &q, &k, &v, NULL, &out, &none, NULL, 0, NULL),
+                GRAPHATTN_ERROR, "call prepare()");
+    /* A decoder layer still needs them. */
+    CHECK_FAILS(graphattn_backend_forward(b, &q, &k, &v, &cache, &out, &none, NULL, 0, NULL),
+                INVALID, "seq_lens is NULL");
+    graphattn_backend_destroy(enc);
+  }
   CHECK_FAILS(graphattn_backend_forward(b, &q, &k, NULL, &cache, &out, &md, NULL, 0, NULL), INVALID,
               "value is NULL but key is not");
   DLTensor scalar = k;
