@@ -62,7 +62,20 @@ void launch(const LoadedKernel& k, const LaunchShape& s, CUstream stream, const 
 }
 
 // The views every paged-attention launch reads (DecodeLaunch and PrefillLaunch start with them).
+// Built from the views and the per-head arrays only: the mode flags below are set by name, never
+// by position (a brace list that reached them once passed the non-causal flag as multi_token).
 struct AttentionViews {
+  AttentionViews() = default;
+  AttentionViews(const TensorView& query, const TensorView& kv_cache, const TensorView& output,
+                 const TensorView& seq_lens, const TensorView& block_table,
+                 const float* alibi_slopes = nullptr, const float* sinks = nullptr)
+      : query(query),
+        kv_cache(kv_cache),
+        output(output),
+        seq_lens(seq_lens),
+        block_table(block_table),
+        alibi_slopes(alibi_slopes),
+        sinks(sinks) {}
   TensorView query;        // [num_tokens, num_heads, head_size] fp16/bf16, head dim contiguous
   TensorView kv_cache;     // [2, num_blocks, block_size, num_kv_heads, head_size] NHD or HND
   TensorView output;       // [num_tokens, num_heads, head_size] dtype of query; written
