@@ -3,33 +3,24 @@
 #include <doctest/doctest.h>
 
 #include <cstdint>
-#include <functional>
 #include <string>
 #include <vector>
 
 #include "graphattn/error.hpp"
 #include "graphattn/kv_blocks.hpp"
+#include "tests/test_util.hpp"
 
 using namespace graphattn;
+using test::error_of;
 
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
-void* at(uintptr_t a) { return reinterpret_cast<void*>(a); }
-
 // A flash-layout cache [2, 10, 16, 2, 64] bf16, NHD or HND.
 TensorView flash(uintptr_t a, bool hnd) {
-  return hnd ? TensorView::strided(at(a), ScalarType::kBFloat16, {2, 10, 16, 2, 64},
+  return hnd ? TensorView::strided(test::fake_device(a), ScalarType::kBFloat16, {2, 10, 16, 2, 64},
                                    {10 * 2048, 2048, 64, 16 * 64, 1})
-             : TensorView::contiguous(at(a), ScalarType::kBFloat16, {2, 10, 16, 2, 64});
+             : TensorView::contiguous(test::fake_device(a), ScalarType::kBFloat16,
+                                      {2, 10, 16, 2, 64});
 }
 
 }  // namespace
@@ -47,7 +38,8 @@ TEST_CASE("kv blocks: kv_cache_half is the key or value half of a flash cache") 
   }
   CHECK(error_of([] { kv_cache_half(flash(0x100000, false), 2); }) ==
         "kv_cache_half: which 2 is not allowed; 0 (keys) or 1 (values)");
-  const TensorView three = TensorView::contiguous(at(0x1000), ScalarType::kBFloat16, {3, 4, 8});
+  const TensorView three =
+      TensorView::contiguous(test::fake_device(0x1000), ScalarType::kBFloat16, {3, 4, 8});
   CHECK(error_of([&] { kv_cache_half(three, 0); }).find("is not a [2, num_blocks, ...] KV cache") !=
         std::string::npos);
 }
@@ -56,7 +48,7 @@ TEST_CASE("kv blocks: swap_blocks and copy_blocks check views and pairs before a
   const TensorView dev = kv_cache_half(flash(0x100000, false), 0);
   const TensorView hnd = kv_cache_half(flash(0x200000, true), 1);
   const TensorView host =
-      TensorView::contiguous(at(0x300000), ScalarType::kBFloat16, {4, 16, 2, 64});
+      TensorView::contiguous(test::fake_device(0x300000), ScalarType::kBFloat16, {4, 16, 2, 64});
   // Pairs out of range, named by index, against each side's block count.
   CHECK(error_of([&] {
           swap_blocks(dev, host, {{1, 2}, {9, 4}}, nullptr);
@@ -68,12 +60,12 @@ TEST_CASE("kv blocks: swap_blocks and copy_blocks check views and pairs before a
         }).find("pair 0 (-1 -> 0)") != std::string::npos);
   // One dtype and block shape.
   const TensorView wide =
-      TensorView::contiguous(at(0x300000), ScalarType::kBFloat16, {4, 16, 2, 128});
+      TensorView::contiguous(test::fake_device(0x300000), ScalarType::kBFloat16, {4, 16, 2, 128});
   CHECK(error_of([&] {
           swap_blocks(dev, wide, {}, nullptr);
         }).find("must have one dtype and one block layout") != std::string::npos);
   const TensorView fp8 =
-      TensorView::contiguous(at(0x300000), ScalarType::kFloat8E4M3, {4, 16, 2, 64});
+      TensorView::contiguous(test::fake_device(0x300000), ScalarType::kFloat8E4M3, {4, 16, 2, 64});
   CHECK(error_of([&] {
           swap_blocks(dev, fp8, {}, nullptr);
         }).find("must have one dtype and one block layout") != std::string::npos);
@@ -82,20 +74,21 @@ TEST_CASE("kv blocks: swap_blocks and copy_blocks check views and pairs before a
           swap_blocks(hnd, dev, {}, nullptr);
         }).find("must have one dtype and one block layout") != std::string::npos);
   // A block must be one compact region: a strided head dim is not.
-  const TensorView gappy = TensorView::strided(at(0x300000), ScalarType::kBFloat16, {4, 16, 2, 64},
-                                               {16 * 2 * 128, 2 * 128, 128, 1});
+  const TensorView gappy = TensorView::strided(test::fake_device(0x300000), ScalarType::kBFloat16,
+                                               {4, 16, 2, 64}, {16 * 2 * 128, 2 * 128, 128, 1});
   CHECK(error_of([&] { swap_blocks(gappy, dev, {}, nullptr); })
             .find("swap_blocks: src bf16[4, 16, 2, 64] strides [4096, 256, 128, 1] is not "
                   "supported: each block must be one compact region") == 0);
-  const TensorView overlapping =
-      TensorView::strided(at(0x300000), ScalarType::kBFloat16, {4, 16, 2, 64}, {1024, 128, 64, 1});
+  const TensorView overlapping = TensorView::strided(
+      test::fake_device(0x300000), ScalarType::kBFloat16, {4, 16, 2, 64}, {1024, 128, 64, 1});
   CHECK(error_of([&] {
           swap_blocks(dev, overlapping, {}, nullptr);
         }).find("has blocks 1024 elements apart, closer than a block's 2048 elements") !=
         std::string::npos);
   CHECK(error_of([&] { swap_blocks(TensorView{}, dev, {}, nullptr); }) ==
         "swap_blocks: src is null");
-  const TensorView flat = TensorView::contiguous(at(0x300000), ScalarType::kBFloat16, {4});
+  const TensorView flat =
+      TensorView::contiguous(test::fake_device(0x300000), ScalarType::kBFloat16, {4});
   CHECK(error_of([&] {
           swap_blocks(flat, flat, {}, nullptr);
         }).find("supported: [num_blocks, ...] with at least one dim per block") !=

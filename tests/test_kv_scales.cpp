@@ -8,7 +8,6 @@
 #include <cmath>
 #include <cstddef>
 #include <cstring>
-#include <functional>
 #include <limits>
 #include <string>
 #include <tuple>
@@ -20,22 +19,13 @@
 #include "graphattn/jit.hpp"
 #include "jit_cache/nvrtc_compiler.hpp"
 #include "testing/configs.hpp"
+#include "tests/test_util.hpp"
 
 using namespace graphattn;
+using test::error_of;
+using test::fake_device;
 
 namespace {
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
-// Device addresses that are never dereferenced: the checks under test run before any launch.
-void* fake_device(uintptr_t at) { return reinterpret_cast<void*>(at); }
 
 // A compact DLTensor on CUDA device 0 at a fake address.
 DLTensor dl_device(uintptr_t at, int ndim, int64_t* shape, DLDataType dtype) {

@@ -5,16 +5,32 @@
 #include <doctest/doctest.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "graphattn/error.hpp"
 #include "graphattn/jit.hpp"
 #include "graphattn/runtime.hpp"
 
 namespace graphattn::test {
+
+// The message of the graphattn::Error that f throws, or "(no error)".
+inline std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+// A device address that is never dereferenced: for checks that must fail before any launch.
+inline void* fake_device(uintptr_t at) { return reinterpret_cast<void*>(at); }
 
 // A fresh directory under $TMPDIR, removed with everything in it at scope exit.
 class TempDir {
