@@ -79,7 +79,11 @@ TEST_CASE("attention types: invalid combinations are errors naming the spec") {
       {"prefill_h128_b16_bf16_kve4m3_g4_swa0_cap0_nhd_sm90_nc_dense", "b16, kvauto, nhd"},
       {"prefill_h128_b16_bf16_kvauto_g4_swa0_cap0_hnd_sm90_nc_dense", "b16, kvauto, nhd"},
       {"prefill_h128_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm90_nc_dense_chk", "no _chk"}};
-  for (const auto& [text, why] : bad) {
+  for (const auto& entry : bad) {
+    // Named copies, not structured bindings: INFO captures them in a lambda (C++17 refuses
+    // to capture a structured binding; clang says so).
+    const auto& text = entry.first;
+    const auto& why = entry.second;
     INFO(text);
     CHECK_THROWS_WITH_AS(AttentionSpec::parse(text), doctest::Contains(text), Error);
     CHECK_THROWS_WITH_AS(AttentionSpec::parse(text), doctest::Contains(why), Error);
