@@ -371,7 +371,10 @@ def flash_attn_varlen_func(q, k, v, max_seqlen_q, cu_seqlens_q, max_seqlen_k, cu
     max_seqlen_k:  the longest sequence (<= block_table width * block_size)
     seqused_k:     int32 [num_reqs] sequence lengths (context + new tokens), 0 = padding
     block_table:   int32 [num_reqs, max_blocks_per_seq]
-    softmax_scale: None = 1/sqrt(head_size); causal: True for prefills (decode ignores it);
+    softmax_scale: None = 1/sqrt(head_size)
+    causal:        True: query token i of a request sits at position seq_len - n + i and sees
+                   the keys up to it (decoder prefills); False: every query sees all the
+                   request's keys (encoder attention; no window then); decodes ignore it
     window_size:   (left, 0) as vLLM passes (sliding_window - 1, 0); None/(-1, -1) = none
     softcap:       logits soft cap, 0 = none
     out:           [num_tokens, num_heads, head_size] like q (None: allocated like q)
@@ -405,10 +408,14 @@ def flash_attn_varlen_func(q, k, v, max_seqlen_q, cu_seqlens_q, max_seqlen_k, cu
         _refuse("cp_world_size", cp_world_size, "context parallelism is not supported: 1")
     max_q = _names.int_arg("max_seqlen_q", max_seqlen_q, 0)
     max_k = _names.int_arg("max_seqlen_k", max_seqlen_k, 0)
-    if not causal and max_q > 1:
-        _refuse("causal", causal, "graphattn's prefill is causal (bottom-right aligned, as for "
-                "decoder self-attention); causal=False only with max_seqlen_q == 1 (decode)")
     window = _window_of(window_size)
+    # causal=False with prefills: every query sees all of its request's keys (vLLM's encoder
+    # attention over the paged cache), through an "encoder" backend's non-causal prefill. A
+    # decode-only batch is the same either way.
+    non_causal = not causal and max_q > 1
+    if non_causal and window:
+        _refuse("window_size", tuple(window_size), "non-causal attention (causal=False) takes no "
+                "sliding window")
     soft_cap = _names.float_arg("softcap", softcap, 0.0)
     scale = None if softmax_scale is None else _names.float_arg("softmax_scale", softmax_scale)
 
@@ -447,7 +454,8 @@ def flash_attn_varlen_func(q, k, v, max_seqlen_q, cu_seqlens_q, max_seqlen_k, cu
                   kv_cache_dtype=_names.KV_DTYPE_NAMES[kv_dtype],
                   layout=_names.LAYOUT_NAMES[_layout_of(key_half)],
                   window=window, soft_cap=soft_cap, scale=scale, k_scale=k_s, v_scale=v_s,
-                  max_model_len=max(table.shape[1] * block_size, 1))
+                  max_model_len=max(table.shape[1] * block_size, 1),
+                  attn_type="encoder" if non_causal else "decoder")
     # Per-head arrays: a backend reads them on every call, so it is keyed by their addresses and
     # keeps them alive.
     alibi = head_array(alibi_slopes, "alibi_slopes", q_arg.shape[1])

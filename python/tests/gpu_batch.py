@@ -129,10 +129,11 @@ class Batch:
         return expected
 
     def reference(self, cache, scale=None, window=0, soft_cap=0.0, k_scale=1.0, v_scale=1.0,
-                  alibi_slopes=None, sinks=None):
+                  alibi_slopes=None, sinks=None, causal=True):
         """float64 attention of every query row over `cache`; padded requests give zeros.
         alibi_slopes / sinks: [num_heads] tensors (ALiBi bias after the cap; a sink logit per
-        head in the softmax denominator)."""
+        head in the softmax denominator). causal=False: every query sees all its request's
+        keys (no window)."""
         scale = 1.0 / math.sqrt(self.head_size) if scale is None else scale
         group = self.num_heads // self.num_kv_heads
         out = torch.zeros(self.num_tokens, self.num_heads, self.head_size,
@@ -152,7 +153,7 @@ class Batch:
             q = self.query[starts[r]:starts[r] + n].double().transpose(0, 1)  # [H, n, D]
             qpos = torch.arange(s - n, s, device=q.device)[:, None]
             kpos = torch.arange(s, device=q.device)[None, :]
-            allowed = kpos <= qpos
+            allowed = kpos <= qpos if causal else None
             if window:
                 allowed &= (qpos - kpos) < window
             o = attention_float64(q, k, v, scale, qpos, kpos, allowed, soft_cap, alibi_slopes,

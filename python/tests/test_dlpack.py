@@ -207,7 +207,9 @@ def varlen(**kw):
     (dict(seqused_k=None), "seqused_k=None is not supported"),
     (dict(s_aux=np.zeros(8, np.float32)), "s_aux must be in CUDA device memory"),
     (dict(dropout_p=0.1), "dropout_p=0.1 is not supported"),
-    (dict(max_seqlen_q=4, causal=False), "causal=False is not supported"),
+    (dict(max_seqlen_q=4, causal=False, window_size=(8, 0)),
+     r"window_size=\(8, 0\) is not supported: non-causal attention \(causal=False\) takes "
+     "no sliding window"),
     (dict(window_size=(8, 8)), r"window_size \(8, 8\) is not supported"),
     (dict(window_size=(-5, 0)), r"window_size \(-5, 0\) is not supported"),
     (dict(cp_world_size=2), "cp_world_size=2 is not supported"),
@@ -257,8 +259,8 @@ def test_flash_attn_varlen_func_derives_the_configuration(monkeypatch):
     assert seen["config"] == dict(num_heads=8, num_kv_heads=2, head_size=64, block_size=32,
                                   dtype="float16", kv_cache_dtype="auto", layout="HND",
                                   window=64, soft_cap=15.0, scale=0.1, k_scale=1.0,
-                                  v_scale=1.0, max_model_len=320, alibi_slopes=None,
-                                  sinks=None)
+                                  v_scale=1.0, max_model_len=320, attn_type="decoder",
+                                  alibi_slopes=None, sinks=None)
     assert seen["num_reqs"] == 3 and seen["key"][0] == (_dlpack.CPU, 0)
     q_arg, key, value, cache, out_arg, meta, workspace = seen["args"]
     assert key is None and value is None and workspace is None and seen["kw"] == {"stream": 0}
@@ -272,6 +274,16 @@ def test_flash_attn_varlen_func_derives_the_configuration(monkeypatch):
     meta = seen["args"][5]
     assert (meta.num_reqs, meta.num_decodes, meta.max_query_len) == (3, 3, 1)
     assert seen["config"]["window"] == 0 and seen["config"]["scale"] is None
+    assert seen["config"]["attn_type"] == "decoder"
+
+    # causal=False: prefills through an encoder backend (non-causal prefill); a decode-only
+    # batch keeps the decoder one (the same attention).
+    ops.flash_attn_varlen_func(q, kv[0], kv[1], 50, qsl, 300, seqused_k=lens, block_table=table,
+                               causal=False, out=out)
+    assert seen["config"]["attn_type"] == "encoder"
+    ops.flash_attn_varlen_func(q[:3], kv[0], kv[1], 1, np.arange(4, dtype=np.int32), 300,
+                               seqused_k=lens, block_table=table, causal=False, out=out[:3])
+    assert seen["config"]["attn_type"] == "decoder"
 
     # fp8 through uint8 storage needs the format; float8 codes and descales are read.
     raw = np.zeros((2, 6, 16, 2, 64), np.uint8)

@@ -46,7 +46,7 @@ def attend(b, max_seqlen_q, max_seqlen_k=None, **kw):
         q=b.query, k=key_cache, v=value_cache, out=b.output,
         cu_seqlens_q=b.query_start_loc, max_seqlen_q=max_seqlen_q,
         seqused_k=b.seq_lens, max_seqlen_k=max_seqlen_k or b.max_seq_len,
-        softmax_scale=kw.pop("softmax_scale", None), causal=True,
+        softmax_scale=kw.pop("softmax_scale", None), causal=kw.pop("causal", True),
         window_size=kw.pop("window_size", (-1, -1)), block_table=b.block_table,
         softcap=kw.pop("softcap", 0.0), scheduler_metadata=None, fa_version=3,
         q_descale=ks.expand(descale_shape), k_descale=ks.expand(descale_shape),
@@ -113,6 +113,15 @@ def test_decode_prefill_mixed(seed):
         attend(mixed, max_seqlen_q=40, **kw)
         torch.cuda.synchronize()
         check_output(mixed, mixed.reference(mixed.kv_cache), "ops mixed %s" % num_decodes)
+
+
+def test_non_causal_prefill_over_the_paged_cache(seed):
+    """causal=False: vLLM's encoder attention over the cache; each query sees all its keys."""
+    b = Batch(query_lens=[1, 1, 40, 17], context_lens=[300, 12, 0, 90], seed=seed, **BF16)
+    write(b)
+    attend(b, max_seqlen_q=40, causal=False, num_decodes=2)
+    torch.cuda.synchronize()
+    check_output(b, b.reference(b.kv_cache, causal=False), "ops non-causal prefill")
 
 
 def test_window_softcap_scale_hnd_fp16(seed):
