@@ -61,7 +61,7 @@ const Names& axis_names() {
       return Names{"cache_write", "decode", "prefill", "kv_scale"};
     if constexpr (std::is_same_v<E, DType>) return Names{"fp16", "bf16"};
     if constexpr (std::is_same_v<E, KvDType>) return Names{"auto", "e4m3", "e5m2"};
-    if constexpr (std::is_same_v<E, KvLayout>) return Names{"nhd", "hnd"};
+    if constexpr (std::is_same_v<E, KvLayout>) return Names{"nhd", "hnd", "legacy"};
   }();
   static_assert(std::is_same_v<E, KernelKind> || std::is_same_v<E, DType> ||
                     std::is_same_v<E, KvDType> || std::is_same_v<E, KvLayout>,
@@ -219,6 +219,18 @@ void AttentionSpec::validate() const {
       (block_size != 16 || kv_dtype != KvDType::kAuto || layout != KvLayout::kNHD || check_bounds))
     throw Error("spec " + to_string() +
                 ": dense KV (_dense) reads no paged cache; use b16, kvauto, nhd and no _chk");
+  if (layout == KvLayout::kLegacy && kind != KernelKind::kCacheWrite)
+    throw Error("spec " + to_string() +
+                ": the legacy PagedAttention layout (legacy) is written by " +
+                "the cache write kernel only so far; the " + name_of(kind) +
+                " kernel reads the flash layout: nhd or hnd");
+  // The legacy key cache splits the head into chunks of x = 16 bytes of elements.
+  if (layout == KvLayout::kLegacy && head_size % (kv_dtype == KvDType::kAuto ? 8 : 16) != 0)
+    throw Error(
+        "spec " + to_string() + ": head size " + std::to_string(head_size) +
+        " is not supported by the legacy layout with KV cache dtype " + name_of(kv_dtype) +
+        "; supported: multiples of " +
+        (kv_dtype == KvDType::kAuto ? "8 (x = 8 16-bit elements)" : "16 (x = 16 fp8 elements)"));
   if (kind == KernelKind::kKvScale &&
       (block_size != 16 || kv_dtype != KvDType::kAuto || group != 1 || sliding_window || soft_cap ||
        layout != KvLayout::kNHD || alibi || sinks || check_bounds))

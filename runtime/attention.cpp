@@ -388,8 +388,8 @@ void AttentionBackend::forward(const TensorView& query, const TensorView& key,
     d.early_prologue = c.overlap_previous_kernel;
   } else if (write) {
     // The layer's own cache write kernel, loaded by prepare(): no lookup per call.
-    detail::launch_cache_write(*loaded_->kernels[kWrite], k, v, kv_cache, kc, md.slot_mapping,
-                               c.k_scale, c.v_scale, stream, bounds, device_scales);
+    detail::launch_cache_write(*loaded_->kernels[kWrite], k, v, kc, md.slot_mapping, c.k_scale,
+                               c.v_scale, stream, bounds, device_scales);
   }
   if (decode && d.max_splits > 1 && !d.cluster) {
     // The split counters must start at zero; every launch leaves them so. The first split launch

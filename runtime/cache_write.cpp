@@ -53,9 +53,8 @@ void check_cache_write(const TensorView& key, const TensorView& value, const KvC
 }
 
 void launch_cache_write(const LoadedKernel& k, const TensorView& key, const TensorView& value,
-                        const TensorView& kv_cache, const KvCacheShape& kc,
-                        const TensorView& slot_mapping, float k_scale, float v_scale,
-                        CUstream stream, void* bounds, DeviceKvScales scales) {
+                        const KvCacheShape& kc, const TensorView& slot_mapping, float k_scale,
+                        float v_scale, CUstream stream, void* bounds, DeviceKvScales scales) {
   GA_REQUIRE(k.compiled != nullptr && k.compiled->spec.check_bounds == (bounds != nullptr),
              std::string("launch_cache_write: ") +
                  (bounds ? "a bounds report needs a checked kernel (_chk)"
@@ -71,9 +70,9 @@ void launch_cache_write(const LoadedKernel& k, const TensorView& key, const Tens
   p.key_head_stride = key.strides[1];
   p.value_token_stride = value.strides[0];
   p.value_head_stride = value.strides[1];
-  p.cache_block_stride = kv_cache.strides[1];
-  p.cache_token_stride = kv_cache.strides[2];
-  p.cache_head_stride = kv_cache.strides[3];
+  p.cache_block_stride = kc.block_stride;
+  p.cache_token_stride = kc.token_stride;
+  p.cache_head_stride = kc.head_stride;
   p.num_slots = kc.num_blocks * kc.block_size;
   p.num_tokens = static_cast<int>(key.shape[0]);
   p.num_kv_heads = static_cast<int>(kc.num_kv_heads);
@@ -100,8 +99,8 @@ void write_kv_cache(const TensorView& key, const TensorView& value, const Tensor
   if (key.shape[0] == 0) return;
   const AttentionSpec spec = spec_for(
       detail::layer_of(kc, dtype_of(key.dtype), current_device_arch()), KernelKind::kCacheWrite);
-  detail::launch_cache_write(detail::load_kernel(spec, cache, stream), key, value, kv_cache, kc,
-                             slot_mapping, k_scale, v_scale, stream, nullptr, scales);
+  detail::launch_cache_write(detail::load_kernel(spec, cache, stream), key, value, kc, slot_mapping,
+                             k_scale, v_scale, stream, nullptr, scales);
 }
 
 }  // namespace graphattn

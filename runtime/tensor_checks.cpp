@@ -48,6 +48,9 @@ KvCacheShape check_kv_cache(const TensorView& c, DType dtype) {
                           "that are multiples of 16 bytes");
   s.key_data = c.data;
   s.value_data = static_cast<char*>(c.data) + c.strides[0] * elem;
+  s.block_stride = c.strides[1];
+  s.token_stride = c.strides[2];
+  s.head_stride = c.strides[3];
   return s;
 }
 

@@ -29,6 +29,9 @@ struct KvCacheShape {
   KvDType kv_dtype = KvDType::kAuto;
   void* key_data = nullptr;
   void* value_data = nullptr;
+  // Flash layout: the view's strides (elements) of a block, a token and a KV head; 0 for the
+  // legacy layout, whose kernels address its compact caches themselves.
+  int64_t block_stride = 0, token_stride = 0, head_stride = 0;
 };
 KvCacheShape check_kv_cache(const TensorView& kv_cache, DType dtype);
 // The start of a direct launch (launch_decode, launch_prefill): k is loaded, the query has rank
@@ -68,9 +71,9 @@ void require_device_scales(const DeviceKvScales& s, const char* where);
 // `bounds`: checked mode's zero-filled GaBoundsReport (then `k` must be a checked kernel), or
 // nullptr. `scales`: device scales that replace k_scale / v_scale (fp8 caches).
 void launch_cache_write(const LoadedKernel& k, const TensorView& key, const TensorView& value,
-                        const TensorView& kv_cache, const KvCacheShape& kc,
-                        const TensorView& slot_mapping, float k_scale, float v_scale,
-                        CUstream stream, void* bounds = nullptr, DeviceKvScales scales = {});
+                        const KvCacheShape& kc, const TensorView& slot_mapping, float k_scale,
+                        float v_scale, CUstream stream, void* bounds = nullptr,
+                        DeviceKvScales scales = {});
 // Every check of the cache write's arguments (write_kv_cache and the decode kernel's fused
 // write share it); returns the cache's shape.
 KvCacheShape check_cache_write(const TensorView& key, const TensorView& value,

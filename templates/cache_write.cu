@@ -1,6 +1,7 @@
-// Cache write (vLLM's reshape_and_cache_flash): token t's key and value go to slot
-// slot_mapping[t] = block * BLOCK_SIZE + offset of the paged cache; a negative slot (padding)
-// writes nothing. One thread block per token; each thread moves 8 elements (16 bytes read).
+// Cache write (vLLM's reshape_and_cache_flash, and reshape_and_cache for the legacy
+// PagedAttention layout): token t's key and value go to slot slot_mapping[t] = block *
+// BLOCK_SIZE + offset of the paged cache; a negative slot (padding) writes nothing. One thread
+// block per token; each thread moves 8 elements (16 bytes read).
 
 extern "C" __global__ void __launch_bounds__(256)
     graphattn_cache_write(const __grid_constant__ CacheWriteParams p) {
@@ -26,10 +27,28 @@ extern "C" __global__ void __launch_bounds__(256)
     const int d = (i - head * VECS_PER_HEAD) * VEC;
     const uint4 k = *reinterpret_cast<const uint4*>(key + head * p.key_head_stride + d);
     const uint4 v = *reinterpret_cast<const uint4*>(value + head * p.value_head_stride + d);
-    const long long dst = base + head * p.cache_head_stride + d;
+    // Destinations, in elements. Flash layout: the row at the slot, head dim contiguous. Legacy
+    // (KV_LAYOUT 2, compact caches): key [block, head, d / X, offset, d % X] with X = 16 bytes
+    // of elements, so the 8 elements stay contiguous (d is a multiple of 8, X of 8); value
+    // [block, head, d, offset], one element every BLOCK_SIZE.
+    constexpr int X = KV_FP8 == 0 ? 8 : 16;
+    const long long legacy_head =
+        (block * p.num_kv_heads + head) * static_cast<long long>(HEAD_SIZE) * BLOCK_SIZE;
+    const long long kdst = KV_LAYOUT == 2
+                               ? legacy_head + (d / X) * (BLOCK_SIZE * X) + offset * X + d % X
+                               : base + head * p.cache_head_stride + d;
+    const long long vdst =
+        KV_LAYOUT == 2 ? legacy_head + static_cast<long long>(d) * BLOCK_SIZE + offset : kdst;
     if (KV_FP8 == 0) {
-      *reinterpret_cast<uint4*>(static_cast<ga_u16*>(p.key_cache) + dst) = k;
-      *reinterpret_cast<uint4*>(static_cast<ga_u16*>(p.value_cache) + dst) = v;
+      *reinterpret_cast<uint4*>(static_cast<ga_u16*>(p.key_cache) + kdst) = k;
+      if (KV_LAYOUT == 2) {
+        const ga_u16* vh = reinterpret_cast<const ga_u16*>(&v);
+#pragma unroll
+        for (int j = 0; j < VEC; ++j)
+          static_cast<ga_u16*>(p.value_cache)[vdst + j * BLOCK_SIZE] = vh[j];
+      } else {
+        *reinterpret_cast<uint4*>(static_cast<ga_u16*>(p.value_cache) + vdst) = v;
+      }
     } else {
       const ga_u16* kh = reinterpret_cast<const ga_u16*>(&k);
       const ga_u16* vh = reinterpret_cast<const ga_u16*>(&v);
@@ -40,10 +59,16 @@ extern "C" __global__ void __launch_bounds__(256)
         kq[j] = ga_f32_to_kv_fp8(ga_to_float(kh[j]) / k_scale);
         vq[j] = ga_f32_to_kv_fp8(ga_to_float(vh[j]) / v_scale);
       }
-      *reinterpret_cast<uint2*>(static_cast<ga_u8*>(p.key_cache) + dst) =
+      *reinterpret_cast<uint2*>(static_cast<ga_u8*>(p.key_cache) + kdst) =
           *reinterpret_cast<const uint2*>(kq);
-      *reinterpret_cast<uint2*>(static_cast<ga_u8*>(p.value_cache) + dst) =
-          *reinterpret_cast<const uint2*>(vq);
+      if (KV_LAYOUT == 2) {
+#pragma unroll
+        for (int j = 0; j < VEC; ++j)
+          static_cast<ga_u8*>(p.value_cache)[vdst + j * BLOCK_SIZE] = vq[j];
+      } else {
+        *reinterpret_cast<uint2*>(static_cast<ga_u8*>(p.value_cache) + vdst) =
+            *reinterpret_cast<const uint2*>(vq);
+      }
     }
   }
 }

@@ -1,6 +1,7 @@
 // Device helpers shared by every kernel family. Self-contained: no toolkit header is needed, so
 // NVRTC compiles these with nothing but libnvrtc. The renderer defines before this text:
-//   HEAD_SIZE, BLOCK_SIZE, GROUP, IS_BF16, KV_FP8 (0 auto, 1 e4m3, 2 e5m2), KV_HND,
+//   HEAD_SIZE, BLOCK_SIZE, GROUP, IS_BF16, KV_FP8 (0 auto, 1 e4m3, 2 e5m2),
+//   KV_LAYOUT (0 nhd, 1 hnd, 2 legacy),
 //   HAS_WINDOW, HAS_SOFT_CAP (all constexpr int), and HAS_ALIBI / HAS_SINKS / GA_NON_CAUSAL /
 //   GA_DENSE_KV (#define 1) for specs with those suffixes.
 #ifndef HAS_ALIBI

@@ -36,13 +36,16 @@ struct CacheWriteParams {
   const void* value;              // [num_tokens, num_kv_heads, head_size] dtype
   void* key_cache;                // [num_blocks, block_size, num_kv_heads, head_size] NHD, or
                                   // [num_blocks, num_kv_heads, block_size, head_size] HND; kv dtype
-  void* value_cache;              // same shape as key_cache
+                                  // legacy (KV_LAYOUT 2): [num_blocks, num_kv_heads,
+                                  // head_size / x, block_size, x], compact
+  void* value_cache;              // same shape as key_cache; legacy: [num_blocks, num_kv_heads,
+                                  // head_size, block_size], compact
   const long long* slot_mapping;  // [num_tokens] block * block_size + offset; -1: write nothing
   long long key_token_stride;
   long long key_head_stride;
   long long value_token_stride;
   long long value_head_stride;
-  long long cache_block_stride;  // shared by key_cache and value_cache
+  long long cache_block_stride;  // shared by key_cache and value_cache (flash layout only)
   long long cache_token_stride;
   long long cache_head_stride;
   long long num_slots;  // num_blocks * block_size; slots outside [0, num_slots) skip

@@ -53,7 +53,7 @@ TEST_CASE("spec: every axis rejects bad values with the value and the allowed se
   }
   s = base();
   s.layout = static_cast<KvLayout>(3);
-  CHECK(validate_message(s) == "KV layout 3 is not supported; supported: nhd, hnd");
+  CHECK(validate_message(s) == "KV layout 3 is not supported; supported: nhd, hnd, legacy");
   s = base();
   s.arch = 75;
   CHECK(validate_message(s).find("target arch sm_75 is not supported; supported: sm_80, sm_86") ==

@@ -16,7 +16,12 @@ namespace graphattn {
 enum class KernelKind { kCacheWrite, kDecode, kPrefill, kKvScale };
 enum class DType { kFloat16, kBFloat16 };          // query, output and (auto) KV element type
 enum class KvDType { kAuto, kFp8E4M3, kFp8E5M2 };  // KV cache element type; auto = DType
-enum class KvLayout { kNHD, kHND };                // order of block_size and num_kv_heads
+// The KV cache's layout. kNHD / kHND: the flash layout [2, num_blocks, ...] with block_size
+// before num_kv_heads or after it. kLegacy: vLLM's legacy PagedAttention caches, a key cache
+// [num_blocks, num_kv_heads, head_size / x, block_size, x] (x = 16 bytes of elements) and a value
+// cache [num_blocks, num_kv_heads, head_size, block_size]; so far written by the cache write
+// kernel only (write_to_paged_cache), not read by decode or prefill.
+enum class KvLayout { kNHD, kHND, kLegacy };
 // vLLM's AttentionType: what a layer's queries see and where its keys come from.
 //   kDecoder        causal self-attention over the paged KV cache (what forward() always did)
 //   kEncoder        bidirectional self-attention over the paged KV cache, which forward() writes
@@ -59,7 +64,7 @@ enum class AttentionType { kDecoder, kEncoder, kEncoderOnly, kEncoderDecoder };
   X(bool, sliding_window, false, kFlag, "_swa", "window", 2, "HAS_WINDOW")                    \
   /* the cap value itself is a launch argument */                                             \
   X(bool, soft_cap, false, kFlag, "_cap", "soft cap", 2, "HAS_SOFT_CAP")                      \
-  X(KvLayout, layout, KvLayout::kNHD, kName, "_", "KV layout", 2, "KV_HND")                   \
+  X(KvLayout, layout, KvLayout::kNHD, kName, "_", "KV layout", 4, "KV_LAYOUT")                \
   /* compute capability * 10 + minor, e.g. 80, 89, 90 */                                      \
   X(int, arch, 90, kNumber, "_sm", "target arch", 1024, "TARGET_ARCH")                        \
   /* ALiBi: score += slope[head] * (key position - query position); the slopes are launch */  \
@@ -111,7 +116,7 @@ GRAPHATTN_API int kv_dtype_bytes(KvDType t, DType auto_type);
 GRAPHATTN_API const char* to_string(KernelKind k);
 GRAPHATTN_API const char* to_string(DType t);     // "fp16" / "bf16"
 GRAPHATTN_API const char* to_string(KvDType t);   // "auto" / "e4m3" / "e5m2"
-GRAPHATTN_API const char* to_string(KvLayout l);  // "nhd" / "hnd"
+GRAPHATTN_API const char* to_string(KvLayout l);  // "nhd" / "hnd" / "legacy"
 // "decoder", "encoder", "encoder_only", "encoder_decoder" (vLLM's AttentionType values).
 GRAPHATTN_API const char* to_string(AttentionType t);
 

@@ -1,4 +1,5 @@
-// The cache write kernel on the GPU, compared exactly with a host model: fp16/bf16, NHD/HND,
+// The cache write kernel on the GPU, compared exactly with a host model: fp16/bf16, NHD/HND and
+// vLLM's legacy PagedAttention caches (write_to_paged_cache),
 // head and block sizes, fp8 e4m3/e5m2 with scales, random slots with -1 padding, canary blocks.
 #include <doctest/doctest.h>
 
@@ -62,24 +63,35 @@ void run_case(const WriteCase& c, KernelCache& cache, std::mt19937_64& rng) {
   TensorView kv_view;
   if (c.layout == KvLayout::kNHD) {
     kv_view = TensorView::contiguous(d_cache.data(), kst, {2, NB, B, KH, D});
-  } else {
+  } else if (c.layout == KvLayout::kHND) {
     kv_view = TensorView::strided(d_cache.data(), kst, {2, NB, B, KH, D},
                                   {NB * KH * B * D, KH * B * D, D, B * D, 1});
+  } else {  // legacy: one [2, NB, B * KH * D] tensor, split as vLLM does
+    kv_view = TensorView::contiguous(d_cache.data(), kst, {2, NB, B * KH * D});
   }
   const TensorView kv = TensorView::strided(d_key.data(), st, {T, KH, D}, {token_stride, D, 1});
   const TensorView vv = TensorView::strided(d_value.data(), st, {T, KH, D}, {token_stride, D, 1});
   const TensorView sv = TensorView::contiguous(d_slots.data(), ScalarType::kInt64, {T});
   const float k_scale = c.kv == KvDType::kAuto ? 1.0f : 0.37f;
   const float v_scale = c.kv == KvDType::kAuto ? 1.0f : 1.9f;
-  write_kv_cache(kv, vv, kv_view, sv, k_scale, v_scale, nullptr, cache);
+  if (c.layout == KvLayout::kLegacy) {
+    const PagedKvCache p = split_paged_kv_cache(kv_view, static_cast<int>(KH), static_cast<int>(D));
+    write_to_paged_cache(kv, vv, p.key_cache, p.value_cache, sv, k_scale, v_scale, nullptr, cache);
+  } else {
+    write_kv_cache(kv, vv, kv_view, sv, k_scale, v_scale, nullptr, cache);
+  }
 
   std::vector<unsigned char> got(cache_bytes);
   d_cache.download(got.data(), cache_bytes);
 
   // Host model of the expected cache.
   std::vector<unsigned char> want = host_cache;
+  const int64_t x = 16 / elem;  // the legacy key cache's chunk
   auto offset = [&](int which, int64_t blk, int64_t off, int64_t h, int64_t d) {
     const int64_t base = which * NB * B * KH * D + blk * B * KH * D;
+    if (c.layout == KvLayout::kLegacy)  // key [.., h, d / x, off, x]; value [.., h, d, off]
+      return which == 0 ? base + ((h * (D / x) + d / x) * B + off) * x + d % x
+                        : base + (h * D + d) * B + off;
     return c.layout == KvLayout::kNHD ? base + (off * KH + h) * D + d
                                       : base + (h * B + off) * D + d;
   };
@@ -128,6 +140,12 @@ TEST_CASE("gpu cache write: exact against the host model across the spec axes") 
         for (auto hb : {std::pair{64, 16}, std::pair{128, 32}, std::pair{256, 16},
                         std::pair{40, 256}, std::pair{96, 64}})
           cases.push_back({dt, kv, lay, hb.first, hb.second, 4, 12, 97});
+  // vLLM's legacy PagedAttention caches (write_to_paged_cache): head sizes in whole x chunks.
+  for (DType dt : {DType::kFloat16, DType::kBFloat16})
+    for (KvDType kv : {KvDType::kAuto, KvDType::kFp8E4M3, KvDType::kFp8E5M2})
+      for (auto hb : {std::pair{64, 16}, std::pair{128, 32}, std::pair{256, 16}, std::pair{80, 64},
+                      std::pair{96, 256}})
+        cases.push_back({dt, kv, KvLayout::kLegacy, hb.first, hb.second, 4, 12, 97});
   cases.push_back({DType::kBFloat16, KvDType::kAuto, KvLayout::kNHD, 128, 16, 8, 300, 2048});
   cases.push_back({DType::kFloat16, KvDType::kFp8E4M3, KvLayout::kHND, 256, 128, 1, 20, 512});
   for (const auto& c : cases) run_case(c, cache, rng);
