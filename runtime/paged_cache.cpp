@@ -30,8 +30,8 @@ bool compact(const TensorView& t) {
 }
 
 // The legacy caches as the cache write kernel reads them (check_cache_write checks the rest).
-detail::KvCacheShape check_paged_caches(const TensorView& key_cache,
-                                        const TensorView& value_cache, DType dtype) {
+detail::KvCacheShape check_paged_caches(const TensorView& key_cache, const TensorView& value_cache,
+                                        DType dtype) {
   detail::require_rank(key_cache, 5, "key_cache",
                        "[num_blocks, num_kv_heads, head_size / x, block_size, x]");
   detail::require_rank(value_cache, 4, "value_cache",
@@ -94,14 +94,14 @@ PagedKvCache split_paged_kv_cache(const TensorView& kv_cache, int num_kv_heads, 
                  str(num_kv_heads) + " KV heads of size " + str(head_size));
   GA_REQUIRE(head_size % x == 0, "head_size " + str(head_size) +
                                      " is not supported by the legacy layout with " +
-                                     to_string(kv_cache.dtype) + " elements; supported: " +
-                                     "multiples of x = " + str(x));
+                                     to_string(kv_cache.dtype) +
+                                     " elements; supported: " + "multiples of x = " + str(x));
   const int64_t nb = kv_cache.shape[1], bs = kv_cache.shape[2] / per_token;
   char* half = static_cast<char*>(kv_cache.data);
   const int64_t half_bytes = kv_cache.strides[0] * scalar_bytes(kv_cache.dtype);
   PagedKvCache out;
-  out.key_cache = TensorView::contiguous(half, kv_cache.dtype,
-                                         {nb, num_kv_heads, head_size / x, bs, x});
+  out.key_cache =
+      TensorView::contiguous(half, kv_cache.dtype, {nb, num_kv_heads, head_size / x, bs, x});
   out.value_cache =
       TensorView::contiguous(half + half_bytes, kv_cache.dtype, {nb, num_kv_heads, head_size, bs});
   return out;
@@ -120,10 +120,10 @@ void write_to_paged_cache(const TensorView& key, const TensorView& value,
   // The spec's own checks (block size, head size against x) before any device use.
   spec_for(detail::layer_of(kc, kc.dtype, 90), KernelKind::kCacheWrite).validate();
   if (key.shape[0] == 0) return;
-  const AttentionSpec spec = spec_for(detail::layer_of(kc, kc.dtype, current_device_arch()),
-                                      KernelKind::kCacheWrite);
-  detail::launch_cache_write(detail::load_kernel(spec, cache, stream), key, value, kc,
-                             slot_mapping, k_scale, v_scale, stream, nullptr, scales);
+  const AttentionSpec spec =
+      spec_for(detail::layer_of(kc, kc.dtype, current_device_arch()), KernelKind::kCacheWrite);
+  detail::launch_cache_write(detail::load_kernel(spec, cache, stream), key, value, kc, slot_mapping,
+                             k_scale, v_scale, stream, nullptr, scales);
 }
 
 }  // namespace graphattn

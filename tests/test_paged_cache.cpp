@@ -21,21 +21,23 @@ TEST_CASE("paged cache: the legacy layout is a cache write spec, refused for att
   CHECK(AttentionSpec::parse(legacy).layout == KvLayout::kLegacy);
   CHECK(AttentionSpec::parse(legacy).to_string() == legacy);
   CHECK(std::string(to_string(KvLayout::kLegacy)) == "legacy");
-  CHECK(error_of([] {
-          AttentionSpec::parse("decode_h128_b16_bf16_kvauto_g4_swa0_cap0_legacy_sm90");
-        }).find("the legacy PagedAttention layout (legacy) is written by the cache write kernel "
+  CHECK(
+      error_of([] { AttentionSpec::parse("decode_h128_b16_bf16_kvauto_g4_swa0_cap0_legacy_sm90"); })
+          .find("the legacy PagedAttention layout (legacy) is written by the cache write kernel "
                 "only so far; the decode kernel reads the flash layout: nhd or hnd") !=
-        std::string::npos);
+      std::string::npos);
   CHECK(error_of([] {
           AttentionSpec::parse("prefill_h128_b16_bf16_kvauto_g4_swa0_cap0_legacy_sm90");
         }).find("the prefill kernel reads the flash layout") != std::string::npos);
   // fp8 needs head sizes in whole x = 16 chunks; 16-bit caches x = 8.
   CHECK(error_of([] {
           AttentionSpec::parse("cache_write_h120_b16_bf16_kve4m3_g1_swa0_cap0_legacy_sm90");
-        }).find("head size 120 is not supported by the legacy layout with KV cache dtype e4m3; "
-                "supported: multiples of 16") != std::string::npos);
-  CHECK(AttentionSpec::parse("cache_write_h120_b16_bf16_kvauto_g1_swa0_cap0_legacy_sm90").head_size ==
-        120);
+        })
+            .find("head size 120 is not supported by the legacy layout with KV cache dtype e4m3; "
+                  "supported: multiples of 16") != std::string::npos);
+  CHECK(
+      AttentionSpec::parse("cache_write_h120_b16_bf16_kvauto_g1_swa0_cap0_legacy_sm90").head_size ==
+      120);
   // A layer configured with the legacy layout has no decode kernel yet.
   AttentionLayerConfig c;
   c.num_heads = c.num_kv_heads = 8;
@@ -57,7 +59,10 @@ TEST_CASE("paged cache: NVRTC builds the legacy cache write for 16-bit and fp8 c
     CHECK(src.source.find("constexpr int KV_LAYOUT = 2;") != std::string::npos);
     const std::vector<char> cubin = detail::nvrtc_compile(src, nullptr);
     REQUIRE(cubin.size() > 64);
-    CHECK(std::memcmp(cubin.data(), "\x7f" "ELF", 4) == 0);
+    CHECK(std::memcmp(cubin.data(),
+                      "\x7f"
+                      "ELF",
+                      4) == 0);
   }
 }
 
@@ -87,8 +92,8 @@ TEST_CASE("paged cache: get_kv_cache_shape and split_kv_cache as vLLM's PagedAtt
   CHECK(error_of([&] { split_paged_kv_cache(kv, 7, 128); })
             .find("is not a compact [2, num_blocks, block_size * num_kv_heads * head_size] cache "
                   "for 7 KV heads of size 128") != std::string::npos);
-  const TensorView fp8 = TensorView::contiguous(fake_device(0x100000), ScalarType::kFloat8E4M3,
-                                                {2, 10, 16 * 8 * 120});
+  const TensorView fp8 =
+      TensorView::contiguous(fake_device(0x100000), ScalarType::kFloat8E4M3, {2, 10, 16 * 8 * 120});
   CHECK(error_of([&] { split_paged_kv_cache(fp8, 8, 120); }) ==
         "head_size 120 is not supported by the legacy layout with fp8_e4m3 elements; supported: "
         "multiples of x = 16");
@@ -113,14 +118,15 @@ TEST_CASE("paged cache: write_to_paged_cache names every bad argument before tou
   CHECK(call(key, wrong_x, p.value_cache, slots)
             .find("key_cache must be [num_blocks, num_kv_heads, head_size / x, block_size, x] "
                   "with x = 8 (16 bytes of bf16)") != std::string::npos);
-  const TensorView fp16_values = TensorView::contiguous(fake_device(0x200000), ScalarType::kFloat16,
-                                                        {10, 2, 128, 16});
+  const TensorView fp16_values =
+      TensorView::contiguous(fake_device(0x200000), ScalarType::kFloat16, {10, 2, 128, 16});
   CHECK(call(key, p.key_cache, fp16_values, slots)
             .find("value_cache dtype fp16 differs from key_cache dtype bf16") == 0);
   TensorView strided = p.value_cache;
   strided.strides[0] *= 2;
-  CHECK(call(key, p.key_cache, strided, slots).find("must be compact (row-major) and 16-byte "
-                                                    "aligned") != std::string::npos);
+  CHECK(call(key, p.key_cache, strided, slots)
+            .find("must be compact (row-major) and 16-byte "
+                  "aligned") != std::string::npos);
   // The key/value checks are the flash write's: heads, slots, dtype.
   const TensorView three_heads = TensorView::contiguous(fake_device(0x400000), bf, {4, 3, 128});
   CHECK(call(three_heads, p.key_cache, p.value_cache, slots)

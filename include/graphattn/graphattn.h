@@ -423,6 +423,17 @@ GRAPHATTN_API graphattn_status_t graphattn_calc_kv_scales(
     const DLTensor* key, const DLTensor* value, const DLTensor* k_scale, const DLTensor* v_scale,
     float k_divisor, float v_divisor, void* stream, graphattn_cache_t cache) GRAPHATTN_NOEXCEPT;
 
+/* vLLM's reshape_and_cache into its legacy PagedAttention caches (C++ write_to_paged_cache,
+ * graphattn/paged_cache.hpp): key_cache [num_blocks, num_kv_heads, head_size / x, block_size,
+ * x] and value_cache [num_blocks, num_kv_heads, head_size, block_size], compact, x = 16 bytes of
+ * elements; kv_dtype says how to read uint8 caches (auto: the model dtype). key, value,
+ * slot_mapping, scales and cache as graphattn_write_kv_cache. Decode and prefill read the flash
+ * layout only, so far. */
+GRAPHATTN_API graphattn_status_t graphattn_write_to_paged_cache(
+    const DLTensor* key, const DLTensor* value, const DLTensor* key_cache,
+    const DLTensor* value_cache, const DLTensor* slot_mapping, graphattn_kv_dtype_t kv_dtype,
+    float k_scale, float v_scale, void* stream, graphattn_cache_t cache) GRAPHATTN_NOEXCEPT;
+
 /* ---- Block copies (vLLM's swap_blocks and copy_blocks; C++ graphattn/kv_blocks.hpp) -------- */
 
 /* For each pair i in order, block block_mapping[2i + 1] of dst := block block_mapping[2i] of

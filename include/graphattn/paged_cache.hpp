@@ -30,7 +30,7 @@ GRAPHATTN_API int paged_cache_x(ScalarType kv_cache_type);
 // vLLM's PagedAttention.get_kv_cache_shape: {2, num_blocks, block_size * num_kv_heads *
 // head_size}. Every count >= 1 (graphattn::Error naming the one that is not).
 GRAPHATTN_API std::array<int64_t, 3> paged_kv_cache_shape(int64_t num_blocks, int block_size,
-                                                         int num_kv_heads, int head_size);
+                                                          int num_kv_heads, int head_size);
 
 // vLLM's PagedAttention.split_kv_cache: views of a contiguous [2, num_blocks, block_size *
 // num_kv_heads * head_size] tensor as its key and value caches. head_size must be a multiple of

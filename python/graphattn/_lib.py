@@ -252,6 +252,9 @@ def _declare(lib, path):
         # fp8 scales in device memory
         "graphattn_calc_kv_scales": (i, [DLTensor_p, DLTensor_p, DLTensor_p, DLTensor_p,
                                          ctypes.c_float, ctypes.c_float, vp, vp]),
+        "graphattn_write_to_paged_cache": (i, [DLTensor_p, DLTensor_p, DLTensor_p, DLTensor_p,
+                                               DLTensor_p, i, ctypes.c_float, ctypes.c_float, vp,
+                                               vp]),
         # block copies
         "graphattn_swap_blocks": (i, [DLTensor_p, DLTensor_p, P(ctypes.c_int64), sz, vp]),
         "graphattn_copy_blocks": (i, [P(ctypes.c_void_p), sz, P(ctypes.c_int64), sz, vp]),

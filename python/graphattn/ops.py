@@ -3,7 +3,8 @@
 paged form vLLM v1's FlashAttention backend calls), so an engine can swap them in; and the
 attention of layers without a KV cache: ``encoder_attention`` (vLLM's ENCODER_ONLY layers) and
 ``multi_head_attention`` (its MultiHeadAttention, for vision encoders); and vLLM's block copies
-of paged caches, ``swap_blocks`` and ``copy_blocks``.
+of paged caches, ``swap_blocks`` and ``copy_blocks``; ``reshape_and_cache`` writes vLLM's legacy
+PagedAttention caches.
 
     from graphattn import ops
     ops.reshape_and_cache_flash(key, value, key_cache, value_cache, slot_mapping, "auto",
@@ -36,7 +37,8 @@ from ._dlpack import (BFLOAT, CUDA_DEVICES, FLOAT, FLOAT8_E4M3FN, FLOAT8_E5M2, U
 from .backend import AttentionBackend, AttentionMetadata, head_array
 
 __all__ = ["reshape_and_cache_flash", "flash_attn_varlen_func", "clear_cache", "calc_kv_scales",
-           "encoder_attention", "multi_head_attention", "swap_blocks", "copy_blocks"]
+           "encoder_attention", "multi_head_attention", "swap_blocks", "copy_blocks",
+           "reshape_and_cache"]
 
 
 def _model_dtype(arg, name):
@@ -126,6 +128,31 @@ def reshape_and_cache_flash(key, value, key_cache, value_cache, slot_mapping, kv
             v = reshaped(v, (rows,) + v.shape[1:], v.strides)
     _lib.check(_lib.lib.graphattn_write_kv_cache(k.ref, v.ref, cache.ref, slots.ref, kv_dtype,
                                                  k_s, v_s, s, None))
+
+
+def reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype,
+                      k_scale, v_scale, *, stream=None):
+    """vLLM's reshape_and_cache: the new tokens' keys and values into its legacy PagedAttention
+    caches (PagedAttention.write_to_paged_cache).
+
+    key, value:   [num_tokens, num_kv_heads, head_size] float16/bfloat16
+    key_cache:    [num_blocks, num_kv_heads, head_size / x, block_size, x], x = 16 bytes of
+                  elements (8 for 16-bit caches, 16 for fp8); value_cache: [num_blocks,
+                  num_kv_heads, head_size, block_size]; both compact
+    slot_mapping: int64 [num_tokens] block * block_size + offset, -1 = skip
+    kv_cache_dtype: "auto", "fp8", "fp8_e4m3", "fp8_e5m2"; fp8 caches store value / scale
+    graphattn's decode and prefill read the flash layout only, so far.
+    """
+    s = _device.stream_handle(stream, (key, key_cache))
+    k = to_dl(key, "key", s)
+    v = to_dl(value, "value", s)
+    slots = to_dl(slot_mapping, "slot_mapping", s)
+    kc = to_dl(key_cache, "key_cache", s)
+    vc = to_dl(value_cache, "value_cache", s)
+    kv_dtype = _names.parse_kv_dtype(kv_cache_dtype, _model_dtype(k, "key"))
+    k_s, v_s = _fp8_scales(kv_dtype, k_scale, v_scale, ("k_scale", "v_scale"))
+    _lib.check(_lib.lib.graphattn_write_to_paged_cache(k.ref, v.ref, kc.ref, vc.ref, slots.ref,
+                                                       kv_dtype, k_s, v_s, s, None))
 
 
 # ---- fp8 scales in device memory

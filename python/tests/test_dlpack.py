@@ -188,6 +188,17 @@ def test_reshape_and_cache_flash_reaches_the_library():
                                     np.array([1.0, 2.0], np.float32), 1.0)
 
 
+def test_reshape_and_cache_legacy_reaches_the_library():
+    key = np.zeros((3, 4, 64), np.float16)
+    key_cache = np.zeros((6, 4, 8, 16, 8), np.float16)  # x = 8
+    value_cache = np.zeros((6, 4, 64, 16), np.float16)
+    slots = np.array([0, 17, -1], np.int64)
+    with pytest.raises(graphattn.GraphattnError, match="key is on device type 1"):
+        ops.reshape_and_cache(key, key, key_cache, value_cache, slots, "auto", 1.0, 1.0)
+    with pytest.raises(ValueError, match="kv_cache_dtype 'fp4' is not supported"):
+        ops.reshape_and_cache(key, key, key_cache, value_cache, slots, "fp4", 1.0, 1.0)
+
+
 def varlen(**kw):
     kv, k, v = cache_halves()
     args = dict(q=np.zeros((3, 8, 64), np.float16), k=k, v=v, max_seqlen_q=1,

@@ -361,3 +361,29 @@ def test_copy_blocks_every_layer_and_in_a_graph(seed):
     torch.cuda.synchronize()
     for kv, want in zip(layers, wants):
         assert torch.equal(kv, want)
+
+
+# ---- vLLM's legacy PagedAttention caches
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_reshape_and_cache_legacy_layout_is_a_scatter(seed, dtype):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    T, KH, D, B, NB = 20, 4, 128, 16, 9
+    x = 8  # 16 bytes of 16-bit elements
+    key, value = (torch.randn(T, KH, D, generator=g, device="cuda").to(dtype) for _ in range(2))
+    slots = torch.randperm((NB - 1) * B, generator=g, device="cuda")[:T]
+    slots[::5] = -1  # padding
+    key_cache = torch.randn(NB, KH, D // x, B, x, generator=g, device="cuda").to(dtype)
+    value_cache = torch.randn(NB, KH, D, B, generator=g, device="cuda").to(dtype)
+    want_k, want_v = key_cache.clone(), value_cache.clone()
+    for t in range(T):
+        s = int(slots[t])
+        if s < 0:
+            continue
+        blk, off = divmod(s, B)
+        want_k[blk, :, :, off, :] = key[t].reshape(KH, D // x, x)
+        want_v[blk, :, :, off] = value[t]
+    ops.reshape_and_cache(key, value, key_cache, value_cache, slots, "auto", 1.0, 1.0)
+    torch.cuda.synchronize()
+    assert torch.equal(key_cache, want_k)
+    assert torch.equal(value_cache, want_v)

@@ -590,6 +590,24 @@ static void test_tensor_checks(void) {
   CHECK_FAILS(
       graphattn_write_kv_cache(&k, &bad, &cache, &slots, GRAPHATTN_KV_DTYPE_AUTO, 1, 1, NULL, NULL),
       INVALID, "value has size -1 in dimension 1");
+  /* The legacy PagedAttention caches: a flash cache is not one; uint8 caches read as the kv
+   * dtype given. The C++ checks name the cache before any device use. */
+  {
+    int64_t key_shape[5] = {10, 8, 16, 16, 8}, value_shape[4] = {10, 8, 128, 16};
+    DLTensor key_cache = tensor(FAKE_DEVICE_PTR, kDLCUDA, kDLBfloat, 16, 5, key_shape);
+    DLTensor value_cache = tensor(FAKE_DEVICE_PTR, kDLCUDA, kDLBfloat, 16, 4, value_shape);
+    CHECK_FAILS(graphattn_write_to_paged_cache(&k, &v, &cache, &value_cache, &slots,
+                                               GRAPHATTN_KV_DTYPE_AUTO, 1, 1, NULL, NULL),
+                GRAPHATTN_ERROR, "key_cache");
+    CHECK_FAILS(graphattn_write_to_paged_cache(&k, &v, &key_cache, &value_cache, &slots,
+                                               (graphattn_kv_dtype_t)5, 1, 1, NULL, NULL),
+                INVALID, "kv_dtype 5 is out of range");
+    key_cache.dtype.code = kDLUInt;
+    key_cache.dtype.bits = 8;
+    CHECK_FAILS(graphattn_write_to_paged_cache(&k, &v, &key_cache, &value_cache, &slots,
+                                               GRAPHATTN_KV_DTYPE_FP8_E4M3, 1, 1, NULL, NULL),
+                GRAPHATTN_ERROR, "value_cache dtype bf16 differs from key_cache dtype fp8_e4m3");
+  }
   /* An fp8 cache as DLPack 1.1's float8_e5m2 (code 12) must match the kv dtype given. */
   DLTensor fp8 = cache;
   fp8.dtype.code = 12;
