@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
@@ -16,6 +17,7 @@
 #include "graphattn/error.hpp"
 #include "graphattn/jit.hpp"
 #include "graphattn/runtime.hpp"
+#include "jit_cache/nvrtc_compiler.hpp"
 
 namespace graphattn::test {
 
@@ -27,6 +29,17 @@ inline std::string error_of(const std::function<void()>& f) {
     return e.what();
   }
   return "(no error)";
+}
+
+// NVRTC builds `src` into a cubin: an ELF image that holds the kernel's entry point.
+inline void check_cubin_builds(const KernelSource& src) {
+  INFO(src.spec);
+  const std::vector<char> cubin = detail::nvrtc_compile(src, nullptr);
+  REQUIRE(cubin.size() > 64);
+  CHECK(std::string(cubin.data(), 4) ==
+        "\x7f"
+        "ELF");
+  CHECK(std::search(cubin.begin(), cubin.end(), src.entry.begin(), src.entry.end()) != cubin.end());
 }
 
 // A device address that is never dereferenced: for checks that must fail before any launch.
