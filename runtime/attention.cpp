@@ -71,7 +71,6 @@ AttentionSpec spec_for(const AttentionLayerConfig& c, KernelKind kind) {
     const AttentionSpec d;
     s.block_size = d.block_size;
     s.kv_dtype = d.kv_dtype;
-    s.group = d.group;
     s.layout = d.layout;
     s.check_bounds = false;
   }
