@@ -81,6 +81,11 @@ struct DecodeLaunch : AttentionViews {
   // fused cache write. The grid and workspace are sized for num_decodes * max_query_len rows.
   TensorView query_start_loc;  // [>= num_decodes + 1] int32
   int max_query_len = 1;
+  // A batch split on the device (a graph captured for any decode/prefill mix): num_decodes
+  // counts every request slot, and the kernel skips those whose query_start_loc length is 0 or
+  // above max_query_len (prefills and padding). query_start_loc is needed then also without
+  // multi_token; no fused cache write.
+  bool device_split = false;
 };
 
 // The decode spec these views and options need on `arch`. Checks ranks, dtypes and head counts

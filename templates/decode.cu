@@ -294,6 +294,13 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   const int g = lane >> 2, t = lane & 3;
   const int first_col = head_chunk * GA_DECODE_HEADS_PER_BLOCK;
   const int first_head = kv_head * GROUP + first_col;  // one token: column c is head first_head + c
+  // A batch split on the device (a captured graph of any decode/prefill mix): the grid covers
+  // every request slot, and only the decodes (1..max_query_len query tokens, 1 without "_mt")
+  // are this kernel's; a prefill or a padded request (no token) has no block here.
+  if (p.device_split != 0) {
+    const int n = p.query_start_loc[req + 1] - p.query_start_loc[req];
+    if (n < 1 || n > (MT ? p.max_query_len : 1)) return;
+  }
   // Multi-token: the request's query rows and their count.
   const int q_begin = MT ? p.query_start_loc[req] : req;
   const int q_len = MT ? p.query_start_loc[req + 1] - q_begin : 1;

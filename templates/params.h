@@ -183,6 +183,13 @@ struct DecodeParams {
                            // and the KV cache before waiting for the previous kernel
                            // (programmatic dependent launch): only when it writes none
   GaBoundsReport* bounds;  // checked mode only
+  // 1: the batch is split into decodes and prefills on the device (a graph captured for any
+  // mix, AttentionMetadata::device_split): gridDim.z covers every request slot, and a block
+  // whose request holds no query token or more than max_query_len (1 without GA_MULTI_TOKEN)
+  // exits at once, writing nothing (a prefill, or a padded request). Decodes come first, so a
+  // single-token decode's query row is still its request index. query_start_loc is then set
+  // for every kernel. 0: every request of the grid is a decode.
+  int device_split;
 };
 
 // Launch geometry shared by the host and the decode templates (evaluated at compile time by both).
@@ -261,6 +268,14 @@ struct PrefillParams {
   // [r * uniform_kv_len, (r + 1) * uniform_kv_len) (MultiHeadAttention's [batch, seq, ...]).
   int uniform_q_len;
   int uniform_kv_len;
+  // > 0: the batch is split into decodes and prefills on the device (a graph captured for any
+  // mix, AttentionMetadata::device_split). The prefills are the requests of
+  // [first_req, first_req + num_reqs) holding more than device_split_q query tokens;
+  // blockIdx.x enumerates all their row tiles, request by request (gridDim.y == 1; the grid
+  // has room for the most tiles the captured token count allows, and blocks past the batch's
+  // tiles exit). 0: the grid above.
+  int device_split_q;
+  int num_reqs;  // device_split_q > 0: request slots after first_req
 };
 
 // Prefill tile geometry, shared by the host (runtime/prefill.cpp) and the two prefill templates

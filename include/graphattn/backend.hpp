@@ -223,6 +223,16 @@ struct GRAPHATTN_API AttentionMetadata {
   int num_actual_tokens = 0;  // tokens written to the cache (a captured graph's padded count)
   int max_query_len = 0;      // over the prefills (1 when there are none)
   int max_seq_len = 0;
+  // A batch split on the device, for a CUDA graph captured once per token count that serves
+  // any mix of decodes and prefills (vLLM's full graphs, CudaGraphSupport::kAlways): the
+  // kernels read the split from query_start_loc instead of num_decodes, so nothing the host
+  // knows about one batch is baked into the launches. num_reqs is then the request slots
+  // (padded requests hold no token: query_start_loc repeats its last value, seq_lens 0), every
+  // request of up to decode_query_len tokens must come before the others, num_decodes,
+  // num_decode_tokens and max_query_len are not used, and the cache write runs as its own
+  // kernel. Launches the same kernels as a host split (the results are equal); a decode-only
+  // batch is a little faster with the host split (its decode kernel writes the cache).
+  bool device_split = false;
 };
 
 // The spec of `kind`'s kernel for a layer of this configuration on config.arch (set it: arch 0
