@@ -42,6 +42,14 @@ nlohmann::json bench_step(const Device& dev, const std::vector<int>& batches, in
 nlohmann::json bench_tensor_parallel(const Device& dev, const std::vector<int>& batches, int len,
                                      int reps);
 
+// A mixed 32-layer step of llama-3-8b's shapes: `decodes` single-token decodes at context `len`
+// plus one prefill chunk of `chunk` tokens after `prefix` cached ones, as one graph captured for
+// any mix (AttentionLayerStack::step_mixed) against eager launches (the batch split on the
+// device, and split on the host as without mixed graphs). Throws if the graph's output differs
+// from the same launches run eagerly.
+nlohmann::json bench_mixed_step(const Device& dev, int decodes, int len, int chunk, int prefix,
+                                int reps);
+
 // Capturing every default size of the 32-layer stack at max_num_seqs: total ms, graph memory.
 nlohmann::json bench_capture(const Device& dev, int max_num_seqs);
 
