@@ -14,11 +14,11 @@ std::string str(int64_t v) { return std::to_string(v); }
 
 int blocksparse_head_sliding_step(int total_num_heads, int total_num_kv_heads, int vert_stride,
                                   bool homo_head, bool homo_head_group) {
-  GA_REQUIRE(total_num_heads >= 1 && total_num_kv_heads >= 1 &&
-                 total_num_heads % total_num_kv_heads == 0,
-             "blocksparse_head_sliding_step: total_num_heads " + str(total_num_heads) +
-                 " and total_num_kv_heads " + str(total_num_kv_heads) +
-                 " are not supported; supported: >= 1 with the heads a multiple of the KV heads");
+  GA_REQUIRE(
+      total_num_heads >= 1 && total_num_kv_heads >= 1 && total_num_heads % total_num_kv_heads == 0,
+      "blocksparse_head_sliding_step: total_num_heads " + str(total_num_heads) +
+          " and total_num_kv_heads " + str(total_num_kv_heads) +
+          " are not supported; supported: >= 1 with the heads a multiple of the KV heads");
   GA_REQUIRE(vert_stride >= 1, "blocksparse_head_sliding_step: vert_stride " + str(vert_stride) +
                                    " is not supported; supported: >= 1");
   if (homo_head) return 0;
@@ -29,8 +29,7 @@ int blocksparse_head_sliding_step(int total_num_heads, int total_num_kv_heads, i
 BlockSparseParams blocksparse_from_vllm(int local_blocks, int vert_stride, int block_size,
                                         int head_sliding_step, int tp_rank, int num_heads) {
   GA_REQUIRE(tp_rank >= 0 && num_heads >= 1 && int64_t{tp_rank} * num_heads <= (1 << 30),
-             "blocksparse_from_vllm: tp_rank " + str(tp_rank) + " and num_heads " +
-                 str(num_heads) +
+             "blocksparse_from_vllm: tp_rank " + str(tp_rank) + " and num_heads " + str(num_heads) +
                  " are not supported; supported: tp_rank >= 0, num_heads >= 1, their product "
                  "<= 2^30");
   BlockSparseParams p;

@@ -126,8 +126,8 @@ TEST_CASE("blocksparse: vLLM's head sliding step and the pattern from its argume
   CHECK(p.active_head_offset == 48);
   CHECK(p.sparse());
   CHECK_FALSE(blocksparse_from_vllm(4, 1, 64, 1, 0, 16).sparse());  // vLLM's dense decode
-  CHECK_THROWS_WITH_AS(blocksparse_from_vllm(4, 8, 64, 1, -1, 16),
-                       doctest::Contains("tp_rank -1"), Error);
+  CHECK_THROWS_WITH_AS(blocksparse_from_vllm(4, 8, 64, 1, -1, 16), doctest::Contains("tp_rank -1"),
+                       Error);
 
   // The kernels' launch data: the KV heads' offset is tp_rank * num_kv_heads.
   const GaBlockSparse b = detail::block_sparse_launch_data(p, 16, 4);
@@ -205,8 +205,8 @@ TEST_CASE("blocksparse: the _bsp spec axis parses, round-trips and refuses other
     CHECK(s.to_string() == text);
   }
   // Today's strings keep parsing, without the axis.
-  CHECK_FALSE(AttentionSpec::parse("decode_h128_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm90_chk")
-                  .block_sparse);
+  CHECK_FALSE(
+      AttentionSpec::parse("decode_h128_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm90_chk").block_sparse);
   for (const char* text : {"prefill_h128_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm90_nc_bsp",
                            "cache_write_h128_b16_bf16_kvauto_g1_swa0_cap0_nhd_sm90_bsp"}) {
     CHECK_THROWS_WITH_AS(AttentionSpec::parse(text), doctest::Contains("block-sparse (_bsp)"),

@@ -46,8 +46,7 @@ std::string describe(const SparseCase& c) {
                   std::to_string(c.bs.head_sliding_step) + " offset " +
                   std::to_string(c.bs.active_head_offset) + " window " + std::to_string(c.window) +
                   " cap " + std::to_string(c.soft_cap) + (c.alibi ? " alibi" : "") +
-                  (c.sinks ? " sinks" : "") + " decodes " + std::to_string(c.num_decodes) +
-                  " lens";
+                  (c.sinks ? " sinks" : "") + " decodes " + std::to_string(c.num_decodes) + " lens";
   for (size_t r = 0; r < c.seq_lens.size(); ++r)
     s += " " + std::to_string(c.q_lens[r]) + "/" + std::to_string(c.seq_lens[r]);
   return s;
@@ -190,8 +189,8 @@ struct SparseBatch {
       for (int s : seq) max_seq = std::max(max_seq, s);
       const int sb = c.bs.block_size;
       const int nsb = (max_seq + sb - 1) / sb;
-      const auto mask = blocksparse_block_mask(ref_of(c.bs), static_cast<int>(H),
-                                               static_cast<int>(KH), nsb);
+      const auto mask =
+          blocksparse_block_mask(ref_of(c.bs), static_cast<int>(H), static_cast<int>(KH), nsb);
       int64_t poisoned = 0;
       for (int r = 0; r < real; ++r) {
         const int qb = (seq[r] - 1) / sb;
@@ -318,9 +317,7 @@ struct SparseBatch {
   }
 };
 
-int tokens_of(const SparseCase& c) {
-  return std::accumulate(c.q_lens.begin(), c.q_lens.end(), 0);
-}
+int tokens_of(const SparseCase& c) { return std::accumulate(c.q_lens.begin(), c.q_lens.end(), 0); }
 
 void run_case(const SparseCase& c, KernelCache& cache, std::mt19937_64& rng) {
   INFO(describe(c));
@@ -491,8 +488,8 @@ TEST_CASE("gpu blocksparse: a captured decode graph replays new lengths like eag
   GA_CU_CHECK(d.cuStreamEndCapture(stream, &graph));
   CUgraphExec exec;
   GA_CU_CHECK(d.cuGraphInstantiate(&exec, graph, 0));
-  for (const std::vector<int>& now : {std::vector<int>{1, 6000, 4097, 65},
-                                      std::vector<int>{300, 2, 5999, 1024}}) {
+  for (const std::vector<int>& now :
+       {std::vector<int>{1, 6000, 4097, 65}, std::vector<int>{300, 2, 5999, 1024}}) {
     SparseCase r = c;
     r.seq_lens = now;
     // Fresh data into the same buffers, then the replay; then the same data eagerly.
