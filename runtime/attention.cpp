@@ -58,6 +58,7 @@ AttentionSpec spec_for(const AttentionLayerConfig& c, KernelKind kind) {
   s.check_bounds = c.check_bounds;
   // Only prefill drops the causal mask: a decode query sees every key already.
   s.non_causal = prefill && c.attn_type != AttentionType::kDecoder;
+  s.block_sparse = !write && c.blocksparse.sparse();
   if (prefill && c.attn_type == AttentionType::kEncoderOnly) {
     // No cache: the one canonical dense kernel, whatever the layer's cache settings say.
     s.dense_kv = true;
@@ -120,6 +121,12 @@ std::string attention_config_problem(const AttentionLayerConfig& c) {
       return std::string(p == c.k_scale_device ? "k" : "v") +
              "_scale_device is not supported at a misaligned address; supported: null or a "
              "4-byte aligned fp32 device scalar";
+  const std::string sparse =
+      blocksparse_problem(c.blocksparse, c.num_heads, c.num_kv_heads, c.block_size);
+  if (!sparse.empty()) return sparse;
+  if (c.blocksparse.block_size != 0 && c.attn_type != AttentionType::kDecoder)
+    return "blocksparse attention is not supported for attn_type " +
+           std::string(to_string(c.attn_type)) + "; supported: decoder (causal self-attention)";
   if (c.max_model_len <= 0)
     return "max_model_len " + str(c.max_model_len) + " is not supported; supported: >= 1";
   if (c.max_num_seqs <= 0 || c.max_num_seqs > 65535)
@@ -318,6 +325,7 @@ void AttentionBackend::forward(const TensorView& query, const TensorView& key,
   detail::AttentionViews views{query,          kv_cache,       output, md.seq_lens,
                                md.block_table, c.alibi_slopes, c.sinks};
   views.non_causal = c.attn_type != AttentionType::kDecoder;
+  views.blocksparse = c.blocksparse;
   detail::DecodeLaunch d{views};
   d.num_decodes = num_decodes;
   if (c.decode_query_len > 1) {  // the multi-token kernel: rows from query_start_loc

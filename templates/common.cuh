@@ -3,7 +3,7 @@
 //   HEAD_SIZE, BLOCK_SIZE, GROUP, IS_BF16, KV_FP8 (0 auto, 1 e4m3, 2 e5m2),
 //   KV_LAYOUT (0 nhd, 1 hnd, 2 legacy),
 //   HAS_WINDOW, HAS_SOFT_CAP (all constexpr int), and HAS_ALIBI / HAS_SINKS / GA_NON_CAUSAL /
-//   GA_DENSE_KV (#define 1) for specs with those suffixes.
+//   GA_DENSE_KV / GA_BLOCK_SPARSE (#define 1) for specs with those suffixes.
 #ifndef HAS_ALIBI
 #define HAS_ALIBI 0
 #endif
@@ -15,6 +15,9 @@
 #endif
 #ifndef GA_DENSE_KV
 #define GA_DENSE_KV 0
+#endif
+#ifndef GA_BLOCK_SPARSE
+#define GA_BLOCK_SPARSE 0
 #endif
 
 // Programmatic dependent launch (sm_90+; the host sets the launch attribute there). Every kernel
@@ -98,6 +101,19 @@ __device__ __forceinline__ float ga_alibi_slope_log2(const GaHeadTerms& t, int h
 // head's sink logit in the log2 domain (-inf without sinks, or for a head past the layer's).
 __device__ __forceinline__ float ga_sink_log2(const GaHeadTerms& t, int head, bool valid) {
   return HAS_SINKS && valid ? __ldg(t.sinks + head) * GA_LOG2E : __int_as_float(0xff800000);
+}
+// Block-sparse attention (GA_BLOCK_SPARSE; the rule is GaBlockSparse's in params.h): local query
+// head `head`'s stride offset modulo vert_stride (64-bit product: global head x step).
+__device__ __forceinline__ int ga_bsp_offset(const GaBlockSparse& b, int head) {
+  const long long step = b.head_sliding_step;
+  const long long g = step >= 0 ? static_cast<long long>(b.head_offset + head) * step
+                                : static_cast<long long>(b.kv_head_offset + head / GROUP) * -step;
+  return static_cast<int>((g + 1) % b.vert_stride);
+}
+// Whether a head of stride offset `off` (ga_bsp_offset) sees key block kb from query block qb
+// (kb <= qb; the causal mask handles later keys).
+__device__ __forceinline__ bool ga_bsp_visible(const GaBlockSparse& b, int qb, int kb, int off) {
+  return qb - kb < b.local_blocks || (kb + off) % b.vert_stride == 0;
 }
 // The softmax normalizer of a row whose scores (log2 domain) have maximum m and sum
 // l = sum 2^(s - m), with an attention sink of logit sink_log2 in the denominator:

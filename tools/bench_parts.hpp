@@ -14,6 +14,9 @@ struct DecodeShape {
   int batch = 1, len = 1, head_size = 128;
   int q_len = 1;  // query tokens per request: > 1 is multi-token (speculative) decode
   std::string kv = "auto";
+  // ":bsp": block-sparse (sparse block 64, local_blocks 4, vert_stride 8, vLLM's default head
+  // sliding step); the row's bytes are those of the KV tiles some head of a KV head sees
+  bool sparse = false;
   std::string label() const;     // "64x8192", "64x8192 h64", "64x8192 e4m3", "64x4096 q4"
   std::string peer_key() const;  // "64:8192:128"
 };

@@ -14,6 +14,7 @@
 #include <tuple>
 #include <vector>
 
+#include "graphattn/blocksparse.hpp"
 #include "graphattn/export.h"
 #include "graphattn/jit.hpp"
 #include "graphattn/spec.hpp"
@@ -184,13 +185,16 @@ struct GRAPHATTN_API AttentionLayerConfig {
   // (cross attention over a cache the encoder's output filled; forward() with ndim-0 key and
   // value writes nothing). Encoder and encoder-only layers take no window.
   AttentionType attn_type = AttentionType::kDecoder;
+  // Block-sparse attention (vLLM's BlocksparseFlashAttention; graphattn/blocksparse.hpp):
+  // block_size 0 is dense. Decoder layers only; decode and prefill both follow the pattern.
+  BlockSparseParams blocksparse;
 
   // Every field above, in order: what == compares (a new field joins it here).
   auto fields() const {
     return std::tie(num_heads, num_kv_heads, head_size, block_size, dtype, kv_dtype, layout, window,
                     soft_cap, alibi_slopes, sinks, decode_query_len, scale, k_scale, v_scale,
                     k_scale_device, v_scale_device, max_model_len, max_num_seqs, arch,
-                    overlap_previous_kernel, check_bounds, attn_type);
+                    overlap_previous_kernel, check_bounds, attn_type, blocksparse);
   }
   bool operator==(const AttentionLayerConfig& o) const { return fields() == o.fields(); }
   bool operator!=(const AttentionLayerConfig& o) const { return !(*this == o); }

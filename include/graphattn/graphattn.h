@@ -184,7 +184,25 @@ typedef struct graphattn_layer_config {
                            the multi-token one (spec "_mt"): each of the first num_decodes
                            requests holds 1..decode_query_len tokens, causal among themselves,
                            and num_decode_tokens may reach num_decodes * decode_query_len */
+  /* block-sparse attention (vLLM's BlocksparseFlashAttention; graphattn/blocksparse.hpp says the
+     rule): all 0 by default (dense); a caller whose struct_size ends before
+     blocksparse_active_head_offset gets dense attention */
+  int blocksparse_block_size;         /* tokens per sparse block: 0 (dense) or a multiple of 16
+                                         and of block_size */
+  int blocksparse_local_blocks;       /* >= 1: the query's block and the ones before it */
+  int blocksparse_vert_stride;        /* >= 1; 1 is dense (vLLM's rule) */
+  int blocksparse_head_sliding_step;  /* 0 homo_head, > 0 slides over query heads, < 0 over KV
+                                         heads (graphattn_blocksparse_head_sliding_step) */
+  int blocksparse_active_head_offset; /* tp_rank * num_heads (vLLM's active_head_range[0]) */
 } graphattn_layer_config_t;
+
+/* vLLM's default head_sliding_step of a block-sparse layer with total_num_heads query heads and
+ * total_num_kv_heads KV heads over all tensor-parallel ranks: 0 with homo_head,
+ * -max(1, vert_stride / total_num_kv_heads) with homo_head_group, else
+ * max(1, vert_stride / total_num_heads). GRAPHATTN_ERROR for counts or a stride below 1. */
+GRAPHATTN_API graphattn_status_t graphattn_blocksparse_head_sliding_step(
+    int total_num_heads, int total_num_kv_heads, int vert_stride, int homo_head,
+    int homo_head_group, int* step) GRAPHATTN_NOEXCEPT;
 
 /* Fills *config with the defaults above (counts and lengths 0: the caller sets them). */
 GRAPHATTN_API void graphattn_layer_config_init(graphattn_layer_config_t* config) GRAPHATTN_NOEXCEPT;
