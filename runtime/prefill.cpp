@@ -37,8 +37,8 @@ PrefillGrid prefill_grid(const AttentionSpec& spec, int64_t max_query_len, int64
   const int64_t block_m = prefill_config(spec).block_m;
   return {(rows + block_m - 1) / block_m, num_reqs, num_kv_heads};
 }
-PrefillGrid prefill_grid(const AttentionSpec& spec, const PrefillLaunch& a) {
-  return prefill_grid(spec, a.max_query_len, a.num_reqs - a.first_req, a.kv_cache.shape[3]);
+PrefillGrid prefill_grid(const AttentionSpec& spec, const PrefillLaunch& a, int64_t num_kv_heads) {
+  return prefill_grid(spec, a.max_query_len, a.num_reqs - a.first_req, num_kv_heads);
 }
 
 void require_grid_fits(const PrefillGrid& g) {
@@ -104,17 +104,21 @@ void check_prefill_launch(const AttentionSpec& spec, const PrefillLaunch& a, con
                  a.block_table.shape[0] >= a.num_reqs,
              "block_table " + a.block_table.describe() +
                  " must be int32 with contiguous rows and at least " + str(a.num_reqs) + " rows");
-  require_grid_fits(prefill_grid(spec, a));
+  require_grid_fits(prefill_grid(spec, a, kc.num_kv_heads));
 }
 
 void enqueue_prefill(const LoadedKernel& k, const PrefillLaunch& a, CUstream stream) {
-  const AttentionSpec& spec = k.compiled->spec;
-  const bool fp8 = spec.kv_dtype != KvDType::kAuto;
-  const PrefillGrid g = prefill_grid(spec, a);
-  if (g.x == 0 || g.y == 0) return;
-
   PrefillParams p{};
   set_paged_attention_views(p, a);
+  enqueue_prefill_params(k, a, p, a.kv_cache.shape[3], stream);
+}
+
+void enqueue_prefill_params(const LoadedKernel& k, const PrefillLaunch& a, PrefillParams p,
+                            int64_t num_kv_heads, CUstream stream) {
+  const AttentionSpec& spec = k.compiled->spec;
+  const bool fp8 = spec.kv_dtype != KvDType::kAuto;
+  const PrefillGrid g = prefill_grid(spec, a, num_kv_heads);
+  if (g.x == 0 || g.y == 0) return;
   p.query_start_loc = static_cast<const int*>(a.query_start_loc.data);
   p.first_req = a.first_req;
   p.num_kv_heads = static_cast<int>(g.z);

@@ -65,3 +65,157 @@ TEST_CASE("legacy prefill: NVRTC builds the kernel across dtypes, head and block
     test::check_cubin_builds(src);
   }
 }
+
+namespace {
+
+// A valid forward_prefix call on fake device memory (never launched: each test case breaks one
+// argument, which must fail before any device use): 3 requests, 8 query heads over 2 KV heads of
+// size 128, bf16, 16-token blocks.
+struct PrefixCall {
+  ScalarType t = ScalarType::kBFloat16;
+  TensorView kv = TensorView::contiguous(fake_device(0x100000), t, {2, 10, 16 * 2 * 128});
+  PagedKvCache caches = split_paged_kv_cache(kv, 2, 128);
+  TensorView query = TensorView::contiguous(fake_device(0x400000), t, {12, 8, 128});
+  TensorView key = TensorView::contiguous(fake_device(0x500000), t, {12, 2, 128});
+  TensorView value = key;
+  TensorView output = TensorView::contiguous(fake_device(0x600000), t, {12, 8, 128});
+  TensorView block_tables =
+      TensorView::contiguous(fake_device(0x700000), ScalarType::kInt32, {3, 4});
+  TensorView query_start_loc =
+      TensorView::contiguous(fake_device(0x710000), ScalarType::kInt32, {4});
+  TensorView seq_lens = TensorView::contiguous(fake_device(0x720000), ScalarType::kInt32, {3});
+  std::string kv_cache_dtype = "auto";
+  int max_query_len = 8;
+  const float* alibi = nullptr;
+  int window = 0;
+  float k_scale = 1.0f, v_scale = 1.0f;
+  PrefixOptions options;
+
+  std::string error() const {
+    return error_of([&] {
+      forward_prefix(query, key, value, kv_cache_dtype, caches.key_cache, caches.value_cache,
+                     block_tables, query_start_loc, seq_lens, max_query_len, alibi, window, k_scale,
+                     v_scale, output, nullptr, default_kernel_cache(), options);
+    });
+  }
+};
+
+bool has(const std::string& text, const std::string& part) {
+  if (text.find(part) != std::string::npos) return true;
+  MESSAGE("'" << part << "' is not in: " << text);
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("legacy prefill: forward_prefix names every bad argument before touching a device") {
+  {
+    PrefixCall c;
+    c.kv_cache_dtype = "fp8_e4m3fn";
+    CHECK(c.error() ==
+          "kv_cache_dtype 'fp8_e4m3fn' is not supported; supported: auto, fp8, fp8_e4m3, "
+          "fp8_e5m2");
+  }
+  for (const char* name : {"fp8", "fp8_e4m3", "fp8_e5m2"}) {  // a bf16 cache is "auto"
+    PrefixCall c;
+    c.kv_cache_dtype = name;
+    CHECK(has(c.error(), "key_cache dtype bf16 does not hold kv_cache_dtype '" + std::string(name) +
+                             "' for a bf16 query"));
+  }
+  {  // an e5m2 cache named "fp8" (= e4m3), and one named "auto"
+    PrefixCall c;
+    c.kv = TensorView::contiguous(fake_device(0x100000), ScalarType::kFloat8E5M2,
+                                  {2, 10, 16 * 2 * 128});
+    c.caches = split_paged_kv_cache(c.kv, 2, 128);
+    c.kv_cache_dtype = "fp8";
+    CHECK(has(c.error(), "key_cache dtype fp8_e5m2 does not hold kv_cache_dtype 'fp8'"));
+    c.kv_cache_dtype = "auto";
+    CHECK(has(c.error(), "does not hold kv_cache_dtype 'auto'"));
+    // Named right, it gets as far as its fp8 scales.
+    c.kv_cache_dtype = "fp8_e5m2";
+    c.k_scale = 0.0f;
+    CHECK(has(c.error(), "k_scale"));
+  }
+  {
+    PrefixCall c;
+    c.query = TensorView::contiguous(fake_device(0x400000), c.t, {12, 1024});
+    CHECK(has(c.error(), "query"));
+    c.query = TensorView::contiguous(fake_device(0x400000), ScalarType::kFloat32, {12, 8, 128});
+    CHECK(has(c.error(), "is not supported for queries, keys and values; supported: fp16, bf16"));
+  }
+  {  // the caches: swapped, a flash cache, another dtype than the query's
+    PrefixCall c;
+    std::swap(c.caches.key_cache, c.caches.value_cache);
+    CHECK(has(c.error(), "key_cache"));
+    PrefixCall f;
+    f.query.dtype = f.output.dtype = ScalarType::kFloat16;
+    CHECK(has(f.error(), "fp16"));
+  }
+  {  // vLLM's block size 8, by name
+    PrefixCall c;
+    c.kv = TensorView::contiguous(fake_device(0x100000), c.t, {2, 10, 8 * 2 * 128});
+    c.caches = split_paged_kv_cache(c.kv, 2, 128);
+    CHECK(c.error() ==
+          "block_size 8 of key_cache bf16[10, 2, 16, 8, 8] strides [2048, 1024, 64, 8, 1] is not "
+          "supported (vLLM's default block size 8 included); supported: 16, 32, ..., 256 "
+          "(multiples of 16)");
+  }
+  {  // key and value: the query's tokens, the caches' heads; or empty
+    PrefixCall c;
+    c.key = TensorView::contiguous(fake_device(0x500000), c.t, {12, 4, 128});
+    CHECK(has(c.error(), "key bf16[12, 4, 128]"));
+    CHECK(has(c.error(),
+              "must be bf16[12, 2, 128] (the query's tokens, the caches' KV heads "
+              "and head size) or empty"));
+    c.key = TensorView{};
+    c.value = TensorView::contiguous(fake_device(0x500000), ScalarType::kFloat16, {12, 2, 128});
+    CHECK(has(c.error(), "value fp16[12, 2, 128]"));
+  }
+  {
+    PrefixCall c;
+    c.window = -1;
+    CHECK(c.error() == "sliding_window -1 is not supported; supported: 0 (none) or >= 1");
+  }
+  {
+    PrefixCall c;
+    c.options.scale = -0.5f;
+    CHECK(has(c.error(), "scale -0.500000 is not supported; supported: finite > 0"));
+  }
+  {  // query heads against KV heads; output against query
+    PrefixCall c;
+    c.query = TensorView::contiguous(fake_device(0x400000), c.t, {12, 7, 128});
+    CHECK(has(c.error(), "query has 7 heads, not a positive multiple of the KV cache's 2"));
+    PrefixCall o;
+    o.output = TensorView::contiguous(fake_device(0x600000), o.t, {12, 8, 64});
+    CHECK(has(o.error(), "output"));
+  }
+  {  // the per-request arrays
+    PrefixCall c;
+    c.query_start_loc = TensorView::contiguous(fake_device(0x710000), ScalarType::kInt64, {4});
+    CHECK(has(c.error(), "query_start_loc must be int32"));
+    c.query_start_loc = TensorView::contiguous(fake_device(0x710000), ScalarType::kInt32, {0});
+    CHECK(has(c.error(), "needs num_reqs + 1 >= 1 entries"));
+    PrefixCall s;
+    s.seq_lens = TensorView::contiguous(fake_device(0x720000), ScalarType::kInt32, {2});
+    CHECK(has(s.error(), "seq_lens"));
+    PrefixCall b;
+    b.block_tables = TensorView::contiguous(fake_device(0x700000), ScalarType::kInt32, {2, 4});
+    CHECK(has(b.error(), "block_table"));
+    PrefixCall m;
+    m.max_query_len = -1;
+    CHECK(has(m.error(), "max_query_len -1 must be >= 0"));
+  }
+  {  // non-causal with a window
+    PrefixCall c;
+    c.options.causal = false;
+    c.window = 64;
+    CHECK(has(c.error(),
+              "non-causal (_nc) attention with a sliding window (swa1) is not "
+              "supported"));
+  }
+  {  // fp8 head sizes in part-chunks never reach a cache (split_kv_cache refuses them)
+    const TensorView fp8 = TensorView::contiguous(fake_device(0x100000), ScalarType::kFloat8E4M3,
+                                                  {2, 10, 16 * 2 * 120});
+    CHECK(has(error_of([&] { split_paged_kv_cache(fp8, 2, 120); }), "head_size 120"));
+  }
+}
