@@ -55,19 +55,19 @@ void forward_prefix(const TensorView& query, const TensorView& key, const Tensor
                     const std::string& kv_cache_dtype, const TensorView& key_cache,
                     const TensorView& value_cache, const TensorView& block_tables,
                     const TensorView& query_start_loc, const TensorView& seq_lens,
-                    int max_query_len, const float* alibi_slopes, int sliding_window,
-                    float k_scale, float v_scale, const TensorView& output, CUstream stream,
-                    KernelCache& cache, const PrefixOptions& options) {
+                    int max_query_len, const float* alibi_slopes, int sliding_window, float k_scale,
+                    float v_scale, const TensorView& output, CUstream stream, KernelCache& cache,
+                    const PrefixOptions& options) {
   const KvDType kv = kv_cache_dtype_named(kv_cache_dtype);
   detail::require_rank(query, 3, "query", "[num_tokens, num_heads, head_size]");
   const DType dtype = dtype_of(query.dtype);
   const detail::KvCacheShape kc = detail::check_paged_caches(key_cache, value_cache, dtype);
-  GA_REQUIRE(kc.kv_dtype == kv,
-             "key_cache dtype " + std::string(to_string(key_cache.dtype)) +
-                 " does not hold kv_cache_dtype '" + kv_cache_dtype + "' for a " +
-                 to_string(query.dtype) + " query; supported: 'auto' with " +
-                 to_string(query.dtype) + " caches, 'fp8' / 'fp8_e4m3' with fp8_e4m3 caches, " +
-                 "'fp8_e5m2' with fp8_e5m2 caches");
+  GA_REQUIRE(kc.kv_dtype == kv, "key_cache dtype " + std::string(to_string(key_cache.dtype)) +
+                                    " does not hold kv_cache_dtype '" + kv_cache_dtype +
+                                    "' for a " + to_string(query.dtype) +
+                                    " query; supported: 'auto' with " + to_string(query.dtype) +
+                                    " caches, 'fp8' / 'fp8_e4m3' with fp8_e4m3 caches, " +
+                                    "'fp8_e5m2' with fp8_e5m2 caches");
   GA_REQUIRE(kc.block_size % 16 == 0,
              "block_size " + str(kc.block_size) + " of key_cache " + key_cache.describe() +
                  " is not supported (vLLM's default block size 8 included); supported: 16, 32, "
@@ -89,8 +89,8 @@ void forward_prefix(const TensorView& query, const TensorView& key, const Tensor
   a.query_start_loc = query_start_loc;
   a.num_reqs = static_cast<int>(query_start_loc.shape[0] - 1);
   a.max_query_len = max_query_len;
-  a.scale = options.scale != 0.0f ? options.scale
-                                  : 1.0f / std::sqrt(static_cast<float>(kc.head_size));
+  a.scale =
+      options.scale != 0.0f ? options.scale : 1.0f / std::sqrt(static_cast<float>(kc.head_size));
   a.window = sliding_window;
   a.soft_cap = options.soft_cap;
   a.k_scale = k_scale;
