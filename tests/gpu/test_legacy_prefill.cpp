@@ -95,24 +95,28 @@ void run_case(const LegacyCase& c, KernelCache& cache, std::mt19937_64& rng) {
   const auto fp8_value = [&](uint8_t b) {
     return c.kv == KvDType::kFp8E4M3 ? e4m3_to_double(b) : e5m2_to_double(b);
   };
+  // Calls f(r, pos, which (0 key, 1 value), h, d, cache element) for every element of the
+  // positions [0, end[r]) of each request.
+  const auto for_each_element = [&](const std::vector<int>& end, const auto& f) {
+    for (int r = 0; r < num_reqs; ++r)
+      for (int pos = 0; pos < end[r]; ++pos) {
+        const int blk = table[r * max_blocks + pos / B], off = pos % B;
+        for (int which = 0; which < 2; ++which)
+          for (int h = 0; h < KH; ++h)
+            for (int d = 0; d < D; ++d) f(r, pos, which, h, d, offset(which, blk, off, h, d));
+      }
+  };
   std::normal_distribution<double> normal(0.0, 1.0);
   // Prefix tokens: scattered on the host.
-  for (int r = 0; r < num_reqs; ++r)
-    for (int pos = 0; pos < prefix[r]; ++pos) {
-      const int blk = table[r * max_blocks + pos / B], off = pos % B;
-      for (int which = 0; which < 2; ++which)
-        for (int h = 0; h < KH; ++h)
-          for (int d = 0; d < D; ++d) {
-            const size_t o = offset(which, blk, off, h, d);
-            const double v = normal(rng);
-            if (fp8) {
-              cache_host[o] = fp8_code(v / (which == 0 ? k_scale : v_scale));
-            } else {
-              const uint16_t s = to_storage(c.dtype, v);
-              std::memcpy(&cache_host[o * 2], &s, 2);
-            }
-          }
+  for_each_element(prefix, [&](int, int, int which, int, int, size_t o) {
+    const double v = normal(rng);
+    if (fp8) {
+      cache_host[o] = fp8_code(v / (which == 0 ? k_scale : v_scale));
+    } else {
+      const uint16_t st = to_storage(c.dtype, v);
+      std::memcpy(&cache_host[o * 2], &st, 2);
     }
+  });
   // New tokens: key and value rows (token stride padded), their slots.
   const int64_t kv_tstride = static_cast<int64_t>(KH) * D + 8;
   std::vector<uint16_t> key_host(std::max<size_t>(static_cast<size_t>(T) * kv_tstride, 1)),
@@ -130,18 +134,11 @@ void run_case(const LegacyCase& c, KernelCache& cache, std::mt19937_64& rng) {
   const int64_t o_tstride = static_cast<int64_t>(H) * D + 8;
   std::vector<uint16_t> q_host(std::max<size_t>(static_cast<size_t>(T) * q_tstride, 1), 0);
   for (int t = 0; t < T; ++t)
-    for (int i = 0; i < H * D; ++i) q_host[t * q_tstride + i] = to_storage(c.dtype, 1.5 * normal(rng));
+    for (int i = 0; i < H * D; ++i)
+      q_host[t * q_tstride + i] = to_storage(c.dtype, 1.5 * normal(rng));
 
   const double scale = 1.0 / std::sqrt(static_cast<double>(D));
-  RefProblem ref;
-  ref.num_heads = H;
-  ref.num_kv_heads = KH;
-  ref.head_size = D;
-  ref.block_size = B;
-  ref.query_start_loc = qsl;
-  ref.seq_lens = seq_lens;
-  ref.block_table = table;
-  ref.max_blocks_per_seq = max_blocks;
+  RefProblem ref = paged_problem(H, KH, D, B, qsl, seq_lens, table, max_blocks);
   ref.scale = static_cast<float>(scale);
   ref.window = c.window ? uni(1, 400) : 0;
   ref.soft_cap = c.soft_cap ? uni(2, 10) : 0;
@@ -188,8 +185,8 @@ void run_case(const LegacyCase& c, KernelCache& cache, std::mt19937_64& rng) {
                  TensorView::contiguous(d_qsl.data(), ScalarType::kInt32, {num_reqs + 1}),
                  TensorView::contiguous(d_seq.data(), ScalarType::kInt32, {num_reqs}), max_q,
                  static_cast<const float*>(d_slopes.data()), ref.window, k_scale, v_scale,
-                 TensorView::strided(d_out.data(), st, {T, H, D}, {o_tstride, D, 1}), nullptr, cache,
-                 opt);
+                 TensorView::strided(d_out.data(), st, {T, H, D}, {o_tstride, D, 1}), nullptr,
+                 cache, opt);
   GA_CU_CHECK(detail::driver().cuCtxSynchronize());
 
   // The reference reads what the kernel reads: the caches after the write, de-scattered.
@@ -198,29 +195,23 @@ void run_case(const LegacyCase& c, KernelCache& cache, std::mt19937_64& rng) {
   ref.k_cache.assign(per_kv, 0.0);
   ref.v_cache.assign(per_kv, 0.0);
   size_t new_rows_off = 0;  // 16-bit: new tokens must land bit-exact where the layout says
-  for (int r = 0; r < num_reqs; ++r)
-    for (int pos = 0; pos < seq_lens[r]; ++pos) {
-      const int blk = table[r * max_blocks + pos / B], off = pos % B;
-      for (int which = 0; which < 2; ++which)
-        for (int h = 0; h < KH; ++h)
-          for (int d = 0; d < D; ++d) {
-            const size_t o = offset(which, blk, off, h, d);
-            const size_t logical = ((static_cast<size_t>(blk) * B + off) * KH + h) * D + d;
-            double v;
-            if (fp8) {
-              v = fp8_value(got_cache[o]) * (which == 0 ? k_scale : v_scale);
-            } else {
-              uint16_t s;
-              std::memcpy(&s, &got_cache[o * 2], 2);
-              v = from_storage(c.dtype, s);
-              if (pos >= prefix[r]) {
-                const int t = qsl[r] + pos - prefix[r];
-                new_rows_off += s != (which == 0 ? key_host : value_host)[t * kv_tstride + h * D + d];
-              }
-            }
-            (which == 0 ? ref.k_cache : ref.v_cache)[logical] = v;
-          }
+  for_each_element(seq_lens, [&](int r, int pos, int which, int h, int d, size_t o) {
+    const size_t blk = table[r * max_blocks + pos / B];
+    const size_t logical = ((blk * B + pos % B) * KH + h) * D + d;
+    double v;
+    if (fp8) {
+      v = fp8_value(got_cache[o]) * (which == 0 ? k_scale : v_scale);
+    } else {
+      uint16_t st;
+      std::memcpy(&st, &got_cache[o * 2], 2);
+      v = from_storage(c.dtype, st);
+      if (pos >= prefix[r]) {
+        const int t = qsl[r] + pos - prefix[r];
+        new_rows_off += st != (which == 0 ? key_host : value_host)[t * kv_tstride + h * D + d];
+      }
     }
+    (which == 0 ? ref.k_cache : ref.v_cache)[logical] = v;
+  });
   CHECK(new_rows_off == 0);
   ref.q.resize(static_cast<size_t>(T) * H * D);
   for (int t = 0; t < T; ++t)
@@ -230,22 +221,10 @@ void run_case(const LegacyCase& c, KernelCache& cache, std::mt19937_64& rng) {
 
   std::vector<uint16_t> out(static_cast<size_t>(T) * o_tstride);
   if (T > 0) d_out.download(out.data(), out.size() * 2);
-  std::vector<double> got_rows, want_rows;
-  size_t nan = 0, clobbered = 0;
-  for (int t = 0; t < T; ++t)
-    for (int64_t i = 0; i < o_tstride; ++i) {
-      const uint16_t v = out[t * o_tstride + i];
-      if (i >= H * D) {
-        clobbered += v != 0xffff;
-        continue;
-      }
-      nan += is_nan16(c.dtype, v);
-      got_rows.push_back(from_storage(c.dtype, v));
-      want_rows.push_back(want[static_cast<size_t>(t) * H * D + i]);
-    }
-  CHECK(nan == 0);
-  CHECK(clobbered == 0);
-  const double err = got_rows.empty() ? 0.0 : relative_l2(got_rows, want_rows);
+  const OutputRows rows = output_rows(c.dtype, out, o_tstride, int64_t{H} * D, 0, want);
+  CHECK(rows.nan == 0);
+  CHECK(rows.clobbered == 0);
+  const double err = rows.got.empty() ? 0.0 : relative_l2(rows.got, rows.want);
   const double bound = tolerance(c.dtype);
   CHECK_MESSAGE(err <= bound, "relative L2 " << err << " > " << bound);
 }
