@@ -389,16 +389,21 @@ def test_reshape_and_cache_legacy_layout_is_a_scatter(seed, dtype):
     assert torch.equal(value_cache, want_v)
 
 
-def legacy_gather(key_cache, value_cache, table_row, seq_len, x):
+def legacy_slots(table_row, count, block_size):
+    """(blocks, offsets) of a request's positions 0..count - 1 through its block-table row."""
+    pos = torch.arange(count, device="cuda")
+    return table_row[pos // block_size].long(), pos % block_size
+
+
+def legacy_gather(key_cache, value_cache, cache_type, table_row, seq_len):
     """float64 keys and values [seq_len, KH, D] of one request, gathered from the legacy caches
-    (key [blocks, KH, D / x, B, x], value [blocks, KH, D, B]) as stored."""
-    B = value_cache.shape[3]
-    pos = torch.arange(seq_len, device=key_cache.device)
-    blk = table_row[(pos // B).long()].long()
-    off = (pos % B).long()
+    (key [blocks, KH, D / x, B, x], value [blocks, KH, D, B]; fp8 ones as uint8 storage of
+    cache_type) as stored."""
+    blk, off = legacy_slots(table_row, seq_len, value_cache.shape[3])
     k = key_cache[blk, :, :, off, :]  # [s, KH, D / x, x]
     v = value_cache[blk, :, :, off]  # [s, KH, D]
-    return k.reshape(seq_len, k.shape[1], -1).double(), v.double()
+    k = k.reshape(seq_len, k.shape[1], -1)
+    return k.view(cache_type).double(), v.view(cache_type).double()
 
 
 @pytest.mark.parametrize("dtype,kv_cache_dtype,window,alibi", [
@@ -437,15 +442,13 @@ def test_forward_prefix_matches_float64_over_legacy_gather(seed, dtype, kv_cache
     else:
         key_cache = torch.full((NB, KH, D // x, B, x), float("nan"), dtype=dtype, device="cuda")
         value_cache = torch.full((NB, KH, D, B), float("nan"), dtype=dtype, device="cuda")
-    kc_typed = key_cache.view(cache_type)
-    vc_typed = value_cache.view(cache_type)
-    for r, p in enumerate(prefixes):
-        pos = torch.arange(p, device="cuda")
-        blk, off = table[r][(pos // B).long()].long(), (pos % B).long()
+    for r, p in enumerate(prefixes):  # (fp8 through the uint8 storage: no float8 index_put)
+        blk, off = legacy_slots(table[r], p, B)
         k = torch.randn(p, KH, D, generator=g, device="cuda") / k_scale
         v = torch.randn(p, KH, D, generator=g, device="cuda") / v_scale
-        kc_typed[blk, :, :, off, :] = k.reshape(p, KH, D // x, x).to(cache_type)
-        vc_typed[blk, :, :, off] = v.to(cache_type)
+        key_cache[blk, :, :, off, :] = (k.reshape(p, KH, D // x, x).to(cache_type)
+                                        .view(key_cache.dtype))
+        value_cache[blk, :, :, off] = v.to(cache_type).view(value_cache.dtype)
     T = sum(chunks)
     query = torch.randn(T, H, D, generator=g, device="cuda").to(dtype)
     key, value = (torch.randn(T, KH, D, generator=g, device="cuda").to(dtype) for _ in range(2))
@@ -469,7 +472,7 @@ def test_forward_prefix_matches_float64_over_legacy_gather(seed, dtype, kv_cache
     scale = 1.0 / math.sqrt(D)
     for r in range(4):
         s, n = seq_lens[r], chunks[r]
-        k, v = legacy_gather(kc_typed, vc_typed, table[r], s, x)
+        k, v = legacy_gather(key_cache, value_cache, cache_type, table[r], s)
         k, v = k * k_scale, v * v_scale
         k, v = (t.repeat_interleave(H // KH, dim=1).transpose(0, 1) for t in (k, v))  # [H, s, D]
         q = query[qsl[r]:qsl[r + 1]].double().transpose(0, 1)  # [H, n, D]
