@@ -50,11 +50,13 @@ static_assert(PF_VT_CPR * PF_VT_RPL == 8, "a V^T row is 64 or 128 bytes");
 static_assert(PF_HEAD_PAD * PF_BLOCK_N <= PF_BLOCK_N * PF_ROW, "V^T fits the V tile buffer");
 __device__ __forceinline__ int pf_vt_swizzle(int d) { return (d & 7) / PF_VT_RPL; }
 // Keys per 16-byte chunk of one dimension in the legacy value cache (8 16-bit, 16 fp8) and the
-// V^T load's walk: a tile's keys fall into segments of PF_VT_SEG keys that lie in one cache
-// block (whole blocks when block_size <= PF_BLOCK_N), and one dimension's keys of a segment are
-// contiguous in the cache, its dimensions too when the segment is a whole block.
+// V^T load's walk: a tile's keys fall into segments of PF_VT_SEG = gcd(block size, tile) keys,
+// each inside one cache block (segments and blocks both start at multiples of PF_VT_SEG; whole
+// blocks when the block size divides the tile, e.g. not for 48 or 96), and one dimension's keys
+// of a segment are contiguous in the cache, its dimensions too when the segment is a whole block.
+constexpr int pf_gcd(int a, int b) { return b == 0 ? a : pf_gcd(b, a % b); }
 constexpr int PF_VT_TOK = KV_FP8 ? 16 : 8;
-constexpr int PF_VT_SEG = BLOCK_SIZE < PF_BLOCK_N ? BLOCK_SIZE : PF_BLOCK_N;
+constexpr int PF_VT_SEG = pf_gcd(BLOCK_SIZE, PF_BLOCK_N);
 constexpr int PF_VT_CPS = PF_VT_SEG / PF_VT_TOK;  // chunks per dimension of a segment
 constexpr int PF_SMEM_BYTES = ga_prefill_smem_bytes(HEAD_SIZE, KV_FP8);
 

@@ -56,7 +56,9 @@ TEST_CASE("legacy prefill: NVRTC builds the kernel across dtypes, head and block
                         "prefill_h64_b16_bf16_kvauto_g8_swa1_cap1_legacy_sm90_alibi_sink",
                         "prefill_h256_b128_bf16_kve4m3_g2_swa0_cap0_legacy_sm90_alibi_nc",
                         "prefill_h120_b256_fp16_kvauto_g1_swa1_cap0_legacy_sm80_sink_chk",
-                        "prefill_h96_b64_bf16_kve5m2_g1_swa0_cap1_legacy_sm90_chk"})
+                        "prefill_h96_b64_bf16_kve5m2_g1_swa0_cap1_legacy_sm90_chk",
+                        "prefill_h128_b48_fp16_kvauto_g4_swa1_cap0_legacy_sm90",
+                        "prefill_h192_b80_bf16_kve4m3_g1_swa0_cap0_legacy_sm80"})
     specs.push_back(s);
   for (const std::string& text : specs) {
     INFO(text);

@@ -406,17 +406,17 @@ def legacy_gather(key_cache, value_cache, cache_type, table_row, seq_len):
     return k.view(cache_type).double(), v.view(cache_type).double()
 
 
-@pytest.mark.parametrize("dtype,kv_cache_dtype,window,alibi", [
-    (torch.bfloat16, "auto", None, False), (torch.float16, "auto", 100, True),
-    (torch.float16, "fp8", None, False), (torch.bfloat16, "fp8_e5m2", 64, True)])
+@pytest.mark.parametrize("dtype,kv_cache_dtype,window,alibi,B", [
+    (torch.bfloat16, "auto", None, False, 16), (torch.float16, "auto", 100, True, 48),
+    (torch.float16, "fp8", None, False, 32), (torch.bfloat16, "fp8_e5m2", 64, True, 128)])
 def test_forward_prefix_matches_float64_over_legacy_gather(seed, dtype, kv_cache_dtype, window,
-                                                           alibi):
+                                                           alibi, B):
     """vLLM's order: reshape_and_cache writes the new tokens into the legacy caches (the prefix
     is there already), then forward_prefix; against float64 causal attention over the caches'
     own contents, gathered in the legacy layout."""
     g = torch.Generator(device="cuda").manual_seed(seed)
     gh = torch.Generator().manual_seed(seed)
-    H, KH, D, B = 16, 4, 128, 16
+    H, KH, D = 16, 4, 128
     fp8 = kv_cache_dtype != "auto"
     cache_type = {"auto": dtype, "fp8": torch.float8_e4m3fn,
                   "fp8_e5m2": torch.float8_e5m2}[kv_cache_dtype]

@@ -231,7 +231,9 @@ void run_case(const LegacyCase& c, KernelCache& cache, std::mt19937_64& rng) {
 
 std::vector<LegacyCase> all_cases() {
   const int heads[] = {64, 80, 128, 256};
-  const int blocks[] = {16, 32, 16, 128, 64};
+  // Blocks that divide the key tile, hold several tiles, or neither (48, 80: tiles start inside
+  // blocks and blocks inside tiles).
+  const int blocks[] = {16, 32, 48, 128, 64, 80};
   const int groups[] = {1, 4, 8};
   const KvDType kvs[] = {KvDType::kAuto, KvDType::kFp8E4M3, KvDType::kFp8E5M2};
   std::vector<LegacyCase> cases;
@@ -240,7 +242,7 @@ std::vector<LegacyCase> all_cases() {
     c.dtype = i % 2 ? DType::kBFloat16 : DType::kFloat16;
     c.kv = kvs[(i / 2) % 3];
     c.head_size = heads[(i / 3) % 4];
-    c.block_size = blocks[i % 5];
+    c.block_size = blocks[i % 6];
     c.group = groups[(i / 4) % 3];
     c.num_kv_heads = c.group == 8 ? 1 : 2;
     c.window = i % 4 == 1;
@@ -259,7 +261,8 @@ std::vector<LegacyCase> all_cases() {
     LegacyCase c;
     c.dtype = i % 2 ? DType::kBFloat16 : DType::kFloat16;
     c.head_size = i < 2 ? 120 : 72;
-    c.block_size = i % 2 ? 256 : 16;
+    const int odd_blocks[] = {256, 16, 48, 96};
+    c.block_size = odd_blocks[i];
     c.group = 2;
     c.window = i == 1;
     c.alibi = i == 2;
