@@ -221,3 +221,85 @@ TEST_CASE("legacy prefill: forward_prefix names every bad argument before touchi
     CHECK(has(error_of([&] { split_paged_kv_cache(fp8, 2, 120); }), "head_size 120"));
   }
 }
+
+namespace {
+
+// A host model of templates/prefill.cu's legacy V^T path for one spec, on the tile geometry of
+// params.h: the load walk (pf_for_each_vt_chunk, pf_load_vt, pf_convert_vt) must put value
+// (d, key) of every dimension and tile key exactly once into the swizzled [dim][key] tile, each
+// 16-byte cache chunk inside one block; and the plain ldmatrix of pf_tile must hand every lane
+// the m16n8k16 B fragment (b[r] element e: dim db2 * 16 + (r / 2) * 8 + lane / 4, key kk * 16 +
+// (r % 2) * 8 + 2 * (lane % 4) + e) without bank conflicts. Returns "" or what went wrong.
+std::string model_vt_path(int head_size, int block_size, bool fp8) {
+  const int pad = ga_prefill_head_pad(head_size), bn = ga_prefill_block_n(head_size);
+  const int cpr = bn / 8, rpl = 8 / cpr;
+  const auto swz = [&](int d) { return (d & 7) / rpl; };
+  const int tok = fp8 ? 16 : 8;
+  int seg = block_size, b = bn;  // gcd
+  while (b) {
+    const int t = seg % b;
+    seg = b;
+    b = t;
+  }
+  const int cps = seg / tok, per_seg = head_size * cps, total = per_seg * (bn / seg);
+  std::vector<int> tile(static_cast<size_t>(head_size) * bn, -1);  // element -> d * bn + key
+  const auto put = [&](int d, int chunk, int key0) {
+    for (int j = 0; j < 8; ++j) {
+      int& e = tile[d * bn + (chunk ^ swz(d)) * 8 + j];
+      if (e != -1) return false;
+      e = d * bn + key0 + j;
+    }
+    return true;
+  };
+  for (int idx = 0; idx < total; ++idx) {
+    const int s = idx / per_seg, rem = idx - s * per_seg, d = rem / cps;
+    const int tc = s * cps + rem - d * cps, key = tc * tok;  // tile-relative; tiles start at k*bn
+    for (int n0 : {0, bn, 7 * bn})
+      if ((n0 + key) / block_size != (n0 + key + tok - 1) / block_size)
+        return "a chunk straddles two blocks";
+    const bool ok = fp8 ? put(d, 2 * tc, key) && put(d, 2 * tc + 1, key + 8) : put(d, tc, key);
+    if (!ok) return "a tile element is written twice";
+  }
+  for (int e : tile)
+    if (e == -1) return "a tile element is never written";
+  for (int kk = 0; kk < bn / 16; ++kk)
+    for (int db2 = 0; db2 < pad / 16; ++db2) {
+      int addr[32];
+      for (int lane = 0; lane < 32; ++lane) {
+        const int mi = lane >> 3;
+        addr[lane] = (db2 * 16 + (mi >> 1) * 8 + (lane & 7)) * bn +
+                     ((2 * kk + (mi & 1)) ^ ((lane & 7) / rpl)) * 8;
+      }
+      for (int m = 0; m < 4; ++m) {
+        unsigned slots = 0;  // the 16-byte slots of a 128-byte line the 8 rows hit
+        for (int l = 8 * m; l < 8 * m + 8; ++l) slots |= 1u << (addr[l] * 2 % 128 / 16);
+        if (slots != 0xff) return "an ldmatrix phase has bank conflicts";
+      }
+      for (int lane = 0; lane < 32; ++lane)
+        for (int r = 0; r < 4; ++r)
+          for (int e = 0; e < 2; ++e) {
+            const int el = addr[r * 8 + lane / 4] + 2 * (lane % 4) + e;
+            const int d = db2 * 16 + (r >> 1) * 8 + lane / 4;
+            if (el / bn != d) return "a fragment reads another dimension";
+            if (d >= head_size) continue;  // zero padding rows
+            if (tile[el] != d * bn + kk * 16 + (r & 1) * 8 + 2 * (lane % 4) + e)
+              return "a fragment element holds the wrong key";
+          }
+    }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("legacy prefill: host model of the V^T tile over every head and block size") {
+  int checked = 0;
+  for (int h : supported_head_sizes())
+    for (int b : supported_block_sizes())
+      for (bool fp8 : {false, true}) {
+        if (fp8 && h % 16 != 0) continue;
+        INFO("head " << h << " block " << b << (fp8 ? " fp8" : " 16-bit"));
+        CHECK(model_vt_path(h, b, fp8) == "");
+        ++checked;
+      }
+  CHECK(checked == 29 * 16 + 15 * 16);
+}
