@@ -857,6 +857,39 @@ const float* floats_of(const DLTensor* t, const char* name) {
   return static_cast<const float*>(v.data);
 }
 
+graphattn_status_t graphattn_forward_prefix(
+    const DLTensor* query, const DLTensor* key, const DLTensor* value,
+    graphattn_kv_dtype_t kv_dtype, const DLTensor* key_cache, const DLTensor* value_cache,
+    const DLTensor* block_tables, const DLTensor* query_start_loc, const DLTensor* seq_lens,
+    int max_query_len, const DLTensor* alibi_slopes, int sliding_window, float k_scale,
+    float v_scale, float scale, float soft_cap, const DLTensor* sinks, int causal,
+    const DLTensor* output, void* stream, graphattn_cache_t cache) noexcept {
+  return guard([&] {
+    // One statement each: the first bad tensor, in argument order, is the one named.
+    const TensorView q = view_of(query, "query");
+    const TensorView k = view_of(key, "key", Null::kEmpty);
+    const TensorView v = view_of(value, "value", Null::kEmpty);
+    const KvDType kv = kv_dtype_value(kv_dtype, "kv_dtype");
+    const TensorView kc = view_of(key_cache, "key_cache", Null::kRejected, &kv);
+    const TensorView vc = view_of(value_cache, "value_cache", Null::kRejected, &kv);
+    const TensorView bt = view_of(block_tables, "block_tables");
+    const TensorView qsl = view_of(query_start_loc, "query_start_loc");
+    const TensorView sl = view_of(seq_lens, "seq_lens");
+    const float* slopes = floats_of(alibi_slopes, "alibi_slopes");
+    const float* sink = floats_of(sinks, "sinks");
+    const TensorView o = view_of(output, "output");
+    graphattn::PrefixOptions opt;
+    opt.scale = scale;
+    opt.soft_cap = soft_cap;
+    opt.sinks = sink;
+    opt.causal = causal != 0;
+    static const char* const kNames[] = {"auto", "fp8_e4m3", "fp8_e5m2"};
+    graphattn::forward_prefix(q, k, v, kNames[static_cast<int>(kv)], kc, vc, bt, qsl, sl,
+                              max_query_len, slopes, sliding_window, k_scale, v_scale, o,
+                              static_cast<CUstream>(stream), cache_of(cache), opt);
+  });
+}
+
 graphattn_status_t graphattn_encoder_attention(const DLTensor* query, const DLTensor* key,
                                                const DLTensor* value, const DLTensor* output,
                                                const DLTensor* query_start_loc, int max_query_len,

@@ -42,15 +42,15 @@ PrefillGrid prefill_grid(const AttentionSpec& spec, int64_t max_query_len, int64
 // tokens can make, y = 1. Each prefill of q > device_split_q tokens has ceil(q * group / block_m)
 // <= q * group / block_m + 1 row tiles, and at most num_tokens / (device_split_q + 1) requests
 // are prefills.
-PrefillGrid prefill_grid(const AttentionSpec& spec, const PrefillLaunch& a) {
+PrefillGrid prefill_grid(const AttentionSpec& spec, const PrefillLaunch& a, int64_t num_kv_heads) {
   if (a.device_split_q > 0) {
     const int64_t tokens = a.query.shape[0], block_m = prefill_config(spec).block_m;
     const int64_t prefills =
         std::min<int64_t>(a.num_reqs - a.first_req, tokens / (int64_t{a.device_split_q} + 1));
     return {(tokens * spec.group + block_m - 1) / block_m + prefills, prefills > 0 ? 1 : 0,
-            a.kv_cache.shape[3]};
+            num_kv_heads};
   }
-  return prefill_grid(spec, a.max_query_len, a.num_reqs - a.first_req, a.kv_cache.shape[3]);
+  return prefill_grid(spec, a.max_query_len, a.num_reqs - a.first_req, num_kv_heads);
 }
 
 void require_grid_fits(const PrefillGrid& g) {
@@ -117,17 +117,21 @@ void check_prefill_launch(const AttentionSpec& spec, const PrefillLaunch& a, con
                  a.block_table.shape[0] >= a.num_reqs,
              "block_table " + a.block_table.describe() +
                  " must be int32 with contiguous rows and at least " + str(a.num_reqs) + " rows");
-  require_grid_fits(prefill_grid(spec, a));
+  require_grid_fits(prefill_grid(spec, a, kc.num_kv_heads));
 }
 
 void enqueue_prefill(const LoadedKernel& k, const PrefillLaunch& a, CUstream stream) {
-  const AttentionSpec& spec = k.compiled->spec;
-  const bool fp8 = spec.kv_dtype != KvDType::kAuto;
-  const PrefillGrid g = prefill_grid(spec, a);
-  if (g.x == 0 || g.y == 0) return;
-
   PrefillParams p{};
   set_paged_attention_views(p, a);
+  enqueue_prefill_params(k, a, p, a.kv_cache.shape[3], stream);
+}
+
+void enqueue_prefill_params(const LoadedKernel& k, const PrefillLaunch& a, PrefillParams p,
+                            int64_t num_kv_heads, CUstream stream) {
+  const AttentionSpec& spec = k.compiled->spec;
+  const bool fp8 = spec.kv_dtype != KvDType::kAuto;
+  const PrefillGrid g = prefill_grid(spec, a, num_kv_heads);
+  if (g.x == 0 || g.y == 0) return;
   p.query_start_loc = static_cast<const int*>(a.query_start_loc.data);
   p.first_req = a.first_req;
   p.num_kv_heads = static_cast<int>(g.z);

@@ -13,6 +13,7 @@
 #include "graphattn/tensor.hpp"
 #include "runtime/module_cache.hpp"
 #include "runtime/tensor_checks.hpp"
+#include "templates/params.h"
 
 namespace graphattn::detail {
 
@@ -52,6 +53,10 @@ void check_prefill_launch(const AttentionSpec& ks, const PrefillLaunch& args,
                           const KvCacheShape& kc, const char* where);
 // Launches on arguments that check_prefill_launch() accepted for k's spec; checks nothing.
 void enqueue_prefill(const LoadedKernel& k, const PrefillLaunch& args, CUstream stream);
+// The same with the query, output and KV views already in p (the legacy caches' view, which
+// args.kv_cache cannot describe: forward_prefix); the rest comes from args.
+void enqueue_prefill_params(const LoadedKernel& k, const PrefillLaunch& args, PrefillParams p,
+                            int64_t num_kv_heads, CUstream stream);
 
 // Checks `args` against the loaded kernel's spec and launches it on `stream`. Allocates
 // nothing and synchronises nothing; safe inside a graph capture once `k` is loaded. A launch

@@ -105,11 +105,15 @@ constexpr float GA_KV_SCALE_MIN = 1e-12f;
 struct PagedKvView {
   const void* key_cache;         // [num_blocks, block_size, num_kv_heads, head_size] NHD, or
                                  // [num_blocks, num_kv_heads, block_size, head_size] HND; kv dtype
-  const void* value_cache;       // same shape as key_cache
+                                 // legacy: [num_blocks, num_kv_heads, head_size / x, block_size,
+                                 // x], compact (prefill only)
+  const void* value_cache;       // same shape as key_cache; legacy: [num_blocks, num_kv_heads,
+                                 // head_size, block_size], compact
   const int* block_table;        // [num_reqs, block_table_stride] int32 physical block ids
   const int* seq_lens;           // [num_reqs] int32 context + new tokens; <= 0: zeros out
   long long cache_block_stride;  // shared by key_cache and value_cache, elements
-  long long cache_token_stride;
+  long long cache_token_stride;  // legacy layout (KV_LAYOUT 2, forward_prefix): 0; the prefill
+                                 // kernel adds the offsets inside a block itself
   long long cache_head_stride;
   long long block_table_stride;  // elements between block_table rows
   long long num_blocks;          // blocks in the cache (checked mode compares block ids with it)

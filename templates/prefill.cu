@@ -21,6 +21,11 @@
 // Block-sparse prefill (GA_BLOCK_SPARSE, GaBlockSparse): every tile is masked per (row, key) by
 // the rows' block patterns, and a key tile that no row of the block sees (a block-wide vote) is
 // neither loaded nor computed.
+// KV_LAYOUT 2 (vLLM's legacy PagedAttention caches, key [blocks, kv_heads, head / x, block, x],
+// value [blocks, kv_heads, head, block]): the K tile is the same [key][dim] tile, read from
+// other addresses; the V tile is transposed, [dim][key] with the keys contiguous (the cache's own
+// order), so that the P V MMA's B fragments come from the non-transposed ldmatrix (see
+// pf_load_vt).
 
 // The geometry is params.h's (ga_prefill_*), which the host launch code reads too.
 constexpr int PF_HEAD_PAD = ga_prefill_head_pad(HEAD_SIZE);  // MMA k-dimension of Q.K^T
@@ -35,6 +40,27 @@ constexpr int PF_ROW = ga_prefill_row_elems(HEAD_SIZE);     // smem row stride (
 constexpr int PF_STAGES = ga_prefill_stages(KV_FP8);        // 16-bit K/V tile buffers
 constexpr int PF_CHUNKS = HEAD_SIZE / 8;                    // 8-element chunks per row
 constexpr int PF_SMEM_16 = (PF_BLOCK_M + 2 * PF_STAGES * PF_BLOCK_N) * PF_ROW * 2;
+constexpr bool PF_LEGACY = KV_LAYOUT == 2;
+// Legacy layout: x of the key cache (elements in 16 bytes) and the transposed V tile's geometry.
+// A V^T row (one dimension) holds PF_BLOCK_N keys, PF_VT_CPR 16-byte chunks of 8 keys, with no
+// padding; chunk c of row d sits at chunk c ^ pf_vt_swizzle(d), which spreads the 8 rows an
+// ldmatrix reads (dims d0..d0+7 at one chunk) over all 32 banks: PF_VT_RPL rows share a
+// 128-byte line, and the XOR key runs through every chunk of the line as d % 8 does.
+constexpr int PF_LEGACY_X = KV_FP8 ? 16 : 8;
+constexpr int PF_VT_CPR = PF_BLOCK_N / 8;  // 16-byte chunks (8 keys of 16-bit) per V^T row
+constexpr int PF_VT_RPL = 8 / PF_VT_CPR;   // V^T rows per 128-byte line
+static_assert(PF_VT_CPR * PF_VT_RPL == 8, "a V^T row is 64 or 128 bytes");
+static_assert(PF_HEAD_PAD * PF_BLOCK_N <= PF_BLOCK_N * PF_ROW, "V^T fits the V tile buffer");
+__device__ __forceinline__ int pf_vt_swizzle(int d) { return (d & 7) / PF_VT_RPL; }
+// Keys per 16-byte chunk of one dimension in the legacy value cache (8 16-bit, 16 fp8) and the
+// V^T load's walk: a tile's keys fall into segments of PF_VT_SEG = gcd(block size, tile) keys,
+// each inside one cache block (segments and blocks both start at multiples of PF_VT_SEG; whole
+// blocks when the block size divides the tile, e.g. not for 48 or 96), and one dimension's keys
+// of a segment are contiguous in the cache, its dimensions too when the segment is a whole block.
+constexpr int pf_gcd(int a, int b) { return b == 0 ? a : pf_gcd(b, a % b); }
+constexpr int PF_VT_TOK = KV_FP8 ? 16 : 8;
+constexpr int PF_VT_SEG = pf_gcd(BLOCK_SIZE, PF_BLOCK_N);
+constexpr int PF_VT_CPS = PF_VT_SEG / PF_VT_TOK;  // chunks per dimension of a segment
 constexpr int PF_SMEM_BYTES = ga_prefill_smem_bytes(HEAD_SIZE, KV_FP8);
 
 __device__ __forceinline__ unsigned pf_smem_addr(const void* p) {
@@ -104,10 +130,62 @@ __device__ __forceinline__ void pf_for_each_chunk(int tid, const F& f) {
   }
 }
 
+// Legacy layout: the element offset of column col of key `key` within its head of a key cache
+// block: [head_size / x, block_size, x].
+__device__ __forceinline__ long long pf_legacy_key_col(int key, int col) {
+  return (col / PF_LEGACY_X) * (BLOCK_SIZE * PF_LEGACY_X) + (key % BLOCK_SIZE) * PF_LEGACY_X +
+         col % PF_LEGACY_X;
+}
+
+// Legacy V^T: calls f(d, tc) for every 16-byte chunk of the value cache in a tile (dimension d,
+// the tile's keys [tc * PF_VT_TOK, (tc + 1) * PF_VT_TOK)) that thread tid handles: segment by
+// segment, dimension-major within a segment, so that neighbouring threads read neighbouring 16
+// bytes of the cache. The load and the fp8 conversion share it, so each thread converts exactly
+// the chunks it loaded.
+template <class F>
+__device__ __forceinline__ void pf_for_each_vt_chunk(int tid, const F& f) {
+  constexpr int PER_SEG = HEAD_SIZE * PF_VT_CPS;
+  constexpr int TOTAL = PER_SEG * (PF_BLOCK_N / PF_VT_SEG);
+  constexpr int ITERS = (TOTAL + PF_THREADS - 1) / PF_THREADS;
+#pragma unroll
+  for (int i = 0; i < ITERS; ++i) {
+    const int idx = tid + i * PF_THREADS;
+    if (TOTAL % PF_THREADS == 0 || idx < TOTAL) {
+      const int seg = idx / PER_SEG;
+      const int rem = idx - seg * PER_SEG;
+      const int d = rem / PF_VT_CPS;
+      f(d, seg * PF_VT_CPS + rem - d * PF_VT_CPS);
+    }
+  }
+}
+
+// Legacy layout: the values of keys [n0, n0 + PF_BLOCK_N) of one KV head into the V^T tile at
+// dst ([HEAD_SIZE][PF_BLOCK_N] 16-bit, chunks swizzled by pf_vt_swizzle) or, fp8, the raw V^T
+// staging tile ([HEAD_SIZE][PF_BLOCK_N] bytes, unswizzled). A chunk's 8 (16) keys lie in one cache
+// block (block sizes are multiples of 16); keys at or past kv_end are zero-filled (a chunk
+// partly inside copies only its keys inside), and a chunk wholly past it reads nothing.
+__device__ __forceinline__ void pf_load_vt(const PrefillParams& p, const int* block_row,
+                                           int kv_head, int n0, int kv_end, unsigned dst, int tid) {
+  constexpr int EB = KV_FP8 ? 1 : 2;  // bytes per cache element
+  const long long head_off = static_cast<long long>(kv_head) * p.kv.cache_head_stride;
+  const ga_u8* vc = static_cast<const ga_u8*>(p.kv.value_cache);
+  pf_for_each_vt_chunk(tid, [&](int d, int tc) {
+    const int key = n0 + tc * PF_VT_TOK;
+    const int n = min(kv_end - key, PF_VT_TOK);  // keys of the chunk inside the request
+    long long off = 0;
+    if (n > 0)
+      off = ga_prefill_key_offset(p, block_row, 0, key) + head_off +
+            static_cast<long long>(d) * BLOCK_SIZE + key % BLOCK_SIZE;
+    const unsigned so =
+        KV_FP8 ? d * PF_BLOCK_N + tc * 16 : (d * PF_BLOCK_N + (tc ^ pf_vt_swizzle(d)) * 8) * 2;
+    pf_cp_async16(dst + so, vc + off * EB, n > 0 ? n * EB : 0);
+  });
+}
+
 // Loads the K and V rows [n0, n0 + PF_BLOCK_N) of one KV head from their pages (GA_DENSE_KV:
 // from the dense rows after kv_row0); rows at or past kv_end are zero-filled and read nothing
 // (not even the block table). 16-bit caches go straight into the tile buffers, fp8 caches into
-// the raw staging buffers.
+// the raw staging buffers. Legacy layout: V goes through pf_load_vt.
 __device__ __forceinline__ void pf_load_kv(const PrefillParams& p, const int* block_row,
                                            int kv_row0, int kv_head, int n0, int kv_end,
                                            unsigned k_dst, unsigned v_dst, int tid) {
@@ -116,34 +194,55 @@ __device__ __forceinline__ void pf_load_kv(const PrefillParams& p, const int* bl
     const int key = n0 + row;
     const bool valid = key < kv_end;
     long long off = 0;
-    if (valid) off = ga_prefill_key_offset(p, block_row, kv_row0, key) + head_off + c * 8;
+    if (valid)
+      off = ga_prefill_key_offset(p, block_row, kv_row0, key) + head_off +
+            (PF_LEGACY ? pf_legacy_key_col(key, c * 8) : c * 8);
     if (KV_FP8) {
       const ga_u8* kc = static_cast<const ga_u8*>(p.kv.key_cache);
       const ga_u8* vc = static_cast<const ga_u8*>(p.kv.value_cache);
       const unsigned so = static_cast<unsigned>(row * HEAD_SIZE + c * 8);
       pf_cp_async8(k_dst + so, kc + off, valid ? 8 : 0);
-      pf_cp_async8(v_dst + so, vc + off, valid ? 8 : 0);
+      if (!PF_LEGACY) pf_cp_async8(v_dst + so, vc + off, valid ? 8 : 0);
     } else {
       const ga_u16* kc = static_cast<const ga_u16*>(p.kv.key_cache);
       const ga_u16* vc = static_cast<const ga_u16*>(p.kv.value_cache);
       const unsigned so = static_cast<unsigned>((row * PF_ROW + c * 8) * 2);
       pf_cp_async16(k_dst + so, kc + off, valid ? 16 : 0);
-      pf_cp_async16(v_dst + so, vc + off, valid ? 16 : 0);
+      if (!PF_LEGACY) pf_cp_async16(v_dst + so, vc + off, valid ? 16 : 0);
     }
   });
+  if (PF_LEGACY) pf_load_vt(p, block_row, kv_head, n0, kv_end, v_dst, tid);
+}
+
+// fp8: 8 cache bytes widened to 8 fp16/bf16 values (exact).
+__device__ __forceinline__ uint4 pf_widen8(const ga_u8* b) {
+  uint4 out;
+  unsigned* o = reinterpret_cast<unsigned*>(&out);
+#pragma unroll
+  for (int j = 0; j < 4; ++j)
+    o[j] = ga_pack2(ga_kv_fp8_to_f32(b[2 * j]), ga_kv_fp8_to_f32(b[2 * j + 1]));
+  return out;
 }
 
 // fp8: converts the chunks this thread loaded from the raw staging tile into the 16-bit tile.
 __device__ __forceinline__ void pf_convert_kv(const ga_u8* raw, ga_u16* dst, int tid) {
   pf_for_each_chunk<PF_BLOCK_N>(tid, [&](int row, int c) {
     const uint2 in = *reinterpret_cast<const uint2*>(raw + row * HEAD_SIZE + c * 8);
+    *reinterpret_cast<uint4*>(dst + row * PF_ROW + c * 8) =
+        pf_widen8(reinterpret_cast<const ga_u8*>(&in));
+  });
+}
+
+// fp8, legacy layout: the same for the raw V^T tile; each 16 raw keys of a dimension become two
+// swizzled 16-byte chunks of the 16-bit V^T tile.
+__device__ __forceinline__ void pf_convert_vt(const ga_u8* raw, ga_u16* dst, int tid) {
+  pf_for_each_vt_chunk(tid, [&](int d, int tc) {
+    const uint4 in = *reinterpret_cast<const uint4*>(raw + d * PF_BLOCK_N + tc * 16);
     const ga_u8* b = reinterpret_cast<const ga_u8*>(&in);
-    uint4 out;
-    unsigned* o = reinterpret_cast<unsigned*>(&out);
 #pragma unroll
-    for (int j = 0; j < 4; ++j)
-      o[j] = ga_pack2(ga_kv_fp8_to_f32(b[2 * j]), ga_kv_fp8_to_f32(b[2 * j + 1]));
-    *reinterpret_cast<uint4*>(dst + row * PF_ROW + c * 8) = out;
+    for (int h = 0; h < 2; ++h)
+      *reinterpret_cast<uint4*>(dst + d * PF_BLOCK_N + ((2 * tc + h) ^ pf_vt_swizzle(d)) * 8) =
+          pf_widen8(b + 8 * h);
   });
 }
 
@@ -279,14 +378,24 @@ __device__ __forceinline__ void pf_tile(
     }
   }
 
-  // O += P V; P's accumulator layout is already the A-operand layout.
-  const unsigned v_lane = v_addr + (((mi & 1) * 8 + (lane & 7)) * PF_ROW + (mi >> 1) * 8) * 2;
+  // O += P V; P's accumulator layout is already the A-operand layout. V^T (legacy layout): the
+  // lanes' matrices are dims (mi >> 1) * 8 + lane % 8 of a 16-dim slab at the 8-key chunk
+  // 2 * kk + (mi & 1), unswizzled by the dimension's key (d % 8 == lane % 8), so the plain
+  // ldmatrix yields b0..b3 in the order the transposed one does from the [key][dim] tile.
+  const unsigned v_lane = PF_LEGACY
+                              ? v_addr + ((mi >> 1) * 8 + (lane & 7)) * PF_BLOCK_N * 2
+                              : v_addr + (((mi & 1) * 8 + (lane & 7)) * PF_ROW + (mi >> 1) * 8) * 2;
+  const int vt_key = pf_vt_swizzle(lane);
 #pragma unroll
   for (int kk = 0; kk < NB / 2; ++kk) {
 #pragma unroll
     for (int db2 = 0; db2 < PF_HEAD_PAD / 16; ++db2) {
       unsigned b[4];
-      pf_ldmatrix_x4_trans(b, v_lane + (kk * 16 * PF_ROW + db2 * 16) * 2);
+      if (PF_LEGACY)
+        pf_ldmatrix_x4(b,
+                       v_lane + (db2 * 16 * PF_BLOCK_N + ((2 * kk + (mi & 1)) ^ vt_key) * 8) * 2);
+      else
+        pf_ldmatrix_x4_trans(b, v_lane + (kk * 16 * PF_ROW + db2 * 16) * 2);
 #pragma unroll
       for (int i = 0; i < PF_MT; ++i) {
         pf_mma(o[i][2 * db2], pf[i][kk], b[0], b[1]);
@@ -320,10 +429,18 @@ extern "C" __global__ void __launch_bounds__(PF_THREADS)
   constexpr unsigned RAW_TILE_BYTES = PF_BLOCK_N * HEAD_SIZE;
 
   // Zero padding columns (head sizes that are not multiples of 16): loads never write them.
+  // Legacy layout: the V^T tiles' padding is rows HEAD_SIZE.. of each (the [row][PF_ROW] walk
+  // covers Q and K only).
   if (PF_HEAD_PAD != HEAD_SIZE && n_tiles > 0) {
-    constexpr int PAD_ROWS = PF_BLOCK_M + 2 * PF_STAGES * PF_BLOCK_N;
+    constexpr int PAD_ROWS = PF_BLOCK_M + (PF_LEGACY ? 1 : 2) * PF_STAGES * PF_BLOCK_N;
     for (int r = tid; r < PAD_ROWS; r += PF_THREADS)
       *reinterpret_cast<uint4*>(s_q + r * PF_ROW + HEAD_SIZE) = make_uint4(0, 0, 0, 0);
+    constexpr int VT_PAD = (PF_HEAD_PAD - HEAD_SIZE) * PF_VT_CPR;  // chunks per V^T tile
+    for (int i = tid; PF_LEGACY && i < PF_STAGES * VT_PAD; i += PF_THREADS) {
+      const int st = i / VT_PAD;
+      *reinterpret_cast<uint4*>(s_v + st * PF_BLOCK_N * PF_ROW + HEAD_SIZE * PF_BLOCK_N +
+                                (i - st * VT_PAD) * 8) = make_uint4(0, 0, 0, 0);
+    }
   }
 
   const int* block_row = p.kv.block_table + static_cast<long long>(req) * p.kv.block_table_stride;
@@ -409,7 +526,10 @@ extern "C" __global__ void __launch_bounds__(PF_THREADS)
     if (KV_FP8 && need) {
       const ga_u8* raw = s_raw + (j & 1) * 2 * RAW_TILE_BYTES;
       pf_convert_kv(raw, s_k, tid);
-      pf_convert_kv(raw + RAW_TILE_BYTES, s_v, tid);
+      if (PF_LEGACY)
+        pf_convert_vt(raw + RAW_TILE_BYTES, s_v, tid);
+      else
+        pf_convert_kv(raw + RAW_TILE_BYTES, s_v, tid);
     }
     __syncthreads();
     if (PF_Q_IN_REGS && j == 0) {

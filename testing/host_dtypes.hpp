@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <vector>
 
 #include "graphattn/spec.hpp"
 
@@ -118,5 +119,32 @@ inline bool is_nan16(DType t, uint16_t h) {
 }
 // The project's accuracy bar against the float64 reference (relative L2).
 inline double tolerance(DType t) { return t == DType::kBFloat16 ? 5e-3 : 1e-3; }
+
+// A 16-bit attention output [tokens, row_stride], poisoned with 0xffff before the launch, read
+// against the reference want [tokens, row_elems]: the rows from first_row on, their first
+// row_elems columns; everything else must still hold the poison (clobbered counts what does
+// not).
+struct OutputRows {
+  std::vector<double> got, want;  // the compared elements, in order
+  size_t nan = 0, clobbered = 0;
+};
+inline OutputRows output_rows(DType t, const std::vector<uint16_t>& out, int64_t row_stride,
+                              int64_t row_elems, int64_t first_row,
+                              const std::vector<double>& want) {
+  OutputRows r;
+  const int64_t tokens = row_stride > 0 ? static_cast<int64_t>(out.size()) / row_stride : 0;
+  for (int64_t tok = 0; tok < tokens; ++tok)
+    for (int64_t i = 0; i < row_stride; ++i) {
+      const uint16_t v = out[tok * row_stride + i];
+      if (tok < first_row || i >= row_elems) {
+        r.clobbered += v != 0xffff;
+        continue;
+      }
+      r.nan += is_nan16(t, v);
+      r.got.push_back(from_storage(t, v));
+      r.want.push_back(want[tok * row_elems + i]);
+    }
+  return r;
+}
 
 }  // namespace graphattn::test

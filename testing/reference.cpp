@@ -136,4 +136,19 @@ double relative_l2(const std::vector<double>& a, const std::vector<double>& b) {
   return std::sqrt(num / den);
 }
 
+RefProblem paged_problem(int num_heads, int num_kv_heads, int head_size, int block_size,
+                         const std::vector<int>& query_start_loc, const std::vector<int>& seq_lens,
+                         const std::vector<int>& block_table, int max_blocks_per_seq) {
+  RefProblem p;
+  p.num_heads = num_heads;
+  p.num_kv_heads = num_kv_heads;
+  p.head_size = head_size;
+  p.block_size = block_size;
+  p.query_start_loc = query_start_loc;
+  p.seq_lens = seq_lens;
+  p.block_table = block_table;
+  p.max_blocks_per_seq = max_blocks_per_seq;
+  return p;
+}
+
 }  // namespace graphattn::test

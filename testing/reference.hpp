@@ -53,6 +53,12 @@ struct RefProblem {
   RefBlockSparse blocksparse;
 };
 
+// A paged problem with this geometry and batch; the data, scale and score modifiers are the
+// caller's to fill.
+RefProblem paged_problem(int num_heads, int num_kv_heads, int head_size, int block_size,
+                         const std::vector<int>& query_start_loc, const std::vector<int>& seq_lens,
+                         const std::vector<int>& block_table, int max_blocks_per_seq);
+
 // [num_tokens, num_heads, head_size]. Query token i of a request with seq_len s and q_len n
 // sits at position s - n + i and sees keys 0..position (and the window), or every key when
 // non-causal. Rows of a request with seq_len 0 are zeros.

@@ -445,12 +445,32 @@ GRAPHATTN_API graphattn_status_t graphattn_calc_kv_scales(
  * graphattn/paged_cache.hpp): key_cache [num_blocks, num_kv_heads, head_size / x, block_size,
  * x] and value_cache [num_blocks, num_kv_heads, head_size, block_size], compact, x = 16 bytes of
  * elements; kv_dtype says how to read uint8 caches (auto: the model dtype). key, value,
- * slot_mapping, scales and cache as graphattn_write_kv_cache. Decode and prefill read the flash
- * layout only, so far. */
+ * slot_mapping, scales and cache as graphattn_write_kv_cache. graphattn_forward_prefix reads
+ * these caches; decode reads the flash layout only, so far. */
 GRAPHATTN_API graphattn_status_t graphattn_write_to_paged_cache(
     const DLTensor* key, const DLTensor* value, const DLTensor* key_cache,
     const DLTensor* value_cache, const DLTensor* slot_mapping, graphattn_kv_dtype_t kv_dtype,
     float k_scale, float v_scale, void* stream, graphattn_cache_t cache) GRAPHATTN_NOEXCEPT;
+
+/* vLLM's PagedAttention.forward_prefix over its legacy caches (C++ forward_prefix,
+ * graphattn/paged_cache.hpp, which says the semantics): the new tokens of each request of
+ * query_start_loc (int32 [num_reqs + 1]) at positions seq_lens[r] - q_len .. seq_lens[r] - 1
+ * attend causally to the cached prefix and to themselves, every key and value read from
+ * key_cache / value_cache through block_tables (int32 [num_reqs, max_blocks]): write the new
+ * tokens there first (graphattn_write_to_paged_cache), as vLLM does. key and value
+ * ([num_tokens, num_kv_heads, head_size], or NULL) are checked but not read; with an fp8 cache
+ * the new tokens therefore take part quantized, where vLLM reads them unquantized. kv_dtype as
+ * graphattn_write_to_paged_cache; block_size a multiple of 16 (vLLM's 8 is refused);
+ * sliding_window 0: none. alibi_slopes, sinks: float32 [num_heads] device tensors or NULL.
+ * scale 0: 1 / sqrt(head_size); soft_cap 0: none; causal 0: every new token sees all keys.
+ * output [num_tokens, num_heads, head_size] is written. Compiles its kernel on first use. */
+GRAPHATTN_API graphattn_status_t graphattn_forward_prefix(
+    const DLTensor* query, const DLTensor* key, const DLTensor* value,
+    graphattn_kv_dtype_t kv_dtype, const DLTensor* key_cache, const DLTensor* value_cache,
+    const DLTensor* block_tables, const DLTensor* query_start_loc, const DLTensor* seq_lens,
+    int max_query_len, const DLTensor* alibi_slopes, int sliding_window, float k_scale,
+    float v_scale, float scale, float soft_cap, const DLTensor* sinks, int causal,
+    const DLTensor* output, void* stream, graphattn_cache_t cache) GRAPHATTN_NOEXCEPT;
 
 /* ---- Block copies (vLLM's swap_blocks and copy_blocks; C++ graphattn/kv_blocks.hpp) -------- */
 

@@ -3,13 +3,15 @@
 // head_size] split into a key cache [num_blocks, num_kv_heads, head_size / x, block_size, x]
 // (x = 16 bytes of elements: 8 for fp16/bf16, 16 for fp8) and a value cache [num_blocks,
 // num_kv_heads, head_size, block_size]. graphattn writes it (spec layout "legacy" of the cache
-// write kernel); its decode and prefill kernels read the flash layout only, so far.
+// write kernel) and its prefill kernel reads it (forward_prefix); its decode kernel reads the
+// flash layout only, so far.
 #pragma once
 
 #include <cuda.h>
 
 #include <array>
 #include <cstdint>
+#include <string>
 
 #include "graphattn/backend.hpp"
 #include "graphattn/export.h"
@@ -58,5 +60,58 @@ GRAPHATTN_API void write_to_paged_cache(const TensorView& key, const TensorView&
                                         KernelCache& cache = default_kernel_cache(),
                                         const float* k_scale_device = nullptr,
                                         const float* v_scale_device = nullptr);
+
+// forward_prefix's options beyond vLLM's argument list (the defaults are vLLM's behaviour).
+struct PrefixOptions {
+  float scale = 0.0f;            // softmax scale; 0: 1 / sqrt(head_size), vLLM's
+  float soft_cap = 0.0f;         // logits soft cap: score -> cap * tanh(score / cap); 0: none
+  const float* sinks = nullptr;  // [num_heads] fp32 device: attention-sink logits, or null
+  bool causal = true;  // false: every new token sees all seq_len keys (no sliding window then)
+  const float* k_scale_device = nullptr;  // [1] fp32 device scalars read instead of k_scale /
+  const float* v_scale_device = nullptr;  // v_scale (fp8 caches), or null
+};
+
+// vLLM's PagedAttention.forward_prefix (chunked prefill and prefix caching over the legacy
+// caches): the q_len = query_start_loc[r + 1] - query_start_loc[r] new tokens of request r sit
+// at positions seq_lens[r] - q_len .. seq_lens[r] - 1 and attend causally to the request's
+// cached prefix and to themselves. The prefill kernel (spec layout legacy) reads every key and
+// value, the new tokens' included, from key_cache / value_cache through block_tables: the
+// caller must have written the new tokens there first with write_to_paged_cache, as vLLM does
+// before it calls forward_prefix. key and value are checked against the query and the caches
+// but not read. With a 16-bit cache the cache holds the same values as key and value, so the
+// result is the one vLLM computes. With an fp8 cache the new tokens take part as stored, i.e.
+// quantized like the prefix (fp8(key / k_scale) * k_scale, likewise the values), where vLLM's
+// Triton kernel (context_attention_fwd) reads them from key and value unquantized; the two
+// differ by that quantization of the new tokens' keys and values.
+//   query:        [num_tokens, num_heads, head_size] fp16/bf16, head dim contiguous, rows
+//                 16-byte aligned
+//   key, value:   [num_tokens, num_kv_heads, head_size] dtype of query, or empty views (ndim
+//                 0); not read (above)
+//   kv_cache_dtype: vLLM's name of the caches' element type: "auto" (the query's dtype),
+//                 "fp8" or "fp8_e4m3" (kFloat8E4M3 caches), "fp8_e5m2" (kFloat8E5M2)
+//   key_cache, value_cache: compact legacy caches (split_paged_kv_cache), block_size a multiple
+//                 of 16 (vLLM's default 8 is refused), fp8 head sizes multiples of 16
+//   block_tables: [>= num_reqs, max_blocks_per_seq] int32, rows contiguous
+//   query_start_loc: [num_reqs + 1] int32, non-decreasing token offsets (num_reqs from its size)
+//   seq_lens:     [>= num_reqs] int32, prefix + new tokens per request; 0: the request's rows
+//                 are written as zeros
+//   max_query_len: >= every request's query length (sizes the grid)
+//   alibi_slopes: [num_heads] fp32 device memory, or null: score += slope * (key - query pos)
+//   sliding_window: 0 (none) or >= 1: position p sees keys k with p - k < sliding_window
+//   k_scale, v_scale: fp8 caches: value = stored * scale (finite > 0); ignored for 16-bit
+//   output:       [>= num_tokens, num_heads, head_size] dtype of query; rows of the requests'
+//                 tokens are written
+// Throws graphattn::Error naming the bad argument before any device use; compiles and loads its
+// kernel on first use (spec prefill_..._legacy_smXX); asynchronous on `stream`, capturable once
+// loaded.
+GRAPHATTN_API void forward_prefix(const TensorView& query, const TensorView& key,
+                                  const TensorView& value, const std::string& kv_cache_dtype,
+                                  const TensorView& key_cache, const TensorView& value_cache,
+                                  const TensorView& block_tables, const TensorView& query_start_loc,
+                                  const TensorView& seq_lens, int max_query_len,
+                                  const float* alibi_slopes, int sliding_window, float k_scale,
+                                  float v_scale, const TensorView& output, CUstream stream,
+                                  KernelCache& cache = default_kernel_cache(),
+                                  const PrefixOptions& options = {});
 
 }  // namespace graphattn

@@ -19,8 +19,8 @@ enum class KvDType { kAuto, kFp8E4M3, kFp8E5M2 };  // KV cache element type; aut
 // The KV cache's layout. kNHD / kHND: the flash layout [2, num_blocks, ...] with block_size
 // before num_kv_heads or after it. kLegacy: vLLM's legacy PagedAttention caches, a key cache
 // [num_blocks, num_kv_heads, head_size / x, block_size, x] (x = 16 bytes of elements) and a value
-// cache [num_blocks, num_kv_heads, head_size, block_size]; so far written by the cache write
-// kernel only (write_to_paged_cache), not read by decode or prefill.
+// cache [num_blocks, num_kv_heads, head_size, block_size]; written by the cache write kernel
+// (write_to_paged_cache) and read by the prefill kernel (forward_prefix), not by decode so far.
 enum class KvLayout { kNHD, kHND, kLegacy };
 // vLLM's AttentionType: what a layer's queries see and where its keys come from.
 //   kDecoder        causal self-attention over the paged KV cache (what forward() always did)

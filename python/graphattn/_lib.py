@@ -262,6 +262,11 @@ def _declare(lib, path):
         "graphattn_write_to_paged_cache": (i, [DLTensor_p, DLTensor_p, DLTensor_p, DLTensor_p,
                                                DLTensor_p, i, ctypes.c_float, ctypes.c_float, vp,
                                                vp]),
+        "graphattn_forward_prefix": (i, [DLTensor_p, DLTensor_p, DLTensor_p, i, DLTensor_p,
+                                         DLTensor_p, DLTensor_p, DLTensor_p, DLTensor_p, i,
+                                         DLTensor_p, i, ctypes.c_float, ctypes.c_float,
+                                         ctypes.c_float, ctypes.c_float, DLTensor_p, i,
+                                         DLTensor_p, vp, vp]),
         # block copies
         "graphattn_swap_blocks": (i, [DLTensor_p, DLTensor_p, P(ctypes.c_int64), sz, vp]),
         "graphattn_copy_blocks": (i, [P(ctypes.c_void_p), sz, P(ctypes.c_int64), sz, vp]),

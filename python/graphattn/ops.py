@@ -4,7 +4,7 @@ paged form vLLM v1's FlashAttention backend calls), so an engine can swap them i
 attention of layers without a KV cache: ``encoder_attention`` (vLLM's ENCODER_ONLY layers) and
 ``multi_head_attention`` (its MultiHeadAttention, for vision encoders); and vLLM's block copies
 of paged caches, ``swap_blocks`` and ``copy_blocks``; ``reshape_and_cache`` writes vLLM's legacy
-PagedAttention caches.
+PagedAttention caches and ``forward_prefix`` (vLLM's PagedAttention.forward_prefix) reads them.
 
     from graphattn import ops
     ops.reshape_and_cache_flash(key, value, key_cache, value_cache, slot_mapping, "auto",
@@ -38,7 +38,7 @@ from .backend import AttentionBackend, AttentionMetadata, head_array
 
 __all__ = ["reshape_and_cache_flash", "flash_attn_varlen_func", "clear_cache", "calc_kv_scales",
            "encoder_attention", "multi_head_attention", "swap_blocks", "copy_blocks",
-           "reshape_and_cache"]
+           "reshape_and_cache", "forward_prefix"]
 
 
 def _model_dtype(arg, name):
@@ -141,7 +141,7 @@ def reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, kv_cache
                   num_kv_heads, head_size, block_size]; both compact
     slot_mapping: int64 [num_tokens] block * block_size + offset, -1 = skip
     kv_cache_dtype: "auto", "fp8", "fp8_e4m3", "fp8_e5m2"; fp8 caches store value / scale
-    graphattn's decode and prefill read the flash layout only, so far.
+    forward_prefix reads these caches; graphattn's decode reads the flash layout only, so far.
     """
     s = _device.stream_handle(stream, (key, key_cache))
     k = to_dl(key, "key", s)
@@ -153,6 +153,67 @@ def reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, kv_cache
     k_s, v_s = _fp8_scales(kv_dtype, k_scale, v_scale, ("k_scale", "v_scale"))
     _lib.check(_lib.lib.graphattn_write_to_paged_cache(k.ref, v.ref, kc.ref, vc.ref, slots.ref,
                                                        kv_dtype, k_s, v_s, s, None))
+
+
+def forward_prefix(query, key, value, kv_cache_dtype, key_cache, value_cache, block_tables,
+                   query_start_loc, seq_lens, max_query_len, alibi_slopes, sliding_window,
+                   k_scale, v_scale, *, scale=None, logits_soft_cap=None, sinks=None,
+                   causal=True, out=None, stream=None):
+    """vLLM's PagedAttention.forward_prefix (chunked prefill, prefix caching) over its legacy
+    caches: the q_len new tokens of request r sit at positions seq_lens[r] - q_len ..
+    seq_lens[r] - 1 and attend causally to the cached prefix and to themselves.
+
+    Every key and value, the new tokens' included, is read from key_cache / value_cache: write
+    the new tokens there first with reshape_and_cache, as vLLM does before forward_prefix. key
+    and value are checked (or None) but not read. With a 16-bit cache that is the same data;
+    with an fp8 cache the new tokens take part quantized like the prefix
+    (fp8(key / k_scale) * k_scale), where vLLM's Triton kernel uses them unquantized.
+
+    query:        [num_tokens, num_heads, head_size] float16/bfloat16
+    key, value:   [num_tokens, num_kv_heads, head_size] the query's dtype, or None
+    kv_cache_dtype: "auto", "fp8", "fp8_e4m3", "fp8_e5m2"
+    key_cache, value_cache: legacy caches as reshape_and_cache's, block_size a multiple of 16
+                  (vLLM's 8 is not supported)
+    block_tables: int32 [num_reqs, max_blocks_per_seq]
+    query_start_loc: int32 [num_reqs + 1]; seq_lens: int32 [num_reqs] prefix + new tokens
+    max_query_len: >= every request's query length
+    alibi_slopes: float32 CUDA array of num_heads values, or None
+    sliding_window: None (or 0): no window; else position p sees keys k with p - k < window
+    k_scale, v_scale: fp8 caches: floats or 1-element tensors (read on the host); else ignored
+    graphattn only: scale (None: 1/sqrt(head_size)), logits_soft_cap, sinks (float32 [num_heads]),
+    causal=False (every new token sees all seq_len keys), out (else a new empty_like(query)),
+    stream (None: the tensors' current stream).
+    Returns the output [num_tokens, num_heads, head_size].
+    """
+    if out is None:
+        if not hasattr(query, "new_empty"):
+            raise ValueError("out is required for a query of type %s (without it graphattn "
+                             "allocates through torch's Tensor.new_empty)" % type(query).__name__)
+        out = query.new_empty(query.shape)
+    s = _device.stream_handle(stream, (query, key_cache))
+    q = to_dl(query, "query", s)
+    k = None if key is None else to_dl(key, "key", s)
+    v = None if value is None else to_dl(value, "value", s)
+    kc = to_dl(key_cache, "key_cache", s)
+    vc = to_dl(value_cache, "value_cache", s)
+    bt = to_dl(block_tables, "block_tables", s)
+    qsl = to_dl(query_start_loc, "query_start_loc", s)
+    lens = to_dl(seq_lens, "seq_lens", s)
+    o = to_dl(out, "out", s)
+    _, heads, head_size = _dense_shape(q, "query", ("num_tokens", "num_heads", "head_size"))
+    kv_dtype = _names.parse_kv_dtype(kv_cache_dtype, _model_dtype(q, "query"))
+    k_s, v_s = _fp8_scales(kv_dtype, k_scale, v_scale, ("k_scale", "v_scale"))
+    slopes = head_array(alibi_slopes, "alibi_slopes", heads)
+    sink = head_array(sinks, "sinks", heads)
+    window = 0 if sliding_window is None else _names.int_arg("sliding_window", sliding_window)
+    cap = 0.0 if logits_soft_cap is None else _names.float_arg("logits_soft_cap",
+                                                                logits_soft_cap)
+    _lib.check(_lib.lib.graphattn_forward_prefix(
+        q.ref, ref_of(k), ref_of(v), kv_dtype, kc.ref, vc.ref, bt.ref, qsl.ref, lens.ref,
+        _names.int_arg("max_query_len", max_query_len), ref_of(slopes), window, k_s, v_s,
+        _softmax_scale(scale, head_size), cap, ref_of(sink), 1 if causal else 0, o.ref, s,
+        None))
+    return out
 
 
 # ---- fp8 scales in device memory

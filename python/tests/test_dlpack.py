@@ -199,6 +199,30 @@ def test_reshape_and_cache_legacy_reaches_the_library():
         ops.reshape_and_cache(key, key, key_cache, value_cache, slots, "fp4", 1.0, 1.0)
 
 
+def test_forward_prefix_reaches_the_library():
+    q = np.zeros((3, 8, 64), np.float16)
+    key = np.zeros((3, 4, 64), np.float16)
+    key_cache = np.zeros((6, 4, 8, 16, 8), np.float16)  # x = 8
+    value_cache = np.zeros((6, 4, 64, 16), np.float16)
+    table = np.zeros((1, 2), np.int32)
+    qsl = np.array([0, 3], np.int32)
+    lens = np.array([20], np.int32)
+
+    def call(kv_cache_dtype="auto", alibi=None, out=q, window=None):
+        return ops.forward_prefix(q, key, key, kv_cache_dtype, key_cache, value_cache, table, qsl,
+                                  lens, 3, alibi, window, 1.0, 1.0, out=out)
+    with pytest.raises(graphattn.GraphattnError, match="query is on device type 1"):
+        call()
+    with pytest.raises(ValueError, match="kv_cache_dtype 'fp4' is not supported"):
+        call("fp4")
+    with pytest.raises(ValueError, match="alibi_slopes must be in CUDA device memory"):
+        call(alibi=np.zeros(8, np.float32))
+    with pytest.raises(ValueError, match="out is required for a query of type ndarray"):
+        call(out=None)
+    with pytest.raises(TypeError, match="sliding_window must be an int"):
+        call(window=1.5)
+
+
 def varlen(**kw):
     kv, k, v = cache_halves()
     args = dict(q=np.zeros((3, 8, 64), np.float16), k=k, v=v, max_seqlen_q=1,

@@ -387,3 +387,104 @@ def test_reshape_and_cache_legacy_layout_is_a_scatter(seed, dtype):
     torch.cuda.synchronize()
     assert torch.equal(key_cache, want_k)
     assert torch.equal(value_cache, want_v)
+
+
+def legacy_slots(table_row, count, block_size):
+    """(blocks, offsets) of a request's positions 0..count - 1 through its block-table row."""
+    pos = torch.arange(count, device="cuda")
+    return table_row[pos // block_size].long(), pos % block_size
+
+
+def legacy_gather(key_cache, value_cache, cache_type, table_row, seq_len):
+    """float64 keys and values [seq_len, KH, D] of one request, gathered from the legacy caches
+    (key [blocks, KH, D / x, B, x], value [blocks, KH, D, B]; fp8 ones as uint8 storage of
+    cache_type) as stored."""
+    blk, off = legacy_slots(table_row, seq_len, value_cache.shape[3])
+    k = key_cache[blk, :, :, off, :]  # [s, KH, D / x, x]
+    v = value_cache[blk, :, :, off]  # [s, KH, D]
+    k = k.reshape(seq_len, k.shape[1], -1)
+    return k.view(cache_type).double(), v.view(cache_type).double()
+
+
+@pytest.mark.parametrize("dtype,kv_cache_dtype,window,alibi,B", [
+    (torch.bfloat16, "auto", None, False, 16), (torch.float16, "auto", 100, True, 48),
+    (torch.float16, "fp8", None, False, 32), (torch.bfloat16, "fp8_e5m2", 64, True, 128)])
+def test_forward_prefix_matches_float64_over_legacy_gather(seed, dtype, kv_cache_dtype, window,
+                                                           alibi, B):
+    """vLLM's order: reshape_and_cache writes the new tokens into the legacy caches (the prefix
+    is there already), then forward_prefix; against float64 causal attention over the caches'
+    own contents, gathered in the legacy layout."""
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    gh = torch.Generator().manual_seed(seed)
+    H, KH, D = 16, 4, 128
+    fp8 = kv_cache_dtype != "auto"
+    cache_type = {"auto": dtype, "fp8": torch.float8_e4m3fn,
+                  "fp8_e5m2": torch.float8_e5m2}[kv_cache_dtype]
+    x = 16 if fp8 else 8
+    k_scale, v_scale = (0.05, 0.03) if fp8 else (1.0, 1.0)
+    prefixes = torch.randint(0, 700, (3,), generator=gh).tolist() + [0]
+    chunks = torch.randint(1, 300, (4,), generator=gh).tolist()
+    seq_lens = [p + c for p, c in zip(prefixes, chunks)]
+    blocks = [(s + B - 1) // B for s in seq_lens]
+    NB = sum(blocks) + 2
+    perm = torch.randperm(NB, generator=gh).tolist()
+    table = torch.full((4, max(blocks)), 0, dtype=torch.int32)
+    at = 0
+    for r, n in enumerate(blocks):
+        table[r, :n] = torch.tensor(perm[at:at + n], dtype=torch.int32)
+        at += n
+    table = table.cuda()
+    # NaN everywhere first (vLLM's fp8 caches are uint8: 0xff is NaN in both fp8 types), then
+    # the prefixes, scattered.
+    if fp8:
+        key_cache = torch.full((NB, KH, D // x, B, x), 0xff, dtype=torch.uint8, device="cuda")
+        value_cache = torch.full((NB, KH, D, B), 0xff, dtype=torch.uint8, device="cuda")
+    else:
+        key_cache = torch.full((NB, KH, D // x, B, x), float("nan"), dtype=dtype, device="cuda")
+        value_cache = torch.full((NB, KH, D, B), float("nan"), dtype=dtype, device="cuda")
+    for r, p in enumerate(prefixes):  # (fp8 through the uint8 storage: no float8 index_put)
+        blk, off = legacy_slots(table[r], p, B)
+        k = torch.randn(p, KH, D, generator=g, device="cuda") / k_scale
+        v = torch.randn(p, KH, D, generator=g, device="cuda") / v_scale
+        key_cache[blk, :, :, off, :] = (k.reshape(p, KH, D // x, x).to(cache_type)
+                                        .view(key_cache.dtype))
+        value_cache[blk, :, :, off] = v.to(cache_type).view(value_cache.dtype)
+    T = sum(chunks)
+    query = torch.randn(T, H, D, generator=g, device="cuda").to(dtype)
+    key, value = (torch.randn(T, KH, D, generator=g, device="cuda").to(dtype) for _ in range(2))
+    qsl = [0]
+    slots = []
+    for r, (p, c) in enumerate(zip(prefixes, chunks)):
+        qsl.append(qsl[-1] + c)
+        slots += [int(table[r, pos // B]) * B + pos % B for pos in range(p, p + c)]
+    ops.reshape_and_cache(key, value, key_cache, value_cache,
+                          torch.tensor(slots, dtype=torch.int64, device="cuda"), kv_cache_dtype,
+                          k_scale, v_scale)
+    slopes = (torch.rand(H, generator=g, device="cuda") * 0.06 + 0.001) if alibi else None
+    out = ops.forward_prefix(query, key, value, kv_cache_dtype, key_cache, value_cache, table,
+                             torch.tensor(qsl, dtype=torch.int32, device="cuda"),
+                             torch.tensor(seq_lens, dtype=torch.int32, device="cuda"),
+                             max(chunks), slopes, window, k_scale, v_scale)
+    torch.cuda.synchronize()
+    assert out.shape == query.shape and out.dtype == dtype
+
+    want = torch.zeros(T, H, D, dtype=torch.float64, device="cuda")
+    scale = 1.0 / math.sqrt(D)
+    for r in range(4):
+        s, n = seq_lens[r], chunks[r]
+        k, v = legacy_gather(key_cache, value_cache, cache_type, table[r], s)
+        k, v = k * k_scale, v * v_scale
+        k, v = (t.repeat_interleave(H // KH, dim=1).transpose(0, 1) for t in (k, v))  # [H, s, D]
+        q = query[qsl[r]:qsl[r + 1]].double().transpose(0, 1)  # [H, n, D]
+        scores = q @ k.transpose(1, 2) * scale  # [H, n, s]
+        qpos = torch.arange(s - n, s, device="cuda").view(n, 1)
+        kpos = torch.arange(s, device="cuda").view(1, s)
+        if slopes is not None:
+            scores = scores + slopes.double().view(H, 1, 1) * (kpos - qpos)
+        visible = kpos <= qpos
+        if window is not None:
+            visible = visible & (qpos - kpos < window)
+        scores = scores.masked_fill(~visible, float("-inf"))
+        want[qsl[r]:qsl[r + 1]] = (torch.softmax(scores, dim=-1) @ v).transpose(0, 1)
+    err = relative_l2(out, want)
+    assert err <= TOLERANCE[dtype], "relative L2 error %.3g" % err

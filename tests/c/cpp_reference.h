@@ -62,6 +62,13 @@ int ref_forward(const ref_layer_t* layer, const ref_batch_t* batch, const char* 
 int ref_write_kv_cache(const ref_layer_t* layer, const ref_batch_t* batch, const char* cache_dir,
                        void* stream);
 
+/* C++ forward_prefix over vLLM's legacy caches: batch->kv_cache is one [2, num_blocks,
+ * block_size * num_kv_heads * head_size] allocation (split as split_paged_kv_cache does) that
+ * already holds every token's key and value; reads query, block_table, query_start_loc and
+ * seq_lens, writes output; the layer's kv dtype and scales; synchronizes the stream. */
+int ref_forward_prefix(const ref_layer_t* layer, const ref_batch_t* batch, const char* cache_dir,
+                       void* stream);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

@@ -608,6 +608,49 @@ static void test_tensor_checks(void) {
                                                GRAPHATTN_KV_DTYPE_FP8_E4M3, 1, 1, NULL, NULL),
                 GRAPHATTN_ERROR, "value_cache dtype bf16 differs from key_cache dtype fp8_e4m3");
   }
+  /* forward_prefix over the legacy caches: the C++ checks name every bad argument before any
+   * device use (key and value may be NULL: they are not read). */
+  {
+    int64_t key_shape[5] = {10, 8, 16, 16, 8}, value_shape[4] = {10, 8, 128, 16};
+    int64_t key8_shape[5] = {10, 8, 16, 8, 8}, value8_shape[4] = {10, 8, 128, 8};
+    int64_t k16_shape[3] = {4, 16, 128};
+    DLTensor kc = tensor(FAKE_DEVICE_PTR, kDLCUDA, kDLBfloat, 16, 5, key_shape);
+    DLTensor vc = tensor(FAKE_DEVICE_PTR, kDLCUDA, kDLBfloat, 16, 4, value_shape);
+    DLTensor kc8 = tensor(FAKE_DEVICE_PTR, kDLCUDA, kDLBfloat, 16, 5, key8_shape);
+    DLTensor vc8 = tensor(FAKE_DEVICE_PTR, kDLCUDA, kDLBfloat, 16, 4, value8_shape);
+    DLTensor k16 = tensor(FAKE_DEVICE_PTR, kDLCUDA, kDLBfloat, 16, 3, k16_shape);
+    DLTensor qsl64 = tensor(FAKE_DEVICE_PTR, kDLCUDA, kDLInt, 64, 1, qsl_shape);
+    CHECK_FAILS(graphattn_forward_prefix(NULL, &k, &v, GRAPHATTN_KV_DTYPE_AUTO, &kc, &vc, &bt, &qsl,
+                                         &seq, 4, NULL, 0, 1, 1, 0, 0, NULL, 1, &out, NULL, NULL),
+                INVALID, "query is NULL");
+    CHECK_FAILS(graphattn_forward_prefix(&q, &k, &v, (graphattn_kv_dtype_t)7, &kc, &vc, &bt, &qsl,
+                                         &seq, 4, NULL, 0, 1, 1, 0, 0, NULL, 1, &out, NULL, NULL),
+                INVALID, "kv_dtype 7 is out of range");
+    CHECK_FAILS(
+        graphattn_forward_prefix(&q, NULL, NULL, GRAPHATTN_KV_DTYPE_AUTO, &kc8, &vc8, &bt, &qsl,
+                                 &seq, 4, NULL, 0, 1, 1, 0, 0, NULL, 1, &out, NULL, NULL),
+        GRAPHATTN_ERROR, "(vLLM's default block size 8 included)");
+    CHECK_FAILS(
+        graphattn_forward_prefix(&q, &k16, NULL, GRAPHATTN_KV_DTYPE_AUTO, &kc, &vc, &bt, &qsl, &seq,
+                                 4, NULL, 0, 1, 1, 0, 0, NULL, 1, &out, NULL, NULL),
+        GRAPHATTN_ERROR, "key bf16[4, 16, 128]");
+    CHECK_FAILS(
+        graphattn_forward_prefix(&q, NULL, NULL, GRAPHATTN_KV_DTYPE_AUTO, &kc, &vc, &bt, &qsl, &seq,
+                                 4, NULL, -1, 1, 1, 0, 0, NULL, 1, &out, NULL, NULL),
+        GRAPHATTN_ERROR, "sliding_window -1 is not supported");
+    CHECK_FAILS(graphattn_forward_prefix(&q, &k, &v, GRAPHATTN_KV_DTYPE_AUTO, &kc, &vc, &bt, &qsl64,
+                                         &seq, 4, NULL, 0, 1, 1, 0, 0, NULL, 1, &out, NULL, NULL),
+                GRAPHATTN_ERROR, "query_start_loc must be int32");
+    CHECK_FAILS(
+        graphattn_forward_prefix(&q, &k, &v, GRAPHATTN_KV_DTYPE_FP8_E5M2, &kc, &vc, &bt, &qsl, &seq,
+                                 4, NULL, 0, 1, 1, 0, 0, NULL, 1, &out, NULL, NULL),
+        GRAPHATTN_ERROR, "does not hold kv_cache_dtype 'fp8_e5m2'");
+    kc.dtype.code = vc.dtype.code = kDLUInt;
+    kc.dtype.bits = vc.dtype.bits = 8;
+    CHECK_FAILS(graphattn_forward_prefix(&q, &k, &v, GRAPHATTN_KV_DTYPE_AUTO, &kc, &vc, &bt, &qsl,
+                                         &seq, 4, NULL, 0, 1, 1, 0, 0, NULL, 1, &out, NULL, NULL),
+                INVALID, "the KV cache dtype is auto");
+  }
   /* An fp8 cache as DLPack 1.1's float8_e5m2 (code 12) must match the kv dtype given. */
   DLTensor fp8 = cache;
   fp8.dtype.code = 12;

@@ -557,6 +557,138 @@ static void remove_dir(const char* dir) {
   rmdir(dir);
 }
 
+/* ---- forward_prefix over vLLM's legacy caches: C ABI vs C++ ------------------------------- */
+
+/* Three requests with cached prefixes of 0, 40 and 300 tokens (host-written, random) and new
+ * chunks of 25, 1 and 90 tokens (written with graphattn_write_to_paged_cache, as vLLM does
+ * before forward_prefix); every unused cache byte is 0xff (NaN in every element type). The C
+ * ABI's graphattn_forward_prefix and the C++ forward_prefix must write the same bits, all
+ * finite. kv_fp8 0: a 16-bit cache; 1: fp8 e4m3 as uint8. */
+static void prefix_case(const char* name, int bf16, int kv_fp8, graphattn_cache_t cache,
+                        const char* cache_dir, void* stream) {
+  enum { R = 3, H = 8, KH = 2, D = 128, B = 16 };
+  const int prefix[R] = {0, 40, 300}, chunk[R] = {25, 1, 90};
+  layer_t l = make_layer(H, KH, D, B, bf16, 0, 1024, 8);
+  l.ref.kv_fp8 = kv_fp8;
+  l.ref.k_scale = kv_fp8 ? 0.5f : 1.0f;
+  l.ref.v_scale = kv_fp8 ? 0.25f : 1.0f;
+  const int elem = kv_fp8 ? 1 : 2, x = 16 / elem;
+  int qsl[R + 1] = {0}, seq[R], max_blocks = 0, num_blocks = 0, max_q = 0;
+  for (int r = 0; r < R; ++r) {
+    qsl[r + 1] = qsl[r] + chunk[r];
+    seq[r] = prefix[r] + chunk[r];
+    const int nb = (seq[r] + B - 1) / B;
+    if (nb > max_blocks) max_blocks = nb;
+    num_blocks += nb;
+    if (chunk[r] > max_q) max_q = chunk[r];
+  }
+  const int T = qsl[R];
+  num_blocks += 1; /* one block no request names */
+  int* table = xmalloc(sizeof(int) * R * max_blocks);
+  int next = num_blocks - 1; /* blocks handed out from the top down */
+  for (int r = 0; r < R; ++r)
+    for (int b = 0; b < max_blocks; ++b)
+      table[r * max_blocks + b] = b < (seq[r] + B - 1) / B ? --next : UNUSED_BLOCK;
+  const size_t per_kv = (size_t)num_blocks * B * KH * D, cache_bytes = 2 * per_kv * elem;
+  unsigned char* kv = xmalloc(cache_bytes);
+  memset(kv, 0xff, cache_bytes);
+  for (int r = 0; r < R;
+       ++r) /* the prefixes: key [blk, h, d / x, off, x], value [blk, h, d, off] */
+    for (int pos = 0; pos < prefix[r]; ++pos)
+      for (int h = 0; h < KH; ++h)
+        for (int d = 0; d < D; ++d) {
+          const size_t blk = (size_t)table[r * max_blocks + pos / B], off = (size_t)(pos % B);
+          const size_t head = (blk * KH + h) * D * B;
+          const size_t k = head + ((size_t)(d / x) * B + off) * x + d % x;
+          const size_t v = per_kv + head + (size_t)d * B + off;
+          for (int which = 0; which < 2; ++which) {
+            const size_t o = which ? v : k;
+            if (kv_fp8) {
+              kv[o] = (unsigned char)(next_random() & 0xf7); /* below 0x78: finite e4m3 */
+            } else {
+              const uint16_t h16 = random_half(bf16);
+              memcpy(kv + o * 2, &h16, 2);
+            }
+          }
+        }
+  uint16_t* q = xmalloc((size_t)T * H * D * 2);
+  uint16_t* kn = xmalloc((size_t)T * KH * D * 2);
+  uint16_t* vn = xmalloc((size_t)T * KH * D * 2);
+  fill_halves(q, (size_t)T * H * D, bf16);
+  fill_halves(kn, (size_t)T * KH * D, bf16);
+  fill_halves(vn, (size_t)T * KH * D, bf16);
+  int64_t* slots = xmalloc(sizeof(int64_t) * T);
+  for (int r = 0; r < R; ++r)
+    for (int i = 0; i < chunk[r]; ++i) {
+      const int pos = prefix[r] + i;
+      slots[qsl[r] + i] = (int64_t)table[r * max_blocks + pos / B] * B + pos % B;
+    }
+  ref_batch_t b;
+  memset(&b, 0, sizeof b);
+  b.kv_cache = device_copy(kv, cache_bytes);
+  b.query = device_copy(q, (size_t)T * H * D * 2);
+  b.key = device_copy(kn, (size_t)T * KH * D * 2);
+  b.value = device_copy(vn, (size_t)T * KH * D * 2);
+  b.slot_mapping = device_copy(slots, sizeof(int64_t) * T);
+  b.query_start_loc = device_copy(qsl, sizeof qsl);
+  b.seq_lens = device_copy(seq, sizeof seq);
+  b.block_table = device_copy(table, sizeof(int) * R * max_blocks);
+  b.num_tokens = T;
+  b.num_blocks = num_blocks;
+  b.max_blocks_per_seq = max_blocks;
+  b.num_reqs = R;
+  b.max_query_len = max_q;
+  const size_t out_bytes = (size_t)T * H * D * 2;
+  void* out_c = device_copy(NULL, out_bytes);
+  b.output = device_copy(NULL, out_bytes);
+  CHECK(ref_fill(out_c, 0xff, out_bytes) == 0);
+  CHECK(ref_fill(b.output, 0xff, out_bytes) == 0);
+
+  const uint8_t half_code = bf16 ? kDLBfloat : kDLFloat;
+  int64_t q_shape[3] = {T, H, D}, kv_shape[3] = {T, KH, D}, slot_shape[1] = {T};
+  int64_t key_cache_shape[5] = {num_blocks, KH, D / x, B, x},
+          value_cache_shape[4] = {num_blocks, KH, D, B};
+  int64_t qsl_shape[1] = {R + 1}, seq_shape[1] = {R}, table_shape[2] = {R, max_blocks};
+  const uint8_t cache_code = kv_fp8 ? kDLUInt : half_code, cache_bits = kv_fp8 ? 8 : 16;
+  DLTensor query = dl(b.query, half_code, 16, 3, q_shape);
+  DLTensor key = dl(b.key, half_code, 16, 3, kv_shape);
+  DLTensor value = dl(b.value, half_code, 16, 3, kv_shape);
+  DLTensor key_cache = dl(b.kv_cache, cache_code, cache_bits, 5, key_cache_shape);
+  DLTensor value_cache =
+      dl((char*)b.kv_cache + per_kv * elem, cache_code, cache_bits, 4, value_cache_shape);
+  DLTensor slot_t = dl(b.slot_mapping, kDLInt, 64, 1, slot_shape);
+  DLTensor qsl_t = dl(b.query_start_loc, kDLInt, 32, 1, qsl_shape);
+  DLTensor seq_t = dl(b.seq_lens, kDLInt, 32, 1, seq_shape);
+  DLTensor table_t = dl(b.block_table, kDLInt, 32, 2, table_shape);
+  DLTensor output = dl(out_c, half_code, 16, 3, q_shape);
+  const graphattn_kv_dtype_t kvd = kv_fp8 ? GRAPHATTN_KV_DTYPE_FP8_E4M3 : GRAPHATTN_KV_DTYPE_AUTO;
+  CHECK_OK(graphattn_write_to_paged_cache(&key, &value, &key_cache, &value_cache, &slot_t, kvd,
+                                          l.ref.k_scale, l.ref.v_scale, stream, cache));
+  CHECK_OK(graphattn_forward_prefix(&query, &key, &value, kvd, &key_cache, &value_cache, &table_t,
+                                    &qsl_t, &seq_t, max_q, NULL, 0, l.ref.k_scale, l.ref.v_scale,
+                                    0.0f, 0.0f, NULL, 1, &output, stream, cache));
+  CHECK(ref_stream_sync(stream) == 0);
+  CHECK(ref_forward_prefix(&l.ref, &b, cache_dir, stream) == 0);
+
+  uint16_t* got[2] = {xmalloc(out_bytes), xmalloc(out_bytes)};
+  CHECK(ref_download(got[0], out_c, out_bytes) == 0);
+  CHECK(ref_download(got[1], b.output, out_bytes) == 0);
+  for (size_t i = 0; i < out_bytes / 2; ++i) CHECK(!is_nan_half(got[0][i], bf16));
+  CHECK(memcmp(got[0], got[1], out_bytes) == 0);
+  printf("forward_prefix %s: %d requests, %d tokens: identical to the C++ forward_prefix\n", name,
+         R, T);
+  for (int i = 0; i < 2; ++i) free(got[i]);
+  void* device[] = {b.kv_cache,        b.query,    b.key,         b.value,  b.slot_mapping,
+                    b.query_start_loc, b.seq_lens, b.block_table, b.output, out_c};
+  for (size_t i = 0; i < sizeof device / sizeof device[0]; ++i) ref_free(device[i]);
+  free(table);
+  free(kv);
+  free(q);
+  free(kn);
+  free(vn);
+  free(slots);
+}
+
 int main(void) {
   int available = 0;
   CHECK(graphattn_gpu_available(&available) == GRAPHATTN_OK);
@@ -603,6 +735,8 @@ int main(void) {
   write_case("fp8 e4m3 (uint8) nhd", llama, 1, 0.5f, 2.0f, cache, dir, stream);
   write_case("fp8 e5m2 (float8 code 12) hnd", hnd, 2, 0.25f, 0.75f, cache, dir, stream);
   graph_case(&llama, cache, stream);
+  prefix_case("bf16 legacy b16", 1, 0, cache, dir, stream);
+  prefix_case("fp16 legacy b16, fp8 e4m3 (uint8)", 0, 1, cache, dir, stream);
 
   ref_stream_destroy(stream);
   graphattn_cache_destroy(cache);

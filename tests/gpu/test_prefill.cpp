@@ -169,15 +169,7 @@ double run_case(const PrefillCase& c, KernelCache& cache, std::mt19937_64& rng) 
   const int64_t q_tstride = static_cast<int64_t>(H) * D + 16;
   const int64_t o_tstride = static_cast<int64_t>(H) * D + 8;
   std::vector<uint16_t> q_host(static_cast<size_t>(T) * q_tstride, 0);
-  RefProblem ref;
-  ref.num_heads = H;
-  ref.num_kv_heads = KH;
-  ref.head_size = D;
-  ref.block_size = B;
-  ref.query_start_loc = qsl;
-  ref.seq_lens = seq_lens;
-  ref.block_table = table;
-  ref.max_blocks_per_seq = max_blocks;
+  RefProblem ref = paged_problem(H, KH, D, B, qsl, seq_lens, table, max_blocks);
   ref.q.resize(static_cast<size_t>(T) * H * D);
   for (int t = 0; t < T; ++t)
     for (int i = 0; i < H * D; ++i) {
@@ -264,28 +256,16 @@ double run_case(const PrefillCase& c, KernelCache& cache, std::mt19937_64& rng) 
   if (T > 0) d_out.download(out.data(), out.size() * 2);
   const std::vector<double> want = reference_attention(ref);
   // Compare the launched rows; everything else (earlier requests, stride gaps) stays poisoned.
-  const int t0 = qsl[first_req];
-  std::vector<double> got_rows, want_rows;
-  size_t nan = 0, clobbered = 0;
-  for (int t = 0; t < T; ++t)
-    for (int64_t i = 0; i < o_tstride; ++i) {
-      const uint16_t v = out[t * o_tstride + i];
-      if (t < t0 || i >= H * D) {
-        clobbered += v != 0xffff;
-        continue;
-      }
-      nan += is_nan16(c.dtype, v);
-      got_rows.push_back(from_storage(c.dtype, v));
-      want_rows.push_back(want[static_cast<size_t>(t) * H * D + i]);
-    }
-  CHECK(nan == 0);
-  CHECK(clobbered == 0);
+  const OutputRows rows =
+      output_rows(c.dtype, out, o_tstride, int64_t{H} * D, qsl[first_req], want);
+  CHECK(rows.nan == 0);
+  CHECK(rows.clobbered == 0);
   // Padded requests with query rows must come out exactly zero.
   for (int r = first_req; r < num_reqs; ++r)
     if (seq_lens[r] == 0)
       for (int t = qsl[r]; t < qsl[r + 1]; ++t)
         for (int i = 0; i < H * D; ++i) CHECK_MESSAGE(out[t * o_tstride + i] == 0, "row " << t);
-  const double err = got_rows.empty() ? 0.0 : relative_l2(got_rows, want_rows);
+  const double err = rows.got.empty() ? 0.0 : relative_l2(rows.got, rows.want);
   const double bound = c.dtype == DType::kFloat16 ? 1e-3 : 5e-3;
   CHECK_MESSAGE(err <= bound, "relative L2 " << err << " > " << bound);
   return err;

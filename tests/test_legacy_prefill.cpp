@@ -1,0 +1,305 @@
+// The prefill kernel over vLLM's legacy PagedAttention caches (spec layout "legacy") and
+// forward_prefix on the host: spec strings, the kernel selection, NVRTC builds across dtypes,
+// head sizes, block sizes and score modifiers, and every argument check of forward_prefix (all
+// before any device use).
+#include <doctest/doctest.h>
+
+#include <string>
+#include <vector>
+
+#include "graphattn/graphattn.hpp"
+#include "jit_cache/nvrtc_compiler.hpp"
+#include "jit_cache/prefill_kernels.hpp"
+#include "runtime/prefill.hpp"
+#include "templates/params.h"
+#include "tests/test_util.hpp"
+
+using namespace graphattn;
+using test::error_of;
+using test::fake_device;
+
+TEST_CASE("legacy prefill: spec strings, and the mma.sync kernel serves them on every arch") {
+  const char* text = "prefill_h128_b16_bf16_kvauto_g4_swa0_cap0_legacy_sm90";
+  const AttentionSpec s = AttentionSpec::parse(text);
+  CHECK(s.layout == KvLayout::kLegacy);
+  CHECK(s.kind == KernelKind::kPrefill);
+  CHECK(s.to_string() == text);
+  // On sm_90 a flash-layout spec of this shape takes the wgmma kernel; legacy stays on mma.sync.
+  AttentionSpec flash = s;
+  flash.layout = KvLayout::kNHD;
+  CHECK(detail::select_prefill_kernel(flash) == detail::PrefillKernel::kWgmma);
+  CHECK(detail::select_prefill_kernel(s) == detail::PrefillKernel::kMmaSync);
+  const detail::PrefillConfig cfg = detail::prefill_config(s);
+  CHECK(cfg.block_m == ga_prefill_block_m(128));
+  CHECK(cfg.shared_bytes == ga_prefill_smem_bytes(128, false));
+  CHECK(AttentionSpec::parse("prefill_h80_b32_fp16_kve4m3_g1_swa0_cap1_legacy_sm80_alibi_sink_nc")
+            .non_causal);
+  // Still refused: fp8 head sizes in part-chunks, dense K/V in the legacy layout.
+  CHECK(error_of([] {
+          AttentionSpec::parse("prefill_h120_b16_bf16_kve4m3_g1_swa0_cap0_legacy_sm90");
+        }).find("head size 120 is not supported by the legacy layout with KV cache dtype e4m3") !=
+        std::string::npos);
+  CHECK(error_of([] {
+          AttentionSpec::parse("prefill_h128_b16_bf16_kvauto_g1_swa0_cap0_legacy_sm90_nc_dense");
+        }).find("dense KV (_dense) reads no paged cache") != std::string::npos);
+}
+
+TEST_CASE("legacy prefill: NVRTC builds the kernel across dtypes, head and block sizes, modes") {
+  std::vector<std::string> specs;
+  for (int h : {32, 64, 80, 96, 112, 120, 128, 192, 256})
+    specs.push_back("prefill_h" + std::to_string(h) + "_b16_bf16_kvauto_g4_swa0_cap0_legacy_sm90");
+  for (int h : {64, 80, 128, 256})
+    for (const char* kv : {"e4m3", "e5m2"})
+      specs.push_back("prefill_h" + std::to_string(h) + "_b32_fp16_kv" + kv +
+                      "_g8_swa1_cap0_legacy_sm89");
+  for (const char* s : {"prefill_h128_b32_fp16_kvauto_g1_swa0_cap0_legacy_sm80_nc",
+                        "prefill_h64_b16_bf16_kvauto_g8_swa1_cap1_legacy_sm90_alibi_sink",
+                        "prefill_h256_b128_bf16_kve4m3_g2_swa0_cap0_legacy_sm90_alibi_nc",
+                        "prefill_h120_b256_fp16_kvauto_g1_swa1_cap0_legacy_sm80_sink_chk",
+                        "prefill_h96_b64_bf16_kve5m2_g1_swa0_cap1_legacy_sm90_chk",
+                        "prefill_h128_b48_fp16_kvauto_g4_swa1_cap0_legacy_sm90",
+                        "prefill_h192_b80_bf16_kve4m3_g1_swa0_cap0_legacy_sm80"})
+    specs.push_back(s);
+  for (const std::string& text : specs) {
+    INFO(text);
+    const KernelSource src = render_kernel(AttentionSpec::parse(text));
+    CHECK(src.source.find("constexpr int KV_LAYOUT = 2;") != std::string::npos);
+    test::check_cubin_builds(src);
+  }
+}
+
+namespace {
+
+// A valid forward_prefix call on fake device memory (never launched: each test case breaks one
+// argument, which must fail before any device use): 3 requests, 8 query heads over 2 KV heads of
+// size 128, bf16, 16-token blocks.
+struct PrefixCall {
+  ScalarType t = ScalarType::kBFloat16;
+  TensorView kv = TensorView::contiguous(fake_device(0x100000), t, {2, 10, 16 * 2 * 128});
+  PagedKvCache caches = split_paged_kv_cache(kv, 2, 128);
+  TensorView query = TensorView::contiguous(fake_device(0x400000), t, {12, 8, 128});
+  TensorView key = TensorView::contiguous(fake_device(0x500000), t, {12, 2, 128});
+  TensorView value = key;
+  TensorView output = TensorView::contiguous(fake_device(0x600000), t, {12, 8, 128});
+  TensorView block_tables =
+      TensorView::contiguous(fake_device(0x700000), ScalarType::kInt32, {3, 4});
+  TensorView query_start_loc =
+      TensorView::contiguous(fake_device(0x710000), ScalarType::kInt32, {4});
+  TensorView seq_lens = TensorView::contiguous(fake_device(0x720000), ScalarType::kInt32, {3});
+  std::string kv_cache_dtype = "auto";
+  int max_query_len = 8;
+  const float* alibi = nullptr;
+  int window = 0;
+  float k_scale = 1.0f, v_scale = 1.0f;
+  PrefixOptions options;
+
+  std::string error() const {
+    return error_of([&] {
+      forward_prefix(query, key, value, kv_cache_dtype, caches.key_cache, caches.value_cache,
+                     block_tables, query_start_loc, seq_lens, max_query_len, alibi, window, k_scale,
+                     v_scale, output, nullptr, default_kernel_cache(), options);
+    });
+  }
+};
+
+bool has(const std::string& text, const std::string& part) {
+  if (text.find(part) != std::string::npos) return true;
+  MESSAGE("'" << part << "' is not in: " << text);
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("legacy prefill: forward_prefix names every bad argument before touching a device") {
+  {
+    PrefixCall c;
+    c.kv_cache_dtype = "fp8_e4m3fn";
+    CHECK(c.error() ==
+          "kv_cache_dtype 'fp8_e4m3fn' is not supported; supported: auto, fp8, fp8_e4m3, "
+          "fp8_e5m2");
+  }
+  for (const char* name : {"fp8", "fp8_e4m3", "fp8_e5m2"}) {  // a bf16 cache is "auto"
+    PrefixCall c;
+    c.kv_cache_dtype = name;
+    CHECK(has(c.error(), "key_cache dtype bf16 does not hold kv_cache_dtype '" + std::string(name) +
+                             "' for a bf16 query"));
+  }
+  {  // an e5m2 cache named "fp8" (= e4m3), and one named "auto"
+    PrefixCall c;
+    c.kv = TensorView::contiguous(fake_device(0x100000), ScalarType::kFloat8E5M2,
+                                  {2, 10, 16 * 2 * 128});
+    c.caches = split_paged_kv_cache(c.kv, 2, 128);
+    c.kv_cache_dtype = "fp8";
+    CHECK(has(c.error(), "key_cache dtype fp8_e5m2 does not hold kv_cache_dtype 'fp8'"));
+    c.kv_cache_dtype = "auto";
+    CHECK(has(c.error(), "does not hold kv_cache_dtype 'auto'"));
+    // Named right, it gets as far as its fp8 scales.
+    c.kv_cache_dtype = "fp8_e5m2";
+    c.k_scale = 0.0f;
+    CHECK(has(c.error(), "k_scale"));
+  }
+  {
+    PrefixCall c;
+    c.query = TensorView::contiguous(fake_device(0x400000), c.t, {12, 1024});
+    CHECK(has(c.error(), "query"));
+    c.query = TensorView::contiguous(fake_device(0x400000), ScalarType::kFloat32, {12, 8, 128});
+    CHECK(has(c.error(), "is not supported for queries, keys and values; supported: fp16, bf16"));
+  }
+  {  // the caches: swapped, a flash cache, another dtype than the query's
+    PrefixCall c;
+    std::swap(c.caches.key_cache, c.caches.value_cache);
+    CHECK(has(c.error(), "key_cache"));
+    PrefixCall f;
+    f.query.dtype = f.output.dtype = ScalarType::kFloat16;
+    CHECK(has(f.error(), "fp16"));
+  }
+  {  // vLLM's block size 8, by name
+    PrefixCall c;
+    c.kv = TensorView::contiguous(fake_device(0x100000), c.t, {2, 10, 8 * 2 * 128});
+    c.caches = split_paged_kv_cache(c.kv, 2, 128);
+    CHECK(c.error() ==
+          "block_size 8 of key_cache bf16[10, 2, 16, 8, 8] strides [2048, 1024, 64, 8, 1] is not "
+          "supported (vLLM's default block size 8 included); supported: 16, 32, ..., 256 "
+          "(multiples of 16)");
+  }
+  {  // key and value: the query's tokens, the caches' heads; or empty
+    PrefixCall c;
+    c.key = TensorView::contiguous(fake_device(0x500000), c.t, {12, 4, 128});
+    CHECK(has(c.error(), "key bf16[12, 4, 128]"));
+    CHECK(has(c.error(),
+              "must be bf16[12, 2, 128] (the query's tokens, the caches' KV heads "
+              "and head size) or empty"));
+    c.key = TensorView{};
+    c.value = TensorView::contiguous(fake_device(0x500000), ScalarType::kFloat16, {12, 2, 128});
+    CHECK(has(c.error(), "value fp16[12, 2, 128]"));
+  }
+  {
+    PrefixCall c;
+    c.window = -1;
+    CHECK(c.error() == "sliding_window -1 is not supported; supported: 0 (none) or >= 1");
+  }
+  {
+    PrefixCall c;
+    c.options.scale = -0.5f;
+    CHECK(has(c.error(), "scale -0.500000 is not supported; supported: finite > 0"));
+  }
+  {  // query heads against KV heads; output against query
+    PrefixCall c;
+    c.query = TensorView::contiguous(fake_device(0x400000), c.t, {12, 7, 128});
+    CHECK(has(c.error(), "query has 7 heads, not a positive multiple of the KV cache's 2"));
+    PrefixCall o;
+    o.output = TensorView::contiguous(fake_device(0x600000), o.t, {12, 8, 64});
+    CHECK(has(o.error(), "output"));
+  }
+  {  // the per-request arrays
+    PrefixCall c;
+    c.query_start_loc = TensorView::contiguous(fake_device(0x710000), ScalarType::kInt64, {4});
+    CHECK(has(c.error(), "query_start_loc must be int32"));
+    c.query_start_loc = TensorView::contiguous(fake_device(0x710000), ScalarType::kInt32, {0});
+    CHECK(has(c.error(), "needs num_reqs + 1 >= 1 entries"));
+    PrefixCall s;
+    s.seq_lens = TensorView::contiguous(fake_device(0x720000), ScalarType::kInt32, {2});
+    CHECK(has(s.error(), "seq_lens"));
+    PrefixCall b;
+    b.block_tables = TensorView::contiguous(fake_device(0x700000), ScalarType::kInt32, {2, 4});
+    CHECK(has(b.error(), "block_table"));
+    PrefixCall m;
+    m.max_query_len = -1;
+    CHECK(has(m.error(), "max_query_len -1 must be >= 0"));
+  }
+  {  // non-causal with a window
+    PrefixCall c;
+    c.options.causal = false;
+    c.window = 64;
+    CHECK(has(c.error(),
+              "non-causal (_nc) attention with a sliding window (swa1) is not "
+              "supported"));
+  }
+  {  // fp8 head sizes in part-chunks never reach a cache (split_kv_cache refuses them)
+    const TensorView fp8 = TensorView::contiguous(fake_device(0x100000), ScalarType::kFloat8E4M3,
+                                                  {2, 10, 16 * 2 * 120});
+    CHECK(has(error_of([&] { split_paged_kv_cache(fp8, 2, 120); }), "head_size 120"));
+  }
+}
+
+namespace {
+
+// A host model of templates/prefill.cu's legacy V^T path for one spec, on the tile geometry of
+// params.h: the load walk (pf_for_each_vt_chunk, pf_load_vt, pf_convert_vt) must put value
+// (d, key) of every dimension and tile key exactly once into the swizzled [dim][key] tile, each
+// 16-byte cache chunk inside one block; and the plain ldmatrix of pf_tile must hand every lane
+// the m16n8k16 B fragment (b[r] element e: dim db2 * 16 + (r / 2) * 8 + lane / 4, key kk * 16 +
+// (r % 2) * 8 + 2 * (lane % 4) + e) without bank conflicts. Returns "" or what went wrong.
+std::string model_vt_path(int head_size, int block_size, bool fp8) {
+  const int pad = ga_prefill_head_pad(head_size), bn = ga_prefill_block_n(head_size);
+  const int cpr = bn / 8, rpl = 8 / cpr;
+  const auto swz = [&](int d) { return (d & 7) / rpl; };
+  const int tok = fp8 ? 16 : 8;
+  int seg = block_size, b = bn;  // gcd
+  while (b) {
+    const int t = seg % b;
+    seg = b;
+    b = t;
+  }
+  const int cps = seg / tok, per_seg = head_size * cps, total = per_seg * (bn / seg);
+  std::vector<int> tile(static_cast<size_t>(head_size) * bn, -1);  // element -> d * bn + key
+  const auto put = [&](int d, int chunk, int key0) {
+    for (int j = 0; j < 8; ++j) {
+      int& e = tile[d * bn + (chunk ^ swz(d)) * 8 + j];
+      if (e != -1) return false;
+      e = d * bn + key0 + j;
+    }
+    return true;
+  };
+  for (int idx = 0; idx < total; ++idx) {
+    const int s = idx / per_seg, rem = idx - s * per_seg, d = rem / cps;
+    const int tc = s * cps + rem - d * cps, key = tc * tok;  // tile-relative; tiles start at k*bn
+    for (int n0 : {0, bn, 7 * bn})
+      if ((n0 + key) / block_size != (n0 + key + tok - 1) / block_size)
+        return "a chunk straddles two blocks";
+    const bool ok = fp8 ? put(d, 2 * tc, key) && put(d, 2 * tc + 1, key + 8) : put(d, tc, key);
+    if (!ok) return "a tile element is written twice";
+  }
+  for (int e : tile)
+    if (e == -1) return "a tile element is never written";
+  for (int kk = 0; kk < bn / 16; ++kk)
+    for (int db2 = 0; db2 < pad / 16; ++db2) {
+      int addr[32];
+      for (int lane = 0; lane < 32; ++lane) {
+        const int mi = lane >> 3;
+        addr[lane] = (db2 * 16 + (mi >> 1) * 8 + (lane & 7)) * bn +
+                     ((2 * kk + (mi & 1)) ^ ((lane & 7) / rpl)) * 8;
+      }
+      for (int m = 0; m < 4; ++m) {
+        unsigned slots = 0;  // the 16-byte slots of a 128-byte line the 8 rows hit
+        for (int l = 8 * m; l < 8 * m + 8; ++l) slots |= 1u << (addr[l] * 2 % 128 / 16);
+        if (slots != 0xff) return "an ldmatrix phase has bank conflicts";
+      }
+      for (int lane = 0; lane < 32; ++lane)
+        for (int r = 0; r < 4; ++r)
+          for (int e = 0; e < 2; ++e) {
+            const int el = addr[r * 8 + lane / 4] + 2 * (lane % 4) + e;
+            const int d = db2 * 16 + (r >> 1) * 8 + lane / 4;
+            if (el / bn != d) return "a fragment reads another dimension";
+            if (d >= head_size) continue;  // zero padding rows
+            if (tile[el] != d * bn + kk * 16 + (r & 1) * 8 + 2 * (lane % 4) + e)
+              return "a fragment element holds the wrong key";
+          }
+    }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("legacy prefill: host model of the V^T tile over every head and block size") {
+  int checked = 0;
+  for (int h : supported_head_sizes())
+    for (int b : supported_block_sizes())
+      for (bool fp8 : {false, true}) {
+        if (fp8 && h % 16 != 0) continue;
+        INFO("head " << h << " block " << b << (fp8 ? " fp8" : " 16-bit"));
+        CHECK(model_vt_path(h, b, fp8) == "");
+        ++checked;
+      }
+  CHECK(checked == 29 * 16 + 15 * 16);
+}
