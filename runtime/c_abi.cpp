@@ -153,6 +153,9 @@ bool holds(const S& s, F S::*field) {
   return end <= s.struct_size;
 }
 
+// The metadata's first version ended with max_seq_len.
+constexpr size_t kMetadataV1Bytes = offsetof(graphattn_metadata_t, max_seq_len) + sizeof(int);
+
 // The layer configuration's first version ended with check_bounds.
 constexpr size_t kLayerConfigV1Bytes =
     offsetof(graphattn_layer_config_t, check_bounds) + sizeof(int);
@@ -779,7 +782,7 @@ graphattn_status_t graphattn_backend_forward(graphattn_backend_t backend, const 
                                              size_t workspace_bytes, void* stream) noexcept {
   return guard([&] {
     const graphattn::AttentionBackend& attn = deref(backend, "backend").attn;
-    const graphattn_metadata_t& m = sized(metadata, "metadata");
+    const graphattn_metadata_t& m = sized(metadata, "metadata", kMetadataV1Bytes);
     // Every tensor is converted before the C++ forward sees any of them.
     const TensorView q = view_of(query, "query");
     const TensorView k = view_of(key, "key", Null::kEmpty);
@@ -810,6 +813,7 @@ graphattn_status_t graphattn_backend_forward(graphattn_backend_t backend, const 
     md.num_actual_tokens = m.num_actual_tokens;
     md.max_query_len = m.max_query_len;
     md.max_seq_len = m.max_seq_len;
+    md.device_split = holds(m, &graphattn_metadata_t::device_split) && m.device_split != 0;
     attn.forward(q, k, v, cache, out, md, workspace, workspace_bytes,
                  static_cast<CUstream>(stream));
   });

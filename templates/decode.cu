@@ -306,9 +306,11 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   // A batch split on the device (a captured graph of any decode/prefill mix): the grid covers
   // every request slot, and only the decodes (1..max_query_len query tokens, 1 without "_mt")
   // are this kernel's; a prefill or a padded request (no token) has no block here.
+  // (A single-token decode must sit at query row req, decodes first; one that does not is no
+  // decode of this launch and writes nothing, rather than another request's row.)
   if (p.device_split != 0) {
-    const int n = p.query_start_loc[req + 1] - p.query_start_loc[req];
-    if (n < 1 || n > (MT ? p.max_query_len : 1)) return;
+    const int q0 = p.query_start_loc[req], n = p.query_start_loc[req + 1] - q0;
+    if (n < 1 || n > (MT ? p.max_query_len : 1) || (!MT && q0 != req)) return;
   }
   // Multi-token: the request's query rows and their count.
   const int q_begin = MT ? p.query_start_loc[req] : req;

@@ -363,6 +363,12 @@ typedef struct graphattn_metadata {
   int num_actual_tokens; /* tokens written to the cache */
   int max_query_len;     /* over the prefills (1 when there are none) */
   int max_seq_len;
+  /* Appended (read only where struct_size holds it): nonzero splits the batch into decodes
+   * and prefills on the device (C++ AttentionMetadata::device_split), for one CUDA graph per
+   * token count that serves any mix: num_reqs counts request slots (padded ones hold no token:
+   * query_start_loc repeats its last offset, seq_lens 0), decodes come first, num_decodes,
+   * num_decode_tokens and max_query_len are not read. */
+  int device_split;
 } graphattn_metadata_t;
 
 GRAPHATTN_API void graphattn_metadata_init(graphattn_metadata_t* metadata) GRAPHATTN_NOEXCEPT;

@@ -136,6 +136,7 @@ class Metadata(ctypes.Structure):
         ("num_actual_tokens", ctypes.c_int),
         ("max_query_len", ctypes.c_int),
         ("max_seq_len", ctypes.c_int),
+        ("device_split", ctypes.c_int),
     ]
 
 

@@ -79,6 +79,11 @@ class AttentionMetadata:
     An encoder-only layer reads neither seq_lens, block_table nor slot_mapping: None will do.
     num_decode_tokens defaults to num_decodes (pass the decodes' token count when they hold
     more than one each); max_query_len is over the prefills (1 when there are none).
+    device_split=True: the kernels split the batch into decodes and prefills on the device,
+    so one CUDA graph per token count serves any mix (vLLM's full graphs, support ALWAYS):
+    num_reqs then counts request slots (padded ones hold no token: query_start_loc repeats
+    its last offset, seq_lens 0), decodes come first, and num_decodes, num_decode_tokens and
+    max_query_len are not read.
     """
     query_start_loc: Any
     seq_lens: Any
@@ -90,6 +95,7 @@ class AttentionMetadata:
     max_seq_len: int
     num_decodes: int = 0
     num_decode_tokens: Optional[int] = None
+    device_split: bool = False
 
     def _struct(self, stream):
         """The graphattn_metadata_t and the converted tensors it points to (keep both)."""
@@ -111,6 +117,7 @@ class AttentionMetadata:
                                               self.num_actual_tokens, 0)
         md.max_query_len = _names.int_arg("metadata.max_query_len", self.max_query_len, 0)
         md.max_seq_len = _names.int_arg("metadata.max_seq_len", self.max_seq_len, 0)
+        md.device_split = 1 if self.device_split else 0
         return md, args
 
 

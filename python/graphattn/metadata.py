@@ -62,20 +62,28 @@ def _query_start_loc(query_start_loc):
     return (ctypes.c_int32 * len(q))(*q), len(q) - 1
 
 
-def cudagraph_support_for(decode_query_len):
+def cudagraph_support_for(decode_query_len, mixed_graphs=False):
     """The builder's support level for layers with this decode query length (1 + the
     speculative tokens a step verifies, 1..16): UNIFORM_BATCH above 1, else
-    cudagraph_support."""
+    cudagraph_support; ALWAYS with mixed_graphs (graphs of any batch, launched with
+    AttentionMetadata(device_split=True))."""
     q = int_arg("decode_query_len", decode_query_len)
     out = ctypes.c_int(0)
     _lib.check(_lib.lib.graphattn_cudagraph_support_for(q, ctypes.byref(out)))
-    return AttentionCGSupport(out.value)
+    return AttentionCGSupport.ALWAYS if mixed_graphs else AttentionCGSupport(out.value)
 
 
-def can_run_in_cudagraph(query_start_loc, decode_query_len=1):
+def can_run_in_cudagraph(query_start_loc, decode_query_len=1, mixed_graphs=False):
     """Whether a batch (query_start_loc: [num_reqs + 1] host offsets) can replay a full graph:
     a uniform decode batch, every request decode_query_len tokens (1: single-token decodes;
-    speculative decoding: 1 + the draft tokens)."""
+    speculative decoding: 1 + the draft tokens). With mixed_graphs any batch whose decodes
+    (up to decode_query_len tokens) come first."""
+    if mixed_graphs:
+        try:
+            split_decodes_and_prefills(query_start_loc, decode_query_len)
+        except errors.GraphattnError:
+            return False
+        return True
     arr, num_reqs = _query_start_loc(query_start_loc)
     q = int_arg("decode_query_len", decode_query_len)
     result = ctypes.c_int(0)

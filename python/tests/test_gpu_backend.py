@@ -262,3 +262,49 @@ def test_encoder_only_layer(seed):
     torch.cuda.synchronize()
     err = relative_l2(out, dense_reference(q, k, v, starts, starts, 1.0 / math.sqrt(D)))
     assert err <= TOLERANCE[torch.bfloat16], "encoder-only forward: relative L2 error %.3g" % err
+
+
+@pytest.mark.parametrize("name", list(LAYERS))
+def test_mixed_batch_split_on_the_device(backends, seed, name):
+    # device_split: the kernels find the decodes and prefills from query_start_loc; the
+    # metadata holds request slots (two padded ones: no token, seq_len 0) and no split counts.
+    attn = backends(name)
+    # Fixed cache and block-table shapes: a second batch is copied into this one's buffers.
+    width = MAX_MODEL_LEN // LAYERS[name][0]["block_size"]
+    shapes = dict(num_blocks=6 * width + 3, max_blocks_per_seq=width)
+    b = make(name, seed, [1, 1, 1, 5, 17, 90], lengths(seed, 6, 0, 700), **shapes)
+    expected = b.expected_cache()
+    pad = 2
+    qsl = torch.cat([b.query_start_loc, b.query_start_loc[-1:].repeat(pad)])
+    seq_lens = torch.cat([b.seq_lens, torch.zeros(pad, dtype=torch.int32, device="cuda")])
+    table = torch.cat([b.block_table, torch.zeros_like(b.block_table[:pad])])
+    metadata = graphattn.AttentionMetadata(
+        query_start_loc=qsl, seq_lens=seq_lens, block_table=table, slot_mapping=b.slot_mapping,
+        num_reqs=b.num_reqs + pad, num_actual_tokens=b.num_tokens, max_query_len=0,
+        max_seq_len=MAX_MODEL_LEN, device_split=True)
+    workspace = attn.allocate_workspace(b.query)
+    attn.forward(b.query, b.key, b.value, b.kv_cache, b.output, metadata, workspace)
+    torch.cuda.synchronize()
+    assert torch.equal(b.kv_cache, expected), "device split: cache write differs"
+    c = attn.config
+    ref = b.reference(expected, scale=c.scale, window=c.window, soft_cap=c.soft_cap)
+    check_output(b, ref, "mixed batch split on the device " + name)
+    # The same forward captured once, then replayed for another mix of the same token count.
+    other = make(name, seed + 1, [1, 40, 20, 20, 20, 14], lengths(seed + 1, 6, 0, 700),
+                 **shapes)
+    expected_other = other.expected_cache()
+
+    def step():
+        attn.forward(b.query, b.key, b.value, b.kv_cache, b.output, metadata, workspace)
+
+    graph = capture(step)
+    other.copy_into(b)
+    qsl.copy_(torch.cat([b.query_start_loc, b.query_start_loc[-1:].repeat(pad)]))
+    seq_lens[:b.num_reqs].copy_(b.seq_lens)
+    table[:b.num_reqs].copy_(b.block_table)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(b.kv_cache, expected_other), "replayed device split: cache write differs"
+    check_output(b, b.reference(expected_other, scale=c.scale, window=c.window,
+                                soft_cap=c.soft_cap),
+                 "replayed mixed graph, another mix, " + name)

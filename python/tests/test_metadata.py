@@ -92,3 +92,16 @@ def test_speculative_decoding_uniform_batches():
         md.default_capture_sizes(8, 17)
     with pytest.raises(graphattn.GraphattnError, match="decode_query_len 0 is not supported"):
         md.cudagraph_support_for(0)
+
+
+def test_mixed_graphs():
+    # Graphs of any batch (launched with AttentionMetadata(device_split=True)): ALWAYS, and any
+    # batch whose decodes come first runs in one.
+    assert md.cudagraph_support_for(1, mixed_graphs=True) == md.AttentionCGSupport.ALWAYS
+    assert md.cudagraph_support_for(4, mixed_graphs=True) == md.AttentionCGSupport.ALWAYS
+    assert md.can_run_in_cudagraph([0, 1, 2, 9, 40], mixed_graphs=True)
+    assert md.can_run_in_cudagraph([0, 30], mixed_graphs=True)
+    assert md.can_run_in_cudagraph([0, 4, 6, 20], decode_query_len=4, mixed_graphs=True)
+    assert not md.can_run_in_cudagraph([0, 30, 31], mixed_graphs=True)  # a decode after a prefill
+    assert not md.can_run_in_cudagraph([0, 1, 2, 9, 40])  # without: uniform decodes only
+    assert graphattn.AttentionMetadata(None, None, None, None, 0, 0, 1, 0).device_split is False

@@ -564,6 +564,15 @@ static void test_tensor_checks(void) {
   md2.struct_size = 0;
   CHECK_FAILS(graphattn_backend_forward(b, &q, &k, &v, &cache, &out, &md2, NULL, 0, NULL), INVALID,
               "metadata->struct_size 0");
+  /* The first version of the struct (up to max_seq_len, no device_split) is still taken. */
+  CHECK(md.device_split == 0);
+  md2 = md;
+  md2.struct_size = offsetof(graphattn_metadata_t, device_split);
+  CHECK_FAILS(graphattn_backend_forward(b, &q, &k, &v, &cache, &out, &md2, NULL, 0, NULL),
+              GRAPHATTN_ERROR, "call prepare()");
+  md2.struct_size = offsetof(graphattn_metadata_t, max_seq_len);
+  CHECK_FAILS(graphattn_backend_forward(b, &q, &k, &v, &cache, &out, &md2, NULL, 0, NULL), INVALID,
+              "is smaller than");
   /* Managed memory is CUDA memory. */
   DLTensor managed = q;
   managed.device.device_type = kDLCUDAManaged;
