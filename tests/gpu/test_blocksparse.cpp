@@ -273,15 +273,8 @@ struct SparseBatch {
     GA_CU_CHECK(detail::driver().cuCtxSynchronize());
     std::vector<uint16_t> out(static_cast<size_t>(T * H * D));
     d_out.download(out.data(), out.size() * 2);
-    RefProblem p;
-    p.num_heads = static_cast<int>(H);
-    p.num_kv_heads = static_cast<int>(KH);
-    p.head_size = static_cast<int>(D);
-    p.block_size = static_cast<int>(B);
-    p.query_start_loc = qsl;
-    p.seq_lens = seq;
-    p.block_table = bt;
-    p.max_blocks_per_seq = static_cast<int>(W);
+    RefProblem p = paged_problem(static_cast<int>(H), static_cast<int>(KH), static_cast<int>(D),
+                                 static_cast<int>(B), qsl, seq, bt, static_cast<int>(W));
     p.q = qref;
     p.k_cache = kref;
     p.v_cache = vref;
