@@ -219,10 +219,10 @@ void AttentionSpec::validate() const {
       (block_size != 16 || kv_dtype != KvDType::kAuto || layout != KvLayout::kNHD || check_bounds))
     throw Error("spec " + to_string() +
                 ": dense KV (_dense) reads no paged cache; use b16, kvauto, nhd and no _chk");
-  if (layout == KvLayout::kLegacy && kind != KernelKind::kCacheWrite)
+  if (layout == KvLayout::kLegacy && kind == KernelKind::kPrefill)
     throw Error("spec " + to_string() +
-                ": the legacy PagedAttention layout (legacy) is written by " +
-                "the cache write kernel only so far; the " + name_of(kind) +
+                ": the legacy PagedAttention layout (legacy) is read by the decode kernel and " +
+                "written by the cache write kernel only so far; the " + name_of(kind) +
                 " kernel reads the flash layout: nhd or hnd");
   // The legacy key cache splits the head into chunks of x = 16 bytes of elements.
   if (layout == KvLayout::kLegacy && head_size % (kv_dtype == KvDType::kAuto ? 8 : 16) != 0)
