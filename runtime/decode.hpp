@@ -81,6 +81,10 @@ struct DecodeLaunch : AttentionViews {
   // fused cache write. The grid and workspace are sized for num_decodes * max_query_len rows.
   TensorView query_start_loc;  // [>= num_decodes + 1] int32
   int max_query_len = 1;
+  // vLLM's legacy caches (spec layout legacy; paged_attention_v1 / v2): their checked shape,
+  // data and block / head strides (check_paged_caches); kv_cache is then unused and there is no
+  // fused cache write. Layout nhd (the default): the flash kv_cache is read.
+  KvCacheShape legacy_kv;
 };
 
 // The decode spec these views and options need on `arch`. Checks ranks, dtypes and head counts

@@ -29,9 +29,11 @@ bool compact(const TensorView& t) {
   return true;
 }
 
-// The legacy caches as the cache write kernel reads them (check_cache_write checks the rest).
-detail::KvCacheShape check_paged_caches(const TensorView& key_cache, const TensorView& value_cache,
-                                        DType dtype) {
+}  // namespace
+
+// The legacy caches as the kernels read them (check_cache_write checks the rest of a write).
+detail::KvCacheShape detail::check_paged_caches(const TensorView& key_cache,
+                                                const TensorView& value_cache, DType dtype) {
   detail::require_rank(key_cache, 5, "key_cache",
                        "[num_blocks, num_kv_heads, head_size / x, block_size, x]");
   detail::require_rank(value_cache, 4, "value_cache",
@@ -64,10 +66,10 @@ detail::KvCacheShape check_paged_caches(const TensorView& key_cache, const Tenso
                    " must be compact (row-major) and 16-byte aligned");
   kc.key_data = key_cache.data;
   kc.value_data = value_cache.data;
+  kc.head_stride = kc.head_size * kc.block_size;  // compact (a size-1 dimension's stride is free)
+  kc.block_stride = kc.num_kv_heads * kc.head_stride;
   return kc;
 }
-
-}  // namespace
 
 int paged_cache_x(ScalarType kv_cache_type) { return 16 / scalar_bytes(kv_cache_type); }
 
@@ -113,7 +115,8 @@ void write_to_paged_cache(const TensorView& key, const TensorView& value,
                           CUstream stream, KernelCache& cache, const float* k_scale_device,
                           const float* v_scale_device) {
   detail::require_rank(key, 3, "key", "[num_tokens, num_kv_heads, head_size]");
-  const detail::KvCacheShape kc = check_paged_caches(key_cache, value_cache, dtype_of(key.dtype));
+  const detail::KvCacheShape kc =
+      detail::check_paged_caches(key_cache, value_cache, dtype_of(key.dtype));
   detail::check_cache_write(key, value, kc, slot_mapping, k_scale, v_scale);
   const detail::DeviceKvScales scales{k_scale_device, v_scale_device};
   detail::require_device_scales(scales, "write_to_paged_cache");

@@ -37,7 +37,8 @@ TEST_CASE("legacy decode: NVRTC builds every head size, dtype and block size") {
                       (h % 16 == 0 ? "_bf16_kvauto_g4" : "_fp16_kvauto_g1") +
                       "_swa0_cap0_legacy_sm90");
       if (h % 16 == 0 && b == 16)
-        specs.push_back("decode_h" + std::to_string(h) + "_b16_bf16_kve4m3_g8_swa0_cap0_legacy_sm90");
+        specs.push_back("decode_h" + std::to_string(h) +
+                        "_b16_bf16_kve4m3_g8_swa0_cap0_legacy_sm90");
     }
   for (const std::string& text : specs) {
     INFO(text);

@@ -1,4 +1,4 @@
-// vLLM's legacy PagedAttention caches on the host: the spec layout "legacy" (cache write only),
+// vLLM's legacy PagedAttention caches on the host: the spec layout "legacy" (cache write, decode),
 // NVRTC builds of its cache write kernel, the shape and split helpers, and every argument check
 // of write_to_paged_cache (all before any device use).
 #include <doctest/doctest.h>
@@ -16,16 +16,13 @@ using namespace graphattn;
 using test::error_of;
 using test::fake_device;
 
-TEST_CASE("paged cache: the legacy layout is a cache write spec, refused for attention kernels") {
+TEST_CASE("paged cache: the legacy layout is a cache write and decode spec, refused for prefill") {
   const char* legacy = "cache_write_h128_b16_bf16_kvauto_g1_swa0_cap0_legacy_sm90";
   CHECK(AttentionSpec::parse(legacy).layout == KvLayout::kLegacy);
   CHECK(AttentionSpec::parse(legacy).to_string() == legacy);
   CHECK(std::string(to_string(KvLayout::kLegacy)) == "legacy");
-  CHECK(
-      error_of([] { AttentionSpec::parse("decode_h128_b16_bf16_kvauto_g4_swa0_cap0_legacy_sm90"); })
-          .find("the legacy PagedAttention layout (legacy) is written by the cache write kernel "
-                "only so far; the decode kernel reads the flash layout: nhd or hnd") !=
-      std::string::npos);
+  CHECK(AttentionSpec::parse("decode_h128_b16_bf16_kvauto_g4_swa0_cap0_legacy_sm90").layout ==
+        KvLayout::kLegacy);
   CHECK(error_of([] {
           AttentionSpec::parse("prefill_h128_b16_bf16_kvauto_g4_swa0_cap0_legacy_sm90");
         }).find("the prefill kernel reads the flash layout") != std::string::npos);
@@ -38,7 +35,7 @@ TEST_CASE("paged cache: the legacy layout is a cache write spec, refused for att
   CHECK(
       AttentionSpec::parse("cache_write_h120_b16_bf16_kvauto_g1_swa0_cap0_legacy_sm90").head_size ==
       120);
-  // A layer configured with the legacy layout has no decode kernel yet.
+  // A layer configured with the legacy layout has no prefill kernel yet.
   AttentionLayerConfig c;
   c.num_heads = c.num_kv_heads = 8;
   c.head_size = 128;
@@ -46,7 +43,7 @@ TEST_CASE("paged cache: the legacy layout is a cache write spec, refused for att
   c.max_num_seqs = 4;
   c.arch = 90;
   c.layout = KvLayout::kLegacy;
-  CHECK(attention_config_problem(c).find("the decode kernel reads the flash layout") !=
+  CHECK(attention_config_problem(c).find("the prefill kernel reads the flash layout") !=
         std::string::npos);
 }
 
