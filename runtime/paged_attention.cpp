@@ -45,8 +45,8 @@ void check_block_sparse(const PagedAttentionCall& c) {
   GA_REQUIRE(c.tp_rank >= 0, std::string(c.op) + ": tp_rank " + str(c.tp_rank) + " must be >= 0");
   if (c.vert_stride <= 1) return;
   throw Error(std::string(c.op) + ": blocksparse_vert_stride " + str(c.vert_stride) +
-              " (local_blocks " + str(c.local_blocks) + ", block_size " +
-              str(c.sparse_block_size) + ", head_sliding_step " + str(c.head_sliding_step) +
+              " (local_blocks " + str(c.local_blocks) + ", block_size " + str(c.sparse_block_size) +
+              ", head_sliding_step " + str(c.head_sliding_step) +
               ") asks for block-sparse attention, which graphattn's decode over the legacy "
               "layout does not support; supported: blocksparse_vert_stride <= 1 (dense)");
 }
@@ -76,9 +76,9 @@ std::pair<AttentionSpec, detail::KvCacheShape> check_call(const PagedAttentionCa
   GA_REQUIRE(c.num_kv_heads == kc.num_kv_heads,
              op + ": num_kv_heads " + str(c.num_kv_heads) + " differs from the caches' " +
                  str(kc.num_kv_heads) + " (value_cache " + c.value_cache.describe() + ")");
-  GA_REQUIRE(c.block_size == kc.block_size,
-             op + ": block_size " + str(c.block_size) + " differs from the caches' " +
-                 str(kc.block_size) + " (value_cache " + c.value_cache.describe() + ")");
+  GA_REQUIRE(c.block_size == kc.block_size, op + ": block_size " + str(c.block_size) +
+                                                " differs from the caches' " + str(kc.block_size) +
+                                                " (value_cache " + c.value_cache.describe() + ")");
   GA_REQUIRE(c.block_size >= 16 && c.block_size <= 256 && c.block_size % 16 == 0,
              op + ": block_size " + str(c.block_size) +
                  " is not supported; supported: 16..256, multiples of 16 (vLLM's 8 is not)");
@@ -89,10 +89,10 @@ std::pair<AttentionSpec, detail::KvCacheShape> check_call(const PagedAttentionCa
   GA_REQUIRE(c.seq_lens.ndim == 1 && c.seq_lens.shape[0] == num_seqs,
              op + ": seq_lens " + c.seq_lens.describe() + " must be int32 [num_seqs] with " +
                  "num_seqs = " + str(num_seqs) + " (query's first dimension)");
-  GA_REQUIRE(c.block_tables.ndim == 2 && c.block_tables.shape[0] == num_seqs,
-             op + ": block_tables " + c.block_tables.describe() +
-                 " must be int32 [num_seqs, max_num_blocks_per_seq] with num_seqs = " +
-                 str(num_seqs));
+  GA_REQUIRE(
+      c.block_tables.ndim == 2 && c.block_tables.shape[0] == num_seqs,
+      op + ": block_tables " + c.block_tables.describe() +
+          " must be int32 [num_seqs, max_num_blocks_per_seq] with num_seqs = " + str(num_seqs));
   for (const TensorView* t : {&c.seq_lens, &c.block_tables})
     GA_REQUIRE(t->dtype == ScalarType::kInt32 && t->strides[t->ndim - 1] == 1,
                op + ": " + (t == &c.seq_lens ? "seq_lens " : "block_tables ") + t->describe() +
@@ -107,6 +107,7 @@ std::pair<AttentionSpec, detail::KvCacheShape> check_call(const PagedAttentionCa
   check_block_sparse(c);
   const AttentionSpec spec = detail::attention_spec_for(
       KernelKind::kDecode, c.query, c.out, kc, 0, 0.0f, arch, false, c.alibi_slopes.ndim != 0);
+  detail::require_launch_scales(spec, c.scale, c.k_scale, c.v_scale);
   return {spec, kc};
 }
 
@@ -218,15 +219,15 @@ bool use_paged_attention_v1(int64_t max_seq_len, int64_t num_seqs, int64_t num_h
   return max_seq_len <= 8192 && (partitions == 1 || num_seqs * num_heads > 512);
 }
 
-void paged_attention_v1(const TensorView& out, const TensorView& query,
-                        const TensorView& key_cache, const TensorView& value_cache,
-                        int num_kv_heads, float scale, const TensorView& block_tables,
-                        const TensorView& seq_lens, int block_size, int max_seq_len,
-                        const TensorView& alibi_slopes, const std::string& kv_cache_dtype,
-                        float k_scale, float v_scale, int tp_rank, int blocksparse_local_blocks,
-                        int blocksparse_vert_stride, int blocksparse_block_size,
-                        int blocksparse_head_sliding_step, CUstream stream, KernelCache& cache,
-                        const float* k_scale_device, const float* v_scale_device) {
+void paged_attention_v1(const TensorView& out, const TensorView& query, const TensorView& key_cache,
+                        const TensorView& value_cache, int num_kv_heads, float scale,
+                        const TensorView& block_tables, const TensorView& seq_lens, int block_size,
+                        int max_seq_len, const TensorView& alibi_slopes,
+                        const std::string& kv_cache_dtype, float k_scale, float v_scale,
+                        int tp_rank, int blocksparse_local_blocks, int blocksparse_vert_stride,
+                        int blocksparse_block_size, int blocksparse_head_sliding_step,
+                        CUstream stream, KernelCache& cache, const float* k_scale_device,
+                        const float* v_scale_device) {
   const PagedAttentionCall c{"paged_attention_v1",
                              out,
                              query,
