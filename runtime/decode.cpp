@@ -51,6 +51,17 @@ int stages_of(const AttentionSpec& s, const DecodeLaunch& a) {
   return a.stages == 0 ? ga_decode_shallow_stages(s.head_size, kv_bytes_of(s)) : a.stages;
 }
 
+// A direct launch over the legacy caches: their shape as checked into legacy_kv.
+KvCacheShape check_direct_launch_legacy(const LoadedKernel& k, const DecodeLaunch& a) {
+  GA_REQUIRE(k.compiled != nullptr, "launch_decode: kernel is not loaded");
+  require_rank(a.query, 3, "query", "[num_tokens, num_heads, head_size]");
+  GA_REQUIRE(a.legacy_kv.dtype == dtype_of(a.query.dtype),
+             "launch_decode: the legacy caches were checked for " +
+                 std::string(to_string(a.legacy_kv.dtype)) + ", the query is " +
+                 to_string(a.query.dtype));
+  return a.legacy_kv;
+}
+
 }  // namespace
 
 AttentionSpec decode_spec(const DecodeLaunch& a, int arch) {
@@ -345,7 +356,9 @@ void enqueue_decode(const LoadedKernel& decode, const DecodeLaunch& a, CUstream 
 }
 
 void launch_decode(const LoadedKernel& decode, const DecodeLaunch& a, CUstream stream) {
-  const KvCacheShape kc = check_direct_launch(decode, a.query, a.kv_cache, "launch_decode");
+  const KvCacheShape kc = a.legacy_kv.layout == KvLayout::kLegacy
+                              ? check_direct_launch_legacy(decode, a)
+                              : check_direct_launch(decode, a.query, a.kv_cache, "launch_decode");
   check_decode_launch(decode.compiled->spec, a, kc, "launch_decode");
   enqueue_decode(decode, a, stream);
 }
