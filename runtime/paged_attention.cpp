@@ -51,15 +51,6 @@ void check_block_sparse(const PagedAttentionCall& c) {
               "layout does not support; supported: blocksparse_vert_stride <= 1 (dense)");
 }
 
-// vLLM's kv_cache_dtype names: the cache element type each stands for.
-KvDType kv_dtype_named(const std::string& name, const char* op) {
-  if (name == "auto") return KvDType::kAuto;
-  if (name == "fp8" || name == "fp8_e4m3") return KvDType::kFp8E4M3;
-  if (name == "fp8_e5m2") return KvDType::kFp8E5M2;
-  throw Error(std::string(op) + ": kv_cache_dtype \"" + name +
-              "\" is not supported; supported: auto, fp8, fp8_e4m3, fp8_e5m2");
-}
-
 // The checks of one call, before any device use; the decode spec (on `arch`) and the caches'
 // shape come back.
 std::pair<AttentionSpec, detail::KvCacheShape> check_call(const PagedAttentionCall& c, int arch) {
@@ -68,7 +59,7 @@ std::pair<AttentionSpec, detail::KvCacheShape> check_call(const PagedAttentionCa
   detail::require_rank(c.out, 3, "out", "[num_seqs, num_heads, head_size]");
   const detail::KvCacheShape kc =
       detail::check_paged_caches(c.key_cache, c.value_cache, dtype_of(c.query.dtype));
-  const KvDType named = kv_dtype_named(c.kv_cache_dtype, c.op);
+  const KvDType named = kv_cache_dtype_of(c.kv_cache_dtype);
   GA_REQUIRE(named == kc.kv_dtype,
              op + ": kv_cache_dtype \"" + c.kv_cache_dtype + "\" does not match the caches' " +
                  to_string(c.key_cache.dtype) + " elements for a " + to_string(c.query.dtype) +
@@ -208,6 +199,14 @@ void run(const PagedAttentionCall& c, CUstream stream, KernelCache& cache) {
 }
 
 }  // namespace
+
+KvDType kv_cache_dtype_of(const std::string& name) {
+  if (name == "auto") return KvDType::kAuto;
+  if (name == "fp8" || name == "fp8_e4m3") return KvDType::kFp8E4M3;
+  if (name == "fp8_e5m2") return KvDType::kFp8E5M2;
+  throw Error("kv_cache_dtype \"" + name +
+              "\" is not supported; supported: auto, fp8, fp8_e4m3, fp8_e5m2");
+}
 
 int64_t paged_attention_num_partitions(int64_t max_seq_len) {
   GA_REQUIRE(max_seq_len >= 0, "max_seq_len " + str(max_seq_len) + " must be >= 0");

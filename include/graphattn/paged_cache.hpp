@@ -61,6 +61,10 @@ GRAPHATTN_API void write_to_paged_cache(const TensorView& key, const TensorView&
                                         const float* k_scale_device = nullptr,
                                         const float* v_scale_device = nullptr);
 
+// vLLM's kv_cache_dtype names: "auto" (the model dtype), "fp8" and "fp8_e4m3" (e4m3),
+// "fp8_e5m2"; anything else throws graphattn::Error naming the allowed ones.
+GRAPHATTN_API KvDType kv_cache_dtype_of(const std::string& kv_cache_dtype);
+
 // vLLM's paged-attention partition size (v2's temporaries hold one entry per 512 tokens).
 constexpr int kPagedAttentionPartitionSize = 512;
 // ceil(max_seq_len / 512): v2's max_num_partitions (max_seq_len >= 0).

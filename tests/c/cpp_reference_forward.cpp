@@ -7,6 +7,7 @@
 #include <string>
 
 #include "graphattn/backend.hpp"
+#include "graphattn/paged_cache.hpp"
 #include "graphattn/runtime.hpp"
 #include "runtime/driver.hpp"
 #include "tests/c/cpp_reference.h"
@@ -211,6 +212,32 @@ int ref_write_kv_cache(const ref_layer_t* layer, const ref_batch_t* batch, const
     write_kv_cache(rows(b.key, l, b.num_tokens, l.num_kv_heads),
                    rows(b.value, l, b.num_tokens, l.num_kv_heads), cache_view(l, b),
                    slots_view(b, b.num_tokens), l.k_scale, l.v_scale, stream_of(stream), *cache);
+    GA_CU_CHECK(driver().cuStreamSynchronize(stream_of(stream)));
+  });
+}
+
+int ref_paged_attention(const ref_layer_t* layer, const ref_batch_t* batch, float scale,
+                        const char* cache_dir, void* stream) {
+  return run("ref_paged_attention", [&] {
+    const ref_layer_t& l = *layer;
+    const ref_batch_t& b = *batch;
+    const auto cache = cache_in(cache_dir);
+    const ScalarType t = l.kv_fp8 == 1   ? ScalarType::kFloat8E4M3
+                         : l.kv_fp8 == 2 ? ScalarType::kFloat8E5M2
+                                         : model_type(l);
+    const PagedKvCache kv = split_paged_kv_cache(
+        TensorView::contiguous(
+            b.kv_cache, t, {2, b.num_blocks, int64_t{l.block_size} * l.num_kv_heads * l.head_size}),
+        l.num_kv_heads, l.head_size);
+    const char* name = l.kv_fp8 == 1 ? "fp8" : l.kv_fp8 == 2 ? "fp8_e5m2" : "auto";
+    paged_attention_v1(rows(b.output, l, b.num_reqs, l.num_heads),
+                       rows(b.query, l, b.num_reqs, l.num_heads), kv.key_cache, kv.value_cache,
+                       l.num_kv_heads, scale,
+                       TensorView::contiguous(b.block_table, ScalarType::kInt32,
+                                              {b.num_reqs, b.max_blocks_per_seq}),
+                       TensorView::contiguous(b.seq_lens, ScalarType::kInt32, {b.num_reqs}),
+                       l.block_size, b.max_seq_len, TensorView(), name, l.k_scale, l.v_scale, 0, 0,
+                       0, 0, 0, stream_of(stream), *cache);
     GA_CU_CHECK(driver().cuStreamSynchronize(stream_of(stream)));
   });
 }

@@ -108,7 +108,7 @@ void build(const LegacyCase& c, std::mt19937_64& rng, LegacyBatch& b, int extra_
     for (int64_t i = 0; i < (c.seq_lens[r] + B - 1) / B; ++i)
       b.block_table[r * b.max_blocks + i] = phys[next++];
 
-  const int64_t half = b.num_blocks * B * KH * D;  // elements of one cache
+  const int64_t half = b.num_blocks * B * KH * D;    // elements of one cache
   std::vector<uint8_t> host(2 * half * elem, 0xff);  // NaN wherever nothing may be read
   b.k_ref.assign(half, 0.0);
   b.v_ref.assign(half, 0.0);
@@ -227,12 +227,12 @@ void call_paged_attention(const LegacyCase& c, const LegacyBatch& b, float scale
   tmp.fill_bytes(0xff);
   const TensorView exp_sums =
       TensorView::contiguous(sums.data(), ScalarType::kFloat32, {n, H, parts});
-  const TensorView tmp_out = TensorView::contiguous(tmp.data(), scalar_type_of(c.dtype),
-                                                    {n, H, parts, c.head_size});
+  const TensorView tmp_out =
+      TensorView::contiguous(tmp.data(), scalar_type_of(c.dtype), {n, H, parts, c.head_size});
   paged_attention_v2(b.out_view, exp_sums, exp_sums, tmp_out, b.q_view, b.caches.key_cache,
                      b.caches.value_cache, c.num_kv_heads, scale, b.bt_view, b.seq_view,
-                     c.block_size, max_seq_len, b.slopes_view, kv_cache_dtype_name(c.kv), ks, vs,
-                     0, 0, 1, 64, 0, stream, cache);
+                     c.block_size, max_seq_len, b.slopes_view, kv_cache_dtype_name(c.kv), ks, vs, 0,
+                     0, 1, 64, 0, stream, cache);
   GA_CU_CHECK(detail::driver().cuStreamSynchronize(stream));  // before sums and tmp go
 }
 
@@ -359,9 +359,9 @@ TEST_CASE("gpu legacy decode: forced split counts, depths, clusters, window, sof
     a.soft_cap = c.soft_cap;
     a.k_scale = c.kv == KvDType::kAuto ? 1.0f : kKScale;
     a.v_scale = c.kv == KvDType::kAuto ? 1.0f : kVScale;
-    const AttentionSpec spec = detail::attention_spec_for(
-        KernelKind::kDecode, b.q_view, b.out_view, kc, c.window, c.soft_cap,
-        current_device_arch(), false, c.alibi, c.sinks);
+    const AttentionSpec spec =
+        detail::attention_spec_for(KernelKind::kDecode, b.q_view, b.out_view, kc, c.window,
+                                   c.soft_cap, current_device_arch(), false, c.alibi, c.sinks);
     CHECK(spec.layout == KvLayout::kLegacy);
     const detail::LoadedKernel& k = detail::load_kernel(spec, cache);
     const detail::DecodeDevice dev = detail::prepare_decode_kernel(k);
@@ -373,8 +373,11 @@ TEST_CASE("gpu legacy decode: forced split counts, depths, clusters, window, sof
       int splits, stages;
       bool cluster;
     };
-    std::vector<G> grids = {{1, shallow, false}, {1, deep, false}, {3, 3, false},
-                            {most, deep, false}, {most, 2, false}};
+    std::vector<G> grids = {{1, shallow, false},
+                            {1, deep, false},
+                            {3, 3, false},
+                            {most, deep, false},
+                            {most, 2, false}};
     if (dev.max_cluster >= 4) grids.push_back({4, shallow, true});
     const int n = a.num_decodes, H = c.num_kv_heads * c.group;
     DeviceBuffer ws(detail::decode_workspace_bytes(n, H, c.head_size, std::max(most, 4)));
