@@ -1,5 +1,5 @@
 // vLLM's paged_attention_v1 / v2 over its legacy PagedAttention caches: the argument checks, the
-// per-stream split workspace, and a launch of the split-KV decode kernel specialized for the
+// per-context split workspace, and a launch of the split-KV decode kernel specialized for the
 // legacy layout (templates/decode.cu, KV_LAYOUT 2).
 #include <algorithm>
 #include <cmath>
@@ -102,17 +102,17 @@ std::pair<AttentionSpec, detail::KvCacheShape> check_call(const PagedAttentionCa
   return {spec, kc};
 }
 
-// The split workspace of one (context, stream): counters first (zero, and left zero by every
+// The split workspace of one context: counters first (zero, and left zero by every
 // launch), then the partials. Buffers only grow; the ones replaced stay allocated, since a
 // captured graph may still use them.
-struct StreamWorkspace {
+struct ContextWorkspace {
   std::vector<std::unique_ptr<DeviceBuffer>> buffers;  // the last one is current
   size_t counter_bytes = 0, partial_bytes = 0;
 };
 
 struct WorkspacePool {
   std::mutex mu;
-  std::map<std::pair<CUcontext, CUstream>, StreamWorkspace> by_stream;
+  std::map<CUcontext, ContextWorkspace> by_context;
   std::map<CUfunction, detail::DecodeDevice> prepared;  // prepare_decode_kernel, once each
 };
 
@@ -167,7 +167,7 @@ void run(const PagedAttentionCall& c, CUstream stream, KernelCache& cache) {
     a.cluster = g.cluster;
     CUcontext ctx = nullptr;
     GA_CU_CHECK(detail::driver().cuCtxGetCurrent(&ctx));
-    StreamWorkspace& ws = wp.by_stream[{ctx, stream}];
+    ContextWorkspace& ws = wp.by_context[ctx];
     const size_t counters =
         detail::decode_counter_count(num_seqs, static_cast<int>(kc.num_kv_heads), group) *
         sizeof(unsigned);

@@ -442,8 +442,9 @@ GRAPHATTN_API graphattn_status_t graphattn_write_to_paged_cache(
  * "fp8_e5m2"; blocksparse_vert_stride <= 1 (dense; larger is refused so far). v2's exp_sums,
  * max_logits (float32 [num_seqs, num_heads, max_num_partitions]) and tmp_out ([num_seqs,
  * num_heads, max_num_partitions, head_size], out's dtype) are checked, not used: graphattn keeps
- * a split workspace per stream, allocated by the first call that needs it. Capturable after one
- * eager call of the same configuration (which loads the kernel). */
+ * a split workspace per device, allocated by the first call that needs it, so calls must not run
+ * concurrently on different streams. Capturable after one eager call of the same configuration
+ * (which loads the kernel and sizes the workspace). */
 GRAPHATTN_API graphattn_status_t graphattn_paged_attention_v1(
     const DLTensor* out, const DLTensor* query, const DLTensor* key_cache,
     const DLTensor* value_cache, int num_kv_heads, float scale, const DLTensor* block_tables,

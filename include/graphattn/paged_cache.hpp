@@ -93,14 +93,14 @@ GRAPHATTN_API bool use_paged_attention_v1(int64_t max_seq_len, int64_t num_seqs,
 //                 k_scale_device / v_scale_device: [1] fp32 device scalars read instead, or null
 //   tp_rank, blocksparse_*: vLLM's block-sparse arguments; blocksparse_vert_stride <= 1 is
 //                 dense (vLLM's rule; tp_rank >= 0 is then unused); > 1 is refused so far
-// The split partials and counters come from a per-(context, stream) workspace that graphattn
+// The split partials and counters come from a per-context (device) workspace that graphattn
 // allocates, zero-filled, the first time a call needs it (and grows, keeping the old buffers
-// alive for graphs that captured them); a call on a capturing stream allocates nothing and
+// alive for graphs that captured them). A call on a capturing stream allocates nothing and
 // compiles nothing: its kernel must have been loaded by an eager call of the same
-// configuration (vLLM's warmup does), and where the workspace is too small for the split grid
-// it runs unsplit. Asynchronous on `stream`; graph-capturable under those conditions. Calls on
-// one stream share its workspace; a captured graph uses the workspace of the stream it was
-// captured on, so do not replay it concurrently with other paged_attention work there.
+// configuration (vLLM's warmup does), and where the workspace is still too small for the split
+// grid it runs unsplit. Asynchronous on `stream`; graph-capturable under those conditions.
+// Every call and replayed graph of one device shares the workspace, so they must not run
+// concurrently on different streams (vLLM runs attention on one stream per device).
 GRAPHATTN_API void paged_attention_v1(
     const TensorView& out, const TensorView& query, const TensorView& key_cache,
     const TensorView& value_cache, int num_kv_heads, float scale, const TensorView& block_tables,

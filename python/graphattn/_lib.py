@@ -24,7 +24,8 @@ c_int_p = ctypes.POINTER(ctypes.c_int)
 # block-sparse ints, stream, cache.
 _PAGED_ATTENTION_REST = [ctypes.c_int, ctypes.c_float, ctypes.c_void_p, ctypes.c_void_p,
                          ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p,
-                         ctypes.c_float, ctypes.c_float] + [ctypes.c_int] * 5 + [ctypes.c_void_p] * 2
+                         ctypes.c_float, ctypes.c_float] + [ctypes.c_int] * 5 + \
+    [ctypes.c_void_p] * 2
 c_size_t_p = ctypes.POINTER(ctypes.c_size_t)
 DLTensor_p = ctypes.c_void_p  # a const DLTensor*, passed as an address (DLArg.ref)
 

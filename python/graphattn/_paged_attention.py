@@ -3,9 +3,10 @@ PagedAttention.forward_decode (re-exported by graphattn.ops).
 
 graphattn runs its split-KV decode kernel specialized for the legacy layout for both versions
 (the same result); v2's exp_sums, max_logits and tmp_out are checked for shape and not used:
-graphattn keeps its own split workspace per CUDA stream, allocated (zero-filled) by the first
-call that needs it. Make one eager call of a configuration before capturing it in a CUDA graph
-(it compiles or loads the kernel and sizes the workspace); a captured call allocates nothing.
+graphattn keeps its own split workspace per device, allocated (zero-filled) by the first call
+that needs it, so calls must not run concurrently on different streams of one device. Make one
+eager call of a configuration before capturing it in a CUDA graph (it compiles or loads the
+kernel and sizes the workspace); a captured call allocates nothing.
 """
 
 import ctypes
