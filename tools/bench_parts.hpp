@@ -14,11 +14,14 @@ struct DecodeShape {
   int batch = 1, len = 1, head_size = 128;
   int q_len = 1;  // query tokens per request: > 1 is multi-token (speculative) decode
   std::string kv = "auto";
-  std::string label() const;     // "64x8192", "64x8192 h64", "64x8192 e4m3", "64x4096 q4"
+  // vLLM's legacy caches through paged_attention_v1 / v2 (the version by vLLM's rule)
+  bool legacy = false;
+  std::string label() const;     // "64x8192", "64x8192 h64", "64x8192 e4m3", "64x4096 q4",
+                                 // "64x4096 legacy v1"
   std::string peer_key() const;  // "64:8192:128"
 };
 std::vector<DecodeShape> parse_decode_shapes(
-    const std::string& text);  // "64x8192:h64,64x8192:e4m3,64x4096:q4"
+    const std::string& text);  // "64x8192:h64,64x8192:e4m3,64x4096:q4,64x4096:legacy"
 
 struct DecodeOptions {
   std::vector<DecodeShape> shapes;
