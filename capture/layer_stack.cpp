@@ -45,6 +45,7 @@ AttentionLayerStack::AttentionLayerStack(Options options) : options_(std::move(o
     kv_owner_.push_back(t == -1 ? static_cast<int>(l) : t);
   }
   const AttentionLayerConfig& first = o.layers[0];
+  max_num_seqs_ = std::max(1, first.max_num_seqs);  // before the workspace bump below
   for (size_t l = 0; l < o.layers.size(); ++l) {
     AttentionLayerConfig& c = o.layers[l];
     GA_REQUIRE(c.num_heads == first.num_heads && c.num_kv_heads == first.num_kv_heads &&
@@ -137,11 +138,7 @@ void AttentionLayerStack::prepare(KernelCache& cache) {
   if (workspace_.bytes() < ws) workspace_ = DeviceBuffer(ws);
 }
 
-void AttentionLayerStack::set_batch(const CommonAttentionMetadata& m, int padded, CUstream stream,
-                                    const std::vector<uint16_t>* query,
-                                    const std::vector<uint16_t>* key,
-                                    const std::vector<uint16_t>* value) {
-  const AttentionLayerConfig& c = options_.layers[0];
+void AttentionLayerStack::check_batch(const CommonAttentionMetadata& m, int padded) const {
   const int n = m.num_actual_tokens;
   GA_REQUIRE(padded >= n && padded <= options_.max_tokens,
              "padded token count " + std::to_string(padded) + " must lie in [" + std::to_string(n) +
@@ -149,6 +146,15 @@ void AttentionLayerStack::set_batch(const CommonAttentionMetadata& m, int padded
   GA_REQUIRE(m.max_blocks_per_seq <= options_.max_blocks_per_seq,
              "the batch's block table is " + std::to_string(m.max_blocks_per_seq) +
                  " blocks wide; the stack holds " + std::to_string(options_.max_blocks_per_seq));
+}
+
+void AttentionLayerStack::set_batch(const CommonAttentionMetadata& m, int padded, CUstream stream,
+                                    const std::vector<uint16_t>* query,
+                                    const std::vector<uint16_t>* key,
+                                    const std::vector<uint16_t>* value) {
+  const AttentionLayerConfig& c = options_.layers[0];
+  const int n = m.num_actual_tokens;
+  check_batch(m, padded);
   // Decodes hold up to q tokens each; a uniform decode batch (every request exactly q tokens)
   // is the one a graph serves, padded with requests of q tokens and seq_len 0.
   const int q = c.decode_query_len;
@@ -156,18 +162,56 @@ void AttentionLayerStack::set_batch(const CommonAttentionMetadata& m, int padded
   const bool uniform = split.num_prefills == 0 && int64_t{m.num_reqs} * q == n;
   GA_REQUIRE(uniform || padded == n,
              "only uniform decode batches (every request " + std::to_string(q) +
-                 " token(s)) are padded for a graph; this batch runs eagerly with its own token "
-                 "count " +
-                 std::to_string(n) + ", not " + std::to_string(padded));
+                 " token(s)) are padded for a decode graph; this batch runs eagerly with its own "
+                 "token count " +
+                 std::to_string(n) + ", not " + std::to_string(padded) +
+                 " (or in a mixed graph: set_mixed_batch)");
   GA_REQUIRE(padded == n || padded % q == 0,
              "padded token count " + std::to_string(padded) +
                  " must be a multiple of decode_query_len " + std::to_string(q) +
                  " (a graph of n tokens serves n / decode_query_len requests)");
   const int R = uniform ? padded / q : m.num_reqs;
+  upload_batch(m, padded, R, q, stream, query, key, value);
+  counts_.num_reqs = R;
+  counts_.num_decodes = uniform ? R : split.num_decodes;
+  counts_.num_decode_tokens = uniform ? padded : split.num_decode_tokens;
+  counts_.num_actual_tokens = padded;
+  counts_.max_query_len = std::max(1, m.max_query_len);
+  counts_.max_seq_len = m.max_seq_len;
+  counts_tokens_ = padded;
+}
+
+int AttentionLayerStack::mixed_request_slots(int num_tokens) const {
+  return std::max(1, std::min(num_tokens, max_num_seqs_));
+}
+
+void AttentionLayerStack::set_mixed_batch(const CommonAttentionMetadata& m, int padded,
+                                          CUstream stream, const std::vector<uint16_t>* query,
+                                          const std::vector<uint16_t>* key,
+                                          const std::vector<uint16_t>* value) {
+  check_batch(m, padded);
+  split_decodes_and_prefills(m, options_.layers[0].decode_query_len);  // decodes first
+  const int R = mixed_request_slots(padded);
+  GA_REQUIRE(m.num_reqs <= R, "a mixed graph of " + std::to_string(padded) + " tokens holds " +
+                                  std::to_string(R) + " requests (min(tokens, max_num_seqs " +
+                                  std::to_string(max_num_seqs_) + ")); the batch has " +
+                                  std::to_string(m.num_reqs));
+  upload_batch(m, padded, R, 0, stream, query, key, value);
+  counts_tokens_ = -1;  // step() of this size would read counts of another batch
+}
+
+void AttentionLayerStack::upload_batch(const CommonAttentionMetadata& m, int padded, int R,
+                                       int pad_q, CUstream stream,
+                                       const std::vector<uint16_t>* query,
+                                       const std::vector<uint16_t>* key,
+                                       const std::vector<uint16_t>* value) {
+  const AttentionLayerConfig& c = options_.layers[0];
+  const int n = m.num_actual_tokens;
   const int W = options_.max_blocks_per_seq;
+  // Requests past the batch's hold pad_q tokens each (and seq_len 0).
   staged_ints_.assign(static_cast<size_t>(R + 1), 0);
   for (int r = 0; r <= R; ++r)
-    staged_ints_[r] = r <= m.num_reqs ? m.query_start_loc[r] : n + (r - m.num_reqs) * q;
+    staged_ints_[r] = r <= m.num_reqs ? m.query_start_loc[r] : n + (r - m.num_reqs) * pad_q;
   upload_async(query_start_loc_, staged_ints_, R + 1, stream);
   staged_ints_.assign(static_cast<size_t>(R), 0);  // padded requests: seq_len 0
   std::copy(m.seq_lens.begin(), m.seq_lens.end(), staged_ints_.begin());
@@ -204,14 +248,7 @@ void AttentionLayerStack::set_batch(const CommonAttentionMetadata& m, int padded
                                            " elements; the batch needs " + std::to_string(n * row));
     upload_async(*dst, *src, n * row, stream);
   }
-  counts_.num_reqs = R;
-  counts_.num_decodes = uniform ? R : split.num_decodes;
-  counts_.num_decode_tokens = uniform ? padded : split.num_decode_tokens;
-  counts_.num_actual_tokens = padded;
-  counts_.max_query_len = std::max(1, m.max_query_len);
-  counts_.max_seq_len = m.max_seq_len;
   counts_.max_encoder_len = max_encoder_len;
-  counts_tokens_ = padded;
 }
 
 void AttentionLayerStack::step(CUstream stream, int num_tokens) {
@@ -232,8 +269,27 @@ void AttentionLayerStack::step(CUstream stream, int num_tokens) {
     const int reqs = num_tokens / qlen;
     k = Counts{reqs, reqs, num_tokens, num_tokens, qlen, c.max_model_len, c.max_model_len};
   }
+  run_layers(stream, num_tokens, k, false);
+}
+
+void AttentionLayerStack::step_mixed(CUstream stream, int num_tokens) {
+  const AttentionLayerConfig& c = options_.layers[0];
+  GA_REQUIRE(num_tokens >= 1 && num_tokens <= options_.max_tokens,
+             "mixed step of " + std::to_string(num_tokens) + " tokens; the stack holds 1.." +
+                 std::to_string(options_.max_tokens));
+  // Nothing of one batch: the kernels split it on the device. Lengths are bounded by the model.
+  const int reqs = mixed_request_slots(num_tokens);
+  run_layers(stream, num_tokens,
+             Counts{reqs, 0, 0, num_tokens, c.max_model_len, c.max_model_len, c.max_model_len},
+             true);
+}
+
+void AttentionLayerStack::run_layers(CUstream stream, int num_tokens, const Counts& k,
+                                     bool device_split) {
+  const AttentionLayerConfig& c = options_.layers[0];
   const int64_t n = num_tokens, H = c.num_heads, KH = c.num_kv_heads, D = c.head_size;
   AttentionMetadata md;
+  md.device_split = device_split;
   md.query_start_loc = TensorView::contiguous(query_start_loc_.data(), ScalarType::kInt32, {n + 1});
   md.seq_lens = TensorView::contiguous(seq_lens_.data(), ScalarType::kInt32, {k.num_reqs});
   md.block_table = TensorView::contiguous(block_table_.data(), ScalarType::kInt32,

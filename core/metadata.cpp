@@ -165,8 +165,12 @@ const char* to_string(CudaGraphSupport s) {
 }
 
 FlashAttentionMetadataBuilder::FlashAttentionMetadataBuilder(AttentionType type, int block_size,
-                                                             int decode_query_len)
-    : type_(type), block_size_(block_size), decode_query_len_(decode_query_len) {
+                                                             int decode_query_len,
+                                                             bool mixed_graphs)
+    : type_(type),
+      block_size_(block_size),
+      decode_query_len_(decode_query_len),
+      mixed_graphs_(mixed_graphs) {
   if (static_cast<int>(type) < 0 || static_cast<int>(type) > 3)
     throw Error("attention type " + std::to_string(static_cast<int>(type)) +
                 " is not supported; supported: decoder, encoder, encoder_only, encoder_decoder");
@@ -239,7 +243,14 @@ FlashAttentionMetadata FlashAttentionMetadataBuilder::build_for_cudagraph_captur
         "encoder-only attention never runs in a full CUDA graph (its batches are all "
         "prefills; cudagraph support: never)");
   const int q = decode_query_len_;
-  if (int64_t{m.num_reqs} * q != m.num_actual_tokens || !can_run_in_cudagraph(m))
+  const bool uniform = int64_t{m.num_reqs} * q == m.num_actual_tokens && is_uniform_decode(m);
+  if (mixed_graphs_ && !uniform) {
+    FlashAttentionMetadata f = build(0, m);  // checks that the decodes come first
+    f.for_cudagraph = true;
+    f.device_split = true;
+    return f;
+  }
+  if (!uniform)
     throw Error("full CUDA graph capture covers uniform decode batches of " + std::to_string(q) +
                 " token(s) a request: num_reqs " + std::to_string(m.num_reqs) +
                 " * decode_query_len " + std::to_string(q) + " != num_actual_tokens " +
@@ -255,6 +266,17 @@ FlashAttentionMetadata FlashAttentionMetadataBuilder::build_for_cudagraph_captur
 
 bool FlashAttentionMetadataBuilder::can_run_in_cudagraph(const CommonAttentionMetadata& m) const {
   if (type_ == AttentionType::kEncoderOnly) return false;
+  if (!mixed_graphs_) return is_uniform_decode(m);
+  bool prefill_seen = false;  // decodes first, as split_decodes_and_prefills requires
+  for (int r = 0; r < m.num_reqs; ++r) {
+    const bool decode = m.query_len(r) <= decode_query_len_;
+    if (decode && prefill_seen) return false;
+    prefill_seen = prefill_seen || !decode;
+  }
+  return true;
+}
+
+bool FlashAttentionMetadataBuilder::is_uniform_decode(const CommonAttentionMetadata& m) const {
   if (decode_query_len_ == 1) return m.max_query_len <= 1;
   for (int r = 0; r < m.num_reqs; ++r)
     if (m.query_len(r) != decode_query_len_) return false;

@@ -219,6 +219,15 @@ void AttentionSpec::validate() const {
       (block_size != 16 || kv_dtype != KvDType::kAuto || layout != KvLayout::kNHD || check_bounds))
     throw Error("spec " + to_string() +
                 ": dense KV (_dense) reads no paged cache; use b16, kvauto, nhd and no _chk");
+  // vLLM's block-sparse attention is causal self-attention over the paged cache.
+  if (block_sparse &&
+      (kind == KernelKind::kCacheWrite || kind == KernelKind::kKvScale || non_causal || dense_kv))
+    throw Error("spec " + to_string() +
+                ": block-sparse (_bsp) is an axis of causal paged decode and prefill kernels; "
+                "not with " +
+                (non_causal ? "_nc"
+                 : dense_kv ? "_dense"
+                            : name_of(kind)));
   if (layout == KvLayout::kLegacy && kind == KernelKind::kPrefill)
     throw Error("spec " + to_string() +
                 ": the legacy PagedAttention layout (legacy) is read by the decode kernel and " +

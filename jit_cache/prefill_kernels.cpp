@@ -14,7 +14,9 @@ PrefillKernel select_prefill_kernel(const AttentionSpec& spec) {
   // wgmma exists on sm_90a only (a cubin for it runs on compute capability 9.0 alone). Its
   // shared-memory tiles use the 128-byte swizzle, whose rows are 64 16-bit columns; fp8 caches
   // would need a conversion pass and stay on mma.sync.
-  if (spec.arch == 90 && spec.kv_dtype == KvDType::kAuto && spec.head_size % 64 == 0)
+  // Block-sparse prefill (_bsp) masks and skips tiles in the mma.sync kernel only.
+  if (spec.arch == 90 && spec.kv_dtype == KvDType::kAuto && spec.head_size % 64 == 0 &&
+      !spec.block_sparse)
     return PrefillKernel::kWgmma;
   return PrefillKernel::kMmaSync;
 }

@@ -58,6 +58,7 @@ AttentionSpec spec_for(const AttentionLayerConfig& c, KernelKind kind) {
   s.check_bounds = c.check_bounds;
   // Only prefill drops the causal mask: a decode query sees every key already.
   s.non_causal = prefill && c.attn_type != AttentionType::kDecoder;
+  s.block_sparse = !write && c.blocksparse.sparse();
   if (prefill && c.attn_type == AttentionType::kEncoderOnly) {
     // No cache: the one canonical dense kernel, whatever the layer's cache settings say.
     s.dense_kv = true;
@@ -120,6 +121,12 @@ std::string attention_config_problem(const AttentionLayerConfig& c) {
       return std::string(p == c.k_scale_device ? "k" : "v") +
              "_scale_device is not supported at a misaligned address; supported: null or a "
              "4-byte aligned fp32 device scalar";
+  const std::string sparse =
+      blocksparse_problem(c.blocksparse, c.num_heads, c.num_kv_heads, c.block_size);
+  if (!sparse.empty()) return sparse;
+  if (c.blocksparse.block_size != 0 && c.attn_type != AttentionType::kDecoder)
+    return "blocksparse attention is not supported for attn_type " +
+           std::string(to_string(c.attn_type)) + "; supported: decoder (causal self-attention)";
   if (c.max_model_len <= 0)
     return "max_model_len " + str(c.max_model_len) + " is not supported; supported: >= 1";
   if (c.max_num_seqs <= 0 || c.max_num_seqs > 65535)
@@ -250,18 +257,25 @@ void AttentionBackend::forward(const TensorView& query, const TensorView& key,
   if (encoder_only()) return forward_encoder_only(query, key, value, output, md, stream);
   const AttentionLayerConfig& c = config_;
   // Everything is checked before the first launch, so a bad call launches nothing.
-  GA_REQUIRE(md.num_reqs >= 0 && md.num_decodes >= 0 && md.num_decodes <= md.num_reqs,
-             "metadata: num_decodes " + str(md.num_decodes) + " must be in [0, num_reqs " +
-                 str(md.num_reqs) + "]");
-  GA_REQUIRE(md.num_decode_tokens >= md.num_decodes &&
-                 md.num_decode_tokens <= int64_t{md.num_decodes} * c.decode_query_len,
-             "metadata: num_decode_tokens " + str(md.num_decode_tokens) + " must be in [" +
-                 str(md.num_decodes) + ", num_decodes * decode_query_len " +
-                 str(md.num_decodes * c.decode_query_len) + "] (a decode has 1.." +
-                 str(c.decode_query_len) + " query tokens)");
-  GA_REQUIRE(md.num_decodes <= c.max_num_seqs, "metadata: num_decodes " + str(md.num_decodes) +
-                                                   " exceeds max_num_seqs " + str(c.max_num_seqs) +
-                                                   " that the workspace was sized for");
+  // A device split launches the decode kernel over every request slot (it skips the others).
+  const bool dev = md.device_split;
+  const int num_decodes = dev ? md.num_reqs : md.num_decodes;
+  GA_REQUIRE(md.num_reqs >= 0, "metadata: num_reqs " + str(md.num_reqs) + " must be >= 0");
+  if (!dev) {
+    GA_REQUIRE(md.num_decodes >= 0 && md.num_decodes <= md.num_reqs,
+               "metadata: num_decodes " + str(md.num_decodes) + " must be in [0, num_reqs " +
+                   str(md.num_reqs) + "]");
+    GA_REQUIRE(md.num_decode_tokens >= md.num_decodes &&
+                   md.num_decode_tokens <= int64_t{md.num_decodes} * c.decode_query_len,
+               "metadata: num_decode_tokens " + str(md.num_decode_tokens) + " must be in [" +
+                   str(md.num_decodes) + ", num_decodes * decode_query_len " +
+                   str(md.num_decodes * c.decode_query_len) + "] (a decode has 1.." +
+                   str(c.decode_query_len) + " query tokens)");
+  }
+  GA_REQUIRE(num_decodes <= c.max_num_seqs,
+             std::string("metadata: ") + (dev ? "num_reqs " : "num_decodes ") + str(num_decodes) +
+                 " exceeds max_num_seqs " + str(c.max_num_seqs) +
+                 " that the workspace was sized for");
   detail::require_rank(query, 3, "query", "[num_tokens, num_heads, head_size]");
   GA_REQUIRE(query.shape[1] == c.num_heads && query.shape[2] == c.head_size,
              "query " + query.describe() + " must have " + str(c.num_heads) + " heads of size " +
@@ -269,9 +283,10 @@ void AttentionBackend::forward(const TensorView& query, const TensorView& key,
   GA_REQUIRE(query.dtype == scalar_type_of(c.dtype),
              "query dtype " + std::string(to_string(query.dtype)) + " differs from the layer's " +
                  to_string(c.dtype));
-  GA_REQUIRE(md.num_actual_tokens >= md.num_decode_tokens && md.num_actual_tokens <= query.shape[0],
+  const int64_t min_tokens = dev ? 0 : md.num_decode_tokens;
+  GA_REQUIRE(md.num_actual_tokens >= min_tokens && md.num_actual_tokens <= query.shape[0],
              "metadata: num_actual_tokens " + str(md.num_actual_tokens) + " must be in [" +
-                 str(md.num_decode_tokens) + ", query tokens " + str(query.shape[0]) + "]");
+                 str(min_tokens) + ", query tokens " + str(query.shape[0]) + "]");
   const detail::KvCacheShape kc = detail::check_kv_cache(kv_cache, c.dtype);
   GA_REQUIRE(kc.layout == c.layout && kc.kv_dtype == c.kv_dtype && kc.block_size == c.block_size &&
                  kc.num_kv_heads == c.num_kv_heads && kc.head_size == c.head_size,
@@ -310,15 +325,17 @@ void AttentionBackend::forward(const TensorView& query, const TensorView& key,
   detail::AttentionViews views{query,          kv_cache,       output, md.seq_lens,
                                md.block_table, c.alibi_slopes, c.sinks};
   views.non_causal = c.attn_type != AttentionType::kDecoder;
+  views.blocksparse = c.blocksparse;
   detail::DecodeLaunch d{views};
-  d.num_decodes = md.num_decodes;
+  d.num_decodes = num_decodes;
   if (c.decode_query_len > 1) {  // the multi-token kernel: rows from query_start_loc
     d.multi_token = true;
-    d.query_start_loc = md.query_start_loc;
     d.max_query_len = c.decode_query_len;
   }
+  d.device_split = dev;
+  if (d.multi_token || dev) d.query_start_loc = md.query_start_loc;
   const detail::DecodeGrid grid =
-      grid_of(config_, loaded_ ? &loaded_->device : nullptr, md.num_decodes, "forward");
+      grid_of(config_, loaded_ ? &loaded_->device : nullptr, num_decodes, "forward");
   d.max_splits = grid.max_splits;
   d.stages = grid.stages;
   d.cluster = grid.cluster;
@@ -336,11 +353,11 @@ void AttentionBackend::forward(const TensorView& query, const TensorView& key,
   d.workspace = workspace_size >= ws.partials ? static_cast<unsigned char*>(workspace) + ws.partials
                                               : nullptr;
   d.workspace_size = workspace_size >= ws.partials ? workspace_size - ws.partials : 0;
-  const bool decode = md.num_decodes > 0;
+  const bool decode = num_decodes > 0;
   if (decode) {
     // The layer's workspace first: its message names workspace_bytes(), which engines call.
     const size_t need = ws.total(detail::decode_workspace_bytes(
-        md.num_decodes * d.max_query_len, c.num_heads, c.head_size, d.max_splits));
+        num_decodes * d.max_query_len, c.num_heads, c.head_size, d.max_splits));
     GA_REQUIRE(workspace != nullptr && workspace_size >= need,
                "forward: workspace of " + str(static_cast<int64_t>(workspace_size)) +
                    " bytes is smaller than the " + str(static_cast<int64_t>(need)) +
@@ -349,9 +366,10 @@ void AttentionBackend::forward(const TensorView& query, const TensorView& key,
   }
   detail::PrefillLaunch pf{views};
   pf.query_start_loc = md.query_start_loc;
-  pf.first_req = md.num_decodes;
+  pf.first_req = dev ? 0 : md.num_decodes;
   pf.num_reqs = md.num_reqs;
   pf.max_query_len = md.max_query_len;
+  pf.device_split_q = dev ? c.decode_query_len : 0;
   pf.scale = c.scale;
   pf.window = c.window;
   pf.soft_cap = c.soft_cap;
@@ -359,10 +377,10 @@ void AttentionBackend::forward(const TensorView& query, const TensorView& key,
   pf.v_scale = c.v_scale;
   pf.device_scales = device_scales;
   pf.bounds = bounds;
-  const bool prefill = md.num_reqs > md.num_decodes;
+  const bool prefill = dev ? md.num_reqs > 0 : md.num_reqs > md.num_decodes;
   if (prefill) {
-    GA_REQUIRE(md.max_query_len >= 1, "metadata: max_query_len " + str(md.max_query_len) +
-                                          " must be >= 1 when the batch has prefills");
+    GA_REQUIRE(dev || md.max_query_len >= 1, "metadata: max_query_len " + str(md.max_query_len) +
+                                                 " must be >= 1 when the batch has prefills");
     detail::check_prefill_launch(specs_[kPrefillIdx], pf, kc, "forward");
   }
 
@@ -377,7 +395,7 @@ void AttentionBackend::forward(const TensorView& query, const TensorView& key,
     v.shape[0] = write_rows;
     detail::check_cache_write(k, v, kc, md.slot_mapping, c.k_scale, c.v_scale);
   }
-  const bool fused_write = write && !cross && decode && !prefill && !d.multi_token &&
+  const bool fused_write = write && !cross && !dev && decode && !prefill && !d.multi_token &&
                            md.num_actual_tokens == md.num_decodes &&
                            (c.kv_dtype == KvDType::kAuto || d.max_splits > 1);
   if (fused_write) {

@@ -215,6 +215,10 @@ AttentionLayerConfig to_cpp(const graphattn_layer_config_t* config) {
   if (holds(c, &graphattn_layer_config_t::v_scale_device)) o.v_scale_device = c.v_scale_device;
   if (holds(c, &graphattn_layer_config_t::decode_query_len))
     o.decode_query_len = c.decode_query_len;  // its range: attention_config_problem()
+  if (holds(c, &graphattn_layer_config_t::blocksparse_active_head_offset))
+    o.blocksparse = {c.blocksparse_block_size, c.blocksparse_local_blocks,
+                     c.blocksparse_vert_stride, c.blocksparse_head_sliding_step,
+                     c.blocksparse_active_head_offset};  // checked by attention_config_problem()
   return o;
 }
 
@@ -245,6 +249,13 @@ void from_cpp(const AttentionLayerConfig& o, graphattn_layer_config_t* c) {
   if (holds(*c, &graphattn_layer_config_t::v_scale_device)) c->v_scale_device = o.v_scale_device;
   if (holds(*c, &graphattn_layer_config_t::decode_query_len))
     c->decode_query_len = o.decode_query_len;
+  if (holds(*c, &graphattn_layer_config_t::blocksparse_active_head_offset)) {
+    c->blocksparse_block_size = o.blocksparse.block_size;
+    c->blocksparse_local_blocks = o.blocksparse.local_blocks;
+    c->blocksparse_vert_stride = o.blocksparse.vert_stride;
+    c->blocksparse_head_sliding_step = o.blocksparse.head_sliding_step;
+    c->blocksparse_active_head_offset = o.blocksparse.active_head_offset;
+  }
 }
 
 graphattn::KernelCache& cache_of(graphattn_cache_t cache) {
@@ -521,6 +532,16 @@ graphattn_status_t graphattn_layer_config_check(const graphattn_layer_config_t* 
   return guard([&] {
     const std::string problem = graphattn::attention_config_problem(to_cpp(config));
     if (!problem.empty()) throw graphattn::Error(problem);
+  });
+}
+
+graphattn_status_t graphattn_blocksparse_head_sliding_step(int total_num_heads,
+                                                           int total_num_kv_heads, int vert_stride,
+                                                           int homo_head, int homo_head_group,
+                                                           int* step) noexcept {
+  return guard([&] {
+    deref(step, "step") = graphattn::blocksparse_head_sliding_step(
+        total_num_heads, total_num_kv_heads, vert_stride, homo_head != 0, homo_head_group != 0);
   });
 }
 

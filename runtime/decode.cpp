@@ -239,15 +239,21 @@ void check_decode_launch(const AttentionSpec& spec, const DecodeLaunch& a, const
       "a cluster launch runs the shallow pipeline: stages " + str(stages) +
           " is not supported with cluster; supported: 0 (default), 2.." +
           str(ga_decode_shallow_stages(spec.head_size, kvb)));
+  if (a.multi_token || a.device_split) {
+    require_rank(a.query_start_loc, 1, "query_start_loc", "[num_reqs + 1]");
+    require_int32_rows(a.query_start_loc, "query_start_loc", int64_t{a.num_decodes} + 1,
+                       "[num_reqs + 1]");
+  }
+  GA_REQUIRE(!a.device_split || a.new_key.ndim == 0,
+             std::string(where) +
+                 ": a decode launch split on the device takes no fused cache write (write the "
+                 "new tokens first)");
   if (a.multi_token) {
     GA_REQUIRE(a.max_query_len >= 1 && a.max_query_len <= kMaxDecodeQueryLen,
                "max_query_len " + str(a.max_query_len) +
                    " is not supported for multi-token "
                    "decode; supported: 1.." +
                    str(kMaxDecodeQueryLen));
-    require_rank(a.query_start_loc, 1, "query_start_loc", "[num_reqs + 1]");
-    require_int32_rows(a.query_start_loc, "query_start_loc", int64_t{a.num_decodes} + 1,
-                       "[num_reqs + 1]");
     GA_REQUIRE(a.new_key.ndim == 0, std::string(where) +
                                         ": a multi-token decode launch takes no fused cache "
                                         "write (write the new tokens first)");
@@ -314,6 +320,7 @@ void enqueue_decode(const LoadedKernel& decode, const DecodeLaunch& a, CUstream 
     p.kv.cache_token_stride = 0;
     p.kv.cache_head_stride = a.legacy_kv.head_stride;
     p.kv.num_blocks = a.legacy_kv.num_blocks;
+    p.bsp = block_sparse_launch_data(a.blocksparse, a.query.shape[1], a.legacy_kv.num_kv_heads);
   }
   p.partial_out = reinterpret_cast<float*>(ws + w.partial_out);
   p.partial_lse = reinterpret_cast<float*>(ws + w.partial_lse);
@@ -337,8 +344,10 @@ void enqueue_decode(const LoadedKernel& decode, const DecodeLaunch& a, CUstream 
     p.num_slots = a.kv_cache.shape[1] * a.kv_cache.shape[2];
   }
   p.bounds = static_cast<GaBoundsReport*>(a.bounds);
-  p.query_start_loc = a.multi_token ? static_cast<const int*>(a.query_start_loc.data) : nullptr;
+  p.query_start_loc =
+      a.multi_token || a.device_split ? static_cast<const int*>(a.query_start_loc.data) : nullptr;
   p.max_query_len = a.max_query_len;
+  p.device_split = a.device_split ? 1 : 0;
 
   const int64_t grid_y =
       int64_t{num_kv_heads} * ga_decode_head_chunks(spec.group * a.max_query_len);

@@ -81,6 +81,11 @@ struct DecodeLaunch : AttentionViews {
   // fused cache write. The grid and workspace are sized for num_decodes * max_query_len rows.
   TensorView query_start_loc;  // [>= num_decodes + 1] int32
   int max_query_len = 1;
+  // A batch split on the device (a graph captured for any decode/prefill mix): num_decodes
+  // counts every request slot, and the kernel skips those whose query_start_loc length is 0 or
+  // above max_query_len (prefills and padding). query_start_loc is needed then also without
+  // multi_token; no fused cache write.
+  bool device_split = false;
   // vLLM's legacy caches (spec layout legacy; paged_attention_v1 / v2): their checked shape,
   // data and block / head strides (check_paged_caches); kv_cache is then unused and there is no
   // fused cache write. Layout nhd (the default): the flash kv_cache is read.

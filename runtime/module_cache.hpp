@@ -5,6 +5,7 @@
 
 #include "graphattn/jit.hpp"
 #include "graphattn/tensor.hpp"
+#include "runtime/blocksparse.hpp"
 #include "runtime/driver.hpp"
 
 namespace graphattn::detail {
@@ -89,6 +90,8 @@ struct AttentionViews {
   bool multi_token = false;
   // Prefill: queries see every key of their request (spec axis non_causal); decode ignores it.
   bool non_causal = false;
+  // Block-sparse pattern (spec axis block_sparse when blocksparse.sparse()).
+  BlockSparseParams blocksparse;
 };
 
 // The paged-attention fields that DecodeParams and PrefillParams share: query and output rows,
@@ -113,6 +116,7 @@ template <typename Params>
 void set_paged_attention_views(Params& p, const AttentionViews& v) {
   const int64_t elem = scalar_bytes(v.kv_cache.dtype);
   set_query_output_views(p, v.query, v.output, v.alibi_slopes, v.sinks);
+  p.bsp = block_sparse_launch_data(v.blocksparse, v.query.shape[1], v.kv_cache.shape[3]);
   p.kv.key_cache = v.kv_cache.data;
   p.kv.value_cache = static_cast<const char*>(v.kv_cache.data) + v.kv_cache.strides[0] * elem;
   p.kv.seq_lens = static_cast<const int*>(v.seq_lens.data);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/require.hpp"
+#include "graphattn/blocksparse.hpp"
 #include "graphattn/error.hpp"
 #include "graphattn/paged_cache.hpp"
 #include "graphattn/runtime.hpp"
@@ -39,21 +40,35 @@ struct PagedAttentionCall {
   int tp_rank, local_blocks, vert_stride, sparse_block_size, head_sliding_step;
 };
 
-// vLLM's block-sparse arguments, all read here (block-sparse decode over the legacy layout
-// would be wired in this one place): vert_stride <= 1 is dense attention, vLLM's rule.
-void check_block_sparse(const PagedAttentionCall& c) {
+// vLLM's block-sparse arguments, all read here: vert_stride <= 1 is dense attention (vLLM's
+// rule), larger the block-sparse decode kernel (spec "_bsp") with the pattern of this rank's
+// heads (active_head_offset = tp_rank * num_heads), checked against the layer.
+BlockSparseParams block_sparse_of(const PagedAttentionCall& c, const detail::KvCacheShape& kc) {
   GA_REQUIRE(c.tp_rank >= 0, std::string(c.op) + ": tp_rank " + str(c.tp_rank) + " must be >= 0");
-  if (c.vert_stride <= 1) return;
-  throw Error(std::string(c.op) + ": blocksparse_vert_stride " + str(c.vert_stride) +
-              " (local_blocks " + str(c.local_blocks) + ", block_size " + str(c.sparse_block_size) +
-              ", head_sliding_step " + str(c.head_sliding_step) +
-              ") asks for block-sparse attention, which graphattn's decode over the legacy "
-              "layout does not support; supported: blocksparse_vert_stride <= 1 (dense)");
+  if (c.vert_stride <= 1) return {};
+  const int num_heads = static_cast<int>(c.query.shape[1]);
+  const BlockSparseParams p =
+      blocksparse_from_vllm(c.local_blocks, c.vert_stride, c.sparse_block_size, c.head_sliding_step,
+                            c.tp_rank, num_heads);
+  const std::string problem =
+      blocksparse_problem(p, num_heads, static_cast<int>(kc.num_kv_heads), c.block_size);
+  GA_REQUIRE(problem.empty(), std::string(c.op) + ": block-sparse arguments (local_blocks " +
+                                  str(c.local_blocks) + ", vert_stride " + str(c.vert_stride) +
+                                  ", block_size " + str(c.sparse_block_size) +
+                                  ", head_sliding_step " + str(c.head_sliding_step) + ", tp_rank " +
+                                  str(c.tp_rank) + "): " + problem);
+  return p;
 }
 
-// The checks of one call, before any device use; the decode spec (on `arch`) and the caches'
-// shape come back.
-std::pair<AttentionSpec, detail::KvCacheShape> check_call(const PagedAttentionCall& c, int arch) {
+// What check_call() found: the decode spec, the caches' shape, the block-sparse pattern.
+struct CheckedCall {
+  AttentionSpec spec;
+  detail::KvCacheShape kc;
+  BlockSparseParams blocksparse;
+};
+
+// The checks of one call, before any device use (the spec on `arch`).
+CheckedCall check_call(const PagedAttentionCall& c, int arch) {
   const std::string op = c.op;
   detail::require_rank(c.query, 3, "query", "[num_seqs, num_heads, head_size]");
   detail::require_rank(c.out, 3, "out", "[num_seqs, num_heads, head_size]");
@@ -95,11 +110,12 @@ std::pair<AttentionSpec, detail::KvCacheShape> check_call(const PagedAttentionCa
                op + ": alibi_slopes " + c.alibi_slopes.describe() +
                    " must be a contiguous fp32 [num_heads] tensor with num_heads = " +
                    str(num_heads) + " (or empty: no ALiBi)");
-  check_block_sparse(c);
-  const AttentionSpec spec = detail::attention_spec_for(
-      KernelKind::kDecode, c.query, c.out, kc, 0, 0.0f, arch, false, c.alibi_slopes.ndim != 0);
+  const BlockSparseParams bsp = block_sparse_of(c, kc);
+  const AttentionSpec spec =
+      detail::attention_spec_for(KernelKind::kDecode, c.query, c.out, kc, 0, 0.0f, arch, false,
+                                 c.alibi_slopes.ndim != 0, false, false, false, bsp.sparse());
   detail::require_launch_scales(spec, c.scale, c.k_scale, c.v_scale);
-  return {spec, kc};
+  return {spec, kc, bsp};
 }
 
 // The split workspace of one context: counters first (zero, and left zero by every
@@ -133,7 +149,9 @@ void run(const PagedAttentionCall& c, CUstream stream, KernelCache& cache) {
   detail::require_device_scales(scales, c.op);
   const int num_seqs = static_cast<int>(c.query.shape[0]);
   if (num_seqs == 0) return;
-  const auto [spec, kc] = check_call(c, current_device_arch());
+  const CheckedCall checked = check_call(c, current_device_arch());
+  const AttentionSpec& spec = checked.spec;
+  const detail::KvCacheShape& kc = checked.kc;
   const detail::LoadedKernel& kernel = detail::load_kernel(spec, cache, stream);
   const bool in_capture = capturing(stream);
   const int num_heads = static_cast<int>(c.query.shape[1]);
@@ -147,6 +165,7 @@ void run(const PagedAttentionCall& c, CUstream stream, KernelCache& cache) {
   a.alibi_slopes =
       c.alibi_slopes.ndim != 0 ? static_cast<const float*>(c.alibi_slopes.data) : nullptr;
   a.legacy_kv = kc;
+  a.blocksparse = checked.blocksparse;
   a.num_decodes = num_seqs;
   a.scale = c.scale;
   a.k_scale = c.k_scale;

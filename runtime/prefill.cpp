@@ -1,6 +1,7 @@
 // Host side of the prefill kernel: checks the views, derives the spec, launches.
 #include "runtime/prefill.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -37,7 +38,18 @@ PrefillGrid prefill_grid(const AttentionSpec& spec, int64_t max_query_len, int64
   const int64_t block_m = prefill_config(spec).block_m;
   return {(rows + block_m - 1) / block_m, num_reqs, num_kv_heads};
 }
+// A batch split on the device (device_split_q > 0): x = room for every row tile the query's
+// tokens can make, y = 1. Each prefill of q > device_split_q tokens has ceil(q * group / block_m)
+// <= q * group / block_m + 1 row tiles, and at most num_tokens / (device_split_q + 1) requests
+// are prefills.
 PrefillGrid prefill_grid(const AttentionSpec& spec, const PrefillLaunch& a) {
+  if (a.device_split_q > 0) {
+    const int64_t tokens = a.query.shape[0], block_m = prefill_config(spec).block_m;
+    const int64_t prefills =
+        std::min<int64_t>(a.num_reqs - a.first_req, tokens / (int64_t{a.device_split_q} + 1));
+    return {(tokens * spec.group + block_m - 1) / block_m + prefills, prefills > 0 ? 1 : 0,
+            a.kv_cache.shape[3]};
+  }
   return prefill_grid(spec, a.max_query_len, a.num_reqs - a.first_req, a.kv_cache.shape[3]);
 }
 
@@ -97,6 +109,7 @@ void check_prefill_launch(const AttentionSpec& spec, const PrefillLaunch& a, con
   GA_REQUIRE(a.first_req >= 0 && a.num_reqs >= a.first_req,
              "requests [" + str(a.first_req) + ", " + str(a.num_reqs) + ") are not a valid range");
   GA_REQUIRE(a.max_query_len >= 0, "max_query_len " + str(a.max_query_len) + " must be >= 0");
+  GA_REQUIRE(a.device_split_q >= 0, "device_split_q " + str(a.device_split_q) + " must be >= 0");
   require_int32_vector(a.query_start_loc, "query_start_loc", a.num_reqs + 1, "[num_reqs + 1]");
   require_int32_vector(a.seq_lens, "seq_lens", a.num_reqs, "[num_reqs]");
   require_rank(a.block_table, 2, "block_table", "[num_reqs, max_blocks_per_seq]");
@@ -118,6 +131,8 @@ void enqueue_prefill(const LoadedKernel& k, const PrefillLaunch& a, CUstream str
   p.query_start_loc = static_cast<const int*>(a.query_start_loc.data);
   p.first_req = a.first_req;
   p.num_kv_heads = static_cast<int>(g.z);
+  p.device_split_q = a.device_split_q;
+  p.num_reqs = a.num_reqs - a.first_req;
   // A device k scale is multiplied in by the kernel (ga_prefill_scales), in the host's order.
   const bool device_k = fp8 && a.device_scales.k != nullptr;
   set_prefill_scales(p, a.scale, fp8 && !device_k ? a.k_scale : 1.0f, fp8 ? a.v_scale : 1.0f);

@@ -20,10 +20,16 @@ namespace graphattn::detail {
 struct PrefillLaunch : AttentionViews {
   PrefillLaunch() = default;
   explicit PrefillLaunch(const AttentionViews& views) : AttentionViews(views) {}
-  TensorView query_start_loc;    // [>= num_reqs + 1] int32, non-decreasing token offsets
-  int first_req = 0;             // first request this launch handles (decodes come before it)
-  int num_reqs = 0;              // one past the last request handled
-  int max_query_len = 0;         // >= every handled request's query length (sizes the grid)
+  TensorView query_start_loc;  // [>= num_reqs + 1] int32, non-decreasing token offsets
+  int first_req = 0;           // first request this launch handles (decodes come before it)
+  int num_reqs = 0;            // one past the last request handled
+  int max_query_len = 0;       // >= every handled request's query length (sizes the grid)
+  // > 0: the batch is split on the device (a graph captured for any mix): the prefills are the
+  // requests of [first_req, num_reqs) holding more than device_split_q tokens, found by the
+  // kernel from query_start_loc; the grid has room for every row tile that query.shape[0]
+  // tokens can make, and max_query_len is not used. 0: requests [first_req, num_reqs) are all
+  // prefills of at most max_query_len tokens.
+  int device_split_q = 0;
   float scale = 1.0f;            // softmax scale, usually 1 / sqrt(head_size)
   int window = 0;                // sliding window in tokens; 0 = none (the spec must agree)
   float soft_cap = 0.0f;         // logits soft cap; 0 = none (the spec must agree)

@@ -93,17 +93,17 @@ AttentionLayerConfig layer_of(const KvCacheShape& kc, DType dtype, int arch) {
 AttentionSpec attention_spec_for(KernelKind kind, const TensorView& query, const TensorView& output,
                                  const TensorView& kv_cache, int window, float soft_cap, int arch,
                                  bool check_bounds, bool alibi, bool sinks, bool multi_token,
-                                 bool non_causal) {
+                                 bool non_causal, bool block_sparse) {
   require_rank(query, 3, "query", "[num_tokens, num_heads, head_size]");
   return attention_spec_for(kind, query, output, check_kv_cache(kv_cache, dtype_of(query.dtype)),
                             window, soft_cap, arch, check_bounds, alibi, sinks, multi_token,
-                            non_causal);
+                            non_causal, block_sparse);
 }
 
 AttentionSpec attention_spec_for(KernelKind kind, const TensorView& query, const TensorView& output,
                                  const KvCacheShape& kc, int window, float soft_cap, int arch,
                                  bool check_bounds, bool alibi, bool sinks, bool multi_token,
-                                 bool non_causal) {
+                                 bool non_causal, bool block_sparse) {
   const auto str = [](int64_t v) { return std::to_string(v); };
   require_rank(query, 3, "query", "[num_tokens, num_heads, head_size]");
   require_rank(output, 3, "output", "[num_tokens, num_heads, head_size]");
@@ -135,6 +135,8 @@ AttentionSpec attention_spec_for(KernelKind kind, const TensorView& query, const
   c.sinks = sinks ? &kPresent : nullptr;
   c.decode_query_len = multi_token ? kMaxDecodeQueryLen : 1;
   c.attn_type = non_causal ? AttentionType::kEncoder : AttentionType::kDecoder;
+  // Any sparse pattern stands for the launch's (spec_for asks only whether it is sparse).
+  if (block_sparse) c.blocksparse = {16, 1, 2, 0, 0};
   const AttentionSpec spec = spec_for(c, kind);
   spec.validate();
   return spec;

@@ -7,6 +7,7 @@
 #include "core/require.hpp"
 #include "graphattn/backend.hpp"
 #include "graphattn/error.hpp"
+#include "runtime/blocksparse.hpp"
 
 namespace graphattn::detail {
 
@@ -52,7 +53,8 @@ AttentionLayerConfig layer_of(const KvCacheShape& kc, DType dtype, int arch);
 AttentionSpec attention_spec_for(KernelKind kind, const TensorView& query, const TensorView& output,
                                  const TensorView& kv_cache, int window, float soft_cap, int arch,
                                  bool check_bounds, bool alibi = false, bool sinks = false,
-                                 bool multi_token = false, bool non_causal = false);
+                                 bool multi_token = false, bool non_causal = false,
+                                 bool block_sparse = false);
 // The softmax scale is finite and positive; with an fp8 cache (spec.kv_dtype) so are k_scale
 // and v_scale.
 void require_launch_scales(const AttentionSpec& spec, float scale, float k_scale, float v_scale);
@@ -60,7 +62,8 @@ void require_launch_scales(const AttentionSpec& spec, float scale, float k_scale
 AttentionSpec attention_spec_for(KernelKind kind, const TensorView& query, const TensorView& output,
                                  const KvCacheShape& kc, int window, float soft_cap, int arch,
                                  bool check_bounds, bool alibi = false, bool sinks = false,
-                                 bool multi_token = false, bool non_causal = false);
+                                 bool multi_token = false, bool non_causal = false,
+                                 bool block_sparse = false);
 // fp8 k/v scales in device memory, [1] fp32 each (null: the launch's float scales): what every
 // launch of a layer hands to its kernel (GaKvScales in templates/params.h). A 16-bit cache's
 // kernels never receive them.
@@ -95,10 +98,11 @@ void check_cache_write(const TensorView& key, const TensorView& value, const KvC
 template <typename Launch>
 void require_launch_kernel(KernelKind kind, const AttentionSpec& ks, const Launch& a,
                            const KvCacheShape& kc, const char* where) {
-  const AttentionSpec spec =
-      attention_spec_for(kind, a.query, a.output, kc, a.window, a.soft_cap, ks.arch,
-                         a.bounds != nullptr, a.alibi_slopes != nullptr, a.sinks != nullptr,
-                         a.multi_token, kind == KernelKind::kPrefill && a.non_causal);
+  const AttentionSpec spec = attention_spec_for(
+      kind, a.query, a.output, kc, a.window, a.soft_cap, ks.arch, a.bounds != nullptr,
+      a.alibi_slopes != nullptr, a.sinks != nullptr, a.multi_token,
+      kind == KernelKind::kPrefill && a.non_causal, a.blocksparse.sparse());
+  require_block_sparse(a.blocksparse, a.query.shape[1], kc.num_kv_heads, kc.block_size, where);
   GA_REQUIRE(spec == ks, std::string(where) + ": the views need kernel " + spec.to_string() +
                              " but kernel " + ks.to_string() + " was given");
   require_vector_access(a.query, "query");

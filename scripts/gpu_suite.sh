@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole GPU suite on a GPU machine: every GPU test, the Python package's tests
 # (scripts/python_gpu_tests.sh, libgraphattn.so from the test binary's build), graphattn-warmup
-# with speculative decoding (from the same directory), then
+# plain and with speculative decoding (from the same directory), then
 # compute-sanitizer memcheck and racecheck on the reduced matrix (GRAPHATTN_TEST_REDUCED=1).
 # Logs go to OUT_DIR; the exit status is non-zero when any step fails.
 #
@@ -45,6 +45,10 @@ step tests "$bin"
 step c_abi "$(dirname "$bin")/graphattn-c-gpu-tests"
 # The Python package over libgraphattn.so from the same build (PyTorch, CuPy and JAX tensors).
 step python "$root/scripts/python_gpu_tests.sh" "$out/python" "$(dirname "$bin")"
+# graphattn-warmup's continuous batching: decode steps replay decode graphs, steps with
+# prefills mixed graphs (split on the device); exits 1 on any graph/eager mismatch.
+step warmup env GRAPHATTN_CACHE_DIR="$out/warmup-cache" "$(dirname "$bin")/graphattn-warmup" \
+  --steps 200
 # graphattn-warmup with speculative decoding (uniform batches of 1 + 3 tokens a request in
 # graphs, ragged and mixed steps eager): exits 1 on any graph/eager mismatch. Its own cache dir.
 step warmup_spec env GRAPHATTN_CACHE_DIR="$out/warmup-cache" \

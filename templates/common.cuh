@@ -3,7 +3,7 @@
 //   HEAD_SIZE, BLOCK_SIZE, GROUP, IS_BF16, KV_FP8 (0 auto, 1 e4m3, 2 e5m2),
 //   KV_LAYOUT (0 nhd, 1 hnd, 2 legacy),
 //   HAS_WINDOW, HAS_SOFT_CAP (all constexpr int), and HAS_ALIBI / HAS_SINKS / GA_NON_CAUSAL /
-//   GA_DENSE_KV (#define 1) for specs with those suffixes.
+//   GA_DENSE_KV / GA_BLOCK_SPARSE (#define 1) for specs with those suffixes.
 #ifndef HAS_ALIBI
 #define HAS_ALIBI 0
 #endif
@@ -15,6 +15,9 @@
 #endif
 #ifndef GA_DENSE_KV
 #define GA_DENSE_KV 0
+#endif
+#ifndef GA_BLOCK_SPARSE
+#define GA_BLOCK_SPARSE 0
 #endif
 
 // Programmatic dependent launch (sm_90+; the host sets the launch attribute there). Every kernel
@@ -98,6 +101,19 @@ __device__ __forceinline__ float ga_alibi_slope_log2(const GaHeadTerms& t, int h
 // head's sink logit in the log2 domain (-inf without sinks, or for a head past the layer's).
 __device__ __forceinline__ float ga_sink_log2(const GaHeadTerms& t, int head, bool valid) {
   return HAS_SINKS && valid ? __ldg(t.sinks + head) * GA_LOG2E : __int_as_float(0xff800000);
+}
+// Block-sparse attention (GA_BLOCK_SPARSE; the rule is GaBlockSparse's in params.h): local query
+// head `head`'s stride offset modulo vert_stride (64-bit product: global head x step).
+__device__ __forceinline__ int ga_bsp_offset(const GaBlockSparse& b, int head) {
+  const long long step = b.head_sliding_step;
+  const long long g = step >= 0 ? static_cast<long long>(b.head_offset + head) * step
+                                : static_cast<long long>(b.kv_head_offset + head / GROUP) * -step;
+  return static_cast<int>((g + 1) % b.vert_stride);
+}
+// Whether a head of stride offset `off` (ga_bsp_offset) sees key block kb from query block qb
+// (kb <= qb; the causal mask handles later keys).
+__device__ __forceinline__ bool ga_bsp_visible(const GaBlockSparse& b, int qb, int kb, int off) {
+  return qb - kb < b.local_blocks || (kb + off) % b.vert_stride == 0;
 }
 // The softmax normalizer of a row whose scores (log2 domain) have maximum m and sum
 // l = sum 2^(s - m), with an attention sink of logit sink_log2 in the denominator:
@@ -243,14 +259,57 @@ struct GaPrefillTile {
 // The start of both prefill kernels: waits for the previous kernel (before any global memory
 // access), checks the launch, then computes the block's tile. False when the block has no rows:
 // it must return at once.
+// A batch split on the device (PrefillParams::device_split_q > 0): row tile `tile` of the
+// enumeration of every prefill's row tiles, request by request, as (request, row tile of it,
+// the request's tile count). Each warp walks the requests 32 at a time with a prefix sum over
+// their tile counts (every warp the same, so no shared memory and no barrier); all 32 lanes
+// must be active. False when the batch has fewer tiles.
+template <int BLOCK_M>
+__device__ __forceinline__ bool ga_prefill_find_tile(const PrefillParams& p, int tile, int& req,
+                                                     int& tile_in_req, int& req_tiles) {
+  const int lane = threadIdx.x & 31;
+  const int end = p.first_req + p.num_reqs;
+  int before = 0;  // tiles of the requests walked so far
+  for (int r0 = p.first_req; r0 < end; r0 += 32) {
+    const int r = r0 + lane;
+    int tiles = 0;
+    if (r < end) {
+      const int q_len = p.query_start_loc[r + 1] - p.query_start_loc[r];
+      if (q_len > p.device_split_q) tiles = (q_len * GROUP + BLOCK_M - 1) / BLOCK_M;
+    }
+    int incl = tiles;  // inclusive prefix sum over the lanes
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const int y = __shfl_up_sync(0xffffffffu, incl, o);
+      if (lane >= o) incl += y;
+    }
+    const int total = __shfl_sync(0xffffffffu, incl, 31);
+    if (tile < before + total) {
+      const int l = __ffs(__ballot_sync(0xffffffffu, before + incl > tile)) - 1;
+      req = r0 + l;
+      req_tiles = __shfl_sync(0xffffffffu, tiles, l);
+      tile_in_req = tile - before - (__shfl_sync(0xffffffffu, incl, l) - req_tiles);
+      return true;
+    }
+    before += total;
+  }
+  return false;
+}
+
 template <int BLOCK_M, int BLOCK_N>
 __device__ __forceinline__ bool ga_prefill_begin(const PrefillParams& p, unsigned smem_bytes,
                                                  unsigned threads, GaPrefillTile& t) {
   ga_grid_dependency_sync();
   ga_require_launch(smem_bytes, threads);
-  t.req = p.first_req + blockIdx.y;
   t.kv_head = blockIdx.z;
-  t.m0 = (gridDim.x - 1 - blockIdx.x) * BLOCK_M;
+  if (p.device_split_q > 0) {
+    int tile_in_req = 0, req_tiles = 0;
+    if (!ga_prefill_find_tile<BLOCK_M>(p, blockIdx.x, t.req, tile_in_req, req_tiles)) return false;
+    t.m0 = (req_tiles - 1 - tile_in_req) * BLOCK_M;  // a request's longest tiles first
+  } else {
+    t.req = p.first_req + blockIdx.y;
+    t.m0 = (gridDim.x - 1 - blockIdx.x) * BLOCK_M;
+  }
   const bool uniform = GA_DENSE_KV && p.query_start_loc == nullptr;
   if (uniform) {
     t.q_start = t.req * p.uniform_q_len;

@@ -37,6 +37,12 @@
 // unit is read when any of its tokens is inside, and its outside tokens are zeroed in shared
 // memory before use (a never-written slot may hold NaN, and 0 * NaN is NaN). No fused cache write.
 //
+// Block-sparse decode (specs "_bsp", GaBlockSparse): every column masks the key blocks its head
+// does not see, and a tile that no column of the block sees (a warp vote; a tile lies in one
+// sparse block) is neither copied nor computed: its cp.async group stays empty. The splits still
+// divide all tiles between them (a skipped tile costs a vote), so a split may see no key of a
+// column; as in multi-token decode it then carries weight 0 into the combine.
+//
 // Softmax runs in the log2 domain with exp2; accumulation is fp32; P is rounded to the MMA's
 // 16-bit type. fp8 KV is widened to fp16 exactly by bit moves (e4m3 lands scaled by 2^-8, which
 // is folded into the score and output scales) and multiplied in fp16 whatever the model's type;
@@ -62,6 +68,9 @@ constexpr bool MT = true;
 #else
 constexpr bool MT = false;
 #endif
+constexpr bool BSP = GA_BLOCK_SPARSE != 0;
+// A split may see no key of a column (multi-token, block-sparse): weight 0 when combining.
+constexpr bool EMPTY_SPLITS = MT || BSP;
 // Query columns per block: heads of the one token, or (multi-token) up to 16 (token, head) pairs.
 constexpr int HPB = MT || GROUP >= GA_DECODE_HEADS_PER_BLOCK ? GA_DECODE_HEADS_PER_BLOCK : GROUP;
 constexpr int NT = (HPB + 7) / 8;  // head n-tiles of 8
@@ -275,20 +284,20 @@ __device__ __forceinline__ float4 ga_cluster_ld4(unsigned addr) {
 // LSE = log2(sum_s 2^lse_s (+ 2^sink_log2 with HAS_SINKS)): load(s, lse, o) gives split s's
 // log2-sum-exp and four of its normalized outputs. One pass with a running maximum, so that every
 // load can be issued at once; each split saw at least one key, so every lse is finite.
-// (Multi-token: a split that saw no key of a column has lse -inf and output 0, weight 0.)
+// (EMPTY_SPLITS: a split that saw no key of a column has lse -inf and output 0, weight 0.)
 template <typename Load>
 __device__ __forceinline__ float4 ga_combine_splits(int n, float sink_log2, Load load) {
   float mx;
   float4 acc;
   load(0, mx, acc);
-  float total = MT && mx == GA_NEG_INF ? 0.0f : 1.0f;
+  float total = EMPTY_SPLITS && mx == GA_NEG_INF ? 0.0f : 1.0f;
 #pragma unroll 4
   for (int sp = 1; sp < n; ++sp) {
     float ls;
     float4 x;
     load(sp, ls, x);
     const float m_new = fmaxf(mx, ls);
-    const float m_use = MT && m_new == GA_NEG_INF ? 0.0f : m_new;
+    const float m_use = EMPTY_SPLITS && m_new == GA_NEG_INF ? 0.0f : m_new;
     const float a = ga_exp2(mx - m_use), w = ga_exp2(ls - m_use);
     mx = m_new;
     total = total * a + w;
@@ -330,6 +339,13 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   const int g = lane >> 2, t = lane & 3;
   const int first_col = head_chunk * GA_DECODE_HEADS_PER_BLOCK;
   const int first_head = kv_head * GROUP + first_col;  // one token: column c is head first_head + c
+  // A batch split on the device (a captured graph of any decode/prefill mix): the grid covers
+  // every request slot, and only the decodes (1..max_query_len query tokens, 1 without "_mt")
+  // are this kernel's; a prefill or a padded request (no token) has no block here.
+  if (p.device_split != 0) {
+    const int n = p.query_start_loc[req + 1] - p.query_start_loc[req];
+    if (n < 1 || n > (MT ? p.max_query_len : 1)) return;
+  }
   // Multi-token: the request's query rows and their count.
   const int q_begin = MT ? p.query_start_loc[req] : req;
   const int q_len = MT ? p.query_start_loc[req + 1] - q_begin : 1;
@@ -476,6 +492,18 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   const int lane_unit_bytes = lane_unit * CP_BYTES;
   const int lane_chunk_sw = (lane_unit_bytes >> 4) ^ (((lane / UNITS) * LOAD_ITERS) & 7);
   const int lane_dst_low = lane_unit_bytes & 15;
+  // Block-sparse: lane c < heads_here holds column c's query block and stride offset; a tile is
+  // live when some column sees its sparse block (warp-uniform).
+  int bsp_lane_qb = 0, bsp_lane_off = 0;
+  if (BSP && lane < heads_here) {
+    bsp_lane_qb = col_pos(lane) / p.bsp.block;
+    bsp_lane_off = ga_bsp_offset(p.bsp, col_head(lane));
+  }
+  auto tile_live = [&](int t0) {
+    return !BSP || __any_sync(0xffffffffu,
+                              lane < heads_here && ga_bsp_visible(p.bsp, bsp_lane_qb,
+                                                                  t0 / p.bsp.block, bsp_lane_off));
+  };
   // Block-table entries of this warp's tiles, 32 at a time: lane l holds tile j0 + l's.
   int bt_cached = 0, bt_j0 = -64;
   // Tile j of this warp goes to ring stage j % stages.
@@ -490,6 +518,10 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
       }
     }
     const int t0 = base + (tile_begin + warp + NW * j) * TILE;
+    if (!tile_live(t0)) {  // block-sparse: a tile no column sees is not read
+      issue_stage = issue_stage + 1 == stages ? 0 : issue_stage + 1;
+      return;
+    }
 #ifdef GA_CHECK_BOUNDS
     const int block = ga_checked_block(__shfl_sync(0xffffffffu, bt_cached, j - bt_j0),
                                        p.kv.num_blocks, p.bounds, req, t0);
@@ -648,8 +680,9 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
 #pragma unroll
         for (int e = 0; e < 4; ++e) o[v][u][nt][e] = 0.0f;
   float m_run[NT][2], l_run[NT][2];
-  float slope[NT][2];                // ALiBi slopes (log2 domain) of columns 2t, 2t + 1 (+ 8 nt)
-  int col_hi[NT][2], col_lo[NT][2];  // multi-token: the keys [lo, hi] a column sees
+  float slope[NT][2];                 // ALiBi slopes (log2 domain) of columns 2t, 2t + 1 (+ 8 nt)
+  int col_hi[NT][2], col_lo[NT][2];   // multi-token: the keys [lo, hi] a column sees
+  int bsp_qb[NT][2], bsp_off[NT][2];  // block-sparse: a column's query block and stride offset
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) {
     m_run[nt][0] = m_run[nt][1] = GA_NEG_INF;
@@ -660,6 +693,10 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
       slope[nt][k] = ga_alibi_slope_log2(p.terms, col_head(h), h < heads_here);
       col_hi[nt][k] = h < heads_here ? col_pos(h) : -1;
       col_lo[nt][k] = ga_window_first_key(col_hi[nt][k], p.window);
+      if (BSP) {
+        bsp_qb[nt][k] = h < heads_here ? col_pos(h) / p.bsp.block : 0;
+        bsp_off[nt][k] = ga_bsp_offset(p.bsp, col_head(h));
+      }
     }
   }
 
@@ -687,6 +724,10 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
       __syncwarp();
     }
     const int t0 = base + (tile_begin + warp + NW * j) * TILE;
+    if (!tile_live(t0)) {  // block-sparse: not issued, nothing to compute
+      __syncwarp();
+      continue;
+    }
     if (LEGACY && (t0 < lo || t0 + TILE > seq_len)) {
       // Zero the V^T entries of the tokens outside [lo, seq_len) that came in whole units.
       for (int i = lane; i < HEAD_SIZE * TILE; i += 32) {
@@ -703,6 +744,14 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
       }
       __syncwarp();
     }
+    // Block-sparse: whether columns 2t, 2t + 1 (+ 8 nt) see this tile's sparse block.
+    bool bsp_vis[NT][2];
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int k = 0; k < 2; ++k)
+        bsp_vis[nt][k] =
+            !BSP || ga_bsp_visible(p.bsp, bsp_qb[nt][k], t0 / p.bsp.block, bsp_off[nt][k]);
 
     // S^T = K Q^T: rows tokens g, g + 8; columns heads 2t, 2t + 1 (+ 8 nt).
     float s[NT][4];
@@ -737,9 +786,10 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
         const int pos = e < 2 ? pos0 : pos1;
         if (HAS_ALIBI)
           x += ga_alibi_log2(slope[nt][e & 1], pos, MT ? col_hi[nt][e & 1] : seq_len - 1);
-        const bool ok = MT      ? pos >= col_lo[nt][e & 1] && pos <= col_hi[nt][e & 1]
-                        : e < 2 ? ok0
-                                : ok1;
+        const bool ok = (MT      ? pos >= col_lo[nt][e & 1] && pos <= col_hi[nt][e & 1]
+                         : e < 2 ? ok0
+                                 : ok1) &&
+                        bsp_vis[nt][e & 1];
         s[nt][e] = ok ? x : GA_NEG_INF;
       }
       float mx0 = fmaxf(s[nt][0], s[nt][2]), mx1 = fmaxf(s[nt][1], s[nt][3]);
@@ -900,8 +950,8 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
     const float r =
         HAS_SINKS && num_splits == 1
             ? out_scale * ga_sink_normalizer(mx, l, ga_sink_log2(p.terms, col_head(h), true))
-        : MT && l == 0.0f ? 0.0f
-                          : out_scale / l;
+        : EMPTY_SPLITS && l == 0.0f ? 0.0f
+                                    : out_scale / l;
     acc.x *= r;
     acc.y *= r;
     acc.z *= r;

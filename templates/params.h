@@ -123,6 +123,29 @@ struct GaHeadTerms {
   const float* sinks;         // [num_heads] fp32, HAS_SINKS: softmax denominator += exp(sink[h])
 };
 
+// Block-sparse attention (spec axis block_sparse, "_bsp"; vLLM's BlocksparseFlashAttention with
+// its paged_attention kernels' IS_BLOCK_SPARSE rule, which its prefill mask get_sparse_attn_mask
+// shares): on top of the causal mask, query position qp of local query head h sees key position
+// kp <= qp iff, with qb = qp / block and kb = kp / block,
+//   qb - kb < local_blocks  or  (kb + offset(h)) % vert_stride == 0,
+// offset(h) = (head_offset + h) * head_sliding_step + 1                 when the step is >= 0,
+//             (kv_head_offset + h / group) * -head_sliding_step + 1     when it is < 0,
+// so step 0 (homo_head) gives every head offset 1, a positive step slides the pattern over the
+// query heads' global indices (vLLM's default: max(1, vert_stride / total heads)) and a negative
+// one over the KV heads' (homo_head_group: the heads of a GQA group share it). head_offset and
+// kv_head_offset are the global indices of this rank's first query and KV head (tensor
+// parallelism: tp_rank * num_heads and tp_rank * num_kv_heads). block is a multiple of 16 (the
+// kernels' key tiles are then all in or all out per head) and of the KV block size.
+// vert_stride <= 1 is dense attention (vLLM runs its dense kernel then): no _bsp kernel.
+struct GaBlockSparse {
+  int block;              // tokens per sparse block, a multiple of 16 and of BLOCK_SIZE
+  int local_blocks;       // >= 1: the query's own block and the local_blocks - 1 before it
+  int vert_stride;        // >= 2
+  int head_sliding_step;  // > 0 query heads, < 0 KV heads, 0 one pattern for every head
+  int head_offset;        // global index of local query head 0
+  int kv_head_offset;     // global index of local KV head 0
+};
+
 // Split-KV decode (flash-decoding), one query token per request. Grid
 // (max_splits, num_kv_heads * ga_decode_head_chunks(GROUP), num_decodes), GA_DECODE_THREADS
 // threads, ga_decode_smem_bytes(..., stages) bytes of dynamic shared memory. Request r's split
@@ -135,6 +158,7 @@ struct GaHeadTerms {
 struct DecodeParams {
   PagedKvView kv;                // request r: block table row r, seq_lens[r]
   GaHeadTerms terms;             // ALiBi slopes and sink logits (spec axes alibi, sinks)
+  GaBlockSparse bsp;             // GA_BLOCK_SPARSE: the pattern (unused otherwise)
   const void* query;             // [num_tokens, num_heads, head_size] dtype; request r: token r
   void* output;                  // [num_tokens, num_heads, head_size] dtype
   float* partial_out;            // [num_decodes, num_heads, max_splits, head_size] fp32, each
@@ -183,6 +207,13 @@ struct DecodeParams {
                            // and the KV cache before waiting for the previous kernel
                            // (programmatic dependent launch): only when it writes none
   GaBoundsReport* bounds;  // checked mode only
+  // 1: the batch is split into decodes and prefills on the device (a graph captured for any
+  // mix, AttentionMetadata::device_split): gridDim.z covers every request slot, and a block
+  // whose request holds no query token or more than max_query_len (1 without GA_MULTI_TOKEN)
+  // exits at once, writing nothing (a prefill, or a padded request). Decodes come first, so a
+  // single-token decode's query row is still its request index. query_start_loc is then set
+  // for every kernel. 0: every request of the grid is a decode.
+  int device_split;
 };
 
 // Launch geometry shared by the host and the decode templates (evaluated at compile time by both).
@@ -236,6 +267,7 @@ constexpr int ga_decode_smem_bytes(int head_size, int kv_bytes, int stages) {
 struct PrefillParams {
   PagedKvView kv;                // request r: block table row r, seq_lens[r] (0: write zeros)
   GaHeadTerms terms;             // ALiBi slopes and sink logits (spec axes alibi, sinks)
+  GaBlockSparse bsp;             // GA_BLOCK_SPARSE: the pattern (unused otherwise)
   const void* query;             // [num_tokens, num_heads, head_size] dtype
   void* output;                  // [num_tokens, num_heads, head_size] dtype
   const int* query_start_loc;    // [num_reqs + 1] token offsets of each request's queries;
@@ -261,6 +293,14 @@ struct PrefillParams {
   // [r * uniform_kv_len, (r + 1) * uniform_kv_len) (MultiHeadAttention's [batch, seq, ...]).
   int uniform_q_len;
   int uniform_kv_len;
+  // > 0: the batch is split into decodes and prefills on the device (a graph captured for any
+  // mix, AttentionMetadata::device_split). The prefills are the requests of
+  // [first_req, first_req + num_reqs) holding more than device_split_q query tokens;
+  // blockIdx.x enumerates all their row tiles, request by request (gridDim.y == 1; the grid
+  // has room for the most tiles the captured token count allows, and blocks past the batch's
+  // tiles exit). 0: the grid above.
+  int device_split_q;
+  int num_reqs;  // device_split_q > 0: request slots after first_req
 };
 
 // Prefill tile geometry, shared by the host (runtime/prefill.cpp) and the two prefill templates

@@ -18,6 +18,9 @@
 // converts the chunks it loaded into the fp16/bf16 tile (exact: every e4m3/e5m2 value is
 // representable); k_scale folds into the score scale and v_scale into the output.
 // Head sizes that are not multiples of 16 are padded with zero columns in shared memory.
+// Block-sparse prefill (GA_BLOCK_SPARSE, GaBlockSparse): every tile is masked per (row, key) by
+// the rows' block patterns, and a key tile that no row of the block sees (a block-wide vote) is
+// neither loaded nor computed.
 
 // The geometry is params.h's (ga_prefill_*), which the host launch code reads too.
 constexpr int PF_HEAD_PAD = ga_prefill_head_pad(HEAD_SIZE);  // MMA k-dimension of Q.K^T
@@ -144,15 +147,42 @@ __device__ __forceinline__ void pf_convert_kv(const ga_u8* raw, ga_u16* dst, int
   });
 }
 
+// GA_BLOCK_SPARSE: row `row` of a tile's query block and stride offset (pos: its position).
+__device__ __forceinline__ void pf_bsp_row(const PrefillParams& p, int row, int pos, int kv_head,
+                                           int& qb, int& off) {
+  qb = pos >= 0 ? pos / p.bsp.block : 0;
+  off = ga_bsp_offset(p.bsp, kv_head * GROUP + row % GROUP);
+}
+// GA_BLOCK_SPARSE: whether some row of the block sees a key of the tile [n0, n0 + PF_BLOCK_N)
+// by the block pattern (and causally). A block-wide vote: every thread of the block calls it.
+__device__ __forceinline__ bool pf_bsp_tile_needed(const PrefillParams& p, int n0, int m0, int rows,
+                                                   int ctx, int kv_head, int tid) {
+  int need = 0;
+  const int base_row = m0 + (tid >> 5) * 16 * PF_MT + ((tid & 31) >> 2);
+#pragma unroll
+  for (int i = 0; i < PF_MT; ++i)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int row = base_row + i * 16 + r * 8;
+      if (row >= rows) continue;
+      const int pos = ctx + row / GROUP;
+      const int last = min(n0 + PF_BLOCK_N - 1, pos);
+      int qb, off;
+      pf_bsp_row(p, row, pos, kv_head, qb, off);
+      for (int kb = n0 / p.bsp.block; kb * p.bsp.block <= last; ++kb)
+        need |= ga_bsp_visible(p.bsp, qb, kb, off) ? 1 : 0;
+    }
+  return __syncthreads_or(need) != 0;
+}
+
 // One KV tile for one warp's PF_MT * 16 rows: S = Q K^T, online softmax, O += P V.
 template <bool MASK>
-__device__ __forceinline__ void pf_tile(const PrefillParams& p, const GaPrefillScales& sc,
-                                        const unsigned (&qf)[PF_MT][PF_QF][4], unsigned q_addr,
-                                        unsigned k_addr, unsigned v_addr, int n0, int kv_end,
-                                        int lane, const int (&pos)[PF_MT][2],
-                                        const float (&slope)[PF_MT][2], float (&m)[PF_MT][2],
-                                        float (&l)[PF_MT][2],
-                                        float (&o)[PF_MT][PF_HEAD_PAD / 8][4]) {
+__device__ __forceinline__ void pf_tile(
+    const PrefillParams& p, const GaPrefillScales& sc, const unsigned (&qf)[PF_MT][PF_QF][4],
+    unsigned q_addr, unsigned k_addr, unsigned v_addr, int n0, int kv_end, int lane,
+    const int (&pos)[PF_MT][2], const float (&slope)[PF_MT][2], const int (&bsp_qb)[PF_MT][2],
+    const int (&bsp_off)[PF_MT][2], float (&m)[PF_MT][2], float (&l)[PF_MT][2],
+    float (&o)[PF_MT][PF_HEAD_PAD / 8][4]) {
   constexpr int NB = PF_BLOCK_N / 8;
   float s[PF_MT][NB][4];
 #pragma unroll
@@ -198,6 +228,8 @@ __device__ __forceinline__ void pf_tile(const PrefillParams& p, const GaPrefillS
     float mx[2] = {ninf, ninf};
 #pragma unroll
     for (int j = 0; j < NB; ++j) {
+      // Block-sparse: the 8 keys of n-tile j lie in one sparse block (a multiple of 16 keys).
+      const int kb = GA_BLOCK_SPARSE ? (n0 + j * 8) / p.bsp.block : 0;
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         float x = s[i][j][e];
@@ -209,6 +241,8 @@ __device__ __forceinline__ void pf_tile(const PrefillParams& p, const GaPrefillS
         const int key = n0 + j * 8 + t2 + (e & 1);
         if (HAS_ALIBI) x += ga_alibi_log2(slope[i][e >> 1], key, pos[i][e >> 1]);
         if (MASK && !ga_prefill_visible(pos[i][e >> 1], key, kv_end, p.window)) x = ninf;
+        if (GA_BLOCK_SPARSE && !ga_bsp_visible(p.bsp, bsp_qb[i][e >> 1], kb, bsp_off[i][e >> 1]))
+          x = ninf;
         s[i][j][e] = x;
         mx[e >> 1] = fmaxf(mx[e >> 1], x);
       }
@@ -293,6 +327,9 @@ extern "C" __global__ void __launch_bounds__(PF_THREADS)
   }
 
   const int* block_row = p.kv.block_table + static_cast<long long>(req) * p.kv.block_table_stride;
+  // Block-sparse: whether the current tile is loaded and computed (block-uniform).
+  bool need = !GA_BLOCK_SPARSE || (n_tiles > 0 && pf_bsp_tile_needed(p, tile0 * PF_BLOCK_N, m0,
+                                                                     rows, ctx, kv_head, tid));
   if (n_tiles > 0) {
     // Q rows of this tile (rows past the request are zero-filled).
     const ga_u16* q = static_cast<const ga_u16*>(p.query);
@@ -305,7 +342,8 @@ extern "C" __global__ void __launch_bounds__(PF_THREADS)
       pf_cp_async16(q_base + (row * PF_ROW + c * 8) * 2, q + off, valid ? 16 : 0);
     });
     pf_cp_commit();
-    if (KV_FP8)
+    if (!need) {
+    } else if (KV_FP8)
       pf_load_kv(p, block_row, kv_row0, kv_head, tile0 * PF_BLOCK_N, kv_end, raw_base,
                  raw_base + RAW_TILE_BYTES, tid);
     else
@@ -321,12 +359,14 @@ extern "C" __global__ void __launch_bounds__(PF_THREADS)
   // Their heads' ALiBi slopes and sink logits (log2 domain), where the spec has them.
   int pos[PF_MT][2];
   float slope[PF_MT][2], sink[PF_MT][2];
+  int bsp_qb[PF_MT][2] = {}, bsp_off[PF_MT][2] = {};  // block-sparse: query block, stride offset
 #pragma unroll
   for (int i = 0; i < PF_MT; ++i)
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const int row = m0 + warp_row + i * 16 + (lane >> 2) + r * 8;
       pos[i][r] = row < rows ? ctx + row / GROUP : -1;
+      if (GA_BLOCK_SPARSE) pf_bsp_row(p, row, pos[i][r], kv_head, bsp_qb[i][r], bsp_off[i][r]);
       const int head = kv_head * GROUP + row % GROUP;
       slope[i][r] = ga_alibi_slope_log2(p.terms, head, row < rows);
       sink[i][r] = ga_sink_log2(p.terms, head, row < rows);
@@ -348,9 +388,13 @@ extern "C" __global__ void __launch_bounds__(PF_THREADS)
   for (int j = 0; j < n_tiles; ++j) {
     const int n0 = (tile0 + j) * PF_BLOCK_N;
     const int stage = KV_FP8 ? 0 : (j & 1);
+    bool need_next = true;
     if (j + 1 < n_tiles) {
       const int nxt = (j + 1) & 1;
-      if (KV_FP8)
+      if (GA_BLOCK_SPARSE)
+        need_next = pf_bsp_tile_needed(p, n0 + PF_BLOCK_N, m0, rows, ctx, kv_head, tid);
+      if (!need_next) {
+      } else if (KV_FP8)
         pf_load_kv(p, block_row, kv_row0, kv_head, n0 + PF_BLOCK_N, kv_end,
                    raw_base + nxt * 2 * RAW_TILE_BYTES,
                    raw_base + nxt * 2 * RAW_TILE_BYTES + RAW_TILE_BYTES, tid);
@@ -362,7 +406,7 @@ extern "C" __global__ void __launch_bounds__(PF_THREADS)
     } else {
       pf_cp_wait<0>();
     }
-    if (KV_FP8) {
+    if (KV_FP8 && need) {
       const ga_u8* raw = s_raw + (j & 1) * 2 * RAW_TILE_BYTES;
       pf_convert_kv(raw, s_k, tid);
       pf_convert_kv(raw + RAW_TILE_BYTES, s_v, tid);
@@ -378,11 +422,16 @@ extern "C" __global__ void __launch_bounds__(PF_THREADS)
     const bool mask = ga_prefill_tile_masked(n0, PF_BLOCK_N, pos_lo, pos_hi, kv_end, p.window);
     const unsigned k_addr = k_base + stage * KV_TILE_BYTES;
     const unsigned v_addr = v_base + stage * KV_TILE_BYTES;
-    if (mask)
-      pf_tile<true>(p, sc, qf, q_lane, k_addr, v_addr, n0, kv_end, lane, pos, slope, m, l, o);
-    else
-      pf_tile<false>(p, sc, qf, q_lane, k_addr, v_addr, n0, kv_end, lane, pos, slope, m, l, o);
+    if (!need) {
+    } else if (mask) {
+      pf_tile<true>(p, sc, qf, q_lane, k_addr, v_addr, n0, kv_end, lane, pos, slope, bsp_qb,
+                    bsp_off, m, l, o);
+    } else {
+      pf_tile<false>(p, sc, qf, q_lane, k_addr, v_addr, n0, kv_end, lane, pos, slope, bsp_qb,
+                     bsp_off, m, l, o);
+    }
     __syncthreads();
+    need = need_next;
   }
 
   // Normalise; rows that saw no key (seq_len 0) become zeros. Stage through this warp's own Q

@@ -13,6 +13,19 @@ std::vector<double> reference_attention(const RefProblem& p) {
   const int group = H / KH;
   std::vector<double> out(static_cast<size_t>(num_tokens) * H * D, 0.0);
   std::vector<double> scores;
+  const RefBlockSparse& bs = p.blocksparse;
+  const bool sparse = bs.block_size > 0 && bs.vert_stride > 1;
+  if (sparse && !p.causal) throw std::invalid_argument("reference: block-sparse needs causal");
+  int max_seq = 0;
+  for (int s : p.seq_lens) max_seq = std::max(max_seq, s);
+  const int sparse_blocks = sparse ? (max_seq + bs.block_size - 1) / bs.block_size : 0;
+  const std::vector<unsigned char> block_mask =
+      sparse ? blocksparse_block_mask(bs, H, KH, sparse_blocks) : std::vector<unsigned char>();
+  const auto hidden = [&](int h, int pos, int k) {
+    return sparse && !block_mask[(static_cast<size_t>(h) * sparse_blocks + pos / bs.block_size) *
+                                     sparse_blocks +
+                                 k / bs.block_size];
+  };
   for (int r = 0; r < num_reqs; ++r) {
     const int q0 = p.query_start_loc[r], q1 = p.query_start_loc[r + 1];
     const int s = p.seq_lens[r];
@@ -48,6 +61,7 @@ std::vector<double> reference_attention(const RefProblem& p) {
           double sc = dot * p.scale;
           if (p.soft_cap > 0) sc = p.soft_cap * std::tanh(sc / p.soft_cap);
           if (!p.alibi_slopes.empty()) sc += p.alibi_slopes[h] * (k - pos);
+          if (hidden(h, pos, k)) sc = -INFINITY;
           scores[k - first] = sc;
           mx = std::max(mx, sc);
         }
@@ -64,6 +78,28 @@ std::vector<double> reference_attention(const RefProblem& p) {
     }
   }
   return out;
+}
+
+std::vector<unsigned char> blocksparse_block_mask(const RefBlockSparse& b, int num_heads,
+                                                  int num_kv_heads, int num_blocks) {
+  const int group = num_heads / num_kv_heads;
+  const size_t nb = static_cast<size_t>(num_blocks);
+  std::vector<unsigned char> mask(static_cast<size_t>(num_heads) * nb * nb, 0);
+  for (int h = 0; h < num_heads; ++h) {
+    // The head's pattern index (a global query head, or a global KV head for a negative step)
+    // and its shift: block kb is strided when kb + shift is a multiple of vert_stride.
+    const long long step = b.head_sliding_step;
+    const long long index =
+        step >= 0 ? b.active_head_offset + h : b.active_head_offset / group + h / group;
+    const long long shift = index * (step >= 0 ? step : -step) + 1;
+    std::vector<unsigned char> strided(nb, 0);
+    const long long vs = std::max(1, b.vert_stride);
+    for (long long kb = (vs - shift % vs) % vs; kb < num_blocks; kb += vs) strided[kb] = 1;
+    for (int qb = 0; qb < num_blocks; ++qb)
+      for (int kb = 0; kb <= qb; ++kb)
+        mask[(h * nb + qb) * nb + kb] = qb - kb < b.local_blocks || strided[kb];
+  }
+  return mask;
 }
 
 std::vector<double> random_alibi_slopes(std::mt19937_64& rng, int num_heads, bool on,

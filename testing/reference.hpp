@@ -8,6 +8,21 @@
 
 namespace graphattn::test {
 
+// vLLM's block-sparse pattern (BlocksparseParams; graphattn::BlockSparseParams mirrors it):
+// block_size 0 or vert_stride <= 1 is dense.
+struct RefBlockSparse {
+  int block_size = 0, local_blocks = 0, vert_stride = 0, head_sliding_step = 0;
+  int active_head_offset = 0;  // global index of local query head 0 (tp_rank * num_heads)
+};
+
+// The block mask of `b` for a layer of num_heads local query heads over num_kv_heads KV heads,
+// as vLLM's get_sparse_attn_mask lays it out: [num_heads, num_blocks, num_blocks], entry
+// (h, qb, kb) 1 when query block qb of head h sees key block kb (kb <= qb and: local, qb - kb <
+// local_blocks; or strided: every vert_stride-th block from the head's first strided block).
+// Built by stepping through the strided blocks, not by the kernels' modulo test.
+std::vector<unsigned char> blocksparse_block_mask(const RefBlockSparse& b, int num_heads,
+                                                  int num_kv_heads, int num_blocks);
+
 struct RefProblem {
   int num_heads = 0, num_kv_heads = 0, head_size = 0, block_size = 0;
   std::vector<int> query_start_loc;  // [num_reqs + 1]
@@ -33,6 +48,9 @@ struct RefProblem {
   // k is row kv_start_loc[r] + k of k_cache / v_cache read as [num_kv_tokens, num_kv_heads,
   // head_size]; block_table, block_size and max_blocks_per_seq are then unused.
   std::vector<int> kv_start_loc;
+  // Block-sparse attention (causal only): keys of the blocks that blocksparse_block_mask() hides
+  // from a query's head are dropped.
+  RefBlockSparse blocksparse;
 };
 
 // [num_tokens, num_heads, head_size]. Query token i of a request with seq_len s and q_len n

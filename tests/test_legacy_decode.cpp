@@ -46,12 +46,14 @@ TEST_CASE("legacy decode: NVRTC builds every head size, dtype and block size") {
   }
 }
 
-TEST_CASE("legacy decode: NVRTC builds the axes (fp8, window, cap, ALiBi, sinks, mt, chk)") {
+TEST_CASE("legacy decode: NVRTC builds the axes (fp8, window, cap, ALiBi, sinks, mt, chk, bsp)") {
   for (const char* text : {"decode_h128_b32_fp16_kve5m2_g1_swa1_cap1_legacy_sm80_alibi",
                            "decode_h64_b16_bf16_kve4m3_g16_swa0_cap0_legacy_sm90_sink_mt",
                            "decode_h80_b16_bf16_kvauto_g8_swa1_cap0_legacy_sm90_alibi_sink",
                            "decode_h256_b16_fp16_kvauto_g2_swa0_cap0_legacy_sm90_mt_chk",
-                           "decode_h192_b32_bf16_kve4m3_g32_swa0_cap1_legacy_sm89"}) {
+                           "decode_h192_b32_bf16_kve4m3_g32_swa0_cap1_legacy_sm89",
+                           "decode_h128_b16_bf16_kvauto_g4_swa0_cap0_legacy_sm90_bsp",
+                           "decode_h64_b32_fp16_kve4m3_g8_swa0_cap0_legacy_sm90_alibi_bsp"}) {
     INFO(text);
     test::check_cubin_builds(render_kernel(AttentionSpec::parse(text)));
   }
@@ -89,7 +91,7 @@ struct LegacyCall {
   int num_kv_heads = 2, block_size = 16, max_seq_len = 1000;
   float scale = 0.1f;
   std::string kv_cache_dtype = "auto";
-  int tp_rank = 0, vert_stride = 1;
+  int tp_rank = 0, vert_stride = 1, local_blocks = 0, sparse_block = 64;
   // v2's temporaries, for max_seq_len 1000: 2 partitions.
   TensorView exp_sums =
       TensorView::contiguous(test::fake_device(0x600000), ScalarType::kFloat32, {3, 8, 2});
@@ -100,15 +102,15 @@ struct LegacyCall {
     return error_of([&] {
       paged_attention_v1(out, query, caches.key_cache, caches.value_cache, num_kv_heads, scale,
                          block_tables, seq_lens, block_size, max_seq_len, alibi, kv_cache_dtype,
-                         1.0f, 1.0f, tp_rank, 0, vert_stride, 64, 0, nullptr);
+                         1.0f, 1.0f, tp_rank, local_blocks, vert_stride, sparse_block, 0, nullptr);
     });
   }
   std::string v2() const {
     return error_of([&] {
       paged_attention_v2(out, exp_sums, max_logits, tmp_out, query, caches.key_cache,
                          caches.value_cache, num_kv_heads, scale, block_tables, seq_lens,
-                         block_size, max_seq_len, alibi, kv_cache_dtype, 1.0f, 1.0f, tp_rank, 0,
-                         vert_stride, 64, 0, nullptr);
+                         block_size, max_seq_len, alibi, kv_cache_dtype, 1.0f, 1.0f, tp_rank,
+                         local_blocks, vert_stride, sparse_block, 0, nullptr);
     });
   }
   // Every check fails the same way in both versions.
@@ -248,14 +250,25 @@ TEST_CASE("legacy decode: paged_attention_v1 / v2 name every bad argument before
   }
   {
     LegacyCall c;
-    c.vert_stride = 8;
+    c.vert_stride = 8;  // block-sparse, but local_blocks 0
     c.expect(
-        "blocksparse_vert_stride 8 (local_blocks 0, block_size 64, head_sliding_step 0) "
-        "asks for block-sparse attention, which graphattn's decode over the legacy layout "
-        "does not support; supported: blocksparse_vert_stride <= 1 (dense)");
+        "block-sparse arguments (local_blocks 0, vert_stride 8, block_size 64, "
+        "head_sliding_step 0, tp_rank 0): ");
+    c.expect("local_blocks 0 is not supported; supported: >= 1");
     c.vert_stride = 1;
     c.tp_rank = -1;
     c.expect("tp_rank -1 must be >= 0");
+  }
+  {
+    LegacyCall c;  // a valid block-sparse pattern passes every check (an empty batch)
+    c.vert_stride = 8;
+    c.local_blocks = 2;
+    c.query.shape[0] = c.out.shape[0] = c.seq_lens.shape[0] = c.block_tables.shape[0] = 0;
+    c.exp_sums.shape[0] = c.max_logits.shape[0] = c.tmp_out.shape[0] = 0;
+    CHECK(c.v1() == "(no error)");
+    CHECK(c.v2() == "(no error)");
+    c.sparse_block = 24;  // not a multiple of 16
+    c.expect("block_size 24");
   }
   {
     LegacyCall c;  // a flash-layout half is not a legacy key cache

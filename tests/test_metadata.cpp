@@ -188,3 +188,41 @@ TEST_CASE("flash metadata builder: speculative decoding's uniform batches (decod
   // The single-token builder keeps vLLM's rule: a request of 4 tokens is a prefill there.
   CHECK(FlashAttentionMetadataBuilder().build(0, uniform).split == DecodePrefillSplit{0, 3, 0, 12});
 }
+
+TEST_CASE("flash metadata builder: mixed graphs (any batch, split on the device)") {
+  for (int q : {1, 4}) {
+    INFO("decode_query_len " << q);
+    const FlashAttentionMetadataBuilder b(AttentionType::kDecoder, 16, q, true);
+    CHECK(b.mixed_graphs());
+    CHECK(b.cudagraph_support() == CudaGraphSupport::kAlways);
+    CHECK(std::string(to_string(b.cudagraph_support())) == "always");
+    // Decodes first, then prefills: a mixed graph's batch, launched with device_split.
+    const auto mixed = batch({1, q, 7, 30}, {9, 40, 7, 300}, 64);
+    CHECK(b.can_run_in_cudagraph(mixed));
+    CHECK_FALSE(b.is_uniform_decode(mixed));
+    const auto f = b.build_for_cudagraph_capture(mixed);
+    CHECK(f.for_cudagraph);
+    CHECK(f.device_split);
+    CHECK(f.split.num_prefills == 2);
+    // Prefills only, too.
+    CHECK(b.can_run_in_cudagraph(batch({40}, {40})));
+    // A uniform decode batch keeps its own capture (no device split).
+    const auto uniform = batch({q, q}, {9, 30});
+    CHECK(b.is_uniform_decode(uniform));
+    CHECK_FALSE(b.build_for_cudagraph_capture(uniform).device_split);
+    // A decode after a prefill breaks vLLM's order: not for a graph, and the build says why.
+    const auto unordered = batch({30, 1}, {30, 9});
+    CHECK_FALSE(b.can_run_in_cudagraph(unordered));
+    CHECK_THROWS_AS(b.build_for_cudagraph_capture(unordered), Error);
+  }
+  CHECK(
+      FlashAttentionMetadataBuilder(AttentionType::kEncoderOnly, 16, 1, true).cudagraph_support() ==
+      CudaGraphSupport::kNever);
+  CHECK_FALSE(FlashAttentionMetadataBuilder(AttentionType::kEncoderOnly, 16, 1, true)
+                  .can_run_in_cudagraph(batch({40}, {40})));
+  CHECK(FlashAttentionMetadataBuilder(AttentionType::kEncoderDecoder, 16, 1, true)
+            .cudagraph_support() == CudaGraphSupport::kAlways);
+  // Without mixed_graphs nothing changes.
+  CHECK_FALSE(FlashAttentionMetadataBuilder().mixed_graphs());
+  CHECK_FALSE(FlashAttentionMetadataBuilder().can_run_in_cudagraph(batch({1, 7}, {9, 7})));
+}

@@ -2,7 +2,8 @@
 // with the device's own limits (read-only streaming and device-to-device copy bandwidth) and,
 // where PyTorch is present, the peer (tools/peer_sdpa.py: cuDNN SDPA on contiguous tensors).
 //
-//   graphattn-bench [--parts decode,step,tp,capture,prefill] [--json OUT.json] [--peer-script P]
+//   graphattn-bench [--parts decode,step,mixed,tp,capture,prefill] [--json OUT.json] [--peer-script
+//   P]
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <fstream>
@@ -31,15 +32,15 @@ std::vector<std::string> split_list(const std::string& text) {
 int main(int argc, char** argv) {
   CLI::App app{
       "graphattn-bench: decode, the 32-layer step (also split over 2 GPUs), capture and prefill"};
-  std::string parts_text = "decode,step,tp,capture,prefill";
+  std::string parts_text = "decode,step,mixed,tp,capture,prefill";
   std::string shapes_text =
       "1x4096,1x32768,16x4096,64x2048,64x8192,256x1024,256x4096,64x8192:h64,64x8192:h256,"
-      "64x8192:e4m3,64x4096,64x4096:q4,64x4096:legacy,8x32768:legacy";
+      "64x8192:e4m3,64x4096,64x4096:q4,64x8192:bsp,64x4096:legacy,8x32768:legacy";
   std::string json_path, peer_script = "tools/peer_sdpa.py", try_splits_text;
   int reps = 100;
   bool check = true, use_peer = true;
   app.add_option("--parts", parts_text,
-                 "comma-separated: decode, step, tp (2 GPUs), capture, prefill")
+                 "comma-separated: decode, step, mixed, tp (2 GPUs), capture, prefill")
       ->capture_default_str();
   app.add_option("--shapes", shapes_text,
                  "decode shapes BATCHxLEN[:hHEAD|:e4m3|:qN|:legacy], comma-separated")
@@ -60,10 +61,10 @@ int main(int argc, char** argv) {
   }
   try {
     const std::vector<std::string> parts = split_list(parts_text);
-    const std::set<std::string> known = {"decode", "step", "tp", "capture", "prefill"};
+    const std::set<std::string> known = {"decode", "step", "mixed", "tp", "capture", "prefill"};
     for (const auto& p : parts)
       if (!known.count(p))
-        throw Error("unknown part '" + p + "'; parts: decode, step, tp, capture, prefill");
+        throw Error("unknown part '" + p + "'; parts: decode, step, mixed, tp, capture, prefill");
     auto wants = [&](const char* p) {
       return std::find(parts.begin(), parts.end(), p) != parts.end();
     };
@@ -103,6 +104,7 @@ int main(int argc, char** argv) {
                         {"peer", peer.available ? peer.backend : "unavailable: " + peer.why}};
     if (wants("decode")) j["decode"] = bench_decode(dev, dopt, peer, &ok);
     if (wants("step")) j["step"] = bench_step(dev, {1, 64}, 1024, reps);
+    if (wants("mixed")) j["mixed_step"] = bench_mixed_step(dev, 56, 2048, 512, 2048, reps);
     if (wants("tp")) j["tensor_parallel"] = bench_tensor_parallel(dev, {1, 64}, 1024, reps);
     if (wants("capture")) j["capture"] = bench_capture(dev, 256);
     if (wants("prefill"))

@@ -14,10 +14,13 @@ struct DecodeShape {
   int batch = 1, len = 1, head_size = 128;
   int q_len = 1;  // query tokens per request: > 1 is multi-token (speculative) decode
   std::string kv = "auto";
-  // vLLM's legacy caches through paged_attention_v1 / v2 (the version by vLLM's rule)
+  // ":bsp": block-sparse (sparse block 64, local_blocks 4, vert_stride 8, vLLM's default head
+  // sliding step); the row's bytes are those of the KV tiles some head of a KV head sees
+  bool sparse = false;
+  // ":legacy": vLLM's legacy caches through paged_attention_v1 / v2 (the version by vLLM's rule)
   bool legacy = false;
   std::string label() const;     // "64x8192", "64x8192 h64", "64x8192 e4m3", "64x4096 q4",
-                                 // "64x4096 legacy v1"
+                                 // "64x8192 bsp", "64x4096 legacy v1"
   std::string peer_key() const;  // "64:8192:128"
 };
 std::vector<DecodeShape> parse_decode_shapes(
@@ -44,6 +47,14 @@ nlohmann::json bench_step(const Device& dev, const std::vector<int>& batches, in
 // prints one line and returns {"skipped": why}.
 nlohmann::json bench_tensor_parallel(const Device& dev, const std::vector<int>& batches, int len,
                                      int reps);
+
+// A mixed 32-layer step of llama-3-8b's shapes: `decodes` single-token decodes at context `len`
+// plus one prefill chunk of `chunk` tokens after `prefix` cached ones, as one graph captured for
+// any mix (AttentionLayerStack::step_mixed) against eager launches (the batch split on the
+// device, and split on the host as without mixed graphs). Throws if the graph's output differs
+// from the same launches run eagerly.
+nlohmann::json bench_mixed_step(const Device& dev, int decodes, int len, int chunk, int prefix,
+                                int reps);
 
 // Capturing every default size of the 32-layer stack at max_num_seqs: total ms, graph memory.
 nlohmann::json bench_capture(const Device& dev, int max_num_seqs);

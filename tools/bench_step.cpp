@@ -244,6 +244,97 @@ nlohmann::json bench_tensor_parallel(const Device& dev, const std::vector<int>& 
   return out;
 }
 
+nlohmann::json bench_mixed_step(const Device& dev, int decodes, int len, int chunk, int prefix,
+                                int reps) {
+  const tools::ModelConfig& m = llama();
+  const int per_decode = (len + kBlock - 1) / kBlock, prefill_len = prefix + chunk;
+  const int per_prefill = (prefill_len + kBlock - 1) / kBlock;
+  const int n = decodes + chunk, max_model_len = std::max(len, prefill_len);
+  AttentionLayerStack::Options o =
+      llama_stack(n, max_model_len, decodes * per_decode + per_prefill);
+  // The engine's request limit (the mixed graph's request slots), not one per token.
+  for (AttentionLayerConfig& c : o.layers) c.max_num_seqs = 64;
+  AttentionLayerStack stack(o);
+  stack.prepare();
+  for (int l = 0; l < stack.num_layers(); ++l) {
+    const TensorView kv = stack.kv_cache(l);
+    fill_random_bf16(dev, kv.data, static_cast<size_t>(kv.numel()), 31 + l);
+  }
+  GraphRunner::Options go;
+  go.capture_sizes = {n};
+  GraphRunner mixed(
+      go, [&](CUstream s, int t) { stack.step_mixed(s, t); }, [&] { return stack.fingerprint(); });
+  mixed.capture_all(dev.stream);
+
+  // decodes x (one token at position len - 1), then one chunk of `chunk` tokens after `prefix`.
+  std::mt19937_64 rng(11);
+  const int W = (max_model_len + kBlock - 1) / kBlock, R = decodes + 1;
+  std::vector<int32_t> ql(decodes, 1), kl(decodes, len), table(static_cast<size_t>(R) * W, 0);
+  ql.push_back(chunk);
+  kl.push_back(prefill_len);
+  std::vector<int32_t> pool(decodes * per_decode + per_prefill);
+  std::iota(pool.begin(), pool.end(), 0);
+  std::shuffle(pool.begin(), pool.end(), rng);
+  std::vector<int64_t> slots;
+  size_t next = 0;
+  for (int r = 0; r < R; ++r) {
+    for (int b = 0; b < (kl[r] + kBlock - 1) / kBlock; ++b)
+      table[static_cast<size_t>(r) * W + b] = pool[next++];
+    for (int p = kl[r] - ql[r]; p < kl[r]; ++p)
+      slots.push_back(int64_t{table[static_cast<size_t>(r) * W + p / kBlock]} * kBlock +
+                      p % kBlock);
+  }
+  const auto md = CommonAttentionMetadata::make(ql, kl, table, W, slots);
+  const AttentionLayerConfig& c = stack.options().layers[0];
+  std::vector<uint16_t> qv(static_cast<size_t>(n) * c.num_heads * c.head_size),
+      kvv(static_cast<size_t>(n) * c.num_kv_heads * c.head_size);
+  for (auto* v : {&qv, &kvv})
+    for (auto& x : *v)
+      x = static_cast<uint16_t>(((rng() & 1) << 15) | ((126 + (rng() & 1)) << 7) | (rng() & 0x7f));
+
+  // Graph replay of the mixed graph and the same launches eagerly (the batch split on the
+  // device), then today's eager path: the host splits the batch, decode and prefill launches
+  // sized for it.
+  stack.set_mixed_batch(md, n, dev.stream, &qv, &kvv, &kvv);
+  for (int i = 0; i < 3; ++i) mixed.run(dev.stream, n);
+  const double graph_us = time_us(dev, reps, true, [&] { mixed.run(dev.stream, n); });
+  const size_t out_bytes = static_cast<size_t>(n) * c.num_heads * c.head_size * 2;
+  std::vector<unsigned char> from_graph(out_bytes), from_eager(out_bytes);
+  const auto last = stack.output(stack.num_layers() - 1);
+  dev.owned_stream->synchronize();
+  GA_CU_CHECK(detail::driver().cuMemcpyDtoH(from_graph.data(),
+                                            reinterpret_cast<CUdeviceptr>(last.data), out_bytes));
+  const double eager_device_us = time_us(dev, reps, true, [&] { stack.step_mixed(dev.stream, n); });
+  dev.owned_stream->synchronize();
+  GA_CU_CHECK(detail::driver().cuMemcpyDtoH(from_eager.data(),
+                                            reinterpret_cast<CUdeviceptr>(last.data), out_bytes));
+  const bool same = from_graph == from_eager;
+  stack.set_batch(md, n, dev.stream, &qv, &kvv, &kvv);
+  const double eager_host_us = time_us(dev, reps, true, [&] { stack.step(dev.stream, n); });
+  std::printf(
+      "\n== mixed step: %d layers x (cache write + decode + prefill), %d decodes at context %d "
+      "+ one %d-token prefill chunk over a %d-token prefix (%d tokens), llama-3-8b shapes, "
+      "median of %d, L2 flushed\n",
+      m.num_layers, decodes, len, chunk, prefix, n, reps);
+  std::printf("%-34s %10s\n", "", "us");
+  std::printf("%-34s %10.1f\n", "graph (split on the device)", graph_us);
+  std::printf("%-34s %10.1f\n", "eager (split on the device)", eager_device_us);
+  std::printf("%-34s %10.1f\n", "eager (split on the host)", eager_host_us);
+  std::printf("graph vs eager (host split): %.2fx; graph output %s the eager device-split output\n",
+              eager_host_us / graph_us, same ? "equals" : "DIFFERS FROM");
+  if (!same) throw Error("mixed step: the graph's output differs from the same launches eagerly");
+  return {{"layers", m.num_layers},
+          {"decodes", decodes},
+          {"decode_len", len},
+          {"prefill_chunk", chunk},
+          {"prefill_prefix", prefix},
+          {"tokens", n},
+          {"graph_us", graph_us},
+          {"eager_device_split_us", eager_device_us},
+          {"eager_host_split_us", eager_host_us},
+          {"graph_equals_eager", same}};
+}
+
 nlohmann::json bench_capture(const Device& dev, int max_num_seqs) {
   const std::vector<int> sizes = default_capture_sizes(max_num_seqs);
   AttentionLayerStack stack(llama_stack(sizes.back(), 4096, 256));

@@ -3,9 +3,11 @@
 //
 //   [compile]  every kernel the model needs, in parallel through the kernel cache
 //   [capture]  one eager run and one CUDA graph per capture size, largest first
-//   [decode]   continuous batching: requests arrive (prefill, run eagerly), grow by one token per
-//              step (decode-only steps replay the padded graph), finish; a sample of graph steps
-//              is re-run eagerly and compared byte for byte. With --spec-tokens K a decode step
+//   [decode]   continuous batching: requests arrive (prefill), grow by one token per step
+//              (decode-only steps replay the padded decode graph, steps with prefills a mixed
+//              graph of their token count, split on the device; --no-mixed-graphs runs those
+//              eagerly), finish; a sample of graph steps is re-run eagerly (the same launches)
+//              and compared byte for byte. With --spec-tokens K a decode step
 //              verifies 1 + K tokens a request (uniform batches replay graphs) and keeps
 //              1 + a random number of them (the accepted drafts)
 //   [latency]  decode step at fixed batch sizes, graph replay vs eager launches
@@ -161,6 +163,25 @@ int run_gpu_phases(const Settings& s, const tools::ModelConfig& m,
     if (i <= 3 || i == n || i % 8 == 0)
       std::printf("[capture] size %d of %d: %d tokens, %.1f ms\n", i, n, size, ms);
   });
+  // Mixed graphs: one per token count up to the largest step (decodes plus the prefill
+  // budget), the decode sizes and then every 64 tokens.
+  std::vector<int> mixed_sizes = sizes;
+  for (int t = sizes.back() + 64; sizes.back() < so.max_tokens; t += 64) {
+    mixed_sizes.push_back(std::min(t, so.max_tokens));
+    if (t >= so.max_tokens) break;
+  }
+  GraphRunner::Options mo = go;
+  mo.capture_sizes = s.mixed_graphs ? mixed_sizes : std::vector<int>{};
+  mo.disable_graphs = go.disable_graphs || !s.mixed_graphs;
+  GraphRunner mixed(
+      mo, [&](CUstream st, int n) { stack.step_mixed(st, n); },
+      [&] { return stack.fingerprint(); });
+  if (s.mixed_graphs && runner.graphs_enabled()) {
+    mixed.capture_all(stream);
+    std::printf("[capture] mixed graphs: %zu sizes (%d..%d) in %.1f ms capturing\n",
+                mixed_sizes.size(), mixed_sizes.front(), mixed_sizes.back(),
+                mixed.stats().capture_ms);
+  }
   const double capture_wall = ms_since(tc);
   const GraphStats cs = runner.stats();
   if (runner.graphs_enabled())
@@ -200,12 +221,13 @@ int run_gpu_phases(const Settings& s, const tools::ModelConfig& m,
   std::uniform_int_distribution<int> prompt_len(std::max(16, q + 1),
                                                 std::min(512, s.max_model_len / 2));
   std::uniform_int_distribution<int> gen_len(16, std::min(512, s.max_model_len / 2));
-  const FlashAttentionMetadataBuilder builder(AttentionType::kDecoder, s.block_size, q);
+  const FlashAttentionMetadataBuilder builder(AttentionType::kDecoder, s.block_size, q,
+                                              s.mixed_graphs);
   std::vector<double> graph_us, eager_us, all_us;
   std::vector<unsigned char> out_graph, out_eager;
   EventTimer timer;
   int64_t tokens = 0, mismatches = 0, compared = 0, finished = 0, graph_steps = 0,
-          decode_tokens = 0;
+          decode_tokens = 0, mixed_steps = 0;
   double busy_us = 0;
   const auto td = Clock::now();
   for (int step = 0; step < s.steps; ++step) {
@@ -238,21 +260,31 @@ int run_gpu_phases(const Settings& s, const tools::ModelConfig& m,
     if (decodes.empty() && prefills.empty()) continue;
     const auto md = batch_of(decodes, prefills, s.block_size, width, q);
     const int n = md.num_actual_tokens;
+    // A uniform decode batch replays its decode graph; any other batch a mixed graph.
+    // (An eager step runs through `runner`: its step splits the batch on the host.)
+    const bool uniform = builder.is_uniform_decode(md);
+    const bool mixed_step = !uniform && builder.can_run_in_cudagraph(md) &&
+                            mixed.graphs_enabled() && mixed.padded_size(n) > 0;
     const bool graph_ok =
-        builder.can_run_in_cudagraph(md) && runner.padded_size(n) > 0 && runner.graphs_enabled();
-    const int padded = graph_ok ? runner.padded_size(n) : n;
+        mixed_step || (uniform && runner.graphs_enabled() && runner.padded_size(n) > 0);
+    GraphRunner& graphs = mixed_step ? mixed : runner;
+    const int padded = graph_ok ? graphs.padded_size(n) : n;
     if (n > so.max_tokens) {
       std::printf("[decode] step %d: %d tokens exceed the stack's %d; lower the prompt lengths\n",
                   step, n, so.max_tokens);
       return 1;
     }
     const auto qr = slice(n, qrow), k = slice(n, krow), v = slice(n, krow);
-    stack.set_batch(md, padded, stream, &qr, &k, &v);
-    const double us = timer.time_us(stream, [&] { runner.run(stream, n, graph_ok); });
+    if (mixed_step)
+      stack.set_mixed_batch(md, padded, stream, &qr, &k, &v);
+    else
+      stack.set_batch(md, padded, stream, &qr, &k, &v);
+    const double us = timer.time_us(stream, [&] { graphs.run(stream, n, graph_ok); });
     all_us.push_back(us);
     busy_us += us;
     tokens += n;
     decode_tokens += static_cast<int64_t>(decodes.size()) * q;
+    mixed_steps += mixed_step;
     if (graph_ok) {
       ++graph_steps;
       graph_us.push_back(us);
@@ -263,14 +295,19 @@ int run_gpu_phases(const Settings& s, const tools::ModelConfig& m,
         out_eager.resize(bytes * m.num_layers);
         for (int l = 0; l < m.num_layers; ++l)
           copy_to_host(out_graph.data() + l * bytes, stack.output(l).data, bytes);
-        eager_us.push_back(timer.time_us(stream, [&] { stack.step(stream, padded); }));
+        eager_us.push_back(timer.time_us(stream, [&] {
+          if (mixed_step)
+            stack.step_mixed(stream, padded);
+          else
+            stack.step(stream, padded);
+        }));
         for (int l = 0; l < m.num_layers; ++l)
           copy_to_host(out_eager.data() + l * bytes, stack.output(l).data, bytes);
         ++compared;
         if (out_graph != out_eager) {
           ++mismatches;
-          std::printf("[decode] step %d: graph and eager outputs differ (%d tokens, size %d)\n",
-                      step, n, padded);
+          std::printf("[decode] step %d: graph and eager outputs differ (%d tokens, %s size %d)\n",
+                      step, n, mixed_step ? "mixed" : "decode", padded);
         }
       }
     }
@@ -342,8 +379,9 @@ int run_gpu_phases(const Settings& s, const tools::ModelConfig& m,
               m.num_layers, s.max_num_seqs, s.max_model_len);
   if (q > 1) std::printf(", %d speculative tokens (decode requests of %d tokens)", q - 1, q);
   std::printf("\n");
-  std::printf("  %-28s %lld (%lld graph, %lld eager)\n", "steps",
+  std::printf("  %-28s %lld (%lld graph, of which %lld mixed; %lld eager)\n", "steps",
               static_cast<long long>(all_us.size()), static_cast<long long>(graph_steps),
+              static_cast<long long>(mixed_steps),
               static_cast<long long>(all_us.size() - graph_steps));
   std::printf("  %-28s %lld requests finished, %lld tokens (%lld decode)\n", "work",
               static_cast<long long>(finished), static_cast<long long>(tokens),
@@ -357,10 +395,16 @@ int run_gpu_phases(const Settings& s, const tools::ModelConfig& m,
   std::printf(
       "  %-28s %llu captures, %llu replays, %llu updates, %llu re-instantiations, %llu "
       "eager steps\n",
-      "graphs", static_cast<unsigned long long>(gs.captures),
+      "decode graphs", static_cast<unsigned long long>(gs.captures),
       static_cast<unsigned long long>(gs.replays), static_cast<unsigned long long>(gs.updates),
       static_cast<unsigned long long>(gs.reinstantiations),
       static_cast<unsigned long long>(gs.eager_steps));
+  const GraphStats ms = mixed.stats();
+  std::printf("  %-28s %llu captures, %llu replays, %llu updates, %llu re-instantiations\n",
+              "mixed graphs", static_cast<unsigned long long>(ms.captures),
+              static_cast<unsigned long long>(ms.replays),
+              static_cast<unsigned long long>(ms.updates),
+              static_cast<unsigned long long>(ms.reinstantiations));
   std::printf("  %-28s %lld of %lld compared steps\n", "mismatches",
               static_cast<long long>(mismatches), static_cast<long long>(compared));
   return mismatches == 0 ? 0 : 1;

@@ -151,6 +151,9 @@ WarmupArgs parse_warmup_args(int argc, const char* const* argv) {
   app.add_option("--kv-cache-gib", s.kv_cache_gib,
                  "KV cache size for all layers (default: up to half the free memory)");
   app.add_option("--seed", seed, "workload random seed (0..2^64-1)")->capture_default_str();
+  app.add_flag("!--no-mixed-graphs", s.mixed_graphs,
+               "run steps that mix prefills with decodes eagerly instead of replaying mixed "
+               "graphs (captured per token count, the batch split on the device)");
   app.add_flag("--list-models", s.list_models, "print the built-in models and exit");
   std::vector<std::string> args;
   for (int i = argc - 1; i >= 1; --i) args.emplace_back(argv[i]);  // CLI11 takes them reversed

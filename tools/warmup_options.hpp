@@ -29,6 +29,9 @@ struct WarmupSettings {
   double kv_cache_gib = 0;  // 0: as much as the decode loop can use, within 50% of free memory
   uint64_t seed = 1234;
   bool list_models = false;
+  // Steps that mix prefills with decodes replay mixed graphs (captured per token count, the
+  // batch split on the device) instead of running eagerly; --no-mixed-graphs turns them off.
+  bool mixed_graphs = true;
 };
 
 struct WarmupArgs {

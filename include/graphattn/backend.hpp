@@ -14,6 +14,7 @@
 #include <tuple>
 #include <vector>
 
+#include "graphattn/blocksparse.hpp"
 #include "graphattn/export.h"
 #include "graphattn/jit.hpp"
 #include "graphattn/spec.hpp"
@@ -184,13 +185,16 @@ struct GRAPHATTN_API AttentionLayerConfig {
   // (cross attention over a cache the encoder's output filled; forward() with ndim-0 key and
   // value writes nothing). Encoder and encoder-only layers take no window.
   AttentionType attn_type = AttentionType::kDecoder;
+  // Block-sparse attention (vLLM's BlocksparseFlashAttention; graphattn/blocksparse.hpp):
+  // block_size 0 is dense. Decoder layers only; decode and prefill both follow the pattern.
+  BlockSparseParams blocksparse;
 
   // Every field above, in order: what == compares (a new field joins it here).
   auto fields() const {
     return std::tie(num_heads, num_kv_heads, head_size, block_size, dtype, kv_dtype, layout, window,
                     soft_cap, alibi_slopes, sinks, decode_query_len, scale, k_scale, v_scale,
                     k_scale_device, v_scale_device, max_model_len, max_num_seqs, arch,
-                    overlap_previous_kernel, check_bounds, attn_type);
+                    overlap_previous_kernel, check_bounds, attn_type, blocksparse);
   }
   bool operator==(const AttentionLayerConfig& o) const { return fields() == o.fields(); }
   bool operator!=(const AttentionLayerConfig& o) const { return !(*this == o); }
@@ -223,6 +227,16 @@ struct GRAPHATTN_API AttentionMetadata {
   int num_actual_tokens = 0;  // tokens written to the cache (a captured graph's padded count)
   int max_query_len = 0;      // over the prefills (1 when there are none)
   int max_seq_len = 0;
+  // A batch split on the device, for a CUDA graph captured once per token count that serves
+  // any mix of decodes and prefills (vLLM's full graphs, CudaGraphSupport::kAlways): the
+  // kernels read the split from query_start_loc instead of num_decodes, so nothing the host
+  // knows about one batch is baked into the launches. num_reqs is then the request slots
+  // (padded requests hold no token: query_start_loc repeats its last value, seq_lens 0), every
+  // request of up to decode_query_len tokens must come before the others, num_decodes,
+  // num_decode_tokens and max_query_len are not used, and the cache write runs as its own
+  // kernel. Launches the same kernels as a host split (the results are equal); a decode-only
+  // batch is a little faster with the host split (its decode kernel writes the cache).
+  bool device_split = false;
 };
 
 // The spec of `kind`'s kernel for a layer of this configuration on config.arch (set it: arch 0

@@ -134,6 +134,20 @@ class GRAPHATTN_API AttentionLayerStack {
 
   // The step: every layer's forward for `num_tokens` tokens (the padded count set_batch used).
   void step(CUstream stream, int num_tokens);
+
+  // Mixed graphs (FlashAttentionMetadataBuilder's mixed_graphs, vLLM's full graphs of any
+  // batch): set_mixed_batch uploads any batch with its decodes first, padded to `padded_tokens`
+  // tokens and mixed_request_slots(padded_tokens) requests (the padded ones hold no token and
+  // seq_len 0), and step_mixed runs every layer with AttentionMetadata::device_split, so one
+  // graph captured per token count serves every mix of decodes and prefills up to that size.
+  // Outputs of padded tokens are not written.
+  void set_mixed_batch(const CommonAttentionMetadata& m, int padded_tokens, CUstream stream,
+                       const std::vector<uint16_t>* query = nullptr,
+                       const std::vector<uint16_t>* key = nullptr,
+                       const std::vector<uint16_t>* value = nullptr);
+  void step_mixed(CUstream stream, int num_tokens);
+  // Request slots of a mixed step of num_tokens tokens: min(num_tokens, max_num_seqs of layer 0).
+  int mixed_request_slots(int num_tokens) const;
   // Pointers, sizes and kernel handles the captured launches depend on.
   uint64_t fingerprint() const;
 
@@ -156,7 +170,14 @@ class GRAPHATTN_API AttentionLayerStack {
         max_query_len = 1, max_seq_len = 0, max_encoder_len = 0;
   };
   bool has_cross_layer() const;
+  void check_batch(const CommonAttentionMetadata& m, int padded) const;
+  // Uploads the batch padded to `padded` tokens and R requests of pad_q tokens each.
+  void upload_batch(const CommonAttentionMetadata& m, int padded, int R, int pad_q, CUstream stream,
+                    const std::vector<uint16_t>* query, const std::vector<uint16_t>* key,
+                    const std::vector<uint16_t>* value);
+  void run_layers(CUstream stream, int num_tokens, const Counts& counts, bool device_split);
   Options options_;
+  int max_num_seqs_ = 1;  // layer 0's max_num_seqs as given (mixed steps' request slots)
   std::vector<std::unique_ptr<AttentionBackend>> backends_;  // one per distinct configuration
   std::vector<int> backend_of_layer_;
   std::vector<int> kv_owner_;  // per layer: the layer whose cache it reads (itself, or a target)

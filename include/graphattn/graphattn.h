@@ -184,7 +184,25 @@ typedef struct graphattn_layer_config {
                            the multi-token one (spec "_mt"): each of the first num_decodes
                            requests holds 1..decode_query_len tokens, causal among themselves,
                            and num_decode_tokens may reach num_decodes * decode_query_len */
+  /* block-sparse attention (vLLM's BlocksparseFlashAttention; graphattn/blocksparse.hpp says the
+     rule): all 0 by default (dense); a caller whose struct_size ends before
+     blocksparse_active_head_offset gets dense attention */
+  int blocksparse_block_size;         /* tokens per sparse block: 0 (dense) or a multiple of 16
+                                         and of block_size */
+  int blocksparse_local_blocks;       /* >= 1: the query's block and the ones before it */
+  int blocksparse_vert_stride;        /* >= 1; 1 is dense (vLLM's rule) */
+  int blocksparse_head_sliding_step;  /* 0 homo_head, > 0 slides over query heads, < 0 over KV
+                                         heads (graphattn_blocksparse_head_sliding_step) */
+  int blocksparse_active_head_offset; /* tp_rank * num_heads (vLLM's active_head_range[0]) */
 } graphattn_layer_config_t;
+
+/* vLLM's default head_sliding_step of a block-sparse layer with total_num_heads query heads and
+ * total_num_kv_heads KV heads over all tensor-parallel ranks: 0 with homo_head,
+ * -max(1, vert_stride / total_num_kv_heads) with homo_head_group, else
+ * max(1, vert_stride / total_num_heads). GRAPHATTN_ERROR for counts or a stride below 1. */
+GRAPHATTN_API graphattn_status_t graphattn_blocksparse_head_sliding_step(
+    int total_num_heads, int total_num_kv_heads, int vert_stride, int homo_head,
+    int homo_head_group, int* step) GRAPHATTN_NOEXCEPT;
 
 /* Fills *config with the defaults above (counts and lengths 0: the caller sets them). */
 GRAPHATTN_API void graphattn_layer_config_init(graphattn_layer_config_t* config) GRAPHATTN_NOEXCEPT;
@@ -439,8 +457,8 @@ GRAPHATTN_API graphattn_status_t graphattn_write_to_paged_cache(
  * key_cache, value_cache as graphattn_write_to_paged_cache (uint8 caches read as
  * kv_cache_dtype says); block_tables int32 [num_seqs, max_blocks]; seq_lens int32 [num_seqs];
  * alibi_slopes float32 [num_heads] or NULL; kv_cache_dtype "auto", "fp8", "fp8_e4m3" or
- * "fp8_e5m2"; blocksparse_vert_stride <= 1 (dense; larger is refused so far). v2's exp_sums,
- * max_logits (float32 [num_seqs, num_heads, max_num_partitions]) and tmp_out ([num_seqs,
+ * "fp8_e5m2"; blocksparse_vert_stride <= 1 is dense, larger block-sparse (vLLM's rule). v2's
+ * exp_sums, max_logits (float32 [num_seqs, num_heads, max_num_partitions]) and tmp_out ([num_seqs,
  * num_heads, max_num_partitions, head_size], out's dtype) are checked, not used: graphattn keeps
  * a split workspace per device, allocated by the first call that needs it, so calls must not run
  * concurrently on different streams. Capturable after one eager call of the same configuration

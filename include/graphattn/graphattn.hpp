@@ -4,6 +4,7 @@
 #pragma once
 
 #include "graphattn/backend.hpp"
+#include "graphattn/blocksparse.hpp"
 #include "graphattn/capture.hpp"
 #include "graphattn/error.hpp"
 #include "graphattn/jit.hpp"

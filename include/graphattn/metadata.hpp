@@ -81,6 +81,9 @@ struct GRAPHATTN_API FlashAttentionMetadata {
   DecodePrefillSplit split;
   int common_prefix_len = 0;
   bool for_cudagraph = false;
+  // A graph captured for any mix (the builder's mixed_graphs): launch with
+  // AttentionMetadata::device_split, so that the kernels split the batch on the device.
+  bool device_split = false;
 };
 
 class GRAPHATTN_API FlashAttentionMetadataBuilder {
@@ -101,11 +104,16 @@ class GRAPHATTN_API FlashAttentionMetadataBuilder {
   // a step verifies (vLLM's uniform_decode_query_len, 1..kMaxDecodeQueryLen, the layers'
   // AttentionLayerConfig::decode_query_len). It is the decode threshold of the split (requests
   // of up to that many tokens are decodes) and the query length of a uniform batch.
+  // mixed_graphs: full graphs also for batches that mix decodes and prefills (vLLM's ALWAYS):
+  // such a graph is captured per token count and launched with AttentionMetadata::device_split,
+  // which reads the split from query_start_loc on the device. Uniform decode batches may still
+  // replay their own (slightly faster) graphs; is_uniform_decode() tells them apart.
   FlashAttentionMetadataBuilder() = default;
   explicit FlashAttentionMetadataBuilder(AttentionType type, int block_size = 16,
-                                         int decode_query_len = 1);
+                                         int decode_query_len = 1, bool mixed_graphs = false);
   AttentionType attn_type() const { return type_; }
   int decode_threshold() const { return decode_query_len_; }
+  bool mixed_graphs() const { return mixed_graphs_; }
 
   // Split-KV decode is graph-safe for every context length; prefill's grid depends on the
   // batch, so full graphs cover uniform decode batches: every request holds exactly
@@ -113,9 +121,11 @@ class GRAPHATTN_API FlashAttentionMetadataBuilder {
   // prefills and never run in a full graph). With one token that is vLLM's uniform single-token
   // decode, with more its uniform batch (a capture size of n tokens serves n / decode_query_len
   // requests).
+  // With mixed_graphs, any batch (kAlways).
   static constexpr CudaGraphSupport kCudaGraphSupport = CudaGraphSupport::kUniformSingleTokenDecode;
   CudaGraphSupport cudagraph_support() const {
     if (type_ == AttentionType::kEncoderOnly) return CudaGraphSupport::kNever;
+    if (mixed_graphs_) return CudaGraphSupport::kAlways;
     return decode_query_len_ > 1 ? CudaGraphSupport::kUniformBatch : kCudaGraphSupport;
   }
 
@@ -127,16 +137,21 @@ class GRAPHATTN_API FlashAttentionMetadataBuilder {
                                bool fast_build = false) const;
   // Metadata for capturing a full graph: a uniform decode batch (every request holds
   // decode_query_len tokens, num_actual_tokens == num_reqs * decode_query_len; throws
-  // otherwise), max_query_len decode_query_len.
+  // otherwise), max_query_len decode_query_len. With mixed_graphs any batch whose decodes come
+  // first; one that is not a uniform decode batch gets device_split.
   FlashAttentionMetadata build_for_cudagraph_capture(const CommonAttentionMetadata& m) const;
   // Whether a batch can replay a graph captured from build_for_cudagraph_capture: a uniform
-  // decode batch (with one token a request, every request holds at most one).
+  // decode batch (with one token a request, every request holds at most one); with
+  // mixed_graphs, any batch whose decodes come first.
   bool can_run_in_cudagraph(const CommonAttentionMetadata& m) const;
+  // Every request holds decode_query_len tokens (with one token: at most one).
+  bool is_uniform_decode(const CommonAttentionMetadata& m) const;
 
  private:
   AttentionType type_ = AttentionType::kDecoder;
   int block_size_ = 16;
   int decode_query_len_ = 1;
+  bool mixed_graphs_ = false;
 };
 
 }  // namespace graphattn

@@ -92,7 +92,9 @@ GRAPHATTN_API bool use_paged_attention_v1(int64_t max_seq_len, int64_t num_seqs,
 //   k_scale, v_scale: fp8 caches hold value / scale (finite > 0); ignored for "auto";
 //                 k_scale_device / v_scale_device: [1] fp32 device scalars read instead, or null
 //   tp_rank, blocksparse_*: vLLM's block-sparse arguments; blocksparse_vert_stride <= 1 is
-//                 dense (vLLM's rule; tp_rank >= 0 is then unused); > 1 is refused so far
+//                 dense (vLLM's rule; tp_rank >= 0 is then unused); > 1 runs the block-sparse
+//                 decode kernel ("_bsp", blocksparse_from_vllm: this rank's heads start at
+//                 tp_rank * num_heads), blocksparse_block_size a multiple of 16 and of block_size
 // The split partials and counters come from a per-context (device) workspace that graphattn
 // allocates, zero-filled, the first time a call needs it (and grows, keeping the old buffers
 // alive for graphs that captured them). A call on a capturing stream allocates nothing and

@@ -83,6 +83,11 @@ enum class AttentionType { kDecoder, kEncoder, kEncoderOnly, kEncoderDecoder };
   /* and values from [tokens, kv_heads, head_size] tensors instead of the paged cache (see */ \
   /* PagedKvView in templates/params.h). Prefill only, canonical b16, kvauto, nhd. */         \
   X(bool, dense_kv, false, kSuffix, "_dense", "dense KV", 2, "GA_DENSE_KV")                   \
+  /* Block-sparse attention (vLLM's BlocksparseFlashAttention): a causal decode or prefill */ \
+  /* whose keys are also masked per head by the local + vertical-stride block pattern of */   \
+  /* GaBlockSparse (templates/params.h; the pattern's numbers are launch data); KV tiles */   \
+  /* that no query of a thread block sees are skipped without being read */                   \
+  X(bool, block_sparse, false, kSuffix, "_bsp", "block-sparse", 2, "GA_BLOCK_SPARSE")         \
   /* Checked mode: the kernel compares every block id and slot it reads with the cache's */   \
   /* size and reports the first one out of range (AttentionBackend::take_bounds_violation) */ \
   /* instead of reading or writing outside the cache. Off: the fast path, whose source and */ \

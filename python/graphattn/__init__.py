@@ -24,7 +24,8 @@ The library is loaded at import from $GRAPHATTN_LIBRARY, else from the package's
 from . import _lib
 from .errors import CompileError, GraphattnError
 from .backend import AttentionBackend, AttentionMetadata, BoundsViolation, LayerConfig
-from . import cache, metadata, ops
+from .blocksparse import BlocksparseParams
+from . import blocksparse, cache, metadata, ops
 from .cache import KernelCache, default_cache
 
 __version__ = _lib.version

@@ -62,6 +62,12 @@ class LayerConfig(ctypes.Structure):
         ("v_scale_device", ctypes.c_void_p),
         # multi-token decode: the most query tokens of a decode request (1..16)
         ("decode_query_len", ctypes.c_int),
+        # block-sparse attention (all 0: dense)
+        ("blocksparse_block_size", ctypes.c_int),
+        ("blocksparse_local_blocks", ctypes.c_int),
+        ("blocksparse_vert_stride", ctypes.c_int),
+        ("blocksparse_head_sliding_step", ctypes.c_int),
+        ("blocksparse_active_head_offset", ctypes.c_int),
     ]
 
 
@@ -229,6 +235,7 @@ def _declare(lib, path):
         "graphattn_current_device_arch": (i, [c_int_p]),
         "graphattn_layer_config_init": (None, [P(LayerConfig)]),
         "graphattn_layer_config_check": (i, [P(LayerConfig)]),
+        "graphattn_blocksparse_head_sliding_step": (i, [i, i, i, i, i, c_int_p]),
         "graphattn_cache_options_init": (None, [P(CacheOptions)]),
         "graphattn_cache_create": (i, [P(CacheOptions), P(vp)]),
         "graphattn_cache_default": (i, [P(vp)]),

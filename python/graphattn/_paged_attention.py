@@ -86,7 +86,8 @@ def paged_attention_v1(out, query, key_cache, value_cache, num_kv_heads, scale, 
     kv_cache_dtype: "auto", "fp8", "fp8_e4m3", "fp8_e5m2"; k_scale / v_scale floats or
                   one-element tensors (read on the host for fp8 caches; pass floats inside a
                   graph capture)
-    blocksparse_vert_stride > 1 (block-sparse attention) is refused so far.
+    blocksparse_*: vert_stride <= 1 is dense; larger runs graphattn's block-sparse decode
+                  (this rank's heads start at tp_rank * num_heads)
     stream:       graphattn only: None = the tensors' current stream
     """
     s = _device.stream_handle(stream, (query, key_cache))

@@ -12,9 +12,10 @@ captured in a CUDA graph (torch.cuda.graph) and replayed with new metadata conte
 
 import ctypes
 import dataclasses
-from typing import Any, NamedTuple, Optional
+from typing import Any, NamedTuple, Optional, Tuple
 
 from . import _device, _lib, _names
+from . import blocksparse as _blocksparse
 from ._dlpack import CUDA_DEVICES, FLOAT, ref_of, to_dl, to_dl_optional
 from .cache import KernelCache, default_cache
 
@@ -46,6 +47,9 @@ class LayerConfig:
     v_scale_device: Optional[int] = None
     attn_type: str = "decoder"  # "decoder", "encoder", "encoder_only" or "encoder_decoder"
     decode_query_len: int = 1   # the most query tokens of a decode request (multi-token: > 1)
+    # block-sparse pattern: (block_size, local_blocks, vert_stride, head_sliding_step,
+    # active_head_offset); block_size 0: dense
+    blocksparse: Tuple[int, int, int, int, int] = (0, 0, 0, 0, 0)
 
 
 class BoundsViolation(NamedTuple):
@@ -143,7 +147,7 @@ def _layer_config(num_heads, num_kv_heads, head_size, block_size, dtype, kv_cach
                   window, soft_cap, scale, k_scale, v_scale, max_model_len, max_num_seqs, arch,
                   overlap_previous_kernel, check_bounds, alibi=None, sinks=None,
                   k_scale_device=None, v_scale_device=None, attn_type="decoder",
-                  decode_query_len=1):
+                  decode_query_len=1, blocksparse_params=None):
     c = _lib.LayerConfig()
     _lib.lib.graphattn_layer_config_init(ctypes.byref(c))
     c.num_heads = _names.int_arg("num_heads", num_heads)
@@ -170,6 +174,7 @@ def _layer_config(num_heads, num_kv_heads, head_size, block_size, dtype, kv_cach
     c.v_scale_device = v_scale_device
     c.attn_type = _names.parse_attn_type(attn_type)
     c.decode_query_len = _names.int_arg("decode_query_len", decode_query_len)  # range: library
+    _blocksparse.apply(c, blocksparse_params, c.num_heads)
     return c
 
 
@@ -227,6 +232,10 @@ class AttentionBackend(_lib.OwnedHandle):
             decode kernel is the multi-token one (spec "_mt"): each of the first num_decodes
             requests holds 1..decode_query_len tokens, causal among themselves, and
             metadata.num_decode_tokens may reach num_decodes * decode_query_len.
+        blocksparse_params: block-sparse attention (vLLM's BlocksparseFlashAttention), a
+            graphattn.BlocksparseParams (vLLM's names and derived head_sliding_step,
+            active_head_range); None: dense. Decoder layers only; decode and prefill both
+            follow the pattern, and decodes read only the KV blocks some head sees.
     """
 
     _DESTROY = "graphattn_backend_destroy"
@@ -236,7 +245,7 @@ class AttentionBackend(_lib.OwnedHandle):
                  soft_cap=0.0, scale=None, k_scale=1.0, v_scale=1.0, max_model_len,
                  max_num_seqs, arch=0, overlap_previous_kernel=False, check_bounds=False,
                  alibi_slopes=None, sinks=None, k_scale_device=None, v_scale_device=None,
-                 attn_type="decoder", decode_query_len=1):
+                 attn_type="decoder", decode_query_len=1, blocksparse_params=None):
         heads = _names.int_arg("num_heads", num_heads)
         self._head_arrays = (head_array(alibi_slopes, "alibi_slopes", heads),
                              head_array(sinks, "sinks", heads))  # alive as long as self
@@ -247,7 +256,8 @@ class AttentionBackend(_lib.OwnedHandle):
                           kv_cache_dtype, layout, window, soft_cap, scale, k_scale, v_scale,
                           max_model_len, max_num_seqs, arch, overlap_previous_kernel,
                           check_bounds, *self._head_arrays, k_dev, v_dev,
-                          attn_type=attn_type, decode_query_len=decode_query_len)
+                          attn_type=attn_type, decode_query_len=decode_query_len,
+                          blocksparse_params=blocksparse_params)
         _lib.check(_lib.lib.graphattn_layer_config_check(ctypes.byref(c)))
         handle = ctypes.c_void_p()
         _lib.check(_lib.lib.graphattn_backend_create(ctypes.byref(c), ctypes.byref(handle)))
@@ -269,7 +279,10 @@ class AttentionBackend(_lib.OwnedHandle):
                 c.v_scale, c.max_model_len, c.max_num_seqs, c.arch,
                 bool(c.overlap_previous_kernel), bool(c.check_bounds), bool(c.alibi_slopes),
                 bool(c.sinks), c.k_scale_device, c.v_scale_device,
-                _names.ATTN_TYPE_NAMES[c.attn_type], c.decode_query_len)
+                _names.ATTN_TYPE_NAMES[c.attn_type], c.decode_query_len,
+                (c.blocksparse_block_size, c.blocksparse_local_blocks,
+                 c.blocksparse_vert_stride, c.blocksparse_head_sliding_step,
+                 c.blocksparse_active_head_offset))
         return self._config
 
     def required_specs(self):

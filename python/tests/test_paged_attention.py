@@ -51,7 +51,7 @@ def test_checks_before_any_launch(call):
         call(kv_cache_dtype="fp4")
     with pytest.raises(graphattn.GraphattnError, match="num_kv_heads 4 differs from the caches' 2"):
         call(num_kv_heads=4)
-    with pytest.raises(graphattn.GraphattnError, match="blocksparse_vert_stride 8"):
+    with pytest.raises(graphattn.GraphattnError, match="local_blocks 0 is not supported"):
         call(blocksparse_vert_stride=8)
     with pytest.raises(graphattn.GraphattnError, match="block_size 32 differs"):
         call(block_size=32)

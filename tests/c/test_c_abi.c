@@ -631,7 +631,7 @@ static void test_tensor_checks(void) {
     CHECK_FAILS(
         graphattn_paged_attention_v1(&q, &q, &key_cache, &value_cache, 2, 0.1f, &bt, &seq, 16, 1000,
                                      NULL, "auto", 1, 1, 0, 0, 8, 64, 0, NULL, NULL),
-        GRAPHATTN_ERROR, "blocksparse_vert_stride 8");
+        GRAPHATTN_ERROR, "local_blocks 0 is not supported");
     CHECK_FAILS(graphattn_paged_attention_v2(&q, &sums, &sums, &tmp, &q, &key_cache, &value_cache,
                                              4, 0.1f, &bt, &seq, 16, 1000, NULL, "auto", 1, 1, 0, 0,
                                              0, 0, 0, NULL, NULL),

@@ -81,6 +81,38 @@ void check_caches_agree(const AttentionLayerStack& graph, const AttentionLayerSt
   }
 }
 
+// Relative L2 error of layer 1's output (sliding window 256, no ALiBi or sinks) for batch m
+// with queries q, against the float64 reference over the stack's cache as the step left it
+// (the new rows written).
+double layer1_error(const AttentionLayerStack& stack, const CommonAttentionMetadata& m,
+                    const std::vector<uint16_t>& q) {
+  test::RefProblem p;
+  p.num_heads = kHeads;
+  p.num_kv_heads = kKvHeads;
+  p.head_size = kHead;
+  p.block_size = kBlock;
+  p.query_start_loc.assign(m.query_start_loc.begin(), m.query_start_loc.end());
+  p.seq_lens.assign(m.seq_lens.begin(), m.seq_lens.end());
+  p.block_table.assign(m.block_table.begin(), m.block_table.end());
+  p.max_blocks_per_seq = m.max_blocks_per_seq;
+  p.scale = 1.0 / std::sqrt(static_cast<double>(kHead));
+  p.window = 256;
+  for (uint16_t x : q) p.q.push_back(test::bf16_to_float(x));
+  const auto cache_bytes = download(stack.kv_cache(1), kv_bytes());
+  const auto* half = reinterpret_cast<const uint16_t*>(cache_bytes.data());
+  const size_t per_half = kv_bytes() / 4;  // bf16 elements in the key (or value) half
+  for (size_t i = 0; i < per_half; ++i) {
+    p.k_cache.push_back(test::bf16_to_float(half[i]));
+    p.v_cache.push_back(test::bf16_to_float(half[per_half + i]));
+  }
+  const std::vector<double> want = test::reference_attention(p);
+  const auto got_bytes = download(stack.output(1), want.size() * 2);
+  const auto* got_half = reinterpret_cast<const uint16_t*>(got_bytes.data());
+  std::vector<double> got(want.size());
+  for (size_t i = 0; i < got.size(); ++i) got[i] = test::bf16_to_float(got_half[i]);
+  return test::relative_l2(got, want);
+}
+
 // One random step: decodes first (decode_len query tokens each, seq_len decode_len..
 // kMaxModelLen; with `ragged` one of them holds fewer), sometimes prefills after them (longer
 // than decode_len).
@@ -320,36 +352,9 @@ TEST_CASE("gpu decode graphs: speculative decoding, uniform batches of 4 tokens 
       REQUIRE(download(graph_stack.output(l), bytes) == download(eager_stack.output(l), bytes));
     }
     if (!graphable || step % 5 != 0) continue;
-    // The replayed step against the float64 reference: layer 1 (sliding window 256) over the
-    // cache as the step left it (the new rows written).
-    test::RefProblem p;
-    p.num_heads = kHeads;
-    p.num_kv_heads = kKvHeads;
-    p.head_size = kHead;
-    p.block_size = kBlock;
-    p.query_start_loc.assign(m.query_start_loc.begin(), m.query_start_loc.end());
-    p.seq_lens.assign(m.seq_lens.begin(), m.seq_lens.end());
-    p.block_table.assign(m.block_table.begin(), m.block_table.end());
-    p.max_blocks_per_seq = m.max_blocks_per_seq;
-    p.scale = 1.0 / std::sqrt(static_cast<double>(kHead));
-    p.window = 256;
-    for (uint16_t x : q) p.q.push_back(test::bf16_to_float(x));
-    const auto cache_bytes = download(graph_stack.kv_cache(1), kv_bytes());
-    const auto* half = reinterpret_cast<const uint16_t*>(cache_bytes.data());
-    const size_t per_half = kv_bytes() / 4;  // bf16 elements in the key (or value) half
-    for (size_t i = 0; i < per_half; ++i) {
-      p.k_cache.push_back(test::bf16_to_float(half[i]));
-      p.v_cache.push_back(test::bf16_to_float(half[per_half + i]));
-    }
-    const std::vector<double> want = test::reference_attention(p);
-    const auto got_bytes = download(graph_stack.output(1), bytes);
-    const auto* got_half = reinterpret_cast<const uint16_t*>(got_bytes.data());
-    std::vector<double> got(want.size());
-    for (size_t i = 0; i < got.size(); ++i) got[i] = test::bf16_to_float(got_half[i]);
-    const double err = test::relative_l2(got, want);
     INFO("step " << step << ": " << m.num_reqs << " requests of " << kQ << " tokens, padded to "
                  << padded);
-    CHECK(err < 1e-2);
+    CHECK(layer1_error(graph_stack, m, q) < 1e-2);
     ++checked_against_reference;
   }
   const GraphStats s = runner.stats();
@@ -361,4 +366,81 @@ TEST_CASE("gpu decode graphs: speculative decoding, uniform batches of 4 tokens 
   CHECK(checked_against_reference > 0);
   // Padded tokens and requests wrote nothing outside the batches' blocks.
   check_caches_agree(graph_stack, eager_stack, init);
+}
+
+TEST_CASE("gpu decode graphs: mixed graphs serve every decode/prefill mix, split on the device") {
+  GA_REQUIRE_GPU();
+  test::TempKernelCache cache;
+  auto rng = test::make_rng();
+  const auto& d = detail::driver();
+  Stream stream;
+  for (int kQ : {1, 4}) {  // single-token decodes, and speculative decoding's 1 + 3 tokens
+    INFO("decode_query_len " << kQ);
+    AttentionLayerStack::Options o = stack_options(256, nullptr, nullptr);
+    for (auto& c : o.layers) c.decode_query_len = kQ;
+    AttentionLayerStack graph_stack(o), eager_stack(o);
+    graph_stack.prepare(cache);
+    eager_stack.prepare(cache);
+    const std::vector<unsigned char> init = fill_kv_caches(rng, {&graph_stack, &eager_stack});
+
+    // One graph per token count, captured before any batch, for any mix up to that count.
+    GraphRunner::Options go;
+    go.capture_sizes = {8, 24, 48, kMaxTokens};
+    GraphRunner runner(
+        go, [&](CUstream s, int n) { graph_stack.step_mixed(s, n); },
+        [&] { return graph_stack.fingerprint(); });
+    runner.capture_all(stream);
+
+    const FlashAttentionMetadataBuilder builder(AttentionType::kDecoder, kBlock, kQ, true);
+    CHECK(builder.cudagraph_support() == CudaGraphSupport::kAlways);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    int checked_against_reference = 0, with_prefills = 0;
+    // Up to two prefills of up to kQ + 40 tokens beside the decodes: at most kMaxTokens tokens.
+    const int max_decodes = (kMaxTokens - 2 * (kQ + 40)) / kQ;
+    for (int step = 0; step < 40; ++step) {
+      const int kind = static_cast<int>(rng() % 4);
+      const bool prefills = kind < 2, ragged = kind == 2 && kQ > 1;
+      const int decodes = static_cast<int>(rng() % (prefills ? max_decodes + 1 : 24)) +
+                          (prefills ? 0 : 1);  // a batch of prefills only, too
+      const auto m = random_batch(rng, prefills, decodes, kQ, ragged);
+      const int n = m.num_actual_tokens;
+      REQUIRE(n <= kMaxTokens);
+      with_prefills += prefills;
+      std::vector<uint16_t> q(static_cast<size_t>(n) * kHeads * kHead),
+          kv(static_cast<size_t>(n) * kKvHeads * kHead), vv(kv.size());
+      for (auto* v : {&q, &kv, &vv})
+        for (auto& x : *v) x = test::float_to_bf16(normal(rng));
+      CHECK(builder.can_run_in_cudagraph(m));
+      CHECK(builder.build_for_cudagraph_capture(m).device_split == !builder.is_uniform_decode(m));
+      const int padded = runner.padded_size(n);
+      REQUIRE(padded >= n);
+      graph_stack.set_mixed_batch(m, padded, stream, &q, &kv, &vv);
+      eager_stack.set_mixed_batch(m, padded, stream, &q, &kv, &vv);
+      CHECK(runner.run(stream, n) == padded);
+      eager_stack.step_mixed(stream, padded);  // the same launches, not captured
+      GA_CU_CHECK(d.cuStreamSynchronize(stream));
+      const size_t bytes = static_cast<size_t>(n) * kHeads * kHead * 2;
+      for (int l = 0; l < kLayers; ++l) {
+        INFO("step " << step << " layer " << l << " tokens " << n << " padded " << padded
+                     << " requests " << m.num_reqs);
+        REQUIRE(download(graph_stack.output(l), bytes) == download(eager_stack.output(l), bytes));
+      }
+      if (step % 2 != 0) continue;
+      INFO("step " << step << ": " << m.num_reqs << " requests, " << n << " tokens, padded to "
+                   << padded);
+      CHECK(layer1_error(graph_stack, m, q) < 1e-2);
+      ++checked_against_reference;
+    }
+    const GraphStats s = runner.stats();
+    MESSAGE("mixed graphs, decode_query_len " << kQ << ": replays " << s.replays << ", eager "
+                                              << s.eager_steps << ", steps with prefills "
+                                              << with_prefills << ", checked against the reference "
+                                              << checked_against_reference);
+    CHECK(s.replays == 40);
+    CHECK(s.eager_steps == 0);
+    CHECK(with_prefills > 5);
+    CHECK(checked_against_reference > 10);
+    // Padded tokens and requests wrote nothing outside the batches' blocks.
+    check_caches_agree(graph_stack, eager_stack, init);
+  }
 }

@@ -39,6 +39,8 @@ struct LegacyCase {
   bool alibi = false;
   std::vector<int> seq_lens;
   bool v2 = false;  // paged_attention_v2 (else v1)
+  // vLLM's block-sparse arguments (vert_stride <= 1: dense)
+  int bsp_local = 0, bsp_vert = 0, bsp_block = 64, bsp_step = 0, tp_rank = 0;
   // Direct launches only (detail::launch_decode): window, soft cap, sinks.
   int window = 0;
   float soft_cap = 0;
@@ -51,7 +53,10 @@ std::string describe(const LegacyCase& c) {
                   std::to_string(c.block_size) + " kv heads " + std::to_string(c.num_kv_heads) +
                   " group " + std::to_string(c.group) + (c.alibi ? " alibi" : "") + " window " +
                   std::to_string(c.window) + " cap " + std::to_string(c.soft_cap) +
-                  (c.sinks ? " sinks" : "") + " seq_lens";
+                  (c.sinks ? " sinks" : "") + " bsp local " + std::to_string(c.bsp_local) +
+                  " vert " + std::to_string(c.bsp_vert) + " block " + std::to_string(c.bsp_block) +
+                  " step " + std::to_string(c.bsp_step) + " tp_rank " + std::to_string(c.tp_rank) +
+                  " seq_lens";
   for (int l : c.seq_lens) s += " " + std::to_string(l);
   return s;
 }
@@ -181,6 +186,8 @@ std::vector<double> reference(const LegacyCase& c, LegacyBatch& b, double scale)
   p.soft_cap = c.soft_cap;
   p.alibi_slopes = b.slopes;
   p.sinks = b.sinks;
+  if (c.bsp_vert > 1)
+    p.blocksparse = {c.bsp_block, c.bsp_local, c.bsp_vert, c.bsp_step, c.tp_rank * p.num_heads};
   std::vector<double> out = reference_attention(p);
   p.k_cache.swap(b.k_ref);
   p.v_cache.swap(b.v_ref);
@@ -216,8 +223,8 @@ void call_paged_attention(const LegacyCase& c, const LegacyBatch& b, float scale
   if (!c.v2) {
     paged_attention_v1(b.out_view, b.q_view, b.caches.key_cache, b.caches.value_cache,
                        c.num_kv_heads, scale, b.bt_view, b.seq_view, c.block_size, max_seq_len,
-                       b.slopes_view, kv_cache_dtype_name(c.kv), ks, vs, 0, 0, 0, 64, 0, stream,
-                       cache);
+                       b.slopes_view, kv_cache_dtype_name(c.kv), ks, vs, c.tp_rank, c.bsp_local,
+                       c.bsp_vert, c.bsp_block, c.bsp_step, stream, cache);
     return;
   }
   // vLLM's temporaries, NaN-filled: graphattn does not use them.
