@@ -238,8 +238,8 @@ void call_paged_attention(const LegacyCase& c, const LegacyBatch& b, float scale
       TensorView::contiguous(tmp.data(), scalar_type_of(c.dtype), {n, H, parts, c.head_size});
   paged_attention_v2(b.out_view, exp_sums, exp_sums, tmp_out, b.q_view, b.caches.key_cache,
                      b.caches.value_cache, c.num_kv_heads, scale, b.bt_view, b.seq_view,
-                     c.block_size, max_seq_len, b.slopes_view, kv_cache_dtype_name(c.kv), ks, vs, 0,
-                     0, 1, 64, 0, stream, cache);
+                     c.block_size, max_seq_len, b.slopes_view, kv_cache_dtype_name(c.kv), ks, vs,
+                     c.tp_rank, c.bsp_local, c.bsp_vert, c.bsp_block, c.bsp_step, stream, cache);
   GA_CU_CHECK(detail::driver().cuStreamSynchronize(stream));  // before sums and tmp go
 }
 
@@ -290,6 +290,24 @@ std::vector<LegacyCase> api_cases(std::mt19937_64& rng) {
     c.v2 = true;
     c.alibi = kv == KvDType::kFp8E4M3;
     c.seq_lens = {9000, 1, 12345, 8193};
+    cases.push_back(c);
+  }
+  // Block-sparse (vLLM's arguments): sliding over query heads, over KV heads (negative step, a
+  // later tensor-parallel rank), fp8 with ALiBi; dense vert_stride 1.
+  for (int i = 0; i < 4; ++i) {
+    LegacyCase c;
+    c.bsp_local = i == 2 ? 1 : 2;
+    c.bsp_vert = i == 3 ? 1 : 8;
+    c.bsp_block = i == 1 ? 32 : 64;
+    c.block_size = i == 1 ? 32 : 16;
+    c.group = 4;
+    c.num_kv_heads = 2;
+    c.bsp_step = i == 1 ? -4 : i == 2 ? 0 : 1;
+    c.tp_rank = i == 1 ? 1 : 0;
+    c.kv = i == 2 ? KvDType::kFp8E4M3 : KvDType::kAuto;
+    c.alibi = i == 2;
+    c.v2 = i % 2 == 1;
+    c.seq_lens = {1, 64, 65, 700, 3000, 0, len(rng)};
     cases.push_back(c);
   }
   for (bool v2 : {false, true}) {
