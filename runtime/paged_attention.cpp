@@ -237,16 +237,18 @@ bool use_paged_attention_v1(int64_t max_seq_len, int64_t num_seqs, int64_t num_h
   return max_seq_len <= 8192 && (partitions == 1 || num_seqs * num_heads > 512);
 }
 
-void paged_attention_v1(const TensorView& out, const TensorView& query, const TensorView& key_cache,
-                        const TensorView& value_cache, int num_kv_heads, float scale,
-                        const TensorView& block_tables, const TensorView& seq_lens, int block_size,
-                        int max_seq_len, const TensorView& alibi_slopes,
-                        const std::string& kv_cache_dtype, float k_scale, float v_scale,
-                        int tp_rank, int blocksparse_local_blocks, int blocksparse_vert_stride,
-                        int blocksparse_block_size, int blocksparse_head_sliding_step,
-                        CUstream stream, KernelCache& cache, const float* k_scale_device,
-                        const float* v_scale_device) {
-  const PagedAttentionCall c{"paged_attention_v1",
+namespace {
+
+// v1 and v2 past v2's temporaries: one call of the decode kernel, `op` naming it in messages.
+void paged_attention(const char* op, const TensorView& out, const TensorView& query,
+                     const TensorView& key_cache, const TensorView& value_cache, int num_kv_heads,
+                     float scale, const TensorView& block_tables, const TensorView& seq_lens,
+                     int block_size, int max_seq_len, const TensorView& alibi_slopes,
+                     const std::string& kv_cache_dtype, float k_scale, float v_scale, int tp_rank,
+                     int local_blocks, int vert_stride, int sparse_block_size,
+                     int head_sliding_step, CUstream stream, KernelCache& cache,
+                     const float* k_scale_device, const float* v_scale_device) {
+  const PagedAttentionCall c{op,
                              out,
                              query,
                              key_cache,
@@ -264,11 +266,29 @@ void paged_attention_v1(const TensorView& out, const TensorView& query, const Te
                              k_scale_device,
                              v_scale_device,
                              tp_rank,
-                             blocksparse_local_blocks,
-                             blocksparse_vert_stride,
-                             blocksparse_block_size,
-                             blocksparse_head_sliding_step};
+                             local_blocks,
+                             vert_stride,
+                             sparse_block_size,
+                             head_sliding_step};
   run(c, stream, cache);
+}
+
+}  // namespace
+
+void paged_attention_v1(const TensorView& out, const TensorView& query, const TensorView& key_cache,
+                        const TensorView& value_cache, int num_kv_heads, float scale,
+                        const TensorView& block_tables, const TensorView& seq_lens, int block_size,
+                        int max_seq_len, const TensorView& alibi_slopes,
+                        const std::string& kv_cache_dtype, float k_scale, float v_scale,
+                        int tp_rank, int blocksparse_local_blocks, int blocksparse_vert_stride,
+                        int blocksparse_block_size, int blocksparse_head_sliding_step,
+                        CUstream stream, KernelCache& cache, const float* k_scale_device,
+                        const float* v_scale_device) {
+  paged_attention("paged_attention_v1", out, query, key_cache, value_cache, num_kv_heads, scale,
+                  block_tables, seq_lens, block_size, max_seq_len, alibi_slopes, kv_cache_dtype,
+                  k_scale, v_scale, tp_rank, blocksparse_local_blocks, blocksparse_vert_stride,
+                  blocksparse_block_size, blocksparse_head_sliding_step, stream, cache,
+                  k_scale_device, v_scale_device);
 }
 
 void paged_attention_v2(const TensorView& out, const TensorView& exp_sums,
@@ -282,28 +302,6 @@ void paged_attention_v2(const TensorView& out, const TensorView& exp_sums,
                         int blocksparse_block_size, int blocksparse_head_sliding_step,
                         CUstream stream, KernelCache& cache, const float* k_scale_device,
                         const float* v_scale_device) {
-  const PagedAttentionCall c{"paged_attention_v2",
-                             out,
-                             query,
-                             key_cache,
-                             value_cache,
-                             block_tables,
-                             seq_lens,
-                             alibi_slopes,
-                             num_kv_heads,
-                             block_size,
-                             max_seq_len,
-                             scale,
-                             kv_cache_dtype,
-                             k_scale,
-                             v_scale,
-                             k_scale_device,
-                             v_scale_device,
-                             tp_rank,
-                             blocksparse_local_blocks,
-                             blocksparse_vert_stride,
-                             blocksparse_block_size,
-                             blocksparse_head_sliding_step};
   // vLLM's temporaries: checked, not used (the split workspace replaces them).
   detail::require_rank(query, 3, "query", "[num_seqs, num_heads, head_size]");
   detail::require_rank(exp_sums, 3, "exp_sums", "[num_seqs, num_heads, max_num_partitions]");
@@ -319,14 +317,18 @@ void paged_attention_v2(const TensorView& out, const TensorView& exp_sums,
     const bool ok = t->dtype == want && t->shape[0] == query.shape[0] &&
                     t->shape[1] == query.shape[1] && t->shape[2] == parts && parts >= need &&
                     (!is_tmp || t->shape[3] == query.shape[2]);
-    GA_REQUIRE(ok, std::string(c.op) + ": " + name + " " + t->describe() + " must be " +
+    GA_REQUIRE(ok, std::string("paged_attention_v2: ") + name + " " + t->describe() + " must be " +
                        to_string(want) + " [num_seqs " + str(query.shape[0]) + ", num_heads " +
                        str(query.shape[1]) + ", max_num_partitions >= " + str(need) +
                        (is_tmp ? ", head_size " + str(query.shape[2]) : std::string()) +
                        "] (partitions of " + str(kPagedAttentionPartitionSize) +
                        " tokens, as exp_sums' " + str(parts) + ")");
   }
-  run(c, stream, cache);
+  paged_attention("paged_attention_v2", out, query, key_cache, value_cache, num_kv_heads, scale,
+                  block_tables, seq_lens, block_size, max_seq_len, alibi_slopes, kv_cache_dtype,
+                  k_scale, v_scale, tp_rank, blocksparse_local_blocks, blocksparse_vert_stride,
+                  blocksparse_block_size, blocksparse_head_sliding_step, stream, cache,
+                  k_scale_device, v_scale_device);
 }
 
 }  // namespace graphattn
