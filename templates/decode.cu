@@ -86,7 +86,7 @@ constexpr int LOAD_ITERS = (TILE * UNITS + 31) / 32;
 constexpr bool FAST_LOAD =
     32 % UNITS == 0 && TILE * UNITS % 32 == 0 && (LOAD_ITERS & (LOAD_ITERS - 1)) == 0;
 constexpr bool LEGACY = KV_LAYOUT == 2;
-constexpr int VT_UNITS = 2 / KV_BYTES;    // legacy V^T: 16-byte units per dimension of a tile
+constexpr int VT_UNITS = KV_BYTES;        // legacy V^T: 16-byte units per dimension of a tile
 constexpr int VT_TOKENS = 16 / KV_BYTES;  // legacy V^T: tokens per unit
 static_assert(!LEGACY || REAL_BYTES % 16 == 0, "legacy caches hold whole 16-byte chunks");
 #define GA_NEG_INF (-__int_as_float(0x7f800000))

@@ -3,11 +3,14 @@
 // and every argument check of paged_attention_v1 / v2 (all before any device use).
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "graphattn/graphattn.hpp"
 #include "jit_cache/nvrtc_compiler.hpp"
+#include "templates/params.h"
 #include "tests/test_util.hpp"
 
 using namespace graphattn;
@@ -318,5 +321,146 @@ TEST_CASE("legacy decode: paged_attention_v2 checks vLLM's temporaries") {
     c.query.shape[0] = c.out.shape[0] = c.seq_lens.shape[0] = c.block_tables.shape[0] = 0;
     c.exp_sums.shape[0] = c.max_logits.shape[0] = c.tmp_out.shape[0] = 0;
     CHECK(c.v2() == "(no error)");
+  }
+}
+
+// A host model of the legacy tile loads and fragment reads of templates/decode.cu (its formulas
+// copied here: ga_tok_of_row, ga_vt_unit, the K/V cp.async placement and the ldmatrix row
+// addresses), checked against what the MMA needs by its PTX fragment layout (m16n8k16, row-major
+// A: a0 = A[g][2t, 2t+1], a1 = A[g+8][2t, 2t+1], a2 = A[g][2t+8, 2t+9], a3 = A[g+8][2t+8, 2t+9];
+// B: b0 = B[2t, 2t+1][g], b1 = B[2t+8, 2t+9][g]) and ldmatrix's (lane 8m + r gives row r of
+// matrix m; thread (g, t) receives bytes 4t..4t+3 of row g of each matrix). A[m][k] is V^T: the
+// dimension of MMA row m (the flash path's permutation: row g of m-tile u of group v is element
+// 2u of chunk g + 8v, row g + 8 element 2u + 1) and the token of k slot k (the token in K tile
+// row k, whose scores P^T's row k carries). Also: every ldmatrix and cp.async phase of 8 lanes
+// touches 8 distinct 16-byte bank groups.
+namespace {
+
+int tok_of_row(bool fp8, int r) { return fp8 ? 4 * ((r & 7) >> 1) + 2 * (r >> 3) + (r & 1) : r; }
+int vt_unit(int u) { return u ^ ((u >> 4) & 7); }
+
+void check_legacy_tiles(int head_size, bool fp8) {
+  INFO("head " << head_size << " fp8 " << fp8);
+  const int kvb = fp8 ? 1 : 2, ce = 16 / kvb, vt_units = kvb, vt_tokens = 16 / kvb;
+  const int row_bytes = ga_decode_row_bytes(head_size, kvb), chunks_pad = row_bytes / 16;
+  const int live_chunks = head_size * kvb / 16, tile_bytes = 16 * row_bytes;
+  // Element values: token tok, dimension d -> a distinct 16-bit code (its low byte for fp8).
+  auto val = [&](int tok, int d) {
+    return static_cast<unsigned>((d * 16 + tok) & (fp8 ? 0xff : 0xffff));
+  };
+  std::vector<unsigned char> vt(tile_bytes, 0xee), kt(tile_bytes, 0xee);
+  std::vector<int> vt_written(tile_bytes / 16, 0);
+  // V: unit idx (dimension d, tokens h * vt_tokens ..) lands at vt_unit(idx).
+  for (int idx = 0; idx < head_size * vt_units; ++idx) {
+    const int d = idx / vt_units, h = idx % vt_units;
+    REQUIRE(vt_unit(idx) < tile_bytes / 16);
+    ++vt_written[vt_unit(idx)];
+    for (int i = 0; i < vt_tokens; ++i) {
+      const unsigned x = val(h * vt_tokens + i, d);
+      for (int b = 0; b < kvb; ++b) vt[vt_unit(idx) * 16 + i * kvb + b] = (x >> (8 * b)) & 0xff;
+    }
+  }
+  for (int u = 0; u < head_size * vt_units; ++u) CHECK(vt_written[u] == 1);  // a bijection
+  // cp.async phases: lanes 8p..8p+7 of one instruction write distinct bank groups.
+  for (int idx0 = 0; idx0 < head_size * vt_units; idx0 += 8) {
+    std::vector<int> seen;
+    for (int i = idx0; i < idx0 + 8 && i < head_size * vt_units; ++i)
+      seen.push_back(vt_unit(i) & 7);
+    std::sort(seen.begin(), seen.end());
+    CHECK(std::adjacent_find(seen.begin(), seen.end()) == seen.end());
+  }
+  // K: lane idx -> (row idx & 15, chunk idx >> 4) holds token tok_of_row(row)'s chunk.
+  for (int idx = 0; idx < 16 * live_chunks; ++idx) {
+    const int row = idx & 15, c = idx >> 4, tok = tok_of_row(fp8, row);
+    for (int e = 0; e < ce; ++e) {
+      const unsigned x = val(tok, c * ce + e);
+      for (int b = 0; b < kvb; ++b)
+        kt[row * row_bytes + ((c ^ (row & 7)) << 4) + e * kvb + b] = (x >> (8 * b)) & 0xff;
+    }
+  }
+  for (int idx0 = 0; idx0 < 16 * live_chunks; idx0 += 8) {
+    std::vector<int> seen;
+    for (int i = idx0; i < idx0 + 8; ++i) {
+      const int row = i & 15, c = i >> 4;
+      seen.push_back((row * row_bytes / 16 + (c ^ (row & 7))) & 7);
+    }
+    std::sort(seen.begin(), seen.end());
+    CHECK(std::adjacent_find(seen.begin(), seen.end()) == seen.end());
+  }
+  // The K read (as the flash path): thread (g, t) row g, chunk c at (c ^ g): token of row g.
+  for (int g = 0; g < 8; ++g)
+    for (int c = 0; c < live_chunks; ++c)
+      for (int e = 0; e < ce; ++e) {
+        unsigned x = 0;
+        for (int b = 0; b < kvb; ++b)
+          x |= kt[g * row_bytes + ((c ^ g) << 4) + e * kvb + b] << (8 * b);
+        CHECK(x == val(tok_of_row(fp8, g), c * ce + e));
+      }
+  // The token of each k slot (the token in K tile row k) and the MMA rows' dimensions.
+  auto k_tok = [&](int k) { return tok_of_row(fp8, k); };
+  auto read32 = [&](int unit, int t) {
+    unsigned w = 0;
+    for (int b = 0; b < 4; ++b) w |= static_cast<unsigned>(vt[unit * 16 + 4 * t + b]) << (8 * b);
+    return w;
+  };
+  const int vgroups = chunks_pad / 8, msub = ce / 2;
+  for (int v = 0; v < vgroups; ++v) {
+    if (8 * v >= live_chunks) continue;
+    for (int u = 0; u < msub; u += fp8 ? 2 : 1) {
+      // Row addresses per lane, as the kernel computes them (in 16-byte units).
+      int addr[32];
+      for (int lane = 0; lane < 32; ++lane) {
+        const int r = lane & 7, mi = lane >> 3;
+        addr[lane] = fp8 ? vt_unit((r + 8 * v) * ce + 2 * u + mi)
+                         : vt_unit(((r + 8 * v) * ce + 2 * u + (mi & 1)) * 2 + (mi >> 1));
+      }
+      for (int m = 0; m < 4; ++m) {  // one phase per matrix: distinct bank groups
+        std::vector<int> seen;
+        for (int r = 0; r < 8; ++r) seen.push_back(addr[8 * m + r] & 7);
+        std::sort(seen.begin(), seen.end());
+        CHECK(std::adjacent_find(seen.begin(), seen.end()) == seen.end());
+      }
+      for (int g = 0; g < 8; ++g)
+        for (int t = 0; t < 4; ++t) {
+          if (g + 8 * v >= live_chunks) continue;  // padding chunks feed discarded rows
+          unsigned a[4];
+          for (int m = 0; m < 4; ++m) a[m] = read32(addr[8 * m + g], t);
+          // Expected A registers of m-tile uu: pairs {A[row][k], A[row][k + 1]}.
+          auto pair = [&](int uu, int hi_row, int k) {
+            const int d = (g + 8 * v) * ce + 2 * uu + hi_row;
+            return std::pair<unsigned, unsigned>(val(k_tok(k), d), val(k_tok(k + 1), d));
+          };
+          auto lo16 = [](unsigned w) { return w & 0xffffu; };
+          auto hi16 = [](unsigned w) { return w >> 16; };
+          if (!fp8) {
+            const std::pair<unsigned, unsigned> want[4] = {
+                pair(u, 0, 2 * t), pair(u, 1, 2 * t), pair(u, 0, 2 * t + 8), pair(u, 1, 2 * t + 8)};
+            for (int m = 0; m < 4; ++m) {
+              INFO("v " << v << " u " << u << " g " << g << " t " << t << " matrix " << m);
+              CHECK(lo16(a[m]) == want[m].first);
+              CHECK(hi16(a[m]) == want[m].second);
+            }
+          } else {
+            // Word m's bytes 0, 1 -> a0 / a1 (low pair), bytes 2, 3 -> a2 / a3 (high pair).
+            for (int m = 0; m < 4; ++m) {
+              const int uu = u + (m >> 1), hi_row = m & 1;
+              const auto low = pair(uu, hi_row, 2 * t), high = pair(uu, hi_row, 2 * t + 8);
+              CHECK((a[m] & 0xff) == low.first);
+              CHECK(((a[m] >> 8) & 0xff) == low.second);
+              CHECK(((a[m] >> 16) & 0xff) == high.first);
+              CHECK((a[m] >> 24) == high.second);
+            }
+          }
+        }
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("legacy decode: a host model of the tile loads and MMA fragments") {
+  for (int h : {32, 64, 80, 96, 112, 120, 128, 192, 256}) {
+    check_legacy_tiles(h, false);
+    if (h % 16 == 0) check_legacy_tiles(h, true);
   }
 }
