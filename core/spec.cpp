@@ -228,12 +228,6 @@ void AttentionSpec::validate() const {
                 (non_causal ? "_nc"
                  : dense_kv ? "_dense"
                             : name_of(kind)));
-  if (layout == KvLayout::kLegacy && kind != KernelKind::kCacheWrite &&
-      kind != KernelKind::kPrefill)
-    throw Error("spec " + to_string() +
-                ": the legacy PagedAttention layout (legacy) is written by " +
-                "the cache write kernel and read by the prefill kernel only so far; the " +
-                name_of(kind) + " kernel reads the flash layout: nhd or hnd");
   // The legacy key cache splits the head into chunks of x = 16 bytes of elements.
   if (layout == KvLayout::kLegacy && head_size % (kv_dtype == KvDType::kAuto ? 8 : 16) != 0)
     throw Error(

@@ -100,6 +100,11 @@ std::string attention_config_problem(const AttentionLayerConfig& c) {
            " is not supported; supported: decoder, encoder, encoder_only, encoder_decoder";
   if (c.window < 0)
     return "window " + str(c.window) + " is not supported; supported: 0 (none) or >= 1 tokens";
+  // forward() takes one flash-layout kv_cache; the legacy caches have their own calls.
+  if (c.layout == KvLayout::kLegacy)
+    return "layout legacy is not supported by AttentionBackend, whose forward() reads the flash "
+           "layout; supported: nhd, hnd (vLLM's legacy caches: paged_attention_v1 / v2 and "
+           "forward_prefix in graphattn/paged_cache.hpp)";
   if (c.decode_query_len < 1 || c.decode_query_len > kMaxDecodeQueryLen)
     return "decode_query_len " + str(c.decode_query_len) + " is not supported; supported: 1.." +
            str(kMaxDecodeQueryLen) + " (1 + speculative tokens)";

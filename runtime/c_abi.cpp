@@ -894,6 +894,79 @@ graphattn_status_t graphattn_forward_prefix(
   });
 }
 
+// The legacy caches and vLLM's kv_cache_dtype name of a paged_attention call (uint8 caches are
+// read as the name says).
+struct LegacyCacheViews {
+  std::string kv_cache_dtype;
+  TensorView key_cache, value_cache;
+};
+LegacyCacheViews legacy_caches_of(const DLTensor* key_cache, const DLTensor* value_cache,
+                                  const char* kv_cache_dtype) {
+  if (!kv_cache_dtype) invalid("kv_cache_dtype is NULL");
+  LegacyCacheViews v;
+  v.kv_cache_dtype = kv_cache_dtype;
+  const KvDType kv = graphattn::kv_cache_dtype_of(v.kv_cache_dtype);
+  v.key_cache = view_of(key_cache, "key_cache", Null::kRejected, &kv);
+  v.value_cache = view_of(value_cache, "value_cache", Null::kRejected, &kv);
+  return v;
+}
+
+graphattn_status_t graphattn_paged_attention_v1(
+    const DLTensor* out, const DLTensor* query, const DLTensor* key_cache,
+    const DLTensor* value_cache, int num_kv_heads, float scale, const DLTensor* block_tables,
+    const DLTensor* seq_lens, int block_size, int max_seq_len, const DLTensor* alibi_slopes,
+    const char* kv_cache_dtype, float k_scale, float v_scale, int tp_rank,
+    int blocksparse_local_blocks, int blocksparse_vert_stride, int blocksparse_block_size,
+    int blocksparse_head_sliding_step, void* stream, graphattn_cache_t cache) noexcept {
+  return guard([&] {
+    const TensorView o = view_of(out, "out");
+    const TensorView q = view_of(query, "query");
+    const LegacyCacheViews kv = legacy_caches_of(key_cache, value_cache, kv_cache_dtype);
+    const TensorView bt = view_of(block_tables, "block_tables");
+    const TensorView sl = view_of(seq_lens, "seq_lens");
+    const TensorView slopes = view_of(alibi_slopes, "alibi_slopes", Null::kEmpty);
+    graphattn::paged_attention_v1(
+        o, q, kv.key_cache, kv.value_cache, num_kv_heads, scale, bt, sl, block_size, max_seq_len,
+        slopes, kv.kv_cache_dtype, k_scale, v_scale, tp_rank, blocksparse_local_blocks,
+        blocksparse_vert_stride, blocksparse_block_size, blocksparse_head_sliding_step,
+        static_cast<CUstream>(stream), cache_of(cache));
+  });
+}
+
+graphattn_status_t graphattn_paged_attention_v2(
+    const DLTensor* out, const DLTensor* exp_sums, const DLTensor* max_logits,
+    const DLTensor* tmp_out, const DLTensor* query, const DLTensor* key_cache,
+    const DLTensor* value_cache, int num_kv_heads, float scale, const DLTensor* block_tables,
+    const DLTensor* seq_lens, int block_size, int max_seq_len, const DLTensor* alibi_slopes,
+    const char* kv_cache_dtype, float k_scale, float v_scale, int tp_rank,
+    int blocksparse_local_blocks, int blocksparse_vert_stride, int blocksparse_block_size,
+    int blocksparse_head_sliding_step, void* stream, graphattn_cache_t cache) noexcept {
+  return guard([&] {
+    const TensorView o = view_of(out, "out");
+    const TensorView es = view_of(exp_sums, "exp_sums");
+    const TensorView ml = view_of(max_logits, "max_logits");
+    const TensorView tmp = view_of(tmp_out, "tmp_out");
+    const TensorView q = view_of(query, "query");
+    const LegacyCacheViews kv = legacy_caches_of(key_cache, value_cache, kv_cache_dtype);
+    const TensorView bt = view_of(block_tables, "block_tables");
+    const TensorView sl = view_of(seq_lens, "seq_lens");
+    const TensorView slopes = view_of(alibi_slopes, "alibi_slopes", Null::kEmpty);
+    graphattn::paged_attention_v2(
+        o, es, ml, tmp, q, kv.key_cache, kv.value_cache, num_kv_heads, scale, bt, sl, block_size,
+        max_seq_len, slopes, kv.kv_cache_dtype, k_scale, v_scale, tp_rank, blocksparse_local_blocks,
+        blocksparse_vert_stride, blocksparse_block_size, blocksparse_head_sliding_step,
+        static_cast<CUstream>(stream), cache_of(cache));
+  });
+}
+
+graphattn_status_t graphattn_use_paged_attention_v1(int64_t max_seq_len, int64_t num_seqs,
+                                                    int64_t num_heads, int* use_v1) noexcept {
+  return guard([&] {
+    if (!use_v1) invalid("use_v1 is NULL");
+    *use_v1 = graphattn::use_paged_attention_v1(max_seq_len, num_seqs, num_heads) ? 1 : 0;
+  });
+}
+
 graphattn_status_t graphattn_encoder_attention(const DLTensor* query, const DLTensor* key,
                                                const DLTensor* value, const DLTensor* output,
                                                const DLTensor* query_start_loc, int max_query_len,

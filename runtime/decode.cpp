@@ -51,6 +51,17 @@ int stages_of(const AttentionSpec& s, const DecodeLaunch& a) {
   return a.stages == 0 ? ga_decode_shallow_stages(s.head_size, kv_bytes_of(s)) : a.stages;
 }
 
+// A direct launch over the legacy caches: their shape as checked into legacy_kv.
+KvCacheShape check_direct_launch_legacy(const LoadedKernel& k, const DecodeLaunch& a) {
+  GA_REQUIRE(k.compiled != nullptr, "launch_decode: kernel is not loaded");
+  require_rank(a.query, 3, "query", "[num_tokens, num_heads, head_size]");
+  GA_REQUIRE(a.legacy_kv.dtype == dtype_of(a.query.dtype),
+             "launch_decode: the legacy caches were checked for " +
+                 std::string(to_string(a.legacy_kv.dtype)) + ", the query is " +
+                 to_string(a.query.dtype));
+  return a.legacy_kv;
+}
+
 }  // namespace
 
 AttentionSpec decode_spec(const DecodeLaunch& a, int arch) {
@@ -259,7 +270,7 @@ void check_decode_launch(const AttentionSpec& spec, const DecodeLaunch& a, const
                  (a.workspace ? "an address" : "null") + " is too small or misaligned: " +
                  str(static_cast<int64_t>(w.total)) + " bytes, 16-byte aligned, are needed for " +
                  str(a.num_decodes) + " requests and " + str(a.max_splits) + " splits");
-  const int num_kv_heads = static_cast<int>(a.kv_cache.shape[3]);
+  const int num_kv_heads = static_cast<int>(kc.num_kv_heads);
   const int columns = spec.group * a.max_query_len;
   const int64_t grid_y = int64_t{num_kv_heads} * ga_decode_head_chunks(columns);
   GA_REQUIRE(grid_y <= 65535, "decode launch too large: " + str(grid_y) +
@@ -271,6 +282,9 @@ void check_decode_launch(const AttentionSpec& spec, const DecodeLaunch& a, const
           str(static_cast<int64_t>(decode_counter_count(a.num_decodes, num_kv_heads, columns))) +
           " zero-filled uint32 when max_splits (" + str(a.max_splits) + ") > 1, got " +
           (a.counters ? "a misaligned pointer" : "null"));
+  GA_REQUIRE(kc.layout != KvLayout::kLegacy || a.new_key.ndim == 0,
+             std::string(where) +
+                 ": the legacy caches take no fused cache write (write_to_paged_cache first)");
   if (a.new_key.ndim != 0) {
     // The fused cache write: forward() checked these through check_cache_write; a direct
     // launch gets the same checks of the rows the kernel reads.
@@ -290,13 +304,24 @@ void enqueue_decode(const LoadedKernel& decode, const DecodeLaunch& a, CUstream 
   const AttentionSpec& spec = decode.compiled->spec;
   const bool fp8 = spec.kv_dtype != KvDType::kAuto;
   const int64_t num_heads = a.query.shape[1];
-  const int num_kv_heads = static_cast<int>(a.kv_cache.shape[3]);
+  const bool legacy = a.legacy_kv.layout == KvLayout::kLegacy;
+  const int num_kv_heads =
+      static_cast<int>(legacy ? a.legacy_kv.num_kv_heads : a.kv_cache.shape[3]);
   const WorkspaceLayout w = workspace_layout(
       a.num_decodes * a.max_query_len, static_cast<int>(num_heads), spec.head_size, a.max_splits);
 
   DecodeParams p{};
   unsigned char* ws = static_cast<unsigned char*>(a.workspace);
   set_paged_attention_views(p, a);
+  if (legacy) {  // the key and value caches share their block and head strides (vLLM's)
+    p.kv.key_cache = a.legacy_kv.key_data;
+    p.kv.value_cache = a.legacy_kv.value_data;
+    p.kv.cache_block_stride = a.legacy_kv.block_stride;
+    p.kv.cache_token_stride = 0;
+    p.kv.cache_head_stride = a.legacy_kv.head_stride;
+    p.kv.num_blocks = a.legacy_kv.num_blocks;
+    p.bsp = block_sparse_launch_data(a.blocksparse, a.query.shape[1], a.legacy_kv.num_kv_heads);
+  }
   p.partial_out = reinterpret_cast<float*>(ws + w.partial_out);
   p.partial_lse = reinterpret_cast<float*>(ws + w.partial_lse);
   p.counters = static_cast<unsigned*>(a.counters);
@@ -340,7 +365,9 @@ void enqueue_decode(const LoadedKernel& decode, const DecodeLaunch& a, CUstream 
 }
 
 void launch_decode(const LoadedKernel& decode, const DecodeLaunch& a, CUstream stream) {
-  const KvCacheShape kc = check_direct_launch(decode, a.query, a.kv_cache, "launch_decode");
+  const KvCacheShape kc = a.legacy_kv.layout == KvLayout::kLegacy
+                              ? check_direct_launch_legacy(decode, a)
+                              : check_direct_launch(decode, a.query, a.kv_cache, "launch_decode");
   check_decode_launch(decode.compiled->spec, a, kc, "launch_decode");
   enqueue_decode(decode, a, stream);
 }

@@ -86,6 +86,10 @@ struct DecodeLaunch : AttentionViews {
   // above max_query_len (prefills and padding). query_start_loc is needed then also without
   // multi_token; no fused cache write.
   bool device_split = false;
+  // vLLM's legacy caches (spec layout legacy; paged_attention_v1 / v2): their checked shape,
+  // data and block / head strides (check_paged_caches); kv_cache is then unused and there is no
+  // fused cache write. Layout nhd (the default): the flash kv_cache is read.
+  KvCacheShape legacy_kv;
 };
 
 // The decode spec these views and options need on `arch`. Checks ranks, dtypes and head counts

@@ -8,7 +8,6 @@
 #include "graphattn/error.hpp"
 #include "graphattn/runtime.hpp"
 #include "runtime/module_cache.hpp"
-#include "runtime/paged_cache_checks.hpp"
 #include "runtime/tensor_checks.hpp"
 
 namespace graphattn {
@@ -32,10 +31,9 @@ bool compact(const TensorView& t) {
 
 }  // namespace
 
-namespace detail {
-
-KvCacheShape check_paged_caches(const TensorView& key_cache, const TensorView& value_cache,
-                                DType dtype) {
+// The legacy caches as the kernels read them (check_cache_write checks the rest of a write).
+detail::KvCacheShape detail::check_paged_caches(const TensorView& key_cache,
+                                                const TensorView& value_cache, DType dtype) {
   detail::require_rank(key_cache, 5, "key_cache",
                        "[num_blocks, num_kv_heads, head_size / x, block_size, x]");
   detail::require_rank(value_cache, 4, "value_cache",
@@ -68,10 +66,10 @@ KvCacheShape check_paged_caches(const TensorView& key_cache, const TensorView& v
                    " must be compact (row-major) and 16-byte aligned");
   kc.key_data = key_cache.data;
   kc.value_data = value_cache.data;
+  kc.head_stride = kc.head_size * kc.block_size;  // compact (a size-1 dimension's stride is free)
+  kc.block_stride = kc.num_kv_heads * kc.head_stride;
   return kc;
 }
-
-}  // namespace detail
 
 int paged_cache_x(ScalarType kv_cache_type) { return 16 / scalar_bytes(kv_cache_type); }
 

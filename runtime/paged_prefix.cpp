@@ -8,7 +8,6 @@
 #include "graphattn/paged_cache.hpp"
 #include "graphattn/runtime.hpp"
 #include "runtime/module_cache.hpp"
-#include "runtime/paged_cache_checks.hpp"
 #include "runtime/prefill.hpp"
 #include "runtime/tensor_checks.hpp"
 
@@ -110,8 +109,8 @@ void forward_prefix(const TensorView& query, const TensorView& key, const Tensor
   p.kv.value_cache = kc.value_data;
   p.kv.seq_lens = static_cast<const int*>(seq_lens.data);
   p.kv.block_table = static_cast<const int*>(block_tables.data);
-  p.kv.cache_head_stride = kc.head_size * kc.block_size;
-  p.kv.cache_block_stride = kc.num_kv_heads * p.kv.cache_head_stride;
+  p.kv.cache_head_stride = kc.head_stride;  // compact legacy caches (check_paged_caches)
+  p.kv.cache_block_stride = kc.block_stride;
   p.kv.cache_token_stride = 0;
   p.kv.block_table_stride = block_tables.strides[0];
   p.kv.num_blocks = kc.num_blocks;

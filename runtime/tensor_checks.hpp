@@ -30,11 +30,15 @@ struct KvCacheShape {
   KvDType kv_dtype = KvDType::kAuto;
   void* key_data = nullptr;
   void* value_data = nullptr;
-  // Flash layout: the view's strides (elements) of a block, a token and a KV head; 0 for the
-  // legacy layout, whose kernels address its compact caches themselves.
+  // Flash layout: the view's strides (elements) of a block, a token and a KV head. Legacy
+  // layout: the compact caches' block and head strides (shared by key and value), token 0.
   int64_t block_stride = 0, token_stride = 0, head_stride = 0;
 };
 KvCacheShape check_kv_cache(const TensorView& kv_cache, DType dtype);
+// vLLM's legacy key and value caches (runtime/paged_cache.cpp): ranks, matching shapes, one
+// element type (the model's or fp8), compact and 16-byte aligned.
+KvCacheShape check_paged_caches(const TensorView& key_cache, const TensorView& value_cache,
+                                DType dtype);
 // The start of a direct launch (launch_decode, launch_prefill): k is loaded, the query has rank
 // 3, and the KV cache view is checked for the query's dtype. `where` names the caller.
 KvCacheShape check_direct_launch(const LoadedKernel& k, const TensorView& query,

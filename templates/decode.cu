@@ -23,6 +23,20 @@
 // causal (and window) limit, and a column that sees no key of a split is weighted 0 when the
 // splits combine. Without "_mt" every column is a head of the one query token, as before.
 //
+// Legacy caches (KV_LAYOUT 2, vLLM's paged_attention_v1/v2 caches): the key cache is
+// [blocks, kv_heads, head_size / x, block_size, x] with x = 16 bytes, so chunk c of a tile's 16
+// tokens is 256 contiguous bytes; it lands in the same swizzled [token][chunk] K tile. The value
+// cache is [blocks, kv_heads, head_size, block_size]: a head dimension's tokens are contiguous, so
+// V lands transposed, a V^T tile [dimension][16 tokens] of 16-byte units (2 per dimension for
+// 16-bit caches: tokens 0-7 and 8-15; 1 for fp8), unit u stored at u ^ ((u / 16) % 8), and the MMA
+// A operand comes straight from ldmatrix (rows are dimensions, the matrix columns tokens), in the
+// same dimension permutation as the flash path, so the epilogue and the combine are unchanged.
+// With fp8 a 32-bit ldmatrix word holds 4 consecutive tokens 4t..4t+3; the K tile's rows are then
+// permuted (row r holds token ga_tok_of_row(r)) so that these are exactly the MMA k slots 2t,
+// 2t + 1, 2t + 8, 2t + 9 of thread t. Tokens outside [lo, seq_len) read no K (zero-fill); a V
+// unit is read when any of its tokens is inside, and its outside tokens are zeroed in shared
+// memory before use (a never-written slot may hold NaN, and 0 * NaN is NaN). No fused cache write.
+//
 // Block-sparse decode (specs "_bsp", GaBlockSparse): every column masks the key blocks its head
 // does not see, and a tile that no column of the block sees (a warp vote; a tile lies in one
 // sparse block) is neither copied nor computed: its cp.async group stays empty. The splits still
@@ -71,6 +85,10 @@ constexpr int LOAD_ITERS = (TILE * UNITS + 31) / 32;
 // keeps one unit of the row and walks LOAD_ITERS consecutive tokens (see issue()).
 constexpr bool FAST_LOAD =
     32 % UNITS == 0 && TILE * UNITS % 32 == 0 && (LOAD_ITERS & (LOAD_ITERS - 1)) == 0;
+constexpr bool LEGACY = KV_LAYOUT == 2;
+constexpr int VT_UNITS = KV_BYTES;        // legacy V^T: 16-byte units per dimension of a tile
+constexpr int VT_TOKENS = 16 / KV_BYTES;  // legacy V^T: tokens per unit
+static_assert(!LEGACY || REAL_BYTES % 16 == 0, "legacy caches hold whole 16-byte chunks");
 #define GA_NEG_INF (-__int_as_float(0x7f800000))
 // e4m3 widened by bit moves is the true value times 2^-8.
 constexpr float KV_WIDEN_SCALE = KV_FP8 == 1 ? 256.0f : 1.0f;
@@ -203,6 +221,24 @@ __device__ __forceinline__ void ga_v_pairs(const uint4& ca, const uint4& cb, ga_
       ga_fp8x4_widen(ga_prmt(wa[i], wb[i], 0x7362u), out[4 * i + 2], out[4 * i + 3]);
     }
   }
+}
+
+// The token (0..15 within its tile) in K tile row r: r itself, except for legacy fp8 caches, whose
+// ldmatrix words of V^T hold tokens 4t..4t+3 for the k slots 2t, 2t + 1, 2t + 8, 2t + 9.
+__device__ __forceinline__ int ga_tok_of_row(int r) {
+  if (LEGACY && KV_FP8 != 0) return 4 * ((r & 7) >> 1) + 2 * (r >> 3) + (r & 1);
+  return r;
+}
+// Legacy V^T tile: the stored place of 16-byte unit u (dimension u / VT_UNITS, tokens
+// (u % VT_UNITS) * VT_TOKENS ..): XOR with the dimension's output chunk mod 8, which spreads the
+// 8 rows of every ldmatrix phase (dimensions CE apart) and keeps each cp.async phase's 8
+// consecutive units in their own 128 bytes.
+__device__ __forceinline__ int ga_vt_unit(int u) { return u ^ ((u >> 4) & 7); }
+__device__ __forceinline__ void ga_ldmatrix_x4(ga_u32 (&r)[4], unsigned addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
+               : "memory");
 }
 
 __device__ __forceinline__ int ga_k_chunk_index(int i, int t) {
@@ -366,7 +402,7 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   // after a fence (the MMA needs the fp8 bytes).
   const bool last_split = split == num_splits - 1;
   long long new_slot = -1;
-  if (p.new_key != nullptr && last_split) {
+  if (!LEGACY && p.new_key != nullptr && last_split) {  // (the host refuses it for legacy)
     new_slot = p.slot_mapping[req];
 #ifdef GA_CHECK_BOUNDS
     if (new_slot >= p.num_slots && tid == 0) ga_report_bounds(p.bounds, 2, req, req, new_slot);
@@ -411,7 +447,24 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   unsigned char* ring = smem + warp * stages * STAGE_BYTES;
   // Zero the never-copied bytes of each padded row once: K padding must be 0 (it meets Q's
   // zero padding in the dot product), V padding only feeds discarded output columns.
-  if (FULL_CHUNKS < CHUNKS_PAD) {
+  if (LEGACY && FULL_CHUNKS < CHUNKS_PAD) {
+    // K rows as below; V^T: the units past the last dimension (whole 128-byte lines).
+    constexpr int PAD = CHUNKS_PAD - FULL_CHUNKS;
+    constexpr int V_TAIL = (TILE_BYTES - HEAD_SIZE * VT_UNITS * 16) / 16;
+    for (int i = lane; i < stages * TILE * PAD; i += 32) {
+      const int row = i / (PAD > 0 ? PAD : 1), r = row % TILE;
+      const int c = FULL_CHUNKS + (i - row * PAD);
+      *reinterpret_cast<uint4*>(ring + (row / TILE) * STAGE_BYTES + r * ROW_BYTES +
+                                ((c ^ (r & 7)) * 16)) = make_uint4(0u, 0u, 0u, 0u);
+    }
+    for (int i = lane; i < stages * V_TAIL; i += 32) {
+      const int st = i / (V_TAIL > 0 ? V_TAIL : 1);
+      *reinterpret_cast<uint4*>(ring + st * STAGE_BYTES + TILE_BYTES +
+                                (HEAD_SIZE * VT_UNITS + i - st * V_TAIL) * 16) =
+          make_uint4(0u, 0u, 0u, 0u);
+    }
+    __syncwarp();
+  } else if (FULL_CHUNKS < CHUNKS_PAD) {
     constexpr int PAD = CHUNKS_PAD - FULL_CHUNKS;
     for (int i = lane; i < stages * 2 * TILE * PAD; i += 32) {
       const int row = i / (PAD > 0 ? PAD : 1);  // over stages x {K, V} x tokens
@@ -481,7 +534,44 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
                           (t0 % BLOCK_SIZE) * token_bytes + head_off;
     const unsigned stage = ring_addr + issue_stage * STAGE_BYTES;
     issue_stage = issue_stage + 1 == stages ? 0 : issue_stage + 1;
-    if constexpr (FAST_LOAD) {
+    if constexpr (LEGACY) {
+      // The block's K and V of this head start at kv_off; the tile's first token is in_block.
+      const long long kv_off =
+          static_cast<long long>(block) * p.kv.cache_block_stride * KV_BYTES + head_off;
+      const int in_block = t0 % BLOCK_SIZE;
+      // K: lane -> (tile row, chunk c); chunk c of token tok at (c * BLOCK_SIZE + tok) * 16.
+      constexpr int K_UNITS = TILE * LIVE_CHUNKS;
+#pragma unroll
+      for (int it = 0; it < (K_UNITS + 31) / 32; ++it) {
+        const int idx = lane + 32 * it;
+        if (K_UNITS % 32 == 0 || idx < K_UNITS) {
+          const int row = idx & (TILE - 1), c = idx >> 4;
+          const int tok = ga_tok_of_row(row);
+          const int pos = t0 + tok;
+          const bool valid = pos >= lo && pos < seq_len;
+          const long long src =
+              kv_off + (static_cast<long long>(c) * BLOCK_SIZE + in_block + tok) * 16;
+          ga_cp_async(stage + row * ROW_BYTES + ((c ^ (row & 7)) << 4),
+                      key_cache + (valid ? src : kv_off), valid);
+        }
+      }
+      // V: unit idx = (dimension d, token group h) from d * BLOCK_SIZE + in_block + h * VT_TOKENS
+      // elements; read when any of its tokens is inside [lo, seq_len).
+      constexpr int V_UNITS = HEAD_SIZE * VT_UNITS;
+#pragma unroll
+      for (int it = 0; it < (V_UNITS + 31) / 32; ++it) {
+        const int idx = lane + 32 * it;
+        if (V_UNITS % 32 == 0 || idx < V_UNITS) {
+          const int d = idx / VT_UNITS, h = idx - d * VT_UNITS;
+          const int first = t0 + h * VT_TOKENS;
+          const bool valid = first < seq_len && first + VT_TOKENS > lo;
+          const long long src =
+              kv_off + (static_cast<long long>(d) * BLOCK_SIZE + in_block) * KV_BYTES + h * 16;
+          ga_cp_async(stage + TILE_BYTES + (ga_vt_unit(idx) << 4),
+                      value_cache + (valid ? src : kv_off), valid);
+        }
+      }
+    } else if constexpr (FAST_LOAD) {
       // Lane group lane / UNITS copies tokens tk0 .. tk0 + LOAD_ITERS - 1, unit lane % UNITS.
       const int tk0 = (lane / UNITS) * LOAD_ITERS;
       const int p0 = t0 + tk0;
@@ -640,6 +730,22 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
       __syncwarp();
       continue;
     }
+    if (LEGACY && (t0 < lo || t0 + TILE > seq_len)) {
+      // Zero the V^T entries of the tokens outside [lo, seq_len) that came in whole units.
+      for (int i = lane; i < HEAD_SIZE * TILE; i += 32) {
+        const int d = i >> 4, tok = i & 15, pos = t0 + tok;
+        if (pos < lo || pos >= seq_len) {
+          unsigned char* dst =
+              vs + (ga_vt_unit(d * VT_UNITS + tok / VT_TOKENS) << 4) + (tok % VT_TOKENS) * KV_BYTES;
+          if (KV_BYTES == 2) {
+            *reinterpret_cast<ga_u16*>(dst) = 0;
+          } else {
+            *dst = 0;
+          }
+        }
+      }
+      __syncwarp();
+    }
     // Block-sparse: whether columns 2t, 2t + 1 (+ 8 nt) see this tile's sparse block.
     bool bsp_vis[NT][2];
 #pragma unroll
@@ -669,7 +775,7 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
                  qf[nt][i][2 * sub], qf[nt][i][2 * sub + 1]);
     }
 
-    const int pos0 = t0 + g, pos1 = t0 + g + 8;
+    const int pos0 = t0 + ga_tok_of_row(g), pos1 = t0 + ga_tok_of_row(g + 8);
     const bool ok0 = pos0 >= lo && pos0 < seq_len;
     const bool ok1 = pos1 >= lo && pos1 < seq_len;
     ga_u32 pt[NT][2];  // P^T as MMA B fragments
@@ -718,6 +824,46 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
     }
 
     // O^T += V^T P^T: rows head dimensions, columns heads.
+    if constexpr (LEGACY) {
+      // Lane supplies row lane % 8 of ldmatrix matrix lane / 8; thread (g, t) receives row g:
+      // dimension (g + 8 v) * CE + 2 u (MMA rows g) or + 1 (rows g + 8), as the flash path.
+      const unsigned vt = ga_smem_addr(vs);
+      const int r = lane & 7, mi = lane >> 3;
+#pragma unroll
+      for (int v = 0; v < VGROUPS; ++v) {
+        if (8 * v >= LIVE_CHUNKS) continue;
+        if constexpr (KV_BYTES == 2) {
+          // Matrices: {dim 2u, 2u + 1} x {tokens 0-7, 8-15} -> the A registers a0..a3.
+#pragma unroll
+          for (int u = 0; u < MSUB; ++u) {
+            const int d = (r + 8 * v) * CE + 2 * u + (mi & 1);
+            ga_u32 a[4];
+            ga_ldmatrix_x4(a, vt + (ga_vt_unit(d * 2 + (mi >> 1)) << 4));
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt)
+              ga_mma(o[v][u][nt], a[0], a[1], a[2], a[3], pt[nt][0], pt[nt][1]);
+          }
+        } else {
+          // Matrices: dims 2u, 2u + 1, 2u + 2, 2u + 3; word k holds tokens 4t..4t+3 of one
+          // dimension = k slots {2t, 2t + 1} (low pair) and {2t + 8, 2t + 9} (high pair).
+#pragma unroll
+          for (int u = 0; u < MSUB; u += 2) {
+            const int d = (r + 8 * v) * CE + 2 * u + mi;
+            ga_u32 a[4], w[8];
+            ga_ldmatrix_x4(a, vt + (ga_vt_unit(d) << 4));
+#pragma unroll
+            for (int k = 0; k < 4; ++k) ga_fp8x4_widen(a[k], w[2 * k], w[2 * k + 1]);
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt) {
+              ga_mma(o[v][u][nt], w[0], w[2], w[1], w[3], pt[nt][0], pt[nt][1]);
+              ga_mma(o[v][u + 1][nt], w[4], w[6], w[5], w[7], pt[nt][0], pt[nt][1]);
+            }
+          }
+        }
+      }
+      __syncwarp();
+      continue;
+    }
 #pragma unroll
     for (int v = 0; v < VGROUPS; ++v) {
       if (8 * v >= LIVE_CHUNKS) continue;

@@ -1,4 +1,4 @@
-// vLLM's legacy PagedAttention caches on the host: the spec layout "legacy" (cache write only),
+// vLLM's legacy PagedAttention caches on the host: the spec layout "legacy" (cache write, decode),
 // NVRTC builds of its cache write kernel, the shape and split helpers, and every argument check
 // of write_to_paged_cache (all before any device use).
 #include <doctest/doctest.h>
@@ -16,19 +16,20 @@ using namespace graphattn;
 using test::error_of;
 using test::fake_device;
 
-TEST_CASE("paged cache: the legacy layout is a cache write and prefill spec, refused for decode") {
+TEST_CASE("paged cache: the legacy layout is a spec of the cache write, decode and prefill") {
   const char* legacy = "cache_write_h128_b16_bf16_kvauto_g1_swa0_cap0_legacy_sm90";
   CHECK(AttentionSpec::parse(legacy).layout == KvLayout::kLegacy);
   CHECK(AttentionSpec::parse(legacy).to_string() == legacy);
   CHECK(std::string(to_string(KvLayout::kLegacy)) == "legacy");
-  CHECK(
-      error_of([] { AttentionSpec::parse("decode_h128_b16_bf16_kvauto_g4_swa0_cap0_legacy_sm90"); })
-          .find("the legacy PagedAttention layout (legacy) is written by the cache write kernel "
-                "and read by the prefill kernel only so far; the decode kernel reads the flash "
-                "layout: nhd or hnd") != std::string::npos);
-  // The prefill kernel reads it (tests/test_legacy_prefill.cpp).
+  // The decode kernel (tests/test_legacy_decode.cpp) and the prefill kernel
+  // (tests/test_legacy_prefill.cpp) read it; the kv_scale kernel reads no cache.
+  CHECK(AttentionSpec::parse("decode_h128_b16_bf16_kvauto_g4_swa0_cap0_legacy_sm90").layout ==
+        KvLayout::kLegacy);
   CHECK(AttentionSpec::parse("prefill_h128_b16_bf16_kvauto_g4_swa0_cap0_legacy_sm90").layout ==
         KvLayout::kLegacy);
+  CHECK(error_of([] {
+          AttentionSpec::parse("kv_scale_h128_b16_bf16_kvauto_g1_swa0_cap0_legacy_sm90");
+        }).find("the kv_scale kernel depends only on the head size") != std::string::npos);
   // fp8 needs head sizes in whole x = 16 chunks; 16-bit caches x = 8.
   CHECK(error_of([] {
           AttentionSpec::parse("cache_write_h120_b16_bf16_kve4m3_g1_swa0_cap0_legacy_sm90");
@@ -38,7 +39,7 @@ TEST_CASE("paged cache: the legacy layout is a cache write and prefill spec, ref
   CHECK(
       AttentionSpec::parse("cache_write_h120_b16_bf16_kvauto_g1_swa0_cap0_legacy_sm90").head_size ==
       120);
-  // A layer configured with the legacy layout has no decode kernel yet.
+  // A layer's forward() takes one flash-layout cache: the legacy caches have their own calls.
   AttentionLayerConfig c;
   c.num_heads = c.num_kv_heads = 8;
   c.head_size = 128;
@@ -46,8 +47,9 @@ TEST_CASE("paged cache: the legacy layout is a cache write and prefill spec, ref
   c.max_num_seqs = 4;
   c.arch = 90;
   c.layout = KvLayout::kLegacy;
-  CHECK(attention_config_problem(c).find("the decode kernel reads the flash layout") !=
-        std::string::npos);
+  CHECK(attention_config_problem(c).find(
+            "layout legacy is not supported by AttentionBackend, whose forward() reads the flash "
+            "layout; supported: nhd, hnd") != std::string::npos);
 }
 
 TEST_CASE("paged cache: NVRTC builds the legacy cache write for 16-bit and fp8 caches") {

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <sstream>
@@ -31,6 +32,8 @@ std::string DecodeShape::label() const {
   if (kv != "auto") s += " " + kv;
   if (q_len > 1) s += " q" + std::to_string(q_len);
   if (sparse) s += " bsp";
+  // (32 query heads, as bench_decode runs)
+  if (legacy) s += use_paged_attention_v1(len, batch, 32) ? " legacy v1" : " legacy v2";
   return s;
 }
 
@@ -52,7 +55,8 @@ std::vector<DecodeShape> parse_decode_shapes(const std::string& text) {
     }
     const size_t x = dims.find('x');
     if (x == std::string::npos)
-      throw Error("shape '" + item + "' is not BATCHxLEN[:hHEAD|:e4m3|:qN], e.g. 64x8192:h64");
+      throw Error("shape '" + item +
+                  "' is not BATCHxLEN[:hHEAD|:e4m3|:qN|:bsp|:legacy], e.g. 64x8192:h64");
     s.batch = std::stoi(dims.substr(0, x));
     s.len = std::stoi(dims.substr(x + 1));
     if (extra == "e4m3")
@@ -63,8 +67,10 @@ std::vector<DecodeShape> parse_decode_shapes(const std::string& text) {
       s.sparse = true;
     else if (!extra.empty() && extra[0] == 'q')
       s.q_len = std::stoi(extra.substr(1));
+    else if (extra == "legacy")
+      s.legacy = true;
     else if (!extra.empty())
-      throw Error("shape '" + item + "': suffix must be :hHEAD, :e4m3, :qN or :bsp");
+      throw Error("shape '" + item + "': suffix must be :hHEAD, :e4m3, :qN, :bsp or :legacy");
     if (s.q_len < 1 || s.q_len > kMaxDecodeQueryLen)
       throw Error("shape '" + item + "': q_len must be 1.." + std::to_string(kMaxDecodeQueryLen));
     if (s.batch <= 0 || s.len <= 0) throw Error("shape '" + item + "' must be positive");
@@ -76,10 +82,13 @@ std::vector<DecodeShape> parse_decode_shapes(const std::string& text) {
 namespace {
 
 // The first and last requests of a shape against the float64 reference.
-double check_shape(const DecodeShape& s, const AttentionBackend& attn, const DeviceBuffer& cache,
+// A block is one contiguous region in both layouts; element (offset, head, dim) sits at
+// (offset * KH + head) * D + dim in a flash (NHD) block, and in a legacy key block at
+// ((head * D / x + dim / x) * B + offset) * x + dim % x, a value block (head * D + dim) * B +
+// offset.
+double check_shape(const DecodeShape& s, const AttentionLayerConfig& c, const DeviceBuffer& cache,
                    const DeviceBuffer& q, const DeviceBuffer& out, const std::vector<int>& phys,
                    int64_t blocks_per_seq, int64_t NB) {
-  const AttentionLayerConfig& c = attn.config();
   const int H = c.num_heads, KH = c.num_kv_heads, D = c.head_size, B = c.block_size;
   const bool fp8 = s.kv == "e4m3";
   const int Q = s.q_len;  // query rows of a request
@@ -112,14 +121,19 @@ double check_shape(const DecodeShape& s, const AttentionBackend& attn, const Dev
         cache.download(blk.data(), blk.size(), (which * NB + pb) * block_elems * elem);
         auto& dst = which == 0 ? p.k_cache : p.v_cache;
         const double scale = which == 0 ? c.k_scale : c.v_scale;
+        const size_t x = 16 / elem;
         for (size_t e = 0; e < block_elems; ++e) {
+          const size_t off = e / (KH * D), h = e / D % KH, dim = e % D;
+          const size_t src = !s.legacy    ? e
+                             : which == 0 ? ((h * (D / x) + dim / x) * B + off) * x + dim % x
+                                          : (h * D + dim) * B + off;
           double v;
           if (fp8) {
-            v = test::e4m3_to_double(blk[e]) * scale;
+            v = test::e4m3_to_double(blk[src]) * scale;
           } else {
-            uint16_t h;
-            std::memcpy(&h, &blk[2 * e], 2);
-            v = test::bf16_to_float(h);
+            uint16_t half;
+            std::memcpy(&half, &blk[2 * src], 2);
+            v = test::bf16_to_float(half);
           }
           dst[i * block_elems + e] = v;
         }
@@ -181,9 +195,13 @@ nlohmann::json bench_decode(const Device& dev, const DecodeOptions& o, const Pee
         }
       live_fraction = static_cast<double>(live) / (tiles * KH);
     }
-    AttentionBackend attn(cfg);
-    attn.prepare();
-    DeviceBuffer ws(attn.workspace_bytes());
+    // Legacy rows call paged_attention_v1 / v2 (graphattn's own split workspace), no backend.
+    std::unique_ptr<AttentionBackend> backend;
+    if (!s.legacy) {
+      backend = std::make_unique<AttentionBackend>(cfg);
+      backend->prepare();
+    }
+    DeviceBuffer ws(backend ? backend->workspace_bytes() : 0);
     const int64_t blocks_per_seq = (s.len + B - 1) / B;
     const int64_t NB = s.batch * blocks_per_seq;
     const size_t cache_elems = static_cast<size_t>(2) * NB * B * KH * D;
@@ -215,16 +233,38 @@ nlohmann::json bench_decode(const Device& dev, const DecodeOptions& o, const Pee
     md.num_decode_tokens = md.num_actual_tokens = T;
     md.max_query_len = 1;
     md.max_seq_len = s.len;
+    // Legacy: the same bytes as vLLM's [2, NB, B * KH * D] cache, split as it does.
+    const PagedKvCache legacy = split_paged_kv_cache(
+        TensorView::contiguous(cache.data(), kst, {2, NB, int64_t{B} * KH * D}), KH, D);
+    const bool v1 = use_paged_attention_v1(s.len, s.batch, H);
+    const int64_t parts = paged_attention_num_partitions(s.len);
+    DeviceBuffer sums(s.legacy && !v1 ? static_cast<size_t>(s.batch) * H * parts * 4 : 0),
+        tmp(s.legacy && !v1 ? static_cast<size_t>(s.batch) * H * parts * D * 2 : 0);
+    const TensorView sums_v =
+        TensorView::contiguous(sums.data(), ScalarType::kFloat32, {s.batch, H, parts});
+    const TensorView tmp_v =
+        TensorView::contiguous(tmp.data(), ScalarType::kBFloat16, {s.batch, H, parts, D});
+    const char* kv_name = fp8 ? "fp8" : "auto";
     auto run = [&] {
-      attn.forward(q_v, TensorView{}, TensorView{}, cache_v, o_v, md, ws.data(), ws.bytes(),
-                   dev.stream);
+      if (!s.legacy) {
+        backend->forward(q_v, TensorView{}, TensorView{}, cache_v, o_v, md, ws.data(), ws.bytes(),
+                         dev.stream);
+      } else if (v1) {
+        paged_attention_v1(o_v, q_v, legacy.key_cache, legacy.value_cache, KH, cfg.scale,
+                           md.block_table, md.seq_lens, B, s.len, TensorView{}, kv_name,
+                           cfg.k_scale, cfg.v_scale, 0, 0, 0, 0, 0, dev.stream);
+      } else {
+        paged_attention_v2(o_v, sums_v, sums_v, tmp_v, q_v, legacy.key_cache, legacy.value_cache,
+                           KH, cfg.scale, md.block_table, md.seq_lens, B, s.len, TensorView{},
+                           kv_name, cfg.k_scale, cfg.v_scale, 0, 0, 0, 0, 0, dev.stream);
+      }
     };
     out.fill_bytes(0xff);
     run();
     GA_CU_CHECK(d.cuStreamSynchronize(dev.stream));
     // (The reference check is dense: block-sparse rows are checked by the GPU tests instead.)
     const bool check = o.check && !s.sparse;
-    const double err = check ? check_shape(s, attn, cache, q, out, phys, blocks_per_seq, NB) : 0;
+    const double err = check ? check_shape(s, cfg, cache, q, out, phys, blocks_per_seq, NB) : 0;
     const double tol = 5e-3;
     if (check && !(err <= tol)) *ok = false;
 
@@ -252,7 +292,8 @@ nlohmann::json bench_decode(const Device& dev, const DecodeOptions& o, const Pee
                 kv_bytes / (1 << 20), us, graph_us, gbs, 100.0 * gbs / dev.read_gbs,
                 kv_bytes / dev.read_gbs / 1e3, peer_col, ratio_col, err_col,
                 check && !(err <= tol) ? "  FAIL" : "");
-    if (!o.try_splits.empty() && s.q_len == 1) {  // (single-token kernels only)
+    if (!o.try_splits.empty() && s.q_len == 1 && backend) {  // (flash single-token kernels)
+      const AttentionBackend& attn = *backend;
       // The decode kernel alone at other grid widths and every pipeline depth, each captured and
       // replayed; split launches also as clusters where the device holds them.
       const AttentionSpec ds = attn.required_specs()[1];
@@ -299,9 +340,11 @@ nlohmann::json bench_decode(const Device& dev, const DecodeOptions& o, const Pee
          {"q_len", s.q_len},
          {"kv_dtype", s.kv},
          {"kv_mib", kv_bytes / (1 << 20)},
-         {"max_splits", attn.decode_max_splits(s.batch)},
-         {"stages", attn.decode_stages(s.batch)},
-         {"cluster", attn.decode_cluster(s.batch)},
+         {"layout", s.legacy ? (v1 ? "legacy v1" : "legacy v2") : "flash"},
+         // (legacy rows: the policy's choice inside paged_attention, not reported)
+         {"max_splits", backend ? nlohmann::json(backend->decode_max_splits(s.batch)) : nullptr},
+         {"stages", backend ? nlohmann::json(backend->decode_stages(s.batch)) : nullptr},
+         {"cluster", backend ? nlohmann::json(backend->decode_cluster(s.batch)) : nullptr},
          {"time_us", us},
          {"graph_us", graph_us},
          {"gb_per_s", gbs},

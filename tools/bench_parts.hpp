@@ -17,11 +17,14 @@ struct DecodeShape {
   // ":bsp": block-sparse (sparse block 64, local_blocks 4, vert_stride 8, vLLM's default head
   // sliding step); the row's bytes are those of the KV tiles some head of a KV head sees
   bool sparse = false;
-  std::string label() const;     // "64x8192", "64x8192 h64", "64x8192 e4m3", "64x4096 q4"
+  // ":legacy": vLLM's legacy caches through paged_attention_v1 / v2 (the version by vLLM's rule)
+  bool legacy = false;
+  std::string label() const;     // "64x8192", "64x8192 h64", "64x8192 e4m3", "64x4096 q4",
+                                 // "64x8192 bsp", "64x4096 legacy v1"
   std::string peer_key() const;  // "64:8192:128"
 };
 std::vector<DecodeShape> parse_decode_shapes(
-    const std::string& text);  // "64x8192:h64,64x8192:e4m3,64x4096:q4"
+    const std::string& text);  // "64x8192:h64,64x8192:e4m3,64x4096:q4,64x4096:legacy"
 
 struct DecodeOptions {
   std::vector<DecodeShape> shapes;

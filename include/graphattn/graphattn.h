@@ -477,6 +477,38 @@ GRAPHATTN_API graphattn_status_t graphattn_forward_prefix(
     int max_query_len, const DLTensor* alibi_slopes, int sliding_window, float k_scale,
     float v_scale, float scale, float soft_cap, const DLTensor* sinks, int causal,
     const DLTensor* output, void* stream, graphattn_cache_t cache) GRAPHATTN_NOEXCEPT;
+/* vLLM's paged_attention_v1 / v2 over its legacy caches (C++ graphattn/paged_cache.hpp, which
+ * documents every argument): out, query [num_seqs, num_heads, head_size] fp16/bf16;
+ * key_cache, value_cache as graphattn_write_to_paged_cache (uint8 caches read as
+ * kv_cache_dtype says); block_tables int32 [num_seqs, max_blocks]; seq_lens int32 [num_seqs];
+ * alibi_slopes float32 [num_heads] or NULL; kv_cache_dtype "auto", "fp8", "fp8_e4m3" or
+ * "fp8_e5m2"; blocksparse_vert_stride <= 1 is dense, larger block-sparse (vLLM's rule). v2's
+ * exp_sums, max_logits (float32 [num_seqs, num_heads, max_num_partitions]) and tmp_out ([num_seqs,
+ * num_heads, max_num_partitions, head_size], out's dtype) are checked, not used: graphattn keeps
+ * a split workspace per device, allocated by the first call that needs it, so calls must not run
+ * concurrently on different streams. Capturable after one eager call of the same configuration
+ * (which loads the kernel and sizes the workspace). */
+GRAPHATTN_API graphattn_status_t graphattn_paged_attention_v1(
+    const DLTensor* out, const DLTensor* query, const DLTensor* key_cache,
+    const DLTensor* value_cache, int num_kv_heads, float scale, const DLTensor* block_tables,
+    const DLTensor* seq_lens, int block_size, int max_seq_len, const DLTensor* alibi_slopes,
+    const char* kv_cache_dtype, float k_scale, float v_scale, int tp_rank,
+    int blocksparse_local_blocks, int blocksparse_vert_stride, int blocksparse_block_size,
+    int blocksparse_head_sliding_step, void* stream, graphattn_cache_t cache) GRAPHATTN_NOEXCEPT;
+GRAPHATTN_API graphattn_status_t graphattn_paged_attention_v2(
+    const DLTensor* out, const DLTensor* exp_sums, const DLTensor* max_logits,
+    const DLTensor* tmp_out, const DLTensor* query, const DLTensor* key_cache,
+    const DLTensor* value_cache, int num_kv_heads, float scale, const DLTensor* block_tables,
+    const DLTensor* seq_lens, int block_size, int max_seq_len, const DLTensor* alibi_slopes,
+    const char* kv_cache_dtype, float k_scale, float v_scale, int tp_rank,
+    int blocksparse_local_blocks, int blocksparse_vert_stride, int blocksparse_block_size,
+    int blocksparse_head_sliding_step, void* stream, graphattn_cache_t cache) GRAPHATTN_NOEXCEPT;
+/* vLLM's v1-vs-v2 rule: *use_v1 = 1 when max_seq_len <= 8192 and (max_seq_len <= 512 or
+ * num_seqs * num_heads > 512), else 0. max_seq_len < 0 is GRAPHATTN_ERROR. */
+GRAPHATTN_API graphattn_status_t graphattn_use_paged_attention_v1(int64_t max_seq_len,
+                                                                  int64_t num_seqs,
+                                                                  int64_t num_heads,
+                                                                  int* use_v1) GRAPHATTN_NOEXCEPT;
 
 /* ---- Block copies (vLLM's swap_blocks and copy_blocks; C++ graphattn/kv_blocks.hpp) -------- */
 

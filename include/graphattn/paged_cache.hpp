@@ -3,8 +3,8 @@
 // head_size] split into a key cache [num_blocks, num_kv_heads, head_size / x, block_size, x]
 // (x = 16 bytes of elements: 8 for fp16/bf16, 16 for fp8) and a value cache [num_blocks,
 // num_kv_heads, head_size, block_size]. graphattn writes it (spec layout "legacy" of the cache
-// write kernel) and its prefill kernel reads it (forward_prefix); its decode kernel reads the
-// flash layout only, so far.
+// write kernel); its decode kernel reads it (paged_attention_v1 / v2 below), and so does its
+// prefill kernel (forward_prefix below).
 #pragma once
 
 #include <cuda.h>
@@ -113,5 +113,70 @@ GRAPHATTN_API void forward_prefix(const TensorView& query, const TensorView& key
                                   float v_scale, const TensorView& output, CUstream stream,
                                   KernelCache& cache = default_kernel_cache(),
                                   const PrefixOptions& options = {});
+// vLLM's kv_cache_dtype names: "auto" (the model dtype), "fp8" and "fp8_e4m3" (e4m3),
+// "fp8_e5m2"; anything else throws graphattn::Error naming the allowed ones.
+GRAPHATTN_API KvDType kv_cache_dtype_of(const std::string& kv_cache_dtype);
+
+// vLLM's paged-attention partition size (v2's temporaries hold one entry per 512 tokens).
+constexpr int kPagedAttentionPartitionSize = 512;
+// ceil(max_seq_len / 512): v2's max_num_partitions (max_seq_len >= 0).
+GRAPHATTN_API int64_t paged_attention_num_partitions(int64_t max_seq_len);
+// vLLM's choice between paged_attention_v1 and v2 (PagedAttention.forward_decode): v1 when
+// max_seq_len <= 8192 and (one partition of 512 tokens, or num_seqs * num_heads > 512).
+GRAPHATTN_API bool use_paged_attention_v1(int64_t max_seq_len, int64_t num_seqs, int64_t num_heads);
+
+// vLLM's paged_attention_v1: one query token per sequence attends to its keys [0, seq_len) in
+// the legacy caches. graphattn runs its split-KV decode kernel specialized for the legacy layout
+// (spec decode_..._legacy_smXX, ALiBi "_alibi"), whatever the version.
+//   out, query:   [num_seqs, num_heads, head_size] fp16/bf16 (out written), head dim contiguous,
+//                 rows 16-byte aligned; num_heads a multiple of num_kv_heads
+//   key_cache, value_cache: the legacy caches (split_paged_kv_cache), compact, of the model
+//                 dtype ("auto") or fp8 (kFloat8E4M3 views for "fp8" / "fp8_e4m3", kFloat8E5M2
+//                 for "fp8_e5m2"); head_size 32..256, a multiple of 8 (fp8: of 16)
+//   num_kv_heads, block_size: must equal the caches'; block_size 16..256, a multiple of 16
+//                 (vLLM's 8 is not supported)
+//   scale:        softmax scale, finite > 0
+//   block_tables: int32 [num_seqs, max_num_blocks_per_seq]; seq_lens: int32 [num_seqs]
+//                 (<= 0: zeros out)
+//   max_seq_len:  >= 1, sizes the split grid (longer seq_lens are still attended in full)
+//   alibi_slopes: fp32 [num_heads] contiguous, or an empty view (ndim 0): none
+//   kv_cache_dtype: "auto", "fp8", "fp8_e4m3", "fp8_e5m2" (must match the caches' type)
+//   k_scale, v_scale: fp8 caches hold value / scale (finite > 0); ignored for "auto";
+//                 k_scale_device / v_scale_device: [1] fp32 device scalars read instead, or null
+//   tp_rank, blocksparse_*: vLLM's block-sparse arguments; blocksparse_vert_stride <= 1 is
+//                 dense (vLLM's rule; tp_rank >= 0 is then unused); > 1 runs the block-sparse
+//                 decode kernel ("_bsp", blocksparse_from_vllm: this rank's heads start at
+//                 tp_rank * num_heads), blocksparse_block_size a multiple of 16 and of block_size
+// The split partials and counters come from a per-context (device) workspace that graphattn
+// allocates, zero-filled, the first time a call needs it (and grows, keeping the old buffers
+// alive for graphs that captured them). A call on a capturing stream allocates nothing and
+// compiles nothing: its kernel must have been loaded by an eager call of the same
+// configuration (vLLM's warmup does), and where the workspace is still too small for the split
+// grid it runs unsplit. Asynchronous on `stream`; graph-capturable under those conditions.
+// Every call and replayed graph of one device shares the workspace, so they must not run
+// concurrently on different streams (vLLM runs attention on one stream per device).
+GRAPHATTN_API void paged_attention_v1(
+    const TensorView& out, const TensorView& query, const TensorView& key_cache,
+    const TensorView& value_cache, int num_kv_heads, float scale, const TensorView& block_tables,
+    const TensorView& seq_lens, int block_size, int max_seq_len, const TensorView& alibi_slopes,
+    const std::string& kv_cache_dtype, float k_scale, float v_scale, int tp_rank,
+    int blocksparse_local_blocks, int blocksparse_vert_stride, int blocksparse_block_size,
+    int blocksparse_head_sliding_step, CUstream stream, KernelCache& cache = default_kernel_cache(),
+    const float* k_scale_device = nullptr, const float* v_scale_device = nullptr);
+
+// vLLM's paged_attention_v2: the same attention as v1 (same kernel, same result). vLLM's
+// temporaries are checked and not used (graphattn's split workspace, see v1, replaces them):
+//   exp_sums, max_logits: fp32 [num_seqs, num_heads, max_num_partitions]
+//   tmp_out:      [num_seqs, num_heads, max_num_partitions, head_size] of out's dtype
+//   max_num_partitions >= paged_attention_num_partitions(max_seq_len)
+GRAPHATTN_API void paged_attention_v2(
+    const TensorView& out, const TensorView& exp_sums, const TensorView& max_logits,
+    const TensorView& tmp_out, const TensorView& query, const TensorView& key_cache,
+    const TensorView& value_cache, int num_kv_heads, float scale, const TensorView& block_tables,
+    const TensorView& seq_lens, int block_size, int max_seq_len, const TensorView& alibi_slopes,
+    const std::string& kv_cache_dtype, float k_scale, float v_scale, int tp_rank,
+    int blocksparse_local_blocks, int blocksparse_vert_stride, int blocksparse_block_size,
+    int blocksparse_head_sliding_step, CUstream stream, KernelCache& cache = default_kernel_cache(),
+    const float* k_scale_device = nullptr, const float* v_scale_device = nullptr);
 
 }  // namespace graphattn

@@ -19,6 +19,13 @@ LIBRARY_FILE = "libgraphattn.so"
 PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 
 c_int_p = ctypes.POINTER(ctypes.c_int)
+# paged_attention_v1 / v2 after their tensors: num_kv_heads, scale, block_tables, seq_lens,
+# block_size, max_seq_len, alibi_slopes, kv_cache_dtype, k_scale, v_scale, tp_rank, the four
+# block-sparse ints, stream, cache.
+_PAGED_ATTENTION_REST = [ctypes.c_int, ctypes.c_float, ctypes.c_void_p, ctypes.c_void_p,
+                         ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p,
+                         ctypes.c_float, ctypes.c_float] + [ctypes.c_int] * 5 + \
+    [ctypes.c_void_p] * 2
 c_size_t_p = ctypes.POINTER(ctypes.c_size_t)
 DLTensor_p = ctypes.c_void_p  # a const DLTensor*, passed as an address (DLArg.ref)
 
@@ -268,6 +275,11 @@ def _declare(lib, path):
                                          DLTensor_p, i, ctypes.c_float, ctypes.c_float,
                                          ctypes.c_float, ctypes.c_float, DLTensor_p, i,
                                          DLTensor_p, vp, vp]),
+        # vLLM's paged_attention_v1 / v2 over the legacy caches
+        "graphattn_paged_attention_v1": (i, [DLTensor_p] * 4 + _PAGED_ATTENTION_REST),
+        "graphattn_paged_attention_v2": (i, [DLTensor_p] * 7 + _PAGED_ATTENTION_REST),
+        "graphattn_use_paged_attention_v1": (i, [ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
+                                                 c_int_p]),
         # block copies
         "graphattn_swap_blocks": (i, [DLTensor_p, DLTensor_p, P(ctypes.c_int64), sz, vp]),
         "graphattn_copy_blocks": (i, [P(ctypes.c_void_p), sz, P(ctypes.c_int64), sz, vp]),

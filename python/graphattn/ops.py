@@ -4,7 +4,8 @@ paged form vLLM v1's FlashAttention backend calls), so an engine can swap them i
 attention of layers without a KV cache: ``encoder_attention`` (vLLM's ENCODER_ONLY layers) and
 ``multi_head_attention`` (its MultiHeadAttention, for vision encoders); and vLLM's block copies
 of paged caches, ``swap_blocks`` and ``copy_blocks``; ``reshape_and_cache`` writes vLLM's legacy
-PagedAttention caches and ``forward_prefix`` (vLLM's PagedAttention.forward_prefix) reads them.
+PagedAttention caches, which ``forward_prefix`` (vLLM's PagedAttention.forward_prefix) and
+``paged_attention_v1`` / ``v2`` and ``forward_decode`` (vLLM's PagedAttention decode) read.
 
     from graphattn import ops
     ops.reshape_and_cache_flash(key, value, key_cache, value_cache, slot_mapping, "auto",
@@ -35,10 +36,13 @@ from . import _device, _lib, _names, errors
 from ._dlpack import (BFLOAT, CUDA_DEVICES, FLOAT, FLOAT8_E4M3FN, FLOAT8_E5M2, UINT, ref_of,
                       reshaped, to_dl)
 from .backend import AttentionBackend, AttentionMetadata, head_array
+from ._paged_attention import (forward_decode, paged_attention_v1,  # noqa: F401 (re-exported)
+                               paged_attention_v2, use_paged_attention_v1)
 
 __all__ = ["reshape_and_cache_flash", "flash_attn_varlen_func", "clear_cache", "calc_kv_scales",
            "encoder_attention", "multi_head_attention", "swap_blocks", "copy_blocks",
-           "reshape_and_cache", "forward_prefix"]
+           "reshape_and_cache", "forward_prefix", "paged_attention_v1", "paged_attention_v2",
+           "use_paged_attention_v1", "forward_decode"]
 
 
 def _model_dtype(arg, name):
@@ -141,7 +145,7 @@ def reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, kv_cache
                   num_kv_heads, head_size, block_size]; both compact
     slot_mapping: int64 [num_tokens] block * block_size + offset, -1 = skip
     kv_cache_dtype: "auto", "fp8", "fp8_e4m3", "fp8_e5m2"; fp8 caches store value / scale
-    forward_prefix reads these caches; graphattn's decode reads the flash layout only, so far.
+    forward_prefix and paged_attention_v1 / v2 read these caches.
     """
     s = _device.stream_handle(stream, (key, key_cache))
     k = to_dl(key, "key", s)

@@ -488,3 +488,167 @@ def test_forward_prefix_matches_float64_over_legacy_gather(seed, dtype, kv_cache
         want[qsl[r]:qsl[r + 1]] = (torch.softmax(scores, dim=-1) @ v).transpose(0, 1)
     err = relative_l2(out, want)
     assert err <= TOLERANCE[dtype], "relative L2 error %.3g" % err
+# ---- vLLM's paged_attention_v1 / v2 over the legacy caches
+
+
+def legacy_caches(num_blocks, block_size, num_kv_heads, head_size, dtype, kv_cache_dtype):
+    """NaN-filled legacy caches as vLLM makes them (get_kv_cache_shape, split_kv_cache): uint8
+    for fp8."""
+    fp8 = kv_cache_dtype != "auto"
+    kv = torch.empty((2, num_blocks, block_size * num_kv_heads * head_size),
+                     dtype=torch.uint8 if fp8 else dtype, device="cuda")
+    if fp8:
+        kv.fill_(0xff)  # NaN in e4m3 and e5m2
+    else:
+        kv.fill_(float("nan"))
+    x = 16 // kv.element_size()
+    key_cache = kv[0].view(num_blocks, num_kv_heads, head_size // x, block_size, x)
+    value_cache = kv[1].view(num_blocks, num_kv_heads, head_size, block_size)
+    return key_cache, value_cache
+
+
+def legacy_values(cache, kv_cache_dtype, scale):
+    """A legacy cache's values as float64 (fp8 dequantized with its scale)."""
+    if kv_cache_dtype == "auto":
+        return cache.double()
+    fp8 = torch.float8_e5m2 if kv_cache_dtype == "fp8_e5m2" else torch.float8_e4m3fn
+    return cache.view(fp8).double() * scale
+
+
+def legacy_reference(query, key_cache, value_cache, block_tables, seq_lens, scale, alibi,
+                     kv_cache_dtype, k_scale, v_scale):
+    """Decode attention in float64 from a torch gather of the legacy layout."""
+    nb, kh, _, bs, x = key_cache.shape
+    d = value_cache.shape[2]
+    keys = legacy_values(key_cache, kv_cache_dtype, k_scale)  # [nb, kh, d / x, bs, x]
+    keys = keys.permute(0, 3, 1, 2, 4).reshape(nb * bs, kh, d)  # slot-major rows
+    values = legacy_values(value_cache, kv_cache_dtype, v_scale).permute(0, 3, 1, 2)
+    values = values.reshape(nb * bs, kh, d)
+    out = torch.zeros(query.shape, dtype=torch.float64, device="cuda")
+    group = query.shape[1] // kh
+    for r, s in enumerate(seq_lens.tolist()):
+        if s <= 0:
+            continue
+        pos = torch.arange(s, device="cuda")
+        slots = block_tables[r, pos // bs].long() * bs + pos % bs
+        k = keys[slots].repeat_interleave(group, dim=1)  # [s, h, d]
+        v = values[slots].repeat_interleave(group, dim=1)
+        scores = torch.einsum("hd,shd->hs", query[r].double(), k) * scale
+        if alibi is not None:
+            scores = scores + alibi.double()[:, None] * (pos - (s - 1))[None, :].double()
+        out[r] = torch.einsum("hs,shd->hd", torch.softmax(scores, dim=-1), v)
+    return out
+
+
+def legacy_batch(seed, seq_lens, num_heads, num_kv_heads, head_size, block_size, dtype,
+                 kv_cache_dtype, k_scale=1.0, v_scale=1.0):
+    """Legacy caches holding every position of each sequence, written by reshape_and_cache into
+    shuffled blocks; the query, block tables and seq_lens of a decode step."""
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    blocks = [(s + block_size - 1) // block_size for s in seq_lens]
+    num_blocks = sum(blocks) + 2
+    key_cache, value_cache = legacy_caches(num_blocks, block_size, num_kv_heads, head_size, dtype,
+                                           kv_cache_dtype)
+    perm = torch.randperm(num_blocks, generator=g, device="cuda").int()
+    width = max(max(blocks), 1)
+    block_tables = torch.full((len(seq_lens), width), 0x3fffffff, dtype=torch.int32,
+                              device="cuda")
+    used = 0
+    for r, n in enumerate(blocks):
+        block_tables[r, :n] = perm[used:used + n]
+        used += n
+    slots = torch.cat([block_tables[r, torch.arange(s, device="cuda") // block_size].long() *
+                       block_size + torch.arange(s, device="cuda") % block_size
+                       for r, s in enumerate(seq_lens)])
+    key, value = (torch.randn(slots.numel(), num_kv_heads, head_size, generator=g,
+                              device="cuda").to(dtype) for _ in range(2))
+    ops.reshape_and_cache(key, value, key_cache, value_cache, slots, kv_cache_dtype, k_scale,
+                          v_scale)
+    query = torch.randn(len(seq_lens), num_heads, head_size, generator=g, device="cuda").to(dtype)
+    seq = torch.tensor(seq_lens, dtype=torch.int32, device="cuda")
+    return query, key_cache, value_cache, block_tables, seq
+
+
+@pytest.mark.parametrize("version", ["v1", "v2", "forward_decode"])
+@pytest.mark.parametrize("dtype,kv_cache_dtype,head_size,block_size,group,alibi", [
+    (torch.bfloat16, "auto", 128, 16, 4, False),
+    (torch.float16, "auto", 80, 32, 1, True),
+    (torch.bfloat16, "fp8", 256, 16, 8, True),
+    (torch.float16, "fp8_e5m2", 64, 32, 4, False),
+])
+def test_paged_attention_legacy_matches_a_float64_gather(seed, version, dtype, kv_cache_dtype,
+                                                         head_size, block_size, group, alibi):
+    seq_lens = [1, 0, 17, block_size, 600] + lengths(seed, 3, 2, 3000)
+    kh = 2
+    h = kh * group
+    k_scale, v_scale = (0.05, 0.04) if kv_cache_dtype != "auto" else (1.0, 1.0)
+    query, key_cache, value_cache, block_tables, seq = legacy_batch(
+        seed, seq_lens, h, kh, head_size, block_size, dtype, kv_cache_dtype, k_scale, v_scale)
+    slopes = (torch.rand(h, device="cuda") * 0.05).float() if alibi else None
+    scale = 1.0 / math.sqrt(head_size)
+    max_seq_len = max(seq_lens)
+    ks = torch.full((1,), k_scale, dtype=torch.float32, device="cuda")  # vLLM passes tensors
+    vs = torch.full((1,), v_scale, dtype=torch.float32, device="cuda")
+    if version == "forward_decode":
+        out = ops.forward_decode(query, key_cache, value_cache, block_tables, seq, max_seq_len,
+                                 kv_cache_dtype, kh, scale, slopes, ks, vs)
+    else:
+        out = torch.full_like(query, float("nan"))
+        args = (query, key_cache, value_cache, kh, scale, block_tables, seq, block_size,
+                max_seq_len, slopes, kv_cache_dtype, ks, vs)
+        if version == "v1":
+            ops.paged_attention_v1(out, *args)
+        else:
+            parts = (max_seq_len + 511) // 512
+            exp_sums = torch.full((len(seq_lens), h, parts), float("nan"), device="cuda")
+            tmp_out = torch.full((len(seq_lens), h, parts, head_size), float("nan"),
+                                 dtype=dtype, device="cuda")
+            ops.paged_attention_v2(out, exp_sums, exp_sums.clone(), tmp_out, *args)
+    want = legacy_reference(query, key_cache, value_cache, block_tables, seq, scale, slopes,
+                            kv_cache_dtype, k_scale, v_scale)
+    torch.cuda.synchronize()
+    assert not torch.isnan(out).any()
+    assert torch.all(out[1] == 0)  # seq_len 0
+    assert relative_l2(out.double(), want) <= TOLERANCE[dtype]
+
+
+def test_paged_attention_v2_past_8192_tokens(seed):
+    seq_lens = [9000, 1, 12345]
+    query, key_cache, value_cache, block_tables, seq = legacy_batch(
+        seed, seq_lens, 8, 1, 128, 16, torch.bfloat16, "auto")
+    assert not ops.use_paged_attention_v1(max(seq_lens), 3, 8)
+    out = ops.forward_decode(query, key_cache, value_cache, block_tables, seq, max(seq_lens),
+                             "auto", 1, 0.088, None, 1.0, 1.0)
+    want = legacy_reference(query, key_cache, value_cache, block_tables, seq, 0.088, None,
+                            "auto", 1.0, 1.0)
+    torch.cuda.synchronize()
+    assert relative_l2(out.double(), want) <= TOLERANCE[torch.bfloat16]
+
+
+def test_paged_attention_v1_captured_replays_new_seq_lens(seed):
+    seq_lens = [3000, 3000, 3000, 3000]  # every replay reads within these positions
+    query, key_cache, value_cache, block_tables, seq = legacy_batch(
+        seed, seq_lens, 16, 4, 128, 16, torch.float16, "auto")
+    out = torch.empty_like(query)
+
+    def run():
+        ops.paged_attention_v1(out, query, key_cache, value_cache, 4, 0.09, block_tables, seq,
+                               16, 3000, None, "auto", 1.0, 1.0)
+
+    run()  # eager first: loads the kernel and sizes the stream's workspace
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        run()
+    for lens in ([1, 0, 3000, 1025], [300, 17, 16, 2999]):
+        seq.copy_(torch.tensor(lens, dtype=torch.int32))
+        run()
+        torch.cuda.synchronize()
+        eager = out.clone()
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        want = legacy_reference(query, key_cache, value_cache, block_tables, seq, 0.09, None,
+                                "auto", 1.0, 1.0)
+        assert relative_l2(out.double(), want) <= TOLERANCE[torch.float16]
+        assert relative_l2(out.double(), eager.double()) <= TOLERANCE[torch.float16]

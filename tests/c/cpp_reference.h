@@ -68,6 +68,13 @@ int ref_write_kv_cache(const ref_layer_t* layer, const ref_batch_t* batch, const
  * seq_lens, writes output; the layer's kv dtype and scales; synchronizes the stream. */
 int ref_forward_prefix(const ref_layer_t* layer, const ref_batch_t* batch, const char* cache_dir,
                        void* stream);
+/* C++ paged_attention_v1 over vLLM's legacy caches, the halves of kv_cache [2, num_blocks,
+ * block_size * num_kv_heads * head_size] (the layer's kv dtype; hnd ignored): out and query
+ * [num_seqs, num_heads, head_size], block_table int32 [num_seqs, max_blocks_per_seq], seq_lens
+ * int32 [num_seqs] (batch->output, query, block_table, seq_lens, num_blocks,
+ * max_blocks_per_seq, num_reqs, max_seq_len), no ALiBi; synchronizes the stream. */
+int ref_paged_attention(const ref_layer_t* layer, const ref_batch_t* batch, float scale,
+                        const char* cache_dir, void* stream);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -75,6 +75,18 @@ TensorView slots_view(const ref_batch_t& b, int64_t tokens) {
   return TensorView::contiguous(b.slot_mapping, ScalarType::kInt64, {tokens});
 }
 
+// The batch's kv_cache as vLLM's legacy caches: one [2, num_blocks, block_size * num_kv_heads *
+// head_size] allocation of the layer's kv dtype, split as split_paged_kv_cache does.
+PagedKvCache legacy_caches_of(const ref_layer_t& l, const ref_batch_t& b) {
+  const ScalarType t = l.kv_fp8 == 1   ? ScalarType::kFloat8E4M3
+                       : l.kv_fp8 == 2 ? ScalarType::kFloat8E5M2
+                                       : model_type(l);
+  return split_paged_kv_cache(
+      TensorView::contiguous(
+          b.kv_cache, t, {2, b.num_blocks, int64_t{l.block_size} * l.num_kv_heads * l.head_size}),
+      l.num_kv_heads, l.head_size);
+}
+
 }  // namespace
 
 extern "C" {
@@ -222,13 +234,7 @@ int ref_forward_prefix(const ref_layer_t* layer, const ref_batch_t* batch, const
     const ref_layer_t& l = *layer;
     const ref_batch_t& b = *batch;
     const auto cache = cache_in(cache_dir);
-    const ScalarType t = l.kv_fp8 == 1   ? ScalarType::kFloat8E4M3
-                         : l.kv_fp8 == 2 ? ScalarType::kFloat8E5M2
-                                         : model_type(l);
-    const PagedKvCache c = split_paged_kv_cache(
-        TensorView::contiguous(
-            b.kv_cache, t, {2, b.num_blocks, int64_t{l.block_size} * l.num_kv_heads * l.head_size}),
-        l.num_kv_heads, l.head_size);
+    const PagedKvCache c = legacy_caches_of(l, b);
     const char* names[] = {"auto", "fp8_e4m3", "fp8_e5m2"};
     const TensorView none;
     forward_prefix(rows(b.query, l, b.num_tokens, l.num_heads), none, none, names[l.kv_fp8],
@@ -239,6 +245,26 @@ int ref_forward_prefix(const ref_layer_t* layer, const ref_batch_t* batch, const
                    TensorView::contiguous(b.seq_lens, ScalarType::kInt32, {b.num_reqs}),
                    b.max_query_len, nullptr, 0, l.k_scale, l.v_scale,
                    rows(b.output, l, b.num_tokens, l.num_heads), stream_of(stream), *cache);
+    GA_CU_CHECK(driver().cuStreamSynchronize(stream_of(stream)));
+  });
+}
+
+int ref_paged_attention(const ref_layer_t* layer, const ref_batch_t* batch, float scale,
+                        const char* cache_dir, void* stream) {
+  return run("ref_paged_attention", [&] {
+    const ref_layer_t& l = *layer;
+    const ref_batch_t& b = *batch;
+    const auto cache = cache_in(cache_dir);
+    const PagedKvCache kv = legacy_caches_of(l, b);
+    const char* name = l.kv_fp8 == 1 ? "fp8" : l.kv_fp8 == 2 ? "fp8_e5m2" : "auto";
+    paged_attention_v1(rows(b.output, l, b.num_reqs, l.num_heads),
+                       rows(b.query, l, b.num_reqs, l.num_heads), kv.key_cache, kv.value_cache,
+                       l.num_kv_heads, scale,
+                       TensorView::contiguous(b.block_table, ScalarType::kInt32,
+                                              {b.num_reqs, b.max_blocks_per_seq}),
+                       TensorView::contiguous(b.seq_lens, ScalarType::kInt32, {b.num_reqs}),
+                       l.block_size, b.max_seq_len, TensorView(), name, l.k_scale, l.v_scale, 0, 0,
+                       0, 0, 0, stream_of(stream), *cache);
     GA_CU_CHECK(driver().cuStreamSynchronize(stream_of(stream)));
   });
 }

@@ -660,6 +660,61 @@ static void test_tensor_checks(void) {
                                          &seq, 4, NULL, 0, 1, 1, 0, 0, NULL, 1, &out, NULL, NULL),
                 INVALID, "the KV cache dtype is auto");
   }
+  /* paged_attention_v1 / v2 over the legacy caches: vLLM's kv_cache_dtype names decide how a
+   * uint8 cache reads; every C++ check runs before any device use. */
+  {
+    int64_t key_shape[5] = {10, 2, 16, 16, 8}, value_shape[4] = {10, 2, 128, 16};
+    int64_t q_shape[3] = {3, 8, 128}, bt_shape[2] = {3, 5}, seq_shape[1] = {3};
+    int64_t sums_shape[3] = {3, 8, 2}, tmp_shape[4] = {3, 8, 2, 128};
+    DLTensor key_cache = tensor(FAKE_DEVICE_PTR, kDLCUDA, kDLBfloat, 16, 5, key_shape);
+    DLTensor value_cache = tensor(FAKE_DEVICE_PTR, kDLCUDA, kDLBfloat, 16, 4, value_shape);
+    DLTensor q = tensor(FAKE_DEVICE_PTR, kDLCUDA, kDLBfloat, 16, 3, q_shape);
+    DLTensor bt = tensor(FAKE_DEVICE_PTR, kDLCUDA, kDLInt, 32, 2, bt_shape);
+    DLTensor seq = tensor(FAKE_DEVICE_PTR, kDLCUDA, kDLInt, 32, 1, seq_shape);
+    DLTensor sums = tensor(FAKE_DEVICE_PTR, kDLCUDA, kDLFloat, 32, 3, sums_shape);
+    DLTensor tmp = tensor(FAKE_DEVICE_PTR, kDLCUDA, kDLBfloat, 16, 4, tmp_shape);
+    CHECK_FAILS(graphattn_paged_attention_v1(&q, &q, &key_cache, &value_cache, 2, 0.1f, &bt, &seq,
+                                             16, 1000, NULL, NULL, 1, 1, 0, 0, 0, 0, 0, NULL, NULL),
+                INVALID, "kv_cache_dtype is NULL");
+    CHECK_FAILS(
+        graphattn_paged_attention_v1(&q, &q, &key_cache, &value_cache, 2, 0.1f, &bt, &seq, 16, 1000,
+                                     NULL, "int8", 1, 1, 0, 0, 0, 0, 0, NULL, NULL),
+        GRAPHATTN_ERROR, "kv_cache_dtype \"int8\" is not supported; supported: auto, fp8");
+    CHECK_FAILS(
+        graphattn_paged_attention_v1(&q, &q, &key_cache, &value_cache, 2, 0.1f, &bt, &seq, 16, 1000,
+                                     NULL, "auto", 1, 1, 0, 0, 8, 64, 0, NULL, NULL),
+        GRAPHATTN_ERROR, "local_blocks 0 is not supported");
+    CHECK_FAILS(graphattn_paged_attention_v2(&q, &sums, &sums, &tmp, &q, &key_cache, &value_cache,
+                                             4, 0.1f, &bt, &seq, 16, 1000, NULL, "auto", 1, 1, 0, 0,
+                                             0, 0, 0, NULL, NULL),
+                GRAPHATTN_ERROR, "num_kv_heads 4 differs from the caches' 2");
+    sums_shape[2] = 1;
+    CHECK_FAILS(graphattn_paged_attention_v2(&q, &sums, &sums, &tmp, &q, &key_cache, &value_cache,
+                                             2, 0.1f, &bt, &seq, 16, 1000, NULL, "auto", 1, 1, 0, 0,
+                                             0, 0, 0, NULL, NULL),
+                GRAPHATTN_ERROR, "exp_sums fp32[3, 8, 1]");
+    /* uint8 caches: read as fp8 when the name says so; "auto" cannot read them. */
+    key_shape[2] = 8;
+    key_shape[4] = 16;
+    key_cache.dtype.code = value_cache.dtype.code = kDLUInt;
+    key_cache.dtype.bits = value_cache.dtype.bits = 8;
+    CHECK_FAILS(
+        graphattn_paged_attention_v1(&q, &q, &key_cache, &value_cache, 2, 0.1f, &bt, &seq, 16, 1000,
+                                     NULL, "auto", 1, 1, 0, 0, 0, 0, 0, NULL, NULL),
+        INVALID, "key_cache has dtype uint8 but the KV cache dtype is auto");
+    CHECK_FAILS(
+        graphattn_paged_attention_v1(&q, &q, &key_cache, &value_cache, 2, 0.1f, &bt, &seq, 16, 1000,
+                                     NULL, "fp8_e5m2", -1, 1, 0, 0, 0, 0, 0, NULL, NULL),
+        GRAPHATTN_ERROR, "fp8 KV cache needs positive k_scale and v_scale, got -1");
+    int use_v1 = -1;
+    CHECK_OK(graphattn_use_paged_attention_v1(4096, 64, 32, &use_v1));
+    CHECK(use_v1 == 1);
+    CHECK_OK(graphattn_use_paged_attention_v1(4096, 8, 32, &use_v1));
+    CHECK(use_v1 == 0);
+    CHECK_FAILS(graphattn_use_paged_attention_v1(4096, 8, 32, NULL), INVALID, "use_v1 is NULL");
+    CHECK_FAILS(graphattn_use_paged_attention_v1(-1, 8, 32, &use_v1), GRAPHATTN_ERROR,
+                "max_seq_len -1 must be >= 0");
+  }
   /* An fp8 cache as DLPack 1.1's float8_e5m2 (code 12) must match the kv dtype given. */
   DLTensor fp8 = cache;
   fp8.dtype.code = 12;

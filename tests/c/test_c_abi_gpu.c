@@ -543,6 +543,118 @@ static void graph_case(const layer_t* l, graphattn_cache_t cache, void* stream) 
 
 /* ---- main --------------------------------------------------------------------------------- */
 
+/* ---- paged_attention_v1 / v2 over vLLM's legacy caches ----------------------------------- */
+
+/* Every position of five requests (one padded) written into NaN-filled legacy caches by
+ * graphattn_write_to_paged_cache (an fp8 cache as uint8), then graphattn_paged_attention_v1 and
+ * v2 through the C ABI against the C++ paged_attention_v1 on the same memory: the same kernel on
+ * the same grid, so the outputs must be identical (and free of NaN, zero for the padded row). */
+static void legacy_case(const char* name, layer_t l, int kv_fp8, float k_scale, float v_scale,
+                        graphattn_cache_t cache, const char* cache_dir, void* stream) {
+  enum { kReqs = 5 };
+  const int s[kReqs] = {1, 300, 0, 33, 2000};
+  int q[kReqs];
+  for (int r = 0; r < kReqs; ++r) q[r] = s[r] > 0 ? s[r] : 1; /* every position is written */
+  l.ref.kv_fp8 = kv_fp8;
+  l.ref.k_scale = k_scale;
+  l.ref.v_scale = v_scale;
+  const int bf16 = l.ref.bf16, H = l.ref.num_heads, KH = l.ref.num_kv_heads, D = l.ref.head_size;
+  const int B = l.ref.block_size, elem = kv_fp8 ? 1 : 2, x = 16 / elem;
+  batch_t b = make_batch(q, s, kReqs, 0, B, 0);
+  const size_t kv_rows = (size_t)b.num_tokens * (size_t)KH * (size_t)D;
+  uint16_t* kv_host = xmalloc(2 * kv_rows * 2);
+  fill_halves(kv_host, 2 * kv_rows, bf16);
+  void* d_key = device_copy(kv_host, kv_rows * 2);
+  void* d_value = device_copy(kv_host + kv_rows, kv_rows * 2);
+  void* d_slots = device_copy(b.slots, sizeof(int64_t) * (size_t)b.num_tokens);
+  const size_t half = (size_t)b.num_blocks * (size_t)B * (size_t)KH * (size_t)D * (size_t)elem;
+  void* d_cache = device_copy(NULL, 2 * half);
+  CHECK(ref_fill(d_cache, 0xff, 2 * half) == 0); /* NaN wherever nothing may be read */
+  const uint8_t code = kv_fp8 ? kDLUInt : bf16 ? kDLBfloat : kDLFloat;
+  const uint8_t bits = kv_fp8 ? 8 : 16;
+  const uint8_t model = bf16 ? kDLBfloat : kDLFloat;
+  int64_t row_shape[3] = {b.num_tokens, KH, D}, slot_shape[1] = {b.num_tokens};
+  int64_t kc_shape[5] = {b.num_blocks, KH, D / x, B, x}, vc_shape[4] = {b.num_blocks, KH, D, B};
+  DLTensor key = dl(d_key, model, 16, 3, row_shape), value = dl(d_value, model, 16, 3, row_shape);
+  DLTensor slots = dl(d_slots, kDLInt, 64, 1, slot_shape);
+  DLTensor key_cache = dl(d_cache, code, bits, 5, kc_shape);
+  DLTensor value_cache = dl((char*)d_cache + half, code, bits, 4, vc_shape);
+  const graphattn_kv_dtype_t kv_dtype = kv_fp8 == 1   ? GRAPHATTN_KV_DTYPE_FP8_E4M3
+                                        : kv_fp8 == 2 ? GRAPHATTN_KV_DTYPE_FP8_E5M2
+                                                      : GRAPHATTN_KV_DTYPE_AUTO;
+  CHECK_OK(graphattn_write_to_paged_cache(&key, &value, &key_cache, &value_cache, &slots, kv_dtype,
+                                          k_scale, v_scale, stream, cache));
+
+  const size_t out_elems = (size_t)kReqs * (size_t)H * (size_t)D;
+  uint16_t* q_host = xmalloc(out_elems * 2);
+  fill_halves(q_host, out_elems, bf16);
+  void* d_query = device_copy(q_host, out_elems * 2);
+  void* d_out[3];
+  for (int i = 0; i < 3; ++i) {
+    d_out[i] = device_copy(NULL, out_elems * 2);
+    CHECK(ref_fill(d_out[i], 0xff, out_elems * 2) == 0);
+  }
+  void* d_seq = device_copy(b.seq, sizeof(int32_t) * kReqs);
+  void* d_bt = device_copy(b.block_table, sizeof(int32_t) * (size_t)(kReqs * b.row_blocks));
+  const int64_t parts = (b.max_seq_len + 511) / 512;
+  void* d_sums = device_copy(NULL, (size_t)(kReqs * H * parts) * 4);
+  void* d_tmp = device_copy(NULL, (size_t)(kReqs * H * parts * D) * 2);
+  int64_t q_shape[3] = {kReqs, H, D}, seq_shape[1] = {kReqs}, bt_shape[2] = {kReqs, b.row_blocks};
+  int64_t sums_shape[3] = {kReqs, H, parts}, tmp_shape[4] = {kReqs, H, parts, D};
+  DLTensor query = dl(d_query, model, 16, 3, q_shape);
+  DLTensor out1 = dl(d_out[0], model, 16, 3, q_shape), out2 = dl(d_out[1], model, 16, 3, q_shape);
+  DLTensor seq = dl(d_seq, kDLInt, 32, 1, seq_shape), bt = dl(d_bt, kDLInt, 32, 2, bt_shape);
+  DLTensor sums = dl(d_sums, kDLFloat, 32, 3, sums_shape), tmp = dl(d_tmp, model, 16, 4, tmp_shape);
+  const char* kv_name = kv_fp8 == 1 ? "fp8" : kv_fp8 == 2 ? "fp8_e5m2" : "auto";
+  const float scale = 0.09f;
+  CHECK_OK(graphattn_paged_attention_v1(&out1, &query, &key_cache, &value_cache, KH, scale, &bt,
+                                        &seq, B, b.max_seq_len, NULL, kv_name, k_scale, v_scale, 0,
+                                        0, 0, 0, 0, stream, cache));
+  CHECK_OK(graphattn_paged_attention_v2(&out2, &sums, &sums, &tmp, &query, &key_cache, &value_cache,
+                                        KH, scale, &bt, &seq, B, b.max_seq_len, NULL, kv_name,
+                                        k_scale, v_scale, 0, 0, 1, 0, 0, stream, cache));
+  CHECK(ref_stream_sync(stream) == 0);
+  ref_batch_t rb;
+  memset(&rb, 0, sizeof rb);
+  rb.query = d_query;
+  rb.output = d_out[2];
+  rb.kv_cache = d_cache;
+  rb.block_table = d_bt;
+  rb.seq_lens = d_seq;
+  rb.num_blocks = b.num_blocks;
+  rb.max_blocks_per_seq = b.row_blocks;
+  rb.num_reqs = kReqs;
+  rb.max_seq_len = b.max_seq_len;
+  CHECK(ref_paged_attention(&l.ref, &rb, scale, cache_dir, stream) == 0);
+  uint16_t* got[3];
+  for (int i = 0; i < 3; ++i) {
+    got[i] = xmalloc(out_elems * 2);
+    CHECK(ref_download(got[i], d_out[i], out_elems * 2) == 0);
+  }
+  CHECK(memcmp(got[0], got[2], out_elems * 2) == 0);
+  CHECK(memcmp(got[1], got[2], out_elems * 2) == 0);
+  size_t nan = 0, nonzero_padded = 0;
+  for (size_t i = 0; i < out_elems; ++i) {
+    nan += is_nan_half(got[2][i], bf16);
+    nonzero_padded += s[i / ((size_t)H * (size_t)D)] == 0 && got[2][i] != 0;
+  }
+  CHECK(nan == 0);
+  CHECK(nonzero_padded == 0);
+  int use_v1 = -1;
+  CHECK_OK(graphattn_use_paged_attention_v1(b.max_seq_len, kReqs, H, &use_v1));
+  CHECK(use_v1 == 0); /* 2000 tokens are 4 partitions, 5 * H <= 512 rows */
+  printf("paged_attention %s: v1 and v2 through the C ABI identical to the C++ call\n", name);
+  for (int i = 0; i < 3; ++i) {
+    free(got[i]);
+    ref_free(d_out[i]);
+  }
+  void* bufs[] = {d_key, d_value, d_slots, d_cache, d_query, d_seq, d_bt, d_sums, d_tmp};
+  for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; ++i) ref_free(bufs[i]);
+  free(q_host);
+  free(kv_host);
+  free_batch(&b);
+}
+
 static void remove_dir(const char* dir) {
   DIR* d = opendir(dir);
   if (!d) return;
@@ -737,6 +849,9 @@ int main(void) {
   graph_case(&llama, cache, stream);
   prefix_case("bf16 legacy b16", 1, 0, cache, dir, stream);
   prefix_case("fp16 legacy b16, fp8 e4m3 (uint8)", 0, 1, cache, dir, stream);
+  legacy_case("bf16 32/8x128 b16", llama, 0, 1.0f, 1.0f, cache, dir, stream);
+  legacy_case("fp16 16/2x64 b32", hnd, 0, 1.0f, 1.0f, cache, dir, stream);
+  legacy_case("fp8 e4m3 (uint8) 32/8x128 b16", llama, 1, 0.5f, 2.0f, cache, dir, stream);
 
   ref_stream_destroy(stream);
   graphattn_cache_destroy(cache);
