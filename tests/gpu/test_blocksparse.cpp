@@ -399,6 +399,7 @@ TEST_CASE("gpu blocksparse: decode matches the float64 reference (dtypes, fp8, G
   extra.q_lens.assign(4, 1);
   extra.num_decodes = 4;
   cases.push_back(extra);
+  if (reduced()) cases.resize(3);  // (compute-sanitizer)
   for (const SparseCase& c : cases) run_case(c, cache, rng);
 }
 
@@ -433,7 +434,7 @@ TEST_CASE("gpu blocksparse: prefill and mixed batches match the float64 referenc
           c.soft_cap = 20.0f;
           c.alibi = c.sinks = true;
         }
-        run_case(c, cache, rng);
+        if (!reduced() || i < 3) run_case(c, cache, rng);  // (compute-sanitizer: a few)
         ++i;
       }
 }

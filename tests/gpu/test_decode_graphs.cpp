@@ -397,7 +397,8 @@ TEST_CASE("gpu decode graphs: mixed graphs serve every decode/prefill mix, split
     int checked_against_reference = 0, with_prefills = 0;
     // Up to two prefills of up to kQ + 40 tokens beside the decodes: at most kMaxTokens tokens.
     const int max_decodes = (kMaxTokens - 2 * (kQ + 40)) / kQ;
-    for (int step = 0; step < 40; ++step) {
+    const int steps = test::reduced() ? 10 : 40;  // (compute-sanitizer: fewer)
+    for (int step = 0; step < steps; ++step) {
       const int kind = static_cast<int>(rng() % 4);
       const bool prefills = kind < 2, ragged = kind == 2 && kQ > 1;
       const int decodes = static_cast<int>(rng() % (prefills ? max_decodes + 1 : 24)) +
@@ -436,10 +437,10 @@ TEST_CASE("gpu decode graphs: mixed graphs serve every decode/prefill mix, split
                                               << s.eager_steps << ", steps with prefills "
                                               << with_prefills << ", checked against the reference "
                                               << checked_against_reference);
-    CHECK(s.replays == 40);
+    CHECK(s.replays == static_cast<uint64_t>(steps));
     CHECK(s.eager_steps == 0);
-    CHECK(with_prefills > 5);
-    CHECK(checked_against_reference > 10);
+    CHECK(with_prefills > steps / 8);
+    CHECK(checked_against_reference == steps / 2);
     // Padded tokens and requests wrote nothing outside the batches' blocks.
     check_caches_agree(graph_stack, eager_stack, init);
   }
