@@ -176,6 +176,8 @@ nlohmann::json bench_decode(const Device& dev, const DecodeOptions& o, const Pee
     cfg.decode_query_len = s.q_len;   // > 1: the multi-token kernel, s.q_len tokens a request
     const int T = s.batch * s.q_len;  // query rows
     cfg = test::with_kv(cfg, fp8 ? KvDType::kFp8E4M3 : KvDType::kAuto, 1.5f);
+    // The softmax scale as the backend resolves 0; the legacy rows and the reference take it.
+    cfg.scale = 1.0f / std::sqrt(static_cast<float>(D));
     // Block-sparse rows: the 16-token tiles some head of each KV head sees (what the kernel
     // reads), counted on the host by the kernels' rule (GaBlockSparse in templates/params.h).
     double live_fraction = 1.0;
