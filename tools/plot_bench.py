@@ -4,8 +4,9 @@ in the same run) per shape, for graphattn and the peer (PyTorch SDPA / cuDNN on 
 
 Usage: plot_bench.py BENCH.json OUT.png
 
-The peer reads contiguous bf16 KV; for fp8 shapes its bytes are twice graphattn's, and its
-percentage is computed from its own bytes.
+The peer reads contiguous bf16 KV; its percentage is computed from its own bytes (twice
+graphattn's for fp8 shapes, the whole context for block-sparse ones, which graphattn reads only
+in part).
 """
 import json
 import sys
@@ -28,7 +29,10 @@ def main():
         labels.append(r["shape"])
         ours.append(r["percent_of_read_only"])
         if r.get("peer_us"):
-            peer_bytes = r["kv_mib"] * 2**20 * (2 if r["kv_dtype"] != "auto" else 1)
+            # The peer reads the whole context as contiguous bf16 K and V (fp8, block-sparse and
+            # legacy rows included): the bench's 8 KV heads of head_size, 2 bytes, K and V.
+            kv_heads = r.get("num_kv_heads", 8)
+            peer_bytes = r["batch"] * r["len"] * kv_heads * r["head_size"] * 2 * 2
             peer.append(100.0 * peer_bytes / r["peer_us"] / 1e3 / read)
         else:
             peer.append(0.0)
@@ -41,10 +45,10 @@ def main():
     ax.set_xticks(list(x))
     ax.set_xticklabels(labels, rotation=30, ha="right")
     ax.set_ylabel("% of read-only bandwidth")
-    ax.set_ylim(0, 110)
+    ax.set_ylim(0, 125)
     ax.set_title(f"Decode attention, {bench['device']}: read-only bandwidth {read:.0f} GB/s "
                  f"measured in the same run")
-    ax.legend(loc="lower right")
+    ax.legend(loc="upper center", ncol=2, frameon=False)
     fig.tight_layout()
     fig.savefig(sys.argv[2], dpi=110)
     return 0
