@@ -493,3 +493,96 @@ TEST_CASE("gpu legacy decode: a captured paged_attention_v1 replays with new seq
     GA_CU_CHECK(d.cuGraphDestroy(graph));
   }
 }
+
+TEST_CASE("gpu legacy decode: multi-token (speculative) requests over the legacy caches") {
+  GA_REQUIRE_GPU();
+  TempKernelCache cache;
+  auto rng = make_rng();
+  for (KvDType kv : {KvDType::kAuto, KvDType::kFp8E4M3}) {
+    LegacyCase c;
+    c.kv = kv;
+    c.head_size = kv == KvDType::kAuto ? 128 : 64;
+    c.seq_lens = {4, 37, 300, 1500, 1, 0};
+    // Query tokens a request (1 + accepted drafts; a padded request keeps its one row), causal
+    // among themselves at positions seq_len - q_len .. seq_len - 1.
+    const std::vector<int> q_lens = {4, 3, 4, 2, 1, 1};
+    constexpr int kMaxQ = 4;
+    INFO(describe(c));
+    LegacyBatch b;
+    build(c, rng, b);
+    const int n = static_cast<int>(c.seq_lens.size());
+    const int64_t KH = c.num_kv_heads, H = KH * c.group, D = c.head_size;
+    std::vector<int> qsl = {0};
+    for (int l : q_lens) qsl.push_back(qsl.back() + l);
+    const int64_t T = qsl.back();
+    // The batch's queries: T rows instead of build()'s one a request.
+    std::vector<uint16_t> q(static_cast<size_t>(T * H * D));
+    b.q.resize(q.size());
+    std::normal_distribution<double> qn(0.0, 1.0);
+    for (size_t i = 0; i < q.size(); ++i) {
+      q[i] = to_storage(c.dtype, qn(rng));
+      b.q[i] = from_storage(c.dtype, q[i]);
+    }
+    const ScalarType st = scalar_type_of(c.dtype);
+    b.d_q = DeviceBuffer(q.size() * 2);
+    b.d_q.upload(q.data(), q.size() * 2);
+    b.d_out = DeviceBuffer(q.size() * 2);
+    b.q_view = TensorView::contiguous(b.d_q.data(), st, {T, H, D});
+    b.out_view = TensorView::contiguous(b.d_out.data(), st, {T, H, D});
+    DeviceBuffer d_qsl(qsl.size() * 4);
+    d_qsl.upload(qsl.data(), qsl.size() * 4);
+    const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+
+    RefProblem p = paged_problem(static_cast<int>(H), c.num_kv_heads, c.head_size, c.block_size,
+                                 qsl, c.seq_lens, b.block_table, static_cast<int>(b.max_blocks));
+    p.q = b.q;
+    p.k_cache = b.k_ref;
+    p.v_cache = b.v_ref;
+    p.scale = scale;
+    const std::vector<double> want = reference_attention(p);
+
+    const detail::KvCacheShape kc =
+        detail::check_paged_caches(b.caches.key_cache, b.caches.value_cache, c.dtype);
+    detail::DecodeLaunch a{{b.q_view, TensorView(), b.out_view, b.seq_view, b.bt_view}};
+    a.legacy_kv = kc;
+    a.num_decodes = n;
+    a.scale = static_cast<float>(scale);
+    a.k_scale = kv == KvDType::kAuto ? 1.0f : kKScale;
+    a.v_scale = kv == KvDType::kAuto ? 1.0f : kVScale;
+    a.multi_token = true;
+    a.query_start_loc = TensorView::contiguous(d_qsl.data(), ScalarType::kInt32, {n + 1});
+    a.max_query_len = kMaxQ;
+    const AttentionSpec spec =
+        detail::attention_spec_for(KernelKind::kDecode, b.q_view, b.out_view, kc, 0, 0.0f,
+                                   current_device_arch(), false, false, false, true);
+    CHECK(spec.layout == KvLayout::kLegacy);
+    CHECK(spec.multi_token);
+    const detail::LoadedKernel& k = detail::load_kernel(spec, cache);
+    const int most = (1500 + 63) / 64;
+    DeviceBuffer ws(
+        detail::decode_workspace_bytes(n * kMaxQ, static_cast<int>(H), c.head_size, most));
+    DeviceBuffer counters(detail::decode_counter_count(n, c.num_kv_heads, c.group * kMaxQ) * 4);
+    for (int splits : {1, 3, most}) {
+      INFO("max_splits " << splits);
+      a.max_splits = splits;
+      a.workspace = ws.data();
+      a.workspace_size = ws.bytes();
+      a.counters = counters.data();
+      b.d_out.fill_bytes(0xff);  // NaN: every row must be written
+      detail::launch_decode(k, a, nullptr);
+      GA_CU_CHECK(detail::driver().cuCtxSynchronize());
+      std::vector<uint16_t> out(want.size());
+      b.d_out.download(out.data(), out.size() * 2);
+      std::vector<double> got(out.size());
+      size_t nan = 0;
+      for (size_t i = 0; i < out.size(); ++i) {
+        nan += is_nan16(c.dtype, out[i]);
+        got[i] = from_storage(c.dtype, out[i]);
+      }
+      CHECK(nan == 0);
+      const double err = relative_l2(got, want);
+      INFO("relative L2 error " << err);
+      CHECK(err <= tolerance(c.dtype));
+    }
+  }
+}
