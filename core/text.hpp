@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <iterator>
 #include <string>
 
@@ -28,6 +29,9 @@ inline std::string printable(const std::string& text, size_t max_bytes = 96) {
   if (n < text.size()) out += "... (" + std::to_string(text.size()) + " bytes)";
   return out;
 }
+
+// A count or size in a message (one spelling for every file's errors).
+inline std::string str(int64_t v) { return std::to_string(v); }
 
 // The name of an enum value from a table in the enum's order (values 0, 1, ...); "?" for a value
 // outside it (an int cast into the enum).

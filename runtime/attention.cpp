@@ -22,7 +22,7 @@
 namespace graphattn {
 namespace {
 
-std::string str(int64_t v) { return std::to_string(v); }
+using detail::str;
 std::string fstr(float v) { return std::to_string(v); }
 
 // GRAPHATTN_CHECK_BOUNDS: unset, empty or 0 is off, 1 on; anything else is an error naming it.

@@ -5,12 +5,11 @@
 #include <string>
 
 #include "core/require.hpp"
+#include "core/text.hpp"
 #include "graphattn/error.hpp"
 
 namespace graphattn {
-namespace {
-std::string str(int64_t v) { return std::to_string(v); }
-}  // namespace
+using detail::str;
 
 int blocksparse_head_sliding_step(int total_num_heads, int total_num_kv_heads, int vert_stride,
                                   bool homo_head, bool homo_head_group) {

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "core/text.hpp"
 #include "graphattn/backend.hpp"
 #include "graphattn/error.hpp"
 #include "runtime/tensor_checks.hpp"
@@ -13,8 +14,6 @@
 
 namespace graphattn::detail {
 namespace {
-
-std::string str(int64_t v) { return std::to_string(v); }
 
 size_t align_up(size_t x) { return (x + 255) / 256 * 256; }
 

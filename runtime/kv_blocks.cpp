@@ -7,13 +7,14 @@
 #include <vector>
 
 #include "core/require.hpp"
+#include "core/text.hpp"
 #include "graphattn/error.hpp"
 #include "runtime/driver.hpp"
 
 namespace graphattn {
 namespace {
 
-std::string str(int64_t v) { return std::to_string(v); }
+using detail::str;
 
 // A checked [num_blocks, ...] cache: where block 0 starts, the distance between blocks and the
 // bytes of one block.

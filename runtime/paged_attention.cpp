@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/require.hpp"
+#include "core/text.hpp"
 #include "graphattn/blocksparse.hpp"
 #include "graphattn/error.hpp"
 #include "graphattn/paged_cache.hpp"
@@ -24,7 +25,7 @@
 namespace graphattn {
 namespace {
 
-std::string str(int64_t v) { return std::to_string(v); }
+using detail::str;
 
 // One call's arguments as vLLM passes them (v2's temporaries aside).
 struct PagedAttentionCall {

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "core/require.hpp"
+#include "core/text.hpp"
 #include "graphattn/error.hpp"
 #include "graphattn/runtime.hpp"
 #include "runtime/module_cache.hpp"
@@ -13,7 +14,7 @@
 namespace graphattn {
 namespace {
 
-std::string str(int64_t v) { return std::to_string(v); }
+using detail::str;
 
 void require_count(int64_t v, const char* name) {
   GA_REQUIRE(v >= 1, std::string(name) + " " + str(v) + " is not supported; supported: >= 1");

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "core/require.hpp"
+#include "core/text.hpp"
 #include "graphattn/error.hpp"
 #include "graphattn/paged_cache.hpp"
 #include "graphattn/runtime.hpp"
@@ -14,7 +15,7 @@
 namespace graphattn {
 namespace {
 
-std::string str(int64_t v) { return std::to_string(v); }
+using detail::str;
 
 // vLLM's cache dtype names ("fp8" is e4m3 on CUDA).
 KvDType kv_cache_dtype_named(const std::string& name) {

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 
+#include "core/text.hpp"
 #include "graphattn/backend.hpp"
 #include "graphattn/error.hpp"
 #include "graphattn/runtime.hpp"
@@ -15,8 +16,6 @@
 
 namespace graphattn::detail {
 namespace {
-
-std::string str(int64_t v) { return std::to_string(v); }
 
 void require_int32_vector(const TensorView& t, const char* name, int64_t min_len,
                           const char* shape) {
