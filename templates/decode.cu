@@ -187,21 +187,24 @@ __device__ __forceinline__ ga_u32 ga_mma_pack2(float lo, float hi) {
 // with the conversion; 64 x 8192 on an H200 4% faster), else bit moves (e4m3 bits into an fp16's
 // exponent and mantissa, which lands the value times 2^-8: KV_WIDEN_SCALE).
 __device__ __forceinline__ void ga_fp8x4_widen(ga_u32 w, ga_u32& lo, ga_u32& hi) {
-  if (KV_FP8 == 2) {
-    lo = ga_prmt(w, 0u, 0x1404u);  // bytes 0, e0, 0, e1
-    hi = ga_prmt(w, 0u, 0x3424u);  // bytes 0, e2, 0, e3
+#if GA_E4M3_CVT
+  if (KV_FP8 == 1) {
+    asm("{\n .reg .b16 l, h;\n mov.b32 {l, h}, %2;\n cvt.rn.f16x2.e4m3x2 %0, l;\n"
+        " cvt.rn.f16x2.e4m3x2 %1, h;\n}\n"
+        : "=r"(lo), "=r"(hi)
+        : "r"(w));
     return;
   }
-#if GA_E4M3_CVT
-  asm("{\n .reg .b16 l, h;\n mov.b32 {l, h}, %2;\n cvt.rn.f16x2.e4m3x2 %0, l;\n"
-      " cvt.rn.f16x2.e4m3x2 %1, h;\n}\n"
-      : "=r"(lo), "=r"(hi)
-      : "r"(w));
-#else
+#endif
+  // Each byte as the high byte of an fp16: bytes 0, e0, 0, e1 and 0, e2, 0, e3.
   const ga_u32 a = ga_prmt(w, 0u, 0x1404u), b = ga_prmt(w, 0u, 0x3424u);
+  if (KV_FP8 == 2) {  // e5m2 is exactly that
+    lo = a;
+    hi = b;
+    return;
+  }
   lo = (a & 0x80008000u) | ((a & 0x7f007f00u) >> 1);
   hi = (b & 0x80008000u) | ((b & 0x7f007f00u) >> 1);
-#endif
 }
 // Two bf16 query elements -> fp16, times q_scale.
 __device__ __forceinline__ ga_u32 ga_bf16x2_to_f16x2(ga_u32 x, float q_scale) {
