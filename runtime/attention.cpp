@@ -390,10 +390,9 @@ void AttentionBackend::forward(const TensorView& query, const TensorView& key,
   }
 
   // A decode-only step writes its new keys and values inside the decode kernel: one launch fewer
-  // per layer. With a 16-bit cache the kernel reads the new rows from key / value directly, so
-  // the write costs no wait; an fp8 cache reads them back after a fence, which measured 3%
-  // slower at batch 64 on an H200, so fp8 fuses only split launches (small batches, where the
-  // saved launch matters most). Batches with prefills run the cache write kernel first.
+  // per layer. The kernel patches the new rows (rounded to fp8 for an fp8 cache) into its
+  // shared-memory tile, so the write costs no wait. Batches with prefills run the cache write
+  // kernel first.
   TensorView k = key, v = value;
   if (write) {
     k.shape[0] = write_rows;
@@ -401,8 +400,7 @@ void AttentionBackend::forward(const TensorView& query, const TensorView& key,
     detail::check_cache_write(k, v, kc, md.slot_mapping, c.k_scale, c.v_scale);
   }
   const bool fused_write = write && !cross && !dev && decode && !prefill && !d.multi_token &&
-                           md.num_actual_tokens == md.num_decodes &&
-                           (c.kv_dtype == KvDType::kAuto || d.max_splits > 1);
+                           md.num_actual_tokens == md.num_decodes;
   if (fused_write) {
     d.new_key = k;
     d.new_value = v;

@@ -353,7 +353,7 @@ void enqueue_decode(const LoadedKernel& decode, const DecodeLaunch& a, CUstream 
   const int kvb = kv_bytes_of(spec);
   const int stages = stages_of(spec, a);
   p.stages = stages;
-  p.early_prologue = a.early_prologue && !fp8 && a.new_key.ndim != 0 ? 1 : 0;
+  p.early_prologue = a.early_prologue && a.new_key.ndim != 0 ? 1 : 0;
   p.cluster_splits = a.cluster && a.max_splits > 1 ? 1 : 0;
   const int smem = ga_decode_smem_bytes(spec.head_size, kvb, stages);
   ensure_shared_limit(decode, smem);

@@ -49,8 +49,8 @@ struct DecodeLaunch : AttentionViews {
   int num_decodes = 0;
   int max_splits = 1;  // grid width; each request uses at most this many splits
   int stages = 0;      // pipeline depth 2..ga_decode_max_stages; 0: the shallow default
-  // 16-bit cache with the fused write: read seq_lens, block_table, slot_mapping and the KV cache
-  // before the previous kernel in the stream finishes (it must write none of them).
+  // With the fused write: read seq_lens, block_table, slot_mapping and the KV cache before the
+  // previous kernel in the stream finishes (it must write none of them).
   bool early_prologue = false;
   // sm_90+, max_splits <= 16: run the splits of each request as one thread-block cluster and
   // combine them through distributed shared memory (the counters are then not used).

@@ -342,10 +342,10 @@ __device__ __forceinline__ void ga_store4(ga_u16* dst, const float4& v) {
 
 extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
     graphattn_decode(const __grid_constant__ DecodeParams p) {
-  // Early prologue (16-bit caches): the metadata and the KV cache are read before waiting for
-  // the previous kernel, which the host allows only when that kernel writes neither; the query
-  // and the new token's key and value are read after the wait.
-  const bool early = KV_FP8 == 0 && p.early_prologue != 0;
+  // Early prologue: the metadata and the KV cache are read before waiting for the previous
+  // kernel, which the host allows only when that kernel writes neither; the query, the new
+  // token's key and value and the device KV scales are read after the wait.
+  const bool early = p.early_prologue != 0;
   if (!early) ga_grid_dependency_sync();
   extern __shared__ __align__(128) unsigned char smem[];
   const int split = blockIdx.x;
@@ -417,10 +417,9 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
     return;
   }
   // Fused cache write: the new token (position seq_len - 1) sits in the last tile, which only
-  // the last split reads. With a 16-bit cache the warp that owns that tile loads the new row
-  // from new_key / new_value, stores it to the cache and patches it into its shared-memory tile,
-  // so no load waits for the store; an fp8 cache stores the rounded row first and reads it back
-  // after a fence (the MMA needs the fp8 bytes).
+  // the last split reads. The warp that owns that tile loads the new row from new_key /
+  // new_value (an fp8 cache: rounds it to the cache's bytes), stores it to the cache and
+  // patches it into its shared-memory tile, so no load waits for the store.
   const bool last_split = split == num_splits - 1;
   long long new_slot = -1;
   if (!LEGACY && p.new_key != nullptr && last_split) {  // (the host refuses it for legacy)
@@ -435,29 +434,6 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
                                       (new_slot % BLOCK_SIZE) * p.kv.cache_token_stride +
                                       static_cast<long long>(kv_head) * p.kv.cache_head_stride
                                 : 0;
-  if (KV_FP8 != 0 && new_slot >= 0) {
-    for (int i = tid; i < 2 * (HEAD_SIZE / 8); i += GA_DECODE_THREADS) {
-      const int which = i / (HEAD_SIZE / 8);
-      const int d = (i - which * (HEAD_SIZE / 8)) * 8;
-      const ga_u16* src =
-          which ? static_cast<const ga_u16*>(p.new_value) + req * p.new_value_token_stride +
-                      kv_head * p.new_value_head_stride
-                : static_cast<const ga_u16*>(p.new_key) + req * p.new_key_token_stride +
-                      kv_head * p.new_key_head_stride;
-      const uint4 x = *reinterpret_cast<const uint4*>(src + d);
-      void* cache = const_cast<void*>(which ? p.kv.value_cache : p.kv.key_cache);
-      const ga_u16* h = reinterpret_cast<const ga_u16*>(&x);
-      const float scale = which ? ga_kv_scale(p.scales.v_scale_ptr, p.v_scale)
-                                : ga_kv_scale(p.scales.k_scale_ptr, p.k_scale);
-      __align__(8) ga_u8 q[8];
-#pragma unroll
-      for (int j = 0; j < 8; ++j) q[j] = ga_f32_to_kv_fp8(ga_to_float(h[j]) / scale);
-      *reinterpret_cast<uint2*>(static_cast<ga_u8*>(cache) + new_dst + d) =
-          *reinterpret_cast<const uint2*>(q);
-    }
-    __threadfence();
-    __syncthreads();
-  }
   const int tile_begin = split * tiles_per_split;
   const int tile_end = tile_begin + tiles_per_split < tiles ? tile_begin + tiles_per_split : tiles;
   // This warp's tiles: tile_begin + warp + NW * j.
@@ -502,9 +478,9 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   const long long token_bytes = p.kv.cache_token_stride * KV_BYTES;
   const int* bt_row = p.kv.block_table + req * p.kv.block_table_stride;
   const unsigned ring_addr = ga_smem_addr(ring);
-  // 16-bit fused write: the pipeline zero-fills the new token's row; its owner warp patches it
-  // in from registers (tile new_j of that warp, row new_row).
-  const bool direct = KV_FP8 == 0 && new_slot >= 0;
+  // Fused write: the pipeline zero-fills the new token's row; its owner warp patches it in from
+  // registers (tile new_j of that warp, row new_row).
+  const bool direct = new_slot >= 0;
   const int new_owner = (tiles - 1 - tile_begin) % NW;
   const int new_j = (tiles - 1 - tile_begin) / NW;
   const int new_row = seq_len - 1 - (base + (tiles - 1) * TILE);
@@ -633,8 +609,9 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   }
   if (early) ga_grid_dependency_sync();
 
-  // The new token's K and V rows (chunks 0..HEAD_SIZE/8-1 of K, then of V), loaded by its owner
-  // warp, stored to the cache by the first head chunk's block, patched into the tile below.
+  // The new token's K and V rows (chunks of 8 elements: 0..HEAD_SIZE/8-1 of K, then of V),
+  // loaded by its owner warp, stored to the cache by the first head chunk's block, patched into
+  // the tile below. A chunk is 16 bytes in a 16-bit cache, 8 rounded bytes (.x, .y) in fp8.
   constexpr int NEW_CHUNKS = 2 * (HEAD_SIZE / 8);
   constexpr int NEW_PER_LANE = (NEW_CHUNKS + 31) / 32;
   uint4 new_rows[NEW_PER_LANE];
@@ -649,10 +626,23 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
                         kv_head * p.new_value_head_stride
                   : static_cast<const ga_u16*>(p.new_key) + req * p.new_key_token_stride +
                         kv_head * p.new_key_head_stride;
-        new_rows[k] = *reinterpret_cast<const uint4*>(src + c * 8);
-        if (head_chunk == 0) {
-          void* cache = const_cast<void*>(which ? p.kv.value_cache : p.kv.key_cache);
-          *reinterpret_cast<uint4*>(static_cast<ga_u16*>(cache) + new_dst + c * 8) = new_rows[k];
+        const uint4 x = *reinterpret_cast<const uint4*>(src + c * 8);
+        void* cache = const_cast<void*>(which ? p.kv.value_cache : p.kv.key_cache);
+        if (KV_FP8 != 0) {
+          const ga_u16* h = reinterpret_cast<const ga_u16*>(&x);
+          const float scale = which ? ga_kv_scale(p.scales.v_scale_ptr, p.v_scale)
+                                    : ga_kv_scale(p.scales.k_scale_ptr, p.k_scale);
+          __align__(8) ga_u8 q8[8];
+#pragma unroll
+          for (int e = 0; e < 8; ++e) q8[e] = ga_f32_to_kv_fp8(ga_to_float(h[e]) / scale);
+          const uint2 b = *reinterpret_cast<const uint2*>(q8);
+          new_rows[k] = make_uint4(b.x, b.y, 0u, 0u);
+          if (head_chunk == 0)
+            *reinterpret_cast<uint2*>(static_cast<ga_u8*>(cache) + new_dst + c * 8) = b;
+        } else {
+          new_rows[k] = x;
+          if (head_chunk == 0)
+            *reinterpret_cast<uint4*>(static_cast<ga_u16*>(cache) + new_dst + c * 8) = x;
         }
       }
     }
@@ -740,8 +730,13 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
         const int idx = lane + 32 * k;
         if (idx < NEW_CHUNKS) {
           const int which = idx / (HEAD_SIZE / 8), c = idx - which * (HEAD_SIZE / 8);
-          *reinterpret_cast<uint4*>((which ? vs : ks) + new_row * ROW_BYTES +
-                                    ((c ^ (new_row & 7)) << 4)) = new_rows[k];
+          unsigned char* row = (which ? vs : ks) + new_row * ROW_BYTES;
+          if (KV_FP8 != 0) {  // bytes 8c .. 8c + 7 of the row: half of 16-byte chunk c / 2
+            *reinterpret_cast<uint2*>(row + (((c >> 1) ^ (new_row & 7)) << 4) + (c & 1) * 8) =
+                make_uint2(new_rows[k].x, new_rows[k].y);
+          } else {
+            *reinterpret_cast<uint4*>(row + ((c ^ (new_row & 7)) << 4)) = new_rows[k];
+          }
         }
       }
       __syncwarp();

@@ -168,7 +168,7 @@ struct GRAPHATTN_API AttentionLayerConfig {
   int max_model_len = 0;  // longest seq_len (context + new tokens) a request reaches
   int max_num_seqs = 0;   // most requests in one batch (sizes the decode workspace)
   int arch = 0;           // target compute capability * 10 (e.g. 90); 0 = current device
-  // sm_90+, 16-bit KV cache: a decode-only forward() that writes its new keys and values starts
+  // sm_90+, any KV cache dtype: a decode-only forward() that writes its new keys and values starts
   // reading the metadata (seq_lens, block_table, slot_mapping) and the KV cache before the
   // previous kernel in the stream has finished (the query and the new keys and values are read
   // after it). Set it only where that kernel writes none of those; AttentionLayerStack does.

@@ -88,8 +88,8 @@ TEST_CASE("gpu bounds check: out-of-range block ids and slots are reported, not 
       CHECK(v.position == 21);
       CHECK(v.value == bad);
     }
-    if (kv == KvDType::kAuto) {
-      // A decode-only step writes its new rows inside the decode kernel (16-bit caches always).
+    {
+      // A decode-only step writes its new rows inside the decode kernel (16-bit and fp8 caches).
       INFO("decode kernel's fused write: a slot just past the cache");
       Batch b(3, 1, 40, kv);
       set_slot(b, 2, b.NB * Batch::B);

@@ -217,9 +217,9 @@ TEST_CASE("gpu kv scales: every kernel reads device scales as it reads equal hos
   struct Shape {
     int requests, new_tokens, seq_len, decodes;
   };
-  // Two decodes of long contexts (split launches: the fused write), eight decodes, and a
-  // prefill batch (the cache write kernel, then the prefill kernel; the wgmma one on sm_90 for
-  // the 16-bit cache).
+  // Two decodes of long contexts (split launches) and eight decodes (one split each), both
+  // with the decode kernel's fused write, and a prefill batch (the cache write kernel, then the
+  // prefill kernel; the wgmma one on sm_90 for the 16-bit cache).
   const Shape shapes[] = {{2, 1, 1500, 2}, {8, 1, 700, 8}, {3, 37, 300, 0}};
   for (KvDType kv : {KvDType::kFp8E4M3, KvDType::kFp8E5M2, KvDType::kAuto}) {
     for (const Shape& s : shapes) {
