@@ -250,6 +250,15 @@ __device__ __forceinline__ int ga_tok_of_row(int r) {
   if (LEGACY && KV_FP8 != 0) return 4 * ((r & 7) >> 1) + 2 * (r >> 3) + (r & 1);
   return r;
 }
+// The byte offset of K tile row `row`'s 16-byte chunk c. Flash: rows of ROW_BYTES, chunks XOR
+// the row mod 8. Legacy: chunk-major as in the cache (16 rows a chunk), so that each cp.async
+// phase of 8 lanes fills 128 contiguous bytes of shared memory from 128 contiguous bytes of the
+// cache (a row-major tile took one request per lane there: 1.5x the L2 sectors, H200 ncu); rows
+// XOR 2 * ((c / 2) mod 4) keep the MMA's reads (threads g and chunks 2t + const) conflict-free.
+__device__ __forceinline__ int ga_k_off(int row, int c) {
+  if (LEGACY) return (c * TILE + (row ^ (((c >> 1) & 3) << 1))) << 4;
+  return row * ROW_BYTES + ((c ^ (row & 7)) << 4);
+}
 // Legacy V^T tile: the stored place of 16-byte unit u (dimension u / VT_UNITS, tokens
 // (u % VT_UNITS) * VT_TOKENS ..): XOR with the dimension's output chunk mod 8, which spreads the
 // 8 rows of every ldmatrix phase (dimensions CE apart) and keeps each cp.async phase's 8
@@ -451,8 +460,8 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
     for (int i = lane; i < stages * TILE * PAD; i += 32) {
       const int row = i / (PAD > 0 ? PAD : 1), r = row % TILE;
       const int c = FULL_CHUNKS + (i - row * PAD);
-      *reinterpret_cast<uint4*>(ring + (row / TILE) * STAGE_BYTES + r * ROW_BYTES +
-                                ((c ^ (r & 7)) * 16)) = make_uint4(0u, 0u, 0u, 0u);
+      *reinterpret_cast<uint4*>(ring + (row / TILE) * STAGE_BYTES + ga_k_off(r, c)) =
+          make_uint4(0u, 0u, 0u, 0u);
     }
     for (int i = lane; i < stages * V_TAIL; i += 32) {
       const int st = i / (V_TAIL > 0 ? V_TAIL : 1);
@@ -548,8 +557,7 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
           const bool valid = pos >= lo && pos < seq_len;
           const long long src =
               kv_off + (static_cast<long long>(c) * BLOCK_SIZE + in_block + tok) * 16;
-          ga_cp_async(stage + row * ROW_BYTES + ((c ^ (row & 7)) << 4),
-                      key_cache + (valid ? src : kv_off), valid);
+          ga_cp_async(stage + ga_k_off(row, c), key_cache + (valid ? src : kv_off), valid);
         }
       }
       // V: unit idx = (dimension d, token group h) from d * BLOCK_SIZE + in_block + h * VT_TOKENS
@@ -779,10 +787,12 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
     for (int i = 0; i < KGROUPS; ++i) {
       if (8 * (i >> 1) + (i & 1) >= LIVE_CHUNKS) continue;  // the whole chunk group is padding
       const int c = ga_k_chunk_index(i, t);
-      const int sw = (c ^ g) << 4;
+      const int sw = (c ^ g) << 4;  // (flash: ga_k_off of rows g and g + 8)
+      const int k0 = LEGACY ? ga_k_off(g, c) : g * ROW_BYTES + sw;
+      const int k1 = LEGACY ? ga_k_off(g + 8, c) : (g + 8) * ROW_BYTES + sw;
       ga_u32 ka[KW], kb[KW];
-      ga_k_chunk(*reinterpret_cast<const uint4*>(ks + g * ROW_BYTES + sw), ka);
-      ga_k_chunk(*reinterpret_cast<const uint4*>(ks + (g + 8) * ROW_BYTES + sw), kb);
+      ga_k_chunk(*reinterpret_cast<const uint4*>(ks + k0), ka);
+      ga_k_chunk(*reinterpret_cast<const uint4*>(ks + k1), kb);
 #pragma unroll
       for (int sub = 0; sub < KSUB; ++sub)
 #pragma unroll
