@@ -207,9 +207,9 @@ struct DecodeParams {
                            // request and head group), which combine through distributed
                            // shared memory; counters unused. 0: the last split to arrive
                            // on its counter combines.
-  int early_prologue;      // 16-bit caches: 1 reads seq_lens, block_table, slot_mapping
-                           // and the KV cache before waiting for the previous kernel
-                           // (programmatic dependent launch): only when it writes none
+  int early_prologue;      // with the fused write: 1 reads seq_lens, block_table,
+                           // slot_mapping and the KV cache before waiting for the previous
+                           // kernel (programmatic dependent launch): only when it writes none
   GaBoundsReport* bounds;  // checked mode only
   // 1: the batch is split into decodes and prefills on the device (a graph captured for any
   // mix, AttentionMetadata::device_split): gridDim.z covers every request slot, and a block
