@@ -269,6 +269,47 @@ TEST_CASE("gpu kv scales: every kernel reads device scales as it reads equal hos
   }
 }
 
+TEST_CASE("gpu kv scales: the decode kernel's fused fp8 write stores the cache write's bytes") {
+  // A decode-only forward() writes its new rows inside the decode kernel (rounded there and
+  // patched into the tile); write_kv_cache is the cache write kernel, checked byte for byte
+  // against the host rounding in test_cache_write.cpp. Split launches and unsplit ones, host
+  // and device scales, magnitudes that reach the formats' largest values.
+  GA_REQUIRE_GPU();
+  TempKernelCache cache;
+  auto rng = make_rng();
+  Scalars scales;
+  const float k_scale = 0.043f, v_scale = 0.021f;
+  scales.set(k_scale, v_scale);
+  for (KvDType kv : {KvDType::kFp8E4M3, KvDType::kFp8E5M2})
+    for (const int requests : {2, 80})  // 2 x 2 KV heads split; 80 x 2 fill the device
+      for (const bool device : {false, true}) {
+        const int seq_len = requests == 2 ? 1500 : 100;
+        INFO("kv " << to_string(kv) << ", " << requests << " decodes of " << seq_len
+                   << (device ? ", device scales" : ", host scales"));
+        Batch b(requests, 1, seq_len, kv, rng());
+        random_new_rows(b, rng, requests == 2 ? 4.0 : 1.0);
+        AttentionLayerConfig cfg = Batch::layer(kv, 2048, 80);
+        cfg.k_scale = k_scale;
+        cfg.v_scale = v_scale;
+        AttentionBackend probe(cfg);
+        probe.prepare(cache);
+        CHECK((probe.decode_max_splits(requests) > 1) == (requests == 2));
+        if (device) {
+          cfg.k_scale_device = scales.k();
+          cfg.v_scale_device = scales.v();
+        }
+        const Result fused = forward_once(cfg, b, requests, cache);
+        CHECK(fused.cache != b.cache_before);
+        b.cache.upload(b.cache_before.data(), b.cache_before.size());
+        write_kv_cache(b.keys(), b.values(), b.cache_view(), b.metadata(requests).slot_mapping,
+                       k_scale, v_scale, nullptr, cache);
+        device_sync();
+        std::vector<unsigned char> written(b.cache.bytes());
+        b.cache.download(written.data(), written.size());
+        CHECK(fused.cache == written);
+      }
+}
+
 TEST_CASE("gpu kv scales: captured graphs follow new device scales without recapture") {
   GA_REQUIRE_GPU();
   TempKernelCache cache;
