@@ -50,6 +50,11 @@ struct Scalars {
     return {h[0], h[1]};
   }
 };
+// The scales the equal-value tests use: as host floats, and set in device scalars.
+constexpr float kKScale = 0.043f, kVScale = 0.021f;
+struct FixedScalars : Scalars {
+  FixedScalars() { set(kKScale, kVScale); }
+};
 
 // What calc_kv_scales must write for a batch whose largest |x| is amax.
 float expected_scale(float amax, float divisor) { return std::max(amax / divisor, kMinKvScale); }
@@ -211,9 +216,8 @@ TEST_CASE("gpu kv scales: every kernel reads device scales as it reads equal hos
   GA_REQUIRE_GPU();
   TempKernelCache cache;
   auto rng = make_rng();
-  Scalars scales;
-  const float k_scale = 0.043f, v_scale = 0.021f;
-  scales.set(k_scale, v_scale);
+  FixedScalars scales;
+  const float k_scale = kKScale, v_scale = kVScale;
   struct Shape {
     int requests, new_tokens, seq_len, decodes;
   };
@@ -277,9 +281,8 @@ TEST_CASE("gpu kv scales: the decode kernel's fused fp8 write stores the cache w
   GA_REQUIRE_GPU();
   TempKernelCache cache;
   auto rng = make_rng();
-  Scalars scales;
-  const float k_scale = 0.043f, v_scale = 0.021f;
-  scales.set(k_scale, v_scale);
+  FixedScalars scales;
+  const float k_scale = kKScale, v_scale = kVScale;
   for (KvDType kv : {KvDType::kFp8E4M3, KvDType::kFp8E5M2})
     for (const int requests : {2, 80})  // 2 x 2 KV heads split; 80 x 2 fill the device
       for (const bool device : {false, true}) {
