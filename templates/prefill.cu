@@ -136,6 +136,15 @@ __device__ __forceinline__ long long pf_legacy_key_col(int key, int col) {
   return (col / PF_LEGACY_X) * (BLOCK_SIZE * PF_LEGACY_X) + (key % BLOCK_SIZE) * PF_LEGACY_X +
          col % PF_LEGACY_X;
 }
+// Legacy layout: the K tile is chunk-major like the cache, [chunk][key] with 16-byte chunks of
+// 8 dimensions (PF_HEAD_PAD / 8 of them, padding chunks zero): each cp.async phase of 8 lanes then
+// reads and writes 128 contiguous bytes (a [key][dim] tile filled from the chunk-major cache
+// scatters every lane to its own sector), and ldmatrix rows (8 keys of one chunk) are 128
+// contiguous bytes. The byte offset of key row `key`'s chunk `chunk`:
+__device__ __forceinline__ unsigned pf_legacy_k_off(int key, int chunk) {
+  return static_cast<unsigned>(chunk * PF_BLOCK_N + key) * 16u;
+}
+static_assert(PF_HEAD_PAD * PF_BLOCK_N <= PF_BLOCK_N * PF_ROW, "a [chunk][key] K tile fits");
 
 // Legacy V^T: calls f(d, tc) for every 16-byte chunk of the value cache in a tile (dimension d,
 // the tile's keys [tc * PF_VT_TOK, (tc + 1) * PF_VT_TOK)) that thread tid handles: segment by
@@ -190,6 +199,27 @@ __device__ __forceinline__ void pf_load_kv(const PrefillParams& p, const int* bl
                                            int kv_row0, int kv_head, int n0, int kv_end,
                                            unsigned k_dst, unsigned v_dst, int tid) {
   const long long head_off = static_cast<long long>(kv_head) * p.kv.cache_head_stride;
+  if constexpr (PF_LEGACY && !KV_FP8) {
+    // Chunk-major (pf_legacy_k_off): consecutive lanes take consecutive keys of one chunk.
+    constexpr int TOTAL = PF_BLOCK_N * PF_CHUNKS;
+#pragma unroll
+    for (int i = 0; i < (TOTAL + PF_THREADS - 1) / PF_THREADS; ++i) {
+      const int idx = tid + i * PF_THREADS;
+      if (TOTAL % PF_THREADS == 0 || idx < TOTAL) {
+        const int c = idx / PF_BLOCK_N, row = idx - c * PF_BLOCK_N;
+        const int key = n0 + row;
+        const bool valid = key < kv_end;
+        long long off = 0;
+        if (valid)
+          off = ga_prefill_key_offset(p, block_row, kv_row0, key) + head_off +
+                pf_legacy_key_col(key, c * 8);
+        pf_cp_async16(k_dst + pf_legacy_k_off(row, c),
+                      static_cast<const ga_u16*>(p.kv.key_cache) + off, valid ? 16 : 0);
+      }
+    }
+    pf_load_vt(p, block_row, kv_head, n0, kv_end, v_dst, tid);
+    return;
+  }
   pf_for_each_chunk<PF_BLOCK_N>(tid, [&](int row, int c) {
     const int key = n0 + row;
     const bool valid = key < kv_end;
@@ -225,11 +255,14 @@ __device__ __forceinline__ uint4 pf_widen8(const ga_u8* b) {
 }
 
 // fp8: converts the chunks this thread loaded from the raw staging tile into the 16-bit tile.
+// (chunk_major: the legacy K tile, pf_legacy_k_off.)
+template <bool chunk_major = false>
 __device__ __forceinline__ void pf_convert_kv(const ga_u8* raw, ga_u16* dst, int tid) {
   pf_for_each_chunk<PF_BLOCK_N>(tid, [&](int row, int c) {
     const uint2 in = *reinterpret_cast<const uint2*>(raw + row * HEAD_SIZE + c * 8);
-    *reinterpret_cast<uint4*>(dst + row * PF_ROW + c * 8) =
-        pf_widen8(reinterpret_cast<const ga_u8*>(&in));
+    unsigned char* out = reinterpret_cast<unsigned char*>(dst) +
+                         (chunk_major ? pf_legacy_k_off(row, c) : (row * PF_ROW + c * 8) * 2);
+    *reinterpret_cast<uint4*>(out) = pf_widen8(reinterpret_cast<const ga_u8*>(&in));
   });
 }
 
@@ -291,7 +324,9 @@ __device__ __forceinline__ void pf_tile(
 
   // ldmatrix lane addressing (see the fragment layouts of m16n8k16).
   const int mi = lane >> 3;
-  const unsigned k_lane = k_addr + (((mi >> 1) * 8 + (lane & 7)) * PF_ROW + (mi & 1) * 8) * 2;
+  const unsigned k_lane = PF_LEGACY
+                              ? k_addr + pf_legacy_k_off((mi >> 1) * 8 + (lane & 7), mi & 1)
+                              : k_addr + (((mi >> 1) * 8 + (lane & 7)) * PF_ROW + (mi & 1) * 8) * 2;
 #pragma unroll
   for (int ks = 0; ks < PF_HEAD_PAD / 16; ++ks) {
     unsigned a[PF_MT][4];
@@ -309,7 +344,8 @@ __device__ __forceinline__ void pf_tile(
 #pragma unroll
     for (int nb2 = 0; nb2 < NB / 2; ++nb2) {
       unsigned b[4];
-      pf_ldmatrix_x4(b, k_lane + (nb2 * 16 * PF_ROW + ks * 16) * 2);
+      pf_ldmatrix_x4(b, PF_LEGACY ? k_lane + pf_legacy_k_off(nb2 * 16, ks * 2)
+                                  : k_lane + (nb2 * 16 * PF_ROW + ks * 16) * 2);
 #pragma unroll
       for (int i = 0; i < PF_MT; ++i) {
         pf_mma(s[i][2 * nb2], a[i], b[0], b[1]);
@@ -429,12 +465,19 @@ extern "C" __global__ void __launch_bounds__(PF_THREADS)
   constexpr unsigned RAW_TILE_BYTES = PF_BLOCK_N * HEAD_SIZE;
 
   // Zero padding columns (head sizes that are not multiples of 16): loads never write them.
-  // Legacy layout: the V^T tiles' padding is rows HEAD_SIZE.. of each (the [row][PF_ROW] walk
-  // covers Q and K only).
+  // Legacy layout: the K tiles' padding is chunks PF_CHUNKS.. of each, the V^T tiles' rows
+  // HEAD_SIZE.. of each (the [row][PF_ROW] walk covers Q only).
   if (PF_HEAD_PAD != HEAD_SIZE && n_tiles > 0) {
-    constexpr int PAD_ROWS = PF_BLOCK_M + (PF_LEGACY ? 1 : 2) * PF_STAGES * PF_BLOCK_N;
+    constexpr int PAD_ROWS = PF_BLOCK_M + (PF_LEGACY ? 0 : 2) * PF_STAGES * PF_BLOCK_N;
     for (int r = tid; r < PAD_ROWS; r += PF_THREADS)
       *reinterpret_cast<uint4*>(s_q + r * PF_ROW + HEAD_SIZE) = make_uint4(0, 0, 0, 0);
+    constexpr int K_PAD = (PF_HEAD_PAD / 8 - PF_CHUNKS) * PF_BLOCK_N;  // chunks per K tile
+    for (int i = tid; PF_LEGACY && i < PF_STAGES * K_PAD; i += PF_THREADS) {
+      const int st = i / K_PAD;
+      *reinterpret_cast<uint4*>(reinterpret_cast<unsigned char*>(s_k + st * PF_BLOCK_N * PF_ROW) +
+                                pf_legacy_k_off(i - st * K_PAD, PF_CHUNKS)) =
+          make_uint4(0, 0, 0, 0);
+    }
     constexpr int VT_PAD = (PF_HEAD_PAD - HEAD_SIZE) * PF_VT_CPR;  // chunks per V^T tile
     for (int i = tid; PF_LEGACY && i < PF_STAGES * VT_PAD; i += PF_THREADS) {
       const int st = i / VT_PAD;
@@ -525,7 +568,7 @@ extern "C" __global__ void __launch_bounds__(PF_THREADS)
     }
     if (KV_FP8 && need) {
       const ga_u8* raw = s_raw + (j & 1) * 2 * RAW_TILE_BYTES;
-      pf_convert_kv(raw, s_k, tid);
+      pf_convert_kv<PF_LEGACY>(raw, s_k, tid);
       if (PF_LEGACY)
         pf_convert_vt(raw + RAW_TILE_BYTES, s_v, tid);
       else

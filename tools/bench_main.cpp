@@ -107,8 +107,10 @@ int main(int argc, char** argv) {
     if (wants("mixed")) j["mixed_step"] = bench_mixed_step(dev, 56, 2048, 512, 2048, reps);
     if (wants("tp")) j["tensor_parallel"] = bench_tensor_parallel(dev, {1, 64}, 1024, reps);
     if (wants("capture")) j["capture"] = bench_capture(dev, 256);
-    if (wants("prefill"))
+    if (wants("prefill")) {
       j["prefill"] = bench_prefill(dev, 4, 4096, std::max(20, reps / 5), peer, &ok);
+      j["prefill_legacy"] = bench_prefill(dev, 4, 4096, std::max(20, reps / 5), peer, &ok, true);
+    }
     if (!json_path.empty()) std::ofstream(json_path) << j.dump(2) << "\n";
     if (!ok) {
       std::fprintf(stderr, "graphattn-bench: a reference check failed (see FAIL above)\n");

@@ -59,8 +59,9 @@ nlohmann::json bench_mixed_step(const Device& dev, int decodes, int len, int chu
 // Capturing every default size of the 32-layer stack at max_num_seqs: total ms, graph memory.
 nlohmann::json bench_capture(const Device& dev, int max_num_seqs);
 
-// Causal prefill of batch x len new tokens (bf16, 32/8 heads, head 128, block 16).
+// Causal prefill of batch x len new tokens (bf16, 32/8 heads, head 128, block 16); legacy: the
+// same over vLLM's legacy caches through forward_prefix.
 nlohmann::json bench_prefill(const Device& dev, int batch, int len, int reps, const PeerTimes& peer,
-                             bool* ok);
+                             bool* ok, bool legacy = false);
 
 }  // namespace graphattn::bench

@@ -1,6 +1,7 @@
 // graphattn-bench, prefill part: a batch of pure causal prefills over the paged KV cache (bf16,
 // 32/8 heads, head 128, block 16, shuffled blocks, random data) against the peer on contiguous
-// tensors. A few output rows are checked against the float64 reference before timing.
+// tensors. A few output rows are checked against the float64 reference before timing. With
+// `legacy` the same bytes form vLLM's legacy caches, read by forward_prefix.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -8,6 +9,7 @@
 #include <random>
 
 #include "graphattn/graphattn.hpp"
+#include "graphattn/paged_cache.hpp"
 #include "testing/host_dtypes.hpp"
 #include "testing/reference.hpp"
 #include "tools/bench_parts.hpp"
@@ -15,7 +17,7 @@
 namespace graphattn::bench {
 
 nlohmann::json bench_prefill(const Device& dev, int batch, int len, int reps, const PeerTimes& peer,
-                             bool* ok) {
+                             bool* ok, bool legacy) {
   const int64_t H = 32, KH = 8, D = 128, B = 16, T = int64_t{batch} * len;
   const int64_t blocks_per_seq = (len + B - 1) / B, NB = blocks_per_seq * batch;
   DeviceBuffer q(T * H * D * 2), out(T * H * D * 2), cache(2 * NB * B * KH * D * 2),
@@ -39,9 +41,18 @@ nlohmann::json bench_prefill(const Device& dev, int batch, int len, int reps, co
   const auto tabv =
       TensorView::contiguous(table.data(), ScalarType::kInt32, {batch, blocks_per_seq});
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
+  // Legacy: [2, NB, B * KH * D] split into key [NB, KH, D / 8, B, 8] and value [NB, KH, D, B].
+  const PagedKvCache pc = split_paged_kv_cache(
+      TensorView::contiguous(cache.data(), ScalarType::kBFloat16, {2, NB, B * KH * D}),
+      static_cast<int>(KH), static_cast<int>(D));
   auto run = [&] {
-    prefill_attention(qv, kv, ov, qslv, seqv, tabv, 0, batch, len, scale, 0, 0.0f, 1.0f, 1.0f,
-                      dev.stream);
+    if (legacy) {
+      forward_prefix(qv, TensorView{}, TensorView{}, "auto", pc.key_cache, pc.value_cache, tabv,
+                     qslv, seqv, len, nullptr, 0, 1.0f, 1.0f, ov, dev.stream);
+    } else {
+      prefill_attention(qv, kv, ov, qslv, seqv, tabv, 0, batch, len, scale, 0, 0.0f, 1.0f, 1.0f,
+                        dev.stream);
+    }
   };
   run();
   GA_CU_CHECK(detail::driver().cuStreamSynchronize(dev.stream));
@@ -62,9 +73,18 @@ nlohmann::json bench_prefill(const Device& dev, int batch, int len, int reps, co
   cache.download(host.data(), host.size() * 2);
   ref.k_cache.resize(NB * B * KH * D);
   ref.v_cache.resize(NB * B * KH * D);
+  // The reference's caches are [block, token, kv head, dim]; legacy element (b, t, h, d) sits at
+  // key ((b * KH + h) * D / 8 + d / 8) * B * 8 + t * 8 + d % 8, value ((b * KH + h) * D + d) * B +
+  // t.
   for (int64_t i = 0; i < NB * B * KH * D; ++i) {
-    ref.k_cache[i] = test::bf16_to_float(host[i]);
-    ref.v_cache[i] = test::bf16_to_float(host[NB * B * KH * D + i]);
+    int64_t ki = i, vi = i;
+    if (legacy) {
+      const int64_t d = i % D, h = (i / D) % KH, t = (i / (D * KH)) % B, b = i / (D * KH * B);
+      ki = ((b * KH + h) * (D / 8) + d / 8) * B * 8 + t * 8 + d % 8;
+      vi = ((b * KH + h) * D + d) * B + t;
+    }
+    ref.k_cache[i] = test::bf16_to_float(host[ki]);
+    ref.v_cache[i] = test::bf16_to_float(host[NB * B * KH * D + vi]);
   }
   std::vector<uint16_t> rows(n_check * H * D), outs(n_check * H * D);
   q.download(rows.data(), rows.size() * 2, (T - n_check) * H * D * 2);
@@ -81,9 +101,9 @@ nlohmann::json bench_prefill(const Device& dev, int batch, int len, int reps, co
   auto it = peer.prefill_us.find(std::to_string(batch) + ":" + std::to_string(len));
   const double peer_us = it == peer.prefill_us.end() ? 0 : it->second;
   std::printf(
-      "\n== prefill: %d x %d new tokens, causal, bf16, 32/8 heads, head 128, block 16, "
+      "\n== prefill%s: %d x %d new tokens, causal, bf16, 32/8 heads, head 128, block 16, "
       "median of %d\n",
-      batch, len, reps);
+      legacy ? " over vLLM's legacy caches (forward_prefix)" : "", batch, len, reps);
   std::printf("%-12s %10s %10s %10s %10s %12s %9s\n", "", "time us", "TFLOP/s", "peer us",
               "peer TF/s", "ours/peer", "max err");
   char peer_us_s[16] = "-", peer_tf_s[16] = "-", ratio_s[16] = "-";
@@ -92,7 +112,8 @@ nlohmann::json bench_prefill(const Device& dev, int batch, int len, int reps, co
     std::snprintf(peer_tf_s, sizeof peer_tf_s, "%.1f", flops / peer_us / 1e6);
     std::snprintf(ratio_s, sizeof ratio_s, "%.2fx", peer_us / us);
   }
-  const std::string label = std::to_string(batch) + "x" + std::to_string(len);
+  const std::string label =
+      std::to_string(batch) + "x" + std::to_string(len) + (legacy ? " legacy" : "");
   std::printf("%-12s %10.1f %10.1f %10s %10s %12s %9.2e%s\n", label.c_str(), us, flops / us / 1e6,
               peer_us_s, peer_tf_s, ratio_s, err, err <= 5e-3 ? "" : "  FAIL");
   return {
