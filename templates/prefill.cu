@@ -260,9 +260,13 @@ template <bool chunk_major = false>
 __device__ __forceinline__ void pf_convert_kv(const ga_u8* raw, ga_u16* dst, int tid) {
   pf_for_each_chunk<PF_BLOCK_N>(tid, [&](int row, int c) {
     const uint2 in = *reinterpret_cast<const uint2*>(raw + row * HEAD_SIZE + c * 8);
-    unsigned char* out = reinterpret_cast<unsigned char*>(dst) +
-                         (chunk_major ? pf_legacy_k_off(row, c) : (row * PF_ROW + c * 8) * 2);
-    *reinterpret_cast<uint4*>(out) = pf_widen8(reinterpret_cast<const ga_u8*>(&in));
+    if (chunk_major) {
+      *reinterpret_cast<uint4*>(reinterpret_cast<unsigned char*>(dst) + pf_legacy_k_off(row, c)) =
+          pf_widen8(reinterpret_cast<const ga_u8*>(&in));
+    } else {
+      *reinterpret_cast<uint4*>(dst + row * PF_ROW + c * 8) =
+          pf_widen8(reinterpret_cast<const ga_u8*>(&in));
+    }
   });
 }
 
