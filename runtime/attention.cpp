@@ -121,11 +121,11 @@ std::string attention_config_problem(const AttentionLayerConfig& c) {
                                        !std::isfinite(c.k_scale) || !std::isfinite(c.v_scale)))
     return "k_scale " + fstr(c.k_scale) + " / v_scale " + fstr(c.v_scale) +
            " are not supported for an fp8 KV cache; supported: finite > 0";
-  for (const float* p : {c.k_scale_device, c.v_scale_device})
-    if (reinterpret_cast<uintptr_t>(p) % alignof(float) != 0)
-      return std::string(p == c.k_scale_device ? "k" : "v") +
-             "_scale_device is not supported at a misaligned address; supported: null or a "
-             "4-byte aligned fp32 device scalar";
+  for (const float* p : {c.k_scale_device, c.v_scale_device}) {
+    const std::string problem = detail::device_scalar_problem(
+        p, p == c.k_scale_device ? "k_scale_device" : "v_scale_device", true);
+    if (!problem.empty()) return problem;
+  }
   const std::string sparse =
       blocksparse_problem(c.blocksparse, c.num_heads, c.num_kv_heads, c.block_size);
   if (!sparse.empty()) return sparse;

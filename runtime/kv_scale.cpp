@@ -27,9 +27,8 @@ void require_divisor(float d, const char* name) {
 }
 
 void require_scalar_out(const float* p, const char* name) {
-  GA_REQUIRE(p != nullptr && reinterpret_cast<uintptr_t>(p) % alignof(float) == 0,
-             std::string("calc_kv_scales: ") + name + " must point to a 4-byte aligned fp32 " +
-                 "device scalar, got " + (p ? "a misaligned address" : "null"));
+  const std::string problem = detail::device_scalar_problem(p, name, false);
+  GA_REQUIRE(problem.empty(), "calc_kv_scales: " + problem);
 }
 
 }  // namespace

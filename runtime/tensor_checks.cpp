@@ -70,12 +70,21 @@ void require_launch_scales(const AttentionSpec& spec, float scale, float k_scale
                    " and " + std::to_string(v_scale));
 }
 
+std::string device_scalar_problem(const float* p, const std::string& name, bool nullable) {
+  const char* allowed = nullable ? "null or a 4-byte aligned fp32 device scalar"
+                                 : "a 4-byte aligned fp32 device scalar";
+  if (p == nullptr && !nullable) return name + " is not supported as null; supported: " + allowed;
+  if (reinterpret_cast<uintptr_t>(p) % alignof(float) != 0)
+    return name + " is not supported at a misaligned address; supported: " + allowed;
+  return "";
+}
+
 void require_device_scales(const DeviceKvScales& s, const char* where) {
-  for (const float* p : {s.k, s.v})
-    GA_REQUIRE(reinterpret_cast<uintptr_t>(p) % alignof(float) == 0,
-               std::string(where) + ": " + (p == s.k ? "k" : "v") +
-                   "_scale_device must point to a 4-byte aligned fp32 device scalar, got an "
-                   "address that is not");
+  for (const float* p : {s.k, s.v}) {
+    const std::string problem =
+        device_scalar_problem(p, p == s.k ? "k_scale_device" : "v_scale_device", true);
+    GA_REQUIRE(problem.empty(), std::string(where) + ": " + problem);
+  }
 }
 
 AttentionLayerConfig layer_of(const KvCacheShape& kc, DType dtype, int arch) {

@@ -18,6 +18,7 @@
 #include "graphattn/graphattn.h"
 #include "graphattn/jit.hpp"
 #include "jit_cache/nvrtc_compiler.hpp"
+#include "runtime/tensor_checks.hpp"
 #include "testing/configs.hpp"
 #include "tests/test_util.hpp"
 
@@ -122,10 +123,11 @@ TEST_CASE("kv scales: calc_kv_scales names every bad argument before touching a 
   CHECK(call(key, value, k_out, v_out, std::nanf(""), 100).find("k_divisor nan") !=
         std::string::npos);
   CHECK(call(key, value, nullptr, v_out, 200, 100) ==
-        "calc_kv_scales: k_scale_out must point to a 4-byte aligned fp32 device scalar, got null");
-  CHECK(call(key, value, k_out, static_cast<float*>(fake_device(0x30002)), 200, 100)
-            .find("v_scale_out must point to a 4-byte aligned fp32 device scalar, got a "
-                  "misaligned address") != std::string::npos);
+        "calc_kv_scales: k_scale_out is not supported as null; supported: a 4-byte aligned fp32 "
+        "device scalar");
+  CHECK(call(key, value, k_out, static_cast<float*>(fake_device(0x30002)), 200, 100) ==
+        "calc_kv_scales: v_scale_out is not supported at a misaligned address; supported: a "
+        "4-byte aligned fp32 device scalar");
   CHECK(call(key, value, k_out, k_out, 200, 100).find("must be two scalars") != std::string::npos);
   // Views: dtype, shapes, alignment.
   CHECK(call(rows(0x10000, ScalarType::kFloat32, 7, 2, 128), value, k_out, v_out, 200, 100)
@@ -174,6 +176,12 @@ TEST_CASE("kv scales: the layer configuration's device scale pointers") {
   CHECK(attention_config_problem(d) ==
         "v_scale_device is not supported at a misaligned address; supported: null or a 4-byte "
         "aligned fp32 device scalar");
+  // The direct calls (write_kv_cache, prefill_attention, ...) name themselves, same words.
+  CHECK_THROWS_WITH_AS(detail::require_device_scales({nullptr, d.v_scale_device}, "write_kv_cache"),
+                       "write_kv_cache: v_scale_device is not supported at a misaligned address; "
+                       "supported: null or a 4-byte aligned fp32 device scalar",
+                       Error);
+  CHECK_NOTHROW(detail::require_device_scales({}, "write_kv_cache"));
   CHECK(select_decode_kernel(d) == DecodeKernel::kNone);
   // A 16-bit cache ignores them, as it ignores the float scales.
   AttentionLayerConfig a = test::layer_config(8, 2, 128, 1024, 4);
