@@ -738,12 +738,12 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
         const int idx = lane + 32 * k;
         if (idx < NEW_CHUNKS) {
           const int which = idx / (HEAD_SIZE / 8), c = idx - which * (HEAD_SIZE / 8);
-          unsigned char* row = (which ? vs : ks) + new_row * ROW_BYTES;
+          unsigned char* tile = which ? vs : ks;  // (flash: V rows as K rows, ga_k_off)
           if (KV_FP8 != 0) {  // bytes 8c .. 8c + 7 of the row: half of 16-byte chunk c / 2
-            *reinterpret_cast<uint2*>(row + (((c >> 1) ^ (new_row & 7)) << 4) + (c & 1) * 8) =
+            *reinterpret_cast<uint2*>(tile + ga_k_off(new_row, c >> 1) + (c & 1) * 8) =
                 make_uint2(new_rows[k].x, new_rows[k].y);
           } else {
-            *reinterpret_cast<uint4*>(row + ((c ^ (new_row & 7)) << 4)) = new_rows[k];
+            *reinterpret_cast<uint4*>(tile + ga_k_off(new_row, c)) = new_rows[k];
           }
         }
       }

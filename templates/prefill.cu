@@ -114,9 +114,10 @@ __device__ __forceinline__ void pf_mma(float (&d)[4], const unsigned (&a)[4], un
 }
 
 // Calls f(row, c) for every 8-element chunk c of the rows [0, ROWS) of a tile that thread tid
-// handles: chunks tid, tid + PF_THREADS, ... in row-major order. The Q and K/V loads and the fp8
+// handles: chunks tid, tid + PF_THREADS, ... in row-major order (CHUNK_MAJOR: in chunk-major
+// order, consecutive threads on consecutive rows of one chunk). The Q and K/V loads and the fp8
 // conversion all use this map, so each thread converts exactly the chunks it loaded.
-template <int ROWS, class F>
+template <int ROWS, bool CHUNK_MAJOR = false, class F>
 __device__ __forceinline__ void pf_for_each_chunk(int tid, const F& f) {
   constexpr int TOTAL = ROWS * PF_CHUNKS;
   constexpr int ITERS = (TOTAL + PF_THREADS - 1) / PF_THREADS;
@@ -124,8 +125,13 @@ __device__ __forceinline__ void pf_for_each_chunk(int tid, const F& f) {
   for (int i = 0; i < ITERS; ++i) {
     const int idx = tid + i * PF_THREADS;
     if (TOTAL % PF_THREADS == 0 || idx < TOTAL) {
-      const int row = idx / PF_CHUNKS;
-      f(row, idx - row * PF_CHUNKS);
+      if (CHUNK_MAJOR) {
+        const int c = idx / ROWS;
+        f(idx - c * ROWS, c);
+      } else {
+        const int row = idx / PF_CHUNKS;
+        f(row, idx - row * PF_CHUNKS);
+      }
     }
   }
 }
@@ -199,28 +205,9 @@ __device__ __forceinline__ void pf_load_kv(const PrefillParams& p, const int* bl
                                            int kv_row0, int kv_head, int n0, int kv_end,
                                            unsigned k_dst, unsigned v_dst, int tid) {
   const long long head_off = static_cast<long long>(kv_head) * p.kv.cache_head_stride;
-  if constexpr (PF_LEGACY && !KV_FP8) {
-    // Chunk-major (pf_legacy_k_off): consecutive lanes take consecutive keys of one chunk.
-    constexpr int TOTAL = PF_BLOCK_N * PF_CHUNKS;
-#pragma unroll
-    for (int i = 0; i < (TOTAL + PF_THREADS - 1) / PF_THREADS; ++i) {
-      const int idx = tid + i * PF_THREADS;
-      if (TOTAL % PF_THREADS == 0 || idx < TOTAL) {
-        const int c = idx / PF_BLOCK_N, row = idx - c * PF_BLOCK_N;
-        const int key = n0 + row;
-        const bool valid = key < kv_end;
-        long long off = 0;
-        if (valid)
-          off = ga_prefill_key_offset(p, block_row, kv_row0, key) + head_off +
-                pf_legacy_key_col(key, c * 8);
-        pf_cp_async16(k_dst + pf_legacy_k_off(row, c),
-                      static_cast<const ga_u16*>(p.kv.key_cache) + off, valid ? 16 : 0);
-      }
-    }
-    pf_load_vt(p, block_row, kv_head, n0, kv_end, v_dst, tid);
-    return;
-  }
-  pf_for_each_chunk<PF_BLOCK_N>(tid, [&](int row, int c) {
+  // The legacy 16-bit K tile is chunk-major (pf_legacy_k_off), and so is this walk over it:
+  // consecutive lanes take consecutive keys of one chunk.
+  pf_for_each_chunk<PF_BLOCK_N, PF_LEGACY && !KV_FP8>(tid, [&](int row, int c) {
     const int key = n0 + row;
     const bool valid = key < kv_end;
     long long off = 0;
@@ -237,7 +224,7 @@ __device__ __forceinline__ void pf_load_kv(const PrefillParams& p, const int* bl
       const ga_u16* kc = static_cast<const ga_u16*>(p.kv.key_cache);
       const ga_u16* vc = static_cast<const ga_u16*>(p.kv.value_cache);
       const unsigned so = static_cast<unsigned>((row * PF_ROW + c * 8) * 2);
-      pf_cp_async16(k_dst + so, kc + off, valid ? 16 : 0);
+      pf_cp_async16(k_dst + (PF_LEGACY ? pf_legacy_k_off(row, c) : so), kc + off, valid ? 16 : 0);
       if (!PF_LEGACY) pf_cp_async16(v_dst + so, vc + off, valid ? 16 : 0);
     }
   });
