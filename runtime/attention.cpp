@@ -121,11 +121,8 @@ std::string attention_config_problem(const AttentionLayerConfig& c) {
                                        !std::isfinite(c.k_scale) || !std::isfinite(c.v_scale)))
     return "k_scale " + fstr(c.k_scale) + " / v_scale " + fstr(c.v_scale) +
            " are not supported for an fp8 KV cache; supported: finite > 0";
-  for (const float* p : {c.k_scale_device, c.v_scale_device}) {
-    const std::string problem = detail::device_scalar_problem(
-        p, p == c.k_scale_device ? "k_scale_device" : "v_scale_device", true);
-    if (!problem.empty()) return problem;
-  }
+  const std::string scales = detail::device_scales_problem({c.k_scale_device, c.v_scale_device});
+  if (!scales.empty()) return scales;
   const std::string sparse =
       blocksparse_problem(c.blocksparse, c.num_heads, c.num_kv_heads, c.block_size);
   if (!sparse.empty()) return sparse;

@@ -79,12 +79,14 @@ std::string device_scalar_problem(const float* p, const std::string& name, bool 
   return "";
 }
 
+std::string device_scales_problem(const DeviceKvScales& s) {
+  const std::string k = device_scalar_problem(s.k, "k_scale_device", true);
+  return k.empty() ? device_scalar_problem(s.v, "v_scale_device", true) : k;
+}
+
 void require_device_scales(const DeviceKvScales& s, const char* where) {
-  for (const float* p : {s.k, s.v}) {
-    const std::string problem =
-        device_scalar_problem(p, p == s.k ? "k_scale_device" : "v_scale_device", true);
-    GA_REQUIRE(problem.empty(), std::string(where) + ": " + problem);
-  }
+  const std::string problem = device_scales_problem(s);
+  GA_REQUIRE(problem.empty(), std::string(where) + ": " + problem);
 }
 
 AttentionLayerConfig layer_of(const KvCacheShape& kc, DType dtype, int arch) {

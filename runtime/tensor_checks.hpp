@@ -74,7 +74,10 @@ struct DeviceKvScales {
 // The one check of a device fp32 scalar pointer (the kv scales, calc_kv_scales' outputs): "" or
 // the problem, naming `name`; `nullable`: null means "not used" and passes.
 std::string device_scalar_problem(const float* p, const std::string& name, bool nullable);
-// Device scale pointers are null or 4-byte aligned (fp32 scalars); `where` names the caller.
+// Device scale pointers are null or 4-byte aligned (fp32 scalars): "" or the first problem, naming
+// k_scale_device or v_scale_device (the layer config's check and require_device_scales).
+std::string device_scales_problem(const DeviceKvScales& s);
+// device_scales_problem as an Error; `where` names the caller.
 void require_device_scales(const DeviceKvScales& s, const char* where);
 // Launches the loaded cache write kernel `k` on views that check_cache_write() accepted (kc is
 // its result); checks nothing.
