@@ -11,6 +11,7 @@
 #include "graphattn/graphattn.hpp"
 #include "graphattn/paged_cache.hpp"
 #include "testing/host_dtypes.hpp"
+#include "testing/legacy_layout.hpp"
 #include "testing/reference.hpp"
 #include "tools/bench_parts.hpp"
 
@@ -42,9 +43,11 @@ nlohmann::json bench_prefill(const Device& dev, int batch, int len, int reps, co
       TensorView::contiguous(table.data(), ScalarType::kInt32, {batch, blocks_per_seq});
   const float scale = 1.0f / std::sqrt(static_cast<float>(D));
   // Legacy: [2, NB, B * KH * D] split into key [NB, KH, D / 8, B, 8] and value [NB, KH, D, B].
-  const PagedKvCache pc = split_paged_kv_cache(
-      TensorView::contiguous(cache.data(), ScalarType::kBFloat16, {2, NB, B * KH * D}),
-      static_cast<int>(KH), static_cast<int>(D));
+  const PagedKvCache pc =
+      legacy ? split_paged_kv_cache(
+                   TensorView::contiguous(cache.data(), ScalarType::kBFloat16, {2, NB, B * KH * D}),
+                   static_cast<int>(KH), static_cast<int>(D))
+             : PagedKvCache{};
   auto run = [&] {
     if (legacy) {
       forward_prefix(qv, TensorView{}, TensorView{}, "auto", pc.key_cache, pc.value_cache, tabv,
@@ -73,15 +76,15 @@ nlohmann::json bench_prefill(const Device& dev, int batch, int len, int reps, co
   cache.download(host.data(), host.size() * 2);
   ref.k_cache.resize(NB * B * KH * D);
   ref.v_cache.resize(NB * B * KH * D);
-  // The reference's caches are [block, token, kv head, dim]; legacy element (b, t, h, d) sits at
-  // key ((b * KH + h) * D / 8 + d / 8) * B * 8 + t * 8 + d % 8, value ((b * KH + h) * D + d) * B +
-  // t.
+  // The reference's caches are [block, token, kv head, dim]; the legacy ones hold element
+  // (b, t, h, d) where LegacyLayout says.
+  const test::LegacyLayout layout{B, KH, D, 8};
   for (int64_t i = 0; i < NB * B * KH * D; ++i) {
     int64_t ki = i, vi = i;
     if (legacy) {
       const int64_t d = i % D, h = (i / D) % KH, t = (i / (D * KH)) % B, b = i / (D * KH * B);
-      ki = ((b * KH + h) * (D / 8) + d / 8) * B * 8 + t * 8 + d % 8;
-      vi = ((b * KH + h) * D + d) * B + t;
+      ki = layout.key(b, t, h, d);
+      vi = layout.value(b, t, h, d);
     }
     ref.k_cache[i] = test::bf16_to_float(host[ki]);
     ref.v_cache[i] = test::bf16_to_float(host[NB * B * KH * D + vi]);

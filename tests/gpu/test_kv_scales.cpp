@@ -217,7 +217,6 @@ TEST_CASE("gpu kv scales: every kernel reads device scales as it reads equal hos
   TempKernelCache cache;
   auto rng = make_rng();
   FixedScalars scales;
-  const float k_scale = kKScale, v_scale = kVScale;
   struct Shape {
     int requests, new_tokens, seq_len, decodes;
   };
@@ -232,8 +231,8 @@ TEST_CASE("gpu kv scales: every kernel reads device scales as it reads equal hos
       Batch b(s.requests, s.new_tokens, s.seq_len, kv, rng());
       random_new_rows(b, rng, 1.0);
       AttentionLayerConfig host = Batch::layer(kv, 2048, 8);
-      host.k_scale = k_scale;
-      host.v_scale = v_scale;
+      host.k_scale = kKScale;
+      host.v_scale = kVScale;
       AttentionLayerConfig device = host;  // floats that would give other results
       device.k_scale = 0.5f;
       device.v_scale = 2.0f;
@@ -252,7 +251,7 @@ TEST_CASE("gpu kv scales: every kernel reads device scales as it reads equal hos
       for (int dev = 0; dev < 2; ++dev) {
         b.cache.upload(b.cache_before.data(), b.cache_before.size());
         b.out.fill_bytes(0xff);
-        const float ks = dev ? 7.0f : k_scale, vs = dev ? 9.0f : v_scale;
+        const float ks = dev ? 7.0f : kKScale, vs = dev ? 9.0f : kVScale;
         const float* kp = dev ? scales.k() : nullptr;
         const float* vp = dev ? scales.v() : nullptr;
         const AttentionMetadata md = b.metadata(0);
@@ -282,7 +281,6 @@ TEST_CASE("gpu kv scales: the decode kernel's fused fp8 write stores the cache w
   TempKernelCache cache;
   auto rng = make_rng();
   FixedScalars scales;
-  const float k_scale = kKScale, v_scale = kVScale;
   for (KvDType kv : {KvDType::kFp8E4M3, KvDType::kFp8E5M2})
     for (const int requests : {2, 80})  // 2 x 2 KV heads split; 80 x 2 fill the device
       for (const bool device : {false, true}) {
@@ -292,8 +290,8 @@ TEST_CASE("gpu kv scales: the decode kernel's fused fp8 write stores the cache w
         Batch b(requests, 1, seq_len, kv, rng());
         random_new_rows(b, rng, requests == 2 ? 4.0 : 1.0);
         AttentionLayerConfig cfg = Batch::layer(kv, 2048, 80);
-        cfg.k_scale = k_scale;
-        cfg.v_scale = v_scale;
+        cfg.k_scale = kKScale;
+        cfg.v_scale = kVScale;
         AttentionBackend probe(cfg);
         probe.prepare(cache);
         CHECK((probe.decode_max_splits(requests) > 1) == (requests == 2));
@@ -305,7 +303,7 @@ TEST_CASE("gpu kv scales: the decode kernel's fused fp8 write stores the cache w
         CHECK(fused.cache != b.cache_before);
         b.cache.upload(b.cache_before.data(), b.cache_before.size());
         write_kv_cache(b.keys(), b.values(), b.cache_view(), b.metadata(requests).slot_mapping,
-                       k_scale, v_scale, nullptr, cache);
+                       kKScale, kVScale, nullptr, cache);
         device_sync();
         std::vector<unsigned char> written(b.cache.bytes());
         b.cache.download(written.data(), written.size());

@@ -24,6 +24,7 @@
 #include "runtime/tensor_checks.hpp"
 #include "templates/params.h"
 #include "testing/host_dtypes.hpp"
+#include "testing/legacy_layout.hpp"
 #include "testing/reference.hpp"
 #include "tests/test_util.hpp"
 
@@ -97,7 +98,8 @@ struct LegacyBatch {
 void build(const LegacyCase& c, std::mt19937_64& rng, LegacyBatch& b, int extra_blocks = 2) {
   const int n = static_cast<int>(c.seq_lens.size());
   const int64_t B = c.block_size, KH = c.num_kv_heads, D = c.head_size, H = KH * c.group;
-  const int elem = c.kv == KvDType::kAuto ? 2 : 1, x = 16 / elem;
+  const int elem = c.kv == KvDType::kAuto ? 2 : 1;
+  const LegacyLayout layout{B, KH, D, 16 / elem};
   int64_t used = 0;
   for (int l : c.seq_lens) {
     used += (l + B - 1) / B;
@@ -127,9 +129,8 @@ void build(const LegacyCase& c, std::mt19937_64& rng, LegacyBatch& b, int extra_
       for (int64_t h = 0; h < KH; ++h)
         for (int64_t d = 0; d < D; ++d) {
           const int64_t ref = ((blk * B + off) * KH + h) * D + d;
-          // key [blk, h, d / x, off, x]; value [blk, h, d, off]
-          const int64_t kofs = (((blk * KH + h) * (D / x) + d / x) * B + off) * x + d % x;
-          const int64_t vofs = half + ((blk * KH + h) * D + d) * B + off;
+          const int64_t kofs = layout.key(blk, off, h, d);
+          const int64_t vofs = half + layout.value(blk, off, h, d);
           b.k_ref[ref] = ks * draw(c, rng, &host[kofs * elem]);
           b.v_ref[ref] = vs * draw(c, rng, &host[vofs * elem]);
         }

@@ -18,6 +18,7 @@
 #include "graphattn/graphattn.hpp"
 #include "runtime/driver.hpp"
 #include "testing/host_dtypes.hpp"
+#include "testing/legacy_layout.hpp"
 #include "testing/reference.hpp"
 #include "tests/test_util.hpp"
 
@@ -48,7 +49,7 @@ void run_case(const LegacyCase& c, KernelCache& cache, std::mt19937_64& rng) {
   const int H = c.num_kv_heads * c.group, KH = c.num_kv_heads, D = c.head_size, B = c.block_size;
   const bool fp8 = c.kv != KvDType::kAuto;
   const int elem = fp8 ? 1 : 2;
-  const int x = 16 / elem;  // the legacy key cache's chunk
+  const LegacyLayout layout{B, KH, D, 16 / elem};
 
   // Requests: a prefix of 0..max_prefix cached tokens (some exactly at a block or tile edge) and
   // a chunk of new ones; sometimes one request with no new token at all.
@@ -84,9 +85,7 @@ void run_case(const LegacyCase& c, KernelCache& cache, std::mt19937_64& rng) {
   const size_t per_kv = static_cast<size_t>(NB) * B * KH * D;
   std::vector<unsigned char> cache_host(2 * per_kv * elem, 0xff);
   const auto offset = [&](int which, int blk, int off, int h, int d) -> size_t {
-    const size_t base = which * per_kv + static_cast<size_t>(blk) * B * KH * D;
-    return which == 0 ? base + ((static_cast<size_t>(h) * (D / x) + d / x) * B + off) * x + d % x
-                      : base + (static_cast<size_t>(h) * D + d) * B + off;
+    return which == 0 ? layout.key(blk, off, h, d) : per_kv + layout.value(blk, off, h, d);
   };
   const float k_scale = fp8 ? 0.05f : 1.0f, v_scale = fp8 ? 0.03f : 1.0f;
   const auto fp8_code = [&](double v) {
