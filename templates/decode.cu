@@ -349,6 +349,26 @@ __device__ __forceinline__ void ga_store4(ga_u16* dst, const float4& v) {
   *reinterpret_cast<uint2*>(dst) = make_uint2(ga_pack2(v.x, v.y), ga_pack2(v.z, v.w));
 }
 
+// =============================================================================================
+// The kernel, stage by stage. Fragments follow the warp's m16n8k16 MMA; thread (g, t) of a warp
+// has g = lane / 4 (its MMA row group) and t = lane % 4 (its MMA column pair). Shapes as
+// (rows, columns); a column is one query head (multi-token: one (query token, head) pair):
+//   qf[NT][KGROUPS][KW]      Q^T, MMA B: (DIMS_PAD, HPB), 16-bit; column g (+ 8 nt), head
+//                            dimensions of K chunks c(i, t) (ga_k_chunk_index)
+//   s[NT][4]                 S^T = K Q^T: (TILE, HPB) fp32; element e: tile row g (e < 2) or
+//                            g + 8, column 2t + e % 2 (+ 8 nt)
+//   pt[NT][2]                P^T, MMA B: (TILE, HPB) in the MMA type (movmatrix of exp2(S^T))
+//   o[VGROUPS][MSUB][NT][4]  O^T += V^T P^T: (DIMS_PAD, HPB) fp32; element e: dimension
+//                            (g + 8 v) * CE + 2 u (e < 2) or + 1, column as in s
+//   m_run, l_run[NT][2]      online softmax: running max (log2 domain) and sum, columns 2t, 2t+1
+// Shared memory: per warp a ring of `stages` stages of STAGE_BYTES, K tile then V tile; after
+// the loop the same bytes hold the warps' partial results (red_*, part_*).
+// The stages and policies are marked "// [stage N: name]" and "// [policy: name]" below and
+// described in docs/decode-kernel.md. They stay inline in this one function: moved into
+// __forceinline__ functions they changed the kernel's register allocation (scripts/sass_diff.sh),
+// so the machine code would no longer be the measured one.
+// =============================================================================================
+
 extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
     graphattn_decode(const __grid_constant__ DecodeParams p) {
   // Early prologue: the metadata and the KV cache are read before waiting for the previous
@@ -357,6 +377,7 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   const bool early = p.early_prologue != 0;
   if (!early) ga_grid_dependency_sync();
   extern __shared__ __align__(128) unsigned char smem[];
+  // [stage 1: the block's work] (split, KV head, column chunk, request) and its columns.
   const int split = blockIdx.x;
   const int req = blockIdx.z;
   // Column chunks per KV head: compile-time for one token, from the launch's max_query_len for
@@ -405,6 +426,7 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
     return;
   }
 
+  // [stage 2: the split plan] lo, base, tiles, num_splits, tiles_per_split.
   // This request's tiles: 16-token tiles from the window start rounded down to 16.
   // (Multi-token: from the first column's window start; the columns' own limits mask the rest.)
   const int lo = ga_window_first_key(col_pos(0), p.window);
@@ -425,6 +447,7 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
     }
     return;
   }
+  // [policy: fused cache write] (1/3) the slot and its cache offset.
   // Fused cache write: the new token (position seq_len - 1) sits in the last tile, which only
   // the last split reads. The warp that owns that tile loads the new row from new_key /
   // new_value (an fp8 cache: rounds it to the cache's bytes), stores it to the cache and
@@ -449,6 +472,7 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   const int my_tiles =
       tile_begin + warp < tile_end ? (tile_end - tile_begin - warp + NW - 1) / NW : 0;
 
+  // [stage 3: the warp's ring] this warp's tiles, ring stages, zeroed row padding.
   const int stages = p.stages < 2 ? 2 : p.stages > MAX_STAGES ? MAX_STAGES : p.stages;
   unsigned char* ring = smem + warp * stages * STAGE_BYTES;
   // Zero the never-copied bytes of each padded row once: K padding must be 0 (it meets Q's
@@ -481,6 +505,8 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
     __syncwarp();
   }
 
+  // [policy: KV load per layout] issue(j): legacy / FAST_LOAD / row-by-row copy of tile j,
+  // [policy: block-sparse mask] tile_live(t0): a tile no column sees is not read.
   const unsigned char* key_cache = static_cast<const unsigned char*>(p.kv.key_cache);
   const unsigned char* value_cache = static_cast<const unsigned char*>(p.kv.value_cache);
   const long long head_off = static_cast<long long>(kv_head) * p.kv.cache_head_stride * KV_BYTES;
@@ -617,6 +643,7 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   }
   if (early) ga_grid_dependency_sync();
 
+  // [policy: fused cache write] (2/3) load the new rows, store them to the cache.
   // The new token's K and V rows (chunks of 8 elements: 0..HEAD_SIZE/8-1 of K, then of V),
   // loaded by its owner warp, stored to the cache by the first head chunk's block, patched into
   // the tile below. A chunk is 16 bytes in a 16-bit cache, 8 rounded bytes (.x, .y) in fp8.
@@ -656,6 +683,7 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
     }
   }
 
+  // [stage 4: Q^T fragments] qf; the score scales; O, m, l and the per-column mask terms.
   // Q^T fragments (MMA B operand): thread (g, t) holds head g (+ 8 nt) chunks c(i, t).
   const float q_scale = Q_TO_F16 ? p.scale : 1.0f;
   ga_u32 qf[NT][KGROUPS][KW];
@@ -721,6 +749,7 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
     }
   }
 
+  // [stage 5..7: the tile loop] per tile j: wait for it, patch in the fused write's row (3/3).
   int use_stage = 0;
   for (int j = 0; j < my_tiles; ++j) {
     if (j + stages - 1 < my_tiles) issue(j + stages - 1);
@@ -779,6 +808,7 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
         bsp_vis[nt][k] =
             !BSP || ga_bsp_visible(p.bsp, bsp_qb[nt][k], t0 / p.bsp.block, bsp_off[nt][k]);
 
+    // [stage 5: compute_qk]
     // S^T = K Q^T: rows tokens g, g + 8; columns heads 2t, 2t + 1 (+ 8 nt).
     float s[NT][4];
 #pragma unroll
@@ -801,6 +831,8 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
                  qf[nt][i][2 * sub], qf[nt][i][2 * sub + 1]);
     }
 
+    // [stage 6: update_local_state] [policy: logits transform] soft cap, ALiBi; [policy: mask]
+    // window / multi-token causal limits, block-sparse; then the online softmax.
     const int pos0 = t0 + ga_tok_of_row(g), pos1 = t0 + ga_tok_of_row(g + 8);
     const bool ok0 = pos0 >= lo && pos0 < seq_len;
     const bool ok1 = pos1 >= lo && pos1 < seq_len;
@@ -849,6 +881,7 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
         }
     }
 
+    // [stage 7: O^T += V^T P^T] legacy (ldmatrix of V^T) or flash (ga_v_pairs).
     // O^T += V^T P^T: rows head dimensions, columns heads.
     if constexpr (LEGACY) {
       // Lane supplies row lane % 8 of ldmatrix matrix lane / 8; thread (g, t) receives row g:
@@ -913,6 +946,7 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   }
   ga_cp_wait<0>();
 
+  // [stage 8: sync_state] the warps' states into shared memory.
   // Combine the warps: each writes its max, sum and unnormalized output per head.
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt)
@@ -952,6 +986,7 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   }
   __syncthreads();
 
+  // [stage 9: the block's output] merge the warps; one split: the output, else the partials.
   const float out_scale = ga_kv_scale(p.scales.v_scale_ptr, p.v_scale) * KV_WIDEN_SCALE;
   constexpr int D4 = HEAD_SIZE / 4;
   for (int i = tid; i < heads_here * D4; i += GA_DECODE_THREADS) {
@@ -997,6 +1032,7 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
       if (d == 0) p.partial_lse[row] = mx + __log2f(l);
     }
   }
+  // [stage 10: combine the splits] through the cluster's shared memory or the last arrival.
   if (num_splits == 1) return;
   if (cluster) {
     // Every split's output and log2-sum-exp sit in its block's shared memory; block `split`
