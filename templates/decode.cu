@@ -349,6 +349,24 @@ __device__ __forceinline__ void ga_store4(ga_u16* dst, const float4& v) {
   *reinterpret_cast<uint2*>(dst) = make_uint2(ga_pack2(v.x, v.y), ga_pack2(v.z, v.w));
 }
 
+// [policy: logits transform] A raw score -> its logit in the log2 domain: times qk_scale (the
+// softmax scale with the K scale and fp8 widening folded in, and log2(e)), or with a soft cap
+// cap * tanh(score / cap) in log2 units (qk_scale = scale / cap, cap_log2 = cap * log2(e)).
+// ALiBi then adds ga_alibi_log2 (common.cuh) where the key's position is known.
+__device__ __forceinline__ float ga_logit(float raw, float qk_scale, float cap_log2) {
+  return HAS_SOFT_CAP ? ga_soft_cap_log2(raw, qk_scale, cap_log2) : raw * qk_scale;
+}
+
+// [stage 2] A block past num_splits: in a cluster launch it still joins both cluster barriers
+// of the combine (every block of the cluster must).
+__device__ __forceinline__ void ga_idle_split(bool cluster) {
+  if (cluster) {
+    ga_allow_dependents();
+    ga_cluster_sync();
+    ga_cluster_sync();
+  }
+}
+
 // =============================================================================================
 // The kernel, stage by stage. Fragments follow the warp's m16n8k16 MMA; thread (g, t) of a warp
 // has g = lane / 4 (its MMA row group) and t = lane % 4 (its MMA column pair). Shapes as
@@ -440,11 +458,7 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   // joins both cluster barriers below, also the idle ones past num_splits.
   const bool cluster = p.cluster_splits != 0 && num_splits > 1;
   if (split >= num_splits) {
-    if (cluster) {
-      ga_allow_dependents();
-      ga_cluster_sync();
-      ga_cluster_sync();
-    }
+    ga_idle_split(cluster);
     return;
   }
   // [policy: fused cache write] (1/3) the slot and its cache offset.
@@ -841,8 +855,7 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
     for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        float x =
-            HAS_SOFT_CAP ? ga_soft_cap_log2(s[nt][e], qk_scale, cap_log2) : s[nt][e] * qk_scale;
+        float x = ga_logit(s[nt][e], qk_scale, cap_log2);
         const int pos = e < 2 ? pos0 : pos1;
         if (HAS_ALIBI)
           x += ga_alibi_log2(slope[nt][e & 1], pos, MT ? col_hi[nt][e & 1] : seq_len - 1);
