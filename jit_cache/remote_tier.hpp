@@ -7,12 +7,14 @@
 // A value is the disk entry's exact image (jit_cache/entry_format.hpp: magic, header and payload
 // checksums, key, a cubin for its arch), verified like a file before use; a value that fails is
 // deleted and the kernel compiled again, never served. With a signing key
-// (GRAPHATTN_CACHE_SIGNING_KEY: a file holding a secret of 16 bytes or more) values carry an
-// HMAC-SHA256 tag over their Redis key name and image, and only values with a valid tag are
+// (GRAPHATTN_CACHE_SIGNING_KEY: a file checked like the cache, read_signing_key below) values carry
+// an HMAC-SHA256 tag over their Redis key name and image, and only values with a valid tag are
 // accepted: a writable Redis alone cannot plant GPU code in the fleet.
 //
 // Redis names: "graphattn:kernel:v<format>:<key hex>" (a value) and "graphattn:lock:<key hex>"
-// (held while one process compiles the key; it expires by itself if that process dies).
+// (held while one process compiles the key; always written with an expiry, so that it goes by
+// itself if that process dies; KernelCache gives up on one that outlasts a few compiles or has no
+// expiry).
 // Value layout: unsigned, the entry image; signed, "GASIGN01" + 32-byte tag + the entry image.
 //
 // It never slows or breaks a step: every call (connecting included) must finish within the timeout

@@ -93,15 +93,6 @@ size_t entry_count(const std::string& dir) {
   return n;
 }
 
-// The process's peak resident memory so far (VmHWM), in MiB.
-double peak_rss_mib() {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind("VmHWM:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;
-  return 0;
-}
-
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -467,7 +458,7 @@ TEST_CASE("remote tier: a server that drips one byte every 0.4 s costs one timeo
 }
 
 TEST_CASE("remote tier: huge replies end the call before anything of their size is allocated") {
-  const double rss0 = peak_rss_mib();
+  const double rss0 = test::peak_rss_mib();
   SUBCASE("a value announced as 512 MiB") {
     test::HostileServer flood(test::flooding_handler("$536870912\r\n", "x"));
     RemoteCache a(flood.url(), "", std::chrono::milliseconds(2000));
@@ -491,7 +482,7 @@ TEST_CASE("remote tier: huge replies end the call before anything of their size 
     CHECK(a.warnings[0].find("line longer than") != std::string::npos);
   }
   // The old client buffered the whole announced reply (2.1 GB for 512 MiB, 13.9 GB for the array).
-  CHECK(peak_rss_mib() - rss0 < 200);
+  CHECK(test::peak_rss_mib() - rss0 < 200);
 }
 
 TEST_CASE("remote tier: a stored value over the size cap is removed at once, not read") {
@@ -499,7 +490,7 @@ TEST_CASE("remote tier: a stored value over the size cap is removed at once, not
   test::RedisServer redis;
   const std::string big(100u << 20, 'x');
   redis.command({"SET", entry_name(kWrite), big});
-  const double rss0 = peak_rss_mib();
+  const double rss0 = test::peak_rss_mib();
   RemoteCache a(redis.url());
   CHECK(a.get(kWrite) == CacheOrigin::kCompiled);
   CHECK(a.stats().remote_rejects == 1);
@@ -507,7 +498,7 @@ TEST_CASE("remote tier: a stored value over the size cap is removed at once, not
   CHECK(a.warnings[0].find("104857600 bytes") != std::string::npos);
   // Gone from the server: the next process pays nothing for it.
   CHECK(redis.command({"EXISTS", entry_name(kWrite)}).integer == 0);
-  CHECK(peak_rss_mib() - rss0 < 60);
+  CHECK(test::peak_rss_mib() - rss0 < 60);
 }
 
 TEST_CASE("remote tier: a squatted lock does not stall the cache") {

@@ -239,7 +239,7 @@ int cmd_clear(const Options& o) {
       const graphattn::detail::Removal r = dir.tier()->remove(name);
       if (r.removed) ++side_files;
       if (!r.error.empty() && !graphattn::detail::is_entry_kind(kind)) failed.push_back(r.error);
-    } else {
+    } else if (name != graphattn::detail::kCacheMarkerName) {
       kept.push_back(printable(name));
     }
   }
