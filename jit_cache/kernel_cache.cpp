@@ -196,7 +196,7 @@ struct KernelCache::Impl {
   KernelPtr from_disk(Request& r);
   KernelPtr from_remote(Request& r);
   KernelPtr wait_for_fleet(Request& r, RemoteLock* held);
-  std::chrono::milliseconds fleet_wait_bound();
+  std::chrono::milliseconds fleet_wait_bound(std::string* why);
   void warn_stale_lock(const CacheKey& key, const std::string& why);
   KernelPtr compile_and_store(Request& r);
   void note_compile_ms(double ms);
@@ -398,16 +398,21 @@ KernelPtr KernelCache::Impl::from_remote(Request& r) {
 // How long to wait for another process's compile: kStaleLockFactor times the longest compile
 // known here (at least kMinLockWait), a quarter of lock_timeout while none is known, never more
 // than lock_timeout.
-std::chrono::milliseconds KernelCache::Impl::fleet_wait_bound() {
+std::chrono::milliseconds KernelCache::Impl::fleet_wait_bound(std::string* why) {
   double longest = 0;
   {
     std::lock_guard<std::mutex> lock(mu);
     longest = longest_compile_ms;
   }
+  *why = longest > 0 ? std::to_string(kStaleLockFactor) +
+                           " times the longest compile known here, at least " +
+                           std::to_string(kMinLockWait.count()) + " ms"
+                     : "a quarter of the lock timeout: no compile time is known here yet";
   std::chrono::milliseconds bound =
       longest > 0 ? std::max(kMinLockWait, std::chrono::milliseconds(static_cast<int64_t>(
                                                std::min(longest * kStaleLockFactor, 1e9))))
                   : opts.lock_timeout / 4;
+  if (bound >= opts.lock_timeout) *why = "the lock timeout";
   return std::min(bound, opts.lock_timeout);
 }
 
@@ -428,7 +433,8 @@ void KernelCache::Impl::warn_stale_lock(const CacheKey& key, const std::string& 
 KernelPtr KernelCache::Impl::wait_for_fleet(Request& r, RemoteLock* held) {
   using Clock = std::chrono::steady_clock;
   RemoteTier::LockResult result = remote->lock(r.key, opts.lock_timeout);
-  const std::chrono::milliseconds bound = fleet_wait_bound();
+  std::string bound_why;
+  const std::chrono::milliseconds bound = fleet_wait_bound(&bound_why);
   const auto deadline = Clock::now() + bound;
   auto pause = std::chrono::milliseconds(20);
   bool waited = false;
@@ -441,13 +447,12 @@ KernelPtr KernelCache::Impl::wait_for_fleet(Request& r, RemoteLock* held) {
     }
     if (state == RemoteTier::LockState::kFree) {
       result = remote->lock(r.key, opts.lock_timeout);
-      // Freed because its holder stored the kernel: that value is the hit.
+      // Freed: its holder stored the kernel first (read below), or its lock expired.
       if (result != RemoteTier::LockResult::kHeldByOther) break;
     }
     if (Clock::now() >= deadline) {
       warn_stale_lock(r.key, "is still held after " + std::to_string(bound.count()) + " ms (" +
-                                 std::to_string(kStaleLockFactor) +
-                                 " times the longest compile measured here)");
+                                 bound_why + ")");
       return nullptr;
     }
     std::this_thread::sleep_for(std::min(
