@@ -199,6 +199,8 @@ struct KernelCache::Impl {
   std::chrono::milliseconds fleet_wait_bound(std::string* why);
   void warn_stale_lock(const CacheKey& key, const std::string& why);
   KernelPtr compile_and_store(Request& r);
+  std::vector<char> compile(const Request& r, EntryHeader* h);
+  void store(const Request& r, const EntryHeader& h, const std::vector<char>& cubin);
   void note_compile_ms(double ms);
 };
 
@@ -470,7 +472,8 @@ KernelPtr KernelCache::Impl::wait_for_fleet(Request& r, RemoteLock* held) {
   return nullptr;
 }
 
-KernelPtr KernelCache::Impl::compile_and_store(Request& r) {
+// NVRTC; a failure is counted (and its source dumped when asked) and rethrown.
+std::vector<char> KernelCache::Impl::compile(const Request& r, EntryHeader* h) {
   {
     std::lock_guard<std::mutex> lock(mu);
     ++stats.misses;
@@ -485,15 +488,20 @@ KernelPtr KernelCache::Impl::compile_and_store(Request& r) {
     if (writer && opts.dump_source) writer->write_source(r.key, r.src.source);
     throw;
   }
-  EntryHeader h;
-  h.key = r.key;
-  h.arch = static_cast<uint32_t>(r.spec.arch);
+  h->key = r.key;
+  h->arch = static_cast<uint32_t>(r.spec.arch);
   const auto [major, minor] = nvrtc_version();
-  h.nvrtc_major = static_cast<uint32_t>(major);
-  h.nvrtc_minor = static_cast<uint32_t>(minor);
-  h.compiled_at_ms = detail::now_unix_ms();
-  h.compile_us = static_cast<uint64_t>(ms * 1000.0);
-  h.spec = r.src.spec;
+  h->nvrtc_major = static_cast<uint32_t>(major);
+  h->nvrtc_minor = static_cast<uint32_t>(minor);
+  h->compiled_at_ms = detail::now_unix_ms();
+  h->compile_us = static_cast<uint64_t>(ms * 1000.0);
+  h->spec = r.src.spec;
+  return cubin;
+}
+
+// A new kernel to the writable layer (evicting past the size cap) and to the fleet.
+void KernelCache::Impl::store(const Request& r, const EntryHeader& h,
+                              const std::vector<char>& cubin) {
   uint64_t evicted = 0;
   bool write_failed = false;
   if (writer) {
@@ -504,14 +512,18 @@ KernelPtr KernelCache::Impl::compile_and_store(Request& r) {
       write_failed = true;
   }
   if (remote) remote->put(h, cubin);
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    ++stats.compiles;
-    stats.compile_ms += ms;
-    stats.evictions += evicted;
-    stats.write_failures += write_failed ? 1 : 0;
-    if (r.bad_entry) ++stats.repairs;
-  }
+  std::lock_guard<std::mutex> lock(mu);
+  ++stats.compiles;
+  stats.compile_ms += static_cast<double>(h.compile_us) / 1000.0;
+  stats.evictions += evicted;
+  stats.write_failures += write_failed ? 1 : 0;
+  if (r.bad_entry) ++stats.repairs;
+}
+
+KernelPtr KernelCache::Impl::compile_and_store(Request& r) {
+  EntryHeader h;
+  std::vector<char> cubin = compile(r, &h);
+  store(r, h, cubin);
   if (r.origin) *r.origin = CacheOrigin::kCompiled;
   return make(r, h, std::move(cubin));
 }
