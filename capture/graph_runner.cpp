@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdlib>
 
+#include "core/env_flag.hpp"
 #include "graphattn/capture.hpp"
 #include "graphattn/error.hpp"
 #include "runtime/driver.hpp"
@@ -54,11 +55,6 @@ struct GraphRunner::Graph {
 
 namespace {
 
-bool env_flag(const char* name) {
-  const char* v = std::getenv(name);
-  return v && v[0] == '1';
-}
-
 int64_t free_device_memory() {
   size_t free_bytes = 0, total = 0;
   GA_CU_CHECK(driver().cuMemGetInfo(&free_bytes, &total));
@@ -75,7 +71,7 @@ GraphRunner::GraphRunner(Options options, Step step, Fingerprint fingerprint)
     : sizes_(normalize_capture_sizes(options.capture_sizes.empty()
                                          ? default_capture_sizes(options.max_num_seqs)
                                          : options.capture_sizes)),
-      disabled_(options.disable_graphs || env_flag("GRAPHATTN_DISABLE_GRAPHS")),
+      disabled_(options.disable_graphs || detail::env_flag("GRAPHATTN_DISABLE_GRAPHS")),
       step_(std::move(step)),
       fingerprint_(std::move(fingerprint)) {
   if (!step_) throw Error("GraphRunner needs a step to capture");

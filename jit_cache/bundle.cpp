@@ -25,8 +25,6 @@ namespace {
 constexpr size_t kBlock = 512;
 constexpr const char* kManifestName = "manifest.txt";
 constexpr const char* kHeaderLine = "graphattn-kernel-bundle 1";
-// A bundle larger than this is refused before it is read (a few hundred kernels take megabytes).
-constexpr uint64_t kMaxBundleBytes = uint64_t{4} << 30;
 
 // ---------------------------------------------------------------------------------------------
 // ustar
@@ -89,26 +87,69 @@ struct Member {
   std::string data;
 };
 
-// The members of a ustar archive: regular files with plain names only; throws a message.
+// Where an archive's bytes come from: read() fills up to n bytes and returns how many (0 at the
+// end); throws std::runtime_error when the bytes cannot be read.
+class ByteSource {
+ public:
+  virtual ~ByteSource() = default;
+  virtual size_t read(char* out, size_t n) = 0;
+};
+
+class MemorySource : public ByteSource {
+ public:
+  explicit MemorySource(const std::string& bytes) : bytes_(bytes) {}
+  size_t read(char* out, size_t n) override {
+    const size_t k = std::min(n, bytes_.size() - at_);
+    std::memcpy(out, bytes_.data() + at_, k);
+    at_ += k;
+    return k;
+  }
+
+ private:
+  const std::string& bytes_;
+  size_t at_ = 0;
+};
+
+class FileSource : public ByteSource {
+ public:
+  explicit FileSource(int fd) : fd_(fd) {}
+  size_t read(char* out, size_t n) override {
+    while (true) {
+      const ssize_t got = ::read(fd_, out, n);
+      if (got >= 0) return static_cast<size_t>(got);
+      if (errno != EINTR) throw std::runtime_error(std::string("read: ") + std::strerror(errno));
+    }
+  }
+
+ private:
+  int fd_;
+};
+
+// The members of a ustar archive, read one at a time: regular files with plain names only, each
+// member's declared size checked against what it may hold before its bytes are read. Throws a
+// message.
 class TarReader {
  public:
-  explicit TarReader(const std::string& bytes) : bytes_(bytes) {}
+  explicit TarReader(ByteSource& in) : in_(in) {}
 
-  // The next member, or false at the end-of-archive blocks (or the end of the bytes).
-  bool next(Member* m) {
-    if (at_ + kBlock > bytes_.size()) {
-      if (at_ == bytes_.size()) return false;
+  // The next member, or false at the end of the archive (a zero block, or the end of the bytes).
+  // A member may hold at most max_bytes.
+  bool next(Member* m, uint64_t max_bytes, const char* what) {
+    char h[kBlock];
+    const size_t got = read_up_to(h, kBlock);
+    if (got == 0) return false;
+    if (got < kBlock)
       throw std::runtime_error("truncated archive (a header block is cut off at byte " +
-                               std::to_string(at_) + ")");
-    }
-    const char* h = bytes_.data() + at_;
+                               std::to_string(at_ - got) + ")");
+    const uint64_t header_at = at_ - kBlock;
     if (std::all_of(h, h + kBlock, [](char c) { return c == '\0'; })) return false;
     uint64_t sum = 0, size = 0;
     if (!parse_octal(h + 148, 8, &sum) || sum != header_checksum(h))
       throw std::runtime_error("not a tar archive, or a damaged header at byte " +
-                               std::to_string(at_) + " (header checksum)");
+                               std::to_string(header_at) + " (header checksum)");
     if (std::memcmp(h + 257, "ustar", 5) != 0)
-      throw std::runtime_error("not a ustar archive (header at byte " + std::to_string(at_) + ")");
+      throw std::runtime_error("not a ustar archive (header at byte " + std::to_string(header_at) +
+                               ")");
     const size_t name_len = strnlen(h, 100);
     m->name.assign(h, name_len);
     if (h[345] != '\0')
@@ -118,19 +159,33 @@ class TarReader {
                                printable(std::string(1, h[156])) + "')");
     if (!parse_octal(h + 124, 12, &size))
       throw std::runtime_error("member '" + printable(m->name) + "' has a malformed size");
-    const uint64_t data_at = at_ + kBlock;
-    if (size > bytes_.size() - data_at)
+    if (size > max_bytes)
+      throw std::runtime_error("member '" + printable(m->name) + "' declares " +
+                               std::to_string(size) + " bytes, more than " + what + " may hold (" +
+                               std::to_string(max_bytes) + ")");
+    m->data.resize(static_cast<size_t>(size));
+    const size_t data_got = read_up_to(m->data.data(), m->data.size());
+    if (data_got != size)
       throw std::runtime_error("member '" + printable(m->name) + "' is truncated (" +
                                std::to_string(size) + " bytes declared, " +
-                               std::to_string(bytes_.size() - data_at) + " left)");
-    m->data.assign(bytes_.data() + data_at, size);
-    const uint64_t padded = (size + kBlock - 1) / kBlock * kBlock;
-    at_ = std::min<uint64_t>(bytes_.size(), data_at + padded);
+                               std::to_string(data_got) + " left)");
+    char pad[kBlock];
+    read_up_to(pad, (kBlock - size % kBlock) % kBlock);  // a missing pad at the end is tolerated
     return true;
   }
 
  private:
-  const std::string& bytes_;
+  size_t read_up_to(char* out, size_t n) {
+    size_t done = 0;
+    while (done < n) {
+      const size_t k = in_.read(out + done, n - done);
+      if (k == 0) break;
+      done += k;
+    }
+    at_ += done;
+    return done;
+  }
+  ByteSource& in_;
   uint64_t at_ = 0;
 };
 
@@ -379,20 +434,22 @@ void write_bundle(const std::string& path, const std::vector<BundleEntry>& entri
   }
 }
 
-Bundle parse_bundle(const std::string& bytes, const std::string& signing_key,
-                    const std::string& name) {
+namespace {
+
+Bundle parse_from(ByteSource& in, const std::string& signing_key, const std::string& name) {
   const std::string shown = printable(name, 4096);
   Bundle bundle;
   try {
-    TarReader tar(bytes);
+    TarReader tar(in);
     Member m;
-    if (!tar.next(&m)) throw std::runtime_error("the archive is empty");
+    if (!tar.next(&m, kMaxBundleManifestBytes, "a manifest"))
+      throw std::runtime_error("the archive is empty");
     if (m.name != kManifestName)
       throw std::runtime_error("the first member is '" + printable(m.name) + "', not " +
                                kManifestName);
     const std::vector<ManifestLine> lines = parse_manifest(m.data, signing_key, &bundle);
     for (const ManifestLine& line : lines) {
-      if (!tar.next(&m))
+      if (!tar.next(&m, kMaxHeaderBytes + kMaxPayloadBytes, "an entry"))
         throw std::runtime_error("the member of " + line.key_hex +
                                  " that the manifest lists is missing");
       const std::string want = line.key_hex + ".gakc";
@@ -401,7 +458,7 @@ Bundle parse_bundle(const std::string& bytes, const std::string& signing_key,
                                  want);
       bundle.members.push_back(judge(line, m));
     }
-    if (tar.next(&m))
+    if (tar.next(&m, kMaxHeaderBytes + kMaxPayloadBytes, "an entry"))
       throw std::runtime_error("member '" + printable(m.name) + "' is not in the manifest");
   } catch (const std::runtime_error& e) {
     throw Error("kernel bundle " + shown + ": " + e.what());
@@ -409,31 +466,28 @@ Bundle parse_bundle(const std::string& bytes, const std::string& signing_key,
   return bundle;
 }
 
+}  // namespace
+
+Bundle parse_bundle(const std::string& bytes, const std::string& signing_key,
+                    const std::string& name) {
+  MemorySource in(bytes);
+  return parse_from(in, signing_key, name);
+}
+
 Bundle read_bundle(const std::string& path, const std::string& signing_key) {
   const std::string shown = printable(path, 4096);
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) throw Error("cannot open the kernel bundle " + shown + ": " + std::strerror(errno));
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
   struct stat st {};
-  std::string bytes;
-  std::string problem;
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    problem = "not a regular file";
-  } else if (static_cast<uint64_t>(st.st_size) > kMaxBundleBytes) {
-    problem = "larger than " + std::to_string(kMaxBundleBytes) + " bytes";
-  } else {
-    bytes.resize(static_cast<size_t>(st.st_size));
-    size_t done = 0;
-    while (done < bytes.size()) {
-      const ssize_t n = ::read(fd, &bytes[done], bytes.size() - done);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) break;
-      done += static_cast<size_t>(n);
-    }
-    if (done != bytes.size()) problem = "could not be read whole";
-  }
-  ::close(fd);
-  if (!problem.empty()) throw Error("kernel bundle " + shown + ": " + problem);
-  return parse_bundle(bytes, signing_key, path);
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
+    throw Error("kernel bundle " + shown + ": not a regular file");
+  // Streamed member by member: memory follows the largest member, never the file's size.
+  FileSource in(fd);
+  return parse_from(in, signing_key, path);
 }
 
 }  // namespace graphattn::detail

@@ -51,8 +51,10 @@ int64_t mtime_ms(const struct stat& st) {
 }
 
 // Creates dir and its missing parents. What it creates gets exactly `mode` (the last component)
-// or 0700 (parents), whatever the umask. False with errno set on failure.
-bool make_dirs(const std::string& dir, mode_t mode) {
+// or 0700 (parents), whatever the umask; *created says whether dir itself was made here. False
+// with errno set on failure.
+bool make_dirs(const std::string& dir, mode_t mode, bool* created) {
+  *created = false;
   size_t pos = 0;
   while (pos != std::string::npos) {
     pos = dir.find('/', pos + 1);
@@ -60,6 +62,7 @@ bool make_dirs(const std::string& dir, mode_t mode) {
     if (cur.empty()) continue;
     const mode_t m = pos == std::string::npos ? mode : 0700;
     if (::mkdir(cur.c_str(), m) == 0) {
+      *created = pos == std::string::npos;
       const int fd = ::open(cur.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
       struct stat st {};
       if (fd >= 0 && ::fstat(fd, &st) == 0 && st.st_uid == ::geteuid()) ::fchmod(fd, m);
@@ -205,7 +208,8 @@ DiskTier::DiskTier(std::string dir, Warn warn, bool shared, Access access)
     if (use) disable("no cache directory is set");
     return;
   }
-  if (use && !make_dirs(dir_, policy_.dir_mode())) {
+  bool created = false;
+  if (use && !make_dirs(dir_, policy_.dir_mode(), &created)) {
     disable("cannot create cache directory " + printable(dir_, 4096) + ": " + std::strerror(errno));
     return;
   }
@@ -239,6 +243,44 @@ DiskTier::DiskTier(std::string dir, Warn warn, bool shared, Access access)
   ::unlinkat(dir_fd_, probe.c_str(), 0);
   usable_ = true;
   writable_ = true;
+  if (use && !has_marker() && (created || file_names().empty() || looks_like_old_cache()))
+    write_marker();
+}
+
+bool DiskTier::has_marker() const {
+  struct stat st {};
+  return stat_name(kCacheMarkerName, &st) && S_ISREG(st.st_mode);
+}
+
+bool DiskTier::looks_like_old_cache() const {
+  bool entry = false;
+  for (const std::string& name : file_names()) {
+    const FileKind kind = classify_file_name(name, nullptr);
+    if (kind == FileKind::kOther) return false;
+    if (kind != FileKind::kEntry) continue;
+    int err = 0;
+    struct stat st {};
+    const int fd = open_regular(dir_fd_, name, &st, &err);
+    if (fd < 0) return false;
+    char magic[8] = {};
+    const ssize_t got = read_up_to(fd, magic, sizeof magic);
+    ::close(fd);
+    if (got != static_cast<ssize_t>(sizeof magic) || !has_entry_magic(magic)) return false;
+    entry = true;
+  }
+  return entry;
+}
+
+bool DiskTier::write_marker() {
+  const int fd = ::openat(dir_fd_, kCacheMarkerName, O_WRONLY | O_CREAT | O_EXCL | kOpenFlags,
+                          policy_.file_mode());
+  if (fd < 0) return false;
+  const std::string text = "graphattn kernel cache\ncache-format " +
+                           std::to_string(kCacheFormatVersion) + "\ncreated " +
+                           std::to_string(now_unix_ms()) + "\n";
+  const bool ok = ::fchmod(fd, policy_.file_mode()) == 0 && write_all(fd, text.data(), text.size());
+  ::close(fd);
+  return ok;
 }
 
 DiskTier::~DiskTier() {

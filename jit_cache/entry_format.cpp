@@ -42,6 +42,8 @@ bool is_key_with(const std::string& name, const std::string& suffix) {
 
 }  // namespace
 
+bool has_entry_magic(const char* first8) { return std::memcmp(first8, kMagic, 8) == 0; }
+
 const char* to_string(EntryStatus s) {
   static const char* const kNames[] = {
       "ok",         "missing",      "truncated",         "bad magic", "format version mismatch",

@@ -23,6 +23,7 @@
 //   ".<key>.tmp.<nonce>"        an entry being written, renamed to "<key>.gakc" when complete
 //   ".<key>.cu.tmp.<nonce>"     a source being written
 //   ".probe.<nonce>"            the writability probe, removed at once
+//   ".graphattn-cache"          the marker written when the directory was made (disk_tier.hpp)
 // <nonce> is unpredictable, so that no name can be planted in advance.
 #pragma once
 
@@ -73,6 +74,9 @@ enum class EntryStatus {
   kBadCubin
 };
 const char* to_string(EntryStatus s);
+
+// Whether 8 bytes are the entry magic (a cheap look at a file, not a check of it).
+bool has_entry_magic(const char* first8);
 
 // Encodes header + payload into the file image.
 std::vector<char> encode_entry(const EntryHeader& h, const std::vector<char>& payload);

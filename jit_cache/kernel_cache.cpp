@@ -6,6 +6,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "core/env_flag.hpp"
 #include "core/spec_axes.hpp"
 #include "core/text.hpp"
 #include "graphattn/error.hpp"
@@ -52,8 +53,19 @@ const char* absolute_env(const char* name) {
 
 void default_warn(const std::string& msg) { std::cerr << msg << std::endl; }
 
+// Each layer holds a directory descriptor and costs a lookup per miss: a handful is what layering
+// is for, and a long list would run the process out of descriptors (NVRTC needs some too).
+constexpr size_t kMaxCacheLayers = 32;
+
+void check_layer_count(size_t n, const char* where) {
+  if (n > kMaxCacheLayers)
+    throw Error(std::string(where) + " names " + std::to_string(n) +
+                " cache directories; supported: at most " + std::to_string(kMaxCacheLayers) +
+                " layers");
+}
+
 // GRAPHATTN_CACHE_DIRS: absolute paths separated by ':' (empty elements are skipped); a relative
-// path throws, like the other malformed cache variables.
+// path, or more than kMaxCacheLayers of them, throws, like the other malformed cache variables.
 std::vector<std::string> dirs_from_env() {
   std::vector<std::string> out;
   const char* text = env("GRAPHATTN_CACHE_DIRS");
@@ -72,13 +84,22 @@ std::vector<std::string> dirs_from_env() {
     }
     start = end + 1;
   }
+  check_layer_count(out.size(), "GRAPHATTN_CACHE_DIRS");
   return out;
 }
 
 }  // namespace
 
+std::vector<std::string> detail::cache_dirs_from_env() { return dirs_from_env(); }
+
 std::string default_cache_dir() {
-  if (const char* d = env("GRAPHATTN_CACHE_DIR")) return d;
+  if (const char* d = env("GRAPHATTN_CACHE_DIR")) {
+    // Relative to whatever directory the process happens to start in: refused, not guessed.
+    if (d[0] != '/')
+      throw Error("GRAPHATTN_CACHE_DIR '" + detail::printable(d, 4096) +
+                  "' is not an absolute path; supported: an absolute directory, or unset");
+    return d;
+  }
   if (const char* x = absolute_env("XDG_CACHE_HOME")) return std::string(x) + "/graphattn";
   if (const char* h = absolute_env("HOME")) return std::string(h) + "/.cache/graphattn";
   // No shared fallback such as /tmp: another user could have planted entries there.
@@ -92,24 +113,27 @@ std::string remote_url_from_env() {
   try {
     detail::parse_redis_url(url);
   } catch (const Error& e) {
-    throw Error(std::string("GRAPHATTN_REMOTE_CACHE: ") + e.what());
+    throw Error(std::string("GRAPHATTN_REMOTE_CACHE: ") + e.what());  // the password is masked
   }
   return url;
 }
 
 // The signing secret from the options' file, else GRAPHATTN_CACHE_SIGNING_KEY's; "" for none.
-std::string signing_key(const std::string& file) {
-  if (!file.empty()) return detail::read_signing_key(file);
-  if (const char* f = env("GRAPHATTN_CACHE_SIGNING_KEY")) return detail::read_signing_key(f);
+std::string signing_key(const std::string& file, bool shared) {
+  if (!file.empty()) return detail::read_signing_key(file, shared);
+  if (const char* f = env("GRAPHATTN_CACHE_SIGNING_KEY"))
+    return detail::read_signing_key(f, shared);
   return "";
 }
 
 void check_cache_environment() {
   max_bytes_from_env();
   dirs_from_env();
-  detail::shared_cache_requested();
+  default_cache_dir();
+  const bool shared = detail::shared_cache_requested();
+  detail::env_flag("GRAPHATTN_DUMP_SOURCE");
   remote_url_from_env();
-  signing_key("");
+  signing_key("", shared);
 }
 
 bool remote_available(std::string* why) { return detail::redis_client_loadable(why); }
@@ -120,6 +144,27 @@ const char* to_string(CacheOrigin o) {
 }
 
 using KernelPtr = std::shared_ptr<const CompiledKernel>;
+
+namespace {
+
+// A fleet lock still held after this many times the longest compile this process knows of is
+// stale: its holder died without an expiry, or someone squats it.
+constexpr int kStaleLockFactor = 4;
+constexpr std::chrono::milliseconds kMinLockWait{2000};
+
+// Held while this process compiles a key for the whole fleet; released however that ends.
+struct RemoteLock {
+  RemoteTier* tier = nullptr;
+  CacheKey key;
+  RemoteLock() = default;
+  RemoteLock(const RemoteLock&) = delete;
+  RemoteLock& operator=(const RemoteLock&) = delete;
+  ~RemoteLock() {
+    if (tier) tier->unlock(key);
+  }
+};
+
+}  // namespace
 
 struct KernelCache::Impl {
   CacheOptions opts;
@@ -133,6 +178,30 @@ struct KernelCache::Impl {
   // does not pack (0) is invalid anyway and takes the slow path, which rejects it.
   std::unordered_map<uint64_t, CacheKey> by_spec;
   CacheStats stats;
+  // The longest compile this process measured or read from an entry's header (ms): what bounds
+  // the wait on another process's fleet lock.
+  double longest_compile_ms = 0;
+  bool stale_lock_warned = false;
+
+  // One request that missed memory: the steps of KernelCache::get below the memory tier.
+  struct Request {
+    const AttentionSpec& spec;
+    const KernelSource& src;
+    const CacheKey& key;
+    CacheOrigin* origin;
+    bool bad_entry = false;  // a layer held a bad entry for the key (the compile repairs it)
+  };
+  KernelPtr load_or_compile(Request& r);
+  KernelPtr make(const Request& r, const EntryHeader& h, std::vector<char> cubin);
+  KernelPtr from_disk(Request& r);
+  KernelPtr from_remote(Request& r);
+  KernelPtr wait_for_fleet(Request& r, RemoteLock* held);
+  std::chrono::milliseconds fleet_wait_bound(std::string* why);
+  void warn_stale_lock(const CacheKey& key, const std::string& why);
+  KernelPtr compile_and_store(Request& r);
+  std::vector<char> compile(const Request& r, EntryHeader* h);
+  void store(const Request& r, const EntryHeader& h, const std::vector<char>& cubin);
+  void note_compile_ms(double ms);
 };
 
 KernelCache::KernelCache(CacheOptions options) : impl_(new Impl) {
@@ -144,12 +213,13 @@ KernelCache::KernelCache(CacheOptions options) : impl_(new Impl) {
     o.warn = [once](const std::string& m) { std::call_once(*once, default_warn, m); };
   }
   if (o.max_bytes == 0) o.max_bytes = max_bytes_from_env();
-  if (const char* d = env("GRAPHATTN_DUMP_SOURCE")) o.dump_source = o.dump_source || d[0] == '1';
+  o.dump_source = o.dump_source || detail::env_flag("GRAPHATTN_DUMP_SOURCE");
   o.shared_dir = o.shared_dir || detail::shared_cache_requested();
   if (o.use_disk) {
     // Options first (dirs, then dir), then GRAPHATTN_CACHE_DIRS, then default_cache_dir().
     const std::vector<std::string> from_env = dirs_from_env();
     std::vector<std::string> dirs = o.dirs;
+    check_layer_count(dirs.size(), "CacheOptions::dirs");
     if (dirs.empty() && !o.dir.empty()) dirs.push_back(o.dir);
     if (dirs.empty()) dirs = from_env;
     if (dirs.empty()) {
@@ -183,7 +253,7 @@ KernelCache::KernelCache(CacheOptions options) : impl_(new Impl) {
       ro.url = o.remote_url;
       ro.timeout = o.remote_timeout;
       ro.retry = o.remote_retry;
-      ro.signing_key = signing_key(o.signing_key_file);
+      ro.signing_key = signing_key(o.signing_key_file, o.shared_dir);
       auto remote = std::make_unique<RemoteTier>(std::move(ro), o.warn);  // checks the URL
       std::string why;
       if (detail::redis_client_loadable(&why))
@@ -246,136 +316,216 @@ std::shared_ptr<const CompiledKernel> KernelCache::get(const AttentionSpec& spec
   }
 }
 
+// disk -> (disk lock, disk again) -> remote -> fleet lock or wait -> compile. Each step returns the
+// kernel when it found one, else null.
 KernelPtr KernelCache::load_or_compile(const AttentionSpec& spec, const KernelSource& src,
                                        const CacheKey& key, CacheOrigin* origin) {
-  DiskTier* const writer = impl_->writer;
-  auto make = [&](const EntryHeader& h, std::vector<char> cubin) {
-    auto k = std::make_shared<CompiledKernel>();
-    k->key = key;
-    k->spec = spec;
-    k->spec_string = src.spec;
-    k->entry = src.entry;
-    k->cubin = std::move(cubin);
-    k->compiled_at_ms = h.compiled_at_ms;
-    k->compile_ms = static_cast<double>(h.compile_us) / 1000.0;
-    return KernelPtr(std::move(k));
-  };
-  bool bad_entry = false;
-  // Every layer in order: the first verified entry wins; a bad one is never served.
-  auto try_disk = [&]() -> KernelPtr {
-    for (const auto& layer : impl_->layers) {
-      EntryHeader h;
-      std::vector<char> cubin;
-      const EntryStatus s = layer->read(key, &h, &cubin, nullptr);
-      if (s == EntryStatus::kOk && h.spec == src.spec &&
-          h.arch == static_cast<uint32_t>(spec.arch)) {
-        std::lock_guard<std::mutex> lock(impl_->mu);
-        ++impl_->stats.disk_hits;
-        if (origin) *origin = CacheOrigin::kDisk;
-        return make(h, std::move(cubin));
-      }
-      if (s != EntryStatus::kMissing) bad_entry = true;
-    }
-    return nullptr;
-  };
+  Impl::Request r{spec, src, key, origin};
+  return impl_->load_or_compile(r);
+}
+
+KernelPtr KernelCache::Impl::load_or_compile(Request& r) {
+  if (KernelPtr k = from_disk(r)) return k;
   DiskTier::Lock file_lock;
-  if (!impl_->layers.empty()) {
-    if (KernelPtr k = try_disk()) return k;
-    if (writer) {
-      file_lock = writer->lock(key, impl_->opts.lock_timeout);
-      // Another process may have compiled it while we waited for the lock.
-      bad_entry = false;
-      if (KernelPtr k = try_disk()) return k;
-    }
+  if (writer) {
+    file_lock = writer->lock(r.key, opts.lock_timeout);
+    // Another process may have compiled it while we waited for the lock.
+    r.bad_entry = false;
+    if (KernelPtr k = from_disk(r)) return k;
   }
-  RemoteTier* const remote = impl_->remote.get();
-  // A verified remote value whose header names this spec and arch; a value that fails is deleted
-  // by the tier (or here, for a header of another spec) and never served.
-  auto try_remote = [&]() -> KernelPtr {
+  RemoteLock fleet_lock;
+  if (remote) {
+    if (KernelPtr k = from_remote(r)) return k;
+    if (KernelPtr k = wait_for_fleet(r, &fleet_lock)) return k;
+  }
+  return compile_and_store(r);
+}
+
+KernelPtr KernelCache::Impl::make(const Request& r, const EntryHeader& h, std::vector<char> cubin) {
+  auto k = std::make_shared<CompiledKernel>();
+  k->key = r.key;
+  k->spec = r.spec;
+  k->spec_string = r.src.spec;
+  k->entry = r.src.entry;
+  k->cubin = std::move(cubin);
+  k->compiled_at_ms = h.compiled_at_ms;
+  k->compile_ms = static_cast<double>(h.compile_us) / 1000.0;
+  note_compile_ms(k->compile_ms);
+  return KernelPtr(std::move(k));
+}
+
+void KernelCache::Impl::note_compile_ms(double ms) {
+  std::lock_guard<std::mutex> lock(mu);
+  // An entry's header is data from elsewhere: an absurd time there cannot stretch the wait past
+  // lock_timeout (fleet_wait_bound clamps it).
+  if (ms > longest_compile_ms) longest_compile_ms = ms;
+}
+
+// Every layer in order: the first verified entry wins; a bad one is never served.
+KernelPtr KernelCache::Impl::from_disk(Request& r) {
+  for (const auto& layer : layers) {
     EntryHeader h;
     std::vector<char> cubin;
-    const RemoteStatus s = remote->get(key, &h, &cubin, nullptr);
-    if (s == RemoteStatus::kHit && h.spec == src.spec &&
-        h.arch == static_cast<uint32_t>(spec.arch)) {
-      if (writer && writer->write(h, cubin)) writer->evict(impl_->opts.max_bytes, &key);
-      if (origin) *origin = CacheOrigin::kRemote;
-      return make(h, std::move(cubin));
+    const EntryStatus s = layer->read(r.key, &h, &cubin, nullptr);
+    if (s == EntryStatus::kOk && h.spec == r.src.spec &&
+        h.arch == static_cast<uint32_t>(r.spec.arch)) {
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        ++stats.disk_hits;
+      }
+      if (r.origin) *r.origin = CacheOrigin::kDisk;
+      return make(r, h, std::move(cubin));
     }
-    if (s == RemoteStatus::kHit) remote->reject(key);
-    return nullptr;
-  };
-  // Held while this process compiles the key for the whole fleet; released however it ends.
-  struct RemoteLock {
-    RemoteTier* tier = nullptr;
-    CacheKey key;
-    RemoteLock() = default;
-    RemoteLock(const RemoteLock&) = delete;
-    RemoteLock& operator=(const RemoteLock&) = delete;
-    ~RemoteLock() {
-      if (tier) tier->unlock(key);
-    }
-  } remote_lock;
-  if (remote) {
-    if (KernelPtr k = try_remote()) return k;
-    auto result = remote->lock(key, impl_->opts.lock_timeout);
-    // Another process compiles it: wait for its value (or for its lock to go) up to the lock
-    // timeout, then compile here after all.
-    const auto deadline = std::chrono::steady_clock::now() + impl_->opts.lock_timeout;
-    while (result == RemoteTier::LockResult::kHeldByOther &&
-           std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      if (KernelPtr k = try_remote()) return k;
-      if (!remote->locked(key)) result = remote->lock(key, impl_->opts.lock_timeout);
-    }
-    // Set in place: assigning a temporary RemoteLock would unlock at once in its destructor.
-    if (result == RemoteTier::LockResult::kAcquired) {
-      remote_lock.key = key;
-      remote_lock.tier = remote;
-    }
+    if (s != EntryStatus::kMissing) r.bad_entry = true;
   }
+  return nullptr;
+}
+
+// A verified remote value whose header names this spec and arch, also written to disk; a value
+// that fails is deleted by the tier (or here, for a header of another spec) and never served.
+KernelPtr KernelCache::Impl::from_remote(Request& r) {
+  EntryHeader h;
+  std::vector<char> cubin;
+  const RemoteStatus s = remote->get(r.key, &h, &cubin, nullptr);
+  if (s == RemoteStatus::kHit && h.spec == r.src.spec &&
+      h.arch == static_cast<uint32_t>(r.spec.arch)) {
+    if (writer && writer->write(h, cubin)) writer->evict(opts.max_bytes, &r.key);
+    if (r.origin) *r.origin = CacheOrigin::kRemote;
+    return make(r, h, std::move(cubin));
+  }
+  if (s == RemoteStatus::kHit) remote->reject(r.key);
+  return nullptr;
+}
+
+// How long to wait for another process's compile: kStaleLockFactor times the longest compile
+// known here (at least kMinLockWait), a quarter of lock_timeout while none is known, never more
+// than lock_timeout.
+std::chrono::milliseconds KernelCache::Impl::fleet_wait_bound(std::string* why) {
+  double longest = 0;
   {
-    std::lock_guard<std::mutex> lock(impl_->mu);
-    ++impl_->stats.misses;
+    std::lock_guard<std::mutex> lock(mu);
+    longest = longest_compile_ms;
+  }
+  *why = longest > 0 ? std::to_string(kStaleLockFactor) +
+                           " times the longest compile known here, at least " +
+                           std::to_string(kMinLockWait.count()) + " ms"
+                     : "a quarter of the lock timeout: no compile time is known here yet";
+  std::chrono::milliseconds bound =
+      longest > 0 ? std::max(kMinLockWait, std::chrono::milliseconds(static_cast<int64_t>(
+                                               std::min(longest * kStaleLockFactor, 1e9))))
+                  : opts.lock_timeout / 4;
+  if (bound >= opts.lock_timeout) *why = "the lock timeout";
+  return std::min(bound, opts.lock_timeout);
+}
+
+void KernelCache::Impl::warn_stale_lock(const CacheKey& key, const std::string& why) {
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (stale_lock_warned) return;
+    stale_lock_warned = true;
+  }
+  opts.warn("graphattn: remote kernel cache " + remote->where() + ": the lock " +
+            detail::remote_lock_name(key) + " " + why +
+            "; compiling locally (later stale locks are not reported)");
+}
+
+// Takes the fleet lock (into *held), or waits for the process that holds it to store the kernel.
+// A lock without an expiry (graphattn never writes one) is not waited for, and a lock that
+// outlasts fleet_wait_bound() is given up on: both are compiled here after all, with one warning.
+KernelPtr KernelCache::Impl::wait_for_fleet(Request& r, RemoteLock* held) {
+  using Clock = std::chrono::steady_clock;
+  RemoteTier::LockResult result = remote->lock(r.key, opts.lock_timeout);
+  std::string bound_why;
+  const std::chrono::milliseconds bound = fleet_wait_bound(&bound_why);
+  const auto deadline = Clock::now() + bound;
+  auto pause = std::chrono::milliseconds(20);
+  bool waited = false;
+  while (result == RemoteTier::LockResult::kHeldByOther) {
+    waited = true;
+    const RemoteTier::LockState state = remote->lock_state(r.key);
+    if (state == RemoteTier::LockState::kNoExpiry) {
+      warn_stale_lock(r.key, "has no expiry, so no graphattn process wrote it");
+      return nullptr;
+    }
+    if (state == RemoteTier::LockState::kFree) {
+      result = remote->lock(r.key, opts.lock_timeout);
+      // Freed: its holder stored the kernel first (read below), or its lock expired.
+      if (result != RemoteTier::LockResult::kHeldByOther) break;
+    }
+    if (Clock::now() >= deadline) {
+      warn_stale_lock(r.key, "is still held after " + std::to_string(bound.count()) + " ms (" +
+                                 bound_why + ")");
+      return nullptr;
+    }
+    std::this_thread::sleep_for(std::min(
+        pause, std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now())));
+    pause = std::min(pause * 2, std::chrono::milliseconds(250));
+    if (KernelPtr k = from_remote(r)) return k;
+  }
+  if (result == RemoteTier::LockResult::kAcquired) {
+    // Set in place: assigning a temporary RemoteLock would unlock at once in its destructor.
+    held->key = r.key;
+    held->tier = remote.get();
+    // A holder stores the kernel before it lets go of the lock.
+    if (waited) return from_remote(r);
+  }
+  return nullptr;
+}
+
+// NVRTC; a failure is counted (and its source dumped when asked) and rethrown.
+std::vector<char> KernelCache::Impl::compile(const Request& r, EntryHeader* h) {
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    ++stats.misses;
   }
   double ms = 0;
   std::vector<char> cubin;
   try {
-    cubin = detail::nvrtc_compile(src, &ms);
+    cubin = detail::nvrtc_compile(r.src, &ms);
   } catch (...) {
-    std::lock_guard<std::mutex> lock(impl_->mu);
-    ++impl_->stats.compile_failures;
-    if (writer && impl_->opts.dump_source) writer->write_source(key, src.source);
+    std::lock_guard<std::mutex> lock(mu);
+    ++stats.compile_failures;
+    if (writer && opts.dump_source) writer->write_source(r.key, r.src.source);
     throw;
   }
-  EntryHeader h;
-  h.key = key;
-  h.arch = static_cast<uint32_t>(spec.arch);
+  h->key = r.key;
+  h->arch = static_cast<uint32_t>(r.spec.arch);
   const auto [major, minor] = nvrtc_version();
-  h.nvrtc_major = static_cast<uint32_t>(major);
-  h.nvrtc_minor = static_cast<uint32_t>(minor);
-  h.compiled_at_ms = detail::now_unix_ms();
-  h.compile_us = static_cast<uint64_t>(ms * 1000.0);
-  h.spec = src.spec;
+  h->nvrtc_major = static_cast<uint32_t>(major);
+  h->nvrtc_minor = static_cast<uint32_t>(minor);
+  h->compiled_at_ms = detail::now_unix_ms();
+  h->compile_us = static_cast<uint64_t>(ms * 1000.0);
+  h->spec = r.src.spec;
+  return cubin;
+}
+
+// A new kernel to the writable layer (evicting past the size cap) and to the fleet.
+void KernelCache::Impl::store(const Request& r, const EntryHeader& h,
+                              const std::vector<char>& cubin) {
   uint64_t evicted = 0;
   bool write_failed = false;
   if (writer) {
-    if (impl_->opts.dump_source) writer->write_source(key, src.source);
+    if (opts.dump_source) writer->write_source(r.key, r.src.source);
     if (writer->write(h, cubin))
-      evicted = writer->evict(impl_->opts.max_bytes, &key);
+      evicted = writer->evict(opts.max_bytes, &r.key);
     else
       write_failed = true;
   }
   if (remote) remote->put(h, cubin);
-  {
-    std::lock_guard<std::mutex> lock(impl_->mu);
-    ++impl_->stats.compiles;
-    impl_->stats.compile_ms += ms;
-    impl_->stats.evictions += evicted;
-    impl_->stats.write_failures += write_failed ? 1 : 0;
-    if (bad_entry) ++impl_->stats.repairs;
-  }
-  if (origin) *origin = CacheOrigin::kCompiled;
-  return make(h, std::move(cubin));
+  std::lock_guard<std::mutex> lock(mu);
+  ++stats.compiles;
+  stats.compile_ms += static_cast<double>(h.compile_us) / 1000.0;
+  stats.evictions += evicted;
+  stats.write_failures += write_failed ? 1 : 0;
+  if (r.bad_entry) ++stats.repairs;
+}
+
+KernelPtr KernelCache::Impl::compile_and_store(Request& r) {
+  EntryHeader h;
+  std::vector<char> cubin = compile(r, &h);
+  store(r, h, cubin);
+  if (r.origin) *r.origin = CacheOrigin::kCompiled;
+  return make(r, h, std::move(cubin));
 }
 
 std::vector<PrecompileResult> KernelCache::precompile(const std::vector<AttentionSpec>& specs,

@@ -1,16 +1,23 @@
 #include "jit_cache/redis_client.hpp"
 
-#include <dlfcn.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
+#include <cerrno>
+#include <condition_variable>
+#include <cstring>
 #include <mutex>
+#include <thread>
 
 #include "core/text.hpp"
 #include "graphattn/error.hpp"
-
-#ifdef GRAPHATTN_HAVE_HIREDIS
-#include <hiredis/hiredis.h>
-#endif
 
 namespace graphattn::detail {
 
@@ -20,7 +27,7 @@ namespace graphattn::detail {
 namespace {
 
 [[noreturn]] void bad_url(const std::string& url, const std::string& what) {
-  throw Error("remote cache URL '" + printable(url) + "': " + what +
+  throw Error("remote cache URL '" + printable(redact_redis_url(url)) + "': " + what +
               "; supported: redis://[[user]:password@]host[:port][/db], e.g. "
               "redis://127.0.0.1:6379/0");
 }
@@ -68,6 +75,14 @@ int bounded_number(const std::string& url, const std::string& text, int lo, int 
 }
 
 }  // namespace
+
+std::string redact_redis_url(const std::string& text) {
+  const size_t scheme = text.find("//");
+  const size_t from = scheme == std::string::npos ? 0 : scheme + 2;
+  const size_t at = text.rfind('@');
+  if (at == std::string::npos || at < from) return text;
+  return text.substr(0, from) + "***" + text.substr(at);
+}
 
 RedisUrl parse_redis_url(const std::string& url) {
   const std::string scheme = "redis://";
@@ -131,102 +146,243 @@ std::string RedisUrl::display() const {
 }
 
 // ---------------------------------------------------------------------------------------------
-// hiredis, opened at run time
-
-#ifdef GRAPHATTN_HAVE_HIREDIS
-
-#define GA_HIREDIS_STRING2(x) #x
-#define GA_HIREDIS_STRING(x) GA_HIREDIS_STRING2(x)
+// RESP2
 
 namespace {
 
-// The soname of the library these headers describe: its structs must match them exactly.
-constexpr const char* kHiredisLibrary = "libhiredis.so." GA_HIREDIS_STRING(HIREDIS_SONAME);
+constexpr size_t kMaxLineBytes = 64 << 10;  // a status, an error, a length
 
-// X(name): every hiredis function the client calls.
-// clang-format off
-#define GA_HIREDIS_FUNCTIONS(X) \
-  X(redisConnectWithTimeout)    \
-  X(redisSetTimeout)            \
-  X(redisCommandArgv)           \
-  X(freeReplyObject)            \
-  X(redisFree)
-// clang-format on
+[[noreturn]] void protocol_error(const std::string& what) {
+  throw RedisError("malformed reply: " + what);
+}
 
-struct HiredisApi {
-#define GA_DECLARE(name) decltype(&::name) name = nullptr;
-  GA_HIREDIS_FUNCTIONS(GA_DECLARE)
-#undef GA_DECLARE
-  std::string error;  // empty when loaded
+// A decimal length or integer as RESP writes it ("-1" allowed).
+long long resp_number(const std::string& text, const char* what) {
+  if (text.empty() || text.size() > 20)
+    protocol_error(std::string(what) + " '" + printable(text) + "'");
+  size_t i = text[0] == '-' ? 1 : 0;
+  if (i == text.size()) protocol_error(std::string(what) + " '" + printable(text) + "'");
+  unsigned long long v = 0;
+  for (; i < text.size(); ++i) {
+    const char c = text[i];
+    if (c < '0' || c > '9' || v > (~0ull >> 1) / 10)
+      protocol_error(std::string(what) + " '" + printable(text) + "'");
+    v = v * 10 + static_cast<unsigned>(c - '0');
+  }
+  if (v > static_cast<unsigned long long>(INT64_MAX))
+    protocol_error(std::string(what) + " too large");
+  return text[0] == '-' ? -static_cast<long long>(v) : static_cast<long long>(v);
+}
+
+}  // namespace
+
+void RespParser::fill() {
+  if (at_ > 0 && at_ == buf_.size()) {
+    buf_.clear();
+    at_ = 0;
+  } else if (at_ > (64 << 10)) {
+    buf_.erase(0, at_);
+    at_ = 0;
+  }
+  char chunk[16384];
+  const size_t n = read_(chunk, sizeof chunk);
+  buf_.append(chunk, n);
+}
+
+std::string RespParser::line() {
+  size_t scanned = at_;
+  while (true) {
+    const size_t nl = buf_.find("\r\n", scanned);
+    if (nl != std::string::npos) {
+      if (nl - at_ > kMaxLineBytes) break;
+      std::string out = buf_.substr(at_, nl - at_);
+      at_ = nl + 2;
+      return out;
+    }
+    if (buf_.size() - at_ > kMaxLineBytes) break;
+    scanned = buf_.size() > at_ ? buf_.size() - 1 : at_;
+    const size_t before = at_;
+    fill();
+    scanned -= before - at_;  // fill() may have moved the unread bytes to the front
+  }
+  throw RedisReplyTooLarge("reply line longer than " + std::to_string(kMaxLineBytes) + " bytes");
+}
+
+void RespParser::take(size_t n, std::string* out) {
+  out->clear();
+  while (out->size() < n) {
+    if (at_ == buf_.size()) fill();
+    const size_t k = std::min(n - out->size(), buf_.size() - at_);
+    out->append(buf_, at_, k);
+    at_ += k;
+  }
+}
+
+RedisReply RespParser::value(const RedisLimits& limits, int depth, uint64_t* elements) {
+  const std::string l = line();
+  if (l.empty()) protocol_error("an empty line");
+  RedisReply r;
+  const std::string rest = l.substr(1);
+  switch (l[0]) {
+    case '+':
+      r.type = RedisReply::Type::kStatus;
+      r.str = rest;
+      return r;
+    case '-':
+      r.type = RedisReply::Type::kError;
+      r.str = rest;
+      return r;
+    case ':':
+      r.type = RedisReply::Type::kInteger;
+      r.integer = resp_number(rest, "integer");
+      return r;
+    case '$': {
+      const long long n = resp_number(rest, "bulk length");
+      if (n == -1) return r;  // nil
+      if (n < 0) protocol_error("bulk length " + std::to_string(n));
+      if (static_cast<uint64_t>(n) > limits.max_bulk_bytes)
+        throw RedisReplyTooLarge("the server announced a value of " + std::to_string(n) +
+                                 " bytes, more than the " + std::to_string(limits.max_bulk_bytes) +
+                                 " this call accepts");
+      r.type = RedisReply::Type::kString;
+      take(static_cast<size_t>(n), &r.str);
+      std::string end;
+      take(2, &end);
+      if (end != "\r\n") protocol_error("a bulk string not followed by CRLF");
+      return r;
+    }
+    case '*': {
+      const long long n = resp_number(rest, "array length");
+      if (n == -1) return r;  // nil
+      if (n < 0) protocol_error("array length " + std::to_string(n));
+      if (static_cast<uint64_t>(n) > limits.max_elements - *elements)
+        throw RedisReplyTooLarge("the server announced an array of " + std::to_string(n) +
+                                 " elements, more than the " + std::to_string(limits.max_elements) +
+                                 " this call accepts");
+      if (depth >= limits.max_depth)
+        throw RedisReplyTooLarge("arrays nested deeper than " + std::to_string(limits.max_depth));
+      *elements += static_cast<uint64_t>(n);
+      r.type = RedisReply::Type::kArray;
+      r.elements.reserve(static_cast<size_t>(n));
+      for (long long i = 0; i < n; ++i) r.elements.push_back(value(limits, depth + 1, elements));
+      return r;
+    }
+    default:
+      protocol_error("unknown reply type '" + printable(l.substr(0, 1)) + "'");
+  }
+}
+
+RedisReply RespParser::parse(const RedisLimits& limits) {
+  uint64_t elements = 0;
+  return value(limits, 0, &elements);
+}
+
+#ifdef GRAPHATTN_HAVE_REDIS_CLIENT
+
+namespace {
+
+int remaining_ms(RedisClock::time_point deadline) {
+  const auto left =
+      std::chrono::duration_cast<std::chrono::milliseconds>(deadline - RedisClock::now()).count();
+  if (left <= 0) return 0;
+  return static_cast<int>(std::min<long long>(left + 1, 1 << 30));
+}
+
+[[noreturn]] void deadline_passed(const char* during) {
+  throw RedisError(std::string("no complete reply within the timeout (while ") + during + ")");
+}
+
+// Waits until fd is ready for `events` or the deadline passes (throws).
+void wait_for(int fd, short events, RedisClock::time_point deadline, const char* during) {
+  while (true) {
+    const int ms = remaining_ms(deadline);
+    if (ms == 0) deadline_passed(during);
+    pollfd p{fd, events, 0};
+    const int rc = ::poll(&p, 1, ms);
+    if (rc > 0) return;
+    if (rc < 0 && errno != EINTR) throw RedisError(std::string("poll: ") + std::strerror(errno));
+  }
+}
+
+// getaddrinfo on a thread of its own, so that a slow name lookup cannot outlast the deadline (the
+// thread finishes by itself later; its result is then dropped).
+struct Lookup {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  int rc = 0;
+  addrinfo* result = nullptr;
+  ~Lookup() {
+    if (result) ::freeaddrinfo(result);
+  }
 };
 
-HiredisApi load_hiredis() {
-  HiredisApi api;
-  void* lib = dlopen(kHiredisLibrary, RTLD_NOW | RTLD_LOCAL);
-  if (!lib) {
-    const char* why = dlerror();
-    api.error = std::string("the Redis client library ") + kHiredisLibrary +
-                " could not be loaded (" + (why ? why : "unknown reason") +
-                "); install it (Debian: libhiredis" + GA_HIREDIS_STRING(HIREDIS_SONAME) +
-                " or libhiredis-dev)";
-    return api;
+std::shared_ptr<Lookup> resolve(const std::string& host, int port,
+                                RedisClock::time_point deadline) {
+  auto lookup = std::make_shared<Lookup>();
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  const std::string service = std::to_string(port);
+  // Numeric addresses need no lookup.
+  hints.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV;
+  if (::getaddrinfo(host.c_str(), service.c_str(), &hints, &lookup->result) == 0) {
+    lookup->done = true;
+    return lookup;
   }
-  std::string missing;
-#define GA_LOAD(name)                                    \
-  {                                                      \
-    void* fn = dlsym(lib, #name);                        \
-    if (!fn) missing += " " #name;                       \
-    api.name = reinterpret_cast<decltype(api.name)>(fn); \
-  }
-  GA_HIREDIS_FUNCTIONS(GA_LOAD)
-#undef GA_LOAD
-  if (!missing.empty())
-    api.error = std::string(kHiredisLibrary) + " lacks functions graphattn calls:" + missing;
-  return api;
+  lookup->result = nullptr;
+  hints.ai_flags = AI_NUMERICSERV;
+  std::thread([lookup, host, service, hints] {
+    addrinfo* res = nullptr;
+    const int rc = ::getaddrinfo(host.c_str(), service.c_str(), &hints, &res);
+    std::lock_guard<std::mutex> lock(lookup->mu);
+    lookup->rc = rc;
+    lookup->result = res;
+    lookup->done = true;
+    lookup->cv.notify_all();
+  }).detach();
+  std::unique_lock<std::mutex> lock(lookup->mu);
+  if (!lookup->cv.wait_until(lock, deadline, [&] { return lookup->done; }))
+    deadline_passed("looking up the host name");
+  if (lookup->rc != 0)
+    throw RedisError("cannot resolve '" + printable(host) + "': " + ::gai_strerror(lookup->rc));
+  return lookup;
 }
 
-const HiredisApi& hiredis() {
-  static const HiredisApi api = load_hiredis();
-  return api;
-}
-
-timeval timeval_of(std::chrono::milliseconds t) {
-  timeval tv{};
-  tv.tv_sec = static_cast<time_t>(t.count() / 1000);
-  tv.tv_usec = static_cast<suseconds_t>((t.count() % 1000) * 1000);
-  return tv;
-}
-
-RedisReply convert(const redisReply* r, int depth) {
-  RedisReply out;
-  if (!r) return out;
-  switch (r->type) {
-    case REDIS_REPLY_STRING:
-      out.type = RedisReply::Type::kString;
-      out.str.assign(r->str, r->len);
-      break;
-    case REDIS_REPLY_STATUS:
-      out.type = RedisReply::Type::kStatus;
-      out.str.assign(r->str, r->len);
-      break;
-    case REDIS_REPLY_ERROR:
-      out.type = RedisReply::Type::kError;
-      out.str.assign(r->str, r->len);
-      break;
-    case REDIS_REPLY_INTEGER:
-      out.type = RedisReply::Type::kInteger;
-      out.integer = r->integer;
-      break;
-    case REDIS_REPLY_ARRAY:
-      out.type = RedisReply::Type::kArray;
-      if (depth < 4)
-        for (size_t i = 0; i < r->elements; ++i)
-          out.elements.push_back(convert(r->element[i], depth + 1));
-      break;
-    default:
-      out.type = RedisReply::Type::kNil;
+int connect_socket(const std::string& host, int port, RedisClock::time_point deadline) {
+  const std::shared_ptr<Lookup> lookup = resolve(host, port, deadline);
+  std::string last = "no address";
+  for (addrinfo* a = lookup->result; a; a = a->ai_next) {
+    const int fd =
+        ::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) {
+      last = std::strerror(errno);
+      continue;
+    }
+    if (::connect(fd, a->ai_addr, a->ai_addrlen) != 0 && errno != EINPROGRESS) {
+      last = std::strerror(errno);
+      ::close(fd);
+      continue;
+    }
+    try {
+      wait_for(fd, POLLOUT, deadline, "connecting");
+    } catch (...) {
+      ::close(fd);
+      throw;
+    }
+    int err = 0;
+    socklen_t len = sizeof err;
+    if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
+    if (err != 0) {
+      last = std::strerror(err);
+      ::close(fd);
+      continue;
+    }
+    const int one = 1;
+    ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    return fd;
   }
-  return out;
+  throw RedisError("cannot connect: " + last);
 }
 
 }  // namespace
@@ -234,82 +390,100 @@ RedisReply convert(const redisReply* r, int depth) {
 bool redis_client_built_in() { return true; }
 
 bool redis_client_loadable(std::string* why) {
-  const HiredisApi& api = hiredis();
-  if (why) *why = api.error;
-  return api.error.empty();
+  if (why) why->clear();
+  return true;
 }
 
 struct RedisConnection::Impl {
-  redisContext* ctx = nullptr;
-  std::string where;  // the URL, password masked
+  int fd = -1;
+  std::chrono::milliseconds timeout{500};
+  RedisClock::time_point deadline{};  // of the call in progress
+  std::unique_ptr<RespParser> parser;
+
+  ~Impl() { close(); }
+  void close() {
+    if (fd >= 0) ::close(fd);
+    fd = -1;
+  }
+  size_t read_some(char* out, size_t n) {
+    while (true) {
+      wait_for(fd, POLLIN, deadline, "reading the reply");
+      const ssize_t got = ::recv(fd, out, n, 0);
+      if (got > 0) return static_cast<size_t>(got);
+      if (got == 0) throw RedisError("the server closed the connection");
+      if (errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK)
+        throw RedisError(std::string("read: ") + std::strerror(errno));
+    }
+  }
+  void write_all(const std::string& data) {
+    size_t done = 0;
+    while (done < data.size()) {
+      wait_for(fd, POLLOUT, deadline, "sending the command");
+      const ssize_t n = ::send(fd, data.data() + done, data.size() - done, MSG_NOSIGNAL);
+      if (n > 0) {
+        done += static_cast<size_t>(n);
+      } else if (n < 0 && errno != EINTR && errno != EAGAIN && errno != EWOULDBLOCK) {
+        throw RedisError(std::string("write: ") + std::strerror(errno));
+      }
+    }
+  }
 };
 
-RedisConnection::RedisConnection(const RedisUrl& url, std::chrono::milliseconds timeout)
+RedisConnection::RedisConnection(const RedisUrl& url, RedisClock::time_point deadline)
     : impl_(new Impl) {
-  const HiredisApi& api = hiredis();
-  if (!api.error.empty()) throw RedisError(api.error);
-  impl_->where = url.display();
-  impl_->ctx = api.redisConnectWithTimeout(url.host.c_str(), url.port, timeval_of(timeout));
-  if (!impl_->ctx) throw RedisError("cannot allocate a Redis connection");
-  if (impl_->ctx->err) {
-    const std::string why = impl_->ctx->errstr;
-    api.redisFree(impl_->ctx);
-    impl_->ctx = nullptr;
-    throw RedisError(why);
-  }
-  if (api.redisSetTimeout(impl_->ctx, timeval_of(timeout)) != REDIS_OK) {
-    api.redisFree(impl_->ctx);
-    impl_->ctx = nullptr;
-    throw RedisError("cannot set the socket timeouts");
-  }
-  auto must_succeed = [&](RedisReply r, const char* what) {
+  impl_->fd = connect_socket(url.host, url.port, deadline);
+  impl_->parser = std::make_unique<RespParser>(
+      [impl = impl_.get()](char* out, size_t n) { return impl->read_some(out, n); });
+  auto must_succeed = [&](const RedisReply& r, const char* what) {
     if (r.type == RedisReply::Type::kError) {
-      api.redisFree(impl_->ctx);
-      impl_->ctx = nullptr;
+      impl_->close();
       throw RedisError(std::string(what) + " refused: " + printable(r.str));
     }
   };
   if (!url.password.empty()) {
     if (url.user.empty())
-      must_succeed(command({"AUTH", url.password}), "AUTH");
+      must_succeed(command({"AUTH", url.password}, deadline), "AUTH");
     else
-      must_succeed(command({"AUTH", url.user, url.password}), "AUTH");
+      must_succeed(command({"AUTH", url.user, url.password}, deadline), "AUTH");
   }
-  if (url.db != 0) must_succeed(command({"SELECT", std::to_string(url.db)}), "SELECT");
+  if (url.db != 0) must_succeed(command({"SELECT", std::to_string(url.db)}, deadline), "SELECT");
 }
 
-RedisConnection::~RedisConnection() {
-  if (impl_->ctx) hiredis().redisFree(impl_->ctx);
+RedisConnection::RedisConnection(const RedisUrl& url, std::chrono::milliseconds timeout)
+    : RedisConnection(url, RedisClock::now() + timeout) {
+  impl_->timeout = timeout;
+}
+
+RedisConnection::~RedisConnection() = default;
+
+RedisReply RedisConnection::command(std::initializer_list<std::string_view> args,
+                                    RedisClock::time_point deadline, const RedisLimits& limits) {
+  if (impl_->fd < 0) throw RedisError("the connection was closed after an earlier error");
+  std::string out = "*" + std::to_string(args.size()) + "\r\n";
+  for (std::string_view a : args) {
+    out += "$" + std::to_string(a.size()) + "\r\n";
+    out.append(a.data(), a.size());
+    out += "\r\n";
+  }
+  impl_->deadline = deadline;
+  try {
+    impl_->write_all(out);
+    return impl_->parser->parse(limits);
+  } catch (...) {
+    impl_->close();
+    throw;
+  }
 }
 
 RedisReply RedisConnection::command(std::initializer_list<std::string_view> args) {
-  if (!impl_->ctx) throw RedisError("the connection was closed after an earlier error");
-  std::vector<const char*> argv;
-  std::vector<size_t> lens;
-  for (std::string_view a : args) {
-    argv.push_back(a.data());
-    lens.push_back(a.size());
-  }
-  const HiredisApi& api = hiredis();
-  void* raw =
-      api.redisCommandArgv(impl_->ctx, static_cast<int>(argv.size()), argv.data(), lens.data());
-  if (!raw) {
-    const std::string why = impl_->ctx->err ? impl_->ctx->errstr : "no reply";
-    api.redisFree(impl_->ctx);
-    impl_->ctx = nullptr;
-    throw RedisError(why);
-  }
-  RedisReply out = convert(static_cast<const redisReply*>(raw), 0);
-  api.freeReplyObject(raw);
-  return out;
+  return command(args, RedisClock::now() + impl_->timeout);
 }
 
-#else  // !GRAPHATTN_HAVE_HIREDIS
+#else  // !GRAPHATTN_HAVE_REDIS_CLIENT
 
 namespace {
 const char* const kNotBuiltIn =
-    "graphattn was built without the Redis client: the hiredis headers were not found when it was "
-    "configured (Debian: apt-get install libhiredis-dev, then build again)";
+    "graphattn was built without the Redis client (CMake option GRAPHATTN_WITH_REDIS=OFF)";
 }
 
 bool redis_client_built_in() { return false; }
@@ -321,11 +495,20 @@ bool redis_client_loadable(std::string* why) {
 
 struct RedisConnection::Impl {};
 
+RedisConnection::RedisConnection(const RedisUrl&, RedisClock::time_point) {
+  throw RedisError(kNotBuiltIn);
+}
+
 RedisConnection::RedisConnection(const RedisUrl&, std::chrono::milliseconds) {
   throw RedisError(kNotBuiltIn);
 }
 
 RedisConnection::~RedisConnection() = default;
+
+RedisReply RedisConnection::command(std::initializer_list<std::string_view>, RedisClock::time_point,
+                                    const RedisLimits&) {
+  throw RedisError(kNotBuiltIn);
+}
 
 RedisReply RedisConnection::command(std::initializer_list<std::string_view>) {
   throw RedisError(kNotBuiltIn);

@@ -1,5 +1,6 @@
 #include "jit_cache/trust.hpp"
 
+#include <grp.h>
 #include <pwd.h>
 #include <unistd.h>
 
@@ -48,6 +49,27 @@ std::string user_text(uid_t uid) {
   return out;
 }
 
+std::string group_text(gid_t gid) {
+  std::string out = "gid " + std::to_string(gid);
+  struct group gr {};
+  struct group* found = nullptr;
+  std::vector<char> buf(16384);
+  if (::getgrgid_r(gid, &gr, buf.data(), buf.size(), &found) == 0 && found)
+    out += " (" + printable(found->gr_name, 32) + ")";
+  return out;
+}
+
+bool in_my_groups(gid_t gid) {
+  if (gid == ::getegid()) return true;
+  const int n = ::getgroups(0, nullptr);
+  if (n <= 0) return false;
+  std::vector<gid_t> groups(static_cast<size_t>(n));
+  const int got = ::getgroups(n, groups.data());
+  for (int i = 0; i < got; ++i)
+    if (groups[static_cast<size_t>(i)] == gid) return true;
+  return false;
+}
+
 std::string mode_text(mode_t mode) {
   char buf[8];
   std::snprintf(buf, sizeof buf, "%04o", static_cast<unsigned>(mode & 07777));
@@ -65,6 +87,14 @@ std::string directory_trust_problem(const std::string& dir, const struct stat& s
       return where + " is writable by every user" + found +
              "; even a shared cache (GRAPHATTN_CACHE_SHARED=1) must not be writable by others: "
              "chmod o-w it";
+    // Shared with a group this process belongs to, or kept by this user or root: not a
+    // directory that someone else made under a path this process happens to look at.
+    if (st.st_uid != policy.uid && st.st_uid != 0 && !in_my_groups(st.st_gid))
+      return where + " belongs to another user" + found + " and its group " +
+             group_text(st.st_gid) +
+             " is not one of this process's groups; a shared cache (GRAPHATTN_CACHE_SHARED=1) "
+             "must be owned by this user (" +
+             user_text(policy.uid) + ") or root, or belong to a group this process is in";
     return "";
   }
   if (st.st_uid != policy.uid && st.st_uid != 0)

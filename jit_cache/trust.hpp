@@ -5,7 +5,9 @@
 //     or others; every file in it is a regular file owned by this user (or root) and not writable
 //     by group or others.
 //   shared (GRAPHATTN_CACHE_SHARED=1): a directory deliberately shared by a group (typically
-//     mode 2770, setgid so that new files take its group). It must not be writable by others;
+//     mode 2770, setgid so that new files take its group). It must not be writable by others,
+//     and must be owned by this user or root or belong to one of this process's groups (a
+//     directory someone else made, under /tmp say, is not shared with us);
 //     its files must be regular, not writable by others, and owned by this user, root or the
 //     directory's owner, or belong to the directory's group. It trusts every member of that group:
 //     any of them can plant an entry that this process will load.
@@ -40,8 +42,11 @@ std::string file_trust_problem(const struct stat& st, const struct stat& dir_st,
                                const TrustPolicy& policy);
 // "a FIFO", "a directory", ... for messages.
 const char* file_type_name(mode_t mode);
-// "uid 1000 (alice)".
+// "uid 1000 (alice)", "gid 1000 (staff)".
 std::string user_text(uid_t uid);
+std::string group_text(gid_t gid);
+// Whether gid is this process's effective group or one of its supplementary groups.
+bool in_my_groups(gid_t gid);
 // "0755".
 std::string mode_text(mode_t mode);
 

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/env_flag.hpp"
 #include "core/text.hpp"
 #include "graphattn/backend.hpp"
 #include "graphattn/error.hpp"
@@ -25,14 +26,8 @@ namespace {
 using detail::str;
 std::string fstr(float v) { return std::to_string(v); }
 
-// GRAPHATTN_CHECK_BOUNDS: unset, empty or 0 is off, 1 on; anything else is an error naming it.
-bool check_bounds_from_env() {
-  const char* v = std::getenv("GRAPHATTN_CHECK_BOUNDS");
-  if (!v || !*v || std::string(v) == "0") return false;
-  if (std::string(v) == "1") return true;
-  throw Error("GRAPHATTN_CHECK_BOUNDS='" + detail::printable(v) +
-              "' is not supported; supported: 1 (checked kernels) or 0");
-}
+// GRAPHATTN_CHECK_BOUNDS: an on/off flag (core/env_flag.hpp); anything else is an error naming it.
+bool check_bounds_from_env() { return detail::env_flag("GRAPHATTN_CHECK_BOUNDS"); }
 
 enum SpecIndex { kWrite = 0, kDecodeIdx = 1, kPrefillIdx = 2 };
 

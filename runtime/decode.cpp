@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "core/env_flag.hpp"
 #include "core/text.hpp"
 #include "graphattn/backend.hpp"
 #include "graphattn/error.hpp"
@@ -110,8 +111,7 @@ DecodeDevice prepare_decode_kernel(const LoadedKernel& decode) {
                                                     " bytes of shared memory per block)");
   // The split policy uses clusters only when asked: the 32-layer B=1 step measured 9% faster
   // with them on an H200 but 4.5% slower on an H100 (both 2026-11-22).
-  const char* clusters = std::getenv("GRAPHATTN_DECODE_CLUSTERS");
-  out.use_clusters = clusters != nullptr && clusters[0] == '1';
+  out.use_clusters = detail::env_flag("GRAPHATTN_DECODE_CLUSTERS");
   if (s.arch >= 90) {
     // Clusters of up to 16 split blocks (8 is the portable limit); the device says how large a
     // cluster of shallow blocks it can actually co-schedule. A driver that cannot answer gets

@@ -20,9 +20,8 @@ have_header doctest/doctest.h || need+=(doctest-dev)
 have_header CLI/CLI.hpp || need+=(libcli11-dev)
 have_header nlohmann/json.hpp || need+=(nlohmann-json3-dev)
 have_header dlpack/dlpack.h || need+=(libdlpack-dev)
-# The remote kernel cache tier's client (built in when its headers are found, opened with dlopen),
-# and the real server its tests start on 127.0.0.1.
-have_header hiredis/hiredis.h || need+=(libhiredis-dev)
+# The real Redis server that the remote kernel cache tier's tests start on 127.0.0.1 (the
+# tests that create two unprivileged users need setpriv, from util-linux).
 command -v redis-server >/dev/null || need+=(redis-server)
 # The Python package's tests make a venv (python3 -m venv needs ensurepip: python3-venv).
 command -v python3 >/dev/null || need+=(python3)

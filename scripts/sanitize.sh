@@ -13,7 +13,7 @@ seconds="${GRAPHATTN_FUZZ_SECONDS:-15}"
 cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_COMPILER=clang++ \
   -DCMAKE_C_COMPILER=clang \
   -DCUDAToolkit_ROOT="$cuda" -DGRAPHATTN_FUZZ=ON -DGRAPHATTN_FUZZ_SECONDS="$seconds" >/dev/null
-fuzzers=(fuzz_spec fuzz_entry fuzz_size fuzz_warmup_args fuzz_bundle)
+fuzzers=(fuzz_spec fuzz_entry fuzz_size fuzz_warmup_args fuzz_bundle fuzz_resp)
 cmake --build "$build" -j "$(nproc)" --target graphattn-tests graphattn-cache graphattn-warmup \
   graphattn-c-tests "${fuzzers[@]}"
 # NVRTC is not built with the sanitizers: its own allocations at exit are not graphattn's leaks.

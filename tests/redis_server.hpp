@@ -43,7 +43,7 @@ inline int free_port() {
 // Whether the Redis tests can run here; otherwise why not (and whether that is a failure).
 inline bool redis_tests_runnable(std::string* why) {
   if (!detail::redis_client_built_in()) {
-    *why = "this build has no Redis client (hiredis headers not found)";
+    *why = "this build has no Redis client (GRAPHATTN_WITH_REDIS=OFF)";
     return false;
   }
   if (std::system("command -v redis-server >/dev/null 2>&1") != 0) {

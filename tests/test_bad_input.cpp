@@ -11,11 +11,13 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <string>
 #include <vector>
 
 #include "graphattn/runtime.hpp"
+#include "jit_cache/disk_tier.hpp"
 #include "tests/tool_runner.hpp"
 
 #if !defined(GRAPHATTN_CACHE_TOOL) || !defined(GRAPHATTN_WARMUP_TOOL)
@@ -308,6 +310,8 @@ std::vector<Case> cases() {
        0,
        "",
        [](const std::string& d) {
+         // A cache directory (its marker) in which a FIFO is named like an entry.
+         std::ofstream(d + "/" + graphattn::detail::kCacheMarkerName) << "graphattn kernel cache\n";
          REQUIRE(::mkfifo((d + "/" + std::string(32, '0') + ".gakc").c_str(), 0600) == 0);
        }},
       {"warmup over a FIFO entry and a huge sparse entry",

@@ -76,8 +76,10 @@ TEST_CASE("bounds mode: layer configs and GRAPHATTN_CHECK_BOUNDS choose the chec
   for (const auto& s : by_env.required_specs())
     CHECK(s.to_string().compare(s.to_string().size() - 4, 4, "_chk") == 0);
   ::setenv("GRAPHATTN_CHECK_BOUNDS", "yes", 1);
+  CHECK(AttentionBackend(c).config().check_bounds);
+  ::setenv("GRAPHATTN_CHECK_BOUNDS", "1abc", 1);
   CHECK_THROWS_WITH_AS(AttentionBackend{c},
-                       doctest::Contains("GRAPHATTN_CHECK_BOUNDS='yes' is not supported"), Error);
+                       doctest::Contains("GRAPHATTN_CHECK_BOUNDS='1abc' is not supported"), Error);
   ::unsetenv("GRAPHATTN_CHECK_BOUNDS");
   CHECK_THROWS_WITH_AS(AttentionBackend(c).take_bounds_violation(),
                        doctest::Contains("not in checked mode"), Error);

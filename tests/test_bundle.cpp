@@ -3,7 +3,9 @@
 // the image workflow: export a model's kernels, import them into a directory that then becomes a
 // read-only layer, and a warmup that compiles nothing.
 #include <doctest/doctest.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -15,6 +17,7 @@
 #include "graphattn/error.hpp"
 #include "graphattn/jit.hpp"
 #include "jit_cache/bundle.hpp"
+#include "jit_cache/disk_tier.hpp"
 #include "tests/read_only_view.hpp"
 #include "tests/test_util.hpp"
 #include "tests/tool_runner.hpp"
@@ -287,7 +290,9 @@ TEST_CASE("graphattn-cache export/import: an image layer baked from a bundle com
     CHECK(origin == CacheOrigin::kDisk);
   }
   CHECK(cache.stats().compiles == 0);
-  CHECK(std::distance(fs::directory_iterator(user.path()), fs::directory_iterator()) == 0);
+  // Nothing but the marker the cache writes into the empty directory it was given.
+  for (const auto& f : fs::directory_iterator(user.path()))
+    CHECK(f.path().filename() == detail::kCacheMarkerName);
 #ifdef GRAPHATTN_WARMUP_TOOL
   if (!gpu_available()) {
     const auto warm =
@@ -319,5 +324,98 @@ TEST_CASE("graphattn-cache export/import: an image layer baked from a bundle com
   CHECK(junk.err.find(bundle) != std::string::npos);
   // Usage: a bundle path is required.
   CHECK(test::run_program(GRAPHATTN_CACHE_TOOL, {"import"}).code == 2);
+}
+#endif
+
+namespace {
+
+// Sets a member's header checksum again after a test changed its header or its manifest text.
+void fix_header_checksum(std::string* bytes, size_t h0) {
+  unsigned sum = 0;
+  for (size_t i = 0; i < 512; ++i)
+    sum += (i >= 148 && i < 156) ? ' ' : static_cast<unsigned char>((*bytes)[h0 + i]);
+  char field[8];
+  std::snprintf(field, sizeof field, "%06o", sum);
+  std::memcpy(&(*bytes)[h0 + 148], field, 7);
+}
+
+}  // namespace
+
+TEST_CASE(
+    "bundle: a 4 GiB sparse file, or a member that declares 4 GiB, fails fast in little "
+    "memory") {
+  test::TempDir dir;
+  const double rss0 = test::peak_rss_mib();
+  const auto t0 = std::chrono::steady_clock::now();
+  // All zeros: the first block already ends the archive.
+  const std::string sparse = dir.path() + "/sparse.tar";
+  std::ofstream(sparse).close();
+  REQUIRE(::truncate(sparse.c_str(), off_t{4} << 30) == 0);
+  CHECK_THROWS_WITH_AS(detail::read_bundle(sparse, ""), doctest::Contains("archive is empty"),
+                       Error);
+  // A manifest header that declares 4 GiB, then a sparse hole: refused before it is read.
+  std::string header = bytes_of(written(dir, entries())).substr(0, 512);
+  std::snprintf(&header[124], 12, "%011llo", 4ull << 30);
+  fix_header_checksum(&header, 0);
+  const std::string big = dir.path() + "/big.tar";
+  std::ofstream(big, std::ios::binary) << header;
+  REQUIRE(::truncate(big.c_str(), off_t{4} << 30) == 0);
+  CHECK_THROWS_WITH_AS(detail::read_bundle(big, ""), doctest::Contains("declares 4294967296 bytes"),
+                       Error);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  MESSAGE("two 4 GiB files refused in " << seconds << " s");
+  CHECK(seconds < 10);                      // was 20 s for one
+  CHECK(test::peak_rss_mib() - rss0 < 64);  // was 4.2 GB
+}
+
+#ifdef GRAPHATTN_CACHE_TOOL
+TEST_CASE(
+    "graphattn-cache import: what the entries were checked against, and an unverified "
+    "signature is 'unsigned'") {
+  test::TempDir dir, target;
+  // Signed, and the manifest claims another NVRTC and cache format (unsigned copy below).
+  const std::string signed_path = written(dir, entries(), "a bundle secret of some length");
+  const auto [major, minor] = nvrtc_version();
+  const std::string nvrtc = std::to_string(major) + "." + std::to_string(minor);
+  auto import = [&](const std::string& path, std::vector<std::string> extra = {}) {
+    std::vector<std::string> args = {"--dir", target.path(), "import", path, "--dry-run"};
+    args.insert(args.begin(), extra.begin(), extra.end());
+    return test::run_program(GRAPHATTN_CACHE_TOOL, args);
+  };
+  const test::ToolRun text = import(signed_path);
+  INFO(text.out << text.err);
+  CHECK(text.code == 0);
+  CHECK(text.out.find("unsigned (no key configured to verify its signature)") != std::string::npos);
+  CHECK(text.out.find(", signed") == std::string::npos);
+  const test::ToolRun json = import(signed_path, {"--json"});
+  const auto j = nlohmann::json::parse(json.out, nullptr, false);
+  REQUIRE_FALSE(j.is_discarded());
+  CHECK(j["signed"] == false);
+  CHECK(j["signature"] == "unsigned (no key configured to verify its signature)");
+
+  std::string bytes = bytes_of(written(dir, entries()));
+  const std::string claim_nvrtc = "nvrtc " + nvrtc + "\n";
+  const size_t at = bytes.find(claim_nvrtc);
+  REQUIRE(at != std::string::npos);
+  std::string fake = "nvrtc " + std::string(nvrtc.size(), '9') + "\n";
+  fake[6 + nvrtc.find('.')] = '.';
+  bytes.replace(at, claim_nvrtc.size(), fake);
+  bytes.replace(bytes.find("cache-format 1\n"), 15, "cache-format 7\n");
+  fix_header_checksum(&bytes, 0);
+  const std::string claims = dir.path() + "/claims.tar";
+  std::ofstream(claims, std::ios::binary) << bytes;
+  const test::ToolRun r = import(claims, {"--json"});
+  INFO(r.out << r.err);
+  CHECK(r.code == 0);
+  const auto k = nlohmann::json::parse(r.out, nullptr, false);
+  REQUIRE_FALSE(k.is_discarded());
+  CHECK(k["checked_against"]["nvrtc"] == nvrtc);
+  CHECK(k["checked_against"]["cache_format"] == kCacheFormatVersion);
+  CHECK(k["manifest_claims"]["cache_format"] == 7);
+  CHECK(k["manifest_claims"]["nvrtc"] != nvrtc);
+  const test::ToolRun t = import(claims);
+  CHECK(t.out.find("checked against this process's NVRTC " + nvrtc) != std::string::npos);
+  CHECK(t.out.find("the manifest claims NVRTC 9") != std::string::npos);
 }
 #endif

@@ -146,7 +146,7 @@ TEST_CASE("trust: the cache creates its directory 0700 and its files 0600 whatev
     CHECK(mode_of(f.path().string()) == 0600);
     ++files;
   }
-  CHECK(files == 3);  // entry, lock, dumped source
+  CHECK(files == 4);  // marker, entry, lock, dumped source
 }
 
 TEST_CASE("trust: a forged entry in a group- or world-writable directory is never loaded") {

@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -17,6 +18,7 @@
 #include "graphattn/error.hpp"
 #include "graphattn/jit.hpp"
 #include "jit_cache/remote_tier.hpp"
+#include "tests/hostile_server.hpp"
 #include "tests/redis_server.hpp"
 #include "tests/test_util.hpp"
 #include "tests/tool_runner.hpp"
@@ -89,6 +91,10 @@ size_t entry_count(const std::string& dir) {
   size_t n = 0;
   for (const auto& e : fs::directory_iterator(dir)) n += e.path().extension() == ".gakc";
   return n;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 bool mentions(const std::vector<std::string>& warnings, const std::string& text) {
@@ -171,8 +177,11 @@ TEST_CASE("remote tier: two processes with their own disk directories compile a 
 TEST_CASE("remote tier: a server killed mid-run costs one warning per cache and no failure") {
   GA_REQUIRE_REDIS();
   test::RedisServer redis;
-  RemoteCache a(redis.url(), "", std::chrono::milliseconds(300), std::chrono::milliseconds(400));
-  RemoteCache b(redis.url(), "", std::chrono::milliseconds(300), std::chrono::milliseconds(400));
+  // A back-off far longer than any compile on a loaded machine: while it lasts, nothing may reach
+  // the server, whatever the compiles cost.
+  const auto long_retry = std::chrono::minutes(10);
+  RemoteCache a(redis.url(), "", std::chrono::milliseconds(300), long_retry);
+  RemoteCache b(redis.url(), "", std::chrono::milliseconds(300), long_retry);
   CHECK(a.get(kWrite) == CacheOrigin::kCompiled);
   CHECK(b.get(kWrite) == CacheOrigin::kRemote);
 
@@ -181,6 +190,7 @@ TEST_CASE("remote tier: a server killed mid-run costs one warning per cache and 
     CHECK(c->get(kWrite64) == CacheOrigin::kCompiled);
     // Backing off: the next miss asks nobody and warns no more.
     const uint64_t errors = c->stats().remote_errors;
+    CHECK(errors == 1);
     CHECK(c->get(kWrite256) == CacheOrigin::kCompiled);
     CHECK(c->stats().remote_errors == errors);
     CHECK(c->warnings.size() == 1);
@@ -188,13 +198,39 @@ TEST_CASE("remote tier: a server killed mid-run costs one warning per cache and 
     CHECK(c->warnings[0].find(redis.url() + "/0") != std::string::npos);
     CHECK(c->warnings[0].find("local tiers only") != std::string::npos);
   }
-  // Back after the back-off: the tier is used again without a restart of the cache.
+}
+
+TEST_CASE("remote tier: after its back-off the tier is used again without a restart") {
+  GA_REQUIRE_REDIS();
+  test::RedisServer redis;
+  RemoteCache a(redis.url(), "", std::chrono::milliseconds(300), std::chrono::milliseconds(200));
+  redis.kill();
+  CHECK(a.get(kWrite) == CacheOrigin::kCompiled);
+  CHECK(a.stats().remote_errors >= 1);
   redis.start();
-  std::this_thread::sleep_for(std::chrono::milliseconds(1000));
-  const uint64_t puts = a.stats().remote_puts;
-  CHECK(a.get(kWrite96) == CacheOrigin::kCompiled);
-  CHECK(a.stats().remote_puts == puts + 1);
-  CHECK(b.get(kWrite96) == CacheOrigin::kRemote);
+  // The first call after the back-off (200 ms, doubled by each retry that still failed) reaches
+  // the server again: each try compiles a kernel not asked for before, until one is stored.
+  // Bounded by a count of kernels, not by how long their compiles take.
+  const char* const specs[] = {kWrite64,
+                               kWrite256,
+                               kWrite96,
+                               "cache_write_h80_b16_bf16_kvauto_g1_swa0_cap0_nhd_sm90",
+                               "cache_write_h112_b16_bf16_kvauto_g1_swa0_cap0_nhd_sm90",
+                               "cache_write_h160_b16_bf16_kvauto_g1_swa0_cap0_nhd_sm90",
+                               "cache_write_h192_b16_bf16_kvauto_g1_swa0_cap0_nhd_sm90",
+                               "cache_write_h224_b16_bf16_kvauto_g1_swa0_cap0_nhd_sm90"};
+  const char* stored = nullptr;
+  for (const char* s : specs) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    CHECK(a.get(s) == CacheOrigin::kCompiled);
+    if (a.stats().remote_puts == 1) {
+      stored = s;
+      break;
+    }
+  }
+  REQUIRE(stored != nullptr);
+  RemoteCache b(redis.url());
+  CHECK(b.get(stored) == CacheOrigin::kRemote);
   CHECK(a.warnings.size() == 1);
 }
 
@@ -397,5 +433,201 @@ TEST_CASE("graphattn-cache: stats shows the remote tier, push and pull move veri
   const auto down = tool({"--dir", src.path(), "push"});
   CHECK(down.code != 0);
   CHECK(down.err.find(redis.url()) != std::string::npos);
+}
+#endif
+
+// ---------------------------------------------------------------------------------------------
+// Hostile servers and squatters (issue 26). Each bound below is generous (seconds where the
+// fixed code takes milliseconds) and far below what the old code took: forever, 60 s, 13.9 GB.
+
+TEST_CASE("remote tier: a server that drips one byte every 0.4 s costs one timeout, not a hang") {
+  test::HostileServer drip(test::dripping_handler(400));
+  RemoteCache a(drip.url(), "", std::chrono::milliseconds(300));
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK(a.get(kWrite) == CacheOrigin::kCompiled);
+  // The deadline is the call's, not each read's: 300 ms however the bytes trickle in.
+  CHECK(a.stats().remote_ms < 3000);
+  CHECK(a.stats().remote_errors == 1);
+  REQUIRE(a.warnings.size() == 1);
+  CHECK(a.warnings[0].find("within the timeout") != std::string::npos);
+  // Backing off: the next kernels ask nobody.
+  const int requests = drip.requests();
+  CHECK(a.get(kWrite64) == CacheOrigin::kCompiled);
+  CHECK(drip.requests() == requests);
+  MESSAGE("dripping server: " << seconds_since(t0) << " s for two kernels");
+}
+
+TEST_CASE("remote tier: huge replies end the call before anything of their size is allocated") {
+  const double rss0 = test::peak_rss_mib();
+  SUBCASE("a value announced as 512 MiB") {
+    test::HostileServer flood(test::flooding_handler("$536870912\r\n", "x"));
+    RemoteCache a(flood.url(), "", std::chrono::milliseconds(2000));
+    CHECK(a.get(kWrite) == CacheOrigin::kCompiled);
+    REQUIRE(a.warnings.size() == 1);
+    CHECK(a.warnings[0].find("536870912 bytes") != std::string::npos);
+    CHECK(a.stats().remote_ms < 5000);
+  }
+  SUBCASE("an array announced with 2^31-1 elements") {
+    test::HostileServer flood(test::flooding_handler("*2147483647\r\n", ":1\r\n"));
+    RemoteCache a(flood.url(), "", std::chrono::milliseconds(2000));
+    CHECK(a.get(kWrite) == CacheOrigin::kCompiled);
+    REQUIRE(a.warnings.size() == 1);
+    CHECK(a.warnings[0].find("2147483647 elements") != std::string::npos);
+  }
+  SUBCASE("a line that never ends") {
+    test::HostileServer flood(test::flooding_handler("+", "y"));
+    RemoteCache a(flood.url(), "", std::chrono::milliseconds(2000));
+    CHECK(a.get(kWrite) == CacheOrigin::kCompiled);
+    REQUIRE(a.warnings.size() == 1);
+    CHECK(a.warnings[0].find("line longer than") != std::string::npos);
+  }
+  // The old client buffered the whole announced reply (2.1 GB for 512 MiB, 13.9 GB for the array).
+  CHECK(test::peak_rss_mib() - rss0 < 200);
+}
+
+TEST_CASE("remote tier: a stored value over the size cap is removed at once, not read") {
+  GA_REQUIRE_REDIS();
+  test::RedisServer redis;
+  const std::string big(100u << 20, 'x');
+  redis.command({"SET", entry_name(kWrite), big});
+  const double rss0 = test::peak_rss_mib();
+  RemoteCache a(redis.url());
+  CHECK(a.get(kWrite) == CacheOrigin::kCompiled);
+  CHECK(a.stats().remote_rejects == 1);
+  REQUIRE(a.warnings.size() == 1);
+  CHECK(a.warnings[0].find("104857600 bytes") != std::string::npos);
+  // Gone from the server: the next process pays nothing for it.
+  CHECK(redis.command({"EXISTS", entry_name(kWrite)}).integer == 0);
+  CHECK(test::peak_rss_mib() - rss0 < 60);
+}
+
+TEST_CASE("remote tier: a squatted lock does not stall the cache") {
+  GA_REQUIRE_REDIS();
+  test::RedisServer redis;
+  test::TempDir keys;
+  const std::string key = key_file(keys, "k", "a secret of more than sixteen bytes");
+  const std::string lock =
+      "graphattn:lock:" + entry_name(kWrite).substr(entry_name(kWrite).rfind(':') + 1);
+  CacheOptions base;
+  base.lock_timeout = std::chrono::seconds(60);
+
+  SUBCASE("without an expiry (graphattn never writes one): not waited for") {
+    for (const std::string& signing : {std::string(), key}) {
+      INFO("signing key: " << (signing.empty() ? "none" : signing));
+      redis.command({"FLUSHALL"});
+      redis.command({"SET", lock, "squatter"});
+      RemoteCache a(redis.url(), signing);
+      const auto t0 = std::chrono::steady_clock::now();
+      CHECK(a.get(kWrite) == CacheOrigin::kCompiled);
+      CHECK(seconds_since(t0) < 20);  // was 60 s (lock_timeout) per kernel
+      REQUIRE(a.warnings.size() == 1);
+      CHECK(a.warnings[0].find(lock) != std::string::npos);
+      CHECK(a.warnings[0].find("no expiry") != std::string::npos);
+      CHECK(a.warnings[0].find("compiling locally") != std::string::npos);
+    }
+  }
+  SUBCASE("with an hour's expiry: given up after a multiple of the measured compile time") {
+    RemoteCache a(redis.url());
+    CHECK(a.get(kWrite64) == CacheOrigin::kCompiled);  // one compile measured
+    const double measured_ms = a.stats().compile_ms;
+    redis.command({"SET", lock, "squatter", "PX", "3600000"});
+    const auto t0 = std::chrono::steady_clock::now();
+    CHECK(a.get(kWrite) == CacheOrigin::kCompiled);
+    const double waited = seconds_since(t0);
+    MESSAGE("waited " << waited << " s on a squatted lock; measured compile " << measured_ms
+                      << " ms");
+    CHECK(waited < 50);  // lock_timeout is 60 s
+    REQUIRE(a.warnings.size() == 1);
+    CHECK(a.warnings[0].find(lock) != std::string::npos);
+    CHECK(a.warnings[0].find("still held") != std::string::npos);
+  }
+}
+
+TEST_CASE("remote tier: the locks graphattn writes always expire") {
+  GA_REQUIRE_REDIS();
+  test::RedisServer redis;
+  detail::RemoteOptions ro;
+  ro.url = redis.url();
+  detail::RemoteTier tier(ro, nullptr);
+  const CacheKey key = kernel_key(render_kernel(spec(kWrite)), 90);
+  REQUIRE(tier.lock(key, std::chrono::milliseconds(0)) ==
+          detail::RemoteTier::LockResult::kAcquired);
+  const long long pttl = redis.command({"PTTL", detail::remote_lock_name(key)}).integer;
+  CHECK(pttl > 0);
+  CHECK(tier.lock_state(key) == detail::RemoteTier::LockState::kExpiring);
+  tier.unlock(key);
+  CHECK(tier.lock_state(key) == detail::RemoteTier::LockState::kFree);
+  redis.command({"SET", detail::remote_lock_name(key), "squatter"});
+  CHECK(tier.lock_state(key) == detail::RemoteTier::LockState::kNoExpiry);
+}
+
+TEST_CASE("remote tier: a malformed URL never echoes its password") {
+  for (const char* url : {"redis://user:hunter2@:6379", "redis://:hunter2@host:port",
+                          "redis://:hunter2@host:6379/x", "http://:hunter2@host"}) {
+    INFO(url);
+    CacheOptions o;
+    o.use_disk = false;
+    o.remote_url = url;
+    const std::string e = test::error_of([&] { KernelCache c(o); });
+    CHECK(e.find("remote cache URL") != std::string::npos);
+    CHECK(e.find("hunter2") == std::string::npos);
+  }
+#ifdef GRAPHATTN_CACHE_TOOL
+  for (const std::vector<std::string>& env :
+       {std::vector<std::string>{"GRAPHATTN_REMOTE_CACHE=redis://u:hunter2@:1"},
+        std::vector<std::string>{}}) {
+    std::vector<std::string> args = {"--json", "stats"};
+    if (env.empty()) args = {"--json", "--remote", "redis://u:hunter2@:1", "push"};
+    const test::ToolRun r = test::run_program(GRAPHATTN_CACHE_TOOL, args, env);
+    INFO(r.out << r.err);
+    CHECK(r.code == (env.empty() ? 1 : 2));
+    CHECK(r.out.find("hunter2") == std::string::npos);
+    CHECK(r.err.find("hunter2") == std::string::npos);
+    CHECK(r.out.find("***") != std::string::npos);
+  }
+#endif
+#ifdef GRAPHATTN_WARMUP_TOOL
+  const test::ToolRun w = test::run_program(GRAPHATTN_WARMUP_TOOL, {"--model", "llama-3-8b"},
+                                            {"GRAPHATTN_REMOTE_CACHE=redis://u:hunter2@:1"});
+  INFO(w.out << w.err);
+  CHECK(w.code == 2);
+  CHECK(w.out.find("hunter2") == std::string::npos);
+  CHECK(w.err.find("hunter2") == std::string::npos);
+#endif
+}
+
+#ifdef GRAPHATTN_CACHE_TOOL
+TEST_CASE(
+    "graphattn-cache: pull and stats against hostile servers end with an error in bounded time") {
+  test::TempDir dir;
+  auto tool = [&](const std::string& url, const std::string& command) {
+    return test::run_program(GRAPHATTN_CACHE_TOOL, {"--remote", url, "--remote-timeout-ms", "500",
+                                                    "--dir", dir.path(), command});
+  };
+  SUBCASE("a SCAN cursor that never returns to 0") {
+    test::HostileServer scan(test::endless_scan_handler());
+    const auto t0 = std::chrono::steady_clock::now();
+    const test::ToolRun r = tool(scan.url(), "pull");
+    INFO(r.out << r.err);
+    CHECK(r.code == 1);
+    CHECK(r.err.find("SCAN did not finish") != std::string::npos);
+    MESSAGE("endless SCAN: pull gave up after " << seconds_since(t0) << " s");
+    CHECK(seconds_since(t0) < 120);
+  }
+  SUBCASE("a SCAN reply announcing 2^31-1 names") {
+    test::HostileServer flood(test::flooding_handler("*2\r\n$1\r\n1\r\n*2147483647\r\n", ":1\r\n"));
+    const test::ToolRun r = tool(flood.url(), "pull");
+    INFO(r.out << r.err);
+    CHECK(r.code == 1);
+    CHECK(r.err.find("2147483647 elements") != std::string::npos);
+  }
+  SUBCASE("a dripping server") {
+    test::HostileServer drip(test::dripping_handler(400));
+    const auto t0 = std::chrono::steady_clock::now();
+    const test::ToolRun r = tool(drip.url(), "pull");
+    CHECK(r.code == 1);
+    CHECK(r.err.find("within the timeout") != std::string::npos);
+    CHECK(seconds_since(t0) < 30);
+  }
 }
 #endif

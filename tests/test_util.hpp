@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <random>
 #include <string>
@@ -40,6 +41,15 @@ inline void check_cubin_builds(const KernelSource& src) {
         "\x7f"
         "ELF");
   CHECK(std::search(cubin.begin(), cubin.end(), src.entry.begin(), src.entry.end()) != cubin.end());
+}
+
+// The process's peak resident memory so far (VmHWM of /proc/self/status), in MiB.
+inline double peak_rss_mib() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("VmHWM:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;
+  return 0;
 }
 
 // A device address that is never dereferenced: for checks that must fail before any launch.

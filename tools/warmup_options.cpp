@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "core/env_flag.hpp"
 #include "core/text.hpp"
 #include "graphattn/backend.hpp"
 #include "graphattn/jit.hpp"
@@ -90,6 +91,7 @@ std::string warmup_settings_problem(const WarmupSettings& s) {
   if (std::string p = cache_dir_problem("--cache-dir", s.cache_dir); !p.empty()) return p;
   try {
     check_cache_environment();
+    detail::check_flag_environment();
   } catch (const std::exception& e) {
     return e.what();
   }

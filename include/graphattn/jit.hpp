@@ -81,20 +81,23 @@ struct GRAPHATTN_API CompiledKernel {
 };
 
 struct GRAPHATTN_API CacheOptions {
-  // Empty: GRAPHATTN_CACHE_DIR, else $XDG_CACHE_HOME/graphattn, else ~/.cache/graphattn; with
-  // none of them set (or not absolute), memory only. The directory is used only if nobody else
+  // Empty: GRAPHATTN_CACHE_DIR (absolute; a relative one throws Error), else
+  // $XDG_CACHE_HOME/graphattn, else ~/.cache/graphattn (those two only when absolute); with none
+  // of them, memory only. The directory is used only if nobody else
   // can write it: owned by this user (or root), not writable by group or others (created 0700,
   // entries 0600). Otherwise one warning, and the cache runs in memory only.
   std::string dir;
   // Layered directories, searched in this order; the first writable one receives new kernels
   // (non-empty: `dir` is not used). With neither `dirs` nor `dir` set, GRAPHATTN_CACHE_DIRS
   // (absolute paths separated by ':', e.g. "/opt/graphattn/kernels:/home/me/.cache/graphattn")
-  // comes before GRAPHATTN_CACHE_DIR and the defaults above. Each layer must pass the same trust
+  // comes before GRAPHATTN_CACHE_DIR and the defaults above; more than 32 layers throw Error.
+  // Each layer must pass the same trust
   // rules (a root-owned directory that is not writable by group or others is trusted). A layer this
   // process cannot write (a read-only image layer or mount) still serves its verified entries.
   std::vector<std::string> dirs;
   // A directory deliberately shared by a group (also GRAPHATTN_CACHE_SHARED=1): group-writable
-  // (setgid, e.g. 2770) is accepted, world-writable never. It trusts every member of the group:
+  // (setgid, e.g. 2770) is accepted, world-writable never, and the directory must be owned by this
+  // user or root or belong to one of this process's groups. It trusts every member of the group:
   // any of them can write an entry that this process will load and run.
   bool shared_dir = false;
   // false: memory only.
@@ -102,9 +105,11 @@ struct GRAPHATTN_API CacheOptions {
   // 0: GRAPHATTN_CACHE_MAX_BYTES (bytes, or with a K, M, G or T suffix; 0 there means no cap),
   // else 2 GiB. Oldest-used entries are evicted past it. A malformed value throws Error.
   uint64_t max_bytes = 0;
-  // How long to wait for another process compiling the same key before compiling anyway.
+  // How long to wait for another process compiling the same key before compiling anyway. On the
+  // remote tier's fleet lock the wait is also bounded by 4 times the longest compile known here,
+  // and a lock without an expiry is not waited for (one warning names it).
   std::chrono::milliseconds lock_timeout{60000};
-  // Write each compiled source next to its entry (also GRAPHATTN_DUMP_SOURCE=1).
+  // Write each compiled source next to its entry (also GRAPHATTN_DUMP_SOURCE=1, or true/yes/on).
   bool dump_source = false;
   // Receives warnings (read-only directory, lock timeout, remote server down). Default: one
   // line on stderr.
@@ -112,19 +117,23 @@ struct GRAPHATTN_API CacheOptions {
 
   // The remote tier, shared by a fleet: redis://[[user]:password@]host[:port][/db]. Empty:
   // GRAPHATTN_REMOTE_CACHE; neither set, or use_remote false: no remote tier. A malformed URL
-  // throws Error. Needs a build with hiredis (remote_available() says why not) and the library
-  // at run time; without either, one warning and the local tiers only. Values are verified like
-  // disk entries; only get() (prepare, precompile) reaches the server, never forward().
+  // throws Error (its password masked in the message). Needs a build with the Redis client
+  // (remote_available() says why not); without it, one warning and the local tiers only. Values
+  // are verified like disk entries; only get() (prepare, precompile) reaches the server, never
+  // forward().
   std::string remote_url;
   bool use_remote = true;
-  // Connect, read and write timeout of every call to the server.
+  // The deadline of every call to the server as a whole (connecting, sending, and reading the
+  // whole reply), however slowly the server sends.
   std::chrono::milliseconds remote_timeout{500};
   // After a failed call the tier stays off (one warning) and tries again after this back-off,
   // doubled after each failed retry up to 10 minutes.
   std::chrono::milliseconds remote_retry{30000};
   // A file holding the secret that signs remote values (HMAC-SHA256); then only values with a
   // valid tag are accepted. Empty: GRAPHATTN_CACHE_SIGNING_KEY. Without a key, every process that
-  // can write the Redis database can give this process GPU code to run.
+  // can write the Redis database can give this process GPU code to run. The file must be a
+  // regular file (not a link) owned by this user or root, mode 0600 (0640 in shared mode), with a
+  // secret of at least 16 bytes and 8 distinct byte values; otherwise the constructor throws.
   std::string signing_key_file;
 };
 
@@ -196,13 +205,15 @@ class GRAPHATTN_API KernelCache {
 GRAPHATTN_API KernelCache& default_kernel_cache();
 
 // Throws Error naming the variable and its value when GRAPHATTN_CACHE_MAX_BYTES,
-// GRAPHATTN_CACHE_SHARED, GRAPHATTN_CACHE_DIRS or GRAPHATTN_REMOTE_CACHE is malformed or
+// GRAPHATTN_CACHE_SHARED, GRAPHATTN_CACHE_DIR (relative), GRAPHATTN_CACHE_DIRS,
+// GRAPHATTN_DUMP_SOURCE or GRAPHATTN_REMOTE_CACHE is malformed or
 // GRAPHATTN_CACHE_SIGNING_KEY names an unusable key file (KernelCache's constructor would throw
 // the same); lets a program reject its environment before it starts any work.
 GRAPHATTN_API void check_cache_environment();
 
 // The default cache directory (environment applied), whether or not it exists; "" when there
-// is none (no GRAPHATTN_CACHE_DIR, and no absolute XDG_CACHE_HOME or HOME).
+// is none (no GRAPHATTN_CACHE_DIR, and no absolute XDG_CACHE_HOME or HOME). Throws Error for a
+// relative GRAPHATTN_CACHE_DIR.
 GRAPHATTN_API std::string default_cache_dir();
 
 // Whether this build has the remote tier's Redis client and its library can be loaded; when not,

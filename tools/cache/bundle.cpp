@@ -115,7 +115,8 @@ int cmd_export(const Options& o) {
 }
 
 int cmd_import(const Options& o) {
-  const Bundle bundle = graphattn::detail::read_bundle(o.bundle, signing_secret(o));
+  const std::string secret = signing_secret(o);
+  const Bundle bundle = graphattn::detail::read_bundle(o.bundle, secret);
   std::unique_ptr<DiskTier> local;
   if (!o.dry_run) local = open_local(o, true);
   uint64_t installed = 0, present = 0, stale = 0, bad = 0;
@@ -143,13 +144,28 @@ int cmd_import(const Options& o) {
     }
     list.push_back(member_json(m, action));
   }
+  // What the entries were checked against is this process's NVRTC and cache format; the
+  // manifest's lines are the writer's claims, shown as such.
+  const auto [major, minor] = graphattn::nvrtc_version();
+  const std::string nvrtc = std::to_string(major) + "." + std::to_string(minor);
+  const std::string claimed_nvrtc =
+      std::to_string(bundle.nvrtc_major) + "." + std::to_string(bundle.nvrtc_minor);
+  // A signature line is only a claim too until a key has checked it (read_bundle refuses a bad
+  // one when a key is configured).
+  const bool verified = bundle.signed_ && !secret.empty();
+  const std::string signature = verified ? "signed (signature verified)"
+                                : bundle.signed_
+                                    ? "unsigned (no key configured to verify its signature)"
+                                    : "unsigned";
   if (o.json) {
     print_json(
         {{"bundle", o.bundle},
          {"dir", o.dir},
          {"dry_run", o.dry_run},
-         {"signed", bundle.signed_},
-         {"nvrtc", std::to_string(bundle.nvrtc_major) + "." + std::to_string(bundle.nvrtc_minor)},
+         {"signed", verified},
+         {"signature", signature},
+         {"checked_against", {{"nvrtc", nvrtc}, {"cache_format", graphattn::kCacheFormatVersion}}},
+         {"manifest_claims", {{"nvrtc", claimed_nvrtc}, {"cache_format", bundle.cache_format}}},
          {"installed", installed},
          {"present", present},
          {"stale", stale},
@@ -158,17 +174,21 @@ int cmd_import(const Options& o) {
   } else {
     for (const BundleMember& m : bundle.members)
       if (m.verdict != BundleMember::Verdict::kOk)
-        std::cout << graphattn::detail::to_string(m.verdict) << "  " << m.spec << ": " << m.reason
-                  << "\n";
-    std::cout << (o.dry_run ? "verified " : "imported ") << o.bundle << " (NVRTC "
-              << bundle.nvrtc_major << "." << bundle.nvrtc_minor
-              << (bundle.signed_ ? ", signed" : "") << ")" << (o.dry_run ? "" : " into " + o.dir)
-              << ": " << installed << " installed, " << present << " already there, " << stale
-              << " stale, " << bad << " bad"
+        std::cout << graphattn::detail::to_string(m.verdict) << "  " << printable(m.spec) << ": "
+                  << m.reason << "\n";
+    std::cout << (o.dry_run ? "verified " : "imported ") << o.bundle
+              << (o.dry_run ? "" : " into " + o.dir) << ": " << installed << " installed, "
+              << present << " already there, " << stale << " stale, " << bad << " bad"
               << (o.dry_run ? " (dry run: " + std::to_string(bundle.members.size() - stale - bad) +
                                   " would be installed)"
                             : "")
-              << "\n";
+              << "\n"
+              << "entries checked against this process's NVRTC " << nvrtc << " and cache format "
+              << graphattn::kCacheFormatVersion;
+    if (claimed_nvrtc != nvrtc || bundle.cache_format != graphattn::kCacheFormatVersion)
+      std::cout << " (the manifest claims NVRTC " << claimed_nvrtc << ", cache format "
+                << bundle.cache_format << ")";
+    std::cout << "; " << signature << "\n";
   }
   return bad ? kExitFailed : kExitOk;
 }

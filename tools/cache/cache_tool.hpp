@@ -42,10 +42,14 @@ class UsageError : public std::runtime_error {
 struct Options {
   std::string dir;
   bool json = false;
-  std::string target;               // show
-  bool fix = false;                 // verify
-  std::string max_bytes_text;       // prune
-  double older_than_days = -1;      // prune; negative: not given
+  std::string target;  // show
+  bool fix = false;    // verify
+  bool force = false;  // clear, prune, verify --fix: also in an unmarked directory
+  // stats, verify: every layer of GRAPHATTN_CACHE_DIRS when --dir is not given, else {dir}.
+  std::vector<std::string> layers;
+  bool skip_remote = false;     // stats of one layer among several: the remote part is shown once
+  std::string max_bytes_text;   // prune
+  double older_than_days = -1;  // prune; negative: not given
   std::vector<std::string> specs;   // compile
   std::vector<std::string> models;  // compile: every kernel of these built-in models
   std::vector<int> archs;           // compile/export --model: target archs (default {90})
@@ -90,6 +94,11 @@ class CacheDir {
   }
   // "" or what is wrong with the directory's owner or mode.
   std::string trust_problem() const { return tier_ ? tier_->trust_problem() : ""; }
+  // Before a command removes `names` (files of this directory): throws graphattn::Error, naming
+  // them, when the directory is not a graphattn cache (no marker, not an earlier version's cache;
+  // DiskTier::is_cache) and --force was not given.
+  void require_cache(const Options& o, const char* command,
+                     const std::vector<std::string>& names) const;
 
  private:
   std::string dir_;

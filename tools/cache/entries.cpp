@@ -28,6 +28,21 @@ constexpr const char* kNoDirectory =
 
 }  // namespace
 
+void CacheDir::require_cache(const Options& o, const char* command,
+                             const std::vector<std::string>& names) const {
+  if (!tier_ || names.empty() || o.force || tier_->is_cache()) return;
+  std::string list;
+  for (size_t i = 0; i < names.size() && i < 20; ++i)
+    list += (list.empty() ? "" : ", ") + printable(names[i]);
+  if (names.size() > 20) list += ", ... (" + std::to_string(names.size()) + " files)";
+  throw graphattn::Error(std::string(command) + " refused: " + printable(dir_, 4096) +
+                         " is not marked as a graphattn cache (no " +
+                         graphattn::detail::kCacheMarkerName +
+                         " file, and it holds files graphattn did not write); it would have "
+                         "removed " +
+                         list + "; give --force to remove them anyway");
+}
+
 bool require_directory_path(const std::string& dir) {
   if (dir.empty()) throw UsageError(kNoDirectory);
   struct stat st {};

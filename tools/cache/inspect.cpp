@@ -220,7 +220,7 @@ int cmd_stats(const Options& o) {
                 {"compile_ms_total", compile_ms},
                 {"oldest_last_used", iso_utc(oldest)},
                 {"newest_last_used", iso_utc(newest)},
-                {"remote", remote_stats(o)}});
+                {"remote", o.skip_remote ? Json(nullptr) : remote_stats(o)}});
     return kExitOk;
   }
   std::vector<std::pair<std::string, std::string>> rows = {
@@ -233,7 +233,7 @@ int cmd_stats(const Options& o) {
       {"last used", local_time(oldest) + " .. " + local_time(newest)}};
   for (const auto& r : rows)
     std::cout << r.first << std::string(16 - r.first.size(), ' ') << r.second << "\n";
-  print_remote_stats(remote_stats(o));
+  if (!o.skip_remote) print_remote_stats(remote_stats(o));
   if (!by_kind.empty()) print_buckets("KIND", by_kind);
   if (!by_arch.empty()) print_buckets("ARCH", by_arch);
   return kExitOk;

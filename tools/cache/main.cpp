@@ -1,8 +1,9 @@
 // graphattn-cache: the operator's view of a JIT kernel cache directory. It lists, shows, checks,
 // prunes and clears the entries that KernelCache writes, and fills the cache ahead of time.
 //
-//   graphattn-cache [--dir DIR] [--json] list | show KEY-PREFIX|SPEC | verify [--fix]
-//                                        | prune --max-bytes N | --older-than DAYS | clear | stats
+//   graphattn-cache [--dir DIR] [--json] list | show KEY-PREFIX|SPEC | verify [--fix [--force]]
+//                                        | prune --max-bytes N | --older-than DAYS [--force]
+//                                        | clear [--force] | stats
 //                                        | compile --spec SPEC [--spec SPEC ...] [--threads N]
 //                                        | push | pull   (with --remote URL [--signing-key FILE])
 //                                        | export BUNDLE [--model M --arch 90,100 | --spec S]
@@ -12,14 +13,17 @@
 // a failed compile, no such entry); 2 wrong usage. With --json every command, failures
 // included, prints exactly one JSON document on stdout; messages for people go to stderr.
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <iostream>
+#include <memory>
 #include <string>
 
 #include "graphattn/jit.hpp"
+#include "jit_cache/disk_tier.hpp"
 #include "tools/cache/cache_tool.hpp"
 
 using namespace graphattn::tools::cache_tool;
@@ -52,6 +56,45 @@ std::string describe_parse_error(const CLI::App& app, const CLI::ParseError& e, 
   return std::string(e.what()) + "; the commands are " + names;
 }
 
+// Runs stats or verify on each of o.layers: one layer as before; several, each under a heading
+// (one JSON document {"layers": [...], "remote": ...}), the worst exit status.
+int for_each_layer(const Options& o, int (*cmd)(const Options&)) {
+  if (o.layers.size() == 1) {
+    Options one = o;
+    one.dir = o.layers[0];
+    return cmd(one);
+  }
+  int code = kExitOk;
+  Json docs = Json::array();
+  {
+    std::unique_ptr<JsonCapture> capture(o.json ? new JsonCapture : nullptr);
+    for (size_t i = 0; i < o.layers.size(); ++i) {
+      Options one = o;
+      one.dir = o.layers[i];
+      one.skip_remote = true;
+      if (!o.json)
+        std::cout << (i ? "\n" : "") << "layer " << i + 1 << " of " << o.layers.size()
+                  << " (GRAPHATTN_CACHE_DIRS): " << printable(one.dir, 4096) << "\n";
+      code = std::max(code, cmd(one));
+    }
+    if (capture)
+      for (Json& d : capture->docs) {
+        d.erase("remote");
+        docs.push_back(std::move(d));
+      }
+  }
+  const bool stats = cmd == cmd_stats;
+  if (o.json) {
+    Json out = {{"layers", docs}};
+    if (stats) out["remote"] = remote_stats(o);
+    print_json(out);
+  } else if (stats) {
+    std::cout << "\n";
+    print_remote_stats(remote_stats(o));
+  }
+  return code;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -69,13 +112,14 @@ int main(int argc, char** argv) {
   try {
     default_dir = graphattn::default_cache_dir();
   } catch (const std::exception& ex) {
-    return report_error(ex.what(), json_requested, kExitFailed, "");
+    return report_error(ex.what(), json_requested, kExitUsage, "");
   }
   o.dir = default_dir;
-  app.add_option("--dir", o.dir,
-                 "cache directory (default: GRAPHATTN_CACHE_DIR, else $XDG_CACHE_HOME/graphattn, "
-                 "else ~/.cache/graphattn; now " +
-                     (default_dir.empty() ? std::string("none") : printable(default_dir)) + ")");
+  CLI::Option* dir_option = app.add_option(
+      "--dir", o.dir,
+      "cache directory (default: GRAPHATTN_CACHE_DIR, else $XDG_CACHE_HOME/graphattn, "
+      "else ~/.cache/graphattn; now " +
+          (default_dir.empty() ? std::string("none") : printable(default_dir)) + ")");
   app.add_flag("--json", o.json, "print exactly one JSON document on stdout");
   if (const char* url = std::getenv("GRAPHATTN_REMOTE_CACHE")) o.remote = url;
   app.add_option("--remote", o.remote,
@@ -94,6 +138,9 @@ int main(int argc, char** argv) {
   show->add_option("entry", o.target, "a unique key prefix (hex) or a spec string")->required();
   CLI::App* verify = app.add_subcommand("verify", "re-check every entry; exit 1 if any is bad");
   verify->add_flag("--fix", o.fix, "remove the bad entries and stale temp files");
+  const char* force_help =
+      "remove files also from a directory that is not marked as a graphattn cache";
+  verify->add_flag("--force", o.force, force_help);
   CLI::App* prune = app.add_subcommand("prune", "remove entries by size cap or by age");
   prune->add_option("--max-bytes", o.max_bytes_text,
                     "remove least recently used entries until the total is at most N bytes "
@@ -112,7 +159,11 @@ int main(int argc, char** argv) {
           "DAYS"));
   CLI::App* clear = app.add_subcommand(
       "clear", "remove every entry, lock, source and temp file (other files stay)");
-  CLI::App* stats = app.add_subcommand("stats", "entries and bytes, by kernel kind and by arch");
+  clear->add_flag("--force", o.force, force_help);
+  prune->add_flag("--force", o.force, force_help);
+  CLI::App* stats = app.add_subcommand(
+      "stats",
+      "entries and bytes, by kernel kind and by arch (every layer of GRAPHATTN_CACHE_DIRS)");
   CLI::App* compile = app.add_subcommand("compile", "compile specs into the cache ahead of time");
   compile->add_option("--spec", o.specs,
                       "a spec string such as "
@@ -169,12 +220,18 @@ int main(int argc, char** argv) {
   }
 
   try {
+    // stats and verify look at every layer the kernel cache searches, unless --dir names one.
+    o.layers = {o.dir};
+    if (dir_option->count() == 0) {
+      const std::vector<std::string> layers = graphattn::detail::cache_dirs_from_env();
+      if (!layers.empty()) o.layers = layers;
+    }
     if (list->parsed()) return cmd_list(o);
     if (show->parsed()) return cmd_show(o);
-    if (verify->parsed()) return cmd_verify(o);
+    if (verify->parsed()) return for_each_layer(o, cmd_verify);
     if (prune->parsed()) return cmd_prune(o);
     if (clear->parsed()) return cmd_clear(o);
-    if (stats->parsed()) return cmd_stats(o);
+    if (stats->parsed()) return for_each_layer(o, cmd_stats);
     if (compile->parsed()) return cmd_compile(o);
     if (push->parsed()) return cmd_push(o);
     if (pull->parsed()) return cmd_pull(o);

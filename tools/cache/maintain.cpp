@@ -44,6 +44,17 @@ int cmd_verify(const Options& o) {
   CacheDir dir(o.dir, o.fix);
   // --fix first takes away the write permissions that the trust policy forbids (on what this
   // user owns), so that the check below judges the repaired modes.
+  if (o.fix && dir.exists()) {
+    // What --fix could remove: bad entries, temp and lock files (modes are repaired too).
+    std::vector<std::string> doomed;
+    for (const auto& e : dir.entries())
+      if (!check_entry(e).ok) doomed.push_back(e.name);
+    for (const auto& name : dir.file_names()) {
+      const FileKind kind = classify_file_name(name, nullptr);
+      if (kind == FileKind::kTemp || kind == FileKind::kLock) doomed.push_back(name);
+    }
+    dir.require_cache(o, "verify --fix", doomed);
+  }
   std::vector<std::string> repaired_modes;
   if (o.fix && dir.exists()) repaired_modes = dir.tier()->repair_modes();
   const std::string dir_problem = dir.trust_problem();
@@ -144,6 +155,11 @@ int cmd_prune(const Options& o) {
   const uint64_t max_bytes = by_size ? parse_size(o.max_bytes_text) : 0;
   const CacheDir dir(o.dir, true);
   const std::vector<EntryInfo> before = dir.entries();
+  {
+    std::vector<std::string> entry_names;
+    for (const auto& e : before) entry_names.push_back(e.name);
+    dir.require_cache(o, "prune", entry_names);
+  }
   std::map<std::string, std::string> why;  // key -> reason it went
   if (by_age) {
     // Clamped so that an absurd number of days cannot overflow the conversion.
@@ -203,6 +219,12 @@ int cmd_prune(const Options& o) {
 int cmd_clear(const Options& o) {
   const CacheDir dir(o.dir, true);
   const std::vector<EntryInfo> entries = dir.entries();
+  {
+    std::vector<std::string> doomed;
+    for (const auto& name : dir.file_names())
+      if (classify_file_name(name, nullptr) != FileKind::kOther) doomed.push_back(name);
+    dir.require_cache(o, "clear", doomed);
+  }
   std::vector<std::string> failed;
   for (const auto& e : entries) {
     const graphattn::detail::Removal r = dir.tier()->remove_entry(e.name);
@@ -217,7 +239,7 @@ int cmd_clear(const Options& o) {
       const graphattn::detail::Removal r = dir.tier()->remove(name);
       if (r.removed) ++side_files;
       if (!r.error.empty() && !graphattn::detail::is_entry_kind(kind)) failed.push_back(r.error);
-    } else {
+    } else if (name != graphattn::detail::kCacheMarkerName) {
       kept.push_back(printable(name));
     }
   }

@@ -95,7 +95,18 @@ void Table::print(std::ostream& os) const {
   for (const auto& r : rows_) emit(r);
 }
 
+namespace {
+JsonCapture* capture = nullptr;
+}
+
+JsonCapture::JsonCapture() { capture = this; }
+JsonCapture::~JsonCapture() { capture = nullptr; }
+
 void print_json(const Json& j) {
+  if (capture) {
+    capture->docs.push_back(j);
+    return;
+  }
   std::cout << j.dump(2, ' ', false, Json::error_handler_t::replace) << "\n";
 }
 

@@ -44,4 +44,14 @@ class Table {
 // File names and stored spec strings may hold any bytes: invalid UTF-8 is replaced, not thrown.
 void print_json(const Json& j);
 
+// While one exists, print_json keeps its documents here instead of printing them (stats and
+// verify over several layers print one document of every layer's).
+struct JsonCapture {
+  JsonCapture();
+  ~JsonCapture();
+  JsonCapture(const JsonCapture&) = delete;
+  JsonCapture& operator=(const JsonCapture&) = delete;
+  std::vector<Json> docs;
+};
+
 }  // namespace graphattn::tools::cache_tool

@@ -13,6 +13,7 @@
 #include "graphattn/spec.hpp"
 #include "jit_cache/redis_client.hpp"
 #include "jit_cache/remote_tier.hpp"
+#include "jit_cache/trust.hpp"
 #include "tools/cache/cache_tool.hpp"
 
 namespace graphattn::tools::cache_tool {
@@ -21,9 +22,11 @@ using graphattn::detail::RedisError;
 using graphattn::detail::RemoteTier;
 
 std::string signing_secret(const Options& o) {
-  if (!o.signing_key_file.empty()) return graphattn::detail::read_signing_key(o.signing_key_file);
+  const bool shared = graphattn::detail::shared_cache_requested();
+  if (!o.signing_key_file.empty())
+    return graphattn::detail::read_signing_key(o.signing_key_file, shared);
   if (const char* f = std::getenv("GRAPHATTN_CACHE_SIGNING_KEY"); f && *f)
-    return graphattn::detail::read_signing_key(f);
+    return graphattn::detail::read_signing_key(f, shared);
   return "";
 }
 
@@ -98,10 +101,10 @@ Json remote_stats(const Options& o) {
     j["server_version"] = tier->server_version();
     uint64_t count = 0, bytes = 0;
     for (const std::string& name : tier->entry_names()) {
-      std::string value;
-      if (!tier->get_raw(name, &value)) continue;
+      const uint64_t n = tier->value_bytes(name);  // STRLEN: the value stays on the server
+      if (n == 0) continue;
       ++count;
-      bytes += value.size();
+      bytes += n;
     }
     j["available"] = true;
     j["entries"] = count;
@@ -184,8 +187,13 @@ int cmd_pull(const Options& o) {
   for (const std::string& name : remote->entry_names()) {
     graphattn::CacheKey key;
     std::string value;
-    if (!graphattn::detail::key_of_remote_name(name, &key) || !remote->get_raw(name, &value))
-      continue;  // not an entry name, or deleted since the scan
+    if (!graphattn::detail::key_of_remote_name(name, &key)) continue;  // not an entry name
+    try {
+      if (!remote->get_raw(name, &value)) continue;  // deleted since the scan
+    } catch (const graphattn::detail::RedisReplyTooLarge& e) {
+      rejected.push_back({{"name", name}, {"reason", e.what()}});
+      continue;
+    }
     graphattn::detail::EntryHeader h;
     std::vector<char> payload;
     std::string why;

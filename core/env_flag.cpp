@@ -1,0 +1,35 @@
+#include "core/env_flag.hpp"
+
+#include <cctype>
+#include <cstdlib>
+#include <string>
+
+#include "core/text.hpp"
+#include "graphattn/error.hpp"
+
+namespace graphattn::detail {
+
+bool env_flag(const char* name) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return false;
+  std::string lower;
+  for (const char* p = v; *p && lower.size() < 8; ++p)
+    lower += static_cast<char>(std::tolower(static_cast<unsigned char>(*p)));
+  const std::string text = v;
+  if (text.size() <= 5) {
+    for (const char* on : {"1", "true", "yes", "on"})
+      if (lower == on) return true;
+    for (const char* off : {"0", "false", "no", "off"})
+      if (lower == off) return false;
+  }
+  throw Error(std::string(name) + "='" + printable(text) +
+              "' is not supported; supported: 1, true, yes or on; 0, false, no or off (or unset)");
+}
+
+void check_flag_environment() {
+  for (const char* name : {"GRAPHATTN_DISABLE_GRAPHS", "GRAPHATTN_DECODE_CLUSTERS",
+                           "GRAPHATTN_DUMP_SOURCE", "GRAPHATTN_CHECK_BOUNDS"})
+    env_flag(name);
+}
+
+}  // namespace graphattn::detail
