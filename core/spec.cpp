@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <iterator>
 #include <type_traits>
 
 #include "core/spec_axes.hpp"
@@ -52,20 +53,13 @@ int kv_dtype_bytes(KvDType t, DType auto_type) {
 
 namespace {
 
-// The names of a kName axis's values, index = the enum's value.
+// The names of a kName axis's values, index = the enum's value (spec.hpp's enum lists; an enum
+// axis without a list there does not compile).
 using Names = std::vector<const char*>;
 template <typename E>
 const Names& axis_names() {
-  static const Names names = [] {
-    if constexpr (std::is_same_v<E, KernelKind>)
-      return Names{"cache_write", "decode", "prefill", "kv_scale"};
-    if constexpr (std::is_same_v<E, DType>) return Names{"fp16", "bf16"};
-    if constexpr (std::is_same_v<E, KvDType>) return Names{"auto", "e4m3", "e5m2"};
-    if constexpr (std::is_same_v<E, KvLayout>) return Names{"nhd", "hnd", "legacy"};
-  }();
-  static_assert(std::is_same_v<E, KernelKind> || std::is_same_v<E, DType> ||
-                    std::is_same_v<E, KvDType> || std::is_same_v<E, KvLayout>,
-                "an enum axis of AttentionSpec needs its value names here");
+  static const Names names(std::begin(EnumNames<E>::spec_names),
+                           std::end(EnumNames<E>::spec_names));
   return names;
 }
 // Axes of other types have no names.
@@ -179,8 +173,24 @@ const char* to_string(DType t) { return name_of(t); }
 const char* to_string(KvDType t) { return name_of(t); }
 const char* to_string(KvLayout l) { return name_of(l); }
 const char* to_string(AttentionType t) {
-  static const char* const kNames[] = {"decoder", "encoder", "encoder_only", "encoder_decoder"};
-  return detail::enum_name(t, kNames);
+  const char* name = enum_long_name<AttentionType>(static_cast<int>(t));
+  return name ? name : "?";
+}
+
+const char* kv_cache_dtype_name(KvDType t) {
+  const char* name = enum_long_name<KvDType>(static_cast<int>(t));
+  return name ? name : "?";
+}
+
+KvDType kv_cache_dtype_of(const std::string& name) {
+  std::string allowed;
+  for (int i = 0; i < enum_count<KvDType>(); ++i) {
+    if (name == enum_long_name<KvDType>(i)) return static_cast<KvDType>(i);
+    if (static_cast<KvDType>(i) == KvDType::kFp8E4M3) allowed += ", fp8";
+    allowed += std::string(i ? ", " : "") + enum_long_name<KvDType>(i);
+  }
+  if (name == "fp8") return KvDType::kFp8E4M3;  // vLLM's name of e4m3 on CUDA
+  throw Error("kv_cache_dtype \"" + name + "\" is not supported; supported: " + allowed);
 }
 
 void AttentionSpec::validate() const {

@@ -220,14 +220,6 @@ void run(const PagedAttentionCall& c, CUstream stream, KernelCache& cache) {
 
 }  // namespace
 
-KvDType kv_cache_dtype_of(const std::string& name) {
-  if (name == "auto") return KvDType::kAuto;
-  if (name == "fp8" || name == "fp8_e4m3") return KvDType::kFp8E4M3;
-  if (name == "fp8_e5m2") return KvDType::kFp8E5M2;
-  throw Error("kv_cache_dtype \"" + name +
-              "\" is not supported; supported: auto, fp8, fp8_e4m3, fp8_e5m2");
-}
-
 int64_t paged_attention_num_partitions(int64_t max_seq_len) {
   GA_REQUIRE(max_seq_len >= 0, "max_seq_len " + str(max_seq_len) + " must be >= 0");
   return (max_seq_len + kPagedAttentionPartitionSize - 1) / kPagedAttentionPartitionSize;

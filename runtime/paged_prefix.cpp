@@ -17,15 +17,6 @@ namespace {
 
 using detail::str;
 
-// vLLM's cache dtype names ("fp8" is e4m3 on CUDA).
-KvDType kv_cache_dtype_named(const std::string& name) {
-  if (name == "auto") return KvDType::kAuto;
-  if (name == "fp8" || name == "fp8_e4m3") return KvDType::kFp8E4M3;
-  if (name == "fp8_e5m2") return KvDType::kFp8E5M2;
-  throw Error("kv_cache_dtype '" + name +
-              "' is not supported; supported: auto, fp8, fp8_e4m3, fp8_e5m2");
-}
-
 // key or value (not read, see forward_prefix): empty, or the new tokens' rows of the caches'
 // heads in the query's dtype.
 void check_new_rows(const TensorView& t, const char* name, const TensorView& query,
@@ -58,7 +49,7 @@ void forward_prefix(const TensorView& query, const TensorView& key, const Tensor
                     int max_query_len, const float* alibi_slopes, int sliding_window, float k_scale,
                     float v_scale, const TensorView& output, CUstream stream, KernelCache& cache,
                     const PrefixOptions& options) {
-  const KvDType kv = kv_cache_dtype_named(kv_cache_dtype);
+  const KvDType kv = kv_cache_dtype_of(kv_cache_dtype);
   detail::require_rank(query, 3, "query", "[num_tokens, num_heads, head_size]");
   const DType dtype = dtype_of(query.dtype);
   const detail::KvCacheShape kc = detail::check_paged_caches(key_cache, value_cache, dtype);

@@ -115,7 +115,7 @@ TEST_CASE("legacy prefill: forward_prefix names every bad argument before touchi
     PrefixCall c;
     c.kv_cache_dtype = "fp8_e4m3fn";
     CHECK(c.error() ==
-          "kv_cache_dtype 'fp8_e4m3fn' is not supported; supported: auto, fp8, fp8_e4m3, "
+          "kv_cache_dtype \"fp8_e4m3fn\" is not supported; supported: auto, fp8, fp8_e4m3, "
           "fp8_e5m2");
   }
   for (const char* name : {"fp8", "fp8_e4m3", "fp8_e5m2"}) {  // a bf16 cache is "auto"

@@ -17,6 +17,7 @@
 #include "graphattn/blocksparse.hpp"
 #include "graphattn/export.h"
 #include "graphattn/jit.hpp"
+#include "graphattn/layer_config_fields.h"
 #include "graphattn/spec.hpp"
 #include "graphattn/tensor.hpp"
 
@@ -189,12 +190,12 @@ struct GRAPHATTN_API AttentionLayerConfig {
   // block_size 0 is dense. Decoder layers only; decode and prefill both follow the pattern.
   BlockSparseParams blocksparse;
 
-  // Every field above, in order: what == compares (a new field joins it here).
+  // Every field above, as GRAPHATTN_LAYER_CONFIG_FIELDS (graphattn/layer_config_fields.h) lists
+  // them: what == compares. A member without a row there does not compile (capi/config.cpp).
   auto fields() const {
-    return std::tie(num_heads, num_kv_heads, head_size, block_size, dtype, kv_dtype, layout, window,
-                    soft_cap, alibi_slopes, sinks, decode_query_len, scale, k_scale, v_scale,
-                    k_scale_device, v_scale_device, max_model_len, max_num_seqs, arch,
-                    overlap_previous_kernel, check_bounds, attn_type, blocksparse);
+#define GRAPHATTN_LAYER_CONFIG_TIE(type, member, ...) std::tie(member),
+    return std::tuple_cat(GRAPHATTN_LAYER_CONFIG_FIELDS(GRAPHATTN_LAYER_CONFIG_TIE) std::tuple<>());
+#undef GRAPHATTN_LAYER_CONFIG_TIE
   }
   bool operator==(const AttentionLayerConfig& o) const { return fields() == o.fields(); }
   bool operator!=(const AttentionLayerConfig& o) const { return !(*this == o); }

@@ -46,8 +46,14 @@ extern "C" {
 #endif
 
 /* Bumped on any incompatible change of a function or struct below; appending a field to a
- * struct that has struct_size is compatible and does not bump it. */
-#define GRAPHATTN_ABI_VERSION 1
+ * struct that has struct_size is compatible and does not bump it.
+ * 2: graphattn_forward_prefix and graphattn_paged_attention_v1 / v2 take the fp8 scales in
+ *    device memory (k_scale_device, v_scale_device after v_scale) as their C++ versions do, and
+ *    paged_attention_v1 / v2 take the KV cache dtype as a graphattn_kv_dtype_t, as every other
+ *    call does, instead of vLLM's name (a binding maps "fp8" to GRAPHATTN_KV_DTYPE_FP8_E4M3).
+ *    Callers of version 1 of these three functions must be rebuilt; every other function and
+ *    struct is unchanged. The name enumerators (graphattn_kv_dtype_name, ...) are new. */
+#define GRAPHATTN_ABI_VERSION 2
 
 /* Every enum ends in an *_ENUM_MAX of 0x7fffffff, as Vulkan's do: the type then holds every int,
  * in C and in C++, so a value from a newer caller or a binding is a value the library can check
@@ -117,6 +123,19 @@ GRAPHATTN_API const char* graphattn_version(void) GRAPHATTN_NOEXCEPT;
 GRAPHATTN_API const char* graphattn_last_error(void) GRAPHATTN_NOEXCEPT;
 /* A short name for a status, e.g. "GRAPHATTN_ERROR_COMPILE". Static storage. */
 GRAPHATTN_API const char* graphattn_status_string(graphattn_status_t status) GRAPHATTN_NOEXCEPT;
+
+/* The names of an enum's values, as the C++ API, vLLM and the Python package spell them: value
+ * -> name, NULL for a value past the last (enumerate from 0 until NULL), so that a binding
+ * keeps no table of its own. Static storage.
+ *   graphattn_dtype_t:     "float16", "bfloat16"
+ *   graphattn_kv_dtype_t:  "auto", "fp8_e4m3", "fp8_e5m2" (vLLM's kv_cache_dtype names; vLLM's
+ *                          "fp8" is fp8_e4m3)
+ *   graphattn_kv_layout_t: "NHD", "HND"
+ *   graphattn_attn_type_t: "decoder", "encoder", "encoder_only", "encoder_decoder" */
+GRAPHATTN_API const char* graphattn_dtype_name(int value) GRAPHATTN_NOEXCEPT;
+GRAPHATTN_API const char* graphattn_kv_dtype_name(int value) GRAPHATTN_NOEXCEPT;
+GRAPHATTN_API const char* graphattn_kv_layout_name(int value) GRAPHATTN_NOEXCEPT;
+GRAPHATTN_API const char* graphattn_attn_type_name(int value) GRAPHATTN_NOEXCEPT;
 
 /* Whether the driver loads and a device exists: *available 1 or 0. Never fails for want of a
  * GPU; without one, graphattn_last_error() says what is missing. */
@@ -468,6 +487,8 @@ GRAPHATTN_API graphattn_status_t graphattn_write_to_paged_cache(
  * the new tokens therefore take part quantized, where vLLM reads them unquantized. kv_dtype as
  * graphattn_write_to_paged_cache; block_size a multiple of 16 (vLLM's 8 is refused);
  * sliding_window 0: none. alibi_slopes, sinks: float32 [num_heads] device tensors or NULL.
+ * k_scale_device, v_scale_device: one-element float32 device tensors read when the kernel runs
+ * instead of k_scale / v_scale (fp8 caches), or NULL (graphattn_calc_kv_scales writes them).
  * scale 0: 1 / sqrt(head_size); soft_cap 0: none; causal 0: every new token sees all keys.
  * output [num_tokens, num_heads, head_size] is written. Compiles its kernel on first use. */
 GRAPHATTN_API graphattn_status_t graphattn_forward_prefix(
@@ -475,14 +496,16 @@ GRAPHATTN_API graphattn_status_t graphattn_forward_prefix(
     graphattn_kv_dtype_t kv_dtype, const DLTensor* key_cache, const DLTensor* value_cache,
     const DLTensor* block_tables, const DLTensor* query_start_loc, const DLTensor* seq_lens,
     int max_query_len, const DLTensor* alibi_slopes, int sliding_window, float k_scale,
-    float v_scale, float scale, float soft_cap, const DLTensor* sinks, int causal,
-    const DLTensor* output, void* stream, graphattn_cache_t cache) GRAPHATTN_NOEXCEPT;
+    float v_scale, const DLTensor* k_scale_device, const DLTensor* v_scale_device, float scale,
+    float soft_cap, const DLTensor* sinks, int causal, const DLTensor* output, void* stream,
+    graphattn_cache_t cache) GRAPHATTN_NOEXCEPT;
 /* vLLM's paged_attention_v1 / v2 over its legacy caches (C++ graphattn/paged_cache.hpp, which
  * documents every argument): out, query [num_seqs, num_heads, head_size] fp16/bf16;
- * key_cache, value_cache as graphattn_write_to_paged_cache (uint8 caches read as
- * kv_cache_dtype says); block_tables int32 [num_seqs, max_blocks]; seq_lens int32 [num_seqs];
- * alibi_slopes float32 [num_heads] or NULL; kv_cache_dtype "auto", "fp8", "fp8_e4m3" or
- * "fp8_e5m2"; blocksparse_vert_stride <= 1 is dense, larger block-sparse (vLLM's rule). v2's
+ * key_cache, value_cache as graphattn_write_to_paged_cache (uint8 caches read as kv_dtype
+ * says); block_tables int32 [num_seqs, max_blocks]; seq_lens int32 [num_seqs]; alibi_slopes
+ * float32 [num_heads] or NULL; kv_dtype the caches' element type (vLLM's "fp8" is
+ * GRAPHATTN_KV_DTYPE_FP8_E4M3); k_scale_device, v_scale_device as graphattn_forward_prefix;
+ * blocksparse_vert_stride <= 1 is dense, larger block-sparse (vLLM's rule). v2's
  * exp_sums, max_logits (float32 [num_seqs, num_heads, max_num_partitions]) and tmp_out ([num_seqs,
  * num_heads, max_num_partitions, head_size], out's dtype) are checked, not used: graphattn keeps
  * a split workspace per device, allocated by the first call that needs it, so calls must not run
@@ -492,17 +515,19 @@ GRAPHATTN_API graphattn_status_t graphattn_paged_attention_v1(
     const DLTensor* out, const DLTensor* query, const DLTensor* key_cache,
     const DLTensor* value_cache, int num_kv_heads, float scale, const DLTensor* block_tables,
     const DLTensor* seq_lens, int block_size, int max_seq_len, const DLTensor* alibi_slopes,
-    const char* kv_cache_dtype, float k_scale, float v_scale, int tp_rank,
-    int blocksparse_local_blocks, int blocksparse_vert_stride, int blocksparse_block_size,
-    int blocksparse_head_sliding_step, void* stream, graphattn_cache_t cache) GRAPHATTN_NOEXCEPT;
+    graphattn_kv_dtype_t kv_dtype, float k_scale, float v_scale, const DLTensor* k_scale_device,
+    const DLTensor* v_scale_device, int tp_rank, int blocksparse_local_blocks,
+    int blocksparse_vert_stride, int blocksparse_block_size, int blocksparse_head_sliding_step,
+    void* stream, graphattn_cache_t cache) GRAPHATTN_NOEXCEPT;
 GRAPHATTN_API graphattn_status_t graphattn_paged_attention_v2(
     const DLTensor* out, const DLTensor* exp_sums, const DLTensor* max_logits,
     const DLTensor* tmp_out, const DLTensor* query, const DLTensor* key_cache,
     const DLTensor* value_cache, int num_kv_heads, float scale, const DLTensor* block_tables,
     const DLTensor* seq_lens, int block_size, int max_seq_len, const DLTensor* alibi_slopes,
-    const char* kv_cache_dtype, float k_scale, float v_scale, int tp_rank,
-    int blocksparse_local_blocks, int blocksparse_vert_stride, int blocksparse_block_size,
-    int blocksparse_head_sliding_step, void* stream, graphattn_cache_t cache) GRAPHATTN_NOEXCEPT;
+    graphattn_kv_dtype_t kv_dtype, float k_scale, float v_scale, const DLTensor* k_scale_device,
+    const DLTensor* v_scale_device, int tp_rank, int blocksparse_local_blocks,
+    int blocksparse_vert_stride, int blocksparse_block_size, int blocksparse_head_sliding_step,
+    void* stream, graphattn_cache_t cache) GRAPHATTN_NOEXCEPT;
 /* vLLM's v1-vs-v2 rule: *use_v1 = 1 when max_seq_len <= 8192 and (max_seq_len <= 512 or
  * num_seqs * num_heads > 512), else 0. max_seq_len < 0 is GRAPHATTN_ERROR. */
 GRAPHATTN_API graphattn_status_t graphattn_use_paged_attention_v1(int64_t max_seq_len,

@@ -113,9 +113,6 @@ GRAPHATTN_API void forward_prefix(const TensorView& query, const TensorView& key
                                   float v_scale, const TensorView& output, CUstream stream,
                                   KernelCache& cache = default_kernel_cache(),
                                   const PrefixOptions& options = {});
-// vLLM's kv_cache_dtype names: "auto" (the model dtype), "fp8" and "fp8_e4m3" (e4m3),
-// "fp8_e5m2"; anything else throws graphattn::Error naming the allowed ones.
-GRAPHATTN_API KvDType kv_cache_dtype_of(const std::string& kv_cache_dtype);
 
 // vLLM's paged-attention partition size (v2's temporaries hold one entry per 512 tokens).
 constexpr int kPagedAttentionPartitionSize = 512;

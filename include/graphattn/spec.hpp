@@ -10,18 +10,40 @@
 
 namespace graphattn {
 
+// The enums of the spec and the layer configuration, each with the names its values go by,
+// declared once: X(enumerator, spec name, long name). The spec name is what to_string() and the
+// canonical spec string use; the long name is the one vLLM, the C ABI's name enumerators
+// (graphattn_kv_dtype_name, ...) and the Python package use. enum_count<E>() comes from here,
+// so a new value cannot be missed by a range check, a name table or a C enum's static_assert.
+//
 // kKvScale: calc_kv_scales (a batch's amax of |key| and |value| into device scalars); it depends
 // only on the head size, the dtype and the arch, so its spec keeps every other axis at its
 // default (block 16, kv auto, g1, swa0, cap0, nhd, no suffix).
-enum class KernelKind { kCacheWrite, kDecode, kPrefill, kKvScale };
-enum class DType { kFloat16, kBFloat16 };          // query, output and (auto) KV element type
-enum class KvDType { kAuto, kFp8E4M3, kFp8E5M2 };  // KV cache element type; auto = DType
+// clang-format off
+#define GRAPHATTN_KERNEL_KINDS(X)                  \
+  X(kCacheWrite, "cache_write", "cache_write")     \
+  X(kDecode, "decode", "decode")                   \
+  X(kPrefill, "prefill", "prefill")                \
+  X(kKvScale, "kv_scale", "kv_scale")
+// query, output and (auto) KV element type
+#define GRAPHATTN_DTYPES(X)                        \
+  X(kFloat16, "fp16", "float16")                   \
+  X(kBFloat16, "bf16", "bfloat16")
+// KV cache element type; auto = DType (vLLM also calls fp8_e4m3 "fp8": kv_cache_dtype_of)
+#define GRAPHATTN_KV_DTYPES(X)                     \
+  X(kAuto, "auto", "auto")                         \
+  X(kFp8E4M3, "e4m3", "fp8_e4m3")                  \
+  X(kFp8E5M2, "e5m2", "fp8_e5m2")
 // The KV cache's layout. kNHD / kHND: the flash layout [2, num_blocks, ...] with block_size
 // before num_kv_heads or after it. kLegacy: vLLM's legacy PagedAttention caches, a key cache
 // [num_blocks, num_kv_heads, head_size / x, block_size, x] (x = 16 bytes of elements) and a value
 // cache [num_blocks, num_kv_heads, head_size, block_size]; written by the cache write kernel
 // (write_to_paged_cache) and read by the prefill kernel (forward_prefix), not by decode so far.
-enum class KvLayout { kNHD, kHND, kLegacy };
+// A layer configuration (and the C ABI's graphattn_kv_layout_t) takes NHD or HND only.
+#define GRAPHATTN_KV_LAYOUTS(X)                    \
+  X(kNHD, "nhd", "NHD")                            \
+  X(kHND, "hnd", "HND")                            \
+  X(kLegacy, "legacy", "legacy")
 // vLLM's AttentionType: what a layer's queries see and where its keys come from.
 //   kDecoder        causal self-attention over the paged KV cache (what forward() always did)
 //   kEncoder        bidirectional self-attention over the paged KV cache, which forward() writes
@@ -32,7 +54,52 @@ enum class KvLayout { kNHD, kHND, kLegacy };
 //   kEncoderDecoder cross attention: decoder queries read keys and values that the encoder's
 //                   output wrote into the paged cache once; non-causal (prefill "_nc"; a decode
 //                   query sees every key anyway, so decodes run the decode kernel)
-enum class AttentionType { kDecoder, kEncoder, kEncoderOnly, kEncoderDecoder };
+#define GRAPHATTN_ATTENTION_TYPES(X)               \
+  X(kDecoder, "decoder", "decoder")                \
+  X(kEncoder, "encoder", "encoder")                \
+  X(kEncoderOnly, "encoder_only", "encoder_only")  \
+  X(kEncoderDecoder, "encoder_decoder", "encoder_decoder")
+// clang-format on
+
+#define GRAPHATTN_ENUMERATOR(e, spec_name, long_name) e,
+enum class KernelKind { GRAPHATTN_KERNEL_KINDS(GRAPHATTN_ENUMERATOR) };
+enum class DType { GRAPHATTN_DTYPES(GRAPHATTN_ENUMERATOR) };
+enum class KvDType { GRAPHATTN_KV_DTYPES(GRAPHATTN_ENUMERATOR) };
+enum class KvLayout { GRAPHATTN_KV_LAYOUTS(GRAPHATTN_ENUMERATOR) };
+enum class AttentionType { GRAPHATTN_ATTENTION_TYPES(GRAPHATTN_ENUMERATOR) };
+#undef GRAPHATTN_ENUMERATOR
+
+// The names of an enum's values, index = value: EnumNames<E>::spec_names / long_names.
+template <typename E>
+struct EnumNames;  // only the enums above have them
+#define GRAPHATTN_ENUM_SPEC_NAME(e, spec_name, long_name) spec_name,
+#define GRAPHATTN_ENUM_LONG_NAME(e, spec_name, long_name) long_name,
+#define GRAPHATTN_ENUM_NAMES(E, LIST)                                                      \
+  template <>                                                                              \
+  struct EnumNames<E> {                                                                    \
+    static constexpr const char* spec_names[] = {LIST(GRAPHATTN_ENUM_SPEC_NAME)};          \
+    static constexpr const char* long_names[] = {LIST(GRAPHATTN_ENUM_LONG_NAME)};          \
+    static constexpr int count = static_cast<int>(sizeof spec_names / sizeof *spec_names); \
+  };
+GRAPHATTN_ENUM_NAMES(KernelKind, GRAPHATTN_KERNEL_KINDS)
+GRAPHATTN_ENUM_NAMES(DType, GRAPHATTN_DTYPES)
+GRAPHATTN_ENUM_NAMES(KvDType, GRAPHATTN_KV_DTYPES)
+GRAPHATTN_ENUM_NAMES(KvLayout, GRAPHATTN_KV_LAYOUTS)
+GRAPHATTN_ENUM_NAMES(AttentionType, GRAPHATTN_ATTENTION_TYPES)
+#undef GRAPHATTN_ENUM_NAMES
+#undef GRAPHATTN_ENUM_LONG_NAME
+#undef GRAPHATTN_ENUM_SPEC_NAME
+
+// How many values E has (its values are 0..count-1).
+template <typename E>
+constexpr int enum_count() {
+  return EnumNames<E>::count;
+}
+// E's long name for value i ("fp8_e4m3", "bfloat16", "encoder_only", ...), or null past the end.
+template <typename E>
+constexpr const char* enum_long_name(int i) {
+  return i >= 0 && i < enum_count<E>() ? EnumNames<E>::long_names[i] : nullptr;
+}
 
 // Every axis of AttentionSpec, in the order of its canonical string. This one list declares the
 // fields and drives validate(), to_string(), parse(), operator==, the memory tier's packed key
@@ -124,6 +191,11 @@ GRAPHATTN_API const char* to_string(KvDType t);   // "auto" / "e4m3" / "e5m2"
 GRAPHATTN_API const char* to_string(KvLayout l);  // "nhd" / "hnd" / "legacy"
 // "decoder", "encoder", "encoder_only", "encoder_decoder" (vLLM's AttentionType values).
 GRAPHATTN_API const char* to_string(AttentionType t);
+// vLLM's kv_cache_dtype names: "auto" (the model dtype), "fp8" and "fp8_e4m3" (e4m3),
+// "fp8_e5m2"; anything else throws graphattn::Error naming the allowed ones.
+GRAPHATTN_API KvDType kv_cache_dtype_of(const std::string& kv_cache_dtype);
+// vLLM's canonical name of t: "auto", "fp8_e4m3", "fp8_e5m2".
+GRAPHATTN_API const char* kv_cache_dtype_name(KvDType t);
 
 // The closed sets that validate() checks against, for messages and for tools.
 GRAPHATTN_API const std::vector<int>& supported_head_sizes();

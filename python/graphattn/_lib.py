@@ -14,20 +14,20 @@ import sys
 
 from . import errors
 
-ABI_VERSION = 1  # GRAPHATTN_ABI_VERSION this binding was written for
+ABI_VERSION = 2  # GRAPHATTN_ABI_VERSION this binding was written for
 LIBRARY_FILE = "libgraphattn.so"
 PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 
 c_int_p = ctypes.POINTER(ctypes.c_int)
-# paged_attention_v1 / v2 after their tensors: num_kv_heads, scale, block_tables, seq_lens,
-# block_size, max_seq_len, alibi_slopes, kv_cache_dtype, k_scale, v_scale, tp_rank, the four
-# block-sparse ints, stream, cache.
-_PAGED_ATTENTION_REST = [ctypes.c_int, ctypes.c_float, ctypes.c_void_p, ctypes.c_void_p,
-                         ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_char_p,
-                         ctypes.c_float, ctypes.c_float] + [ctypes.c_int] * 5 + \
-    [ctypes.c_void_p] * 2
 c_size_t_p = ctypes.POINTER(ctypes.c_size_t)
 DLTensor_p = ctypes.c_void_p  # a const DLTensor*, passed as an address (DLArg.ref)
+# paged_attention_v1 / v2 after their tensors: num_kv_heads, scale, block_tables, seq_lens,
+# block_size, max_seq_len, alibi_slopes, kv_dtype, k_scale, v_scale, k_scale_device,
+# v_scale_device, tp_rank, the four block-sparse ints, stream, cache.
+_PAGED_ATTENTION_REST = [ctypes.c_int, ctypes.c_float, DLTensor_p, DLTensor_p, ctypes.c_int,
+                         ctypes.c_int, DLTensor_p, ctypes.c_int, ctypes.c_float,
+                         ctypes.c_float, DLTensor_p, DLTensor_p] + [ctypes.c_int] * 5 + \
+    [ctypes.c_void_p] * 2
 
 
 # ---- Structs ---------------------------------------------------------------------------------
@@ -221,14 +221,22 @@ def _load(path):
             raise ImportError("graphattn: cannot load %s: %s" % (path, e)) from e
 
 
-def _declare(lib, path):
+def prototypes():
+    """Every C ABI function: name -> (restype, argtypes). python/tests/test_faces.py checks it
+    against graphattn.h's prototypes, so a function added or changed there fails until it is
+    declared here alike."""
     i, vp, sz = ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t
     P = ctypes.POINTER
-    protos = {
+    return {
         "graphattn_abi_version": (i, []),
         "graphattn_version": (ctypes.c_char_p, []),
         "graphattn_last_error": (ctypes.c_char_p, []),
         "graphattn_status_string": (ctypes.c_char_p, [i]),
+        # the names of the enums' values (_names reads its tables from them)
+        "graphattn_dtype_name": (ctypes.c_char_p, [i]),
+        "graphattn_kv_dtype_name": (ctypes.c_char_p, [i]),
+        "graphattn_kv_layout_name": (ctypes.c_char_p, [i]),
+        "graphattn_attn_type_name": (ctypes.c_char_p, [i]),
         "graphattn_gpu_available": (i, [c_int_p]),
         "graphattn_ensure_context": (i, [i]),
         "graphattn_device_count": (i, [c_int_p]),
@@ -273,8 +281,8 @@ def _declare(lib, path):
         "graphattn_forward_prefix": (i, [DLTensor_p, DLTensor_p, DLTensor_p, i, DLTensor_p,
                                          DLTensor_p, DLTensor_p, DLTensor_p, DLTensor_p, i,
                                          DLTensor_p, i, ctypes.c_float, ctypes.c_float,
-                                         ctypes.c_float, ctypes.c_float, DLTensor_p, i,
-                                         DLTensor_p, vp, vp]),
+                                         DLTensor_p, DLTensor_p, ctypes.c_float, ctypes.c_float,
+                                         DLTensor_p, i, DLTensor_p, vp, vp]),
         # vLLM's paged_attention_v1 / v2 over the legacy caches
         "graphattn_paged_attention_v1": (i, [DLTensor_p] * 4 + _PAGED_ATTENTION_REST),
         "graphattn_paged_attention_v2": (i, [DLTensor_p] * 7 + _PAGED_ATTENTION_REST),
@@ -293,8 +301,11 @@ def _declare(lib, path):
         "graphattn_uniform_decode_capture_sizes": (i, [i, i, c_int_p, sz, c_size_t_p]),
         "graphattn_padded_capture_size": (i, [c_int_p, sz, i, c_int_p]),
     }
+
+
+def _declare(lib, path):
     missing = []
-    for name, (restype, argtypes) in protos.items():
+    for name, (restype, argtypes) in prototypes().items():
         try:
             fn = getattr(lib, name)
         except AttributeError:
@@ -304,7 +315,7 @@ def _declare(lib, path):
         fn.argtypes = argtypes
     if missing:
         raise ImportError("graphattn: %s lacks the C ABI functions %s (a library built without "
-                          "runtime/c_abi.cpp, or an older one?)" % (path, ", ".join(missing)))
+                          "capi/, or an older one?)" % (path, ", ".join(missing)))
 
 
 path = library_path()

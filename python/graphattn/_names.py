@@ -8,6 +8,8 @@ allowed.
 import math
 import numbers
 
+from . import _lib
+
 # graphattn_dtype_t
 FLOAT16 = 0
 BFLOAT16 = 1
@@ -24,19 +26,33 @@ ATTN_ENCODER = 1
 ATTN_ENCODER_ONLY = 2
 ATTN_ENCODER_DECODER = 3
 
-DTYPE_NAMES = {FLOAT16: "float16", BFLOAT16: "bfloat16"}
-KV_DTYPE_NAMES = {KV_AUTO: "auto", KV_FP8_E4M3: "fp8_e4m3", KV_FP8_E5M2: "fp8_e5m2"}
-LAYOUT_NAMES = {NHD: "NHD", HND: "HND"}
-# vLLM's AttentionType values
-ATTN_TYPE_NAMES = {ATTN_DECODER: "decoder", ATTN_ENCODER: "encoder",
-                   ATTN_ENCODER_ONLY: "encoder_only", ATTN_ENCODER_DECODER: "encoder_decoder"}
+
+
+def _library_names(function):
+    """value -> name of one C enum, from the library's name enumerator (graphattn.h), which
+    holds the C++ API's one table of them (include/graphattn/spec.hpp)."""
+    names, value = {}, 0
+    while True:
+        name = getattr(_lib.lib, function)(value)
+        if name is None:
+            return names
+        names[value] = name.decode()
+        value += 1
+
+
+DTYPE_NAMES = _library_names("graphattn_dtype_name")        # "float16", "bfloat16"
+KV_DTYPE_NAMES = _library_names("graphattn_kv_dtype_name")  # "auto", "fp8_e4m3", "fp8_e5m2"
+LAYOUT_NAMES = _library_names("graphattn_kv_layout_name")   # "NHD", "HND"
+# vLLM's AttentionType values: "decoder", "encoder", "encoder_only", "encoder_decoder"
+ATTN_TYPE_NAMES = _library_names("graphattn_attn_type_name")
 
 _DTYPES = {"float16": FLOAT16, "fp16": FLOAT16, "half": FLOAT16,
            "bfloat16": BFLOAT16, "bf16": BFLOAT16}
-# vLLM's cache dtype names ("fp8" is e4m3 on CUDA) and the float8 type names.
-_KV_DTYPES = {"auto": KV_AUTO, "fp8": KV_FP8_E4M3, "fp8_e4m3": KV_FP8_E4M3,
-              "fp8_e5m2": KV_FP8_E5M2, "float8_e4m3fn": KV_FP8_E4M3,
-              "float8_e5m2": KV_FP8_E5M2, "e4m3": KV_FP8_E4M3, "e5m2": KV_FP8_E5M2}
+# vLLM's cache dtype names (KV_DTYPE_NAMES; vLLM's "fp8" is e4m3 on CUDA) and the float8 type
+# names.
+_KV_DTYPES = dict({name: code for code, name in KV_DTYPE_NAMES.items()},
+                  fp8=KV_FP8_E4M3, float8_e4m3fn=KV_FP8_E4M3, float8_e5m2=KV_FP8_E5M2,
+                  e4m3=KV_FP8_E4M3, e5m2=KV_FP8_E5M2)
 
 
 def _name_of(value):

@@ -215,7 +215,7 @@ def forward_prefix(query, key, value, kv_cache_dtype, key_cache, value_cache, bl
     _lib.check(_lib.lib.graphattn_forward_prefix(
         q.ref, ref_of(k), ref_of(v), kv_dtype, kc.ref, vc.ref, bt.ref, qsl.ref, lens.ref,
         _names.int_arg("max_query_len", max_query_len), ref_of(slopes), window, k_s, v_s,
-        _softmax_scale(scale, head_size), cap, ref_of(sink), 1 if causal else 0, o.ref, s,
+        None, None, _softmax_scale(scale, head_size), cap, ref_of(sink), 1 if causal else 0, o.ref, s,
         None))
     return out
 

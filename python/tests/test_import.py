@@ -40,7 +40,7 @@ def test_import_loads_no_framework(tmp_path):
 
 
 def test_library_and_versions():
-    assert graphattn.ABI_VERSION == 1
+    assert graphattn.ABI_VERSION == 2
     assert os.path.isfile(graphattn.library_path)
     assert graphattn.__version__.count(".") == 2
     assert isinstance(graphattn.gpu_available(), bool)

@@ -34,6 +34,17 @@ static int gpu = 0; /* set in main: some calls succeed only where a GPU is */
 static void test_library(void) {
   CHECK(graphattn_abi_version() == GRAPHATTN_ABI_VERSION);
   CHECK(strcmp(graphattn_version(), GRAPHATTN_EXPECTED_VERSION) == 0);
+  /* The name enumerators: every value of each C enum has a name, and the one past has none. */
+  CHECK(strcmp(graphattn_kv_dtype_name(GRAPHATTN_KV_DTYPE_AUTO), "auto") == 0);
+  CHECK(strcmp(graphattn_kv_dtype_name(GRAPHATTN_KV_DTYPE_FP8_E5M2), "fp8_e5m2") == 0);
+  CHECK(graphattn_kv_dtype_name(GRAPHATTN_KV_DTYPE_FP8_E5M2 + 1) == NULL);
+  CHECK(graphattn_kv_dtype_name(-1) == NULL);
+  CHECK(strcmp(graphattn_dtype_name(GRAPHATTN_DTYPE_BFLOAT16), "bfloat16") == 0);
+  CHECK(graphattn_dtype_name(GRAPHATTN_DTYPE_BFLOAT16 + 1) == NULL);
+  CHECK(strcmp(graphattn_kv_layout_name(GRAPHATTN_KV_LAYOUT_HND), "HND") == 0);
+  CHECK(graphattn_kv_layout_name(GRAPHATTN_KV_LAYOUT_HND + 1) == NULL);
+  CHECK(strcmp(graphattn_attn_type_name(GRAPHATTN_ATTN_ENCODER_DECODER), "encoder_decoder") == 0);
+  CHECK(graphattn_attn_type_name(GRAPHATTN_ATTN_ENCODER_DECODER + 1) == NULL);
   CHECK(strcmp(graphattn_status_string(GRAPHATTN_OK), "GRAPHATTN_OK") == 0);
   CHECK(strcmp(graphattn_status_string(GRAPHATTN_ERROR_COMPILE), "GRAPHATTN_ERROR_COMPILE") == 0);
   CHECK(strcmp(graphattn_status_string(GRAPHATTN_ERROR_BUFFER_TOO_SMALL),
@@ -629,39 +640,43 @@ static void test_tensor_checks(void) {
     DLTensor vc8 = tensor(FAKE_DEVICE_PTR, kDLCUDA, kDLBfloat, 16, 4, value8_shape);
     DLTensor k16 = tensor(FAKE_DEVICE_PTR, kDLCUDA, kDLBfloat, 16, 3, k16_shape);
     DLTensor qsl64 = tensor(FAKE_DEVICE_PTR, kDLCUDA, kDLInt, 64, 1, qsl_shape);
-    CHECK_FAILS(graphattn_forward_prefix(NULL, &k, &v, GRAPHATTN_KV_DTYPE_AUTO, &kc, &vc, &bt, &qsl,
-                                         &seq, 4, NULL, 0, 1, 1, 0, 0, NULL, 1, &out, NULL, NULL),
-                INVALID, "query is NULL");
-    CHECK_FAILS(graphattn_forward_prefix(&q, &k, &v, (graphattn_kv_dtype_t)7, &kc, &vc, &bt, &qsl,
-                                         &seq, 4, NULL, 0, 1, 1, 0, 0, NULL, 1, &out, NULL, NULL),
-                INVALID, "kv_dtype 7 is out of range");
     CHECK_FAILS(
-        graphattn_forward_prefix(&q, NULL, NULL, GRAPHATTN_KV_DTYPE_AUTO, &kc8, &vc8, &bt, &qsl,
-                                 &seq, 4, NULL, 0, 1, 1, 0, 0, NULL, 1, &out, NULL, NULL),
-        GRAPHATTN_ERROR, "(vLLM's default block size 8 included)");
+        graphattn_forward_prefix(NULL, &k, &v, GRAPHATTN_KV_DTYPE_AUTO, &kc, &vc, &bt, &qsl, &seq,
+                                 4, NULL, 0, 1, 1, NULL, NULL, 0, 0, NULL, 1, &out, NULL, NULL),
+        INVALID, "query is NULL");
+    CHECK_FAILS(
+        graphattn_forward_prefix(&q, &k, &v, (graphattn_kv_dtype_t)7, &kc, &vc, &bt, &qsl, &seq, 4,
+                                 NULL, 0, 1, 1, NULL, NULL, 0, 0, NULL, 1, &out, NULL, NULL),
+        INVALID, "kv_dtype 7 is out of range");
+    CHECK_FAILS(graphattn_forward_prefix(&q, NULL, NULL, GRAPHATTN_KV_DTYPE_AUTO, &kc8, &vc8, &bt,
+                                         &qsl, &seq, 4, NULL, 0, 1, 1, NULL, NULL, 0, 0, NULL, 1,
+                                         &out, NULL, NULL),
+                GRAPHATTN_ERROR, "(vLLM's default block size 8 included)");
     CHECK_FAILS(
         graphattn_forward_prefix(&q, &k16, NULL, GRAPHATTN_KV_DTYPE_AUTO, &kc, &vc, &bt, &qsl, &seq,
-                                 4, NULL, 0, 1, 1, 0, 0, NULL, 1, &out, NULL, NULL),
+                                 4, NULL, 0, 1, 1, NULL, NULL, 0, 0, NULL, 1, &out, NULL, NULL),
         GRAPHATTN_ERROR, "key bf16[4, 16, 128]");
     CHECK_FAILS(
         graphattn_forward_prefix(&q, NULL, NULL, GRAPHATTN_KV_DTYPE_AUTO, &kc, &vc, &bt, &qsl, &seq,
-                                 4, NULL, -1, 1, 1, 0, 0, NULL, 1, &out, NULL, NULL),
+                                 4, NULL, -1, 1, 1, NULL, NULL, 0, 0, NULL, 1, &out, NULL, NULL),
         GRAPHATTN_ERROR, "sliding_window -1 is not supported");
-    CHECK_FAILS(graphattn_forward_prefix(&q, &k, &v, GRAPHATTN_KV_DTYPE_AUTO, &kc, &vc, &bt, &qsl64,
-                                         &seq, 4, NULL, 0, 1, 1, 0, 0, NULL, 1, &out, NULL, NULL),
-                GRAPHATTN_ERROR, "query_start_loc must be int32");
+    CHECK_FAILS(
+        graphattn_forward_prefix(&q, &k, &v, GRAPHATTN_KV_DTYPE_AUTO, &kc, &vc, &bt, &qsl64, &seq,
+                                 4, NULL, 0, 1, 1, NULL, NULL, 0, 0, NULL, 1, &out, NULL, NULL),
+        GRAPHATTN_ERROR, "query_start_loc must be int32");
     CHECK_FAILS(
         graphattn_forward_prefix(&q, &k, &v, GRAPHATTN_KV_DTYPE_FP8_E5M2, &kc, &vc, &bt, &qsl, &seq,
-                                 4, NULL, 0, 1, 1, 0, 0, NULL, 1, &out, NULL, NULL),
+                                 4, NULL, 0, 1, 1, NULL, NULL, 0, 0, NULL, 1, &out, NULL, NULL),
         GRAPHATTN_ERROR, "does not hold kv_cache_dtype 'fp8_e5m2'");
     kc.dtype.code = vc.dtype.code = kDLUInt;
     kc.dtype.bits = vc.dtype.bits = 8;
-    CHECK_FAILS(graphattn_forward_prefix(&q, &k, &v, GRAPHATTN_KV_DTYPE_AUTO, &kc, &vc, &bt, &qsl,
-                                         &seq, 4, NULL, 0, 1, 1, 0, 0, NULL, 1, &out, NULL, NULL),
-                INVALID, "the KV cache dtype is auto");
+    CHECK_FAILS(
+        graphattn_forward_prefix(&q, &k, &v, GRAPHATTN_KV_DTYPE_AUTO, &kc, &vc, &bt, &qsl, &seq, 4,
+                                 NULL, 0, 1, 1, NULL, NULL, 0, 0, NULL, 1, &out, NULL, NULL),
+        INVALID, "the KV cache dtype is auto");
   }
-  /* paged_attention_v1 / v2 over the legacy caches: vLLM's kv_cache_dtype names decide how a
-   * uint8 cache reads; every C++ check runs before any device use. */
+  /* paged_attention_v1 / v2 over the legacy caches: kv_dtype decides how a uint8 cache reads; every
+   * C++ check runs before any device use. */
   {
     int64_t key_shape[5] = {10, 2, 16, 16, 8}, value_shape[4] = {10, 2, 128, 16};
     int64_t q_shape[3] = {3, 8, 128}, bt_shape[2] = {3, 5}, seq_shape[1] = {3};
@@ -674,38 +689,47 @@ static void test_tensor_checks(void) {
     DLTensor sums = tensor(FAKE_DEVICE_PTR, kDLCUDA, kDLFloat, 32, 3, sums_shape);
     DLTensor tmp = tensor(FAKE_DEVICE_PTR, kDLCUDA, kDLBfloat, 16, 4, tmp_shape);
     CHECK_FAILS(graphattn_paged_attention_v1(&q, &q, &key_cache, &value_cache, 2, 0.1f, &bt, &seq,
-                                             16, 1000, NULL, NULL, 1, 1, 0, 0, 0, 0, 0, NULL, NULL),
-                INVALID, "kv_cache_dtype is NULL");
+                                             16, 1000, NULL, (graphattn_kv_dtype_t)3, 1, 1, NULL,
+                                             NULL, 0, 0, 0, 0, 0, NULL, NULL),
+                INVALID,
+                "kv_dtype 3 is out of range; allowed: 0 (auto), 1 (fp8_e4m3), 2 (fp8_e5m2)");
+    /* fp8 scales in device memory: one-element float32 device tensors, checked first. */
+    CHECK_FAILS(graphattn_paged_attention_v1(&q, &q, &key_cache, &value_cache, 2, 0.1f, &bt, &seq,
+                                             16, 1000, NULL, GRAPHATTN_KV_DTYPE_AUTO, 1, 1, &seq,
+                                             NULL, 0, 0, 0, 0, 0, NULL, NULL),
+                INVALID, "k_scale_device int32[3]");
+    CHECK_FAILS(graphattn_forward_prefix(&q, NULL, NULL, GRAPHATTN_KV_DTYPE_AUTO, &key_cache,
+                                         &value_cache, &bt, &seq, &seq, 4, NULL, 0, 1, 1, NULL, &bt,
+                                         0, 0, NULL, 1, &q, NULL, NULL),
+                INVALID, "v_scale_device int32[3, 5]");
+    CHECK_FAILS(graphattn_paged_attention_v1(&q, &q, &key_cache, &value_cache, 2, 0.1f, &bt, &seq,
+                                             16, 1000, NULL, GRAPHATTN_KV_DTYPE_AUTO, 1, 1, NULL,
+                                             NULL, 0, 0, 8, 64, 0, NULL, NULL),
+                GRAPHATTN_ERROR, "local_blocks 0 is not supported");
     CHECK_FAILS(
-        graphattn_paged_attention_v1(&q, &q, &key_cache, &value_cache, 2, 0.1f, &bt, &seq, 16, 1000,
-                                     NULL, "int8", 1, 1, 0, 0, 0, 0, 0, NULL, NULL),
-        GRAPHATTN_ERROR, "kv_cache_dtype \"int8\" is not supported; supported: auto, fp8");
-    CHECK_FAILS(
-        graphattn_paged_attention_v1(&q, &q, &key_cache, &value_cache, 2, 0.1f, &bt, &seq, 16, 1000,
-                                     NULL, "auto", 1, 1, 0, 0, 8, 64, 0, NULL, NULL),
-        GRAPHATTN_ERROR, "local_blocks 0 is not supported");
-    CHECK_FAILS(graphattn_paged_attention_v2(&q, &sums, &sums, &tmp, &q, &key_cache, &value_cache,
-                                             4, 0.1f, &bt, &seq, 16, 1000, NULL, "auto", 1, 1, 0, 0,
-                                             0, 0, 0, NULL, NULL),
-                GRAPHATTN_ERROR, "num_kv_heads 4 differs from the caches' 2");
+        graphattn_paged_attention_v2(&q, &sums, &sums, &tmp, &q, &key_cache, &value_cache, 4, 0.1f,
+                                     &bt, &seq, 16, 1000, NULL, GRAPHATTN_KV_DTYPE_AUTO, 1, 1, NULL,
+                                     NULL, 0, 0, 0, 0, 0, NULL, NULL),
+        GRAPHATTN_ERROR, "num_kv_heads 4 differs from the caches' 2");
     sums_shape[2] = 1;
-    CHECK_FAILS(graphattn_paged_attention_v2(&q, &sums, &sums, &tmp, &q, &key_cache, &value_cache,
-                                             2, 0.1f, &bt, &seq, 16, 1000, NULL, "auto", 1, 1, 0, 0,
-                                             0, 0, 0, NULL, NULL),
-                GRAPHATTN_ERROR, "exp_sums fp32[3, 8, 1]");
-    /* uint8 caches: read as fp8 when the name says so; "auto" cannot read them. */
+    CHECK_FAILS(
+        graphattn_paged_attention_v2(&q, &sums, &sums, &tmp, &q, &key_cache, &value_cache, 2, 0.1f,
+                                     &bt, &seq, 16, 1000, NULL, GRAPHATTN_KV_DTYPE_AUTO, 1, 1, NULL,
+                                     NULL, 0, 0, 0, 0, 0, NULL, NULL),
+        GRAPHATTN_ERROR, "exp_sums fp32[3, 8, 1]");
+    /* uint8 caches: read as fp8 when kv_dtype says so; auto cannot read them. */
     key_shape[2] = 8;
     key_shape[4] = 16;
     key_cache.dtype.code = value_cache.dtype.code = kDLUInt;
     key_cache.dtype.bits = value_cache.dtype.bits = 8;
-    CHECK_FAILS(
-        graphattn_paged_attention_v1(&q, &q, &key_cache, &value_cache, 2, 0.1f, &bt, &seq, 16, 1000,
-                                     NULL, "auto", 1, 1, 0, 0, 0, 0, 0, NULL, NULL),
-        INVALID, "key_cache has dtype uint8 but the KV cache dtype is auto");
-    CHECK_FAILS(
-        graphattn_paged_attention_v1(&q, &q, &key_cache, &value_cache, 2, 0.1f, &bt, &seq, 16, 1000,
-                                     NULL, "fp8_e5m2", -1, 1, 0, 0, 0, 0, 0, NULL, NULL),
-        GRAPHATTN_ERROR, "fp8 KV cache needs positive k_scale and v_scale, got -1");
+    CHECK_FAILS(graphattn_paged_attention_v1(&q, &q, &key_cache, &value_cache, 2, 0.1f, &bt, &seq,
+                                             16, 1000, NULL, GRAPHATTN_KV_DTYPE_AUTO, 1, 1, NULL,
+                                             NULL, 0, 0, 0, 0, 0, NULL, NULL),
+                INVALID, "key_cache has dtype uint8 but the KV cache dtype is auto");
+    CHECK_FAILS(graphattn_paged_attention_v1(&q, &q, &key_cache, &value_cache, 2, 0.1f, &bt, &seq,
+                                             16, 1000, NULL, GRAPHATTN_KV_DTYPE_FP8_E5M2, -1, 1,
+                                             NULL, NULL, 0, 0, 0, 0, 0, NULL, NULL),
+                GRAPHATTN_ERROR, "fp8 KV cache needs positive k_scale and v_scale, got -1");
     int use_v1 = -1;
     CHECK_OK(graphattn_use_paged_attention_v1(4096, 64, 32, &use_v1));
     CHECK(use_v1 == 1);

@@ -605,14 +605,21 @@ static void legacy_case(const char* name, layer_t l, int kv_fp8, float k_scale, 
   DLTensor out1 = dl(d_out[0], model, 16, 3, q_shape), out2 = dl(d_out[1], model, 16, 3, q_shape);
   DLTensor seq = dl(d_seq, kDLInt, 32, 1, seq_shape), bt = dl(d_bt, kDLInt, 32, 2, bt_shape);
   DLTensor sums = dl(d_sums, kDLFloat, 32, 3, sums_shape), tmp = dl(d_tmp, model, 16, 4, tmp_shape);
-  const char* kv_name = kv_fp8 == 1 ? "fp8" : kv_fp8 == 2 ? "fp8_e5m2" : "auto";
   const float scale = 0.09f;
+  /* v2 reads the fp8 scales from device memory, its float scales wrong on purpose: both must
+   * equal the C++ call with the float scales. */
+  float scales_host[2] = {k_scale, v_scale};
+  void* d_scales = device_copy(scales_host, sizeof scales_host);
+  int64_t one[1] = {1};
+  DLTensor k_dev = dl(d_scales, kDLFloat, 32, 1, one);
+  DLTensor v_dev = dl((char*)d_scales + sizeof(float), kDLFloat, 32, 1, one);
   CHECK_OK(graphattn_paged_attention_v1(&out1, &query, &key_cache, &value_cache, KH, scale, &bt,
-                                        &seq, B, b.max_seq_len, NULL, kv_name, k_scale, v_scale, 0,
-                                        0, 0, 0, 0, stream, cache));
+                                        &seq, B, b.max_seq_len, NULL, kv_dtype, k_scale, v_scale,
+                                        NULL, NULL, 0, 0, 0, 0, 0, stream, cache));
   CHECK_OK(graphattn_paged_attention_v2(&out2, &sums, &sums, &tmp, &query, &key_cache, &value_cache,
-                                        KH, scale, &bt, &seq, B, b.max_seq_len, NULL, kv_name,
-                                        k_scale, v_scale, 0, 0, 1, 0, 0, stream, cache));
+                                        KH, scale, &bt, &seq, B, b.max_seq_len, NULL, kv_dtype,
+                                        4 * k_scale, 4 * v_scale, &k_dev, &v_dev, 0, 0, 1, 0, 0,
+                                        stream, cache));
   CHECK(ref_stream_sync(stream) == 0);
   ref_batch_t rb;
   memset(&rb, 0, sizeof rb);
@@ -648,7 +655,7 @@ static void legacy_case(const char* name, layer_t l, int kv_fp8, float k_scale, 
     free(got[i]);
     ref_free(d_out[i]);
   }
-  void* bufs[] = {d_key, d_value, d_slots, d_cache, d_query, d_seq, d_bt, d_sums, d_tmp};
+  void* bufs[] = {d_key, d_value, d_slots, d_cache, d_query, d_seq, d_bt, d_sums, d_tmp, d_scales};
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; ++i) ref_free(bufs[i]);
   free(q_host);
   free(kv_host);
@@ -778,7 +785,7 @@ static void prefix_case(const char* name, int bf16, int kv_fp8, graphattn_cache_
                                           l.ref.k_scale, l.ref.v_scale, stream, cache));
   CHECK_OK(graphattn_forward_prefix(&query, &key, &value, kvd, &key_cache, &value_cache, &table_t,
                                     &qsl_t, &seq_t, max_q, NULL, 0, l.ref.k_scale, l.ref.v_scale,
-                                    0.0f, 0.0f, NULL, 1, &output, stream, cache));
+                                    NULL, NULL, 0.0f, 0.0f, NULL, 1, &output, stream, cache));
   CHECK(ref_stream_sync(stream) == 0);
   CHECK(ref_forward_prefix(&l.ref, &b, cache_dir, stream) == 0);
 
