@@ -147,8 +147,11 @@ def run_setup(source_root, package_dir, build_base=None):
         long_description=long_description,
         long_description_content_type="text/markdown",
         python_requires=">=3.9",
-        packages=["graphattn"],
+        packages=["graphattn", "graphattn.vllm"],
         package_dir={"graphattn": package_dir},
+        package_data={"graphattn": ["py.typed"]},
+        # vLLM's plugin loader runs this in every vLLM process (graphattn/vllm/__init__.py).
+        entry_points={"vllm.general_plugins": ["graphattn = graphattn.vllm:register_plugin"]},
         cmdclass={"build_py": _build_py_class(source_root), "bdist_wheel": PlatformOnlyWheel},
         distclass=BinaryDistribution,
         options=options,

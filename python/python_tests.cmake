@@ -6,3 +6,10 @@
 add_test(NAME python
   COMMAND bash ${PROJECT_SOURCE_DIR}/scripts/python_cpu_tests.sh ${PROJECT_BINARY_DIR})
 set_tests_properties(python PROPERTIES TIMEOUT 900)
+
+# graphattn.vllm and graphattn.torch_ops with the pinned vLLM release from PyPI (its PyTorch
+# included): scripts/python_vllm_tests.sh keeps that venv in ~/.cache/graphattn between runs,
+# so only a fresh machine downloads it (about 4 GB; measured 7 min download + install below).
+add_test(NAME python_vllm
+  COMMAND bash ${PROJECT_SOURCE_DIR}/scripts/python_vllm_tests.sh ${PROJECT_BINARY_DIR})
+set_tests_properties(python_vllm PROPERTIES TIMEOUT 3600)

@@ -28,6 +28,7 @@ graph: pass floats there. q_descale is ignored: graphattn takes 16-bit queries.
 """
 
 import ctypes
+import functools
 import math
 import sys
 import threading
@@ -36,13 +37,39 @@ from . import _device, _lib, _names, errors
 from ._dlpack import (BFLOAT, CUDA_DEVICES, FLOAT, FLOAT8_E4M3FN, FLOAT8_E5M2, UINT, ref_of,
                       reshaped, to_dl)
 from .backend import AttentionBackend, AttentionMetadata, head_array
-from ._paged_attention import (forward_decode, paged_attention_v1,  # noqa: F401 (re-exported)
-                               paged_attention_v2, use_paged_attention_v1)
+from . import _paged_attention
+from ._paged_attention import use_paged_attention_v1  # noqa: F401 (re-exported)
 
 __all__ = ["reshape_and_cache_flash", "flash_attn_varlen_func", "clear_cache", "calc_kv_scales",
            "encoder_attention", "multi_head_attention", "swap_blocks", "copy_blocks",
            "reshape_and_cache", "forward_prefix", "paged_attention_v1", "paged_attention_v2",
            "use_paged_attention_v1", "forward_decode"]
+
+
+_torch_ops = None  # graphattn.torch_ops once it registered torch.ops.graphattn.*
+
+
+def _use_torch_ops(module):
+    """Called by graphattn.torch_ops when it has registered the ops."""
+    global _torch_ops
+    _torch_ops = module
+
+
+def _torch_op(fn):
+    """fn's ctypes path as ``fn.eager``; the public function calls torch.ops.graphattn.<name>
+    instead when the ops are registered, the first argument is a torch tensor (or a list of
+    them) and no explicit stream is given, so torch.compile traces one custom op."""
+    name = fn.__name__
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        t = _torch_ops
+        if t is not None and kwargs.get("stream") is None and args and t.takes(args[0]):
+            return getattr(t, name)(*args, **kwargs)
+        return fn(*args, **kwargs)
+
+    call.eager = fn
+    return call
 
 
 def _model_dtype(arg, name):
@@ -103,6 +130,7 @@ def _fp8_scales(kv_dtype, k_scale, v_scale, names):
     return k, v
 
 
+@_torch_op
 def reshape_and_cache_flash(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype,
                             k_scale, v_scale, *, stream=None):
     """Writes the new tokens' keys and values into the paged cache (vLLM's op).
@@ -134,6 +162,7 @@ def reshape_and_cache_flash(key, value, key_cache, value_cache, slot_mapping, kv
                                                  k_s, v_s, s, None))
 
 
+@_torch_op
 def reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype,
                       k_scale, v_scale, *, stream=None):
     """vLLM's reshape_and_cache: the new tokens' keys and values into its legacy PagedAttention
@@ -159,6 +188,7 @@ def reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, kv_cache
                                                        kv_dtype, k_s, v_s, s, None))
 
 
+@_torch_op
 def forward_prefix(query, key, value, kv_cache_dtype, key_cache, value_cache, block_tables,
                    query_start_loc, seq_lens, max_query_len, alibi_slopes, sliding_window,
                    k_scale, v_scale, *, scale=None, logits_soft_cap=None, sinks=None,
@@ -226,6 +256,7 @@ K_SCALE_DIVISOR = 200.0  # vLLM's K_SCALE_CONSTANT
 V_SCALE_DIVISOR = 100.0  # vLLM's V_SCALE_CONSTANT
 
 
+@_torch_op
 def calc_kv_scales(key, value, k_scale, v_scale, k_divisor=K_SCALE_DIVISOR,
                    v_divisor=V_SCALE_DIVISOR, *, stream=None):
     """vLLM's Attention.calc_kv_scales on the device, without a host sync: writes
@@ -266,6 +297,7 @@ def _softmax_scale(scale, head_size):
     return 1.0 / math.sqrt(head_size) if scale is None else _names.float_arg("scale", scale)
 
 
+@_torch_op
 def encoder_attention(query, key, value, output, query_start_loc, max_query_len, scale=None,
                       alibi_slopes=None, sinks=None, *, stream=None):
     """Encoder-only attention (vLLM's ENCODER_ONLY layers): bidirectional self-attention of
@@ -300,6 +332,7 @@ def encoder_attention(query, key, value, output, query_start_loc, max_query_len,
     return output
 
 
+@_torch_op
 def multi_head_attention(q, k, v, out, scale=None, *, stream=None):
     """vLLM's MultiHeadAttention (vision encoders): dense, non-causal attention of a uniform
     batch, no KV cache. Query i of batch row b sees all kv_len keys of row b.
@@ -444,6 +477,7 @@ def _refuse(name, value, why):
     raise ValueError("%s=%r is not supported: %s" % (name, value, why))
 
 
+@_torch_op
 def flash_attn_varlen_func(q, k, v, max_seqlen_q, cu_seqlens_q, max_seqlen_k, cu_seqlens_k=None,
                            seqused_k=None, q_v=None, dropout_p=0.0, softmax_scale=None,
                            causal=False, window_size=None, softcap=0.0, alibi_slopes=None,
@@ -590,6 +624,7 @@ def _block_mapping(block_mapping):
     return (ctypes.c_int64 * max(len(flat), 1))(*flat), len(flat) // 2
 
 
+@_torch_op
 def swap_blocks(src, dst, block_mapping, *, stream=None):
     """vLLM's swap_blocks: for each (s, d) in block_mapping, in order, dst[d] = src[s].
 
@@ -606,6 +641,7 @@ def swap_blocks(src, dst, block_mapping, *, stream=None):
     _lib.check(_lib.lib.graphattn_swap_blocks(a.ref, b.ref, pairs, n, s))
 
 
+@_torch_op
 def copy_blocks(key_caches, value_caches, block_mapping, *, stream=None):
     """vLLM's copy_blocks (copy-on-write): in every key and value cache (device memory, one per
     layer), for each (s, d) in block_mapping, in order, cache[d] = cache[s]. block_mapping is a
@@ -624,3 +660,11 @@ def copy_blocks(key_caches, value_caches, block_mapping, *, stream=None):
     refs = (ctypes.c_void_p * max(len(args), 1))(*[a.ref for a in args])
     pairs, n = _block_mapping(block_mapping)
     _lib.check(_lib.lib.graphattn_copy_blocks(refs, len(args), pairs, n, s))
+
+
+paged_attention_v1 = _torch_op(_paged_attention.paged_attention_v1)
+paged_attention_v2 = _torch_op(_paged_attention.paged_attention_v2)
+forward_decode = _torch_op(_paged_attention.forward_decode)
+
+if "torch" in sys.modules:  # torch is already loaded: register its ops (cheap)
+    from . import torch_ops  # noqa: E402,F401

@@ -1,0 +1,367 @@
+"""graphattn.vllm against the real vLLM release (graphattn.vllm.VLLM_VERSION), on the CPU:
+vLLM's plugin loader finds graphattn's entry point; vLLM's selector picks GraphattnBackend for
+llama-3-8b and refuses it, with vLLM's message, where graphattn lacks a feature; the builder
+builds graphattn's metadata from vLLM's CommonAttentionMetadata (CPU tensors); vLLM's own KV
+cache allocator, given graphattn's spec and layouts, makes caches graphattn reads as NHD / HND.
+Skipped where vLLM is not installed (scripts/python_vllm_tests.sh installs it)."""
+
+import dataclasses
+import json
+import os
+import sys
+
+import pytest
+
+vllm = pytest.importorskip("vllm", reason="vLLM is not installed in this venv "
+                           "(scripts/python_vllm_tests.sh runs these tests with it)")
+import torch  # noqa: E402
+
+
+import graphattn  # noqa: E402
+import graphattn.vllm as gvllm  # noqa: E402
+from graphattn import errors  # noqa: E402
+from graphattn.vllm import backend as gb  # noqa: E402
+from vllm.platforms.interface import DeviceCapability  # noqa: E402
+from vllm.v1.attention.backend import (AttentionCGSupport, AttentionType,  # noqa: E402
+                                       CommonAttentionMetadata)
+from vllm.v1.attention.backends.registry import AttentionBackendEnum  # noqa: E402
+from vllm.v1.kv_cache_interface import (FullAttentionSpec, KVCacheConfig,  # noqa: E402
+                                        KVCacheGroupSpec, KVCacheTensor, compute_layout_strides)
+from vllm.v1.kv_cache_layout import KVCacheLayout  # noqa: E402
+
+LLAMA3_8B = {  # meta-llama/Meta-Llama-3-8B's config.json (shapes; no weights are read)
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
+    "intermediate_size": 14336, "num_attention_heads": 32, "num_hidden_layers": 32,
+    "num_key_value_heads": 8, "max_position_embeddings": 8192, "rms_norm_eps": 1e-5,
+    "rope_theta": 500000.0, "vocab_size": 128256, "torch_dtype": "bfloat16",
+    "bos_token_id": 128000, "eos_token_id": 128001, "hidden_act": "silu",
+    "tie_word_embeddings": False}
+
+
+def test_version_pin_is_the_installed_vllm():
+    assert vllm.__version__.startswith(gvllm.VLLM_VERSION.rsplit(".", 1)[0] + ".")
+    assert gvllm.check_version() == vllm.__version__
+
+
+def test_version_mismatch_is_named_at_registration():
+    with pytest.raises(gvllm.VersionMismatch) as e:
+        gvllm.check_version("0.32.1")
+    text = str(e.value)
+    assert "0.32.1" in text and gvllm.VLLM_VERSION in text and "0.33.x" in text
+
+
+def test_vllm_plugin_loader_finds_and_registers_graphattn():
+    from importlib.metadata import entry_points
+
+    import vllm.plugins
+
+    eps = [ep for ep in entry_points(group="vllm.general_plugins") if ep.name == "graphattn"]
+    assert eps and eps[0].value == "graphattn.vllm:register_plugin", eps
+    vllm.plugins.plugins_loaded = False
+    vllm.plugins.load_general_plugins()  # vLLM's loader runs graphattn's entry point
+    member = AttentionBackendEnum["GRAPHATTN"]
+    assert member.get_class() is gb.GraphattnBackend
+    assert AttentionBackendEnum.CUSTOM.get_class() is gb.GraphattnBackend
+    assert gb.GraphattnBackend.get_name() == "GRAPHATTN"
+    assert hasattr(torch.ops.graphattn, "flash_attn_varlen_func")
+    gvllm.register()  # idempotent
+
+
+@pytest.fixture(scope="module")
+def llama_dir(tmp_path_factory):
+    d = tmp_path_factory.mktemp("llama-3-8b")
+    (d / "config.json").write_text(json.dumps(LLAMA3_8B))
+    return str(d)
+
+
+@pytest.fixture
+def llama_config(llama_dir):
+    """make(): a VllmConfig for llama-3-8b (config.json written here; no tokenizer, no weights)
+    with attention backend GRAPHATTN, and set_current_vllm_config for it (device "cuda": the
+    machine's platform does not name one without a GPU)."""
+    from vllm.config import (AttentionConfig, DeviceConfig, ModelConfig, VllmConfig,
+                             set_current_vllm_config)
+
+    gvllm.register()
+
+    def make():
+        model = ModelConfig(model=llama_dir, skip_tokenizer_init=True, max_model_len=4096,
+                            dtype="bfloat16")
+        config = VllmConfig(model_config=model, device_config=DeviceConfig(device="cuda"),
+                            attention_config=AttentionConfig(backend="GRAPHATTN"))
+        return config, set_current_vllm_config(config)
+
+    return make
+
+
+def _cuda_platform():
+    """vLLM's CUDA platform reporting an sm_90 device (the selector's only device query; nothing
+    else of a GPU is used). Its module loads vLLM's kernel library at import, which needs
+    libcuda.so.1: without a driver an empty module stands in for that library (no vLLM kernel
+    runs in these tests)."""
+    import types
+
+    try:
+        import vllm._C_stable_libtorch  # noqa: F401
+    except ImportError:
+        sys.modules.setdefault("vllm._C_stable_libtorch",
+                               types.ModuleType("vllm._C_stable_libtorch"))
+    from vllm.platforms.cuda import CudaPlatform
+
+    class H100Platform(CudaPlatform):
+        @classmethod
+        def get_device_capability(cls, device_id=0):
+            return DeviceCapability(9, 0)
+
+    return H100Platform()
+
+
+def _select(make, **kwargs):
+    """vLLM's selector (get_attn_backend: the current config's backend, validated by the
+    platform) on the CUDA platform."""
+    import vllm.platforms
+    from vllm.v1.attention import selector
+
+    selector._cached_get_attn_backend.cache_clear()
+    config, ctx = make()
+    saved = vllm.platforms._current_platform
+    vllm.platforms._current_platform = _cuda_platform()
+    try:
+        with ctx:
+            args = dict(head_size=128, dtype=torch.bfloat16, kv_cache_dtype="auto")
+            args.update(kwargs)
+            return selector.get_attn_backend(**args)
+    finally:
+        vllm.platforms._current_platform = saved
+        selector._cached_get_attn_backend.cache_clear()
+
+
+def test_selector_returns_graphattn_for_llama3_8b(llama_config):
+    assert _select(llama_config) is gb.GraphattnBackend
+    assert _select(llama_config, kv_cache_dtype="fp8") is gb.GraphattnBackend
+    assert _select(llama_config, kv_cache_dtype="fp8_e5m2") is gb.GraphattnBackend
+    assert _select(llama_config, has_sink=True, has_sliding_window=True) is gb.GraphattnBackend
+    assert _select(llama_config, attn_type=AttentionType.ENCODER_DECODER) is gb.GraphattnBackend
+
+
+@pytest.mark.parametrize("kwargs, reason", [
+    (dict(use_mla=True), "MLA not supported"),
+    (dict(head_size=512), "head_size not supported"),
+    (dict(head_size=100), "head_size not supported"),
+    (dict(dtype=torch.float32), "dtype not supported"),
+    (dict(kv_cache_dtype="int8_per_token_head"), "kv_cache_dtype not supported"),
+    (dict(use_sparse=True), "sparse not supported"),
+    (dict(use_mm_prefix=True), "partial multimodal token full attention not supported"),
+    (dict(use_per_head_quant_scales=True), "per-head quant scales not supported"),
+])
+def test_selector_refuses_with_vllms_message(llama_config, kwargs, reason):
+    with pytest.raises(ValueError) as e:
+        _select(llama_config, **kwargs)
+    text = str(e.value)
+    assert "Selected backend AttentionBackendEnum.GRAPHATTN is not valid" in text, text
+    assert reason in text, text
+
+
+def test_selector_refuses_old_gpus():
+    assert gb.GraphattnBackend.validate_configuration(
+        head_size=128, dtype=torch.float16, kv_cache_dtype="auto", block_size=16,
+        use_mla=False, has_sink=False, use_sparse=False, use_mm_prefix=False,
+        use_per_head_quant_scales=False, device_capability=DeviceCapability(7, 5),
+        attn_type=AttentionType.DECODER) == ["compute capability not supported"]
+
+
+def test_backend_capabilities():
+    B = gb.GraphattnBackend
+    assert B.get_supported_kernel_block_sizes() == list(range(16, 257, 16))
+    assert B.supports_head_size(32) and B.supports_head_size(256) and not B.supports_head_size(260)
+    assert B.supports_block_size(16) and B.supports_block_size(512) and not B.supports_block_size(8)
+    assert B.supports_kv_cache_dtype("fp8_e4m3") and B.supports_kv_cache_dtype("fp8_e5m2")
+    assert not B.supports_kv_cache_dtype("nvfp4")
+    for t in (AttentionType.DECODER, AttentionType.ENCODER, AttentionType.ENCODER_ONLY,
+              AttentionType.ENCODER_DECODER):
+        assert B.supports_attn_type(t)
+    assert B.supports_sink() and B.supports_sliding_window() and not B.is_mla()
+    assert not B.supports_non_causal() and not B.supports_dcp() and not B.supports_pcp()
+    assert B.forward_includes_kv_cache_update
+    assert B.supports_combination(128, torch.bfloat16, "float16", 16, False, False, False,
+                                  False, DeviceCapability(9, 0)) is not None
+
+
+def _spec(layout, num_kv_heads=8, head_size=128, dtype=torch.bfloat16, block_size=16):
+    os.environ[gb.KV_LAYOUT_ENV] = layout
+    try:
+        return gb.GraphattnBackend.customize_spec(FullAttentionSpec(
+            block_size=block_size, num_kv_heads=num_kv_heads, head_size=head_size, dtype=dtype))
+    finally:
+        del os.environ[gb.KV_LAYOUT_ENV]
+
+
+def _impl(**kw):
+    args = dict(num_heads=32, head_size=128, scale=128 ** -0.5, num_kv_heads=8,
+                alibi_slopes=None, sliding_window=None, kv_cache_dtype="auto")
+    args.update(kw)
+    return gb.GraphattnImpl(**args)
+
+
+@pytest.mark.parametrize("ga_layout", ["NHD", "HND"])
+@pytest.mark.parametrize("vllm_layout", [KVCacheLayout.LBHNC, KVCacheLayout.BLHNC])
+def test_kv_cache_that_vllm_allocates_is_graphattns_layout(ga_layout, vllm_layout):
+    """vLLM's allocator (allocate_kv_cache), given graphattn's customized spec and one of its
+    layouts, makes per-layer views that the impl turns into graphattn's 5-d cache: NHD or HND
+    within a block, K and V planes that tile each page exactly, no copy."""
+    from graphattn import ops
+    from graphattn._dlpack import to_dl
+    from vllm.v1.worker.utils import allocate_kv_cache
+
+    assert vllm_layout in gb.GraphattnBackend.supported_kv_cache_layouts()
+    spec = _spec(ga_layout, num_kv_heads=2, head_size=64, dtype=torch.float16)
+    assert gb.spec_layout(spec) == ga_layout
+    layers, num_blocks = ["l0", "l1", "l2"], 5
+    layer_stride, block_stride = compute_layout_strides(spec, num_blocks, len(layers),
+                                                        vllm_layout)[:2]
+    size = spec.page_size_bytes * num_blocks * len(layers)
+    config = KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=[KVCacheTensor(
+        size=size, layers=layers, layer_stride=layer_stride, block_stride=block_stride)],
+        kv_cache_groups=[KVCacheGroupSpec(layers, spec)])
+    caches = allocate_kv_cache(config, torch.device("cpu"), vllm_layout)
+    page = 2 * 2 * 64  # elements per block and layer: K and V of 2 heads x 64
+    for i, name in enumerate(layers):
+        impl = _impl(num_heads=4, head_size=64, num_kv_heads=2)
+        impl._layout = ga_layout
+        paired = impl._paired_cache(caches[name])
+        assert paired.shape == (2, num_blocks, 16, 2, 64)
+        assert paired.data_ptr() == caches[name].data_ptr()
+        key = to_dl(paired[0], "k")
+        assert ops._layout_of(key) == (graphattn._names.NHD if ga_layout == "NHD"
+                                       else graphattn._names.HND)
+        # K then V plane in each block; every byte of the layer's pages written exactly once.
+        paired.zero_()
+        paired[0].fill_(1)
+        paired[1].fill_(2)
+        assert float(paired.sum()) == 3 * num_blocks * 16 * 2 * 64
+        expected_block = page * 16 * (1 if vllm_layout == KVCacheLayout.LBHNC else len(layers))
+        assert paired.stride(1) == expected_block
+        assert paired.stride(0) == page * 16 // 2
+    raw = caches[layers[0]]
+    assert impl._paired_cache(raw) is impl._paired_cache(raw)  # cached view: no work per step
+
+
+def test_spec_refuses_unequal_head_sizes():
+    with pytest.raises(ValueError, match="equal key and value head sizes"):
+        gb.GraphattnBackend.customize_spec(FullAttentionSpec(
+            block_size=16, num_kv_heads=8, head_size=128, head_size_v=64, dtype=torch.bfloat16))
+
+
+def test_impl_maps_every_feature_to_graphattn():
+    sinks = torch.zeros(32)
+    impl = _impl(alibi_slopes=[0.5] * 32, sliding_window=4096, logits_soft_cap=30.0,
+                 kv_cache_dtype="fp8", sinks=sinks, kv_sharing_target_layer_name="l0")
+    config = impl.layer_config(block_size=32, layout="HND", dtype=torch.bfloat16,
+                               max_model_len=8192, max_num_seqs=256, decode_query_len=3)
+    assert config == dict(num_heads=32, num_kv_heads=8, head_size=128, block_size=32,
+                          dtype="bfloat16", kv_cache_dtype="fp8_e4m3", layout="HND",
+                          window=4096, soft_cap=30.0, scale=128 ** -0.5, max_model_len=8192,
+                          max_num_seqs=256, attn_type="decoder", decode_query_len=3)
+    assert impl.kv_sharing_target_layer_name == "l0" and impl.sinks is sinks
+    cross = _impl(attn_type=AttentionType.ENCODER_DECODER, kv_cache_dtype="fp8_e5m2")
+    c = cross.layer_config(block_size=16, layout="NHD", dtype=torch.float16, max_model_len=448,
+                           max_num_seqs=8, decode_query_len=1)
+    assert c["attn_type"] == "encoder_decoder" and c["kv_cache_dtype"] == "fp8_e5m2"
+    # The configuration is one graphattn accepts (checked by the library, no GPU needed).
+    ga = graphattn.AttentionBackend(arch=90, **config)
+    assert ga.config.window == 4096 and ga.config.layout == "HND"
+    with pytest.raises(NotImplementedError, match="chunk_lookback"):
+        _impl(chunk_lookback=3)
+    with pytest.raises(NotImplementedError, match="int8_per_token_head"):
+        _impl(kv_cache_dtype="int8_per_token_head")
+
+
+def test_impl_forward_without_prepared_kernels_says_why():
+    impl = _impl()
+    out = torch.zeros(2, 32, 128)
+    md = object.__new__(gb.GraphattnMetadata)
+    with pytest.raises(RuntimeError, match="not prepared"):
+        impl.forward(None, out, out, out, out, md, out)
+    assert impl.forward(None, out, None, None, out, None, out.fill_(1)) is out
+    assert float(out.abs().sum()) == 0  # vLLM's profiling run: no metadata, zeros
+
+
+def _common(query_lens, seq_lens, num_reqs_padded=None, tokens_padded=None):
+    """vLLM's CommonAttentionMetadata on CPU tensors (padded like vLLM's runner: repeated
+    offsets and zero lengths for padding requests, -1 slots for padding tokens)."""
+    n = len(query_lens)
+    reqs = num_reqs_padded or n
+    qsl = [0]
+    for q in query_lens:
+        qsl.append(qsl[-1] + q)
+    qsl += [qsl[-1]] * (reqs - n)
+    tokens = tokens_padded or qsl[-1]
+    slots = list(range(qsl[-1])) + [-1] * (tokens - qsl[-1])
+    q = torch.tensor(qsl, dtype=torch.int32)
+    return CommonAttentionMetadata(
+        query_start_loc=q, query_start_loc_cpu=q.clone(),
+        seq_lens=torch.tensor(list(seq_lens) + [0] * (reqs - n), dtype=torch.int32),
+        num_reqs=reqs, num_actual_tokens=tokens, max_query_len=max(query_lens),
+        max_seq_len=max(seq_lens), block_table_tensor=torch.zeros(reqs, 8, dtype=torch.int32),
+        slot_mapping=torch.tensor(slots, dtype=torch.int64))
+
+
+@pytest.fixture
+def builder(llama_config):
+    config, ctx = llama_config()
+    with ctx:
+        spec = _spec("NHD")
+        b = gb.GraphattnMetadataBuilder(spec, ["model.layers.0.self_attn.attn"], config,
+                                        torch.device("cpu"))
+    assert b.prepared_layers == []  # no layers were built here: nothing to compile
+    return b
+
+
+def test_builder_from_vllms_common_metadata(builder):
+    assert builder.reorder_batch_threshold == 1 and builder.layout == "NHD"
+    assert builder.block_size == 16 and builder.max_model_len == 4096
+    cm = _common([1, 1, 5, 3], [30, 17, 5, 40])
+    md = builder.build(0, cm)
+    ga = md.graphattn
+    assert (ga.num_reqs, ga.num_decodes, ga.num_decode_tokens) == (4, 2, 2)
+    assert (ga.num_actual_tokens, ga.max_query_len, ga.max_seq_len) == (10, 5, 40)
+    assert not ga.device_split
+    assert ga.query_start_loc is cm.query_start_loc and ga.block_table is cm.block_table_tensor
+    assert ga.slot_mapping is cm.slot_mapping and ga.seq_lens is cm.seq_lens
+    decode = builder.build(0, _common([1] * 3, [9, 8, 7]))
+    assert (decode.graphattn.num_decodes, decode.graphattn.max_query_len) == (3, 1)
+    # A padded eager batch: graphattn gets the real token count.
+    padded = builder.build(0, _common([1, 4], [9, 8], tokens_padded=8))
+    assert padded.graphattn.num_actual_tokens == 5 and padded.num_actual_tokens == 5
+    with pytest.raises(errors.GraphattnError, match="request"):
+        builder.build(0, _common([4, 1], [9, 8]))  # a decode after a prefill
+
+
+def test_builder_capture_uses_the_device_split(builder):
+    support = builder.get_cudagraph_support(builder.vllm_config, builder.kv_cache_spec)
+    assert support == AttentionCGSupport.ALWAYS
+    cm = _common([1, 1, 1], [5, 6, 7], num_reqs_padded=4, tokens_padded=4)
+    md = builder.build_for_cudagraph_capture(cm)
+    ga = md.graphattn
+    assert ga.device_split and ga.num_reqs == 4 and ga.num_actual_tokens == 4
+    assert ga.max_seq_len == builder.max_model_len and md.num_actual_tokens == 4
+    table = torch.ones(4, 8, dtype=torch.int32)
+    updated = builder.update_block_table(md, table, cm.slot_mapping)
+    assert updated.graphattn.block_table is table and md.graphattn.block_table is not table
+
+
+def test_builder_decode_threshold_follows_speculative_tokens(builder):
+    from vllm.config import SpeculativeConfig
+
+    config = builder.vllm_config
+    spec = dataclasses.replace(_spec("NHD"))
+    try:
+        config.speculative_config = object.__new__(SpeculativeConfig)
+        config.speculative_config.num_speculative_tokens = 3
+        config.speculative_config.parallel_drafting = False
+        b = gb.GraphattnMetadataBuilder(spec, [], config, torch.device("cpu"))
+    finally:
+        config.speculative_config = None
+    assert b.reorder_batch_threshold == 4 and b.decode_query_len == 4
+    md = b.build(0, _common([4, 2, 7], [20, 21, 30]))
+    assert (md.graphattn.num_decodes, md.graphattn.num_decode_tokens) == (2, 6)

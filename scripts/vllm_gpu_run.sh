@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# On the GPU machine (no package registry): vLLM from the folder scripts/vllm_gpu_bundle.sh
+# assembled (carried as .vllm-carry), graphattn from python/ with the carried libgraphattn.so,
+# then python/tests/gpu_vllm_run.py (graphattn's backend against vLLM's TRITON_ATTN; exit 0 when
+# the greedy tokens match). The machine's own python3 provides PyTorch, Triton and NumPy.
+# Writes OUT_DIR/vllm-run.log and OUT_DIR/vllm-run.json.
+#
+#   scripts/vllm_gpu_run.sh OUT_DIR [CARRY_DIR]      (CARRY_DIR: .vllm-carry)
+set -uo pipefail
+. "$(dirname "$0")/env.sh"
+require_args $# 1 "OUT_DIR [CARRY_DIR]"
+out="$1"
+carry="$(cd "${2:-$root/.vllm-carry}" 2>/dev/null && pwd)" || {
+  echo "vllm_gpu_run: ${2:-$root/.vllm-carry} not found; make it with scripts/vllm_gpu_bundle.sh" >&2
+  exit 2
+}
+python="${PYTHON:-python3}"
+mkdir -p "$out"
+site="$(mktemp -d /tmp/graphattn-vllm-site.XXXXXX)"
+start=$(date +%s)
+for archive in "$carry"/*.tar.xz; do
+  tar -xJf "$archive" -C "$site"
+done
+echo "vllm_gpu_run: unpacked $(du -sm "$site" | cut -f1) MiB into $site in $(( $(date +%s) - start )) s"
+cat "$carry/MANIFEST.txt" 2>/dev/null
+export PYTHONPATH="$site:$root/python${PYTHONPATH:+:$PYTHONPATH}"
+export GRAPHATTN_LIBRARY="$carry/libgraphattn.so"
+export GRAPHATTN_CACHE_DIR="${GRAPHATTN_CACHE_DIR:-$out/graphattn-cache}"
+export PYTHONUNBUFFERED=1 VLLM_ENABLE_V1_MULTIPROCESSING=0 VLLM_NO_USAGE_STATS=1 \
+  VLLM_DO_NOT_TRACK=1 HF_HUB_OFFLINE=1
+"$python" -c "import sys, torch; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda)"
+"$python" "$root/python/tests/gpu_vllm_run.py" --json "$out/vllm-run.json" "${@:3}" 2>&1 |
+  tee "$out/vllm-run.log"
+exit "${PIPESTATUS[0]}"
