@@ -229,6 +229,8 @@ def _declare(lib, path):
         "graphattn_version": (ctypes.c_char_p, []),
         "graphattn_last_error": (ctypes.c_char_p, []),
         "graphattn_status_string": (ctypes.c_char_p, [i]),
+        "graphattn_set_log_handler": (None, [vp, vp]),
+        "graphattn_log_level": (i, []),
         "graphattn_gpu_available": (i, [c_int_p]),
         "graphattn_ensure_context": (i, [i]),
         "graphattn_device_count": (i, [c_int_p]),
