@@ -208,7 +208,8 @@ DiskTier::DiskTier(std::string dir, Warn warn, bool shared, Access access)
                          ? "cannot stat " + printable(dir_, 4096) + ": " + std::strerror(errno)
                          : directory_trust_problem(dir_, dir_st_, policy_);
     if (!trust_problem_.empty()) {
-      if (warn_) warn_("graphattn: " + trust_problem_ + "; the prebuilt kernels there are not used");
+      if (warn_)
+        warn_("graphattn: " + trust_problem_ + "; the prebuilt kernels there are not used");
       return;
     }
     read_only_why_ = "prebuilt kernels of an installed package, never written";

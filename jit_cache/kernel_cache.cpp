@@ -183,7 +183,8 @@ KernelCache::KernelCache(CacheOptions options) : impl_(new Impl) {
     if (o.use_package_kernels)
       for (const std::string& d : package_kernel_dirs()) {
         if (std::find(dirs.begin(), dirs.end(), d) != dirs.end()) continue;
-        auto tier = std::make_unique<DiskTier>(d, o.warn, o.shared_dir, DiskTier::Access::kReadOnly);
+        auto tier =
+            std::make_unique<DiskTier>(d, o.warn, o.shared_dir, DiskTier::Access::kReadOnly);
         if (tier->usable()) impl_->layers.push_back(std::move(tier));
       }
     if (!impl_->writer && !read_only.empty())

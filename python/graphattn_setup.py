@@ -392,7 +392,6 @@ def run_setup(source_root, package_dir, build_base=None):
         license="Apache-2.0",
         license_files=["LICENSE"],  # python/LICENSE links to the root's
         classifiers=[
-            "License :: OSI Approved :: Apache Software License",
             "Operating System :: POSIX :: Linux",
             "Programming Language :: Python :: 3",
             "Environment :: GPU :: NVIDIA CUDA",
