@@ -10,7 +10,8 @@
 #   4. both console tools from the venv's bin/: --version, graphattn-cache compile,
 #      graphattn-warmup on llama-3-8b into an empty cache (compiles: no GPU here);
 #   5. the prebuilt-kernels wheel (python/kernels) made for llama-3-8b on sm_90 only (CI's time),
-#      installed; graphattn-warmup into another empty cache must now compile nothing;
+#      installed with its dependencies (the NVRTC wheel of the minor it was compiled with);
+#      graphattn-warmup into another empty cache must now compile nothing;
 #   6. where a private mount namespace is allowed (root, unshare -m), the same warmup with the
 #      CUDA toolkit hidden: libnvrtc comes from the NVRTC wheel.
 #
@@ -70,8 +71,10 @@ venv="$scratch/venv"
 say "fresh venv $venv: pip install $(basename "$wheel") numpy pytest"
 "$python" -m venv "$venv"
 cd "$scratch"
+# As a user's shell has it: no LD_LIBRARY_PATH (env.sh's points at the toolkit), so the binaries
+# find libnvrtc through their RUNPATH in the NVRTC wheel.
 clean_env=(env -u GRAPHATTN_LIBRARY -u GRAPHATTN_BUILD_DIR -u PYTHONPATH -u GRAPHATTN_CACHE_DIR
-  -u GRAPHATTN_CACHE_DIRS -u GRAPHATTN_REMOTE_CACHE -u GRAPHATTN_LOG_LEVEL)
+  -u GRAPHATTN_CACHE_DIRS -u GRAPHATTN_REMOTE_CACHE -u GRAPHATTN_LOG_LEVEL -u LD_LIBRARY_PATH)
 "${clean_env[@]}" "$venv/bin/pip" "${pipq[@]}" install "$wheel" numpy pytest
 nvrtc_lib=$(ls "$venv"/lib/python3*/site-packages/nvidia/cu*/lib/libnvrtc.so.* 2>/dev/null |
   head -1 || true)
@@ -101,8 +104,10 @@ read -r compiled hits < <(warm "$scratch/c2")
 say "graphattn-warmup without the kernels wheel: $compiled compiled, $hits hits"
 [ "$compiled" = 3 ] || { echo "expected 3 compiled kernels" >&2; exit 1; }
 
-# 5. The prebuilt kernels, found without configuration.
-"${clean_env[@]}" "$venv/bin/pip" "${pipq[@]}" install --no-deps "$kernels_wheel"
+# 5. The prebuilt kernels, found without configuration. Their dependencies pin the NVRTC wheel
+# to the minor they were compiled with (pip may change the one the graphattn wheel brought).
+"${clean_env[@]}" "$venv/bin/pip" "${pipq[@]}" install --find-links "$wheelhouse" \
+  "$kernels_wheel"
 read -r compiled hits < <(warm "$scratch/c3")
 say "graphattn-warmup with the kernels wheel: $compiled compiled, $hits hits"
 [ "$compiled" = 0 ] && [ "$hits" = 3 ] || {
