@@ -3,6 +3,7 @@
 #include <string>
 
 #include "capi.hpp"
+#include "graphattn/log.hpp"
 #include "graphattn/metadata.hpp"
 #include "graphattn/runtime.hpp"
 
@@ -110,6 +111,21 @@ int graphattn_abi_version(void) noexcept { return GRAPHATTN_ABI_VERSION; }
 const char* graphattn_version(void) noexcept { return GRAPHATTN_VERSION; }
 
 const char* graphattn_last_error(void) noexcept { return last_error.c_str(); }
+
+void graphattn_set_log_handler(graphattn_log_handler_t handler, void* user) noexcept {
+  try {
+    if (!handler) {
+      graphattn::set_log_handler(nullptr);
+      return;
+    }
+    graphattn::set_log_handler([handler, user](graphattn::LogLevel level, const std::string& m) {
+      handler(static_cast<int>(level), m.c_str(), user);
+    });
+  } catch (...) {  // std::function's allocation: keep the handler there was
+  }
+}
+
+int graphattn_log_level(void) noexcept { return static_cast<int>(graphattn::log_level()); }
 
 const char* graphattn_status_string(graphattn_status_t status) noexcept {
   switch (raw_int(status)) {

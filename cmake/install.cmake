@@ -49,6 +49,14 @@ foreach(lib ${CMAKE_DL_LIBS})
   string(APPEND GRAPHATTN_PC_LIBS_PRIVATE " -l${lib}")
 endforeach()
 string(APPEND GRAPHATTN_PC_LIBS_PRIVATE " -pthread")
+# A program linked with the .pc's flags finds libgraphattn.so.0 where it was installed, without
+# LD_LIBRARY_PATH: Libs carry -Wl,-rpath,${libdir}. A distribution installing into the loader's
+# own paths (/usr/lib) turns it off.
+option(GRAPHATTN_PC_RPATH "graphattn.pc: link programs with an rpath to the installed library" ON)
+set(GRAPHATTN_PC_RPATH_FLAG)
+if(GRAPHATTN_PC_RPATH)
+  set(GRAPHATTN_PC_RPATH_FLAG " -Wl,-rpath,\${libdir}")
+endif()
 configure_file(${PROJECT_SOURCE_DIR}/cmake/graphattn.pc.in ${PROJECT_BINARY_DIR}/graphattn.pc
                @ONLY)
 install(FILES ${PROJECT_BINARY_DIR}/graphattn.pc

@@ -204,6 +204,21 @@ DiskTier::DiskTier(std::string dir, Warn warn, bool shared, Access access)
     : dir_(std::move(dir)), warn_(std::move(warn)), policy_(TrustPolicy::current(shared)) {
   while (dir_.size() > 1 && dir_.back() == '/') dir_.pop_back();
   const bool use = access == Access::kUse;
+  if (access == Access::kReadOnly) {
+    dir_fd_ = ::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dir_fd_ < 0) return;  // not installed: nothing to say
+    trust_problem_ = ::fstat(dir_fd_, &dir_st_) != 0
+                         ? "cannot stat " + printable(dir_, 4096) + ": " + std::strerror(errno)
+                         : directory_trust_problem(dir_, dir_st_, policy_);
+    if (!trust_problem_.empty()) {
+      if (warn_)
+        warn_("graphattn: " + trust_problem_ + "; the prebuilt kernels there are not used");
+      return;
+    }
+    read_only_why_ = "prebuilt kernels of an installed package, never written";
+    usable_ = true;
+    return;
+  }
   if (dir_.empty()) {
     if (use) disable("no cache directory is set");
     return;

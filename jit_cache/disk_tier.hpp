@@ -57,7 +57,10 @@ class DiskTier {
   //   verified entries and is never written, locked, touched or evicted.
   // kInspect: graphattn-cache's view. Opens an existing directory whatever its owner and mode
   //   (trust_problem() says what is wrong) and never creates one; usable() means writable.
-  enum class Access { kUse, kInspect };
+  // kReadOnly: a layer of prebuilt kernels installed with a package (the graphattn-kernels
+  //   wheel): an existing trusted directory that serves its verified entries and is never
+  //   created, written, locked, touched or evicted, even where this user could write it.
+  enum class Access { kUse, kInspect, kReadOnly };
   DiskTier(std::string dir, Warn warn, bool shared, Access access = Access::kUse);
   ~DiskTier();
   DiskTier(const DiskTier&) = delete;

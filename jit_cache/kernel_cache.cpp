@@ -1,7 +1,14 @@
 // KernelCache: the memory tier with single flight, over the disk tier, over NVRTC.
+#include <dlfcn.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <future>
-#include <iostream>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
@@ -11,6 +18,7 @@
 #include "core/text.hpp"
 #include "graphattn/error.hpp"
 #include "graphattn/jit.hpp"
+#include "graphattn/log.hpp"
 #include "jit_cache/byte_size.hpp"
 #include "jit_cache/disk_tier.hpp"
 #include "jit_cache/nvrtc_compiler.hpp"
@@ -51,7 +59,7 @@ const char* absolute_env(const char* name) {
   return v && v[0] == '/' ? v : nullptr;
 }
 
-void default_warn(const std::string& msg) { std::cerr << msg << std::endl; }
+void default_warn(const std::string& msg) { log(LogLevel::kWarning, msg); }
 
 // Each layer holds a directory descriptor and costs a lookup per miss: a handful is what layering
 // is for, and a long list would run the process out of descriptors (NVRTC needs some too).
@@ -242,6 +250,13 @@ KernelCache::KernelCache(CacheOptions options) : impl_(new Impl) {
         impl_->writer = tier.get();
       impl_->layers.push_back(std::move(tier));
     }
+    if (o.use_package_kernels)
+      for (const std::string& d : package_kernel_dirs()) {
+        if (std::find(dirs.begin(), dirs.end(), d) != dirs.end()) continue;
+        auto tier =
+            std::make_unique<DiskTier>(d, o.warn, o.shared_dir, DiskTier::Access::kReadOnly);
+        if (tier->usable()) impl_->layers.push_back(std::move(tier));
+      }
     if (!impl_->writer && !read_only.empty())
       o.warn("graphattn: no writable cache directory: " + read_only +
              " serve their verified entries; kernels compiled now are kept in memory only");
@@ -530,7 +545,14 @@ KernelPtr KernelCache::Impl::compile_and_store(Request& r) {
 
 std::vector<PrecompileResult> KernelCache::precompile(const std::vector<AttentionSpec>& specs,
                                                       unsigned threads) {
+  return precompile(specs, threads, PrecompileDone());
+}
+
+std::vector<PrecompileResult> KernelCache::precompile(const std::vector<AttentionSpec>& specs,
+                                                      unsigned threads,
+                                                      const PrecompileDone& on_done) {
   std::vector<PrecompileResult> results(specs.size());
+  std::mutex done_mu;  // on_done and the debug lines, one at a time
   detail::parallel_for(specs.size(), threads, [&](size_t i) {
     PrecompileResult& r = results[i];
     const auto t0 = std::chrono::steady_clock::now();
@@ -541,6 +563,15 @@ std::vector<PrecompileResult> KernelCache::precompile(const std::vector<Attentio
       r.error = e.what();
     }
     r.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    std::lock_guard<std::mutex> lock(done_mu);
+    if (log_enabled(LogLevel::kDebug)) {
+      char ms[32];
+      std::snprintf(ms, sizeof ms, "%.1f", r.ms);
+      log(LogLevel::kDebug,
+          "graphattn: precompile " + (r.spec.empty() ? "spec #" + std::to_string(i) : r.spec) +
+              ": " + (r.error.empty() ? to_string(r.origin) : "failed") + " in " + ms + " ms");
+    }
+    if (on_done) on_done(i, r);
   });
   return results;
 }
@@ -572,6 +603,34 @@ bool KernelCache::disk_enabled() const { return !impl_->layers.empty(); }
 std::vector<KernelCache::Layer> KernelCache::layers() const {
   std::vector<Layer> out;
   for (const auto& l : impl_->layers) out.push_back({l->dir(), l->writable()});
+  return out;
+}
+
+std::vector<std::string> package_kernel_dirs() {
+  std::string image;
+  Dl_info info{};
+  if (::dladdr(reinterpret_cast<void*>(&package_kernel_dirs), &info) && info.dli_fname &&
+      info.dli_fname[0] == '/')
+    image = info.dli_fname;
+  if (image.empty()) {  // the main executable (a tool linking the static library)
+    char buf[4096];
+    const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+    if (n > 0) image.assign(buf, static_cast<size_t>(n));
+  }
+  std::vector<std::string> out;
+  char resolved[PATH_MAX];
+  if (image.empty() || !::realpath(image.c_str(), resolved)) return out;
+  std::string dir = resolved;
+  for (int up = 0; up < 2; ++up) {
+    dir = dir.substr(0, dir.find_last_of('/'));  // the image's directory, then its parent
+    if (dir.empty()) break;
+    const std::string parent = dir.substr(0, dir.find_last_of('/'));
+    const std::string candidate = (parent.empty() ? "" : parent) + "/graphattn_kernels/cache";
+    struct stat st {};
+    if (::stat(candidate.c_str(), &st) == 0 && S_ISDIR(st.st_mode) &&
+        std::find(out.begin(), out.end(), candidate) == out.end())
+      out.push_back(candidate);
+  }
   return out;
 }
 

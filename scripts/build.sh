@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Configures and builds graphattn into ${BUILD_DIR:-build} (Release).
+# Configures and builds everything (library, tools, tests) into ${BUILD_DIR:-build} (Release).
 set -euo pipefail
 . "$(dirname "$0")/env.sh"
 build="${BUILD_DIR:-$root/build}"
-cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DCUDAToolkit_ROOT="$cuda" >/dev/null
+# Tests on explicitly: the folder may have been configured by scripts/warmup.sh without them.
+cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DCUDAToolkit_ROOT="$cuda" \
+  -DGRAPHATTN_BUILD_TESTS=ON >/dev/null
 cmake --build "$build" -j "$(nproc)"

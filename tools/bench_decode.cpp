@@ -1,8 +1,8 @@
 // graphattn-bench, decode part: decode attention time against the device's own bandwidth limits
 // and the peer (cuDNN SDPA on contiguous KV), measured in the same run. bf16, 32 query heads,
-// 8 KV heads, block 16 (REFERENCE.md's setup): random data, shuffled physical blocks, L2 flushed
-// before every repetition, CUDA events around each forward, median of reps. Each shape's first
-// and last requests are checked against the float64 reference before timing.
+// 8 KV heads, block 16 (docs/peers-h100.md's setup): random data, shuffled physical blocks, L2
+// flushed before every repetition, CUDA events around each forward, median of reps. Each shape's
+// first and last requests are checked against the float64 reference before timing.
 #include <algorithm>
 #include <chrono>
 #include <cmath>

@@ -27,6 +27,7 @@
 #include "graphattn/jit.hpp"
 #include "graphattn/spec.hpp"
 #include "testing/configs.hpp"
+#include "tools/version.hpp"
 
 namespace {
 
@@ -276,9 +277,14 @@ int run() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc == 2 && std::string(argv[1]) == "--version") {
+    std::cout << graphattn::tools::version_text("graphattn-bench-jit") << "\n";
+    return 0;
+  }
   if (argc > 1) {
     std::cerr << "usage: " << argv[0]
-              << "\n  takes no arguments; measures NVRTC compiles, disk hits and memory hits of "
+              << " [--version]\n  takes no other arguments; measures NVRTC compiles, disk hits and "
+                 "memory hits of "
                  "the cache write kernel in temporary directories\n";
     return 2;
   }

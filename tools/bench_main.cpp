@@ -12,6 +12,7 @@
 
 #include "graphattn/graphattn.hpp"
 #include "tools/bench_parts.hpp"
+#include "tools/version.hpp"
 
 using namespace graphattn;
 using namespace graphattn::bench;
@@ -54,6 +55,8 @@ int main(int argc, char** argv) {
   app.add_flag("!--no-check", check, "skip the float64 reference checks");
   app.add_option("--try-splits", try_splits_text,
                  "decode: also time the kernels alone at these max_splits, e.g. 1,4,16,64");
+  app.set_version_flag("--version", graphattn::tools::version_text("graphattn-bench"),
+                       "print the tool's, the library's and NVRTC's versions and exit");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -13,19 +13,27 @@
 //   [latency]  decode step at fixed batch sizes, graph replay vs eager launches
 //
 // Without a GPU it runs the compile phase, says capture and decode were skipped, and exits 0.
+//
+// Each kernel's line is printed when that kernel is done, every line is flushed (a pipe sees it
+// then too), and a terminal gets a status line on stderr during compile, capture and decode.
+// --json: one JSON document of the results on stdout at the end; the lines go to stderr.
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdarg>
 #include <cstdio>
 #include <cstring>
 #include <deque>
+#include <nlohmann/json.hpp>
 #include <numeric>
 #include <random>
 
 #include "graphattn/capture.hpp"
+#include "graphattn/graphattn.h"
 #include "graphattn/graphattn.hpp"
 #include "tools/models.hpp"
+#include "tools/progress.hpp"
 #include "tools/warmup_options.hpp"
 
 using namespace graphattn;
@@ -36,6 +44,32 @@ namespace {
 constexpr int kPrefillBudget = 2048;  // prompt tokens admitted per step
 
 using Settings = tools::WarmupSettings;
+using Json = nlohmann::ordered_json;
+
+// Where the lines for people go: stdout, or stderr with --json (stdout then carries the report).
+FILE* g_out = stdout;
+// The --json report, filled by the phases.
+Json g_report = Json::object();
+
+#if defined(__GNUC__)
+__attribute__((format(printf, 1, 2)))
+#endif
+void say(const char* fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  std::vfprintf(g_out, fmt, ap);
+  va_end(ap);
+  std::fflush(g_out);
+}
+
+std::string text_of(const char* fmt, ...) {
+  char buf[512];
+  va_list ap;
+  va_start(ap, fmt);
+  std::vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  return buf;
+}
 
 double ms_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
@@ -50,23 +84,38 @@ double percentile(std::vector<double> v, double p) {
 
 int compile_phase(KernelCache& cache, const std::vector<AttentionSpec>& specs, unsigned threads,
                   const std::string& model, int arch) {
-  std::printf("[compile] %s: %zu kernels for sm_%d, cache %s\n", model.c_str(), specs.size(), arch,
-              cache.dir().empty() ? "(memory only)" : cache.dir().c_str());
+  say("[compile] %s: %zu kernels for sm_%d, cache %s\n", model.c_str(), specs.size(), arch,
+      cache.dir().empty() ? "(memory only)" : cache.dir().c_str());
   const auto t0 = Clock::now();
-  const auto results = cache.precompile(specs, threads);
+  Json kernels = Json::array();
+  {
+    // Each kernel's line as soon as it is done (the order the workers finish in).
+    tools::Progress progress("[compile]", specs.size(), g_out);
+    cache.precompile(specs, threads, [&](size_t, const PrecompileResult& r) {
+      progress.advance(r.spec);
+      Json k = {{"spec", r.spec},
+                {"result", r.error.empty() ? to_string(r.origin) : "failed"},
+                {"ms", r.ms}};
+      if (!r.error.empty()) {
+        k["error"] = r.error;
+        progress.line(text_of("  %-56s FAILED", r.spec.c_str()) + "\n" + r.error);
+      } else {
+        progress.line(text_of("  %-56s %-8s %8.1f ms", r.spec.c_str(), to_string(r.origin), r.ms));
+      }
+      kernels.push_back(std::move(k));
+    });
+  }
   const double wall = ms_since(t0);
   int failed = 0, hits = 0;
-  for (const auto& r : results) {
-    if (!r.error.empty()) {
-      ++failed;
-      std::printf("  %-56s FAILED\n%s\n", r.spec.c_str(), r.error.c_str());
-      continue;
-    }
-    hits += r.origin != CacheOrigin::kCompiled;
-    std::printf("  %-56s %-8s %8.1f ms\n", r.spec.c_str(), to_string(r.origin), r.ms);
+  for (const auto& k : kernels) {
+    failed += k.contains("error");
+    hits += !k.contains("error") && k["result"] != to_string(CacheOrigin::kCompiled);
   }
-  std::printf("[compile] %zu kernels: %zu compiled, %d cache hits, %d failed; %.1f ms wall\n",
-              results.size(), results.size() - hits - failed, hits, failed, wall);
+  const int compiled = static_cast<int>(kernels.size()) - hits - failed;
+  say("[compile] %zu kernels: %d compiled, %d cache hits, %d failed; %.1f ms wall\n",
+      kernels.size(), compiled, hits, failed, wall);
+  g_report["compile"] = {{"kernels", kernels}, {"compiled", compiled}, {"hits", hits},
+                         {"failed", failed},   {"wall_ms", wall},      {"threads", threads}};
   return failed;
 }
 
@@ -148,8 +197,7 @@ int run_gpu_phases(const Settings& s, const tools::ModelConfig& m,
   so.max_blocks_per_seq = width;
   AttentionLayerStack stack(so);
   stack.prepare(cache);
-  std::printf(
-      "[capture] %d layers, KV cache %d blocks x %d layers (%.2f GiB), all buffers %.2f GiB\n",
+  say("[capture] %d layers, KV cache %d blocks x %d layers (%.2f GiB), all buffers %.2f GiB\n",
       m.num_layers, num_blocks, m.num_layers,
       static_cast<double>(block_bytes) * num_blocks * m.num_layers / (1ull << 30),
       static_cast<double>(stack.device_bytes()) / (1ull << 30));
@@ -159,10 +207,14 @@ int run_gpu_phases(const Settings& s, const tools::ModelConfig& m,
   GraphRunner runner(
       go, [&](CUstream st, int n) { stack.step(st, n); }, [&] { return stack.fingerprint(); });
   const auto tc = Clock::now();
-  runner.capture_all(stream, [&](int i, int n, int size, double ms) {
-    if (i <= 3 || i == n || i % 8 == 0)
-      std::printf("[capture] size %d of %d: %d tokens, %.1f ms\n", i, n, size, ms);
-  });
+  {
+    tools::Progress progress("[capture]", sizes.size(), g_out);
+    runner.capture_all(stream, [&](int i, int n, int size, double ms) {
+      progress.advance(std::to_string(size) + " tokens");
+      if (i <= 3 || i == n || i % 8 == 0)
+        progress.line(text_of("[capture] size %d of %d: %d tokens, %.1f ms", i, n, size, ms));
+    });
+  }
   // Mixed graphs: one per token count up to the largest step (decodes plus the prefill
   // budget), the decode sizes and then every 64 tokens.
   std::vector<int> mixed_sizes = sizes;
@@ -177,22 +229,34 @@ int run_gpu_phases(const Settings& s, const tools::ModelConfig& m,
       mo, [&](CUstream st, int n) { stack.step_mixed(st, n); },
       [&] { return stack.fingerprint(); });
   if (s.mixed_graphs && runner.graphs_enabled()) {
-    mixed.capture_all(stream);
-    std::printf("[capture] mixed graphs: %zu sizes (%d..%d) in %.1f ms capturing\n",
-                mixed_sizes.size(), mixed_sizes.front(), mixed_sizes.back(),
-                mixed.stats().capture_ms);
+    tools::Progress progress("[capture] mixed", mixed_sizes.size(), g_out);
+    mixed.capture_all(stream, [&](int, int, int size, double) {
+      progress.advance(std::to_string(size) + " tokens");
+    });
+    progress.finish();
+    say("[capture] mixed graphs: %zu sizes (%d..%d) in %.1f ms capturing\n", mixed_sizes.size(),
+        mixed_sizes.front(), mixed_sizes.back(), mixed.stats().capture_ms);
   }
   const double capture_wall = ms_since(tc);
   const GraphStats cs = runner.stats();
+  g_report["capture"] = {
+      {"layers", m.num_layers},
+      {"kv_cache_blocks", num_blocks},
+      {"graphs", runner.graphs_enabled()},
+      {"sizes", sizes},
+      {"mixed_sizes",
+       s.mixed_graphs && runner.graphs_enabled() ? Json(mixed_sizes) : Json::array()},
+      {"wall_ms", capture_wall},
+      {"capture_ms", cs.capture_ms},
+      {"mixed_capture_ms", mixed.stats().capture_ms},
+      {"graph_memory_bytes", cs.graph_memory_bytes}};
   if (runner.graphs_enabled())
-    std::printf(
-        "[capture] %zu sizes (%d..%d) in %.1f ms wall (%.1f ms capturing), graph memory "
+    say("[capture] %zu sizes (%d..%d) in %.1f ms wall (%.1f ms capturing), graph memory "
         "%.1f MiB\n",
         sizes.size(), sizes.front(), sizes.back(), capture_wall, cs.capture_ms,
         cs.graph_memory_bytes / 1048576.0);
   else
-    std::printf(
-        "[capture] graphs disabled (GRAPHATTN_DISABLE_GRAPHS=1): every step runs eagerly\n");
+    say("[capture] graphs disabled (GRAPHATTN_DISABLE_GRAPHS=1): every step runs eagerly\n");
 
   // Random activations, drawn once; each step takes a window of them.
   std::mt19937_64 rng(s.seed);
@@ -232,7 +296,9 @@ int run_gpu_phases(const Settings& s, const tools::ModelConfig& m,
           decode_tokens = 0, mixed_steps = 0;
   double busy_us = 0;
   const auto td = Clock::now();
+  tools::Progress decode_progress("[decode] step", s.steps, g_out);
   for (int step = 0; step < s.steps; ++step) {
+    decode_progress.advance();
     // Arrivals: a burst at the start, then about one every few steps.
     const int arrivals = step == 0 ? s.max_num_seqs / 2 : (rng() % 5 == 0 ? 1 + rng() % 3 : 0);
     for (int a = 0; a < arrivals; ++a) {
@@ -272,8 +338,9 @@ int run_gpu_phases(const Settings& s, const tools::ModelConfig& m,
     GraphRunner& graphs = mixed_step ? mixed : runner;
     const int padded = graph_ok ? graphs.padded_size(n) : n;
     if (n > so.max_tokens) {
-      std::printf("[decode] step %d: %d tokens exceed the stack's %d; lower the prompt lengths\n",
-                  step, n, so.max_tokens);
+      decode_progress.finish();
+      say("[decode] step %d: %d tokens exceed the stack's %d; lower the prompt lengths\n", step, n,
+          so.max_tokens);
       return 1;
     }
     const auto qr = slice(n, qrow), k = slice(n, krow), v = slice(n, krow);
@@ -309,8 +376,9 @@ int run_gpu_phases(const Settings& s, const tools::ModelConfig& m,
         ++compared;
         if (out_graph != out_eager) {
           ++mismatches;
-          std::printf("[decode] step %d: graph and eager outputs differ (%d tokens, %s size %d)\n",
-                      step, n, mixed_step ? "mixed" : "decode", padded);
+          decode_progress.line(
+              text_of("[decode] step %d: graph and eager outputs differ (%d tokens, %s size %d)",
+                      step, n, mixed_step ? "mixed" : "decode", padded));
         }
       }
     }
@@ -334,20 +402,21 @@ int run_gpu_phases(const Settings& s, const tools::ModelConfig& m,
                                  }),
                   running.end());
     if ((step + 1) % 50 == 0)
-      std::printf(
-          "[decode] step %d: %zu running, %zu waiting, %lld finished, last step %d tokens "
-          "(%s) %.1f us\n",
-          step + 1, running.size(), waiting.size(), static_cast<long long>(finished), n,
-          graph_ok ? "graph" : "eager", us);
+      decode_progress.line(
+          text_of("[decode] step %d: %zu running, %zu waiting, %lld finished, last step %d tokens "
+                  "(%s) %.1f us",
+                  step + 1, running.size(), waiting.size(), static_cast<long long>(finished), n,
+                  graph_ok ? "graph" : "eager", us));
   }
+  decode_progress.finish();
   const double wall = ms_since(td);
   const GraphStats gs = runner.stats();
 
   // [latency] fixed decode batches at context 1024 (or max_model_len / 2), graph vs eager.
-  std::printf(
-      "\n[latency] decode step of %d layers, context %d, %d token(s) a request, median of 50\n",
+  say("\n[latency] decode step of %d layers, context %d, %d token(s) a request, median of 50\n",
       m.num_layers, std::min(1024, s.max_model_len - q), q);
-  std::printf("  %6s %14s %14s %8s\n", "batch", "graph us", "eager us", "ratio");
+  say("  %6s %14s %14s %8s\n", "batch", "graph us", "eager us", "ratio");
+  Json latency = Json::array();
   for (int b : {1, 8, 64, s.max_num_seqs}) {
     const int t = b * q;  // tokens
     if (b > s.max_num_seqs || runner.padded_size(t) != t) continue;
@@ -374,73 +443,90 @@ int run_gpu_phases(const Settings& s, const tools::ModelConfig& m,
     g.erase(g.begin(), g.begin() + std::min<size_t>(5, g.size()));
     e.erase(e.begin(), e.begin() + 5);
     const double gm = percentile(g, 0.5), em = percentile(e, 0.5);
-    std::printf("  %6d %14.1f %14.1f %8.2f\n", b, gm, em, gm > 0 ? em / gm : 0.0);
+    say("  %6d %14.1f %14.1f %8.2f\n", b, gm, em, gm > 0 ? em / gm : 0.0);
+    latency.push_back({{"batch", b},
+                       {"context", ctx},
+                       {"graph_us", runner.graphs_enabled() ? Json(gm) : Json()},
+                       {"eager_us", em}});
     if (b == s.max_num_seqs) break;
   }
 
-  std::printf("\n[summary] %s, %d layers, max_num_seqs %d, max_model_len %d", m.name.c_str(),
-              m.num_layers, s.max_num_seqs, s.max_model_len);
-  if (q > 1) std::printf(", %d speculative tokens (decode requests of %d tokens)", q - 1, q);
-  std::printf("\n");
-  std::printf("  %-28s %lld (%lld graph, of which %lld mixed; %lld eager)\n", "steps",
-              static_cast<long long>(all_us.size()), static_cast<long long>(graph_steps),
-              static_cast<long long>(mixed_steps),
-              static_cast<long long>(all_us.size() - graph_steps));
-  std::printf("  %-28s %lld requests finished, %lld tokens (%lld decode)\n", "work",
-              static_cast<long long>(finished), static_cast<long long>(tokens),
-              static_cast<long long>(decode_tokens));
-  std::printf("  %-28s %.0f tokens/s of attention time, %.0f tokens/s wall\n", "throughput",
-              tokens / (busy_us * 1e-6), tokens / (wall * 1e-3));
-  std::printf("  %-28s p50 %.1f us, p99 %.1f us (all %zu graph steps)\n", "graph step latency",
-              percentile(graph_us, 0.5), percentile(graph_us, 0.99), graph_us.size());
+  say("\n[summary] %s, %d layers, max_num_seqs %d, max_model_len %d", m.name.c_str(), m.num_layers,
+      s.max_num_seqs, s.max_model_len);
+  if (q > 1) say(", %d speculative tokens (decode requests of %d tokens)", q - 1, q);
+  say("\n");
+  say("  %-28s %lld (%lld graph, of which %lld mixed; %lld eager)\n", "steps",
+      static_cast<long long>(all_us.size()), static_cast<long long>(graph_steps),
+      static_cast<long long>(mixed_steps), static_cast<long long>(all_us.size() - graph_steps));
+  say("  %-28s %lld requests finished, %lld tokens (%lld decode)\n", "work",
+      static_cast<long long>(finished), static_cast<long long>(tokens),
+      static_cast<long long>(decode_tokens));
+  say("  %-28s %.0f tokens/s of attention time, %.0f tokens/s wall\n", "throughput",
+      tokens / (busy_us * 1e-6), tokens / (wall * 1e-3));
+  say("  %-28s p50 %.1f us, p99 %.1f us (all %zu graph steps)\n", "graph step latency",
+      percentile(graph_us, 0.5), percentile(graph_us, 0.99), graph_us.size());
   if (!eager_us.empty()) {
     std::vector<double> ratio(eager_us.size());
     for (size_t i = 0; i < ratio.size(); ++i) ratio[i] = eager_us[i] / sampled_graph_us[i];
-    std::printf(
-        "  %-28s p50 %.1f us graph, %.1f us eager over the %zu steps re-run eagerly; eager / "
+    say("  %-28s p50 %.1f us graph, %.1f us eager over the %zu steps re-run eagerly; eager / "
         "graph per step: median %.2f\n",
         "graph vs eager, same steps", percentile(sampled_graph_us, 0.5), percentile(eager_us, 0.5),
         eager_us.size(), percentile(ratio, 0.5));
   }
-  std::printf(
-      "  %-28s %llu captures, %llu replays, %llu updates, %llu re-instantiations, %llu "
+  say("  %-28s %llu captures, %llu replays, %llu updates, %llu re-instantiations, %llu "
       "eager steps\n",
       "decode graphs", static_cast<unsigned long long>(gs.captures),
       static_cast<unsigned long long>(gs.replays), static_cast<unsigned long long>(gs.updates),
       static_cast<unsigned long long>(gs.reinstantiations),
       static_cast<unsigned long long>(gs.eager_steps));
   const GraphStats ms = mixed.stats();
-  std::printf("  %-28s %llu captures, %llu replays, %llu updates, %llu re-instantiations\n",
-              "mixed graphs", static_cast<unsigned long long>(ms.captures),
-              static_cast<unsigned long long>(ms.replays),
-              static_cast<unsigned long long>(ms.updates),
-              static_cast<unsigned long long>(ms.reinstantiations));
-  std::printf("  %-28s %lld of %lld compared steps\n", "mismatches",
-              static_cast<long long>(mismatches), static_cast<long long>(compared));
+  say("  %-28s %llu captures, %llu replays, %llu updates, %llu re-instantiations\n", "mixed graphs",
+      static_cast<unsigned long long>(ms.captures), static_cast<unsigned long long>(ms.replays),
+      static_cast<unsigned long long>(ms.updates),
+      static_cast<unsigned long long>(ms.reinstantiations));
+  Json decode = {{"steps", all_us.size()},
+                 {"graph_steps", graph_steps},
+                 {"mixed_steps", mixed_steps},
+                 {"eager_steps", static_cast<int64_t>(all_us.size()) - graph_steps},
+                 {"requests_finished", finished},
+                 {"tokens", tokens},
+                 {"decode_tokens", decode_tokens},
+                 {"wall_ms", wall},
+                 {"attention_us", busy_us},
+                 {"graph_step_us_p50", percentile(graph_us, 0.5)},
+                 {"graph_step_us_p99", percentile(graph_us, 0.99)},
+                 {"compared_steps", compared},
+                 {"mismatches", mismatches},
+                 {"decode_graphs",
+                  {{"captures", gs.captures},
+                   {"replays", gs.replays},
+                   {"updates", gs.updates},
+                   {"reinstantiations", gs.reinstantiations},
+                   {"eager_steps", gs.eager_steps}}},
+                 {"mixed_graphs",
+                  {{"captures", ms.captures},
+                   {"replays", ms.replays},
+                   {"updates", ms.updates},
+                   {"reinstantiations", ms.reinstantiations}}}};
+  if (!eager_us.empty()) {
+    decode["sampled_graph_us_p50"] = percentile(sampled_graph_us, 0.5);
+    decode["sampled_eager_us_p50"] = percentile(eager_us, 0.5);
+  }
+  g_report["decode"] = std::move(decode);
+  g_report["latency"] = std::move(latency);
+  say("  %-28s %lld of %lld compared steps\n", "mismatches", static_cast<long long>(mismatches),
+      static_cast<long long>(compared));
   return mismatches == 0 ? 0 : 1;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  // Every option and the environment are checked before any phase: a bad value exits 2.
-  const tools::WarmupArgs args = tools::parse_warmup_args(argc, argv);
-  if (args.exit_code == 0) {
-    std::printf("%s", args.text.c_str());
-    return 0;
-  }
-  if (args.exit_code > 0) {
-    std::fprintf(stderr, "graphattn-warmup: %s\n(run with --help for the options)\n",
-                 args.text.c_str());
-    return args.exit_code;
-  }
-  const Settings& s = args.settings;
+// The warmup itself; --json's report is printed by main() whatever it returns.
+int run(const Settings& s) {
   try {
     if (s.list_models) {
       for (const auto& m : tools::builtin_models())
-        std::printf("%-12s layers %2d  heads %2d/%d  head %3d  window %d%s  soft cap %g\n",
-                    m.name.c_str(), m.num_layers, m.num_heads, m.num_kv_heads, m.head_size,
-                    m.window, m.window_alternates ? " (alternating layers)" : "", m.soft_cap);
+        say("%-12s layers %2d  heads %2d/%d  head %3d  window %d%s  soft cap %g\n", m.name.c_str(),
+            m.num_layers, m.num_heads, m.num_kv_heads, m.head_size, m.window,
+            m.window_alternates ? " (alternating layers)" : "", m.soft_cap);
       return 0;
     }
     const tools::ModelConfig& m = tools::find_model(s.model);
@@ -470,16 +556,47 @@ int main(int argc, char** argv) {
     CacheOptions opts;
     opts.dir = s.cache_dir;
     KernelCache cache(opts);
+    g_report["model"] = m.name;
+    g_report["arch"] = arch;
+    g_report["gpu"] = gpu;
+    g_report["cache_dir"] = cache.dir();
     if (compile_phase(cache, tools::model_kernel_specs(layers), s.threads, m.name, arch) != 0)
       return 1;
     if (!gpu) {
-      std::printf("[capture] skipped: no GPU found (%s)\n[decode] skipped: no GPU found\n",
-                  why.c_str());
+      say("[capture] skipped: no GPU found (%s)\n[decode] skipped: no GPU found\n", why.c_str());
+      g_report["skipped"] = "capture and decode: no GPU found (" + why + ")";
       return 0;
     }
     return run_gpu_phases(s, m, layers, cache);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "graphattn-warmup: %s\n", e.what());
+    g_report["error"] = e.what();
     return 1;
   }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Every option and the environment are checked before any phase: a bad value exits 2.
+  const tools::WarmupArgs args = tools::parse_warmup_args(argc, argv);
+  if (args.exit_code == 0) {
+    std::printf("%s", args.text.c_str());
+    return 0;
+  }
+  if (args.exit_code > 0) {
+    std::fprintf(stderr, "graphattn-warmup: %s\n(run with --help for the options)\n",
+                 args.text.c_str());
+    return args.exit_code;
+  }
+  const Settings& s = args.settings;
+  if (s.json && !s.list_models) g_out = stderr;
+  g_report["version"] = graphattn_version();
+  const int code = run(s);
+  if (s.json && !s.list_models) {
+    g_report["exit_code"] = code;
+    std::printf("%s\n", g_report.dump(2).c_str());
+    std::fflush(stdout);
+  }
+  return code;
 }

@@ -12,7 +12,9 @@
 #include "core/text.hpp"
 #include "graphattn/backend.hpp"
 #include "graphattn/jit.hpp"
+#include "graphattn/log.hpp"
 #include "tools/models.hpp"
+#include "tools/version.hpp"
 
 namespace graphattn::tools {
 namespace {
@@ -95,6 +97,7 @@ std::string warmup_settings_problem(const WarmupSettings& s) {
   } catch (const std::exception& e) {
     return e.what();
   }
+  if (std::string p = log_level_problem(); !p.empty()) return p;
   if (s.cache_dir.empty())
     if (std::string p = cache_dir_problem("GRAPHATTN_CACHE_DIR", default_cache_dir()); !p.empty())
       return p;
@@ -157,6 +160,11 @@ WarmupArgs parse_warmup_args(int argc, const char* const* argv) {
                "run steps that mix prefills with decodes eagerly instead of replaying mixed "
                "graphs (captured per token count, the batch split on the device)");
   app.add_flag("--list-models", s.list_models, "print the built-in models and exit");
+  app.add_flag("--json", s.json,
+               "print one JSON document of the results on stdout at the end; the lines for "
+               "people go to stderr");
+  app.set_version_flag("--version", version_text("graphattn-warmup"),
+                       "print the tool's, the library's and NVRTC's versions and exit");
   std::vector<std::string> args;
   for (int i = argc - 1; i >= 1; --i) args.emplace_back(argv[i]);  // CLI11 takes them reversed
   try {
@@ -164,6 +172,10 @@ WarmupArgs parse_warmup_args(int argc, const char* const* argv) {
   } catch (const CLI::CallForHelp&) {
     out.exit_code = 0;
     out.text = app.help();
+    return out;
+  } catch (const CLI::CallForVersion& e) {
+    out.exit_code = 0;
+    out.text = std::string(e.what()) + "\n";
     return out;
   } catch (const CLI::ParseError& e) {
     out.exit_code = 2;

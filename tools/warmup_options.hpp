@@ -32,12 +32,14 @@ struct WarmupSettings {
   // Steps that mix prefills with decodes replay mixed graphs (captured per token count, the
   // batch split on the device) instead of running eagerly; --no-mixed-graphs turns them off.
   bool mixed_graphs = true;
+  // One JSON document of the results on stdout at the end; the progress lines go to stderr.
+  bool json = false;
 };
 
 struct WarmupArgs {
   WarmupSettings settings;
   int exit_code = -1;  // -1: go on and run; otherwise exit with it (0 after --help)
-  std::string text;    // the help (exit 0) or the error message (exit 2)
+  std::string text;    // the help or --version (exit 0), or the error message (exit 2)
 };
 
 // Parses argv[1..argc) and checks every value and the environment (GRAPHATTN_CACHE_*); prints

@@ -137,6 +137,18 @@ GRAPHATTN_API const char* graphattn_kv_dtype_name(int value) GRAPHATTN_NOEXCEPT;
 GRAPHATTN_API const char* graphattn_kv_layout_name(int value) GRAPHATTN_NOEXCEPT;
 GRAPHATTN_API const char* graphattn_attn_type_name(int value) GRAPHATTN_NOEXCEPT;
 
+/* Messages from the library to people (warnings such as a read-only cache directory; debug lines
+ * such as each precompiled kernel's tier and time). level: 10 debug, 20 info, 30 warning,
+ * 40 error; GRAPHATTN_LOG_LEVEL (debug, info, warning, error, off; default info) decides which
+ * are sent. The handler may be called from any thread, one call at a time, and must not call
+ * back into graphattn; NULL restores the default (one line on stderr). The Python package sends
+ * them to the `logging` module. */
+typedef void (*graphattn_log_handler_t)(int level, const char* message, void* user);
+GRAPHATTN_API void graphattn_set_log_handler(graphattn_log_handler_t handler,
+                                             void* user) GRAPHATTN_NOEXCEPT;
+/* The least severe level sent now (GRAPHATTN_LOG_LEVEL's: 10, 20, 30, 40 or 50 for off). */
+GRAPHATTN_API int graphattn_log_level(void) GRAPHATTN_NOEXCEPT;
+
 /* Whether the driver loads and a device exists: *available 1 or 0. Never fails for want of a
  * GPU; without one, graphattn_last_error() says what is missing. */
 GRAPHATTN_API graphattn_status_t graphattn_gpu_available(int* available) GRAPHATTN_NOEXCEPT;

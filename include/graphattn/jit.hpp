@@ -111,6 +111,9 @@ struct GRAPHATTN_API CacheOptions {
   std::chrono::milliseconds lock_timeout{60000};
   // Write each compiled source next to its entry (also GRAPHATTN_DUMP_SOURCE=1, or true/yes/on).
   bool dump_source = false;
+  // Search the prebuilt kernels installed beside the library (package_kernel_dirs()) as
+  // read-only layers after the others.
+  bool use_package_kernels = true;
   // Receives warnings (read-only directory, lock timeout, remote server down). Default: one
   // line on stderr.
   std::function<void(const std::string&)> warn;
@@ -177,6 +180,12 @@ class GRAPHATTN_API KernelCache {
   // Never throws for a single spec's failure: it is reported in its result.
   std::vector<PrecompileResult> precompile(const std::vector<AttentionSpec>& specs,
                                            unsigned threads = 0);
+  // The same, calling on_done(index into specs, its result) as soon as each spec is finished
+  // (hit, compiled or failed), from the worker that finished it, one call at a time; the tools
+  // print each kernel's line from it. on_done must not throw.
+  using PrecompileDone = std::function<void(size_t, const PrecompileResult&)>;
+  std::vector<PrecompileResult> precompile(const std::vector<AttentionSpec>& specs,
+                                           unsigned threads, const PrecompileDone& on_done);
 
   CacheStats stats() const;
   // The directory new kernels are written to, or "" when none is writable (memory only, or
@@ -200,6 +209,12 @@ class GRAPHATTN_API KernelCache {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+// Where prebuilt kernels installed with a package are looked for, without configuration: the
+// graphattn-kernels wheel puts a cache directory at site-packages/graphattn_kernels/cache, found
+// from libgraphattn.so in site-packages/graphattn/ or a tool in site-packages/graphattn/bin/
+// (the image holding this code, then its parent's parent). Only directories that exist.
+GRAPHATTN_API std::vector<std::string> package_kernel_dirs();
 
 // The process-wide cache used by the backends when none is given (default options).
 GRAPHATTN_API KernelCache& default_kernel_cache();

@@ -22,6 +22,7 @@ The library is loaded at import from $GRAPHATTN_LIBRARY, else from the package's
 """
 
 from . import _lib
+from . import _log  # the library's warnings go to logging.getLogger("graphattn")
 from .errors import CompileError, GraphattnError
 from .backend import AttentionBackend, AttentionMetadata, BoundsViolation, LayerConfig
 from .blocksparse import BlocksparseParams

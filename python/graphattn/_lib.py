@@ -3,8 +3,9 @@
 The library is looked up in this order:
   1. $GRAPHATTN_LIBRARY (the path of a libgraphattn.so);
   2. the copy installed inside this package (graphattn/libgraphattn.so).
-Its NVRTC dependency (libnvrtc.so.13) is found by the dynamic loader; when that fails, it is
-loaded from $GRAPHATTN_CUDA_HOME, $CUDA_HOME, /usr/local/cuda or NVIDIA's pip wheels first.
+Its NVRTC dependency (libnvrtc.so.13) is found by the dynamic loader (in a wheel, the library's
+RUNPATH points at NVIDIA's nvidia-cuda-nvrtc wheel); when that fails, it is loaded from
+$GRAPHATTN_CUDA_HOME, $CUDA_HOME, /usr/local/cuda or NVIDIA's pip wheels first.
 """
 
 import ctypes
@@ -237,6 +238,8 @@ def prototypes():
         "graphattn_kv_dtype_name": (ctypes.c_char_p, [i]),
         "graphattn_kv_layout_name": (ctypes.c_char_p, [i]),
         "graphattn_attn_type_name": (ctypes.c_char_p, [i]),
+        "graphattn_set_log_handler": (None, [vp, vp]),
+        "graphattn_log_level": (i, []),
         "graphattn_gpu_available": (i, [c_int_p]),
         "graphattn_ensure_context": (i, [i]),
         "graphattn_device_count": (i, [c_int_p]),

@@ -103,10 +103,12 @@ def test_warmup_executable_found_and_runs():
 
 
 def test_warmup_absent_executable_message(monkeypatch, tmp_path, capsys):
-    monkeypatch.setattr(warmup, "candidates", lambda: [str(tmp_path / "graphattn-warmup")])
+    from graphattn import _tools
+
+    monkeypatch.setattr(_tools, "candidates", lambda name: [str(tmp_path / name)])
     assert warmup.main(["--help"]) == 2
     err = capsys.readouterr().err
-    assert "graphattn-warmup executable was not found" in err
+    assert "graphattn-warmup: the executable was not found" in err
     assert str(tmp_path / "graphattn-warmup") in err
     assert "GRAPHATTN_BUILD_DIR" in err
 

@@ -86,7 +86,9 @@ foreach(program consumer_cpp consumer_cpp_shared consumer_c)
 endforeach()
 
 if(MODE STREQUAL "package")
-  # pkg-config: the C program compiled and linked with nothing but the .pc file's flags.
+  # pkg-config: the C program compiled and linked with nothing but the .pc file's flags, as the
+  # README's command does, then run without LD_LIBRARY_PATH: the .pc's Libs carry the rpath that
+  # finds libgraphattn.so.0 in the prefix.
   find_program(PKG_CONFIG pkg-config REQUIRED)
   if(NOT CC)
     set(CC cc)
@@ -99,6 +101,6 @@ if(MODE STREQUAL "package")
   separate_arguments(flags UNIX_COMMAND "${flags}")
   set(program ${WORK_DIR}/consumer_c_pkgconfig)
   step(${CC} -std=c99 -Wall -Wextra -Werror "-DGRAPHATTN_EXPECTED_VERSION=\"${version}\""
-       ${SOURCE_DIR}/tests/consumer/consumer.c ${flags} -Wl,-rpath,${prefix}/lib -o ${program})
-  step(${program})
+       ${SOURCE_DIR}/tests/consumer/consumer.c ${flags} -o ${program})
+  step(${CMAKE_COMMAND} -E env --unset=LD_LIBRARY_PATH ${program})
 endif()

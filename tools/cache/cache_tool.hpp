@@ -154,8 +154,10 @@ class ToolCache {
  public:
   explicit ToolCache(const Options& o);
   // Precompiles on threads() workers; throws when a compiled kernel could not be written.
+  // on_done (optional) gets each result as soon as it is done (KernelCache::precompile).
   std::vector<graphattn::PrecompileResult> precompile(
-      const std::vector<graphattn::AttentionSpec>& specs, double* wall_ms);
+      const std::vector<graphattn::AttentionSpec>& specs, double* wall_ms,
+      const graphattn::KernelCache::PrecompileDone& on_done = {});
   unsigned threads() const;  // --threads, else one per core
 
   std::unique_ptr<graphattn::KernelCache> cache;

@@ -13,9 +13,11 @@
 
 #include "graphattn/error.hpp"
 #include "graphattn/jit.hpp"
+#include "graphattn/log.hpp"
 #include "graphattn/spec.hpp"
 #include "tools/cache/cache_tool.hpp"
 #include "tools/models.hpp"
+#include "tools/progress.hpp"
 
 namespace graphattn::tools::cache_tool {
 
@@ -78,9 +80,10 @@ unsigned ToolCache::threads() const {
 }
 
 std::vector<graphattn::PrecompileResult> ToolCache::precompile(
-    const std::vector<graphattn::AttentionSpec>& specs, double* wall_ms) {
+    const std::vector<graphattn::AttentionSpec>& specs, double* wall_ms,
+    const graphattn::KernelCache::PrecompileDone& on_done) {
   const auto t0 = std::chrono::steady_clock::now();
-  std::vector<graphattn::PrecompileResult> results = cache->precompile(specs, threads());
+  std::vector<graphattn::PrecompileResult> results = cache->precompile(specs, threads(), on_done);
   *wall_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   // A full disk fails the writes of what was compiled then: those kernels are not in the cache.
@@ -93,16 +96,31 @@ int cmd_compile(const Options& o) {
   if (specs.empty()) throw UsageError("compile needs at least one --spec or --model");
   ToolCache tool(o);
   graphattn::KernelCache& cache = *tool.cache;
-  double wall_ms = 0;
-  const std::vector<graphattn::PrecompileResult> results = tool.precompile(specs, &wall_ms);
-  const unsigned threads = tool.threads();
-
-  size_t compiled = 0, hits = 0, remote_hits = 0, failed = 0;
   auto word = [](const graphattn::PrecompileResult& r) {
     if (!r.error.empty()) return "failed";
     if (r.origin == graphattn::CacheOrigin::kRemote) return "remote";
     return r.origin == graphattn::CacheOrigin::kCompiled ? "compiled" : "hit";
   };
+  // Each kernel's line is printed (and flushed) when that kernel is done; a terminal also gets
+  // a status line while the others compile.
+  size_t width = 0;
+  for (const auto& s : specs) width = std::max(width, s.to_string().size());
+  graphattn::tools::Progress progress("[compile]", specs.size(), stdout);
+  auto on_done = [&](size_t, const graphattn::PrecompileResult& r) {
+    progress.advance(r.spec);
+    if (o.json) return;
+    char ms[32];
+    std::snprintf(ms, sizeof ms, "%10.1f ms", r.ms);
+    progress.line(r.spec + std::string(width - std::min(width, r.spec.size()) + 2, ' ') + word(r) +
+                  std::string(8 - std::strlen(word(r)) + 2, ' ') + ms);
+  };
+  double wall_ms = 0;
+  const std::vector<graphattn::PrecompileResult> results =
+      tool.precompile(specs, &wall_ms, on_done);
+  progress.finish();
+  const unsigned threads = tool.threads();
+
+  size_t compiled = 0, hits = 0, remote_hits = 0, failed = 0;
   for (const auto& r : results) {
     if (!r.error.empty())
       ++failed;
@@ -133,14 +151,6 @@ int cmd_compile(const Options& o) {
                 {"failed", failed},
                 {"wall_ms", wall_ms}});
   } else {
-    size_t width = 0;
-    for (const auto& r : results) width = std::max(width, r.spec.size());
-    for (const auto& r : results) {
-      char ms[32];
-      std::snprintf(ms, sizeof ms, "%10.1f ms", r.ms);
-      std::cout << r.spec << std::string(width - r.spec.size() + 2, ' ') << word(r)
-                << std::string(8 - std::strlen(word(r)) + 2, ' ') << ms << "\n";
-    }
     std::cout << "total: " << compiled << " compiled, " << hits << " hit, "
               << (cache.remote().empty()
                       ? std::string()
@@ -152,7 +162,8 @@ int cmd_compile(const Options& o) {
     if (!r.error.empty())
       std::cerr << "graphattn-cache: " << r.spec << " failed: " << r.error << "\n";
   // What the cache warned about and did not stop the run (a remote server that went down).
-  for (const auto& w : tool.warnings) std::cerr << w << "\n";
+  if (graphattn::log_enabled(graphattn::LogLevel::kWarning))
+    for (const auto& w : tool.warnings) std::cerr << w << "\n";
   return failed ? kExitFailed : kExitOk;
 }
 

@@ -24,7 +24,9 @@
 
 #include "graphattn/jit.hpp"
 #include "jit_cache/disk_tier.hpp"
+#include "graphattn/log.hpp"
 #include "tools/cache/cache_tool.hpp"
+#include "tools/version.hpp"
 
 using namespace graphattn::tools::cache_tool;
 
@@ -121,6 +123,8 @@ int main(int argc, char** argv) {
       "else ~/.cache/graphattn; now " +
           (default_dir.empty() ? std::string("none") : printable(default_dir)) + ")");
   app.add_flag("--json", o.json, "print exactly one JSON document on stdout");
+  app.set_version_flag("--version", graphattn::tools::version_text("graphattn-cache"),
+                       "print the tool's, the library's and NVRTC's versions and exit");
   if (const char* url = std::getenv("GRAPHATTN_REMOTE_CACHE")) o.remote = url;
   app.add_option("--remote", o.remote,
                  "remote cache, redis://[[user]:password@]host[:port][/db] (default: "
@@ -218,6 +222,8 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     return report_error(e.what(), o.json, kExitUsage, "");
   }
+  if (const std::string p = graphattn::log_level_problem(); !p.empty())
+    return report_error(p, o.json, kExitUsage, "");
 
   try {
     // stats and verify look at every layer the kernel cache searches, unless --dir names one.
