@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "capi/abi_bridge.hpp"
 #include "graphattn/backend.hpp"
 #include "graphattn/capture.hpp"
 #include "graphattn/error.hpp"
@@ -1115,3 +1116,23 @@ graphattn_status_t graphattn_padded_capture_size(const int* sorted_sizes, size_t
 }
 
 }  // extern "C"
+
+// ---- The helpers capi/*.cpp reach through capi/abi_bridge.hpp
+
+namespace graphattn::capi {
+
+graphattn_status_t guarded(const std::function<void()>& body) noexcept { return guard(body); }
+
+void invalid_argument(const std::string& message) { invalid(message); }
+
+TensorView device_view(const DLTensor* t, const char* name, bool nullable) {
+  return view_of(t, name, nullable ? Null::kEmpty : Null::kRejected);
+}
+
+TensorView block_cache_view(const DLTensor* t, const char* name) {
+  return block_cache_of(t, name, false);
+}
+
+KernelCache& kernel_cache_of(graphattn_cache_t cache) { return cache_of(cache); }
+
+}  // namespace graphattn::capi

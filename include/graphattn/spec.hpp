@@ -13,8 +13,15 @@ namespace graphattn {
 // kKvScale: calc_kv_scales (a batch's amax of |key| and |value| into device scalars); it depends
 // only on the head size, the dtype and the arch, so its spec keeps every other axis at its
 // default (block 16, kv auto, g1, swa0, cap0, nhd, no suffix).
-enum class KernelKind { kCacheWrite, kDecode, kPrefill, kKvScale };
-enum class DType { kFloat16, kBFloat16 };          // query, output and (auto) KV element type
+// kMergeStates: merge_attn_states (two partial attention results combined by their LSEs); it
+// depends only on the dtype (fp16, bf16, fp32) and the arch: every other axis at its default.
+// kBlockCopy: copy_blocks with a device block mapping (every cache of a call in one launch); it
+// copies bytes and depends only on the arch: every other axis at its default (h128, bf16 too).
+enum class KernelKind { kCacheWrite, kDecode, kPrefill, kKvScale, kMergeStates, kBlockCopy };
+// query, output and (auto) KV element type. kFloat32: the cache writes (float32 keys, values
+// and caches, as vLLM's reshape_and_cache[_flash] take) and merge_states only; the attention
+// kernels refuse it (spec IS_BF16 constant: the value's index, 2 for fp32).
+enum class DType { kFloat16, kBFloat16, kFloat32 };
 enum class KvDType { kAuto, kFp8E4M3, kFp8E5M2 };  // KV cache element type; auto = DType
 // The KV cache's layout. kNHD / kHND: the flash layout [2, num_blocks, ...] with block_size
 // before num_kv_heads or after it. kLegacy: vLLM's legacy PagedAttention caches, a key cache
@@ -54,7 +61,7 @@ enum class AttentionType { kDecoder, kEncoder, kEncoderOnly, kEncoderDecoder };
   X(KernelKind, kind, KernelKind::kDecode, kName, "", "kernel kind", 8, "")                   \
   /* 32..256, multiple of 8 */                                                                \
   X(int, head_size, 128, kNumber, "_h", "head size", 512, "HEAD_SIZE")                        \
-  /* tokens per KV page: 16..256, multiple of 16 */                                           \
+  /* tokens per KV page: 16..256, multiple of 16 (cache writes: 8 too) */                     \
   X(int, block_size, 16, kNumber, "_b", "block size", 512, "BLOCK_SIZE")                      \
   X(DType, dtype, DType::kBFloat16, kName, "_", "dtype", 4, "IS_BF16")                        \
   X(KvDType, kv_dtype, KvDType::kAuto, kName, "_kv", "KV cache dtype", 4, "KV_FP8")           \
@@ -129,6 +136,9 @@ GRAPHATTN_API const char* to_string(AttentionType t);
 GRAPHATTN_API const std::vector<int>& supported_head_sizes();
 GRAPHATTN_API const std::vector<int>& supported_block_sizes();
 GRAPHATTN_API const std::vector<int>& supported_archs();
+// The block size that only the cache write kernels take besides supported_block_sizes() (vLLM's
+// reshape_and_cache[_flash] accept it); attention kernels need multiples of 16.
+constexpr int kCacheWriteOnlyBlockSize = 8;
 constexpr int kMaxGroup = 64;
 // The most query tokens a multi-token decode request holds (spec "_mt";
 // AttentionLayerConfig::decode_query_len, the metadata builder's decode threshold).
