@@ -425,7 +425,8 @@ GRAPHATTN_API graphattn_status_t graphattn_multi_head_attention(
     void* stream, graphattn_cache_t cache) GRAPHATTN_NOEXCEPT;
 
 /* The cache write alone (vLLM's reshape_and_cache_flash): key and value [num_tokens,
- * num_kv_heads, head_size] into kv_cache at slot_mapping (int64 [num_tokens], -1 skipped).
+ * num_kv_heads, head_size] (float16, bfloat16 or float32; block_size 8 or a multiple of 16)
+ * into kv_cache at slot_mapping (int64 [num_tokens], -1 skipped).
  * fp8 caches store value / scale. Compiles and loads its kernel through `cache` (NULL: the
  * default) on first use, so warm it before capturing it. */
 GRAPHATTN_API graphattn_status_t
@@ -449,10 +450,12 @@ GRAPHATTN_API graphattn_status_t graphattn_calc_kv_scales(
 
 /* vLLM's reshape_and_cache into its legacy PagedAttention caches (C++ write_to_paged_cache,
  * graphattn/paged_cache.hpp): key_cache [num_blocks, num_kv_heads, head_size / x, block_size,
- * x] and value_cache [num_blocks, num_kv_heads, head_size, block_size], compact, x = 16 bytes of
- * elements; kv_dtype says how to read uint8 caches (auto: the model dtype). key, value,
- * slot_mapping, scales and cache as graphattn_write_kv_cache. graphattn_forward_prefix reads
- * these caches; decode reads the flash layout only, so far. */
+ * x] and value_cache [num_blocks, num_kv_heads, head_size, block_size], compact, x read from
+ * key_cache (8, 16, or 16 bytes of elements: 4 for float32); kv_dtype says how to read uint8
+ * caches (auto: the keys' dtype). key, value (float16, bfloat16 or float32), slot_mapping,
+ * scales and cache as graphattn_write_kv_cache; block_size 8 or a multiple of 16.
+ * graphattn_forward_prefix and graphattn_paged_attention_v1 / v2 read these caches (16-bit
+ * queries, x = 16 bytes, block sizes from 16). */
 GRAPHATTN_API graphattn_status_t graphattn_write_to_paged_cache(
     const DLTensor* key, const DLTensor* value, const DLTensor* key_cache,
     const DLTensor* value_cache, const DLTensor* slot_mapping, graphattn_kv_dtype_t kv_dtype,
