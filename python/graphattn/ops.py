@@ -33,8 +33,8 @@ import sys
 import threading
 
 from . import _device, _lib, _names, errors
-from ._dlpack import (BFLOAT, CUDA_DEVICES, FLOAT, FLOAT8_E4M3FN, FLOAT8_E5M2, UINT, ref_of,
-                      reshaped, to_dl, to_dl_optional)
+from ._dlpack import (BFLOAT, CUDA_DEVICES, FLOAT, FLOAT8_E4M3FN, FLOAT8_E5M2, UINT, DLArg,
+                      ref_of, reshaped, to_dl, to_dl_optional)
 from .backend import AttentionBackend, AttentionMetadata, head_array
 from ._paged_attention import (forward_decode, paged_attention_v1,  # noqa: F401 (re-exported)
                                paged_attention_v2, use_paged_attention_v1)
@@ -630,7 +630,9 @@ def copy_blocks(key_caches, value_caches, block_mapping, *, stream=None):
 # ---- merge_attn_states, copy_blocks with a device mapping, float32 cache writes (issue 29)
 
 def _on_cuda(x):
-    """Whether x is an array in CUDA device memory (by its __dlpack_device__)."""
+    """Whether x is an array in CUDA device memory (a DLArg's device, or __dlpack_device__)."""
+    if isinstance(x, DLArg):
+        return x.device[0] in CUDA_DEVICES
     dev = getattr(x, "__dlpack_device__", None)
     return dev is not None and int(dev()[0]) in CUDA_DEVICES
 
@@ -640,14 +642,20 @@ def _write_kv_dtype(key, kv_cache_dtype):
     bfloat16 or float32: vLLM's reshape_and_cache[_flash] take all three)."""
     code, bits, lanes = key.dtype
     if not (code == FLOAT and bits == 32 and lanes == 1):
-        return _names.parse_kv_dtype(kv_cache_dtype, _model_dtype(key, "key"))
+        try:
+            model = _model_dtype(key, "key")
+        except ValueError:
+            raise ValueError("key dtype %s is not supported; supported: float16, bfloat16, "
+                             "float32" % key.dtype_name) from None
+        return _names.parse_kv_dtype(kv_cache_dtype, model)
     if str(kv_cache_dtype).strip().lower() in ("float32", "fp32", "float", "torch.float32"):
         return _names.KV_AUTO
     try:
         return _names.parse_kv_dtype(kv_cache_dtype, _names.FLOAT16)
     except ValueError:
         raise ValueError("kv_cache_dtype %r is not supported; supported: auto (the keys' "
-                         "float32), fp8 (= fp8_e4m3), fp8_e4m3, fp8_e5m2" % (kv_cache_dtype,))
+                         "float32), fp8 (= fp8_e4m3), fp8_e4m3, fp8_e5m2"
+                         % (kv_cache_dtype,)) from None
 
 
 def _copy_blocks_device(key_caches, value_caches, block_mapping, stream):

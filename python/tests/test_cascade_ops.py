@@ -52,6 +52,9 @@ def test_float32_cache_writes_pass_the_face():
     with pytest.raises(ValueError, match=r"kv_cache_dtype 'int8' is not supported; supported: "
                                          r"auto \(the keys' float32\)"):
         ops.reshape_and_cache(key, key, kc, vc, slots, "int8", 1.0, 1.0)
+    with pytest.raises(ValueError, match=r"key dtype int32 is not supported; supported: "
+                                         r"float16, bfloat16, float32"):
+        ops.reshape_and_cache(fake_cuda((4, 2, 128), I32), key, kc, vc, slots, "auto", 1.0, 1.0)
     bad_x = fake_cuda((10, 2, 64, 8, 2), F32, address=1 << 35)
     with pytest.raises(graphattn.GraphattnError, match=r"has x = 2 \(its last dim\)"):
         ops.reshape_and_cache(key, key, bad_x, vc, slots, "auto", 1.0, 1.0)
