@@ -46,7 +46,7 @@ const std::vector<int>& supported_archs() {
   return v;
 }
 
-int dtype_bytes(DType) { return 2; }
+int dtype_bytes(DType t) { return t == DType::kFloat32 ? 4 : 2; }
 int kv_dtype_bytes(KvDType t, DType auto_type) {
   return t == KvDType::kAuto ? dtype_bytes(auto_type) : 1;
 }
@@ -97,9 +97,10 @@ const NumberRule* rule_of(const char* field) {
   static const NumberRule head = {[](int v) { return contains(supported_head_sizes(), v); },
                                   [] { return std::string("32, 40, ..., 256 (multiples of 8)"); },
                                   ""};
-  static const NumberRule block = {[](int v) { return contains(supported_block_sizes(), v); },
-                                   [] { return std::string("16, 32, ..., 256 (multiples of 16)"); },
-                                   ""};
+  // 8 (vLLM's PagedAttention default) for the cache writes only: validate() says so per kind.
+  static const NumberRule block = {
+      [](int v) { return v == kCacheWriteOnlyBlockSize || contains(supported_block_sizes(), v); },
+      [] { return std::string("16, 32, ..., 256 (multiples of 16; cache writes also 8)"); }, ""};
   static const NumberRule group = {[](int v) { return v >= 1 && v <= kMaxGroup; },
                                    [] { return "1.." + std::to_string(kMaxGroup); }, ""};
   static const NumberRule arch = {[](int v) { return contains(supported_archs(), v); }, join_archs,
@@ -166,6 +167,17 @@ std::string allowed_names(const Names& n) {
   return out;
 }
 
+// The kinds whose spec holds only the dtype and the arch (merge_states) or only the arch
+// (block_copy): every other axis at its default, so one kernel serves every caller.
+bool canonical_apart_from_dtype(const AttentionSpec& s) {
+  const AttentionSpec d;
+  AttentionSpec t = s;
+  t.dtype = d.dtype;
+  t.arch = d.arch;
+  t.kind = d.kind;
+  return t == d;
+}
+
 }  // namespace
 
 const char* to_string(KernelKind k) { return name_of(k); }
@@ -201,6 +213,22 @@ void AttentionSpec::validate() const {
     if (a.form == Form::kNumber && !a.rule->ok(v))
       fail(a.label, a.rule->value_prefix + std::to_string(v), a.rule->allowed());
   }
+  // float32 and block size 8 are the cache writes' (and merge_states' float32); the attention
+  // kernels' MMA tiles are 16-bit and their key tiles 16 tokens (a multiple of the block).
+  const bool f32_kind = kind == KernelKind::kCacheWrite || kind == KernelKind::kMergeStates;
+  if (dtype == DType::kFloat32 && !f32_kind)
+    throw Error("spec " + to_string() + ": dtype fp32 is not supported by the " + name_of(kind) +
+                " kernel; supported: fp16, bf16 (fp32: cache_write and merge_states only)");
+  if (block_size == kCacheWriteOnlyBlockSize && kind != KernelKind::kCacheWrite)
+    throw Error("spec " + to_string() + ": block size 8 is not supported by the " + name_of(kind) +
+                " kernel; supported: 16, 32, ..., 256 (multiples of 16; 8: cache_write only)");
+  if ((kind == KernelKind::kMergeStates || kind == KernelKind::kBlockCopy) &&
+      (!canonical_apart_from_dtype(*this) ||
+       (kind == KernelKind::kBlockCopy && dtype != AttentionSpec().dtype)))
+    throw Error("spec " + to_string() + ": the " + name_of(kind) + " kernel depends only on " +
+                (kind == KernelKind::kMergeStates ? "the dtype and the arch" : "the arch") +
+                "; keep every other axis at its default, e.g. " + name_of(kind) +
+                "_h128_b16_bf16_kvauto_g1_swa0_cap0_nhd_sm90");
   if (multi_token && kind != KernelKind::kDecode)
     throw Error("spec " + to_string() +
                 ": multi-token (_mt) is a decode kernel's axis; prefill kernels take any query "

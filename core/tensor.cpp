@@ -80,7 +80,14 @@ DType dtype_of(ScalarType t) {
   if (t == ScalarType::kBFloat16) return DType::kBFloat16;
   throw Error(std::string("dtype ") + to_string(t) +
               " is not supported for queries, keys and "
-              "values; supported: fp16, bf16");
+              "values; supported: fp16, bf16 (fp32: the cache writes and merge_attn_states only)");
+}
+
+DType element_dtype_of(ScalarType t) {
+  if (t == ScalarType::kFloat32) return DType::kFloat32;
+  if (t == ScalarType::kFloat16 || t == ScalarType::kBFloat16) return dtype_of(t);
+  throw Error(std::string("dtype ") + to_string(t) +
+              " is not supported; supported: fp16, bf16, fp32");
 }
 
 KvDType kv_dtype_of(const TensorView& kv_cache, DType dtype) {
@@ -90,7 +97,7 @@ KvDType kv_dtype_of(const TensorView& kv_cache, DType dtype) {
     case ScalarType::kFloat8E5M2:
       return KvDType::kFp8E5M2;
     default:
-      if (dtype_of(kv_cache.dtype) != dtype)
+      if (element_dtype_of(kv_cache.dtype) != dtype)
         throw Error(std::string("KV cache dtype ") + to_string(kv_cache.dtype) +
                     " differs from the model dtype " + to_string(dtype) +
                     "; supported: the model dtype, fp8_e4m3, fp8_e5m2");
@@ -99,7 +106,9 @@ KvDType kv_dtype_of(const TensorView& kv_cache, DType dtype) {
 }
 
 ScalarType scalar_type_of(DType dtype) {
-  return dtype == DType::kBFloat16 ? ScalarType::kBFloat16 : ScalarType::kFloat16;
+  return dtype == DType::kBFloat16  ? ScalarType::kBFloat16
+         : dtype == DType::kFloat32 ? ScalarType::kFloat32
+                                    : ScalarType::kFloat16;
 }
 
 ScalarType scalar_type_of(KvDType kv, DType dtype) {

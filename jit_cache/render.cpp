@@ -38,6 +38,10 @@ Family family_of(const AttentionSpec& spec) {
       return {"prefill.cu", "graphattn_prefill"};
     case KernelKind::kKvScale:
       return {"kv_scale.cu", "graphattn_kv_scale"};
+    case KernelKind::kMergeStates:
+      return {"merge_states.cu", "graphattn_merge_states"};
+    case KernelKind::kBlockCopy:
+      return {"block_copy.cu", "graphattn_block_copy"};
   }
   throw Error("unknown kernel kind");
 }

@@ -34,6 +34,14 @@ enum SpecIndex { kWrite = 0, kDecodeIdx = 1, kPrefillIdx = 2 };
 }  // namespace
 
 AttentionSpec spec_for(const AttentionLayerConfig& c, KernelKind kind) {
+  if (kind == KernelKind::kMergeStates || kind == KernelKind::kBlockCopy) {
+    // Neither reads a cache: the dtype (merge_states) and the arch, every other axis canonical.
+    AttentionSpec s;
+    s.kind = kind;
+    if (kind == KernelKind::kMergeStates) s.dtype = c.dtype;
+    s.arch = c.arch;
+    return s;
+  }
   const bool write = kind == KernelKind::kCacheWrite || kind == KernelKind::kKvScale;
   const bool prefill = kind == KernelKind::kPrefill;
   AttentionSpec s;

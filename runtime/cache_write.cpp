@@ -16,7 +16,7 @@ KvCacheShape check_cache_write(const TensorView& key, const TensorView& value,
                                const TensorView& kv_cache, const TensorView& slot_mapping,
                                float k_scale, float v_scale) {
   require_rank(key, 3, "key", "[num_tokens, num_kv_heads, head_size]");
-  const KvCacheShape kc = check_kv_cache(kv_cache, dtype_of(key.dtype));
+  const KvCacheShape kc = check_kv_cache(kv_cache, element_dtype_of(key.dtype));
   check_cache_write(key, value, kc, slot_mapping, k_scale, v_scale);
   return kc;
 }
@@ -26,7 +26,7 @@ void check_cache_write(const TensorView& key, const TensorView& value, const KvC
   require_rank(key, 3, "key", "[num_tokens, num_kv_heads, head_size]");
   require_rank(value, 3, "value", "[num_tokens, num_kv_heads, head_size]");
   require_rank(slot_mapping, 1, "slot_mapping", "[num_tokens]");
-  const DType dtype = dtype_of(key.dtype);
+  const DType dtype = element_dtype_of(key.dtype);
   GA_REQUIRE(value.dtype == key.dtype, "value dtype " + std::string(to_string(value.dtype)) +
                                            " differs from key dtype " + to_string(key.dtype));
   GA_REQUIRE(slot_mapping.dtype == ScalarType::kInt64,
@@ -80,7 +80,9 @@ void launch_cache_write(const LoadedKernel& k, const TensorView& key, const Tens
   p.v_scale = v_scale;
   if (kc.kv_dtype != KvDType::kAuto) p.scales = {scales.k, scales.v};
   p.bounds = static_cast<GaBoundsReport*>(bounds);
-  const int vectors = static_cast<int>(p.num_kv_heads * kc.head_size / 8);
+  p.legacy_x = kc.layout == KvLayout::kLegacy ? static_cast<int>(kc.x) : 0;
+  const int vectors =
+      static_cast<int>(p.num_kv_heads * kc.head_size / (16 / dtype_bytes(kc.dtype)));
   LaunchShape shape;
   shape.grid_x = static_cast<unsigned>(p.num_tokens);
   shape.block_x = static_cast<unsigned>(std::min(256, (vectors + 31) / 32 * 32));
@@ -96,9 +98,12 @@ void write_kv_cache(const TensorView& key, const TensorView& value, const Tensor
       detail::check_cache_write(key, value, kv_cache, slot_mapping, k_scale, v_scale);
   const detail::DeviceKvScales scales{k_scale_device, v_scale_device};
   detail::require_device_scales(scales, "write_kv_cache");
+  // The spec's own checks (block size, dtype) before any device use.
+  spec_for(detail::layer_of(kc, kc.dtype, 90), KernelKind::kCacheWrite).validate();
   if (key.shape[0] == 0) return;
-  const AttentionSpec spec = spec_for(
-      detail::layer_of(kc, dtype_of(key.dtype), current_device_arch()), KernelKind::kCacheWrite);
+  const AttentionSpec spec =
+      spec_for(detail::layer_of(kc, element_dtype_of(key.dtype), current_device_arch()),
+               KernelKind::kCacheWrite);
   detail::launch_cache_write(detail::load_kernel(spec, cache, stream), key, value, kc, slot_mapping,
                              k_scale, v_scale, stream, nullptr, scales);
 }

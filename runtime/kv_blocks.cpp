@@ -3,13 +3,18 @@
 #include "graphattn/kv_blocks.hpp"
 
 #include <algorithm>
+#include <climits>
 #include <string>
 #include <vector>
 
 #include "core/require.hpp"
 #include "core/text.hpp"
+#include "graphattn/backend.hpp"
 #include "graphattn/error.hpp"
+#include "graphattn/runtime.hpp"
 #include "runtime/driver.hpp"
+#include "runtime/module_cache.hpp"
+#include "templates/params.h"
 
 namespace graphattn {
 namespace {
@@ -123,6 +128,44 @@ void copy_blocks(const std::vector<TensorView>& caches, const std::vector<BlockP
       if (p.src != p.dst)
         GA_CU_CHECK(drv.cuMemcpyDtoDAsync(address(c, p.dst), address(c, p.src),
                                           static_cast<size_t>(c.block_bytes), stream));
+}
+
+void copy_blocks_device(const std::vector<TensorView>& caches, const TensorView& block_mapping,
+                        CUstream stream, KernelCache& cache) {
+  detail::require_rank(block_mapping, 2, "copy_blocks: block_mapping", "[num_pairs, 2]");
+  GA_REQUIRE(block_mapping.dtype == ScalarType::kInt64 && block_mapping.shape[1] == 2 &&
+                 block_mapping.shape[0] <= INT_MAX,
+             "copy_blocks: block_mapping " + block_mapping.describe() +
+                 " is not supported; supported: int64 [num_pairs, 2] (src, dst), num_pairs < 2^31");
+  GA_REQUIRE(reinterpret_cast<uintptr_t>(block_mapping.data) % alignof(int64_t) == 0,
+             "copy_blocks: block_mapping " + block_mapping.describe() + " is not 8-byte aligned");
+  std::vector<BlockCache> checked;
+  for (size_t i = 0; i < caches.size(); ++i)
+    checked.push_back(check_block_cache(caches[i], "copy_blocks: caches[" + str(i) + "]"));
+  AttentionLayerConfig c;
+  c.arch = current_device_arch();
+  const AttentionSpec spec = spec_for(c, KernelKind::kBlockCopy);
+  spec.validate();
+  const detail::LoadedKernel& k = detail::load_kernel(spec, cache, stream);
+  const int64_t pairs = block_mapping.shape[0];
+  if (pairs == 0) return;
+  BlockCopyParams p{};
+  p.mapping = static_cast<const long long*>(block_mapping.data);
+  p.mapping_row_stride = block_mapping.strides[0];
+  p.mapping_column_stride = block_mapping.strides[1];
+  for (size_t first = 0; first < checked.size(); first += GA_BLOCK_COPY_MAX_CACHES) {
+    const size_t n = std::min<size_t>(GA_BLOCK_COPY_MAX_CACHES, checked.size() - first);
+    for (size_t i = 0; i < n; ++i) {
+      const BlockCache& b = checked[first + i];
+      p.caches[i] = {const_cast<char*>(b.data), b.block_stride_bytes, b.block_bytes, b.num_blocks};
+    }
+    p.num_caches = static_cast<int>(n);
+    detail::LaunchShape s;
+    s.grid_x = static_cast<unsigned>(pairs);
+    s.grid_y = static_cast<unsigned>(n);
+    s.block_x = GA_BLOCK_COPY_THREADS;
+    detail::launch(k, s, stream, p);
+  }
 }
 
 }  // namespace graphattn

@@ -33,12 +33,15 @@ struct KvCacheShape {
   // Flash layout: the view's strides (elements) of a block, a token and a KV head. Legacy
   // layout: the compact caches' block and head strides (shared by key and value), token 0.
   int64_t block_stride = 0, token_stride = 0, head_stride = 0;
+  int64_t x = 0;  // legacy layout: the key cache's x (its last dim); 0 for the flash layout
 };
 KvCacheShape check_kv_cache(const TensorView& kv_cache, DType dtype);
 // vLLM's legacy key and value caches (runtime/paged_cache.cpp): ranks, matching shapes, one
-// element type (the model's or fp8), compact and 16-byte aligned.
+// element type (the model's or fp8), compact and 16-byte aligned. The key cache's x must be
+// paged_cache_x(its type) (what the attention kernels read) unless any_x (the cache write):
+// then 8 or 16 (vLLM's tests build fp8 caches with x = 8) or that default.
 KvCacheShape check_paged_caches(const TensorView& key_cache, const TensorView& value_cache,
-                                DType dtype);
+                                DType dtype, bool any_x = false);
 // The start of a direct launch (launch_decode, launch_prefill): k is loaded, the query has rank
 // 3, and the KV cache view is checked for the query's dtype. `where` names the caller.
 KvCacheShape check_direct_launch(const LoadedKernel& k, const TensorView& query,

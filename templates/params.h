@@ -55,6 +55,11 @@ struct CacheWriteParams {
   float v_scale;           // fp8 KV: stored = value / v_scale
   GaBoundsReport* bounds;  // checked mode only
   GaKvScales scales;       // fp8 KV: k/v scales in device memory (null: k_scale, v_scale)
+  // Legacy layout: x of the key cache (elements of the cache type), read from the cache's shape:
+  // 8 or 16, or 16 bytes of elements (vLLM's default: 4 for fp32); a power of two, a multiple of
+  // the kernel's 16-byte input vector (8 16-bit or 4 fp32 elements). A launch value, not a spec
+  // axis: it only scales the chunk index of a scatter. Unused (0) for the flash layout.
+  int legacy_x;
 };
 
 // calc_kv_scales (spec kind kv_scale): k_scale = max(amax(|key|) / k_divisor, GA_KV_SCALE_MIN)
@@ -86,6 +91,65 @@ constexpr int GA_KV_SCALE_MAX_BLOCKS = 512;  // grid x at most (the rows are str
 // scale, 2^8 for e4m3); and since scale >= amax / divisor, a stored value stays within the
 // divisor whatever the clamp.
 constexpr float GA_KV_SCALE_MIN = 1e-12f;
+
+// merge_attn_states (spec kind merge_states; vLLM's op, section 2.2 of arXiv 2501.01005): two
+// partial attention results of the same queries over disjoint key sets (a shared prefix and a
+// request's own suffix, or two splits), each softmax-normalized with its log-sum-exp (natural
+// log), merged into the result over the union:
+//   m = max(p_lse, s_lse); w_p = e^(p_lse - m) / (e^(p_lse - m) + e^(s_lse - m)), w_s likewise;
+//   output = w_p * prefix_output + w_s * suffix_output; output_lse = log(sum) + m.
+// An infinite LSE (+inf from FlashAttention 2 or -inf from 3 for an empty key set) counts as
+// -inf: that side gets weight 0. Both -inf: output = prefix_output as stored, output_lse = -inf.
+// Grid-stride over (token, head, 16-byte vector) with GA_MERGE_THREADS threads a block; the
+// head dimension is contiguous and head_size * element size a multiple of 16 bytes.
+struct MergeStatesParams {
+  void* output;                   // [num_tokens, num_heads, head_size] dtype (fp16, bf16, fp32)
+  float* output_lse;              // [num_heads, num_tokens] fp32, or null: not written
+  const void* prefix_output;      // [num_tokens, num_heads, head_size] dtype
+  const float* prefix_lse;        // [num_heads, num_tokens] fp32
+  const void* suffix_output;      // [num_tokens, num_heads, head_size] dtype
+  const float* suffix_lse;        // [num_heads, num_tokens] fp32
+  long long output_token_stride;  // elements, here and below
+  long long output_head_stride;
+  long long prefix_token_stride;
+  long long prefix_head_stride;
+  long long suffix_token_stride;
+  long long suffix_head_stride;
+  long long output_lse_head_stride;
+  long long output_lse_token_stride;
+  long long prefix_lse_head_stride;
+  long long prefix_lse_token_stride;
+  long long suffix_lse_head_stride;
+  long long suffix_lse_token_stride;
+  long long num_vectors;  // num_tokens * num_heads * vectors_per_head
+  int num_heads;
+  int vectors_per_head;  // head_size * element size / 16
+};
+constexpr int GA_MERGE_THREADS = 256;
+constexpr int GA_MERGE_MAX_BLOCKS = 65535;  // grid x at most (the vectors are strided over)
+
+// copy_blocks with the block mapping in device memory (spec kind block_copy): grid (num_pairs,
+// num_caches), GA_BLOCK_COPY_THREADS threads; block (pair, cache) copies the bytes of block
+// mapping[pair][0] of that cache to block mapping[pair][1]. A pair with a block outside
+// [0, num_blocks) of the cache (e.g. -1 rows padding a captured mapping) or with src == dst
+// copies nothing. The caches ride in the launch's parameters (kernel parameters up to 32 KiB,
+// CUDA 12.1 and newer): a captured graph holds its own cache list, no device buffer is
+// allocated or written by the host, and only the mapping's contents are read at run time.
+struct GaBlockCopyCache {
+  char* data;              // block 0
+  long long block_stride;  // bytes between blocks
+  long long block_bytes;   // bytes of one block (one compact region)
+  long long num_blocks;
+};
+constexpr int GA_BLOCK_COPY_MAX_CACHES = 256;  // per launch; more take several launches
+constexpr int GA_BLOCK_COPY_THREADS = 256;
+struct BlockCopyParams {
+  const long long* mapping;         // [num_pairs, 2] int64 device: (src, dst) block numbers
+  long long mapping_row_stride;     // elements
+  long long mapping_column_stride;  // elements
+  int num_caches;                   // entries of caches in use (== gridDim.y)
+  GaBlockCopyCache caches[GA_BLOCK_COPY_MAX_CACHES];
+};
 
 // The paged KV cache as an attention kernel reads it (decode and prefill): the key and value
 // halves of the flash-layout cache, each request's sequence length and block table row.

@@ -113,8 +113,15 @@ TEST_CASE("paged cache: write_to_paged_cache names every bad argument before tou
   wrong_x.shape[2] = 32;
   wrong_x.shape[4] = 4;
   CHECK(call(key, wrong_x, p.value_cache, slots)
+            .find("has x = 4 (its last dim), which is not supported; supported: 8, 16") !=
+        std::string::npos);
+  // x = 16 (not bf16's default 8) is a cache write's x, but the shapes must still agree.
+  wrong_x.shape[2] = 8;
+  wrong_x.shape[4] = 16;
+  wrong_x.shape[3] = 32;
+  CHECK(call(key, wrong_x, p.value_cache, slots)
             .find("key_cache must be [num_blocks, num_kv_heads, head_size / x, block_size, x] "
-                  "with x = 8 (16 bytes of bf16)") != std::string::npos);
+                  "with x = 16 (its last dim)") != std::string::npos);
   const TensorView fp16_values =
       TensorView::contiguous(fake_device(0x200000), ScalarType::kFloat16, {10, 2, 128, 16});
   CHECK(call(key, p.key_cache, fp16_values, slots)
@@ -132,9 +139,9 @@ TEST_CASE("paged cache: write_to_paged_cache names every bad argument before tou
       TensorView::contiguous(fake_device(0x500000), ScalarType::kInt32, {4});
   CHECK(call(key, p.key_cache, p.value_cache, int32_slots).find("slot_mapping must be int64") !=
         std::string::npos);
-  // vLLM's block size 8 is refused by the spec's rule (multiples of 16).
-  const TensorView kv8 = TensorView::contiguous(fake_device(0x100000), bf, {2, 10, 8 * 2 * 128});
-  const PagedKvCache p8 = split_paged_kv_cache(kv8, 2, 128);
-  CHECK(call(key, p8.key_cache, p8.value_cache, slots).find("block size 8 is not supported") !=
+  // Block sizes: the spec's rule (multiples of 16, and vLLM's 8 for the cache writes).
+  const TensorView kv24 = TensorView::contiguous(fake_device(0x100000), bf, {2, 10, 24 * 2 * 128});
+  const PagedKvCache p24 = split_paged_kv_cache(kv24, 2, 128);
+  CHECK(call(key, p24.key_cache, p24.value_cache, slots).find("block size 24 is not supported") !=
         std::string::npos);
 }

@@ -33,15 +33,20 @@ TEST_CASE("spec: every axis rejects bad values with the value and the allowed se
   s.head_size = 264;
   CHECK(validate_message(s).find("head size 264") == 0);
   s = base();
-  for (int b : {0, 8, 24, 272, 512}) {
+  for (int b : {0, 24, 272, 512}) {
     s.block_size = b;
     CHECK(validate_message(s) ==
           "block size " + std::to_string(b) +
-              " is not supported; supported: 16, 32, ..., 256 (multiples of 16)");
+              " is not supported; supported: 16, 32, ..., 256 (multiples of 16; cache writes "
+              "also 8)");
   }
+  s.block_size = 8;  // the cache writes' only
+  CHECK(validate_message(s) ==
+        "spec decode_h128_b8_bf16_kvauto_g4_swa0_cap0_nhd_sm90: block size 8 is not supported by "
+        "the decode kernel; supported: 16, 32, ..., 256 (multiples of 16; 8: cache_write only)");
   s = base();
   s.dtype = static_cast<DType>(7);
-  CHECK(validate_message(s) == "dtype 7 is not supported; supported: fp16, bf16");
+  CHECK(validate_message(s) == "dtype 7 is not supported; supported: fp16, bf16, fp32");
   s = base();
   s.kv_dtype = static_cast<KvDType>(9);
   CHECK(validate_message(s) == "KV cache dtype 9 is not supported; supported: auto, e4m3, e5m2");
@@ -134,7 +139,8 @@ TEST_CASE("spec: the parser rejects malformed strings with a clear error") {
     } catch (const Error& e) {
       const std::string msg = e.what();
       CHECK(msg.find("malformed spec string '" + std::string(b) + "'") == 0);
-      CHECK(msg.find("expected <cache_write|decode|prefill|kv_scale>") != std::string::npos);
+      CHECK(msg.find("expected <cache_write|decode|prefill|kv_scale|merge_states|block_copy>") !=
+            std::string::npos);
     }
   }
   // Well formed but unsupported values fail validation with the axis message.
@@ -159,7 +165,7 @@ TEST_CASE("spec: parse messages say which field is bad and escape what they echo
       {"decode_h128_b16_bf16_kvauto_g9999999_swa0_cap0_nhd_sm90",
        "(group) field '_g' has a number of more than 6 digits"},
       {"decode_h128_b16_f32_kvauto_g4_swa0_cap0_nhd_sm90",
-       "dtype field missing: expected _fp16 or _bf16 at offset 15, found '_f32_kvauto"},
+       "dtype field missing: expected _fp16, _bf16 or _fp32 at offset 15, found '_f32_kvauto"},
       {"decode_h128_b16_bf16_kvauto_g4_cap0_swa0_nhd_sm90",
        "window field missing: expected '_swa<number>' at offset 30"},
       {"decode_h128\x1b[2J_b16", "'decode_h128\\x1b[2J_b16'"},

@@ -22,7 +22,8 @@ TEST_CASE("cache write: bad views are rejected with a clear error") {
       doctest::Contains("slot_mapping must be int64, got int32"), Error);
   CHECK_THROWS_WITH_AS(write_kv_cache(TensorView::contiguous(p, ScalarType::kFloat32, {4, 2, 64}),
                                       key, cache5, slots, 1, 1, nullptr),
-                       doctest::Contains("dtype fp32 is not supported"), Error);
+                       doctest::Contains("KV cache dtype bf16 differs from the model dtype fp32"),
+                       Error);
   CHECK_THROWS_WITH_AS(
       write_kv_cache(key, key, TensorView::contiguous(p, ScalarType::kBFloat16, {8, 16, 2, 64}),
                      slots, 1, 1, nullptr),

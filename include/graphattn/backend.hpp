@@ -27,8 +27,10 @@ class DeviceBuffer;
 
 // Writes the new tokens' keys and values into their cache slots (vLLM's
 // reshape_and_cache_flash). A slot of -1 (padding) writes nothing.
-//   key, value:    [num_tokens, num_kv_heads, head_size], fp16 or bf16, head dim contiguous
-//   kv_cache:      [2, num_blocks, block_size, num_kv_heads, head_size], dtype of key or fp8
+//   key, value:    [num_tokens, num_kv_heads, head_size], fp16, bf16 or fp32 (vLLM's float32
+//                  caches), head dim contiguous
+//   kv_cache:      [2, num_blocks, block_size, num_kv_heads, head_size], dtype of key or fp8;
+//                  block_size 8 or a multiple of 16 up to 256 (the attention kernels: not 8)
 //   slot_mapping:  [num_tokens] int64, block * block_size + offset, or -1
 //   k_scale/v_scale: fp8 caches store value / scale; ignored otherwise
 //   k_scale_device/v_scale_device: [1] fp32 device scalars or null; a non-null one is read by the

@@ -456,7 +456,8 @@ GRAPHATTN_API graphattn_status_t graphattn_multi_head_attention(
     void* stream, graphattn_cache_t cache) GRAPHATTN_NOEXCEPT;
 
 /* The cache write alone (vLLM's reshape_and_cache_flash): key and value [num_tokens,
- * num_kv_heads, head_size] into kv_cache at slot_mapping (int64 [num_tokens], -1 skipped).
+ * num_kv_heads, head_size] (float16, bfloat16 or float32; block_size 8 or a multiple of 16)
+ * into kv_cache at slot_mapping (int64 [num_tokens], -1 skipped).
  * fp8 caches store value / scale. Compiles and loads its kernel through `cache` (NULL: the
  * default) on first use, so warm it before capturing it. */
 GRAPHATTN_API graphattn_status_t
@@ -480,10 +481,12 @@ GRAPHATTN_API graphattn_status_t graphattn_calc_kv_scales(
 
 /* vLLM's reshape_and_cache into its legacy PagedAttention caches (C++ write_to_paged_cache,
  * graphattn/paged_cache.hpp): key_cache [num_blocks, num_kv_heads, head_size / x, block_size,
- * x] and value_cache [num_blocks, num_kv_heads, head_size, block_size], compact, x = 16 bytes of
- * elements; kv_dtype says how to read uint8 caches (auto: the model dtype). key, value,
- * slot_mapping, scales and cache as graphattn_write_kv_cache. graphattn_forward_prefix reads
- * these caches; decode reads the flash layout only, so far. */
+ * x] and value_cache [num_blocks, num_kv_heads, head_size, block_size], compact, x read from
+ * key_cache (8, 16, or 16 bytes of elements: 4 for float32); kv_dtype says how to read uint8
+ * caches (auto: the keys' dtype). key, value (float16, bfloat16 or float32), slot_mapping,
+ * scales and cache as graphattn_write_kv_cache; block_size 8 or a multiple of 16.
+ * graphattn_forward_prefix and graphattn_paged_attention_v1 / v2 read these caches (16-bit
+ * queries, x = 16 bytes, block sizes from 16). */
 GRAPHATTN_API graphattn_status_t graphattn_write_to_paged_cache(
     const DLTensor* key, const DLTensor* value, const DLTensor* key_cache,
     const DLTensor* value_cache, const DLTensor* slot_mapping, graphattn_kv_dtype_t kv_dtype,
@@ -568,6 +571,35 @@ GRAPHATTN_API graphattn_status_t graphattn_copy_blocks(const DLTensor* const* ca
                                                        const int64_t* block_mapping,
                                                        size_t num_pairs,
                                                        void* stream) GRAPHATTN_NOEXCEPT;
+
+/* copy_blocks as vLLM calls it, with block_mapping an int64 [num_pairs, 2] (src, dst) CUDA device
+ * tensor (C++ copy_blocks_device in graphattn/kv_blocks.hpp): one kernel reads
+ * the pairs on the device and copies them in every one of num_caches device caches (as
+ * graphattn_copy_blocks takes them) in one launch (256 caches a launch). No host sync, no
+ * allocation: capturable once its kernel is loaded (compiled through `cache`, NULL: the
+ * default, on the first call), and a replay reads the mapping's current contents. A pair with a
+ * block outside a cache (e.g. a -1 row padding a captured mapping) or with src == dst copies
+ * nothing; the pairs run in parallel, so no block may be written twice or written and read. A
+ * host block_mapping is GRAPHATTN_ERROR_INVALID_ARGUMENT (graphattn_copy_blocks takes those). */
+GRAPHATTN_API graphattn_status_t graphattn_copy_blocks_device(
+    const DLTensor* const* caches, size_t num_caches, const DLTensor* block_mapping, void* stream,
+    graphattn_cache_t cache) GRAPHATTN_NOEXCEPT;
+
+/* ---- Merging attention states (vLLM's merge_attn_states; C++ graphattn/merge_states.hpp) --- */
+
+/* output[t, h] = the attention over two disjoint key sets from their partial results, weighted by
+ * their log-sum-exps (natural log): prefix_output, suffix_output and output [num_tokens,
+ * num_heads, head_size] of one dtype (float16, bfloat16 or float32; head_size * element size a
+ * multiple of 16 bytes, head dim contiguous); prefix_lse, suffix_lse float32 [num_heads,
+ * num_tokens]; output_lse the same or NULL (not written). An infinite LSE counts as -inf (an
+ * empty key set): that side gets weight 0; both infinite: output = prefix_output, output_lse =
+ * -inf. C++ merge_attn_states documents every argument. One kernel on stream, no host sync, no
+ * allocation: capturable once its kernel is loaded (the first call compiles it through `cache`,
+ * NULL: the default). */
+GRAPHATTN_API graphattn_status_t graphattn_merge_attn_states(
+    const DLTensor* output, const DLTensor* prefix_output, const DLTensor* prefix_lse,
+    const DLTensor* suffix_output, const DLTensor* suffix_lse, const DLTensor* output_lse,
+    void* stream, graphattn_cache_t cache) GRAPHATTN_NOEXCEPT;
 
 /* ---- Metadata builder and capture sizes (host only) --------------------------------------- */
 

@@ -10,6 +10,7 @@
 #include "graphattn/jit.hpp"
 #include "graphattn/kv_blocks.hpp"
 #include "graphattn/log.hpp"
+#include "graphattn/merge_states.hpp"
 #include "graphattn/metadata.hpp"
 #include "graphattn/paged_cache.hpp"
 #include "graphattn/runtime.hpp"

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "graphattn/export.h"
+#include "graphattn/jit.hpp"
 #include "graphattn/tensor.hpp"
 
 namespace graphattn {
@@ -45,5 +46,24 @@ GRAPHATTN_API void swap_blocks(const TensorView& src, const TensorView& dst,
 // Device-to-device copies on `stream` (capturable); checks everything first.
 GRAPHATTN_API void copy_blocks(const std::vector<TensorView>& caches,
                                const std::vector<BlockPair>& mapping, CUstream stream);
+
+// vLLM's copy_blocks as vLLM calls it, with the mapping in device memory (a name of its own: an
+// overload would make copy_blocks(caches, {}, stream) ambiguous): one kernel (spec
+// block_copy_..._smXX) reads the pairs on the device and copies every pair's block in every
+// cache, all caches in one launch (GA_BLOCK_COPY_MAX_CACHES = 256 a launch; more take one launch
+// per 256). No host sync, no allocation and nothing written by the host: the caches' addresses
+// ride in the launch's parameters, so each captured graph keeps its own cache list and replays
+// read the mapping's current contents. Capturable once the kernel is loaded (the first call,
+// eager, compiles and loads it through `cache`).
+//   caches:        as the host-mapping overload takes them
+//   block_mapping: int64 [num_pairs, 2] (src, dst) in device memory, any strides (8-byte
+//                  aligned); its contents are not checked on the host: a pair with a block
+//                  outside a cache's [0, num_blocks), e.g. a -1 row padding a captured mapping,
+//                  or with src == dst copies nothing in that cache
+// The pairs run in parallel, as in vLLM's kernel: no block may be the destination of two pairs,
+// or the destination of one and the source of another.
+GRAPHATTN_API void copy_blocks_device(const std::vector<TensorView>& caches,
+                                      const TensorView& block_mapping, CUstream stream,
+                                      KernelCache& cache = default_kernel_cache());
 
 }  // namespace graphattn

@@ -1,7 +1,8 @@
 // vLLM's legacy PagedAttention KV cache (its PagedAttention ops: get_kv_cache_shape,
 // split_kv_cache, write_to_paged_cache): one tensor [2, num_blocks, block_size * num_kv_heads *
 // head_size] split into a key cache [num_blocks, num_kv_heads, head_size / x, block_size, x]
-// (x = 16 bytes of elements: 8 for fp16/bf16, 16 for fp8) and a value cache [num_blocks,
+// (x = 16 bytes of elements: 8 for fp16/bf16, 16 for fp8, 4 for fp32; the cache write also takes
+// x = 8 or 16 for every type, read from the key cache's shape) and a value cache [num_blocks,
 // num_kv_heads, head_size, block_size]. graphattn writes it (spec layout "legacy" of the cache
 // write kernel); its decode kernel reads it (paged_attention_v1 / v2 below), and so does its
 // prefill kernel (forward_prefix below).
@@ -43,11 +44,14 @@ GRAPHATTN_API PagedKvCache split_paged_kv_cache(const TensorView& kv_cache, int 
 // vLLM's reshape_and_cache (PagedAttention.write_to_paged_cache): token t's key and value into
 // slot slot_mapping[t] = block * block_size + offset of the legacy caches; slot -1 (padding)
 // writes nothing.
-//   key, value:   [num_tokens, num_kv_heads, head_size] fp16/bf16, head dim contiguous, rows
-//                 16-byte aligned
-//   key_cache, value_cache: compact legacy caches (split_paged_kv_cache), of the model dtype
+//   key, value:   [num_tokens, num_kv_heads, head_size] fp16/bf16/fp32 (vLLM's float32), head
+//                 dim contiguous, rows 16-byte aligned
+//   key_cache, value_cache: compact legacy caches (split_paged_kv_cache), of the keys' dtype
 //                 or fp8 (kFloat8E4M3 / kFloat8E5M2 views: vLLM's "fp8" / "fp8_e5m2"),
-//                 16-byte aligned; block_size a multiple of 16 (vLLM's 8 is not supported)
+//                 16-byte aligned; x read from key_cache's last dim: 8, 16 or 16 bytes of
+//                 elements (vLLM's tests build fp8 caches with x = 8); block_size 8 (vLLM's
+//                 default) or a multiple of 16 up to 256. The readers (paged_attention_v1 / v2,
+//                 forward_prefix) take 16-bit queries, x = 16 bytes and block sizes from 16 only
 //   slot_mapping: [>= num_tokens] int64
 //   k_scale, v_scale: fp8 caches store value / scale (finite > 0); ignored for 16-bit caches
 //   k_scale_device, v_scale_device: [1] fp32 device scalars read instead, or null

@@ -19,16 +19,25 @@ namespace graphattn {
 // kKvScale: calc_kv_scales (a batch's amax of |key| and |value| into device scalars); it depends
 // only on the head size, the dtype and the arch, so its spec keeps every other axis at its
 // default (block 16, kv auto, g1, swa0, cap0, nhd, no suffix).
+// kMergeStates: merge_attn_states (two partial attention results combined by their LSEs); it
+// depends only on the dtype (fp16, bf16, fp32) and the arch: every other axis at its default.
+// kBlockCopy: copy_blocks with a device block mapping (every cache of a call in one launch); it
+// copies bytes and depends only on the arch: every other axis at its default (h128, bf16 too).
 // clang-format off
 #define GRAPHATTN_KERNEL_KINDS(X)                  \
   X(kCacheWrite, "cache_write", "cache_write")     \
   X(kDecode, "decode", "decode")                   \
   X(kPrefill, "prefill", "prefill")                \
-  X(kKvScale, "kv_scale", "kv_scale")
-// query, output and (auto) KV element type
+  X(kKvScale, "kv_scale", "kv_scale")              \
+  X(kMergeStates, "merge_states", "merge_states")  \
+  X(kBlockCopy, "block_copy", "block_copy")
+// query, output and (auto) KV element type. kFloat32: the cache writes (float32 keys, values
+// and caches, as vLLM's reshape_and_cache[_flash] take) and merge_states only; the attention
+// kernels refuse it (spec IS_BF16 constant: the value's index, 2 for fp32).
 #define GRAPHATTN_DTYPES(X)                        \
   X(kFloat16, "fp16", "float16")                   \
-  X(kBFloat16, "bf16", "bfloat16")
+  X(kBFloat16, "bf16", "bfloat16")                 \
+  X(kFloat32, "fp32", "float32")
 // KV cache element type; auto = DType (vLLM also calls fp8_e4m3 "fp8": kv_cache_dtype_of)
 #define GRAPHATTN_KV_DTYPES(X)                     \
   X(kAuto, "auto", "auto")                         \
@@ -121,7 +130,7 @@ constexpr const char* enum_long_name(int i) {
   X(KernelKind, kind, KernelKind::kDecode, kName, "", "kernel kind", 8, "")                   \
   /* 32..256, multiple of 8 */                                                                \
   X(int, head_size, 128, kNumber, "_h", "head size", 512, "HEAD_SIZE")                        \
-  /* tokens per KV page: 16..256, multiple of 16 */                                           \
+  /* tokens per KV page: 16..256, multiple of 16 (cache writes: 8 too) */                     \
   X(int, block_size, 16, kNumber, "_b", "block size", 512, "BLOCK_SIZE")                      \
   X(DType, dtype, DType::kBFloat16, kName, "_", "dtype", 4, "IS_BF16")                        \
   X(KvDType, kv_dtype, KvDType::kAuto, kName, "_kv", "KV cache dtype", 4, "KV_FP8")           \
@@ -201,6 +210,9 @@ GRAPHATTN_API const char* kv_cache_dtype_name(KvDType t);
 GRAPHATTN_API const std::vector<int>& supported_head_sizes();
 GRAPHATTN_API const std::vector<int>& supported_block_sizes();
 GRAPHATTN_API const std::vector<int>& supported_archs();
+// The block size that only the cache write kernels take besides supported_block_sizes() (vLLM's
+// reshape_and_cache[_flash] accept it); attention kernels need multiples of 16.
+constexpr int kCacheWriteOnlyBlockSize = 8;
 constexpr int kMaxGroup = 64;
 // The most query tokens a multi-token decode request holds (spec "_mt";
 // AttentionLayerConfig::decode_query_len, the metadata builder's decode threshold).

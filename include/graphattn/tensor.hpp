@@ -38,7 +38,10 @@ struct GRAPHATTN_API TensorView {
 GRAPHATTN_API KvLayout kv_layout_of(const TensorView& kv_cache);
 // The KV cache dtype implied by the cache tensor's element type for a model of type `dtype`.
 GRAPHATTN_API KvDType kv_dtype_of(const TensorView& kv_cache, DType dtype);
-GRAPHATTN_API DType dtype_of(ScalarType t);  // fp16/bf16 only; throws otherwise
+GRAPHATTN_API DType dtype_of(ScalarType t);  // fp16/bf16 only (attention); throws otherwise
+// fp16, bf16 or fp32: the element types of the cache writes' keys and values and of
+// merge_attn_states' outputs; throws otherwise.
+GRAPHATTN_API DType element_dtype_of(ScalarType t);
 // The element type of a KV cache that stores kv for a model of type `dtype` (kv_dtype_of's
 // inverse), and of a model dtype's tensors.
 GRAPHATTN_API ScalarType scalar_type_of(KvDType kv, DType dtype);

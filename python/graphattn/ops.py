@@ -34,8 +34,8 @@ import sys
 import threading
 
 from . import _device, _lib, _names, errors
-from ._dlpack import (BFLOAT, CUDA_DEVICES, FLOAT, FLOAT8_E4M3FN, FLOAT8_E5M2, UINT, ref_of,
-                      reshaped, to_dl)
+from ._dlpack import (BFLOAT, CUDA_DEVICES, FLOAT, FLOAT8_E4M3FN, FLOAT8_E5M2, UINT, DLArg,
+                      ref_of, reshaped, to_dl, to_dl_optional)
 from .backend import AttentionBackend, AttentionMetadata, head_array
 from . import _paged_attention
 from ._paged_attention import use_paged_attention_v1  # noqa: F401 (re-exported)
@@ -135,7 +135,7 @@ def reshape_and_cache_flash(key, value, key_cache, value_cache, slot_mapping, kv
                             k_scale, v_scale, *, stream=None):
     """Writes the new tokens' keys and values into the paged cache (vLLM's op).
 
-    key, value:   [num_tokens, num_kv_heads, head_size] float16/bfloat16; rows past
+    key, value:   [num_tokens, num_kv_heads, head_size] float16/bfloat16/float32; rows past
                   slot_mapping's length (padding) are ignored
     key_cache, value_cache: [num_blocks, block_size, num_kv_heads, head_size] each (the two
                   halves of one [2, ...] allocation; NHD or HND strides)
@@ -149,8 +149,7 @@ def reshape_and_cache_flash(key, value, key_cache, value_cache, slot_mapping, kv
     slots = to_dl(slot_mapping, "slot_mapping", s)
     cache = paired_kv_cache(to_dl(key_cache, "key_cache", s),
                             to_dl(value_cache, "value_cache", s))
-    model = _model_dtype(k, "key")
-    kv_dtype = _names.parse_kv_dtype(kv_cache_dtype, model)
+    kv_dtype = _write_kv_dtype(k, kv_cache_dtype)
     k_s, v_s = _fp8_scales(kv_dtype, k_scale, v_scale, ("k_scale", "v_scale"))
     if slots.ndim == 1 and k.ndim == 3 and v.ndim == 3:
         rows = slots.shape[0]  # vLLM: the slot mapping's length is the token count
@@ -168,9 +167,9 @@ def reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, kv_cache
     """vLLM's reshape_and_cache: the new tokens' keys and values into its legacy PagedAttention
     caches (PagedAttention.write_to_paged_cache).
 
-    key, value:   [num_tokens, num_kv_heads, head_size] float16/bfloat16
-    key_cache:    [num_blocks, num_kv_heads, head_size / x, block_size, x], x = 16 bytes of
-                  elements (8 for 16-bit caches, 16 for fp8); value_cache: [num_blocks,
+    key, value:   [num_tokens, num_kv_heads, head_size] float16/bfloat16/float32
+    key_cache:    [num_blocks, num_kv_heads, head_size / x, block_size, x], x read from its
+                  shape: 8, 16 or 16 bytes of elements (4 for float32); value_cache: [num_blocks,
                   num_kv_heads, head_size, block_size]; both compact
     slot_mapping: int64 [num_tokens] block * block_size + offset, -1 = skip
     kv_cache_dtype: "auto", "fp8", "fp8_e4m3", "fp8_e5m2"; fp8 caches store value / scale
@@ -182,7 +181,7 @@ def reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, kv_cache
     slots = to_dl(slot_mapping, "slot_mapping", s)
     kc = to_dl(key_cache, "key_cache", s)
     vc = to_dl(value_cache, "value_cache", s)
-    kv_dtype = _names.parse_kv_dtype(kv_cache_dtype, _model_dtype(k, "key"))
+    kv_dtype = _write_kv_dtype(k, kv_cache_dtype)
     k_s, v_s = _fp8_scales(kv_dtype, k_scale, v_scale, ("k_scale", "v_scale"))
     _lib.check(_lib.lib.graphattn_write_to_paged_cache(k.ref, v.ref, kc.ref, vc.ref, slots.ref,
                                                        kv_dtype, k_s, v_s, s, None))
@@ -645,8 +644,10 @@ def swap_blocks(src, dst, block_mapping, *, stream=None):
 def copy_blocks(key_caches, value_caches, block_mapping, *, stream=None):
     """vLLM's copy_blocks (copy-on-write): in every key and value cache (device memory, one per
     layer), for each (s, d) in block_mapping, in order, cache[d] = cache[s]. block_mapping is a
-    host [num_pairs, 2] array (vLLM's is a device tensor: pass block_mapping.cpu()).
-    Capturable in a CUDA graph."""
+    host [num_pairs, 2] array, or a CUDA int64 tensor as vLLM passes it (then one kernel reads
+    it on the device: _copy_blocks_device below). Capturable in a CUDA graph."""
+    if _on_cuda(block_mapping):
+        return _copy_blocks_device(key_caches, value_caches, block_mapping, stream)
     caches = list(key_caches) + list(value_caches)
     s = _device.stream_handle(stream, caches)
     args = []
@@ -660,6 +661,82 @@ def copy_blocks(key_caches, value_caches, block_mapping, *, stream=None):
     refs = (ctypes.c_void_p * max(len(args), 1))(*[a.ref for a in args])
     pairs, n = _block_mapping(block_mapping)
     _lib.check(_lib.lib.graphattn_copy_blocks(refs, len(args), pairs, n, s))
+
+
+# ---- merge_attn_states, copy_blocks with a device mapping, float32 cache writes (issue 29)
+
+def _on_cuda(x):
+    """Whether x is an array in CUDA device memory (a DLArg's device, or __dlpack_device__)."""
+    if isinstance(x, DLArg):
+        return x.device[0] in CUDA_DEVICES
+    dev = getattr(x, "__dlpack_device__", None)
+    return dev is not None and int(dev()[0]) in CUDA_DEVICES
+
+
+def _write_kv_dtype(key, kv_cache_dtype):
+    """graphattn_kv_dtype_t of a cache write's kv_cache_dtype for keys of key's dtype (float16,
+    bfloat16 or float32: vLLM's reshape_and_cache[_flash] take all three)."""
+    code, bits, lanes = key.dtype
+    if not (code == FLOAT and bits == 32 and lanes == 1):
+        try:
+            model = _model_dtype(key, "key")
+        except ValueError:
+            raise ValueError("key dtype %s is not supported; supported: float16, bfloat16, "
+                             "float32" % key.dtype_name) from None
+        return _names.parse_kv_dtype(kv_cache_dtype, model)
+    if str(kv_cache_dtype).strip().lower() in ("float32", "fp32", "float", "torch.float32"):
+        return _names.KV_AUTO
+    try:
+        return _names.parse_kv_dtype(kv_cache_dtype, _names.FLOAT16)
+    except ValueError:
+        raise ValueError("kv_cache_dtype %r is not supported; supported: auto (the keys' "
+                         "float32), fp8 (= fp8_e4m3), fp8_e4m3, fp8_e5m2"
+                         % (kv_cache_dtype,)) from None
+
+
+def _copy_blocks_device(key_caches, value_caches, block_mapping, stream):
+    """copy_blocks with a CUDA int64 [num_pairs, 2] block_mapping: one kernel reads the pairs on
+    the device and copies them in every cache (one launch for up to 256 caches), with no host
+    sync; a replayed graph reads the mapping's current contents. A pair naming a block outside a
+    cache (e.g. a -1 row padding a captured mapping) or src == dst copies nothing; the pairs run
+    in parallel (as in vLLM's kernel), so no block may be written twice, or written and read."""
+    caches = list(key_caches) + list(value_caches)
+    s = _device.stream_handle(stream, caches + [block_mapping])
+    args = []
+    for i, c in enumerate(caches):
+        name = ("key_caches[%d]" % i if i < len(key_caches)
+                else "value_caches[%d]" % (i - len(key_caches)))
+        args.append(to_dl(c, name, s))
+    refs = (ctypes.c_void_p * max(len(args), 1))(*[a.ref for a in args])
+    mapping = to_dl(block_mapping, "block_mapping", s)
+    _lib.check(_lib.lib.graphattn_copy_blocks_device(refs, len(args), mapping.ref, s, None))
+
+
+def merge_attn_states(output, prefix_output, prefix_lse, suffix_output, suffix_lse,
+                      output_lse=None, *, stream=None):
+    """vLLM's merge_attn_states: output = the attention over two disjoint key sets from their
+    partial results, weighted by their log-sum-exps (natural log); output_lse, when given,
+    receives the merged LSE.
+
+    output, prefix_output, suffix_output: [num_tokens, num_heads, head_size] of one dtype,
+                  float16, bfloat16 or float32 (head_size a multiple of 8, of 4 for float32)
+    prefix_lse, suffix_lse, output_lse: float32 [num_heads, num_tokens], any strides
+    An infinite LSE (an empty key set: +inf from FlashAttention 2, -inf from 3) gives that side
+    weight 0; both infinite: output = prefix_output, output_lse = -inf. One kernel, no host
+    sync: capturable after one eager call (which compiles or loads it).
+    """
+    s = _device.stream_handle(stream, (output, prefix_output))
+    o = to_dl(output, "output", s)
+    po = to_dl(prefix_output, "prefix_output", s)
+    pl = to_dl(prefix_lse, "prefix_lse", s)
+    so = to_dl(suffix_output, "suffix_output", s)
+    sl = to_dl(suffix_lse, "suffix_lse", s)
+    ol = to_dl_optional(output_lse, "output_lse", s)
+    _lib.check(_lib.lib.graphattn_merge_attn_states(o.ref, po.ref, pl.ref, so.ref, sl.ref,
+                                                    ref_of(ol), s, None))
+
+
+__all__ += ["merge_attn_states"]
 
 
 paged_attention_v1 = _torch_op(_paged_attention.paged_attention_v1)

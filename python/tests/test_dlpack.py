@@ -181,8 +181,12 @@ def test_reshape_and_cache_flash_reaches_the_library():
         ops.reshape_and_cache_flash(key, key, k, v, slots, "auto", 1.0, 1.0)
     with pytest.raises(ValueError, match="kv_cache_dtype 'fp4' is not supported"):
         ops.reshape_and_cache_flash(key, key, k, v, slots, "fp4", 1.0, 1.0)
-    with pytest.raises(ValueError, match=r"key dtype float32 is not supported"):
+    # float32 keys pass the face (vLLM's float32 caches); these host arrays stop at the library.
+    with pytest.raises(graphattn.GraphattnError, match="needs CUDA device memory"):
         ops.reshape_and_cache_flash(key.astype(np.float32), key, k, v, slots, "auto", 1.0, 1.0)
+    with pytest.raises(ValueError, match=r"key dtype int32 is not supported; supported: float16, "
+                                         r"bfloat16, float32"):
+        ops.reshape_and_cache_flash(key.astype(np.int32), key, k, v, slots, "auto", 1.0, 1.0)
     with pytest.raises(ValueError, match=r"k_scale holds different values"):
         ops.reshape_and_cache_flash(key, key, k, v, slots, "fp8",
                                     np.array([1.0, 2.0], np.float32), 1.0)

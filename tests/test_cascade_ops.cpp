@@ -1,0 +1,308 @@
+// merge_attn_states, the device-mapped copy_blocks and the cache writes' float32, block size 8
+// and legacy x, on the host: their spec kinds and rules, NVRTC builds, and every refusal, which
+// comes before any device use (so these run without a GPU).
+#include <doctest/doctest.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "graphattn/backend.hpp"
+#include "graphattn/error.hpp"
+#include "graphattn/graphattn.h"
+#include "graphattn/jit.hpp"
+#include "graphattn/kv_blocks.hpp"
+#include "graphattn/merge_states.hpp"
+#include "graphattn/paged_cache.hpp"
+#include "tests/test_util.hpp"
+
+using namespace graphattn;
+using test::error_of;
+using test::fake_device;
+
+namespace {
+
+bool has(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
+
+TensorView rows(uintptr_t at, ScalarType t, int64_t tokens, int64_t heads, int64_t head) {
+  return TensorView::contiguous(fake_device(at), t, {tokens, heads, head});
+}
+
+TensorView lse(uintptr_t at, int64_t heads, int64_t tokens) {
+  return TensorView::contiguous(fake_device(at), ScalarType::kFloat32, {heads, tokens});
+}
+
+}  // namespace
+
+TEST_CASE("cascade ops: merge_states and block_copy specs: one canonical form each") {
+  for (const char* s : {"merge_states_h128_b16_bf16_kvauto_g1_swa0_cap0_nhd_sm90",
+                        "merge_states_h128_b16_fp16_kvauto_g1_swa0_cap0_nhd_sm80",
+                        "merge_states_h128_b16_fp32_kvauto_g1_swa0_cap0_nhd_sm90",
+                        "block_copy_h128_b16_bf16_kvauto_g1_swa0_cap0_nhd_sm90"}) {
+    INFO(s);
+    CHECK(AttentionSpec::parse(s).to_string() == s);
+  }
+  CHECK(std::string(to_string(KernelKind::kMergeStates)) == "merge_states");
+  CHECK(std::string(to_string(KernelKind::kBlockCopy)) == "block_copy");
+  CHECK(std::string(to_string(DType::kFloat32)) == "fp32");
+  CHECK(dtype_bytes(DType::kFloat32) == 4);
+  for (const char* s : {"merge_states_h64_b16_bf16_kvauto_g1_swa0_cap0_nhd_sm90",
+                        "merge_states_h128_b32_bf16_kvauto_g1_swa0_cap0_nhd_sm90",
+                        "merge_states_h128_b16_bf16_kve4m3_g1_swa0_cap0_nhd_sm90",
+                        "merge_states_h128_b16_bf16_kvauto_g2_swa0_cap0_nhd_sm90",
+                        "merge_states_h128_b16_bf16_kvauto_g1_swa0_cap0_nhd_sm90_chk",
+                        "block_copy_h128_b16_fp16_kvauto_g1_swa0_cap0_nhd_sm90",
+                        "block_copy_h128_b16_bf16_kvauto_g1_swa0_cap0_hnd_sm90"}) {
+    INFO(s);
+    CHECK(has(error_of([&] { AttentionSpec::parse(s); }), "keep every other axis at its default"));
+  }
+  // spec_for gives the canonical specs whatever the layer says.
+  AttentionLayerConfig c;
+  c.head_size = 64;
+  c.block_size = 32;
+  c.num_heads = 8;
+  c.num_kv_heads = 2;
+  c.kv_dtype = KvDType::kFp8E4M3;
+  c.dtype = DType::kFloat16;
+  c.arch = 80;
+  CHECK(spec_for(c, KernelKind::kMergeStates).to_string() ==
+        "merge_states_h128_b16_fp16_kvauto_g1_swa0_cap0_nhd_sm80");
+  CHECK(spec_for(c, KernelKind::kBlockCopy).to_string() ==
+        "block_copy_h128_b16_bf16_kvauto_g1_swa0_cap0_nhd_sm80");
+}
+
+TEST_CASE("cascade ops: fp32 and block size 8 are the cache writes' only") {
+  CHECK(AttentionSpec::parse("cache_write_h128_b8_fp32_kvauto_g1_swa0_cap0_nhd_sm90").dtype ==
+        DType::kFloat32);
+  CHECK(
+      AttentionSpec::parse("cache_write_h64_b8_bf16_kve4m3_g1_swa0_cap0_legacy_sm80").block_size ==
+      8);
+  CHECK(error_of([] {
+          AttentionSpec::parse("decode_h128_b16_fp32_kvauto_g1_swa0_cap0_nhd_sm90");
+        }).find("dtype fp32 is not supported by the decode kernel; supported: fp16, bf16") !=
+        std::string::npos);
+  CHECK(has(error_of([] {
+              AttentionSpec::parse("prefill_h128_b16_fp32_kvauto_g1_swa0_cap0_legacy_sm90");
+            }),
+            "dtype fp32 is not supported by the prefill kernel"));
+  CHECK(has(
+      error_of([] { AttentionSpec::parse("kv_scale_h128_b16_fp32_kvauto_g1_swa0_cap0_nhd_sm90"); }),
+      "dtype fp32 is not supported by the kv_scale kernel"));
+  CHECK(has(
+      error_of([] { AttentionSpec::parse("decode_h128_b8_bf16_kvauto_g1_swa0_cap0_legacy_sm90"); }),
+      "block size 8 is not supported by the decode kernel; supported: 16, 32, ..., 256 "
+      "(multiples of 16; 8: cache_write only)"));
+  CHECK(has(
+      error_of([] { AttentionSpec::parse("prefill_h128_b8_bf16_kvauto_g1_swa0_cap0_nhd_sm90"); }),
+      "block size 8 is not supported by the prefill kernel"));
+  CHECK(has(error_of([] {
+              AttentionSpec::parse("cache_write_h128_b24_bf16_kvauto_g1_swa0_cap0_nhd_sm90");
+            }),
+            "block size 24 is not supported; supported: 16, 32, ..., 256 (multiples of 16; cache "
+            "writes also 8)"));
+  // A layer configuration is an attention layer's: fp32 and block 8 stay refused there.
+  AttentionLayerConfig c;
+  c.num_heads = c.num_kv_heads = 2;
+  c.head_size = 128;
+  c.max_model_len = 1024;
+  c.max_num_seqs = 8;
+  c.dtype = DType::kFloat32;
+  CHECK(has(attention_config_problem(c), "dtype fp32 is not supported by the decode kernel"));
+  c.dtype = DType::kBFloat16;
+  c.block_size = 8;
+  CHECK(has(attention_config_problem(c), "block size 8 is not supported by the decode kernel"));
+}
+
+TEST_CASE("cascade ops: NVRTC builds merge_states, block_copy and the fp32 / block 8 writes") {
+  const char* specs[] = {
+      "merge_states_h128_b16_bf16_kvauto_g1_swa0_cap0_nhd_sm90",
+      "merge_states_h128_b16_fp16_kvauto_g1_swa0_cap0_nhd_sm80",
+      "merge_states_h128_b16_fp32_kvauto_g1_swa0_cap0_nhd_sm90",
+      "block_copy_h128_b16_bf16_kvauto_g1_swa0_cap0_nhd_sm80",
+      "block_copy_h128_b16_bf16_kvauto_g1_swa0_cap0_nhd_sm90",
+      "cache_write_h128_b8_fp32_kvauto_g1_swa0_cap0_nhd_sm90",
+      "cache_write_h64_b8_fp32_kvauto_g1_swa0_cap0_legacy_sm80",
+      "cache_write_h128_b16_fp32_kve4m3_g1_swa0_cap0_legacy_sm90",
+      "cache_write_h128_b8_bf16_kve5m2_g1_swa0_cap0_hnd_sm90",
+      "cache_write_h128_b8_fp16_kvauto_g1_swa0_cap0_legacy_sm90_chk",
+  };
+  for (const char* text : specs) {
+    INFO(text);
+    test::check_cubin_builds(render_kernel(AttentionSpec::parse(text)));
+  }
+  CHECK(render_kernel(AttentionSpec::parse(specs[0])).entry == "graphattn_merge_states");
+  CHECK(render_kernel(AttentionSpec::parse(specs[3])).entry == "graphattn_block_copy");
+}
+
+TEST_CASE("cascade ops: merge_attn_states names every bad argument before touching a device") {
+  const ScalarType bf = ScalarType::kBFloat16;
+  const TensorView out = rows(0x100000, bf, 5, 4, 128);
+  const TensorView po = rows(0x200000, bf, 5, 4, 128);
+  const TensorView so = rows(0x300000, bf, 5, 4, 128);
+  const TensorView pl = lse(0x400000, 4, 5), sl = lse(0x500000, 4, 5);
+  const auto call = [&](const TensorView& o, const TensorView& p, const TensorView& plse,
+                        const TensorView& s, const TensorView& slse, const TensorView& olse) {
+    return error_of([&] { merge_attn_states(o, p, plse, s, slse, olse, nullptr); });
+  };
+  CHECK(call(rows(0x100000, ScalarType::kInt32, 5, 4, 128), po, pl, so, sl, {}) ==
+        "dtype int32 is not supported; supported: fp16, bf16, fp32");
+  CHECK(call(out, rows(0x200000, ScalarType::kFloat16, 5, 4, 128), pl, so, sl, {}) ==
+        "merge_attn_states: prefix_output fp16[5, 4, 128] strides [512, 128, 1] must have "
+        "output's dtype and shape: bf16[5, 4, 128] strides [512, 128, 1]");
+  CHECK(has(call(out, po, pl, rows(0x300000, bf, 5, 2, 128), sl, {}),
+            "merge_attn_states: suffix_output bf16[5, 2, 128]"));
+  CHECK(call(rows(0x100000, bf, 5, 4, 12), rows(0x200000, bf, 5, 4, 12), pl,
+             rows(0x300000, bf, 5, 4, 12), sl, {}) ==
+        "merge_attn_states: head size 12 is not supported for bf16; supported: multiples of 8 "
+        "(16-byte vectors, as vLLM's CUDA kernel)");
+  CHECK(has(call(rows(0x100000, ScalarType::kFloat32, 5, 4, 6),
+                 rows(0x200000, ScalarType::kFloat32, 5, 4, 6), pl,
+                 rows(0x300000, ScalarType::kFloat32, 5, 4, 6), sl, {}),
+            "supported: multiples of 4"));
+  CHECK(has(call(rows(0x100008, bf, 5, 4, 128), po, pl, so, sl, {}), "16-byte aligned data"));
+  CHECK(call(out, po, lse(0x400000, 5, 4), so, sl, {}) ==
+        "merge_attn_states: prefix_lse fp32[5, 4] strides [4, 1] is not supported; supported: "
+        "fp32[4, 5] ([num_heads, num_tokens] of output)");
+  CHECK(has(call(out, po, pl, so, TensorView::contiguous(fake_device(0x500000), bf, {4, 5}), {}),
+            "merge_attn_states: suffix_lse bf16[4, 5]"));
+  CHECK(has(call(out, po, pl, so, sl,
+                 TensorView::contiguous(fake_device(0x600000), ScalarType::kFloat32, {4, 5, 1})),
+            "output_lse must be 2-d [num_heads, num_tokens]"));
+  CHECK(call(out, po, pl, so, sl, lse(0x600002, 4, 5)) ==
+        "merge_attn_states: output_lse is not 4-byte aligned");
+  CHECK(has(call(out, po, pl, so, sl, TensorView::contiguous(fake_device(0x600000), bf, {1})),
+            "output_lse must be 2-d"));
+}
+
+TEST_CASE("cascade ops: device-mapped copy_blocks checks its views before touching a device") {
+  const TensorView cache =
+      TensorView::contiguous(fake_device(0x100000), ScalarType::kBFloat16, {10, 16, 2, 64});
+  const auto mapping = [](ScalarType t, std::initializer_list<int64_t> shape, uintptr_t at) {
+    return TensorView::contiguous(fake_device(at), t, shape);
+  };
+  const auto call = [&](const std::vector<TensorView>& caches, const TensorView& m) {
+    return error_of([&] { copy_blocks_device(caches, m, nullptr); });
+  };
+  CHECK(call({cache}, mapping(ScalarType::kInt32, {3, 2}, 0x9000)) ==
+        "copy_blocks: block_mapping int32[3, 2] strides [2, 1] is not supported; supported: "
+        "int64 [num_pairs, 2] (src, dst), num_pairs < 2^31");
+  CHECK(has(call({cache}, mapping(ScalarType::kInt64, {3, 3}, 0x9000)),
+            "supported: int64 [num_pairs, 2]"));
+  CHECK(has(call({cache}, mapping(ScalarType::kInt64, {6}, 0x9000)),
+            "copy_blocks: block_mapping must be 2-d [num_pairs, 2]"));
+  CHECK(call({cache}, mapping(ScalarType::kInt64, {3, 2}, 0x9004)) ==
+        "copy_blocks: block_mapping int64[3, 2] strides [2, 1] is not 8-byte aligned");
+  const TensorView gappy = TensorView::strided(fake_device(0x300000), ScalarType::kBFloat16,
+                                               {4, 16, 2, 64}, {16 * 2 * 128, 2 * 128, 128, 1});
+  CHECK(call({cache, gappy}, mapping(ScalarType::kInt64, {3, 2}, 0x9000))
+            .find("copy_blocks: caches[1] bf16[4, 16, 2, 64]") == 0);
+  CHECK(call({cache, TensorView{}}, mapping(ScalarType::kInt64, {3, 2}, 0x9000)) ==
+        "copy_blocks: caches[1] is null");
+}
+
+TEST_CASE("cascade ops: the cache writes' fp32, block 8 and legacy x checks") {
+  const ScalarType f32 = ScalarType::kFloat32, bf = ScalarType::kBFloat16;
+  const TensorView slots = TensorView::contiguous(fake_device(0x500000), ScalarType::kInt64, {4});
+  // Legacy caches: x is read from the key cache's shape.
+  const auto legacy = [](ScalarType t, int64_t x, int64_t block, uintptr_t at) {
+    PagedKvCache c;
+    c.key_cache = TensorView::contiguous(fake_device(at), t, {10, 2, 128 / x, block, x});
+    c.value_cache = TensorView::contiguous(fake_device(at + 0x100000), t, {10, 2, 128, block});
+    return c;
+  };
+  const auto write_legacy = [&](const TensorView& key, const PagedKvCache& c) {
+    return error_of(
+        [&] { write_to_paged_cache(key, key, c.key_cache, c.value_cache, slots, 1, 1, nullptr); });
+  };
+  const TensorView key32 = rows(0x400000, f32, 4, 2, 128);
+  const TensorView key16 = rows(0x400000, bf, 4, 2, 128);
+  // x = 2: not 8, 16 or the default 16 bytes (4 fp32 elements).
+  CHECK(write_legacy(key32, legacy(f32, 2, 8, 0x1000000)) ==
+        "key_cache fp32[10, 2, 64, 8, 2] strides [2048, 1024, 16, 2, 1] has x = 2 (its last dim), "
+        "which is not supported; supported: 4, 8, 16");
+  CHECK(write_legacy(key16, legacy(bf, 4, 16, 0x1000000)) ==
+        "key_cache bf16[10, 2, 32, 16, 4] strides [4096, 2048, 64, 4, 1] has x = 4 (its last dim), "
+        "which is not supported; supported: 8, 16");
+  CHECK(has(write_legacy(key16, legacy(ScalarType::kFloat8E4M3, 4, 16, 0x1000000)),
+            "supported: 8, 16"));
+  // Mixed dtypes: fp32 keys need an fp32 (or fp8) cache, 16-bit keys their own type.
+  CHECK(has(write_legacy(key32, legacy(bf, 8, 16, 0x1000000)),
+            "KV cache dtype bf16 differs from the model dtype fp32"));
+  CHECK(has(write_legacy(key16, legacy(f32, 8, 16, 0x1000000)),
+            "KV cache dtype fp32 differs from the model dtype bf16"));
+  CHECK(has(
+      write_legacy(rows(0x400000, ScalarType::kInt32, 4, 2, 128), legacy(f32, 8, 16, 0x1000000)),
+      "dtype int32 is not supported; supported: fp16, bf16, fp32"));
+  // Block size 24 is no cache write block size; 8 is (it fails later, at the device).
+  CHECK(has(write_legacy(key32, legacy(f32, 4, 24, 0x1000000)), "block size 24 is not supported"));
+  // The flash write: an fp32 cache of block 8 passes every check; a block of 12 does not.
+  const auto flash = [&](int64_t block) {
+    return TensorView::contiguous(fake_device(0x2000000), f32, {2, 10, block, 2, 128});
+  };
+  CHECK(has(error_of([&] { write_kv_cache(key32, key32, flash(12), slots, 1, 1, nullptr); }),
+            "block size 12 is not supported"));
+  // The attention paths keep their rules: a legacy cache with another x, fp32 queries.
+  CHECK(has(error_of([&] {
+              const PagedKvCache c = legacy(ScalarType::kFloat8E4M3, 8, 16, 0x1000000);
+              forward_prefix(
+                  key16, key16, key16, "fp8", c.key_cache, c.value_cache,
+                  TensorView::contiguous(fake_device(0x3000000), ScalarType::kInt32, {1, 4}),
+                  TensorView::contiguous(fake_device(0x3100000), ScalarType::kInt32, {2}),
+                  TensorView::contiguous(fake_device(0x3200000), ScalarType::kInt32, {1}), 4,
+                  nullptr, 0, 1, 1, key16, nullptr);
+            }),
+            "with x = 16 (16 bytes of fp8_e4m3; other x values: the cache writes only)"));
+}
+
+TEST_CASE("cascade ops: C ABI refusals of merge_attn_states and device-mapped copy_blocks") {
+  int64_t out_shape[3] = {5, 4, 128}, lse_shape[2] = {4, 5}, map_shape[2] = {3, 2};
+  int64_t cache_shape[4] = {10, 16, 2, 64};
+  const auto dl = [](uintptr_t at, int ndim, int64_t* shape, DLDataType t, DLDeviceType dev) {
+    DLTensor d{};
+    d.data = fake_device(at);
+    d.device = {dev, 0};
+    d.ndim = ndim;
+    d.shape = shape;
+    d.dtype = t;
+    return d;
+  };
+  const DLDataType bf16{kDLBfloat, 16, 1}, f32{kDLFloat, 32, 1}, i64{kDLInt, 64, 1};
+  DLTensor out = dl(0x100000, 3, out_shape, bf16, kDLCUDA);
+  DLTensor po = dl(0x200000, 3, out_shape, bf16, kDLCUDA);
+  DLTensor so = dl(0x300000, 3, out_shape, bf16, kDLCUDA);
+  DLTensor pl = dl(0x400000, 2, lse_shape, f32, kDLCUDA);
+  DLTensor sl = dl(0x500000, 2, lse_shape, f32, kDLCUDA);
+  DLTensor host_lse = dl(0x500000, 2, lse_shape, f32, kDLCPU);
+  CHECK(graphattn_merge_attn_states(&out, &po, &pl, &so, &host_lse, nullptr, nullptr, nullptr) ==
+        GRAPHATTN_ERROR_INVALID_ARGUMENT);
+  CHECK(has(graphattn_last_error(), "suffix_lse is on device type 1 (CPU)"));
+  CHECK(graphattn_merge_attn_states(&out, &po, &pl, nullptr, &sl, nullptr, nullptr, nullptr) ==
+        GRAPHATTN_ERROR_INVALID_ARGUMENT);
+  CHECK(std::string(graphattn_last_error()) == "suffix_output is NULL");
+  DLTensor bad_lse = dl(0x400000, 2, out_shape, f32, kDLCUDA);  // [5, 4]
+  CHECK(graphattn_merge_attn_states(&out, &po, &bad_lse, &so, &sl, nullptr, nullptr, nullptr) ==
+        GRAPHATTN_ERROR);
+  CHECK(has(graphattn_last_error(), "prefix_lse fp32[5, 4]"));
+
+  DLTensor cache = dl(0x1000000, 4, cache_shape, bf16, kDLCUDA);
+  const DLTensor* caches[] = {&cache};
+  DLTensor host_map = dl(0x9000, 2, map_shape, i64, kDLCPU);
+  CHECK(graphattn_copy_blocks_device(caches, 1, &host_map, nullptr, nullptr) ==
+        GRAPHATTN_ERROR_INVALID_ARGUMENT);
+  CHECK(has(graphattn_last_error(),
+            "block_mapping is on device type 1 (CPU); graphattn needs CUDA device memory"));
+  DLTensor map32 = dl(0x9000, 2, map_shape, DLDataType{kDLInt, 32, 1}, kDLCUDA);
+  CHECK(graphattn_copy_blocks_device(caches, 1, &map32, nullptr, nullptr) == GRAPHATTN_ERROR);
+  CHECK(has(graphattn_last_error(), "copy_blocks: block_mapping int32[3, 2]"));
+  CHECK(graphattn_copy_blocks_device(nullptr, 1, &map32, nullptr, nullptr) ==
+        GRAPHATTN_ERROR_INVALID_ARGUMENT);
+  CHECK(std::string(graphattn_last_error()) == "caches is NULL");
+  DLTensor host_cache = dl(0x1000000, 4, cache_shape, bf16, kDLCPU);
+  const DLTensor* host_caches[] = {&host_cache};
+  DLTensor map = dl(0x9000, 2, map_shape, i64, kDLCUDA);
+  CHECK(graphattn_copy_blocks_device(host_caches, 1, &map, nullptr, nullptr) ==
+        GRAPHATTN_ERROR_INVALID_ARGUMENT);
+  CHECK(has(graphattn_last_error(), "caches[0] is on device type 1 (CPU)"));
+}
