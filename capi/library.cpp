@@ -71,11 +71,12 @@ KernelCache& cache_of(graphattn_cache_t cache) {
 #define GRAPHATTN_SAME_ENUM(first, last, E, cpp_first)                                  \
   static_assert(first == static_cast<int>(E::cpp_first) && last + 1 == enum_count<E>(), \
                 #E " and its C enum hold the same values");
-GRAPHATTN_SAME_ENUM(GRAPHATTN_DTYPE_FLOAT16, GRAPHATTN_DTYPE_BFLOAT16, DType, kFloat16)
+GRAPHATTN_SAME_ENUM(GRAPHATTN_DTYPE_FLOAT16, GRAPHATTN_DTYPE_FLOAT32, DType, kFloat16)
 GRAPHATTN_SAME_ENUM(GRAPHATTN_KV_DTYPE_AUTO, GRAPHATTN_KV_DTYPE_FP8_E5M2, KvDType, kAuto)
 GRAPHATTN_SAME_ENUM(GRAPHATTN_ATTN_DECODER, GRAPHATTN_ATTN_ENCODER_DECODER, AttentionType, kDecoder)
 #undef GRAPHATTN_SAME_ENUM
 static_assert(GRAPHATTN_DTYPE_BFLOAT16 == static_cast<int>(DType::kBFloat16) &&
+              GRAPHATTN_DTYPE_FLOAT32 == static_cast<int>(DType::kFloat32) &&
               GRAPHATTN_KV_DTYPE_FP8_E4M3 == static_cast<int>(KvDType::kFp8E4M3) &&
               GRAPHATTN_KV_DTYPE_FP8_E5M2 == static_cast<int>(KvDType::kFp8E5M2) &&
               GRAPHATTN_ATTN_ENCODER == static_cast<int>(AttentionType::kEncoder) &&

@@ -75,6 +75,7 @@ typedef enum graphattn_status {
 typedef enum graphattn_dtype {
   GRAPHATTN_DTYPE_FLOAT16 = 0,
   GRAPHATTN_DTYPE_BFLOAT16 = 1,
+  GRAPHATTN_DTYPE_FLOAT32 = 2, /* the cache writes and merge_attn_states only */
   GRAPHATTN_DTYPE_ENUM_MAX = 0x7fffffff
 } graphattn_dtype_t;
 

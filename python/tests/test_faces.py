@@ -174,7 +174,8 @@ def test_enum_constants_match_names(header):
     """_names' constants are graphattn.h's values, and its name tables (read from the library)
     name exactly the C enums' values."""
     pairs = [("graphattn_dtype_t", {"FLOAT16": "GRAPHATTN_DTYPE_FLOAT16",
-                                    "BFLOAT16": "GRAPHATTN_DTYPE_BFLOAT16"},
+                                    "BFLOAT16": "GRAPHATTN_DTYPE_BFLOAT16",
+                                    "FLOAT32": "GRAPHATTN_DTYPE_FLOAT32"},
               _names.DTYPE_NAMES),
              ("graphattn_kv_dtype_t", {"KV_AUTO": "GRAPHATTN_KV_DTYPE_AUTO",
                                        "KV_FP8_E4M3": "GRAPHATTN_KV_DTYPE_FP8_E4M3",

@@ -40,7 +40,8 @@ static void test_library(void) {
   CHECK(graphattn_kv_dtype_name(GRAPHATTN_KV_DTYPE_FP8_E5M2 + 1) == NULL);
   CHECK(graphattn_kv_dtype_name(-1) == NULL);
   CHECK(strcmp(graphattn_dtype_name(GRAPHATTN_DTYPE_BFLOAT16), "bfloat16") == 0);
-  CHECK(graphattn_dtype_name(GRAPHATTN_DTYPE_BFLOAT16 + 1) == NULL);
+  CHECK(strcmp(graphattn_dtype_name(GRAPHATTN_DTYPE_FLOAT32), "float32") == 0);
+  CHECK(graphattn_dtype_name(GRAPHATTN_DTYPE_FLOAT32 + 1) == NULL);
   CHECK(strcmp(graphattn_kv_layout_name(GRAPHATTN_KV_LAYOUT_HND), "HND") == 0);
   CHECK(graphattn_kv_layout_name(GRAPHATTN_KV_LAYOUT_HND + 1) == NULL);
   CHECK(strcmp(graphattn_attn_type_name(GRAPHATTN_ATTN_ENCODER_DECODER), "encoder_decoder") == 0);

@@ -62,7 +62,7 @@ std::string describe(const LegacyCase& c) {
   return s;
 }
 
-const char* kv_cache_dtype_name(KvDType k) {
+const char* vllm_kv_dtype_arg(KvDType k) {
   return k == KvDType::kAuto ? "auto" : k == KvDType::kFp8E4M3 ? "fp8" : "fp8_e5m2";
 }
 
@@ -224,7 +224,7 @@ void call_paged_attention(const LegacyCase& c, const LegacyBatch& b, float scale
   if (!c.v2) {
     paged_attention_v1(b.out_view, b.q_view, b.caches.key_cache, b.caches.value_cache,
                        c.num_kv_heads, scale, b.bt_view, b.seq_view, c.block_size, max_seq_len,
-                       b.slopes_view, kv_cache_dtype_name(c.kv), ks, vs, c.tp_rank, c.bsp_local,
+                       b.slopes_view, vllm_kv_dtype_arg(c.kv), ks, vs, c.tp_rank, c.bsp_local,
                        c.bsp_vert, c.bsp_block, c.bsp_step, stream, cache);
     return;
   }
@@ -239,7 +239,7 @@ void call_paged_attention(const LegacyCase& c, const LegacyBatch& b, float scale
       TensorView::contiguous(tmp.data(), scalar_type_of(c.dtype), {n, H, parts, c.head_size});
   paged_attention_v2(b.out_view, exp_sums, exp_sums, tmp_out, b.q_view, b.caches.key_cache,
                      b.caches.value_cache, c.num_kv_heads, scale, b.bt_view, b.seq_view,
-                     c.block_size, max_seq_len, b.slopes_view, kv_cache_dtype_name(c.kv), ks, vs,
+                     c.block_size, max_seq_len, b.slopes_view, vllm_kv_dtype_arg(c.kv), ks, vs,
                      c.tp_rank, c.bsp_local, c.bsp_vert, c.bsp_block, c.bsp_step, stream, cache);
   GA_CU_CHECK(detail::driver().cuStreamSynchronize(stream));  // before sums and tmp go
 }
