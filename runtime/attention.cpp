@@ -254,15 +254,14 @@ size_t AttentionBackend::workspace_bytes() const {
   return detail::layer_workspace(config_).total(most);
 }
 
-void AttentionBackend::forward(const TensorView& query, const TensorView& key,
-                               const TensorView& value, const TensorView& kv_cache,
-                               const TensorView& output, const AttentionMetadata& md,
-                               void* workspace, size_t workspace_size, CUstream stream) const {
-  GA_REQUIRE(prepared_, "forward: call prepare() before the first forward (and before capture)");
-  if (encoder_only()) return forward_encoder_only(query, key, value, output, md, stream);
-  const AttentionLayerConfig& c = config_;
-  // Everything is checked before the first launch, so a bad call launches nothing.
-  // A device split launches the decode kernel over every request slot (it skips the others).
+namespace {
+
+// forward()'s steps, in the order forward() runs them. The checks all come before the first
+// launch, so a bad call launches nothing.
+
+// The metadata's request counts; returns how many requests the decode kernel covers: the
+// decodes, or with a device split every request slot (the kernel skips the others).
+int checked_decode_count(const AttentionLayerConfig& c, const AttentionMetadata& md) {
   const bool dev = md.device_split;
   const int num_decodes = dev ? md.num_reqs : md.num_decodes;
   GA_REQUIRE(md.num_reqs >= 0, "metadata: num_reqs " + str(md.num_reqs) + " must be >= 0");
@@ -281,6 +280,12 @@ void AttentionBackend::forward(const TensorView& query, const TensorView& key,
              std::string("metadata: ") + (dev ? "num_reqs " : "num_decodes ") + str(num_decodes) +
                  " exceeds max_num_seqs " + str(c.max_num_seqs) +
                  " that the workspace was sized for");
+  return num_decodes;
+}
+
+// The query's shape and dtype, and the batch's token count against it.
+void check_query(const AttentionLayerConfig& c, const TensorView& query,
+                 const AttentionMetadata& md) {
   detail::require_rank(query, 3, "query", "[num_tokens, num_heads, head_size]");
   GA_REQUIRE(query.shape[1] == c.num_heads && query.shape[2] == c.head_size,
              "query " + query.describe() + " must have " + str(c.num_heads) + " heads of size " +
@@ -288,10 +293,15 @@ void AttentionBackend::forward(const TensorView& query, const TensorView& key,
   GA_REQUIRE(query.dtype == scalar_type_of(c.dtype),
              "query dtype " + std::string(to_string(query.dtype)) + " differs from the layer's " +
                  to_string(c.dtype));
-  const int64_t min_tokens = dev ? 0 : md.num_decode_tokens;
+  const int64_t min_tokens = md.device_split ? 0 : md.num_decode_tokens;
   GA_REQUIRE(md.num_actual_tokens >= min_tokens && md.num_actual_tokens <= query.shape[0],
              "metadata: num_actual_tokens " + str(md.num_actual_tokens) + " must be in [" +
                  str(min_tokens) + ", query tokens " + str(query.shape[0]) + "]");
+}
+
+// The KV cache view against the layer, then the block table against max_seq_len.
+detail::KvCacheShape check_paged_cache(const AttentionLayerConfig& c, const TensorView& kv_cache,
+                                       const AttentionMetadata& md) {
   const detail::KvCacheShape kc = detail::check_kv_cache(kv_cache, c.dtype);
   GA_REQUIRE(kc.layout == c.layout && kc.kv_dtype == c.kv_dtype && kc.block_size == c.block_size &&
                  kc.num_kv_heads == c.num_kv_heads && kc.head_size == c.head_size,
@@ -303,44 +313,67 @@ void AttentionBackend::forward(const TensorView& query, const TensorView& key,
   GA_REQUIRE(md.max_seq_len >= 0 && md.max_seq_len <= md.block_table.shape[1] * c.block_size,
              "metadata: max_seq_len " + str(md.max_seq_len) + " does not fit block_table " +
                  md.block_table.describe() + " of " + str(c.block_size) + "-token blocks");
-  const bool write = key.ndim != 0;
-  // Cross attention writes the encoder's tokens (key's rows, as many as vLLM's cross slot
-  // mapping holds), not the decoder's queries; the others write the batch's tokens.
-  const bool cross = c.attn_type == AttentionType::kEncoderDecoder;
-  int64_t write_rows = md.num_actual_tokens;
-  if (write) {
-    detail::require_rank(md.slot_mapping, 1, "slot_mapping", "[num_tokens]");
-    detail::require_rank(key, 3, "key", "[num_tokens, num_kv_heads, head_size]");
-    detail::require_rank(value, 3, "value", "[num_tokens, num_kv_heads, head_size]");
-    detail::require_kv_dtype(key, value, c.dtype, "forward");
-    if (cross) {
-      write_rows = key.shape[0];
-      GA_REQUIRE(value.shape[0] >= write_rows && md.slot_mapping.shape[0] >= write_rows,
-                 "cross attention writes key's " + str(write_rows) + " encoder rows: value " +
-                     value.describe() + " and slot_mapping " + md.slot_mapping.describe() +
-                     " need as many");
-    }
-    GA_REQUIRE(key.shape[0] >= write_rows && value.shape[0] >= write_rows &&
-                   md.slot_mapping.shape[0] >= write_rows,
-               "key " + key.describe() + ", value " + value.describe() + " and slot_mapping " +
-                   md.slot_mapping.describe() + " need num_actual_tokens " +
-                   str(md.num_actual_tokens) + " rows");
-  }
+  return kc;
+}
 
+// The cache write's rows: none (key ndim 0), the batch's tokens, or with cross attention the
+// encoder's tokens (key's rows, as many as vLLM's cross slot mapping holds).
+struct CacheWriteRows {
+  bool write = false;
+  bool cross = false;
+  int64_t rows = 0;
+};
+CacheWriteRows check_cache_write_rows(const AttentionLayerConfig& c, const TensorView& key,
+                                      const TensorView& value, const AttentionMetadata& md) {
+  CacheWriteRows w;
+  w.write = key.ndim != 0;
+  w.cross = c.attn_type == AttentionType::kEncoderDecoder;
+  w.rows = md.num_actual_tokens;
+  if (!w.write) return w;
+  detail::require_rank(md.slot_mapping, 1, "slot_mapping", "[num_tokens]");
+  detail::require_rank(key, 3, "key", "[num_tokens, num_kv_heads, head_size]");
+  detail::require_rank(value, 3, "value", "[num_tokens, num_kv_heads, head_size]");
+  detail::require_kv_dtype(key, value, c.dtype, "forward");
+  if (w.cross) {
+    w.rows = key.shape[0];
+    GA_REQUIRE(value.shape[0] >= w.rows && md.slot_mapping.shape[0] >= w.rows,
+               "cross attention writes key's " + str(w.rows) + " encoder rows: value " +
+                   value.describe() + " and slot_mapping " + md.slot_mapping.describe() +
+                   " need as many");
+  }
+  GA_REQUIRE(
+      key.shape[0] >= w.rows && value.shape[0] >= w.rows && md.slot_mapping.shape[0] >= w.rows,
+      "key " + key.describe() + ", value " + value.describe() + " and slot_mapping " +
+          md.slot_mapping.describe() + " need num_actual_tokens " + str(md.num_actual_tokens) +
+          " rows");
+  return w;
+}
+
+// The views every kernel of the layer reads.
+detail::AttentionViews layer_views(const AttentionLayerConfig& c, const TensorView& query,
+                                   const TensorView& kv_cache, const TensorView& output,
+                                   const AttentionMetadata& md) {
   detail::AttentionViews views{query,          kv_cache,       output, md.seq_lens,
                                md.block_table, c.alibi_slopes, c.sinks};
   views.non_causal = c.attn_type != AttentionType::kDecoder;
   views.blocksparse = c.blocksparse;
+  return views;
+}
+
+// The decode launch without the fused write: the grid from the split policy, the layer's
+// scalars, and the workspace split into counters and partials.
+detail::DecodeLaunch decode_launch(const AttentionLayerConfig& c,
+                                   const detail::AttentionViews& views, const AttentionMetadata& md,
+                                   int num_decodes, const detail::DecodeGrid& grid, void* bounds,
+                                   void* workspace, size_t workspace_size) {
   detail::DecodeLaunch d{views};
   d.num_decodes = num_decodes;
   if (c.decode_query_len > 1) {  // the multi-token kernel: rows from query_start_loc
     d.multi_token = true;
     d.max_query_len = c.decode_query_len;
   }
-  d.device_split = dev;
-  if (d.multi_token || dev) d.query_start_loc = md.query_start_loc;
-  const detail::DecodeGrid grid =
-      grid_of(config_, loaded_ ? &loaded_->device : nullptr, num_decodes, "forward");
+  d.device_split = md.device_split;
+  if (d.multi_token || md.device_split) d.query_start_loc = md.query_start_loc;
   d.max_splits = grid.max_splits;
   d.stages = grid.stages;
   d.cluster = grid.cluster;
@@ -349,26 +382,36 @@ void AttentionBackend::forward(const TensorView& query, const TensorView& key,
   d.soft_cap = c.soft_cap;
   d.k_scale = c.k_scale;
   d.v_scale = c.v_scale;
-  const detail::DeviceKvScales device_scales{c.k_scale_device, c.v_scale_device};
-  d.device_scales = device_scales;
-  void* const bounds = bounds_ ? bounds_->data() : nullptr;
+  d.device_scales = detail::DeviceKvScales{c.k_scale_device, c.v_scale_device};
   d.bounds = bounds;
   const detail::LayerWorkspace ws = detail::layer_workspace(c);
   d.counters = workspace;
   d.workspace = workspace_size >= ws.partials ? static_cast<unsigned char*>(workspace) + ws.partials
                                               : nullptr;
   d.workspace_size = workspace_size >= ws.partials ? workspace_size - ws.partials : 0;
-  const bool decode = num_decodes > 0;
-  if (decode) {
-    // The layer's workspace first: its message names workspace_bytes(), which engines call.
-    const size_t need = ws.total(detail::decode_workspace_bytes(
-        num_decodes * d.max_query_len, c.num_heads, c.head_size, d.max_splits));
-    GA_REQUIRE(workspace != nullptr && workspace_size >= need,
-               "forward: workspace of " + str(static_cast<int64_t>(workspace_size)) +
-                   " bytes is smaller than the " + str(static_cast<int64_t>(need)) +
-                   " this batch needs (allocate workspace_bytes())");
-    detail::check_decode_launch(specs_[kDecodeIdx], d, kc, "forward");
-  }
+  return d;
+}
+
+// The workspace for this batch's decodes (its message names workspace_bytes(), which engines
+// call), then the launch against the decode kernel's spec.
+void check_decode(const AttentionLayerConfig& c, const AttentionSpec& spec,
+                  const detail::DecodeLaunch& d, const detail::KvCacheShape& kc,
+                  const void* workspace, size_t workspace_size) {
+  const size_t need = detail::layer_workspace(c).total(detail::decode_workspace_bytes(
+      d.num_decodes * d.max_query_len, c.num_heads, c.head_size, d.max_splits));
+  GA_REQUIRE(workspace != nullptr && workspace_size >= need,
+             "forward: workspace of " + str(static_cast<int64_t>(workspace_size)) +
+                 " bytes is smaller than the " + str(static_cast<int64_t>(need)) +
+                 " this batch needs (allocate workspace_bytes())");
+  detail::check_decode_launch(spec, d, kc, "forward");
+}
+
+// The prefill launch: the requests after the decodes (a device split: every request, the
+// kernel skipping the decodes of up to decode_query_len tokens).
+detail::PrefillLaunch prefill_launch(const AttentionLayerConfig& c,
+                                     const detail::AttentionViews& views,
+                                     const AttentionMetadata& md, void* bounds) {
+  const bool dev = md.device_split;
   detail::PrefillLaunch pf{views};
   pf.query_start_loc = md.query_start_loc;
   pf.first_req = dev ? 0 : md.num_decodes;
@@ -380,49 +423,86 @@ void AttentionBackend::forward(const TensorView& query, const TensorView& key,
   pf.soft_cap = c.soft_cap;
   pf.k_scale = c.k_scale;
   pf.v_scale = c.v_scale;
-  pf.device_scales = device_scales;
+  pf.device_scales = detail::DeviceKvScales{c.k_scale_device, c.v_scale_device};
   pf.bounds = bounds;
-  const bool prefill = dev ? md.num_reqs > 0 : md.num_reqs > md.num_decodes;
-  if (prefill) {
-    GA_REQUIRE(dev || md.max_query_len >= 1, "metadata: max_query_len " + str(md.max_query_len) +
-                                                 " must be >= 1 when the batch has prefills");
-    detail::check_prefill_launch(specs_[kPrefillIdx], pf, kc, "forward");
-  }
+  return pf;
+}
+
+bool has_prefills(const AttentionMetadata& md) {
+  return md.device_split ? md.num_reqs > 0 : md.num_reqs > md.num_decodes;
+}
+
+void check_prefill(const AttentionSpec& spec, const detail::PrefillLaunch& pf,
+                   const detail::KvCacheShape& kc, const AttentionMetadata& md) {
+  GA_REQUIRE(md.device_split || md.max_query_len >= 1,
+             "metadata: max_query_len " + str(md.max_query_len) +
+                 " must be >= 1 when the batch has prefills");
+  detail::check_prefill_launch(spec, pf, kc, "forward");
+}
+
+// The split counters must start at zero; every launch leaves them so. The first split launch on
+// a workspace clears them (an asynchronous memset, stream-ordered and capturable), so a
+// workspace that was not zero-filled cannot give wrong outputs.
+void clear_split_counters_once(std::mutex& mu, std::vector<const void*>& cleared, void* workspace,
+                               size_t counter_bytes, CUstream stream) {
+  std::lock_guard<std::mutex> lock(mu);
+  if (std::find(cleared.begin(), cleared.end(), workspace) != cleared.end()) return;
+  GA_CU_CHECK(detail::driver().cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(workspace), 0,
+                                               counter_bytes, stream));
+  cleared.push_back(workspace);
+}
+
+}  // namespace
+
+void AttentionBackend::forward(const TensorView& query, const TensorView& key,
+                               const TensorView& value, const TensorView& kv_cache,
+                               const TensorView& output, const AttentionMetadata& md,
+                               void* workspace, size_t workspace_size, CUstream stream) const {
+  GA_REQUIRE(prepared_, "forward: call prepare() before the first forward (and before capture)");
+  if (encoder_only()) return forward_encoder_only(query, key, value, output, md, stream);
+  const AttentionLayerConfig& c = config_;
+  const int num_decodes = checked_decode_count(c, md);
+  check_query(c, query, md);
+  const detail::KvCacheShape kc = check_paged_cache(c, kv_cache, md);
+  const CacheWriteRows w = check_cache_write_rows(c, key, value, md);
+
+  const detail::AttentionViews views = layer_views(c, query, kv_cache, output, md);
+  void* const bounds = bounds_ ? bounds_->data() : nullptr;
+  detail::DecodeLaunch d =
+      decode_launch(c, views, md, num_decodes,
+                    grid_of(config_, loaded_ ? &loaded_->device : nullptr, num_decodes, "forward"),
+                    bounds, workspace, workspace_size);
+  const bool decode = num_decodes > 0;
+  if (decode) check_decode(c, specs_[kDecodeIdx], d, kc, workspace, workspace_size);
+  const detail::PrefillLaunch pf = prefill_launch(c, views, md, bounds);
+  const bool prefill = has_prefills(md);
+  if (prefill) check_prefill(specs_[kPrefillIdx], pf, kc, md);
 
   // A decode-only step writes its new keys and values inside the decode kernel: one launch fewer
   // per layer. The kernel patches the new rows (rounded to fp8 for an fp8 cache) into its
   // shared-memory tile, so the write costs no wait. Batches with prefills run the cache write
   // kernel first.
   TensorView k = key, v = value;
-  if (write) {
-    k.shape[0] = write_rows;
-    v.shape[0] = write_rows;
+  if (w.write) {
+    k.shape[0] = w.rows;
+    v.shape[0] = w.rows;
     detail::check_cache_write(k, v, kc, md.slot_mapping, c.k_scale, c.v_scale);
   }
-  const bool fused_write = write && !cross && !dev && decode && !prefill && !d.multi_token &&
-                           md.num_actual_tokens == md.num_decodes;
+  const bool fused_write = w.write && !w.cross && !md.device_split && decode && !prefill &&
+                           !d.multi_token && md.num_actual_tokens == md.num_decodes;
   if (fused_write) {
     d.new_key = k;
     d.new_value = v;
     d.slot_mapping = md.slot_mapping;
     d.early_prologue = c.overlap_previous_kernel;
-  } else if (write) {
+  } else if (w.write) {
     // The layer's own cache write kernel, loaded by prepare(): no lookup per call.
     detail::launch_cache_write(*loaded_->kernels[kWrite], k, v, kc, md.slot_mapping, c.k_scale,
-                               c.v_scale, stream, bounds, device_scales);
+                               c.v_scale, stream, bounds, d.device_scales);
   }
-  if (decode && d.max_splits > 1 && !d.cluster) {
-    // The split counters must start at zero; every launch leaves them so. The first split launch
-    // on a workspace clears them (an asynchronous memset, stream-ordered and capturable), so a
-    // workspace that was not zero-filled cannot give wrong outputs.
-    std::lock_guard<std::mutex> lock(cleared_->mu);
-    auto& seen = cleared_->addresses;
-    if (std::find(seen.begin(), seen.end(), workspace) == seen.end()) {
-      GA_CU_CHECK(detail::driver().cuMemsetD8Async(reinterpret_cast<CUdeviceptr>(workspace), 0,
-                                                   ws.counters, stream));
-      seen.push_back(workspace);
-    }
-  }
+  if (decode && d.max_splits > 1 && !d.cluster)
+    clear_split_counters_once(cleared_->mu, cleared_->addresses, workspace,
+                              detail::layer_workspace(c).counters, stream);
   if (decode) detail::enqueue_decode(*loaded_->kernels[kDecodeIdx], d, stream);
   if (prefill) detail::enqueue_prefill(*loaded_->kernels[kPrefillIdx], pf, stream);
 }
