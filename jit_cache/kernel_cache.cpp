@@ -413,7 +413,7 @@ KernelPtr KernelCache::Impl::from_remote(Request& r) {
 }
 
 // How long to wait for another process's compile: kStaleLockFactor times the longest compile
-// known here (at least kMinLockWait), a quarter of lock_timeout while none is known, never more
+// known here (at least kMinLockWait), half of lock_timeout while none is known, never more
 // than lock_timeout.
 std::chrono::milliseconds KernelCache::Impl::fleet_wait_bound(std::string* why) {
   double longest = 0;
@@ -424,11 +424,11 @@ std::chrono::milliseconds KernelCache::Impl::fleet_wait_bound(std::string* why) 
   *why = longest > 0 ? std::to_string(kStaleLockFactor) +
                            " times the longest compile known here, at least " +
                            std::to_string(kMinLockWait.count()) + " ms"
-                     : "a quarter of the lock timeout: no compile time is known here yet";
+                     : "half the lock timeout: no compile time is known here yet";
   std::chrono::milliseconds bound =
       longest > 0 ? std::max(kMinLockWait, std::chrono::milliseconds(static_cast<int64_t>(
                                                std::min(longest * kStaleLockFactor, 1e9))))
-                  : opts.lock_timeout / 4;
+                  : opts.lock_timeout / 2;
   if (bound >= opts.lock_timeout) *why = "the lock timeout";
   return std::min(bound, opts.lock_timeout);
 }

@@ -125,12 +125,12 @@ TEST_CASE("remote tier: a kernel compiled by one cache is a verified remote hit 
   // remote tier switched off.
   CHECK(local_origin(b.dir.path(), kWrite) == CacheOrigin::kDisk);
 
-  // A memory hit never reaches the server: frozen, it would time out.
+  // A memory hit never reaches the server: frozen, a call would time out and count an error.
   redis.freeze();
-  const auto t0 = std::chrono::steady_clock::now();
+  const double remote_ms = b.stats().remote_ms;
   CHECK(b.get(kWrite) == CacheOrigin::kMemory);
-  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(100));
   redis.thaw();
+  CHECK(b.stats().remote_ms == remote_ms);
   CHECK(b.stats().remote_errors == 0);
   CHECK(a.warnings.empty());
   CHECK(b.warnings.empty());
@@ -239,18 +239,16 @@ TEST_CASE("remote tier: a server that accepts but never answers is given up afte
   test::RedisServer redis;
   RemoteCache a(redis.url(), "", std::chrono::milliseconds(200));
   redis.freeze();
-  const auto t0 = std::chrono::steady_clock::now();
   CHECK(a.get(kWrite) == CacheOrigin::kCompiled);
-  const auto first = std::chrono::steady_clock::now() - t0;
-  const auto t1 = std::chrono::steady_clock::now();
+  const double first_ms = a.stats().remote_ms;
   CHECK(a.get(kWrite64) == CacheOrigin::kCompiled);
-  const auto second = std::chrono::steady_clock::now() - t1;
   redis.thaw();
-  // One timed-out call (200 ms) plus a compile; then no call at all while backing off.
-  CHECK(first < std::chrono::seconds(3));
+  // One timed-out call (200 ms for the whole call; generous bound for a loaded machine); then no
+  // call at all while backing off.
+  CHECK(first_ms < 3000);
+  CHECK(a.stats().remote_ms == first_ms);
   CHECK(a.stats().remote_errors == 1);
   CHECK(a.warnings.size() == 1);
-  CHECK(second < first);
 }
 
 TEST_CASE("remote tier: corrupt values and values of another key are rejected, never served") {
