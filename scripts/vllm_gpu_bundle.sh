@@ -30,12 +30,13 @@ mkdir -p "$cache"
 # Distributions vLLM imports on the offline-LLM llama path beyond torch (and its own
 # dependencies), triton and numpy: `python python/tests/gpu_vllm_run.py --probe-imports` in a
 # venv of torch 2.11, vllm 0.26.0 --no-deps and numpy, installing what it named until it printed
-# OK (2026-11-26), then pip freeze of what that pulled in; where vLLM 0.26 constrains a version,
-# its constraint. pip resolves them together (for cp312) and every wheel it names is packed,
-# except what the machine's PyTorch brings (ON_MACHINE). About 34 MiB as xz.
+# OK (2026-11-26), then pip freeze of what that pulled in (ranges: vLLM 0.26's constraints;
+# apache-tvm-ffi is xgrammar 0.2.8's, not vLLM's 0.1.10, which only flashinfer needs). Downloaded
+# without dependencies (several would pull PyTorch); the machine's PyTorch brings the rest
+# (ON_MACHINE is skipped if a wheel of it appears). About 34 MiB as xz.
 DEPS=(
   aiohappyeyeballs==2.7.1 aiohttp==3.14.5 aiosignal==1.4.0 annotated-doc==0.0.7
-  annotated-types==0.8.0 anyio==4.16.0 apache-tvm-ffi==0.1.10 attrs==26.1.0 cachetools==8.0.2
+  annotated-types==0.8.0 anyio==4.16.0 apache-tvm-ffi==0.1.15.post2 attrs==26.1.0 cachetools==8.0.2
   cbor2==6.3.0 certifi==2026.10.19.post1 charset-normalizer==3.5.3 click==8.5.1 cloudpickle==3.1.3
   einops==0.8.2 'fastapi>=0.133.0,<0.137.0' frozenlist==1.8.0 h11==0.16.0 hf-xet==1.8.0
   httpcore2==2.16.2 httpx2==2.16.2 huggingface_hub==2.4.0 idna==3.20 jiter==0.19.0
@@ -46,7 +47,7 @@ DEPS=(
   PyYAML==6.0.4 pyzmq==27.3.0 regex==2026.11.19 requests==2.34.2 rich==15.0.0 safetensors==0.8.0
   shellingham==1.5.4 sniffio==1.3.1 'starlette>=1.0.1' tokenizers==0.23.3 tqdm==4.70.1
   transformers==5.24.0 truststore==0.10.5 typer==0.29.2 typing-inspection==0.4.5 urllib3==2.8.0
-  uvloop==0.23.0 'xgrammar>=0.2.1,<1.0.0' yarl==1.25.1
+  uvloop==0.23.0 xgrammar==0.2.8 yarl==1.25.1
 )
 
 ON_MACHINE='^(numpy|typing[-_]extensions|filelock|fsspec|jinja2|markupsafe|sympy|mpmath|networkx|setuptools|packaging|torch|triton)-'
@@ -58,7 +59,7 @@ pipdl=("$python" -m pip --disable-pip-version-check --no-input download
        --platform manylinux2014_x86_64 --platform any -d "$cache")
 echo "vllm_gpu_bundle: vllm==$version and ${#DEPS[@]} dependencies (cp312) into $cache"
 "${pipdl[@]}" -q --no-deps "vllm==$version"
-"${pipdl[@]}" "${DEPS[@]}" > "$cache/download.log"
+"${pipdl[@]}" --no-deps "${DEPS[@]}" > "$cache/download.log"
 # The wheels of this resolution: pip names each one it saved or found already downloaded.
 mapfile -t wheels < <(sed -n 's/^\(Saved\|File was already downloaded\) \(.*\.whl\)$/\2/p' \
   "$cache/download.log" | sort -u)

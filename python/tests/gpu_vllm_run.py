@@ -192,17 +192,21 @@ def child(args):
             "device": torch.cuda.get_device_name(0), "stood_in": STOOD_IN}
     if args.backend == "GRAPHATTN":
         import graphattn
+        import graphattn.vllm
         import vllm.plugins
         from vllm.v1.attention.backends.registry import AttentionBackendEnum
 
         vllm.plugins.load_general_plugins()  # vLLM's loader: graphattn's entry point
-        if "GRAPHATTN" not in AttentionBackendEnum.__members__:
-            raise SystemExit("vLLM's plugin loader did not register GRAPHATTN (is graphattn's "
-                             "dist-info with its entry point on sys.path?)")
+        name = graphattn.vllm.backend_name()  # GRAPHATTN; CUSTOM on vLLM 0.26
+        if not AttentionBackendEnum[name].get_path().startswith("graphattn."):
+            raise SystemExit("vLLM's plugin loader did not register graphattn as %s (is "
+                             "graphattn's dist-info with its entry point on sys.path?)" % name)
         info["graphattn"] = graphattn.__version__
+        info["backend_name"] = name
     llm = LLM(model=args.model_dir, skip_tokenizer_init=True, load_format="dummy",
               dtype="bfloat16", max_model_len=2048, enforce_eager=False,
-              attention_backend=args.backend, gpu_memory_utilization=0.5, seed=SEED,
+              attention_backend=info.get("backend_name", args.backend),
+              gpu_memory_utilization=0.5, seed=SEED,
               max_num_seqs=16, compilation_config={"custom_ops": ["none"]})
     llm.apply_model(redraw_weights)
     ps = prompts(args.prompts)

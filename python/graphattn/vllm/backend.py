@@ -42,7 +42,7 @@ except ImportError:  # vLLM 0.26: the backend's get_kv_cache_shape / stride orde
 import graphattn
 from graphattn import metadata as _ga_metadata
 
-from . import BACKEND_NAME
+from . import backend_name
 
 HEAD_SIZES = list(range(32, 257, 8))
 KERNEL_BLOCK_SIZES = list(range(16, 257, 16))
@@ -90,7 +90,7 @@ class GraphattnBackend(AttentionBackend):
 
     @staticmethod
     def get_name() -> str:
-        return BACKEND_NAME
+        return backend_name()
 
     @staticmethod
     def get_impl_cls() -> type:
