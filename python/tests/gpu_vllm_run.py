@@ -203,11 +203,20 @@ def child(args):
                              "graphattn's dist-info with its entry point on sys.path?)" % name)
         info["graphattn"] = graphattn.__version__
         info["backend_name"] = name
+    # No fusion pass: their replacements are vLLM's compiled ops, which a machine without vLLM's
+    # kernel library lacks (and this llama has no quantization to fuse).
+    from vllm.config.compilation import PassConfig
+    off = ("fuse_norm_quant", "fuse_act_quant", "fuse_attn_quant", "enable_sp",
+           "fuse_gemm_comms", "fuse_allreduce_rms", "enable_qk_norm_rope_fusion",
+           "fuse_rope_kvcache", "fuse_qk_norm_rope_kvcache", "fuse_act_padding")
+    fields = getattr(PassConfig, "__dataclass_fields__", {})
+    passes = {k: False for k in off if k in fields}
     llm = LLM(model=args.model_dir, skip_tokenizer_init=True, load_format="dummy",
               dtype="bfloat16", max_model_len=2048, enforce_eager=False,
               attention_backend=info.get("backend_name", args.backend),
               gpu_memory_utilization=0.5, seed=SEED,
-              max_num_seqs=16, compilation_config={"custom_ops": ["none"]})
+              max_num_seqs=16,
+              compilation_config={"custom_ops": ["none"], "pass_config": passes})
     llm.apply_model(redraw_weights)
     ps = prompts(args.prompts)
     greedy = SamplingParams(temperature=0.0, max_tokens=args.tokens, ignore_eos=True,
