@@ -84,7 +84,7 @@ for f in "${wheels[@]}"; do
   base="$(basename "$f")"
   if echo "$base" | grep -qiE "$ON_MACHINE"; then continue; fi
   "$python" -m zipfile -e "$f" "$stage/deps"
-  packed+=("${base%%-py*}")
+  packed+=("$(echo "$base" | cut -d- -f1-2)")
 done
 echo "vllm_gpu_bundle: ${#packed[@]} wheels unpacked"
 # graphattn's entry point, so that vLLM's plugin loader finds it (the package is python/).
@@ -102,8 +102,8 @@ mkdir -p "$out"
 "$python" "$root/scripts/vllm_op_schemas.py" "$stage/vllm/vllm/_C_stable_libtorch.abi3.so" \
   "$out/vllm_C_schemas.txt"
 rm "$stage/vllm/vllm/_C_stable_libtorch.abi3.so"
-tar -C "$stage/vllm" -cf - . | xz -T2 -9 > "$out/vllm.tar.xz"
-tar -C "$stage/deps" -cf - . | xz -T2 -9 > "$out/deps.tar.xz"
+tar -C "$stage/vllm" -cf - . | xz -T2 -6 > "$out/vllm.tar.xz"
+tar -C "$stage/deps" -cf - . | xz -T2 -6 > "$out/deps.tar.xz"
 cp "$build/libgraphattn.so" "$out/libgraphattn.so"
 {
   echo "vllm $version (Python files; op schemas of _C_stable_libtorch), from $(basename "$(wheel vllm)")"
