@@ -26,7 +26,7 @@ cat "$carry/MANIFEST.txt" 2>/dev/null
 export PYTHONPATH="$site:$root/python${PYTHONPATH:+:$PYTHONPATH}"
 export GRAPHATTN_LIBRARY="$carry/libgraphattn.so"
 export GRAPHATTN_VLLM_C_SCHEMAS="$carry/vllm_C_schemas.txt"
-export GRAPHATTN_CACHE_DIR="${GRAPHATTN_CACHE_DIR:-$out/graphattn-cache}"
+export GRAPHATTN_CACHE_DIR="${GRAPHATTN_CACHE_DIR:-$site/graphattn-cache}"
 export PYTHONUNBUFFERED=1 VLLM_ENABLE_V1_MULTIPROCESSING=0 VLLM_NO_USAGE_STATS=1 \
   VLLM_ALLOW_INSECURE_SERIALIZATION=1 \
   VLLM_DO_NOT_TRACK=1 HF_HUB_OFFLINE=1
