@@ -11,7 +11,9 @@ set_tests_properties(python PROPERTIES TIMEOUT 1500)
 
 # graphattn.vllm and graphattn.torch_ops with the pinned vLLM release from PyPI (its PyTorch
 # included): scripts/python_vllm_tests.sh keeps that venv in ~/.cache/graphattn between runs,
-# so only a fresh machine downloads it (about 4 GB; measured 7 min download + install below).
+# so only a fresh machine makes it: 4.0 GB of wheels (torch 2.14 with its CUDA libraries, which
+# vLLM pins), measured on the shared 2-core dev machine at 7 min to download and 16 min to
+# install; later runs reuse it (the tests themselves: about 3 min).
 add_test(NAME python_vllm
   COMMAND bash ${PROJECT_SOURCE_DIR}/scripts/python_vllm_tests.sh ${PROJECT_BINARY_DIR})
 set_tests_properties(python_vllm PROPERTIES TIMEOUT 3600)

@@ -3,9 +3,10 @@
 # machine that has Python 3.12, PyTorch 2.11, Triton and NumPy but no package registry, with a
 # 64 MiB limit on what travels:
 #   - vLLM VLLM_TORCH_2_11_VERSION (graphattn/vllm/__init__.py: the newest release pinned to
-#     PyTorch 2.11; 0.27-0.33 pin 2.13-2.14, whose Python and compiled kernels need them): its
-#     Python files and its one kernel library the llama path loads (_C_stable_libtorch, built
-#     for PyTorch 2.11), without flash-attn, MoE, MLA and the other compiled extensions;
+#     PyTorch 2.11; 0.27-0.33 pin 2.13-2.14): its Python files only. Its compiled extensions
+#     do not fit (_C_stable_libtorch 79 MB, 56 MB as xz; flash-attn 458 MB): the op schemas of
+#     _C_stable_libtorch are read out of it into vllm_C_schemas.txt instead, and
+#     gpu_vllm_run.py stands in for the missing modules (see install_stand_ins there);
 #   - the Python dependencies vLLM imports on that path (DEPS below: found by importing vLLM's
 #     LLM path into a venv holding only PyTorch 2.11, vLLM without dependencies and NumPy, and
 #     adding what failed), as cp312 manylinux wheels from PyPI;
@@ -26,39 +27,66 @@ python="${PYTHON:-python3}"
 cache="${XDG_CACHE_HOME:-$HOME/.cache}/graphattn/vllm-bundle"
 mkdir -p "$cache"
 
-# Distributions vLLM imports on the offline-LLM llama path beyond torch, triton and numpy.
+# Distributions vLLM imports on the offline-LLM llama path beyond torch (and its own
+# dependencies), triton and numpy: `python python/tests/gpu_vllm_run.py --probe-imports` in a
+# venv of torch 2.11, vllm 0.26.0 --no-deps and numpy, installing what it named until it printed
+# OK (2026-11-26), then pip freeze of what that pulled in (ranges: vLLM 0.26's constraints;
+# apache-tvm-ffi is xgrammar 0.2.8's, not vLLM's 0.1.10, which only flashinfer needs). Downloaded
+# without dependencies (several would pull PyTorch); the machine's PyTorch brings the rest
+# (ON_MACHINE is skipped if a wheel of it appears). About 34 MiB as xz.
 DEPS=(
-@DEPS@
+  aiohappyeyeballs==2.7.1 aiohttp==3.14.5 aiosignal==1.4.0 annotated-doc==0.0.7
+  annotated-types==0.8.0 anyio==4.16.0 apache-tvm-ffi==0.1.15.post2 attrs==26.1.0 cachetools==8.0.2
+  cbor2==6.3.0 certifi==2026.10.19.post1 charset-normalizer==3.5.3 click==8.5.1 cloudpickle==3.1.3
+  einops==0.8.2 'fastapi>=0.133.0,<0.137.0' frozenlist==1.8.0 h11==0.16.0 hf-xet==1.8.0
+  httpcore2==2.16.2 httpx2==2.16.2 huggingface_hub==2.4.0 idna==3.20 jiter==0.19.0
+  'llguidance>=1.7.0,<1.8.0' markdown-it-py==4.3.0 mdurl==0.1.2 msgspec==0.22.0 multidict==7.2.1
+  openai==3.57.0 openai-harmony==0.0.8 opentelemetry-api==1.45.2
+  partial-json-parser==0.2.1.1.post7 pillow==13.0.0 prometheus_client==0.26.0 propcache==0.5.4
+  psutil==7.2.2 py-cpuinfo==9.0.0 pybase64==1.5.1 pydantic==2.14.4 pydantic_core==2.50.5
+  PyYAML==6.0.4 pyzmq==27.3.0 regex==2026.11.19 requests==2.34.2 rich==15.0.0 safetensors==0.8.0
+  shellingham==1.5.4 sniffio==1.3.1 'starlette>=1.0.1' tokenizers==0.23.3 tqdm==4.70.1
+  transformers==5.24.0 truststore==0.10.5 typer==0.29.2 typing-inspection==0.4.5 urllib3==2.8.0
+  uvloop==0.23.0 xgrammar==0.2.8 yarl==1.25.1
 )
 
-pipdl=("$python" -m pip --disable-pip-version-check --no-input download -q --no-deps
+ON_MACHINE='^(numpy|typing[-_]extensions|filelock|fsspec|jinja2|markupsafe|sympy|mpmath|networkx|setuptools|packaging|torch|triton)-'
+pipdl=("$python" -m pip --disable-pip-version-check --no-input download
        --only-binary=:all: --python-version 3.12 --implementation cp --abi cp312
-       --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64
+       --platform manylinux_2_35_x86_64 --platform manylinux_2_34_x86_64
+       --platform manylinux_2_31_x86_64 --platform manylinux_2_28_x86_64
+       --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64
        --platform manylinux2014_x86_64 --platform any -d "$cache")
 echo "vllm_gpu_bundle: vllm==$version and ${#DEPS[@]} dependencies (cp312) into $cache"
-"${pipdl[@]}" "vllm==$version" "${DEPS[@]}"
+"${pipdl[@]}" -q --no-deps "vllm==$version"
+"${pipdl[@]}" --no-deps "${DEPS[@]}" > "$cache/download.log"
+# The wheels of this resolution: pip names each one it saved or found already downloaded.
+mapfile -t wheels < <(sed -n 's/^\(Saved\|File was already downloaded\) \(.*\.whl\)$/\2/p' \
+  "$cache/download.log" | sort -u)
 
 stage="$(mktemp -d)"
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/vllm" "$stage/deps"
-wheel() { ls "$cache"/"$1"-*.whl 2>/dev/null | head -1; }
+wheel() { ls "$cache"/"$1"-"$version"-*.whl 2>/dev/null | head -1; }
 # vLLM: Python files and _C_stable_libtorch only.
 "$python" - "$(wheel vllm)" "$stage/vllm" <<'EOF'
 import sys, zipfile
 whl, dest = sys.argv[1:]
-keep_so = {"vllm/_C_stable_libtorch.abi3.so"}
+keep_so = {"vllm/_C_stable_libtorch.abi3.so"}  # read for its op schemas, then removed
 with zipfile.ZipFile(whl) as z:
     for n in z.namelist():
         if n.endswith(".so") and n not in keep_so:
             continue
         z.extract(n, dest)
 EOF
-for spec in "${DEPS[@]}"; do
-  name="${spec%%==*}"
-  f="$(ls "$cache"/* 2>/dev/null | grep -i "/$(echo "$name" | tr '-' '_')-${spec##*==}-" | head -1)"
-  [ -n "$f" ] || { echo "vllm_gpu_bundle: no wheel for $spec in $cache" >&2; exit 1; }
+packed=()
+for f in "${wheels[@]}"; do
+  base="$(basename "$f")"
+  if echo "$base" | grep -qiE "$ON_MACHINE"; then continue; fi
   "$python" -m zipfile -e "$f" "$stage/deps"
+  packed+=("$(echo "$base" | cut -d- -f1-2)")
 done
+echo "vllm_gpu_bundle: ${#packed[@]} wheels unpacked"
 # graphattn's entry point, so that vLLM's plugin loader finds it (the package is python/).
 gv="$("$python" -c "import re,sys; print(re.search(r'project\(graphattn VERSION ([0-9.]+)', open(sys.argv[1]).read()).group(1))" "$root/CMakeLists.txt" 2>/dev/null || echo 0)"
 mkdir -p "$stage/deps/graphattn-$gv.dist-info"
@@ -69,12 +97,17 @@ printf '[vllm.general_plugins]\ngraphattn = graphattn.vllm:register_plugin\n' \
 
 rm -rf "$out"
 mkdir -p "$out"
-tar -C "$stage/vllm" -cf - . | xz -T2 -9 > "$out/vllm.tar.xz"
-tar -C "$stage/deps" -cf - . | xz -T2 -9 > "$out/deps.tar.xz"
+# The schemas of vLLM's kernel library (the .so itself stays here): gpu_vllm_run.py defines
+# those ops so that vLLM's Python, which names some of them at import, loads without it.
+"$python" "$root/scripts/vllm_op_schemas.py" "$stage/vllm/vllm/_C_stable_libtorch.abi3.so" \
+  "$out/vllm_C_schemas.txt"
+rm "$stage/vllm/vllm/_C_stable_libtorch.abi3.so"
+tar -C "$stage/vllm" -cf - . | xz -T2 -6 > "$out/vllm.tar.xz"
+tar -C "$stage/deps" -cf - . | xz -T2 -6 > "$out/deps.tar.xz"
 cp "$build/libgraphattn.so" "$out/libgraphattn.so"
 {
-  echo "vllm $version (Python files + _C_stable_libtorch), from $(basename "$(wheel vllm)")"
-  echo "deps (cp312): ${DEPS[*]}"
+  echo "vllm $version (Python files; op schemas of _C_stable_libtorch), from $(basename "$(wheel vllm)")"
+  echo "deps (cp312 wheels): ${packed[*]}"
   echo "graphattn $gv entry point; libgraphattn.so from $build"
   du -b "$out"/* | awk '{printf "%s %.1f MiB\n", $2, $1 / 1048576}'
 } > "$out/MANIFEST.txt"

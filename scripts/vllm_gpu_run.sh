@@ -25,8 +25,10 @@ echo "vllm_gpu_run: unpacked $(du -sm "$site" | cut -f1) MiB into $site in $(( $
 cat "$carry/MANIFEST.txt" 2>/dev/null
 export PYTHONPATH="$site:$root/python${PYTHONPATH:+:$PYTHONPATH}"
 export GRAPHATTN_LIBRARY="$carry/libgraphattn.so"
-export GRAPHATTN_CACHE_DIR="${GRAPHATTN_CACHE_DIR:-$out/graphattn-cache}"
+export GRAPHATTN_VLLM_C_SCHEMAS="$carry/vllm_C_schemas.txt"
+export GRAPHATTN_CACHE_DIR="${GRAPHATTN_CACHE_DIR:-$site/graphattn-cache}"
 export PYTHONUNBUFFERED=1 VLLM_ENABLE_V1_MULTIPROCESSING=0 VLLM_NO_USAGE_STATS=1 \
+  VLLM_ALLOW_INSECURE_SERIALIZATION=1 \
   VLLM_DO_NOT_TRACK=1 HF_HUB_OFFLINE=1
 "$python" -c "import sys, torch; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda)"
 "$python" "$root/python/tests/gpu_vllm_run.py" --json "$out/vllm-run.json" "${@:3}" 2>&1 |

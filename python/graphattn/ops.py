@@ -32,6 +32,7 @@ import functools
 import math
 import sys
 import threading
+from typing import Any, Optional, Sequence, Union
 
 from . import _device, _lib, _names, errors
 from ._dlpack import (BFLOAT, CUDA_DEVICES, FLOAT, FLOAT8_E4M3FN, FLOAT8_E5M2, UINT, DLArg,
@@ -45,6 +46,10 @@ __all__ = ["reshape_and_cache_flash", "flash_attn_varlen_func", "clear_cache", "
            "reshape_and_cache", "forward_prefix", "paged_attention_v1", "paged_attention_v2",
            "use_paged_attention_v1", "forward_decode"]
 
+
+Array = Any  # a DLPack array: torch.Tensor, cupy.ndarray, jax.Array, ...
+Scale = Union[None, float, Any]  # a float or a one-element array
+Stream = Any  # None, an int CUstream, torch.cuda.Stream or cupy.cuda.Stream
 
 _torch_ops = None  # graphattn.torch_ops once it registered torch.ops.graphattn.*
 
@@ -131,8 +136,9 @@ def _fp8_scales(kv_dtype, k_scale, v_scale, names):
 
 
 @_torch_op
-def reshape_and_cache_flash(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype,
-                            k_scale, v_scale, *, stream=None):
+def reshape_and_cache_flash(key: Array, value: Array, key_cache: Array, value_cache: Array,
+                            slot_mapping: Array, kv_cache_dtype: str, k_scale: Scale,
+                            v_scale: Scale, *, stream: Stream = None) -> None:
     """Writes the new tokens' keys and values into the paged cache (vLLM's op).
 
     key, value:   [num_tokens, num_kv_heads, head_size] float16/bfloat16/float32; rows past
@@ -162,8 +168,9 @@ def reshape_and_cache_flash(key, value, key_cache, value_cache, slot_mapping, kv
 
 
 @_torch_op
-def reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype,
-                      k_scale, v_scale, *, stream=None):
+def reshape_and_cache(key: Array, value: Array, key_cache: Array, value_cache: Array,
+                      slot_mapping: Array, kv_cache_dtype: str, k_scale: Scale, v_scale: Scale,
+                      *, stream: Stream = None) -> None:
     """vLLM's reshape_and_cache: the new tokens' keys and values into its legacy PagedAttention
     caches (PagedAttention.write_to_paged_cache).
 
@@ -188,10 +195,14 @@ def reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, kv_cache
 
 
 @_torch_op
-def forward_prefix(query, key, value, kv_cache_dtype, key_cache, value_cache, block_tables,
-                   query_start_loc, seq_lens, max_query_len, alibi_slopes, sliding_window,
-                   k_scale, v_scale, *, scale=None, logits_soft_cap=None, sinks=None,
-                   causal=True, out=None, stream=None):
+def forward_prefix(query: Array, key: Optional[Array], value: Optional[Array],
+                   kv_cache_dtype: str, key_cache: Array, value_cache: Array, block_tables: Array,
+                   query_start_loc: Array, seq_lens: Array, max_query_len: int,
+                   alibi_slopes: Optional[Array], sliding_window: Optional[int], k_scale: Scale,
+                   v_scale: Scale, *, scale: Optional[float] = None,
+                   logits_soft_cap: Optional[float] = None, sinks: Optional[Array] = None,
+                   causal: bool = True, out: Optional[Array] = None,
+                   stream: Stream = None) -> Array:
     """vLLM's PagedAttention.forward_prefix (chunked prefill, prefix caching) over its legacy
     caches: the q_len new tokens of request r sit at positions seq_lens[r] - q_len ..
     seq_lens[r] - 1 and attend causally to the cached prefix and to themselves.
@@ -256,8 +267,9 @@ V_SCALE_DIVISOR = 100.0  # vLLM's V_SCALE_CONSTANT
 
 
 @_torch_op
-def calc_kv_scales(key, value, k_scale, v_scale, k_divisor=K_SCALE_DIVISOR,
-                   v_divisor=V_SCALE_DIVISOR, *, stream=None):
+def calc_kv_scales(key: Array, value: Array, k_scale: Array, v_scale: Array,
+                   k_divisor: float = K_SCALE_DIVISOR, v_divisor: float = V_SCALE_DIVISOR, *,
+                   stream: Stream = None) -> None:
     """vLLM's Attention.calc_kv_scales on the device, without a host sync: writes
     max(amax(|key|) / k_divisor, 1e-12) into k_scale and likewise for the values.
 
@@ -297,8 +309,10 @@ def _softmax_scale(scale, head_size):
 
 
 @_torch_op
-def encoder_attention(query, key, value, output, query_start_loc, max_query_len, scale=None,
-                      alibi_slopes=None, sinks=None, *, stream=None):
+def encoder_attention(query: Array, key: Array, value: Array, output: Array,
+                      query_start_loc: Array, max_query_len: int, scale: Optional[float] = None,
+                      alibi_slopes: Optional[Array] = None, sinks: Optional[Array] = None, *,
+                      stream: Stream = None) -> Array:
     """Encoder-only attention (vLLM's ENCODER_ONLY layers): bidirectional self-attention of
     variable-length sequences over dense keys and values, with no KV cache.
 
@@ -332,7 +346,8 @@ def encoder_attention(query, key, value, output, query_start_loc, max_query_len,
 
 
 @_torch_op
-def multi_head_attention(q, k, v, out, scale=None, *, stream=None):
+def multi_head_attention(q: Array, k: Array, v: Array, out: Array, scale: Optional[float] = None,
+                         *, stream: Stream = None) -> Array:
     """vLLM's MultiHeadAttention (vision encoders): dense, non-causal attention of a uniform
     batch, no KV cache. Query i of batch row b sees all kv_len keys of row b.
 
@@ -372,7 +387,7 @@ _retired = []   # entries replaced by larger ones: graphs captured earlier still
 _lock = threading.Lock()
 
 
-def clear_cache():
+def clear_cache() -> None:
     """Drops every prepared backend and workspace of flash_attn_varlen_func (they are made
     again on the next call). CUDA graphs that captured a call must be gone first: they hold
     the workspace's address."""
@@ -477,15 +492,23 @@ def _refuse(name, value, why):
 
 
 @_torch_op
-def flash_attn_varlen_func(q, k, v, max_seqlen_q, cu_seqlens_q, max_seqlen_k, cu_seqlens_k=None,
-                           seqused_k=None, q_v=None, dropout_p=0.0, softmax_scale=None,
-                           causal=False, window_size=None, softcap=0.0, alibi_slopes=None,
-                           deterministic=False, return_attn_probs=False, block_table=None,
-                           return_softmax_lse=False, out=None, scheduler_metadata=None,
-                           q_descale=None, k_descale=None, v_descale=None, num_splits=0,
-                           fa_version=2, s_aux=None, cp_world_size=1, cp_rank=0,
-                           cp_tot_seqused_k=None, *, num_decodes=None, kv_cache_dtype=None,
-                           stream=None):
+def flash_attn_varlen_func(q: Array, k: Array, v: Array, max_seqlen_q: int, cu_seqlens_q: Array,
+                           max_seqlen_k: int, cu_seqlens_k: Optional[Array] = None,
+                           seqused_k: Optional[Array] = None, q_v: Optional[Array] = None,
+                           dropout_p: float = 0.0, softmax_scale: Optional[float] = None,
+                           causal: bool = False, window_size: Optional[Sequence[int]] = None,
+                           softcap: float = 0.0, alibi_slopes: Optional[Array] = None,
+                           deterministic: bool = False, return_attn_probs: bool = False,
+                           block_table: Optional[Array] = None,
+                           return_softmax_lse: bool = False, out: Optional[Array] = None,
+                           scheduler_metadata: Any = None, q_descale: Any = None,
+                           k_descale: Scale = None, v_descale: Scale = None,
+                           num_splits: int = 0, fa_version: int = 2,
+                           s_aux: Optional[Array] = None, cp_world_size: int = 1,
+                           cp_rank: int = 0, cp_tot_seqused_k: Any = None, *,
+                           num_decodes: Optional[int] = None,
+                           kv_cache_dtype: Optional[str] = None,
+                           stream: Stream = None) -> Array:
     """Paged attention over vLLM's KV cache, as vllm_flash_attn.flash_attn_varlen_func.
 
     q:             [num_tokens, num_heads, head_size] float16/bfloat16
@@ -624,7 +647,7 @@ def _block_mapping(block_mapping):
 
 
 @_torch_op
-def swap_blocks(src, dst, block_mapping, *, stream=None):
+def swap_blocks(src: Array, dst: Array, block_mapping: Any, *, stream: Stream = None) -> None:
     """vLLM's swap_blocks: for each (s, d) in block_mapping, in order, dst[d] = src[s].
 
     src, dst:      [num_blocks, ...] caches of one dtype and block shape (for a flash KV cache,
@@ -641,7 +664,8 @@ def swap_blocks(src, dst, block_mapping, *, stream=None):
 
 
 @_torch_op
-def copy_blocks(key_caches, value_caches, block_mapping, *, stream=None):
+def copy_blocks(key_caches: Sequence[Array], value_caches: Sequence[Array], block_mapping: Any, *,
+                stream: Stream = None) -> None:
     """vLLM's copy_blocks (copy-on-write): in every key and value cache (device memory, one per
     layer), for each (s, d) in block_mapping, in order, cache[d] = cache[s]. block_mapping is a
     host [num_pairs, 2] array, or a CUDA int64 tensor as vLLM passes it (then one kernel reads

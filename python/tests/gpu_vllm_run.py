@@ -58,24 +58,166 @@ def redraw_weights(model):
     return True
 
 
+# Modules of vLLM's llama path (offline LLM, in-process engine, V1 model runner, both attention
+# backends): --probe-imports imports them to list what a machine lacks.
+PROBE_MODULES = [
+    "vllm", "vllm.entrypoints.llm", "vllm.engine.arg_utils", "vllm.v1.engine.llm_engine",
+    "vllm.v1.engine.core", "vllm.v1.engine.core_client", "vllm.v1.executor.uniproc_executor",
+    "vllm.v1.worker.gpu_worker", "vllm.v1.worker.gpu_model_runner",
+    "vllm.model_executor.models.llama", "vllm.model_executor.model_loader.dummy_loader",
+    "vllm.v1.attention.backends.triton_attn", "vllm.v1.sample.sampler",
+    "vllm.compilation.backends", "vllm.v1.structured_output", "graphattn.vllm.backend"]
+
+STOOD_IN = []
+_C_LIB = None
+
+
+def install_stand_ins():
+    """vLLM's compiled extensions are not carried to a machine without a package registry (its
+    _C_stable_libtorch alone is 79 MB, 56 MB as xz; flash-attn 450 MB): vllm.platforms.cuda
+    imports _C_stable_libtorch unconditionally, and vllm.vllm_flash_attn raises ImportError
+    without its .so files, which the attention layer module imports. Where the real module
+    fails to import, an empty _C_stable_libtorch and a vllm_flash_attn made of its own Python
+    interface (flash_attn_interface, whose FA2/FA3_AVAILABLE say False) stand in, so vLLM's
+    Python runs; a vLLM op that needed the missing kernels would fail where it is called (the
+    llama path with custom_ops=["none"], TRITON_ATTN and GRAPHATTN calls none). Recorded in
+    STOOD_IN and printed."""
+    import importlib
+    import importlib.util
+    import types
+
+    try:
+        importlib.import_module("vllm._C_stable_libtorch")
+    except ImportError as e:
+        sys.modules["vllm._C_stable_libtorch"] = types.ModuleType("vllm._C_stable_libtorch")
+        STOOD_IN.append("vllm._C_stable_libtorch (%s)" % e)
+        # vLLM's Python names torch.ops._C.* ops at import (e.g. the fusion passes'
+        # ROTARY_OP, w8a8_utils' CUTLASS_FP8_SUPPORTED): each op of the library is defined
+        # with its own schema (scripts/vllm_gpu_bundle.sh reads them out of the .so), and any
+        # call raises; the capability queries (-> bool) answer False, which is true here.
+        define_missing_c_ops(os.environ.get("GRAPHATTN_VLLM_C_SCHEMAS"))
+    try:
+        importlib.import_module("vllm.vllm_flash_attn")
+    except ImportError as e:
+        spec = importlib.util.find_spec("vllm.vllm_flash_attn")
+        mod = types.ModuleType("vllm.vllm_flash_attn")
+        mod.__path__ = list(spec.submodule_search_locations)
+        mod.__spec__ = spec
+        sys.modules["vllm.vllm_flash_attn"] = mod
+        iface = importlib.import_module("vllm.vllm_flash_attn.flash_attn_interface")
+        for name in dir(iface):
+            if not name.startswith("__"):
+                setattr(mod, name, getattr(iface, name))
+        STOOD_IN.append("vllm.vllm_flash_attn (%s)" % e)
+
+
+def define_missing_c_ops(schema_file):
+    """Defines torch.ops._C.<op> for every schema line of schema_file (vLLM's kernel library's
+    own schemas); calls raise, except bool queries, which return False."""
+    import re
+
+    import torch
+
+    global _C_LIB
+    if not schema_file:
+        raise SystemExit("vLLM's kernel library is missing and GRAPHATTN_VLLM_C_SCHEMAS names no "
+                         "schema file (scripts/vllm_gpu_bundle.sh writes vllm_C_schemas.txt)")
+    _C_LIB = torch.library.Library("_C", "FRAGMENT")
+    count = 0
+    with open(schema_file) as f:
+        for line in f:
+            schema = " ".join(line.split())
+            m = re.match(r"([a-z_0-9]+)(\.[a-z_0-9]+)?\(", schema)
+            if not m:
+                continue
+            name = m.group(1) + (m.group(2) or "")
+            if m.group(2) is None and hasattr(torch.ops._C, name):
+                continue
+            try:
+                _C_LIB.define(schema)
+            except RuntimeError:
+                continue
+            if schema.endswith("-> bool"):
+                impl = lambda *a, **k: False  # noqa: E731
+            else:
+                def impl(*a, _name=name, **k):
+                    raise RuntimeError("vLLM's compiled op _C.%s is not on this machine (the "
+                                       "bundle carries vLLM's Python files only)" % _name)
+            _C_LIB.impl(name, impl, "CompositeExplicitAutograd")
+            count += 1
+    STOOD_IN.append("%d torch.ops._C ops defined from vLLM's schemas (calls raise; bool "
+                    "capability queries answer False)" % count)
+
+
+def probe_imports():
+    """Imports PROBE_MODULES (with vLLM's CUDA platform when there is no GPU); prints
+    'MISSING <module>' and exits 3 at the first module this machine lacks, else 'OK'."""
+    import importlib
+
+    try:
+        install_stand_ins()
+        import torch
+
+        if not torch.cuda.is_available():  # a CPU machine: an sm_90 CUDA platform
+            import vllm.platforms
+            from vllm.platforms.cuda import CudaPlatform
+            from vllm.platforms.interface import DeviceCapability
+
+            class H100(CudaPlatform):
+                @classmethod
+                def get_device_capability(cls, device_id=0):
+                    return DeviceCapability(9, 0)
+
+            vllm.platforms._current_platform = H100()
+        for name in PROBE_MODULES:
+            importlib.import_module(name)
+    except ModuleNotFoundError as e:
+        import traceback
+        traceback.print_exc(limit=-3)
+        print("MISSING", e.name)
+        return 3
+    print("STOOD_IN", STOOD_IN)
+    print("OK")
+    return 0
+
+
 def child(args):
-    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # engine in this process
+    os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")  # apply_model's function
+    install_stand_ins()
     import torch
     import vllm
     from vllm import LLM, SamplingParams
 
     info = {"backend": args.backend, "vllm": vllm.__version__, "torch": torch.__version__,
-            "device": torch.cuda.get_device_name(0)}
+            "device": torch.cuda.get_device_name(0), "stood_in": STOOD_IN}
     if args.backend == "GRAPHATTN":
         import graphattn
         import graphattn.vllm
+        import vllm.plugins
+        from vllm.v1.attention.backends.registry import AttentionBackendEnum
 
-        graphattn.vllm.register()  # also done by vLLM's plugin loader when installed
+        vllm.plugins.load_general_plugins()  # vLLM's loader: graphattn's entry point
+        name = graphattn.vllm.backend_name()  # GRAPHATTN; CUSTOM on vLLM 0.26
+        if not AttentionBackendEnum[name].get_path().startswith("graphattn."):
+            raise SystemExit("vLLM's plugin loader did not register graphattn as %s (is "
+                             "graphattn's dist-info with its entry point on sys.path?)" % name)
         info["graphattn"] = graphattn.__version__
+        info["backend_name"] = name
+    # No fusion pass: their replacements are vLLM's compiled ops, which a machine without vLLM's
+    # kernel library lacks (and this llama has no quantization to fuse).
+    from vllm.config.compilation import PassConfig
+    off = ("fuse_norm_quant", "fuse_act_quant", "fuse_attn_quant", "enable_sp",
+           "fuse_gemm_comms", "fuse_allreduce_rms", "enable_qk_norm_rope_fusion",
+           "fuse_rope_kvcache", "fuse_qk_norm_rope_kvcache", "fuse_act_padding")
+    fields = getattr(PassConfig, "__dataclass_fields__", {})
+    passes = {k: False for k in off if k in fields}
     llm = LLM(model=args.model_dir, skip_tokenizer_init=True, load_format="dummy",
               dtype="bfloat16", max_model_len=2048, enforce_eager=False,
-              attention_backend=args.backend, gpu_memory_utilization=0.5, seed=SEED,
-              max_num_seqs=16, compilation_config={"custom_ops": ["none"]})
+              attention_backend=info.get("backend_name", args.backend),
+              gpu_memory_utilization=0.5, seed=SEED,
+              max_num_seqs=16,
+              compilation_config={"custom_ops": ["none"], "pass_config": passes})
     llm.apply_model(redraw_weights)
     ps = prompts(args.prompts)
     greedy = SamplingParams(temperature=0.0, max_tokens=args.tokens, ignore_eos=True,
@@ -119,7 +261,11 @@ def main():
     p.add_argument("--json", help="write both runs' results here")
     p.add_argument("--backend", help=argparse.SUPPRESS)
     p.add_argument("--model-dir", help=argparse.SUPPRESS)
+    p.add_argument("--probe-imports", action="store_true",
+                   help="import vLLM's llama path and list the missing modules")
     args = p.parse_args()
+    if args.probe_imports:
+        return probe_imports()
     if args.backend:
         return child(args)
     work = tempfile.mkdtemp(prefix="graphattn-vllm-run-")
@@ -151,6 +297,7 @@ def main():
     lens = [len(t) for t in prompts(args.prompts)]
     print("vLLM %s, torch %s, %s, cudagraph_mode %s" % (a["vllm"], a["torch"], a["device"],
                                                         a["cudagraph_mode"]))
+    print("stood in for vLLM's compiled modules: %s" % (a["stood_in"] or "none"))
     print("prompts: %d, lengths %s, %d greedy tokens each" % (len(lens), lens, args.tokens))
     print("token-for-token equal: %d of %d prompts" % (len(lens) - mismatches, len(lens)))
     for name, r in (("GRAPHATTN", a), ("TRITON_ATTN", b)):

@@ -240,3 +240,14 @@ def test_compiled_decode_in_a_cuda_graph_matches_eager():
     graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(out, eager)
+
+
+def test_importing_graphattn_after_torch_registers_the_ops():
+    """`import torch, graphattn` is enough: graphattn.ops then calls the torch ops."""
+    import subprocess
+    import sys
+
+    code = ("import torch, graphattn; from graphattn import ops; "
+            "assert ops._torch_ops is not None; "
+            "assert torch.ops.graphattn.flash_attn_varlen_func.default")
+    subprocess.run([sys.executable, "-c", code], check=True)

@@ -267,6 +267,12 @@ def test_impl_maps_every_feature_to_graphattn():
     c = cross.layer_config(block_size=16, layout="NHD", dtype=torch.float16, max_model_len=448,
                            max_num_seqs=8, decode_query_len=1)
     assert c["attn_type"] == "encoder_decoder" and c["kv_cache_dtype"] == "fp8_e5m2"
+    for t in (AttentionType.ENCODER, AttentionType.ENCODER_ONLY):  # vLLM keeps no cache
+        with pytest.raises(NotImplementedError, match="sliding window"):
+            _impl(attn_type=t, sliding_window=128)
+        assert _impl(attn_type=t).layer_config(
+            block_size=16, layout="NHD", dtype=torch.float16, max_model_len=512,
+            max_num_seqs=8, decode_query_len=1)["attn_type"] == "encoder_only"
     # The configuration is one graphattn accepts (checked by the library, no GPU needed).
     ga = graphattn.AttentionBackend(arch=90, **config)
     assert ga.config.window == 4096 and ga.config.layout == "HND"

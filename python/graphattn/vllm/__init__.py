@@ -2,6 +2,7 @@
 
     pip install graphattn            # its `vllm.general_plugins` entry point registers it
     vllm serve MODEL --attention-backend GRAPHATTN      # or LLM(..., attention_backend="GRAPHATTN")
+                                                        # (CUSTOM on vLLM 0.26)
 
 The entry point ``graphattn = graphattn.vllm:register_plugin`` runs in every vLLM process
 (vLLM's plugin loader) and registers ``GraphattnBackend`` as the attention backend enum member
@@ -28,7 +29,7 @@ BACKEND_NAME = "GRAPHATTN"
 BACKEND_PATH = "graphattn.vllm.backend.GraphattnBackend"
 
 __all__ = ["VLLM_VERSION", "VLLM_TORCH_2_11_VERSION", "SUPPORTED_SERIES", "BACKEND_NAME", "BACKEND_PATH", "VersionMismatch", "check_version",
-           "register", "register_plugin"]
+           "backend_name", "register", "register_plugin"]
 
 
 class VersionMismatch(RuntimeError):
@@ -55,15 +56,29 @@ def check_version(installed: Optional[str] = None) -> str:
     return installed
 
 
+def backend_name() -> str:
+    """The name vLLM knows graphattn by: GRAPHATTN where vLLM's registry takes new names
+    (0.33), else CUSTOM (0.26, whose registry has only the CUSTOM slot)."""
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum
+
+    return BACKEND_NAME if hasattr(AttentionBackendEnum, "register") else "CUSTOM"
+
+
 def register() -> None:
     """Registers GraphattnBackend with vLLM's attention backend registry: the enum member
-    GRAPHATTN, and CUSTOM when no other backend overrides it. Idempotent. Raises
-    VersionMismatch for an unsupported vLLM."""
+    GRAPHATTN (vLLM 0.33), and CUSTOM when no other backend overrides it (the only name on
+    vLLM 0.26). Idempotent. Raises VersionMismatch for an unsupported vLLM, and RuntimeError
+    on vLLM 0.26 when another plugin took CUSTOM."""
     check_version()
     from vllm.v1.attention.backends.registry import AttentionBackendEnum, register_backend
 
-    if BACKEND_NAME not in AttentionBackendEnum.__members__:
-        register_backend(BACKEND_NAME, BACKEND_PATH)
+    if backend_name() == BACKEND_NAME:
+        if BACKEND_NAME not in AttentionBackendEnum.__members__:
+            register_backend(BACKEND_NAME, BACKEND_PATH)
+    elif (AttentionBackendEnum.CUSTOM.is_overridden()
+          and AttentionBackendEnum.CUSTOM.get_path() != BACKEND_PATH):
+        raise RuntimeError("vLLM's CUSTOM attention backend is already %s; graphattn needs it "
+                           "on this vLLM" % AttentionBackendEnum.CUSTOM.get_path())
     if not AttentionBackendEnum.CUSTOM.is_overridden():
         register_backend(AttentionBackendEnum.CUSTOM, BACKEND_PATH)
     from .. import torch_ops  # noqa: F401  (torch.ops.graphattn.*)

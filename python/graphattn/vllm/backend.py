@@ -42,7 +42,7 @@ except ImportError:  # vLLM 0.26: the backend's get_kv_cache_shape / stride orde
 import graphattn
 from graphattn import metadata as _ga_metadata
 
-from . import BACKEND_NAME
+from . import backend_name
 
 HEAD_SIZES = list(range(32, 257, 8))
 KERNEL_BLOCK_SIZES = list(range(16, 257, 16))
@@ -53,7 +53,9 @@ KV_LAYOUT_ENV = "GRAPHATTN_VLLM_KV_LAYOUT"
 _KV_DTYPES = {"auto": "auto", "float16": "auto", "bfloat16": "auto", "fp8": "fp8_e4m3",
               "fp8_e4m3": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2"}
 _FP8_TORCH = {"fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}
-_ATTN_TYPES = {AttentionType.DECODER: "decoder", AttentionType.ENCODER: "encoder",
+# vLLM keeps no KV cache for ENCODER layers either (get_kv_cache_spec: None): both run
+# graphattn's dense non-causal attention over the step's own keys and values.
+_ATTN_TYPES = {AttentionType.DECODER: "decoder", AttentionType.ENCODER: "encoder_only",
                AttentionType.ENCODER_ONLY: "encoder_only",
                AttentionType.ENCODER_DECODER: "encoder_decoder"}
 
@@ -88,7 +90,7 @@ class GraphattnBackend(AttentionBackend):
 
     @staticmethod
     def get_name() -> str:
-        return BACKEND_NAME
+        return backend_name()
 
     @staticmethod
     def get_impl_cls() -> type:
@@ -222,6 +224,10 @@ class GraphattnImpl(AttentionImpl):
         if attn_type not in _ATTN_TYPES:
             raise NotImplementedError("attention type %r is not supported by graphattn; "
                                       "supported: %s" % (attn_type, sorted(_ATTN_TYPES)))
+        if sliding_window is not None and attn_type != AttentionType.DECODER:
+            raise NotImplementedError("graphattn: a sliding window (%d) on %s attention is not "
+                                      "supported (non-causal kernels take no window)"
+                                      % (sliding_window, attn_type))
         if kv_cache_dtype not in _KV_DTYPES:
             raise NotImplementedError("kv_cache_dtype %r is not supported by graphattn; "
                                       "supported: %s" % (kv_cache_dtype, sorted(_KV_DTYPES)))
@@ -253,7 +259,7 @@ class GraphattnImpl(AttentionImpl):
                     head_size=self.head_size, block_size=block_size,
                     dtype=str(dtype).split(".")[-1],
                     kv_cache_dtype=_KV_DTYPES[self.kv_cache_dtype], layout=layout,
-                    window=window if self.attn_type == AttentionType.DECODER else 0,
+                    window=window,
                     soft_cap=self.logits_soft_cap, scale=self.scale,
                     max_model_len=max_model_len, max_num_seqs=max_num_seqs,
                     attn_type=_ATTN_TYPES[self.attn_type],
@@ -323,11 +329,12 @@ class GraphattnImpl(AttentionImpl):
                                "builder prepares them); was the layer built outside vLLM's "
                                "model runner?")
         n = attn_metadata.num_actual_tokens
+        dense = _ATTN_TYPES[self.attn_type] == "encoder_only"
         write = (self.kv_sharing_target_layer_name is None and key is not None
-                 and value is not None and self.attn_type != AttentionType.ENCODER_ONLY)
+                 and value is not None and not dense)
         k = key[:n] if write else None
         v = value[:n] if write else None
-        if self.attn_type == AttentionType.ENCODER_ONLY:
+        if dense:
             k, v, paired = key[:n], value[:n], None
         else:
             paired = self._paired_cache(kv_cache)
@@ -420,10 +427,10 @@ class GraphattnMetadataBuilder(AttentionMetadataBuilder[GraphattnMetadata]):
 
     def build(self, common_prefix_len: int, common_attn_metadata: CommonAttentionMetadata,
               fast_build: bool = False) -> GraphattnMetadata:
-        causal = common_attn_metadata.causal
-        if isinstance(causal, torch.Tensor) or causal is False:
-            raise NotImplementedError("graphattn: per-request or non-causal decoder attention "
-                                      "(causal=%r) is not supported" % (causal,))
+        # Causality is each layer's attention type (encoder layers are non-causal); a
+        # per-request causal tensor has no graphattn counterpart.
+        if isinstance(common_attn_metadata.causal, torch.Tensor):
+            raise NotImplementedError("graphattn: per-request causal masks are not supported")
         return self._metadata(common_attn_metadata, device_split=False)
 
     def build_for_cudagraph_capture(
