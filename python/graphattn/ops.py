@@ -736,6 +736,7 @@ def _copy_blocks_device(key_caches, value_caches, block_mapping, stream):
     _lib.check(_lib.lib.graphattn_copy_blocks_device(refs, len(args), mapping.ref, s, None))
 
 
+@_torch_op
 def merge_attn_states(output, prefix_output, prefix_lse, suffix_output, suffix_lse,
                       output_lse=None, *, stream=None):
     """vLLM's merge_attn_states: output = the attention over two disjoint key sets from their

@@ -31,7 +31,7 @@ Scale = Union[None, float, Tensor]
 __all__ = ["NAMESPACE", "OP_NAMES", "reshape_and_cache_flash", "reshape_and_cache",
            "forward_prefix", "calc_kv_scales", "encoder_attention", "multi_head_attention",
            "flash_attn_varlen_func", "swap_blocks", "copy_blocks", "paged_attention_v1",
-           "paged_attention_v2", "forward_decode"]
+           "paged_attention_v2", "forward_decode", "merge_attn_states"]
 
 
 def _split_scale(x: Scale) -> Tuple[Optional[Tensor], float]:
@@ -265,9 +265,23 @@ def _(query, key_cache, value_cache, block_tables, seq_lens, max_seq_len, kv_cac
     return torch.empty_like(query)
 
 
+@torch.library.custom_op("graphattn::merge_attn_states", mutates_args=("output", "output_lse"))
+def _merge_attn_states(output: Tensor, prefix_output: Tensor, prefix_lse: Tensor,
+                       suffix_output: Tensor, suffix_lse: Tensor,
+                       output_lse: Optional[Tensor]) -> None:
+    _ops.merge_attn_states.eager(output, prefix_output, prefix_lse, suffix_output, suffix_lse,
+                                 output_lse)
+
+
+@_merge_attn_states.register_fake
+def _(output, prefix_output, prefix_lse, suffix_output, suffix_lse, output_lse):
+    return None
+
+
 OP_NAMES = ("reshape_and_cache_flash", "reshape_and_cache", "forward_prefix", "calc_kv_scales",
             "encoder_attention", "multi_head_attention", "flash_attn_varlen_func", "swap_blocks",
-            "copy_blocks", "paged_attention_v1", "paged_attention_v2", "forward_decode")
+            "copy_blocks", "paged_attention_v1", "paged_attention_v2", "forward_decode",
+            "merge_attn_states")
 
 
 # ---- graphattn.ops' signatures onto the ops (what graphattn.ops calls with torch tensors) ------
@@ -437,6 +451,13 @@ def forward_decode(query: Tensor, key_cache: Tensor, value_cache: Tensor, block_
         num_kv_heads, float(scale), alibi_slopes, ks, vs, kf, vf, tp_rank,
         blocksparse_local_blocks, blocksparse_vert_stride, blocksparse_block_size,
         blocksparse_head_sliding_step)
+
+
+def merge_attn_states(output: Tensor, prefix_output: Tensor, prefix_lse: Tensor,
+                      suffix_output: Tensor, suffix_lse: Tensor,
+                      output_lse: Optional[Tensor] = None, *, stream: None = None) -> None:
+    torch.ops.graphattn.merge_attn_states(output, prefix_output, prefix_lse, suffix_output,
+                                          suffix_lse, output_lse)
 
 
 _ops._use_torch_ops(sys.modules[__name__])

@@ -58,7 +58,9 @@ def _inputs(device, dtype=torch.bfloat16, fill=True):
         dst=rand(NB, BS, KH, D),
         exp_sums=torch.zeros(R, H, 1, dtype=torch.float32, device=device),
         max_logits=torch.zeros(R, H, 1, dtype=torch.float32, device=device),
-        tmp_out=torch.zeros(R, H, 1, D, dtype=dtype, device=device))
+        tmp_out=torch.zeros(R, H, 1, D, dtype=dtype, device=device),
+        lse_a=rand(H, T, dt=torch.float32), lse_b=rand(H, T, dt=torch.float32),
+        lse_out=torch.zeros(H, T, dtype=torch.float32, device=device))
 
 
 def _calls(a):
@@ -121,6 +123,10 @@ def _calls(a):
                                     max(SEQ_LENS), "auto", KH, scale, None, 1.0, 1.0),
          (a["dq"], *legacy, a["block_table"], a["seq_lens"], max(SEQ_LENS), "auto", KH, scale,
           None, None, None, 1.0, 1.0, 0, 0, 0, 64, 0)),
+        ("merge_attn_states",
+         lambda: ops.merge_attn_states(a["out"], a["q"], a["lse_a"], a["q"], a["lse_b"],
+                                       a["lse_out"]),
+         (a["out"], a["q"], a["lse_a"], a["q"], a["lse_b"], a["lse_out"])),
     ]
 
 
@@ -130,7 +136,8 @@ MUTATED = {"reshape_and_cache_flash": {"key_cache", "value_cache"},
            "calc_kv_scales": {"k_scale", "v_scale"}, "encoder_attention": {"output"},
            "multi_head_attention": {"out"}, "flash_attn_varlen_func": {"out"},
            "swap_blocks": {"dst"}, "copy_blocks": {"key_caches", "value_caches"},
-           "paged_attention_v1": {"out"}, "paged_attention_v2": {"out"}, "forward_decode": set()}
+           "paged_attention_v1": {"out"}, "paged_attention_v2": {"out"}, "forward_decode": set(),
+           "merge_attn_states": {"output", "output_lse"}}
 
 
 def test_every_op_is_registered_with_its_mutations():
