@@ -61,7 +61,7 @@ echo "vllm_gpu_bundle: vllm==$version and ${#DEPS[@]} dependencies (cp312) into 
 "${pipdl[@]}" -q --no-deps "vllm==$version"
 "${pipdl[@]}" --no-deps "${DEPS[@]}" > "$cache/download.log"
 # The wheels of this resolution: pip names each one it saved or found already downloaded.
-mapfile -t wheels < <(sed -n 's/^\(Saved\|File was already downloaded\) \(.*\.whl\)$/\2/p' \
+mapfile -t wheels < <(sed -n 's/^ *\(Saved\|File was already downloaded\) \(.*\.whl\)$/\2/p' \
   "$cache/download.log" | sort -u)
 
 stage="$(mktemp -d)"

@@ -24,12 +24,21 @@ done
 echo "vllm_gpu_run: unpacked $(du -sm "$site" | cut -f1) MiB into $site in $(( $(date +%s) - start )) s"
 cat "$carry/MANIFEST.txt" 2>/dev/null
 export PYTHONPATH="$site:$root/python${PYTHONPATH:+:$PYTHONPATH}"
+# vLLM inspects model classes in a subprocess of its own: the stand-ins for its missing compiled
+# modules must be there too, so every Python started with this PYTHONPATH installs them first.
+cat >"$site/sitecustomize.py" <<EOF
+import sys
+sys.path.insert(0, "$root/python/tests")
+import gpu_vllm_run
+gpu_vllm_run.install_stand_ins()
+EOF
 export GRAPHATTN_LIBRARY="$carry/libgraphattn.so"
 export GRAPHATTN_VLLM_C_SCHEMAS="$carry/vllm_C_schemas.txt"
 export GRAPHATTN_CACHE_DIR="${GRAPHATTN_CACHE_DIR:-$site/graphattn-cache}"
 export PYTHONUNBUFFERED=1 VLLM_ENABLE_V1_MULTIPROCESSING=0 VLLM_NO_USAGE_STATS=1 \
   VLLM_ALLOW_INSECURE_SERIALIZATION=1 \
-  VLLM_DO_NOT_TRACK=1 HF_HUB_OFFLINE=1
+  VLLM_DO_NOT_TRACK=1 HF_HUB_OFFLINE=1 \
+  VLLM_USE_V2_MODEL_RUNNER=0  # the V2 runner pins host buffers through a compiled op (UVA view)
 "$python" -c "import sys, torch; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda)"
 "$python" "$root/python/tests/gpu_vllm_run.py" --json "$out/vllm-run.json" "${@:3}" 2>&1 |
   tee "$out/vllm-run.log"

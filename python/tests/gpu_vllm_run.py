@@ -194,10 +194,13 @@ def child(args):
     if args.backend == "GRAPHATTN":
         import graphattn
         import graphattn.vllm
-        import vllm.plugins
+        import importlib
+
         from vllm.v1.attention.backends.registry import AttentionBackendEnum
 
-        vllm.plugins.load_general_plugins()  # vLLM's loader: graphattn's entry point
+        # vLLM's loader: graphattn's entry point (by module: vllm's lazy __getattr__ does not
+        # expose the submodule as an attribute).
+        importlib.import_module("vllm.plugins").load_general_plugins()
         name = graphattn.vllm.backend_name()  # GRAPHATTN; CUSTOM on vLLM 0.26
         if not AttentionBackendEnum[name].get_path().startswith("graphattn."):
             raise SystemExit("vLLM's plugin loader did not register graphattn as %s (is "
