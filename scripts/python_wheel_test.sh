@@ -72,7 +72,7 @@ say "fresh venv $venv: pip install $(basename "$wheel") numpy pytest"
 "$python" -m venv "$venv"
 cd "$scratch"
 # As a user's shell has it: no LD_LIBRARY_PATH (env.sh's points at the toolkit), so the binaries
-# find libnvrtc through their RUNPATH in the NVRTC wheel.
+# find libnvrtc through their RPATH in the NVRTC wheel.
 clean_env=(env -u GRAPHATTN_LIBRARY -u GRAPHATTN_BUILD_DIR -u PYTHONPATH -u GRAPHATTN_CACHE_DIR
   -u GRAPHATTN_CACHE_DIRS -u GRAPHATTN_REMOTE_CACHE -u GRAPHATTN_LOG_LEVEL -u LD_LIBRARY_PATH)
 "${clean_env[@]}" "$venv/bin/pip" "${pipq[@]}" install "$wheel" numpy pytest

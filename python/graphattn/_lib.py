@@ -4,7 +4,7 @@ The library is looked up in this order:
   1. $GRAPHATTN_LIBRARY (the path of a libgraphattn.so);
   2. the copy installed inside this package (graphattn/libgraphattn.so).
 Its NVRTC dependency (libnvrtc.so.13) is found by the dynamic loader (in a wheel, the library's
-RUNPATH points at NVIDIA's nvidia-cuda-nvrtc wheel); when that fails, it is loaded from
+RPATH points at NVIDIA's nvidia-cuda-nvrtc wheel); when that fails, it is loaded from
 $GRAPHATTN_CUDA_HOME, $CUDA_HOME, /usr/local/cuda or NVIDIA's pip wheels first.
 """
 

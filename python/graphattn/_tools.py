@@ -4,7 +4,7 @@ native executable shipped inside the package (graphattn/bin/), passing every arg
 and replacing this Python process, so exit status, signals and output are the tool's own.
 
 The executables are looked up in this order: the package's copy (graphattn/bin/NAME), the
-directory of $GRAPHATTN_LIBRARY, $GRAPHATTN_BUILD_DIR. They find libnvrtc through their RUNPATH
+directory of $GRAPHATTN_LIBRARY, $GRAPHATTN_BUILD_DIR. They find libnvrtc through their RPATH
 (NVIDIA's nvidia-cuda-nvrtc wheel beside this package) or the system's loader paths; when the
 package had to load libnvrtc from elsewhere by hand (a toolkit under $CUDA_HOME), that directory
 is added to LD_LIBRARY_PATH for them.
