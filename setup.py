@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # pip install . from the project root: the same package as pip install ./python (the build
 # step lives in python/graphattn_setup.py). Its setuptools scratch goes to build-pip/ so that
 # CMake's build/ stays CMake's.

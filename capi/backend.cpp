@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The C ABI's attention backend section: create, prepare, forward, and checked mode.
 #include <cstddef>
 #include <string>

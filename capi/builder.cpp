@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The C ABI's metadata builder and capture sizes (host only).
 #include <algorithm>
 #include <cstdint>

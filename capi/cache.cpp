@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The C ABI's kernel cache section: options, handles, counters, precompile, the entry list.
 #include <chrono>
 #include <memory>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What every section of the C ABI (include/graphattn/graphattn.h) shares: the handles, the
 // guard that turns exceptions into status codes and this thread's last error, the checks that
 // only this ABI can get wrong (NULL pointers, struct sizes, enum values, DLTensors) and the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The C ABI of merge_attn_states and the device-mapped copy_blocks (graphattn.h): NULL and
 // device checks of the DLTensors here, everything else in the C++ API.
 #include <string>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The C ABI's layer configuration: graphattn_layer_config_t to AttentionLayerConfig and back,
 // both generated from GRAPHATTN_LAYER_CONFIG_FIELDS (graphattn/layer_config_fields.h), with the
 // compile-time checks that tie that list to both structs.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The C ABI's library section: versions, errors, devices, and the name enumerators that give a
 // binding the C++ API's name tables (spec.hpp) instead of its own copies.
 #include <string>

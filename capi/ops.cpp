@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The C ABI's ops: the cache writes, vLLM's legacy PagedAttention calls, dense attention, the
 // fp8 scales and the block copies, each a conversion of its DLTensors and one C++ call.
 #include <string>

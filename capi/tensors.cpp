@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The C ABI's DLTensor conversion and output helpers (capi.hpp).
 #include <iterator>
 #include <string>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Capture sizes, padding, and the graph runner: capture, replay, exec update, eager fallback.
 #include <algorithm>
 #include <chrono>

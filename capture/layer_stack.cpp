@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // AttentionLayerStack: the ready-made decode step (num_layers x cache write + attention) over
 // persistent buffers, with the per-step upload that pads a batch for its graph.
 #define XXH_INLINE_ALL

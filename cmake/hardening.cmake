@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Included from the top-level CMakeLists.txt right after find_package(CUDAToolkit) and the
 # project-wide compile options, before any target is defined.
 #

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Install rules (included from CMakeLists.txt when GRAPHATTN_INSTALL is ON):
 #   include/graphattn/           the C++ API, graphattn.h (C ABI) and export.h
 #   lib/libgraphattn.a           graphattn::graphattn

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // On/off environment variables (GRAPHATTN_DISABLE_GRAPHS, GRAPHATTN_DECODE_CLUSTERS,
 // GRAPHATTN_DUMP_SOURCE, GRAPHATTN_CHECK_BOUNDS), parsed strictly in one place: unset or empty is
 // off; 1, true, yes, on are on and 0, false, no, off are off (any letter case); anything else

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Batch metadata, the decode/prefill split and reorder, local-attention virtual batches and the
 // flash metadata builder, following vLLM v1's definitions.
 #include "graphattn/metadata.hpp"

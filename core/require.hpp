@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The checking macro for arguments, and the first check of every tensor view: what every layer
 // uses to refuse bad input with a message that names it.
 #pragma once

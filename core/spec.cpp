@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // AttentionSpec: validation, the canonical string and its parser.
 #include "graphattn/spec.hpp"
 

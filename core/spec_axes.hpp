@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What the memory tier and the renderer take from AttentionSpec's axis list
 // (GRAPHATTN_SPEC_AXES in include/graphattn/spec.hpp), so that neither names an axis itself.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Untrusted text (spec strings, environment values, file names, command-line values) as it is
 // echoed in messages: control bytes and non-ASCII bytes become \xNN escapes, so a message cannot
 // move the cursor, rewrite a terminal or break a log line, and a huge value is cut short.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Kernel bundles (jit_cache/bundle.hpp): a ustar writer and a strict reader, the manifest and
 // its signature, and the verdict on each entry.
 #include "jit_cache/bundle.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Kernel bundles: one file that carries verified cache entries from the machine that compiled
 // them to images and hosts that should not compile (graphattn-cache export / import).
 //

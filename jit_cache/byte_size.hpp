@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The one parser of byte sizes, shared by GRAPHATTN_CACHE_MAX_BYTES and graphattn-cache prune
 // --max-bytes: decimal digits, then an optional unit (B; K, KB, KiB; M, MB, MiB; G, GB, GiB;
 // T, TB, TiB; any case; binary multiples). Nothing else is accepted: no sign, no spaces, no

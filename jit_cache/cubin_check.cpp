@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "jit_cache/cubin_check.hpp"
 
 #include <elf.h>

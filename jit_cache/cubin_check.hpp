@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What a cache entry's payload must be before it reaches cuModuleLoadData: a 64-bit
 // little-endian ELF executable for the CUDA machine, built for the entry's arch, whose header
 // tables lie inside the payload. The check reads only the ELF header.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "jit_cache/disk_tier.hpp"
 
 #include <dirent.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The disk tier of the kernel cache: one file per entry, written atomically, checked on every
 // read. Also the reader used by graphattn-cache (list, show, verify, prune, clear). What the
 // files hold and how they are named: jit_cache/entry_format.hpp.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "jit_cache/entry_format.hpp"
 
 #define XXH_INLINE_ALL

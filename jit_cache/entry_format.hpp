@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The one definition of what a kernel cache directory holds: the layout of an entry file, its
 // encoder and checking decoder, and the rules for the names of every file the cache writes. The
 // disk tier (jit_cache/disk_tier.hpp) and graphattn-cache both use these and nothing else.

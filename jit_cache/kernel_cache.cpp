@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // KernelCache: the memory tier with single flight, over the disk tier, over NVRTC.
 #include <dlfcn.h>
 #include <limits.h>

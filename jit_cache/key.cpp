@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The cache key: XXH3-128 over every input that determines the machine code. Each field is
 // length-prefixed so that no two different input lists hash the same byte stream.
 #define XXH_INLINE_ALL

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // NVRTC: rendered source -> cubin. Every call goes through GA_NVRTC_CHECK.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Which prefill kernel family serves a spec. One pure function, shared by the renderer (template
 // file and NVRTC target) and the host launch code (tile configuration), so the two cannot drift.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "jit_cache/redis_client.hpp"
 
 #include <fcntl.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A small synchronous Redis client for the remote tier of the kernel cache
 // (jit_cache/remote_tier.hpp): RESP2 over a TCP socket, written here so that every call is bounded
 // by the caller, not by the server.

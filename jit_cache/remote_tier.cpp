@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "jit_cache/remote_tier.hpp"
 
 #include <fcntl.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The remote tier of the kernel cache: entries shared by every host of a fleet through Redis,
 // behind the disk tier.
 //

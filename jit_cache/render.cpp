@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Renders a spec into NVRTC input: a header comment (spec, options), the spec's constexprs, then
 // the embedded template texts. The renderer adds no kernel logic.
 #include <sstream>

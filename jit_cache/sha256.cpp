@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // SHA-256 as FIPS 180-4 section 6.2 describes it: 64-byte blocks, 64 rounds over a message
 // schedule, the length in bits appended big-endian after a single 1 bit and zero padding.
 #include "jit_cache/sha256.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // SHA-256 (FIPS 180-4) and HMAC-SHA256 (RFC 2104): the tags that sign remote cache values
 // (jit_cache/remote_tier.hpp). Checked against the FIPS and RFC 4231 test vectors in
 // tests/test_sha256.cpp.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A bounded parallel-for over [0, n): the precompile pool.
 #pragma once
 

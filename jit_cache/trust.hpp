@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Who may have written a cache directory and its files. A cache entry is code the process runs on
 // the GPU, so the disk tier loads only from a directory that nobody else can write:
 //

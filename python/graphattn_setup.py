@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The build step shared by python/setup.py (``pip install ./python``, ``pip wheel ./python``)
 and the project root's setup.py (``pip install .``, and the sdist, ``python -m build --sdist``
 from the root): it finds or builds libgraphattn.so and the graphattn-warmup and graphattn-cache

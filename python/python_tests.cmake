@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # The Python package's tests as a user meets them (scripts/python_wheel_test.sh): `pip wheel
 # ./python` from this build's binaries (GRAPHATTN_BUILD_DIR, so nothing is compiled twice), the
 # wheel installed into a fresh venv with no source tree beside it, the CPU tests (pytest; GPU

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # pip install ./python: builds or finds libgraphattn.so (see graphattn_setup.py for where it
 # comes from) and installs the pure-Python package over its C ABI.
 import os

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The attention backend: configuration checks, the kernels a layer needs, and forward() for a
 // mixed batch (cache write, split-KV decode for the decodes, prefill for the rest).
 #include <algorithm>

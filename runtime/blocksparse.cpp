@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Block-sparse attention: vLLM's head sliding step, the pattern's checks and launch data.
 #include "runtime/blocksparse.hpp"
 

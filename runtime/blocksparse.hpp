@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Host side of block-sparse attention: the pattern's launch data and its checks.
 #pragma once
 

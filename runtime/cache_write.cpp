@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Host side of the cache write kernel: checks the views, picks the spec, launches.
 #include <sstream>
 

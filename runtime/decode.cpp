@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Host side of the split-KV decode kernels: checks the views, derives the specs, launches.
 #include "runtime/decode.hpp"
 

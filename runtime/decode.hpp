@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Host side of the split-KV decode kernel (templates/decode.cu).
 //
 // How AttentionBackend uses it (runtime/attention.cpp):

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The CUDA driver API, reached through one table of typed function pointers filled from
 // libcuda.so.1 with dlopen/dlsym, by the versioned names the headers map each API to. Nothing
 // links against libcuda, so the library, the tools and the CPU tests run where there is no GPU.

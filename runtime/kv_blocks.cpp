@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // swap_blocks and copy_blocks: whole blocks of paged caches copied by the driver's memcpy, one
 // copy per (cache, pair), after every view and pair has been checked.
 #include "graphattn/kv_blocks.hpp"

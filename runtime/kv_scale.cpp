@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Host side of calc_kv_scales (templates/kv_scale.cu): checks the views, picks the spec, sets
 // both scalars to their minimum and launches the reduction that raises them.
 #include <algorithm>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Host side of merge_attn_states (templates/merge_states.cu): checks the views, picks the spec
 // (dtype and arch only) and launches one grid-strided kernel.
 #include "graphattn/merge_states.hpp"

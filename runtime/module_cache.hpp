@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Loaded kernels: a compiled cubin as a CUmodule/CUfunction in one CUDA context, and the launch.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // vLLM's paged_attention_v1 / v2 over its legacy PagedAttention caches: the argument checks, the
 // per-context split workspace, and a launch of the split-KV decode kernel specialized for the
 // legacy layout (templates/decode.cu, KV_LAYOUT 2).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // vLLM's legacy PagedAttention caches: their shape, the split of one tensor into key and value
 // caches, and the cache write into them (the cache write kernel's "legacy" layout).
 #include "graphattn/paged_cache.hpp"

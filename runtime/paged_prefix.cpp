@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // forward_prefix: vLLM's PagedAttention.forward_prefix over its legacy PagedAttention caches,
 // served by the prefill kernel's legacy-layout specialization (templates/prefill.cu).
 #include <cmath>

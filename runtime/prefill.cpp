@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Host side of the prefill kernel: checks the views, derives the spec, launches.
 #include "runtime/prefill.hpp"
 

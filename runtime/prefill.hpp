@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Host side of the prefill kernel (templates/prefill.cu): variable-length queries over the paged
 // KV cache, causal, with GQA, sliding window, soft cap and fp8 KV (vLLM v1 flash semantics).
 //

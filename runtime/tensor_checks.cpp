@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 #include "runtime/tensor_checks.hpp"
 
 #include <cmath>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Checks of engine-supplied views, shared by every device operation. Each failure names the
 // argument, what it is, and what is allowed.
 #pragma once

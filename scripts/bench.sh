@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Runs graphattn-bench on a GPU machine: every part (decode, the 32-layer step, capture, prefill)
 # with the peer (tools/peer_sdpa.py, PyTorch SDPA) timed in the same run. Writes OUT_DIR/bench.txt
 # and OUT_DIR/bench.json; tools/plot_bench.py turns the JSON into the README's plot.

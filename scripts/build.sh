@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Configures and builds everything (library, tools, tests) into ${BUILD_DIR:-build} (Release).
 set -euo pipefail
 . "$(dirname "$0")/env.sh"

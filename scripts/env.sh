@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Sourced by the scripts beside it: the project root, the CUDA toolkit (nvcc and NVRTC: the
 # binaries link libnvrtc from $cuda/lib64) and the usage check they share.
 #   . "$(dirname "$0")/env.sh"

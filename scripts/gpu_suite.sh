@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The whole GPU suite on a GPU machine: every GPU test, the Python package's tests
 # (scripts/python_gpu_tests.sh, libgraphattn.so from the test binary's build), graphattn-warmup
 # plain and with speculative decoding (from the same directory), then

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Installs what graphattn needs on Debian/Ubuntu, skipping what is already there.
 # The CUDA toolkit (nvcc, NVRTC, headers) is expected under $CUDA_HOME or /usr/local/cuda.
 #   (no argument)  everything scripts/test.sh builds and runs: the main job's packages, plus

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The Python package's tests through a real install, as ctest's `python` test runs them:
 #   1. a venv at BUILD_DIR/python-venv (made once; python3 -m venv),
 #   2. pip install numpy pytest into it (once),

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The Python package's tests on a GPU machine, without pip installing anything: the package is
 # taken from python/ (PYTHONPATH) and the library from the build (GRAPHATTN_LIBRARY), so a
 # machine with no package registry and no setuptools runs them. Needs python3 with pytest,

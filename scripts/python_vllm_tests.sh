@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # graphattn.vllm and graphattn.torch_ops against the real vLLM release from PyPI, on the CPU (as
 # ctest's `python_vllm` test runs them):
 #   1. a venv with vllm==VLLM_VERSION (graphattn/vllm/__init__.py, the one pin) and pytest,

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The sanitizer and fuzz pass (CI runs it after scripts/test.sh). Builds the library, the CPU
 # tests, the tools and the libFuzzer targets with clang, AddressSanitizer and
 # UndefinedBehaviorSanitizer (Debug) into ${SANITIZE_BUILD_DIR:-build-asan}; runs each fuzz target

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Compares the machine code (SASS) of kernel specs built from this tree's templates with the
 same specs built from the templates of a base revision. Run through scripts/sass_diff.sh, which
 supplies the disassembler; see there for the usage.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Checks that a template change leaves the machine code of existing kernel specs identical:
 # renders and compiles every spec with the built library (BUILD_DIR, default build/) and with
 # the templates of a base revision, disassembles both (cuobjdump -sass: encodings, control bits

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # Assembles OUT_DIR (default .vllm-carry/, git-ignored) for scripts/vllm_gpu_run.sh on a GPU
 # machine that has Python 3.12, PyTorch 2.11, Triton and NumPy but no package registry, with a
 # 64 MiB limit on what travels:

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # On the GPU machine (no package registry): vLLM from the folder scripts/vllm_gpu_bundle.sh
 # assembled (carried as .vllm-carry), graphattn from python/ with the carried libgraphattn.so,
 # then python/tests/gpu_vllm_run.py (graphattn's backend against vLLM's TRITON_ATTN; exit 0 when

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Writes the op schemas that a vLLM kernel library (.so) registers, one per line, read out of
 its string table (vLLM's m.def("name(Tensor! out, ...) -> ()") literals), for
 python/tests/gpu_vllm_run.py to define where the library itself is not carried.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
 # The main job: installs what is missing (scripts/install_deps.sh --main), builds only the
 # library and graphattn-warmup into ${BUILD_DIR:-build} (showing the build's progress), and runs
 # graphattn-warmup on the built-in default model (llama-3-8b). Extra arguments go to

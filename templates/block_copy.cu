@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // copy_blocks with a device block mapping: BlockCopyParams in params.h. Block (pair, cache)
 // copies one KV block of one cache in 16-byte vectors where the cache's addresses allow it,
 // else in bytes.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Cache write (vLLM's reshape_and_cache_flash, and reshape_and_cache for the legacy
 // PagedAttention layout): token t's key and value go to slot slot_mapping[t] = block *
 // BLOCK_SIZE + offset of the paged cache; a negative slot (padding) writes nothing. One thread

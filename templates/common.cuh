@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Device helpers shared by every kernel family. Self-contained: no toolkit header is needed, so
 // NVRTC compiles these with nothing but libnvrtc. The renderer defines before this text:
 //   HEAD_SIZE, BLOCK_SIZE, GROUP, IS_BF16, KV_FP8 (0 auto, 1 e4m3, 2 e5m2),

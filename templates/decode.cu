@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Split-KV paged decode (flash-decoding) on tensor cores.
 //
 // A thread block handles one (split, KV head [, chunk of 16 query heads], request). Every query

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // calc_kv_scales (vLLM's Attention.calc_kv_scales, on the device): the largest |key| and |value|
 // of a batch's new tokens, divided by the caller's divisors, raised into two fp32 device
 // scalars with an atomic max (KvScaleParams in params.h says why that is exact). Only rows

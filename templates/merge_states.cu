@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // merge_attn_states: MergeStatesParams in params.h has the formula and the infinite-LSE rules.
 // Spec dtype (IS_BF16: 0 fp16, 1 bf16, 2 fp32) is the element type of the three outputs; the
 // arithmetic is fp32 with expf / logf (no approximate intrinsics), one rounding at the store.

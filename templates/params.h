@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Kernel parameter structs: the one contract between the host and the templates. Compiled both
 // by the host C++ compiler and, embedded, by NVRTC, so only fixed-size C types appear here.
 // Every kernel takes exactly one of these by value (__grid_constant__). Strides are in elements

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Prefill attention over the paged KV cache (vLLM v1 flash semantics): variable-length queries,
 // causal, GQA, sliding window, soft cap, fp8 KV. Covers chunked prefill and prefix caching: the
 // new tokens of a request attend to its cached context and, causally, to themselves. Spec axes

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Prefill attention for Hopper (sm_90a, wgmma): the semantics, grid and GQA row packing of
 // prefill.cu (vLLM v1 flash: variable-length causal queries over the paged KV cache, window,
 // soft cap; the non-causal and dense-K/V axes likewise), for 16-bit KV caches and head sizes

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Layer configurations for the tests and benchmarks, by shape.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Host-side element conversions for tests and benchmarks, written independently of the device
 // code they check: fp16/bf16 by bit manipulation, fp8 by searching the table of all 256 codes.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Element offsets in vLLM's legacy PagedAttention caches, for the tests and benchmarks that fill
 // or read them on the host: one [2, num_blocks, block_size * num_kv_heads * head_size] tensor
 // whose first half is the key cache [num_blocks, num_kv_heads, head_size / x, block_size, x] and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The float64 host reference for paged attention (vLLM v1 flash-backend semantics): variable
 // length queries over a paged KV cache (or dense K/V), causal or not, with GQA, sliding window,
 // soft cap, ALiBi and attention sinks.

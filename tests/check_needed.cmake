@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # The binaries must start where there is no CUDA driver: NVRTC is linked, libcuda is opened with
 # dlopen at run time (README). This test reads every built binary's NEEDED entries with readelf
 # and fails if one names libcuda. Included from tests/tests.cmake.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # cmake -DREADELF=... -DFILES=a;b;c -P check_needed_run.cmake: fails when a NEEDED entry names
 # libcuda, or when fewer than two of the files are built.
 set(count 0)

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Checks that README.md's code examples are the code the tests build and run.
 
 A README block introduced by the line `<!-- snippet: PATH -->` must equal, line for line, the

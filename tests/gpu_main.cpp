@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The GPU test binary: where no GPU is present it says so and exits 77, which ctest reports as
 // "Skipped" (SKIP_RETURN_CODE), so CPU-only machines stay green and the skip is visible.
 #define DOCTEST_CONFIG_IMPLEMENT

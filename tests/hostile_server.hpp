@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Small hostile servers for the remote tier's tests, on 127.0.0.1 only: a thread accepts
 // connections at a free port and answers each request (one recv) through a handler that can drip
 // bytes, announce huge replies or never finish a SCAN. Every handler polls stop() so that the

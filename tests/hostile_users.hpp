@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Two unprivileged users for the tests of what one local user can do to another (a victim and an
 // attacker), created with useradd when the tests run as root (as CI does) and removed at scope
 // exit. Elsewhere available() is false and why() says so: those tests skip with that message.

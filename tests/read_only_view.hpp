@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A read-only view of a directory, as a read-only image layer would be (tests of layered and
 // read-only cache directories, and of kernel bundles baked into an image).
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A real redis-server for the remote tier's tests: started on 127.0.0.1 at a free port, with
 // persistence off and its files in a temporary directory, and killed at scope exit. The tests
 // need the Debian package redis-server (scripts/install_deps.sh installs it); without it they

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Attention types (issue 11): the non-causal and dense-KV spec axes, the specs each
 // AttentionType gets, the argument checks of encoder_attention and multi_head_attention (before
 // any device is touched), the metadata builder per type, and NVRTC builds of the new kernels.

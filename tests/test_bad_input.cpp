@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The bad-input sweep: the tools run as real binaries on hostile and careless input (empty, huge,
 // non-ASCII and control-character values, out-of-range numbers, malformed environment variables,
 // a cache path that is a file or a device, junk named like entries, a huge sparse entry). Each

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Block-sparse attention on the host: the reference's block mask against hand-computed patterns,
 // vLLM's head sliding step, the pattern's launch data and checks, the spec axis, and NVRTC
 // builds of block-sparse decode and prefill kernels.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Checked mode on the host side: the spec axis (string suffix "_chk"), what the renderer adds
 // (only for checked specs: the fast path's source carries no check), the cache keeping checked and
 // fast kernels apart, and every checked kernel family compiling with NVRTC. The kernels' reports

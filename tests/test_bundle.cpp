@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Kernel bundles (jit_cache/bundle.hpp, graphattn-cache export / import): a round trip, every
 // kind of damage a bundle can carry (each refused, never installed), signing, stale entries, and
 // the image workflow: export a model's kernels, import them into a directory that then becomes a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Layered cache directories (CacheOptions::dirs, GRAPHATTN_CACHE_DIRS) and read-only layers: a
 // directory baked into a read-only image layer serves its verified entries, and new kernels go
 // to the first writable layer (or stay in memory).

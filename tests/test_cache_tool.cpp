@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // graphattn-cache, run as the real binary against temporary cache directories. Its --json
 // output is parsed back; its exit status is part of its contract (0 ok, 1 problem, 2 usage).
 #include <fcntl.h>

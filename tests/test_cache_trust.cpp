@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The disk tier's trust model and file handling, tried as an attacker who can write the cache
 // directory and as a careless operator would: planted and forged entries, symbolic links, FIFOs,
 // huge sparse files, directories named like entries, other owners, group-writable directories.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // merge_attn_states, the device-mapped copy_blocks and the cache writes' float32, block size 8
 // and legacy x, on the host: their spec kinds and rules, NVRTC builds, and every refusal, which
 // comes before any device use (so these run without a GPU).

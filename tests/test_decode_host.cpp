@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Host side of the decode kernels, no GPU needed: the split policy, the workspace size, the
 // configuration checks and kernel selection, and that every decode specialization the tests use
 // renders.

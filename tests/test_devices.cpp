@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Device selection on any machine: device_count() never throws, use_device() names a bad
 // ordinal and the count (or says there is no GPU), and where devices exist, use_device()
 // switches the current context even when another one is current.

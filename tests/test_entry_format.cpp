@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The disk entry format (jit_cache/entry_format.hpp), pinned by a golden file. The file,
 // tests/data/golden_entry.gakc, was written byte by byte from the layout comment, not by
 // encode_entry: a change of layout, field order, checksum or magic fails these tests. Such a

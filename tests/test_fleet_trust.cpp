@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What one local user can do to another through the fleet features, and the small rules around
 // them (issue 26): signing key files checked like the cache, shared directories of a group this
 // process is not in, the cache directory marker that clear/prune/verify --fix require, strict

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // swap_blocks, copy_blocks and kv_cache_half on the host: every view and pair is checked before
 // the driver is asked for anything, so their errors show on machines without a GPU too.
 #include <doctest/doctest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // fp8 KV scales in device memory and calc_kv_scales, on the host: the kv_scale spec kind (parse,
 // round trip, its one canonical form), NVRTC builds of it and of the fp8 kernels that read device
 // scales, the argument checks of calc_kv_scales (which run before any device use), the layer

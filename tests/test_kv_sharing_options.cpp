@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // AttentionLayerStack's KV sharing option (vLLM's kv_sharing_target_layer_name) is checked before
 // anything is allocated, so its errors show on machines without a GPU too.
 #include <doctest/doctest.h>

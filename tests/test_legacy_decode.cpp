@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The decode kernel over vLLM's legacy PagedAttention caches (spec layout "legacy") on the host:
 // spec strings, NVRTC builds across dtypes, head sizes, block sizes and axes, the v1/v2 rule,
 // and every argument check of paged_attention_v1 / v2 (all before any device use).

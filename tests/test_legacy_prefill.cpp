@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The prefill kernel over vLLM's legacy PagedAttention caches (spec layout "legacy") and
 // forward_prefix on the host: spec strings, the kernel selection, NVRTC builds across dtypes,
 // head sizes, block sizes and score modifiers, and every argument check of forward_prefix (all

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // vLLM's legacy PagedAttention caches on the host: the spec layout "legacy" (cache write, decode),
 // NVRTC builds of its cache write kernel, the shape and split helpers, and every argument check
 // of write_to_paged_cache (all before any device use).

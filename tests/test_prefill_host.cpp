@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The prefill kernel's host side without a GPU: spec derivation from the views, argument
 // errors, the tile configuration's shared memory, and NVRTC compiling every head size.
 #include <doctest/doctest.h>

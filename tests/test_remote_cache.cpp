@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The remote tier of the kernel cache against a real redis-server on 127.0.0.1 (started and torn
 // down by each test through tests/redis_server.hpp): kernels shared between caches with their own
 // disk directories and between processes, a server that dies or hangs mid-run, values that must

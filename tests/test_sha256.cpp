@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // SHA-256 and HMAC-SHA256 (jit_cache/sha256.hpp) against the published vectors: FIPS 180-4's
 // examples and RFC 4231's HMAC test cases, plus the padding boundaries at 55, 56 and 64 bytes.
 #include <doctest/doctest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Every axis of AttentionSpec's one list (GRAPHATTN_SPEC_AXES) reaches everything that must tell
 // specs apart. An axis added to the list with no renderer constant (and no template choice)
 // renders the same source for both values: the "rendered sources differ" check below fails for

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Host-side checks of engine-supplied views: every bad input names itself and what is allowed.
 #include <doctest/doctest.h>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Shared test helpers: a temporary directory (and kernel cache) per test, random data, and the
 // GPU guard.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // graphattn-warmup, run as the real binary: the compile phase on a machine without a GPU, its
 // cache hits on a second run, and its usage errors.
 #include <doctest/doctest.h>

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # Two doctest executables: CPU tests (run everywhere) and GPU tests (skip with a message when
 # no GPU is present). Each test makes its own temporary cache directory.
 file(GLOB GRAPHATTN_CPU_TESTS CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/tests/test_*.cpp)

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Runs one of the project's real binaries from a test and captures its exit status and output.
 #pragma once
 

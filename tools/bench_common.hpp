@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Shared pieces of graphattn-bench: the device and its limits measured in the same run, random
 // fills, event timing with the L2 flushed, graph capture of a callable, and the peer's times.
 #pragma once

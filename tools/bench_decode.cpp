@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // graphattn-bench, decode part: decode attention time against the device's own bandwidth limits
 // and the peer (cuDNN SDPA on contiguous KV), measured in the same run. bf16, 32 query heads,
 // 8 KV heads, block 16 (docs/peers-h100.md's setup): random data, shuffled physical blocks, L2

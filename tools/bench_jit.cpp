@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // graphattn-bench-jit: what the JIT kernel cache costs on this machine, measured on the cache
 // write kernel. No GPU is needed: it times NVRTC compiles, disk hits and memory hits.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // graphattn-bench: the performance tables of graphattn on this GPU, each measured in one run
 // with the device's own limits (read-only streaming and device-to-device copy bandwidth) and,
 // where PyTorch is present, the peer (tools/peer_sdpa.py: cuDNN SDPA on contiguous tensors).

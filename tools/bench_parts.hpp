@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The parts of graphattn-bench. Each prints its table and returns the same numbers as JSON.
 #pragma once
 

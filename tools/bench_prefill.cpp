@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // graphattn-bench, prefill part: a batch of pure causal prefills over the paged KV cache (bf16,
 // 32/8 heads, head 128, block 16, shuffled blocks, random data) against the peer on contiguous
 // tensors. A few output rows are checked against the float64 reference before timing. With

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // graphattn-bench, step, tensor-parallel and capture parts: llama-3-8b's 32 attention layers
 // (32/8 heads, head 128, bf16, block 16), each layer a cache write plus attention, as the
 // library's ready step (AttentionLayerStack) replayed from a CUDA graph and launched eagerly;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // graphattn-warmup: an engine's start-up and decode loop for a built-in model, with graphattn
 // doing the attention of every layer.
 //

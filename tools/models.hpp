@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Built-in model attention configurations for graphattn-warmup and the benchmarks.
 #pragma once
 

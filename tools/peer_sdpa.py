@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Times the peer for graphattn-bench: PyTorch's scaled_dot_product_attention (cuDNN) on
 contiguous tensors, for the decode and prefill shapes given on the command line.
 

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: Apache-2.0
 """Plots graphattn-bench's decode table: achieved percentage of the read-only bandwidth (measured
 in the same run) per shape, for graphattn and the peer (PyTorch SDPA / cuDNN on contiguous KV).
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // graphattn-warmup's command line: the options, their parsing and every check that needs no GPU,
 // so that a bad value stops the tool (exit 2, a message naming it) before any phase runs. Kept
 // apart from the phases so that the fuzzer (tests/fuzz) drives the same code.

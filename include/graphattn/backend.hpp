@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The attention backend's device operations, vLLM v1 flash-backend semantics.
 //
 // The paged KV cache is one tensor viewed as [2, num_blocks, block_size, num_kv_heads, head_size]

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Block-sparse attention (vLLM's BlocksparseFlashAttention, the Phi-3-small pattern): a causal
 // layer whose heads each see, besides the causal mask, only the key blocks of a local + vertical
 // stride pattern. The kernels (specs "_bsp") skip the key tiles no query of a thread block sees

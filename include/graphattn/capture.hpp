@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // CUDA graph capture and replay of an engine's decode step (vLLM v1 semantics).
 //
 // Capture sizes default to [1, 2, 4] + range(8, 256, 8) + range(256, max + 1, 16) with

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Errors thrown by graphattn. The library throws; it never aborts and never prints from a
 // hot path. Every message names the bad value and, where there is a closed set, what is allowed.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* GRAPHATTN_API marks what libgraphattn.so exports. The library is built with hidden
  * visibility, so everything else (detail::, internal helpers) stays inside it. Usable from C
  * and C++. The static library needs no marking; the macro expands the same way for it. */

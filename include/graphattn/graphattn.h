@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* graphattn's C ABI: paged attention for LLM inference engines, over the C++ API in
  * graphattn.hpp, for C callers and for other languages' bindings (the Python package uses it
  * through ctypes).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // graphattn: paged attention for LLM inference engines, JIT-compiled per specialization and
 // launched inside CUDA graphs. This header includes the whole C++ API (the C ABI is
 // graphattn/graphattn.h).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The kernel cache: AttentionSpec -> rendered CUDA source -> NVRTC -> cubin, kept in memory and
 // on disk under a 128-bit XXH3 key.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Whole-block copies of paged KV caches (vLLM's swap_blocks and copy_blocks): swapping a
 // preempted request's blocks out to host memory and back, and copy-on-write of shared blocks
 // across every layer. They copy bytes, whatever the cache holds, so they serve the flash layout

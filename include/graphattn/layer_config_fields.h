@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* Every field of one attention layer's configuration, declared once: the C++
  * AttentionLayerConfig (graphattn/backend.hpp) documents what each means and holds its
  * default; this list says, per field, what the faces need:

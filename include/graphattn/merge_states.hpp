@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // vLLM's merge_attn_states: two partial attention results of the same queries over disjoint
 // key sets (cascade attention's shared prefix and each request's own suffix, or two splits of
 // one context) combined by their log-sum-exps into the attention over both.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Batch metadata with vLLM v1 semantics (CommonAttentionMetadata), the decode/prefill split,
 // the batch reorder, chunked local attention's virtual batches, and the metadata builder that
 // decides what may run inside a CUDA graph.

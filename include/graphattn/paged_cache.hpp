@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // vLLM's legacy PagedAttention KV cache (its PagedAttention ops: get_kv_cache_shape,
 // split_kv_cache, write_to_paged_cache): one tensor [2, num_blocks, block_size * num_kv_heads *
 // head_size] split into a key cache [num_blocks, num_kv_heads, head_size / x, block_size, x]

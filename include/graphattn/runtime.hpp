@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Device helpers for engines, tools and tests: GPU presence, the current device's arch, a
 // context, its memory, and owning device buffers, streams and event timers for tools and tests
 // (the forward path never allocates).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // AttentionSpec: one compile-time specialization of one kernel. Everything that changes the
 // generated code is a field here; everything that does not (lengths, scale, window length,
 // soft-cap value, pointers) is a launch argument.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // TensorView: a non-owning view of device memory owned by the engine. graphattn never
 // allocates or frees what a view points to.
 #pragma once

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Host cost of handing a PyTorch tensor to the C ABI: the fast path (a DLTensor filled from
 data_ptr(), shape, stride() and dtype) against the general path (``__dlpack__`` capsule), and
 of one whole graphattn.ops.flash_attn_varlen_func decode call (host time, no sync).

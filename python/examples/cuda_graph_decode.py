@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Capture one decode step of one attention layer in a CUDA graph with PyTorch, replay it with
 new sequence lengths, block tables and slot mappings, and check it against SDPA.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """graphattn: paged attention for LLM inference engines, kernels compiled at run time with NVRTC
 and launched inside CUDA graphs (vLLM v1 attention-backend semantics).
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Streams, scratch allocation and host reads, done through the caller's array framework.
 
 graphattn itself never allocates device memory; where the package needs some (a workspace for

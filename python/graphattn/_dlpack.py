@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """DLPack: the ctypes layout of DLTensor and the conversion of array objects to it.
 
 The layout is DLPack 0.6's, which later versions keep for the legacy "dltensor" capsule (the

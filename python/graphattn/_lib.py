@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Loads libgraphattn.so and declares the C ABI (include/graphattn/graphattn.h) for ctypes.
 
 The library is looked up in this order:

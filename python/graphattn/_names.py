@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Names accepted for dtypes, KV cache dtypes, layouts and attention types, and argument type
 checks.
 

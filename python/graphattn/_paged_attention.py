@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """vLLM's paged_attention_v1 / v2 over its legacy PagedAttention caches, and its
 PagedAttention.forward_decode (re-exported by graphattn.ops).
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The attention backend of one layer configuration, and one step's batch metadata.
 
     attn = graphattn.AttentionBackend(num_heads=32, num_kv_heads=8, head_size=128,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Block-sparse attention parameters, named as vLLM's BlocksparseParams
 (vllm.attention.backends.blocksparse_attn) for AttentionBackend(blocksparse_params=...).
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The kernel cache: compiled kernels in memory and on disk, keyed by XXH3-128.
 
     cache = graphattn.cache.KernelCache(dir="/tmp/ga-cache")     # or default_cache()

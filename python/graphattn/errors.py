@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The package's exceptions.
 
 Failures reported by the library (bad configuration, a tensor it cannot use, a driver or NVRTC

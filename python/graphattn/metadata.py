@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Host-side metadata helpers with the semantics of vLLM v1's FlashAttentionMetadataBuilder.
 
     graphattn.metadata.cudagraph_support                  # AttentionCGSupport

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """vLLM-compatible ops: the names, argument order and semantics of vLLM's
 ``_custom_ops.reshape_and_cache_flash`` and ``vllm_flash_attn.flash_attn_varlen_func`` (the
 paged form vLLM v1's FlashAttention backend calls), so an engine can swap them in; and the

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """graphattn.ops as PyTorch custom ops (torch.library): ``torch.ops.graphattn.<name>``.
 
     import torch, graphattn.torch_ops            # registers the ops (imports torch)

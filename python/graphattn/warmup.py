@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """``python -m graphattn.warmup [args]``: runs the graphattn-warmup executable (the engine
 start-up job for a built-in model: compile every kernel, capture the decode graphs, run a decode
 loop), passing every argument through (``--help`` lists them). The wheel also installs it as the

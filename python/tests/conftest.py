@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Shared fixtures. The package under test is whatever `import graphattn` finds: the installed
 one (scripts/test.sh's venv), or python/ on PYTHONPATH with GRAPHATTN_LIBRARY set
 (scripts/python_gpu_tests.sh).

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Batches and references for the GPU tests (imported by them; needs PyTorch and a GPU).
 
 A Batch is one step as vLLM v1 lays it out: requests ordered decodes first, a paged KV cache

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """vLLM itself generating tokens with graphattn's attention backend, against vLLM's own
 TRITON_ATTN backend, on one GPU (run by the coordinator; not collected by pytest).
 

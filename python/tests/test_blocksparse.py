@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Block-sparse attention parameters (vLLM's BlocksparseParams names) and their checks. CPU only
 (arch=90 needs no GPU until prepare())."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """graphattn.cache: a KernelCache in tmp_path, precompile (NVRTC only, no GPU), list, stats, dir."""
 
 import os

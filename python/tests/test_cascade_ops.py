@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """merge_attn_states, copy_blocks with a device block mapping and float32 cache writes, on the
 host: every refusal comes before any device use (no GPU needed)."""
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """AttentionBackend configuration: names, types, the library's checks. CPU only (arch=90 needs
 no GPU until prepare())."""
 

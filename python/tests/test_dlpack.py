@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """DLPack conversion and the checks that run before any GPU work, with NumPy arrays (host
 memory): the C ABI converts every tensor before anything else, so a backend created for sm_90
 and never prepared reports them. CPU only (the PyTorch comparison runs where torch is

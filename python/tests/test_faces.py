@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The faces against their one declaration: graphattn.h's prototypes, structs and enums against
 what python/graphattn/_lib.py and _names.py declare, and the layer configuration's field list
 (include/graphattn/layer_config_fields.h) against graphattn.h's struct, the ctypes struct and

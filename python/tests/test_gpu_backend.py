@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """AttentionBackend on a GPU with PyTorch tensors: decode, prefill and mixed batches against
 SDPA in float64 (fresh random data, output poisoned with NaN first), the cache write against a
 torch scatter, and a decode step captured with torch.cuda.graph, replayed with new lengths,

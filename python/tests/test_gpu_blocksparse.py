@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Block-sparse attention (blocksparse_params) on a GPU with PyTorch tensors: decode and mixed
 batches against a float64 reference that builds vLLM's block mask per head (fresh random data,
 output poisoned with NaN first)."""

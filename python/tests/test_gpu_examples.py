@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """The README's example (python/examples/cuda_graph_decode.py) runs and checks itself."""
 
 import os

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Smoke tests with CuPy and JAX arrays (DLPack capsules instead of PyTorch's fast path), each
 skipped when its framework does not import. PyTorch makes the data and the reference."""
 

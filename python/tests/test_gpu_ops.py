@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """graphattn.ops on a GPU, called the way vLLM v1's FlashAttention backend calls
 reshape_and_cache_flash and flash_attn_varlen_func: against a torch scatter (bit-exact) and SDPA
 in float64, eager and captured with torch.cuda.graph; encoder_attention and multi_head_attention

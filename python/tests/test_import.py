@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """Importing the package: no framework imported, the library found in the documented order, the
 ABI checked, python -m graphattn.warmup wired to the executable. CPU only."""
 

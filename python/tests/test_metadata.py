@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """graphattn.metadata: vLLM's builder helpers on host lists and arrays. CPU only."""
 
 import pytest

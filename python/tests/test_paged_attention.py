@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """vLLM's paged_attention_v1 / v2 and forward_decode over the legacy caches, without a GPU: the
 v1-vs-v2 rule, and argument checks that fail before any launch (fake CUDA tensors that are never
 read)."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """graphattn.ops as torch.library custom ops (graphattn.torch_ops).
 
 On the CPU: every op is registered with its schema (mutated arguments marked), traces with fake

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """graphattn.vllm against the real vLLM release (graphattn.vllm.VLLM_VERSION), on the CPU:
 vLLM's plugin loader finds graphattn's entry point; vLLM's selector picks GraphattnBackend for
 llama-3-8b and refuses it, with vLLM's message, where graphattn lacks a feature; the builder

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* The C tests' checks: on failure they print file:line, the call or condition, and this
  * thread's graphattn_last_error(), and exit 1. */
 #ifndef GRAPHATTN_TESTS_C_C_CHECK_H_

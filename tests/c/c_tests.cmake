@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # The C ABI's tests, compiled as C against the static library:
 #   c_abi      graphattn-c-tests: every path that needs no GPU (runs everywhere)
 #   c_abi_gpu  graphattn-c-gpu-tests: forward, cache write and a captured graph through the C ABI,

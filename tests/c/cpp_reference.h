@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* What the C GPU test needs from C++: the C++ API's forward and cache write as references (on
  * views built here, independently of the C ABI's DLTensor conversion), and device memory,
  * streams and graph capture through the library's dlopen'ed driver table (the test links no

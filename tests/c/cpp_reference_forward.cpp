@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The C GPU test's C++ side (tests/c/cpp_reference.h): the C++ API's forward and cache write on
 // views built here from raw pointers, and the driver calls C cannot make.
 #include <cstdio>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* The C example of README.md, compiled into graphattn-c-gpu-tests and run there on every
  * forward case (tests/readme_snippets.cmake checks that README.md shows this text). */
 #include "tests/c/readme_example.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* README.md's C example (tests/c/readme_example.c), used by graphattn-c-gpu-tests. */
 #ifndef GRAPHATTN_TESTS_C_README_EXAMPLE_H_
 #define GRAPHATTN_TESTS_C_README_EXAMPLE_H_

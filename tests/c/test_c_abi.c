@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* CPU tests of the C ABI (include/graphattn/graphattn.h), compiled as C: every status path that
  * needs no GPU, the DLTensor checks (with host tensors, as the Python package's CPU tests feed
  * them), the kernel cache through NVRTC (no GPU needed), capture sizes and the batch split.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* GPU tests of the C ABI, compiled as C: graphattn_backend_forward and graphattn_write_kv_cache
  * against the C++ API (tests/c/cpp_reference_forward.cpp) on the same random inputs, bit for
  * bit, and a forward captured in a CUDA graph and replayed with new sequence lengths against

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # ctest shared_exports: cmake -DLIB=libgraphattn.so -DNM=nm -DREADELF=readelf -P check_exports.cmake
 #
 # Fails, listing the offenders, when libgraphattn.so

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 /* A C program (compiled as C) that uses graphattn's C ABI through libgraphattn.so: found with
  * find_package, add_subdirectory or pkg-config. Needs no GPU. GRAPHATTN_EXPECTED_VERSION is the
  * version the build system found. Exit status 0 when every check passes. */

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A program outside graphattn's build that uses its C++ API on the CPU, through the installed
 // package (find_package), add_subdirectory, or the shared library. Needs NVRTC, no GPU.
 // Exit status 0 when every check passes; otherwise it names the failed check.

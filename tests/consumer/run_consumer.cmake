@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # ctest consumer_package / consumer_subdirectory: builds and runs tests/consumer against this
 # build of graphattn. Any failed step fails the test with the step's output.
 #

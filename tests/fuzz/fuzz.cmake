@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 # libFuzzer targets (GRAPHATTN_FUZZ=ON, clang; cmake/hardening.cmake instruments everything for
 # coverage and turns on ASan + UBSan). Each target has a seed corpus in tests/fuzz/corpus/<name>
 # and a ctest test, fuzz_<name>, that runs it for GRAPHATTN_FUZZ_SECONDS (default 15) from those

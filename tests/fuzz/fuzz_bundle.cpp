@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The kernel bundle reader (jit_cache/bundle.hpp): the ustar walk, the manifest and its signature,
 // and each member's checks. Any input either throws graphattn::Error or yields members whose
 // verdicts agree with their contents.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Shared by the fuzz targets: what every message graphattn builds from hostile input must be.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The disk-entry reader: check_entry_prefix (the fixed header against the file size, before any
 // large allocation), decode_entry (checksums, key, the cubin check) and check_cubin.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The Redis client's reply parser (jit_cache/redis_client.hpp) fed what a hostile server could
 // send: any bytes, in pieces of any size. Every input either yields replies within the limits or
 // throws RedisError; nothing larger than the limits is allocated (libFuzzer's -rss_limit_mb and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The one byte-size parser (GRAPHATTN_CACHE_MAX_BYTES, graphattn-cache --max-bytes) against an
 // independent reading of its grammar: digits, then nothing, B, or K/M/G/T optionally followed by
 // B or iB (any case); the value digits * 2^(10 k) computed in 128 bits must fit 64.

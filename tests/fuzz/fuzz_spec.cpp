@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // AttentionSpec::parse on arbitrary bytes: an accepted string is canonical and valid; a rejected
 // one gets a printable, bounded message.
 #include <cstddef>

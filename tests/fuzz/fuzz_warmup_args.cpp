@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // graphattn-warmup's command line (tools/warmup_options.cpp) on arbitrary argument lists: the
 // input is split at NUL bytes into at most 16 arguments. Whatever they are, parsing ends in
 // "run" (-1), help (0) or usage (2) and never throws; "run" only with settings that pass every

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A batch for AttentionBackend::forward() in device memory, shared by the GPU tests that are
 // about the API's contracts (dtype checks, threads, workspaces) rather than the numbers (those are
 // compared with the float64 reference in test_decode.cpp and test_prefill.cpp): n requests of

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Attention types on the GPU against the float64 reference: encoder-only attention (dense K/V,
 // variable lengths, q/k/v slices of one packed tensor), vLLM's MultiHeadAttention (uniform
 // [batch, seq, heads, head] tensors, query and key lengths apart), cross attention through

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Block-sparse attention (vLLM's BlocksparseFlashAttention) on the GPU through
 // AttentionBackend::forward: decode and prefill against the float64 reference with the pattern's
 // own mask builder (testing/reference.cpp), a captured decode graph replayed with new lengths,

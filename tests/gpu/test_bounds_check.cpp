@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Checked mode on the GPU: block ids and slots are device data the host never reads. A checked
 // backend's kernels (specs "_chk") report the first one outside the cache, with its request,
 // position and value, and skip the access, so the context survives and the next step is clean;

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The cache write kernel on the GPU, compared exactly with a host model: fp16/bf16, NHD/HND and
 // vLLM's legacy PagedAttention caches (write_to_paged_cache),
 // head and block sizes, fp8 e4m3/e5m2 with scales, random slots with -1 padding, canary blocks.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // merge_attn_states, the device-mapped copy_blocks and the cache writes' float32, block size 8
 // and legacy x on the GPU: merge against a float64 host reference (outputs and LSEs, the
 // infinite-LSE cases exactly), the cache writes bit for bit against a host model, copy_blocks

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Concurrent use as backend.hpp states it: prepare() of different configurations from several
 // threads sharing one KernelCache (one compile per kernel), forward() from two threads on two
 // streams with a workspace each (every output equal, byte for byte, to the same step run alone),

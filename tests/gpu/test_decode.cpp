@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The split-KV decode kernels on the GPU against the float64 reference: every head size, block
 // sizes, fp16/bf16, GQA groups (including > 16 heads per KV head), window, soft cap, NHD/HND,
 // fp8 e4m3/e5m2 KV, seq_lens 0, 1, block boundaries and >= 65536, batches 1..512, each launched

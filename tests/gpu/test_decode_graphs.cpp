@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Full CUDA-graph capture of decode steps with the library's ready step (layers of cache write +
 // attention): 200 random steps with changing batch composition and lengths. Graph replay must
 // equal an eager run of the same step exactly, padded tokens must never write the KV cache,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The graph runner on the GPU with an engine-supplied step (the cache write of persistent
 // buffers): capture, replay with new batches, padding never writes the cache, a changed KV cache
 // pointer is picked up by exec update, and batches above the largest size run eagerly.

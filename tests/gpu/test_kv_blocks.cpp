@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // swap_blocks and copy_blocks on the GPU: blocks of flash-layout caches (NHD and HND pages)
 // swapped to host memory and back, and copied across layers, byte for byte, with every other
 // block untouched; copy_blocks captured in a graph and replayed with new contents.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // New keys and values must come in the layer's dtype on every path that writes them into the KV
 // cache, whatever the cache stores. Before the check, a bf16 layer with an fp8 cache accepted fp16
 // key/value views in forward() and wrote their bits as bf16 into the cache (4063 of 4096 new

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // fp8 KV scales in device memory on the GPU: calc_kv_scales against a host amax (strided rows,
 // padded rows and row gaps holding huge values that must not count, all-zero and empty batches,
 // vLLM's and the fp8-max divisors); every kernel (cache write, decode with its fused write,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The decode kernel over vLLM's legacy PagedAttention caches on the GPU against the float64
 // reference: paged_attention_v1 / v2 (head sizes 32..256 incl. 80, 120 and 256, blocks 16 and
 // 32, fp16/bf16/e4m3/e5m2, GQA 1/4/8, ALiBi on and off, seq_lens 0, 1, block boundaries and past

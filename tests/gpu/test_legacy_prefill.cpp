@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // forward_prefix on the GPU (the prefill kernel over vLLM's legacy PagedAttention caches, spec
 // layout legacy) against the float64 reference, the way vLLM drives it: each request's cached
 // prefix (0..~700 tokens) is in the legacy caches already (host scatter), its new chunk

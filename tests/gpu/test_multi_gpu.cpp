@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Several GPUs in one process: a backend and an AttentionLayerStack per device, each device
 // driven from its own thread (use_device), graphs captured and replayed on every device at once,
 // outputs compared with an eager run of the same step and with the float64 reference; the

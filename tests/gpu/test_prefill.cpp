@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The prefill kernel on the GPU against the float64 reference: batches mixing pure prefills,
 // chunked prefills over cached context, one-token rows and padded (seq_len 0) requests, launched
 // on a request sub-range (the decodes before it must stay untouched); fp16/bf16, head sizes

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // graphattn-cache export / import: kernel bundles (jit_cache/bundle.hpp), one file of verified
 // entries that a build step writes and an image or a new host installs without compiling.
 #include "jit_cache/bundle.hpp"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // What the parts of graphattn-cache share. main.cpp sets up the command line (the usage and the
 // exit statuses are described there) and dispatches to the commands: inspect.cpp (list, show,
 // stats), maintain.cpp (verify, prune, clear), compile.cpp and remote.cpp (push, pull, the remote

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // graphattn-cache compile: fills the cache ahead of time through the library's KernelCache, so
 // that entries, keys and names are exactly those an engine looks up.
 #include <algorithm>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // graphattn-cache's view of the cache directory and its verdict on an entry, shared by the
 // commands.
 #include <sys/stat.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // graphattn-cache list, show and stats: they read the directory and change nothing.
 #include <algorithm>
 #include <cctype>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // graphattn-cache: the operator's view of a JIT kernel cache directory. It lists, shows, checks,
 // prunes and clears the entries that KernelCache writes, and fills the cache ahead of time.
 //
@@ -23,8 +24,8 @@
 #include <string>
 
 #include "graphattn/jit.hpp"
-#include "jit_cache/disk_tier.hpp"
 #include "graphattn/log.hpp"
+#include "jit_cache/disk_tier.hpp"
 #include "tools/cache/cache_tool.hpp"
 #include "tools/version.hpp"
 

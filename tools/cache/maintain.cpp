@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // graphattn-cache verify, prune and clear: they check the directory and remove what is bad, old,
 // over the size cap, or everything.
 #include <sys/stat.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Output of graphattn-cache: sizes, times and counts for people, aligned text tables, and the
 // one JSON document that --json prints.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // graphattn-cache and the remote tier: the remote part of `stats`, `push` (local entries to
 // Redis) and `pull` (Redis values into the local directory). Every value is verified as the
 // kernel cache verifies it (jit_cache/remote_tier.hpp), signatures included when a signing key is

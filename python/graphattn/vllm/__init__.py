@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """graphattn as a vLLM attention backend (vLLM's v1 interfaces, out-of-tree plugin).
 
     pip install graphattn            # its `vllm.general_plugins` entry point registers it

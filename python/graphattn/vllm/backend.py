@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: Apache-2.0
 """GraphattnBackend, GraphattnImpl and GraphattnMetadataBuilder: vLLM 0.33's v1 attention
 interfaces over graphattn.AttentionBackend.
 
