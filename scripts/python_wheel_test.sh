@@ -83,7 +83,11 @@ say "NVRTC wheel library: ${nvrtc_lib:-none}"
 # 3. The CPU tests from a copy, run where no source tree is.
 cp -r "$root/python/tests" "$scratch/tests"
 say "pytest (the installed package, from $scratch)"
-"${clean_env[@]}" "$venv/bin/python" -m pytest "$scratch/tests" -q -rs -p no:cacheprovider
+# GRAPHATTN_SOURCE_ROOT: test_faces.py reads graphattn.h from the tree the wheel was built from
+# and checks the installed package's ctypes declarations against it (the package still comes
+# from the venv).
+"${clean_env[@]}" GRAPHATTN_SOURCE_ROOT="$root" "$venv/bin/python" -m pytest "$scratch/tests" \
+  -q -rs -p no:cacheprovider
 
 # 4. The console tools.
 export HOME="$scratch/home"  # the tools' default cache directory: ~/.cache/graphattn

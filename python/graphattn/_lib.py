@@ -295,6 +295,9 @@ def prototypes():
         # block copies
         "graphattn_swap_blocks": (i, [DLTensor_p, DLTensor_p, P(ctypes.c_int64), sz, vp]),
         "graphattn_copy_blocks": (i, [P(ctypes.c_void_p), sz, P(ctypes.c_int64), sz, vp]),
+        # merge_attn_states and the device-mapped copy_blocks (capi/cascade_ops.cpp)
+        "graphattn_merge_attn_states": (i, [DLTensor_p] * 6 + [vp, vp]),
+        "graphattn_copy_blocks_device": (i, [P(vp), sz, DLTensor_p, vp, vp]),
         "graphattn_cudagraph_support": (i, []),
         "graphattn_can_run_in_cudagraph": (i, [P(ctypes.c_int32), i, c_int_p]),
         "graphattn_cudagraph_support_for": (i, [i, c_int_p]),
@@ -327,24 +330,6 @@ lib = _load(path)
 _declare(lib, path)
 
 
-# ---- merge_attn_states and the device-mapped copy_blocks (capi/cascade_ops.cpp)
-def _declare_cascade_ops(lib, path):
-    vp = ctypes.c_void_p
-    protos = {
-        "graphattn_merge_attn_states": (ctypes.c_int, [DLTensor_p] * 6 + [vp, vp]),
-        "graphattn_copy_blocks_device": (ctypes.c_int, [ctypes.POINTER(vp), ctypes.c_size_t,
-                                                        DLTensor_p, vp, vp]),
-    }
-    for name, (restype, argtypes) in protos.items():
-        fn = getattr(lib, name, None)
-        if fn is None:
-            raise ImportError("graphattn: %s lacks the C ABI function %s (an older library?)"
-                              % (path, name))
-        fn.restype = restype
-        fn.argtypes = argtypes
-
-
-_declare_cascade_ops(lib, path)
 _abi = lib.graphattn_abi_version()
 if _abi != ABI_VERSION:
     raise ImportError("graphattn: %s has C ABI version %d; this package speaks version %d "

@@ -14,7 +14,11 @@ import pytest
 
 from graphattn import _lib, _names, backend
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# The source tree whose graphattn.h the package must match: GRAPHATTN_SOURCE_ROOT (set by
+# scripts/python_wheel_test.sh, whose tests run from a copy beside an installed wheel), else the
+# tree this file is in.
+ROOT = os.environ.get("GRAPHATTN_SOURCE_ROOT") or os.path.dirname(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HEADER = os.path.join(ROOT, "include", "graphattn", "graphattn.h")
 FIELDS = os.path.join(ROOT, "include", "graphattn", "layer_config_fields.h")
 
@@ -38,6 +42,8 @@ SCALARS = {
     "int64_t": ctypes.c_int64, "uint64_t": ctypes.c_uint64, "char": ctypes.c_char,
 }
 HANDLES = {"graphattn_backend_t", "graphattn_cache_t"}
+# Function-pointer typedefs of graphattn.h: ctypes passes them as addresses (a CFUNCTYPE or None).
+CALLBACKS = {"graphattn_log_handler_t"}
 
 
 def _source(path):
@@ -104,6 +110,8 @@ class Header:
             return ctypes.c_int
         if t in SCALARS:
             return SCALARS[t]
+        if t in CALLBACKS:
+            return ctypes.c_void_p
         raise AssertionError("test_faces does not know the C type %r" % c_type)
 
 
