@@ -58,9 +58,10 @@ TEST_CASE("log level: GRAPHATTN_LOG_LEVEL's names, case-insensitive; a bad one i
   const std::pair<const char*, LogLevel> names[] = {
       {"debug", LogLevel::kDebug},  {"INFO", LogLevel::kInfo},   {"Warning", LogLevel::kWarning},
       {"warn", LogLevel::kWarning}, {"error", LogLevel::kError}, {"off", LogLevel::kOff}};
-  for (const auto& [text, level] : names) {
+  for (const auto& entry : names) {  // no structured binding: doctest's messages capture it
+    const char* text = entry.first;
     ScopedEnv e("GRAPHATTN_LOG_LEVEL", text);
-    CHECK_MESSAGE(log_level() == level, text);
+    CHECK_MESSAGE(log_level() == entry.second, text);
     CHECK(log_level_problem().empty());
   }
   ScopedEnv e("GRAPHATTN_LOG_LEVEL", "loud\x1b");
@@ -129,9 +130,12 @@ TEST_CASE(
 #ifdef GRAPHATTN_WARMUP_TOOL
 TEST_CASE("tools: --version names the tool, the library and NVRTC; a bad log level exits 2") {
   const std::string version = graphattn_version();
-  for (const auto& [tool, name] :
+  for (const auto& tool_name :
        {std::make_pair(std::string(GRAPHATTN_WARMUP_TOOL), std::string("graphattn-warmup")),
         std::make_pair(std::string(GRAPHATTN_CACHE_TOOL), std::string("graphattn-cache"))}) {
+    // Not a structured binding: doctest's messages capture their operands in lambdas.
+    const std::string& tool = tool_name.first;
+    const std::string& name = tool_name.second;
     const ToolRun r = run_program(tool, {"--version"});
     CHECK_MESSAGE(r.code == 0, name << ": " << r.err);
     CHECK_MESSAGE(r.out.find(name + " " + version + " (C ABI ") == 0, r.out);
