@@ -98,7 +98,7 @@ void write_kv_cache(const TensorView& key, const TensorView& value, const Tensor
   detail::require_device_scales(scales, "write_kv_cache");
   if (key.shape[0] == 0) return;
   const AttentionSpec spec = spec_for(
-      detail::layer_of(kc, dtype_of(key.dtype), current_device_arch()), KernelKind::kCacheWrite);
+      detail::features_of(kc, dtype_of(key.dtype), current_device_arch()), KernelKind::kCacheWrite);
   detail::launch_cache_write(detail::load_kernel(spec, cache, stream), key, value, kc, slot_mapping,
                              k_scale, v_scale, stream, nullptr, scales);
 }

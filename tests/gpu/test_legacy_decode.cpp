@@ -62,7 +62,9 @@ std::string describe(const LegacyCase& c) {
   return s;
 }
 
-const char* kv_cache_dtype_name(KvDType k) {
+// vLLM's name of the cache dtype, its "fp8" alias for e4m3 (graphattn's own names:
+// kv_cache_dtype_name).
+const char* vllm_kv_name(KvDType k) {
   return k == KvDType::kAuto ? "auto" : k == KvDType::kFp8E4M3 ? "fp8" : "fp8_e5m2";
 }
 
@@ -224,7 +226,7 @@ void call_paged_attention(const LegacyCase& c, const LegacyBatch& b, float scale
   if (!c.v2) {
     paged_attention_v1(b.out_view, b.q_view, b.caches.key_cache, b.caches.value_cache,
                        c.num_kv_heads, scale, b.bt_view, b.seq_view, c.block_size, max_seq_len,
-                       b.slopes_view, kv_cache_dtype_name(c.kv), ks, vs, c.tp_rank, c.bsp_local,
+                       b.slopes_view, vllm_kv_name(c.kv), ks, vs, c.tp_rank, c.bsp_local,
                        c.bsp_vert, c.bsp_block, c.bsp_step, stream, cache);
     return;
   }
@@ -239,7 +241,7 @@ void call_paged_attention(const LegacyCase& c, const LegacyBatch& b, float scale
       TensorView::contiguous(tmp.data(), scalar_type_of(c.dtype), {n, H, parts, c.head_size});
   paged_attention_v2(b.out_view, exp_sums, exp_sums, tmp_out, b.q_view, b.caches.key_cache,
                      b.caches.value_cache, c.num_kv_heads, scale, b.bt_view, b.seq_view,
-                     c.block_size, max_seq_len, b.slopes_view, kv_cache_dtype_name(c.kv), ks, vs,
+                     c.block_size, max_seq_len, b.slopes_view, vllm_kv_name(c.kv), ks, vs,
                      c.tp_rank, c.bsp_local, c.bsp_vert, c.bsp_block, c.bsp_step, stream, cache);
   GA_CU_CHECK(detail::driver().cuStreamSynchronize(stream));  // before sums and tmp go
 }
@@ -388,9 +390,9 @@ TEST_CASE("gpu legacy decode: forced split counts, depths, clusters, window, sof
     a.soft_cap = c.soft_cap;
     a.k_scale = c.kv == KvDType::kAuto ? 1.0f : kKScale;
     a.v_scale = c.kv == KvDType::kAuto ? 1.0f : kVScale;
-    const AttentionSpec spec =
-        detail::attention_spec_for(KernelKind::kDecode, b.q_view, b.out_view, kc, c.window,
-                                   c.soft_cap, current_device_arch(), false, c.alibi, c.sinks);
+    const AttentionSpec spec = detail::attention_spec_for(
+        KernelKind::kDecode, b.q_view, b.out_view, kc, c.window, c.soft_cap,
+        detail::launch_features(current_device_arch(), false, c.alibi, c.sinks));
     CHECK(spec.layout == KvLayout::kLegacy);
     const detail::LoadedKernel& k = detail::load_kernel(spec, cache);
     const detail::DecodeDevice dev = detail::prepare_decode_kernel(k);
@@ -553,9 +555,10 @@ TEST_CASE("gpu legacy decode: multi-token (speculative) requests over the legacy
     a.multi_token = true;
     a.query_start_loc = TensorView::contiguous(d_qsl.data(), ScalarType::kInt32, {n + 1});
     a.max_query_len = kMaxQ;
+    KernelFeatures f = detail::launch_features(current_device_arch(), false, false, false);
+    f.multi_token = true;
     const AttentionSpec spec =
-        detail::attention_spec_for(KernelKind::kDecode, b.q_view, b.out_view, kc, 0, 0.0f,
-                                   current_device_arch(), false, false, false, true);
+        detail::attention_spec_for(KernelKind::kDecode, b.q_view, b.out_view, kc, 0, 0.0f, f);
     CHECK(spec.layout == KvLayout::kLegacy);
     CHECK(spec.multi_token);
     const detail::LoadedKernel& k = detail::load_kernel(spec, cache);
