@@ -664,6 +664,21 @@ def swap_blocks(src: Array, dst: Array, block_mapping: Any, *, stream: Stream = 
     _lib.check(_lib.lib.graphattn_swap_blocks(a.ref, b.ref, pairs, n, s))
 
 
+def _cache_names(key_caches, value_caches):
+    """copy_blocks' argument names of its caches, in the order the C ABI takes them."""
+    return (["key_caches[%d]" % i for i in range(len(key_caches))] +
+            ["value_caches[%d]" % i for i in range(len(value_caches))])
+
+
+def _cache_refs(key_caches, value_caches, stream):
+    """(DLArgs, a C array of their DLTensor addresses) of every key then value cache; keep the
+    DLArgs alive while the addresses are in use."""
+    caches = list(key_caches) + list(value_caches)
+    args = [to_dl(c, name, stream)
+            for c, name in zip(caches, _cache_names(key_caches, value_caches))]
+    return args, (ctypes.c_void_p * max(len(args), 1))(*[a.ref for a in args])
+
+
 @_torch_op
 def copy_blocks(key_caches: Sequence[Array], value_caches: Sequence[Array], block_mapping: Any, *,
                 stream: Stream = None) -> None:
@@ -675,15 +690,11 @@ def copy_blocks(key_caches: Sequence[Array], value_caches: Sequence[Array], bloc
         return _copy_blocks_device(key_caches, value_caches, block_mapping, stream)
     caches = list(key_caches) + list(value_caches)
     s = _device.stream_handle(stream, caches)
-    args = []
-    for i, c in enumerate(caches):
-        name = ("key_caches[%d]" % i if i < len(key_caches)
-                else "value_caches[%d]" % (i - len(key_caches)))
-        args.append(to_dl(c, name, s))
-        if args[-1].device[0] not in CUDA_DEVICES:
+    args, refs = _cache_refs(key_caches, value_caches, s)
+    for name, a in zip(_cache_names(key_caches, value_caches), args):
+        if a.device[0] not in CUDA_DEVICES:
             raise ValueError("%s must be in CUDA device memory (copy_blocks copies device to "
                              "device)" % name)
-    refs = (ctypes.c_void_p * max(len(args), 1))(*[a.ref for a in args])
     pairs, n = _block_mapping(block_mapping)
     _lib.check(_lib.lib.graphattn_copy_blocks(refs, len(args), pairs, n, s))
 
@@ -727,12 +738,7 @@ def _copy_blocks_device(key_caches, value_caches, block_mapping, stream):
     in parallel (as in vLLM's kernel), so no block may be written twice, or written and read."""
     caches = list(key_caches) + list(value_caches)
     s = _device.stream_handle(stream, caches + [block_mapping])
-    args = []
-    for i, c in enumerate(caches):
-        name = ("key_caches[%d]" % i if i < len(key_caches)
-                else "value_caches[%d]" % (i - len(key_caches)))
-        args.append(to_dl(c, name, s))
-    refs = (ctypes.c_void_p * max(len(args), 1))(*[a.ref for a in args])
+    args, refs = _cache_refs(key_caches, value_caches, s)
     mapping = to_dl(block_mapping, "block_mapping", s)
     _lib.check(_lib.lib.graphattn_copy_blocks_device(refs, len(args), mapping.ref, s, None))
 
