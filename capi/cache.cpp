@@ -6,8 +6,6 @@
 #include <vector>
 
 #include "capi.hpp"
-#include "jit_cache/disk_tier.hpp"
-#include "jit_cache/trust.hpp"
 
 using namespace graphattn::capi;
 
@@ -42,7 +40,7 @@ graphattn_status_t graphattn_cache_create(const graphattn_cache_options_t* optio
       o.dump_source = c.dump_source != 0;
       o.shared_dir = c.shared_dir != 0;
     }
-    const bool shared = o.shared_dir || graphattn::detail::shared_cache_requested();
+    const bool shared = o.shared_dir || graphattn::shared_cache_requested();
     auto handle = std::make_unique<graphattn_cache>();
     handle->shared_dir = shared;
     handle->owned = std::make_unique<graphattn::KernelCache>(std::move(o));
@@ -55,7 +53,7 @@ graphattn_status_t graphattn_cache_default(graphattn_cache_t* cache) noexcept {
   return guard([&] {
     deref(cache, "cache") = nullptr;
     static graphattn_cache shared{nullptr, &graphattn::default_kernel_cache(),
-                                  graphattn::detail::shared_cache_requested()};
+                                  graphattn::shared_cache_requested()};
     *cache = &shared;
   });
 }
@@ -141,26 +139,20 @@ graphattn_status_t graphattn_cache_list(graphattn_cache_t cache, graphattn_cache
   return guard([&] {
     const graphattn_cache& c = deref(cache, "cache");
     const std::string dir = c.cache->dir();  // "" unless the cache trusted and uses it
-    std::vector<graphattn::detail::EntryInfo> found;
-    // The reader graphattn-cache lists with (it creates nothing); its warnings are the
-    // cache's, already given.
-    if (!dir.empty())
-      found = graphattn::detail::DiskTier(dir, nullptr, c.shared_dir,
-                                          graphattn::detail::DiskTier::Access::kInspect)
-                  .list();
+    std::vector<graphattn::CacheEntryInfo> found;
+    if (!dir.empty()) found = graphattn::CacheDirectory(dir, c.shared_dir).list();
     copy_array(found.size(), capacity, count, entries == nullptr, "cache entries", [&](size_t i) {
-      const graphattn::detail::EntryInfo& e = found[i];
-      const bool ok = e.status == graphattn::detail::EntryStatus::kOk;
+      const graphattn::CacheEntryInfo& e = found[i];
       graphattn_cache_entry_t& out = entries[i];
       out = graphattn_cache_entry_t{};
       copy_fixed(out.key, e.key_hex);
-      copy_fixed(out.spec, ok ? e.header.spec : "");
-      out.arch = ok ? static_cast<int>(e.header.arch) : 0;
-      out.ok = ok ? 1 : 0;
-      copy_fixed(out.status, graphattn::detail::to_string(e.status));
+      copy_fixed(out.spec, e.spec);
+      out.arch = e.arch;
+      out.ok = e.ok ? 1 : 0;
+      copy_fixed(out.status, e.status);
       out.file_bytes = e.file_bytes;
       out.last_used_ms = e.last_used_ms;
-      out.compiled_at_ms = ok ? e.header.compiled_at_ms : 0;
+      out.compiled_at_ms = e.compiled_at_ms;
     });
   });
 }

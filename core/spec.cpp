@@ -14,36 +14,143 @@
 namespace graphattn {
 namespace {
 
-std::vector<int> range_step(int lo, int hi, int step) {
-  std::vector<int> v;
-  for (int i = lo; i <= hi; i += step) v.push_back(i);
-  return v;
-}
-
-bool contains(const std::vector<int>& v, int x) {
-  for (int y : v)
-    if (y == x) return true;
-  return false;
-}
-
 [[noreturn]] void fail(const std::string& what, const std::string& value,
                        const std::string& allowed) {
   throw Error(what + " " + value + " is not supported; supported: " + allowed);
 }
 
+// What a kNumber axis accepts: lo, lo + step, ..., hi, or (step 0) the values of list.
+// also: one more value that only some kernels accept (validate() says which), 0 for none.
+struct NumberRule {
+  int lo, hi, step;
+  const int* list;
+  int list_size;
+  const char* value_prefix;  // printed before the value: "sm_" for the arch
+  int also;
+  const char* also_note;  // allowed()'s words for it
+};
+
+// bf16 arithmetic needs sm_80; CUDA 13's NVRTC targets these.
+constexpr int kArchs[] = {80, 86, 87, 89, 90, 100, 103, 110, 120, 121};
+constexpr int largest(const int* v, int n) {
+  int m = v[0];
+  for (int i = 1; i < n; ++i) m = v[i] > m ? v[i] : m;
+  return m;
+}
+constexpr int kNumArchs = static_cast<int>(std::size(kArchs));
+
+// The rules the axis list names (GRAPHATTN_SPEC_AXES' rule column).
+constexpr NumberRule kHeadSizeRule = {32, 256, 8, nullptr, 0, "", 0, ""};
+// 8 (vLLM's PagedAttention default) for the cache writes only: validate() says so per kind.
+constexpr NumberRule kBlockSizeRule = {
+    16, 256, 16, nullptr, 0, "", kCacheWriteOnlyBlockSize, "cache writes also 8"};
+constexpr NumberRule kGroupRule = {1, kMaxGroup, 1, nullptr, 0, "", 0, ""};
+constexpr NumberRule kArchRule = {
+    kArchs[0], largest(kArchs, kNumArchs), 0, kArchs, kNumArchs, "sm_", 0, ""};
+constexpr const NumberRule* kNoRule = nullptr;
+
+std::vector<int> values_of(const NumberRule& r) {
+  if (r.list) return std::vector<int>(r.list, r.list + r.list_size);
+  std::vector<int> v;
+  for (int i = r.lo; i <= r.hi; i += r.step) v.push_back(i);
+  return v;
+}
+
+bool allows(const NumberRule& r, int v) {
+  if (r.also != 0 && v == r.also) return true;
+  if (r.list) {
+    for (int i = 0; i < r.list_size; ++i)
+      if (r.list[i] == v) return true;
+    return false;
+  }
+  return v >= r.lo && v <= r.hi && (v - r.lo) % r.step == 0;
+}
+
+// "32, 40, ..., 256 (multiples of 8)", "1..64", "sm_80, sm_86, ...".
+std::string allowed(const NumberRule& r) {
+  const auto str = [](int v) { return std::to_string(v); };
+  if (!r.list && r.step == 1) return str(r.lo) + ".." + str(r.hi);
+  const std::string also = r.also != 0 ? std::string("; ") + r.also_note : "";
+  if (!r.list)
+    return str(r.lo) + ", " + str(r.lo + r.step) + ", ..., " + str(r.hi) + " (multiples of " +
+           str(r.step) + also + ")";
+  std::string out;
+  for (int i = 0; i < r.list_size; ++i)
+    out += (i ? ", " : "") + std::string(r.value_prefix) + str(r.list[i]);
+  return out;
+}
+
+// The kernels an axis belongs to (GRAPHATTN_SPEC_AXES' kernels column), one bit each; a prefill
+// over dense K/V is a kernel of its own (it has no paged cache).
+enum KernelBit : unsigned {
+  kCacheWriteBit = 1,
+  kDecodeBit = 2,
+  kPrefillBit = 4,
+  kKvScaleBit = 8,
+  kDensePrefillBit = 16,
+  kMergeStatesBit = 32,
+  kBlockCopyBit = 64,
+};
+constexpr unsigned kAnyKernel = 127;
+constexpr unsigned kLayerKernels = 31;  // every kernel but merge_states and block_copy
+constexpr unsigned kDTypeKernels = kLayerKernels | kMergeStatesBit;
+constexpr unsigned kPagedKernels = kCacheWriteBit | kDecodeBit | kPrefillBit;
+constexpr unsigned kAttentionKernels = kDecodeBit | kPrefillBit | kDensePrefillBit;
+constexpr unsigned kPagedAttention = kDecodeBit | kPrefillBit;
+constexpr unsigned kDecodeKernel = kDecodeBit;
+constexpr unsigned kPrefillKernels = kPrefillBit | kDensePrefillBit;
+
+unsigned kernel_bit(const AttentionSpec& s) {
+  switch (s.kind) {
+    case KernelKind::kCacheWrite:
+      return kCacheWriteBit;
+    case KernelKind::kDecode:
+      return kDecodeBit;
+    case KernelKind::kPrefill:
+      return s.dense_kv ? kDensePrefillBit : kPrefillBit;
+    case KernelKind::kKvScale:
+      return kKvScaleBit;
+    case KernelKind::kMergeStates:
+      return kMergeStatesBit;
+    case KernelKind::kBlockCopy:
+      return kBlockCopyBit;
+  }
+  return 0;
+}
+
+// How validate() says that a kernel lacks an axis; "<label> (<value>)" follows.
+const char* lacks(unsigned kernel) {
+  switch (kernel) {
+    case kCacheWriteBit:
+      return "the cache write kernel does not depend on ";
+    case kDecodeBit:
+      return "the decode kernel does not depend on ";
+    case kPrefillBit:
+      return "the prefill kernel does not depend on ";
+    case kKvScaleBit:
+      return "the kv_scale kernel depends only on the head size, dtype and arch, not on ";
+    case kMergeStatesBit:
+      return "the merge_states kernel depends only on the dtype and the arch, not on ";
+    case kBlockCopyBit:
+      return "the block_copy kernel depends only on the arch, not on ";
+    default:
+      return "dense KV (_dense) reads no paged cache: the dense-KV prefill kernel does not "
+             "depend on ";
+  }
+}
+
 }  // namespace
 
 const std::vector<int>& supported_head_sizes() {
-  static const std::vector<int> v = range_step(32, 256, 8);
+  static const std::vector<int> v = values_of(kHeadSizeRule);
   return v;
 }
 const std::vector<int>& supported_block_sizes() {
-  static const std::vector<int> v = range_step(16, 256, 16);
+  static const std::vector<int> v = values_of(kBlockSizeRule);
   return v;
 }
 const std::vector<int>& supported_archs() {
-  // bf16 arithmetic needs sm_80; CUDA 13's NVRTC targets these.
-  static const std::vector<int> v = {80, 86, 87, 89, 90, 100, 103, 110, 120, 121};
+  static const std::vector<int> v = values_of(kArchRule);
   return v;
 }
 
@@ -80,40 +187,6 @@ const char* name_of(E v) {
   return i >= 0 && i < static_cast<int>(n.size()) ? n[i] : "?";
 }
 
-// What a kNumber axis accepts, for validate() and its message.
-struct NumberRule {
-  bool (*ok)(int);
-  std::string (*allowed)();
-  const char* value_prefix;  // printed before the value: "sm_" for the arch
-};
-
-std::string join_archs() {
-  std::string allowed;
-  for (int a : supported_archs())
-    allowed += (allowed.empty() ? "sm_" : ", sm_") + std::to_string(a);
-  return allowed;
-}
-
-const NumberRule* rule_of(const char* field) {
-  static const NumberRule head = {[](int v) { return contains(supported_head_sizes(), v); },
-                                  [] { return std::string("32, 40, ..., 256 (multiples of 8)"); },
-                                  ""};
-  // 8 (vLLM's PagedAttention default) for the cache writes only: validate() says so per kind.
-  static const NumberRule block = {
-      [](int v) { return v == kCacheWriteOnlyBlockSize || contains(supported_block_sizes(), v); },
-      [] { return std::string("16, 32, ..., 256 (multiples of 16; cache writes also 8)"); }, ""};
-  static const NumberRule group = {[](int v) { return v >= 1 && v <= kMaxGroup; },
-                                   [] { return "1.." + std::to_string(kMaxGroup); }, ""};
-  static const NumberRule arch = {[](int v) { return contains(supported_archs(), v); }, join_archs,
-                                  "sm_"};
-  const std::string f(field);
-  if (f == "head_size") return &head;
-  if (f == "block_size") return &block;
-  if (f == "group") return &group;
-  if (f == "arch") return &arch;
-  return nullptr;
-}
-
 enum class Form { kName, kNumber, kFlag, kSuffix };
 
 // One axis of GRAPHATTN_SPEC_AXES, with its field reached as an int.
@@ -123,20 +196,51 @@ struct Axis {
   const char* label;
   int radix;
   const char* constant;
+  unsigned kernels;        // the kernels that have it (KernelBit)
+  int canonical;           // its value in every other kernel's spec
   const Names* names;      // kName
   const NumberRule* rule;  // kNumber
   int (*get)(const AttentionSpec&);
   void (*set)(AttentionSpec&, int);
 };
 
-#define GRAPHATTN_SPEC_AXIS(type, field, default_value, form, tag, label, radix, constant) \
+// The largest value an axis allows: its radix must exceed it, or the value could not be packed
+// into the memory tier's key (and would take the slow path every time).
+template <typename T>
+constexpr int largest_allowed(Form form, const NumberRule* rule) {
+  if constexpr (std::is_enum_v<T>) {
+    return enum_count<T>() - 1;
+  } else {
+    return form == Form::kNumber ? (rule ? rule->hi : 0) : 1;
+  }
+}
+
+#define GRAPHATTN_SPEC_CHECK(type, field, default_value, form, tag, label, radix, constant,      \
+                             kernels, canonical, rule)                                           \
+  static_assert((Form::form == Form::kNumber) == ((rule) != nullptr),                            \
+                "spec axis " #field ": a number axis names its NumberRule, the others kNoRule"); \
+  static_assert(largest_allowed<type>(Form::form, rule) < (radix),                               \
+                "spec axis " #field ": the radix does not cover every allowed value");           \
+  static_assert(static_cast<int>(canonical) >= 0 && static_cast<int>(canonical) < (radix) &&     \
+                    static_cast<int>(default_value) >= 0 &&                                      \
+                    static_cast<int>(default_value) < (radix),                                   \
+                "spec axis " #field ": the canonical and default values must pack");             \
+  static_assert((kernels) != 0 && ((kernels) & ~kAnyKernel) == 0,                                \
+                "spec axis " #field ": kernels is a set of KernelBit");
+GRAPHATTN_SPEC_AXES(GRAPHATTN_SPEC_CHECK)
+#undef GRAPHATTN_SPEC_CHECK
+
+#define GRAPHATTN_SPEC_AXIS(type, field, default_value, form, tag, label, radix, constant, \
+                            kernels, canonical, rule)                                      \
   Axis{Form::form,                                                                         \
        tag,                                                                                \
        label,                                                                              \
        radix,                                                                              \
        constant,                                                                           \
+       kernels,                                                                            \
+       static_cast<int>(canonical),                                                        \
        names_of<type>(),                                                                   \
-       Form::form == Form::kNumber ? rule_of(#field) : nullptr,                            \
+       rule,                                                                               \
        [](const AttentionSpec& s) { return static_cast<int>(s.field); },                   \
        [](AttentionSpec& s, int v) { s.field = static_cast<type>(v); }},
 
@@ -149,12 +253,12 @@ const std::vector<Axis>& axes() {
 // The packed key's digits must fit in 63 bits under its leading 1.
 constexpr double packed_bits() {
   double bits = 0;
-#define GRAPHATTN_SPEC_RADIX(type, field, default_value, form, tag, label, radix, constant) \
-  bits += radix <= 2     ? 1                                                                \
-          : radix <= 4   ? 2                                                                \
-          : radix <= 8   ? 3                                                                \
-          : radix <= 128 ? 7                                                                \
-          : radix <= 512 ? 9                                                                \
+#define GRAPHATTN_SPEC_RADIX(type, field, default_value, form, tag, label, radix, ...) \
+  bits += radix <= 2     ? 1                                                           \
+          : radix <= 4   ? 2                                                           \
+          : radix <= 8   ? 3                                                           \
+          : radix <= 128 ? 7                                                           \
+          : radix <= 512 ? 9                                                           \
                          : 10;
   GRAPHATTN_SPEC_AXES(GRAPHATTN_SPEC_RADIX)
 #undef GRAPHATTN_SPEC_RADIX
@@ -162,21 +266,26 @@ constexpr double packed_bits() {
 }
 static_assert(packed_bits() <= 63, "the spec's axes no longer fit the memory tier's 64-bit key");
 
+// An axis's value as the spec string writes it, without the leading '_': "g4", "kve4m3", "mt"
+// ("no _mt" for an unset suffix).
+std::string written(const Axis& a, int v) {
+  std::string tag = a.tag[0] == '_' ? a.tag + 1 : a.tag;
+  switch (a.form) {
+    case Form::kName:
+      return tag + (v >= 0 && v < static_cast<int>(a.names->size()) ? (*a.names)[v] : "?");
+    case Form::kNumber:
+    case Form::kFlag:
+      return tag + std::to_string(v);
+    case Form::kSuffix:
+      return v ? tag : "no " + std::string(a.tag);
+  }
+  return tag;
+}
+
 std::string allowed_names(const Names& n) {
   std::string out;
   for (const char* x : n) out += (out.empty() ? "" : ", ") + std::string(x);
   return out;
-}
-
-// The kinds whose spec holds only the dtype and the arch (merge_states) or only the arch
-// (block_copy): every other axis at its default, so one kernel serves every caller.
-bool canonical_apart_from_dtype(const AttentionSpec& s) {
-  const AttentionSpec d;
-  AttentionSpec t = s;
-  t.dtype = d.dtype;
-  t.arch = d.arch;
-  t.kind = d.kind;
-  return t == d;
 }
 
 }  // namespace
@@ -211,8 +320,8 @@ void AttentionSpec::validate() const {
     const int v = a.get(*this);
     if (a.form == Form::kName && (v < 0 || v >= static_cast<int>(a.names->size())))
       fail(a.label, std::to_string(v), allowed_names(*a.names));
-    if (a.form == Form::kNumber && !a.rule->ok(v))
-      fail(a.label, a.rule->value_prefix + std::to_string(v), a.rule->allowed());
+    if (a.form == Form::kNumber && !allows(*a.rule, v))
+      fail(a.label, a.rule->value_prefix + std::to_string(v), allowed(*a.rule));
   }
   // float32 and block size 8 are the cache writes' (and merge_states' float32); the attention
   // kernels' MMA tiles are 16-bit and their key tiles 16 tokens (a multiple of the block).
@@ -223,50 +332,23 @@ void AttentionSpec::validate() const {
   if (block_size == kCacheWriteOnlyBlockSize && kind != KernelKind::kCacheWrite)
     throw Error("spec " + to_string() + ": block size 8 is not supported by the " + name_of(kind) +
                 " kernel; supported: 16, 32, ..., 256 (multiples of 16; 8: cache_write only)");
-  if ((kind == KernelKind::kMergeStates || kind == KernelKind::kBlockCopy) &&
-      (!canonical_apart_from_dtype(*this) ||
-       (kind == KernelKind::kBlockCopy && dtype != AttentionSpec().dtype)))
-    throw Error("spec " + to_string() + ": the " + name_of(kind) + " kernel depends only on " +
-                (kind == KernelKind::kMergeStates ? "the dtype and the arch" : "the arch") +
-                "; keep every other axis at its default, e.g. " + name_of(kind) +
-                "_h128_b16_bf16_kvauto_g1_swa0_cap0_nhd_sm90");
-  if (multi_token && kind != KernelKind::kDecode)
-    throw Error("spec " + to_string() +
-                ": multi-token (_mt) is a decode kernel's axis; prefill kernels take any query "
-                "length already");
-  if (kind == KernelKind::kCacheWrite &&
-      (group != 1 || sliding_window || soft_cap || alibi || sinks))
-    throw Error("spec " + to_string() +
-                ": the cache write kernel does not depend on the group, window, soft cap, ALiBi "
-                "or sinks; use g1_swa0_cap0 without _alibi or _sink so that one kernel serves "
-                "them all");
-  // Only prefill has a causal mask to drop: a decode query (the last position) sees every key
-  // already, so cross attention's decodes run the causal decode kernel.
-  if (non_causal && kind != KernelKind::kPrefill)
-    throw Error("spec " + to_string() + ": non-causal (_nc) is a prefill axis; the " +
-                name_of(kind) +
-                " kernel has no causal mask to drop (a decode query sees every key already)");
+  // An axis its kernel does not have holds its canonical value, so that one kernel serves every
+  // layer that differs only there.
+  const unsigned kernel = kernel_bit(*this);
+  for (const Axis& a : axes())
+    if (!(a.kernels & kernel) && a.get(*this) != a.canonical)
+      throw Error("spec " + to_string() + ": " + lacks(kernel) + a.label + " (" +
+                  written(a, a.get(*this)) + "); use " + written(a, a.canonical) + ", e.g. " +
+                  for_kernel(kind).to_string());
   if (non_causal && sliding_window)
     throw Error("spec " + to_string() +
                 ": non-causal (_nc) attention with a sliding window (swa1) is not supported; "
                 "supported: swa0 with _nc");
-  if (dense_kv && kind != KernelKind::kPrefill)
-    throw Error("spec " + to_string() + ": dense KV (_dense) is a prefill axis, not " +
-                name_of(kind));
-  // Dense K/V have no pages, no cache element type and no block ids: one canonical kernel.
-  if (dense_kv &&
-      (block_size != 16 || kv_dtype != KvDType::kAuto || layout != KvLayout::kNHD || check_bounds))
-    throw Error("spec " + to_string() +
-                ": dense KV (_dense) reads no paged cache; use b16, kvauto, nhd and no _chk");
   // vLLM's block-sparse attention is causal self-attention over the paged cache.
-  if (block_sparse &&
-      (kind == KernelKind::kCacheWrite || kind == KernelKind::kKvScale || non_causal || dense_kv))
+  if (block_sparse && non_causal)
     throw Error("spec " + to_string() +
                 ": block-sparse (_bsp) is an axis of causal paged decode and prefill kernels; "
-                "not with " +
-                (non_causal ? "_nc"
-                 : dense_kv ? "_dense"
-                            : name_of(kind)));
+                "not with _nc");
   // The legacy key cache splits the head into chunks of x = 16 bytes of elements.
   if (layout == KvLayout::kLegacy && head_size % (kv_dtype == KvDType::kAuto ? 8 : 16) != 0)
     throw Error(
@@ -274,13 +356,15 @@ void AttentionSpec::validate() const {
         " is not supported by the legacy layout with KV cache dtype " + name_of(kv_dtype) +
         "; supported: multiples of " +
         (kv_dtype == KvDType::kAuto ? "8 (x = 8 16-bit elements)" : "16 (x = 16 fp8 elements)"));
-  if (kind == KernelKind::kKvScale &&
-      (block_size != 16 || kv_dtype != KvDType::kAuto || group != 1 || sliding_window || soft_cap ||
-       layout != KvLayout::kNHD || alibi || sinks || check_bounds))
-    throw Error("spec " + to_string() +
-                ": the kv_scale kernel depends only on the head size, dtype and arch; use "
-                "b16_kvauto_g1_swa0_cap0_nhd without suffixes so that one kernel serves every "
-                "layer, e.g. kv_scale_h128_b16_bf16_kvauto_g1_swa0_cap0_nhd_sm90");
+}
+
+AttentionSpec AttentionSpec::for_kernel(KernelKind k) const {
+  AttentionSpec s = *this;
+  s.kind = k;
+  const unsigned kernel = kernel_bit(s);
+  for (const Axis& a : axes())
+    if (!(a.kernels & kernel)) a.set(s, a.canonical);
+  return s;
 }
 
 std::string AttentionSpec::to_string() const {

@@ -34,54 +34,6 @@ enum SpecIndex { kWrite = 0, kDecodeIdx = 1, kPrefillIdx = 2 };
 
 }  // namespace
 
-AttentionSpec spec_for(const AttentionLayerConfig& c, KernelKind kind) {
-  if (kind == KernelKind::kMergeStates || kind == KernelKind::kBlockCopy) {
-    // Neither reads a cache: the dtype (merge_states) and the arch, every other axis canonical.
-    AttentionSpec s;
-    s.kind = kind;
-    if (kind == KernelKind::kMergeStates) s.dtype = c.dtype;
-    s.arch = c.arch;
-    return s;
-  }
-  const bool write = kind == KernelKind::kCacheWrite || kind == KernelKind::kKvScale;
-  const bool prefill = kind == KernelKind::kPrefill;
-  AttentionSpec s;
-  s.kind = kind;
-  s.head_size = c.head_size;
-  s.block_size = c.block_size;
-  s.dtype = c.dtype;
-  s.kv_dtype = c.kv_dtype;
-  s.group = write ? 1 : c.num_kv_heads > 0 ? c.num_heads / c.num_kv_heads : 0;
-  s.sliding_window = !write && c.window > 0;
-  s.soft_cap = !write && c.soft_cap > 0;
-  s.alibi = !write && c.alibi_slopes != nullptr;
-  s.sinks = !write && c.sinks != nullptr;
-  s.multi_token = kind == KernelKind::kDecode && c.decode_query_len > 1;
-  s.layout = c.layout;
-  s.arch = c.arch;
-  s.check_bounds = c.check_bounds;
-  // Only prefill drops the causal mask: a decode query sees every key already.
-  s.non_causal = prefill && c.attn_type != AttentionType::kDecoder;
-  s.block_sparse = !write && c.blocksparse.sparse();
-  if (prefill && c.attn_type == AttentionType::kEncoderOnly) {
-    // No cache: the one canonical dense kernel, whatever the layer's cache settings say.
-    s.dense_kv = true;
-    s.block_size = 16;
-    s.kv_dtype = KvDType::kAuto;
-    s.layout = KvLayout::kNHD;
-    s.check_bounds = false;
-  }
-  if (kind == KernelKind::kKvScale) {
-    // calc_kv_scales reads only the new keys and values: one kernel per head size and dtype.
-    const AttentionSpec d;
-    s.block_size = d.block_size;
-    s.kv_dtype = d.kv_dtype;
-    s.layout = d.layout;
-    s.check_bounds = false;
-  }
-  return s;
-}
-
 namespace {
 
 // The kernels a layer of type t needs, in specs_ order: an encoder-only layer has no cache to

@@ -100,10 +100,10 @@ void write_kv_cache(const TensorView& key, const TensorView& value, const Tensor
   const detail::DeviceKvScales scales{k_scale_device, v_scale_device};
   detail::require_device_scales(scales, "write_kv_cache");
   // The spec's own checks (block size, dtype) before any device use.
-  spec_for(detail::layer_of(kc, kc.dtype, 90), KernelKind::kCacheWrite).validate();
+  spec_for(detail::features_of(kc, kc.dtype, 90), KernelKind::kCacheWrite).validate();
   if (key.shape[0] == 0) return;
   const AttentionSpec spec =
-      spec_for(detail::layer_of(kc, element_dtype_of(key.dtype), current_device_arch()),
+      spec_for(detail::features_of(kc, element_dtype_of(key.dtype), current_device_arch()),
                KernelKind::kCacheWrite);
   detail::launch_cache_write(detail::load_kernel(spec, cache, stream), key, value, kc, slot_mapping,
                              k_scale, v_scale, stream, nullptr, scales);

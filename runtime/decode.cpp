@@ -66,9 +66,11 @@ KvCacheShape check_direct_launch_legacy(const LoadedKernel& k, const DecodeLaunc
 }  // namespace
 
 AttentionSpec decode_spec(const DecodeLaunch& a, int arch) {
+  KernelFeatures f =
+      launch_features(arch, a.bounds != nullptr, a.alibi_slopes != nullptr, a.sinks != nullptr);
+  f.multi_token = a.multi_token;
   return attention_spec_for(KernelKind::kDecode, a.query, a.output, a.kv_cache, a.window,
-                            a.soft_cap, arch, a.bounds != nullptr, a.alibi_slopes != nullptr,
-                            a.sinks != nullptr, a.multi_token);
+                            a.soft_cap, f);
 }
 
 size_t decode_workspace_bytes(int rows, int num_heads, int head_size, int max_splits) {

@@ -70,12 +70,11 @@ void calc_kv_scales(const TensorView& key, const TensorView& value, float* k_sca
   require_divisor(k_divisor, "k_divisor");
   require_divisor(v_divisor, "v_divisor");
 
-  AttentionLayerConfig c;
-  c.num_heads = c.num_kv_heads = static_cast<int>(key.shape[1]);
-  c.head_size = static_cast<int>(key.shape[2]);
-  c.dtype = dtype;
-  c.arch = current_device_arch();
-  const AttentionSpec spec = spec_for(c, KernelKind::kKvScale);
+  KernelFeatures f;
+  f.head_size = static_cast<int>(key.shape[2]);
+  f.dtype = dtype;
+  f.arch = current_device_arch();
+  const AttentionSpec spec = spec_for(f, KernelKind::kKvScale);
   spec.validate();
   const detail::LoadedKernel& k = detail::load_kernel(spec, cache, stream);
 

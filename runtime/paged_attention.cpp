@@ -113,9 +113,10 @@ CheckedCall check_call(const PagedAttentionCall& c, int arch) {
                    " must be a contiguous fp32 [num_heads] tensor with num_heads = " +
                    str(num_heads) + " (or empty: no ALiBi)");
   const BlockSparseParams bsp = block_sparse_of(c, kc);
+  KernelFeatures f = detail::launch_features(arch, false, c.alibi_slopes.ndim != 0, false);
+  f.block_sparse = bsp.sparse();
   const AttentionSpec spec =
-      detail::attention_spec_for(KernelKind::kDecode, c.query, c.out, kc, 0, 0.0f, arch, false,
-                                 c.alibi_slopes.ndim != 0, false, false, false, bsp.sparse());
+      detail::attention_spec_for(KernelKind::kDecode, c.query, c.out, kc, 0, 0.0f, f);
   detail::require_launch_scales(spec, c.scale, c.k_scale, c.v_scale);
   return {spec, kc, bsp};
 }

@@ -132,10 +132,10 @@ void write_to_paged_cache(const TensorView& key, const TensorView& value,
   const detail::DeviceKvScales scales{k_scale_device, v_scale_device};
   detail::require_device_scales(scales, "write_to_paged_cache");
   // The spec's own checks (block size, head size against x) before any device use.
-  spec_for(detail::layer_of(kc, kc.dtype, 90), KernelKind::kCacheWrite).validate();
+  spec_for(detail::features_of(kc, kc.dtype, 90), KernelKind::kCacheWrite).validate();
   if (key.shape[0] == 0) return;
   const AttentionSpec spec =
-      spec_for(detail::layer_of(kc, kc.dtype, current_device_arch()), KernelKind::kCacheWrite);
+      spec_for(detail::features_of(kc, kc.dtype, current_device_arch()), KernelKind::kCacheWrite);
   detail::launch_cache_write(detail::load_kernel(spec, cache, stream), key, value, kc, slot_mapping,
                              k_scale, v_scale, stream, nullptr, scales);
 }

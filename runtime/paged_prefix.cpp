@@ -34,9 +34,11 @@ void check_new_rows(const TensorView& t, const char* name, const TensorView& que
 // The caches' kernel spec on `arch` after every check of the views and options.
 AttentionSpec prefix_spec(const detail::PrefillLaunch& a, const detail::KvCacheShape& kc,
                           int arch) {
-  const AttentionSpec spec = detail::attention_spec_for(
-      KernelKind::kPrefill, a.query, a.output, kc, a.window, a.soft_cap, arch, false,
-      a.alibi_slopes != nullptr, a.sinks != nullptr, false, a.non_causal);
+  KernelFeatures f =
+      detail::launch_features(arch, false, a.alibi_slopes != nullptr, a.sinks != nullptr);
+  f.non_causal = a.non_causal;
+  const AttentionSpec spec = detail::attention_spec_for(KernelKind::kPrefill, a.query, a.output, kc,
+                                                        a.window, a.soft_cap, f);
   detail::check_prefill_launch(spec, a, kc, "forward_prefix");
   return spec;
 }

@@ -95,9 +95,11 @@ PrefillConfig prefill_config(const AttentionSpec& spec) {
 }
 
 AttentionSpec prefill_spec(const PrefillLaunch& a, int arch) {
+  KernelFeatures f =
+      launch_features(arch, a.bounds != nullptr, a.alibi_slopes != nullptr, a.sinks != nullptr);
+  f.non_causal = a.non_causal;
   return attention_spec_for(KernelKind::kPrefill, a.query, a.output, a.kv_cache, a.window,
-                            a.soft_cap, arch, a.bounds != nullptr, a.alibi_slopes != nullptr,
-                            a.sinks != nullptr, false, a.non_causal);
+                            a.soft_cap, f);
 }
 
 void check_prefill_launch(const AttentionSpec& spec, const PrefillLaunch& a, const KvCacheShape& kc,
@@ -181,11 +183,11 @@ AttentionSpec dense_prefill_spec(const DensePrefillLaunch& a, int arch) {
   kc.head_size = a.key.shape[2];
   kc.dtype = dtype;
   GA_REQUIRE(kc.num_kv_heads > 0, "key " + a.key.describe() + " has no KV heads");
-  AttentionSpec spec =
-      attention_spec_for(KernelKind::kPrefill, a.query, a.output, kc, 0, 0.0f, arch, false,
-                         a.alibi_slopes != nullptr, a.sinks != nullptr, false, true);
-  spec.dense_kv = true;
-  spec.validate();
+  KernelFeatures f = launch_features(arch, false, a.alibi_slopes != nullptr, a.sinks != nullptr);
+  f.non_causal = true;
+  f.dense_kv = true;
+  const AttentionSpec spec =
+      attention_spec_for(KernelKind::kPrefill, a.query, a.output, kc, 0, 0.0f, f);
   GA_REQUIRE(a.output.shape[1] == a.query.shape[1] && a.output.shape[2] == a.query.shape[2] &&
                  a.output.shape[0] >= a.query.shape[0],
              "output " + a.output.describe() + " does not match query " + a.query.describe());
@@ -247,9 +249,11 @@ void prefill_attention(const TensorView& query, const TensorView& kv_cache,
   detail::require_device_scales(a.device_scales, "prefill_attention");
   detail::require_rank(query, 3, "query", "[num_tokens, num_heads, head_size]");
   const detail::KvCacheShape kc = detail::check_kv_cache(kv_cache, dtype_of(query.dtype));
-  const AttentionSpec spec = detail::attention_spec_for(
-      KernelKind::kPrefill, query, output, kc, window, soft_cap, current_device_arch(), false,
-      alibi_slopes != nullptr, sinks != nullptr, false, !causal);
+  KernelFeatures f = detail::launch_features(current_device_arch(), false, alibi_slopes != nullptr,
+                                             sinks != nullptr);
+  f.non_causal = !causal;
+  const AttentionSpec spec =
+      detail::attention_spec_for(KernelKind::kPrefill, query, output, kc, window, soft_cap, f);
   const detail::LoadedKernel& k = detail::load_kernel(spec, cache, stream);
   detail::check_prefill_launch(spec, a, kc, "prefill_attention");
   detail::enqueue_prefill(k, a, stream);

@@ -90,32 +90,38 @@ void require_device_scales(const DeviceKvScales& s, const char* where) {
   GA_REQUIRE(problem.empty(), std::string(where) + ": " + problem);
 }
 
-AttentionLayerConfig layer_of(const KvCacheShape& kc, DType dtype, int arch) {
-  AttentionLayerConfig c;
-  c.num_heads = c.num_kv_heads = static_cast<int>(kc.num_kv_heads);
-  c.head_size = static_cast<int>(kc.head_size);
-  c.block_size = static_cast<int>(kc.block_size);
-  c.dtype = dtype;
-  c.kv_dtype = kc.kv_dtype;
-  c.layout = kc.layout;
-  c.arch = arch;
-  return c;
+KernelFeatures features_of(const KvCacheShape& kc, DType dtype, int arch) {
+  KernelFeatures f;
+  f.head_size = static_cast<int>(kc.head_size);
+  f.block_size = static_cast<int>(kc.block_size);
+  f.dtype = dtype;
+  f.kv_dtype = kc.kv_dtype;
+  f.layout = kc.layout;
+  f.group = 1;
+  f.arch = arch;
+  return f;
+}
+
+KernelFeatures launch_features(int arch, bool check_bounds, bool alibi, bool sinks) {
+  KernelFeatures f;
+  f.arch = arch;
+  f.check_bounds = check_bounds;
+  f.alibi = alibi;
+  f.sinks = sinks;
+  return f;
 }
 
 AttentionSpec attention_spec_for(KernelKind kind, const TensorView& query, const TensorView& output,
-                                 const TensorView& kv_cache, int window, float soft_cap, int arch,
-                                 bool check_bounds, bool alibi, bool sinks, bool multi_token,
-                                 bool non_causal, bool block_sparse) {
+                                 const TensorView& kv_cache, int window, float soft_cap,
+                                 KernelFeatures features) {
   require_rank(query, 3, "query", "[num_tokens, num_heads, head_size]");
   return attention_spec_for(kind, query, output, check_kv_cache(kv_cache, dtype_of(query.dtype)),
-                            window, soft_cap, arch, check_bounds, alibi, sinks, multi_token,
-                            non_causal, block_sparse);
+                            window, soft_cap, features);
 }
 
 AttentionSpec attention_spec_for(KernelKind kind, const TensorView& query, const TensorView& output,
-                                 const KvCacheShape& kc, int window, float soft_cap, int arch,
-                                 bool check_bounds, bool alibi, bool sinks, bool multi_token,
-                                 bool non_causal, bool block_sparse) {
+                                 const KvCacheShape& kc, int window, float soft_cap,
+                                 KernelFeatures f) {
   const auto str = [](int64_t v) { return std::to_string(v); };
   require_rank(query, 3, "query", "[num_tokens, num_heads, head_size]");
   require_rank(output, 3, "output", "[num_tokens, num_heads, head_size]");
@@ -136,20 +142,16 @@ AttentionSpec attention_spec_for(KernelKind kind, const TensorView& query, const
   GA_REQUIRE(window >= 0, "window " + str(window) + " must be >= 0 (0: no sliding window)");
   GA_REQUIRE(soft_cap >= 0 && std::isfinite(soft_cap),
              "soft_cap " + std::to_string(soft_cap) + " must be finite and >= 0 (0: none)");
-  AttentionLayerConfig c = layer_of(kc, dtype, arch);
-  c.num_heads = static_cast<int>(num_heads);
-  c.window = window;
-  c.soft_cap = soft_cap;
-  c.check_bounds = check_bounds;
-  // Any non-null pointer stands for the data: spec_for asks only whether it is there.
-  static const float kPresent = 0.f;
-  c.alibi_slopes = alibi ? &kPresent : nullptr;
-  c.sinks = sinks ? &kPresent : nullptr;
-  c.decode_query_len = multi_token ? kMaxDecodeQueryLen : 1;
-  c.attn_type = non_causal ? AttentionType::kEncoder : AttentionType::kDecoder;
-  // Any sparse pattern stands for the launch's (spec_for asks only whether it is sparse).
-  if (block_sparse) c.blocksparse = {16, 1, 2, 0, 0};
-  const AttentionSpec spec = spec_for(c, kind);
+  const KernelFeatures views = features_of(kc, dtype, f.arch);
+  f.head_size = views.head_size;
+  f.block_size = views.block_size;
+  f.dtype = views.dtype;
+  f.kv_dtype = views.kv_dtype;
+  f.layout = views.layout;
+  f.group = static_cast<int>(num_heads / kc.num_kv_heads);
+  f.sliding_window = window > 0;
+  f.soft_cap = soft_cap > 0;
+  const AttentionSpec spec = spec_for(f, kind);
   spec.validate();
   return spec;
 }

@@ -47,27 +47,27 @@ KvCacheShape check_paged_caches(const TensorView& key_cache, const TensorView& v
 // 3, and the KV cache view is checked for the query's dtype. `where` names the caller.
 KvCacheShape check_direct_launch(const LoadedKernel& k, const TensorView& query,
                                  const TensorView& kv_cache, const char* where);
-// The layer configuration a checked KV cache view says (heads: num_kv_heads query heads, group
-// 1), for spec_for() on direct calls that have no AttentionLayerConfig.
-AttentionLayerConfig layer_of(const KvCacheShape& kc, DType dtype, int arch);
-// The spec of an attention kernel of `kind` (decode or prefill) for these views and options on
-// `arch` (spec_for() of what they say): checks ranks, dtypes, head counts, window and soft cap
-// (graphattn::Error naming the bad argument). Touches no device.
-// alibi, sinks: the launch passes ALiBi slopes / sink logits; non_causal: a non-causal prefill.
+// The features a checked KV cache view says (head and block size, dtypes, layout; group 1) on
+// `arch`, for spec_for() on direct calls that have no AttentionLayerConfig.
+KernelFeatures features_of(const KvCacheShape& kc, DType dtype, int arch);
+// The spec of an attention kernel of `kind` (decode or prefill) for these views on
+// features.arch: checks ranks, dtypes, head counts, window and soft cap (graphattn::Error naming
+// the bad argument), then takes the head size, block size, dtypes, layout and group from the
+// views and whether there is a window and a soft cap from their values; the rest of `features`
+// (arch, checked mode, ALiBi, sinks, multi-token, non-causal, dense K/V, block-sparse) is the
+// caller's. Touches no device.
 AttentionSpec attention_spec_for(KernelKind kind, const TensorView& query, const TensorView& output,
-                                 const TensorView& kv_cache, int window, float soft_cap, int arch,
-                                 bool check_bounds, bool alibi = false, bool sinks = false,
-                                 bool multi_token = false, bool non_causal = false,
-                                 bool block_sparse = false);
+                                 const TensorView& kv_cache, int window, float soft_cap,
+                                 KernelFeatures features);
+// The same for a cache view that check_kv_cache() has accepted (kc).
+AttentionSpec attention_spec_for(KernelKind kind, const TensorView& query, const TensorView& output,
+                                 const KvCacheShape& kc, int window, float soft_cap,
+                                 KernelFeatures features);
+// A direct launch's features beyond its views: `arch` and the flags.
+KernelFeatures launch_features(int arch, bool check_bounds, bool alibi, bool sinks);
 // The softmax scale is finite and positive; with an fp8 cache (spec.kv_dtype) so are k_scale
 // and v_scale.
 void require_launch_scales(const AttentionSpec& spec, float scale, float k_scale, float v_scale);
-// The same for a cache view that check_kv_cache() has accepted (kc).
-AttentionSpec attention_spec_for(KernelKind kind, const TensorView& query, const TensorView& output,
-                                 const KvCacheShape& kc, int window, float soft_cap, int arch,
-                                 bool check_bounds, bool alibi = false, bool sinks = false,
-                                 bool multi_token = false, bool non_causal = false,
-                                 bool block_sparse = false);
 // fp8 k/v scales in device memory, [1] fp32 each (null: the launch's float scales): what every
 // launch of a layer hands to its kernel (GaKvScales in templates/params.h). A 16-bit cache's
 // kernels never receive them.
@@ -108,10 +108,13 @@ void check_cache_write(const TensorView& key, const TensorView& value, const KvC
 template <typename Launch>
 void require_launch_kernel(KernelKind kind, const AttentionSpec& ks, const Launch& a,
                            const KvCacheShape& kc, const char* where) {
-  const AttentionSpec spec = attention_spec_for(
-      kind, a.query, a.output, kc, a.window, a.soft_cap, ks.arch, a.bounds != nullptr,
-      a.alibi_slopes != nullptr, a.sinks != nullptr, a.multi_token,
-      kind == KernelKind::kPrefill && a.non_causal, a.blocksparse.sparse());
+  KernelFeatures f =
+      launch_features(ks.arch, a.bounds != nullptr, a.alibi_slopes != nullptr, a.sinks != nullptr);
+  f.multi_token = a.multi_token;
+  f.non_causal = kind == KernelKind::kPrefill && a.non_causal;
+  f.block_sparse = a.blocksparse.sparse();
+  const AttentionSpec spec =
+      attention_spec_for(kind, a.query, a.output, kc, a.window, a.soft_cap, f);
   require_block_sparse(a.blocksparse, a.query.shape[1], kc.num_kv_heads, kc.block_size, where);
   GA_REQUIRE(spec == ks, std::string(where) + ": the views need kernel " + spec.to_string() +
                              " but kernel " + ks.to_string() + " was given");

@@ -72,13 +72,19 @@ TEST_CASE("attention types: the non-causal and dense-KV suffixes parse and round
 
 TEST_CASE("attention types: invalid combinations are errors naming the spec") {
   const std::pair<const char*, const char*> bad[] = {
-      {"decode_h128_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm90_nc", "prefill axis"},
-      {"cache_write_h128_b16_bf16_kvauto_g1_swa0_cap0_nhd_sm90_nc", "prefill axis"},
+      {"decode_h128_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm90_nc",
+       "the decode kernel does not depend on non-causal (nc); use no _nc"},
+      {"cache_write_h128_b16_bf16_kvauto_g1_swa0_cap0_nhd_sm90_nc",
+       "the cache write kernel does not depend on non-causal (nc)"},
       {"prefill_h128_b16_bf16_kvauto_g4_swa1_cap0_nhd_sm90_nc", "sliding window"},
       {"decode_h128_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm90_dense", "dense KV"},
-      {"prefill_h128_b32_bf16_kvauto_g4_swa0_cap0_nhd_sm90_nc_dense", "b16, kvauto, nhd"},
-      {"prefill_h128_b16_bf16_kve4m3_g4_swa0_cap0_nhd_sm90_nc_dense", "b16, kvauto, nhd"},
-      {"prefill_h128_b16_bf16_kvauto_g4_swa0_cap0_hnd_sm90_nc_dense", "b16, kvauto, nhd"},
+      {"prefill_h128_b32_bf16_kvauto_g4_swa0_cap0_nhd_sm90_nc_dense",
+       "dense KV (_dense) reads no paged cache: the dense-KV prefill kernel does not depend on "
+       "block size (b32); use b16"},
+      {"prefill_h128_b16_bf16_kve4m3_g4_swa0_cap0_nhd_sm90_nc_dense",
+       "does not depend on KV cache dtype (kve4m3); use kvauto"},
+      {"prefill_h128_b16_bf16_kvauto_g4_swa0_cap0_hnd_sm90_nc_dense",
+       "does not depend on KV layout (hnd); use nhd"},
       {"prefill_h128_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm90_nc_dense_chk", "no _chk"}};
   for (const auto& entry : bad) {
     // Named copies, not structured bindings: INFO captures them in a lambda (C++17 refuses

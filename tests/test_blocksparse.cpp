@@ -210,8 +210,7 @@ TEST_CASE("blocksparse: the _bsp spec axis parses, round-trips and refuses other
       AttentionSpec::parse("decode_h128_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm90_chk").block_sparse);
   for (const char* text : {"prefill_h128_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm90_nc_bsp",
                            "cache_write_h128_b16_bf16_kvauto_g1_swa0_cap0_nhd_sm90_bsp"}) {
-    CHECK_THROWS_WITH_AS(AttentionSpec::parse(text), doctest::Contains("block-sparse (_bsp)"),
-                         Error);
+    CHECK_THROWS_WITH_AS(AttentionSpec::parse(text), doctest::Contains("block-sparse ("), Error);
   }
   // Block-sparse prefill runs the mma.sync kernel, also on sm_90.
   const KernelSource src =

@@ -69,7 +69,9 @@ TEST_CASE("spec: every axis rejects bad values with the value and the allowed se
   CHECK(validate_message(s).find("kernel kind 11 is not supported") == 0);
   s = base();
   s.kind = KernelKind::kCacheWrite;
-  CHECK(validate_message(s).find("does not depend on the group") != std::string::npos);
+  CHECK(validate_message(s).find("the cache write kernel does not depend on queries per KV head "
+                                 "(group) (g4); use g1, e.g. cache_write_h128_") !=
+        std::string::npos);
 }
 
 TEST_CASE("spec: every supported value validates") {

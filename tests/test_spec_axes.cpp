@@ -7,9 +7,11 @@
 
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/spec_axes.hpp"
+#include "graphattn/backend.hpp"
 #include "graphattn/error.hpp"
 #include "graphattn/jit.hpp"
 #include "graphattn/spec.hpp"
@@ -26,8 +28,8 @@ struct AxisAccess {
   void (*set)(AttentionSpec&, int);
 };
 
-#define GRAPHATTN_TEST_AXIS(type, field, default_value, form, tag, label, radix, constant)    \
-  AxisAccess{#field, radix, [](const AttentionSpec& s) { return static_cast<int>(s.field); }, \
+#define GRAPHATTN_TEST_AXIS(type, field, default_value, form, tag, label, radix, constant, ...) \
+  AxisAccess{#field, radix, [](const AttentionSpec& s) { return static_cast<int>(s.field); },   \
              [](AttentionSpec& s, int v) { s.field = static_cast<type>(v); }},
 const std::vector<AxisAccess> kAxes = {GRAPHATTN_SPEC_AXES(GRAPHATTN_TEST_AXIS)};
 #undef GRAPHATTN_TEST_AXIS
@@ -114,4 +116,42 @@ TEST_CASE("spec axes: the packed key is injective over each axis's whole radix")
       CHECK(seen.insert(p).second);
     }
   }
+}
+
+TEST_CASE("spec axes: each kernel keeps its own axes and holds the canonical value elsewhere") {
+  // A layer that asks for everything: each kernel's spec keeps only what that kernel has (the
+  // axis list's kernels column) and the canonical value elsewhere; validate() refuses any other.
+  KernelFeatures f = AttentionSpec::parse("decode_h128_b32_bf16_kve4m3_g4_swa1_cap1_hnd_sm90");
+  f.alibi = f.sinks = f.multi_token = f.block_sparse = f.check_bounds = true;
+  const std::pair<KernelKind, const char*> want[] = {
+      {KernelKind::kCacheWrite, "cache_write_h128_b32_bf16_kve4m3_g1_swa0_cap0_hnd_sm90_chk"},
+      {KernelKind::kDecode,
+       "decode_h128_b32_bf16_kve4m3_g4_swa1_cap1_hnd_sm90_alibi_sink_mt_bsp_chk"},
+      {KernelKind::kPrefill,
+       "prefill_h128_b32_bf16_kve4m3_g4_swa1_cap1_hnd_sm90_alibi_sink_bsp_chk"},
+      {KernelKind::kKvScale, "kv_scale_h128_b16_bf16_kvauto_g1_swa0_cap0_nhd_sm90"},
+  };
+  for (const auto& [kind, text] : want) {
+    INFO(text);
+    const AttentionSpec s = spec_for(f, kind);
+    CHECK(s.to_string() == text);
+    CHECK_NOTHROW(s.validate());
+    // Every axis of the layer's that this kernel lacks, set back: refused, naming the axis.
+    for (const AxisAccess& a : kAxes) {
+      if (a.get(s) == a.get(f) || std::string(a.field) == "kind") continue;
+      AttentionSpec bad = s;
+      a.set(bad, a.get(f));
+      INFO(a.field);
+      CHECK_THROWS_WITH_AS(bad.validate(), doctest::Contains("kernel "), Error);
+      CHECK(bad.for_kernel(kind) == s);
+    }
+  }
+  // Dense K/V: the prefill over no cache keeps none of the paged axes.
+  f.dense_kv = f.non_causal = true;
+  f.sliding_window = false;
+  f.block_sparse = false;
+  CHECK(spec_for(f, KernelKind::kPrefill).to_string() ==
+        "prefill_h128_b16_bf16_kvauto_g4_swa0_cap1_nhd_sm90_alibi_sink_nc_dense");
+  CHECK(spec_for(f, KernelKind::kDecode).to_string() ==
+        "decode_h128_b32_bf16_kve4m3_g4_swa0_cap1_hnd_sm90_alibi_sink_mt_chk");
 }

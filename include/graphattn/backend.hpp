@@ -243,10 +243,21 @@ struct GRAPHATTN_API AttentionMetadata {
   bool device_split = false;
 };
 
+// What a layer's kernels do, as the spec's axes: head and block size, dtypes, layout, group,
+// arch, and whether there is a window, a soft cap, ALiBi, sinks, multi-token decode, a non-causal
+// or dense-K/V prefill, a block-sparse pattern, checked mode. Its kind is not chosen yet:
+// spec_for(features, kind) is features.for_kernel(kind), which puts every axis that kernel does
+// not have at its canonical value (the axis list's columns, spec.hpp). features_of() fills it
+// from a layer; the direct calls (forward_prefix, paged_attention, launch_decode, ...) fill it
+// from their views and arguments.
+using KernelFeatures = AttentionSpec;
+GRAPHATTN_API KernelFeatures features_of(const AttentionLayerConfig& config);
+
 // The spec of `kind`'s kernel for a layer of this configuration on config.arch (set it: arch 0
-// is resolved to the current device by AttentionBackend, not here). The one place a spec is made
-// from a layer: the cache write depends on neither the group, the window nor the soft cap, so
-// one cache write kernel serves every layer of a head size, block size, dtype and cache.
+// is resolved to the current device by AttentionBackend, not here): the cache write depends on
+// neither the group, the window nor the soft cap, so one cache write kernel serves every layer
+// of a head size, block size, dtype and cache.
+GRAPHATTN_API AttentionSpec spec_for(const KernelFeatures& features, KernelKind kind);
 GRAPHATTN_API AttentionSpec spec_for(const AttentionLayerConfig& config, KernelKind kind);
 
 // The decode kernel a configuration gets. A pure function: kNone exactly when the constructor

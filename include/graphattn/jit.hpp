@@ -236,4 +236,91 @@ GRAPHATTN_API std::string default_cache_dir();
 // *why (may be null) says what is missing.
 GRAPHATTN_API bool remote_available(std::string* why = nullptr);
 
+// ---- Inspecting a cache directory: what graphattn-cache and the C ABI's graphattn_cache_list
+// use instead of the disk tier itself.
+
+// GRAPHATTN_CACHE_SHARED=1 (a group-shared directory is accepted); unset, empty or 0: not.
+// Anything else throws Error naming the value.
+GRAPHATTN_API bool shared_cache_requested();
+
+// One file of a cache directory, checked as the disk tier checks an entry before loading it.
+struct GRAPHATTN_API CacheEntryInfo {
+  std::string name;     // file name inside the directory
+  std::string key_hex;  // 32 hex digits, from the name
+  bool ok = false;      // header, checksums, owner, mode and cubin verify
+  // The disk tier's verdict: "ok", "truncated", "bad magic", "format version mismatch",
+  // "bad header", "key mismatch", "checksum mismatch", "I/O error", "not a regular file",
+  // "untrusted", "too large", "bad cubin"; reason says more.
+  std::string status;
+  std::string reason;
+  std::string spec;  // canonical spec string ("" when not ok)
+  int arch = 0;      // 0 when not ok
+  int nvrtc_major = 0, nvrtc_minor = 0;
+  uint64_t file_bytes = 0;
+  int64_t last_used_ms = 0;    // Unix time, milliseconds (refreshed on every disk hit)
+  int64_t compiled_at_ms = 0;  // 0 when not ok
+  // ok, and this build looks it up under its key (same NVRTC, same template text): an entry
+  // that is ok but not current is stale, never loaded, and left out of exports.
+  bool current = false;
+};
+
+// What importing a bundle did, member by member.
+struct GRAPHATTN_API BundleImport {
+  struct Member {
+    std::string key_hex, spec;
+    int arch = 0;
+    std::string verdict;  // "ok", "stale" (another NVRTC or template text) or "bad"
+    std::string reason;   // why stale or bad
+    std::string action;   // "installed", "present", "would install" (dry run), "not installed"
+  };
+  bool signed_bundle = false;
+  int nvrtc_major = 0, nvrtc_minor = 0;  // the writer's
+  uint64_t installed = 0, present = 0, stale = 0, bad = 0;
+  std::vector<Member> members;
+};
+
+// What exporting a directory wrote.
+struct GRAPHATTN_API BundleExport {
+  uint64_t entries = 0;      // written
+  uint64_t cubin_bytes = 0;  // of their cubins
+  uint64_t left_out = 0;     // entries of the directory that are bad or stale
+  std::vector<std::string> specs;
+};
+
+// A cache directory opened for inspection: never created; read whatever its owner and mode
+// (trust_problem() says what a cache would refuse); written only by remove() and
+// import_bundle(). Bundles are signed ustar files (graphattn-cache export / import; the format:
+// jit_cache/bundle.hpp). Every call throws Error naming the path on an I/O failure.
+class GRAPHATTN_API CacheDirectory {
+ public:
+  // shared: accept a group-shared directory (also GRAPHATTN_CACHE_SHARED=1).
+  explicit CacheDirectory(std::string dir, bool shared = false);
+  ~CacheDirectory();
+  CacheDirectory(const CacheDirectory&) = delete;
+  CacheDirectory& operator=(const CacheDirectory&) = delete;
+
+  const std::string& dir() const;
+  bool exists() const;
+  // "" when a KernelCache would load from it; otherwise what is wrong and what is required.
+  const std::string& trust_problem() const;
+  // Every file named like an entry, checked, sorted by file name.
+  std::vector<CacheEntryInfo> list() const;
+  // One entry by its key's 32 hex digits, checked (status "missing" when there is none).
+  CacheEntryInfo verify(const std::string& key_hex) const;
+  // Removes an entry with its lock and source files: true when it was there; throws Error
+  // naming the file when it cannot.
+  bool remove(const std::string& key_hex) const;
+  // Writes every current, verified entry into a bundle at `path` (atomically; signed with the
+  // secret when signing_key is not empty). Throws Error when there is none.
+  BundleExport export_bundle(const std::string& path, const std::string& signing_key) const;
+  // Verifies every member of the bundle at `path` (the signature first when signing_key is not
+  // empty) and writes the ok ones that the directory lacks (none with dry_run).
+  BundleImport import_bundle(const std::string& path, const std::string& signing_key,
+                             bool dry_run) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
 }  // namespace graphattn

@@ -117,67 +117,104 @@ constexpr const char* enum_long_name(int i) {
 // (plus its template code); tests/test_spec_axes.cpp checks that every axis changes the cache
 // key, the memory-tier entry and the rendered source.
 //
-//   X(type, field, default, form, tag, label, radix, constant)
-//   form:  kName   tag then the value's name (axis_names<type>: "decode", "bf16", ...)
-//          kNumber tag then the value in decimal (checked by the rule named in spec.cpp)
+//   X(type, field, default, form, tag, label, radix, constant, kernels, canonical, rule)
+//   form:  kName   tag then the value's name (EnumNames<type>::spec_names: "decode", "bf16", ...)
+//          kNumber tag then the value in decimal (allowed: `rule`)
 //          kFlag   tag then 0 or 1
 //          kSuffix tag when set, nothing otherwise
 //   label: the field's name in messages
-//   radix: every value lies in 0..radix-1 (the packed key's digit)
+//   radix: every value lies in 0..radix-1 (the packed key's digit); spec.cpp static_asserts that
+//          the radix covers every allowed value (a name's count, a rule's largest value)
 //   constant: the template's name for the value: "constexpr int <constant> = <value>;" (a name's
 //          index, a flag's 0/1), for kSuffix "#define <constant> 1" when set; "" for none (the
 //          kernel kind picks the template file instead)
-#define GRAPHATTN_SPEC_AXES(X)                                                                \
-  X(KernelKind, kind, KernelKind::kDecode, kName, "", "kernel kind", 8, "")                   \
-  /* 32..256, multiple of 8 */                                                                \
-  X(int, head_size, 128, kNumber, "_h", "head size", 512, "HEAD_SIZE")                        \
-  /* tokens per KV page: 16..256, multiple of 16 (cache writes: 8 too) */                     \
-  X(int, block_size, 16, kNumber, "_b", "block size", 512, "BLOCK_SIZE")                      \
-  X(DType, dtype, DType::kBFloat16, kName, "_", "dtype", 4, "IS_BF16")                        \
-  X(KvDType, kv_dtype, KvDType::kAuto, kName, "_kv", "KV cache dtype", 4, "KV_FP8")           \
-  /* query heads per KV head (GQA): 1..64 */                                                  \
-  X(int, group, 1, kNumber, "_g", "queries per KV head (group)", 128, "GROUP")                \
-  /* the window length itself is a launch argument */                                         \
-  X(bool, sliding_window, false, kFlag, "_swa", "window", 2, "HAS_WINDOW")                    \
-  /* the cap value itself is a launch argument */                                             \
-  X(bool, soft_cap, false, kFlag, "_cap", "soft cap", 2, "HAS_SOFT_CAP")                      \
-  X(KvLayout, layout, KvLayout::kNHD, kName, "_", "KV layout", 4, "KV_LAYOUT")                \
-  /* compute capability * 10 + minor, e.g. 80, 89, 90 */                                      \
-  X(int, arch, 90, kNumber, "_sm", "target arch", 1024, "TARGET_ARCH")                        \
-  /* ALiBi: score += slope[head] * (key position - query position); the slopes are launch */  \
-  /* data (a device array of num_heads floats) */                                             \
-  X(bool, alibi, false, kSuffix, "_alibi", "ALiBi", 2, "HAS_ALIBI")                           \
-  /* attention sinks (gpt-oss): one logit per head joins the softmax denominator and adds */  \
-  /* no value; the logits are launch data (a device array of num_heads floats) */             \
-  X(bool, sinks, false, kSuffix, "_sink", "attention sinks", 2, "HAS_SINKS")                  \
-  /* multi-token decode (speculative decoding): decode requests of 1..max_query_len query */  \
-  /* tokens, causal among themselves, sharing each KV tile; decode kernels only */            \
-  X(bool, multi_token, false, kSuffix, "_mt", "multi-token decode", 2, "GA_MULTI_TOKEN")      \
-  /* Non-causal (bidirectional) prefill: every query row of a request sees all of its keys */ \
-  /* [0, seq_len) (encoder, encoder-only and cross attention). Prefill only, no window. */    \
-  X(bool, non_causal, false, kSuffix, "_nc", "non-causal", 2, "GA_NON_CAUSAL")                \
-  /* Dense K/V (encoder-only attention, MultiHeadAttention): the prefill kernel reads keys */ \
-  /* and values from [tokens, kv_heads, head_size] tensors instead of the paged cache (see */ \
-  /* PagedKvView in templates/params.h). Prefill only, canonical b16, kvauto, nhd. */         \
-  X(bool, dense_kv, false, kSuffix, "_dense", "dense KV", 2, "GA_DENSE_KV")                   \
-  /* Block-sparse attention (vLLM's BlocksparseFlashAttention): a causal decode or prefill */ \
-  /* whose keys are also masked per head by the local + vertical-stride block pattern of */   \
-  /* GaBlockSparse (templates/params.h; the pattern's numbers are launch data); KV tiles */   \
-  /* that no query of a thread block sees are skipped without being read */                   \
-  X(bool, block_sparse, false, kSuffix, "_bsp", "block-sparse", 2, "GA_BLOCK_SPARSE")         \
-  /* Checked mode: the kernel compares every block id and slot it reads with the cache's */   \
-  /* size and reports the first one out of range (AttentionBackend::take_bounds_violation) */ \
-  /* instead of reading or writing outside the cache. Off: the fast path, whose source and */ \
-  /* machine code carry no check at all. */                                                   \
-  X(bool, check_bounds, false, kSuffix, "_chk", "checked mode", 2, "GA_CHECK_BOUNDS")
+//   kernels: the kernels that have the axis (spec.cpp: kAnyKernel, kLayerKernels = every kernel
+//          but merge_states and block_copy, kDTypeKernels = those and merge_states,
+//          kPagedKernels = cache write, decode and prefill over the paged cache,
+//          kAttentionKernels = decode and both prefills,
+//          kPagedAttention = decode and paged prefill, kDecodeKernel, kPrefillKernels = both
+//          prefills; the dense-KV prefill counts as its own kernel)
+//   canonical: the value every other kernel's spec holds: for_kernel() (and so spec_for) puts
+//          it there and validate() requires it, so one kernel serves every layer that differs
+//          only in what the kernel does not read
+//   rule:  kNumber: the NumberRule of the allowed values (spec.cpp); the others: kNoRule. A
+//          forgotten column does not compile; a number axis without a rule is a static_assert.
+// clang-format off
+#define GRAPHATTN_SPEC_AXES(X)                                                                     \
+  X(KernelKind, kind, KernelKind::kDecode, kName, "", "kernel kind", 8, "",                        \
+    kAnyKernel, KernelKind::kDecode, kNoRule)                                                      \
+  /* 32..256, multiple of 8 */                                                                     \
+  X(int, head_size, 128, kNumber, "_h", "head size", 512, "HEAD_SIZE",                             \
+    kLayerKernels, 128, &kHeadSizeRule)                                                            \
+  /* tokens per KV page: 16..256, multiple of 16 (cache writes: 8 too) */                          \
+  X(int, block_size, 16, kNumber, "_b", "block size", 512, "BLOCK_SIZE",                           \
+    kPagedKernels, 16, &kBlockSizeRule)                                                            \
+  X(DType, dtype, DType::kBFloat16, kName, "_", "dtype", 4, "IS_BF16",                             \
+    kDTypeKernels, DType::kBFloat16, kNoRule)                                                      \
+  X(KvDType, kv_dtype, KvDType::kAuto, kName, "_kv", "KV cache dtype", 4, "KV_FP8",                \
+    kPagedKernels, KvDType::kAuto, kNoRule)                                                        \
+  /* query heads per KV head (GQA): 1..64 */                                                       \
+  X(int, group, 1, kNumber, "_g", "queries per KV head (group)", 128, "GROUP",                     \
+    kAttentionKernels, 1, &kGroupRule)                                                             \
+  /* the window length itself is a launch argument */                                              \
+  X(bool, sliding_window, false, kFlag, "_swa", "window", 2, "HAS_WINDOW",                         \
+    kAttentionKernels, false, kNoRule)                                                             \
+  /* the cap value itself is a launch argument */                                                  \
+  X(bool, soft_cap, false, kFlag, "_cap", "soft cap", 2, "HAS_SOFT_CAP",                           \
+    kAttentionKernels, false, kNoRule)                                                             \
+  X(KvLayout, layout, KvLayout::kNHD, kName, "_", "KV layout", 4, "KV_LAYOUT",                     \
+    kPagedKernels, KvLayout::kNHD, kNoRule)                                                        \
+  /* compute capability * 10 + minor, e.g. 80, 89, 90 */                                           \
+  X(int, arch, 90, kNumber, "_sm", "target arch", 1024, "TARGET_ARCH",                             \
+    kAnyKernel, 90, &kArchRule)                                                                    \
+  /* ALiBi: score += slope[head] * (key position - query position); the slopes are launch */       \
+  /* data (a device array of num_heads floats) */                                                  \
+  X(bool, alibi, false, kSuffix, "_alibi", "ALiBi", 2, "HAS_ALIBI",                                \
+    kAttentionKernels, false, kNoRule)                                                             \
+  /* attention sinks (gpt-oss): one logit per head joins the softmax denominator and adds */       \
+  /* no value; the logits are launch data (a device array of num_heads floats) */                  \
+  X(bool, sinks, false, kSuffix, "_sink", "attention sinks", 2, "HAS_SINKS",                       \
+    kAttentionKernels, false, kNoRule)                                                             \
+  /* multi-token decode (speculative decoding): decode requests of 1..max_query_len query */       \
+  /* tokens, causal among themselves, sharing each KV tile; decode kernels only */                 \
+  X(bool, multi_token, false, kSuffix, "_mt", "multi-token decode", 2, "GA_MULTI_TOKEN",           \
+    kDecodeKernel, false, kNoRule)                                                                 \
+  /* Non-causal (bidirectional) prefill: every query row of a request sees all of its keys */      \
+  /* [0, seq_len) (encoder, encoder-only and cross attention). Prefill only, no window. */         \
+  X(bool, non_causal, false, kSuffix, "_nc", "non-causal", 2, "GA_NON_CAUSAL",                     \
+    kPrefillKernels, false, kNoRule)                                                               \
+  /* Dense K/V (encoder-only attention, MultiHeadAttention): the prefill kernel reads keys */      \
+  /* and values from [tokens, kv_heads, head_size] tensors instead of the paged cache (see */      \
+  /* PagedKvView in templates/params.h). Prefill only; the paged axes take their canonical */      \
+  /* values (b16, kvauto, nhd, no _chk). */                                                        \
+  X(bool, dense_kv, false, kSuffix, "_dense", "dense KV", 2, "GA_DENSE_KV",                        \
+    kPrefillKernels, false, kNoRule)                                                               \
+  /* Block-sparse attention (vLLM's BlocksparseFlashAttention): a causal decode or prefill */      \
+  /* whose keys are also masked per head by the local + vertical-stride block pattern of */        \
+  /* GaBlockSparse (templates/params.h; the pattern's numbers are launch data); KV tiles */        \
+  /* that no query of a thread block sees are skipped without being read */                        \
+  X(bool, block_sparse, false, kSuffix, "_bsp", "block-sparse", 2, "GA_BLOCK_SPARSE",              \
+    kPagedAttention, false, kNoRule)                                                               \
+  /* Checked mode: the kernel compares every block id and slot it reads with the cache's */        \
+  /* size and reports the first one out of range (AttentionBackend::take_bounds_violation) */      \
+  /* instead of reading or writing outside the cache. Off: the fast path, whose source and */      \
+  /* machine code carry no check at all. */                                                        \
+  X(bool, check_bounds, false, kSuffix, "_chk", "checked mode", 2, "GA_CHECK_BOUNDS",              \
+    kPagedKernels, false, kNoRule)
+// clang-format on
 
 struct GRAPHATTN_API AttentionSpec {
 #define GRAPHATTN_SPEC_FIELD(type, field, default_value, ...) type field = default_value;
   GRAPHATTN_SPEC_AXES(GRAPHATTN_SPEC_FIELD)
 #undef GRAPHATTN_SPEC_FIELD
 
-  // Throws graphattn::Error naming the first bad field and the allowed values.
+  // Throws graphattn::Error naming the first bad field and the allowed values, or an axis that
+  // its kernel does not have away from its canonical value.
   void validate() const;
+
+  // This spec as the kernel of `kind` has it: every axis that kernel does not have (the axis
+  // list's kernels column) at its canonical value. What spec_for() makes of a layer's features.
+  AttentionSpec for_kernel(KernelKind kind) const;
 
   // Canonical, stable form, e.g. "decode_h128_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm90" (checked
   // mode appends "_chk"): the axes in order, each written as its form says.

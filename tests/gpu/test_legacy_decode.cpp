@@ -63,6 +63,8 @@ std::string describe(const LegacyCase& c) {
   return s;
 }
 
+// vLLM's name of the cache dtype, its "fp8" alias for e4m3 (graphattn's own names:
+// kv_cache_dtype_name).
 const char* vllm_kv_dtype_arg(KvDType k) {
   return k == KvDType::kAuto ? "auto" : k == KvDType::kFp8E4M3 ? "fp8" : "fp8_e5m2";
 }
@@ -389,9 +391,9 @@ TEST_CASE("gpu legacy decode: forced split counts, depths, clusters, window, sof
     a.soft_cap = c.soft_cap;
     a.k_scale = c.kv == KvDType::kAuto ? 1.0f : kKScale;
     a.v_scale = c.kv == KvDType::kAuto ? 1.0f : kVScale;
-    const AttentionSpec spec =
-        detail::attention_spec_for(KernelKind::kDecode, b.q_view, b.out_view, kc, c.window,
-                                   c.soft_cap, current_device_arch(), false, c.alibi, c.sinks);
+    const AttentionSpec spec = detail::attention_spec_for(
+        KernelKind::kDecode, b.q_view, b.out_view, kc, c.window, c.soft_cap,
+        detail::launch_features(current_device_arch(), false, c.alibi, c.sinks));
     CHECK(spec.layout == KvLayout::kLegacy);
     const detail::LoadedKernel& k = detail::load_kernel(spec, cache);
     const detail::DecodeDevice dev = detail::prepare_decode_kernel(k);
@@ -554,9 +556,10 @@ TEST_CASE("gpu legacy decode: multi-token (speculative) requests over the legacy
     a.multi_token = true;
     a.query_start_loc = TensorView::contiguous(d_qsl.data(), ScalarType::kInt32, {n + 1});
     a.max_query_len = kMaxQ;
+    KernelFeatures f = detail::launch_features(current_device_arch(), false, false, false);
+    f.multi_token = true;
     const AttentionSpec spec =
-        detail::attention_spec_for(KernelKind::kDecode, b.q_view, b.out_view, kc, 0, 0.0f,
-                                   current_device_arch(), false, false, false, true);
+        detail::attention_spec_for(KernelKind::kDecode, b.q_view, b.out_view, kc, 0, 0.0f, f);
     CHECK(spec.layout == KvLayout::kLegacy);
     CHECK(spec.multi_token);
     const detail::LoadedKernel& k = detail::load_kernel(spec, cache);
