@@ -4,10 +4,13 @@
 # machine that has Python 3.12, PyTorch 2.11, Triton and NumPy but no package registry, with a
 # 64 MiB limit on what travels:
 #   - vLLM VLLM_TORCH_2_11_VERSION (graphattn/vllm/__init__.py: the newest release pinned to
-#     PyTorch 2.11; 0.27-0.33 pin 2.13-2.14): its Python files only. Its compiled extensions
-#     do not fit (_C_stable_libtorch 79 MB, 56 MB as xz; flash-attn 458 MB): the op schemas of
-#     _C_stable_libtorch are read out of it into vllm_C_schemas.txt instead, and
-#     gpu_vllm_run.py stands in for the missing modules (see install_stand_ins there);
+#     PyTorch 2.11; 0.27-0.33 pin 2.13-2.14): its Python files; the op schemas of its kernel
+#     library _C_stable_libtorch in vllm_C_schemas.txt (for gpu_vllm_run.py's stand-ins where
+#     the library is absent);
+#   - in OUT_DIR-c (a second carry, since the two together pass 64 MiB): that kernel library
+#     (79 MB, 53 MiB as xz -9e; built for CUDA 13 and PyTorch 2.11's stable ABI) and
+#     cumem_allocator, which the run unpacks into vLLM's folder when OUT_DIR-c was carried too
+#     (the run tool keeps an earlier call's carry on a warm machine). flash-attn (458 MB) stays;
 #   - the Python dependencies vLLM imports on that path (DEPS below: found by importing vLLM's
 #     LLM path into a venv holding only PyTorch 2.11, vLLM without dependencies and NumPy, and
 #     adding what failed), as cp312 manylinux wheels from PyPI;
@@ -96,8 +99,15 @@ printf 'Metadata-Version: 2.1\nName: graphattn\nVersion: %s\n' "$gv" \
 printf '[vllm.general_plugins]\ngraphattn = graphattn.vllm:register_plugin\n' \
   > "$stage/deps/graphattn-$gv.dist-info/entry_points.txt"
 
-rm -rf "$out"
-mkdir -p "$out"
+rm -rf "$out" "$out-c"
+mkdir -p "$out" "$out-c"
+# vLLM's kernel library, for the second carry.
+mkdir -p "$stage/vllm_c/vllm"
+cp "$stage/vllm/vllm/_C_stable_libtorch.abi3.so" "$stage/vllm_c/vllm/"
+"$python" -m zipfile -e "$(wheel vllm)" "$stage/whl"
+cp "$stage/whl/vllm/cumem_allocator.abi3.so" "$stage/vllm_c/vllm/"
+rm -rf "$stage/whl"
+tar -C "$stage/vllm_c" -cf - . | xz -T2 -9e > "$out-c/vllm_C.tar.xz"
 # The schemas of vLLM's kernel library (the .so itself stays here): gpu_vllm_run.py defines
 # those ops so that vLLM's Python, which names some of them at import, loads without it.
 "$python" "$root/scripts/vllm_op_schemas.py" "$stage/vllm/vllm/_C_stable_libtorch.abi3.so" \
@@ -115,7 +125,9 @@ cp "$build/libgraphattn.so" "$out/libgraphattn.so"
 cat "$out/MANIFEST.txt"
 total=$(du -sb "$out" | cut -f1)
 echo "vllm_gpu_bundle: $out holds $(( total / 1048576 )) MiB"
-if [ "$total" -gt $(( 60 * 1048576 )) ]; then
+c_total=$(du -sb "$out-c" | cut -f1)
+echo "vllm_gpu_bundle: $out-c holds $(( c_total / 1048576 )) MiB (carry it in a call of its own)"
+if [ "$total" -gt $(( 60 * 1048576 )) ] || [ "$c_total" -gt $(( 60 * 1048576 )) ]; then
   echo "vllm_gpu_bundle: over 60 MiB; the run tool carries at most 64 MiB with the tree" >&2
   exit 1
 fi

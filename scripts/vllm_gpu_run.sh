@@ -19,9 +19,17 @@ python="${PYTHON:-python3}"
 mkdir -p "$out"
 site="$(mktemp -d /tmp/graphattn-vllm-site.XXXXXX)"
 start=$(date +%s)
-for archive in "$carry"/*.tar.xz; do
-  tar -xJf "$archive" -C "$site"
+# CARRY_DIR-c (vLLM's kernel library, carried by an earlier call on this warm machine), if there.
+for archive in "$carry"/*.tar.xz "$carry"-c/*.tar.xz; do
+  [ -f "$archive" ] && tar -xJf "$archive" -C "$site"
 done
+if [ -f "$site/vllm/_C_stable_libtorch.abi3.so" ]; then
+  echo "vllm_gpu_run: vLLM's kernel library is here (from $carry-c)"
+else
+  # The V2 runner pins host buffers through a compiled op (a UVA view): the V1 runner then.
+  export VLLM_USE_V2_MODEL_RUNNER=0
+  echo "vllm_gpu_run: no vLLM kernel library ($carry-c was not carried): stand-ins, V1 runner"
+fi
 echo "vllm_gpu_run: unpacked $(du -sm "$site" | cut -f1) MiB into $site in $(( $(date +%s) - start )) s"
 cat "$carry/MANIFEST.txt" 2>/dev/null
 export PYTHONPATH="$site:$root/python${PYTHONPATH:+:$PYTHONPATH}"
@@ -39,7 +47,7 @@ export GRAPHATTN_CACHE_DIR="${GRAPHATTN_CACHE_DIR:-$site/graphattn-cache}"
 export PYTHONUNBUFFERED=1 VLLM_ENABLE_V1_MULTIPROCESSING=0 VLLM_NO_USAGE_STATS=1 \
   VLLM_ALLOW_INSECURE_SERIALIZATION=1 \
   VLLM_DO_NOT_TRACK=1 HF_HUB_OFFLINE=1 \
-  VLLM_USE_V2_MODEL_RUNNER=0  # the V2 runner pins host buffers through a compiled op (UVA view)
+  VLLM_USE_FLASHINFER_SAMPLER=0  # vLLM's own switch: its sampler otherwise imports flashinfer
 "$python" -c "import sys, torch; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda)"
 "$python" "$root/python/tests/gpu_vllm_run.py" --json "$out/vllm-run.json" "${@:3}" 2>&1 |
   tee "$out/vllm-run.log"
