@@ -56,15 +56,21 @@ GRAPHATTN_API PagedKvCache split_paged_kv_cache(const TensorView& kv_cache, int 
 //   slot_mapping: [>= num_tokens] int64
 //   k_scale, v_scale: fp8 caches store value / scale (finite > 0); ignored for 16-bit caches
 //   k_scale_device, v_scale_device: [1] fp32 device scalars read instead, or null
-// Compiles and loads its kernel on first use (spec cache_write_..._legacy_smXX); asynchronous on
-// `stream`, capturable once loaded.
+//   interleaved_v: vLLM 0.33's reshape_and_cache(..., interleaved_v=True): value_cache keeps its
+//                 shape but holds [num_blocks, num_kv_heads, block_size / kx, head_size, kx]
+//                 (kx = 16 bytes of cache elements: 8 16-bit, 4 fp32, 16 fp8; block_size a
+//                 multiple of kx), the layout of vLLM's ROCm fused writer; graphattn's readers
+//                 take the plain layout only
+// Compiles and loads its kernel on first use (spec cache_write_..._legacy_smXX, "_iv" when
+// interleaved); asynchronous on `stream`, capturable once loaded.
 GRAPHATTN_API void write_to_paged_cache(const TensorView& key, const TensorView& value,
                                         const TensorView& key_cache, const TensorView& value_cache,
                                         const TensorView& slot_mapping, float k_scale,
                                         float v_scale, CUstream stream,
                                         KernelCache& cache = default_kernel_cache(),
                                         const float* k_scale_device = nullptr,
-                                        const float* v_scale_device = nullptr);
+                                        const float* v_scale_device = nullptr,
+                                        bool interleaved_v = false);
 
 // forward_prefix's options beyond vLLM's argument list (the defaults are vLLM's behaviour).
 struct PrefixOptions {
