@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // The decode kernel over vLLM's legacy PagedAttention caches on the GPU against the float64
-// reference: paged_attention_v1 / v2 (head sizes 32..256 incl. 80, 120 and 256, blocks 16 and
-// 32, fp16/bf16/e4m3/e5m2, GQA 1/4/8, ALiBi on and off, seq_lens 0, 1, block boundaries and past
-// 8192); direct launches with forced split counts, pipeline depths and clusters, window, soft
+// reference: paged_attention_v1 / v2 (head sizes 32..256 incl. 80, 120 and 256, blocks 8 (16-bit),
+// 16 and 32, fp16/bf16/e4m3/e5m2, GQA 1/4/8, ALiBi on and off, seq_lens 0, 1, block boundaries and
+// past 8192); direct launches with forced split counts, pipeline depths and clusters, window, soft
 // cap and sinks; and one captured paged_attention_v1 replayed with new seq_lens against eager.
 //
 // The caches are filled by a host scatter into the legacy layout (key [blocks, heads, d / x,
@@ -314,6 +314,18 @@ std::vector<LegacyCase> api_cases(std::mt19937_64& rng) {
     c.seq_lens = {1, 64, 65, 700, 3000, 0, len(rng)};
     cases.push_back(c);
   }
+  // Block size 8 (vLLM's default; 16-bit caches): a 16-token tile spans two blocks.
+  for (int i = 0; i < 4; ++i) {
+    LegacyCase c;
+    c.block_size = 8;
+    c.dtype = i % 2 ? DType::kFloat16 : DType::kBFloat16;
+    c.head_size = i == 2 ? 96 : i == 3 ? 256 : 128;
+    c.group = i == 0 ? 1 : i == 1 ? 4 : 8;
+    c.alibi = i == 1;
+    c.v2 = i >= 2;
+    c.seq_lens = {1, 0, 7, 8, 9, 15, 16, 17, 24, 25, len(rng), 9000};
+    cases.push_back(c);
+  }
   for (bool v2 : {false, true}) {
     LegacyCase c;
     c.dtype = DType::kFloat16;
@@ -355,6 +367,13 @@ TEST_CASE("gpu legacy decode: forced split counts, depths, clusters, window, sof
     c.head_size = 80;
     c.group = 20;  // two chunks of query heads per KV head
     c.num_kv_heads = 1;
+    cases.push_back(c);
+    c = LegacyCase();
+    c.block_size = 8;  // two blocks a tile; the window start inside a block
+    c.window = 45;
+    c.soft_cap = 5;
+    c.sinks = true;
+    c.seq_lens = {1, 0, 8, 9, 37, 300, 1100, 4096};
     cases.push_back(c);
     c = LegacyCase();
     c.kv = KvDType::kFp8E4M3;
