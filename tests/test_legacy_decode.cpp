@@ -144,6 +144,13 @@ struct LegacyCall {
                          local_blocks, vert_stride, sparse_block, 0, nullptr);
     });
   }
+  // This call with no sequence (every check passes and nothing launches, or a check fails).
+  LegacyCall emptied() const {
+    LegacyCall c = *this;
+    c.query.shape[0] = c.out.shape[0] = c.seq_lens.shape[0] = c.block_tables.shape[0] = 0;
+    c.exp_sums.shape[0] = c.max_logits.shape[0] = c.tmp_out.shape[0] = 0;
+    return c;
+  }
   // Every check fails the same way in both versions.
   void expect(const std::string& part) const {
     const std::string e1 = v1(), e2 = v2();
@@ -157,9 +164,7 @@ struct LegacyCall {
 
 TEST_CASE("legacy decode: paged_attention_v1 / v2 name every bad argument before any device use") {
   {
-    LegacyCall c;  // an empty batch passes every check and launches nothing
-    c.query.shape[0] = c.out.shape[0] = c.seq_lens.shape[0] = c.block_tables.shape[0] = 0;
-    c.exp_sums.shape[0] = c.max_logits.shape[0] = c.tmp_out.shape[0] = 0;
+    const LegacyCall c = LegacyCall().emptied();  // passes every check and launches nothing
     CHECK(c.v1() == "(no error)");
     CHECK(c.v2() == "(no error)");
   }
@@ -197,12 +202,8 @@ TEST_CASE("legacy decode: paged_attention_v1 / v2 name every bad argument before
     c.kv = TensorView::contiguous(test::fake_device(0x100000), c.dt, {2, 10, 8 * 2 * 128});
     c.caches = split_paged_kv_cache(c.kv, 2, 128);
     c.block_size = 8;
-    LegacyCall empty = c;
-    empty.query.shape[0] = empty.out.shape[0] = empty.seq_lens.shape[0] = 0;
-    empty.block_tables.shape[0] = empty.exp_sums.shape[0] = empty.max_logits.shape[0] = 0;
-    empty.tmp_out.shape[0] = 0;
-    CHECK(empty.v1() == "(no error)");
-    CHECK(empty.v2() == "(no error)");
+    CHECK(c.emptied().v1() == "(no error)");
+    CHECK(c.emptied().v2() == "(no error)");
     c.kv = TensorView::contiguous(test::fake_device(0x100000), c.dt, {2, 10, 24 * 2 * 128});
     c.caches = split_paged_kv_cache(c.kv, 2, 128);
     c.block_size = 24;  // ... other sizes do not
@@ -227,12 +228,8 @@ TEST_CASE("legacy decode: paged_attention_v1 / v2 name every bad argument before
     c.caches = split_paged_kv_cache(c.kv, 2, 128);
     c.block_size = 8;
     c.query.dtype = c.out.dtype = c.tmp_out.dtype = ScalarType::kFloat32;
-    LegacyCall empty = c;
-    empty.query.shape[0] = empty.out.shape[0] = empty.seq_lens.shape[0] = 0;
-    empty.block_tables.shape[0] = empty.exp_sums.shape[0] = empty.max_logits.shape[0] = 0;
-    empty.tmp_out.shape[0] = 0;
-    CHECK(empty.v1() == "(no error)");
-    CHECK(empty.v2() == "(no error)");
+    CHECK(c.emptied().v1() == "(no error)");
+    CHECK(c.emptied().v2() == "(no error)");
     c.vert_stride = 8;  // ... but not with a block-sparse pattern
     c.local_blocks = 2;
     c.expect(

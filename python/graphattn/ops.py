@@ -670,8 +670,9 @@ def flash_attn_with_kvcache(q: Array, k_cache: Array, v_cache: Array, k: Optiona
                             q_descale: Any = None, k_descale: Scale = None,
                             v_descale: Scale = None, s_aux: Optional[Array] = None,
                             stream: Stream = None) -> Array:
-    """vllm_flash_attn.flash_attn_with_kvcache (the wrapper of vLLM's FlashAttention fork, last
-    shipped with vLLM 0.10; vLLM 0.33's vllm_flash_attn keeps only flash_attn_varlen_func): with
+    """vllm_flash_attn.flash_attn_with_kvcache (the wrapper of vLLM's FlashAttention fork that
+    vLLM's V0 FlashAttention backend imported; vLLM 0.33's vllm_flash_attn keeps only
+    flash_attn_varlen_func): with
     k and v, writes them into the cache at positions cache_seqlens[b] .. + seqlen_new - 1 of
     each sequence, then attends over cache_seqlens[b] + seqlen_new keys. PyTorch tensors only.
 
@@ -801,10 +802,10 @@ def swap_blocks(src: Array, dst: Array, block_size_in_bytes: Any, block_mapping:
     """vLLM's swap_blocks: for each (s, d) in block_mapping, in order, block d of dst := block s
     of src. Both of vLLM's signatures:
 
-    swap_blocks(src, dst, block_size_in_bytes, block_mapping)   vLLM 0.33 (and since 0.11)
+    swap_blocks(src, dst, block_size_in_bytes, block_mapping)   vLLM 0.33
         src, dst:  compact arrays, each consecutive blocks of block_size_in_bytes bytes (any
                    dtypes, any shapes)
-    swap_blocks(src, dst, block_mapping)                        vLLM up to 0.10
+    swap_blocks(src, dst, block_mapping)                        older vLLM releases
         src, dst:  [num_blocks, ...] caches of one dtype and block shape (for a flash KV cache,
                    its key or value half, kv_cache[0] / kv_cache[1])
     An int third argument with no fourth is refused (the mapping is missing); a mapping third

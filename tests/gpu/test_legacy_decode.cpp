@@ -27,6 +27,7 @@
 #include "testing/host_dtypes.hpp"
 #include "testing/legacy_layout.hpp"
 #include "testing/reference.hpp"
+#include "tests/gpu/legacy_reference.hpp"
 #include "tests/test_util.hpp"
 
 using namespace graphattn;
@@ -172,30 +173,10 @@ void build(const LegacyCase& c, std::mt19937_64& rng, LegacyBatch& b, int extra_
 }
 
 std::vector<double> reference(const LegacyCase& c, LegacyBatch& b, double scale) {
-  RefProblem p;
-  p.num_heads = c.num_kv_heads * c.group;
-  p.num_kv_heads = c.num_kv_heads;
-  p.head_size = c.head_size;
-  p.block_size = c.block_size;
-  p.max_blocks_per_seq = static_cast<int>(b.max_blocks);
-  p.query_start_loc.resize(c.seq_lens.size() + 1);
-  std::iota(p.query_start_loc.begin(), p.query_start_loc.end(), 0);
-  p.seq_lens = c.seq_lens;
-  p.block_table = b.block_table;
-  p.q = b.q;
-  p.k_cache.swap(b.k_ref);  // lent, not copied
-  p.v_cache.swap(b.v_ref);
-  p.scale = scale;
-  p.window = c.window;
-  p.soft_cap = c.soft_cap;
-  p.alibi_slopes = b.slopes;
-  p.sinks = b.sinks;
-  if (c.bsp_vert > 1)
-    p.blocksparse = {c.bsp_block, c.bsp_local, c.bsp_vert, c.bsp_step, c.tp_rank * p.num_heads};
-  std::vector<double> out = reference_attention(p);
-  p.k_cache.swap(b.k_ref);
-  p.v_cache.swap(b.v_ref);
-  return out;
+  if (c.bsp_vert <= 1) return legacy_decode_reference(c, b, scale);
+  const int num_heads = c.num_kv_heads * c.group;
+  const RefBlockSparse bsp{c.bsp_block, c.bsp_local, c.bsp_vert, c.bsp_step, c.tp_rank * num_heads};
+  return legacy_decode_reference(c, b, scale, &bsp);
 }
 
 // The output against `want`: no NaN, zeros for seq_len 0, relative L2 within the dtype's

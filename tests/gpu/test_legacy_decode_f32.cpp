@@ -23,6 +23,7 @@
 #include "runtime/tensor_checks.hpp"
 #include "testing/legacy_layout.hpp"
 #include "testing/reference.hpp"
+#include "tests/gpu/legacy_reference.hpp"
 #include "tests/test_util.hpp"
 
 using namespace graphattn;
@@ -131,28 +132,7 @@ void build(const F32Case& c, std::mt19937_64& rng, F32Batch& b) {
 }
 
 std::vector<double> reference(const F32Case& c, F32Batch& b, double scale) {
-  RefProblem p;
-  p.num_heads = c.num_kv_heads * c.group;
-  p.num_kv_heads = c.num_kv_heads;
-  p.head_size = c.head_size;
-  p.block_size = c.block_size;
-  p.max_blocks_per_seq = static_cast<int>(b.max_blocks);
-  p.query_start_loc.resize(c.seq_lens.size() + 1);
-  std::iota(p.query_start_loc.begin(), p.query_start_loc.end(), 0);
-  p.seq_lens = c.seq_lens;
-  p.block_table = b.block_table;
-  p.q = b.q;
-  p.k_cache.swap(b.k_ref);  // lent, not copied
-  p.v_cache.swap(b.v_ref);
-  p.scale = scale;
-  p.window = c.window;
-  p.soft_cap = c.soft_cap;
-  p.alibi_slopes = b.slopes;
-  p.sinks = b.sinks;
-  std::vector<double> out = reference_attention(p);
-  p.k_cache.swap(b.k_ref);
-  p.v_cache.swap(b.v_ref);
-  return out;
+  return legacy_decode_reference(c, b, scale);
 }
 
 // The largest errors seen, for the MESSAGE at the end of a test case.
