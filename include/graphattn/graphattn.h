@@ -76,7 +76,7 @@ typedef enum graphattn_status {
 typedef enum graphattn_dtype {
   GRAPHATTN_DTYPE_FLOAT16 = 0,
   GRAPHATTN_DTYPE_BFLOAT16 = 1,
-  GRAPHATTN_DTYPE_FLOAT32 = 2, /* the cache writes and merge_attn_states only */
+  GRAPHATTN_DTYPE_FLOAT32 = 2, /* the cache writes, merge_attn_states, paged_attention_v1/v2 */
   GRAPHATTN_DTYPE_ENUM_MAX = 0x7fffffff
 } graphattn_dtype_t;
 
@@ -528,7 +528,7 @@ GRAPHATTN_API graphattn_status_t graphattn_forward_prefix(
     float soft_cap, const DLTensor* sinks, int causal, const DLTensor* output, void* stream,
     graphattn_cache_t cache) GRAPHATTN_NOEXCEPT;
 /* vLLM's paged_attention_v1 / v2 over its legacy caches (C++ graphattn/paged_cache.hpp, which
- * documents every argument): out, query [num_seqs, num_heads, head_size] fp16/bf16;
+ * documents every argument): out, query [num_seqs, num_heads, head_size] fp16/bf16/fp32;
  * key_cache, value_cache as graphattn_write_to_paged_cache (uint8 caches read as kv_dtype
  * says); block_tables int32 [num_seqs, max_blocks]; seq_lens int32 [num_seqs]; alibi_slopes
  * float32 [num_heads] or NULL; kv_dtype the caches' element type (vLLM's "fp8" is
