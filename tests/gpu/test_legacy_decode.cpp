@@ -104,20 +104,7 @@ void build(const LegacyCase& c, std::mt19937_64& rng, LegacyBatch& b, int extra_
   const int64_t B = c.block_size, KH = c.num_kv_heads, D = c.head_size, H = KH * c.group;
   const int elem = c.kv == KvDType::kAuto ? 2 : 1;
   const LegacyLayout layout{B, KH, D, 16 / elem};
-  int64_t used = 0;
-  for (int l : c.seq_lens) {
-    used += (l + B - 1) / B;
-    b.max_blocks = std::max<int64_t>(b.max_blocks, (l + B - 1) / B);
-  }
-  b.num_blocks = used + extra_blocks;
-  std::vector<int> phys(b.num_blocks);
-  std::iota(phys.begin(), phys.end(), 0);
-  std::shuffle(phys.begin(), phys.end(), rng);
-  b.block_table.assign(n * b.max_blocks, 0x3fffffff);  // unused entries: far outside the cache
-  int64_t next = 0;
-  for (int r = 0; r < n; ++r)
-    for (int64_t i = 0; i < (c.seq_lens[r] + B - 1) / B; ++i)
-      b.block_table[r * b.max_blocks + i] = phys[next++];
+  legacy_block_table(c, rng, b, extra_blocks);
 
   const int64_t half = b.num_blocks * B * KH * D;    // elements of one cache
   std::vector<uint8_t> host(2 * half * elem, 0xff);  // NaN wherever nothing may be read
@@ -159,17 +146,7 @@ void build(const LegacyCase& c, std::mt19937_64& rng, LegacyBatch& b, int extra_
   b.d_out = DeviceBuffer(q.size() * 2);
   b.q_view = TensorView::contiguous(b.d_q.data(), st, {n, H, D});
   b.out_view = TensorView::contiguous(b.d_out.data(), st, {n, H, D});
-  b.d_seq = DeviceBuffer(n * 4);
-  b.d_seq.upload(c.seq_lens.data(), n * 4);
-  b.seq_view = TensorView::contiguous(b.d_seq.data(), ScalarType::kInt32, {n});
-  b.d_bt = DeviceBuffer(b.block_table.size() * 4);
-  b.d_bt.upload(b.block_table.data(), b.block_table.size() * 4);
-  b.bt_view = TensorView::contiguous(b.d_bt.data(), ScalarType::kInt32, {n, b.max_blocks});
-  b.slopes = random_alibi_slopes(rng, static_cast<int>(H), c.alibi);
-  b.sinks = random_sinks(rng, static_cast<int>(H), c.sinks);
-  b.d_slopes = upload_floats(b.slopes);
-  b.d_sinks = upload_floats(b.sinks);
-  if (c.alibi) b.slopes_view = TensorView::contiguous(b.d_slopes.data(), ScalarType::kFloat32, {H});
+  legacy_upload_metadata(c, rng, b);
 }
 
 std::vector<double> reference(const LegacyCase& c, LegacyBatch& b, double scale) {
