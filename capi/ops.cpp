@@ -50,6 +50,17 @@ graphattn_status_t graphattn_write_to_paged_cache(
     const DLTensor* key, const DLTensor* value, const DLTensor* key_cache,
     const DLTensor* value_cache, const DLTensor* slot_mapping, graphattn_kv_dtype_t kv_dtype,
     float k_scale, float v_scale, void* stream, graphattn_cache_t cache) noexcept {
+  return graphattn_reshape_and_cache(key, value, key_cache, value_cache, slot_mapping, kv_dtype,
+                                     k_scale, v_scale, 0, stream, cache);
+}
+
+graphattn_status_t graphattn_reshape_and_cache(const DLTensor* key, const DLTensor* value,
+                                               const DLTensor* key_cache,
+                                               const DLTensor* value_cache,
+                                               const DLTensor* slot_mapping,
+                                               graphattn_kv_dtype_t kv_dtype, float k_scale,
+                                               float v_scale, int interleaved_v, void* stream,
+                                               graphattn_cache_t cache) noexcept {
   return guard([&] {
     const TensorView k = view_of(key, "key");
     const TensorView v = view_of(value, "value");
@@ -58,7 +69,8 @@ graphattn_status_t graphattn_write_to_paged_cache(
     const TensorView vc = view_of(value_cache, "value_cache", Null::kRejected, &kv);
     const TensorView s = view_of(slot_mapping, "slot_mapping");
     graphattn::write_to_paged_cache(k, v, kc, vc, s, k_scale, v_scale,
-                                    static_cast<CUstream>(stream), cache_of(cache));
+                                    static_cast<CUstream>(stream), cache_of(cache), nullptr,
+                                    nullptr, interleaved_v != 0);
   });
 }
 

@@ -41,9 +41,10 @@ constexpr int kNumArchs = static_cast<int>(std::size(kArchs));
 
 // The rules the axis list names (GRAPHATTN_SPEC_AXES' rule column).
 constexpr NumberRule kHeadSizeRule = {32, 256, 8, nullptr, 0, "", 0, ""};
-// 8 (vLLM's PagedAttention default) for the cache writes only: validate() says so per kind.
+// 8 (vLLM's PagedAttention default) for the cache writes and the legacy decode only: validate()
+// says so per kind.
 constexpr NumberRule kBlockSizeRule = {
-    16, 256, 16, nullptr, 0, "", kCacheWriteOnlyBlockSize, "cache writes also 8"};
+    16, 256, 16, nullptr, 0, "", kCacheWriteOnlyBlockSize, "cache writes and legacy decode also 8"};
 constexpr NumberRule kGroupRule = {1, kMaxGroup, 1, nullptr, 0, "", 0, ""};
 constexpr NumberRule kArchRule = {
     kArchs[0], largest(kArchs, kNumArchs), 0, kArchs, kNumArchs, "sm_", 0, ""};
@@ -99,6 +100,7 @@ constexpr unsigned kAttentionKernels = kDecodeBit | kPrefillBit | kDensePrefillB
 constexpr unsigned kPagedAttention = kDecodeBit | kPrefillBit;
 constexpr unsigned kDecodeKernel = kDecodeBit;
 constexpr unsigned kPrefillKernels = kPrefillBit | kDensePrefillBit;
+constexpr unsigned kCacheWriteKernel = kCacheWriteBit;
 
 unsigned kernel_bit(const AttentionSpec& s) {
   switch (s.kind) {
@@ -323,15 +325,35 @@ void AttentionSpec::validate() const {
     if (a.form == Form::kNumber && !allows(*a.rule, v))
       fail(a.label, a.rule->value_prefix + std::to_string(v), allowed(*a.rule));
   }
-  // float32 and block size 8 are the cache writes' (and merge_states' float32); the attention
-  // kernels' MMA tiles are 16-bit and their key tiles 16 tokens (a multiple of the block).
-  const bool f32_kind = kind == KernelKind::kCacheWrite || kind == KernelKind::kMergeStates;
+  // float32 is the cache writes', merge_states' and the legacy decode's (a CUDA-core fp32
+  // kernel, templates/decode_f32.cu); the other attention kernels' MMA tiles are 16-bit.
+  // Block size 8 is the cache writes' and the legacy decode's (16-bit and fp32 caches: a
+  // 16-token key tile spans two blocks; fp8 value units of 16 tokens would not); the other
+  // attention kernels' key tiles are 16 tokens (a multiple of the block).
+  const bool legacy_decode = kind == KernelKind::kDecode && layout == KvLayout::kLegacy;
+  const bool f32_kind =
+      kind == KernelKind::kCacheWrite || kind == KernelKind::kMergeStates || legacy_decode;
   if (dtype == DType::kFloat32 && !f32_kind)
     throw Error("spec " + to_string() + ": dtype fp32 is not supported by the " + name_of(kind) +
-                " kernel; supported: fp16, bf16 (fp32: cache_write and merge_states only)");
-  if (block_size == kCacheWriteOnlyBlockSize && kind != KernelKind::kCacheWrite)
+                (kind == KernelKind::kDecode
+                     ? " kernel with the " + std::string(name_of(layout)) + " layout"
+                     : std::string(" kernel")) +
+                "; supported: fp16, bf16 (fp32: cache_write, merge_states and decode with the "
+                "legacy layout)");
+  if (dtype == DType::kFloat32 && legacy_decode &&
+      (kv_dtype != KvDType::kAuto || multi_token || block_sparse || check_bounds))
+    throw Error("spec " + to_string() +
+                ": the fp32 legacy decode kernel takes KV cache dtype auto (fp32), one query "
+                "token, dense attention and no checked mode; supported: kvauto without _mt, "
+                "_bsp, _chk (window, soft cap, ALiBi and sinks are)");
+  if (block_size == kCacheWriteOnlyBlockSize && kind != KernelKind::kCacheWrite &&
+      !(legacy_decode && kv_dtype == KvDType::kAuto))
     throw Error("spec " + to_string() + ": block size 8 is not supported by the " + name_of(kind) +
-                " kernel; supported: 16, 32, ..., 256 (multiples of 16; 8: cache_write only)");
+                (kind == KernelKind::kDecode ? " kernel with the " + std::string(name_of(layout)) +
+                                                   " layout and KV cache dtype " + name_of(kv_dtype)
+                                             : std::string(" kernel")) +
+                "; supported: 16, 32, ..., 256 (multiples of 16; 8: cache_write, and decode with "
+                "the legacy layout and KV cache dtype auto)");
   // An axis its kernel does not have holds its canonical value, so that one kernel serves every
   // layer that differs only there.
   const unsigned kernel = kernel_bit(*this);
@@ -356,6 +378,19 @@ void AttentionSpec::validate() const {
         " is not supported by the legacy layout with KV cache dtype " + name_of(kv_dtype) +
         "; supported: multiples of " +
         (kv_dtype == KvDType::kAuto ? "8 (x = 8 16-bit elements)" : "16 (x = 16 fp8 elements)"));
+  if (interleaved_v) {
+    // vLLM's interleaved V: tokens in groups of kx = 16 bytes of cache elements.
+    const int kx = 16 / (kv_dtype != KvDType::kAuto ? 1 : dtype == DType::kFloat32 ? 4 : 2);
+    if (layout != KvLayout::kLegacy)
+      throw Error("spec " + to_string() +
+                  ": the interleaved V cache (_iv) is a layout of vLLM's legacy value cache; "
+                  "supported: _iv with layout legacy only");
+    if (block_size % kx != 0)
+      throw Error("spec " + to_string() + ": block size " + std::to_string(block_size) +
+                  " is not supported by the interleaved V cache of " + std::to_string(16 / kx) +
+                  "-byte elements; supported: multiples of kx = " + std::to_string(kx) +
+                  " (16 bytes of elements)");
+  }
 }
 
 AttentionSpec AttentionSpec::for_kernel(KernelKind k) const {

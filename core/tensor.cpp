@@ -81,7 +81,8 @@ DType dtype_of(ScalarType t) {
   if (t == ScalarType::kBFloat16) return DType::kBFloat16;
   throw Error(std::string("dtype ") + to_string(t) +
               " is not supported for queries, keys and "
-              "values; supported: fp16, bf16 (fp32: the cache writes and merge_attn_states only)");
+              "values; supported: fp16, bf16 (fp32: the cache writes, merge_attn_states and "
+              "paged_attention_v1/v2 only)");
 }
 
 DType element_dtype_of(ScalarType t) {

@@ -32,6 +32,8 @@ Family family_of(const AttentionSpec& spec) {
     case KernelKind::kCacheWrite:
       return {"cache_write.cu", "graphattn_cache_write"};
     case KernelKind::kDecode:
+      // float32 (the legacy layout only, validate()): CUDA-core fp32 math, same launch.
+      if (spec.dtype == DType::kFloat32) return {"decode_f32.cu", "graphattn_decode"};
       return {"decode.cu", "graphattn_decode"};
     case KernelKind::kPrefill:
       if (detail::select_prefill_kernel(spec) == detail::PrefillKernel::kWgmma)

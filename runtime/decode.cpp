@@ -56,7 +56,7 @@ int stages_of(const AttentionSpec& s, const DecodeLaunch& a) {
 KvCacheShape check_direct_launch_legacy(const LoadedKernel& k, const DecodeLaunch& a) {
   GA_REQUIRE(k.compiled != nullptr, "launch_decode: kernel is not loaded");
   require_rank(a.query, 3, "query", "[num_tokens, num_heads, head_size]");
-  GA_REQUIRE(a.legacy_kv.dtype == dtype_of(a.query.dtype),
+  GA_REQUIRE(a.legacy_kv.dtype == element_dtype_of(a.query.dtype),  // float32: decode_f32.cu
              "launch_decode: the legacy caches were checked for " +
                  std::string(to_string(a.legacy_kv.dtype)) + ", the query is " +
                  to_string(a.query.dtype));

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // vLLM's paged_attention_v1 / v2 over its legacy PagedAttention caches: the argument checks, the
 // per-context split workspace, and a launch of the split-KV decode kernel specialized for the
-// legacy layout (templates/decode.cu, KV_LAYOUT 2).
+// legacy layout (templates/decode.cu, KV_LAYOUT 2; float32: templates/decode_f32.cu, unsplit).
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -75,7 +75,7 @@ CheckedCall check_call(const PagedAttentionCall& c, int arch) {
   detail::require_rank(c.query, 3, "query", "[num_seqs, num_heads, head_size]");
   detail::require_rank(c.out, 3, "out", "[num_seqs, num_heads, head_size]");
   const detail::KvCacheShape kc =
-      detail::check_paged_caches(c.key_cache, c.value_cache, dtype_of(c.query.dtype));
+      detail::check_paged_caches(c.key_cache, c.value_cache, element_dtype_of(c.query.dtype));
   const KvDType named = kv_cache_dtype_of(c.kv_cache_dtype);
   GA_REQUIRE(named == kc.kv_dtype,
              op + ": kv_cache_dtype \"" + c.kv_cache_dtype + "\" does not match the caches' " +
@@ -87,9 +87,11 @@ CheckedCall check_call(const PagedAttentionCall& c, int arch) {
   GA_REQUIRE(c.block_size == kc.block_size, op + ": block_size " + str(c.block_size) +
                                                 " differs from the caches' " + str(kc.block_size) +
                                                 " (value_cache " + c.value_cache.describe() + ")");
-  GA_REQUIRE(c.block_size >= 16 && c.block_size <= 256 && c.block_size % 16 == 0,
+  GA_REQUIRE(c.block_size == kCacheWriteOnlyBlockSize ||
+                 (c.block_size >= 16 && c.block_size <= 256 && c.block_size % 16 == 0),
              op + ": block_size " + str(c.block_size) +
-                 " is not supported; supported: 16..256, multiples of 16 (vLLM's 8 is not)");
+                 " is not supported; supported: 8 (16-bit and float32 caches), 16..256, "
+                 "multiples of 16");
   GA_REQUIRE(c.out.shape[0] == c.query.shape[0] && c.out.shape[1] == c.query.shape[1] &&
                  c.out.shape[2] == c.query.shape[2],
              op + ": out " + c.out.describe() + " must have query's shape " + c.query.describe());
@@ -187,6 +189,10 @@ void run(const PagedAttentionCall& c, CUstream stream, KernelCache& cache) {
     a.max_splits = g.max_splits;
     a.stages = g.stages;
     a.cluster = g.cluster;
+    if (spec.dtype == DType::kFloat32) {  // templates/decode_f32.cu runs unsplit
+      a.max_splits = 1;
+      a.cluster = false;
+    }
     CUcontext ctx = nullptr;
     GA_CU_CHECK(detail::driver().cuCtxGetCurrent(&ctx));
     ContextWorkspace& ws = wp.by_context[ctx];

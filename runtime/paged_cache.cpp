@@ -124,18 +124,23 @@ void write_to_paged_cache(const TensorView& key, const TensorView& value,
                           const TensorView& key_cache, const TensorView& value_cache,
                           const TensorView& slot_mapping, float k_scale, float v_scale,
                           CUstream stream, KernelCache& cache, const float* k_scale_device,
-                          const float* v_scale_device) {
+                          const float* v_scale_device, bool interleaved_v) {
   detail::require_rank(key, 3, "key", "[num_tokens, num_kv_heads, head_size]");
   const detail::KvCacheShape kc =
       detail::check_paged_caches(key_cache, value_cache, element_dtype_of(key.dtype), true);
   detail::check_cache_write(key, value, kc, slot_mapping, k_scale, v_scale);
   const detail::DeviceKvScales scales{k_scale_device, v_scale_device};
   detail::require_device_scales(scales, "write_to_paged_cache");
-  // The spec's own checks (block size, head size against x) before any device use.
-  spec_for(detail::features_of(kc, kc.dtype, 90), KernelKind::kCacheWrite).validate();
+  // The spec's own checks (block size, head size against x, the interleaved V's block size)
+  // before any device use.
+  const auto write_spec = [&](int arch) {
+    KernelFeatures f = detail::features_of(kc, kc.dtype, arch);
+    f.interleaved_v = interleaved_v;
+    return spec_for(f, KernelKind::kCacheWrite);
+  };
+  write_spec(90).validate();
   if (key.shape[0] == 0) return;
-  const AttentionSpec spec =
-      spec_for(detail::features_of(kc, kc.dtype, current_device_arch()), KernelKind::kCacheWrite);
+  const AttentionSpec spec = write_spec(current_device_arch());
   detail::launch_cache_write(detail::load_kernel(spec, cache, stream), key, value, kc, slot_mapping,
                              k_scale, v_scale, stream, nullptr, scales);
 }

@@ -125,7 +125,10 @@ AttentionSpec attention_spec_for(KernelKind kind, const TensorView& query, const
   const auto str = [](int64_t v) { return std::to_string(v); };
   require_rank(query, 3, "query", "[num_tokens, num_heads, head_size]");
   require_rank(output, 3, "output", "[num_tokens, num_heads, head_size]");
-  const DType dtype = dtype_of(query.dtype);
+  // float32 queries: the legacy decode only (vLLM's paged_attention_v1 / v2 with float32).
+  const DType dtype = kind == KernelKind::kDecode && kc.layout == KvLayout::kLegacy
+                          ? element_dtype_of(query.dtype)
+                          : dtype_of(query.dtype);
   GA_REQUIRE(output.dtype == query.dtype, "output dtype " + std::string(to_string(output.dtype)) +
                                               " differs from query dtype " +
                                               to_string(query.dtype));

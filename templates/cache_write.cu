@@ -3,7 +3,9 @@
 // PagedAttention layout): token t's key and value go to slot slot_mapping[t] = block *
 // BLOCK_SIZE + offset of the paged cache; a negative slot (padding) writes nothing. One thread
 // block per token; each thread moves one 16-byte vector of the key and of the value (8 fp16 or
-// bf16 elements, 4 fp32: spec dtype fp32, IS_BF16 == 2).
+// bf16 elements, 4 fp32: spec dtype fp32, IS_BF16 == 2). Legacy value caches are
+// [block, head, d, offset], or with "_iv" vLLM's interleaved [block, head, offset / kx, d,
+// offset % kx].
 
 // The key and value element type: 16-bit storage (fp16 / bf16), or fp32 bits.
 template <bool F32>
@@ -60,15 +62,25 @@ extern "C" __global__ void __launch_bounds__(256)
     const long long kdst = KV_LAYOUT == 2 ? legacy_head + (d >> x_shift) * (BLOCK_SIZE * x) +
                                                 offset * x + (d & (x - 1))
                                           : base + head * p.cache_head_stride + d;
+#ifdef GA_INTERLEAVED_V
+    // vLLM's interleaved V (spec "_iv"): [block, head, offset / kx, d, offset % kx] with kx = 16
+    // bytes of cache elements, so element j of the vector lands V_STEP = kx further on.
+    constexpr int KX = 16 / (KV_FP8 != 0 ? 1 : static_cast<int>(sizeof(cw_elem)));
+    constexpr int V_STEP = KX;
+    const long long vdst = legacy_head + (offset / KX) * (static_cast<long long>(HEAD_SIZE) * KX) +
+                           static_cast<long long>(d) * KX + offset % KX;
+#else
+    constexpr int V_STEP = BLOCK_SIZE;
     const long long vdst =
         KV_LAYOUT == 2 ? legacy_head + static_cast<long long>(d) * BLOCK_SIZE + offset : kdst;
+#endif
     if (KV_FP8 == 0) {
       *reinterpret_cast<uint4*>(static_cast<cw_elem*>(p.key_cache) + kdst) = k;
       if (KV_LAYOUT == 2) {
         const cw_elem* vh = reinterpret_cast<const cw_elem*>(&v);
 #pragma unroll
         for (int j = 0; j < VEC; ++j)
-          static_cast<cw_elem*>(p.value_cache)[vdst + j * BLOCK_SIZE] = vh[j];
+          static_cast<cw_elem*>(p.value_cache)[vdst + j * V_STEP] = vh[j];
       } else {
         *reinterpret_cast<uint4*>(static_cast<cw_elem*>(p.value_cache) + vdst) = v;
       }
@@ -90,8 +102,7 @@ extern "C" __global__ void __launch_bounds__(256)
       }
       if (KV_LAYOUT == 2) {
 #pragma unroll
-        for (int j = 0; j < VEC; ++j)
-          static_cast<ga_u8*>(p.value_cache)[vdst + j * BLOCK_SIZE] = vq[j];
+        for (int j = 0; j < VEC; ++j) static_cast<ga_u8*>(p.value_cache)[vdst + j * V_STEP] = vq[j];
       } else if constexpr (VEC == 8) {
         *reinterpret_cast<uint2*>(static_cast<ga_u8*>(p.value_cache) + vdst) =
             *reinterpret_cast<const uint2*>(vq);

@@ -32,6 +32,8 @@
 // 16-bit caches: tokens 0-7 and 8-15; 1 for fp8), unit u stored at u ^ ((u / 16) % 8), and the MMA
 // A operand comes straight from ldmatrix (rows are dimensions, the matrix columns tokens), in the
 // same dimension permutation as the flash path, so the epilogue and the combine are unchanged.
+// Block size 8 (vLLM's default, 16-bit caches): a tile's tokens 0..7 and 8..15 lie in two blocks,
+// so K rows and V units take their block by token (a V unit is 8 tokens, one block).
 // With fp8 a 32-bit ldmatrix word holds 4 consecutive tokens 4t..4t+3; the K tile's rows are then
 // permuted (row r holds token ga_tok_of_row(r)) so that these are exactly the MMA k slots 2t,
 // 2t + 1, 2t + 8, 2t + 9 of thread t. Tokens outside [lo, seq_len) read no K (zero-fill); a V
@@ -554,7 +556,9 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
                                                                   t0 / p.bsp.block, bsp_lane_off));
   };
   // Block-table entries of this warp's tiles, 32 at a time: lane l holds tile j0 + l's.
+  // (Block size 8, legacy caches: bt_cached2 holds the block of the tile's tokens 8..15.)
   int bt_cached = 0, bt_j0 = -64;
+  [[maybe_unused]] int bt_cached2 = 0;
   // Tile j of this warp goes to ring stage j % stages.
   int issue_stage = 0;
   auto issue = [&](int j) {
@@ -564,6 +568,9 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
       if (jj < my_tiles) {
         const int tok = base + (tile_begin + warp + NW * jj) * TILE;
         bt_cached = bt_row[tok / BLOCK_SIZE];
+        if constexpr (BLOCK_SIZE < TILE) {  // a second block only where it holds a live token
+          if (tok + BLOCK_SIZE < seq_len) bt_cached2 = bt_row[tok / BLOCK_SIZE + 1];
+        }
       }
     }
     const int t0 = base + (tile_begin + warp + NW * j) * TILE;
@@ -577,6 +584,15 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
 #else
     const int block = __shfl_sync(0xffffffffu, bt_cached, j - bt_j0);
 #endif
+    [[maybe_unused]] int block2 = block;
+    if constexpr (BLOCK_SIZE < TILE) {
+#ifdef GA_CHECK_BOUNDS
+      block2 = ga_checked_block(__shfl_sync(0xffffffffu, bt_cached2, j - bt_j0), p.kv.num_blocks,
+                                p.bounds, req, t0 + BLOCK_SIZE);
+#else
+      block2 = __shfl_sync(0xffffffffu, bt_cached2, j - bt_j0);
+#endif
+    }
     const long long off = static_cast<long long>(block) * p.kv.cache_block_stride * KV_BYTES +
                           (t0 % BLOCK_SIZE) * token_bytes + head_off;
     const unsigned stage = ring_addr + issue_stage * STAGE_BYTES;
@@ -586,6 +602,12 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
       const long long kv_off =
           static_cast<long long>(block) * p.kv.cache_block_stride * KV_BYTES + head_off;
       const int in_block = t0 % BLOCK_SIZE;
+      // Block size 8 (16-bit caches): tokens 8..15 of the tile (K rows, the V unit h = 1) are
+      // the second block's first 8, at kv_off2.
+      [[maybe_unused]] const long long kv_off2 =
+          static_cast<long long>(block2) * p.kv.cache_block_stride * KV_BYTES + head_off;
+      static_assert(BLOCK_SIZE >= TILE || (BLOCK_SIZE * 2 == TILE && VT_TOKENS == BLOCK_SIZE),
+                    "a block smaller than the tile: 8 tokens, 16-bit caches only");
       // K: lane -> (tile row, chunk c); chunk c of token tok at (c * BLOCK_SIZE + tok) * 16.
       constexpr int K_UNITS = TILE * LIVE_CHUNKS;
 #pragma unroll
@@ -597,7 +619,10 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
           const int pos = t0 + tok;
           const bool valid = pos >= lo && pos < seq_len;
           const long long src =
-              kv_off + (static_cast<long long>(c) * BLOCK_SIZE + in_block + tok) * 16;
+              BLOCK_SIZE < TILE
+                  ? (tok < BLOCK_SIZE ? kv_off : kv_off2) +
+                        (static_cast<long long>(c) * BLOCK_SIZE + (tok & (BLOCK_SIZE - 1))) * 16
+                  : kv_off + (static_cast<long long>(c) * BLOCK_SIZE + in_block + tok) * 16;
           ga_cp_async(stage + ga_k_off(row, c), key_cache + (valid ? src : kv_off), valid);
         }
       }
@@ -612,7 +637,10 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
           const int first = t0 + h * VT_TOKENS;
           const bool valid = first < seq_len && first + VT_TOKENS > lo;
           const long long src =
-              kv_off + (static_cast<long long>(d) * BLOCK_SIZE + in_block) * KV_BYTES + h * 16;
+              BLOCK_SIZE < TILE
+                  ? (h == 0 ? kv_off : kv_off2) + static_cast<long long>(d) * BLOCK_SIZE * KV_BYTES
+                  : kv_off + (static_cast<long long>(d) * BLOCK_SIZE + in_block) * KV_BYTES +
+                        h * 16;
           ga_cp_async(stage + TILE_BYTES + (ga_vt_unit(idx) << 4),
                       value_cache + (valid ? src : kv_off), valid);
         }

@@ -74,16 +74,17 @@ TEST_CASE("cascade ops: merge_states and block_copy specs: one canonical form ea
         "block_copy_h128_b16_bf16_kvauto_g1_swa0_cap0_nhd_sm80");
 }
 
-TEST_CASE("cascade ops: fp32 and block size 8 are the cache writes' only") {
+TEST_CASE("cascade ops: fp32 and block size 8 are the cache writes' and the legacy decode's") {
   CHECK(AttentionSpec::parse("cache_write_h128_b8_fp32_kvauto_g1_swa0_cap0_nhd_sm90").dtype ==
         DType::kFloat32);
   CHECK(
       AttentionSpec::parse("cache_write_h64_b8_bf16_kve4m3_g1_swa0_cap0_legacy_sm80").block_size ==
       8);
-  CHECK(error_of([] {
-          AttentionSpec::parse("decode_h128_b16_fp32_kvauto_g1_swa0_cap0_nhd_sm90");
-        }).find("dtype fp32 is not supported by the decode kernel; supported: fp16, bf16") !=
-        std::string::npos);
+  CHECK(
+      error_of([] { AttentionSpec::parse("decode_h128_b16_fp32_kvauto_g1_swa0_cap0_nhd_sm90"); })
+          .find("dtype fp32 is not supported by the decode kernel with the nhd layout; supported: "
+                "fp16, bf16 (fp32: cache_write, merge_states and decode with the legacy "
+                "layout)") != std::string::npos);
   CHECK(has(error_of([] {
               AttentionSpec::parse("prefill_h128_b16_fp32_kvauto_g1_swa0_cap0_legacy_sm90");
             }),
@@ -92,9 +93,10 @@ TEST_CASE("cascade ops: fp32 and block size 8 are the cache writes' only") {
       error_of([] { AttentionSpec::parse("kv_scale_h128_b16_fp32_kvauto_g1_swa0_cap0_nhd_sm90"); }),
       "dtype fp32 is not supported by the kv_scale kernel"));
   CHECK(has(
-      error_of([] { AttentionSpec::parse("decode_h128_b8_bf16_kvauto_g1_swa0_cap0_legacy_sm90"); }),
-      "block size 8 is not supported by the decode kernel; supported: 16, 32, ..., 256 "
-      "(multiples of 16; 8: cache_write only)"));
+      error_of([] { AttentionSpec::parse("decode_h128_b8_bf16_kvauto_g1_swa0_cap0_hnd_sm90"); }),
+      "block size 8 is not supported by the decode kernel with the hnd layout and KV cache dtype "
+      "auto; supported: 16, 32, ..., 256 (multiples of 16; 8: cache_write, and decode with the "
+      "legacy layout and KV cache dtype auto)"));
   CHECK(has(
       error_of([] { AttentionSpec::parse("prefill_h128_b8_bf16_kvauto_g1_swa0_cap0_nhd_sm90"); }),
       "block size 8 is not supported by the prefill kernel"));
@@ -102,7 +104,27 @@ TEST_CASE("cascade ops: fp32 and block size 8 are the cache writes' only") {
               AttentionSpec::parse("cache_write_h128_b24_bf16_kvauto_g1_swa0_cap0_nhd_sm90");
             }),
             "block size 24 is not supported; supported: 16, 32, ..., 256 (multiples of 16; cache "
-            "writes also 8)"));
+            "writes and legacy decode also 8)"));
+  // The interleaved V cache (vLLM 0.33's reshape_and_cache(..., interleaved_v)): legacy cache
+  // writes, blocks of whole kx = 16 bytes of cache elements.
+  CHECK(AttentionSpec::parse("cache_write_h128_b8_bf16_kvauto_g1_swa0_cap0_legacy_sm90_iv")
+            .interleaved_v);
+  CHECK(AttentionSpec::parse("cache_write_h64_b8_fp32_kvauto_g1_swa0_cap0_legacy_sm80_chk_iv")
+            .interleaved_v);
+  CHECK(has(error_of([] {
+              AttentionSpec::parse("cache_write_h128_b8_bf16_kve4m3_g1_swa0_cap0_legacy_sm90_iv");
+            }),
+            "block size 8 is not supported by the interleaved V cache of 1-byte elements; "
+            "supported: multiples of kx = 16 (16 bytes of elements)"));
+  CHECK(has(error_of([] {
+              AttentionSpec::parse("cache_write_h128_b16_bf16_kvauto_g1_swa0_cap0_nhd_sm90_iv");
+            }),
+            "the interleaved V cache (_iv) is a layout of vLLM's legacy value cache; supported: "
+            "_iv with layout legacy only"));
+  CHECK(has(error_of([] {
+              AttentionSpec::parse("decode_h128_b16_bf16_kvauto_g1_swa0_cap0_legacy_sm90_iv");
+            }),
+            "interleaved V cache"));
   // A layer configuration is an attention layer's: fp32 and block 8 stay refused there.
   AttentionLayerConfig c;
   c.num_heads = c.num_kv_heads = 2;
@@ -128,6 +150,9 @@ TEST_CASE("cascade ops: NVRTC builds merge_states, block_copy and the fp32 / blo
       "cache_write_h128_b16_fp32_kve4m3_g1_swa0_cap0_legacy_sm90",
       "cache_write_h128_b8_bf16_kve5m2_g1_swa0_cap0_hnd_sm90",
       "cache_write_h128_b8_fp16_kvauto_g1_swa0_cap0_legacy_sm90_chk",
+      "cache_write_h128_b16_bf16_kvauto_g1_swa0_cap0_legacy_sm90_iv",
+      "cache_write_h64_b8_fp32_kvauto_g1_swa0_cap0_legacy_sm80_iv",
+      "cache_write_h128_b16_fp16_kve4m3_g1_swa0_cap0_legacy_sm90_chk_iv",
   };
   for (const char* text : specs) {
     INFO(text);

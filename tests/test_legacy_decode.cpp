@@ -24,13 +24,34 @@ TEST_CASE("legacy decode: specs parse, round-trip and render the legacy layout")
   CHECK(s.kind == KernelKind::kDecode);
   CHECK(s.to_string() == text);
   CHECK(render_kernel(s).source.find("constexpr int KV_LAYOUT = 2;") != std::string::npos);
-  // fp8 needs whole 16-element chunks; vLLM's block size 8 is not a graphattn block size.
+  // fp8 needs whole 16-element chunks; vLLM's block size 8 with 16-bit and fp32 caches only.
   CHECK(error_of([] {
           AttentionSpec::parse("decode_h120_b16_fp16_kve4m3_g1_swa0_cap0_legacy_sm90");
         }).find("head size 120 is not supported by the legacy layout") != std::string::npos);
-  CHECK(error_of([] {
-          AttentionSpec::parse("decode_h128_b8_fp16_kvauto_g1_swa0_cap0_legacy_sm90");
-        }).find("block size") != std::string::npos);
+  CHECK(AttentionSpec::parse("decode_h128_b8_fp16_kvauto_g1_swa0_cap0_legacy_sm90").block_size ==
+        8);
+  CHECK(
+      AttentionSpec::parse("decode_h64_b8_fp32_kvauto_g4_swa1_cap1_legacy_sm80_alibi_sink").dtype ==
+      DType::kFloat32);
+  CHECK(
+      error_of([] { AttentionSpec::parse("decode_h128_b8_fp16_kve5m2_g1_swa0_cap0_legacy_sm90"); })
+          .find("block size 8 is not supported by the decode kernel with the legacy layout and "
+                "KV cache dtype e5m2") != std::string::npos);
+  for (const char* bad : {"decode_h128_b16_fp32_kve4m3_g1_swa0_cap0_legacy_sm90",
+                          "decode_h128_b16_fp32_kvauto_g1_swa0_cap0_legacy_sm90_mt",
+                          "decode_h128_b16_fp32_kvauto_g1_swa0_cap0_legacy_sm90_bsp",
+                          "decode_h128_b16_fp32_kvauto_g1_swa0_cap0_legacy_sm90_chk"})
+    CHECK_MESSAGE(error_of([&] { AttentionSpec::parse(bad); })
+                          .find("the fp32 legacy decode kernel takes KV cache dtype auto (fp32), "
+                                "one query token, dense attention and no checked mode; "
+                                "supported: kvauto without _mt, _bsp, _chk") != std::string::npos,
+                  bad);
+  // float32 renders the CUDA-core kernel (templates/decode_f32.cu), same entry point.
+  const KernelSource f32 =
+      render_kernel(AttentionSpec::parse("decode_h128_b16_fp32_kvauto_g4_swa0_cap0_legacy_sm90"));
+  CHECK(f32.entry == "graphattn_decode");
+  CHECK(f32.source.find("F32_KEYS") != std::string::npos);
+  CHECK(render_kernel(s).source.find("F32_KEYS") == std::string::npos);
 }
 
 TEST_CASE("legacy decode: NVRTC builds every head size, dtype and block size") {
@@ -51,7 +72,13 @@ TEST_CASE("legacy decode: NVRTC builds every head size, dtype and block size") {
 }
 
 TEST_CASE("legacy decode: NVRTC builds the axes (fp8, window, cap, ALiBi, sinks, mt, chk, bsp)") {
-  for (const char* text : {"decode_h128_b32_fp16_kve5m2_g1_swa1_cap1_legacy_sm80_alibi",
+  for (const char* text : {"decode_h128_b8_bf16_kvauto_g4_swa0_cap0_legacy_sm90",
+                           "decode_h96_b8_fp16_kvauto_g8_swa1_cap1_legacy_sm80_alibi_sink_chk",
+                           "decode_h256_b8_bf16_kvauto_g2_swa0_cap0_legacy_sm90_mt_bsp",
+                           "decode_h128_b16_fp32_kvauto_g4_swa0_cap0_legacy_sm90",
+                           "decode_h32_b8_fp32_kvauto_g20_swa1_cap1_legacy_sm80_alibi_sink",
+                           "decode_h256_b32_fp32_kvauto_g1_swa0_cap0_legacy_sm90",
+                           "decode_h128_b32_fp16_kve5m2_g1_swa1_cap1_legacy_sm80_alibi",
                            "decode_h64_b16_bf16_kve4m3_g16_swa0_cap0_legacy_sm90_sink_mt",
                            "decode_h80_b16_bf16_kvauto_g8_swa1_cap0_legacy_sm90_alibi_sink",
                            "decode_h256_b16_fp16_kvauto_g2_swa0_cap0_legacy_sm90_mt_chk",
@@ -117,6 +144,13 @@ struct LegacyCall {
                          local_blocks, vert_stride, sparse_block, 0, nullptr);
     });
   }
+  // This call with no sequence (every check passes and nothing launches, or a check fails).
+  LegacyCall emptied() const {
+    LegacyCall c = *this;
+    c.query.shape[0] = c.out.shape[0] = c.seq_lens.shape[0] = c.block_tables.shape[0] = 0;
+    c.exp_sums.shape[0] = c.max_logits.shape[0] = c.tmp_out.shape[0] = 0;
+    return c;
+  }
   // Every check fails the same way in both versions.
   void expect(const std::string& part) const {
     const std::string e1 = v1(), e2 = v2();
@@ -130,9 +164,7 @@ struct LegacyCall {
 
 TEST_CASE("legacy decode: paged_attention_v1 / v2 name every bad argument before any device use") {
   {
-    LegacyCall c;  // an empty batch passes every check and launches nothing
-    c.query.shape[0] = c.out.shape[0] = c.seq_lens.shape[0] = c.block_tables.shape[0] = 0;
-    c.exp_sums.shape[0] = c.max_logits.shape[0] = c.tmp_out.shape[0] = 0;
+    const LegacyCall c = LegacyCall().emptied();  // passes every check and launches nothing
     CHECK(c.v1() == "(no error)");
     CHECK(c.v2() == "(no error)");
   }
@@ -166,12 +198,43 @@ TEST_CASE("legacy decode: paged_attention_v1 / v2 name every bad argument before
     c.expect("block_size 32 differs from the caches' 16");
   }
   {
-    LegacyCall c;  // vLLM's block size 8
+    LegacyCall c;  // vLLM's block size 8: 16-bit caches pass every check (an empty batch) ...
     c.kv = TensorView::contiguous(test::fake_device(0x100000), c.dt, {2, 10, 8 * 2 * 128});
     c.caches = split_paged_kv_cache(c.kv, 2, 128);
     c.block_size = 8;
+    CHECK(c.emptied().v1() == "(no error)");
+    CHECK(c.emptied().v2() == "(no error)");
+    c.kv = TensorView::contiguous(test::fake_device(0x100000), c.dt, {2, 10, 24 * 2 * 128});
+    c.caches = split_paged_kv_cache(c.kv, 2, 128);
+    c.block_size = 24;  // ... other sizes do not
     c.expect(
-        "block_size 8 is not supported; supported: 16..256, multiples of 16 (vLLM's 8 is not)");
+        "block_size 24 is not supported; supported: 8 (16-bit and float32 caches), 16..256, "
+        "multiples of 16");
+    // fp8 caches: a 16-token value unit would span two blocks of 8.
+    c.kv = TensorView::contiguous(test::fake_device(0x100000), ScalarType::kFloat8E4M3,
+                                  {2, 10, 8 * 2 * 128});
+    c.caches = split_paged_kv_cache(c.kv, 2, 128);
+    c.block_size = 8;
+    c.kv_cache_dtype = "fp8";
+    c.expect(
+        "block size 8 is not supported by the decode kernel with the legacy layout and KV cache "
+        "dtype e4m3; supported: 16, 32, ..., 256 (multiples of 16; 8: cache_write, and decode "
+        "with the legacy layout and KV cache dtype auto)");
+  }
+  {
+    LegacyCall c;  // float32 queries and caches (vLLM's float32) pass every check ...
+    c.kv = TensorView::contiguous(test::fake_device(0x100000), ScalarType::kFloat32,
+                                  {2, 10, 8 * 2 * 128});
+    c.caches = split_paged_kv_cache(c.kv, 2, 128);
+    c.block_size = 8;
+    c.query.dtype = c.out.dtype = c.tmp_out.dtype = ScalarType::kFloat32;
+    CHECK(c.emptied().v1() == "(no error)");
+    CHECK(c.emptied().v2() == "(no error)");
+    c.vert_stride = 8;  // ... but not with a block-sparse pattern
+    c.local_blocks = 2;
+    c.expect(
+        "the fp32 legacy decode kernel takes KV cache dtype auto (fp32), one query token, "
+        "dense attention and no checked mode");
   }
   {
     LegacyCall c;  // head size 24: a multiple of x, not a graphattn head size

@@ -39,12 +39,14 @@ TEST_CASE("spec: every axis rejects bad values with the value and the allowed se
     CHECK(validate_message(s) ==
           "block size " + std::to_string(b) +
               " is not supported; supported: 16, 32, ..., 256 (multiples of 16; cache writes "
-              "also 8)");
+              "and legacy decode also 8)");
   }
-  s.block_size = 8;  // the cache writes' only
+  s.block_size = 8;  // the cache writes' and the legacy decode's only
   CHECK(validate_message(s) ==
         "spec decode_h128_b8_bf16_kvauto_g4_swa0_cap0_nhd_sm90: block size 8 is not supported by "
-        "the decode kernel; supported: 16, 32, ..., 256 (multiples of 16; 8: cache_write only)");
+        "the decode kernel with the nhd layout and KV cache dtype auto; supported: 16, 32, ..., "
+        "256 (multiples of 16; 8: cache_write, and decode with the legacy layout and KV cache "
+        "dtype auto)");
   s = base();
   s.dtype = static_cast<DType>(7);
   CHECK(validate_message(s) == "dtype 7 is not supported; supported: fp16, bf16, fp32");

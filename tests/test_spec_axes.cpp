@@ -68,18 +68,20 @@ bool movable(const AttentionSpec& base, const AxisAccess& axis) {
 }
 
 TEST_CASE("spec axes: two specs that differ in one axis differ in key, memory tier and source") {
-  // A prefill spec (the non-causal and dense-KV axes are prefill axes), and a decode spec for
-  // the axes of decode kernels only (multi-token).
-  const AttentionSpec bases[2] = {
+  // A prefill spec (the non-causal and dense-KV axes are prefill axes), a decode spec for the
+  // axes of decode kernels only (multi-token), and a legacy cache write (interleaved V).
+  const AttentionSpec bases[3] = {
       AttentionSpec::parse("prefill_h128_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm90"),
-      AttentionSpec::parse("decode_h128_b32_bf16_kvauto_g4_swa0_cap0_nhd_sm90")};
+      AttentionSpec::parse("decode_h128_b32_bf16_kvauto_g4_swa0_cap0_nhd_sm90"),
+      AttentionSpec::parse("cache_write_h128_b16_bf16_kvauto_g1_swa0_cap0_legacy_sm90")};
   test::TempKernelCache cache;
-  const std::shared_ptr<const CompiledKernel> base_kernels[2] = {cache.get(bases[0]),
-                                                                 cache.get(bases[1])};
-  CHECK(kAxes.size() == 17);  // a new axis: extend this test's reasoning if it needs more
+  const std::shared_ptr<const CompiledKernel> base_kernels[3] = {
+      cache.get(bases[0]), cache.get(bases[1]), cache.get(bases[2])};
+  CHECK(kAxes.size() == 18);  // a new axis: extend this test's reasoning if it needs more
   for (const AxisAccess& axis : kAxes) {
     INFO("axis " << axis.field);
-    const int b = movable(bases[0], axis) ? 0 : 1;
+    int b = 0;
+    while (b < 2 && !movable(bases[b], axis)) ++b;
     const AttentionSpec& base = bases[b];
     const KernelSource base_src = render_kernel(base);
     const AttentionSpec other = moved(base, axis);

@@ -76,7 +76,7 @@ typedef enum graphattn_status {
 typedef enum graphattn_dtype {
   GRAPHATTN_DTYPE_FLOAT16 = 0,
   GRAPHATTN_DTYPE_BFLOAT16 = 1,
-  GRAPHATTN_DTYPE_FLOAT32 = 2, /* the cache writes and merge_attn_states only */
+  GRAPHATTN_DTYPE_FLOAT32 = 2, /* the cache writes, merge_attn_states, paged_attention_v1/v2 */
   GRAPHATTN_DTYPE_ENUM_MAX = 0x7fffffff
 } graphattn_dtype_t;
 
@@ -487,12 +487,23 @@ GRAPHATTN_API graphattn_status_t graphattn_calc_kv_scales(
  * key_cache (8, 16, or 16 bytes of elements: 4 for float32); kv_dtype says how to read uint8
  * caches (auto: the keys' dtype). key, value (float16, bfloat16 or float32), slot_mapping,
  * scales and cache as graphattn_write_kv_cache; block_size 8 or a multiple of 16.
- * graphattn_forward_prefix and graphattn_paged_attention_v1 / v2 read these caches (16-bit
- * queries, x = 16 bytes, block sizes from 16). */
+ * graphattn_forward_prefix (16-bit queries, block sizes from 16) and
+ * graphattn_paged_attention_v1 / v2 (16-bit or float32 queries, block size 8 too) read these
+ * caches with x = 16 bytes. */
 GRAPHATTN_API graphattn_status_t graphattn_write_to_paged_cache(
     const DLTensor* key, const DLTensor* value, const DLTensor* key_cache,
     const DLTensor* value_cache, const DLTensor* slot_mapping, graphattn_kv_dtype_t kv_dtype,
     float k_scale, float v_scale, void* stream, graphattn_cache_t cache) GRAPHATTN_NOEXCEPT;
+/* vLLM 0.33's reshape_and_cache(..., interleaved_v): graphattn_write_to_paged_cache, and with
+ * interleaved_v != 0 the value cache (same shape) holds [num_blocks, num_kv_heads, block_size /
+ * kx, head_size, kx], kx = 16 bytes of cache elements (8 16-bit, 4 float32, 16 fp8; block_size
+ * a multiple of kx): the layout of vLLM's ROCm fused writer (spec suffix "_iv"). graphattn's
+ * readers take the plain layout only. */
+GRAPHATTN_API graphattn_status_t graphattn_reshape_and_cache(
+    const DLTensor* key, const DLTensor* value, const DLTensor* key_cache,
+    const DLTensor* value_cache, const DLTensor* slot_mapping, graphattn_kv_dtype_t kv_dtype,
+    float k_scale, float v_scale, int interleaved_v, void* stream,
+    graphattn_cache_t cache) GRAPHATTN_NOEXCEPT;
 
 /* vLLM's PagedAttention.forward_prefix over its legacy caches (C++ forward_prefix,
  * graphattn/paged_cache.hpp, which says the semantics): the new tokens of each request of
@@ -517,7 +528,7 @@ GRAPHATTN_API graphattn_status_t graphattn_forward_prefix(
     float soft_cap, const DLTensor* sinks, int causal, const DLTensor* output, void* stream,
     graphattn_cache_t cache) GRAPHATTN_NOEXCEPT;
 /* vLLM's paged_attention_v1 / v2 over its legacy caches (C++ graphattn/paged_cache.hpp, which
- * documents every argument): out, query [num_seqs, num_heads, head_size] fp16/bf16;
+ * documents every argument): out, query [num_seqs, num_heads, head_size] fp16/bf16/fp32;
  * key_cache, value_cache as graphattn_write_to_paged_cache (uint8 caches read as kv_dtype
  * says); block_tables int32 [num_seqs, max_blocks]; seq_lens int32 [num_seqs]; alibi_slopes
  * float32 [num_heads] or NULL; kv_dtype the caches' element type (vLLM's "fp8" is

@@ -51,20 +51,27 @@ GRAPHATTN_API PagedKvCache split_paged_kv_cache(const TensorView& kv_cache, int 
 //                 or fp8 (kFloat8E4M3 / kFloat8E5M2 views: vLLM's "fp8" / "fp8_e5m2"),
 //                 16-byte aligned; x read from key_cache's last dim: 8, 16 or 16 bytes of
 //                 elements (vLLM's tests build fp8 caches with x = 8); block_size 8 (vLLM's
-//                 default) or a multiple of 16 up to 256. The readers (paged_attention_v1 / v2,
-//                 forward_prefix) take 16-bit queries, x = 16 bytes and block sizes from 16 only
+//                 default) or a multiple of 16 up to 256. The readers take x = 16 bytes;
+//                 forward_prefix 16-bit queries and block sizes from 16, paged_attention_v1 /
+//                 v2 float32 too and block size 8 too (16-bit and float32 caches)
 //   slot_mapping: [>= num_tokens] int64
 //   k_scale, v_scale: fp8 caches store value / scale (finite > 0); ignored for 16-bit caches
 //   k_scale_device, v_scale_device: [1] fp32 device scalars read instead, or null
-// Compiles and loads its kernel on first use (spec cache_write_..._legacy_smXX); asynchronous on
-// `stream`, capturable once loaded.
+//   interleaved_v: vLLM 0.33's reshape_and_cache(..., interleaved_v=True): value_cache keeps its
+//                 shape but holds [num_blocks, num_kv_heads, block_size / kx, head_size, kx]
+//                 (kx = 16 bytes of cache elements: 8 16-bit, 4 fp32, 16 fp8; block_size a
+//                 multiple of kx), the layout of vLLM's ROCm fused writer; graphattn's readers
+//                 take the plain layout only
+// Compiles and loads its kernel on first use (spec cache_write_..._legacy_smXX, "_iv" when
+// interleaved); asynchronous on `stream`, capturable once loaded.
 GRAPHATTN_API void write_to_paged_cache(const TensorView& key, const TensorView& value,
                                         const TensorView& key_cache, const TensorView& value_cache,
                                         const TensorView& slot_mapping, float k_scale,
                                         float v_scale, CUstream stream,
                                         KernelCache& cache = default_kernel_cache(),
                                         const float* k_scale_device = nullptr,
-                                        const float* v_scale_device = nullptr);
+                                        const float* v_scale_device = nullptr,
+                                        bool interleaved_v = false);
 
 // forward_prefix's options beyond vLLM's argument list (the defaults are vLLM's behaviour).
 struct PrefixOptions {
@@ -130,13 +137,15 @@ GRAPHATTN_API bool use_paged_attention_v1(int64_t max_seq_len, int64_t num_seqs,
 // vLLM's paged_attention_v1: one query token per sequence attends to its keys [0, seq_len) in
 // the legacy caches. graphattn runs its split-KV decode kernel specialized for the legacy layout
 // (spec decode_..._legacy_smXX, ALiBi "_alibi"), whatever the version.
-//   out, query:   [num_seqs, num_heads, head_size] fp16/bf16 (out written), head dim contiguous,
-//                 rows 16-byte aligned; num_heads a multiple of num_kv_heads
+//   out, query:   [num_seqs, num_heads, head_size] fp16/bf16/fp32 (out written), head dim
+//                 contiguous, rows 16-byte aligned; num_heads a multiple of num_kv_heads. fp32
+//                 (vLLM's float32): fp32 caches, "auto", CUDA-core fp32 math, one split, no
+//                 block-sparse pattern (spec decode_..._fp32_..._legacy)
 //   key_cache, value_cache: the legacy caches (split_paged_kv_cache), compact, of the model
 //                 dtype ("auto") or fp8 (kFloat8E4M3 views for "fp8" / "fp8_e4m3", kFloat8E5M2
 //                 for "fp8_e5m2"); head_size 32..256, a multiple of 8 (fp8: of 16)
-//   num_kv_heads, block_size: must equal the caches'; block_size 16..256, a multiple of 16
-//                 (vLLM's 8 is not supported)
+//   num_kv_heads, block_size: must equal the caches'; block_size 16..256, a multiple of 16,
+//                 or vLLM's 8 (16-bit and fp32 caches: a 16-token tile reads two blocks)
 //   scale:        softmax scale, finite > 0
 //   block_tables: int32 [num_seqs, max_num_blocks_per_seq]; seq_lens: int32 [num_seqs]
 //                 (<= 0: zeros out)

@@ -33,8 +33,9 @@ namespace graphattn {
   X(kMergeStates, "merge_states", "merge_states")  \
   X(kBlockCopy, "block_copy", "block_copy")
 // query, output and (auto) KV element type. kFloat32: the cache writes (float32 keys, values
-// and caches, as vLLM's reshape_and_cache[_flash] take) and merge_states only; the attention
-// kernels refuse it (spec IS_BF16 constant: the value's index, 2 for fp32).
+// and caches, as vLLM's reshape_and_cache[_flash] take), merge_states and the legacy-layout
+// decode (vLLM's paged_attention_v1 / v2 with float32; templates/decode_f32.cu, fp32 math); the
+// other attention kernels refuse it (spec IS_BF16 constant: the value's index, 2 for fp32).
 #define GRAPHATTN_DTYPES(X)                        \
   X(kFloat16, "fp16", "float16")                   \
   X(kBFloat16, "bf16", "bfloat16")                 \
@@ -131,6 +132,7 @@ constexpr const char* enum_long_name(int i) {
 //   kernels: the kernels that have the axis (spec.cpp: kAnyKernel, kLayerKernels = every kernel
 //          but merge_states and block_copy, kDTypeKernels = those and merge_states,
 //          kPagedKernels = cache write, decode and prefill over the paged cache,
+//          kCacheWriteKernel = the cache write only,
 //          kAttentionKernels = decode and both prefills,
 //          kPagedAttention = decode and paged prefill, kDecodeKernel, kPrefillKernels = both
 //          prefills; the dense-KV prefill counts as its own kernel)
@@ -146,7 +148,7 @@ constexpr const char* enum_long_name(int i) {
   /* 32..256, multiple of 8 */                                                                     \
   X(int, head_size, 128, kNumber, "_h", "head size", 512, "HEAD_SIZE",                             \
     kLayerKernels, 128, &kHeadSizeRule)                                                            \
-  /* tokens per KV page: 16..256, multiple of 16 (cache writes: 8 too) */                          \
+  /* tokens per KV page: 16..256, multiple of 16 (cache writes, legacy decode: 8 too) */                          \
   X(int, block_size, 16, kNumber, "_b", "block size", 512, "BLOCK_SIZE",                           \
     kPagedKernels, 16, &kBlockSizeRule)                                                            \
   X(DType, dtype, DType::kBFloat16, kName, "_", "dtype", 4, "IS_BF16",                             \
@@ -200,7 +202,13 @@ constexpr const char* enum_long_name(int i) {
   /* instead of reading or writing outside the cache. Off: the fast path, whose source and */      \
   /* machine code carry no check at all. */                                                        \
   X(bool, check_bounds, false, kSuffix, "_chk", "checked mode", 2, "GA_CHECK_BOUNDS",              \
-    kPagedKernels, false, kNoRule)
+    kPagedKernels, false, kNoRule)                                                               \
+  /* Interleaved V cache (vLLM's reshape_and_cache(..., interleaved_v=True), the layout its */    \
+  /* ROCm fused QK-norm/RoPE/cache writer emits): the legacy value cache's elements stored */     \
+  /* [num_blocks, num_kv_heads, block_size / kx, head_size, kx], kx = 16 bytes of cache */        \
+  /* elements, instead of [.., head_size, block_size]. Legacy cache writes only. */               \
+  X(bool, interleaved_v, false, kSuffix, "_iv", "interleaved V cache", 2, "GA_INTERLEAVED_V",     \
+    kCacheWriteKernel, false, kNoRule)
 // clang-format on
 
 struct GRAPHATTN_API AttentionSpec {
@@ -248,8 +256,9 @@ GRAPHATTN_API const char* kv_cache_dtype_name(KvDType t);
 GRAPHATTN_API const std::vector<int>& supported_head_sizes();
 GRAPHATTN_API const std::vector<int>& supported_block_sizes();
 GRAPHATTN_API const std::vector<int>& supported_archs();
-// The block size that only the cache write kernels take besides supported_block_sizes() (vLLM's
-// reshape_and_cache[_flash] accept it); attention kernels need multiples of 16.
+// The block size that only the cache write kernels and the legacy-layout decode (vLLM's
+// paged_attention_v1 / v2) take besides supported_block_sizes() (vLLM accepts it there); the
+// other attention kernels need multiples of 16.
 constexpr int kCacheWriteOnlyBlockSize = 8;
 constexpr int kMaxGroup = 64;
 // The most query tokens a multi-token decode request holds (spec "_mt";

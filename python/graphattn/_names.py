@@ -14,7 +14,7 @@ from . import _lib
 # graphattn_dtype_t
 FLOAT16 = 0
 BFLOAT16 = 1
-FLOAT32 = 2  # the cache writes and merge_attn_states only
+FLOAT32 = 2  # the cache writes, merge_attn_states and the legacy decode (paged_attention_v1/v2)
 # graphattn_kv_dtype_t
 KV_AUTO = 0
 KV_FP8_E4M3 = 1

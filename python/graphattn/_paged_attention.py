@@ -49,10 +49,11 @@ def _call_args(query, key_cache, value_cache, num_kv_heads, scale, block_tables,
     if q.ndim != 3:
         raise ValueError("query must be 3-d [num_seqs, num_heads, head_size], got shape %s"
                          % (q.shape,))
-    if q.dtype_name not in ("float16", "bfloat16"):
-        raise ValueError("query dtype %s is not supported; supported: float16, bfloat16"
+    models = {"float16": _names.FLOAT16, "bfloat16": _names.BFLOAT16, "float32": _names.FLOAT32}
+    if q.dtype_name not in models:
+        raise ValueError("query dtype %s is not supported; supported: float16, bfloat16, float32"
                          % q.dtype_name)
-    model = _names.FLOAT16 if q.dtype_name == "float16" else _names.BFLOAT16
+    model = models[q.dtype_name]
     kv_dtype = _names.parse_kv_dtype(kv_cache_dtype, model)
     slopes = head_array(alibi_slopes, "alibi_slopes", q.shape[1])
     from .ops import _fp8_scales  # (ops re-exports this module)
@@ -77,12 +78,13 @@ def paged_attention_v1(out, query, key_cache, value_cache, num_kv_heads, scale, 
                        blocksparse_head_sliding_step=0, *, stream=None):
     """vLLM's paged_attention_v1 (vllm._custom_ops): writes out.
 
-    out, query:   [num_seqs, num_heads, head_size] float16/bfloat16
+    out, query:   [num_seqs, num_heads, head_size] float16/bfloat16/float32 (float32: fp32 math,
+                  caches of float32, kv_cache_dtype "auto", no block-sparse pattern)
     key_cache:    [num_blocks, num_kv_heads, head_size / x, block_size, x] (x = 16 bytes of
                   elements); value_cache [num_blocks, num_kv_heads, head_size, block_size];
                   compact (split_kv_cache of one [2, num_blocks, ...] tensor); uint8 for fp8
     block_tables: int32 [num_seqs, max_num_blocks_per_seq]; seq_lens: int32 [num_seqs]
-    block_size:   16..256, a multiple of 16 (vLLM's 8 is not supported)
+    block_size:   8 (16-bit and float32 caches), or 16..256, a multiple of 16
     alibi_slopes: float32 [num_heads] CUDA array or None
     kv_cache_dtype: "auto", "fp8", "fp8_e4m3", "fp8_e5m2"; k_scale / v_scale floats or
                   one-element tensors (read on the host for fp8 caches; pass floats inside a

@@ -31,13 +31,14 @@ graph: pass floats there. q_descale is ignored: graphattn takes 16-bit queries.
 import ctypes
 import functools
 import math
+import numbers
 import sys
 import threading
 from typing import Any, Optional, Sequence, Union
 
 from . import _device, _lib, _names, errors
 from ._dlpack import (BFLOAT, CUDA_DEVICES, FLOAT, FLOAT8_E4M3FN, FLOAT8_E5M2, UINT, DLArg,
-                      ref_of, reshaped, to_dl, to_dl_optional)
+                      make_dltensor, ref_of, reshaped, to_dl, to_dl_optional)
 from .backend import AttentionBackend, AttentionMetadata, head_array
 from . import _paged_attention
 from ._paged_attention import use_paged_attention_v1  # noqa: F401 (re-exported)
@@ -171,7 +172,7 @@ def reshape_and_cache_flash(key: Array, value: Array, key_cache: Array, value_ca
 @_torch_op
 def reshape_and_cache(key: Array, value: Array, key_cache: Array, value_cache: Array,
                       slot_mapping: Array, kv_cache_dtype: str, k_scale: Scale, v_scale: Scale,
-                      *, stream: Stream = None) -> None:
+                      interleaved_v: bool = False, *, stream: Stream = None) -> None:
     """vLLM's reshape_and_cache: the new tokens' keys and values into its legacy PagedAttention
     caches (PagedAttention.write_to_paged_cache).
 
@@ -181,8 +182,14 @@ def reshape_and_cache(key: Array, value: Array, key_cache: Array, value_cache: A
                   num_kv_heads, head_size, block_size]; both compact
     slot_mapping: int64 [num_tokens] block * block_size + offset, -1 = skip
     kv_cache_dtype: "auto", "fp8", "fp8_e4m3", "fp8_e5m2"; fp8 caches store value / scale
-    forward_prefix and paged_attention_v1 / v2 read these caches.
+    interleaved_v: vLLM 0.33's argument: True stores value_cache (same shape) as [num_blocks,
+                  num_kv_heads, block_size / kx, head_size, kx], kx = 16 bytes of cache
+                  elements (block_size a multiple of kx), vLLM's ROCm fused-writer layout
+    forward_prefix and paged_attention_v1 / v2 read these caches (not interleaved).
     """
+    if not isinstance(interleaved_v, (bool, int)) or isinstance(interleaved_v, float):
+        raise ValueError("interleaved_v=%r is not supported; allowed: True or False"
+                         % (interleaved_v,))
     s = _device.stream_handle(stream, (key, key_cache))
     k = to_dl(key, "key", s)
     v = to_dl(value, "value", s)
@@ -191,8 +198,9 @@ def reshape_and_cache(key: Array, value: Array, key_cache: Array, value_cache: A
     vc = to_dl(value_cache, "value_cache", s)
     kv_dtype = _write_kv_dtype(k, kv_cache_dtype)
     k_s, v_s = _fp8_scales(kv_dtype, k_scale, v_scale, ("k_scale", "v_scale"))
-    _lib.check(_lib.lib.graphattn_write_to_paged_cache(k.ref, v.ref, kc.ref, vc.ref, slots.ref,
-                                                       kv_dtype, k_s, v_s, s, None))
+    _lib.check(_lib.lib.graphattn_reshape_and_cache(k.ref, v.ref, kc.ref, vc.ref, slots.ref,
+                                                    kv_dtype, k_s, v_s, int(bool(interleaved_v)),
+                                                    s, None))
 
 
 @_torch_op
@@ -626,6 +634,128 @@ def flash_attn_varlen_func(q: Array, k: Array, v: Array, max_seqlen_q: int, cu_s
     return out
 
 
+# ---- flash_attn_with_kvcache (vLLM's FlashAttention wrapper, decode with appended K/V) ---------
+
+def _kvcache_refusals(rotary_cos, rotary_sin, cache_leftpad, return_softmax_lse, k, v,
+                      cache_seqlens):
+    """flash_attn_with_kvcache's arguments graphattn does not take, as ValueErrors."""
+    if rotary_cos is not None or rotary_sin is not None:
+        _refuse("rotary_cos" if rotary_cos is not None else "rotary_sin", "<tensor>",
+                "graphattn applies no rotary embedding; rotate q and k before the call")
+    if cache_leftpad is not None:
+        _refuse("cache_leftpad", "<tensor>", "left-padded caches are not supported")
+    if return_softmax_lse:
+        _refuse("return_softmax_lse", True, "flash_attn_with_kvcache returns the output only")
+    if (k is None) != (v is None):
+        raise ValueError("k and v must be given together (or both None), got k %s and v %s"
+                         % ("None" if k is None else "a tensor", "None" if v is None else
+                            "a tensor"))
+    if cache_seqlens is None:
+        _refuse("cache_seqlens", None, "pass the cached lengths (an int or int32 [batch])")
+
+
+@_torch_op
+def flash_attn_with_kvcache(q: Array, k_cache: Array, v_cache: Array, k: Optional[Array] = None,
+                            v: Optional[Array] = None, rotary_cos: Optional[Array] = None,
+                            rotary_sin: Optional[Array] = None, cache_seqlens: Any = None,
+                            cache_batch_idx: Optional[Array] = None,
+                            cache_leftpad: Optional[Array] = None,
+                            block_table: Optional[Array] = None,
+                            softmax_scale: Optional[float] = None, causal: bool = False,
+                            window_size: Optional[Sequence[int]] = (-1, -1),
+                            softcap: float = 0.0, rotary_interleaved: bool = True,
+                            alibi_slopes: Optional[Array] = None, num_splits: int = 0,
+                            return_softmax_lse: bool = False, *, out: Optional[Array] = None,
+                            fa_version: int = 2, scheduler_metadata: Any = None,
+                            q_descale: Any = None, k_descale: Scale = None,
+                            v_descale: Scale = None, s_aux: Optional[Array] = None,
+                            stream: Stream = None) -> Array:
+    """vllm_flash_attn.flash_attn_with_kvcache (the wrapper of vLLM's FlashAttention fork that
+    vLLM's V0 FlashAttention backend imported; vLLM 0.33's vllm_flash_attn keeps only
+    flash_attn_varlen_func): with
+    k and v, writes them into the cache at positions cache_seqlens[b] .. + seqlen_new - 1 of
+    each sequence, then attends over cache_seqlens[b] + seqlen_new keys. PyTorch tensors only.
+
+    q:              [batch, seqlen_q, num_heads, head_size] float16/bfloat16
+    k_cache, v_cache: with block_table, the paged cache halves [num_blocks, block_size,
+                    num_kv_heads, head_size] (NHD or HND strides, two halves of one allocation,
+                    block_size a multiple of 16); without, [batch_cache, seqlen_cache,
+                    num_kv_heads, head_size] halves (one "block" per sequence, seqlen_cache a
+                    multiple of 16), sequence b at row cache_batch_idx[b] (default b)
+    k, v:           [batch, seqlen_new, num_kv_heads, head_size] or None (nothing appended)
+    cache_seqlens:  int or int32 [batch]: the tokens in the cache before k/v (not updated)
+    block_table:    int32 [batch, max_blocks_per_seq]; must hold the appended positions
+    causal:         bottom-right aligned (query i at position seqlen_k - seqlen_q + i);
+                    seqlen_q == 1 sees every key either way
+    window_size, softcap, softmax_scale, alibi_slopes, s_aux, k_descale, v_descale, out: as
+                    flash_attn_varlen_func; num_splits, fa_version, scheduler_metadata,
+                    q_descale: accepted and ignored
+    Refused (ValueError): rotary_cos/rotary_sin, cache_leftpad, return_softmax_lse, cache_batch_idx
+    with a block table. Returns out ([batch, seqlen_q, num_heads, head_size]).
+    """
+    _kvcache_refusals(rotary_cos, rotary_sin, cache_leftpad, return_softmax_lse, k, v,
+                      cache_seqlens)
+    torch = sys.modules.get("torch")
+    if torch is None or not isinstance(q, torch.Tensor):
+        raise ValueError("flash_attn_with_kvcache takes PyTorch tensors (its positions and slots "
+                         "are computed with torch on q's device); got q of type %s"
+                         % type(q).__name__)
+    if q.dim() != 4:
+        raise ValueError("q must be 4-d [batch, seqlen_q, num_heads, head_size], got shape %s"
+                         % (tuple(q.shape),))
+    if k_cache.dim() != 4:
+        raise ValueError("k_cache must be 4-d ([num_blocks, block_size, num_kv_heads, head_size] "
+                         "with block_table, [batch_cache, seqlen_cache, num_kv_heads, head_size] "
+                         "without), got shape %s" % (tuple(k_cache.shape),))
+    batch, seqlen_q = q.shape[0], q.shape[1]
+    device = q.device
+    page = k_cache.shape[1]
+    if block_table is None:
+        rows = (torch.arange(batch, dtype=torch.int32, device=device) if cache_batch_idx is None
+                else cache_batch_idx.to(device=device, dtype=torch.int32))
+        table = rows.reshape(batch, 1)
+    else:
+        if cache_batch_idx is not None:
+            _refuse("cache_batch_idx", "<tensor>", "a paged cache (block_table) names its blocks "
+                    "per sequence already")
+        table = block_table
+    if isinstance(cache_seqlens, numbers.Integral):
+        lens = torch.full((batch,), int(cache_seqlens), dtype=torch.int32, device=device)
+    else:
+        lens = cache_seqlens.to(dtype=torch.int32)
+    seqlen_new = 0
+    if k is not None:
+        if k.dim() != 4 or v.dim() != 4 or k.shape[0] != batch or v.shape[:2] != k.shape[:2]:
+            raise ValueError("k and v must be [batch %d, seqlen_new, num_kv_heads, head_size], "
+                             "got shapes %s and %s" % (batch, tuple(k.shape), tuple(v.shape)))
+        seqlen_new = k.shape[1]
+        pos = lens.to(torch.int64).reshape(batch, 1) + torch.arange(seqlen_new, device=device)
+        blocks = torch.gather(table.to(torch.int64), 1, torch.div(pos, page,
+                                                                   rounding_mode="floor"))
+        slots = (blocks * page + pos % page).reshape(-1)
+        kv_dtype = str(k_cache.dtype).replace("torch.", "")
+        kv_cache_dtype = {"float8_e4m3fn": "fp8_e4m3", "float8_e5m2": "fp8_e5m2"}.get(kv_dtype,
+                                                                                     "auto")
+        reshape_and_cache_flash.eager(k.reshape(batch * seqlen_new, *k.shape[2:]),
+                                      v.reshape(batch * seqlen_new, *v.shape[2:]), k_cache,
+                                      v_cache, slots, kv_cache_dtype, k_descale, v_descale,
+                                      stream=stream)
+    seq_lens = lens + seqlen_new
+    cu_q = torch.arange(0, (batch + 1) * seqlen_q, seqlen_q, dtype=torch.int32, device=device)
+    if out is None:
+        out = torch.empty_like(q)
+    flash_attn_varlen_func.eager(
+        q.reshape(batch * seqlen_q, *q.shape[2:]), k_cache, v_cache, seqlen_q, cu_q,
+        max(table.shape[1] * page, 1), seqused_k=seq_lens, softmax_scale=softmax_scale,
+        causal=causal, window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes,
+        block_table=table, out=out.view(batch * seqlen_q, *out.shape[2:]),
+        k_descale=k_descale, v_descale=v_descale, s_aux=s_aux, stream=stream)
+    return out
+
+
+__all__ += ["flash_attn_with_kvcache"]
+
+
 # ---- block copies (vLLM's swap_blocks and copy_blocks)
 
 def _block_mapping(block_mapping):
@@ -647,21 +777,70 @@ def _block_mapping(block_mapping):
     return (ctypes.c_int64 * max(len(flat), 1))(*flat), len(flat) // 2
 
 
-@_torch_op
-def swap_blocks(src: Array, dst: Array, block_mapping: Any, *, stream: Stream = None) -> None:
-    """vLLM's swap_blocks: for each (s, d) in block_mapping, in order, dst[d] = src[s].
+_NO_MAPPING = object()
 
-    src, dst:      [num_blocks, ...] caches of one dtype and block shape (for a flash KV cache,
-                   its key or value half, kv_cache[0] / kv_cache[1]); either may be a host
-                   tensor (pinned memory keeps the copy asynchronous)
+
+def _byte_blocks(arg, name, block_size_in_bytes):
+    """A uint8 [num_blocks, block_size_in_bytes] view of a compact array made of consecutive
+    blocks of block_size_in_bytes bytes (vLLM 0.33's swap_blocks reads its tensors so)."""
+    if not arg.is_compact():
+        raise ValueError("swap_blocks: %s (shape %s, strides %s) must be compact: with "
+                         "block_size_in_bytes it is read as consecutive blocks of that size"
+                         % (name, arg.shape, arg.strides))
+    size = arg.numel() * arg.itemsize
+    if size % block_size_in_bytes:
+        raise ValueError("swap_blocks: %s holds %d bytes, not a whole number of blocks of "
+                         "block_size_in_bytes %d" % (name, size, block_size_in_bytes))
+    n = size // block_size_in_bytes
+    return make_dltensor(arg.address, arg.device, (UINT, 8, 1), (n, block_size_in_bytes),
+                         (block_size_in_bytes, 1), keep=arg, source=arg.source)
+
+
+@_torch_op
+def swap_blocks(src: Array, dst: Array, block_size_in_bytes: Any, block_mapping: Any = _NO_MAPPING,
+                *, stream: Stream = None) -> None:
+    """vLLM's swap_blocks: for each (s, d) in block_mapping, in order, block d of dst := block s
+    of src. Both of vLLM's signatures:
+
+    swap_blocks(src, dst, block_size_in_bytes, block_mapping)   vLLM 0.33
+        src, dst:  compact arrays, each consecutive blocks of block_size_in_bytes bytes (any
+                   dtypes, any shapes)
+    swap_blocks(src, dst, block_mapping)                        older vLLM releases
+        src, dst:  [num_blocks, ...] caches of one dtype and block shape (for a flash KV cache,
+                   its key or value half, kv_cache[0] / kv_cache[1])
+    An int third argument with no fourth is refused (the mapping is missing); a mapping third
+    argument with a fourth too is refused (block_size_in_bytes must be an int).
+    Either array may be on the host (pinned memory keeps the copy asynchronous).
     block_mapping: host [num_pairs, 2] integers (vLLM passes a CPU int64 tensor)
     stream:        None = the tensors' current stream
     """
+    block_size_in_bytes, block_mapping = _swap_args(block_size_in_bytes, block_mapping)
     s = _device.stream_handle(stream, (src, dst))
     a = to_dl(src, "src", s)
     b = to_dl(dst, "dst", s)
+    if block_size_in_bytes is not None:
+        a = _byte_blocks(a, "src", block_size_in_bytes)
+        b = _byte_blocks(b, "dst", block_size_in_bytes)
     pairs, n = _block_mapping(block_mapping)
     _lib.check(_lib.lib.graphattn_swap_blocks(a.ref, b.ref, pairs, n, s))
+
+
+def _swap_args(block_size_in_bytes, block_mapping):
+    """(block_size_in_bytes or None for the older form, block_mapping) of swap_blocks' third
+    and fourth arguments; ValueError when they fit neither form."""
+    if block_mapping is _NO_MAPPING:
+        if isinstance(block_size_in_bytes, numbers.Integral):
+            raise ValueError("swap_blocks(src, dst, %r): block_mapping is missing; vLLM 0.33's "
+                             "form is swap_blocks(src, dst, block_size_in_bytes, block_mapping), "
+                             "the older one swap_blocks(src, dst, block_mapping)"
+                             % (block_size_in_bytes,))
+        block_size_in_bytes, block_mapping = None, block_size_in_bytes
+    elif (not isinstance(block_size_in_bytes, numbers.Integral) or
+          isinstance(block_size_in_bytes, bool) or block_size_in_bytes <= 0):
+        raise ValueError("swap_blocks: block_size_in_bytes=%r is not supported; allowed: an int "
+                         ">= 1 (swap_blocks(src, dst, block_size_in_bytes, block_mapping))"
+                         % (block_size_in_bytes,))
+    return (None if block_size_in_bytes is None else int(block_size_in_bytes)), block_mapping
 
 
 def _cache_names(key_caches, value_caches):

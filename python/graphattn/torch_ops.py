@@ -32,7 +32,8 @@ Scale = Union[None, float, Tensor]
 __all__ = ["NAMESPACE", "OP_NAMES", "reshape_and_cache_flash", "reshape_and_cache",
            "forward_prefix", "calc_kv_scales", "encoder_attention", "multi_head_attention",
            "flash_attn_varlen_func", "swap_blocks", "copy_blocks", "paged_attention_v1",
-           "paged_attention_v2", "forward_decode", "merge_attn_states"]
+           "paged_attention_v2", "forward_decode", "merge_attn_states",
+           "flash_attn_with_kvcache"]
 
 
 def _split_scale(x: Scale) -> Tuple[Optional[Tensor], float]:
@@ -74,16 +75,16 @@ def _(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype, k_scale,
 @torch.library.custom_op("graphattn::reshape_and_cache", mutates_args=("key_cache", "value_cache"))
 def _reshape_and_cache(key: Tensor, value: Tensor, key_cache: Tensor, value_cache: Tensor,
                        slot_mapping: Tensor, kv_cache_dtype: str, k_scale: Optional[Tensor],
-                       v_scale: Optional[Tensor], k_scale_value: float,
-                       v_scale_value: float) -> None:
+                       v_scale: Optional[Tensor], k_scale_value: float, v_scale_value: float,
+                       interleaved_v: bool) -> None:
     _ops.reshape_and_cache.eager(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype,
                                  _join_scale(k_scale, k_scale_value),
-                                 _join_scale(v_scale, v_scale_value))
+                                 _join_scale(v_scale, v_scale_value), interleaved_v)
 
 
 @_reshape_and_cache.register_fake
 def _(key, value, key_cache, value_cache, slot_mapping, kv_cache_dtype, k_scale, v_scale,
-      k_scale_value, v_scale_value):
+      k_scale_value, v_scale_value, interleaved_v):
     return None
 
 
@@ -171,12 +172,42 @@ def _(q, k, v, max_seqlen_q, cu_seqlens_q, max_seqlen_k, seqused_k, block_table,
 
 
 @torch.library.custom_op("graphattn::swap_blocks", mutates_args=("dst",))
-def _swap_blocks(src: Tensor, dst: Tensor, block_mapping: Tensor) -> None:
-    _ops.swap_blocks.eager(src, dst, block_mapping)
+def _swap_blocks(src: Tensor, dst: Tensor, block_size_in_bytes: int,
+                 block_mapping: Tensor) -> None:
+    # block_size_in_bytes 0: the older form, blocks along src's and dst's first dimension.
+    if block_size_in_bytes == 0:
+        _ops.swap_blocks.eager(src, dst, block_mapping)
+    else:
+        _ops.swap_blocks.eager(src, dst, block_size_in_bytes, block_mapping)
 
 
 @_swap_blocks.register_fake
-def _(src, dst, block_mapping):
+def _(src, dst, block_size_in_bytes, block_mapping):
+    return None
+
+
+@torch.library.custom_op("graphattn::flash_attn_with_kvcache",
+                         mutates_args=("k_cache", "v_cache", "out"))
+def _flash_attn_with_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor, k: Optional[Tensor],
+                             v: Optional[Tensor], cache_seqlens: Tensor,
+                             cache_batch_idx: Optional[Tensor], block_table: Optional[Tensor],
+                             softmax_scale: Optional[float], causal: bool, window_left: int,
+                             window_right: int, softcap: float, alibi_slopes: Optional[Tensor],
+                             k_descale: Optional[Tensor], v_descale: Optional[Tensor],
+                             k_descale_value: float, v_descale_value: float,
+                             s_aux: Optional[Tensor], out: Tensor) -> None:
+    _ops.flash_attn_with_kvcache.eager(
+        q, k_cache, v_cache, k, v, cache_seqlens=cache_seqlens, cache_batch_idx=cache_batch_idx,
+        block_table=block_table, softmax_scale=softmax_scale, causal=causal,
+        window_size=(window_left, window_right), softcap=softcap, alibi_slopes=alibi_slopes,
+        out=out, k_descale=_join_scale(k_descale, k_descale_value),
+        v_descale=_join_scale(v_descale, v_descale_value), s_aux=s_aux)
+
+
+@_flash_attn_with_kvcache.register_fake
+def _(q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, block_table, softmax_scale,
+      causal, window_left, window_right, softcap, alibi_slopes, k_descale, v_descale,
+      k_descale_value, v_descale_value, s_aux, out):
     return None
 
 
@@ -282,7 +313,7 @@ def _(output, prefix_output, prefix_lse, suffix_output, suffix_lse, output_lse):
 OP_NAMES = ("reshape_and_cache_flash", "reshape_and_cache", "forward_prefix", "calc_kv_scales",
             "encoder_attention", "multi_head_attention", "flash_attn_varlen_func", "swap_blocks",
             "copy_blocks", "paged_attention_v1", "paged_attention_v2", "forward_decode",
-            "merge_attn_states")
+            "merge_attn_states", "flash_attn_with_kvcache")
 
 
 # ---- graphattn.ops' signatures onto the ops (what graphattn.ops calls with torch tensors) ------
@@ -298,11 +329,11 @@ def reshape_and_cache_flash(key: Tensor, value: Tensor, key_cache: Tensor, value
 
 def reshape_and_cache(key: Tensor, value: Tensor, key_cache: Tensor, value_cache: Tensor,
                       slot_mapping: Tensor, kv_cache_dtype: str, k_scale: Scale, v_scale: Scale,
-                      *, stream: None = None) -> None:
+                      interleaved_v: bool = False, *, stream: None = None) -> None:
     ks, kf = _split_scale(k_scale)
     vs, vf = _split_scale(v_scale)
     torch.ops.graphattn.reshape_and_cache(key, value, key_cache, value_cache, slot_mapping,
-                                          kv_cache_dtype, ks, vs, kf, vf)
+                                          kv_cache_dtype, ks, vs, kf, vf, bool(interleaved_v))
 
 
 def forward_prefix(query: Tensor, key: Optional[Tensor], value: Optional[Tensor],
@@ -396,8 +427,43 @@ def _mapping_tensor(block_mapping: Any) -> Tensor:
     return torch.tensor(block_mapping, dtype=torch.int64).reshape(-1, 2)
 
 
-def swap_blocks(src: Tensor, dst: Tensor, block_mapping: Any, *, stream: None = None) -> None:
-    torch.ops.graphattn.swap_blocks(src, dst, _mapping_tensor(block_mapping))
+def swap_blocks(src: Tensor, dst: Tensor, block_size_in_bytes: Any,
+                block_mapping: Any = _ops._NO_MAPPING, *, stream: None = None) -> None:
+    size, mapping = _ops._swap_args(block_size_in_bytes, block_mapping)
+    torch.ops.graphattn.swap_blocks(src, dst, 0 if size is None else size,
+                                    _mapping_tensor(mapping))
+
+
+def flash_attn_with_kvcache(q: Tensor, k_cache: Tensor, v_cache: Tensor,
+                            k: Optional[Tensor] = None, v: Optional[Tensor] = None,
+                            rotary_cos: Optional[Tensor] = None,
+                            rotary_sin: Optional[Tensor] = None, cache_seqlens: Any = None,
+                            cache_batch_idx: Optional[Tensor] = None,
+                            cache_leftpad: Optional[Tensor] = None,
+                            block_table: Optional[Tensor] = None,
+                            softmax_scale: Optional[float] = None, causal: bool = False,
+                            window_size: Optional[Sequence[int]] = (-1, -1), softcap: float = 0.0,
+                            rotary_interleaved: bool = True,
+                            alibi_slopes: Optional[Tensor] = None, num_splits: int = 0,
+                            return_softmax_lse: bool = False, *, out: Optional[Tensor] = None,
+                            fa_version: int = 2, scheduler_metadata: Any = None,
+                            q_descale: Any = None, k_descale: Scale = None,
+                            v_descale: Scale = None, s_aux: Optional[Tensor] = None,
+                            stream: None = None) -> Tensor:
+    _ops._kvcache_refusals(rotary_cos, rotary_sin, cache_leftpad, return_softmax_lse, k, v,
+                           cache_seqlens)
+    if not isinstance(cache_seqlens, Tensor):
+        cache_seqlens = torch.full((q.shape[0],), int(cache_seqlens), dtype=torch.int32,
+                                   device=q.device)
+    left, right = (-1, -1) if window_size is None else (int(w) for w in window_size)
+    if out is None:
+        out = torch.empty_like(q)
+    ks, kf = _split_scale(k_descale)
+    vs, vf = _split_scale(v_descale)
+    torch.ops.graphattn.flash_attn_with_kvcache(
+        q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, block_table, softmax_scale,
+        causal, left, right, float(softcap), alibi_slopes, ks, vs, kf, vf, s_aux, out)
+    return out
 
 
 def copy_blocks(key_caches: Sequence[Tensor], value_caches: Sequence[Tensor],

@@ -61,7 +61,10 @@ def _inputs(device, dtype=torch.bfloat16, fill=True):
         max_logits=torch.zeros(R, H, 1, dtype=torch.float32, device=device),
         tmp_out=torch.zeros(R, H, 1, D, dtype=dtype, device=device),
         lse_a=rand(H, T, dt=torch.float32), lse_b=rand(H, T, dt=torch.float32),
-        lse_out=torch.zeros(H, T, dtype=torch.float32, device=device))
+        lse_out=torch.zeros(H, T, dtype=torch.float32, device=device),
+        kvc_q=rand(R, 1, H, D), kvc_k=rand(R, 1, KH, D), kvc_v=rand(R, 1, KH, D),
+        kvc_out=torch.zeros(R, 1, H, D, dtype=dtype, device=device),
+        cache_lens=torch.tensor([n - 1 for n in SEQ_LENS], **i32))
 
 
 def _calls(a):
@@ -75,7 +78,7 @@ def _calls(a):
          (a["k"], a["v"], a["kv"][0], a["kv"][1], a["slots"], "auto", None, None, 1.0, 1.0)),
         ("reshape_and_cache",
          lambda: ops.reshape_and_cache(a["k"], a["v"], *legacy, a["slots"], "auto", 1.0, 1.0),
-         (a["k"], a["v"], *legacy, a["slots"], "auto", None, None, 1.0, 1.0)),
+         (a["k"], a["v"], *legacy, a["slots"], "auto", None, None, 1.0, 1.0, False)),
         ("forward_prefix",
          lambda: ops.forward_prefix(a["q"], a["k"], a["v"], "auto", *legacy, a["block_table"],
                                     a["qsl"], a["seq_lens"], max(QUERY_LENS), None, None,
@@ -101,7 +104,15 @@ def _calls(a):
           None, None, None)),
         ("swap_blocks",
          lambda: ops.swap_blocks(a["kv"][0], a["dst"], a["mapping"]),
-         (a["kv"][0], a["dst"], a["mapping"])),
+         (a["kv"][0], a["dst"], 0, a["mapping"])),
+        ("flash_attn_with_kvcache",
+         lambda: ops.flash_attn_with_kvcache(a["kvc_q"], a["kv"][0], a["kv"][1], a["kvc_k"],
+                                             a["kvc_v"], cache_seqlens=a["cache_lens"],
+                                             block_table=a["block_table"], causal=True,
+                                             out=a["kvc_out"]),
+         (a["kvc_q"], a["kv"][0], a["kv"][1], a["kvc_k"], a["kvc_v"], a["cache_lens"], None,
+          a["block_table"], None, True, -1, -1, 0.0, None, None, None, 1.0, 1.0, None,
+          a["kvc_out"])),
         ("copy_blocks",
          lambda: ops.copy_blocks([a["kv"][0]], [a["kv"][1]], a["mapping"]),
          ([a["kv"][0]], [a["kv"][1]], a["mapping"])),
@@ -138,7 +149,8 @@ MUTATED = {"reshape_and_cache_flash": {"key_cache", "value_cache"},
            "multi_head_attention": {"out"}, "flash_attn_varlen_func": {"out"},
            "swap_blocks": {"dst"}, "copy_blocks": {"key_caches", "value_caches"},
            "paged_attention_v1": {"out"}, "paged_attention_v2": {"out"}, "forward_decode": set(),
-           "merge_attn_states": {"output", "output_lse"}}
+           "merge_attn_states": {"output", "output_lse"},
+           "flash_attn_with_kvcache": {"k_cache", "v_cache", "out"}}
 
 
 def test_every_op_is_registered_with_its_mutations():

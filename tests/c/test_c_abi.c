@@ -629,6 +629,15 @@ static void test_tensor_checks(void) {
     CHECK_FAILS(graphattn_write_to_paged_cache(&k, &v, &key_cache, &value_cache, &slots,
                                                GRAPHATTN_KV_DTYPE_FP8_E4M3, 1, 1, NULL, NULL),
                 GRAPHATTN_ERROR, "value_cache dtype bf16 differs from key_cache dtype fp8_e4m3");
+    /* vLLM 0.33's interleaved_v: blocks of whole kx = 16 fp8 elements, refused before any
+     * device use. */
+    int64_t key8_shape[5] = {10, 8, 8, 8, 16}, value8_shape[4] = {10, 8, 128, 8};
+    DLTensor key8 = tensor(FAKE_DEVICE_PTR, kDLCUDA, kDLUInt, 8, 5, key8_shape);
+    DLTensor value8 = tensor(FAKE_DEVICE_PTR, kDLCUDA, kDLUInt, 8, 4, value8_shape);
+    CHECK_FAILS(graphattn_reshape_and_cache(&k, &v, &key8, &value8, &slots,
+                                            GRAPHATTN_KV_DTYPE_FP8_E4M3, 1, 1, 1, NULL, NULL),
+                GRAPHATTN_ERROR,
+                "block size 8 is not supported by the interleaved V cache of 1-byte elements");
   }
   /* forward_prefix over the legacy caches: the C++ checks name every bad argument before any
    * device use (key and value may be NULL: they are not read). */

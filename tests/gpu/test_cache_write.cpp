@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // The cache write kernel on the GPU, compared exactly with a host model: fp16/bf16, NHD/HND and
-// vLLM's legacy PagedAttention caches (write_to_paged_cache),
+// vLLM's legacy PagedAttention caches (write_to_paged_cache, plain and interleaved V),
 // head and block sizes, fp8 e4m3/e5m2 with scales, random slots with -1 padding, canary blocks.
 #include <doctest/doctest.h>
 
@@ -22,12 +22,14 @@ struct WriteCase {
   KvDType kv;
   KvLayout layout;
   int head_size, block_size, num_kv_heads, num_blocks, num_tokens;
+  bool interleaved_v = false;  // legacy: vLLM 0.33's reshape_and_cache(..., interleaved_v=True)
 };
 
 void run_case(const WriteCase& c, KernelCache& cache, std::mt19937_64& rng) {
   INFO("dtype " << to_string(c.dtype) << " kv " << to_string(c.kv) << " " << to_string(c.layout)
                 << " head " << c.head_size << " block " << c.block_size << " kv heads "
-                << c.num_kv_heads << " tokens " << c.num_tokens);
+                << c.num_kv_heads << " tokens " << c.num_tokens
+                << (c.interleaved_v ? " interleaved_v" : ""));
   const int64_t T = c.num_tokens, KH = c.num_kv_heads, D = c.head_size, B = c.block_size,
                 NB = c.num_blocks;
   const int elem = c.kv == KvDType::kAuto ? 2 : 1;
@@ -77,7 +79,8 @@ void run_case(const WriteCase& c, KernelCache& cache, std::mt19937_64& rng) {
   const float v_scale = c.kv == KvDType::kAuto ? 1.0f : 1.9f;
   if (c.layout == KvLayout::kLegacy) {
     const PagedKvCache p = split_paged_kv_cache(kv_view, static_cast<int>(KH), static_cast<int>(D));
-    write_to_paged_cache(kv, vv, p.key_cache, p.value_cache, sv, k_scale, v_scale, nullptr, cache);
+    write_to_paged_cache(kv, vv, p.key_cache, p.value_cache, sv, k_scale, v_scale, nullptr, cache,
+                         nullptr, nullptr, c.interleaved_v);
   } else {
     write_kv_cache(kv, vv, kv_view, sv, k_scale, v_scale, nullptr, cache);
   }
@@ -90,6 +93,9 @@ void run_case(const WriteCase& c, KernelCache& cache, std::mt19937_64& rng) {
   const int64_t x = 16 / elem;  // the legacy key cache's chunk
   auto offset = [&](int which, int64_t blk, int64_t off, int64_t h, int64_t d) {
     const int64_t base = which * NB * B * KH * D + blk * B * KH * D;
+    // interleaved value [.., h, off / x, d, off % x] (x: 16 bytes of cache elements too)
+    if (c.layout == KvLayout::kLegacy && which == 1 && c.interleaved_v)
+      return base + h * D * B + ((off / x) * D + d) * x + off % x;
     if (c.layout == KvLayout::kLegacy)  // key [.., h, d / x, off, x]; value [.., h, d, off]
       return which == 0 ? base + ((h * (D / x) + d / x) * B + off) * x + d % x
                         : base + (h * D + d) * B + off;
@@ -147,6 +153,12 @@ TEST_CASE("gpu cache write: exact against the host model across the spec axes") 
       for (auto hb : {std::pair{64, 16}, std::pair{128, 32}, std::pair{256, 16}, std::pair{80, 64},
                       std::pair{96, 256}})
         cases.push_back({dt, kv, KvLayout::kLegacy, hb.first, hb.second, 4, 12, 97});
+  // vLLM 0.33's interleaved V (spec "_iv"): block sizes multiples of kx (8 16-bit, 16 fp8).
+  for (DType dt : {DType::kFloat16, DType::kBFloat16})
+    for (KvDType kv : {KvDType::kAuto, KvDType::kFp8E4M3})
+      for (auto hb : {std::pair{64, 16}, std::pair{128, 32}, std::pair{96, 64}})
+        cases.push_back({dt, kv, KvLayout::kLegacy, hb.first, hb.second, 4, 12, 97, true});
+  cases.push_back({DType::kBFloat16, KvDType::kAuto, KvLayout::kLegacy, 128, 8, 2, 24, 97, true});
   cases.push_back({DType::kBFloat16, KvDType::kAuto, KvLayout::kNHD, 128, 16, 8, 300, 2048});
   cases.push_back({DType::kFloat16, KvDType::kFp8E4M3, KvLayout::kHND, 256, 128, 1, 20, 512});
   for (const auto& c : cases) run_case(c, cache, rng);

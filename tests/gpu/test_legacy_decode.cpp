@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // The decode kernel over vLLM's legacy PagedAttention caches on the GPU against the float64
-// reference: paged_attention_v1 / v2 (head sizes 32..256 incl. 80, 120 and 256, blocks 16 and
-// 32, fp16/bf16/e4m3/e5m2, GQA 1/4/8, ALiBi on and off, seq_lens 0, 1, block boundaries and past
-// 8192); direct launches with forced split counts, pipeline depths and clusters, window, soft
+// reference: paged_attention_v1 / v2 (head sizes 32..256 incl. 80, 120 and 256, blocks 8 (16-bit),
+// 16 and 32, fp16/bf16/e4m3/e5m2, GQA 1/4/8, ALiBi on and off, seq_lens 0, 1, block boundaries and
+// past 8192); direct launches with forced split counts, pipeline depths and clusters, window, soft
 // cap and sinks; and one captured paged_attention_v1 replayed with new seq_lens against eager.
 //
 // The caches are filled by a host scatter into the legacy layout (key [blocks, heads, d / x,
@@ -27,6 +27,7 @@
 #include "testing/host_dtypes.hpp"
 #include "testing/legacy_layout.hpp"
 #include "testing/reference.hpp"
+#include "tests/gpu/legacy_reference.hpp"
 #include "tests/test_util.hpp"
 
 using namespace graphattn;
@@ -103,20 +104,7 @@ void build(const LegacyCase& c, std::mt19937_64& rng, LegacyBatch& b, int extra_
   const int64_t B = c.block_size, KH = c.num_kv_heads, D = c.head_size, H = KH * c.group;
   const int elem = c.kv == KvDType::kAuto ? 2 : 1;
   const LegacyLayout layout{B, KH, D, 16 / elem};
-  int64_t used = 0;
-  for (int l : c.seq_lens) {
-    used += (l + B - 1) / B;
-    b.max_blocks = std::max<int64_t>(b.max_blocks, (l + B - 1) / B);
-  }
-  b.num_blocks = used + extra_blocks;
-  std::vector<int> phys(b.num_blocks);
-  std::iota(phys.begin(), phys.end(), 0);
-  std::shuffle(phys.begin(), phys.end(), rng);
-  b.block_table.assign(n * b.max_blocks, 0x3fffffff);  // unused entries: far outside the cache
-  int64_t next = 0;
-  for (int r = 0; r < n; ++r)
-    for (int64_t i = 0; i < (c.seq_lens[r] + B - 1) / B; ++i)
-      b.block_table[r * b.max_blocks + i] = phys[next++];
+  legacy_block_table(c, rng, b, extra_blocks);
 
   const int64_t half = b.num_blocks * B * KH * D;    // elements of one cache
   std::vector<uint8_t> host(2 * half * elem, 0xff);  // NaN wherever nothing may be read
@@ -158,44 +146,14 @@ void build(const LegacyCase& c, std::mt19937_64& rng, LegacyBatch& b, int extra_
   b.d_out = DeviceBuffer(q.size() * 2);
   b.q_view = TensorView::contiguous(b.d_q.data(), st, {n, H, D});
   b.out_view = TensorView::contiguous(b.d_out.data(), st, {n, H, D});
-  b.d_seq = DeviceBuffer(n * 4);
-  b.d_seq.upload(c.seq_lens.data(), n * 4);
-  b.seq_view = TensorView::contiguous(b.d_seq.data(), ScalarType::kInt32, {n});
-  b.d_bt = DeviceBuffer(b.block_table.size() * 4);
-  b.d_bt.upload(b.block_table.data(), b.block_table.size() * 4);
-  b.bt_view = TensorView::contiguous(b.d_bt.data(), ScalarType::kInt32, {n, b.max_blocks});
-  b.slopes = random_alibi_slopes(rng, static_cast<int>(H), c.alibi);
-  b.sinks = random_sinks(rng, static_cast<int>(H), c.sinks);
-  b.d_slopes = upload_floats(b.slopes);
-  b.d_sinks = upload_floats(b.sinks);
-  if (c.alibi) b.slopes_view = TensorView::contiguous(b.d_slopes.data(), ScalarType::kFloat32, {H});
+  legacy_upload_metadata(c, rng, b);
 }
 
 std::vector<double> reference(const LegacyCase& c, LegacyBatch& b, double scale) {
-  RefProblem p;
-  p.num_heads = c.num_kv_heads * c.group;
-  p.num_kv_heads = c.num_kv_heads;
-  p.head_size = c.head_size;
-  p.block_size = c.block_size;
-  p.max_blocks_per_seq = static_cast<int>(b.max_blocks);
-  p.query_start_loc.resize(c.seq_lens.size() + 1);
-  std::iota(p.query_start_loc.begin(), p.query_start_loc.end(), 0);
-  p.seq_lens = c.seq_lens;
-  p.block_table = b.block_table;
-  p.q = b.q;
-  p.k_cache.swap(b.k_ref);  // lent, not copied
-  p.v_cache.swap(b.v_ref);
-  p.scale = scale;
-  p.window = c.window;
-  p.soft_cap = c.soft_cap;
-  p.alibi_slopes = b.slopes;
-  p.sinks = b.sinks;
-  if (c.bsp_vert > 1)
-    p.blocksparse = {c.bsp_block, c.bsp_local, c.bsp_vert, c.bsp_step, c.tp_rank * p.num_heads};
-  std::vector<double> out = reference_attention(p);
-  p.k_cache.swap(b.k_ref);
-  p.v_cache.swap(b.v_ref);
-  return out;
+  if (c.bsp_vert <= 1) return legacy_decode_reference(c, b, scale);
+  const int num_heads = c.num_kv_heads * c.group;
+  const RefBlockSparse bsp{c.bsp_block, c.bsp_local, c.bsp_vert, c.bsp_step, c.tp_rank * num_heads};
+  return legacy_decode_reference(c, b, scale, &bsp);
 }
 
 // The output against `want`: no NaN, zeros for seq_len 0, relative L2 within the dtype's
@@ -314,6 +272,18 @@ std::vector<LegacyCase> api_cases(std::mt19937_64& rng) {
     c.seq_lens = {1, 64, 65, 700, 3000, 0, len(rng)};
     cases.push_back(c);
   }
+  // Block size 8 (vLLM's default; 16-bit caches): a 16-token tile spans two blocks.
+  for (int i = 0; i < 4; ++i) {
+    LegacyCase c;
+    c.block_size = 8;
+    c.dtype = i % 2 ? DType::kFloat16 : DType::kBFloat16;
+    c.head_size = i == 2 ? 96 : i == 3 ? 256 : 128;
+    c.group = i == 0 ? 1 : i == 1 ? 4 : 8;
+    c.alibi = i == 1;
+    c.v2 = i >= 2;
+    c.seq_lens = {1, 0, 7, 8, 9, 15, 16, 17, 24, 25, len(rng), 9000};
+    cases.push_back(c);
+  }
   for (bool v2 : {false, true}) {
     LegacyCase c;
     c.dtype = DType::kFloat16;
@@ -355,6 +325,13 @@ TEST_CASE("gpu legacy decode: forced split counts, depths, clusters, window, sof
     c.head_size = 80;
     c.group = 20;  // two chunks of query heads per KV head
     c.num_kv_heads = 1;
+    cases.push_back(c);
+    c = LegacyCase();
+    c.block_size = 8;  // two blocks a tile; the window start inside a block
+    c.window = 45;
+    c.soft_cap = 5;
+    c.sinks = true;
+    c.seq_lens = {1, 0, 8, 9, 37, 300, 1100, 4096};
     cases.push_back(c);
     c = LegacyCase();
     c.kv = KvDType::kFp8E4M3;
