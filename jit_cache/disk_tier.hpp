@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // The disk tier of the kernel cache: one file per entry, written atomically, checked on every
-// read. Also the reader used by graphattn-cache (list, show, verify, prune, clear). What the
+// read. Also the inspector behind CacheDirectory (jit.hpp), which graphattn-cache uses. What the
 // files hold and how they are named: jit_cache/entry_format.hpp.
 //
 // Trust (jit_cache/trust.hpp): the tier loads only from a directory that nobody else can write,
@@ -27,7 +27,7 @@
 
 namespace graphattn::detail {
 
-// One file in the directory, as the tool sees it.
+// One file in the directory, as the inspector sees it (CacheEntryInfo is its public form).
 struct EntryInfo {
   std::string path;
   std::string name;     // file name inside the directory
