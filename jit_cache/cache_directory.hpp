@@ -22,7 +22,7 @@ struct CacheDirectory::Impl {
   bool install(detail::DiskTier& local, const detail::EntryHeader& h,
                const std::vector<char>& payload) const;
 
-  std::string given;     // the directory as the caller named it (for messages)
+  std::string given;      // the directory as the caller named it (for messages)
   detail::DiskTier tier;  // the inspector
 };
 

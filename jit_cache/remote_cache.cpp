@@ -49,7 +49,7 @@ detail::RemoteOptions remote_options(const std::string& url, std::chrono::millis
 }  // namespace
 
 RemoteCacheClient::RemoteCacheClient(const std::string& url, std::chrono::milliseconds timeout,
-                         const std::string& signing_key)
+                                     const std::string& signing_key)
     : impl_(std::make_unique<Impl>(remote_options(url, timeout, signing_key))) {}
 RemoteCacheClient::~RemoteCacheClient() = default;
 
@@ -75,7 +75,7 @@ RemoteCacheStats RemoteCacheClient::stats() {
 }
 
 std::vector<RemoteTransfer> RemoteCacheClient::push(const CacheDirectory& dir,
-                                              const std::vector<CacheEntryInfo>& entries) {
+                                                    const std::vector<CacheEntryInfo>& entries) {
   const std::unique_ptr<DiskTier> local = dir.impl_->open_for_use(false);
   std::vector<RemoteTransfer> out;
   for (const CacheEntryInfo& e : entries) {
