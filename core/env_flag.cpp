@@ -27,10 +27,10 @@ bool env_flag(const char* name) {
               "' is not supported; supported: 1, true, yes or on; 0, false, no or off (or unset)");
 }
 
-void check_flag_environment() {
+}  // namespace graphattn::detail
+
+void graphattn::check_flag_environment() {
   for (const char* name : {"GRAPHATTN_DISABLE_GRAPHS", "GRAPHATTN_DECODE_CLUSTERS",
                            "GRAPHATTN_DUMP_SOURCE", "GRAPHATTN_CHECK_BOUNDS"})
-    env_flag(name);
+    detail::env_flag(name);
 }
-
-}  // namespace graphattn::detail

@@ -6,11 +6,10 @@
 // so that a typo is never silently read as the opposite.
 #pragma once
 
+#include "graphattn/runtime.hpp"  // check_flag_environment(), public: every flag above parsed once
+
 namespace graphattn::detail {
 
 bool env_flag(const char* name);
-
-// Every flag above parsed once: throws the first error (the tools' start-up checks, exit 2).
-void check_flag_environment();
 
 }  // namespace graphattn::detail

@@ -3,8 +3,9 @@
 
 #include "core/text.hpp"
 #include "graphattn/error.hpp"
+#include "graphattn/jit.hpp"
 
-namespace graphattn::detail {
+namespace graphattn {
 
 uint64_t parse_byte_size(const std::string& text, const std::string& what) {
   auto fail = [&](const std::string& why) {
@@ -48,4 +49,4 @@ uint64_t parse_byte_size(const std::string& text, const std::string& what) {
   return value << shift;
 }
 
-}  // namespace graphattn::detail
+}  // namespace graphattn

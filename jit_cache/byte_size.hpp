@@ -5,13 +5,11 @@
 // fraction or exponent, no trailing characters, no value above 2^64 - 1.
 #pragma once
 
-#include <cstdint>
-#include <string>
+#include "graphattn/jit.hpp"
 
 namespace graphattn::detail {
 
-// Throws graphattn::Error "<what> '<text>' is not a size: <why>; use ...", naming the value
-// (escaped, see printable()).
-uint64_t parse_byte_size(const std::string& text, const std::string& what);
+// The parser is public (graphattn::parse_byte_size, graphattn/jit.hpp).
+using graphattn::parse_byte_size;
 
 }  // namespace graphattn::detail

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // The disk tier of the kernel cache: one file per entry, written atomically, checked on every
-// read. Also the reader used by graphattn-cache (list, show, verify, prune, clear). What the
+// read. Also the inspector behind CacheDirectory (jit.hpp), which graphattn-cache uses. What the
 // files hold and how they are named: jit_cache/entry_format.hpp.
 //
 // Trust (jit_cache/trust.hpp): the tier loads only from a directory that nobody else can write,
@@ -27,7 +27,7 @@
 
 namespace graphattn::detail {
 
-// One file in the directory, as the tool sees it.
+// One file in the directory, as the inspector sees it (CacheEntryInfo is its public form).
 struct EntryInfo {
   std::string path;
   std::string name;     // file name inside the directory
@@ -137,10 +137,10 @@ class DiskTier {
 
   std::string entry_path(const CacheKey& key) const;
 
-  // The marker (kCacheMarkerName) that says graphattn made this directory: written when the tier
-  // creates the directory or finds it empty, and when it adopts a cache of an earlier version
-  // (below). graphattn-cache's clear, prune and verify --fix remove files only from a directory
-  // that is a cache by one of these two rules, unless given --force.
+  // The marker (graphattn::kCacheMarkerName, jit.hpp) that says graphattn made this directory:
+  // written when the tier creates the directory or finds it empty, and when it adopts a cache of an
+  // earlier version (below). graphattn-cache's clear, prune and verify --fix remove files only from
+  // a directory that is a cache by one of these two rules, unless given --force.
   bool has_marker() const;
   // A directory without the marker that an earlier version made: every name in it is one that
   // graphattn writes, and it holds at least one entry that starts with graphattn's entry magic.
@@ -161,12 +161,7 @@ class DiskTier {
   std::string read_only_why_;
 };
 
-// The marker file in every cache directory (a regular file, kept by every command).
-constexpr const char* kCacheMarkerName = ".graphattn-cache";
-
-// GRAPHATTN_CACHE_DIRS as KernelCache reads it (absolute paths, at most 32); throws
-// graphattn::Error when malformed. Empty when unset.
-std::vector<std::string> cache_dirs_from_env();
+using graphattn::kCacheMarkerName;  // the marker file (jit.hpp)
 
 int64_t now_unix_ms();
 

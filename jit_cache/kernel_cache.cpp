@@ -99,7 +99,7 @@ std::vector<std::string> dirs_from_env() {
 
 }  // namespace
 
-std::vector<std::string> detail::cache_dirs_from_env() { return dirs_from_env(); }
+std::vector<std::string> cache_dirs_from_env() { return dirs_from_env(); }
 
 std::string default_cache_dir() {
   if (const char* d = env("GRAPHATTN_CACHE_DIR")) {
@@ -133,6 +133,10 @@ std::string signing_key(const std::string& file, bool shared) {
   if (const char* f = env("GRAPHATTN_CACHE_SIGNING_KEY"))
     return detail::read_signing_key(f, shared);
   return "";
+}
+
+std::string cache_signing_key(const std::string& file) {
+  return signing_key(file, detail::shared_cache_requested());
 }
 
 void check_cache_environment() {

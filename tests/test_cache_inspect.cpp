@@ -75,3 +75,43 @@ TEST_CASE("cache directory: list, verify, export, import and remove real entries
   CHECK_FALSE(to.remove(e.key_hex));
   CHECK(to.list().empty());
 }
+
+TEST_CASE("cache directory: files by kind, removals by name only, the path and spec checks") {
+  test::TempDir dir;
+  const CacheDirectory missing(dir.path() + "/none");
+  CHECK_FALSE(missing.exists());
+  CHECK(cache_path_kind(dir.path() + "/none") == CachePathKind::kMissing);
+  CHECK_THROWS_WITH_AS(missing.require_usable(false), doctest::Contains("/none does not exist"),
+                       Error);
+  CHECK(cache_path_kind(dir.path()) == CachePathKind::kDirectory);
+  std::ofstream(dir.path() + "/notes.txt") << "x";
+  std::string what;
+  CHECK(cache_path_kind(dir.path() + "/notes.txt", &what) == CachePathKind::kOther);
+  CHECK(what == "a regular file");
+
+  const std::string key(32, 'a');
+  std::ofstream(dir.path() + "/" + key + ".lock") << "";
+  const CacheDirectory d(dir.path());
+  const auto files = d.files();
+  REQUIRE(files.size() == 2);
+  CHECK(files[0].name == key + ".lock");
+  CHECK(files[0].kind == CacheFileKind::kLock);
+  CHECK(files[0].modified_ms > 0);
+  CHECK(files[1].kind == CacheFileKind::kOther);
+  CHECK_FALSE(d.is_cache());  // a file graphattn does not write, and no marker
+  // Names, never paths: nothing outside the directory can be named.
+  for (const char* bad : {"../notes.txt", "", ".", "..", "a/b"})
+    CHECK_THROWS_WITH_AS(d.remove_file(bad), doctest::Contains("is not supported"), Error);
+  CHECK(d.remove_orphan_locks() == std::vector<std::string>{key + ".lock"});
+  CHECK(d.remove_file("notes.txt").removed);
+  CHECK_FALSE(d.remove_file("notes.txt").removed);
+  CHECK(d.files().empty());
+
+  std::string status;
+  CHECK(entry_spec_problem("cache_write_h64_b16_bf16_kvauto_g1_swa0_cap0_nhd_sm90", 90).empty());
+  CHECK(entry_spec_problem("cache_write_h64_b16_bf16_kvauto_g1_swa0_cap0_nhd_sm90", 80, &status) ==
+        "header arch sm_80 differs from the spec's sm_90");
+  CHECK(status == "arch mismatch");
+  CHECK_FALSE(entry_spec_problem("not a spec", 90, &status).empty());
+  CHECK(status == "bad spec");
+}

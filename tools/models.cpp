@@ -3,8 +3,8 @@
 
 #include <algorithm>
 
-#include "core/text.hpp"
 #include "graphattn/error.hpp"
+#include "graphattn/printable.hpp"
 
 namespace graphattn::tools {
 
@@ -24,19 +24,19 @@ const ModelConfig& find_model(const std::string& name) {
     if (m.name == name) return m;
     known += (known.empty() ? "" : ", ") + m.name;
   }
-  throw Error("unknown model '" + detail::printable(name) + "'; built-in models: " + known);
+  throw Error("unknown model '" + printable(name) + "'; built-in models: " + known);
 }
 
 DType dtype_from_name(const std::string& name) {
   for (DType t : {DType::kFloat16, DType::kBFloat16})
     if (name == to_string(t)) return t;
-  throw Error("dtype '" + detail::printable(name) + "' is not supported; supported: fp16, bf16");
+  throw Error("dtype '" + printable(name) + "' is not supported; supported: fp16, bf16");
 }
 
 KvDType kv_dtype_from_name(const std::string& name) {
   for (KvDType t : {KvDType::kAuto, KvDType::kFp8E4M3, KvDType::kFp8E5M2})
     if (name == to_string(t)) return t;
-  throw Error("KV cache dtype '" + detail::printable(name) +
+  throw Error("KV cache dtype '" + printable(name) +
               "' is not supported; supported: auto, e4m3, e5m2");
 }
 

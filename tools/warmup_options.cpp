@@ -9,18 +9,18 @@
 #include <cstdio>
 #include <cstring>
 
-#include "core/env_flag.hpp"
-#include "core/text.hpp"
 #include "graphattn/backend.hpp"
 #include "graphattn/jit.hpp"
 #include "graphattn/log.hpp"
+#include "graphattn/printable.hpp"
+#include "graphattn/runtime.hpp"
 #include "tools/models.hpp"
 #include "tools/version.hpp"
 
 namespace graphattn::tools {
 namespace {
 
-using detail::printable;
+using graphattn::printable;
 
 std::string join(const std::vector<int>& v) {
   std::string out;
@@ -94,7 +94,7 @@ std::string warmup_settings_problem(const WarmupSettings& s) {
   if (std::string p = cache_dir_problem("--cache-dir", s.cache_dir); !p.empty()) return p;
   try {
     check_cache_environment();
-    detail::check_flag_environment();
+    check_flag_environment();
   } catch (const std::exception& e) {
     return e.what();
   }

@@ -14,6 +14,7 @@
 #include "graphattn/merge_states.hpp"
 #include "graphattn/metadata.hpp"
 #include "graphattn/paged_cache.hpp"
+#include "graphattn/printable.hpp"
 #include "graphattn/runtime.hpp"
 #include "graphattn/spec.hpp"
 #include "graphattn/tensor.hpp"

@@ -236,12 +236,37 @@ GRAPHATTN_API std::string default_cache_dir();
 // *why (may be null) says what is missing.
 GRAPHATTN_API bool remote_available(std::string* why = nullptr);
 
+// GRAPHATTN_CACHE_DIRS as KernelCache reads it (absolute paths, at most 32); empty when unset.
+// Throws Error when it is malformed.
+GRAPHATTN_API std::vector<std::string> cache_dirs_from_env();
+
+// The secret that signs remote values and bundles: from `file`, else from the file
+// GRAPHATTN_CACHE_SIGNING_KEY names (as KernelCache reads it; GRAPHATTN_CACHE_SHARED=1 allows
+// mode 0640); "" when neither is set. Throws Error naming the file when it is unusable.
+GRAPHATTN_API std::string cache_signing_key(const std::string& file);
+
+// A byte size as GRAPHATTN_CACHE_MAX_BYTES takes it: decimal digits, then an optional unit (B;
+// K, KB, KiB; M, MB, MiB; G, GB, GiB; T, TB, TiB; any case; binary multiples). Throws Error
+// "<what> '<text>' is not a size: <why>; use ...".
+GRAPHATTN_API uint64_t parse_byte_size(const std::string& text, const std::string& what);
+
 // ---- Inspecting a cache directory: what graphattn-cache and the C ABI's graphattn_cache_list
 // use instead of the disk tier itself.
 
 // GRAPHATTN_CACHE_SHARED=1 (a group-shared directory is accepted); unset, empty or 0: not.
 // Anything else throws Error naming the value.
 GRAPHATTN_API bool shared_cache_requested();
+
+// The file that marks a directory as a graphattn cache: written when a cache creates the
+// directory, finds it empty or adopts an earlier version's cache. Maintenance removes files only
+// from a directory that is a cache (CacheDirectory::is_cache()), unless forced.
+constexpr const char* kCacheMarkerName = ".graphattn-cache";
+
+// What is at a path meant for a cache directory: nothing, a directory, or something else
+// (*what, when not null, says what: "a regular file", "a FIFO", ...). Follows links. Throws
+// Error "cannot read cache directory <path>: <why>" when it cannot be read.
+enum class CachePathKind { kMissing, kDirectory, kOther };
+GRAPHATTN_API CachePathKind cache_path_kind(const std::string& path, std::string* what = nullptr);
 
 // One file of a cache directory, checked as the disk tier checks an entry before loading it.
 struct GRAPHATTN_API CacheEntryInfo {
@@ -262,6 +287,34 @@ struct GRAPHATTN_API CacheEntryInfo {
   // ok, and this build looks it up under its key (same NVRTC, same template text): an entry
   // that is ok but not current is stale, never loaded, and left out of exports.
   bool current = false;
+  std::string path;             // the directory and the name
+  std::string source_path;      // the source dumped beside it (a regular file), or ""
+  uint64_t source_bytes = 0;    // its size, when source_path is set
+  uint32_t format_version = 0;  // this and the header fields below: 0 when not ok
+  uint64_t compile_us = 0;      // NVRTC wall time
+  uint64_t payload_bytes = 0;   // the cubin's
+  uint64_t payload_xxh3 = 0;    // the cubin's checksum
+};
+
+// A file of a cache directory by what its name says it is.
+enum class CacheFileKind {
+  kEntry,   // "*.gakc" (an entry, or a misnamed one that list() reports as bad)
+  kLock,    // "<key>.lock"
+  kSource,  // "<key>.cu", a dumped source
+  kTemp,    // being written, or left by a writer that died
+  kProbe,   // a write probe left by a process that died
+  kOther    // not the cache's: maintenance never removes it (the marker is one)
+};
+struct GRAPHATTN_API CacheFile {
+  std::string name;
+  CacheFileKind kind = CacheFileKind::kOther;
+  int64_t modified_ms = -1;  // Unix time, milliseconds (not following a link); -1: unreadable
+};
+
+// What removing a file did: removed, or not there (error empty), or failed (error says why).
+struct GRAPHATTN_API CacheRemoval {
+  bool removed = false;
+  std::string error;
 };
 
 // What importing a bundle did, member by member.
@@ -275,6 +328,7 @@ struct GRAPHATTN_API BundleImport {
   };
   bool signed_bundle = false;
   int nvrtc_major = 0, nvrtc_minor = 0;  // the writer's
+  uint32_t cache_format = 0;             // the writer's
   uint64_t installed = 0, present = 0, stale = 0, bad = 0;
   std::vector<Member> members;
 };
@@ -288,9 +342,10 @@ struct GRAPHATTN_API BundleExport {
 };
 
 // A cache directory opened for inspection: never created; read whatever its owner and mode
-// (trust_problem() says what a cache would refuse); written only by remove() and
-// import_bundle(). Bundles are signed ustar files (graphattn-cache export / import; the format:
-// jit_cache/bundle.hpp). Every call throws Error naming the path on an I/O failure.
+// (trust_problem() says what a cache would refuse); written only by the maintenance calls, by
+// import_bundle() and by RemoteCacheClient::pull(). Bundles are signed ustar files (graphattn-cache
+// export / import; the format: jit_cache/bundle.hpp). Every call throws Error naming the path
+// on an I/O failure. Messages name the directory as it was given.
 class GRAPHATTN_API CacheDirectory {
  public:
   // shared: accept a group-shared directory (also GRAPHATTN_CACHE_SHARED=1).
@@ -301,26 +356,123 @@ class GRAPHATTN_API CacheDirectory {
 
   const std::string& dir() const;
   bool exists() const;
+  // Whether this user can write it (the maintenance calls can remove files).
+  bool writable() const;
   // "" when a KernelCache would load from it; otherwise what is wrong and what is required.
   const std::string& trust_problem() const;
+  // Whether graphattn made it: the marker (kCacheMarkerName), or an earlier version's cache
+  // (every name one that graphattn writes, and at least one entry with graphattn's magic).
+  bool is_cache() const;
+  // Throws Error unless a KernelCache could use the directory as given: "cache directory <dir>
+  // does not exist" (create false), or "the cache directory <dir> cannot be used: <why>"
+  // (untrusted; with create, also missing and not creatable, or read-only). With create, a
+  // missing directory is created as the kernel cache creates it.
+  void require_usable(bool create) const;
+
   // Every file named like an entry, checked, sorted by file name.
   std::vector<CacheEntryInfo> list() const;
   // One entry by its key's 32 hex digits, checked (status "missing" when there is none).
   CacheEntryInfo verify(const std::string& key_hex) const;
+  // Every name in the directory but "." and "..", sorted, with its kind.
+  std::vector<CacheFile> files() const;
+  // The source dumped beside an entry (at most 16 MiB, not following a link); throws Error
+  // "cannot read <source_path>".
+  std::string read_source(const CacheEntryInfo& entry) const;
+
   // Removes an entry with its lock and source files: true when it was there; throws Error
   // naming the file when it cannot.
   bool remove(const std::string& key_hex) const;
+  // The same for an entry file by name (CacheEntryInfo::name, a misnamed one included),
+  // reporting a failure instead of throwing.
+  CacheRemoval remove_entry_file(const std::string& name) const;
+  // One file or empty directory by name, never following a link.
+  CacheRemoval remove_file(const std::string& name) const;
+  // Temp files older than `age` (their writers died); returns how many were removed.
+  uint64_t remove_stale_temps(std::chrono::seconds age) const;
+  // Lock files without an entry that nobody holds; returns their names.
+  std::vector<std::string> remove_orphan_locks() const;
+  // Takes write permission for group and others away from the directory and the files in it that
+  // this user owns, where the trust policy forbids it; returns what it changed ("path: 0775 ->
+  // 0755") and re-checks the directory.
+  std::vector<std::string> repair_modes() const;
+  // Removes least recently used entries until the total is at most max_bytes; returns how many.
+  uint64_t evict(uint64_t max_bytes) const;
+
   // Writes every current, verified entry into a bundle at `path` (atomically; signed with the
-  // secret when signing_key is not empty). Throws Error when there is none.
+  // secret when signing_key is not empty). Throws Error when the directory cannot be used
+  // (require_usable(false)) or holds no such entry.
   BundleExport export_bundle(const std::string& path, const std::string& signing_key) const;
   // Verifies every member of the bundle at `path` (the signature first when signing_key is not
-  // empty) and writes the ok ones that the directory lacks (none with dry_run).
+  // empty) and writes the ok ones that the directory lacks (none with dry_run; otherwise the
+  // directory is required usable, and created, as require_usable(true) does).
   BundleImport import_bundle(const std::string& path, const std::string& signing_key,
                              bool dry_run) const;
+
+ private:
+  friend class RemoteCacheClient;
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Writes compiled kernels (KernelCache::get) into a bundle at `path`, as export_bundle() does.
+GRAPHATTN_API BundleExport export_kernels(
+    const std::string& path, const std::vector<std::shared_ptr<const CompiledKernel>>& kernels,
+    const std::string& signing_key);
+
+// "" when an entry's stored spec string parses and names the entry's arch; otherwise why not,
+// and *status (when not null) is "bad spec" or "arch mismatch".
+GRAPHATTN_API std::string entry_spec_problem(const std::string& spec, int arch,
+                                             std::string* status = nullptr);
+
+// ---- The remote tier (a Redis server shared by a fleet), as graphattn-cache sees it: its size,
+// and copying verified entries between it and a cache directory.
+
+struct GRAPHATTN_API RemoteCacheStats {
+  bool available = false;  // the server answered
+  std::string error;       // why not
+  std::string server_version;
+  uint64_t entries = 0;
+  uint64_t bytes = 0;
+};
+
+// One entry that push() or pull() handled: status "ok" (pushed, pulled), "present" (pull: the
+// directory has it), else what is wrong with it, and why.
+struct GRAPHATTN_API RemoteTransfer {
+  std::string name;  // the entry's file name (push) or the value's name on the server (pull)
+  std::string status;
+  std::string reason;
+};
+
+class GRAPHATTN_API RemoteCacheClient {
+ public:
+  // url: redis://[[user]:password@]host[:port][/db]; timeout: of each call as a whole;
+  // signing_key: the secret itself (cache_signing_key()), "" for unsigned values. Throws Error
+  // for a malformed URL (its password masked). Reaches the server only when called.
+  RemoteCacheClient(const std::string& url, std::chrono::milliseconds timeout,
+                    const std::string& signing_key);
+  ~RemoteCacheClient();
+  RemoteCacheClient(const RemoteCacheClient&) = delete;
+  RemoteCacheClient& operator=(const RemoteCacheClient&) = delete;
+
+  // The URL with its password masked.
+  const std::string& where() const;
+  bool signing() const;
+  // The server's version and the entries' count and bytes (their lengths only: the values stay on
+  // the server); a failed call is reported in the result, not thrown.
+  RemoteCacheStats stats();
+  // Stores each of `entries` (of dir, as list() gave them) that the kernel cache's reader
+  // verifies, signed when signing(); one result per entry, in order. The directory must be
+  // usable (require_usable(false)). Throws Error when the server fails.
+  std::vector<RemoteTransfer> push(const CacheDirectory& dir,
+                                   const std::vector<CacheEntryInfo>& entries);
+  // Installs into dir every value of the server that verifies (checksums, signature when
+  // signing(), spec and arch) and that dir lacks; one result per entry value on the server. The
+  // directory is created and must be usable (require_usable(true)). Throws Error when the server
+  // fails or an entry cannot be written.
+  std::vector<RemoteTransfer> pull(const CacheDirectory& dir);
 
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
-
 }  // namespace graphattn

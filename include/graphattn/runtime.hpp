@@ -13,6 +13,12 @@
 
 namespace graphattn {
 
+// Parses every on/off variable the library reads (GRAPHATTN_DISABLE_GRAPHS,
+// GRAPHATTN_DECODE_CLUSTERS, GRAPHATTN_DUMP_SOURCE, GRAPHATTN_CHECK_BOUNDS): throws Error naming
+// the first that is not 1, true, yes, on, 0, false, no or off (any case; unset or empty is off),
+// its value and what is allowed. Lets a program reject its environment before it starts work.
+GRAPHATTN_API void check_flag_environment();
+
 // Whether the driver loads and a device exists; *why says what is missing. Never throws.
 GRAPHATTN_API bool gpu_available(std::string* why = nullptr);
 

@@ -6,8 +6,6 @@
 // directory and judges its entries; output.cpp formats for people and for --json.
 #pragma once
 
-#include <sys/stat.h>
-
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -15,19 +13,19 @@
 #include <string>
 #include <vector>
 
-#include "core/text.hpp"
 #include "graphattn/error.hpp"
 #include "graphattn/jit.hpp"
+#include "graphattn/printable.hpp"
 #include "graphattn/spec.hpp"
-#include "jit_cache/disk_tier.hpp"
 #include "tools/cache/output.hpp"
 
 namespace graphattn::tools::cache_tool {
 
-using detail::DiskTier;
-using detail::EntryInfo;
-using detail::EntryStatus;
-using detail::printable;
+// The tool sees the library through its public API only (graphattn/jit.hpp): its CMake target has
+// no path to the library's private headers.
+using EntryInfo = graphattn::CacheEntryInfo;
+using graphattn::CacheDirectory;
+using graphattn::printable;
 
 constexpr int kExitOk = 0;
 constexpr int kExitFailed = 1;
@@ -80,30 +78,27 @@ class CacheDir {
   CacheDir(std::string dir, bool need_write);
 
   const std::string& path() const { return dir_; }
-  bool exists() const { return tier_ != nullptr; }
-  DiskTier* tier() const { return tier_.get(); }
+  bool exists() const { return dir_handle_ != nullptr; }
+  // The directory, for the calls that change it; null when it does not exist.
+  const CacheDirectory* directory() const { return dir_handle_.get(); }
   std::vector<EntryInfo> entries() const {
-    return tier_ ? tier_->list() : std::vector<EntryInfo>{};
+    return dir_handle_ ? dir_handle_->list() : std::vector<EntryInfo>{};
   }
-  // Names of the files in the directory (not "." and "..").
-  std::vector<std::string> file_names() const {
-    return tier_ ? tier_->file_names() : std::vector<std::string>{};
-  }
-  // lstat of a name in the directory: never follows a link.
-  bool stat_name(const std::string& name, struct stat* st) const {
-    return tier_ && tier_->stat_name(name, st);
+  // The files in the directory (not "." and ".."), sorted by name.
+  std::vector<graphattn::CacheFile> files() const {
+    return dir_handle_ ? dir_handle_->files() : std::vector<graphattn::CacheFile>{};
   }
   // "" or what is wrong with the directory's owner or mode.
-  std::string trust_problem() const { return tier_ ? tier_->trust_problem() : ""; }
+  std::string trust_problem() const { return dir_handle_ ? dir_handle_->trust_problem() : ""; }
   // Before a command removes `names` (files of this directory): throws graphattn::Error, naming
   // them, when the directory is not a graphattn cache (no marker, not an earlier version's cache;
-  // DiskTier::is_cache) and --force was not given.
+  // CacheDirectory::is_cache) and --force was not given.
   void require_cache(const Options& o, const char* command,
                      const std::vector<std::string>& names) const;
 
  private:
   std::string dir_;
-  std::unique_ptr<DiskTier> tier_;
+  std::unique_ptr<CacheDirectory> dir_handle_;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -172,9 +167,9 @@ class ToolCache {
 
 // The secret of --signing-key, else of GRAPHATTN_CACHE_SIGNING_KEY; "" when neither is set.
 std::string signing_secret(const Options& o);
-// The directory --dir as the kernel cache uses it (trusted; created when `create`); throws
-// graphattn::Error when it cannot be used (or written, when `create`).
-std::unique_ptr<DiskTier> open_local(const Options& o, bool create);
+// The directory --dir, required usable as the kernel cache uses it (trusted; created when
+// `create`); throws graphattn::Error when it cannot be used (or written, when `create`).
+std::unique_ptr<CacheDirectory> open_local(const Options& o, bool create);
 // The remote tier for `stats`: configured, built in, reachable, entries and bytes.
 Json remote_stats(const Options& o);
 void print_remote_stats(const Json& remote);

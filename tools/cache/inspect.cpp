@@ -30,7 +30,7 @@ const EntryInfo& resolve(const std::vector<EntryInfo>& entries, const std::strin
       if (e.key_hex.compare(0, lower.size(), lower) == 0) hits.push_back(&e);
   } else {
     for (const auto& e : entries)
-      if (e.status == EntryStatus::kOk && e.header.spec == arg) hits.push_back(&e);
+      if (e.ok && e.spec == arg) hits.push_back(&e);
   }
   if (hits.size() == 1) return *hits[0];
   const std::string what = hex ? "key prefix '" + arg + "'" : "spec " + printable(arg);
@@ -47,20 +47,9 @@ const EntryInfo& resolve(const std::vector<EntryInfo>& entries, const std::strin
                            plural(entries.size(), "entry", "entries") + " there)");
   }
   std::string list;
-  for (const auto* e : hits)
-    list +=
-        "\n  " + e->key_hex + "  " +
-        (e->status == EntryStatus::kOk ? e->header.spec : graphattn::detail::to_string(e->status));
+  for (const auto* e : hits) list += "\n  " + e->key_hex + "  " + (e->ok ? e->spec : e->status);
   throw graphattn::Error(what + " is ambiguous: it matches " + std::to_string(hits.size()) +
                          " entries; give " + (hex ? "more digits" : "a key prefix") + ":" + list);
-}
-
-// A dumped source, read without following links; sources are tens of KiB.
-std::string read_source(const CacheDir& dir, const EntryInfo& e) {
-  std::string text;
-  if (!dir.tier()->read_text(graphattn::detail::source_file_of(e.name), 16u << 20, &text))
-    throw graphattn::Error("cannot read " + e.source_path);
-  return text;
 }
 
 struct Bucket {
@@ -108,11 +97,11 @@ int cmd_list(const Options& o) {
           "lllrllrl");
   for (const auto& e : entries) {
     const Check c = check_entry(e);
-    const bool readable = e.status == EntryStatus::kOk;
-    t.add({printable(short_key(e.key_hex)), readable ? printable(e.header.spec) : "-",
-           readable ? "sm_" + std::to_string(e.header.arch) : "-", human_bytes(e.file_bytes),
-           readable ? local_time(e.header.compiled_at_ms) : "-", local_time(e.last_used_ms),
-           readable ? fixed(static_cast<double>(e.header.compile_us) / 1000.0, 1) : "-",
+    const bool readable = e.ok;
+    t.add({printable(short_key(e.key_hex)), readable ? printable(e.spec) : "-",
+           readable ? "sm_" + std::to_string(e.arch) : "-", human_bytes(e.file_bytes),
+           readable ? local_time(e.compiled_at_ms) : "-", local_time(e.last_used_ms),
+           readable ? fixed(static_cast<double>(e.compile_us) / 1000.0, 1) : "-",
            c.ok ? c.status : c.status + ": " + c.reason});
   }
   t.print(std::cout);
@@ -129,7 +118,7 @@ int cmd_show(const Options& o) {
   const EntryInfo& e = resolve(entries, o.target, dir.path());
   const Check c = check_entry(e);
   const Json current = is_current(e);
-  const std::string source = e.source_path.empty() ? "" : read_source(dir, e);
+  const std::string source = e.source_path.empty() ? "" : dir.directory()->read_source(e);
   if (o.json) {
     Json j = entry_json(e);
     j["dir"] = dir.path();
@@ -138,8 +127,7 @@ int cmd_show(const Options& o) {
     print_json(j);
     return kExitOk;
   }
-  const auto& h = e.header;
-  const bool readable = e.status == EntryStatus::kOk;
+  const bool readable = e.ok;
   std::vector<std::pair<std::string, std::string>> rows = {
       {"key", e.key_hex},
       {"path", e.path},
@@ -149,15 +137,15 @@ int cmd_show(const Options& o) {
   if (readable) {
     rows.insert(
         rows.end(),
-        {{"spec", printable(h.spec, 4096)},
+        {{"spec", printable(e.spec, 4096)},
          {"kind", kind_of(e)},
-         {"arch", "sm_" + std::to_string(h.arch)},
-         {"format version", std::to_string(h.format_version)},
-         {"nvrtc version", std::to_string(h.nvrtc_major) + "." + std::to_string(h.nvrtc_minor)},
-         {"compiled at", local_time(h.compiled_at_ms)},
-         {"compile ms", fixed(static_cast<double>(h.compile_us) / 1000.0, 3)},
-         {"payload bytes", std::to_string(h.payload_bytes)},
-         {"payload xxh3", hex64(h.payload_hash)},
+         {"arch", "sm_" + std::to_string(e.arch)},
+         {"format version", std::to_string(e.format_version)},
+         {"nvrtc version", std::to_string(e.nvrtc_major) + "." + std::to_string(e.nvrtc_minor)},
+         {"compiled at", local_time(e.compiled_at_ms)},
+         {"compile ms", fixed(static_cast<double>(e.compile_us) / 1000.0, 3)},
+         {"payload bytes", std::to_string(e.payload_bytes)},
+         {"payload xxh3", hex64(e.payload_xxh3)},
          {"current", current.is_null() ? "unknown (this build has no template for its kind)"
                      : current.get<bool>()
                          ? "yes (this build looks it up under this key)"
@@ -193,15 +181,14 @@ int cmd_stats(const Options& o) {
       Bucket& k = by_kind[kind_of(e)];
       ++k.count;
       k.bytes += e.file_bytes;
-      Bucket& a = by_arch["sm_" + std::to_string(e.header.arch)];
+      Bucket& a = by_arch["sm_" + std::to_string(e.arch)];
       ++a.count;
       a.bytes += e.file_bytes;
-      compile_ms += static_cast<double>(e.header.compile_us) / 1000.0;
+      compile_ms += static_cast<double>(e.compile_us) / 1000.0;
     }
-    struct stat st {};
-    if (!e.source_path.empty() && dir.stat_name(graphattn::detail::source_file_of(e.name), &st)) {
+    if (!e.source_path.empty()) {
       ++sources.count;
-      sources.bytes += static_cast<uint64_t>(st.st_size);
+      sources.bytes += e.source_bytes;
     }
     if (oldest == 0 || e.last_used_ms < oldest) oldest = e.last_used_ms;
     newest = std::max(newest, e.last_used_ms);

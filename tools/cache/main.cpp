@@ -25,7 +25,6 @@
 
 #include "graphattn/jit.hpp"
 #include "graphattn/log.hpp"
-#include "jit_cache/disk_tier.hpp"
 #include "tools/cache/cache_tool.hpp"
 #include "tools/version.hpp"
 
@@ -230,7 +229,7 @@ int main(int argc, char** argv) {
     // stats and verify look at every layer the kernel cache searches, unless --dir names one.
     o.layers = {o.dir};
     if (dir_option->count() == 0) {
-      const std::vector<std::string> layers = graphattn::detail::cache_dirs_from_env();
+      const std::vector<std::string> layers = graphattn::cache_dirs_from_env();
       if (!layers.empty()) o.layers = layers;
     }
     if (list->parsed()) return cmd_list(o);

@@ -1,8 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // graphattn-cache verify, prune and clear: they check the directory and remove what is bad, old,
 // over the size cap, or everything.
-#include <sys/stat.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -13,14 +11,15 @@
 #include <vector>
 
 #include "graphattn/error.hpp"
-#include "jit_cache/byte_size.hpp"
+#include "graphattn/jit.hpp"
 #include "tools/cache/cache_tool.hpp"
 
 namespace graphattn::tools::cache_tool {
 namespace {
 
-using detail::classify_file_name;
-using detail::FileKind;
+using graphattn::CacheFile;
+using graphattn::CacheFileKind;
+using graphattn::CacheRemoval;
 
 // A temp file this old cannot belong to a write in progress (writes take milliseconds): its
 // writer died. verify --fix removes only these; clear removes every temp file.
@@ -29,14 +28,16 @@ constexpr std::chrono::seconds kStaleTempAge{600};
 // --max-bytes through the library's one size parser (GRAPHATTN_CACHE_MAX_BYTES uses it too).
 uint64_t parse_size(const std::string& text) {
   try {
-    return graphattn::detail::parse_byte_size(text, "--max-bytes");
+    return graphattn::parse_byte_size(text, "--max-bytes");
   } catch (const graphattn::Error& e) {
     throw UsageError(e.what());
   }
 }
 
-int64_t mtime_ms(const struct stat& st) {
-  return static_cast<int64_t>(st.st_mtim.tv_sec) * 1000 + st.st_mtim.tv_nsec / 1000000;
+int64_t now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
 }
 
 }  // namespace
@@ -50,14 +51,13 @@ int cmd_verify(const Options& o) {
     std::vector<std::string> doomed;
     for (const auto& e : dir.entries())
       if (!check_entry(e).ok) doomed.push_back(e.name);
-    for (const auto& name : dir.file_names()) {
-      const FileKind kind = classify_file_name(name, nullptr);
-      if (kind == FileKind::kTemp || kind == FileKind::kLock) doomed.push_back(name);
-    }
+    for (const CacheFile& f : dir.files())
+      if (f.kind == CacheFileKind::kTemp || f.kind == CacheFileKind::kLock)
+        doomed.push_back(f.name);
     dir.require_cache(o, "verify --fix", doomed);
   }
   std::vector<std::string> repaired_modes;
-  if (o.fix && dir.exists()) repaired_modes = dir.tier()->repair_modes();
+  if (o.fix && dir.exists()) repaired_modes = dir.directory()->repair_modes();
   const std::string dir_problem = dir.trust_problem();
   const std::vector<EntryInfo> entries = dir.entries();
   std::vector<const EntryInfo*> bad;
@@ -71,25 +71,22 @@ int cmd_verify(const Options& o) {
     }
   }
   std::vector<std::string> stale_temps;
-  const int64_t cutoff = graphattn::detail::now_unix_ms() - kStaleTempAge.count() * 1000;
-  for (const auto& name : dir.file_names()) {
-    struct stat st {};
-    if (classify_file_name(name, nullptr) == FileKind::kTemp && dir.stat_name(name, &st) &&
-        mtime_ms(st) <= cutoff)
-      stale_temps.push_back(name);
-  }
+  const int64_t cutoff = now_ms() - kStaleTempAge.count() * 1000;
+  for (const CacheFile& f : dir.files())
+    if (f.kind == CacheFileKind::kTemp && f.modified_ms >= 0 && f.modified_ms <= cutoff)
+      stale_temps.push_back(f.name);
   uint64_t removed_temps = 0;
   size_t removed_entries = 0;
   std::vector<std::string> not_removed;  // "name: why"
   std::vector<std::string> removed_locks;
   if (o.fix && dir.exists()) {
     for (const auto* e : bad) {
-      const graphattn::detail::Removal r = dir.tier()->remove_entry(e->name);
+      const CacheRemoval r = dir.directory()->remove_entry_file(e->name);
       if (r.removed) ++removed_entries;
       if (!r.error.empty()) not_removed.push_back(r.error);
     }
-    removed_temps = dir.tier()->remove_stale_temps(kStaleTempAge);
-    removed_locks = dir.tier()->remove_orphan_locks();
+    removed_temps = dir.directory()->remove_stale_temps(kStaleTempAge);
+    removed_locks = dir.directory()->remove_orphan_locks();
   }
   const size_t ok_count = entries.size() - bad.size();
   if (o.json) {
@@ -117,8 +114,7 @@ int cmd_verify(const Options& o) {
       Table t({"BAD", "SPEC", "SIZE", "WHY"}, "llrl");
       for (const auto* e : bad) {
         const Check c = check_entry(*e);
-        t.add({printable(short_key(e->key_hex)),
-               e->status == EntryStatus::kOk ? printable(e->header.spec) : "-",
+        t.add({printable(short_key(e->key_hex)), e->ok ? printable(e->spec) : "-",
                human_bytes(e->file_bytes), c.status + ": " + c.reason});
       }
       t.print(std::cout);
@@ -165,15 +161,15 @@ int cmd_prune(const Options& o) {
   if (by_age) {
     // Clamped so that an absurd number of days cannot overflow the conversion.
     const double span_ms = std::min(o.older_than_days * 86400000.0, 1e15);
-    const int64_t cutoff = graphattn::detail::now_unix_ms() - static_cast<int64_t>(span_ms);
+    const int64_t cutoff = now_ms() - static_cast<int64_t>(span_ms);
     for (const auto& e : before) {
       if (e.last_used_ms < cutoff) {
-        dir.tier()->remove_entry(e.name);
+        dir.directory()->remove_entry_file(e.name);
         why[e.key_hex] = "unused for more than " + days_text(o.older_than_days) + " days";
       }
     }
   }
-  if (by_size && dir.exists()) dir.tier()->evict(max_bytes, nullptr);
+  if (by_size && dir.exists()) dir.directory()->evict(max_bytes);
   const std::vector<EntryInfo> after = dir.entries();
   std::set<std::string> remaining;
   for (const auto& e : after) remaining.insert(e.key_hex);
@@ -206,8 +202,7 @@ int cmd_prune(const Options& o) {
   if (!removed.empty()) {
     Table t({"REMOVED", "SPEC", "SIZE", "LAST USED", "WHY"}, "llrll");
     for (const auto* e : removed)
-      t.add({printable(short_key(e->key_hex)),
-             e->status == EntryStatus::kOk ? printable(e->header.spec) : "-",
+      t.add({printable(short_key(e->key_hex)), e->ok ? printable(e->spec) : "-",
              human_bytes(e->file_bytes), local_time(e->last_used_ms), why[e->key_hex]});
     t.print(std::cout);
   }
@@ -222,26 +217,25 @@ int cmd_clear(const Options& o) {
   const std::vector<EntryInfo> entries = dir.entries();
   {
     std::vector<std::string> doomed;
-    for (const auto& name : dir.file_names())
-      if (classify_file_name(name, nullptr) != FileKind::kOther) doomed.push_back(name);
+    for (const CacheFile& f : dir.files())
+      if (f.kind != CacheFileKind::kOther) doomed.push_back(f.name);
     dir.require_cache(o, "clear", doomed);
   }
   std::vector<std::string> failed;
   for (const auto& e : entries) {
-    const graphattn::detail::Removal r = dir.tier()->remove_entry(e.name);
+    const CacheRemoval r = dir.directory()->remove_entry_file(e.name);
     if (!r.error.empty()) failed.push_back(r.error);
   }
   uint64_t side_files = 0;
   std::vector<std::string> kept;
-  for (const auto& name : dir.file_names()) {
+  for (const CacheFile& f : dir.files()) {
     // Entries were removed above: one that failed is not reported twice.
-    const FileKind kind = classify_file_name(name, nullptr);
-    if (kind != FileKind::kOther) {
-      const graphattn::detail::Removal r = dir.tier()->remove(name);
+    if (f.kind != CacheFileKind::kOther) {
+      const CacheRemoval r = dir.directory()->remove_file(f.name);
       if (r.removed) ++side_files;
-      if (!r.error.empty() && !graphattn::detail::is_entry_kind(kind)) failed.push_back(r.error);
-    } else if (name != graphattn::detail::kCacheMarkerName) {
-      kept.push_back(printable(name));
+      if (!r.error.empty() && f.kind != CacheFileKind::kEntry) failed.push_back(r.error);
+    } else if (f.name != graphattn::kCacheMarkerName) {
+      kept.push_back(printable(f.name));
     }
   }
   if (!failed.empty()) {
