@@ -200,7 +200,14 @@ constexpr const char* enum_long_name(int i) {
   /* instead of reading or writing outside the cache. Off: the fast path, whose source and */      \
   /* machine code carry no check at all. */                                                        \
   X(bool, check_bounds, false, kSuffix, "_chk", "checked mode", 2, "GA_CHECK_BOUNDS",              \
-    kPagedKernels, false, kNoRule)
+    kPagedKernels, false, kNoRule)                                                                 \
+  /* Softmax LSE: the kernel also writes each (query head, query token)'s natural-log */           \
+  /* log-sum-exp of its scaled (and capped, biased) scores, FlashAttention's softmax_lse */        \
+  /* [num_heads, total_q] fp32 (with sinks: the sink's term included; no key: -inf), for */        \
+  /* merge_attn_states and cascade attention. Off: the kernels' source and machine code */         \
+  /* carry no LSE at all. */                                                                       \
+  X(bool, softmax_lse, false, kSuffix, "_lse", "softmax LSE", 2, "GA_WRITE_LSE",                   \
+    kPagedAttention, false, kNoRule)
 // clang-format on
 
 struct GRAPHATTN_API AttentionSpec {

@@ -98,7 +98,7 @@ def _calls(a):
                                             block_table=a["block_table"], out=a["dout"]),
          (a["dq"], a["kv"][0], a["kv"][1], 1, a["decode_qsl"], max(SEQ_LENS), a["seq_lens"],
           a["block_table"], a["dout"], None, True, -1, -1, 0.0, None, None, None, 1.0, 1.0,
-          None, None, None)),
+          None, None, None, None)),
         ("swap_blocks",
          lambda: ops.swap_blocks(a["kv"][0], a["dst"], a["mapping"]),
          (a["kv"][0], a["dst"], a["mapping"])),
@@ -135,7 +135,7 @@ NAMES = [c[0] for c in _calls(_inputs("meta", fill=False))]
 MUTATED = {"reshape_and_cache_flash": {"key_cache", "value_cache"},
            "reshape_and_cache": {"key_cache", "value_cache"}, "forward_prefix": {"out"},
            "calc_kv_scales": {"k_scale", "v_scale"}, "encoder_attention": {"output"},
-           "multi_head_attention": {"out"}, "flash_attn_varlen_func": {"out"},
+           "multi_head_attention": {"out"}, "flash_attn_varlen_func": {"out", "softmax_lse"},
            "swap_blocks": {"dst"}, "copy_blocks": {"key_caches", "value_caches"},
            "paged_attention_v1": {"out"}, "paged_attention_v2": {"out"}, "forward_decode": set(),
            "merge_attn_states": {"output", "output_lse"}}

@@ -184,6 +184,7 @@ def test_backend_capabilities():
     assert B.supports_sink() and B.supports_sliding_window() and not B.is_mla()
     assert not B.supports_non_causal() and not B.supports_dcp() and not B.supports_pcp()
     assert B.forward_includes_kv_cache_update
+    assert B.supports_cascade_attention()  # vLLM's cascade (up to 0.11), run by the impl
     assert B.supports_combination(128, torch.bfloat16, "float16", 16, False, False, False,
                                   False, DeviceCapability(9, 0)) is not None
 
@@ -342,6 +343,24 @@ def test_builder_from_vllms_common_metadata(builder):
     assert padded.graphattn.num_actual_tokens == 5 and padded.num_actual_tokens == 5
     with pytest.raises(errors.GraphattnError, match="request"):
         builder.build(0, _common([4, 1], [9, 8]))  # a decode after a prefill
+
+
+def test_builder_cascade_metadata_and_rule(builder):
+    # vLLM's use_cascade_attention rule, as its FlashAttention builder answered it.
+    assert builder.use_cascade_attention(8192, [1] * 64, 32, 8, False, False, False, 132)
+    assert not builder.use_cascade_attention(128, [1] * 64, 32, 8, False, False, False, 132)
+    assert not builder.use_cascade_attention(8192, [1] * 64, 32, 8, False, False, True, 132)
+    assert not builder.use_cascade_attention(8192, [1] * 64, 32, 8, False, False, False, 132,
+                                             dcp_world_size=2)
+    md = builder.build(0, _common([1, 1, 5], [300, 290, 280]))
+    assert not md.use_cascade and md.suffix_kv_lens is None
+    md = builder.build(256, _common([1, 1, 5], [300, 290, 280]))
+    assert md.use_cascade and md.common_prefix_len == 256
+    assert md.cu_prefix_query_lens.tolist() == [0, 7]
+    assert md.prefix_kv_lens.tolist() == [256]
+    assert md.suffix_kv_lens.tolist() == [44, 34, 24]
+    with pytest.raises(ValueError, match="multiple of the block size 16"):
+        builder.build(100, _common([1, 1, 5], [300, 290, 280]))
 
 
 def test_builder_capture_uses_the_device_split(builder):
