@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // Cascade attention, as vLLM's FlashAttention backend ran it (vLLM 0.6 to 0.11:
 // FlashAttentionMetadataBuilder.use_cascade_attention and cascade_attention; vLLM 0.33 dropped
 // it): when every request of a batch shares a common prefix of KV blocks (a system prompt), all
