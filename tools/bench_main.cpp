@@ -56,9 +56,15 @@ int main(int argc, char** argv) {
   app.add_flag("!--no-peer", use_peer, "do not run the peer");
   app.add_flag("!--no-check", check, "skip the float64 reference checks");
   std::string cascade_prefixes_text = "8192";
+  int cascade_requests = 64, cascade_own = 512;
   app.add_option("--cascade-prefixes", cascade_prefixes_text,
-                 "cascade: shared prompt lengths (multiples of 16) before 64 requests of 512 "
-                 "own tokens, e.g. 256,1024,2048,4096,8192")
+                 "cascade: shared prompt lengths (multiples of 16), e.g. 256,1024,2048,4096,8192")
+      ->capture_default_str();
+  app.add_option("--cascade-requests", cascade_requests, "cascade: decoding requests")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
+  app.add_option("--cascade-own", cascade_own, "cascade: each request's own tokens")
+      ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();
   app.add_option("--try-splits", try_splits_text,
                  "decode: also time the kernels alone at these max_splits, e.g. 1,4,16,64");
@@ -130,7 +136,8 @@ int main(int argc, char** argv) {
       j["prefill"] = bench_prefill(dev, 4, 4096, std::max(20, reps / 5), peer, &ok);
       j["prefill_legacy"] = bench_prefill(dev, 4, 4096, std::max(20, reps / 5), peer, &ok, true);
     }
-    if (wants("cascade")) j["cascade"] = bench_cascade(dev, 64, 512, cascade_prefixes, reps, &ok);
+    if (wants("cascade"))
+      j["cascade"] = bench_cascade(dev, cascade_requests, cascade_own, cascade_prefixes, reps, &ok);
     if (!json_path.empty()) std::ofstream(json_path) << j.dump(2) << "\n";
     if (!ok) {
       std::fprintf(stderr, "graphattn-bench: a reference check failed (see FAIL above)\n");
