@@ -94,7 +94,7 @@ def can_run_in_cudagraph(query_start_loc, decode_query_len=1, mixed_graphs=False
 
 
 def use_cascade_attention(common_prefix_len, query_lens, num_query_heads, num_kv_heads,
-                          use_alibi=False, use_sliding_window=False, num_sms=132):
+                          use_alibi, use_sliding_window, num_sms):
     """vLLM's rule for cascade attention (its FlashAttention builder's use_cascade_attention,
     vLLM 0.6 to 0.11): whether a batch whose requests share common_prefix_len tokens and have
     these scheduled query lengths (host ints) should run it on num_sms multiprocessors."""

@@ -109,12 +109,12 @@ def test_mixed_graphs():
 
 
 def test_use_cascade_attention_follows_vllms_rule():
-    assert md.use_cascade_attention(8192, [1] * 64, 32, 8, num_sms=132)
-    assert not md.use_cascade_attention(255, [1] * 64, 32, 8, num_sms=132)
-    assert not md.use_cascade_attention(8192, [1] * 7, 32, 8, num_sms=132)
-    assert not md.use_cascade_attention(8192, [1] * 64, 32, 8, use_alibi=True)
-    assert not md.use_cascade_attention(8192, [1] * 64, 32, 8, use_sliding_window=True)
-    assert md.use_cascade_attention(256, [1] * 7 + [40], 8, 2, num_sms=132)
-    assert not md.use_cascade_attention(256, [1] * 8, 2, 1, num_sms=132)
+    assert md.use_cascade_attention(8192, [1] * 64, 32, 8, False, False, 132)
+    assert not md.use_cascade_attention(255, [1] * 64, 32, 8, False, False, 132)
+    assert not md.use_cascade_attention(8192, [1] * 7, 32, 8, False, False, 132)
+    assert not md.use_cascade_attention(8192, [1] * 64, 32, 8, True, False, 132)  # ALiBi
+    assert not md.use_cascade_attention(8192, [1] * 64, 32, 8, False, True, 132)  # window
+    assert md.use_cascade_attention(256, [1] * 7 + [40], 8, 2, False, False, 132)
+    assert not md.use_cascade_attention(256, [1] * 8, 2, 1, False, False, 132)
     with pytest.raises(graphattn.GraphattnError, match="num_sms 0 must be positive"):
-        md.use_cascade_attention(8192, [1] * 64, 32, 8, num_sms=0)
+        md.use_cascade_attention(8192, [1] * 64, 32, 8, False, False, 0)
