@@ -363,6 +363,46 @@ def test_builder_cascade_metadata_and_rule(builder):
         builder.build(100, _common([1, 1, 5], [300, 290, 280]))
 
 
+def test_impl_runs_vllms_cascade_sequence(builder, monkeypatch):
+    """A cascade step is vLLM's cascade_attention over graphattn.ops: the cache write, the
+    prefix (every query, non-causal, block-table row 0's prefix blocks), the suffixes (causal,
+    the rows past the prefix blocks, seq_lens - prefix), both with their LSE, then the merge."""
+    calls = []
+
+    def varlen(q, k, v, **kw):
+        calls.append(("varlen", kw))
+        return torch.zeros_like(q), torch.zeros(q.shape[1], q.shape[0])
+
+    monkeypatch.setattr(graphattn.ops, "reshape_and_cache_flash",
+                        lambda *a, **kw: calls.append(("write", a)))
+    monkeypatch.setattr(graphattn.ops, "flash_attn_varlen_func", varlen)
+    monkeypatch.setattr(graphattn.ops, "merge_attn_states",
+                        lambda *a, **kw: calls.append(("merge", a)))
+    impl = _impl()
+    impl._entry = object()  # prepared (the cascade path launches through graphattn.ops)
+    md = builder.build(32, _common([1, 1, 5], [300, 290, 280]))
+    q = torch.zeros(7, 32, 128)
+    key = value = torch.zeros(7, 8, 128)
+    out = torch.zeros(9, 32, 128)
+    kv_cache = torch.zeros(10, 2, 16, 8 * 128)  # vLLM 0.33's NHD page view
+    assert impl.forward(None, q, key, value, kv_cache, md, out) is out
+    assert [c[0] for c in calls] == ["write", "varlen", "varlen", "merge"]
+    prefix, suffix = calls[1][1], calls[2][1]
+    assert prefix["causal"] is False and prefix["return_softmax_lse"] is True
+    assert prefix["cu_seqlens_q"] is md.cu_prefix_query_lens and prefix["max_seqlen_q"] == 7
+    assert prefix["seqused_k"] is md.prefix_kv_lens and prefix["max_seqlen_k"] == 32
+    assert tuple(prefix["block_table"].shape) == (1, 2)
+    assert suffix["causal"] is True and suffix["return_softmax_lse"] is True
+    assert suffix["seqused_k"] is md.suffix_kv_lens and suffix["num_decodes"] == 2
+    assert tuple(suffix["block_table"].shape) == (3, 6) and suffix["max_seqlen_q"] == 5
+    assert calls[3][1][0].shape[0] == 7  # the merge writes the step's rows of output
+    # Layers that vLLM's cascade does not cover refuse it in the builder and the impl.
+    windowed = _impl(sliding_window=128)
+    windowed._entry = object()
+    with pytest.raises(NotImplementedError, match="cascade attention is for decoder layers"):
+        windowed.forward(None, q, key, value, kv_cache, md, out)
+
+
 def test_builder_capture_uses_the_device_split(builder):
     support = builder.get_cudagraph_support(builder.vllm_config, builder.kv_cache_spec)
     assert support == AttentionCGSupport.ALWAYS

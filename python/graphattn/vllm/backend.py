@@ -401,11 +401,14 @@ class GraphattnImpl(AttentionImpl):
             max_seqlen_k=md.common_prefix_len, seqused_k=md.prefix_kv_lens, causal=False,
             block_table=md.block_table[:1, :prefix_blocks], **common)
         suffix_out, suffix_lse = ops.flash_attn_varlen_func(
-            q, k_cache, v_cache, max_seqlen_q=md.graphattn.max_query_len,
+            q, k_cache, v_cache, max_seqlen_q=md.max_query_len,
             cu_seqlens_q=md.query_start_loc, max_seqlen_k=max(
                 md.max_seq_len - md.common_prefix_len, 1),
             seqused_k=md.suffix_kv_lens, causal=True,
-            block_table=md.block_table[:, prefix_blocks:], num_decodes=md.num_decodes,
+            block_table=md.block_table[:, prefix_blocks:],
+            # single-token decodes run the split-KV decode kernel; multi-token ones (speculative
+            # decoding) go with the prefills, which handle them as short causal chunks
+            num_decodes=md.num_decodes if md.num_decode_tokens == md.num_decodes else 0,
             **common)
         ops.merge_attn_states(output[:n], prefix_out, prefix_lse, suffix_out, suffix_lse)
 
