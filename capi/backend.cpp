@@ -89,11 +89,14 @@ void graphattn_metadata_init(graphattn_metadata_t* metadata) noexcept {
   metadata->struct_size = sizeof(graphattn_metadata_t);
 }
 
-graphattn_status_t graphattn_backend_forward(graphattn_backend_t backend, const DLTensor* query,
-                                             const DLTensor* key, const DLTensor* value,
-                                             const DLTensor* kv_cache, const DLTensor* output,
-                                             const graphattn_metadata_t* metadata, void* workspace,
-                                             size_t workspace_bytes, void* stream) noexcept {
+namespace {
+
+graphattn_status_t backend_forward(graphattn_backend_t backend, const DLTensor* query,
+                                   const DLTensor* key, const DLTensor* value,
+                                   const DLTensor* kv_cache, const DLTensor* output,
+                                   const graphattn_metadata_t* metadata, void* workspace,
+                                   size_t workspace_bytes, void* stream,
+                                   const DLTensor* softmax_lse) noexcept {
   return guard([&] {
     const graphattn::AttentionBackend& attn = deref(backend, "backend").attn;
     const graphattn_metadata_t& m = sized(metadata, "metadata", kMetadataV1Bytes);
@@ -128,9 +131,29 @@ graphattn_status_t graphattn_backend_forward(graphattn_backend_t backend, const 
     md.max_query_len = m.max_query_len;
     md.max_seq_len = m.max_seq_len;
     md.device_split = holds(m, &graphattn_metadata_t::device_split) && m.device_split != 0;
-    attn.forward(q, k, v, cache, out, md, workspace, workspace_bytes,
-                 static_cast<CUstream>(stream));
+    const TensorView lse = view_of(softmax_lse, "softmax_lse", Null::kEmpty);
+    attn.forward(q, k, v, cache, out, md, workspace, workspace_bytes, static_cast<CUstream>(stream),
+                 lse);
   });
+}
+
+}  // namespace
+
+graphattn_status_t graphattn_backend_forward(graphattn_backend_t backend, const DLTensor* query,
+                                             const DLTensor* key, const DLTensor* value,
+                                             const DLTensor* kv_cache, const DLTensor* output,
+                                             const graphattn_metadata_t* metadata, void* workspace,
+                                             size_t workspace_bytes, void* stream) noexcept {
+  return backend_forward(backend, query, key, value, kv_cache, output, metadata, workspace,
+                         workspace_bytes, stream, nullptr);
+}
+
+graphattn_status_t graphattn_backend_forward_lse(
+    graphattn_backend_t backend, const DLTensor* query, const DLTensor* key, const DLTensor* value,
+    const DLTensor* kv_cache, const DLTensor* output, const graphattn_metadata_t* metadata,
+    void* workspace, size_t workspace_bytes, void* stream, const DLTensor* softmax_lse) noexcept {
+  return backend_forward(backend, query, key, value, kv_cache, output, metadata, workspace,
+                         workspace_bytes, stream, softmax_lse);
 }
 
 }  // extern "C"

@@ -69,6 +69,23 @@ graphattn_status_t graphattn_can_run_in_cudagraph(const int32_t* query_start_loc
   return graphattn_can_run_uniform_decode(query_start_loc, num_reqs, 1, result);
 }
 
+graphattn_status_t graphattn_use_cascade_attention(int common_prefix_len, const int32_t* query_lens,
+                                                   int num_reqs, int num_query_heads,
+                                                   int num_kv_heads, int use_alibi,
+                                                   int use_sliding_window, int num_sms,
+                                                   int* result) noexcept {
+  return guard([&] {
+    int& out = deref(result, "result");
+    if (num_reqs < 0) invalid("num_reqs " + std::to_string(num_reqs) + " must be >= 0");
+    if (num_reqs > 0 && query_lens == nullptr) invalid("query_lens is NULL");
+    const std::vector<int32_t> lens(query_lens, query_lens + num_reqs);
+    out = graphattn::use_cascade_attention(common_prefix_len, lens, num_query_heads, num_kv_heads,
+                                           use_alibi != 0, use_sliding_window != 0, num_sms)
+              ? 1
+              : 0;
+  });
+}
+
 graphattn_status_t graphattn_split_decodes_and_prefills(
     const int32_t* query_start_loc, int num_reqs, int decode_threshold,
     graphattn_decode_prefill_split_t* split) noexcept {

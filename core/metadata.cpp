@@ -234,7 +234,50 @@ FlashAttentionMetadata FlashAttentionMetadataBuilder::build(int common_prefix_le
     f.split = split_decodes_and_prefills(m, decode_query_len_);
   }
   f.common_prefix_len = common_prefix_len;
+  if (common_prefix_len > 0) {
+    if (type_ != AttentionType::kDecoder)
+      throw Error("common_prefix_len " + std::to_string(common_prefix_len) +
+                  ": cascade attention is for decoder layers, not " + to_string(type_));
+    if (common_prefix_len % block_size_ != 0)
+      throw Error("common_prefix_len " + std::to_string(common_prefix_len) +
+                  " must be a multiple of the block size " + std::to_string(block_size_));
+    for (int r = 0; r < m.num_reqs; ++r) {
+      const int context = m.seq_lens[r] - m.query_len(r);
+      if (context < common_prefix_len)
+        throw Error("common_prefix_len " + std::to_string(common_prefix_len) +
+                    " exceeds the cached context of request " + std::to_string(r) + " (" +
+                    std::to_string(context) + " tokens): the prefix must be computed already");
+      f.suffix_seq_lens.push_back(m.seq_lens[r] - common_prefix_len);
+    }
+    f.use_cascade = true;
+  }
   return f;
+}
+
+bool use_cascade_attention(int common_prefix_len, const std::vector<int32_t>& query_lens,
+                           int num_query_heads, int num_kv_heads, bool use_alibi,
+                           bool use_sliding_window, int num_sms) {
+  const auto cdiv = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
+  if (common_prefix_len < 256) return false;  // vLLM: too short to be worth it
+  if (use_alibi || use_sliding_window) return false;
+  const int64_t num_reqs = static_cast<int64_t>(query_lens.size());
+  if (num_reqs < 8) return false;  // vLLM: too few queries
+  if (num_kv_heads <= 0 || num_query_heads <= 0 || num_sms <= 0)
+    throw Error("use_cascade_attention: num_query_heads " + std::to_string(num_query_heads) +
+                ", num_kv_heads " + std::to_string(num_kv_heads) + " and num_sms " +
+                std::to_string(num_sms) + " must be positive");
+  const int64_t group = num_query_heads / num_kv_heads;
+  const bool all_decodes =
+      std::all_of(query_lens.begin(), query_lens.end(), [](int32_t q) { return q == 1; });
+  // vLLM's FlashDecoding criterion: without it cascade saves bandwidth, so use it.
+  if (!(group > 1 && all_decodes)) return true;
+  constexpr int64_t kTile = 128;  // vLLM's q and kv tile sizes
+  const int64_t prefix_tiles = cdiv(common_prefix_len, kTile);
+  const int64_t cascade_time =
+      cdiv(num_query_heads * cdiv(num_reqs, kTile), num_sms) * prefix_tiles;
+  const int64_t plain_time =
+      cdiv(num_reqs * num_kv_heads * cdiv(group, kTile) * prefix_tiles, num_sms);
+  return cascade_time < plain_time;
 }
 
 FlashAttentionMetadata FlashAttentionMetadataBuilder::build_for_cudagraph_capture(

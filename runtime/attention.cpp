@@ -85,6 +85,9 @@ std::string attention_config_problem(const AttentionLayerConfig& c) {
   if (c.blocksparse.block_size != 0 && c.attn_type != AttentionType::kDecoder)
     return "blocksparse attention is not supported for attn_type " +
            std::string(to_string(c.attn_type)) + "; supported: decoder (causal self-attention)";
+  if (c.softmax_lse && c.attn_type == AttentionType::kEncoderOnly)
+    return "softmax_lse is not supported for attn_type encoder_only; supported: decoder, "
+           "encoder, encoder_decoder (the paged-cache kernels write it)";
   if (c.max_model_len <= 0)
     return "max_model_len " + str(c.max_model_len) + " is not supported; supported: >= 1";
   if (c.max_num_seqs <= 0 || c.max_num_seqs > 65535)
@@ -410,8 +413,15 @@ void clear_split_counters_once(std::mutex& mu, std::vector<const void*>& cleared
 void AttentionBackend::forward(const TensorView& query, const TensorView& key,
                                const TensorView& value, const TensorView& kv_cache,
                                const TensorView& output, const AttentionMetadata& md,
-                               void* workspace, size_t workspace_size, CUstream stream) const {
+                               void* workspace, size_t workspace_size, CUstream stream,
+                               const TensorView& softmax_lse) const {
   GA_REQUIRE(prepared_, "forward: call prepare() before the first forward (and before capture)");
+  GA_REQUIRE(config_.softmax_lse == (softmax_lse.ndim != 0),
+             config_.softmax_lse
+                 ? "forward: the layer writes the softmax LSE (config softmax_lse); pass "
+                   "softmax_lse, fp32 [num_heads, num_tokens]"
+                 : "forward: softmax_lse was given but the layer does not write it (set config "
+                   "softmax_lse)");
   if (encoder_only()) return forward_encoder_only(query, key, value, output, md, stream);
   const AttentionLayerConfig& c = config_;
   const int num_decodes = checked_decode_count(c, md);
@@ -419,7 +429,8 @@ void AttentionBackend::forward(const TensorView& query, const TensorView& key,
   const detail::KvCacheShape kc = check_paged_cache(c, kv_cache, md);
   const CacheWriteRows w = check_cache_write_rows(c, key, value, md);
 
-  const detail::AttentionViews views = layer_views(c, query, kv_cache, output, md);
+  detail::AttentionViews views = layer_views(c, query, kv_cache, output, md);
+  views.softmax_lse = softmax_lse;
   void* const bounds = bounds_ ? bounds_->data() : nullptr;
   detail::DecodeLaunch d =
       decode_launch(c, views, md, num_decodes,

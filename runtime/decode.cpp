@@ -69,6 +69,7 @@ AttentionSpec decode_spec(const DecodeLaunch& a, int arch) {
   KernelFeatures f =
       launch_features(arch, a.bounds != nullptr, a.alibi_slopes != nullptr, a.sinks != nullptr);
   f.multi_token = a.multi_token;
+  f.softmax_lse = a.softmax_lse.ndim != 0;
   return attention_spec_for(KernelKind::kDecode, a.query, a.output, a.kv_cache, a.window,
                             a.soft_cap, f);
 }

@@ -21,6 +21,7 @@ KernelFeatures features_of(const AttentionLayerConfig& c) {
   f.dense_kv = c.attn_type == AttentionType::kEncoderOnly;  // no cache: K/V come in dense
   f.block_sparse = c.blocksparse.sparse();
   f.check_bounds = c.check_bounds;
+  f.softmax_lse = c.softmax_lse;
   return f;
 }
 

@@ -93,6 +93,9 @@ struct AttentionViews {
   bool non_causal = false;
   // Block-sparse pattern (spec axis block_sparse when blocksparse.sparse()).
   BlockSparseParams blocksparse;
+  // Softmax LSE out (spec axis softmax_lse when ndim != 0): [num_heads, >= num_tokens] fp32,
+  // rows contiguous; the launch writes the entries of the query rows it handles.
+  TensorView softmax_lse;
 };
 
 // The paged-attention fields that DecodeParams and PrefillParams share: query and output rows,
@@ -127,6 +130,8 @@ void set_paged_attention_views(Params& p, const AttentionViews& v) {
   p.kv.cache_head_stride = v.kv_cache.strides[3];
   p.kv.block_table_stride = v.block_table.strides[0];
   p.kv.num_blocks = v.kv_cache.shape[1];
+  p.softmax_lse = static_cast<float*>(v.softmax_lse.data);
+  p.lse_head_stride = v.softmax_lse.ndim != 0 ? v.softmax_lse.strides[0] : 0;
 }
 
 }  // namespace graphattn::detail

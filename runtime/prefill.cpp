@@ -98,6 +98,7 @@ AttentionSpec prefill_spec(const PrefillLaunch& a, int arch) {
   KernelFeatures f =
       launch_features(arch, a.bounds != nullptr, a.alibi_slopes != nullptr, a.sinks != nullptr);
   f.non_causal = a.non_causal;
+  f.softmax_lse = a.softmax_lse.ndim != 0;
   return attention_spec_for(KernelKind::kPrefill, a.query, a.output, a.kv_cache, a.window,
                             a.soft_cap, f);
 }
@@ -233,9 +234,10 @@ void prefill_attention(const TensorView& query, const TensorView& kv_cache,
                        int num_reqs, int max_query_len, float scale, int window, float soft_cap,
                        float k_scale, float v_scale, CUstream stream, KernelCache& cache,
                        const float* alibi_slopes, const float* sinks, const float* k_scale_device,
-                       const float* v_scale_device, bool causal) {
+                       const float* v_scale_device, bool causal, const TensorView& softmax_lse) {
   detail::PrefillLaunch a{{query, kv_cache, output, seq_lens, block_table, alibi_slopes, sinks}};
   a.non_causal = !causal;
+  a.softmax_lse = softmax_lse;
   a.query_start_loc = query_start_loc;
   a.first_req = first_req;
   a.num_reqs = num_reqs;
@@ -252,6 +254,7 @@ void prefill_attention(const TensorView& query, const TensorView& kv_cache,
   KernelFeatures f = detail::launch_features(current_device_arch(), false, alibi_slopes != nullptr,
                                              sinks != nullptr);
   f.non_causal = !causal;
+  f.softmax_lse = softmax_lse.ndim != 0;
   const AttentionSpec spec =
       detail::attention_spec_for(KernelKind::kPrefill, query, output, kc, window, soft_cap, f);
   const detail::LoadedKernel& k = detail::load_kernel(spec, cache, stream);

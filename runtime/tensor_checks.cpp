@@ -102,6 +102,16 @@ KernelFeatures features_of(const KvCacheShape& kc, DType dtype, int arch) {
   return f;
 }
 
+void require_softmax_lse(const TensorView& lse, const TensorView& query) {
+  require_rank(lse, 2, "softmax_lse", "[num_heads, num_tokens]");
+  GA_REQUIRE(lse.dtype == ScalarType::kFloat32 && lse.strides[1] == 1 &&
+                 lse.shape[0] == query.shape[1] && lse.shape[1] >= query.shape[0] &&
+                 lse.strides[0] >= lse.shape[1] && lse.data != nullptr,
+             "softmax_lse " + lse.describe() + " must be fp32 [num_heads (" +
+                 std::to_string(query.shape[1]) + "), >= num_tokens (" +
+                 std::to_string(query.shape[0]) + ")] with contiguous rows");
+}
+
 KernelFeatures launch_features(int arch, bool check_bounds, bool alibi, bool sinks) {
   KernelFeatures f;
   f.arch = arch;

@@ -63,6 +63,9 @@ AttentionSpec attention_spec_for(KernelKind kind, const TensorView& query, const
 AttentionSpec attention_spec_for(KernelKind kind, const TensorView& query, const TensorView& output,
                                  const KvCacheShape& kc, int window, float soft_cap,
                                  KernelFeatures features);
+// A softmax LSE output for `query`'s rows: fp32 [num_heads, >= num_tokens], rows contiguous
+// (FlashAttention's softmax_lse layout; a wider row leaves the extra entries alone).
+void require_softmax_lse(const TensorView& lse, const TensorView& query);
 // A direct launch's features beyond its views: `arch` and the flags.
 KernelFeatures launch_features(int arch, bool check_bounds, bool alibi, bool sinks);
 // The softmax scale is finite and positive; with an fp8 cache (spec.kv_dtype) so are k_scale
@@ -113,6 +116,8 @@ void require_launch_kernel(KernelKind kind, const AttentionSpec& ks, const Launc
   f.multi_token = a.multi_token;
   f.non_causal = kind == KernelKind::kPrefill && a.non_causal;
   f.block_sparse = a.blocksparse.sparse();
+  f.softmax_lse = a.softmax_lse.ndim != 0;
+  if (f.softmax_lse) require_softmax_lse(a.softmax_lse, a.query);
   const AttentionSpec spec =
       attention_spec_for(kind, a.query, a.output, kc, a.window, a.soft_cap, f);
   require_block_sparse(a.blocksparse, a.query.shape[1], kc.num_kv_heads, kc.block_size, where);

@@ -125,6 +125,17 @@ __device__ __forceinline__ float ga_sink_normalizer(float m, float l, float sink
   const float a = ga_exp2(m - top);
   return a / (l * a + ga_exp2(sink_log2 - top));
 }
+#ifdef GA_WRITE_LSE
+// Softmax LSE (spec axis softmax_lse): a row's log-sum-exp, natural log, from its maximum m and
+// sum l = sum 2^(s - m) in the log2 domain (with sinks, the sink's 2^sink joins the sum); -inf
+// for a row that saw no key (m = -inf, l = 0), with or without a sink, as for a padded row.
+__device__ __forceinline__ float ga_lse(float m, float l, float sink_log2) {
+  constexpr float LN2 = 0.6931471805599453f;
+  if (!HAS_SINKS || l == 0.f) return (m + __log2f(l)) * LN2;
+  const float top = fmaxf(m, sink_log2);
+  return (top + __log2f(l * ga_exp2(m - top) + ga_exp2(sink_log2 - top))) * LN2;
+}
+#endif
 
 __device__ __forceinline__ float ga_f16_to_f32(ga_u16 h) {
   float f;

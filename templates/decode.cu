@@ -318,8 +318,9 @@ __device__ __forceinline__ float4 ga_cluster_ld4(unsigned addr) {
 // log2-sum-exp and four of its normalized outputs. One pass with a running maximum, so that every
 // load can be issued at once; each split saw at least one key, so every lse is finite.
 // (EMPTY_SPLITS: a split that saw no key of a column has lse -inf and output 0, weight 0.)
+// GA_WRITE_LSE: lse gets the combined log-sum-exp, natural log (otherwise it is left alone).
 template <typename Load>
-__device__ __forceinline__ float4 ga_combine_splits(int n, float sink_log2, Load load) {
+__device__ __forceinline__ float4 ga_combine_splits(int n, float sink_log2, Load load, float& lse) {
   float mx;
   float4 acc;
   load(0, mx, acc);
@@ -340,6 +341,9 @@ __device__ __forceinline__ float4 ga_combine_splits(int n, float sink_log2, Load
     acc.w = acc.w * a + w * x.w;
   }
   const float r = HAS_SINKS ? ga_sink_normalizer(mx, total, sink_log2) : 1.0f / total;
+#ifdef GA_WRITE_LSE
+  lse = ga_lse(mx, total, sink_log2);
+#endif
   return make_float4(acc.x * r, acc.y * r, acc.z * r, acc.w * r);
 }
 
@@ -347,6 +351,12 @@ __device__ __forceinline__ float4 ga_combine_splits(int n, float sink_log2, Load
 __device__ __forceinline__ ga_u16* ga_output_row(const DecodeParams& p, int req, int head) {
   return static_cast<ga_u16*>(p.output) + req * p.output_token_stride + head * p.output_head_stride;
 }
+#ifdef GA_WRITE_LSE
+// Softmax LSE of query head `head` of query row `token` (spec axis softmax_lse).
+__device__ __forceinline__ void ga_store_lse(const DecodeParams& p, int token, int head, float v) {
+  p.softmax_lse[head * p.lse_head_stride + token] = v;
+}
+#endif
 // Four output elements, rounded to the model's type.
 __device__ __forceinline__ void ga_store4(ga_u16* dst, const float4& v) {
   *reinterpret_cast<uint2*>(dst) = make_uint2(ga_pack2(v.x, v.y), ga_pack2(v.z, v.w));
@@ -443,6 +453,10 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
         *reinterpret_cast<uint4*>(ga_output_row(p, col_token(h), col_head(h)) + c * 8) =
             make_uint4(0u, 0u, 0u, 0u);
       }
+#ifdef GA_WRITE_LSE
+      for (int h = tid; h < heads_here; h += GA_DECODE_THREADS)
+        ga_store_lse(p, col_token(h), col_head(h), GA_NEG_INF);
+#endif
     }
     return;
   }
@@ -1064,6 +1078,9 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
     const int head = col_head(h), token = col_token(h);
     if (num_splits == 1) {
       ga_store4(ga_output_row(p, token, head) + d, acc);
+#ifdef GA_WRITE_LSE
+      if (d == 0) ga_store_lse(p, token, head, ga_lse(mx, l, ga_sink_log2(p.terms, head, true)));
+#endif
     } else if (cluster) {
       *reinterpret_cast<float4*>(part_o + h * HEAD_SIZE + d) = acc;
       if (d == 0) part_lse[h] = mx + __log2f(l);
@@ -1084,13 +1101,18 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
     for (int i = split + num_splits * tid; i < heads_here * D4;
          i += num_splits * GA_DECODE_THREADS) {
       const int h = i / D4, d = (i - h * D4) * 4;
-      ga_store4(
-          ga_output_row(p, col_token(h), col_head(h)) + d,
-          ga_combine_splits(num_splits, ga_sink_log2(p.terms, col_head(h), true),
-                            [&](int sp, float& ls, float4& x) {
-                              ls = ga_cluster_ld(ga_cluster_addr(part_lse + h, sp));
-                              x = ga_cluster_ld4(ga_cluster_addr(part_o + h * HEAD_SIZE + d, sp));
-                            }));
+      float lse;
+      ga_store4(ga_output_row(p, col_token(h), col_head(h)) + d,
+                ga_combine_splits(
+                    num_splits, ga_sink_log2(p.terms, col_head(h), true),
+                    [&](int sp, float& ls, float4& x) {
+                      ls = ga_cluster_ld(ga_cluster_addr(part_lse + h, sp));
+                      x = ga_cluster_ld4(ga_cluster_addr(part_o + h * HEAD_SIZE + d, sp));
+                    },
+                    lse));
+#ifdef GA_WRITE_LSE
+      if (d == 0) ga_store_lse(p, col_token(h), col_head(h), lse);
+#endif
     }
     ga_cluster_sync();
     return;
@@ -1118,11 +1140,17 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
     const long long row0 = (static_cast<long long>(token) * p.num_heads + head) * p.max_splits;
     const float* lse = p.partial_lse + row0;
     const float* part = p.partial_out + row0 * HEAD_SIZE + d;
+    float lse_out;
     ga_store4(ga_output_row(p, token, head) + d,
               ga_combine_splits(
-                  num_splits, ga_sink_log2(p.terms, head, true), [&](int sp, float& ls, float4& x) {
+                  num_splits, ga_sink_log2(p.terms, head, true),
+                  [&](int sp, float& ls, float4& x) {
                     ls = __ldcg(lse + sp);
                     x = __ldcg(reinterpret_cast<const float4*>(part + sp * HEAD_SIZE));
-                  }));
+                  },
+                  lse_out));
+#ifdef GA_WRITE_LSE
+    if (d == 0) ga_store_lse(p, token, head, lse_out);
+#endif
   }
 }

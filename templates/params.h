@@ -152,6 +152,20 @@ struct BlockCopyParams {
   GaBlockCopyCache caches[GA_BLOCK_COPY_MAX_CACHES];
 };
 
+// Softmax LSE (spec axis softmax_lse, "_lse", GA_WRITE_LSE defined in the kernel's source): the
+// last fields of DecodeParams and PrefillParams. The host always has them (it fills them for
+// every launch, null and 0 without the axis); a kernel sees them only when it writes the LSE,
+// so the other kernels keep their parameter size and machine code exactly (the driver copies
+// as many parameter bytes as the kernel declares, and these fields come last).
+#if !defined(__CUDACC_RTC__) || defined(GA_WRITE_LSE)
+#define GA_LSE_FIELDS                                                                             \
+  float* softmax_lse;        /* [num_heads, >= total_q] fp32, natural log; a query row with no */ \
+                             /* key (seq_len 0) gets -inf */                                      \
+  long long lse_head_stride; /* elements between heads' rows (total_q when compact) */
+#else
+#define GA_LSE_FIELDS
+#endif
+
 // The paged KV cache as an attention kernel reads it (decode and prefill): the key and value
 // halves of the flash-layout cache, each request's sequence length and block table row.
 //
@@ -283,6 +297,7 @@ struct DecodeParams {
   // single-token decode's query row is still its request index. query_start_loc is then set
   // for every kernel. 0: every request of the grid is a decode.
   int device_split;
+  GA_LSE_FIELDS  // GA_WRITE_LSE: softmax_lse[head * lse_head_stride + query row] (see below)
 };
 
 // Launch geometry shared by the host and the decode templates (evaluated at compile time by both).
@@ -370,6 +385,7 @@ struct PrefillParams {
   // tiles exit). 0: the grid above.
   int device_split_q;
   int num_reqs;  // device_split_q > 0: request slots after first_req
+  GA_LSE_FIELDS  // GA_WRITE_LSE: softmax_lse[head * lse_head_stride + query token] (see below)
 };
 
 // Prefill tile geometry, shared by the host (runtime/prefill.cpp) and the two prefill templates

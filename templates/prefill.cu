@@ -603,6 +603,14 @@ extern "C" __global__ void __launch_bounds__(PF_THREADS)
       inv[r] = HAS_SINKS  ? sc.v_scale * ga_sink_normalizer(m[i][r], li, sink[i][r])
                : li > 0.f ? sc.v_scale / li
                           : 0.f;
+#ifdef GA_WRITE_LSE
+      const int row = m0 + warp_row + i * 16 + (lane >> 2) + r * 8;
+      if ((lane & 3) == 0 && row < rows) {
+        const int tok = row / GROUP;
+        p.softmax_lse[(kv_head * GROUP + row - tok * GROUP) * p.lse_head_stride + q_start + tok] =
+            ga_lse(m[i][r], li, sink[i][r]);
+      }
+#endif
     }
     const int g = i * 16 + (lane >> 2);
     const int t2 = (lane & 3) * 2;

@@ -698,6 +698,14 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
       inv[r] = HAS_SINKS  ? p.v_scale * ga_sink_normalizer(m[r], li, sink[r])
                : li > 0.f ? p.v_scale / li
                           : 0.f;
+#ifdef GA_WRITE_LSE
+      const int row = m0 + row0 + g + r * 8;
+      if ((lane & 3) == 0 && row < rows) {
+        const int tok = row / GROUP;
+        p.softmax_lse[(kv_head * GROUP + row - tok * GROUP) * p.lse_head_stride + q_start + tok] =
+            ga_lse(m[r], li, sink[r]);
+      }
+#endif
     }
     pw_bar_sync(1 + cw, 128);  // every warp of the warpgroup is done with its wgmmas reading Q
 #pragma unroll

@@ -7,12 +7,13 @@
 
 namespace graphattn::test {
 
-std::vector<double> reference_attention(const RefProblem& p) {
+std::vector<double> reference_attention(const RefProblem& p, std::vector<double>* lse) {
   const int num_reqs = static_cast<int>(p.seq_lens.size());
   const int num_tokens = p.query_start_loc.empty() ? 0 : p.query_start_loc.back();
   const int H = p.num_heads, KH = p.num_kv_heads, D = p.head_size, B = p.block_size;
   const int group = H / KH;
   std::vector<double> out(static_cast<size_t>(num_tokens) * H * D, 0.0);
+  if (lse) lse->assign(static_cast<size_t>(H) * num_tokens, -INFINITY);
   std::vector<double> scores;
   const RefBlockSparse& bs = p.blocksparse;
   const bool sparse = bs.block_size > 0 && bs.vert_stride > 1;
@@ -69,6 +70,8 @@ std::vector<double> reference_attention(const RefProblem& p) {
         if (!p.sinks.empty()) mx = std::max(mx, p.sinks[h]);
         double denom = p.sinks.empty() ? 0 : std::exp(p.sinks[h] - mx);
         for (double& sc : scores) denom += (sc = std::exp(sc - mx));
+        if (lse && denom > 0)
+          (*lse)[static_cast<size_t>(h) * num_tokens + q0 + i] = mx + std::log(denom);
         double* o = &out[(static_cast<size_t>(q0 + i) * H + h) * D];
         for (int k = first; k <= last; ++k) {
           const double* vv = &p.v_cache[row(k, kh)];
@@ -79,6 +82,27 @@ std::vector<double> reference_attention(const RefProblem& p) {
     }
   }
   return out;
+}
+
+LseComparison compare_lse(const std::vector<float>& got, long long got_stride,
+                          const std::vector<int>& cols, const std::vector<double>& want,
+                          int heads) {
+  LseComparison r;
+  const size_t m = cols.size();
+  for (int h = 0; h < heads; ++h)
+    for (size_t i = 0; i < m; ++i) {
+      const double g = got[static_cast<size_t>(h) * got_stride + cols[i]], w = want[h * m + i];
+      if (std::isnan(g)) {
+        ++r.nan;
+      } else if (std::isinf(w) || std::isinf(g)) {
+        r.bad += g != w;
+      } else {
+        const double d = std::fabs(g - w);
+        r.worst = std::max(r.worst, d);
+        r.bad += d > 2e-2 + 1e-3 * std::fabs(w);
+      }
+    }
+  return r;
 }
 
 std::vector<unsigned char> blocksparse_block_mask(const RefBlockSparse& b, int num_heads,

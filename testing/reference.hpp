@@ -63,7 +63,9 @@ RefProblem paged_problem(int num_heads, int num_kv_heads, int head_size, int blo
 // [num_tokens, num_heads, head_size]. Query token i of a request with seq_len s and q_len n
 // sits at position s - n + i and sees keys 0..position (and the window), or every key when
 // non-causal. Rows of a request with seq_len 0 are zeros.
-std::vector<double> reference_attention(const RefProblem& p);
+// lse: when given, [num_heads, num_tokens] gets each row's softmax log-sum-exp (natural log, the
+// sink's term included; -inf for a row with no key), FlashAttention's softmax_lse.
+std::vector<double> reference_attention(const RefProblem& p, std::vector<double>* lse = nullptr);
 
 // Per-head launch data for the ALiBi and sinks axes, drawn at random and exactly representable in
 // fp32 (what the kernels read): slopes in (0, max_slope], sink logits ~ N(0, sink_std), with a
@@ -74,6 +76,18 @@ std::vector<double> random_sinks(std::mt19937_64& rng, int num_heads, bool on,
                                  double sink_std = 2.0);
 // The same values as fp32, for the device.
 std::vector<float> to_floats(const std::vector<double>& v);
+
+// A kernel's softmax LSE against the reference's: got is fp32 [heads, got_stride] and column
+// cols[i] of it is compared with column i of want ([heads, cols.size()]). An entry is bad when
+// exactly one of the two is infinite (or they are infinities of different signs) or when they
+// differ by more than 2e-2 + 1e-3 |want| (the kernels' scores are fp32 sums of 16-bit products;
+// the LSE is their log-sum-exp). NaNs are counted apart.
+struct LseComparison {
+  size_t nan = 0, bad = 0;
+  double worst = 0;  // largest absolute difference of finite entries
+};
+LseComparison compare_lse(const std::vector<float>& got, long long got_stride,
+                          const std::vector<int>& cols, const std::vector<double>& want, int heads);
 
 // Relative L2 error ||a - b|| / ||b|| (b the reference); 0 when both are zero.
 double relative_l2(const std::vector<double>& a, const std::vector<double>& b);

@@ -14,6 +14,7 @@
 #include "graphattn/jit.hpp"
 #include "graphattn/kv_blocks.hpp"
 #include "graphattn/merge_states.hpp"
+#include "graphattn/metadata.hpp"
 #include "graphattn/paged_cache.hpp"
 #include "tests/test_util.hpp"
 
@@ -331,4 +332,100 @@ TEST_CASE("cascade ops: C ABI refusals of merge_attn_states and device-mapped co
   CHECK(graphattn_copy_blocks_device(host_caches, 1, &map, nullptr, nullptr) ==
         GRAPHATTN_ERROR_INVALID_ARGUMENT);
   CHECK(has(graphattn_last_error(), "caches[0] is on device type 1 (CPU)"));
+}
+
+TEST_CASE("softmax LSE axis: '_lse' suffix, decode and paged prefill only, NVRTC builds") {
+  const AttentionSpec d = AttentionSpec::parse("decode_h128_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm90");
+  CHECK_FALSE(d.softmax_lse);  // today's strings parse unchanged, without it
+  AttentionSpec l = d;
+  l.softmax_lse = true;
+  CHECK(l.to_string() == "decode_h128_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm90_lse");
+  CHECK(AttentionSpec::parse(l.to_string()) == l);
+  CHECK(l.for_kernel(KernelKind::kCacheWrite).to_string() ==
+        d.for_kernel(KernelKind::kCacheWrite).to_string());
+  CHECK_THROWS_WITH_AS(
+      AttentionSpec::parse("cache_write_h128_b16_bf16_kvauto_g1_swa0_cap0_nhd_sm90_lse"),
+      doctest::Contains("softmax LSE"), Error);
+  CHECK_THROWS_WITH_AS(
+      AttentionSpec::parse("prefill_h128_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm90_nc_dense_lse"),
+      doctest::Contains("softmax LSE"), Error);
+  const char* specs[] = {
+      "decode_h128_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm90_lse",
+      "decode_h64_b16_fp16_kve4m3_g8_swa1_cap1_hnd_sm80_sink_lse",
+      "decode_h128_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm90_mt_lse",
+      "prefill_h128_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm90_lse",  // wgmma
+      "prefill_h128_b16_fp16_kvauto_g1_swa0_cap1_nhd_sm90_sink_nc_lse",
+      "prefill_h72_b16_bf16_kvauto_g4_swa1_cap0_nhd_sm90_alibi_lse",  // mma.sync
+      "prefill_h128_b16_bf16_kve4m3_g4_swa0_cap0_nhd_sm80_lse",
+  };
+  for (const char* text : specs) {
+    INFO(text);
+    const KernelSource src = render_kernel(AttentionSpec::parse(text));
+    CHECK(src.source.find("#define GA_WRITE_LSE 1") != std::string::npos);
+    test::check_cubin_builds(src);
+  }
+  const KernelSource plain = render_kernel(d);
+  CHECK(plain.source.find("GA_WRITE_LSE 1") == std::string::npos);
+}
+
+TEST_CASE("softmax LSE: the layer config selects the _lse decode and prefill kernels") {
+  AttentionLayerConfig c;
+  c.num_heads = 32;
+  c.num_kv_heads = 8;
+  c.head_size = 128;
+  c.max_model_len = 4096;
+  c.max_num_seqs = 8;
+  c.arch = 90;
+  c.softmax_lse = true;
+  CHECK(attention_config_problem(c).empty());
+  CHECK(spec_for(c, KernelKind::kDecode).softmax_lse);
+  CHECK(spec_for(c, KernelKind::kPrefill).softmax_lse);
+  CHECK_FALSE(spec_for(c, KernelKind::kCacheWrite).softmax_lse);
+  c.attn_type = AttentionType::kEncoderOnly;
+  CHECK(attention_config_problem(c).find("softmax_lse is not supported for attn_type "
+                                         "encoder_only") != std::string::npos);
+  // The C face carries the field.
+  graphattn_layer_config_t cc;
+  graphattn_layer_config_init(&cc);
+  CHECK(cc.softmax_lse == 0);
+}
+
+TEST_CASE("cascade attention: vLLM's use_cascade_attention rule") {
+  const std::vector<int32_t> decodes64(64, 1), decodes8(8, 1), decodes7(7, 1);
+  // The bench's shape: 8192 shared tokens, 64 decodes, 32/8 heads on 132 SMs: cascade 1 wave
+  // x 64 tiles against ceil(64 * 8 * 64 / 132) = 249.
+  CHECK(use_cascade_attention(8192, decodes64, 32, 8, false, false, 132));
+  CHECK_FALSE(use_cascade_attention(255, decodes64, 32, 8, false, false, 132));  // too short
+  CHECK_FALSE(use_cascade_attention(8192, decodes7, 32, 8, false, false, 132));  // too few
+  CHECK_FALSE(use_cascade_attention(8192, decodes64, 32, 8, true, false, 132));  // ALiBi
+  CHECK_FALSE(use_cascade_attention(8192, decodes64, 32, 8, false, true, 132));  // window
+  CHECK(use_cascade_attention(256, decodes8, 8, 8, false, false, 132));          // no GQA: no split
+  std::vector<int32_t> mixed = decodes8;
+  mixed.back() = 40;
+  CHECK(use_cascade_attention(256, mixed, 8, 2, false, false, 132));  // a prefill: no split
+  // The performance model says no: cascade 1 wave x 2 tiles, plain ceil(8 * 2 / 132) = 1.
+  CHECK_FALSE(use_cascade_attention(256, decodes8, 2, 1, false, false, 132));
+  int r = -1;
+  CHECK(graphattn_use_cascade_attention(8192, decodes64.data(), 64, 32, 8, 0, 0, 132, &r) ==
+        GRAPHATTN_OK);
+  CHECK(r == 1);
+  CHECK(graphattn_use_cascade_attention(8192, nullptr, 64, 32, 8, 0, 0, 132, &r) ==
+        GRAPHATTN_ERROR_INVALID_ARGUMENT);
+}
+
+TEST_CASE("cascade attention: the builder's cascade metadata and its refusals") {
+  std::vector<int32_t> table(3 * 40, 7);
+  const auto m = CommonAttentionMetadata::make({1, 1, 4}, {300, 260, 280}, table, 40,
+                                               std::vector<int64_t>(6, 5));
+  const FlashAttentionMetadataBuilder b(AttentionType::kDecoder, 16);
+  const FlashAttentionMetadata f = b.build(256, m);
+  CHECK(f.use_cascade);
+  CHECK(f.common_prefix_len == 256);
+  CHECK(f.suffix_seq_lens == std::vector<int32_t>{44, 4, 24});
+  CHECK_FALSE(b.build(0, m).use_cascade);
+  CHECK_THROWS_WITH_AS(b.build(250, m), doctest::Contains("multiple of the block size 16"), Error);
+  CHECK_THROWS_WITH_AS(b.build(272, m),
+                       doctest::Contains("exceeds the cached context of request 1 (259"), Error);
+  const FlashAttentionMetadataBuilder enc(AttentionType::kEncoder, 16);
+  CHECK_THROWS_WITH_AS(enc.build(256, m), doctest::Contains("for decoder layers"), Error);
 }

@@ -33,8 +33,9 @@ std::vector<std::string> split_list(const std::string& text) {
 
 int main(int argc, char** argv) {
   CLI::App app{
-      "graphattn-bench: decode, the 32-layer step (also split over 2 GPUs), capture and prefill"};
-  std::string parts_text = "decode,step,mixed,tp,capture,prefill";
+      "graphattn-bench: decode, the 32-layer step (also split over 2 GPUs), capture, prefill and "
+      "cascade attention"};
+  std::string parts_text = "decode,step,mixed,tp,capture,prefill,cascade";
   std::string shapes_text =
       "1x4096,1x32768,16x4096,64x2048,64x8192,256x1024,256x4096,64x8192:h64,64x8192:h256,"
       "64x8192:e4m3,64x4096,64x4096:q4,64x8192:bsp,64x4096:legacy,8x32768,8x32768:legacy";
@@ -42,7 +43,7 @@ int main(int argc, char** argv) {
   int reps = 100;
   bool check = true, use_peer = true;
   app.add_option("--parts", parts_text,
-                 "comma-separated: decode, step, mixed, tp (2 GPUs), capture, prefill")
+                 "comma-separated: decode, step, mixed, tp (2 GPUs), capture, prefill, cascade")
       ->capture_default_str();
   app.add_option("--shapes", shapes_text,
                  "decode shapes BATCHxLEN[:hHEAD|:e4m3|:qN|:legacy], comma-separated")
@@ -54,6 +55,17 @@ int main(int argc, char** argv) {
   app.add_option("--peer-script", peer_script, "the peer timing script")->capture_default_str();
   app.add_flag("!--no-peer", use_peer, "do not run the peer");
   app.add_flag("!--no-check", check, "skip the float64 reference checks");
+  std::string cascade_prefixes_text = "8192";
+  int cascade_requests = 64, cascade_own = 512;
+  app.add_option("--cascade-prefixes", cascade_prefixes_text,
+                 "cascade: shared prompt lengths (multiples of 16), e.g. 256,1024,2048,4096,8192")
+      ->capture_default_str();
+  app.add_option("--cascade-requests", cascade_requests, "cascade: decoding requests")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
+  app.add_option("--cascade-own", cascade_own, "cascade: each request's own tokens")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
   app.add_option("--try-splits", try_splits_text,
                  "decode: also time the kernels alone at these max_splits, e.g. 1,4,16,64");
   app.set_version_flag("--version", graphattn::tools::version_text("graphattn-bench"),
@@ -65,10 +77,19 @@ int main(int argc, char** argv) {
   }
   try {
     const std::vector<std::string> parts = split_list(parts_text);
-    const std::set<std::string> known = {"decode", "step", "mixed", "tp", "capture", "prefill"};
+    const std::set<std::string> known = {"decode",  "step",    "mixed",  "tp",
+                                         "capture", "prefill", "cascade"};
     for (const auto& p : parts)
       if (!known.count(p))
-        throw Error("unknown part '" + p + "'; parts: decode, step, mixed, tp, capture, prefill");
+        throw Error("unknown part '" + p +
+                    "'; parts: decode, step, mixed, tp, capture, prefill, cascade");
+    std::vector<int> cascade_prefixes;
+    for (const auto& s : split_list(cascade_prefixes_text)) {
+      const int v = std::stoi(s);
+      if (v < 16 || v % 16 != 0)
+        throw Error("--cascade-prefixes: " + s + " is not a positive multiple of 16");
+      cascade_prefixes.push_back(v);
+    }
     auto wants = [&](const char* p) {
       return std::find(parts.begin(), parts.end(), p) != parts.end();
     };
@@ -115,6 +136,8 @@ int main(int argc, char** argv) {
       j["prefill"] = bench_prefill(dev, 4, 4096, std::max(20, reps / 5), peer, &ok);
       j["prefill_legacy"] = bench_prefill(dev, 4, 4096, std::max(20, reps / 5), peer, &ok, true);
     }
+    if (wants("cascade"))
+      j["cascade"] = bench_cascade(dev, cascade_requests, cascade_own, cascade_prefixes, reps, &ok);
     if (!json_path.empty()) std::ofstream(json_path) << j.dump(2) << "\n";
     if (!ok) {
       std::fprintf(stderr, "graphattn-bench: a reference check failed (see FAIL above)\n");

@@ -65,4 +65,11 @@ nlohmann::json bench_capture(const Device& dev, int max_num_seqs);
 nlohmann::json bench_prefill(const Device& dev, int batch, int len, int reps, const PeerTimes& peer,
                              bool* ok, bool legacy = false);
 
+// Cascade attention: `batch` single-token decodes after a shared prompt of each length in
+// `prefixes` (multiples of 16) and `own` tokens of their own, plain decode against cascade
+// attention (graphattn/cascade.hpp) in the same run, with vLLM's use_cascade_attention verdict.
+// Sets *ok false when the cascade output differs from the plain one (relative L2 > 1e-2).
+nlohmann::json bench_cascade(const Device& dev, int batch, int own,
+                             const std::vector<int>& prefixes, int reps, bool* ok);
+
 }  // namespace graphattn::bench

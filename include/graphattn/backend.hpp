@@ -88,17 +88,18 @@ GRAPHATTN_API float fp8_max(KvDType kv_dtype);
 //   causal:           false: every query of a request sees all its keys 0..seq_len - 1
 //                     (encoder and cross attention; no window then; the query length may
 //                     exceed seq_len); ALiBi still measures key - (s - n + i)
+//   softmax_lse:      ndim 0, or fp32 [num_heads, >= num_tokens] with contiguous rows: the
+//                     kernel with the softmax_lse axis also writes each handled query row's
+//                     log-sum-exp per head there (natural log; -inf for a row with no key)
 // Compiles and loads the kernel on first use; asynchronous on `stream`.
-GRAPHATTN_API void prefill_attention(const TensorView& query, const TensorView& kv_cache,
-                                     const TensorView& output, const TensorView& query_start_loc,
-                                     const TensorView& seq_lens, const TensorView& block_table,
-                                     int first_req, int num_reqs, int max_query_len, float scale,
-                                     int window, float soft_cap, float k_scale, float v_scale,
-                                     CUstream stream, KernelCache& cache = default_kernel_cache(),
-                                     const float* alibi_slopes = nullptr,
-                                     const float* sinks = nullptr,
-                                     const float* k_scale_device = nullptr,
-                                     const float* v_scale_device = nullptr, bool causal = true);
+GRAPHATTN_API void prefill_attention(
+    const TensorView& query, const TensorView& kv_cache, const TensorView& output,
+    const TensorView& query_start_loc, const TensorView& seq_lens, const TensorView& block_table,
+    int first_req, int num_reqs, int max_query_len, float scale, int window, float soft_cap,
+    float k_scale, float v_scale, CUstream stream, KernelCache& cache = default_kernel_cache(),
+    const float* alibi_slopes = nullptr, const float* sinks = nullptr,
+    const float* k_scale_device = nullptr, const float* v_scale_device = nullptr,
+    bool causal = true, const TensorView& softmax_lse = TensorView());
 
 // Encoder-only attention (vLLM's ENCODER_ONLY; its FlashAttention encoder path): bidirectional
 // self-attention of variable-length sequences with no KV cache, through the prefill kernel
@@ -192,6 +193,11 @@ struct GRAPHATTN_API AttentionLayerConfig {
   // Block-sparse attention (vLLM's BlocksparseFlashAttention; graphattn/blocksparse.hpp):
   // block_size 0 is dense. Decoder layers only; decode and prefill both follow the pattern.
   BlockSparseParams blocksparse;
+  // Softmax LSE (spec axis softmax_lse): the decode and prefill kernels also write each query
+  // row's natural-log log-sum-exp per head, and forward() takes the softmax_lse array to write
+  // it into (FlashAttention's return_softmax_lse; cascade attention merges by it). Not for
+  // encoder-only layers.
+  bool softmax_lse = false;
 
   // Every field above, as GRAPHATTN_LAYER_CONFIG_FIELDS (graphattn/layer_config_fields.h) lists
   // them: what == compares. A member without a row there does not compile (capi/config.cpp).
@@ -346,11 +352,14 @@ class GRAPHATTN_API AttentionBackend {
   // holds them already, nothing is written). An encoder-only layer ignores kv_cache (pass an
   // ndim-0 view) and the decode counts: every request [0, num_reqs) is a sequence whose
   // queries see its own keys, rows query_start_loc[r].. of key and value; no workspace needed.
+  // softmax_lse: a layer with config().softmax_lse writes each query row's LSE per head there,
+  // fp32 [num_heads, >= num_tokens] with contiguous rows (natural log, -inf for a padded
+  // request's rows); required then, and an ndim-0 view otherwise.
   // Throws Error naming the bad argument; launches nothing then.
   void forward(const TensorView& query, const TensorView& key, const TensorView& value,
                const TensorView& kv_cache, const TensorView& output,
                const AttentionMetadata& metadata, void* workspace, size_t workspace_size,
-               CUstream stream) const;
+               CUstream stream, const TensorView& softmax_lse = TensorView()) const;
 
  private:
   bool encoder_only() const { return config_.attn_type == AttentionType::kEncoderOnly; }

@@ -227,6 +227,8 @@ typedef struct graphattn_layer_config {
   int blocksparse_head_sliding_step;  /* 0 homo_head, > 0 slides over query heads, < 0 over KV
                                          heads (graphattn_blocksparse_head_sliding_step) */
   int blocksparse_active_head_offset; /* tp_rank * num_heads (vLLM's active_head_range[0]) */
+  int softmax_lse;                    /* 1: the attention kernels also write the softmax LSE;
+                                         forward through graphattn_backend_forward_lse */
 } graphattn_layer_config_t;
 
 /* vLLM's default head_sliding_step of a block-sparse layer with total_num_heads query heads and
@@ -420,6 +422,14 @@ GRAPHATTN_API graphattn_status_t graphattn_backend_forward(
     graphattn_backend_t backend, const DLTensor* query, const DLTensor* key, const DLTensor* value,
     const DLTensor* kv_cache, const DLTensor* output, const graphattn_metadata_t* metadata,
     void* workspace, size_t workspace_bytes, void* stream) GRAPHATTN_NOEXCEPT;
+/* graphattn_backend_forward of a layer configured with softmax_lse = 1: also writes
+ * softmax_lse, fp32 [num_heads, >= num_tokens] (rows contiguous; FlashAttention's layout),
+ * natural log, -inf for a query row that saw no key. */
+GRAPHATTN_API graphattn_status_t graphattn_backend_forward_lse(
+    graphattn_backend_t backend, const DLTensor* query, const DLTensor* key, const DLTensor* value,
+    const DLTensor* kv_cache, const DLTensor* output, const graphattn_metadata_t* metadata,
+    void* workspace, size_t workspace_bytes, void* stream,
+    const DLTensor* softmax_lse) GRAPHATTN_NOEXCEPT;
 
 /* Checked mode (config check_bounds) only: the first block id or slot out of the cache's range
  * that a kernel of this backend met since the last call, and clears the record. Synchronizes
@@ -637,6 +647,14 @@ GRAPHATTN_API graphattn_status_t graphattn_can_run_uniform_decode(const int32_t*
                                                                   int num_reqs,
                                                                   int decode_query_len,
                                                                   int* result) GRAPHATTN_NOEXCEPT;
+
+/* vLLM's rule for cascade attention (C++ use_cascade_attention, graphattn/metadata.hpp):
+ * *result = 1 to use it for a batch of num_reqs requests with these scheduled query lengths
+ * ([num_reqs], host) and a common prefix of common_prefix_len tokens. */
+GRAPHATTN_API graphattn_status_t graphattn_use_cascade_attention(
+    int common_prefix_len, const int32_t* query_lens, int num_reqs, int num_query_heads,
+    int num_kv_heads, int use_alibi, int use_sliding_window, int num_sms,
+    int* result) GRAPHATTN_NOEXCEPT;
 
 /* vLLM's split of a batch ordered decodes first (query length <= decode_threshold). A decode
  * after a prefill fails, naming the request. */

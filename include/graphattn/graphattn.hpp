@@ -7,6 +7,7 @@
 #include "graphattn/backend.hpp"
 #include "graphattn/blocksparse.hpp"
 #include "graphattn/capture.hpp"
+#include "graphattn/cascade.hpp"
 #include "graphattn/error.hpp"
 #include "graphattn/jit.hpp"
 #include "graphattn/kv_blocks.hpp"

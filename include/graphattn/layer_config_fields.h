@@ -54,7 +54,8 @@
   X(int, blocksparse.head_sliding_step, 0, int, blocksparse_head_sliding_step, c_int,              \
     blocksparse_params)                                                                            \
   X(int, blocksparse.active_head_offset, 0, int, blocksparse_active_head_offset, c_int,            \
-    blocksparse_params)
+    blocksparse_params)                                                                            \
+  X(bool, softmax_lse, false, int, softmax_lse, c_int, softmax_lse)
 /* clang-format on */
 
 #endif /* GRAPHATTN_LAYER_CONFIG_FIELDS_H_ */

@@ -76,11 +76,29 @@ GRAPHATTN_API CommonAttentionMetadata make_local_attention_virtual_batches(
 enum class CudaGraphSupport { kNever, kUniformSingleTokenDecode, kUniformBatch, kAlways };
 GRAPHATTN_API const char* to_string(CudaGraphSupport s);
 
+// Cascade attention (graphattn/cascade.hpp): vLLM's rule for whether a batch runs it
+// (FlashAttentionMetadataBuilder.use_cascade_attention, vLLM 0.6 to 0.11): no for a
+// common prefix under 256 tokens, fewer than 8 requests, ALiBi or a sliding window; yes when
+// the plain kernel would not split the KV (not every request a single-token decode, or one
+// query head per KV head); otherwise its performance model of the two on num_sms
+// multiprocessors (128-token tiles):
+//   cascade  ceil(num_query_heads * ceil(num_reqs / 128) / num_sms) * prefix tiles
+//   plain    ceil(num_reqs * num_kv_heads * ceil(group / 128) * prefix tiles / num_sms)
+// and cascade when the first is smaller. query_lens: [num_reqs] scheduled tokens.
+GRAPHATTN_API bool use_cascade_attention(int common_prefix_len,
+                                         const std::vector<int32_t>& query_lens,
+                                         int num_query_heads, int num_kv_heads, bool use_alibi,
+                                         bool use_sliding_window, int num_sms);
+
 // The flash backend's per-step metadata: the common metadata plus its decode/prefill split.
 struct GRAPHATTN_API FlashAttentionMetadata {
   CommonAttentionMetadata common;
   DecodePrefillSplit split;
   int common_prefix_len = 0;
+  // Cascade attention (build() with common_prefix_len > 0; graphattn/cascade.hpp): the
+  // requests' suffix lengths, seq_lens - common_prefix_len (vLLM's suffix_kv_lens).
+  bool use_cascade = false;
+  std::vector<int32_t> suffix_seq_lens;
   bool for_cudagraph = false;
   // A graph captured for any mix (the builder's mixed_graphs): launch with
   // AttentionMetadata::device_split, so that the kernels split the batch on the device.
@@ -130,8 +148,10 @@ class GRAPHATTN_API FlashAttentionMetadataBuilder {
     return decode_query_len_ > 1 ? CudaGraphSupport::kUniformBatch : kCudaGraphSupport;
   }
 
-  // common_prefix_len: tokens shared by every request (cascade attention); graphattn runs
-  // without cascade, so it is recorded, not used. fast_build: skip optional work (none today).
+  // common_prefix_len: tokens shared by every request; > 0 (vLLM passes it when
+  // use_cascade_attention said yes) builds cascade metadata (use_cascade, suffix_seq_lens):
+  // decoder layers only, a multiple of block_size and at most every request's cached context
+  // (seq_len - query_len), else Error. fast_build: skip optional work (none today).
   // Throws graphattn::Error for cross attention without one encoder length per request, or
   // with one that outgrows its block-table row.
   FlashAttentionMetadata build(int common_prefix_len, const CommonAttentionMetadata& m,

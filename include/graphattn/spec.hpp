@@ -148,7 +148,7 @@ constexpr const char* enum_long_name(int i) {
   /* 32..256, multiple of 8 */                                                                     \
   X(int, head_size, 128, kNumber, "_h", "head size", 512, "HEAD_SIZE",                             \
     kLayerKernels, 128, &kHeadSizeRule)                                                            \
-  /* tokens per KV page: 16..256, multiple of 16 (cache writes, legacy decode: 8 too) */                          \
+  /* tokens per KV page: 16..256, multiple of 16 (cache writes, legacy decode: 8 too) */           \
   X(int, block_size, 16, kNumber, "_b", "block size", 512, "BLOCK_SIZE",                           \
     kPagedKernels, 16, &kBlockSizeRule)                                                            \
   X(DType, dtype, DType::kBFloat16, kName, "_", "dtype", 4, "IS_BF16",                             \
@@ -202,13 +202,20 @@ constexpr const char* enum_long_name(int i) {
   /* instead of reading or writing outside the cache. Off: the fast path, whose source and */      \
   /* machine code carry no check at all. */                                                        \
   X(bool, check_bounds, false, kSuffix, "_chk", "checked mode", 2, "GA_CHECK_BOUNDS",              \
-    kPagedKernels, false, kNoRule)                                                               \
-  /* Interleaved V cache (vLLM's reshape_and_cache(..., interleaved_v=True), the layout its */    \
-  /* ROCm fused QK-norm/RoPE/cache writer emits): the legacy value cache's elements stored */     \
-  /* [num_blocks, num_kv_heads, block_size / kx, head_size, kx], kx = 16 bytes of cache */        \
-  /* elements, instead of [.., head_size, block_size]. Legacy cache writes only. */               \
-  X(bool, interleaved_v, false, kSuffix, "_iv", "interleaved V cache", 2, "GA_INTERLEAVED_V",     \
-    kCacheWriteKernel, false, kNoRule)
+    kPagedKernels, false, kNoRule)                                                                 \
+  /* Interleaved V cache (vLLM's reshape_and_cache(..., interleaved_v=True), the layout its */     \
+  /* ROCm fused QK-norm/RoPE/cache writer emits): the legacy value cache's elements stored */      \
+  /* [num_blocks, num_kv_heads, block_size / kx, head_size, kx], kx = 16 bytes of cache */         \
+  /* elements, instead of [.., head_size, block_size]. Legacy cache writes only. */                \
+  X(bool, interleaved_v, false, kSuffix, "_iv", "interleaved V cache", 2, "GA_INTERLEAVED_V",      \
+    kCacheWriteKernel, false, kNoRule)                                                             \
+  /* Softmax LSE: the kernel also writes each (query head, query token)'s natural-log */           \
+  /* log-sum-exp of its scaled (and capped, biased) scores, FlashAttention's softmax_lse */        \
+  /* [num_heads, total_q] fp32 (with sinks: the sink's term included; no key: -inf), for */        \
+  /* merge_attn_states and cascade attention. Off: the kernels' source and machine code */         \
+  /* carry no LSE at all. */                                                                       \
+  X(bool, softmax_lse, false, kSuffix, "_lse", "softmax LSE", 2, "GA_WRITE_LSE",                   \
+    kPagedAttention, false, kNoRule)
 // clang-format on
 
 struct GRAPHATTN_API AttentionSpec {

@@ -90,6 +90,20 @@ def empty_like(x):
                     "%s.%s: pass out=" % (type(x).__module__, type(x).__name__))
 
 
+def empty_float32(like, shape):
+    """An uninitialized float32 array of `shape` on like's device, from like's framework."""
+    fw = _framework(like)
+    if fw == "torch":
+        torch = sys.modules["torch"]
+        return torch.empty(shape, dtype=torch.float32, device=like.device)
+    if fw == "cupy":
+        cupy = sys.modules["cupy"]
+        with cupy.cuda.Device(like.device.id):
+            return cupy.empty(shape, dtype=cupy.float32)
+    raise TypeError("return_softmax_lse needs a PyTorch or CuPy query to allocate the LSE like; "
+                    "got %s.%s: pass softmax_lse=" % (type(like).__module__, type(like).__name__))
+
+
 def host_values(x, name):
     """The values of a number or a (small) array on the host, as a list of floats. A PyTorch
     tensor is refused while its stream captures a graph (reading it would synchronize)."""

@@ -70,6 +70,7 @@ class LayerConfig(ctypes.Structure):
         ("blocksparse_vert_stride", ctypes.c_int),
         ("blocksparse_head_sliding_step", ctypes.c_int),
         ("blocksparse_active_head_offset", ctypes.c_int),
+        ("softmax_lse", ctypes.c_int),
     ]
 
 
@@ -268,6 +269,9 @@ def prototypes():
         "graphattn_metadata_init": (None, [P(Metadata)]),
         "graphattn_backend_forward": (i, [vp, DLTensor_p, DLTensor_p, DLTensor_p, DLTensor_p,
                                           DLTensor_p, P(Metadata), vp, sz, vp]),
+        "graphattn_backend_forward_lse": (i, [vp, DLTensor_p, DLTensor_p, DLTensor_p,
+                                              DLTensor_p, DLTensor_p, P(Metadata), vp, sz, vp,
+                                              DLTensor_p]),
         "graphattn_write_kv_cache": (i, [DLTensor_p, DLTensor_p, DLTensor_p, DLTensor_p, i,
                                          ctypes.c_float, ctypes.c_float, vp, vp]),
         # attention types: dense (no KV cache) attention
@@ -307,6 +311,8 @@ def prototypes():
         "graphattn_can_run_uniform_decode": (i, [P(ctypes.c_int32), i, i, c_int_p]),
         "graphattn_split_decodes_and_prefills": (i, [P(ctypes.c_int32), i, i,
                                                      P(DecodePrefillSplit)]),
+        "graphattn_use_cascade_attention": (i, [i, P(ctypes.c_int32), i, i, i, i, i, i,
+                                                c_int_p]),
         "graphattn_default_capture_sizes": (i, [i, c_int_p, sz, c_size_t_p]),
         "graphattn_uniform_decode_capture_sizes": (i, [i, i, c_int_p, sz, c_size_t_p]),
         "graphattn_padded_capture_size": (i, [c_int_p, sz, i, c_int_p]),

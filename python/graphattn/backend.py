@@ -51,6 +51,7 @@ class LayerConfig:
     # block-sparse pattern: (block_size, local_blocks, vert_stride, head_sliding_step,
     # active_head_offset); block_size 0: dense
     blocksparse: Tuple[int, int, int, int, int] = (0, 0, 0, 0, 0)
+    softmax_lse: bool = False   # forward() also writes the softmax LSE (forward(softmax_lse=))
 
 
 class BoundsViolation(NamedTuple):
@@ -155,7 +156,7 @@ def _layer_config(num_heads, num_kv_heads, head_size, block_size, dtype, kv_cach
                   window, soft_cap, scale, k_scale, v_scale, max_model_len, max_num_seqs, arch,
                   overlap_previous_kernel, check_bounds, alibi=None, sinks=None,
                   k_scale_device=None, v_scale_device=None, attn_type="decoder",
-                  decode_query_len=1, blocksparse_params=None):
+                  decode_query_len=1, blocksparse_params=None, softmax_lse=False):
     c = _lib.LayerConfig()
     _lib.lib.graphattn_layer_config_init(ctypes.byref(c))
     c.num_heads = _names.int_arg("num_heads", num_heads)
@@ -183,6 +184,7 @@ def _layer_config(num_heads, num_kv_heads, head_size, block_size, dtype, kv_cach
     c.attn_type = _names.parse_attn_type(attn_type)
     c.decode_query_len = _names.int_arg("decode_query_len", decode_query_len)  # range: library
     _blocksparse.apply(c, blocksparse_params, c.num_heads)
+    c.softmax_lse = int(_names.bool_arg("softmax_lse", softmax_lse))
     return c
 
 
@@ -244,6 +246,10 @@ class AttentionBackend(_lib.OwnedHandle):
             graphattn.BlocksparseParams (vLLM's names and derived head_sliding_step,
             active_head_range); None: dense. Decoder layers only; decode and prefill both
             follow the pattern, and decodes read only the KV blocks some head sees.
+        softmax_lse: the decode and prefill kernels also write each query row's softmax
+            log-sum-exp (natural log) per head: forward() then takes softmax_lse, a float32
+            [num_heads, num_tokens] array (FlashAttention's return_softmax_lse layout; what
+            merge_attn_states and cascade attention combine by). Not for encoder_only.
     """
 
     _DESTROY = "graphattn_backend_destroy"
@@ -253,7 +259,8 @@ class AttentionBackend(_lib.OwnedHandle):
                  soft_cap=0.0, scale=None, k_scale=1.0, v_scale=1.0, max_model_len,
                  max_num_seqs, arch=0, overlap_previous_kernel=False, check_bounds=False,
                  alibi_slopes=None, sinks=None, k_scale_device=None, v_scale_device=None,
-                 attn_type="decoder", decode_query_len=1, blocksparse_params=None):
+                 attn_type="decoder", decode_query_len=1, blocksparse_params=None,
+                 softmax_lse=False):
         heads = _names.int_arg("num_heads", num_heads)
         self._head_arrays = (head_array(alibi_slopes, "alibi_slopes", heads),
                              head_array(sinks, "sinks", heads))  # alive as long as self
@@ -265,7 +272,7 @@ class AttentionBackend(_lib.OwnedHandle):
                           max_model_len, max_num_seqs, arch, overlap_previous_kernel,
                           check_bounds, *self._head_arrays, k_dev, v_dev,
                           attn_type=attn_type, decode_query_len=decode_query_len,
-                          blocksparse_params=blocksparse_params)
+                          blocksparse_params=blocksparse_params, softmax_lse=softmax_lse)
         _lib.check(_lib.lib.graphattn_layer_config_check(ctypes.byref(c)))
         handle = ctypes.c_void_p()
         _lib.check(_lib.lib.graphattn_backend_create(ctypes.byref(c), ctypes.byref(handle)))
@@ -290,7 +297,7 @@ class AttentionBackend(_lib.OwnedHandle):
                 _names.ATTN_TYPE_NAMES[c.attn_type], c.decode_query_len,
                 (c.blocksparse_block_size, c.blocksparse_local_blocks,
                  c.blocksparse_vert_stride, c.blocksparse_head_sliding_step,
-                 c.blocksparse_active_head_offset))
+                 c.blocksparse_active_head_offset), bool(c.softmax_lse))
         return self._config
 
     def required_specs(self):
@@ -342,7 +349,8 @@ class AttentionBackend(_lib.OwnedHandle):
         like's framework (a PyTorch tensor or a CuPy array)."""
         return _device.zeros_bytes(like, self.workspace_bytes())
 
-    def forward(self, query, key, value, kv_cache, output, metadata, workspace, stream=None):
+    def forward(self, query, key, value, kv_cache, output, metadata, workspace, stream=None,
+                softmax_lse=None):
         """One step: writes key/value to their slots (skipped when both are None), then
         attention for every request into output.
 
@@ -364,6 +372,9 @@ class AttentionBackend(_lib.OwnedHandle):
         stream other than the current one, order it after their producers yourself
         (stream.wait_stream(torch.cuda.current_stream())), as for any torch work on a side
         stream.
+        softmax_lse:   a backend made with softmax_lse=True writes each query row's LSE per head
+                       here: float32 [num_heads, >= num_tokens], rows contiguous (required
+                       then; None otherwise)
         """
         if not isinstance(metadata, AttentionMetadata):
             raise TypeError("metadata must be a graphattn.AttentionMetadata, got %r"
@@ -381,9 +392,10 @@ class AttentionBackend(_lib.OwnedHandle):
         out = to_dl(output, "output", s)
         md, md_args = metadata._struct(s)
         ws_ptr, ws_bytes, ws_arg = workspace_pointer(workspace, s)
-        status = _lib.lib.graphattn_backend_forward(
+        lse = to_dl_optional(softmax_lse, "softmax_lse", s)
+        status = _lib.lib.graphattn_backend_forward_lse(
             self._handle, q.ref, ref_of(k), ref_of(v), ref_of(kv), out.ref, ctypes.byref(md),
-            ws_ptr, ws_bytes, s)
+            ws_ptr, ws_bytes, s, ref_of(lse))
         _lib.check(status)
         return output
 

@@ -93,6 +93,22 @@ def can_run_in_cudagraph(query_start_loc, decode_query_len=1, mixed_graphs=False
     return bool(result.value)
 
 
+def use_cascade_attention(common_prefix_len, query_lens, num_query_heads, num_kv_heads,
+                          use_alibi, use_sliding_window, num_sms):
+    """vLLM's rule for cascade attention (its FlashAttention builder's use_cascade_attention,
+    vLLM 0.6 to 0.11): whether a batch whose requests share common_prefix_len tokens and have
+    these scheduled query lengths (host ints) should run it on num_sms multiprocessors."""
+    lens = _host_ints(query_lens, "query_lens")
+    arr = (ctypes.c_int32 * max(len(lens), 1))(*lens)
+    out = ctypes.c_int(0)
+    _lib.check(_lib.lib.graphattn_use_cascade_attention(
+        int_arg("common_prefix_len", common_prefix_len), arr, len(lens),
+        int_arg("num_query_heads", num_query_heads), int_arg("num_kv_heads", num_kv_heads),
+        int(bool(use_alibi)), int(bool(use_sliding_window)), int_arg("num_sms", num_sms),
+        ctypes.byref(out)))
+    return bool(out.value)
+
+
 def split_decodes_and_prefills(query_start_loc, decode_threshold=1):
     """vLLM's split of a batch ordered decodes first (query length <= decode_threshold).
     A decode after a prefill raises GraphattnError naming the request."""

@@ -517,7 +517,8 @@ def flash_attn_varlen_func(q: Array, k: Array, v: Array, max_seqlen_q: int, cu_s
                            cp_rank: int = 0, cp_tot_seqused_k: Any = None, *,
                            num_decodes: Optional[int] = None,
                            kv_cache_dtype: Optional[str] = None,
-                           stream: Stream = None) -> Array:
+                           softmax_lse: Optional[Array] = None,
+                           stream: Stream = None) -> Any:
     """Paged attention over vLLM's KV cache, as vllm_flash_attn.flash_attn_varlen_func.
 
     q:             [num_tokens, num_heads, head_size] float16/bfloat16
@@ -541,10 +542,16 @@ def flash_attn_varlen_func(q: Array, k: Array, v: Array, max_seqlen_q: int, cu_s
                    by the split-KV decode kernel) when max_seqlen_q > 1; default 0 (the
                    prefill kernel handles query length 1 correctly)
     kv_cache_dtype: graphattn only: "fp8_e4m3"/"fp8_e5m2" for uint8 cache storage
+    return_softmax_lse: also return each query row's softmax log-sum-exp per head (natural log,
+                   the sink's term included; -inf for a row that saw no key), float32
+                   [num_heads, num_tokens] as FlashAttention returns it: (out, softmax_lse)
+    softmax_lse:   graphattn only, with return_softmax_lse: the float32 [num_heads, >= num_tokens]
+                   array (rows contiguous) to write it into (None: allocated like q)
     stream:        graphattn only: None = the tensors' current stream
     alibi_slopes and s_aux (attention sinks) are float32 CUDA arrays of num_heads values.
-    Returns out. Unsupported features (q_v, dropout, return_softmax_lse, cu_seqlens_k without a
-    block table, context parallelism) raise ValueError.
+    Returns out, or (out, softmax_lse) with return_softmax_lse. Unsupported features (q_v,
+    dropout, return_attn_probs, cu_seqlens_k without a block table, context parallelism) raise
+    ValueError.
     """
     if block_table is None:
         _refuse("block_table", None, "graphattn runs paged attention; pass the block table "
@@ -558,9 +565,12 @@ def flash_attn_varlen_func(q: Array, k: Array, v: Array, max_seqlen_q: int, cu_s
         _refuse("q_v", "<tensor>", "only MLA uses it; graphattn does not")
     if dropout_p:
         _refuse("dropout_p", dropout_p, "inference only: 0.0")
-    if return_softmax_lse or return_attn_probs:
-        _refuse("return_softmax_lse" if return_softmax_lse else "return_attn_probs", True,
-                "graphattn returns the output only")
+    if return_attn_probs:
+        _refuse("return_attn_probs", True, "graphattn returns the output and (with "
+                "return_softmax_lse) the softmax LSE, not the probabilities")
+    want_lse = _names.bool_arg("return_softmax_lse", return_softmax_lse)
+    if softmax_lse is not None and not want_lse:
+        _refuse("softmax_lse", "<tensor>", "it is written only with return_softmax_lse=True")
     if cp_world_size != 1:
         _refuse("cp_world_size", cp_world_size, "context parallelism is not supported: 1")
     max_q = _names.int_arg("max_seqlen_q", max_seqlen_q, 0)
@@ -612,7 +622,7 @@ def flash_attn_varlen_func(q: Array, k: Array, v: Array, max_seqlen_q: int, cu_s
                   layout=_names.LAYOUT_NAMES[_layout_of(key_half)],
                   window=window, soft_cap=soft_cap, scale=scale, k_scale=k_s, v_scale=v_s,
                   max_model_len=max(table.shape[1] * block_size, 1),
-                  attn_type="encoder" if non_causal else "decoder")
+                  attn_type="encoder" if non_causal else "decoder", softmax_lse=want_lse)
     # Per-head arrays: a backend reads them on every call, so it is keyed by their addresses and
     # keeps them alive.
     alibi = head_array(alibi_slopes, "alibi_slopes", q_arg.shape[1])
@@ -624,14 +634,16 @@ def flash_attn_varlen_func(q: Array, k: Array, v: Array, max_seqlen_q: int, cu_s
 
     if out is None:
         out = _device.empty_like(q)
+    if want_lse and softmax_lse is None:
+        softmax_lse = _device.empty_float32(q, (q_arg.shape[1], q_arg.shape[0]))
     md = AttentionMetadata(query_start_loc=qsl, seq_lens=seq_lens, block_table=table,
                            slot_mapping=None, num_reqs=num_reqs,
                            num_actual_tokens=q_arg.shape[0],
                            max_query_len=max_q if decodes < num_reqs else 1,
                            max_seq_len=max_k, num_decodes=decodes)
     entry.backend.forward(q_arg, None, None, cache, to_dl(out, "out", s), md, entry.workspace,
-                          stream=s)
-    return out
+                          stream=s, softmax_lse=softmax_lse)
+    return (out, softmax_lse) if want_lse else out
 
 
 # ---- flash_attn_with_kvcache (vLLM's FlashAttention wrapper, decode with appended K/V) ---------

@@ -146,7 +146,8 @@ def _(q, k, v, out, scale):
     return None
 
 
-@torch.library.custom_op("graphattn::flash_attn_varlen_func", mutates_args=("out",))
+@torch.library.custom_op("graphattn::flash_attn_varlen_func",
+                         mutates_args=("out", "softmax_lse"))
 def _flash_attn_varlen_func(q: Tensor, k: Tensor, v: Tensor, max_seqlen_q: int,
                             cu_seqlens_q: Tensor, max_seqlen_k: int, seqused_k: Tensor,
                             block_table: Tensor, out: Tensor, softmax_scale: Optional[float],
@@ -154,20 +155,23 @@ def _flash_attn_varlen_func(q: Tensor, k: Tensor, v: Tensor, max_seqlen_q: int,
                             alibi_slopes: Optional[Tensor], k_descale: Optional[Tensor],
                             v_descale: Optional[Tensor], k_descale_value: float,
                             v_descale_value: float, s_aux: Optional[Tensor],
-                            num_decodes: Optional[int], kv_cache_dtype: Optional[str]) -> None:
+                            num_decodes: Optional[int], kv_cache_dtype: Optional[str],
+                            softmax_lse: Optional[Tensor]) -> None:
     _ops.flash_attn_varlen_func.eager(
         q, k, v, max_seqlen_q, cu_seqlens_q, max_seqlen_k, seqused_k=seqused_k,
         softmax_scale=softmax_scale, causal=causal, window_size=(window_left, window_right),
         softcap=softcap, alibi_slopes=alibi_slopes, block_table=block_table, out=out,
         k_descale=_join_scale(k_descale, k_descale_value),
         v_descale=_join_scale(v_descale, v_descale_value), s_aux=s_aux, num_decodes=num_decodes,
-        kv_cache_dtype=kv_cache_dtype)
+        kv_cache_dtype=kv_cache_dtype, return_softmax_lse=softmax_lse is not None,
+        softmax_lse=softmax_lse)
 
 
 @_flash_attn_varlen_func.register_fake
 def _(q, k, v, max_seqlen_q, cu_seqlens_q, max_seqlen_k, seqused_k, block_table, out,
       softmax_scale, causal, window_left, window_right, softcap, alibi_slopes, k_descale,
-      v_descale, k_descale_value, v_descale_value, s_aux, num_decodes, kv_cache_dtype):
+      v_descale, k_descale_value, v_descale_value, s_aux, num_decodes, kv_cache_dtype,
+      softmax_lse):
     return None
 
 
@@ -400,25 +404,29 @@ def flash_attn_varlen_func(q: Tensor, k: Tensor, v: Tensor, max_seqlen_q: int,
                            s_aux: Optional[Tensor] = None, cp_world_size: int = 1,
                            cp_rank: int = 0, cp_tot_seqused_k: Any = None, *,
                            num_decodes: Optional[int] = None,
-                           kv_cache_dtype: Optional[str] = None, stream: None = None) -> Tensor:
+                           kv_cache_dtype: Optional[str] = None,
+                           softmax_lse: Optional[Tensor] = None, stream: None = None) -> Any:
     if (block_table is None or cu_seqlens_k is not None or seqused_k is None or q_v is not None
-            or dropout_p or return_softmax_lse or return_attn_probs or cp_world_size != 1):
+            or dropout_p or return_attn_probs or cp_world_size != 1
+            or (softmax_lse is not None and not return_softmax_lse)):
         # Refused by graphattn.ops with the reason (never reaches a kernel).
         return _ops.flash_attn_varlen_func.eager(
             q, k, v, max_seqlen_q, cu_seqlens_q, max_seqlen_k, cu_seqlens_k, seqused_k, q_v,
             dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
             deterministic, return_attn_probs, block_table, return_softmax_lse, out,
-            cp_world_size=cp_world_size)
+            cp_world_size=cp_world_size, softmax_lse=softmax_lse)
     if out is None:
         out = torch.empty_like(q)
+    if return_softmax_lse and softmax_lse is None:
+        softmax_lse = torch.empty((q.shape[1], q.shape[0]), dtype=torch.float32, device=q.device)
     left, right = _window_pair(window_size)
     ks, kf = _split_scale(k_descale)
     vs, vf = _split_scale(v_descale)
     torch.ops.graphattn.flash_attn_varlen_func(
         q, k, v, max_seqlen_q, cu_seqlens_q, max_seqlen_k, seqused_k, block_table, out,
         softmax_scale, causal, left, right, float(softcap), alibi_slopes, ks, vs, kf, vf, s_aux,
-        num_decodes, kv_cache_dtype)
-    return out
+        num_decodes, kv_cache_dtype, softmax_lse if return_softmax_lse else None)
+    return (out, softmax_lse) if return_softmax_lse else out
 
 
 def _mapping_tensor(block_mapping: Any) -> Tensor:

@@ -228,16 +228,16 @@ def test_attn_type_and_decode_query_len_defaults():
     c = _lib.LayerConfig()
     _lib.lib.graphattn_layer_config_init(ctypes.byref(c))
     assert c.struct_size == ctypes.sizeof(_lib.LayerConfig)
-    assert [name for name, _ in _lib.LayerConfig._fields_][-8:] == [
+    assert [name for name, _ in _lib.LayerConfig._fields_][-9:] == [
         "k_scale_device", "v_scale_device", "decode_query_len", "blocksparse_block_size",
         "blocksparse_local_blocks", "blocksparse_vert_stride", "blocksparse_head_sliding_step",
-        "blocksparse_active_head_offset"]
+        "blocksparse_active_head_offset", "softmax_lse"]
     assert (c.attn_type, c.decode_query_len) == (0, 1)
     # LayerConfig's new fields come last, with defaults: positional construction still works.
     import dataclasses
     names = [f.name for f in dataclasses.fields(graphattn.LayerConfig)]
-    assert names[-3:] == ["attn_type", "decode_query_len", "blocksparse"]
-    old = graphattn.LayerConfig(*dataclasses.astuple(b.config)[:-3])
+    assert names[-4:] == ["attn_type", "decode_query_len", "blocksparse", "softmax_lse"]
+    old = graphattn.LayerConfig(*dataclasses.astuple(b.config)[:-4])
     assert (old.attn_type, old.decode_query_len) == ("decoder", 1)
     assert old == b.config
 

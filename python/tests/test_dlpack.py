@@ -240,7 +240,8 @@ def varlen(**kw):
 
 @pytest.mark.parametrize("kw,message", [
     (dict(alibi_slopes=np.zeros(8, np.float32)), "alibi_slopes must be in CUDA device memory"),
-    (dict(return_softmax_lse=True), "return_softmax_lse=True is not supported"),
+    (dict(softmax_lse=np.zeros((8, 3), np.float32)),
+     "softmax_lse=.* is not supported: it is written only with return_softmax_lse=True"),
     (dict(return_attn_probs=True), "return_attn_probs=True is not supported"),
     (dict(block_table=None), "block_table=None is not supported: graphattn runs paged"),
     (dict(cu_seqlens_k=np.arange(4, dtype=np.int32)), "cu_seqlens_k=.*seqused_k"),
@@ -300,10 +301,20 @@ def test_flash_attn_varlen_func_derives_the_configuration(monkeypatch):
                                   dtype="float16", kv_cache_dtype="auto", layout="HND",
                                   window=64, soft_cap=15.0, scale=0.1, k_scale=1.0,
                                   v_scale=1.0, max_model_len=320, attn_type="decoder",
-                                  alibi_slopes=None, sinks=None)
+                                  softmax_lse=False, alibi_slopes=None, sinks=None)
     assert seen["num_reqs"] == 3 and seen["key"][0] == (_dlpack.CPU, 0)
     q_arg, key, value, cache, out_arg, meta, workspace = seen["args"]
-    assert key is None and value is None and workspace is None and seen["kw"] == {"stream": 0}
+    assert key is None and value is None and workspace is None
+    assert seen["kw"] == {"stream": 0, "softmax_lse": None}
+
+    # return_softmax_lse: a backend of the LSE kernels, the given array written, (out, lse).
+    lse = np.zeros((8, 52), np.float32)
+    r = ops.flash_attn_varlen_func(q, kv[0], kv[1], 50, qsl, 300, seqused_k=lens,
+                                   block_table=table, causal=True, out=out,
+                                   return_softmax_lse=True, softmax_lse=lse)
+    assert r[0] is out and r[1] is lse
+    assert seen["config"]["softmax_lse"] is True and seen["kw"]["softmax_lse"] is lse
+    assert ("softmax_lse", True) in seen["key"]  # prepared apart from the plain backend
     assert cache.shape == kv.shape and cache.strides == tuple(s // 2 for s in kv.strides)
     assert (meta.num_reqs, meta.num_decodes, meta.num_actual_tokens, meta.max_query_len,
             meta.max_seq_len, meta.slot_mapping) == (3, 2, 52, 50, 300, None)

@@ -653,3 +653,96 @@ def test_paged_attention_v1_captured_replays_new_seq_lens(seed):
                                 "auto", 1.0, 1.0)
         assert relative_l2(out.double(), want) <= TOLERANCE[torch.float16]
         assert relative_l2(out.double(), eager.double()) <= TOLERANCE[torch.float16]
+
+
+def reference_lse(b, cache, causal=True, soft_cap=0.0, scale=None):
+    """float64 softmax log-sum-exp [num_heads, num_tokens] of every query row (-inf for
+    padded requests' rows), FlashAttention's softmax_lse."""
+    scale = 1.0 / math.sqrt(b.head_size) if scale is None else scale
+    group = b.num_heads // b.num_kv_heads
+    lse = torch.full((b.num_heads, b.num_tokens), float("-inf"), dtype=torch.float64,
+                     device=b.query.device)
+    starts = b.query_start_loc.tolist()
+    cache = cache.double()
+    for r in range(b.num_reqs):
+        s, n = b.seq_lens_host[r], b.query_lens[r]
+        if s == 0:
+            continue
+        blocks = b.block_table[r, :-(-s // b.block_size)].long()
+        k = cache[0][blocks].reshape(-1, b.num_kv_heads, b.head_size)[:s]
+        k = k.repeat_interleave(group, dim=1).transpose(0, 1)  # [H, s, D]
+        q = b.query[starts[r]:starts[r] + n].double().transpose(0, 1)  # [H, n, D]
+        logits = (q @ k.transpose(1, 2)) * scale
+        if soft_cap:
+            logits = soft_cap * torch.tanh(logits / soft_cap)
+        if causal:
+            qpos = torch.arange(s - n, s, device=q.device)[:, None]
+            kpos = torch.arange(s, device=q.device)[None, :]
+            logits = logits.masked_fill(~(kpos <= qpos)[None], float("-inf"))
+        lse[:, starts[r]:starts[r] + n] = torch.logsumexp(logits, dim=-1)
+    return lse
+
+
+def check_lse(got, want, what):
+    assert got.dtype == torch.float32 and tuple(got.shape) == tuple(want.shape), what
+    got = got.double()
+    inf = torch.isinf(want)
+    assert torch.equal(torch.isinf(got), inf), "%s: -inf where there is no key, only there" % what
+    diff = (got[~inf] - want[~inf]).abs()
+    bound = 2e-2 + 1e-3 * want[~inf].abs()
+    assert bool((diff <= bound).all()), "%s: LSE off by up to %.3g" % (what, diff.max().item())
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_return_softmax_lse_decode_and_prefill(seed, dtype):
+    """flash_attn_varlen_func(return_softmax_lse=True): (out, lse), FlashAttention's
+    [num_heads, total_q] float32 natural-log layout, from the decode kernel (split or not) and
+    the prefill kernel, against float64."""
+    kw = dict(BF16, dtype=dtype)
+    b = Batch(query_lens=[1, 1, 1, 60, 7], context_lens=[5000, 3, 700, 90, 0], seed=seed,
+              padded=1, **kw)
+    write(b)
+    out, lse = attend(b, max_seqlen_q=60, num_decodes=3, softcap=20.0,
+                      return_softmax_lse=True)
+    torch.cuda.synchronize()
+    assert out is b.output
+    check_output(b, b.reference(b.kv_cache, soft_cap=20.0), "lse batch output")
+    check_lse(lse, reference_lse(b, b.kv_cache, soft_cap=20.0), "decode + prefill LSE")
+    # A decode-only batch (the split-KV decode alone) and a non-causal prefill.
+    d = Batch(query_lens=[1] * 6, context_lens=lengths(seed, 6, 0, 9000), seed=seed + 1, **kw)
+    write(d)
+    _, lse = attend(d, max_seqlen_q=1, return_softmax_lse=True)
+    torch.cuda.synchronize()
+    check_lse(lse, reference_lse(d, d.kv_cache), "decode LSE")
+    e = Batch(query_lens=[30, 4], context_lens=[50, 200], seed=seed + 2, **kw)
+    write(e)
+    _, lse = attend(e, max_seqlen_q=30, causal=False, return_softmax_lse=True)
+    torch.cuda.synchronize()
+    check_lse(lse, reference_lse(e, e.kv_cache, causal=False), "non-causal prefill LSE")
+
+
+def test_cascade_with_ops_equals_plain_attention(seed):
+    """vLLM's cascade_attention over graphattn.ops: the shared prefix (every query,
+    non-causal) and each suffix (causal), both with return_softmax_lse, merged by
+    merge_attn_states, against float64 attention over the whole sequences."""
+    prefix = 512
+    pb = prefix // 16
+    b = Batch(query_lens=[1] * 10 + [9, 33], context_lens=[prefix + c for c in
+                                                           lengths(seed, 12, 0, 400)],
+              seed=seed, **BF16)
+    b.block_table[:, :pb] = b.block_table[0, :pb]  # every request shares row 0's prefix blocks
+    write(b)
+    key_cache, value_cache = b.kv_cache.unbind(0)
+    n = b.num_tokens
+    cu_prefix = torch.tensor([0, n], dtype=torch.int32, device="cuda")
+    prefix_lens = torch.tensor([prefix], dtype=torch.int32, device="cuda")
+    prefix_out, prefix_lse = ops.flash_attn_varlen_func(
+        b.query, key_cache, value_cache, n, cu_prefix, prefix, seqused_k=prefix_lens,
+        causal=False, block_table=b.block_table[:1, :pb], return_softmax_lse=True)
+    suffix_out, suffix_lse = ops.flash_attn_varlen_func(
+        b.query, key_cache, value_cache, 33, b.query_start_loc, b.max_seq_len - prefix,
+        seqused_k=b.seq_lens - prefix, causal=True, block_table=b.block_table[:, pb:],
+        return_softmax_lse=True, num_decodes=10)
+    ops.merge_attn_states(b.output, prefix_out, prefix_lse, suffix_out, suffix_lse)
+    torch.cuda.synchronize()
+    check_output(b, b.reference(b.kv_cache), "cascade over ops")

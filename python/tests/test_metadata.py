@@ -106,3 +106,15 @@ def test_mixed_graphs():
     assert not md.can_run_in_cudagraph([0, 30, 31], mixed_graphs=True)  # a decode after a prefill
     assert not md.can_run_in_cudagraph([0, 1, 2, 9, 40])  # without: uniform decodes only
     assert graphattn.AttentionMetadata(None, None, None, None, 0, 0, 1, 0).device_split is False
+
+
+def test_use_cascade_attention_follows_vllms_rule():
+    assert md.use_cascade_attention(8192, [1] * 64, 32, 8, False, False, 132)
+    assert not md.use_cascade_attention(255, [1] * 64, 32, 8, False, False, 132)
+    assert not md.use_cascade_attention(8192, [1] * 7, 32, 8, False, False, 132)
+    assert not md.use_cascade_attention(8192, [1] * 64, 32, 8, True, False, 132)  # ALiBi
+    assert not md.use_cascade_attention(8192, [1] * 64, 32, 8, False, True, 132)  # window
+    assert md.use_cascade_attention(256, [1] * 7 + [40], 8, 2, False, False, 132)
+    assert not md.use_cascade_attention(256, [1] * 8, 2, 1, False, False, 132)
+    with pytest.raises(graphattn.GraphattnError, match="num_sms 0 must be positive"):
+        md.use_cascade_attention(8192, [1] * 64, 32, 8, False, False, 0)

@@ -184,6 +184,7 @@ def test_backend_capabilities():
     assert B.supports_sink() and B.supports_sliding_window() and not B.is_mla()
     assert not B.supports_non_causal() and not B.supports_dcp() and not B.supports_pcp()
     assert B.forward_includes_kv_cache_update
+    assert B.supports_cascade_attention()  # vLLM's cascade (up to 0.11), run by the impl
     assert B.supports_combination(128, torch.bfloat16, "float16", 16, False, False, False,
                                   False, DeviceCapability(9, 0)) is not None
 
@@ -342,6 +343,64 @@ def test_builder_from_vllms_common_metadata(builder):
     assert padded.graphattn.num_actual_tokens == 5 and padded.num_actual_tokens == 5
     with pytest.raises(errors.GraphattnError, match="request"):
         builder.build(0, _common([4, 1], [9, 8]))  # a decode after a prefill
+
+
+def test_builder_cascade_metadata_and_rule(builder):
+    # vLLM's use_cascade_attention rule, as its FlashAttention builder answered it.
+    assert builder.use_cascade_attention(8192, [1] * 64, 32, 8, False, False, False, 132)
+    assert not builder.use_cascade_attention(128, [1] * 64, 32, 8, False, False, False, 132)
+    assert not builder.use_cascade_attention(8192, [1] * 64, 32, 8, False, False, True, 132)
+    assert not builder.use_cascade_attention(8192, [1] * 64, 32, 8, False, False, False, 132,
+                                             dcp_world_size=2)
+    md = builder.build(0, _common([1, 1, 5], [300, 290, 280]))
+    assert not md.use_cascade and md.suffix_kv_lens is None
+    md = builder.build(256, _common([1, 1, 5], [300, 290, 280]))
+    assert md.use_cascade and md.common_prefix_len == 256
+    assert md.cu_prefix_query_lens.tolist() == [0, 7]
+    assert md.prefix_kv_lens.tolist() == [256]
+    assert md.suffix_kv_lens.tolist() == [44, 34, 24]
+    with pytest.raises(ValueError, match="multiple of the block size 16"):
+        builder.build(100, _common([1, 1, 5], [300, 290, 280]))
+
+
+def test_impl_runs_vllms_cascade_sequence(builder, monkeypatch):
+    """A cascade step is vLLM's cascade_attention over graphattn.ops: the cache write, the
+    prefix (every query, non-causal, block-table row 0's prefix blocks), the suffixes (causal,
+    the rows past the prefix blocks, seq_lens - prefix), both with their LSE, then the merge."""
+    calls = []
+
+    def varlen(q, k, v, **kw):
+        calls.append(("varlen", kw))
+        return torch.zeros_like(q), torch.zeros(q.shape[1], q.shape[0])
+
+    monkeypatch.setattr(graphattn.ops, "reshape_and_cache_flash",
+                        lambda *a, **kw: calls.append(("write", a)))
+    monkeypatch.setattr(graphattn.ops, "flash_attn_varlen_func", varlen)
+    monkeypatch.setattr(graphattn.ops, "merge_attn_states",
+                        lambda *a, **kw: calls.append(("merge", a)))
+    impl = _impl()
+    impl._entry = object()  # prepared (the cascade path launches through graphattn.ops)
+    md = builder.build(32, _common([1, 1, 5], [300, 290, 280]))
+    q = torch.zeros(7, 32, 128)
+    key = value = torch.zeros(7, 8, 128)
+    out = torch.zeros(9, 32, 128)
+    kv_cache = torch.zeros(10, 2, 16, 8 * 128)  # vLLM 0.33's NHD page view
+    assert impl.forward(None, q, key, value, kv_cache, md, out) is out
+    assert [c[0] for c in calls] == ["write", "varlen", "varlen", "merge"]
+    prefix, suffix = calls[1][1], calls[2][1]
+    assert prefix["causal"] is False and prefix["return_softmax_lse"] is True
+    assert prefix["cu_seqlens_q"] is md.cu_prefix_query_lens and prefix["max_seqlen_q"] == 7
+    assert prefix["seqused_k"] is md.prefix_kv_lens and prefix["max_seqlen_k"] == 32
+    assert tuple(prefix["block_table"].shape) == (1, 2)
+    assert suffix["causal"] is True and suffix["return_softmax_lse"] is True
+    assert suffix["seqused_k"] is md.suffix_kv_lens and suffix["num_decodes"] == 2
+    assert tuple(suffix["block_table"].shape) == (3, 6) and suffix["max_seqlen_q"] == 5
+    assert calls[3][1][0].shape[0] == 7  # the merge writes the step's rows of output
+    # Layers that vLLM's cascade does not cover refuse it in the builder and the impl.
+    windowed = _impl(sliding_window=128)
+    windowed._entry = object()
+    with pytest.raises(NotImplementedError, match="cascade attention is for decoder layers"):
+        windowed.forward(None, q, key, value, kv_cache, md, out)
 
 
 def test_builder_capture_uses_the_device_split(builder):

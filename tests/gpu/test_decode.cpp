@@ -46,6 +46,7 @@ struct DecodeCase {
   bool strided = false;  // query and output rows with padding between tokens
   bool alibi = false;    // per-head ALiBi slopes (random)
   bool sinks = false;    // per-head sink logits (random, some dominating)
+  bool lse = false;      // the kernel also writes the softmax LSE (spec axis softmax_lse)
 };
 
 std::string describe(const DecodeCase& c) {
@@ -54,8 +55,8 @@ std::string describe(const DecodeCase& c) {
                   std::to_string(c.block_size) + " kv heads " + std::to_string(c.num_kv_heads) +
                   " group " + std::to_string(c.group) + " window " + std::to_string(c.window) +
                   " cap " + std::to_string(c.soft_cap) + (c.alibi ? " alibi" : "") +
-                  (c.sinks ? " sinks" : "") + " batch " + std::to_string(c.seq_lens.size()) +
-                  " seq_lens";
+                  (c.sinks ? " sinks" : "") + (c.lse ? " lse" : "") + " batch " +
+                  std::to_string(c.seq_lens.size()) + " seq_lens";
   for (size_t i = 0; i < c.seq_lens.size() && i < 8; ++i) s += " " + std::to_string(c.seq_lens[i]);
   if (c.seq_lens.size() > 8) s += " ...";
   return s;
@@ -73,6 +74,7 @@ AttentionSpec decode_spec_of(const DecodeCase& c, int arch) {
   s.soft_cap = c.soft_cap > 0;
   s.alibi = c.alibi;
   s.sinks = c.sinks;
+  s.softmax_lse = c.lse;
   s.layout = c.layout;
   s.arch = arch;
   return s;
@@ -113,6 +115,8 @@ struct Batch {
   std::vector<double> q, k_ref, v_ref;  // reference values (logical NHD, dequantized)
   std::vector<double> slopes, sinks;    // per head, when the case has them
   DeviceBuffer d_slopes, d_sinks;
+  DeviceBuffer d_lse;  // [num_heads, n] fp32 when the case writes the LSE
+  TensorView lse_view;
 };
 
 int64_t cache_offset(const DecodeCase& c, int64_t nb, int which, int64_t blk, int64_t off,
@@ -203,11 +207,16 @@ void build_batch(const DecodeCase& c, std::mt19937_64& rng, Batch& b) {
   b.sinks = random_sinks(rng, static_cast<int>(H), c.sinks);
   b.d_slopes = upload_floats(b.slopes);
   b.d_sinks = upload_floats(b.sinks);
+  if (c.lse) {
+    b.d_lse = DeviceBuffer(H * n * 4);
+    b.lse_view = TensorView::contiguous(b.d_lse.data(), ScalarType::kFloat32, {H, n});
+  }
 }
 
 // The float64 reference for a sample of the batch's requests, in batch row order.
+// lse: [num_heads, rows.size()] log-sum-exps, when given.
 std::vector<double> reference_rows(const DecodeCase& c, Batch& b, const std::vector<int>& rows,
-                                   double scale) {
+                                   double scale, std::vector<double>* lse = nullptr) {
   const int64_t H = c.num_kv_heads * c.group, D = c.head_size;
   RefProblem p;
   p.num_heads = static_cast<int>(H);
@@ -233,7 +242,7 @@ std::vector<double> reference_rows(const DecodeCase& c, Batch& b, const std::vec
   p.soft_cap = c.soft_cap;
   p.alibi_slopes = b.slopes;
   p.sinks = b.sinks;
-  std::vector<double> out = reference_attention(p);
+  std::vector<double> out = reference_attention(p, lse);
   p.k_cache.swap(b.k_ref);
   p.v_cache.swap(b.v_ref);
   return out;
@@ -277,7 +286,20 @@ detail::DecodeLaunch launch_args(const DecodeCase& c, const Batch& b, const Grid
   a.workspace_size = ws.bytes();
   a.counters = counters.data();
   a.cluster = g.cluster;
+  a.softmax_lse = b.lse_view;
   return a;
+}
+
+// The LSE a kernel wrote into d_lse ([heads, n] fp32) for the batch rows `rows`, against the
+// reference's [heads, rows.size()] (compare_lse).
+void check_lse(const DeviceBuffer& d_lse, const std::vector<double>& want,
+               const std::vector<int>& rows, int n, int heads) {
+  std::vector<float> got(static_cast<size_t>(heads) * n);
+  d_lse.download(got.data(), got.size() * 4);
+  const LseComparison r = compare_lse(got, n, rows, want, heads);
+  INFO("softmax LSE: worst absolute error " << r.worst);
+  CHECK(r.nan == 0);
+  CHECK(r.bad == 0);
 }
 
 // Runs one case with each grid in `grids` and compares. Split counts: 0 the policy's (with its
@@ -300,7 +322,8 @@ void run_case(const DecodeCase& c, KernelCache& cache, std::mt19937_64& rng,
     rows.resize(c.checked);
     std::sort(rows.begin(), rows.end());
   }
-  const std::vector<double> want = reference_rows(c, b, rows, scale);
+  std::vector<double> want_lse;
+  const std::vector<double> want = reference_rows(c, b, rows, scale, c.lse ? &want_lse : nullptr);
 
   const int max_len = std::max(1, *std::max_element(c.seq_lens.begin(), c.seq_lens.end()));
   const detail::DecodeGrid policy = detail::decode_grid(n, c.num_kv_heads, c.group, max_len,
@@ -332,6 +355,7 @@ void run_case(const DecodeCase& c, KernelCache& cache, std::mt19937_64& rng,
     INFO("max_splits " << g.splits << ", stages " << g.stages << (g.cluster ? ", cluster" : "")
                        << " (policy " << policy.max_splits << ", " << policy.stages << ")");
     b.d_out.fill_bytes(0xff);  // NaN: every element must be written
+    if (c.lse) b.d_lse.fill_bytes(0xff);
     const detail::DecodeLaunch a = launch_args(c, b, g, static_cast<float>(scale), ws, counters);
     detail::launch_decode(*k.decode, a, nullptr);
     GA_CU_CHECK(detail::driver().cuCtxSynchronize());
@@ -360,6 +384,7 @@ void run_case(const DecodeCase& c, KernelCache& cache, std::mt19937_64& rng,
     const double err = relative_l2(got, want);
     INFO("relative L2 error " << err);
     CHECK(err <= tolerance(c.dtype));
+    if (c.lse) check_lse(b.d_lse, want_lse, rows, n, static_cast<int>(H));
   }
 }
 
@@ -532,6 +557,38 @@ TEST_CASE("gpu decode: matches the float64 reference across the spec axes and sp
   const std::vector<Grid> grids =
       reduced() ? std::vector<Grid>{{0, 0}, {3, -1}}
                 : std::vector<Grid>{{0, 0}, {1, 0}, {1, -1}, {3, 3}, {-1, -1}, {-1, 2}};
+  for (const auto& c : cases) run_case(c, cache, rng, grids);
+}
+
+TEST_CASE("gpu decode: softmax LSE (_lse) matches the reference, split or not") {
+  GA_REQUIRE_GPU();
+  TempKernelCache cache;
+  auto rng = make_rng();
+  std::vector<DecodeCase> cases;
+  for (int i = 0; i < 8; ++i) {
+    DecodeCase c;
+    c.lse = true;
+    c.dtype = i % 2 ? DType::kFloat16 : DType::kBFloat16;
+    c.group = i < 4 ? 4 : i < 6 ? 1 : 20;
+    c.num_kv_heads = c.group > 16 ? 1 : 2;
+    c.layout = i % 3 == 2 ? KvLayout::kHND : KvLayout::kNHD;
+    c.window = i == 2 ? 300 : 0;
+    c.soft_cap = i == 3 || i == 6 ? 8.0f : 0.0f;
+    c.q_std = c.soft_cap > 0 ? 3.0 : 1.0;
+    c.alibi = i == 5;
+    c.sinks = i == 4 || i == 7;
+    c.kv = i == 7 ? KvDType::kFp8E4M3 : KvDType::kAuto;
+    c.head_size = i == 6 ? 64 : 128;
+    c.seq_lens = {1, 0, 17, 700, 4100, 9000};
+    cases.push_back(c);
+  }
+  std::vector<AttentionSpec> specs;
+  for (const auto& c : cases) specs.push_back(decode_spec_of(c, current_device_arch()));
+  for (const auto& r : cache.precompile(specs)) {
+    INFO(r.spec << ": " << r.error);
+    REQUIRE(r.error.empty());
+  }
+  const std::vector<Grid> grids = {{0, 0}, {1, 0}, {3, 3}, {-1, -1}, {-1, 2}};
   for (const auto& c : cases) run_case(c, cache, rng, grids);
 }
 

@@ -39,6 +39,7 @@ struct PrefillCase {
   // Encoder / cross attention: every query sees all keys of its request; the batch then also
   // holds requests with more queries than keys (decoder queries over a short encoder output).
   bool non_causal = false;
+  bool lse = false;  // the kernel also writes the softmax LSE (spec axis softmax_lse)
 };
 
 std::string describe(const PrefillCase& c) {
@@ -54,6 +55,7 @@ std::string describe(const PrefillCase& c) {
   s.alibi = c.alibi;
   s.sinks = c.sinks;
   s.non_causal = c.non_causal;
+  s.softmax_lse = c.lse;
   s.layout = c.layout;
   s.arch = current_device_arch();
   return s.to_string();
@@ -230,6 +232,10 @@ double run_case(const PrefillCase& c, KernelCache& cache, std::mt19937_64& rng) 
   d_seq.upload(seq_lens.data(), seq_lens.size() * 4);
   d_table.upload(table.data(), table.size() * 4);
   d_out.fill_bytes(0xff);
+  DeviceBuffer d_lse(std::max<size_t>(static_cast<size_t>(H) * T * 4, 16));
+  d_lse.fill_bytes(0xff);  // NaN: the launched rows must be written, the others not
+  const TensorView lse_view =
+      c.lse ? TensorView::contiguous(d_lse.data(), ScalarType::kFloat32, {H, T}) : TensorView();
 
   const ScalarType st = c.dtype == DType::kBFloat16 ? ScalarType::kBFloat16 : ScalarType::kFloat16;
   const ScalarType kst = !fp8                        ? st
@@ -250,12 +256,31 @@ double run_case(const PrefillCase& c, KernelCache& cache, std::mt19937_64& rng) 
       num_reqs, max_q + extra_q, static_cast<float>(scale), ref.window,
       static_cast<float>(ref.soft_cap), k_scale, v_scale, nullptr, cache,
       static_cast<const float*>(d_slopes.data()), static_cast<const float*>(d_sinks.data()),
-      nullptr, nullptr, !c.non_causal);
+      nullptr, nullptr, !c.non_causal, lse_view);
   GA_CU_CHECK(detail::driver().cuCtxSynchronize());
 
   std::vector<uint16_t> out(static_cast<size_t>(T) * o_tstride);
   if (T > 0) d_out.download(out.data(), out.size() * 2);
-  const std::vector<double> want = reference_attention(ref);
+  std::vector<double> want_lse;
+  const std::vector<double> want = reference_attention(ref, c.lse ? &want_lse : nullptr);
+  if (c.lse && T > 0) {
+    std::vector<float> got(static_cast<size_t>(H) * T);
+    d_lse.download(got.data(), got.size() * 4);
+    std::vector<int> cols;
+    std::vector<double> want_cols;
+    for (int t = qsl[first_req]; t < T; ++t) cols.push_back(t);
+    for (int h = 0; h < H; ++h)
+      for (int t : cols) want_cols.push_back(want_lse[static_cast<size_t>(h) * T + t]);
+    const LseComparison lc = compare_lse(got, T, cols, want_cols, H);
+    size_t written_early = 0;  // rows of requests before first_req: not this launch's
+    for (int h = 0; h < H; ++h)
+      for (int t = 0; t < qsl[first_req]; ++t)
+        written_early += !std::isnan(got[static_cast<size_t>(h) * T + t]);
+    INFO("softmax LSE: worst absolute error " << lc.worst);
+    CHECK(lc.nan == 0);
+    CHECK(lc.bad == 0);
+    CHECK(written_early == 0);
+  }
   // Compare the launched rows; everything else (earlier requests, stride gaps) stays poisoned.
   const OutputRows rows =
       output_rows(c.dtype, out, o_tstride, int64_t{H} * D, qsl[first_req], want);
@@ -377,6 +402,33 @@ TEST_CASE("gpu prefill: matches the float64 reference across the spec axes") {
   TempKernelCache cache;
   auto rng = make_rng();
   run_cases(reduced() ? reduced_cases() : all_cases(), cache, rng);
+}
+
+TEST_CASE("gpu prefill: softmax LSE (_lse) in both prefill kernels") {
+  GA_REQUIRE_GPU();
+  TempKernelCache cache;
+  auto rng = make_rng();
+  // Head 128 and 64 with a 16-bit cache run the wgmma kernel on sm_90; head 72 and fp8 the
+  // mma.sync one (every arch).
+  std::vector<PrefillCase> cases;
+  for (int i = 0; i < 10; ++i) {
+    PrefillCase c;
+    c.lse = true;
+    c.dtype = i % 2 ? DType::kBFloat16 : DType::kFloat16;
+    c.head_size = i % 3 == 0 ? 72 : i % 3 == 1 ? 128 : 64;
+    c.kv = i == 7 ? KvDType::kFp8E4M3 : KvDType::kAuto;
+    c.group = i < 4 ? 4 : i < 7 ? 1 : 8;
+    c.num_kv_heads = c.group >= 8 ? 1 : 2;
+    c.window = i == 2 || i == 5;
+    c.soft_cap = i == 3 || i == 8;
+    c.alibi = i == 4;
+    c.sinks = i == 6 || i == 9;
+    c.non_causal = i == 1 || i == 9;
+    c.layout = i % 4 == 3 ? KvLayout::kHND : KvLayout::kNHD;
+    c.max_len = 260;
+    cases.push_back(c);
+  }
+  run_cases(cases, cache, rng);
 }
 
 TEST_CASE("gpu prefill: every head size compiles, loads and matches the reference") {

@@ -18,6 +18,13 @@ Kernels are compiled (or loaded from graphattn's cache) and workspaces allocated
 metadata builder is created, after the model is loaded and before vLLM captures CUDA graphs;
 ``forward`` only launches (no allocation, no host sync, no compile). fp8 caches read vLLM's
 ``layer._k_scale`` / ``_v_scale`` on the device in every kernel.
+
+Cascade attention (vLLM's FlashAttention backend up to 0.11; vLLM 0.33 removed it from its model
+runner, which always passes common_prefix_len 0): ``GraphattnMetadataBuilder.
+use_cascade_attention`` answers with vLLM's rule (graphattn.metadata.use_cascade_attention), and
+``build(common_prefix_len > 0, ...)`` makes cascade metadata, which the impl runs eagerly as
+vLLM's cascade_attention did: the cache write, the shared prefix attended once by every query
+(non-causal, with its softmax LSE), each request's suffix (causal, LSE), merge_attn_states.
 """
 
 import dataclasses
@@ -118,6 +125,13 @@ class GraphattnBackend(AttentionBackend):
         return True
 
     @classmethod
+    def supports_cascade_attention(cls) -> bool:
+        """Cascade attention runs (eagerly) for decoder layers without a sliding window, ALiBi
+        or sinks, as in vLLM's FlashAttention backend; the builder's use_cascade_attention
+        applies vLLM's rule."""
+        return True
+
+    @classmethod
     def supports_attn_type(cls, attn_type: str) -> bool:
         return attn_type in _ATTN_TYPES
 
@@ -193,6 +207,12 @@ class GraphattnMetadata:
     num_decode_tokens: int
     graphattn: graphattn.AttentionMetadata
     causal: Any = True
+    # Cascade attention (build() with common_prefix_len > 0): vLLM's fields of the same names.
+    use_cascade: bool = False
+    common_prefix_len: int = 0
+    cu_prefix_query_lens: Optional[torch.Tensor] = None  # int32 [2] = [0, num_actual_tokens]
+    prefix_kv_lens: Optional[torch.Tensor] = None        # int32 [1] = [common_prefix_len]
+    suffix_kv_lens: Optional[torch.Tensor] = None        # int32 [num_reqs] = seq_lens - prefix
 
 
 class _Prepared:
@@ -243,6 +263,10 @@ class GraphattnImpl(AttentionImpl):
         self.attn_type = attn_type
         self.kv_sharing_target_layer_name = kv_sharing_target_layer_name
         self.sinks = sinks
+        # vLLM's cascade_attention takes neither ALiBi nor a window (nor sinks, which the merge
+        # would count twice).
+        self.supports_cascade = (attn_type == AttentionType.DECODER and sliding_window is None
+                                 and alibi_slopes is None and sinks is None)
         if sinks is not None and tuple(sinks.shape) != (num_heads,):
             raise ValueError("sinks must have num_heads (%d) values, got shape %s"
                              % (num_heads, tuple(sinks.shape)))
@@ -330,6 +354,9 @@ class GraphattnImpl(AttentionImpl):
                                "builder prepares them); was the layer built outside vLLM's "
                                "model runner?")
         n = attn_metadata.num_actual_tokens
+        if attn_metadata.use_cascade:
+            self._cascade(layer, query, key, value, kv_cache, attn_metadata, output)
+            return output
         dense = _ATTN_TYPES[self.attn_type] == "encoder_only"
         write = (self.kv_sharing_target_layer_name is None and key is not None
                  and value is not None and not dense)
@@ -342,6 +369,48 @@ class GraphattnImpl(AttentionImpl):
         entry.backend.forward(query[:n], k, v, paired, output[:n], attn_metadata.graphattn,
                               entry.workspace)
         return output
+
+
+    def _cascade(self, layer: Any, query: torch.Tensor, key: Optional[torch.Tensor],
+                 value: Optional[torch.Tensor], kv_cache: torch.Tensor, md: GraphattnMetadata,
+                 output: torch.Tensor) -> None:
+        """vLLM's cascade_attention over graphattn's ops (eager)."""
+        if not self.supports_cascade:
+            raise NotImplementedError("graphattn: cascade attention is for decoder layers "
+                                      "without a sliding window, ALiBi or sinks")
+        from graphattn import ops
+
+        n = md.num_actual_tokens
+        paired = self._paired_cache(kv_cache)
+        k_cache, v_cache = paired[0], paired[1]
+        kv_dtype = _KV_DTYPES[self.kv_cache_dtype]
+        fp8 = kv_dtype != "auto"
+        k_scale = layer._k_scale if fp8 else 1.0
+        v_scale = layer._v_scale if fp8 else 1.0
+        if (self.kv_sharing_target_layer_name is None and key is not None
+                and value is not None):
+            ops.reshape_and_cache_flash(key[:n], value[:n], k_cache, v_cache,
+                                        md.slot_mapping[:n], kv_dtype, k_scale, v_scale)
+        q = query[:n]
+        prefix_blocks = md.common_prefix_len // k_cache.shape[1]
+        common = dict(softmax_scale=self.scale, softcap=self.logits_soft_cap,
+                      return_softmax_lse=True, k_descale=k_scale, v_descale=v_scale,
+                      kv_cache_dtype=kv_dtype if fp8 else None)
+        prefix_out, prefix_lse = ops.flash_attn_varlen_func(
+            q, k_cache, v_cache, max_seqlen_q=n, cu_seqlens_q=md.cu_prefix_query_lens,
+            max_seqlen_k=md.common_prefix_len, seqused_k=md.prefix_kv_lens, causal=False,
+            block_table=md.block_table[:1, :prefix_blocks], **common)
+        suffix_out, suffix_lse = ops.flash_attn_varlen_func(
+            q, k_cache, v_cache, max_seqlen_q=md.max_query_len,
+            cu_seqlens_q=md.query_start_loc, max_seqlen_k=max(
+                md.max_seq_len - md.common_prefix_len, 1),
+            seqused_k=md.suffix_kv_lens, causal=True,
+            block_table=md.block_table[:, prefix_blocks:],
+            # single-token decodes run the split-KV decode kernel; multi-token ones (speculative
+            # decoding) go with the prefills, which handle them as short causal chunks
+            num_decodes=md.num_decodes if md.num_decode_tokens == md.num_decodes else 0,
+            **common)
+        ops.merge_attn_states(output[:n], prefix_out, prefix_lse, suffix_out, suffix_lse)
 
 
 class GraphattnMetadataBuilder(AttentionMetadataBuilder[GraphattnMetadata]):
@@ -377,6 +446,8 @@ class GraphattnMetadataBuilder(AttentionMetadataBuilder[GraphattnMetadata]):
                                 int(vllm_config.compilation_config.max_cudagraph_capture_size
                                     or 0))
         self.dtype = vllm_config.model_config.dtype
+        self.device = device
+        self.cascade_layers = True  # every prepared layer can run cascade attention
         self.prepared_layers = self._prepare_layers(layer_names, vllm_config, device)
 
     def _prepare_layers(self, layer_names: List[str], vllm_config: VllmConfig,
@@ -395,8 +466,22 @@ class GraphattnMetadataBuilder(AttentionMetadataBuilder[GraphattnMetadata]):
                                        max_num_seqs=self.max_num_seqs,
                                        decode_query_len=self.decode_query_len)
             impl.prepare(layer, config, device)
+            self.cascade_layers = self.cascade_layers and impl.supports_cascade
             names.append(name)
         return names
+
+    def use_cascade_attention(self, common_prefix_len: int, query_lens: Any,
+                              num_query_heads: int, num_kv_heads: int, use_alibi: bool,
+                              use_sliding_window: bool, use_local_attention: bool,
+                              num_sms: int, dcp_world_size: int = 1, **_: Any) -> bool:
+        """vLLM's FlashAttentionMetadataBuilder.use_cascade_attention (its rule, in
+        graphattn.metadata.use_cascade_attention); no for layers that cannot run it, chunked
+        local attention or decode context parallelism."""
+        if not self.cascade_layers or use_local_attention or dcp_world_size > 1:
+            return False
+        return _ga_metadata.use_cascade_attention(common_prefix_len, query_lens,
+                                                  num_query_heads, num_kv_heads, use_alibi,
+                                                  use_sliding_window, num_sms)
 
     def _metadata(self, cm: CommonAttentionMetadata, device_split: bool) -> GraphattnMetadata:
         num_reqs = cm.num_reqs
@@ -432,7 +517,29 @@ class GraphattnMetadataBuilder(AttentionMetadataBuilder[GraphattnMetadata]):
         # per-request causal tensor has no graphattn counterpart.
         if isinstance(common_attn_metadata.causal, torch.Tensor):
             raise NotImplementedError("graphattn: per-request causal masks are not supported")
-        return self._metadata(common_attn_metadata, device_split=False)
+        md = self._metadata(common_attn_metadata, device_split=False)
+        if common_prefix_len > 0:
+            md = self._cascade_metadata(md, int(common_prefix_len), common_attn_metadata)
+        return md
+
+    def _cascade_metadata(self, md: GraphattnMetadata, prefix: int,
+                          cm: CommonAttentionMetadata) -> GraphattnMetadata:
+        """vLLM's cascade fields (its builder's use_cascade branch)."""
+        if not self.cascade_layers:
+            raise NotImplementedError("graphattn: cascade attention (common_prefix_len %d) for "
+                                      "layers with a sliding window, ALiBi, sinks or a "
+                                      "non-decoder type" % prefix)
+        if prefix % self.block_size:
+            raise ValueError("common_prefix_len %d must be a multiple of the block size %d"
+                             % (prefix, self.block_size))
+        n = cm.num_reqs
+        dev = md.seq_lens.device
+        return dataclasses.replace(
+            md, use_cascade=True, common_prefix_len=prefix,
+            cu_prefix_query_lens=torch.tensor([0, md.num_actual_tokens], dtype=torch.int32,
+                                              device=dev),
+            prefix_kv_lens=torch.tensor([prefix], dtype=torch.int32, device=dev),
+            suffix_kv_lens=(md.seq_lens[:n] - prefix).to(torch.int32))
 
     def build_for_cudagraph_capture(
             self, common_attn_metadata: CommonAttentionMetadata) -> GraphattnMetadata:
