@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The public cache-inspection API (CacheDirectory, jit.hpp) over the disk tier's inspector and
 // the bundle reader and writer: what graphattn-cache and the C ABI use.
 #include <sys/stat.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // A layer's kernel features and the spec of each of its kernels (backend.hpp).
 #include "graphattn/backend.hpp"
 

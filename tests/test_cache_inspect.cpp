@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: Apache-2.0
 // The public cache-inspection API (CacheDirectory, jit.hpp): list, verify, remove, export and
 // import, on real entries that NVRTC compiles (no GPU needed).
 #include <doctest/doctest.h>
