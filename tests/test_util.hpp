@@ -111,6 +111,28 @@ inline DeviceBuffer upload_floats(const std::vector<double>& v) {
   return d;
 }
 
+// Every cache element a decode batch may read: for each request r, each position of its keys
+// that the window keeps (all of [0, seq_lens[r]) when window is 0), each KV head h and element
+// d: visit(blk, off, h, d, ref), where blk is the physical block of the position from the block
+// table ([n, max_blocks]), off its slot in the block and ref its index in the float64
+// reference's [num_blocks, block_size, kv_heads, head_size] copy.
+template <typename Visit>
+void for_each_live_kv(const std::vector<int>& seq_lens, int window,
+                      const std::vector<int>& block_table, int64_t max_blocks, int64_t block_size,
+                      int64_t kv_heads, int64_t head_size, Visit&& visit) {
+  for (size_t r = 0; r < seq_lens.size(); ++r) {
+    const int s = seq_lens[r];
+    const int lo = window > 0 ? std::max(0, s - window) : 0;
+    for (int pos = lo; pos < s; ++pos) {
+      const int64_t blk = block_table[r * max_blocks + pos / block_size];
+      const int64_t off = pos % block_size;
+      for (int64_t h = 0; h < kv_heads; ++h)
+        for (int64_t d = 0; d < head_size; ++d)
+          visit(blk, off, h, d, ((blk * block_size + off) * kv_heads + h) * head_size + d);
+    }
+  }
+}
+
 // GRAPHATTN_TEST_REDUCED=1: a small matrix (for compute-sanitizer runs).
 inline bool reduced() {
   const char* r = std::getenv("GRAPHATTN_TEST_REDUCED");

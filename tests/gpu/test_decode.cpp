@@ -154,23 +154,16 @@ void build_batch(const DecodeCase& c, std::mt19937_64& rng, Batch& b) {
   KvSampler sampler(c.dtype, c.kv);
   std::normal_distribution<double> normal(0.0, 1.0);
   const double ks = c.kv == KvDType::kAuto ? 1.0 : 0.37, vs = c.kv == KvDType::kAuto ? 1.0 : 1.9;
-  for (int r = 0; r < n; ++r) {
-    const int s = c.seq_lens[r];
-    const int lo = c.window > 0 ? std::max(0, s - c.window) : 0;
-    for (int pos = lo; pos < s; ++pos) {
-      const int64_t blk = b.block_table[r * b.max_blocks + pos / B], off = pos % B;
-      for (int64_t h = 0; h < KH; ++h)
-        for (int64_t d = 0; d < D; ++d) {
-          const size_t ref = ((blk * B + off) * KH + h) * D + d;
-          b.k_ref[ref] =
-              ks * sampler.draw(rng, normal,
-                                &host[cache_offset(c, b.num_blocks, 0, blk, off, h, d) * elem]);
-          b.v_ref[ref] =
-              vs * sampler.draw(rng, normal,
-                                &host[cache_offset(c, b.num_blocks, 1, blk, off, h, d) * elem]);
-        }
-    }
-  }
+  for_each_live_kv(
+      c.seq_lens, c.window, b.block_table, b.max_blocks, B, KH, D,
+      [&](int64_t blk, int64_t off, int64_t h, int64_t d, int64_t ref) {
+        b.k_ref[ref] =
+            ks * sampler.draw(rng, normal,
+                              &host[cache_offset(c, b.num_blocks, 0, blk, off, h, d) * elem]);
+        b.v_ref[ref] =
+            vs * sampler.draw(rng, normal,
+                              &host[cache_offset(c, b.num_blocks, 1, blk, off, h, d) * elem]);
+      });
   b.d_cache = DeviceBuffer(host.size());
   b.d_cache.upload(host.data(), host.size());
   const ScalarType kst = scalar_type_of(c.kv, c.dtype);

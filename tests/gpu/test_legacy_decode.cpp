@@ -112,21 +112,13 @@ void build(const LegacyCase& c, std::mt19937_64& rng, LegacyBatch& b, int extra_
   b.v_ref.assign(half, 0.0);
   const double ks = c.kv == KvDType::kAuto ? 1.0 : kKScale;
   const double vs = c.kv == KvDType::kAuto ? 1.0 : kVScale;
-  for (int r = 0; r < n; ++r) {
-    const int s = c.seq_lens[r];
-    const int lo = c.window > 0 ? std::max(0, s - c.window) : 0;
-    for (int pos = lo; pos < s; ++pos) {
-      const int64_t blk = b.block_table[r * b.max_blocks + pos / B], off = pos % B;
-      for (int64_t h = 0; h < KH; ++h)
-        for (int64_t d = 0; d < D; ++d) {
-          const int64_t ref = ((blk * B + off) * KH + h) * D + d;
-          const int64_t kofs = layout.key(blk, off, h, d);
-          const int64_t vofs = half + layout.value(blk, off, h, d);
-          b.k_ref[ref] = ks * draw(c, rng, &host[kofs * elem]);
-          b.v_ref[ref] = vs * draw(c, rng, &host[vofs * elem]);
-        }
-    }
-  }
+  for_each_live_kv(c.seq_lens, c.window, b.block_table, b.max_blocks, B, KH, D,
+                   [&](int64_t blk, int64_t off, int64_t h, int64_t d, int64_t ref) {
+                     const int64_t kofs = layout.key(blk, off, h, d);
+                     const int64_t vofs = half + layout.value(blk, off, h, d);
+                     b.k_ref[ref] = ks * draw(c, rng, &host[kofs * elem]);
+                     b.v_ref[ref] = vs * draw(c, rng, &host[vofs * elem]);
+                   });
   b.d_kv = DeviceBuffer(host.size());
   b.d_kv.upload(host.data(), host.size());
   const ScalarType kst = scalar_type_of(c.kv, c.dtype);

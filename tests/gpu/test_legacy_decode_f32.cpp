@@ -73,22 +73,14 @@ void build(const F32Case& c, std::mt19937_64& rng, F32Batch& b) {
   std::vector<float> host(2 * half, std::nanf(""));  // NaN wherever nothing may be read
   b.k_ref.assign(half, 0.0);
   b.v_ref.assign(half, 0.0);
-  for (int r = 0; r < n; ++r) {
-    const int s = c.seq_lens[r];
-    const int lo = c.window > 0 ? std::max(0, s - c.window) : 0;
-    for (int pos = lo; pos < s; ++pos) {
-      const int64_t blk = b.block_table[r * b.max_blocks + pos / B], off = pos % B;
-      for (int64_t h = 0; h < KH; ++h)
-        for (int64_t d = 0; d < D; ++d) {
-          const int64_t ref = ((blk * B + off) * KH + h) * D + d;
-          const float k = draw(), v = draw();
-          host[layout.key(blk, off, h, d)] = k;
-          host[half + layout.value(blk, off, h, d)] = v;
-          b.k_ref[ref] = k;
-          b.v_ref[ref] = v;
-        }
-    }
-  }
+  for_each_live_kv(c.seq_lens, c.window, b.block_table, b.max_blocks, B, KH, D,
+                   [&](int64_t blk, int64_t off, int64_t h, int64_t d, int64_t ref) {
+                     const float k = draw(), v = draw();
+                     host[layout.key(blk, off, h, d)] = k;
+                     host[half + layout.value(blk, off, h, d)] = v;
+                     b.k_ref[ref] = k;
+                     b.v_ref[ref] = v;
+                   });
   b.d_kv = DeviceBuffer(host.size() * 4);
   b.d_kv.upload(host.data(), host.size() * 4);
   b.kv_view =
