@@ -56,11 +56,37 @@ int stages_of(const AttentionSpec& s, const DecodeLaunch& a) {
 KvCacheShape check_direct_launch_legacy(const LoadedKernel& k, const DecodeLaunch& a) {
   GA_REQUIRE(k.compiled != nullptr, "launch_decode: kernel is not loaded");
   require_rank(a.query, 3, "query", "[num_tokens, num_heads, head_size]");
-  GA_REQUIRE(a.legacy_kv.dtype == dtype_of(a.query.dtype),
+  GA_REQUIRE(a.legacy_kv.dtype == attention_dtype_of(a.query, a.output),
              "launch_decode: the legacy caches were checked for " +
                  std::string(to_string(a.legacy_kv.dtype)) + ", the query is " +
                  to_string(a.query.dtype));
   return a.legacy_kv;
+}
+
+// A direct launch over the flash cache: the cache checked for the layer's dtype (the output's
+// with an e4m3 query).
+KvCacheShape check_direct_launch(const LoadedKernel& k, const TensorView& query,
+                                 const TensorView& output, const TensorView& kv_cache) {
+  GA_REQUIRE(k.compiled != nullptr, "launch_decode: kernel is not loaded");
+  require_rank(query, 3, "query", "[num_tokens, num_heads, head_size]");
+  require_rank(output, 3, "output", "[num_tokens, num_heads, head_size]");
+  return check_kv_cache(kv_cache, attention_dtype_of(query, output));
+}
+
+// An e4m3 query's descales: a positive finite q_scale, strides >= 0, 4-byte aligned pointers.
+void check_query_scales(const AttentionSpec& spec, const FpQueryScales& s, const char* where) {
+  if (!spec.q_fp8) return;
+  GA_REQUIRE(s.q_scale > 0 && std::isfinite(s.q_scale),
+             std::string(where) + ": q_scale " + std::to_string(s.q_scale) +
+                 " is not supported for an e4m3 query; supported: finite > 0");
+  GA_REQUIRE(s.req_stride >= 0 && s.head_stride >= 0,
+             std::string(where) + ": descale strides " + str(s.req_stride) + ", " +
+                 str(s.head_stride) + " must be >= 0 (0: one scale for every request or head)");
+  for (const float* p : {s.q_descale, s.k_descale, s.v_descale})
+    GA_REQUIRE(reinterpret_cast<uintptr_t>(p) % 4 == 0,
+               std::string(where) +
+                   ": q_descale, k_descale and v_descale must be 4-byte aligned "
+                   "fp32 device pointers or null");
 }
 
 }  // namespace
@@ -263,6 +289,7 @@ void check_decode_launch(const AttentionSpec& spec, const DecodeLaunch& a, const
     GA_REQUIRE(a.max_query_len == 1, "max_query_len " + str(a.max_query_len) +
                                          " needs a multi-token decode kernel (spec _mt)");
   }
+  check_query_scales(spec, a.q8, where);
   const int rows = a.num_decodes * a.max_query_len;
   const WorkspaceLayout w =
       workspace_layout(rows, static_cast<int>(num_heads), spec.head_size, a.max_splits);
@@ -350,6 +377,14 @@ void enqueue_decode(const LoadedKernel& decode, const DecodeLaunch& a, CUstream 
       a.multi_token || a.device_split ? static_cast<const int*>(a.query_start_loc.data) : nullptr;
   p.max_query_len = a.max_query_len;
   p.device_split = a.device_split ? 1 : 0;
+  if (spec.q_fp8) {
+    p.q_scale = a.q8.q_scale;
+    p.q_descale = a.q8.q_descale;
+    p.k_descale = a.q8.k_descale;
+    p.v_descale = a.q8.v_descale;
+    p.descale_req_stride = a.q8.req_stride;
+    p.descale_head_stride = a.q8.head_stride;
+  }
 
   const int64_t grid_y =
       int64_t{num_kv_heads} * ga_decode_head_chunks(spec.group * a.max_query_len);
@@ -369,7 +404,7 @@ void enqueue_decode(const LoadedKernel& decode, const DecodeLaunch& a, CUstream 
 void launch_decode(const LoadedKernel& decode, const DecodeLaunch& a, CUstream stream) {
   const KvCacheShape kc = a.legacy_kv.layout == KvLayout::kLegacy
                               ? check_direct_launch_legacy(decode, a)
-                              : check_direct_launch(decode, a.query, a.kv_cache, "launch_decode");
+                              : check_direct_launch(decode, a.query, a.output, a.kv_cache);
   check_decode_launch(decode.compiled->spec, a, kc, "launch_decode");
   enqueue_decode(decode, a, stream);
 }

@@ -21,6 +21,7 @@ KernelFeatures features_of(const AttentionLayerConfig& c) {
   f.dense_kv = c.attn_type == AttentionType::kEncoderOnly;  // no cache: K/V come in dense
   f.block_sparse = c.blocksparse.sparse();
   f.check_bounds = c.check_bounds;
+  f.q_fp8 = c.q_dtype == KvDType::kFp8E4M3;
   return f;
 }
 

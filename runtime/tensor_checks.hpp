@@ -20,7 +20,11 @@ struct LoadedKernel;  // runtime/module_cache.hpp
 void require_kv_dtype(const TensorView& key, const TensorView& value, DType dtype,
                       const char* where);
 // The head dimension is contiguous and every row starts 16-byte aligned (vector loads).
-void require_vector_access(const TensorView& t, const char* name);
+void require_vector_access(const TensorView& t, const char* name, int bytes = 16);
+// The query of an attention launch: 16-byte access, 8-byte for an e4m3 query.
+void require_query_access(const TensorView& query);
+// The layer's dtype of an attention launch: the query's, or the output's for an e4m3 query.
+DType attention_dtype_of(const TensorView& query, const TensorView& output);
 
 // A KV cache view after check_kv_cache(): what it holds. A call checks its cache view once and
 // hands this on to every later check and launch.
@@ -118,7 +122,7 @@ void require_launch_kernel(KernelKind kind, const AttentionSpec& ks, const Launc
   require_block_sparse(a.blocksparse, a.query.shape[1], kc.num_kv_heads, kc.block_size, where);
   GA_REQUIRE(spec == ks, std::string(where) + ": the views need kernel " + spec.to_string() +
                              " but kernel " + ks.to_string() + " was given");
-  require_vector_access(a.query, "query");
+  require_query_access(a.query);
   require_vector_access(a.output, "output");
   require_launch_scales(spec, a.scale, a.k_scale, a.v_scale);
   require_device_scales(a.device_scales, where);

@@ -200,7 +200,14 @@ constexpr const char* enum_long_name(int i) {
   /* instead of reading or writing outside the cache. Off: the fast path, whose source and */      \
   /* machine code carry no check at all. */                                                        \
   X(bool, check_bounds, false, kSuffix, "_chk", "checked mode", 2, "GA_CHECK_BOUNDS",              \
-    kPagedKernels, false, kNoRule)
+    kPagedKernels, false, kNoRule)                                                                 \
+  /* fp8 e4m3 queries (vLLM's query_quant with an fp8 KV cache, FA3's fp8 forward): the */         \
+  /* query arrives as e4m3 bytes with a descale (q = stored * q_descale; per tensor or per */      \
+  /* (request, KV head), launch data); the output stays in the dtype axis's type. Needs an */      \
+  /* fp8 KV dtype (e4m3 or e5m2). Decode only so far: QK^T on fp8 MMA from sm_89 on, the */        \
+  /* query widened to fp16 before; "q bf16/fp16" is the dtype axis, so no suffix names them */     \
+  X(bool, q_fp8, false, kSuffix, "_qe4m3", "query dtype e4m3", 2, "GA_Q_E4M3",                     \
+    kDecodeKernel, false, kNoRule)
 // clang-format on
 
 struct GRAPHATTN_API AttentionSpec {

@@ -153,20 +153,22 @@ def _flash_attn_varlen_func(q: Tensor, k: Tensor, v: Tensor, max_seqlen_q: int,
                             alibi_slopes: Optional[Tensor], k_descale: Optional[Tensor],
                             v_descale: Optional[Tensor], k_descale_value: float,
                             v_descale_value: float, s_aux: Optional[Tensor],
-                            num_decodes: Optional[int], kv_cache_dtype: Optional[str]) -> None:
+                            num_decodes: Optional[int], kv_cache_dtype: Optional[str],
+                            q_descale: Optional[Tensor], q_descale_value: float) -> None:
     _ops.flash_attn_varlen_func.eager(
         q, k, v, max_seqlen_q, cu_seqlens_q, max_seqlen_k, seqused_k=seqused_k,
         softmax_scale=softmax_scale, causal=causal, window_size=(window_left, window_right),
         softcap=softcap, alibi_slopes=alibi_slopes, block_table=block_table, out=out,
         k_descale=_join_scale(k_descale, k_descale_value),
         v_descale=_join_scale(v_descale, v_descale_value), s_aux=s_aux, num_decodes=num_decodes,
-        kv_cache_dtype=kv_cache_dtype)
+        kv_cache_dtype=kv_cache_dtype, q_descale=_join_scale(q_descale, q_descale_value))
 
 
 @_flash_attn_varlen_func.register_fake
 def _(q, k, v, max_seqlen_q, cu_seqlens_q, max_seqlen_k, seqused_k, block_table, out,
       softmax_scale, causal, window_left, window_right, softcap, alibi_slopes, k_descale,
-      v_descale, k_descale_value, v_descale_value, s_aux, num_decodes, kv_cache_dtype):
+      v_descale, k_descale_value, v_descale_value, s_aux, num_decodes, kv_cache_dtype, q_descale,
+      q_descale_value):
     return None
 
 
@@ -379,14 +381,20 @@ def flash_attn_varlen_func(q: Tensor, k: Tensor, v: Tensor, max_seqlen_q: int,
             deterministic, return_attn_probs, block_table, return_softmax_lse, out,
             cp_world_size=cp_world_size)
     if out is None:
+        if q.dtype == torch.float8_e4m3fn:  # refused by graphattn.ops, naming out=
+            return _ops.flash_attn_varlen_func.eager(
+                q, k, v, max_seqlen_q, cu_seqlens_q, max_seqlen_k, seqused_k=seqused_k,
+                block_table=block_table)
         out = torch.empty_like(q)
     left, right = _window_pair(window_size)
     ks, kf = _split_scale(k_descale)
     vs, vf = _split_scale(v_descale)
+    # (a 16-bit q ignores q_descale, as FA3 does; the op carries it for an fp8 q)
+    qs, qf = _split_scale(q_descale if q.dtype == torch.float8_e4m3fn else None)
     torch.ops.graphattn.flash_attn_varlen_func(
         q, k, v, max_seqlen_q, cu_seqlens_q, max_seqlen_k, seqused_k, block_table, out,
         softmax_scale, causal, left, right, float(softcap), alibi_slopes, ks, vs, kf, vf, s_aux,
-        num_decodes, kv_cache_dtype)
+        num_decodes, kv_cache_dtype, qs, qf)
     return out
 
 
