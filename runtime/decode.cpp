@@ -377,14 +377,6 @@ void enqueue_decode(const LoadedKernel& decode, const DecodeLaunch& a, CUstream 
       a.multi_token || a.device_split ? static_cast<const int*>(a.query_start_loc.data) : nullptr;
   p.max_query_len = a.max_query_len;
   p.device_split = a.device_split ? 1 : 0;
-  if (spec.q_fp8) {
-    p.q_scale = a.q8.q_scale;
-    p.q_descale = a.q8.q_descale;
-    p.k_descale = a.q8.k_descale;
-    p.v_descale = a.q8.v_descale;
-    p.descale_req_stride = a.q8.req_stride;
-    p.descale_head_stride = a.q8.head_stride;
-  }
 
   const int64_t grid_y =
       int64_t{num_kv_heads} * ga_decode_head_chunks(spec.group * a.max_query_len);
@@ -398,7 +390,13 @@ void enqueue_decode(const LoadedKernel& decode, const DecodeLaunch& a, CUstream 
   const auto u = [](int64_t v) { return static_cast<unsigned>(v); };
   const LaunchShape shape{u(a.max_splits),   u(grid_y), u(a.num_decodes),
                           GA_DECODE_THREADS, u(smem),   p.cluster_splits ? u(a.max_splits) : 1u};
-  launch(decode, shape, stream, p);
+  if (spec.q_fp8) {  // the e4m3 query's kernel takes its descales after the common block
+    const DecodeQ8Params p8{p, GaQueryScales{a.q8.q_descale, a.q8.k_descale, a.q8.v_descale,
+                                             a.q8.req_stride, a.q8.head_stride, a.q8.q_scale}};
+    launch(decode, shape, stream, p8);
+  } else {
+    launch(decode, shape, stream, p);
+  }
 }
 
 void launch_decode(const LoadedKernel& decode, const DecodeLaunch& a, CUstream stream) {

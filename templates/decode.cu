@@ -151,12 +151,14 @@ constexpr bool Q_TO_F16 = IS_BF16 && !MMA_BF16;
 // MMA) the query is widened to fp16 times the softmax scale on load, and the 16-bit path runs.
 // O^T += V^T P^T stays on the fp16 MMA with P rounded to fp16 (see docs/fp8-queries.md: a
 // 16-token tile is half an fp8 MMA's k = 32, and V's fp8 -> fp16 widening is exact).
+// (Macros, not constexpr variables: a namespace-scope constant is a global of the module, and
+// a new one would change the resource usage of every existing spec.)
 #ifdef GA_Q_E4M3
-constexpr bool QF8 = true;
+#define QF8 true
 #else
-constexpr bool QF8 = false;
+#define QF8 false
 #endif
-constexpr bool QK_FP8 = QF8 && GA_E4M3_CVT;
+#define QK_FP8 (QF8 && GA_E4M3_CVT)
 
 // D += A * B, m16n8k16, fp32 accumulate, A/B in the MMA type.
 __device__ __forceinline__ void ga_mma(float (&d)[4], ga_u32 a0, ga_u32 a1, ga_u32 a2, ga_u32 a3,
@@ -420,8 +422,15 @@ __device__ __forceinline__ void ga_idle_split(bool cluster) {
 // so the machine code would no longer be the measured one.
 // =============================================================================================
 
+#ifdef GA_Q_E4M3
+extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
+    graphattn_decode(const __grid_constant__ DecodeQ8Params params) {
+  const DecodeParams& p = params.base;
+  const GaQueryScales& q8 = params.q8;
+#else
 extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
     graphattn_decode(const __grid_constant__ DecodeParams p) {
+#endif
   // Early prologue: the metadata and the KV cache are read before waiting for the previous
   // kernel, which the host allows only when that kernel writes neither; the query, the new
   // token's key and value and the device KV scales are read after the wait.
@@ -780,16 +789,18 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
 
   // Scores in the log2 domain: no cap: raw * qk_scale; cap: ga_soft_cap_log2(raw, qk_scale,
   // cap_log2).
+#ifdef GA_Q_E4M3
   // fp8 queries: the descales of this (request, KV head), FA3's q_descale and k_descale.
-  const long long descale_at = QF8 ? static_cast<long long>(req) * p.descale_req_stride +
-                                         static_cast<long long>(kv_head) * p.descale_head_stride
-                                   : 0;
+  const long long descale_at = static_cast<long long>(req) * q8.req_stride +
+                               static_cast<long long>(kv_head) * q8.head_stride;
   const float score_scale =
-      QF8 ? p.scale / q_scale * (p.q_descale ? p.q_descale[descale_at] : p.q_scale) *
-                (p.k_descale ? p.k_descale[descale_at]
-                             : ga_kv_scale(p.scales.k_scale_ptr, p.k_scale)) *
-                (QK_FP8 ? 1.0f : KV_WIDEN_SCALE)
-          : p.scale / q_scale * ga_kv_scale(p.scales.k_scale_ptr, p.k_scale) * KV_WIDEN_SCALE;
+      p.scale / q_scale * (q8.q_descale ? q8.q_descale[descale_at] : q8.q_scale) *
+      (q8.k_descale ? q8.k_descale[descale_at] : ga_kv_scale(p.scales.k_scale_ptr, p.k_scale)) *
+      (QK_FP8 ? 1.0f : KV_WIDEN_SCALE);
+#else
+  const float score_scale =
+      p.scale / q_scale * ga_kv_scale(p.scales.k_scale_ptr, p.k_scale) * KV_WIDEN_SCALE;
+#endif
   const float qk_scale = HAS_SOFT_CAP ? score_scale / p.soft_cap : score_scale * GA_LOG2E;
   const float cap_log2 = HAS_SOFT_CAP ? p.soft_cap * GA_LOG2E : 0.0f;
 
@@ -1072,9 +1083,13 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   __syncthreads();
 
   // [stage 9: the block's output] merge the warps; one split: the output, else the partials.
-  const float out_scale = (QF8 && p.v_descale ? p.v_descale[descale_at]
-                                              : ga_kv_scale(p.scales.v_scale_ptr, p.v_scale)) *
-                          KV_WIDEN_SCALE;
+#ifdef GA_Q_E4M3
+  const float out_scale =
+      (q8.v_descale ? q8.v_descale[descale_at] : ga_kv_scale(p.scales.v_scale_ptr, p.v_scale)) *
+      KV_WIDEN_SCALE;
+#else
+  const float out_scale = ga_kv_scale(p.scales.v_scale_ptr, p.v_scale) * KV_WIDEN_SCALE;
+#endif
   constexpr int D4 = HEAD_SIZE / 4;
   for (int i = tid; i < heads_here * D4; i += GA_DECODE_THREADS) {
     const int h = i / D4, d = (i - h * D4) * 4;

@@ -283,17 +283,25 @@ struct DecodeParams {
   // single-token decode's query row is still its request index. query_start_loc is then set
   // for every kernel. 0: every request of the grid is a decode.
   int device_split;
-  // fp8 queries (GA_Q_E4M3; unread otherwise): query holds e4m3 bytes, q = stored * q_descale.
-  // Descales per (request, KV head), FA3's q_descale / k_descale / v_descale: element
-  // [r * descale_req_stride + kv_head * descale_head_stride] (both strides 0: one per-tensor
-  // device scalar). A null pointer takes q_scale for the query, the KV scales above (k_scale,
-  // v_scale or their device scalars) for keys and values.
-  const float* q_descale;         // [num_decodes, num_kv_heads] fp32 (strided), or null
-  const float* k_descale;         // [num_decodes, num_kv_heads] fp32 (strided), or null
-  const float* v_descale;         // [num_decodes, num_kv_heads] fp32 (strided), or null
-  long long descale_req_stride;   // elements
-  long long descale_head_stride;  // elements
-  float q_scale;                  // q = stored * q_scale when q_descale is null
+};
+
+// The decode kernel's parameters with an e4m3 query (spec "_qe4m3"): query holds e4m3 bytes,
+// q = stored * q_descale. A struct of its own, so that every other decode spec keeps its
+// parameter block (and machine code) unchanged. Descales per (request, KV head), FA3's
+// q_descale / k_descale / v_descale: element [r * req_stride + kv_head * head_stride] (both
+// strides 0: one per-tensor device scalar). A null pointer takes q_scale for the query, the KV
+// scales of base (k_scale, v_scale or their device scalars) for keys and values.
+struct GaQueryScales {
+  const float* q_descale;  // [num_decodes, num_kv_heads] fp32 (strided), or null
+  const float* k_descale;  // [num_decodes, num_kv_heads] fp32 (strided), or null
+  const float* v_descale;  // [num_decodes, num_kv_heads] fp32 (strided), or null
+  long long req_stride;    // elements
+  long long head_stride;   // elements
+  float q_scale;           // q = stored * q_scale when q_descale is null
+};
+struct DecodeQ8Params {
+  DecodeParams base;
+  GaQueryScales q8;
 };
 
 // Launch geometry shared by the host and the decode templates (evaluated at compile time by both).

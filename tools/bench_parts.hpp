@@ -20,6 +20,8 @@ struct DecodeShape {
   bool sparse = false;
   // ":legacy": vLLM's legacy caches through paged_attention_v1 / v2 (the version by vLLM's rule)
   bool legacy = false;
+  // ":qe4m3": e4m3 queries (q_dtype fp8_e4m3, q_scale 0.5) over an e4m3 cache (spec "_qe4m3")
+  bool q_fp8 = false;
   std::string label() const;     // "64x8192", "64x8192 h64", "64x8192 e4m3", "64x4096 q4",
                                  // "64x8192 bsp", "64x4096 legacy v1"
   std::string peer_key() const;  // "64:8192:128"
