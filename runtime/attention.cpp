@@ -412,6 +412,8 @@ detail::PrefillLaunch prefill_launch(const AttentionLayerConfig& c,
   pf.k_scale = c.k_scale;
   pf.v_scale = c.v_scale;
   pf.device_scales = detail::DeviceKvScales{c.k_scale_device, c.v_scale_device};
+  pf.q8 = detail::FpQueryScales{c.q_scale,   c.q_descale,          c.k_descale,
+                                c.v_descale, c.descale_req_stride, c.descale_head_stride};
   pf.bounds = bounds;
   return pf;
 }
@@ -464,12 +466,6 @@ void AttentionBackend::forward(const TensorView& query, const TensorView& key,
   if (decode) check_decode(c, specs_[kDecodeIdx], d, kc, workspace, workspace_size);
   const detail::PrefillLaunch pf = prefill_launch(c, views, md, bounds);
   const bool prefill = has_prefills(md);
-  GA_REQUIRE(c.q_dtype != KvDType::kFp8E4M3 || (!prefill && !md.device_split),
-             "forward: a layer with e4m3 queries (q_dtype fp8_e4m3) runs decodes only so far; this "
-             "batch has " +
-                 (md.device_split ? std::string("a device split (its prefill kernel)")
-                                  : str(md.num_reqs - md.num_decodes) + " prefill request(s)") +
-                 "; supported: decode-only batches with a host split");
   if (prefill) check_prefill(specs_[kPrefillIdx], pf, kc, md);
 
   // A decode-only step writes its new keys and values inside the decode kernel: one launch fewer

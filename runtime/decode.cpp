@@ -73,22 +73,6 @@ KvCacheShape check_direct_launch(const LoadedKernel& k, const TensorView& query,
   return check_kv_cache(kv_cache, attention_dtype_of(query, output));
 }
 
-// An e4m3 query's descales: a positive finite q_scale, strides >= 0, 4-byte aligned pointers.
-void check_query_scales(const AttentionSpec& spec, const FpQueryScales& s, const char* where) {
-  if (!spec.q_fp8) return;
-  GA_REQUIRE(s.q_scale > 0 && std::isfinite(s.q_scale),
-             std::string(where) + ": q_scale " + std::to_string(s.q_scale) +
-                 " is not supported for an e4m3 query; supported: finite > 0");
-  GA_REQUIRE(s.req_stride >= 0 && s.head_stride >= 0,
-             std::string(where) + ": descale strides " + str(s.req_stride) + ", " +
-                 str(s.head_stride) + " must be >= 0 (0: one scale for every request or head)");
-  for (const float* p : {s.q_descale, s.k_descale, s.v_descale})
-    GA_REQUIRE(reinterpret_cast<uintptr_t>(p) % 4 == 0,
-               std::string(where) +
-                   ": q_descale, k_descale and v_descale must be 4-byte aligned "
-                   "fp32 device pointers or null");
-}
-
 }  // namespace
 
 AttentionSpec decode_spec(const DecodeLaunch& a, int arch) {
@@ -289,7 +273,6 @@ void check_decode_launch(const AttentionSpec& spec, const DecodeLaunch& a, const
     GA_REQUIRE(a.max_query_len == 1, "max_query_len " + str(a.max_query_len) +
                                          " needs a multi-token decode kernel (spec _mt)");
   }
-  check_query_scales(spec, a.q8, where);
   const int rows = a.num_decodes * a.max_query_len;
   const WorkspaceLayout w =
       workspace_layout(rows, static_cast<int>(num_heads), spec.head_size, a.max_splits);

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 
+#include "core/text.hpp"
 #include "runtime/module_cache.hpp"
 
 namespace graphattn {
@@ -72,6 +73,21 @@ KvCacheShape check_direct_launch(const LoadedKernel& k, const TensorView& query,
   return check_kv_cache(kv_cache, dtype_of(query.dtype));
 }
 
+// An e4m3 query's descales: a positive finite q_scale, strides >= 0, 4-byte aligned pointers.
+void require_query_scales(const AttentionSpec& spec, const FpQueryScales& s, const char* where) {
+  if (!spec.q_fp8) return;
+  GA_REQUIRE(s.q_scale > 0 && std::isfinite(s.q_scale),
+             std::string(where) + ": q_scale " + std::to_string(s.q_scale) +
+                 " is not supported for an e4m3 query; supported: finite > 0");
+  GA_REQUIRE(s.req_stride >= 0 && s.head_stride >= 0,
+             std::string(where) + ": descale strides " + str(s.req_stride) + ", " +
+                 str(s.head_stride) + " must be >= 0 (0: one scale for every request or head)");
+  for (const float* p : {s.q_descale, s.k_descale, s.v_descale})
+    GA_REQUIRE(reinterpret_cast<uintptr_t>(p) % 4 == 0,
+               std::string(where) +
+                   ": q_descale, k_descale and v_descale must be 4-byte aligned "
+                   "fp32 device pointers or null");
+}
 void require_launch_scales(const AttentionSpec& spec, float scale, float k_scale, float v_scale) {
   GA_REQUIRE(std::isfinite(scale) && scale > 0,
              "scale " + std::to_string(scale) + " must be finite and > 0");
@@ -138,9 +154,10 @@ AttentionSpec attention_spec_for(KernelKind kind, const TensorView& query, const
   require_rank(output, 3, "output", "[num_tokens, num_heads, head_size]");
   // An e4m3 query (spec "_qe4m3"): the output holds the layer's dtype.
   const bool q_fp8 = query.dtype == ScalarType::kFloat8E4M3;
-  GA_REQUIRE(!q_fp8 || kind == KernelKind::kDecode,
-             "query dtype fp8_e4m3 is supported by the decode kernel only; the " +
-                 std::string(to_string(kind)) + " kernel takes a float16 or bfloat16 query");
+  GA_REQUIRE(!q_fp8 || !f.dense_kv,
+             "query dtype fp8_e4m3 is not supported by the dense-KV prefill (encoder-only "
+             "attention, multi_head_attention); supported: float16, bfloat16 there, fp8_e4m3 "
+             "over an fp8 paged cache");
   const DType dtype = attention_dtype_of(query, output);
   GA_REQUIRE(q_fp8 || output.dtype == query.dtype,
              "output dtype " + std::string(to_string(output.dtype)) + " differs from query dtype " +

@@ -9,6 +9,7 @@
 #include "graphattn/backend.hpp"
 #include "graphattn/error.hpp"
 #include "runtime/blocksparse.hpp"
+#include "runtime/module_cache.hpp"
 
 namespace graphattn::detail {
 
@@ -21,6 +22,9 @@ void require_kv_dtype(const TensorView& key, const TensorView& value, DType dtyp
                       const char* where);
 // The head dimension is contiguous and every row starts 16-byte aligned (vector loads).
 void require_vector_access(const TensorView& t, const char* name, int bytes = 16);
+// An e4m3 query's descales (spec "_qe4m3"; nothing otherwise): a positive finite q_scale,
+// strides >= 0, 4-byte aligned pointers.
+void require_query_scales(const AttentionSpec& spec, const FpQueryScales& s, const char* where);
 // The query of an attention launch: 16-byte access, 8-byte for an e4m3 query.
 void require_query_access(const TensorView& query);
 // The layer's dtype of an attention launch: the query's, or the output's for an e4m3 query.
@@ -126,6 +130,7 @@ void require_launch_kernel(KernelKind kind, const AttentionSpec& ks, const Launc
   require_vector_access(a.output, "output");
   require_launch_scales(spec, a.scale, a.k_scale, a.v_scale);
   require_device_scales(a.device_scales, where);
+  require_query_scales(spec, a.q8, where);
 }
 
 }  // namespace graphattn::detail

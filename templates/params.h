@@ -391,6 +391,13 @@ struct PrefillParams {
   int num_reqs;  // device_split_q > 0: request slots after first_req
 };
 
+// The prefill kernel's parameters with an e4m3 query (spec "_qe4m3"; the mma.sync kernel):
+// as DecodeQ8Params, a struct of its own so that every other spec's parameter block stays.
+struct PrefillQ8Params {
+  PrefillParams base;
+  GaQueryScales q8;
+};
+
 // Prefill tile geometry, shared by the host (runtime/prefill.cpp) and the two prefill templates
 // (evaluated at compile time by both). detail::select_prefill_kernel() picks the template.
 //

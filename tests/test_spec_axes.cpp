@@ -130,7 +130,7 @@ TEST_CASE("spec axes: each kernel keeps its own axes and holds the canonical val
       {KernelKind::kDecode,
        "decode_h128_b32_bf16_kve4m3_g4_swa1_cap1_hnd_sm90_alibi_sink_mt_bsp_chk_qe4m3"},
       {KernelKind::kPrefill,
-       "prefill_h128_b32_bf16_kve4m3_g4_swa1_cap1_hnd_sm90_alibi_sink_bsp_chk"},
+       "prefill_h128_b32_bf16_kve4m3_g4_swa1_cap1_hnd_sm90_alibi_sink_bsp_chk_qe4m3"},
       {KernelKind::kKvScale, "kv_scale_h128_b16_bf16_kvauto_g1_swa0_cap0_nhd_sm90"},
   };
   for (const auto& [kind, text] : want) {

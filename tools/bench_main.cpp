@@ -115,6 +115,8 @@ int main(int argc, char** argv) {
     if (wants("prefill")) {
       j["prefill"] = bench_prefill(dev, 4, 4096, std::max(20, reps / 5), peer, &ok);
       j["prefill_legacy"] = bench_prefill(dev, 4, 4096, std::max(20, reps / 5), peer, &ok, true);
+      j["prefill_fp8"] =
+          bench_prefill(dev, 4, 4096, std::max(20, reps / 5), peer, &ok, false, true);
     }
     if (!json_path.empty()) std::ofstream(json_path) << j.dump(2) << "\n";
     if (!ok) {

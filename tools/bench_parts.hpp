@@ -63,8 +63,9 @@ nlohmann::json bench_mixed_step(const Device& dev, int decodes, int len, int chu
 nlohmann::json bench_capture(const Device& dev, int max_num_seqs);
 
 // Causal prefill of batch x len new tokens (bf16, 32/8 heads, head 128, block 16); legacy: the
-// same over vLLM's legacy caches through forward_prefix.
+// same over vLLM's legacy caches through forward_prefix; fp8: e4m3 queries (q_scale 0.5) over an
+// e4m3 cache (scales 1.5) through AttentionBackend::forward (spec "_qe4m3"), bf16 output.
 nlohmann::json bench_prefill(const Device& dev, int batch, int len, int reps, const PeerTimes& peer,
-                             bool* ok, bool legacy = false);
+                             bool* ok, bool legacy = false, bool fp8 = false);
 
 }  // namespace graphattn::bench

@@ -195,8 +195,8 @@ struct GRAPHATTN_API AttentionLayerConfig {
   // fp8 queries (vLLM's query_quant with an fp8 cache; FA3's fp8 forward): kAuto (the default)
   // takes queries in dtype; kFp8E4M3 takes e4m3 queries (query views of dtype fp8 e4m3) with
   // q = stored * q_scale, and the output stays in dtype. Needs an fp8 kv_dtype (e4m3 or e5m2).
-  // Decodes only so far (spec "_qe4m3": QK^T on fp8 tensor cores from sm_89 on): forward()
-  // refuses a batch with prefills or a device split.
+  // Decode and prefill kernels "_qe4m3": the decode's QK^T on fp8 tensor cores from sm_89 on;
+  // the prefill (the mma.sync kernel, every arch) widens the query exactly on load.
   KvDType q_dtype = KvDType::kAuto;
   float q_scale = 1.0f;  // e4m3 query: q = stored * q_scale (ignored otherwise)
   // e4m3 query: FA3's descales in device memory, one fp32 per (request, KV head) at

@@ -229,7 +229,7 @@ typedef struct graphattn_layer_config {
   int blocksparse_active_head_offset; /* tp_rank * num_heads (vLLM's active_head_range[0]) */
   /* fp8 queries (AttentionLayerConfig::q_dtype says the rule): GRAPHATTN_KV_AUTO (queries in
      dtype) or GRAPHATTN_KV_FP8_E4M3 (e4m3 query views, q = stored * q_scale or the device
-     q_descale; decodes only; needs an fp8 kv_dtype); a caller whose struct_size ends before
+     q_descale; needs an fp8 kv_dtype); a caller whose struct_size ends before
      descale_head_stride gets 16-bit queries */
   graphattn_kv_dtype_t q_dtype;
   float q_scale;

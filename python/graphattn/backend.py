@@ -281,7 +281,7 @@ class AttentionBackend(_lib.OwnedHandle):
             follow the pattern, and decodes read only the KV blocks some head sees.
         q_dtype: "auto" (queries in dtype) or "fp8_e4m3" (torch.float8_e4m3fn): e4m3 queries
             (vLLM's query_quant), q = stored * q_scale; the output stays in dtype. Needs an fp8
-            kv_cache_dtype; decode-only batches so far (forward() refuses prefills).
+            kv_cache_dtype; decodes and prefills (vLLM's FA3 fp8 path).
         q_descale, k_descale, v_descale: with q_dtype "fp8_e4m3", FA3's descales in device
             memory: float32 CUDA tensors of one element or [num_reqs, num_kv_heads] (one
             layout for all), read by every decode (and graph replay) instead of q_scale,

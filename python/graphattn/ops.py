@@ -531,7 +531,7 @@ def flash_attn_varlen_func(q: Array, k: Array, v: Array, max_seqlen_q: int, cu_s
     """Paged attention over vLLM's KV cache, as vllm_flash_attn.flash_attn_varlen_func.
 
     q:             [num_tokens, num_heads, head_size] float16/bfloat16, or float8_e4m3fn
-                   (vLLM's quantized query; an fp8 cache, decode-only batches, out given)
+                   (vLLM's quantized query; an fp8 cache and out= in the model's dtype)
     k, v:          the key and value cache halves, [num_blocks, block_size, num_kv_heads,
                    head_size] each (NHD or HND strides), the model's dtype or fp8
     max_seqlen_q:  the longest query; 1 means every request is a decode

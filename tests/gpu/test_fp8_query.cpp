@@ -49,6 +49,8 @@ struct Q8Case {
   bool sinks = false, alibi = false;
   bool per_head = false;  // device descales [num_reqs, num_kv_heads]; else per-tensor floats
   std::vector<int> seq_lens;
+  std::vector<int> q_lens;  // query tokens of each request (the last of its sequence); empty: 1
+  int q_len(int r) const { return q_lens.empty() ? 1 : q_lens[r]; }
 };
 
 std::string describe(const Q8Case& c) {
@@ -78,6 +80,9 @@ double fp8_value(KvDType kv, uint8_t c) {
 // The batch: request r owns its blocks; keys and values dequantized with request r's descales.
 struct Q8Batch {
   int n = 0;
+  int64_t T = 0;               // query tokens
+  std::vector<int> starts;     // [n + 1] query_start_loc
+  std::vector<int> token_req;  // [T] each token's request
   int64_t H = 0, D = 0, KH = 0, B = 0, NB = 0, max_blocks = 1;
   std::vector<int> block_table;
   std::vector<uint8_t> q_codes, k_codes, v_codes;  // q [n, H, D]; k, v [NB, B, KH, D] (logical)
@@ -169,13 +174,19 @@ void build(const Q8Case& c, std::mt19937_64& rng, Q8Batch& b) {
                   ? TensorView::contiguous(b.d_cache.data(), kst, {2, NB, B, KH, D})
                   : TensorView::strided(b.d_cache.data(), kst, {2, NB, B, KH, D},
                                         {NB * KH * B * D, KH * B * D, D, B * D, 1});
-  b.q_codes.resize(b.n * b.H * b.D);
+  b.starts.assign(b.n + 1, 0);
+  for (int r = 0; r < b.n; ++r) {
+    b.starts[r + 1] = b.starts[r] + c.q_len(r);
+    for (int t = 0; t < c.q_len(r); ++t) b.token_req.push_back(r);
+  }
+  b.T = b.starts[b.n];
+  b.q_codes.resize(b.T * b.H * b.D);
   for (auto& x : b.q_codes) x = q_codes[rng() % q_codes.size()];
   b.d_q = DeviceBuffer(b.q_codes.size());
   b.d_q.upload(b.q_codes.data(), b.q_codes.size());
-  b.q_view = TensorView::contiguous(b.d_q.data(), ScalarType::kFloat8E4M3, {b.n, b.H, b.D});
-  b.d_out = DeviceBuffer(b.n * b.H * b.D * 2);
-  b.out_view = TensorView::contiguous(b.d_out.data(), scalar_type_of(c.dtype), {b.n, b.H, b.D});
+  b.q_view = TensorView::contiguous(b.d_q.data(), ScalarType::kFloat8E4M3, {b.T, b.H, b.D});
+  b.d_out = DeviceBuffer(b.T * b.H * b.D * 2);
+  b.out_view = TensorView::contiguous(b.d_out.data(), scalar_type_of(c.dtype), {b.T, b.H, b.D});
   b.d_seq = DeviceBuffer(b.n * 4);
   b.d_seq.upload(c.seq_lens.data(), b.n * 4);
   b.seq_view = TensorView::contiguous(b.d_seq.data(), ScalarType::kInt32, {b.n});
@@ -203,8 +214,7 @@ std::vector<double> reference(const Q8Case& c, const Q8Batch& b, double scale) {
   p.head_size = c.head_size;
   p.block_size = c.block_size;
   p.max_blocks_per_seq = static_cast<int>(b.max_blocks);
-  p.query_start_loc.resize(b.n + 1);
-  std::iota(p.query_start_loc.begin(), p.query_start_loc.end(), 0);
+  p.query_start_loc = b.starts;
   p.seq_lens = c.seq_lens;
   p.block_table = b.block_table;
   p.k_cache.assign(b.k_codes.size(), 0.0);
@@ -220,11 +230,11 @@ std::vector<double> reference(const Q8Case& c, const Q8Batch& b, double scale) {
         }
     }
   p.q.resize(b.q_codes.size());
-  for (int r = 0; r < b.n; ++r)
+  for (int64_t t = 0; t < b.T; ++t)
     for (int64_t h = 0; h < b.H; ++h)
       for (int64_t d = 0; d < b.D; ++d) {
-        const size_t i = (r * b.H + h) * b.D + d;
-        p.q[i] = e4m3_to_double(b.q_codes[i]) * b.qd[r * b.KH + h / c.group];
+        const size_t i = (t * b.H + h) * b.D + d;
+        p.q[i] = e4m3_to_double(b.q_codes[i]) * b.qd[b.token_req[t] * b.KH + h / c.group];
       }
   p.scale = scale;
   p.window = c.window;
@@ -236,7 +246,7 @@ std::vector<double> reference(const Q8Case& c, const Q8Batch& b, double scale) {
 
 // The output against the reference: no NaN, zeros for empty requests; the relative L2 error.
 double compare(const Q8Case& c, const Q8Batch& b, const std::vector<double>& want) {
-  std::vector<uint16_t> out(b.n * b.H * b.D);
+  std::vector<uint16_t> out(b.T * b.H * b.D);
   b.d_out.download(out.data(), out.size() * 2);
   std::vector<double> got(out.size());
   size_t nan = 0;
@@ -245,9 +255,9 @@ double compare(const Q8Case& c, const Q8Batch& b, const std::vector<double>& wan
     got[i] = from_storage(c.dtype, out[i]);
   }
   CHECK(nan == 0);
-  for (int r = 0; r < b.n; ++r)
-    if (c.seq_lens[r] == 0)
-      for (int64_t i = 0; i < b.H * b.D; ++i) CHECK(out[r * b.H * b.D + i] == 0);
+  for (int64_t t = 0; t < b.T; ++t)
+    if (c.seq_lens[b.token_req[t]] == 0)
+      for (int64_t i = 0; i < b.H * b.D; ++i) CHECK(out[t * b.H * b.D + i] == 0);
   return relative_l2(got, want);
 }
 
@@ -396,15 +406,19 @@ AttentionLayerConfig layer_of(const Q8Case& c, const Q8Batch& b) {
 struct Metadata {
   DeviceBuffer qsl;
   AttentionMetadata md;
+  // Requests of one query token first (the decodes), then the prefills.
   Metadata(const Q8Case& c, const Q8Batch& b) : qsl((b.n + 1) * 4) {
-    std::vector<int> starts(b.n + 1);
-    std::iota(starts.begin(), starts.end(), 0);
-    qsl.upload(starts.data(), starts.size() * 4);
+    qsl.upload(b.starts.data(), b.starts.size() * 4);
     md.query_start_loc = TensorView::contiguous(qsl.data(), ScalarType::kInt32, {b.n + 1});
     md.seq_lens = b.seq_view;
     md.block_table = b.bt_view;
-    md.num_reqs = md.num_decodes = md.num_decode_tokens = md.num_actual_tokens = b.n;
+    md.num_reqs = b.n;
+    while (md.num_decodes < b.n && c.q_len(md.num_decodes) == 1) ++md.num_decodes;
+    md.num_decode_tokens = md.num_decodes;
+    md.num_actual_tokens = static_cast<int>(b.T);
     md.max_query_len = 1;
+    for (int r = md.num_decodes; r < b.n; ++r)
+      md.max_query_len = std::max(md.max_query_len, c.q_len(r));
     md.max_seq_len = *std::max_element(c.seq_lens.begin(), c.seq_lens.end());
   }
 };
@@ -475,13 +489,65 @@ TEST_CASE("gpu fp8 query: forward() in a captured graph follows new device desca
   INFO("per-tensor relative L2 error " << err);
   CHECK(err <= q8_tolerance(t.dtype));
 
-  // Prefills and a 16-bit query are refused, naming what is supported.
-  AttentionMetadata prefill = tm.md;
-  prefill.num_decodes = prefill.num_decode_tokens = 0;
-  CHECK_THROWS_WITH_AS(per_tensor.forward(tb.q_view, TensorView{}, TensorView{}, tb.kv_view,
-                                          tb.out_view, prefill, tws.data(), tws.bytes(), stream),
-                       doctest::Contains("runs decodes only so far"), Error);
+  // A 16-bit query is refused, naming the layer's query dtype.
   CHECK_THROWS_WITH_AS(per_tensor.forward(tb.out_view, TensorView{}, TensorView{}, tb.kv_view,
                                           tb.out_view, tm.md, tws.data(), tws.bytes(), stream),
                        doctest::Contains("(q_dtype fp8_e4m3)"), Error);
+}
+
+TEST_CASE("gpu fp8 query: prefills and mixed batches through forward() (host and device split)") {
+  GA_REQUIRE_GPU();
+  TempKernelCache cache;
+  auto rng = make_rng();
+  const auto& d = detail::driver();
+  std::vector<Q8Case> cases(4);
+  cases[0].per_head = true;  // bf16, e4m3, NHD, GQA 4
+  cases[1].dtype = DType::kFloat16;
+  cases[1].kv = KvDType::kFp8E5M2;
+  cases[1].layout = KvLayout::kHND;
+  cases[1].block_size = 32;
+  cases[1].group = 8;
+  cases[1].num_kv_heads = 1;
+  cases[1].soft_cap = 10.0f;
+  cases[1].sinks = true;
+  cases[2].per_head = true;
+  cases[2].group = 1;
+  cases[2].window = 300;
+  cases[2].alibi = true;
+  cases[3].per_head = true;
+  cases[3].head_size = 72;
+  cases[3].group = 2;
+  cases[3].layout = KvLayout::kHND;
+  Errors errors;
+  Stream stream;
+  for (Q8Case& c : cases) {
+    // Three decodes (one empty), then prefills: whole prompts and chunks after a context.
+    c.seq_lens = {700, 0, 33, 300, 1500, 64, 129};
+    c.q_lens = {1, 1, 1, 300, 37, 64, 100};
+    INFO(describe(c));
+    Q8Batch b;
+    build(c, rng, b);
+    AttentionBackend attn(layer_of(c, b));
+    attn.prepare(cache);
+    CHECK(attn.required_specs()[2].q_fp8);
+    DeviceBuffer ws(attn.workspace_bytes());
+    Metadata m(c, b);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_size));
+    const std::vector<double> want = reference(c, b, scale);
+    for (bool device_split : {false, true}) {
+      INFO("split on the " << (device_split ? "device" : "host"));
+      AttentionMetadata md = m.md;
+      md.device_split = device_split;
+      b.d_out.fill_bytes(0xff);
+      attn.forward(b.q_view, TensorView{}, TensorView{}, b.kv_view, b.out_view, md, ws.data(),
+                   ws.bytes(), stream);
+      GA_CU_CHECK(d.cuStreamSynchronize(stream));
+      const double err = compare(c, b, want);
+      INFO("relative L2 error " << err);
+      CHECK(err <= q8_tolerance(c.dtype));
+      errors.add(c.dtype, err);
+    }
+  }
+  MESSAGE("prefill + decode relative L2 errors, bf16 out: "
+          << Errors::summary(errors.bf16) << "; fp16 out: " << Errors::summary(errors.fp16));
 }
