@@ -743,7 +743,8 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   // Q^T fragments (MMA B operand): thread (g, t) holds head g (+ 8 nt) chunks c(i, t).
   // (fp8 queries: QK_FP8 keeps the e4m3 bytes, 4 a word, in qf[..][0..3]; the fallback widens
   // them to fp16 times the softmax scale.)
-  const float q_scale = Q_TO_F16 || (QF8 && !QK_FP8) ? p.scale : 1.0f;
+  // (QK_FP8: no softmax scale in the query, whatever Q_TO_F16 says: the bytes stay e4m3.)
+  const float q_scale = !QK_FP8 && (Q_TO_F16 || QF8) ? p.scale : 1.0f;
   ga_u32 qf[NT][KGROUPS][KW];
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) {

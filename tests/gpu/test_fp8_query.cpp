@@ -261,6 +261,17 @@ double compare(const Q8Case& c, const Q8Batch& b, const std::vector<double>& wan
   return relative_l2(got, want);
 }
 
+// The relative L2 error of query tokens [t0, t1) alone (a mixed batch's decode or prefill rows).
+double token_error(const Q8Case& c, const Q8Batch& b, const std::vector<double>& want, int64_t t0,
+                   int64_t t1) {
+  const int64_t row = b.H * b.D;
+  std::vector<uint16_t> out((t1 - t0) * row);
+  b.d_out.download(out.data(), out.size() * 2, t0 * row * 2);
+  std::vector<double> got(out.size());
+  for (size_t i = 0; i < out.size(); ++i) got[i] = from_storage(c.dtype, out[i]);
+  return relative_l2(got, std::vector<double>(want.begin() + t0 * row, want.begin() + t1 * row));
+}
+
 // A direct launch of every request of b: grid (splits, stages), the case's descales.
 detail::DecodeLaunch launch_of(const Q8Case& c, const Q8Batch& b, int splits, int stages,
                                float scale, const DeviceBuffer& ws, const DeviceBuffer& counters) {
@@ -334,7 +345,8 @@ TEST_CASE("gpu fp8 query: decode matches the float64 reference of the dequantize
   TempKernelCache cache;
   auto rng = make_rng();
   const int arch = current_device_arch();
-  MESSAGE("sm_" << arch << ": QK^T on " << (arch >= 89 ? "fp8 MMA" : "fp16 MMA (fallback)"));
+  MESSAGE("sm_" << arch << ": QK^T on "
+                << std::string(arch >= 89 ? "fp8 MMA" : "fp16 MMA (fallback)"));
   Errors errors;
   for (const Q8Case& c : sweep(rng)) {
     INFO(describe(c));
@@ -439,7 +451,7 @@ TEST_CASE("gpu fp8 query: forward() in a captured graph follows new device desca
   AttentionBackend attn(layer_of(c, b));
   attn.prepare(cache);
   CHECK(attn.required_specs()[1].q_fp8);
-  CHECK_FALSE(attn.required_specs()[2].q_fp8);  // the prefill kernel has no e4m3 query
+  CHECK(attn.required_specs()[2].q_fp8);  // the prefill kernel's e4m3-query specialization
   DeviceBuffer ws(attn.workspace_bytes());
   Metadata m(c, b);
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_size));
@@ -535,7 +547,7 @@ TEST_CASE("gpu fp8 query: prefills and mixed batches through forward() (host and
     const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_size));
     const std::vector<double> want = reference(c, b, scale);
     for (bool device_split : {false, true}) {
-      INFO("split on the " << (device_split ? "device" : "host"));
+      INFO("split on the " << std::string(device_split ? "device" : "host"));
       AttentionMetadata md = m.md;
       md.device_split = device_split;
       b.d_out.fill_bytes(0xff);
@@ -543,8 +555,13 @@ TEST_CASE("gpu fp8 query: prefills and mixed batches through forward() (host and
                    ws.bytes(), stream);
       GA_CU_CHECK(d.cuStreamSynchronize(stream));
       const double err = compare(c, b, want);
-      INFO("relative L2 error " << err);
-      CHECK(err <= q8_tolerance(c.dtype));
+      const int64_t decode_tokens = m.md.num_decode_tokens;
+      const double decode_err = token_error(c, b, want, 0, decode_tokens);
+      const double prefill_err = token_error(c, b, want, decode_tokens, b.T);
+      INFO("relative L2 error " << err << " (decode rows " << decode_err << ", prefill rows "
+                                << prefill_err << ")");
+      CHECK(decode_err <= q8_tolerance(c.dtype));
+      CHECK(prefill_err <= q8_tolerance(c.dtype));
       errors.add(c.dtype, err);
     }
   }
