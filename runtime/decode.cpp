@@ -374,8 +374,7 @@ void enqueue_decode(const LoadedKernel& decode, const DecodeLaunch& a, CUstream 
   const LaunchShape shape{u(a.max_splits),   u(grid_y), u(a.num_decodes),
                           GA_DECODE_THREADS, u(smem),   p.cluster_splits ? u(a.max_splits) : 1u};
   if (spec.q_fp8) {  // the e4m3 query's kernel takes its descales after the common block
-    const DecodeQ8Params p8{p, GaQueryScales{a.q8.q_descale, a.q8.k_descale, a.q8.v_descale,
-                                             a.q8.req_stride, a.q8.head_stride, a.q8.q_scale}};
+    const DecodeQ8Params p8{p, query_scales_of(a.q8)};
     launch(decode, shape, stream, p8);
   } else {
     launch(decode, shape, stream, p);

@@ -152,8 +152,7 @@ void enqueue_prefill_params(const LoadedKernel& k, const PrefillLaunch& a, Prefi
   p.window = a.window;
   p.bounds = static_cast<GaBoundsReport*>(a.bounds);
   if (spec.q_fp8) {  // the e4m3 query's kernel takes its descales after the common block
-    const PrefillQ8Params p8{p, GaQueryScales{a.q8.q_descale, a.q8.k_descale, a.q8.v_descale,
-                                              a.q8.req_stride, a.q8.head_stride, a.q8.q_scale}};
+    const PrefillQ8Params p8{p, query_scales_of(a.q8)};
     launch_prefill_grid(k, g, p8, stream);
   } else {
     launch_prefill_grid(k, g, p, stream);

@@ -10,6 +10,7 @@
 #include "graphattn/error.hpp"
 #include "runtime/blocksparse.hpp"
 #include "runtime/module_cache.hpp"
+#include "templates/params.h"
 
 namespace graphattn::detail {
 
@@ -25,6 +26,10 @@ void require_vector_access(const TensorView& t, const char* name, int bytes = 16
 // An e4m3 query's descales (spec "_qe4m3"; nothing otherwise): a positive finite q_scale,
 // strides >= 0, 4-byte aligned pointers.
 void require_query_scales(const AttentionSpec& spec, const FpQueryScales& s, const char* where);
+// The kernels' form of them (the tail of DecodeQ8Params and PrefillQ8Params).
+inline GaQueryScales query_scales_of(const FpQueryScales& s) {
+  return {s.q_descale, s.k_descale, s.v_descale, s.req_stride, s.head_stride, s.q_scale};
+}
 // The query of an attention launch: 16-byte access, 8-byte for an e4m3 query.
 void require_query_access(const TensorView& query);
 // The layer's dtype of an attention launch: the query's, or the output's for an e4m3 query.
