@@ -400,6 +400,11 @@ AttentionLayerConfig layer_of(const Q8Case& c, const Q8Batch& b) {
   cfg.layout = c.layout;
   cfg.max_model_len = static_cast<int>(b.max_blocks * b.B);
   cfg.max_num_seqs = b.n;
+  // Every feature the reference applies (reference()), so forward() computes the same thing.
+  cfg.window = c.window;
+  cfg.soft_cap = c.soft_cap;
+  cfg.alibi_slopes = static_cast<const float*>(b.d_slopes.data());
+  cfg.sinks = static_cast<const float*>(b.d_sinks.data());
   cfg.q_dtype = KvDType::kFp8E4M3;
   if (c.per_head) {
     cfg.q_descale = static_cast<const float*>(b.d_qd.data());
