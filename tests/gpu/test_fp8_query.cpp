@@ -420,6 +420,20 @@ AttentionLayerConfig layer_of(const Q8Case& c, const Q8Batch& b) {
   return cfg;
 }
 
+// The layer's decode and prefill kernels carry every feature the reference applies: a layer
+// config that left one out would compare a different attention with the reference.
+void check_features(const Q8Case& c, const AttentionBackend& attn) {
+  for (int i : {1, 2}) {
+    const AttentionSpec s = attn.required_specs()[i];
+    INFO(s.to_string());
+    CHECK(s.q_fp8);
+    CHECK(s.sliding_window == (c.window > 0));
+    CHECK(s.soft_cap == (c.soft_cap > 0));
+    CHECK(s.alibi == c.alibi);
+    CHECK(s.sinks == c.sinks);
+  }
+}
+
 struct Metadata {
   DeviceBuffer qsl;
   AttentionMetadata md;
@@ -455,8 +469,7 @@ TEST_CASE("gpu fp8 query: forward() in a captured graph follows new device desca
   build(c, rng, b);
   AttentionBackend attn(layer_of(c, b));
   attn.prepare(cache);
-  CHECK(attn.required_specs()[1].q_fp8);
-  CHECK(attn.required_specs()[2].q_fp8);  // the prefill kernel's e4m3-query specialization
+  check_features(c, attn);  // decode and prefill: e4m3-query specializations with sinks
   DeviceBuffer ws(attn.workspace_bytes());
   Metadata m(c, b);
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_size));
@@ -496,6 +509,7 @@ TEST_CASE("gpu fp8 query: forward() in a captured graph follows new device desca
   build(t, rng, tb);
   AttentionBackend per_tensor(layer_of(t, tb));
   per_tensor.prepare(cache);
+  check_features(t, per_tensor);
   DeviceBuffer tws(per_tensor.workspace_bytes());
   Metadata tm(t, tb);
   tb.d_out.fill_bytes(0xff);
@@ -546,7 +560,7 @@ TEST_CASE("gpu fp8 query: prefills and mixed batches through forward() (host and
     build(c, rng, b);
     AttentionBackend attn(layer_of(c, b));
     attn.prepare(cache);
-    CHECK(attn.required_specs()[2].q_fp8);
+    check_features(c, attn);
     DeviceBuffer ws(attn.workspace_bytes());
     Metadata m(c, b);
     const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_size));
