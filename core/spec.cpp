@@ -371,6 +371,13 @@ void AttentionSpec::validate() const {
     throw Error("spec " + to_string() +
                 ": block-sparse (_bsp) is an axis of causal paged decode and prefill kernels; "
                 "not with _nc");
+  // fp8 queries meet fp8 keys in one fp8 MMA (e4m3 x e4m3 or e4m3 x e5m2): a 16-bit cache would
+  // need the keys narrowed or the query widened on every tile, which gains nothing over a 16-bit
+  // query (vLLM quantizes queries only for fp8 caches, FA3's fp8 forward takes fp8 K and V).
+  if (q_fp8 && kv_dtype == KvDType::kAuto)
+    throw Error("spec " + to_string() +
+                ": an e4m3 query (_qe4m3) needs an fp8 KV cache dtype; supported: kve4m3, "
+                "kve5m2 with _qe4m3");
   // The legacy key cache splits the head into chunks of x = 16 bytes of elements.
   if (layout == KvLayout::kLegacy && head_size % (kv_dtype == KvDType::kAuto ? 8 : 16) != 0)
     throw Error(

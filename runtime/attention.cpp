@@ -45,6 +45,35 @@ std::vector<KernelKind> kernel_kinds(AttentionType t) {
 
 }  // namespace
 
+namespace {
+
+// The fp8-query fields: q_dtype auto or fp8_e4m3 (the e4m3 query's own rule, an fp8 cache, is
+// the decode spec's), its scale, and descales only with it.
+std::string q_dtype_problem(const AttentionLayerConfig& c) {
+  const int q = static_cast<int>(c.q_dtype);
+  if (c.q_dtype != KvDType::kAuto && c.q_dtype != KvDType::kFp8E4M3)
+    return std::string("q_dtype ") +
+           (q >= 0 && q < enum_count<KvDType>() ? kv_cache_dtype_name(c.q_dtype) : str(q).c_str()) +
+           " is not supported; supported: auto (queries in the layer's dtype), fp8_e4m3";
+  const bool fp8 = c.q_dtype == KvDType::kFp8E4M3;
+  if (fp8 && (!(c.q_scale > 0) || !std::isfinite(c.q_scale)))
+    return "q_scale " + fstr(c.q_scale) +
+           " is not supported for an e4m3 query; supported: finite > 0";
+  if (!fp8 && (c.q_descale || c.k_descale || c.v_descale))
+    return "q_descale, k_descale and v_descale are not supported with q_dtype auto; supported: "
+           "null (they are the descales of an e4m3 query: q_dtype fp8_e4m3)";
+  if (c.descale_req_stride < 0 || c.descale_head_stride < 0)
+    return "descale strides " + str(c.descale_req_stride) + ", " + str(c.descale_head_stride) +
+           " are not supported; supported: >= 0 (both 0: one scalar)";
+  for (const float* p : {c.q_descale, c.k_descale, c.v_descale})
+    if (reinterpret_cast<uintptr_t>(p) % 4 != 0)
+      return "q_descale, k_descale and v_descale must be 4-byte aligned fp32 device pointers or "
+             "null";
+  return "";
+}
+
+}  // namespace
+
 std::string attention_config_problem(const AttentionLayerConfig& c) {
   if (c.num_heads <= 0 || c.num_kv_heads <= 0 || c.num_heads % c.num_kv_heads != 0)
     return "num_heads " + str(c.num_heads) + " and num_kv_heads " + str(c.num_kv_heads) +
@@ -79,6 +108,8 @@ std::string attention_config_problem(const AttentionLayerConfig& c) {
            " are not supported for an fp8 KV cache; supported: finite > 0";
   const std::string scales = detail::device_scales_problem({c.k_scale_device, c.v_scale_device});
   if (!scales.empty()) return scales;
+  const std::string q8 = q_dtype_problem(c);
+  if (!q8.empty()) return q8;
   const std::string sparse =
       blocksparse_problem(c.blocksparse, c.num_heads, c.num_kv_heads, c.block_size);
   if (!sparse.empty()) return sparse;
@@ -246,9 +277,11 @@ void check_query(const AttentionLayerConfig& c, const TensorView& query,
   GA_REQUIRE(query.shape[1] == c.num_heads && query.shape[2] == c.head_size,
              "query " + query.describe() + " must have " + str(c.num_heads) + " heads of size " +
                  str(c.head_size));
-  GA_REQUIRE(query.dtype == scalar_type_of(c.dtype),
+  const ScalarType want =
+      c.q_dtype == KvDType::kFp8E4M3 ? ScalarType::kFloat8E4M3 : scalar_type_of(c.dtype);
+  GA_REQUIRE(query.dtype == want,
              "query dtype " + std::string(to_string(query.dtype)) + " differs from the layer's " +
-                 to_string(c.dtype));
+                 to_string(want) + (c.q_dtype == KvDType::kFp8E4M3 ? " (q_dtype fp8_e4m3)" : ""));
   const int64_t min_tokens = md.device_split ? 0 : md.num_decode_tokens;
   GA_REQUIRE(md.num_actual_tokens >= min_tokens && md.num_actual_tokens <= query.shape[0],
              "metadata: num_actual_tokens " + str(md.num_actual_tokens) + " must be in [" +
@@ -339,6 +372,8 @@ detail::DecodeLaunch decode_launch(const AttentionLayerConfig& c,
   d.k_scale = c.k_scale;
   d.v_scale = c.v_scale;
   d.device_scales = detail::DeviceKvScales{c.k_scale_device, c.v_scale_device};
+  d.q8 = detail::FpQueryScales{c.q_scale,   c.q_descale,          c.k_descale,
+                               c.v_descale, c.descale_req_stride, c.descale_head_stride};
   d.bounds = bounds;
   const detail::LayerWorkspace ws = detail::layer_workspace(c);
   d.counters = workspace;
@@ -380,6 +415,8 @@ detail::PrefillLaunch prefill_launch(const AttentionLayerConfig& c,
   pf.k_scale = c.k_scale;
   pf.v_scale = c.v_scale;
   pf.device_scales = detail::DeviceKvScales{c.k_scale_device, c.v_scale_device};
+  pf.q8 = detail::FpQueryScales{c.q_scale,   c.q_descale,          c.k_descale,
+                                c.v_descale, c.descale_req_stride, c.descale_head_stride};
   pf.bounds = bounds;
   return pf;
 }

@@ -56,11 +56,24 @@ int stages_of(const AttentionSpec& s, const DecodeLaunch& a) {
 KvCacheShape check_direct_launch_legacy(const LoadedKernel& k, const DecodeLaunch& a) {
   GA_REQUIRE(k.compiled != nullptr, "launch_decode: kernel is not loaded");
   require_rank(a.query, 3, "query", "[num_tokens, num_heads, head_size]");
-  GA_REQUIRE(a.legacy_kv.dtype == element_dtype_of(a.query.dtype),  // float32: decode_f32.cu
+  // float32: decode_f32.cu; an e4m3 query: the output's dtype.
+  GA_REQUIRE(a.legacy_kv.dtype == (a.query.dtype == ScalarType::kFloat32
+                                       ? DType::kFloat32
+                                       : attention_dtype_of(a.query, a.output)),
              "launch_decode: the legacy caches were checked for " +
                  std::string(to_string(a.legacy_kv.dtype)) + ", the query is " +
                  to_string(a.query.dtype));
   return a.legacy_kv;
+}
+
+// A direct launch over the flash cache: the cache checked for the layer's dtype (the output's
+// with an e4m3 query).
+KvCacheShape check_direct_launch(const LoadedKernel& k, const TensorView& query,
+                                 const TensorView& output, const TensorView& kv_cache) {
+  GA_REQUIRE(k.compiled != nullptr, "launch_decode: kernel is not loaded");
+  require_rank(query, 3, "query", "[num_tokens, num_heads, head_size]");
+  require_rank(output, 3, "output", "[num_tokens, num_heads, head_size]");
+  return check_kv_cache(kv_cache, attention_dtype_of(query, output));
 }
 
 }  // namespace
@@ -364,13 +377,18 @@ void enqueue_decode(const LoadedKernel& decode, const DecodeLaunch& a, CUstream 
   const auto u = [](int64_t v) { return static_cast<unsigned>(v); };
   const LaunchShape shape{u(a.max_splits),   u(grid_y), u(a.num_decodes),
                           GA_DECODE_THREADS, u(smem),   p.cluster_splits ? u(a.max_splits) : 1u};
-  launch(decode, shape, stream, p);
+  if (spec.q_fp8) {  // the e4m3 query's kernel takes its descales after the common block
+    const DecodeQ8Params p8{p, query_scales_of(a.q8)};
+    launch(decode, shape, stream, p8);
+  } else {
+    launch(decode, shape, stream, p);
+  }
 }
 
 void launch_decode(const LoadedKernel& decode, const DecodeLaunch& a, CUstream stream) {
   const KvCacheShape kc = a.legacy_kv.layout == KvLayout::kLegacy
                               ? check_direct_launch_legacy(decode, a)
-                              : check_direct_launch(decode, a.query, a.kv_cache, "launch_decode");
+                              : check_direct_launch(decode, a.query, a.output, a.kv_cache);
   check_decode_launch(decode.compiled->spec, a, kc, "launch_decode");
   enqueue_decode(decode, a, stream);
 }

@@ -91,6 +91,12 @@ struct DecodeLaunch : AttentionViews {
   // data and block / head strides (check_paged_caches); kv_cache is then unused and there is no
   // fused cache write. Layout nhd (the default): the flash kv_cache is read.
   KvCacheShape legacy_kv;
+  // An e4m3 query (query dtype fp8_e4m3, spec "_qe4m3"; unread otherwise): q = stored * the
+  // query's descale. Device descales (FA3's q_descale / k_descale / v_descale) hold one fp32 per
+  // (request, KV head) at [r * descale_req_stride + kv_head * descale_head_stride] (strides 0: a
+  // per-tensor scalar); a null one takes q_scale for the query, k_scale / v_scale (or the
+  // device_scales) for keys and values.
+  FpQueryScales q8;
 };
 
 // The decode spec these views and options need on `arch`. Checks ranks, dtypes and head counts

@@ -23,6 +23,7 @@ KernelFeatures features_of(const AttentionLayerConfig& c) {
   f.block_sparse = c.blocksparse.sparse();
   f.check_bounds = c.check_bounds;
   f.softmax_lse = c.softmax_lse;
+  f.q_fp8 = c.q_dtype == KvDType::kFp8E4M3;
   return f;
 }
 

@@ -66,6 +66,17 @@ void launch(const LoadedKernel& k, const LaunchShape& s, CUstream stream, const 
 // The views every paged-attention launch reads (DecodeLaunch and PrefillLaunch start with them).
 // Built from the views and the per-head arrays only: the mode flags below are set by name, never
 // by position (a brace list that reached them once passed the non-causal flag as multi_token).
+// The descales of an e4m3 query (DecodeLaunch::q8, AttentionLayerConfig's q_scale, q_descale,
+// k_descale, v_descale and the two descale strides).
+struct FpQueryScales {
+  float q_scale = 1.0f;
+  const float* q_descale = nullptr;  // [num_reqs, num_kv_heads] fp32 (strided) or null
+  const float* k_descale = nullptr;
+  const float* v_descale = nullptr;
+  int64_t req_stride = 0;  // elements
+  int64_t head_stride = 0;
+};
+
 struct AttentionViews {
   AttentionViews() = default;
   AttentionViews(const TensorView& query, const TensorView& kv_cache, const TensorView& output,

@@ -66,7 +66,8 @@ void set_prefill_scales(PrefillParams& p, float scale, float k_scale, float v_sc
   p.v_scale = v_scale;
 }
 
-void launch_prefill_grid(const LoadedKernel& k, const PrefillGrid& g, const PrefillParams& p,
+template <typename Params>
+void launch_prefill_grid(const LoadedKernel& k, const PrefillGrid& g, const Params& p,
                          CUstream stream) {
   const PrefillConfig cfg = prefill_config(k.compiled->spec);
   ensure_shared_limit(k, cfg.shared_bytes);
@@ -141,13 +142,22 @@ void enqueue_prefill_params(const LoadedKernel& k, const PrefillLaunch& a, Prefi
   p.device_split_q = a.device_split_q;
   p.num_reqs = a.num_reqs - a.first_req;
   // A device k scale is multiplied in by the kernel (ga_prefill_scales), in the host's order.
-  const bool device_k = fp8 && a.device_scales.k != nullptr;
+  // (An e4m3 query's k_descale, likewise: the kernel multiplies it in, pf_q8_scales.)
+  const bool device_k =
+      fp8 && (a.device_scales.k != nullptr || (spec.q_fp8 && a.q8.k_descale != nullptr));
   set_prefill_scales(p, a.scale, fp8 && !device_k ? a.k_scale : 1.0f, fp8 ? a.v_scale : 1.0f);
-  if (fp8) p.scales = {a.device_scales.k, a.device_scales.v};
+  if (fp8)
+    p.scales = {spec.q_fp8 && a.q8.k_descale != nullptr ? nullptr : a.device_scales.k,
+                a.device_scales.v};
   p.soft_cap = a.soft_cap;
   p.window = a.window;
   p.bounds = static_cast<GaBoundsReport*>(a.bounds);
-  launch_prefill_grid(k, g, p, stream);
+  if (spec.q_fp8) {  // the e4m3 query's kernel takes its descales after the common block
+    const PrefillQ8Params p8{p, query_scales_of(a.q8)};
+    launch_prefill_grid(k, g, p8, stream);
+  } else {
+    launch_prefill_grid(k, g, p, stream);
+  }
 }
 
 AttentionSpec dense_prefill_spec(const DensePrefillLaunch& a, int arch) {
@@ -192,7 +202,7 @@ AttentionSpec dense_prefill_spec(const DensePrefillLaunch& a, int arch) {
   GA_REQUIRE(a.output.shape[1] == a.query.shape[1] && a.output.shape[2] == a.query.shape[2] &&
                  a.output.shape[0] >= a.query.shape[0],
              "output " + a.output.describe() + " does not match query " + a.query.describe());
-  require_vector_access(a.query, "query");
+  require_query_access(a.query);
   require_vector_access(a.output, "output");
   require_launch_scales(spec, a.scale, 1.0f, 1.0f);
   require_grid_fits(prefill_grid(spec, a.max_query_len, a.num_reqs, kc.num_kv_heads));
@@ -219,7 +229,10 @@ void enqueue_dense_prefill(const LoadedKernel& k, const DensePrefillLaunch& a, C
 }
 
 void launch_prefill(const LoadedKernel& k, const PrefillLaunch& a, CUstream stream) {
-  const KvCacheShape kc = check_direct_launch(k, a.query, a.kv_cache, "launch_prefill");
+  GA_REQUIRE(k.compiled != nullptr, "launch_prefill: kernel is not loaded");
+  require_rank(a.query, 3, "query", "[num_tokens, num_heads, head_size]");
+  require_rank(a.output, 3, "output", "[num_tokens, num_heads, head_size]");
+  const KvCacheShape kc = check_kv_cache(a.kv_cache, attention_dtype_of(a.query, a.output));
   check_prefill_launch(k.compiled->spec, a, kc, "launch_prefill");
   enqueue_prefill(k, a, stream);
 }

@@ -42,6 +42,8 @@ struct PrefillLaunch : AttentionViews {
   // first block id outside the cache; the launch then needs the checked kernel (spec "_chk").
   // nullptr: the fast kernel.
   void* bounds = nullptr;
+  // An e4m3 query (spec "_qe4m3"): its descales, as DecodeLaunch::q8.
+  FpQueryScales q8;
 };
 
 // The prefill spec these views and options need on `arch` (e.g. 90). Checks ranks, dtypes and

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 
+#include "core/text.hpp"
 #include "runtime/module_cache.hpp"
 
 namespace graphattn {
@@ -19,14 +20,24 @@ void require_kv_dtype(const TensorView& key, const TensorView& value, DType dtyp
                  " (whatever the KV cache stores)");
 }
 
-void require_vector_access(const TensorView& t, const char* name) {
-  const int64_t elems = 16 / scalar_bytes(t.dtype);
-  bool ok = t.strides[t.ndim - 1] == 1 && reinterpret_cast<uintptr_t>(t.data) % 16 == 0;
+void require_vector_access(const TensorView& t, const char* name, int bytes) {
+  const int64_t elems = bytes / scalar_bytes(t.dtype);
+  bool ok = t.strides[t.ndim - 1] == 1 && reinterpret_cast<uintptr_t>(t.data) % bytes == 0;
   for (int d = 0; d + 1 < t.ndim; ++d) ok = ok && t.strides[d] % elems == 0;
   if (!ok)
     throw Error(std::string(name) + " " + t.describe() +
-                " must have a contiguous last dimension, 16-byte aligned data and strides that "
-                "are multiples of 16 bytes");
+                " must have a contiguous last dimension, " + std::to_string(bytes) +
+                "-byte aligned data and strides that are multiples of " + std::to_string(bytes) +
+                " bytes");
+}
+
+void require_query_access(const TensorView& query) {
+  // An e4m3 query is read 8 elements (8 bytes) at a time.
+  require_vector_access(query, "query", query.dtype == ScalarType::kFloat8E4M3 ? 8 : 16);
+}
+
+DType attention_dtype_of(const TensorView& query, const TensorView& output) {
+  return dtype_of(query.dtype == ScalarType::kFloat8E4M3 ? output.dtype : query.dtype);
 }
 
 KvCacheShape check_kv_cache(const TensorView& c, DType dtype) {
@@ -62,6 +73,21 @@ KvCacheShape check_direct_launch(const LoadedKernel& k, const TensorView& query,
   return check_kv_cache(kv_cache, dtype_of(query.dtype));
 }
 
+// An e4m3 query's descales: a positive finite q_scale, strides >= 0, 4-byte aligned pointers.
+void require_query_scales(const AttentionSpec& spec, const FpQueryScales& s, const char* where) {
+  if (!spec.q_fp8) return;
+  GA_REQUIRE(s.q_scale > 0 && std::isfinite(s.q_scale),
+             std::string(where) + ": q_scale " + std::to_string(s.q_scale) +
+                 " is not supported for an e4m3 query; supported: finite > 0");
+  GA_REQUIRE(s.req_stride >= 0 && s.head_stride >= 0,
+             std::string(where) + ": descale strides " + str(s.req_stride) + ", " +
+                 str(s.head_stride) + " must be >= 0 (0: one scale for every request or head)");
+  for (const float* p : {s.q_descale, s.k_descale, s.v_descale})
+    GA_REQUIRE(reinterpret_cast<uintptr_t>(p) % 4 == 0,
+               std::string(where) +
+                   ": q_descale, k_descale and v_descale must be 4-byte aligned "
+                   "fp32 device pointers or null");
+}
 void require_launch_scales(const AttentionSpec& spec, float scale, float k_scale, float v_scale) {
   GA_REQUIRE(std::isfinite(scale) && scale > 0,
              "scale " + std::to_string(scale) + " must be finite and > 0");
@@ -125,8 +151,9 @@ AttentionSpec attention_spec_for(KernelKind kind, const TensorView& query, const
                                  const TensorView& kv_cache, int window, float soft_cap,
                                  KernelFeatures features) {
   require_rank(query, 3, "query", "[num_tokens, num_heads, head_size]");
-  return attention_spec_for(kind, query, output, check_kv_cache(kv_cache, dtype_of(query.dtype)),
-                            window, soft_cap, features);
+  return attention_spec_for(kind, query, output,
+                            check_kv_cache(kv_cache, attention_dtype_of(query, output)), window,
+                            soft_cap, features);
 }
 
 AttentionSpec attention_spec_for(KernelKind kind, const TensorView& query, const TensorView& output,
@@ -135,13 +162,20 @@ AttentionSpec attention_spec_for(KernelKind kind, const TensorView& query, const
   const auto str = [](int64_t v) { return std::to_string(v); };
   require_rank(query, 3, "query", "[num_tokens, num_heads, head_size]");
   require_rank(output, 3, "output", "[num_tokens, num_heads, head_size]");
+  // An e4m3 query (spec "_qe4m3"): the output holds the layer's dtype.
+  const bool q_fp8 = query.dtype == ScalarType::kFloat8E4M3;
+  GA_REQUIRE(!q_fp8 || !f.dense_kv,
+             "query dtype fp8_e4m3 is not supported by the dense-KV prefill (encoder-only "
+             "attention, multi_head_attention); supported: float16, bfloat16 there, fp8_e4m3 "
+             "over an fp8 paged cache");
   // float32 queries: the legacy decode only (vLLM's paged_attention_v1 / v2 with float32).
-  const DType dtype = kind == KernelKind::kDecode && kc.layout == KvLayout::kLegacy
-                          ? element_dtype_of(query.dtype)
-                          : dtype_of(query.dtype);
-  GA_REQUIRE(output.dtype == query.dtype, "output dtype " + std::string(to_string(output.dtype)) +
-                                              " differs from query dtype " +
-                                              to_string(query.dtype));
+  const DType dtype = kind == KernelKind::kDecode && kc.layout == KvLayout::kLegacy &&
+                              query.dtype == ScalarType::kFloat32
+                          ? DType::kFloat32
+                          : attention_dtype_of(query, output);
+  GA_REQUIRE(q_fp8 || output.dtype == query.dtype,
+             "output dtype " + std::string(to_string(output.dtype)) + " differs from query dtype " +
+                 to_string(query.dtype));
   GA_REQUIRE(dtype == kc.dtype, "query dtype " + std::string(to_string(query.dtype)) +
                                     " differs from the " + to_string(kc.dtype) +
                                     " the KV cache was checked for");
@@ -164,6 +198,7 @@ AttentionSpec attention_spec_for(KernelKind kind, const TensorView& query, const
   f.group = static_cast<int>(num_heads / kc.num_kv_heads);
   f.sliding_window = window > 0;
   f.soft_cap = soft_cap > 0;
+  f.q_fp8 = q_fp8;
   const AttentionSpec spec = spec_for(f, kind);
   spec.validate();
   return spec;

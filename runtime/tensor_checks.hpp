@@ -9,6 +9,8 @@
 #include "graphattn/backend.hpp"
 #include "graphattn/error.hpp"
 #include "runtime/blocksparse.hpp"
+#include "runtime/module_cache.hpp"
+#include "templates/params.h"
 
 namespace graphattn::detail {
 
@@ -20,7 +22,18 @@ struct LoadedKernel;  // runtime/module_cache.hpp
 void require_kv_dtype(const TensorView& key, const TensorView& value, DType dtype,
                       const char* where);
 // The head dimension is contiguous and every row starts 16-byte aligned (vector loads).
-void require_vector_access(const TensorView& t, const char* name);
+void require_vector_access(const TensorView& t, const char* name, int bytes = 16);
+// An e4m3 query's descales (spec "_qe4m3"; nothing otherwise): a positive finite q_scale,
+// strides >= 0, 4-byte aligned pointers.
+void require_query_scales(const AttentionSpec& spec, const FpQueryScales& s, const char* where);
+// The kernels' form of them (the tail of DecodeQ8Params and PrefillQ8Params).
+inline GaQueryScales query_scales_of(const FpQueryScales& s) {
+  return {s.q_descale, s.k_descale, s.v_descale, s.req_stride, s.head_stride, s.q_scale};
+}
+// The query of an attention launch: 16-byte access, 8-byte for an e4m3 query.
+void require_query_access(const TensorView& query);
+// The layer's dtype of an attention launch: the query's, or the output's for an e4m3 query.
+DType attention_dtype_of(const TensorView& query, const TensorView& output);
 
 // A KV cache view after check_kv_cache(): what it holds. A call checks its cache view once and
 // hands this on to every later check and launch.
@@ -123,10 +136,11 @@ void require_launch_kernel(KernelKind kind, const AttentionSpec& ks, const Launc
   require_block_sparse(a.blocksparse, a.query.shape[1], kc.num_kv_heads, kc.block_size, where);
   GA_REQUIRE(spec == ks, std::string(where) + ": the views need kernel " + spec.to_string() +
                              " but kernel " + ks.to_string() + " was given");
-  require_vector_access(a.query, "query");
+  require_query_access(a.query);
   require_vector_access(a.output, "output");
   require_launch_scales(spec, a.scale, a.k_scale, a.v_scale);
   require_device_scales(a.device_scales, where);
+  require_query_scales(spec, a.q8, where);
 }
 
 }  // namespace graphattn::detail

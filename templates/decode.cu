@@ -147,6 +147,20 @@ __device__ __forceinline__ ga_u32 ga_prmt(ga_u32 a, ga_u32 b, ga_u32 sel) {
 // round to fp16 more finely than to bf16.
 constexpr bool MMA_BF16 = IS_BF16 && KV_FP8 == 0;
 constexpr bool Q_TO_F16 = IS_BF16 && !MMA_BF16;
+// fp8 queries (spec "_qe4m3", always with an fp8 cache): from sm_89 on S^T = K Q^T runs on the
+// fp8 MMA (m16n8k32, K in the cache's fp8 type, Q in e4m3), so the keys are never widened; the
+// raw scores carry q_descale * k_descale, folded into the score scale. Before sm_89 (no fp8
+// MMA) the query is widened to fp16 times the softmax scale on load, and the 16-bit path runs.
+// O^T += V^T P^T stays on the fp16 MMA with P rounded to fp16 (see docs/fp8-queries.md: a
+// 16-token tile is half an fp8 MMA's k = 32, and V's fp8 -> fp16 widening is exact).
+// (Macros, not constexpr variables: a namespace-scope constant is a global of the module, and
+// a new one would change the resource usage of every existing spec.)
+#ifdef GA_Q_E4M3
+#define QF8 true
+#else
+#define QF8 false
+#endif
+#define QK_FP8 (QF8 && GA_E4M3_CVT)
 
 // D += A * B, m16n8k16, fp32 accumulate, A/B in the MMA type.
 __device__ __forceinline__ void ga_mma(float (&d)[4], ga_u32 a0, ga_u32 a1, ga_u32 a2, ga_u32 a3,
@@ -162,6 +176,26 @@ __device__ __forceinline__ void ga_mma(float (&d)[4], ga_u32 a0, ga_u32 a1, ga_u
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
   }
+}
+
+// D += A * B, m16n8k32, fp32 accumulate, A in the cache's fp8 type, B e4m3 (QK_FP8 only).
+// Thread (g, t): a0 / a2 row g, k 4t..4t+3 / 16+4t..; a1 / a3 row g + 8; b0 / b1 column g, k
+// 4t..4t+3 / 16+4t..: one 32-bit word of 4 consecutive fp8 elements each.
+__device__ __forceinline__ void ga_mma_fp8(float (&d)[4], ga_u32 a0, ga_u32 a1, ga_u32 a2,
+                                           ga_u32 a3, ga_u32 b0, ga_u32 b1) {
+#if GA_E4M3_CVT
+  if (KV_FP8 == 2) {
+    asm("mma.sync.aligned.m16n8k32.row.col.f32.e5m2.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  } else {
+    asm("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  }
+#endif
 }
 
 __device__ __forceinline__ ga_u32 ga_movmatrix_trans(ga_u32 x) {
@@ -400,8 +434,15 @@ __device__ __forceinline__ void ga_idle_split(bool cluster) {
 // so the machine code would no longer be the measured one.
 // =============================================================================================
 
+#ifdef GA_Q_E4M3
+extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
+    graphattn_decode(const __grid_constant__ DecodeQ8Params params) {
+  const DecodeParams& p = params.base;
+  const GaQueryScales& q8 = params.q8;
+#else
 extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
     graphattn_decode(const __grid_constant__ DecodeParams p) {
+#endif
   // Early prologue: the metadata and the KV cache are read before waiting for the previous
   // kernel, which the host allows only when that kernel writes neither; the query, the new
   // token's key and value and the device KV scales are read after the wait.
@@ -742,12 +783,17 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
 
   // [stage 4: Q^T fragments] qf; the score scales; O, m, l and the per-column mask terms.
   // Q^T fragments (MMA B operand): thread (g, t) holds head g (+ 8 nt) chunks c(i, t).
-  const float q_scale = Q_TO_F16 ? p.scale : 1.0f;
+  // (fp8 queries: QK_FP8 keeps the e4m3 bytes, 4 a word, in qf[..][0..3]; the fallback widens
+  // them to fp16 times the softmax scale.)
+  // (QK_FP8: no softmax scale in the query, whatever Q_TO_F16 says: the bytes stay e4m3.)
+  const float q_scale = !QK_FP8 && (Q_TO_F16 || QF8) ? p.scale : 1.0f;
   ga_u32 qf[NT][KGROUPS][KW];
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) {
     const int h = nt * 8 + g;
     const ga_u16* q = static_cast<const ga_u16*>(p.query) + col_token(h) * p.query_token_stride +
+                      col_head(h) * p.query_head_stride;
+    const ga_u8* q8 = static_cast<const ga_u8*>(p.query) + col_token(h) * p.query_token_stride +
                       col_head(h) * p.query_head_stride;
 #pragma unroll
     for (int i = 0; i < KGROUPS; ++i) {
@@ -755,6 +801,21 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
 #pragma unroll
       for (int half = 0; half < KW / 4; ++half) {
         const int e = c * CE + half * 8;  // first of 8 query elements
+        if constexpr (QF8) {
+          uint2 b = make_uint2(0u, 0u);
+          if (h < heads_here && e < HEAD_SIZE) b = *reinterpret_cast<const uint2*>(q8 + e);
+          if constexpr (QK_FP8) {
+            qf[nt][i][half * 2 + 0] = b.x;
+            qf[nt][i][half * 2 + 1] = b.y;
+          } else {
+            const ga_u8* x = reinterpret_cast<const ga_u8*>(&b);
+#pragma unroll
+            for (int k = 0; k < 4; ++k)
+              qf[nt][i][half * 4 + k] = ga_mma_pack2(ga_e4m3_to_f32(x[2 * k]) * q_scale,
+                                                     ga_e4m3_to_f32(x[2 * k + 1]) * q_scale);
+          }
+          continue;
+        }
         uint4 v = make_uint4(0u, 0u, 0u, 0u);
         if (h < heads_here && e < HEAD_SIZE) v = *reinterpret_cast<const uint4*>(q + e);
         if (Q_TO_F16) {
@@ -771,8 +832,18 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
 
   // Scores in the log2 domain: no cap: raw * qk_scale; cap: ga_soft_cap_log2(raw, qk_scale,
   // cap_log2).
+#ifdef GA_Q_E4M3
+  // fp8 queries: the descales of this (request, KV head), FA3's q_descale and k_descale.
+  const long long descale_at = static_cast<long long>(req) * q8.req_stride +
+                               static_cast<long long>(kv_head) * q8.head_stride;
+  const float score_scale =
+      p.scale / q_scale * (q8.q_descale ? q8.q_descale[descale_at] : q8.q_scale) *
+      (q8.k_descale ? q8.k_descale[descale_at] : ga_kv_scale(p.scales.k_scale_ptr, p.k_scale)) *
+      (QK_FP8 ? 1.0f : KV_WIDEN_SCALE);
+#else
   const float score_scale =
       p.scale / q_scale * ga_kv_scale(p.scales.k_scale_ptr, p.k_scale) * KV_WIDEN_SCALE;
+#endif
   const float qk_scale = HAS_SOFT_CAP ? score_scale / p.soft_cap : score_scale * GA_LOG2E;
   const float cap_log2 = HAS_SOFT_CAP ? p.soft_cap * GA_LOG2E : 0.0f;
 
@@ -877,6 +948,18 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
       const int sw = (c ^ g) << 4;  // (flash: ga_k_off of rows g and g + 8)
       const int k0 = LEGACY ? ga_k_off(g, c) : g * ROW_BYTES + sw;
       const int k1 = LEGACY ? ga_k_off(g + 8, c) : (g + 8) * ROW_BYTES + sw;
+      if constexpr (QK_FP8) {
+        // 16 fp8 keys a row chunk, 4 a word: two k = 32 MMAs (words 0, 1 and 2, 3 of the chunk
+        // of rows g and g + 8 against the same words of the query's chunk).
+        const uint4 ca = *reinterpret_cast<const uint4*>(ks + k0);
+        const uint4 cb = *reinterpret_cast<const uint4*>(ks + k1);
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+          ga_mma_fp8(s[nt], ca.x, cb.x, ca.y, cb.y, qf[nt][i][0], qf[nt][i][1]);
+          ga_mma_fp8(s[nt], ca.z, cb.z, ca.w, cb.w, qf[nt][i][2], qf[nt][i][3]);
+        }
+        continue;
+      }
       ga_u32 ka[KW], kb[KW];
       ga_k_chunk(*reinterpret_cast<const uint4*>(ks + k0), ka);
       ga_k_chunk(*reinterpret_cast<const uint4*>(ks + k1), kb);
@@ -1043,7 +1126,13 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   __syncthreads();
 
   // [stage 9: the block's output] merge the warps; one split: the output, else the partials.
+#ifdef GA_Q_E4M3
+  const float out_scale =
+      (q8.v_descale ? q8.v_descale[descale_at] : ga_kv_scale(p.scales.v_scale_ptr, p.v_scale)) *
+      KV_WIDEN_SCALE;
+#else
   const float out_scale = ga_kv_scale(p.scales.v_scale_ptr, p.v_scale) * KV_WIDEN_SCALE;
+#endif
   constexpr int D4 = HEAD_SIZE / 4;
   for (int i = tid; i < heads_here * D4; i += GA_DECODE_THREADS) {
     const int h = i / D4, d = (i - h * D4) * 4;

@@ -156,8 +156,10 @@ struct BlockCopyParams {
 // last fields of DecodeParams and PrefillParams. The host always has them (it fills them for
 // every launch, null and 0 without the axis); a kernel sees them only when it writes the LSE,
 // so the other kernels keep their parameter size and machine code exactly (the driver copies
-// as many parameter bytes as the kernel declares, and these fields come last).
-#if !defined(__CUDACC_RTC__) || defined(GA_WRITE_LSE)
+// as many parameter bytes as the kernel declares, and these fields come last). A kernel with
+// an e4m3 query (GA_Q_E4M3) sees them too: its DecodeQ8Params / PrefillQ8Params put their
+// query scales after the whole host DecodeParams / PrefillParams, so the offsets must match.
+#if !defined(__CUDACC_RTC__) || defined(GA_WRITE_LSE) || defined(GA_Q_E4M3)
 #define GA_LSE_FIELDS                                                                             \
   float* softmax_lse;        /* [num_heads, >= total_q] fp32, natural log; a query row with no */ \
                              /* key (seq_len 0) gets -inf */                                      \
@@ -300,6 +302,25 @@ struct DecodeParams {
   GA_LSE_FIELDS  // GA_WRITE_LSE: softmax_lse[head * lse_head_stride + query row] (see below)
 };
 
+// The decode kernel's parameters with an e4m3 query (spec "_qe4m3"): query holds e4m3 bytes,
+// q = stored * q_descale. A struct of its own, so that every other decode spec keeps its
+// parameter block (and machine code) unchanged. Descales per (request, KV head), FA3's
+// q_descale / k_descale / v_descale: element [r * req_stride + kv_head * head_stride] (both
+// strides 0: one per-tensor device scalar). A null pointer takes q_scale for the query, the KV
+// scales of base (k_scale, v_scale or their device scalars) for keys and values.
+struct GaQueryScales {
+  const float* q_descale;  // [num_decodes, num_kv_heads] fp32 (strided), or null
+  const float* k_descale;  // [num_decodes, num_kv_heads] fp32 (strided), or null
+  const float* v_descale;  // [num_decodes, num_kv_heads] fp32 (strided), or null
+  long long req_stride;    // elements
+  long long head_stride;   // elements
+  float q_scale;           // q = stored * q_scale when q_descale is null
+};
+struct DecodeQ8Params {
+  DecodeParams base;
+  GaQueryScales q8;
+};
+
 // Launch geometry shared by the host and the decode templates (evaluated at compile time by both).
 constexpr int GA_DECODE_WARPS = 4;  // warps per thread block
 constexpr int GA_DECODE_THREADS = 32 * GA_DECODE_WARPS;
@@ -386,6 +407,13 @@ struct PrefillParams {
   int device_split_q;
   int num_reqs;  // device_split_q > 0: request slots after first_req
   GA_LSE_FIELDS  // GA_WRITE_LSE: softmax_lse[head * lse_head_stride + query token] (see below)
+};
+
+// The prefill kernel's parameters with an e4m3 query (spec "_qe4m3"; the mma.sync kernel):
+// as DecodeQ8Params, a struct of its own so that every other spec's parameter block stays.
+struct PrefillQ8Params {
+  PrefillParams base;
+  GaQueryScales q8;
 };
 
 // Prefill tile geometry, shared by the host (runtime/prefill.cpp) and the two prefill templates

@@ -433,8 +433,33 @@ __device__ __forceinline__ void pf_tile(
   }
 }
 
+#ifdef GA_Q_E4M3
+// e4m3 queries (spec "_qe4m3"): this block's (request, KV head) descales fold into the score
+// scale (q_descale, and k_descale, which the host then leaves out of p.scale) and the output
+// scale (v_descale); the query's bytes widen exactly to the MMA type on their way to shared
+// memory (every e4m3 value is a bf16 and an fp16 value), so the 16-bit MMAs run unchanged.
+__device__ __forceinline__ GaPrefillScales pf_q8_scales(const PrefillParams& p,
+                                                        const GaQueryScales& q8, int req,
+                                                        int kv_head) {
+  GaPrefillScales s = ga_prefill_scales(p);
+  const long long at = static_cast<long long>(req) * q8.req_stride +
+                       static_cast<long long>(kv_head) * q8.head_stride;
+  const float qk =
+      (q8.q_descale ? q8.q_descale[at] : q8.q_scale) * (q8.k_descale ? q8.k_descale[at] : 1.0f);
+  s.scale *= qk;
+  s.scale_log2 *= qk;
+  if (q8.v_descale) s.v_scale = q8.v_descale[at];
+  return s;
+}
+
+extern "C" __global__ void __launch_bounds__(PF_THREADS)
+    graphattn_prefill(const __grid_constant__ PrefillQ8Params params) {
+  const PrefillParams& p = params.base;
+  const GaQueryScales& q8 = params.q8;
+#else
 extern "C" __global__ void __launch_bounds__(PF_THREADS)
     graphattn_prefill(const __grid_constant__ PrefillParams p) {
+#endif
   extern __shared__ __align__(16) unsigned char pf_smem[];
   GaPrefillTile tile;
   if (!ga_prefill_begin<PF_BLOCK_M, PF_BLOCK_N>(p, PF_SMEM_BYTES, PF_THREADS, tile)) return;
@@ -443,7 +468,11 @@ extern "C" __global__ void __launch_bounds__(PF_THREADS)
   const int m0 = tile.m0, rows = tile.q_len * GROUP, pos_lo = tile.pos_lo, pos_hi = tile.pos_hi;
   const int kv_end = tile.kv_end, tile0 = tile.tile0, n_tiles = tile.n_tiles;
   const int kv_row0 = tile.kv_row0;
+#ifdef GA_Q_E4M3
+  const GaPrefillScales sc = pf_q8_scales(p, q8, req, kv_head);
+#else
   const GaPrefillScales sc = ga_prefill_scales(p);  // after the wait in ga_prefill_begin
+#endif
 
   ga_u16* s_q = reinterpret_cast<ga_u16*>(pf_smem);
   ga_u16* s_k = s_q + PF_BLOCK_M * PF_ROW;
@@ -484,6 +513,25 @@ extern "C" __global__ void __launch_bounds__(PF_THREADS)
                                                                      rows, ctx, kv_head, tid));
   if (n_tiles > 0) {
     // Q rows of this tile (rows past the request are zero-filled).
+#ifdef GA_Q_E4M3
+    // e4m3: 8 bytes a chunk, widened exactly into the MMA type (a plain store; the barrier
+    // before the first ldmatrix of Q covers it as it covers the copies).
+    const ga_u8* q8_bytes = static_cast<const ga_u8*>(p.query);
+    pf_for_each_chunk<PF_BLOCK_M>(tid, [&](int row, int c) {
+      const int r = m0 + row;
+      uint2 b = make_uint2(0u, 0u);
+      if (r < rows)
+        b = *reinterpret_cast<const uint2*>(
+            q8_bytes + ga_prefill_row_offset(r, c * 8, q_start, kv_head, p.query_token_stride,
+                                             p.query_head_stride));
+      const ga_u8* x = reinterpret_cast<const ga_u8*>(&b);
+      *reinterpret_cast<uint4*>(s_q + row * PF_ROW + c * 8) =
+          make_uint4(ga_pack2(ga_e4m3_to_f32(x[0]), ga_e4m3_to_f32(x[1])),
+                     ga_pack2(ga_e4m3_to_f32(x[2]), ga_e4m3_to_f32(x[3])),
+                     ga_pack2(ga_e4m3_to_f32(x[4]), ga_e4m3_to_f32(x[5])),
+                     ga_pack2(ga_e4m3_to_f32(x[6]), ga_e4m3_to_f32(x[7])));
+    });
+#else
     const ga_u16* q = static_cast<const ga_u16*>(p.query);
     pf_for_each_chunk<PF_BLOCK_M>(tid, [&](int row, int c) {
       const int r = m0 + row;
@@ -493,6 +541,7 @@ extern "C" __global__ void __launch_bounds__(PF_THREADS)
                                   : 0;
       pf_cp_async16(q_base + (row * PF_ROW + c * 8) * 2, q + off, valid ? 16 : 0);
     });
+#endif
     pf_cp_commit();
     if (!need) {
     } else if (KV_FP8)

@@ -192,3 +192,33 @@ TEST_CASE("spec: parse messages say which field is bad and escape what they echo
     }
   }
 }
+
+TEST_CASE("spec: the e4m3 query axis (_qe4m3) needs an fp8 cache and a paged attention kernel") {
+  // Today's strings still name today's kernels: no suffix without the axis.
+  const AttentionSpec plain =
+      AttentionSpec::parse("decode_h128_b16_bf16_kve4m3_g8_swa0_cap0_nhd_sm90");
+  CHECK_FALSE(plain.q_fp8);
+  for (const char* text : {"decode_h128_b16_bf16_kve4m3_g8_swa0_cap0_nhd_sm90_qe4m3",
+                           "decode_h64_b32_fp16_kve5m2_g1_swa1_cap1_hnd_sm80_sink_chk_qe4m3",
+                           "decode_h128_b16_bf16_kve4m3_g4_swa0_cap0_legacy_sm89_mt_qe4m3",
+                           "prefill_h128_b16_bf16_kve4m3_g8_swa0_cap0_nhd_sm90_qe4m3",
+                           "prefill_h96_b32_fp16_kve5m2_g2_swa0_cap1_hnd_sm80_nc_qe4m3"}) {
+    INFO(text);
+    const AttentionSpec s = AttentionSpec::parse(text);
+    CHECK(s.q_fp8);
+    CHECK(s.to_string() == text);
+    CHECK(s != plain);
+  }
+  CHECK_THROWS_WITH_AS(
+      AttentionSpec::parse("decode_h128_b16_bf16_kvauto_g8_swa0_cap0_nhd_sm90_qe4m3"),
+      doctest::Contains("an e4m3 query (_qe4m3) needs an fp8 KV cache dtype; supported: kve4m3, "
+                        "kve5m2"),
+      Error);
+  CHECK_THROWS_WITH_AS(
+      AttentionSpec::parse("prefill_h128_b16_bf16_kvauto_g8_swa0_cap0_nhd_sm90_nc_dense_qe4m3"),
+      doctest::Contains("does not depend on query dtype e4m3 (qe4m3)"), Error);
+  AttentionSpec s = plain;
+  s.q_fp8 = true;
+  CHECK(s.for_kernel(KernelKind::kPrefill).q_fp8);
+  CHECK(s.for_kernel(KernelKind::kCacheWrite).q_fp8 == false);
+}

@@ -69,19 +69,21 @@ bool movable(const AttentionSpec& base, const AxisAccess& axis) {
 
 TEST_CASE("spec axes: two specs that differ in one axis differ in key, memory tier and source") {
   // A prefill spec (the non-causal and dense-KV axes are prefill axes), a decode spec for the
-  // axes of decode kernels only (multi-token), and a legacy cache write (interleaved V).
-  const AttentionSpec bases[3] = {
+  // axes of decode kernels only (multi-token), a legacy cache write (interleaved V), and an fp8
+  // decode spec for the axes that need an fp8 cache (the e4m3 query).
+  const AttentionSpec bases[4] = {
       AttentionSpec::parse("prefill_h128_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm90"),
       AttentionSpec::parse("decode_h128_b32_bf16_kvauto_g4_swa0_cap0_nhd_sm90"),
-      AttentionSpec::parse("cache_write_h128_b16_bf16_kvauto_g1_swa0_cap0_legacy_sm90")};
+      AttentionSpec::parse("cache_write_h128_b16_bf16_kvauto_g1_swa0_cap0_legacy_sm90"),
+      AttentionSpec::parse("decode_h128_b32_bf16_kve4m3_g4_swa0_cap0_nhd_sm90")};
   test::TempKernelCache cache;
-  const std::shared_ptr<const CompiledKernel> base_kernels[3] = {
-      cache.get(bases[0]), cache.get(bases[1]), cache.get(bases[2])};
-  CHECK(kAxes.size() == 19);  // a new axis: extend this test's reasoning if it needs more
+  const std::shared_ptr<const CompiledKernel> base_kernels[4] = {
+      cache.get(bases[0]), cache.get(bases[1]), cache.get(bases[2]), cache.get(bases[3])};
+  CHECK(kAxes.size() == 20);  // a new axis: extend this test's reasoning if it needs more
   for (const AxisAccess& axis : kAxes) {
     INFO("axis " << axis.field);
     int b = 0;
-    while (b < 2 && !movable(bases[b], axis)) ++b;
+    while (b < 3 && !movable(bases[b], axis)) ++b;
     const AttentionSpec& base = bases[b];
     const KernelSource base_src = render_kernel(base);
     const AttentionSpec other = moved(base, axis);
@@ -124,13 +126,13 @@ TEST_CASE("spec axes: each kernel keeps its own axes and holds the canonical val
   // A layer that asks for everything: each kernel's spec keeps only what that kernel has (the
   // axis list's kernels column) and the canonical value elsewhere; validate() refuses any other.
   KernelFeatures f = AttentionSpec::parse("decode_h128_b32_bf16_kve4m3_g4_swa1_cap1_hnd_sm90");
-  f.alibi = f.sinks = f.multi_token = f.block_sparse = f.check_bounds = true;
+  f.alibi = f.sinks = f.multi_token = f.block_sparse = f.check_bounds = f.q_fp8 = true;
   const std::pair<KernelKind, const char*> want[] = {
       {KernelKind::kCacheWrite, "cache_write_h128_b32_bf16_kve4m3_g1_swa0_cap0_hnd_sm90_chk"},
       {KernelKind::kDecode,
-       "decode_h128_b32_bf16_kve4m3_g4_swa1_cap1_hnd_sm90_alibi_sink_mt_bsp_chk"},
+       "decode_h128_b32_bf16_kve4m3_g4_swa1_cap1_hnd_sm90_alibi_sink_mt_bsp_chk_qe4m3"},
       {KernelKind::kPrefill,
-       "prefill_h128_b32_bf16_kve4m3_g4_swa1_cap1_hnd_sm90_alibi_sink_bsp_chk"},
+       "prefill_h128_b32_bf16_kve4m3_g4_swa1_cap1_hnd_sm90_alibi_sink_bsp_chk_qe4m3"},
       {KernelKind::kKvScale, "kv_scale_h128_b16_bf16_kvauto_g1_swa0_cap0_nhd_sm90"},
   };
   for (const auto& [kind, text] : want) {
@@ -155,5 +157,5 @@ TEST_CASE("spec axes: each kernel keeps its own axes and holds the canonical val
   CHECK(spec_for(f, KernelKind::kPrefill).to_string() ==
         "prefill_h128_b16_bf16_kvauto_g4_swa0_cap1_nhd_sm90_alibi_sink_nc_dense");
   CHECK(spec_for(f, KernelKind::kDecode).to_string() ==
-        "decode_h128_b32_bf16_kve4m3_g4_swa0_cap1_hnd_sm90_alibi_sink_mt_chk");
+        "decode_h128_b32_bf16_kve4m3_g4_swa0_cap1_hnd_sm90_alibi_sink_mt_chk_qe4m3");
 }

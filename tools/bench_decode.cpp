@@ -31,6 +31,7 @@ std::string DecodeShape::label() const {
   std::string s = std::to_string(batch) + "x" + std::to_string(len);
   if (head_size != 128) s += " h" + std::to_string(head_size);
   if (kv != "auto") s += " " + kv;
+  if (q_fp8) s += " q-e4m3";
   if (q_len > 1) s += " q" + std::to_string(q_len);
   if (sparse) s += " bsp";
   // (32 query heads, as bench_decode runs)
@@ -57,12 +58,15 @@ std::vector<DecodeShape> parse_decode_shapes(const std::string& text) {
     const size_t x = dims.find('x');
     if (x == std::string::npos)
       throw Error("shape '" + item +
-                  "' is not BATCHxLEN[:hHEAD|:e4m3|:qN|:bsp|:legacy], e.g. 64x8192:h64");
+                  "' is not BATCHxLEN[:hHEAD|:e4m3|:qe4m3|:qN|:bsp|:legacy], e.g. 64x8192:h64");
     s.batch = std::stoi(dims.substr(0, x));
     s.len = std::stoi(dims.substr(x + 1));
-    if (extra == "e4m3")
+    if (extra == "e4m3") {
       s.kv = "e4m3";
-    else if (!extra.empty() && extra[0] == 'h')
+    } else if (extra == "qe4m3") {
+      s.kv = "e4m3";
+      s.q_fp8 = true;
+    } else if (!extra.empty() && extra[0] == 'h')
       s.head_size = std::stoi(extra.substr(1));
     else if (extra == "bsp")
       s.sparse = true;
@@ -71,7 +75,8 @@ std::vector<DecodeShape> parse_decode_shapes(const std::string& text) {
     else if (extra == "legacy")
       s.legacy = true;
     else if (!extra.empty())
-      throw Error("shape '" + item + "': suffix must be :hHEAD, :e4m3, :qN, :bsp or :legacy");
+      throw Error("shape '" + item +
+                  "': suffix must be :hHEAD, :e4m3, :qe4m3, :qN, :bsp or :legacy");
     if (s.q_len < 1 || s.q_len > kMaxDecodeQueryLen)
       throw Error("shape '" + item + "': q_len must be 1.." + std::to_string(kMaxDecodeQueryLen));
     if (s.batch <= 0 || s.len <= 0) throw Error("shape '" + item + "' must be positive");
@@ -94,8 +99,12 @@ double check_shape(const DecodeShape& s, const AttentionLayerConfig& c, const De
   const bool fp8 = s.kv == "e4m3";
   const int Q = s.q_len;  // query rows of a request
   std::vector<uint16_t> out_h(static_cast<size_t>(s.batch) * Q * H * D), q_h(out_h.size());
+  std::vector<uint8_t> q8_h(s.q_fp8 ? out_h.size() : 0);  // e4m3 queries
   out.download(out_h.data(), out_h.size() * 2);
-  q.download(q_h.data(), q_h.size() * 2);
+  if (s.q_fp8)
+    q.download(q8_h.data(), q8_h.size());
+  else
+    q.download(q_h.data(), q_h.size() * 2);
   double worst = 0;
   for (int r : {0, s.batch - 1}) {
     test::RefProblem p;
@@ -107,8 +116,10 @@ double check_shape(const DecodeShape& s, const AttentionLayerConfig& c, const De
     p.seq_lens = {s.len};
     p.max_blocks_per_seq = static_cast<int>(blocks_per_seq);
     p.scale = c.scale;
+    const size_t q0 = static_cast<size_t>(r) * Q * H * D;
     for (int i = 0; i < Q * H * D; ++i)
-      p.q.push_back(test::bf16_to_float(q_h[static_cast<size_t>(r) * Q * H * D + i]));
+      p.q.push_back(s.q_fp8 ? test::e4m3_to_double(q8_h[q0 + i]) * c.q_scale
+                            : test::bf16_to_float(q_h[q0 + i]));
     // This request's blocks, copied into a compact cache numbered 0..blocks_per_seq-1.
     const size_t block_elems = static_cast<size_t>(B) * KH * D;
     const size_t elem = fp8 ? 1 : 2;
@@ -179,6 +190,11 @@ nlohmann::json bench_decode(const Device& dev, const DecodeOptions& o, const Pee
     cfg = test::with_kv(cfg, fp8 ? KvDType::kFp8E4M3 : KvDType::kAuto, 1.5f);
     // The softmax scale as the backend resolves 0; the legacy rows and the reference take it.
     cfg.scale = 1.0f / std::sqrt(static_cast<float>(D));
+    if (s.q_fp8) {
+      cfg.q_dtype = KvDType::kFp8E4M3;
+      cfg.q_scale = 0.5f;
+    }
+    const int q_elem = s.q_fp8 ? 1 : 2;
     // Block-sparse rows: the 16-token tiles some head of each KV head sees (what the kernel
     // reads), counted on the host by the kernels' rule (GaBlockSparse in templates/params.h).
     double live_fraction = 1.0;
@@ -208,14 +224,17 @@ nlohmann::json bench_decode(const Device& dev, const DecodeOptions& o, const Pee
     const int64_t blocks_per_seq = (s.len + B - 1) / B;
     const int64_t NB = s.batch * blocks_per_seq;
     const size_t cache_elems = static_cast<size_t>(2) * NB * B * KH * D;
-    DeviceBuffer cache(cache_elems * elem), q(static_cast<size_t>(T) * H * D * 2),
+    DeviceBuffer cache(cache_elems * elem), q(static_cast<size_t>(T) * H * D * q_elem),
         out(static_cast<size_t>(T) * H * D * 2), seq(s.batch * 4), bt(static_cast<size_t>(NB) * 4),
         qsl((s.batch + 1) * 4);
     if (fp8)
       fill_random_fp8(dev, cache.data(), cache_elems, 7 + s.batch);
     else
       fill_random_bf16(dev, cache.data(), cache_elems, 7 + s.batch);
-    fill_random_bf16(dev, q.data(), static_cast<size_t>(T) * H * D, 99 + s.len);
+    if (s.q_fp8)
+      fill_random_fp8(dev, q.data(), static_cast<size_t>(T) * H * D, 99 + s.len);
+    else
+      fill_random_bf16(dev, q.data(), static_cast<size_t>(T) * H * D, 99 + s.len);
     std::vector<int> phys(NB), lens(s.batch, s.len), starts(s.batch + 1);
     std::iota(phys.begin(), phys.end(), 0);
     std::shuffle(phys.begin(), phys.end(), rng);
@@ -225,7 +244,8 @@ nlohmann::json bench_decode(const Device& dev, const DecodeOptions& o, const Pee
     qsl.upload(starts.data(), starts.size() * 4);
     const ScalarType kst = fp8 ? ScalarType::kFloat8E4M3 : ScalarType::kBFloat16;
     const TensorView cache_v = TensorView::contiguous(cache.data(), kst, {2, NB, B, KH, D});
-    const TensorView q_v = TensorView::contiguous(q.data(), ScalarType::kBFloat16, {T, H, D});
+    const TensorView q_v = TensorView::contiguous(
+        q.data(), s.q_fp8 ? ScalarType::kFloat8E4M3 : ScalarType::kBFloat16, {T, H, D});
     const TensorView o_v = TensorView::contiguous(out.data(), ScalarType::kBFloat16, {T, H, D});
     AttentionMetadata md;
     md.query_start_loc = TensorView::contiguous(qsl.data(), ScalarType::kInt32, {s.batch + 1});
@@ -323,6 +343,7 @@ nlohmann::json bench_decode(const Device& dev, const DecodeOptions& o, const Pee
           a.scale = attn.config().scale;
           a.k_scale = attn.config().k_scale;
           a.v_scale = attn.config().v_scale;
+          a.q8.q_scale = attn.config().q_scale;
           a.workspace = tws.data();
           a.workspace_size = tws.bytes();
           a.counters = counters.data();
@@ -342,6 +363,7 @@ nlohmann::json bench_decode(const Device& dev, const DecodeOptions& o, const Pee
          {"head_size", D},
          {"q_len", s.q_len},
          {"kv_dtype", s.kv},
+         {"q_dtype", s.q_fp8 ? "fp8_e4m3" : "bf16"},
          {"kv_mib", kv_bytes / (1 << 20)},
          {"layout", s.legacy ? (v1 ? "legacy v1" : "legacy v2") : "flash"},
          // (legacy rows: the policy's choice inside paged_attention, not reported)

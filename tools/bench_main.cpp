@@ -38,7 +38,8 @@ int main(int argc, char** argv) {
   std::string parts_text = "decode,step,mixed,tp,capture,prefill,cascade";
   std::string shapes_text =
       "1x4096,1x32768,16x4096,64x2048,64x8192,256x1024,256x4096,64x8192:h64,64x8192:h256,"
-      "64x8192:e4m3,64x4096,64x4096:q4,64x8192:bsp,64x4096:legacy,8x32768,8x32768:legacy";
+      "64x8192:e4m3,64x8192:qe4m3,64x4096,64x4096:q4,64x8192:bsp,64x4096:legacy,8x32768,8x32768:"
+      "legacy";
   std::string json_path, peer_script = "tools/peer_sdpa.py", try_splits_text;
   int reps = 100;
   bool check = true, use_peer = true;
@@ -46,7 +47,7 @@ int main(int argc, char** argv) {
                  "comma-separated: decode, step, mixed, tp (2 GPUs), capture, prefill, cascade")
       ->capture_default_str();
   app.add_option("--shapes", shapes_text,
-                 "decode shapes BATCHxLEN[:hHEAD|:e4m3|:qN|:legacy], comma-separated")
+                 "decode shapes BATCHxLEN[:hHEAD|:e4m3|:qe4m3|:qN|:legacy], comma-separated")
       ->capture_default_str();
   app.add_option("--reps", reps, "timed repetitions (median reported), >= 20")
       ->check(CLI::Range(20, 100000))
@@ -135,6 +136,8 @@ int main(int argc, char** argv) {
     if (wants("prefill")) {
       j["prefill"] = bench_prefill(dev, 4, 4096, std::max(20, reps / 5), peer, &ok);
       j["prefill_legacy"] = bench_prefill(dev, 4, 4096, std::max(20, reps / 5), peer, &ok, true);
+      j["prefill_fp8"] =
+          bench_prefill(dev, 4, 4096, std::max(20, reps / 5), peer, &ok, false, true);
     }
     if (wants("cascade"))
       j["cascade"] = bench_cascade(dev, cascade_requests, cascade_own, cascade_prefixes, reps, &ok);

@@ -20,6 +20,8 @@ struct DecodeShape {
   bool sparse = false;
   // ":legacy": vLLM's legacy caches through paged_attention_v1 / v2 (the version by vLLM's rule)
   bool legacy = false;
+  // ":qe4m3": e4m3 queries (q_dtype fp8_e4m3, q_scale 0.5) over an e4m3 cache (spec "_qe4m3")
+  bool q_fp8 = false;
   std::string label() const;     // "64x8192", "64x8192 h64", "64x8192 e4m3", "64x4096 q4",
                                  // "64x8192 bsp", "64x4096 legacy v1"
   std::string peer_key() const;  // "64:8192:128"
@@ -61,9 +63,10 @@ nlohmann::json bench_mixed_step(const Device& dev, int decodes, int len, int chu
 nlohmann::json bench_capture(const Device& dev, int max_num_seqs);
 
 // Causal prefill of batch x len new tokens (bf16, 32/8 heads, head 128, block 16); legacy: the
-// same over vLLM's legacy caches through forward_prefix.
+// same over vLLM's legacy caches through forward_prefix; fp8: e4m3 queries (q_scale 0.5) over an
+// e4m3 cache (scales 1.5) through AttentionBackend::forward (spec "_qe4m3"), bf16 output.
 nlohmann::json bench_prefill(const Device& dev, int batch, int len, int reps, const PeerTimes& peer,
-                             bool* ok, bool legacy = false);
+                             bool* ok, bool legacy = false, bool fp8 = false);
 
 // Cascade attention: `batch` single-token decodes after a shared prompt of each length in
 // `prefixes` (multiples of 16) and `own` tokens of their own, plain decode against cascade

@@ -6,11 +6,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <memory>
 #include <numeric>
 #include <random>
 
 #include "graphattn/graphattn.hpp"
 #include "graphattn/paged_cache.hpp"
+#include "testing/configs.hpp"
 #include "testing/host_dtypes.hpp"
 #include "testing/legacy_layout.hpp"
 #include "testing/reference.hpp"
@@ -19,13 +21,19 @@
 namespace graphattn::bench {
 
 nlohmann::json bench_prefill(const Device& dev, int batch, int len, int reps, const PeerTimes& peer,
-                             bool* ok, bool legacy) {
+                             bool* ok, bool legacy, bool fp8) {
   const int64_t H = 32, KH = 8, D = 128, B = 16, T = int64_t{batch} * len;
   const int64_t blocks_per_seq = (len + B - 1) / B, NB = blocks_per_seq * batch;
-  DeviceBuffer q(T * H * D * 2), out(T * H * D * 2), cache(2 * NB * B * KH * D * 2),
+  const int64_t elem = fp8 ? 1 : 2;  // query and cache bytes
+  DeviceBuffer q(T * H * D * elem), out(T * H * D * 2), cache(2 * NB * B * KH * D * elem),
       qsl((batch + 1) * 4), seq(batch * 4), table(NB * 4);
-  fill_random_bf16(dev, q.data(), T * H * D, 5);
-  fill_random_bf16(dev, cache.data(), 2 * NB * B * KH * D, 6);
+  if (fp8) {
+    fill_random_fp8(dev, q.data(), T * H * D, 5);
+    fill_random_fp8(dev, cache.data(), 2 * NB * B * KH * D, 6);
+  } else {
+    fill_random_bf16(dev, q.data(), T * H * D, 5);
+    fill_random_bf16(dev, cache.data(), 2 * NB * B * KH * D, 6);
+  }
   std::vector<int> phys(NB), starts(batch + 1), lens(batch, len);
   std::iota(phys.begin(), phys.end(), 0);
   std::mt19937_64 rng(3);
@@ -35,9 +43,10 @@ nlohmann::json bench_prefill(const Device& dev, int batch, int len, int reps, co
   qsl.upload(starts.data(), starts.size() * 4);
   seq.upload(lens.data(), lens.size() * 4);
   out.fill_bytes(0xff);
-  const auto qv = TensorView::contiguous(q.data(), ScalarType::kBFloat16, {T, H, D});
+  const ScalarType st = fp8 ? ScalarType::kFloat8E4M3 : ScalarType::kBFloat16;
+  const auto qv = TensorView::contiguous(q.data(), st, {T, H, D});
   const auto ov = TensorView::contiguous(out.data(), ScalarType::kBFloat16, {T, H, D});
-  const auto kv = TensorView::contiguous(cache.data(), ScalarType::kBFloat16, {2, NB, B, KH, D});
+  const auto kv = TensorView::contiguous(cache.data(), st, {2, NB, B, KH, D});
   const auto qslv = TensorView::contiguous(qsl.data(), ScalarType::kInt32, {batch + 1});
   const auto seqv = TensorView::contiguous(seq.data(), ScalarType::kInt32, {batch});
   const auto tabv =
@@ -49,8 +58,32 @@ nlohmann::json bench_prefill(const Device& dev, int batch, int len, int reps, co
                    TensorView::contiguous(cache.data(), ScalarType::kBFloat16, {2, NB, B * KH * D}),
                    static_cast<int>(KH), static_cast<int>(D))
              : PagedKvCache{};
+  // fp8: the layer's forward() with its e4m3 query (no cache write: key and value ndim 0).
+  AttentionLayerConfig cfg =
+      test::with_kv(test::layer_config(static_cast<int>(H), static_cast<int>(KH),
+                                       static_cast<int>(D), len, batch),
+                    KvDType::kFp8E4M3, 1.5f);
+  cfg.q_dtype = KvDType::kFp8E4M3;
+  cfg.q_scale = 0.5f;
+  cfg.scale = scale;
+  std::unique_ptr<AttentionBackend> backend;
+  if (fp8) {
+    backend = std::make_unique<AttentionBackend>(cfg);
+    backend->prepare();
+  }
+  DeviceBuffer ws(backend ? backend->workspace_bytes() : 0);
+  AttentionMetadata md;
+  md.query_start_loc = qslv;
+  md.seq_lens = seqv;
+  md.block_table = tabv;
+  md.num_reqs = batch;
+  md.num_actual_tokens = static_cast<int>(T);
+  md.max_query_len = md.max_seq_len = len;
   auto run = [&] {
-    if (legacy) {
+    if (fp8) {
+      backend->forward(qv, TensorView{}, TensorView{}, kv, ov, md, ws.data(), ws.bytes(),
+                       dev.stream);
+    } else if (legacy) {
       forward_prefix(qv, TensorView{}, TensorView{}, "auto", pc.key_cache, pc.value_cache, tabv,
                      qslv, seqv, len, nullptr, 0, 1.0f, 1.0f, ov, dev.stream);
     } else {
@@ -73,8 +106,12 @@ nlohmann::json bench_prefill(const Device& dev, int batch, int len, int reps, co
   ref.max_blocks_per_seq = static_cast<int>(blocks_per_seq);
   ref.block_table.assign(phys.begin() + (batch - 1) * blocks_per_seq, phys.end());
   ref.scale = scale;
-  std::vector<uint16_t> host(2 * NB * B * KH * D);
-  cache.download(host.data(), host.size() * 2);
+  std::vector<uint16_t> host(fp8 ? 0 : 2 * NB * B * KH * D);
+  std::vector<uint8_t> host8(fp8 ? 2 * NB * B * KH * D : 0);
+  if (fp8)
+    cache.download(host8.data(), host8.size());
+  else
+    cache.download(host.data(), host.size() * 2);
   ref.k_cache.resize(NB * B * KH * D);
   ref.v_cache.resize(NB * B * KH * D);
   // The reference's caches are [block, token, kv head, dim]; the legacy ones hold element
@@ -87,13 +124,25 @@ nlohmann::json bench_prefill(const Device& dev, int batch, int len, int reps, co
       ki = layout.key(b, t, h, d);
       vi = layout.value(b, t, h, d);
     }
+    if (fp8) {
+      ref.k_cache[i] = test::e4m3_to_double(host8[i]) * cfg.k_scale;
+      ref.v_cache[i] = test::e4m3_to_double(host8[NB * B * KH * D + i]) * cfg.v_scale;
+      continue;
+    }
     ref.k_cache[i] = test::bf16_to_float(host[ki]);
     ref.v_cache[i] = test::bf16_to_float(host[NB * B * KH * D + vi]);
   }
   std::vector<uint16_t> rows(n_check * H * D), outs(n_check * H * D);
-  q.download(rows.data(), rows.size() * 2, (T - n_check) * H * D * 2);
+  std::vector<uint8_t> rows8(fp8 ? n_check * H * D : 0);
+  if (fp8)
+    q.download(rows8.data(), rows8.size(), (T - n_check) * H * D);
+  else
+    q.download(rows.data(), rows.size() * 2, (T - n_check) * H * D * 2);
   out.download(outs.data(), outs.size() * 2, (T - n_check) * H * D * 2);
-  for (uint16_t x : rows) ref.q.push_back(test::bf16_to_float(x));
+  if (fp8)
+    for (uint8_t x : rows8) ref.q.push_back(test::e4m3_to_double(x) * cfg.q_scale);
+  else
+    for (uint16_t x : rows) ref.q.push_back(test::bf16_to_float(x));
   std::vector<double> got;
   for (uint16_t x : outs) got.push_back(test::bf16_to_float(x));
   const double err = test::relative_l2(got, test::reference_attention(ref));
@@ -105,9 +154,10 @@ nlohmann::json bench_prefill(const Device& dev, int batch, int len, int reps, co
   auto it = peer.prefill_us.find(std::to_string(batch) + ":" + std::to_string(len));
   const double peer_us = it == peer.prefill_us.end() ? 0 : it->second;
   std::printf(
-      "\n== prefill%s: %d x %d new tokens, causal, bf16, 32/8 heads, head 128, block 16, "
+      "\n== prefill%s: %d x %d new tokens, causal, %s, 32/8 heads, head 128, block 16, "
       "median of %d\n",
-      legacy ? " over vLLM's legacy caches (forward_prefix)" : "", batch, len, reps);
+      legacy ? " over vLLM's legacy caches (forward_prefix)" : "", batch, len,
+      fp8 ? "e4m3 q and KV (forward(), q_dtype fp8_e4m3), bf16 out" : "bf16", reps);
   std::printf("%-12s %10s %10s %10s %10s %12s %9s\n", "", "time us", "TFLOP/s", "peer us",
               "peer TF/s", "ours/peer", "max err");
   char peer_us_s[16] = "-", peer_tf_s[16] = "-", ratio_s[16] = "-";
@@ -116,8 +166,10 @@ nlohmann::json bench_prefill(const Device& dev, int batch, int len, int reps, co
     std::snprintf(peer_tf_s, sizeof peer_tf_s, "%.1f", flops / peer_us / 1e6);
     std::snprintf(ratio_s, sizeof ratio_s, "%.2fx", peer_us / us);
   }
-  const std::string label =
-      std::to_string(batch) + "x" + std::to_string(len) + (legacy ? " legacy" : "");
+  const std::string label = std::to_string(batch) + "x" + std::to_string(len) +
+                            (legacy ? " legacy"
+                             : fp8  ? " e4m3 q+kv"
+                                    : "");
   std::printf("%-12s %10.1f %10.1f %10s %10s %12s %9.2e%s\n", label.c_str(), us, flops / us / 1e6,
               peer_us_s, peer_tf_s, ratio_s, err, err <= 5e-3 ? "" : "  FAIL");
   return {

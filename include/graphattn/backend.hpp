@@ -198,6 +198,23 @@ struct GRAPHATTN_API AttentionLayerConfig {
   // it into (FlashAttention's return_softmax_lse; cascade attention merges by it). Not for
   // encoder-only layers.
   bool softmax_lse = false;
+  // fp8 queries (vLLM's query_quant with an fp8 cache; FA3's fp8 forward): kAuto (the default)
+  // takes queries in dtype; kFp8E4M3 takes e4m3 queries (query views of dtype fp8 e4m3) with
+  // q = stored * q_scale, and the output stays in dtype. Needs an fp8 kv_dtype (e4m3 or e5m2).
+  // Decode and prefill kernels "_qe4m3": the decode's QK^T on fp8 tensor cores from sm_89 on;
+  // the prefill (the mma.sync kernel, every arch) widens the query exactly on load.
+  KvDType q_dtype = KvDType::kAuto;
+  float q_scale = 1.0f;  // e4m3 query: q = stored * q_scale (ignored otherwise)
+  // e4m3 query: FA3's descales in device memory, one fp32 per (request, KV head) at
+  // [r * descale_req_stride + kv_head * descale_head_stride] (both strides 0: one scalar), read
+  // by the decode kernel when it runs (a graph follows new contents without recapture); null
+  // takes q_scale for the query and k_scale / v_scale (or their device scalars) for keys and
+  // values. k_descale / v_descale only scale the attention (the cache write uses k_scale).
+  const float* q_descale = nullptr;
+  const float* k_descale = nullptr;
+  const float* v_descale = nullptr;
+  int descale_req_stride = 0;   // elements
+  int descale_head_stride = 0;  // elements
 
   // Every field above, as GRAPHATTN_LAYER_CONFIG_FIELDS (graphattn/layer_config_fields.h) lists
   // them: what == compares. A member without a row there does not compile (capi/config.cpp).

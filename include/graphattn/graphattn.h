@@ -229,6 +229,17 @@ typedef struct graphattn_layer_config {
   int blocksparse_active_head_offset; /* tp_rank * num_heads (vLLM's active_head_range[0]) */
   int softmax_lse;                    /* 1: the attention kernels also write the softmax LSE;
                                          forward through graphattn_backend_forward_lse */
+  /* fp8 queries (AttentionLayerConfig::q_dtype says the rule): GRAPHATTN_KV_AUTO (queries in
+     dtype) or GRAPHATTN_KV_FP8_E4M3 (e4m3 query views, q = stored * q_scale or the device
+     q_descale; needs an fp8 kv_dtype); a caller whose struct_size ends before
+     descale_head_stride gets 16-bit queries */
+  graphattn_kv_dtype_t q_dtype;
+  float q_scale;
+  const float* q_descale;  /* [num_reqs, num_kv_heads] fp32 device descales (strided), or NULL */
+  const float* k_descale;  /* same; NULL: k_scale / k_scale_device */
+  const float* v_descale;  /* same; NULL: v_scale / v_scale_device */
+  int descale_req_stride;  /* elements; 0 with descale_head_stride 0: one scalar */
+  int descale_head_stride; /* elements */
 } graphattn_layer_config_t;
 
 /* vLLM's default head_sliding_step of a block-sparse layer with total_num_heads query heads and

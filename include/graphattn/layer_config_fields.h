@@ -55,7 +55,15 @@
     blocksparse_params)                                                                            \
   X(int, blocksparse.active_head_offset, 0, int, blocksparse_active_head_offset, c_int,            \
     blocksparse_params)                                                                            \
-  X(bool, softmax_lse, false, int, softmax_lse, c_int, softmax_lse)
+  X(bool, softmax_lse, false, int, softmax_lse, c_int, softmax_lse)                                \
+  /* fp8 queries; the descale strides come from the Python descale tensors' strides */             \
+  X(KvDType, q_dtype, KvDType::kAuto, graphattn_kv_dtype_t, q_dtype, c_int, q_dtype)               \
+  X(float, q_scale, 1.0f, float, q_scale, c_float, q_scale)                                        \
+  X(const float*, q_descale, nullptr, const float*, q_descale, c_void_p, q_descale)                \
+  X(const float*, k_descale, nullptr, const float*, k_descale, c_void_p, k_descale)                \
+  X(const float*, v_descale, nullptr, const float*, v_descale, c_void_p, v_descale)                \
+  X(int, descale_req_stride, 0, int, descale_req_stride, c_int, q_descale)                         \
+  X(int, descale_head_stride, 0, int, descale_head_stride, c_int, q_descale)
 /* clang-format on */
 
 #endif /* GRAPHATTN_LAYER_CONFIG_FIELDS_H_ */

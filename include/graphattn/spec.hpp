@@ -215,6 +215,14 @@ constexpr const char* enum_long_name(int i) {
   /* merge_attn_states and cascade attention. Off: the kernels' source and machine code */         \
   /* carry no LSE at all. */                                                                       \
   X(bool, softmax_lse, false, kSuffix, "_lse", "softmax LSE", 2, "GA_WRITE_LSE",                   \
+    kPagedAttention, false, kNoRule)                                                               \
+  /* fp8 e4m3 queries (vLLM's query_quant with an fp8 KV cache, FA3's fp8 forward): the */         \
+  /* query arrives as e4m3 bytes with a descale (q = stored * q_descale; per tensor or per */      \
+  /* (request, KV head), launch data); the output stays in the dtype axis's type. Needs an */      \
+  /* fp8 KV dtype (e4m3 or e5m2). Decode: QK^T on fp8 MMA from sm_89 on, the query widened */      \
+  /* to fp16 before; paged prefill (mma.sync kernel): the query widened exactly to the */          \
+  /* 16-bit MMA type on load. "q bf16/fp16" is the dtype axis, so no suffix names them */          \
+  X(bool, q_fp8, false, kSuffix, "_qe4m3", "query dtype e4m3", 2, "GA_Q_E4M3",                     \
     kPagedAttention, false, kNoRule)
 // clang-format on
 

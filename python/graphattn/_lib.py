@@ -71,6 +71,15 @@ class LayerConfig(ctypes.Structure):
         ("blocksparse_head_sliding_step", ctypes.c_int),
         ("blocksparse_active_head_offset", ctypes.c_int),
         ("softmax_lse", ctypes.c_int),
+        # fp8 queries: q_dtype (KV_AUTO or KV_FP8_E4M3), q_scale, device descales and their
+        # (request, KV head) element strides
+        ("q_dtype", ctypes.c_int),
+        ("q_scale", ctypes.c_float),
+        ("q_descale", ctypes.c_void_p),
+        ("k_descale", ctypes.c_void_p),
+        ("v_descale", ctypes.c_void_p),
+        ("descale_req_stride", ctypes.c_int),
+        ("descale_head_stride", ctypes.c_int),
     ]
 
 

@@ -86,6 +86,18 @@ def parse_kv_dtype(value, model_dtype, arg="kv_cache_dtype"):
                      "(= fp8_e4m3), fp8_e4m3, fp8_e5m2" % (arg, value, DTYPE_NAMES[model_dtype]))
 
 
+def parse_q_dtype(value, arg="q_dtype"):
+    """graphattn_kv_dtype_t of a query dtype: "auto" (the layer's 16-bit dtype) or e4m3
+    ("fp8_e4m3", "fp8", torch.float8_e4m3fn)."""
+    name = _name_of(value)
+    if name == "auto":
+        return KV_AUTO
+    if _KV_DTYPES.get(name) == KV_FP8_E4M3:
+        return KV_FP8_E4M3
+    raise ValueError("%s %r is not supported; supported: auto (the layer's dtype), fp8_e4m3 "
+                     "(torch.float8_e4m3fn)" % (arg, value))
+
+
 def parse_layout(value, arg="layout"):
     text = str(value).strip().upper()
     for code, name in LAYOUT_NAMES.items():

@@ -152,11 +152,42 @@ def device_scalar(x, name):
     return a.address, a
 
 
+def device_descales(q_descale, k_descale, v_descale, num_kv_heads):
+    """((q, k, v addresses or None), (request stride, KV head stride)) of an fp8 query's device
+    descales: float32 CUDA arrays of one element or [num_reqs, num_kv_heads] (FA3's shape,
+    expanded views too), all with the same strides."""
+    addresses, strides = [], None
+    for name, x in (("q_descale", q_descale), ("k_descale", k_descale),
+                    ("v_descale", v_descale)):
+        if x is None:
+            addresses.append(None)
+            continue
+        a = to_dl(x, name)
+        if a.dtype != (FLOAT, 32, 1) or a.device[0] not in CUDA_DEVICES:
+            raise ValueError("%s (%s) is not supported; supported: a float32 CUDA tensor"
+                             % (name, a.dtype_name))
+        if a.numel() == 1:
+            st = (0, 0)
+        elif a.ndim == 2 and a.shape[1] == num_kv_heads:
+            st = tuple(int(v) for v in a.strides[:2])
+        else:
+            raise ValueError("%s of shape %s is not supported; supported: one element or "
+                             "[num_reqs, num_kv_heads (%d)]" % (name, tuple(a.shape),
+                                                                num_kv_heads))
+        if strides is not None and st != strides:
+            raise ValueError("%s has strides %s, another descale %s; supported: one layout "
+                             "for q_descale, k_descale and v_descale" % (name, st, strides))
+        strides = st
+        addresses.append(a.address)
+    return tuple(addresses), strides or (0, 0)
+
+
 def _layer_config(num_heads, num_kv_heads, head_size, block_size, dtype, kv_cache_dtype, layout,
                   window, soft_cap, scale, k_scale, v_scale, max_model_len, max_num_seqs, arch,
                   overlap_previous_kernel, check_bounds, alibi=None, sinks=None,
                   k_scale_device=None, v_scale_device=None, attn_type="decoder",
-                  decode_query_len=1, blocksparse_params=None, softmax_lse=False):
+                  decode_query_len=1, blocksparse_params=None, softmax_lse=False,
+                  q_dtype="auto", q_scale=1.0, q_descale=None, k_descale=None, v_descale=None):
     c = _lib.LayerConfig()
     _lib.lib.graphattn_layer_config_init(ctypes.byref(c))
     c.num_heads = _names.int_arg("num_heads", num_heads)
@@ -185,6 +216,10 @@ def _layer_config(num_heads, num_kv_heads, head_size, block_size, dtype, kv_cach
     c.decode_query_len = _names.int_arg("decode_query_len", decode_query_len)  # range: library
     _blocksparse.apply(c, blocksparse_params, c.num_heads)
     c.softmax_lse = int(_names.bool_arg("softmax_lse", softmax_lse))
+    c.q_dtype = _names.parse_q_dtype(q_dtype)
+    c.q_scale = _names.float_arg("q_scale", q_scale)
+    (c.q_descale, c.k_descale, c.v_descale), (c.descale_req_stride, c.descale_head_stride) = \
+        device_descales(q_descale, k_descale, v_descale, c.num_kv_heads)
     return c
 
 
@@ -250,6 +285,13 @@ class AttentionBackend(_lib.OwnedHandle):
             log-sum-exp (natural log) per head: forward() then takes softmax_lse, a float32
             [num_heads, num_tokens] array (FlashAttention's return_softmax_lse layout; what
             merge_attn_states and cascade attention combine by). Not for encoder_only.
+        q_dtype: "auto" (queries in dtype) or "fp8_e4m3" (torch.float8_e4m3fn): e4m3 queries
+            (vLLM's query_quant), q = stored * q_scale; the output stays in dtype. Needs an fp8
+            kv_cache_dtype; decodes and prefills (vLLM's FA3 fp8 path).
+        q_descale, k_descale, v_descale: with q_dtype "fp8_e4m3", FA3's descales in device
+            memory: float32 CUDA tensors of one element or [num_reqs, num_kv_heads] (one
+            layout for all), read by every decode (and graph replay) instead of q_scale,
+            k_scale, v_scale; None: those. The backend keeps them alive.
     """
 
     _DESTROY = "graphattn_backend_destroy"
@@ -260,8 +302,10 @@ class AttentionBackend(_lib.OwnedHandle):
                  max_num_seqs, arch=0, overlap_previous_kernel=False, check_bounds=False,
                  alibi_slopes=None, sinks=None, k_scale_device=None, v_scale_device=None,
                  attn_type="decoder", decode_query_len=1, blocksparse_params=None,
-                 softmax_lse=False):
+                 softmax_lse=False, q_dtype="auto", q_scale=1.0, q_descale=None, k_descale=None,
+                 v_descale=None):
         heads = _names.int_arg("num_heads", num_heads)
+        self._descales = (q_descale, k_descale, v_descale)  # the decode reads them every step
         self._head_arrays = (head_array(alibi_slopes, "alibi_slopes", heads),
                              head_array(sinks, "sinks", heads))  # alive as long as self
         k_dev, k_keep = device_scalar(k_scale_device, "k_scale_device")
@@ -272,7 +316,9 @@ class AttentionBackend(_lib.OwnedHandle):
                           max_model_len, max_num_seqs, arch, overlap_previous_kernel,
                           check_bounds, *self._head_arrays, k_dev, v_dev,
                           attn_type=attn_type, decode_query_len=decode_query_len,
-                          blocksparse_params=blocksparse_params, softmax_lse=softmax_lse)
+                          blocksparse_params=blocksparse_params, softmax_lse=softmax_lse,
+                          q_dtype=q_dtype, q_scale=q_scale, q_descale=q_descale,
+                          k_descale=k_descale, v_descale=v_descale)
         _lib.check(_lib.lib.graphattn_layer_config_check(ctypes.byref(c)))
         handle = ctypes.c_void_p()
         _lib.check(_lib.lib.graphattn_backend_create(ctypes.byref(c), ctypes.byref(handle)))

@@ -25,7 +25,10 @@ Scales: k_scale/v_scale and k_descale/v_descale may be floats or device tensors 
 values (vLLM passes 1-element tensors, or ones expanded to [num_reqs, num_kv_heads]). With an
 "auto" cache they are ignored. With an fp8 cache a tensor is read on the host once per call
 (one small synchronizing copy), which is refused while the PyTorch stream is capturing a CUDA
-graph: pass floats there. q_descale is ignored: graphattn takes 16-bit queries.
+graph: pass floats there. q_descale: with a 16-bit query ignored; with an fp8 (e4m3) query,
+flash_attn_varlen_func reads q_descale, k_descale and v_descale that are tensors on the device
+(one element or [num_reqs, num_kv_heads], FA3's shape; no host copy, so a captured graph follows
+new values), floats as per-tensor descales.
 """
 
 import ctypes
@@ -127,6 +130,21 @@ def paired_kv_cache(key_cache, value_cache):
                          "%s elements: they must be two halves of one allocation"
                          % (delta, kc.dtype_name))
     return reshaped(kc, (2,) + kc.shape, (delta // kc.itemsize,) + kc.strides)
+
+
+def _is_tensor(x):
+    return x is not None and not isinstance(x, (int, float))
+
+
+def _fp8_query_scales(q_descale, k_descale, v_descale):
+    """An e4m3 query's descales: (config items, descale tensors for the backend). A float or
+    None is a per-tensor value (q_scale, k_scale, v_scale); a tensor stays on the device."""
+    items = {"q_scale": 1.0 if q_descale is None or _is_tensor(q_descale) else
+             _names.float_arg("q_descale", q_descale)}
+    for name, x in (("k_scale", k_descale), ("v_scale", v_descale)):
+        items[name] = 1.0 if x is None or _is_tensor(x) else _names.float_arg(name, x)
+    tensors = tuple(x if _is_tensor(x) else None for x in (q_descale, k_descale, v_descale))
+    return items, tensors
 
 
 def _fp8_scales(kv_dtype, k_scale, v_scale, names):
@@ -521,7 +539,8 @@ def flash_attn_varlen_func(q: Array, k: Array, v: Array, max_seqlen_q: int, cu_s
                            stream: Stream = None) -> Any:
     """Paged attention over vLLM's KV cache, as vllm_flash_attn.flash_attn_varlen_func.
 
-    q:             [num_tokens, num_heads, head_size] float16/bfloat16
+    q:             [num_tokens, num_heads, head_size] float16/bfloat16, or float8_e4m3fn
+                   (vLLM's quantized query; an fp8 cache and out= in the model's dtype)
     k, v:          the key and value cache halves, [num_blocks, block_size, num_kv_heads,
                    head_size] each (NHD or HND strides), the model's dtype or fp8
     max_seqlen_q:  the longest query; 1 means every request is a decode
@@ -536,7 +555,8 @@ def flash_attn_varlen_func(q: Array, k: Array, v: Array, max_seqlen_q: int, cu_s
     window_size:   (left, 0) as vLLM passes (sliding_window - 1, 0); None/(-1, -1) = none
     softcap:       logits soft cap, 0 = none
     out:           [num_tokens, num_heads, head_size] like q (None: allocated like q)
-    k_descale, v_descale: fp8 scales (see the module docs); q_descale is ignored
+    q_descale, k_descale, v_descale: fp8 descales (see the module docs); q_descale is read
+                   for an fp8 q only
     num_splits, scheduler_metadata, fa_version, deterministic: accepted and ignored
     num_decodes:   graphattn only: how many leading requests are single-token decodes (run
                    by the split-KV decode kernel) when max_seqlen_q > 1; default 0 (the
@@ -611,10 +631,18 @@ def flash_attn_varlen_func(q: Array, k: Array, v: Array, max_seqlen_q: int, cu_s
         raise ValueError("num_decodes %d is out of range; allowed: 0..num_reqs (%d)"
                          % (decodes, num_reqs))
 
-    dtype = _model_dtype(q_arg, "q")
+    q_fp8 = q_arg.dtype == (FLOAT8_E4M3FN, 8, 1)
+    if q_fp8 and out is None:
+        _refuse("out", None, "an fp8 query needs out= in the model's dtype (float16/bfloat16)")
+    dtype = _model_dtype(to_dl(out, "out", s) if q_fp8 else q_arg, "out" if q_fp8 else "q")
     half = cache.shape[1:]  # num_blocks, block_size, num_kv_heads, head_size
     kv_dtype = _cache_kv_dtype(cache, dtype, kv_cache_dtype)
-    k_s, v_s = _fp8_scales(kv_dtype, k_descale, v_descale, ("k_descale", "v_descale"))
+    descales = (None, None, None)
+    if q_fp8:
+        q_items, descales = _fp8_query_scales(q_descale, k_descale, v_descale)
+        k_s, v_s = q_items["k_scale"], q_items["v_scale"]
+    else:
+        k_s, v_s = _fp8_scales(kv_dtype, k_descale, v_descale, ("k_descale", "v_descale"))
     block_size = half[1]
     config = dict(num_heads=q_arg.shape[1], num_kv_heads=half[2], head_size=q_arg.shape[2],
                   block_size=block_size, dtype=_names.DTYPE_NAMES[dtype],
@@ -623,14 +651,21 @@ def flash_attn_varlen_func(q: Array, k: Array, v: Array, max_seqlen_q: int, cu_s
                   window=window, soft_cap=soft_cap, scale=scale, k_scale=k_s, v_scale=v_s,
                   max_model_len=max(table.shape[1] * block_size, 1),
                   attn_type="encoder" if non_causal else "decoder", softmax_lse=want_lse)
+    if q_fp8:
+        config.update(q_dtype="fp8_e4m3", q_scale=q_items["q_scale"])
     # Per-head arrays: a backend reads them on every call, so it is keyed by their addresses and
     # keeps them alive.
     alibi = head_array(alibi_slopes, "alibi_slopes", q_arg.shape[1])
     sinks = head_array(s_aux, "s_aux", q_arg.shape[1])
+    descale_args = [to_dl_optional(x, n, s) for x, n in
+                    zip(descales, ("q_descale", "k_descale", "v_descale"))]
     key = (q_arg.device,) + tuple(sorted(config.items())) + tuple(
-        0 if a is None else a.address for a in (alibi, sinks))
-    entry = _get_prepared(key, dict(config, alibi_slopes=alibi, sinks=sinks), num_reqs, q,
-                          q_arg.device[1])
+        0 if a is None else a.address for a in (alibi, sinks)) + tuple(
+        None if a is None else (a.address, tuple(a.strides))
+        for a in descale_args)
+    entry = _get_prepared(key, dict(config, alibi_slopes=alibi, sinks=sinks,
+                                    q_descale=descales[0], k_descale=descales[1],
+                                    v_descale=descales[2]), num_reqs, q, q_arg.device[1])
 
     if out is None:
         out = _device.empty_like(q)

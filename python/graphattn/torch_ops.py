@@ -156,7 +156,8 @@ def _flash_attn_varlen_func(q: Tensor, k: Tensor, v: Tensor, max_seqlen_q: int,
                             v_descale: Optional[Tensor], k_descale_value: float,
                             v_descale_value: float, s_aux: Optional[Tensor],
                             num_decodes: Optional[int], kv_cache_dtype: Optional[str],
-                            softmax_lse: Optional[Tensor]) -> None:
+                            softmax_lse: Optional[Tensor], q_descale: Optional[Tensor],
+                            q_descale_value: float) -> None:
     _ops.flash_attn_varlen_func.eager(
         q, k, v, max_seqlen_q, cu_seqlens_q, max_seqlen_k, seqused_k=seqused_k,
         softmax_scale=softmax_scale, causal=causal, window_size=(window_left, window_right),
@@ -164,14 +165,14 @@ def _flash_attn_varlen_func(q: Tensor, k: Tensor, v: Tensor, max_seqlen_q: int,
         k_descale=_join_scale(k_descale, k_descale_value),
         v_descale=_join_scale(v_descale, v_descale_value), s_aux=s_aux, num_decodes=num_decodes,
         kv_cache_dtype=kv_cache_dtype, return_softmax_lse=softmax_lse is not None,
-        softmax_lse=softmax_lse)
+        softmax_lse=softmax_lse, q_descale=_join_scale(q_descale, q_descale_value))
 
 
 @_flash_attn_varlen_func.register_fake
 def _(q, k, v, max_seqlen_q, cu_seqlens_q, max_seqlen_k, seqused_k, block_table, out,
       softmax_scale, causal, window_left, window_right, softcap, alibi_slopes, k_descale,
       v_descale, k_descale_value, v_descale_value, s_aux, num_decodes, kv_cache_dtype,
-      softmax_lse):
+      softmax_lse, q_descale, q_descale_value):
     return None
 
 
@@ -416,16 +417,22 @@ def flash_attn_varlen_func(q: Tensor, k: Tensor, v: Tensor, max_seqlen_q: int,
             deterministic, return_attn_probs, block_table, return_softmax_lse, out,
             cp_world_size=cp_world_size, softmax_lse=softmax_lse)
     if out is None:
+        if q.dtype == torch.float8_e4m3fn:  # refused by graphattn.ops, naming out=
+            return _ops.flash_attn_varlen_func.eager(
+                q, k, v, max_seqlen_q, cu_seqlens_q, max_seqlen_k, seqused_k=seqused_k,
+                block_table=block_table)
         out = torch.empty_like(q)
     if return_softmax_lse and softmax_lse is None:
         softmax_lse = torch.empty((q.shape[1], q.shape[0]), dtype=torch.float32, device=q.device)
     left, right = _window_pair(window_size)
     ks, kf = _split_scale(k_descale)
     vs, vf = _split_scale(v_descale)
+    # (a 16-bit q ignores q_descale, as FA3 does; the op carries it for an fp8 q)
+    qs, qf = _split_scale(q_descale if q.dtype == torch.float8_e4m3fn else None)
     torch.ops.graphattn.flash_attn_varlen_func(
         q, k, v, max_seqlen_q, cu_seqlens_q, max_seqlen_k, seqused_k, block_table, out,
         softmax_scale, causal, left, right, float(softcap), alibi_slopes, ks, vs, kf, vf, s_aux,
-        num_decodes, kv_cache_dtype, softmax_lse if return_softmax_lse else None)
+        num_decodes, kv_cache_dtype, softmax_lse if return_softmax_lse else None, qs, qf)
     return (out, softmax_lse) if return_softmax_lse else out
 
 

@@ -228,7 +228,9 @@ def test_attn_type_and_decode_query_len_defaults():
     c = _lib.LayerConfig()
     _lib.lib.graphattn_layer_config_init(ctypes.byref(c))
     assert c.struct_size == ctypes.sizeof(_lib.LayerConfig)
-    assert [name for name, _ in _lib.LayerConfig._fields_][-9:] == [
+    fields = [name for name, _ in _lib.LayerConfig._fields_]
+    at = fields.index("k_scale_device")
+    assert fields[at:at + 9] == [
         "k_scale_device", "v_scale_device", "decode_query_len", "blocksparse_block_size",
         "blocksparse_local_blocks", "blocksparse_vert_stride", "blocksparse_head_sliding_step",
         "blocksparse_active_head_offset", "softmax_lse"]
