@@ -301,7 +301,8 @@ def test_flash_attn_varlen_func_derives_the_configuration(monkeypatch):
                                   dtype="float16", kv_cache_dtype="auto", layout="HND",
                                   window=64, soft_cap=15.0, scale=0.1, k_scale=1.0,
                                   v_scale=1.0, max_model_len=320, attn_type="decoder",
-                                  softmax_lse=False, alibi_slopes=None, sinks=None)
+                                  softmax_lse=False, alibi_slopes=None, sinks=None,
+                                  q_descale=None, k_descale=None, v_descale=None)
     assert seen["num_reqs"] == 3 and seen["key"][0] == (_dlpack.CPU, 0)
     q_arg, key, value, cache, out_arg, meta, workspace = seen["args"]
     assert key is None and value is None and workspace is None

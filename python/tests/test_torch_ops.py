@@ -101,7 +101,7 @@ def _calls(a):
                                             block_table=a["block_table"], out=a["dout"]),
          (a["dq"], a["kv"][0], a["kv"][1], 1, a["decode_qsl"], max(SEQ_LENS), a["seq_lens"],
           a["block_table"], a["dout"], None, True, -1, -1, 0.0, None, None, None, 1.0, 1.0,
-          None, None, None, None)),
+          None, None, None, None, None, 1.0)),
         ("swap_blocks",
          lambda: ops.swap_blocks(a["kv"][0], a["dst"], a["mapping"]),
          (a["kv"][0], a["dst"], 0, a["mapping"])),
