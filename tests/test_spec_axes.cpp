@@ -135,7 +135,10 @@ TEST_CASE("spec axes: each kernel keeps its own axes and holds the canonical val
        "prefill_h128_b32_bf16_kve4m3_g4_swa1_cap1_hnd_sm90_alibi_sink_bsp_chk_qe4m3"},
       {KernelKind::kKvScale, "kv_scale_h128_b16_bf16_kvauto_g1_swa0_cap0_nhd_sm90"},
   };
-  for (const auto& [kind, text] : want) {
+  for (const auto& w : want) {
+    // (not structured bindings: clang refuses them in the lambdas of doctest's INFO)
+    const KernelKind kind = w.first;
+    const char* const text = w.second;
     INFO(text);
     const AttentionSpec s = spec_for(f, kind);
     CHECK(s.to_string() == text);

@@ -11,13 +11,23 @@
 //   remote hit      with GRAPHATTN_REMOTE_CACHE=redis://...: get() of llama-3-8b's kernels by a
 //                   new KernelCache over an empty directory, served by the Redis server (the
 //                   other rows never use the remote tier)
+//
+// graphattn-bench-jit --phases [SPEC...]: where a cold compile's time goes, per kernel (default:
+// llama-3-8b's set on sm_90 and sm_80, and one spec of each other template): the process CPU
+// time of one NVRTC compile (single-threaded, so load on the machine barely moves it) and
+// NVRTC's own per-phase times (--time: front end, NVVM optimizer, PTX to SASS; wall clock, so
+// they grow with the load).
 #include <stdlib.h>
+#include <time.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
+#include <iterator>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -27,6 +37,7 @@
 #include "graphattn/error.hpp"
 #include "graphattn/jit.hpp"
 #include "graphattn/spec.hpp"
+#include "jit_cache/nvrtc_compiler.hpp"
 #include "testing/configs.hpp"
 #include "tools/version.hpp"
 
@@ -121,6 +132,73 @@ void get_expect(graphattn::KernelCache& cache, const graphattn::AttentionSpec& s
                            spec.to_string() + ", got " + graphattn::to_string(got));
 }
 
+// llama-3-8b's attention layer (32 query / 8 KV heads of 128, max_model_len 4096, 256 sequences).
+graphattn::AttentionLayerConfig llama3_8b() {
+  return graphattn::test::layer_config(32, 8, 128, 4096, 256);
+}
+
+double process_cpu_ms() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
+}
+
+// NVRTC's --time CSV ("file, phase, value, unit" rows): the value of the row naming phase.
+double phase_ms(const std::string& csv, const std::string& phase) {
+  std::istringstream in(csv);
+  std::string line;
+  while (std::getline(in, line)) {
+    const size_t at = line.find(", " + phase + ", ");
+    if (at == std::string::npos) continue;
+    return std::atof(line.c_str() + at + phase.size() + 4);
+  }
+  return -1;
+}
+
+int run_phases(std::vector<std::string> names) {
+  std::vector<graphattn::AttentionSpec> specs;
+  if (names.empty()) {
+    for (int arch : {90, 80}) {
+      graphattn::AttentionLayerConfig llama = llama3_8b();
+      llama.arch = arch;
+      for (const auto& spec : graphattn::AttentionBackend(llama).required_specs())
+        specs.push_back(spec);
+    }
+    for (const char* extra : {"merge_states_h128_b16_bf16_kvauto_g1_swa0_cap0_nhd_sm90",
+                              "block_copy_h128_b16_bf16_kvauto_g1_swa0_cap0_nhd_sm90",
+                              "decode_h128_b16_bf16_kve4m3_g4_swa0_cap0_nhd_sm90_qe4m3",
+                              "decode_h128_b16_fp32_kvauto_g4_swa0_cap0_legacy_sm90",
+                              "decode_h128_b16_bf16_kvauto_g4_swa0_cap0_legacy_sm90"})
+      specs.push_back(graphattn::AttentionSpec::parse(extra));
+  } else {
+    for (const std::string& n : names) specs.push_back(graphattn::AttentionSpec::parse(n));
+  }
+  ScratchDir dir;
+  const std::string csv_path = dir.path() + "/time.csv";
+  // NVRTC's start-up (library loading) is paid once, before the first row.
+  graphattn::detail::nvrtc_compile(graphattn::render_kernel(specs.front()), nullptr);
+  std::printf("%-62s %10s %10s %10s %10s\n", "spec", "CPU ms", "front end", "NVVM opt",
+              "PTX->SASS");
+  double total = 0;
+  for (const auto& spec : specs) {
+    graphattn::KernelSource src = graphattn::render_kernel(spec);
+    src.options.push_back("--time=" + csv_path);
+    std::filesystem::remove(csv_path);
+    const double t0 = process_cpu_ms();
+    graphattn::detail::nvrtc_compile(src, nullptr);
+    const double cpu = process_cpu_ms() - t0;
+    total += cpu;
+    std::ifstream f(csv_path);
+    const std::string csv((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    std::printf("%-62s %10.1f %10.1f %10.1f %10.1f\n", spec.to_string().c_str(), cpu,
+                phase_ms(csv, "CUDA C++ Frontend"), phase_ms(csv, "NVVM Optimizer"),
+                phase_ms(csv, "PTX Translation"));
+  }
+  std::printf("%-62s %10.1f   (%zu kernels, one thread; phases: NVRTC --time, wall ms)\n", "total",
+              total, specs.size());
+  return 0;
+}
+
 int run() {
   using graphattn::DType;
   using graphattn::KvDType;
@@ -191,7 +269,7 @@ int run() {
 
   // llama-3-8b's kernel set (cache write, decode, prefill for sm_90): each kernel
   // cold on its own, then the whole set cold (the precompile pool) and warm (disk hits).
-  graphattn::AttentionLayerConfig llama = graphattn::test::layer_config(32, 8, 128, 4096, 256);
+  graphattn::AttentionLayerConfig llama = llama3_8b();
   llama.arch = 90;
   const auto llama_specs = graphattn::AttentionBackend(llama).required_specs();
   std::vector<double> kernel_ms;
@@ -282,11 +360,20 @@ int main(int argc, char** argv) {
     std::cout << graphattn::tools::version_text("graphattn-bench-jit") << "\n";
     return 0;
   }
+  if (argc > 1 && std::string(argv[1]) == "--phases") {
+    try {
+      return run_phases(std::vector<std::string>(argv + 2, argv + argc));
+    } catch (const std::exception& e) {
+      std::cerr << "graphattn-bench-jit: " << e.what() << "\n";
+      return 1;
+    }
+  }
   if (argc > 1) {
     std::cerr << "usage: " << argv[0]
-              << " [--version]\n  takes no other arguments; measures NVRTC compiles, disk hits and "
-                 "memory hits of "
-                 "the cache write kernel in temporary directories\n";
+              << " [--version | --phases [SPEC...]]\n  without arguments: measures NVRTC "
+                 "compiles, disk hits and memory hits of the cache write kernel in temporary "
+                 "directories; --phases: one compile's CPU time and NVRTC's phase times per "
+                 "kernel\n";
     return 2;
   }
   try {

@@ -368,8 +368,9 @@ TEST_CASE("gpu fp8 query: decode matches the float64 reference of the dequantize
     const detail::DecodeGrid policy = detail::decode_grid(b.n, c.num_kv_heads, c.group, max_len,
                                                           c.window, c.head_size, c.kv, dev);
     const int deepest = ga_decode_max_stages(c.head_size, 1);
-    for (const auto& [splits, stages] : std::vector<std::pair<int, int>>{
+    for (const auto& split : std::vector<std::pair<int, int>>{
              {policy.max_splits, policy.stages}, {1, 0}, {3, 0}, {most, deepest}}) {
+      const int splits = split.first, stages = split.second;  // (clang: no bindings in INFO)
       INFO("max_splits " << splits << ", stages " << stages);
       b.d_out.fill_bytes(0xff);
       detail::launch_decode(k, launch_of(c, b, splits, stages, scale, ws, counters), nullptr);
