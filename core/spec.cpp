@@ -92,24 +92,17 @@ enum KernelBit : unsigned {
   kMergeStatesBit = 32,
   kBlockCopyBit = 64,
 };
-constexpr unsigned kAnyKernel = 127;
-constexpr unsigned kLayerKernels = 31;  // every kernel but merge_states and block_copy
-constexpr unsigned kDTypeKernels = kLayerKernels | kMergeStatesBit;
-constexpr unsigned kPagedKernels = kCacheWriteBit | kDecodeBit | kPrefillBit;
-constexpr unsigned kAttentionKernels = kDecodeBit | kPrefillBit | kDensePrefillBit;
-constexpr unsigned kPagedAttention = kDecodeBit | kPrefillBit;
-constexpr unsigned kDecodeKernel = kDecodeBit;
-constexpr unsigned kPrefillKernels = kPrefillBit | kDensePrefillBit;
-constexpr unsigned kCacheWriteKernel = kCacheWriteBit;
 
-unsigned kernel_bit(const AttentionSpec& s) {
-  switch (s.kind) {
+// A kind's kernel (for a prefill: the one over the paged cache, or with dense_kv the dense-KV
+// one); 0 for a kind without a bit, which the static_asserts below refuse at compile time.
+constexpr unsigned kernel_bit_of(KernelKind kind, bool dense_kv) {
+  switch (kind) {
     case KernelKind::kCacheWrite:
       return kCacheWriteBit;
     case KernelKind::kDecode:
       return kDecodeBit;
     case KernelKind::kPrefill:
-      return s.dense_kv ? kDensePrefillBit : kPrefillBit;
+      return dense_kv ? kDensePrefillBit : kPrefillBit;
     case KernelKind::kKvScale:
       return kKvScaleBit;
     case KernelKind::kMergeStates:
@@ -119,6 +112,39 @@ unsigned kernel_bit(const AttentionSpec& s) {
   }
   return 0;
 }
+
+// Every kernel's bit, OR-ed: from the kinds themselves, so a new kind cannot be left out.
+constexpr unsigned all_kernel_bits() {
+  unsigned all = 0;
+  for (int k = 0; k < enum_count<KernelKind>(); ++k)
+    for (bool dense : {false, true}) all |= kernel_bit_of(static_cast<KernelKind>(k), dense);
+  return all;
+}
+// Each kind has a bit of its own: a kind missing from kernel_bit_of() gives 0 (or a bit shared
+// with another kind), and the count of bits falls short of the kinds (+1: the dense prefill).
+constexpr bool every_kind_has_its_bit() {
+  int bits = 0;
+  for (unsigned b = all_kernel_bits(); b != 0; b &= b - 1) ++bits;
+  for (int k = 0; k < enum_count<KernelKind>(); ++k)
+    if (kernel_bit_of(static_cast<KernelKind>(k), false) == 0) return false;
+  return bits == enum_count<KernelKind>() + 1;
+}
+static_assert(every_kind_has_its_bit(),
+              "a KernelKind without a KernelBit of its own: add it to KernelBit and "
+              "kernel_bit_of() (and its message to lacks())");
+
+constexpr unsigned kAnyKernel = all_kernel_bits();
+// Every kernel but merge_states and block_copy, which no layer configuration describes.
+constexpr unsigned kLayerKernels = kAnyKernel & ~(kMergeStatesBit | kBlockCopyBit);
+constexpr unsigned kDTypeKernels = kLayerKernels | kMergeStatesBit;
+constexpr unsigned kPagedKernels = kCacheWriteBit | kDecodeBit | kPrefillBit;
+constexpr unsigned kAttentionKernels = kDecodeBit | kPrefillBit | kDensePrefillBit;
+constexpr unsigned kPagedAttention = kDecodeBit | kPrefillBit;
+constexpr unsigned kDecodeKernel = kDecodeBit;
+constexpr unsigned kPrefillKernels = kPrefillBit | kDensePrefillBit;
+constexpr unsigned kCacheWriteKernel = kCacheWriteBit;
+
+unsigned kernel_bit(const AttentionSpec& s) { return kernel_bit_of(s.kind, s.dense_kv); }
 
 // How validate() says that a kernel lacks an axis; "<label> (<value>)" follows.
 const char* lacks(unsigned kernel) {
