@@ -56,10 +56,7 @@ int stages_of(const AttentionSpec& s, const DecodeLaunch& a) {
 KvCacheShape check_direct_launch_legacy(const LoadedKernel& k, const DecodeLaunch& a) {
   GA_REQUIRE(k.compiled != nullptr, "launch_decode: kernel is not loaded");
   require_rank(a.query, 3, "query", "[num_tokens, num_heads, head_size]");
-  // float32: decode_f32.cu; an e4m3 query: the output's dtype.
-  GA_REQUIRE(a.legacy_kv.dtype == (a.query.dtype == ScalarType::kFloat32
-                                       ? DType::kFloat32
-                                       : attention_dtype_of(a.query, a.output)),
+  GA_REQUIRE(a.legacy_kv.dtype == legacy_decode_dtype_of(a.query, a.output),
              "launch_decode: the legacy caches were checked for " +
                  std::string(to_string(a.legacy_kv.dtype)) + ", the query is " +
                  to_string(a.query.dtype));

@@ -40,6 +40,10 @@ DType attention_dtype_of(const TensorView& query, const TensorView& output) {
   return dtype_of(query.dtype == ScalarType::kFloat8E4M3 ? output.dtype : query.dtype);
 }
 
+DType legacy_decode_dtype_of(const TensorView& query, const TensorView& output) {
+  return query.dtype == ScalarType::kFloat32 ? DType::kFloat32 : attention_dtype_of(query, output);
+}
+
 KvCacheShape check_kv_cache(const TensorView& c, DType dtype) {
   KvCacheShape s;
   s.dtype = dtype;
@@ -169,9 +173,8 @@ AttentionSpec attention_spec_for(KernelKind kind, const TensorView& query, const
              "attention, multi_head_attention); supported: float16, bfloat16 there, fp8_e4m3 "
              "over an fp8 paged cache");
   // float32 queries: the legacy decode only (vLLM's paged_attention_v1 / v2 with float32).
-  const DType dtype = kind == KernelKind::kDecode && kc.layout == KvLayout::kLegacy &&
-                              query.dtype == ScalarType::kFloat32
-                          ? DType::kFloat32
+  const DType dtype = kind == KernelKind::kDecode && kc.layout == KvLayout::kLegacy
+                          ? legacy_decode_dtype_of(query, output)
                           : attention_dtype_of(query, output);
   GA_REQUIRE(q_fp8 || output.dtype == query.dtype,
              "output dtype " + std::string(to_string(output.dtype)) + " differs from query dtype " +

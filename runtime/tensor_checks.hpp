@@ -34,6 +34,9 @@ inline GaQueryScales query_scales_of(const FpQueryScales& s) {
 void require_query_access(const TensorView& query);
 // The layer's dtype of an attention launch: the query's, or the output's for an e4m3 query.
 DType attention_dtype_of(const TensorView& query, const TensorView& output);
+// The legacy decode's (paged_attention_v1 / v2): as attention_dtype_of, and float32 for a float32
+// query (templates/decode_f32.cu).
+DType legacy_decode_dtype_of(const TensorView& query, const TensorView& output);
 
 // A KV cache view after check_kv_cache(): what it holds. A call checks its cache view once and
 // hands this on to every later check and launch.
