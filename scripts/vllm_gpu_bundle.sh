@@ -76,7 +76,8 @@ wheel() { ls "$cache"/"$1"-"$version"-*.whl 2>/dev/null | head -1; }
 "$python" - "$(wheel vllm)" "$stage/vllm" <<'EOF'
 import sys, zipfile
 whl, dest = sys.argv[1:]
-keep_so = {"vllm/_C_stable_libtorch.abi3.so"}  # read for its op schemas, then removed
+# the kernel library (read for its op schemas) and cumem_allocator: both go to OUT_DIR-c
+keep_so = {"vllm/_C_stable_libtorch.abi3.so", "vllm/cumem_allocator.abi3.so"}
 with zipfile.ZipFile(whl) as z:
     for n in z.namelist():
         if n.endswith(".so") and n not in keep_so:
@@ -104,9 +105,7 @@ mkdir -p "$out" "$out-c"
 # vLLM's kernel library, for the second carry.
 mkdir -p "$stage/vllm_c/vllm"
 cp "$stage/vllm/vllm/_C_stable_libtorch.abi3.so" "$stage/vllm_c/vllm/"
-"$python" -m zipfile -e "$(wheel vllm)" "$stage/whl"
-cp "$stage/whl/vllm/cumem_allocator.abi3.so" "$stage/vllm_c/vllm/"
-rm -rf "$stage/whl"
+mv "$stage/vllm/vllm/cumem_allocator.abi3.so" "$stage/vllm_c/vllm/"
 tar -C "$stage/vllm_c" -cf - . | xz -T2 -9e > "$out-c/vllm_C.tar.xz"
 # The schemas of vLLM's kernel library (the .so itself stays here): gpu_vllm_run.py defines
 # those ops so that vLLM's Python, which names some of them at import, loads without it.
