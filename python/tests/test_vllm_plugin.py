@@ -10,6 +10,7 @@ import dataclasses
 import json
 import os
 import sys
+from typing import List
 
 import pytest
 
@@ -85,10 +86,13 @@ def llama_config(llama_dir):
 
     gvllm.register()
 
-    def make():
+    def make(cache_dtype="auto"):
+        from vllm.config import CacheConfig
+
         model = ModelConfig(model=llama_dir, skip_tokenizer_init=True, max_model_len=4096,
                             dtype="bfloat16")
         config = VllmConfig(model_config=model, device_config=DeviceConfig(device="cuda"),
+                            cache_config=CacheConfig(cache_dtype=cache_dtype),
                             attention_config=AttentionConfig(backend="GRAPHATTN"))
         return config, set_current_vllm_config(config)
 
@@ -431,3 +435,218 @@ def test_builder_decode_threshold_follows_speculative_tokens(builder):
     assert b.reorder_batch_threshold == 4 and b.decode_query_len == 4
     md = b.build(0, _common([4, 2, 7], [20, 21, 30]))
     assert (md.graphattn.num_decodes, md.graphattn.num_decode_tokens) == (2, 6)
+
+
+# fp8 queries: vLLM's Attention layer quantizes the query (QuantFP8, static per tensor, with
+# layer._q_scale) when the impl reports supports_quant_query_input and the cache is fp8.
+
+LAYER = "model.layers.0.self_attn.attn"
+
+
+def _attention(make, cache_dtype):
+    """vLLM's own Attention layer for llama-3-8b's shapes over graphattn (as the model builds
+    it: bf16 default dtype, the config's cache dtype), and its VllmConfig."""
+    from vllm.model_executor.layers.attention import Attention
+
+    config, ctx = make(cache_dtype)
+    saved = torch.get_default_dtype()
+    torch.set_default_dtype(torch.bfloat16)
+    try:
+        with ctx:
+            layer = Attention(32, 128, 128 ** -0.5, num_kv_heads=8,
+                              cache_config=config.cache_config, prefix=LAYER,
+                              attn_backend=gb.GraphattnBackend)
+    finally:
+        torch.set_default_dtype(saved)
+    return config, layer
+
+
+@pytest.mark.parametrize("kv_cache_dtype, attn_type, expected", [
+    ("fp8", AttentionType.DECODER, True),
+    ("fp8_e4m3", AttentionType.DECODER, True),
+    ("fp8", AttentionType.ENCODER_DECODER, True),
+    ("fp8_e5m2", AttentionType.DECODER, False),  # vLLM quantizes queries to e4m3 only
+    ("auto", AttentionType.DECODER, False),
+    ("bfloat16", AttentionType.DECODER, False),
+    ("fp8", AttentionType.ENCODER_ONLY, False),  # graphattn's dense kernel: 16-bit queries
+    ("fp8", AttentionType.ENCODER, False),
+])
+def test_impl_reports_quant_query_input(kv_cache_dtype, attn_type, expected):
+    assert _impl(kv_cache_dtype=kv_cache_dtype,
+                 attn_type=attn_type).supports_quant_query_input is expected
+
+
+def test_quant_query_switch(monkeypatch):
+    monkeypatch.setenv(gb.QUANT_QUERY_ENV, "0")
+    assert not _impl(kv_cache_dtype="fp8").supports_quant_query_input
+    monkeypatch.setenv(gb.QUANT_QUERY_ENV, "yes")
+    with pytest.raises(ValueError, match="GRAPHATTN_VLLM_QUANT_QUERY='yes' is not supported; "
+                       "allowed: 0, 1"):
+        _impl(kv_cache_dtype="fp8")
+
+
+@pytest.mark.parametrize("cache_dtype, quantizes", [("fp8", True), ("fp8_e4m3", True),
+                                                    ("fp8_e5m2", False), ("auto", False)])
+def test_vllm_attention_quantizes_queries_for_graphattn(llama_config, cache_dtype, quantizes):
+    """vLLM's Attention layer builds its query quantizer for graphattn exactly when the cache is
+    e4m3: static, per tensor, with the layer's _q_scale; its output is e4m3 that dequantizes to
+    the query within e4m3's precision."""
+    from vllm.model_executor.layers.quantization.input_quant_fp8 import QuantFP8
+    from vllm.model_executor.layers.quantization.utils.quant_utils import GroupShape
+
+    config, layer = _attention(llama_config, cache_dtype)
+    assert isinstance(layer.impl, gb.GraphattnImpl)
+    assert layer.impl.quantized_query(layer) is quantizes
+    if not quantizes:
+        assert layer.query_quant is None
+        return
+    assert isinstance(layer.query_quant, QuantFP8)
+    assert layer.query_quant.static and layer.query_quant.group_shape == GroupShape.PER_TENSOR
+    layer._q_scale.fill_(0.25)
+    query = torch.randn(5, 32 * 128, dtype=torch.bfloat16, generator=torch.Generator().manual_seed(0))
+    with _current(config):
+        q8, _ = layer.query_quant(query, layer._q_scale)
+    assert q8.dtype == torch.float8_e4m3fn and q8.shape == query.shape
+    back = q8.float() * 0.25  # query = stored * _q_scale, graphattn's q_scale convention
+    assert float(((back - query.float()).abs() / query.float().abs().clamp(min=0.25)).max()) \
+        <= 2.0 ** -4  # e4m3: 3 mantissa bits, round to nearest
+
+
+class _RecordedBackend:
+    """graphattn.AttentionBackend as the impl builds it, recorded: the real library validates
+    the same configuration for sm_90 (no GPU needed) and names its kernels; prepare() and
+    forward() record instead of launching (they need a GPU)."""
+
+    made: List[dict] = []
+
+    def __init__(self, **kw):
+        self.kw = kw
+        self.made.append(kw)
+        plain = {k: v for k, v in kw.items() if k not in ("alibi_slopes", "sinks",
+                                                           "k_scale_device", "v_scale_device",
+                                                           "q_descale")}
+        self.specs = _REAL_BACKEND(arch=90, **plain).required_specs()
+        self.calls = []
+
+    def prepare(self):
+        pass
+
+    def workspace_bytes(self):
+        return 256
+
+    def forward(self, *args, **kwargs):
+        self.calls.append(args)
+
+
+_REAL_BACKEND = graphattn.AttentionBackend
+
+
+@pytest.fixture
+def recorded(monkeypatch):
+    monkeypatch.setattr(graphattn, "AttentionBackend", _RecordedBackend)
+    monkeypatch.setattr(gb, "_prepared", {})
+    _RecordedBackend.made = []
+    return _RecordedBackend
+
+
+def _current(config):
+    from vllm.config import set_current_vllm_config
+
+    return set_current_vllm_config(config)
+
+
+def _layer_builder(config):
+    """The metadata builder of the layer's group (it prepares the layer's kernels)."""
+    with _current(config):
+        return gb.GraphattnMetadataBuilder(_spec("NHD"), [LAYER], config, torch.device("cpu"))
+
+
+def test_builder_prepares_e4m3_query_kernels_with_the_layers_scales(llama_config, recorded):
+    config, layer = _attention(llama_config, "fp8")
+    builder = _layer_builder(config)
+    assert builder.prepared_layers == [LAYER]
+    (kw,) = recorded.made
+    assert kw["q_dtype"] == "fp8_e4m3" and kw["kv_cache_dtype"] == "fp8_e4m3"
+    assert kw["dtype"] == "bfloat16"  # the output stays in the model's dtype
+    # The kernels read vLLM's scales on the device at every launch (graphs follow new values).
+    assert kw["q_descale"] is layer._q_scale
+    assert kw["k_scale_device"] is layer._k_scale and kw["v_scale_device"] is layer._v_scale
+    entry = layer.impl._entry.backend
+    decode, prefill = entry.specs[1], entry.specs[2]
+    assert decode.startswith("decode_") and decode.endswith("_qe4m3"), entry.specs
+    assert prefill.startswith("prefill_") and prefill.endswith("_qe4m3"), entry.specs
+
+    # forward(): the e4m3 query as vLLM hands it over, the step's rows, the bf16 output.
+    md = builder.build(0, _common([1, 1, 5], [30, 17, 5], tokens_padded=8))
+    with _current(config):
+        q8 = layer.query_quant(torch.randn(8, 32 * 128, dtype=torch.bfloat16),
+                               layer._q_scale)[0].view(-1, 32, 128)
+    key = value = torch.randn(8, 8, 128, dtype=torch.bfloat16)
+    out = torch.empty(8, 32, 128, dtype=torch.bfloat16)
+    kv_cache = torch.zeros(10, 2, 16, 8 * 128, dtype=torch.uint8)  # vLLM's fp8 NHD page view
+    assert layer.impl.forward(layer, q8, key, value, kv_cache, md, out) is out
+    (call,) = entry.calls
+    query, k, v, paired, output, ga_md, workspace = call
+    assert query.dtype == torch.float8_e4m3fn and query.shape == (7, 32, 128)
+    assert query.data_ptr() == q8.data_ptr()
+    assert k.shape == (7, 8, 128) and v.dtype == torch.bfloat16
+    assert paired.dtype == torch.float8_e4m3fn and paired.shape == (2, 10, 16, 8, 128)
+    assert output.dtype == torch.bfloat16 and output.shape == (7, 32, 128)
+    assert ga_md is md.graphattn and workspace is layer.impl._entry.workspace
+    # The same layer given a 16-bit query (nothing quantized it) says why.
+    with pytest.raises(ValueError, match="prepared for float8_e4m3fn queries"):
+        layer.impl.forward(layer, torch.zeros(8, 32, 128, dtype=torch.bfloat16), key, value,
+                           kv_cache, md, out)
+
+
+def test_builder_keeps_16_bit_queries_without_the_quantizer(llama_config, recorded, monkeypatch):
+    # An e5m2 cache (vLLM builds no quantizer) and the switch: 16-bit query kernels.
+    config, layer = _attention(llama_config, "fp8_e5m2")
+    _layer_builder(config)
+    assert "q_dtype" not in recorded.made[-1] and recorded.made[-1]["q_descale"] is None
+    with pytest.raises(ValueError, match="prepared for 16-bit queries"):
+        layer.impl.forward(layer, torch.zeros(2, 32, 128, dtype=torch.float8_e4m3fn), None,
+                           None, torch.zeros(1), object.__new__(gb.GraphattnMetadata),
+                           torch.zeros(2, 32, 128, dtype=torch.bfloat16))
+    monkeypatch.setenv(gb.QUANT_QUERY_ENV, "0")
+    config, layer = _attention(llama_config, "fp8")
+    assert layer.query_quant is None
+    _layer_builder(config)
+    assert "q_dtype" not in recorded.made[-1]
+
+
+def test_builder_refuses_per_head_query_scales(llama_config, recorded):
+    config, layer = _attention(llama_config, "fp8")
+    layer._q_scale = torch.ones(8)  # one per KV head (vLLM's attn_head strategy)
+    with pytest.raises(ValueError, match=r"per-head query scales \(layer._q_scale of shape "
+                       r"\(8,\)\) are not supported; supported: one per-tensor scale"):
+        _layer_builder(config)
+    with pytest.raises(ValueError, match="fp8 queries need an fp8_e4m3 KV cache"):
+        _impl(kv_cache_dtype="fp8_e5m2").layer_config(
+            block_size=16, layout="NHD", dtype=torch.bfloat16, max_model_len=512,
+            max_num_seqs=8, decode_query_len=1, fp8_query=True)
+
+
+def test_cascade_passes_the_e4m3_query_and_its_descale(llama_config, builder, monkeypatch):
+    calls = []
+
+    def varlen(q, k, v, **kw):
+        calls.append(kw)
+        return kw["out"], torch.zeros(q.shape[1], q.shape[0])
+
+    monkeypatch.setattr(graphattn.ops, "reshape_and_cache_flash", lambda *a, **kw: None)
+    monkeypatch.setattr(graphattn.ops, "flash_attn_varlen_func", varlen)
+    monkeypatch.setattr(graphattn.ops, "merge_attn_states", lambda *a, **kw: None)
+    config, layer = _attention(llama_config, "fp8")
+    impl = layer.impl
+    impl._entry, impl._fp8_query = object(), True  # prepared for e4m3 queries
+    md = builder.build(32, _common([1, 1, 5], [300, 290, 280]))
+    q8 = torch.zeros(7, 32, 128, dtype=torch.float8_e4m3fn)
+    key = value = torch.zeros(7, 8, 128, dtype=torch.bfloat16)
+    out = torch.zeros(7, 32, 128, dtype=torch.bfloat16)
+    impl.forward(layer, q8, key, value, torch.zeros(10, 2, 16, 8 * 128, dtype=torch.uint8), md,
+                 out)
+    assert len(calls) == 2
+    for kw in calls:
+        assert kw["q_descale"] is layer._q_scale and kw["k_descale"] is layer._k_scale
+        assert kw["out"].dtype == torch.bfloat16 and kw["out"].shape == (7, 32, 128)

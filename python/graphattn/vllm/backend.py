@@ -19,6 +19,15 @@ metadata builder is created, after the model is loaded and before vLLM captures 
 ``forward`` only launches (no allocation, no host sync, no compile). fp8 caches read vLLM's
 ``layer._k_scale`` / ``_v_scale`` on the device in every kernel.
 
+fp8 queries (vLLM's query quantization): the impl reports ``supports_quant_query_input`` for
+layers with an e4m3 cache (``fp8``, ``fp8_e4m3``) over the paged cache (decoder and
+cross-attention layers); vLLM's ``Attention`` then quantizes each query with ``QuantFP8``
+(static, per tensor: query / ``layer._q_scale``, clamped to e4m3) before ``forward``, and keeps
+the output in the model's dtype. The builder prepares such a layer's kernels with
+``q_dtype="fp8_e4m3"`` (spec ``_qe4m3``) and ``layer._q_scale`` as the device descale, so
+decodes, prefills and captured graphs read the current scales on every launch (no recapture).
+``GRAPHATTN_VLLM_QUANT_QUERY=0`` keeps 16-bit queries.
+
 Cascade attention (vLLM's FlashAttention backend up to 0.11; vLLM 0.33 removed it from its model
 runner, which always passes common_prefix_len 0): ``GraphattnMetadataBuilder.
 use_cascade_attention`` answers with vLLM's rule (graphattn.metadata.use_cascade_attention), and
@@ -27,6 +36,7 @@ vLLM's cascade_attention did: the cache write, the shared prefix attended once b
 (non-causal, with its softmax LSE), each request's suffix (causal, LSE), merge_attn_states.
 """
 
+import contextlib
 import dataclasses
 import os
 import threading
@@ -56,6 +66,7 @@ HEAD_SIZES = list(range(32, 257, 8))
 KERNEL_BLOCK_SIZES = list(range(16, 257, 16))
 MAX_DECODE_QUERY_LEN = 16
 KV_LAYOUT_ENV = "GRAPHATTN_VLLM_KV_LAYOUT"
+QUANT_QUERY_ENV = "GRAPHATTN_VLLM_QUANT_QUERY"
 
 # vLLM's cache dtype names -> graphattn's (16-bit names must be the model's dtype).
 _KV_DTYPES = {"auto": "auto", "float16": "auto", "bfloat16": "auto", "fp8": "fp8_e4m3",
@@ -66,6 +77,25 @@ _FP8_TORCH = {"fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}
 _ATTN_TYPES = {AttentionType.DECODER: "decoder", AttentionType.ENCODER: "encoder_only",
                AttentionType.ENCODER_ONLY: "encoder_only",
                AttentionType.ENCODER_DECODER: "encoder_decoder"}
+
+
+def quant_query_enabled() -> bool:
+    """$GRAPHATTN_VLLM_QUANT_QUERY: 1 (the default: fp8 queries where supported) or 0."""
+    value = os.environ.get(QUANT_QUERY_ENV, "1").strip()
+    if value not in ("0", "1"):
+        raise ValueError("%s=%r is not supported; allowed: 0, 1" % (QUANT_QUERY_ENV, value))
+    return value == "1"
+
+
+def quant_query_supported(kv_cache_dtype: str, attn_type: str) -> bool:
+    """Whether graphattn takes vLLM's quantized (e4m3) queries for a layer: an e4m3 KV cache
+    (vLLM quantizes queries to e4m3 only then; an e5m2 cache keeps 16-bit queries) read through
+    the paged cache (decoder and cross-attention layers: graphattn's dense encoder kernel takes
+    16-bit queries only), and GRAPHATTN_VLLM_QUANT_QUERY not 0. Every arch graphattn runs on
+    (sm_80+): fp8 QK^T MMAs on sm_89+, exact widening to fp16 before."""
+    return (_KV_DTYPES.get(kv_cache_dtype) == "fp8_e4m3"
+            and _ATTN_TYPES.get(attn_type) in ("decoder", "encoder_decoder")
+            and quant_query_enabled())
 
 
 def kv_layout() -> str:
@@ -270,16 +300,34 @@ class GraphattnImpl(AttentionImpl):
         if sinks is not None and tuple(sinks.shape) != (num_heads,):
             raise ValueError("sinks must have num_heads (%d) values, got shape %s"
                              % (num_heads, tuple(sinks.shape)))
+        # vLLM's Attention layer reads this right after building the impl: when true (and its
+        # cache is fp8) it quantizes every query to e4m3 with layer._q_scale before forward().
+        self.supports_quant_query_input = quant_query_supported(kv_cache_dtype, attn_type)
         self._entry: Optional[_Prepared] = None
         self._kv_view: Optional[Tuple[int, torch.Tensor]] = None
         self._layout = "NHD"
+        self._fp8_query = False  # prepared for e4m3 queries
+
+    def quantized_query(self, layer: Any) -> bool:
+        """Whether vLLM hands this layer's forward() e4m3 queries: this impl accepts them and
+        the layer built its query quantizer (Attention.query_quant)."""
+        return (self.supports_quant_query_input
+                and getattr(layer, "query_quant", None) is not None)
 
     # -- called by the builder, once the KV cache spec and the device are known
 
     def layer_config(self, *, block_size: int, layout: str, dtype: torch.dtype,
                      max_model_len: int, max_num_seqs: int,
-                     decode_query_len: int) -> Dict[str, Any]:
+                     decode_query_len: int, fp8_query: bool = False) -> Dict[str, Any]:
+        """graphattn.AttentionBackend's arguments for this layer; fp8_query: vLLM quantizes
+        its queries (quantized_query), so the kernels take e4m3 queries (q_dtype
+        fp8_e4m3)."""
+        if fp8_query and not self.supports_quant_query_input:
+            raise ValueError("graphattn: fp8 queries need an fp8_e4m3 KV cache on a decoder or "
+                             "cross-attention layer (this layer: kv_cache_dtype %r, %s)"
+                             % (self.kv_cache_dtype, self.attn_type))
         window = 0 if self.sliding_window is None else int(self.sliding_window)
+        extra = dict(q_dtype="fp8_e4m3") if fp8_query else {}
         return dict(num_heads=self.num_heads, num_kv_heads=self.num_kv_heads,
                     head_size=self.head_size, block_size=block_size,
                     dtype=str(dtype).split(".")[-1],
@@ -288,7 +336,7 @@ class GraphattnImpl(AttentionImpl):
                     soft_cap=self.logits_soft_cap, scale=self.scale,
                     max_model_len=max_model_len, max_num_seqs=max_num_seqs,
                     attn_type=_ATTN_TYPES[self.attn_type],
-                    decode_query_len=decode_query_len)
+                    decode_query_len=decode_query_len, **extra)
 
     def prepare(self, layer: Any, config: Dict[str, Any], device: torch.device) -> None:
         """Compiles or loads this layer's kernels (shared with every layer of the same
@@ -298,16 +346,29 @@ class GraphattnImpl(AttentionImpl):
                  else torch.tensor(self.alibi_slopes, dtype=torch.float32, device=device))
         k_dev = layer._k_scale if fp8 else None
         v_dev = layer._v_scale if fp8 else None
+        q_dev = None
+        if config.get("q_dtype", "auto") != "auto":
+            # vLLM's static per-tensor query scale (query = stored * _q_scale): the kernels read
+            # it on the device at every launch, as they read _k_scale and _v_scale.
+            q_dev = layer._q_scale
+            if q_dev.numel() != 1:
+                raise ValueError("graphattn: per-head query scales (layer._q_scale of shape %s) "
+                                 "are not supported; supported: one per-tensor scale"
+                                 % (tuple(q_dev.shape),))
         key = (str(device), tuple(sorted(config.items())), tuple(self.alibi_slopes or ()),
                0 if self.sinks is None else self.sinks.data_ptr(),
-               0 if k_dev is None else k_dev.data_ptr(), 0 if v_dev is None else v_dev.data_ptr())
+               0 if k_dev is None else k_dev.data_ptr(), 0 if v_dev is None else v_dev.data_ptr(),
+               0 if q_dev is None else q_dev.data_ptr())
         with _lock:
             entry = _prepared.get(key)
             if entry is None:
-                with torch.cuda.device(device):
+                # (graphattn runs on CUDA devices; another device fails in AttentionBackend.)
+                on_device = (torch.cuda.device(device) if device.type == "cuda"
+                             else contextlib.nullcontext())
+                with on_device:
                     backend = graphattn.AttentionBackend(
                         alibi_slopes=alibi, sinks=self.sinks, k_scale_device=k_dev,
-                        v_scale_device=v_dev, **config)
+                        v_scale_device=v_dev, q_descale=q_dev, **config)
                     backend.prepare()
                     workspace = None
                     if config["attn_type"] != "encoder_only":
@@ -317,6 +378,7 @@ class GraphattnImpl(AttentionImpl):
                 _prepared[key] = entry
         self._entry = entry
         self._layout = config["layout"]
+        self._fp8_query = q_dev is not None
         self._kv_view = None
 
     # -- per step
@@ -353,6 +415,12 @@ class GraphattnImpl(AttentionImpl):
             raise RuntimeError("graphattn: this layer's kernels were not prepared (its metadata "
                                "builder prepares them); was the layer built outside vLLM's "
                                "model runner?")
+        if (query.dtype == torch.float8_e4m3fn) != self._fp8_query:
+            raise ValueError("graphattn: query dtype %s, but this layer's kernels were prepared "
+                             "for %s queries (the layer %s a query quantizer: "
+                             "Attention.query_quant)"
+                             % (query.dtype, "float8_e4m3fn" if self._fp8_query else "16-bit",
+                                "has" if self._fp8_query else "has no"))
         n = attn_metadata.num_actual_tokens
         if attn_metadata.use_cascade:
             self._cascade(layer, query, key, value, kv_cache, attn_metadata, output)
@@ -396,10 +464,14 @@ class GraphattnImpl(AttentionImpl):
         common = dict(softmax_scale=self.scale, softcap=self.logits_soft_cap,
                       return_softmax_lse=True, k_descale=k_scale, v_descale=v_scale,
                       kv_cache_dtype=kv_dtype if fp8 else None)
+        fp8_query = q.dtype == torch.float8_e4m3fn
+        if fp8_query:  # vLLM quantized the query with layer._q_scale
+            common["q_descale"] = layer._q_scale
         prefix_out, prefix_lse = ops.flash_attn_varlen_func(
             q, k_cache, v_cache, max_seqlen_q=n, cu_seqlens_q=md.cu_prefix_query_lens,
             max_seqlen_k=md.common_prefix_len, seqused_k=md.prefix_kv_lens, causal=False,
-            block_table=md.block_table[:1, :prefix_blocks], **common)
+            block_table=md.block_table[:1, :prefix_blocks],
+            out=torch.empty_like(output[:n]) if fp8_query else None, **common)
         suffix_out, suffix_lse = ops.flash_attn_varlen_func(
             q, k_cache, v_cache, max_seqlen_q=md.max_query_len,
             cu_seqlens_q=md.query_start_loc, max_seqlen_k=max(
@@ -409,7 +481,7 @@ class GraphattnImpl(AttentionImpl):
             # single-token decodes run the split-KV decode kernel; multi-token ones (speculative
             # decoding) go with the prefills, which handle them as short causal chunks
             num_decodes=md.num_decodes if md.num_decode_tokens == md.num_decodes else 0,
-            **common)
+            out=torch.empty_like(output[:n]) if fp8_query else None, **common)
         ops.merge_attn_states(output[:n], prefix_out, prefix_lse, suffix_out, suffix_lse)
 
 
@@ -464,7 +536,8 @@ class GraphattnMetadataBuilder(AttentionMetadataBuilder[GraphattnMetadata]):
             config = impl.layer_config(block_size=self.block_size, layout=self.layout,
                                        dtype=self.dtype, max_model_len=self.max_model_len,
                                        max_num_seqs=self.max_num_seqs,
-                                       decode_query_len=self.decode_query_len)
+                                       decode_query_len=self.decode_query_len,
+                                       fp8_query=impl.quantized_query(layer))
             impl.prepare(layer, config, device)
             self.cascade_layers = self.cascade_layers and impl.supports_cascade
             names.append(name)
