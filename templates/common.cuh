@@ -315,8 +315,15 @@ __device__ __forceinline__ bool ga_prefill_begin(const PrefillParams& p, unsigne
   ga_require_launch(smem_bytes, threads);
   t.kv_head = blockIdx.z;
   if (p.device_split_q > 0) {
+    // Tile-major over the KV heads, in launch order (x fastest): the batch's tiles of every
+    // head come first and the grid's spare blocks last, so no spare block is dispatched before
+    // a tile with work.
+    const unsigned linear = blockIdx.x + gridDim.x * blockIdx.z;
+    t.kv_head = static_cast<int>(linear % gridDim.z);
     int tile_in_req = 0, req_tiles = 0;
-    if (!ga_prefill_find_tile<BLOCK_M>(p, blockIdx.x, t.req, tile_in_req, req_tiles)) return false;
+    if (!ga_prefill_find_tile<BLOCK_M>(p, static_cast<int>(linear / gridDim.z), t.req,
+                                       tile_in_req, req_tiles))
+      return false;
     t.m0 = (req_tiles - 1 - tile_in_req) * BLOCK_M;  // a request's longest tiles first
   } else {
     t.req = p.first_req + blockIdx.y;

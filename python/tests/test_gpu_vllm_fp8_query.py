@@ -87,11 +87,17 @@ def _common(query_lens, seq_lens, table, tokens):
     slots += [-1] * (tokens - len(slots))
     q = torch.tensor(qsl, dtype=torch.int32)
     return CommonAttentionMetadata(
-        query_start_loc=q.cuda(), query_start_loc_cpu=q,
+        query_start_loc=q.to("cuda"), query_start_loc_cpu=q,
         seq_lens=torch.tensor(seq_lens, dtype=torch.int32, device="cuda"),
         num_reqs=len(query_lens), num_actual_tokens=tokens, max_query_len=max(query_lens),
         max_seq_len=max(seq_lens), block_table_tensor=table,
         slot_mapping=torch.tensor(slots, dtype=torch.int64, device="cuda"))
+
+
+def _rows(half, slots):
+    """float64 rows [len(slots), KH, D] of a cache half [blocks, BLOCK, KH, D] (e4m3) at the
+    given slots (fp8 tensors take no indexing: widened first)."""
+    return half.to(torch.float64).reshape(-1, KH, D)[slots.reshape(-1).long()]
 
 
 def _reference(q8, layer, paired, table, query_lens, seq_lens):
@@ -102,8 +108,8 @@ def _reference(q8, layer, paired, table, query_lens, seq_lens):
     start = 0
     for r, (n, s) in enumerate(zip(query_lens, seq_lens)):
         blocks = table[r, :(s + BLOCK - 1) // BLOCK].long()
-        k = paired[0][blocks].reshape(-1, KH, D)[:s].double() * k_scale
-        v = paired[1][blocks].reshape(-1, KH, D)[:s].double() * v_scale
+        k, v = (_rows(half, blocks[:, None] * BLOCK + torch.arange(BLOCK, device="cuda"))[:s]
+                * scale for half, scale in ((paired[0], k_scale), (paired[1], v_scale)))
         k, v = (x.repeat_interleave(H // KH, dim=1).transpose(0, 1) for x in (k, v))
         q = q8[start:start + n].double().transpose(0, 1) * q_scale
         qpos = torch.arange(s - n, s, device="cuda")[:, None]
@@ -157,7 +163,7 @@ def test_fp8_query_through_vllms_layer_and_graphattns_impl(vllm_layer, seed):
     assert (md.graphattn.num_decodes, md.graphattn.num_actual_tokens) == (3, T)
     impl.forward(layer, q8, key, value, kv_cache, md, out)
     torch.cuda.synchronize()
-    written = paired[0].reshape(-1, KH, D)[md.slot_mapping[:T].long()].double() * 0.03
+    written = _rows(paired[0], md.slot_mapping[:T]) * 0.03
     assert relative_l2(written, key[:T]) <= 2.0 ** -4  # the cache write rounds to e4m3
     err = relative_l2(out[:T], _reference(q8, layer, paired, table, query_lens, seq_lens))
     print("eager (host split): relative L2 %.3g" % err)
@@ -182,7 +188,7 @@ def test_fp8_query_through_vllms_layer_and_graphattns_impl(vllm_layer, seed):
         buf_out.fill_(float("nan"))
         graph.replay()
         torch.cuda.synchronize()
-        written = paired[1].reshape(-1, KH, D)[cm.slot_mapping[:T].long()].double() * v_scale
+        written = _rows(paired[1], cm.slot_mapping[:T]) * v_scale
         assert relative_l2(written, new_v[:T]) <= 2.0 ** -4
         err = relative_l2(buf_out[:T], _reference(buf_q, layer, paired, table, query_lens,
                                                   seq_lens))
