@@ -100,8 +100,11 @@ graphattn_status_t backend_forward(graphattn_backend_t backend, const DLTensor* 
   return guard([&] {
     const graphattn::AttentionBackend& attn = deref(backend, "backend").attn;
     const graphattn_metadata_t& m = sized(metadata, "metadata", kMetadataV1Bytes);
-    // Every tensor is converted before the C++ forward sees any of them.
-    const TensorView q = view_of(query, "query");
+    // Every tensor is converted before the C++ forward sees any of them. A layer of e4m3 queries
+    // (q_dtype fp8_e4m3) takes them as float8_e4m3fn or uint8; the C++ forward checks the rest.
+    const KvDType q_dtype = attn.config().q_dtype;
+    const TensorView q =
+        view_of(query, "query", Null::kRejected, q_dtype == KvDType::kAuto ? nullptr : &q_dtype);
     const TensorView k = view_of(key, "key", Null::kEmpty);
     const TensorView v = view_of(value, "value", Null::kEmpty);
     if (key && k.ndim == 0)  // the C++ forward reads a 0-d key as "no cache write"

@@ -143,7 +143,8 @@ enum class Null { kRejected, kEmpty };
 // The one conversion of a DLTensor, checked in this order so that host arrays (NumPy) get their
 // dtype and rank errors before the device error: NULL, ndim, dtype, sizes, strides, byte_offset,
 // device. A NULL tensor where allowed is an empty view (ndim 0). kv_cache (non-null: the tensor
-// is a KV cache of that kv dtype) admits uint8 and the float8 codes, which must agree with it.
+// is a KV cache of that kv dtype, or with name "query" an e4m3 query) admits uint8 and the
+// float8 codes, which must agree with it.
 TensorView view_of(const DLTensor* t, const char* name, Null null = Null::kRejected,
                    const KvDType* kv_cache = nullptr, bool host_allowed = false);
 // A one-element float32 device tensor (any rank): its address; NULL where allowed: null.

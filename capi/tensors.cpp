@@ -33,8 +33,9 @@ std::string dtype_name(const DLDataType& t) {
   return s;
 }
 
-// The element type of a DLTensor. kv_cache (non-null: the tensor is a KV cache of that kv dtype)
-// admits uint8 and the float8 codes, which must agree with it.
+// The element type of a DLTensor. kv_cache (non-null: the tensor is a KV cache of that kv dtype,
+// or the query of an e4m3-query layer, name "query") admits uint8 and the float8 codes, which
+// must agree with it.
 ScalarType scalar_of(const DLDataType& t, const char* name, const KvDType* kv_cache) {
   const auto is = [&](int code, int bits) { return t.code == code && t.bits == bits; };
   if (t.lanes == 1) {
@@ -48,6 +49,9 @@ ScalarType scalar_of(const DLDataType& t, const char* name, const KvDType* kv_ca
       const KvDType held = is(kDLFloat8E4M3FN, 8) ? KvDType::kFp8E4M3
                            : is(kDLFloat8E5M2, 8) ? KvDType::kFp8E5M2
                                                   : kv;
+      if (std::string(name) == "query" && held != kv)
+        invalid("query has dtype " + dtype_name(t) + " but the layer's q_dtype is " +
+                kv_cache_dtype_name(kv) + "; an e4m3 query is uint8 or float8_e4m3fn (code 10)");
       if (kv == KvDType::kAuto || held != kv)
         invalid(std::string(name) + " has dtype " + dtype_name(t) + " but the KV cache dtype is " +
                 to_string(kv) +

@@ -541,6 +541,31 @@ static void test_tensor_checks(void) {
                 INVALID, "seq_lens is NULL");
     graphattn_backend_destroy(enc);
   }
+  {
+    /* A layer of e4m3 queries (q_dtype fp8_e4m3) takes them as float8_e4m3fn (code 10) or uint8:
+     * they reach the C++ forward (prepare() is next); another 8-bit type is refused by name. */
+    graphattn_layer_config_t e = llama_config();
+    e.kv_dtype = GRAPHATTN_KV_DTYPE_FP8_E4M3;
+    e.q_dtype = GRAPHATTN_KV_DTYPE_FP8_E4M3;
+    graphattn_backend_t q8b = NULL;
+    CHECK_OK(graphattn_backend_create(&e, &q8b));
+    enum { kFloat8E4M3FN = 10, kFloat8E5M2 = 12 }; /* DLPack 1.x codes (older headers lack them) */
+    DLTensor q8 = tensor(FAKE_DEVICE_PTR, kDLCUDA, kFloat8E4M3FN, 8, 3, qshape);
+    DLTensor c8 = tensor(FAKE_DEVICE_PTR, kDLCUDA, kDLUInt, 8, 5, cshape);
+    CHECK_FAILS(graphattn_backend_forward(q8b, &q8, &k, &v, &c8, &out, &md, NULL, 0, NULL),
+                GRAPHATTN_ERROR, "call prepare()");
+    q8.dtype.code = kDLUInt;
+    CHECK_FAILS(graphattn_backend_forward(q8b, &q8, &k, &v, &c8, &out, &md, NULL, 0, NULL),
+                GRAPHATTN_ERROR, "call prepare()");
+    q8.dtype.code = kFloat8E5M2;
+    CHECK_FAILS(graphattn_backend_forward(q8b, &q8, &k, &v, &c8, &out, &md, NULL, 0, NULL), INVALID,
+                "query has dtype float8_e5m2 but the layer's q_dtype is fp8_e4m3");
+    /* A 16-bit layer still refuses an fp8 query. */
+    q8.dtype.code = kFloat8E4M3FN;
+    CHECK_FAILS(graphattn_backend_forward(b, &q8, &k, &v, &cache, &out, &md, NULL, 0, NULL),
+                INVALID, "query has dtype float8_e4m3fn");
+    graphattn_backend_destroy(q8b);
+  }
   CHECK_FAILS(graphattn_backend_forward(b, &q, &k, NULL, &cache, &out, &md, NULL, 0, NULL), INVALID,
               "value is NULL but key is not");
   DLTensor scalar = k;
