@@ -321,8 +321,8 @@ __device__ __forceinline__ bool ga_prefill_begin(const PrefillParams& p, unsigne
     const unsigned linear = blockIdx.x + gridDim.x * blockIdx.z;
     t.kv_head = static_cast<int>(linear % gridDim.z);
     int tile_in_req = 0, req_tiles = 0;
-    if (!ga_prefill_find_tile<BLOCK_M>(p, static_cast<int>(linear / gridDim.z), t.req,
-                                       tile_in_req, req_tiles))
+    if (!ga_prefill_find_tile<BLOCK_M>(p, static_cast<int>(linear / gridDim.z), t.req, tile_in_req,
+                                       req_tiles))
       return false;
     t.m0 = (req_tiles - 1 - tile_in_req) * BLOCK_M;  // a request's longest tiles first
   } else {
