@@ -4,9 +4,12 @@
 # assembled (carried as .vllm-carry), graphattn from python/ with the carried libgraphattn.so,
 # then python/tests/gpu_vllm_run.py (graphattn's backend against vLLM's TRITON_ATTN; exit 0 when
 # the greedy tokens match). The machine's own python3 provides PyTorch, Triton and NumPy.
-# Writes OUT_DIR/vllm-run.log and OUT_DIR/vllm-run.json.
+# Writes OUT_DIR/vllm-run.log and OUT_DIR/vllm-run.json. With --pytest, runs pytest on the given
+# python/tests files in the same environment instead (the GPU tests that import vLLM, e.g.
+# test_gpu_vllm_fp8_query.py), log in OUT_DIR/vllm-pytest.log.
 #
 #   scripts/vllm_gpu_run.sh OUT_DIR [CARRY_DIR]      (CARRY_DIR: .vllm-carry)
+#   scripts/vllm_gpu_run.sh OUT_DIR CARRY_DIR --pytest test_gpu_vllm_fp8_query.py [PYTEST ARGS]
 set -uo pipefail
 . "$(dirname "$0")/env.sh"
 require_args $# 1 "OUT_DIR [CARRY_DIR]"
@@ -49,6 +52,12 @@ export PYTHONUNBUFFERED=1 VLLM_ENABLE_V1_MULTIPROCESSING=0 VLLM_NO_USAGE_STATS=1
   VLLM_DO_NOT_TRACK=1 HF_HUB_OFFLINE=1 \
   VLLM_USE_FLASHINFER_SAMPLER=0  # vLLM's own switch: its sampler otherwise imports flashinfer
 "$python" -c "import sys, torch; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda)"
+if [ "${3:-}" = "--pytest" ]; then
+  cd "$root/python/tests" || exit 2
+  GRAPHATTN_REQUIRE_GPU=1 "$python" -m pytest "${@:4}" -v -rs -p no:cacheprovider -p no:logging \
+    2>&1 | tee "$out/vllm-pytest.log"
+  exit "${PIPESTATUS[0]}"
+fi
 "$python" "$root/python/tests/gpu_vllm_run.py" --json "$out/vllm-run.json" "${@:3}" 2>&1 |
   tee "$out/vllm-run.log"
 exit "${PIPESTATUS[0]}"

@@ -9,7 +9,9 @@ split) replayed with new scales, each against float64 attention over the dequant
 Tolerance: the inputs are exactly the dequantized fp8 values the reference sees, so the error
 is the kernels' own rounding (P to fp16 or bf16 for P V, bf16 output: 2^-9 relative per
 element) as in tests/gpu/test_fp8_query.cpp, whose derivation gives 4e-3 relative L2 for bf16
-outputs. Skipped without vLLM or a GPU (scripts/vllm_gpu_run.sh's environment has both)."""
+outputs. Skipped without vLLM or a GPU; on the GPU machine (vLLM carried as
+scripts/vllm_gpu_bundle.sh assembles it):
+    scripts/vllm_gpu_run.sh OUT_DIR .vllm-carry --pytest test_gpu_vllm_fp8_query.py"""
 
 import dataclasses
 import json

@@ -503,7 +503,8 @@ def test_vllm_attention_quantizes_queries_for_graphattn(llama_config, cache_dtyp
     assert isinstance(layer.query_quant, QuantFP8)
     assert layer.query_quant.static and layer.query_quant.group_shape == GroupShape.PER_TENSOR
     layer._q_scale.fill_(0.25)
-    query = torch.randn(5, 32 * 128, dtype=torch.bfloat16, generator=torch.Generator().manual_seed(0))
+    query = torch.randn(5, 32 * 128, dtype=torch.bfloat16,
+                        generator=torch.Generator().manual_seed(0))
     with _current(config):
         q8, _ = layer.query_quant(query, layer._q_scale)
     assert q8.dtype == torch.float8_e4m3fn and q8.shape == query.shape
