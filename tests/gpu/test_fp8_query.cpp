@@ -293,15 +293,10 @@ double token_error(const Q8Case& c, const Q8Batch& b, const std::vector<double>&
   return relative_l2(got, std::vector<double>(want.begin() + t0 * row, want.begin() + t1 * row));
 }
 
-// A direct launch of every request of b: grid (splits, stages), the case's descales.
-detail::DecodeLaunch launch_of(const Q8Case& c, const Q8Batch& b, int splits, int stages,
-                               float scale, const DeviceBuffer& ws, const DeviceBuffer& counters) {
-  detail::DecodeLaunch a{{b.q_view, b.kv_view, b.out_view, b.seq_view, b.bt_view,
-                          static_cast<const float*>(b.d_slopes.data()),
-                          static_cast<const float*>(b.d_sinks.data())}};
-  a.num_decodes = b.n;
-  a.max_splits = splits;
-  a.stages = stages;
+// A direct launch's score options and descales (decode or prefill): the case's window, soft cap
+// and per-tensor or per-(request, KV head) descales.
+template <typename Launch>
+void set_scores_and_scales(const Q8Case& c, const Q8Batch& b, float scale, Launch& a) {
   a.scale = scale;
   a.window = c.window;
   a.soft_cap = c.soft_cap;
@@ -315,6 +310,18 @@ detail::DecodeLaunch launch_of(const Q8Case& c, const Q8Batch& b, int splits, in
     a.q8.req_stride = b.KH;
     a.q8.head_stride = 1;
   }
+}
+
+// A direct launch of every request of b: grid (splits, stages), the case's descales.
+detail::DecodeLaunch launch_of(const Q8Case& c, const Q8Batch& b, int splits, int stages,
+                               float scale, const DeviceBuffer& ws, const DeviceBuffer& counters) {
+  detail::DecodeLaunch a{{b.q_view, b.kv_view, b.out_view, b.seq_view, b.bt_view,
+                          static_cast<const float*>(b.d_slopes.data()),
+                          static_cast<const float*>(b.d_sinks.data())}};
+  a.num_decodes = b.n;
+  a.max_splits = splits;
+  a.stages = stages;
+  set_scores_and_scales(c, b, scale, a);
   a.workspace = ws.data();
   a.workspace_size = ws.bytes();
   a.counters = counters.data();
@@ -662,19 +669,7 @@ TEST_CASE("gpu fp8 query: the prefill kernels (wgmma on sm_90) match the float64
     a.query_start_loc = TensorView::contiguous(qsl.data(), ScalarType::kInt32, {b.n + 1});
     a.num_reqs = b.n;
     a.max_query_len = *std::max_element(c.q_lens.begin(), c.q_lens.end());
-    a.scale = scale;
-    a.window = c.window;
-    a.soft_cap = c.soft_cap;
-    a.k_scale = b.k_scale;
-    a.v_scale = b.v_scale;
-    a.q8.q_scale = b.q_scale;
-    if (c.per_head) {
-      a.q8.q_descale = static_cast<const float*>(b.d_qd.data());
-      a.q8.k_descale = static_cast<const float*>(b.d_kd.data());
-      a.q8.v_descale = static_cast<const float*>(b.d_vd.data());
-      a.q8.req_stride = b.KH;
-      a.q8.head_stride = 1;
-    }
+    set_scores_and_scales(c, b, scale, a);
     const AttentionSpec spec = detail::prefill_spec(a, arch);
     INFO(spec.to_string());
     CHECK(spec.q_fp8);
