@@ -2,8 +2,8 @@
 // Prefill attention for Hopper (sm_90a, wgmma): the semantics, grid and GQA row packing of
 // prefill.cu (vLLM v1 flash: variable-length causal queries over the paged KV cache, window,
 // soft cap; the non-causal and dense-K/V axes likewise), for 16-bit KV caches and head sizes
-// that are multiples of 64. The host
-// (detail::select_prefill_kernel) sends every other spec to prefill.cu.
+// that are multiples of 64, and for e4m3 queries over fp8 caches at head size 128 (below). The
+// host (detail::select_prefill_kernel) sends every other spec to prefill.cu.
 //
 // Grid: x = query row tiles (reversed so the longest causal tiles start first), y = request
 // (first_req + blockIdx.y), z = KV head. Row r of a request is query token r / GROUP, head
