@@ -22,6 +22,13 @@ PrefillKernel select_prefill_kernel(const AttentionSpec& spec) {
   if (spec.arch == 90 && spec.kv_dtype == KvDType::kAuto && spec.head_size % 64 == 0 &&
       spec.layout != KvLayout::kLegacy && !spec.block_sparse)
     return PrefillKernel::kWgmma;
+  // An e4m3 query over an fp8 cache (q_fp8 needs one, validate()): wgmma on fp8 operands, both
+  // K-major, so the kernel transposes V in shared memory. Its fp8 rows are 128-byte swizzled
+  // rows of 128 elements, and at head size 256 the 128-key tiles' scores and the output
+  // accumulators spill (560 bytes of stack): head size 128 only; others stay on mma.sync.
+  if (spec.arch == 90 && spec.q_fp8 && spec.head_size == 128 && spec.layout != KvLayout::kLegacy &&
+      !spec.block_sparse && !spec.dense_kv)
+    return PrefillKernel::kWgmma;
   return PrefillKernel::kMmaSync;
 }
 

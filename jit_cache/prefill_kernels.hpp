@@ -11,7 +11,8 @@ enum class PrefillKernel {
   kNone,     // not a valid prefill spec
   kMmaSync,  // templates/prefill.cu: mma.sync m16n8k16, every prefill spec on every arch
   kWgmma,    // templates/prefill_sm90.cu: Hopper wgmma, built for sm_90a; arch 90, 16-bit KV,
-             // head size a multiple of 64, flash layout (legacy caches go to kMmaSync)
+             // head size a multiple of 64, flash layout (legacy caches go to kMmaSync); and
+             // an e4m3 query over an fp8 cache with head size 128
 };
 
 PrefillKernel select_prefill_kernel(const AttentionSpec& spec);

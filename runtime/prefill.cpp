@@ -83,9 +83,11 @@ PrefillConfig prefill_config(const AttentionSpec& spec) {
   switch (select_prefill_kernel(spec)) {
     case PrefillKernel::kNone:
       break;
-    case PrefillKernel::kWgmma:
-      return {GA_PREFILL_SM90_BLOCK_M, ga_prefill_sm90_block_n(d), GA_PREFILL_SM90_THREADS,
-              ga_prefill_sm90_smem_bytes(d)};
+    case PrefillKernel::kWgmma: {
+      const bool fp8 = spec.q_fp8;  // e4m3 q over an fp8 cache: fp8 tiles and the V transpose
+      return {GA_PREFILL_SM90_BLOCK_M, ga_prefill_sm90_block_n(d, fp8), GA_PREFILL_SM90_THREADS,
+              ga_prefill_sm90_smem_bytes(d, fp8)};
+    }
     case PrefillKernel::kMmaSync: {
       const bool fp8 = spec.kv_dtype != KvDType::kAuto;
       return {ga_prefill_block_m(d), ga_prefill_block_n(d), GA_PREFILL_THREADS,

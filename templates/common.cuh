@@ -249,6 +249,24 @@ __device__ __forceinline__ GaPrefillScales ga_prefill_scales(const PrefillParams
   }
   return s;
 }
+#ifdef GA_Q_E4M3
+// e4m3 queries (spec "_qe4m3", both prefill kernels): this block's (request, KV head) descales
+// fold into the score scale (q_descale, and k_descale, which the host then leaves out of
+// p.scale) and the output scale (v_descale).
+__device__ __forceinline__ GaPrefillScales ga_prefill_q8_scales(const PrefillParams& p,
+                                                                const GaQueryScales& q8, int req,
+                                                                int kv_head) {
+  GaPrefillScales s = ga_prefill_scales(p);
+  const long long at = static_cast<long long>(req) * q8.req_stride +
+                       static_cast<long long>(kv_head) * q8.head_stride;
+  const float qk =
+      (q8.q_descale ? q8.q_descale[at] : q8.q_scale) * (q8.k_descale ? q8.k_descale[at] : 1.0f);
+  s.scale *= qk;
+  s.scale_log2 *= qk;
+  if (q8.v_descale) s.v_scale = q8.v_descale[at];
+  return s;
+}
+#endif
 
 // Fails loudly when the launch disagrees with the kernel's own tiling: the host sizes shared
 // memory and the block from its copy of it (detail::prefill_config), and a mismatch must trap,

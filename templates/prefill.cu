@@ -434,24 +434,9 @@ __device__ __forceinline__ void pf_tile(
 }
 
 #ifdef GA_Q_E4M3
-// e4m3 queries (spec "_qe4m3"): this block's (request, KV head) descales fold into the score
-// scale (q_descale, and k_descale, which the host then leaves out of p.scale) and the output
-// scale (v_descale); the query's bytes widen exactly to the MMA type on their way to shared
-// memory (every e4m3 value is a bf16 and an fp16 value), so the 16-bit MMAs run unchanged.
-__device__ __forceinline__ GaPrefillScales pf_q8_scales(const PrefillParams& p,
-                                                        const GaQueryScales& q8, int req,
-                                                        int kv_head) {
-  GaPrefillScales s = ga_prefill_scales(p);
-  const long long at = static_cast<long long>(req) * q8.req_stride +
-                       static_cast<long long>(kv_head) * q8.head_stride;
-  const float qk =
-      (q8.q_descale ? q8.q_descale[at] : q8.q_scale) * (q8.k_descale ? q8.k_descale[at] : 1.0f);
-  s.scale *= qk;
-  s.scale_log2 *= qk;
-  if (q8.v_descale) s.v_scale = q8.v_descale[at];
-  return s;
-}
-
+// e4m3 queries (spec "_qe4m3"): the descales fold into the scales (ga_prefill_q8_scales,
+// common.cuh); the query's bytes widen exactly to the MMA type on their way to shared memory
+// (every e4m3 value is a bf16 and an fp16 value), so the 16-bit MMAs run unchanged.
 extern "C" __global__ void __launch_bounds__(PF_THREADS)
     graphattn_prefill(const __grid_constant__ PrefillQ8Params params) {
   const PrefillParams& p = params.base;
@@ -469,7 +454,7 @@ extern "C" __global__ void __launch_bounds__(PF_THREADS)
   const int kv_end = tile.kv_end, tile0 = tile.tile0, n_tiles = tile.n_tiles;
   const int kv_row0 = tile.kv_row0;
 #ifdef GA_Q_E4M3
-  const GaPrefillScales sc = pf_q8_scales(p, q8, req, kv_head);
+  const GaPrefillScales sc = ga_prefill_q8_scales(p, q8, req, kv_head);
 #else
   const GaPrefillScales sc = ga_prefill_scales(p);  // after the wait in ga_prefill_begin
 #endif

@@ -2,8 +2,8 @@
 // Prefill attention for Hopper (sm_90a, wgmma): the semantics, grid and GQA row packing of
 // prefill.cu (vLLM v1 flash: variable-length causal queries over the paged KV cache, window,
 // soft cap; the non-causal and dense-K/V axes likewise), for 16-bit KV caches and head sizes
-// that are multiples of 64. The host
-// (detail::select_prefill_kernel) sends every other spec to prefill.cu.
+// that are multiples of 64, and for e4m3 queries over fp8 caches at head size 128 (below). The
+// host (detail::select_prefill_kernel) sends every other spec to prefill.cu.
 //
 // Grid: x = query row tiles (reversed so the longest causal tiles start first), y = request
 // (first_req + blockIdx.y), z = KV head. Row r of a request is query token r / GROUP, head
@@ -28,10 +28,38 @@
 // HEAD_SIZE columns is stored as HEAD_SIZE / 64 column blocks of R rows x 128 bytes; 16-byte
 // chunk c of row r sits at chunk c ^ (r % 8) of its 128-byte row. Every tile starts on a
 // 1024-byte boundary. Q and K are K-major operands; V is the MN-major B operand of P V.
+//
+// e4m3 queries over an fp8 cache (spec "_qe4m3", PW_FP8): the same kernel on fp8 operands.
+// wgmma takes fp8 A and B K-major only, so V, stored [key][dim], is transposed: the producer
+// copies each raw V tile into one of two raw buffers and, one tile later, transposes it into
+// the V^T stage (pw_transpose_v: ldmatrix, byte permutes, stmatrix.trans) that the consumers
+// read as the K-major B operand of P V. Tiles are 128-byte swizzled rows of 128 fp8 elements
+// (head size 128), K/V tiles 128 keys. S = Q K^T runs on wgmma k32 e4m3 x
+// {e4m3, e5m2}; P is quantized to e4m3 in registers (pw_pack_p8) in the key order that the
+// transpose gives V^T, so P needs no shuffle; the descales fold into the score and output
+// scales (ga_prefill_q8_scales).
+
+#ifdef GA_Q_E4M3
+constexpr bool PW_FP8 = true;
+#else
+constexpr bool PW_FP8 = false;
+#endif
+constexpr int PW_EB = PW_FP8 ? 1 : 2;       // bytes per Q/K/V element
+constexpr int PW_CHUNK_ELEMS = 16 / PW_EB;  // elements per 16-byte chunk
+template <bool FP8>
+struct PwElemOf {
+  using type = ga_u16;
+};
+template <>
+struct PwElemOf<true> {
+  using type = ga_u8;
+};
+using pw_elem = PwElemOf<PW_FP8>::type;  // a Q/K/V element as stored
 
 // The consumer warpgroups take turns issuing their wgmmas (see the consumer loop); false lets
-// them issue independently, for comparison.
-constexpr bool PW_PINGPONG = true;
+// them issue independently, for comparison. fp8 (wgmmas of half the time; H200, 4 x 4096 causal
+// head 128: 860 us without against 876 us with) issues independently.
+constexpr bool PW_PINGPONG = !PW_FP8;
 // Each consumer overlaps the P V wgmma of one tile with the softmax of the next, which keeps
 // both tiles' probabilities in registers: at head size 256 that no longer fits without spills.
 constexpr bool PW_OVERLAP = HEAD_SIZE <= 192;
@@ -39,22 +67,37 @@ constexpr bool PW_OVERLAP = HEAD_SIZE <= 192;
 constexpr int PW_CONSUMERS = GA_PREFILL_SM90_CONSUMERS;  // consumer warpgroups, 64 rows each
 constexpr int PW_THREADS = GA_PREFILL_SM90_THREADS;
 constexpr int PW_BLOCK_M = GA_PREFILL_SM90_BLOCK_M;
-constexpr int PW_BLOCK_N = ga_prefill_sm90_block_n(HEAD_SIZE);
-constexpr int PW_CHUNKS = HEAD_SIZE / 8;  // 16-byte chunks per row
-constexpr int PW_Q_BYTES = ga_prefill_sm90_q_bytes(HEAD_SIZE);
-constexpr int PW_KV_BYTES = ga_prefill_sm90_kv_bytes(HEAD_SIZE);  // one K or V stage
-constexpr int PW_STAGES = ga_prefill_sm90_stages(HEAD_SIZE);
-constexpr int PW_SMEM_BYTES = ga_prefill_sm90_smem_bytes(HEAD_SIZE);
+constexpr int PW_BLOCK_N = ga_prefill_sm90_block_n(HEAD_SIZE, PW_FP8);
+constexpr int PW_CHUNKS = HEAD_SIZE / PW_CHUNK_ELEMS;  // 16-byte chunks per Q/K/V row
+constexpr int PW_OUT_CHUNKS = HEAD_SIZE / 8;           // 16-byte chunks per output row
+constexpr int PW_Q_BYTES = ga_prefill_sm90_q_bytes(HEAD_SIZE, PW_FP8);
+constexpr int PW_KV_BYTES = ga_prefill_sm90_kv_bytes(HEAD_SIZE, PW_FP8);  // one K or V stage
+constexpr int PW_STAGES = ga_prefill_sm90_stages(HEAD_SIZE, PW_FP8);
+constexpr int PW_SMEM_BYTES = ga_prefill_sm90_smem_bytes(HEAD_SIZE, PW_FP8);
+// 16-byte k-steps of the S = Q K^T wgmmas (k16 for 16-bit, k32 for fp8: 32 bytes either way).
+constexpr int PW_KSTEPS = HEAD_SIZE * PW_EB / 32;
+// wgmma A fragments of P per tile: one per k-step of P V (16 keys 16-bit, 32 keys fp8).
+constexpr int PW_PF_STEPS = PW_BLOCK_N / (PW_FP8 ? 32 : 16);
 // setmaxnreg shares, all of the launch's registers: 88 * 128 + 208 * 256 == 168 * 384. At 80
 // the producer's tile loop spills at head size 64.
 constexpr int PW_PRODUCER_REGS = 88;
 constexpr int PW_CONSUMER_REGS = 208;
 // Named barriers PW_SCHED_BAR and PW_SCHED_BAR + 1 order the wgmma issues of the two consumer
-// warpgroups (ids 0: __syncthreads, 1 and 2: the consumers' epilogues).
+// warpgroups (ids 0: __syncthreads, 1 and 2: the consumers' epilogues); PW_PRODUCER_BAR syncs
+// the producer warpgroup around the V transpose (fp8).
 constexpr int PW_SCHED_BAR = 3;
-// 16-bit KV only: the k/v scales are 1 and their device pointers (GaKvScales) null here; fp8
-// caches, with host or device scales, take templates/prefill.cu.
-static_assert(HEAD_SIZE % 64 == 0 && KV_FP8 == 0, "prefill_sm90 needs 16-bit KV, head % 64 == 0");
+constexpr int PW_PRODUCER_BAR = 5;
+// 16-bit KV: the k/v scales are 1 and their device pointers (GaKvScales) null here; other fp8
+// caches (16-bit queries), with host or device scales, take templates/prefill.cu. An e4m3 query
+// over an fp8 cache takes its scales from ga_prefill_q8_scales.
+// (fp8 at head size 256 would compile, but spills: detail::select_prefill_kernel sends it to
+// prefill.cu.)
+static_assert(PW_FP8 ? HEAD_SIZE % 128 == 0 && KV_FP8 != 0 : HEAD_SIZE % 64 == 0 && KV_FP8 == 0,
+              "prefill_sm90 needs 16-bit KV and head % 64 == 0, or an e4m3 query over fp8 KV "
+              "and head % 128 == 0");
+static_assert(!PW_FP8 || PW_BLOCK_N == 128 && PW_BLOCK_N == PW_BLOCK_M,
+              "prefill_sm90 fp8: V^T rows are one 128-byte row of keys, and the raw V tiles "
+              "stage the output tile");
 static_assert(PW_STAGES >= 2, "prefill_sm90: shared memory holds fewer than two stages");
 static_assert(5 + 4 * PW_STAGES <= 256 / 8, "prefill_sm90: mbarriers overflow their slack");
 
@@ -77,6 +120,14 @@ __device__ __forceinline__ void pw_cp_async16(unsigned dst, const void* src, int
 }
 __device__ __forceinline__ void pw_cp_wait_all() {
   asm volatile("cp.async.wait_all;\n" ::: "memory");
+}
+// fp8's raw V copies: commit groups, one per tile, waited for one tile later.
+__device__ __forceinline__ void pw_cp_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int PENDING>
+__device__ __forceinline__ void pw_cp_wait_group() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING) : "memory");
 }
 
 __device__ __forceinline__ void pw_mbar_init(unsigned bar, unsigned count) {
@@ -168,22 +219,25 @@ __device__ __forceinline__ unsigned long long pw_desc(unsigned addr, unsigned le
       : PW_F8(0), PW_F8(8), PW_F8(16), PW_F8(24)              \
       : "l"(da), "l"(db), "r"(accumulate))
 
-#define PW_WGMMA_SS_N128(TY)                                                                 \
-  asm volatile(                                                                              \
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"                                           \
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY                               \
-      " "                                                                                    \
-      "{%0, %1, %2, %3, %4, %5, %6, %7, "                                                    \
-      "%8, %9, %10, %11, %12, %13, %14, %15, "                                               \
-      "%16, %17, %18, %19, %20, %21, %22, %23, "                                             \
-      "%24, %25, %26, %27, %28, %29, %30, %31, "                                             \
-      "%32, %33, %34, %35, %36, %37, %38, %39, "                                             \
-      "%40, %41, %42, %43, %44, %45, %46, %47, "                                             \
-      "%48, %49, %50, %51, %52, %53, %54, %55, "                                             \
-      "%56, %57, %58, %59, %60, %61, %62, %63}, "                                            \
-      "%64, %65, p, 1, 1, 0, 0;\n}\n"                                                        \
-      : PW_F8(0), PW_F8(8), PW_F8(16), PW_F8(24), PW_F8(32), PW_F8(40), PW_F8(48), PW_F8(56) \
-      : "l"(da), "l"(db), "r"(accumulate))
+// The _ forms take the instruction (shape and types) and the immediates after the predicate,
+// so that the fp8 wgmmas below share them.
+#define PW_WGMMA_SS_N128_(INSTR, IMM)                                                       \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n" INSTR                           \
+               " "                                                                          \
+               "{%0, %1, %2, %3, %4, %5, %6, %7, "                                          \
+               "%8, %9, %10, %11, %12, %13, %14, %15, "                                     \
+               "%16, %17, %18, %19, %20, %21, %22, %23, "                                   \
+               "%24, %25, %26, %27, %28, %29, %30, %31, "                                   \
+               "%32, %33, %34, %35, %36, %37, %38, %39, "                                   \
+               "%40, %41, %42, %43, %44, %45, %46, %47, "                                   \
+               "%48, %49, %50, %51, %52, %53, %54, %55, "                                   \
+               "%56, %57, %58, %59, %60, %61, %62, %63}, "                                  \
+               "%64, %65, p, " IMM ";\n}\n"                                                 \
+               : PW_F8(0), PW_F8(8), PW_F8(16), PW_F8(24), PW_F8(32), PW_F8(40), PW_F8(48), \
+                 PW_F8(56)                                                                  \
+               : "l"(da), "l"(db), "r"(accumulate))
+#define PW_WGMMA_SS_N128(TY) \
+  PW_WGMMA_SS_N128_("wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY, "1, 1, 0, 0")
 
 #define PW_WGMMA_RS_N64(TY)                                   \
   asm volatile(                                               \
@@ -198,22 +252,23 @@ __device__ __forceinline__ unsigned long long pw_desc(unsigned addr, unsigned le
       : PW_F8(0), PW_F8(8), PW_F8(16), PW_F8(24)              \
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1))
 
-#define PW_WGMMA_RS_N128(TY)                                                                 \
-  asm volatile(                                                                              \
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"                                           \
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY                               \
-      " "                                                                                    \
-      "{%0, %1, %2, %3, %4, %5, %6, %7, "                                                    \
-      "%8, %9, %10, %11, %12, %13, %14, %15, "                                               \
-      "%16, %17, %18, %19, %20, %21, %22, %23, "                                             \
-      "%24, %25, %26, %27, %28, %29, %30, %31, "                                             \
-      "%32, %33, %34, %35, %36, %37, %38, %39, "                                             \
-      "%40, %41, %42, %43, %44, %45, %46, %47, "                                             \
-      "%48, %49, %50, %51, %52, %53, %54, %55, "                                             \
-      "%56, %57, %58, %59, %60, %61, %62, %63}, "                                            \
-      "{%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"                                          \
-      : PW_F8(0), PW_F8(8), PW_F8(16), PW_F8(24), PW_F8(32), PW_F8(40), PW_F8(48), PW_F8(56) \
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1))
+#define PW_WGMMA_RS_N128_(INSTR, IMM)                                                       \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n" INSTR                           \
+               " "                                                                          \
+               "{%0, %1, %2, %3, %4, %5, %6, %7, "                                          \
+               "%8, %9, %10, %11, %12, %13, %14, %15, "                                     \
+               "%16, %17, %18, %19, %20, %21, %22, %23, "                                   \
+               "%24, %25, %26, %27, %28, %29, %30, %31, "                                   \
+               "%32, %33, %34, %35, %36, %37, %38, %39, "                                   \
+               "%40, %41, %42, %43, %44, %45, %46, %47, "                                   \
+               "%48, %49, %50, %51, %52, %53, %54, %55, "                                   \
+               "%56, %57, %58, %59, %60, %61, %62, %63}, "                                  \
+               "{%64, %65, %66, %67}, %68, p, " IMM ";\n}\n"                                \
+               : PW_F8(0), PW_F8(8), PW_F8(16), PW_F8(24), PW_F8(32), PW_F8(40), PW_F8(48), \
+                 PW_F8(56)                                                                  \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1))
+#define PW_WGMMA_RS_N128(TY) \
+  PW_WGMMA_RS_N128_("wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY, "1, 1, 1")
 
 #define PW_WGMMA_RS_N192(TY)                                                                  \
   asm volatile(                                                                               \
@@ -237,31 +292,32 @@ __device__ __forceinline__ unsigned long long pw_desc(unsigned addr, unsigned le
         PW_F8(64), PW_F8(72), PW_F8(80), PW_F8(88)                                            \
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1))
 
-#define PW_WGMMA_RS_N256(TY)                                                                      \
-  asm volatile(                                                                                   \
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"                                               \
-      "wgmma.mma_async.sync.aligned.m64n256k16.f32." TY "." TY                                    \
-      " "                                                                                         \
-      "{%0, %1, %2, %3, %4, %5, %6, %7, "                                                         \
-      "%8, %9, %10, %11, %12, %13, %14, %15, "                                                    \
-      "%16, %17, %18, %19, %20, %21, %22, %23, "                                                  \
-      "%24, %25, %26, %27, %28, %29, %30, %31, "                                                  \
-      "%32, %33, %34, %35, %36, %37, %38, %39, "                                                  \
-      "%40, %41, %42, %43, %44, %45, %46, %47, "                                                  \
-      "%48, %49, %50, %51, %52, %53, %54, %55, "                                                  \
-      "%56, %57, %58, %59, %60, %61, %62, %63, "                                                  \
-      "%64, %65, %66, %67, %68, %69, %70, %71, "                                                  \
-      "%72, %73, %74, %75, %76, %77, %78, %79, "                                                  \
-      "%80, %81, %82, %83, %84, %85, %86, %87, "                                                  \
-      "%88, %89, %90, %91, %92, %93, %94, %95, "                                                  \
-      "%96, %97, %98, %99, %100, %101, %102, %103, "                                              \
-      "%104, %105, %106, %107, %108, %109, %110, %111, "                                          \
-      "%112, %113, %114, %115, %116, %117, %118, %119, "                                          \
-      "%120, %121, %122, %123, %124, %125, %126, %127}, "                                         \
-      "{%128, %129, %130, %131}, %132, p, 1, 1, 1;\n}\n"                                          \
-      : PW_F8(0), PW_F8(8), PW_F8(16), PW_F8(24), PW_F8(32), PW_F8(40), PW_F8(48), PW_F8(56),     \
-        PW_F8(64), PW_F8(72), PW_F8(80), PW_F8(88), PW_F8(96), PW_F8(104), PW_F8(112), PW_F8(120) \
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1))
+#define PW_WGMMA_RS_N256_(INSTR, IMM)                                                          \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n" INSTR                             \
+               " "                                                                             \
+               "{%0, %1, %2, %3, %4, %5, %6, %7, "                                             \
+               "%8, %9, %10, %11, %12, %13, %14, %15, "                                        \
+               "%16, %17, %18, %19, %20, %21, %22, %23, "                                      \
+               "%24, %25, %26, %27, %28, %29, %30, %31, "                                      \
+               "%32, %33, %34, %35, %36, %37, %38, %39, "                                      \
+               "%40, %41, %42, %43, %44, %45, %46, %47, "                                      \
+               "%48, %49, %50, %51, %52, %53, %54, %55, "                                      \
+               "%56, %57, %58, %59, %60, %61, %62, %63, "                                      \
+               "%64, %65, %66, %67, %68, %69, %70, %71, "                                      \
+               "%72, %73, %74, %75, %76, %77, %78, %79, "                                      \
+               "%80, %81, %82, %83, %84, %85, %86, %87, "                                      \
+               "%88, %89, %90, %91, %92, %93, %94, %95, "                                      \
+               "%96, %97, %98, %99, %100, %101, %102, %103, "                                  \
+               "%104, %105, %106, %107, %108, %109, %110, %111, "                              \
+               "%112, %113, %114, %115, %116, %117, %118, %119, "                              \
+               "%120, %121, %122, %123, %124, %125, %126, %127}, "                             \
+               "{%128, %129, %130, %131}, %132, p, " IMM ";\n}\n"                              \
+               : PW_F8(0), PW_F8(8), PW_F8(16), PW_F8(24), PW_F8(32), PW_F8(40), PW_F8(48),    \
+                 PW_F8(56), PW_F8(64), PW_F8(72), PW_F8(80), PW_F8(88), PW_F8(96), PW_F8(104), \
+                 PW_F8(112), PW_F8(120)                                                        \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1))
+#define PW_WGMMA_RS_N256(TY) \
+  PW_WGMMA_RS_N256_("wgmma.mma_async.sync.aligned.m64n256k16.f32." TY "." TY, "1, 1, 1")
 
 template <int N>
 __device__ __forceinline__ void pw_wgmma_ss(float (&d)[N / 2], unsigned long long da,
@@ -307,6 +363,47 @@ __device__ __forceinline__ void pw_wgmma_rs(float (&d)[N / 2], const unsigned (&
   }
 }
 
+// fp8 (PW_FP8): wgmma m64nNk32 with an e4m3 A (Q from shared memory, or P from registers in
+// the m16n8k32 A-fragment layout per warp) and B of the cache's fp8 type, both K-major (fp8
+// wgmma has no transpose): S = Q K^T with N = PW_BLOCK_N = 128, O += P V^T with N = HEAD_SIZE.
+#define PW_WGMMA8_SS_N128(TB) \
+  PW_WGMMA_SS_N128_("wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3." TB, "1, 1")
+
+#define PW_WGMMA8_RS_N128(TB) \
+  PW_WGMMA_RS_N128_("wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3." TB, "1, 1")
+
+#define PW_WGMMA8_RS_N256(TB) \
+  PW_WGMMA_RS_N256_("wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3." TB, "1, 1")
+
+template <int N>
+__device__ __forceinline__ void pw_wgmma8_ss(float (&d)[N / 2], unsigned long long da,
+                                             unsigned long long db, int accumulate) {
+  static_assert(!PW_FP8 || N == 128, "pw_wgmma8_ss: N is 128");
+  if constexpr (N != 128)
+    return;  // 16-bit instantiations (never issued)
+  else if (KV_FP8 == 2)
+    PW_WGMMA8_SS_N128("e5m2");
+  else
+    PW_WGMMA8_SS_N128("e4m3");
+}
+
+template <int N>
+__device__ __forceinline__ void pw_wgmma8_rs(float (&d)[N / 2], const unsigned (&a)[4],
+                                             unsigned long long db) {
+  static_assert(!PW_FP8 || N == 128 || N == 256, "pw_wgmma8_rs: N is 128 or 256");
+  if constexpr (N == 128) {
+    if (KV_FP8 == 2)
+      PW_WGMMA8_RS_N128("e5m2");
+    else
+      PW_WGMMA8_RS_N128("e4m3");
+  } else if constexpr (N == 256) {
+    if (KV_FP8 == 2)
+      PW_WGMMA8_RS_N256("e5m2");
+    else
+      PW_WGMMA8_RS_N256("e4m3");
+  }  // other N: 16-bit instantiations (never issued)
+}
+
 // The producer's gather of a K or V tile: thread ptid copies row ptid / 4 of every 32-row pass
 // and chunks ptid % 4 + 4 i of that row, so each warp instruction moves 64 contiguous bytes of
 // 8 rows. The swizzle of a row depends only on row % 8, which is the same in every pass, so
@@ -328,7 +425,7 @@ __device__ __forceinline__ PwGather pw_gather_setup(long long head_off, int ptid
   const int q = ptid & 3;
 #pragma unroll
   for (int i = 0; i < PW_LANE_CHUNKS; ++i) g.dst[i] = pw_swizzle(g.row, q + 4 * i, PW_BLOCK_N);
-  g.col = head_off + q * 8;
+  g.col = head_off + q * PW_CHUNK_ELEMS;
   return g;
 }
 
@@ -361,7 +458,7 @@ __device__ __forceinline__ void pw_gather_rows(const PrefillParams& p, const int
 #endif
 }
 
-__device__ __forceinline__ void pw_gather_copy(const ga_u16* cache, const PwGather& g,
+__device__ __forceinline__ void pw_gather_copy(const pw_elem* cache, const PwGather& g,
                                                const long long (&off)[PW_PASSES], int n0,
                                                int kv_end, unsigned dst) {
 #pragma unroll
@@ -369,7 +466,7 @@ __device__ __forceinline__ void pw_gather_copy(const ga_u16* cache, const PwGath
     const int bytes = n0 + 32 * k + g.row < kv_end ? 16 : 0;
 #pragma unroll
     for (int i = 0; i < PW_LANE_CHUNKS; ++i)
-      pw_cp_async16(dst + k * 32 * 128 + g.dst[i], cache + off[k] + 32 * i, bytes);
+      pw_cp_async16(dst + k * 32 * 128 + g.dst[i], cache + off[k] + 4 * PW_CHUNK_ELEMS * i, bytes);
   }
 }
 
@@ -377,18 +474,20 @@ __device__ __forceinline__ void pw_gather_copy(const ga_u16* cache, const PwGath
 // two rows; updates the running maxima and sums and returns the factors alpha by which the
 // output accumulators must be rescaled. It leaves those accumulators alone, so it can run while
 // the P V wgmma of the previous tile still accumulates into them.
-template <bool MASK>
-__device__ __forceinline__ void pw_softmax(const PrefillParams& p, float (&s)[PW_BLOCK_N / 2],
-                                           int n0, int kv_end, int t2, const int (&pos)[2],
-                                           const float (&slope)[2], float (&m)[2], float (&l)[2],
-                                           float (&alpha)[2]) {
+// Scales: GaPrefillScales (e4m3 query: the block's descales folded in), or PrefillParams itself
+// (16-bit KV: the host's scales), read through their common fields scale_log2 and scale.
+template <bool MASK, typename Scales>
+__device__ __forceinline__ void pw_softmax(const PrefillParams& p, const Scales& scales,
+                                           float (&s)[PW_BLOCK_N / 2], int n0, int kv_end, int t2,
+                                           const int (&pos)[2], const float (&slope)[2],
+                                           float (&m)[2], float (&l)[2], float (&alpha)[2]) {
   constexpr int NB = PW_BLOCK_N / 8;
   const float ninf = __int_as_float(0xff800000);
   // Without a soft cap or ALiBi the raw scores are kept and the scale is applied inside the
   // exponent, exp2(s * scale_log2 - m), one FFMA per element; m is in the scaled (log2) domain.
   // The max and sum chains are split in two per row to halve their latency.
   constexpr bool SCALED = HAS_SOFT_CAP || HAS_ALIBI;  // s is scaled here, in the loop below
-  const float sc = SCALED ? 1.f : p.scale_log2;
+  const float sc = SCALED ? 1.f : scales.scale_log2;
   float mx[2][2] = {{ninf, ninf}, {ninf, ninf}};
 #pragma unroll
   for (int j = 0; j < NB; ++j) {
@@ -396,9 +495,9 @@ __device__ __forceinline__ void pw_softmax(const PrefillParams& p, float (&s)[PW
     for (int e = 0; e < 4; ++e) {
       float x = s[j * 4 + e];
       if (HAS_SOFT_CAP)
-        x = ga_soft_cap_log2(x, p.scale / p.soft_cap, p.soft_cap * GA_LOG2E);
+        x = ga_soft_cap_log2(x, scales.scale / p.soft_cap, p.soft_cap * GA_LOG2E);
       else if (SCALED)
-        x *= p.scale_log2;
+        x *= scales.scale_log2;
       const int key = n0 + j * 8 + t2 + (e & 1);
       if (HAS_ALIBI) x += ga_alibi_log2(slope[e >> 1], key, pos[e >> 1]);
       if (MASK && !ga_prefill_visible(pos[e >> 1], key, kv_end, p.window)) x = ninf;
@@ -418,6 +517,11 @@ __device__ __forceinline__ void pw_softmax(const PrefillParams& p, float (&s)[PW
     m_use[r] = m_new == ninf ? 0.f : m_new;
     alpha[r] = ga_exp2(m[r] - m_use[r]);
     m[r] = m_new;
+    // fp8: probabilities 2^(s - m + 8), in [0, 256], so that P's e4m3 rounding (pw_pack_p8)
+    // keeps e4m3's full precision down to 2^-17 of the row maximum instead of flushing
+    // everything under 2^-9 (FA3's choice too); the sums l carry the same 2^8, which cancels in
+    // O / l (the epilogue takes it out of l for the sinks and the LSE).
+    if (PW_FP8) m_use[r] -= 8.f;
   }
 #pragma unroll
   for (int j = 0; j < NB; ++j) {
@@ -433,16 +537,96 @@ __device__ __forceinline__ void pw_softmax(const PrefillParams& p, float (&s)[PW
 
 // Probabilities of one tile -> the A fragments (m16n8k16 layout) of P V.
 __device__ __forceinline__ void pw_pack_p(const float (&s)[PW_BLOCK_N / 2],
-                                          unsigned (&pf)[PW_BLOCK_N / 16][4]) {
+                                          unsigned (&pf)[PW_PF_STEPS][4]) {
 #pragma unroll
-  for (int j = 0; j < PW_BLOCK_N / 8; ++j) {
+  for (int j = 0; j < (PW_FP8 ? 0 : PW_BLOCK_N / 8); ++j) {  // fp8: pw_pack_p8
     pf[j >> 1][(j & 1) * 2 + 0] = ga_pack2(s[j * 4 + 0], s[j * 4 + 1]);
     pf[j >> 1][(j & 1) * 2 + 1] = ga_pack2(s[j * 4 + 2], s[j * 4 + 3]);
   }
 }
 
+// Four floats -> four e4m3 bytes, a first (lowest byte): round to nearest even, saturating to
+// +-448 (probabilities are at most 256, so nothing saturates).
+__device__ __forceinline__ unsigned pw_e4m3x4(float a, float b, float c, float d) {
+  unsigned short lo, hi;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(lo) : "f"(b), "f"(a));
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(hi) : "f"(d), "f"(c));
+  return static_cast<unsigned>(lo) | (static_cast<unsigned>(hi) << 16);
+}
+
+// fp8: probabilities of one tile -> e4m3 A fragments of P V (m16n8k32 layout per warp: a0 / a2
+// row g, a1 / a3 row g + 8, 4 bytes each at k = 4 t and 16 + 4 t of each 32-key step). This
+// thread holds keys 2 t, 2 t + 1 of every 8; pw_transpose_v orders each 16 keys of a V^T row
+// as 0, 8, 1, 9, .., 7, 15, so k = 4 t .. 4 t + 3 of a step are keys 2 t, 8 + 2 t, 2 t + 1,
+// 9 + 2 t: exactly this thread's own probabilities, and P needs no shuffle between threads.
+__device__ __forceinline__ void pw_pack_p8(const float (&s)[PW_BLOCK_N / 2],
+                                           unsigned (&pf)[PW_PF_STEPS][4]) {
+#pragma unroll
+  for (int kk = 0; kk < (PW_FP8 ? PW_PF_STEPS : 0); ++kk) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {  // keys 32 kk + 16 h .. + 15: 8-key groups j, j + 1
+      const int j = 4 * kk + 2 * h;
+#pragma unroll
+      for (int r = 0; r < 2; ++r)  // rows g, g + 8
+        pf[kk][2 * h + r] = pw_e4m3x4(s[j * 4 + 2 * r], s[(j + 1) * 4 + 2 * r],
+                                      s[j * 4 + 2 * r + 1], s[(j + 1) * 4 + 2 * r + 1]);
+    }
+  }
+}
+
+// fp8: transposes the raw V tile at `raw` ([key][dim], swizzled as a K tile) into the V^T stage
+// at `vt` ([dim][key]: one 128-byte row of PW_BLOCK_N keys per head dimension, swizzled, the
+// K-major B operand of P V). Producer thread ptid (of 128); warp w does keys 32 w .. 32 w + 31.
+// Each step moves 16 keys x 32 dimensions: ldmatrix.x4 gives this thread 4 bytes (dimensions
+// 4 q .. 4 q + 3 of two 16-byte chunks) of key row i and of key row 8 + i (i = lane / 4,
+// q = lane % 4); byte permutes pair them into 16-bit words (key i, key 8 + i) of one dimension,
+// and stmatrix.trans writes the 8 x 8 word matrices transposed: each V^T row gets, for its 16
+// keys, the order 0, 8, 1, 9, .., 7, 15 (pw_pack_p8 packs P in the same order). Which two of its
+// four dimensions a thread puts in which matrix alternates with q, so that the 8 rows of every
+// stored matrix fall in 8 distinct 16-byte bank groups of the swizzle (no bank conflicts on
+// either side).
+__device__ __forceinline__ void pw_transpose_v(unsigned raw, unsigned vt, int ptid) {
+  const int warp = ptid >> 5, lane = ptid & 31;
+  const int mi = lane >> 3, j = lane & 7;  // the matrix and row this lane addresses
+  const int q = lane & 3;
+  const unsigned sel_a = q < 2 ? 0x5140u : 0x7362u;  // bytes 0, 1 (or 2, 3) of both rows
+  const unsigned sel_b = q < 2 ? 0x7362u : 0x5140u;  // the other two
+  // ldmatrix: matrices (key rows 0-7, chunk 0), (rows 8-15, chunk 0), (0-7, 1), (8-15, 1).
+  const int ld_key = 8 * (mi & 1) + j, ld_chunk = mi >> 1;
+  // stmatrix: row j of matrix mi is the dimension its column j holds (see sel_a / sel_b).
+  const int jq = j >> 1;
+  const int st_dim = 16 * (mi >> 1) + 4 * jq + ((jq < 2) == ((mi & 1) == 0) ? 0 : 2) + (j & 1);
+#pragma unroll
+  for (int kg = 0; kg < 2; ++kg) {
+    const int kc = 2 * warp + kg;  // 16-key chunk of the V^T rows
+#pragma unroll
+    for (int du = 0; du < HEAD_SIZE / 32; ++du) {
+      unsigned r0, r1, r2, r3;
+      asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                   : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+                   : "r"(raw + pw_swizzle(16 * kc + ld_key, 2 * du + ld_chunk, PW_BLOCK_N))
+                   : "memory");
+      unsigned x0, x1, y0, y1;
+      asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(x0) : "r"(r0), "r"(r1), "r"(sel_a));
+      asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(x1) : "r"(r0), "r"(r1), "r"(sel_b));
+      asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(y0) : "r"(r2), "r"(r3), "r"(sel_a));
+      asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(y1) : "r"(r2), "r"(r3), "r"(sel_b));
+      asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(
+                       vt + pw_swizzle(32 * du + st_dim, kc, HEAD_SIZE)),
+                   "r"(x0), "r"(x1), "r"(y0), "r"(y1)
+                   : "memory");
+    }
+  }
+}
+
+#ifdef GA_Q_E4M3
+extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
+    graphattn_prefill(const __grid_constant__ PrefillQ8Params params) {
+  const PrefillParams& p = params.base;
+#else
 extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
     graphattn_prefill(const __grid_constant__ PrefillParams p) {
+#endif
   extern __shared__ __align__(1024) unsigned char pw_smem[];
   GaPrefillTile tile;
   if (!ga_prefill_begin<PW_BLOCK_M, PW_BLOCK_N>(p, PW_SMEM_BYTES, PW_THREADS, tile)) return;
@@ -459,7 +643,9 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
   const unsigned v_base = k_base + PW_STAGES * PW_KV_BYTES;
   // mbarriers: Q full; per stage K full, V full (producer arrivals), K empty, V empty (one
   // arrival per consumer warp).
-  const unsigned bar_q = v_base + PW_STAGES * PW_KV_BYTES;
+  // fp8: the two raw V tiles (PW_FP8) follow the V^T stages.
+  const unsigned raw_v_base = v_base + PW_STAGES * PW_KV_BYTES;
+  const unsigned bar_q = raw_v_base + ga_prefill_sm90_raw_v_bytes(HEAD_SIZE, PW_FP8);
   const unsigned bar_k_full = bar_q + 8;
   const unsigned bar_v_full = bar_k_full + 8 * PW_STAGES;
   const unsigned bar_k_empty = bar_v_full + 8 * PW_STAGES;
@@ -482,7 +668,7 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
     if (n_tiles > 0) {
       // Q rows of this tile (rows past the request are zero-filled).
       constexpr int TOTAL = PW_BLOCK_M * PW_CHUNKS;
-      const ga_u16* q = static_cast<const ga_u16*>(p.query);
+      const pw_elem* q = static_cast<const pw_elem*>(p.query);
 #pragma unroll 4
       for (int idx = tid; idx < TOTAL; idx += 128) {
         const int row = idx / PW_CHUNKS;
@@ -490,17 +676,31 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
         const int r = m0 + row;
         const bool valid = r < rows;
         const long long off = valid
-                                  ? ga_prefill_row_offset(r, c * 8, q_start, kv_head,
+                                  ? ga_prefill_row_offset(r, c * PW_CHUNK_ELEMS, q_start, kv_head,
                                                           p.query_token_stride, p.query_head_stride)
                                   : 0;
         pw_cp_async16(q_base + pw_swizzle(row, c, PW_BLOCK_M), q + off, valid ? 16 : 0);
       }
       pw_mbar_arrive_copies(bar_q);
 
-      const ga_u16* kc = static_cast<const ga_u16*>(p.kv.key_cache);
-      const ga_u16* vc = static_cast<const ga_u16*>(p.kv.value_cache);
+      const pw_elem* kc = static_cast<const pw_elem*>(p.kv.key_cache);
+      const pw_elem* vc = static_cast<const pw_elem*>(p.kv.value_cache);
       const PwGather gather =
           pw_gather_setup(static_cast<long long>(kv_head) * p.kv.cache_head_stride, tid);
+      // fp8: tile i's raw V, once landed (its copies are commit group i; with `last`, the
+      // newest), transposed into its V^T stage.
+      auto transpose_v = [&](int i, bool last) {
+        if (last)
+          pw_cp_wait_group<0>();
+        else
+          pw_cp_wait_group<1>();
+        pw_bar_sync(PW_PRODUCER_BAR, 128);  // every thread's copies of the tile landed
+        const int st = i % PW_STAGES;
+        if (i >= PW_STAGES) pw_mbar_wait(bar_v_empty + 8 * st, ((i / PW_STAGES) & 1) ^ 1);
+        pw_transpose_v(raw_v_base + (i & 1) * PW_KV_BYTES, v_base + st * PW_KV_BYTES, tid);
+        pw_fence_proxy_async();  // the generic-proxy stores, before the wgmmas read them
+        pw_mbar_arrive(bar_v_full + 8 * st);
+      };
       int stage = 0;
       unsigned phase = 0;
       for (int j = 0; j < n_tiles; ++j) {
@@ -511,14 +711,23 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
         if (j >= PW_STAGES) pw_mbar_wait(bar_k_empty + 8 * stage, phase ^ 1);
         pw_gather_copy(kc, gather, off, n0, kv_end, k_base + stage * PW_KV_BYTES);
         pw_mbar_arrive_copies(bar_k_full + 8 * stage);
-        if (j >= PW_STAGES) pw_mbar_wait(bar_v_empty + 8 * stage, phase ^ 1);
-        pw_gather_copy(vc, gather, off, n0, kv_end, v_base + stage * PW_KV_BYTES);
-        pw_mbar_arrive_copies(bar_v_full + 8 * stage);
+        if (PW_FP8) {
+          // Raw buffer j % 2 is free once every producer thread has transposed tile j - 2.
+          pw_bar_sync(PW_PRODUCER_BAR, 128);
+          pw_gather_copy(vc, gather, off, n0, kv_end, raw_v_base + (j & 1) * PW_KV_BYTES);
+          pw_cp_commit();
+          if (j > 0) transpose_v(j - 1, false);
+        } else {
+          if (j >= PW_STAGES) pw_mbar_wait(bar_v_empty + 8 * stage, phase ^ 1);
+          pw_gather_copy(vc, gather, off, n0, kv_end, v_base + stage * PW_KV_BYTES);
+          pw_mbar_arrive_copies(bar_v_full + 8 * stage);
+        }
         if (++stage == PW_STAGES) {
           stage = 0;
           phase ^= 1;
         }
       }
+      if (PW_FP8) transpose_v(n_tiles - 1, true);
       pw_cp_wait_all();
     }
   } else {
@@ -549,7 +758,7 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
     // probabilities of the tile whose P V is issued next, as wgmma A fragments.
     float o[HEAD_SIZE / 2];
     float s[PW_BLOCK_N / 2];
-    unsigned pf[PW_BLOCK_N / 16][4];
+    unsigned pf[PW_PF_STEPS][4];
     const float ninf = __int_as_float(0xff800000);
     float m[2] = {ninf, ninf}, l[2] = {0.f, 0.f}, alpha[2];
 #pragma unroll
@@ -560,32 +769,47 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
     // V MN-major (64-column blocks PW_BLOCK_N rows apart, 8-row groups 1024 bytes apart).
     const unsigned long long q_desc = pw_desc(q_base + cw * 64 * 128, 16, 1024);
     const unsigned long long k_desc = pw_desc(k_base, 16, 1024);
-    const unsigned long long v_desc = pw_desc(v_base, PW_BLOCK_N * 128, 1024);
+    // fp8: the V^T stages are K-major like K (a k-step of 32 keys is 32 bytes of the row).
+    const unsigned long long v_desc =
+        PW_FP8 ? pw_desc(v_base, 16, 1024) : pw_desc(v_base, PW_BLOCK_N * 128, 1024);
+#ifdef GA_Q_E4M3
+    const GaPrefillScales scales = ga_prefill_q8_scales(p, params.q8, req, kv_head);
+#else
+    const PrefillParams& scales = p;  // 16-bit KV: the host's scales, no k/v scales
+#endif
 
     // S = Q K^T of the K tile in `stage`, into s.
     auto issue_s = [&](int stage) {
       const unsigned long long kd = k_desc + ((stage * PW_KV_BYTES) >> 4);
 #pragma unroll
-      for (int ks = 0; ks < HEAD_SIZE / 16; ++ks) {
+      for (int ks = 0; ks < PW_KSTEPS; ++ks) {
         // Descriptor addresses count 16-byte units: a column block is rows * 8 of them, a
-        // k-step of 16 columns 2.
-        pw_wgmma_ss<PW_BLOCK_N>(s, q_desc + (ks >> 2) * (PW_BLOCK_M * 8) + (ks & 3) * 2,
-                                kd + (ks >> 2) * (PW_BLOCK_N * 8) + (ks & 3) * 2, ks > 0);
+        // k-step of 32 bytes (16 columns, fp8 32) 2.
+        const unsigned long long qd = q_desc + (ks >> 2) * (PW_BLOCK_M * 8) + (ks & 3) * 2;
+        const unsigned long long kd_ks = kd + (ks >> 2) * (PW_BLOCK_N * 8) + (ks & 3) * 2;
+        if (PW_FP8)
+          pw_wgmma8_ss<PW_BLOCK_N>(s, qd, kd_ks, ks > 0);
+        else
+          pw_wgmma_ss<PW_BLOCK_N>(s, qd, kd_ks, ks > 0);
       }
     };
     // O += P V with P from pf and the V tile in `stage`.
     auto issue_pv = [&](int stage) {
       const unsigned long long vd = v_desc + ((stage * PW_KV_BYTES) >> 4);
 #pragma unroll
-      for (int kk = 0; kk < PW_BLOCK_N / 16; ++kk)
-        pw_wgmma_rs<HEAD_SIZE>(o, pf[kk], vd + kk * 128);  // 16 rows of 128 bytes
+      for (int kk = 0; kk < PW_PF_STEPS; ++kk) {
+        if (PW_FP8)
+          pw_wgmma8_rs<HEAD_SIZE>(o, pf[kk], vd + kk * 2);  // 32 keys: 32 bytes of each row
+        else
+          pw_wgmma_rs<HEAD_SIZE>(o, pf[kk], vd + kk * 128);  // 16 rows of 128 bytes
+      }
     };
     auto softmax = [&](int j) {
       const int n0 = (tile0 + j) * PW_BLOCK_N;
       if (ga_prefill_tile_masked(n0, PW_BLOCK_N, w_pos_lo, w_pos_hi, kv_end, p.window))
-        pw_softmax<true>(p, s, n0, kv_end, t2, pos, slope, m, l, alpha);
+        pw_softmax<true>(p, scales, s, n0, kv_end, t2, pos, slope, m, l, alpha);
       else
-        pw_softmax<false>(p, s, n0, kv_end, t2, pos, slope, m, l, alpha);
+        pw_softmax<false>(p, scales, s, n0, kv_end, t2, pos, slope, m, l, alpha);
     };
     // Every batch of wgmmas is issued between these two. With PW_PINGPONG the two consumer
     // warpgroups take turns: a warpgroup issues a batch only after the other one has issued
@@ -650,14 +874,21 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
         pw_fence_regs(pf);
         if (lane == 0) pw_mbar_arrive(bar_v_empty + 8 * prev);
       }
+      // fp8: a warp whose rows' maxima all stayed (alpha exactly 1) skips the rescale, which
+      // weighs more against the halved wgmma time (H200, 4 x 4096 causal: 838 us against 876).
+      if (!PW_FP8 || __any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
 #pragma unroll
-      for (int d = 0; d < HEAD_SIZE / 8; ++d) {
-        o[d * 4 + 0] *= alpha[0];
-        o[d * 4 + 1] *= alpha[0];
-        o[d * 4 + 2] *= alpha[1];
-        o[d * 4 + 3] *= alpha[1];
+        for (int d = 0; d < HEAD_SIZE / 8; ++d) {
+          o[d * 4 + 0] *= alpha[0];
+          o[d * 4 + 1] *= alpha[0];
+          o[d * 4 + 2] *= alpha[1];
+          o[d * 4 + 3] *= alpha[1];
+        }
       }
-      pw_pack_p(s, pf);
+      if (PW_FP8)
+        pw_pack_p8(s, pf);
+      else
+        pw_pack_p(s, pf);
       if (!PW_OVERLAP) pv(stage, phase, j == n_tiles - 1);
     };
 
@@ -687,17 +918,21 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
     }
 
     // Normalise; rows that saw no key (seq_len 0) become zeros. Stage through this warp's own
-    // Q rows (swizzled, so the 4-byte stores and 16-byte loads are conflict-free), then store
-    // whole 16-byte chunks.
+    // Q rows (swizzled, so the 4-byte stores and 16-byte loads are conflict-free; fp8: the same
+    // rows of the raw V tiles, which the producer no longer reads once the last V^T stage is
+    // full, and a 16-bit output tile fills exactly), then store whole 16-byte chunks.
+    unsigned char* s_o = PW_FP8 ? pw_smem + (raw_v_base - raw_base) : s_q;
     float inv[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       float li = l[r];
       li += __shfl_xor_sync(0xffffffffu, li, 1);
       li += __shfl_xor_sync(0xffffffffu, li, 2);
-      inv[r] = HAS_SINKS  ? p.v_scale * ga_sink_normalizer(m[r], li, sink[r])
-               : li > 0.f ? p.v_scale / li
+      if (PW_FP8) li *= 1.f / 256;  // l and O carry the probabilities' 2^8 (pw_softmax)
+      inv[r] = HAS_SINKS  ? scales.v_scale * ga_sink_normalizer(m[r], li, sink[r])
+               : li > 0.f ? scales.v_scale / li
                           : 0.f;
+      if (PW_FP8) inv[r] *= 1.f / 256;
 #ifdef GA_WRITE_LSE
       const int row = m0 + row0 + g + r * 8;
       if ((lane & 3) == 0 && row < rows) {
@@ -713,22 +948,22 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         const int row = row0 + g + r * 8;
-        *reinterpret_cast<unsigned*>(s_q + pw_swizzle(row, d, PW_BLOCK_M) + t2 * 2) =
+        *reinterpret_cast<unsigned*>(s_o + pw_swizzle(row, d, PW_BLOCK_M) + t2 * 2) =
             ga_pack2(o[d * 4 + 2 * r] * inv[r], o[d * 4 + 2 * r + 1] * inv[r]);
       }
     }
     __syncwarp();
     ga_u16* out = static_cast<ga_u16*>(p.output);
 #pragma unroll 4
-    for (int idx = lane; idx < 16 * PW_CHUNKS; idx += 32) {
-      const int row = idx / PW_CHUNKS;
-      const int c = idx - row * PW_CHUNKS;
+    for (int idx = lane; idx < 16 * PW_OUT_CHUNKS; idx += 32) {
+      const int row = idx / PW_OUT_CHUNKS;
+      const int c = idx - row * PW_OUT_CHUNKS;
       const int r = m0 + row0 + row;
       if (r < rows)
         *reinterpret_cast<uint4*>(out + ga_prefill_row_offset(r, c * 8, q_start, kv_head,
                                                               p.output_token_stride,
                                                               p.output_head_stride)) =
-            *reinterpret_cast<const uint4*>(s_q + pw_swizzle(row0 + row, c, PW_BLOCK_M));
+            *reinterpret_cast<const uint4*>(s_o + pw_swizzle(row0 + row, c, PW_BLOCK_M));
     }
   }
 }

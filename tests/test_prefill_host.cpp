@@ -71,11 +71,12 @@ TEST_CASE("prefill host: bad arguments are refused with the argument named") {
 TEST_CASE("prefill host: every specialization's tiles fit the multiprocessor") {
   for (int arch : {80, 90})
     for (int h : supported_head_sizes())
-      for (KvDType kv : {KvDType::kAuto, KvDType::kFp8E4M3}) {
+      for (int kind = 0; kind < 3; ++kind) {  // 16-bit KV, fp8 KV, e4m3 query over fp8 KV
         AttentionSpec s;
         s.kind = KernelKind::kPrefill;
         s.head_size = h;
-        s.kv_dtype = kv;
+        s.kv_dtype = kind == 0 ? KvDType::kAuto : KvDType::kFp8E4M3;
+        s.q_fp8 = kind == 2;
         s.arch = arch;
         const detail::PrefillConfig c = detail::prefill_config(s);
         INFO(s.to_string() << ": " << c.shared_bytes << " bytes");
@@ -83,10 +84,13 @@ TEST_CASE("prefill host: every specialization's tiles fit the multiprocessor") {
           // One block per multiprocessor: a producer and two consumer warpgroups.
           CHECK(c.threads == 384);
           CHECK(c.block_m == 128);
-          CHECK(c.block_n == (h <= 128 ? 128 : 64));
+          CHECK(c.block_n == (h <= 128 || s.q_fp8 ? 128 : 64));
           CHECK(c.shared_bytes <= 227 * 1024);
-          // At least two K/V stages besides the Q tile.
-          CHECK(c.shared_bytes >= c.block_m * h * 2 + 2 * 2 * c.block_n * h * 2);
+          // At least two K/V stages besides the Q tile (fp8: 1-byte tiles, two raw V tiles).
+          if (s.q_fp8)
+            CHECK(c.shared_bytes >= c.block_m * h + 2 * 2 * c.block_n * h + 2 * c.block_n * h);
+          else
+            CHECK(c.shared_bytes >= c.block_m * h * 2 + 2 * 2 * c.block_n * h * 2);
         } else {
           // Two blocks per multiprocessor.
           CHECK(c.threads == 128);
@@ -112,6 +116,18 @@ TEST_CASE("prefill host: kernel selection is a pure function of the spec") {
   CHECK(select_prefill_kernel(parse("prefill_h96_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm90")) ==
         PrefillKernel::kMmaSync);
   CHECK(select_prefill_kernel(parse("prefill_h128_b16_bf16_kve4m3_g4_swa0_cap0_nhd_sm90")) ==
+        PrefillKernel::kMmaSync);
+  // An e4m3 query over an fp8 cache: wgmma at head size 128 (fp8 operands, V transposed),
+  // mma.sync at other head sizes, archs, legacy caches and block-sparse.
+  CHECK(select_prefill_kernel(parse("prefill_h128_b16_bf16_kve4m3_g4_swa0_cap0_nhd_sm90_qe4m3")) ==
+        PrefillKernel::kWgmma);
+  CHECK(select_prefill_kernel(parse("prefill_h128_b32_fp16_kve5m2_g8_swa1_cap1_hnd_sm90_qe4m3")) ==
+        PrefillKernel::kWgmma);
+  CHECK(select_prefill_kernel(parse("prefill_h64_b16_bf16_kve4m3_g4_swa0_cap0_nhd_sm90_qe4m3")) ==
+        PrefillKernel::kMmaSync);
+  CHECK(select_prefill_kernel(parse("prefill_h256_b16_bf16_kve4m3_g4_swa0_cap0_nhd_sm90_qe4m3")) ==
+        PrefillKernel::kMmaSync);
+  CHECK(select_prefill_kernel(parse("prefill_h128_b16_bf16_kve4m3_g4_swa0_cap0_nhd_sm89_qe4m3")) ==
         PrefillKernel::kMmaSync);
   CHECK(select_prefill_kernel(parse("prefill_h128_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm80")) ==
         PrefillKernel::kMmaSync);

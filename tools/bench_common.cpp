@@ -174,6 +174,15 @@ PeerTimes run_peer(const std::string& script, const std::string& out_json,
   for (const auto& r : j.value("prefill", nlohmann::json::array()))
     p.prefill_us[std::to_string(r["batch"].get<int>()) + ":" +
                  std::to_string(r["tokens"].get<int>())] = r["us"].get<double>();
+  for (const auto& r : j.value("prefill_fp8", nlohmann::json::array())) {
+    if (r.contains("us")) {
+      p.prefill_fp8_us[std::to_string(r["batch"].get<int>()) + ":" +
+                       std::to_string(r["tokens"].get<int>())] = r["us"].get<double>();
+      p.fp8_backend = r.value("backend", "");
+    } else {
+      p.fp8_why = r.value("error", "no time");
+    }
+  }
   p.available = true;
   return p;
 }

@@ -74,6 +74,10 @@ struct PeerTimes {
   std::string backend;                       // e.g. "cudnn_attention"
   std::map<std::string, double> decode_us;   // key "BxL:D"
   std::map<std::string, double> prefill_us;  // key "BxL"
+  // fp8 (e4m3 q, K, V) prefill through cuDNN's SDPA where this PyTorch exposes it, key "BxL";
+  // else fp8_why says what PyTorch answered.
+  std::map<std::string, double> prefill_fp8_us;
+  std::string fp8_backend, fp8_why;
 };
 PeerTimes run_peer(const std::string& script, const std::string& out_json,
                    const std::vector<std::string>& decode_keys,

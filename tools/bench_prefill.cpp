@@ -146,13 +146,18 @@ nlohmann::json bench_prefill(const Device& dev, int batch, int len, int reps, co
   std::vector<double> got;
   for (uint16_t x : outs) got.push_back(test::bf16_to_float(x));
   const double err = test::relative_l2(got, test::reference_attention(ref));
-  if (!(err <= 5e-3)) *ok = false;
+  // fp8 on the Hopper wgmma kernel rounds P to e4m3: about 2.6e-2 of relative L2 on random
+  // data (tests/gpu/test_fp8_query.cpp derives its 5e-2); 16-bit P elsewhere, 5e-3.
+  const double tol = fp8 && dev.arch == 90 ? 5e-2 : 5e-3;
+  if (!(err <= tol)) *ok = false;
 
   for (int i = 0; i < 3; ++i) run();
   const double us = time_us(dev, reps, true, run);
   const double flops = 4.0 * D * H * batch * (static_cast<double>(len) * (len + 1) / 2);
-  auto it = peer.prefill_us.find(std::to_string(batch) + ":" + std::to_string(len));
-  const double peer_us = it == peer.prefill_us.end() ? 0 : it->second;
+  // fp8: the peer is cuDNN's fp8 SDPA where PyTorch exposes it (else none, and why).
+  const auto& peer_times = fp8 ? peer.prefill_fp8_us : peer.prefill_us;
+  auto it = peer_times.find(std::to_string(batch) + ":" + std::to_string(len));
+  const double peer_us = it == peer_times.end() ? 0 : it->second;
   std::printf(
       "\n== prefill%s: %d x %d new tokens, causal, %s, 32/8 heads, head 128, block 16, "
       "median of %d\n",
@@ -171,7 +176,10 @@ nlohmann::json bench_prefill(const Device& dev, int batch, int len, int reps, co
                              : fp8  ? " e4m3 q+kv"
                                     : "");
   std::printf("%-12s %10.1f %10.1f %10s %10s %12s %9.2e%s\n", label.c_str(), us, flops / us / 1e6,
-              peer_us_s, peer_tf_s, ratio_s, err, err <= 5e-3 ? "" : "  FAIL");
+              peer_us_s, peer_tf_s, ratio_s, err, err <= tol ? "" : "  FAIL");
+  if (fp8 && peer.available)
+    std::printf("fp8 peer: %s\n", peer_us > 0 ? ("PyTorch SDPA, " + peer.fp8_backend).c_str()
+                                              : ("none: " + peer.fp8_why).c_str());
   return {
       {"batch", batch},
       {"len", len},
@@ -179,6 +187,8 @@ nlohmann::json bench_prefill(const Device& dev, int batch, int len, int reps, co
       {"tflops", flops / us / 1e6},
       {"peer_us", peer_us > 0 ? nlohmann::json(peer_us) : nlohmann::json()},
       {"ours_over_peer_throughput", peer_us > 0 ? nlohmann::json(peer_us / us) : nlohmann::json()},
+      {"peer_fp8_unavailable",
+       fp8 && peer_us == 0 ? nlohmann::json(peer.fp8_why) : nlohmann::json()},
       {"max_rel_l2_error", err}};
 }
 

@@ -96,12 +96,44 @@ def main():
                                    "tflops": flops / us / 1e6})
         del q, k, v
         torch.cuda.empty_cache()
+    # fp8: e4m3 q, K, V through SDPA (cuDNN's fp8 attention) where this PyTorch exposes it; what
+    # it answered otherwise.
+    results["prefill_fp8"] = []
+    for shape in a.prefill:
+        B, L = map(int, shape.split(":"))
+        q = (torch.randn(B, H, L, D, device=dev) * 0.5).to(torch.float8_e4m3fn)
+        k = (torch.randn(B, KH, L, D, device=dev) * 0.5).to(torch.float8_e4m3fn)
+        v = (torch.randn(B, KH, L, D, device=dev) * 0.5).to(torch.float8_e4m3fn)
+        errors = []
+        for backend in ("CUDNN_ATTENTION",):
+            try:
+                with backend_context(backend):
+                    fn = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True,
+                                                                enable_gqa=True)
+                    fn()
+                    torch.cuda.synchronize()
+                    us = timed(fn, max(10, a.reps // 5), flush)
+                flops = 4.0 * B * H * D * L * L / 2
+                results["prefill_fp8"].append({"batch": B, "tokens": L, "us": us,
+                                               "backend": backend.lower(),
+                                               "tflops": flops / us / 1e6})
+                break
+            except (RuntimeError, ValueError, TypeError) as e:
+                errors.append(f"{backend.lower()}: {str(e).splitlines()[0][:160]}")
+        else:
+            results["prefill_fp8"].append({"batch": B, "tokens": L,
+                                           "error": "; ".join(errors)})
+        del q, k, v
+        torch.cuda.empty_cache()
     with open(a.out, "w") as f:
         json.dump(results, f, indent=1)
     for r in results["decode"]:
         print(f"sdpa decode {r['batch']}x{r['context']} h{r['head_size']}: {r['us']:.1f} us ({r['backend']})")
     for r in results["prefill"]:
         print(f"sdpa prefill {r['batch']}x{r['tokens']}: {r['us']:.1f} us, {r['tflops']:.0f} TFLOP/s ({r['backend']})")
+    for r in results["prefill_fp8"]:
+        print(f"sdpa fp8 prefill {r['batch']}x{r['tokens']}: "
+              + (f"{r['us']:.1f} us ({r['backend']})" if "us" in r else f"not run: {r['error']}"))
     return 0
 
 

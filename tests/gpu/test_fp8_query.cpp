@@ -14,6 +14,16 @@
 // 2^-11). Summed as worst cases: bf16 2^-9 + 2^-11 + 2^-12 = 2.7e-3, fp16 2^-11 + 2^-11 + 2^-12
 // = 1.2e-3; the relative L2 error (an RMS, below those) must stay under 4e-3 (bf16) and 2e-3
 // (fp16). The measured errors are printed (MESSAGE) per dtype: maximum and median.
+//
+// The Hopper wgmma prefill (sm_90, head size 128, templates/prefill_sm90.cu) runs P V on fp8
+// tensor cores with P rounded to e4m3 (round to nearest even, 3 mantissa bits, after scaling
+// P by 2^8 so that e4m3's subnormals start 2^-17 under the row maximum): each weight carries a
+// relative error of at most 2^-4 (half an ulp), uniform over [-2^-4, 2^-4] times 1 / (1 + f)
+// for mantissa fraction f, RMS about 2^-4 * 0.72 / sqrt(3) = 2.6e-2. The sum l takes the
+// unrounded fp32 weights. With values of zero mean independent of the weights, the output's
+// relative L2 error is that RMS (the errors of different keys add as squares, as the values'
+// contributions do), and at most 2^-4 where one key dominates; so 5e-2 (relative L2) for those
+// launches, q8_prefill_tolerance(). Every other prefill keeps P in 16 bits and q8_tolerance().
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -25,8 +35,10 @@
 
 #include "graphattn/graphattn.hpp"
 #include "graphattn/runtime.hpp"
+#include "jit_cache/prefill_kernels.hpp"
 #include "runtime/decode.hpp"
 #include "runtime/driver.hpp"
+#include "runtime/prefill.hpp"
 #include "templates/params.h"
 #include "testing/host_dtypes.hpp"
 #include "testing/reference.hpp"
@@ -38,6 +50,12 @@ using namespace graphattn::test;
 namespace {
 
 double q8_tolerance(DType t) { return t == DType::kBFloat16 ? 4e-3 : 2e-3; }
+// A prefill of this spec: fp8 P (the wgmma kernel) or 16-bit P (mma.sync); see the top.
+double q8_prefill_tolerance(const AttentionSpec& spec) {
+  return detail::select_prefill_kernel(spec) == detail::PrefillKernel::kWgmma
+             ? 5e-2
+             : q8_tolerance(spec.dtype);
+}
 
 struct Q8Case {
   DType dtype = DType::kBFloat16;
@@ -48,6 +66,7 @@ struct Q8Case {
   float soft_cap = 0;
   bool sinks = false, alibi = false;
   bool per_head = false;  // device descales [num_reqs, num_kv_heads]; else per-tensor floats
+  bool causal = true;     // false: every query token of a request sees all its keys
   std::vector<int> seq_lens;
   std::vector<int> q_lens;  // query tokens of each request (the last of its sequence); empty: 1
   int q_len(int r) const { return q_lens.empty() ? 1 : q_lens[r]; }
@@ -58,7 +77,8 @@ std::string describe(const Q8Case& c) {
                   to_string(c.layout) + " head " + std::to_string(c.head_size) + " group " +
                   std::to_string(c.group) + " window " + std::to_string(c.window) + " cap " +
                   std::to_string(c.soft_cap) + (c.sinks ? " sinks" : "") +
-                  (c.alibi ? " alibi" : "") + (c.per_head ? " per-(request, head)" : " per-tensor");
+                  (c.alibi ? " alibi" : "") + (c.causal ? "" : " non-causal") +
+                  (c.per_head ? " per-(request, head)" : " per-tensor");
   for (int l : c.seq_lens) s += " " + std::to_string(l);
   return s;
 }
@@ -238,6 +258,7 @@ std::vector<double> reference(const Q8Case& c, const Q8Batch& b, double scale) {
       }
   p.scale = scale;
   p.window = c.window;
+  p.causal = c.causal;
   p.soft_cap = c.soft_cap;
   p.alibi_slopes = b.slopes;
   p.sinks = b.sinks;
@@ -272,15 +293,10 @@ double token_error(const Q8Case& c, const Q8Batch& b, const std::vector<double>&
   return relative_l2(got, std::vector<double>(want.begin() + t0 * row, want.begin() + t1 * row));
 }
 
-// A direct launch of every request of b: grid (splits, stages), the case's descales.
-detail::DecodeLaunch launch_of(const Q8Case& c, const Q8Batch& b, int splits, int stages,
-                               float scale, const DeviceBuffer& ws, const DeviceBuffer& counters) {
-  detail::DecodeLaunch a{{b.q_view, b.kv_view, b.out_view, b.seq_view, b.bt_view,
-                          static_cast<const float*>(b.d_slopes.data()),
-                          static_cast<const float*>(b.d_sinks.data())}};
-  a.num_decodes = b.n;
-  a.max_splits = splits;
-  a.stages = stages;
+// A direct launch's score options and descales (decode or prefill): the case's window, soft cap
+// and per-tensor or per-(request, KV head) descales.
+template <typename Launch>
+void set_scores_and_scales(const Q8Case& c, const Q8Batch& b, float scale, Launch& a) {
   a.scale = scale;
   a.window = c.window;
   a.soft_cap = c.soft_cap;
@@ -294,6 +310,18 @@ detail::DecodeLaunch launch_of(const Q8Case& c, const Q8Batch& b, int splits, in
     a.q8.req_stride = b.KH;
     a.q8.head_stride = 1;
   }
+}
+
+// A direct launch of every request of b: grid (splits, stages), the case's descales.
+detail::DecodeLaunch launch_of(const Q8Case& c, const Q8Batch& b, int splits, int stages,
+                               float scale, const DeviceBuffer& ws, const DeviceBuffer& counters) {
+  detail::DecodeLaunch a{{b.q_view, b.kv_view, b.out_view, b.seq_view, b.bt_view,
+                          static_cast<const float*>(b.d_slopes.data()),
+                          static_cast<const float*>(b.d_sinks.data())}};
+  a.num_decodes = b.n;
+  a.max_splits = splits;
+  a.stages = stages;
+  set_scores_and_scales(c, b, scale, a);
   a.workspace = ws.data();
   a.workspace_size = ws.bytes();
   a.counters = counters.data();
@@ -586,10 +614,77 @@ TEST_CASE("gpu fp8 query: prefills and mixed batches through forward() (host and
       INFO("relative L2 error " << err << " (decode rows " << decode_err << ", prefill rows "
                                 << prefill_err << ")");
       CHECK(decode_err <= q8_tolerance(c.dtype));
-      CHECK(prefill_err <= q8_tolerance(c.dtype));
+      CHECK(prefill_err <= q8_prefill_tolerance(attn.required_specs()[2]));
       errors.add(c.dtype, err);
     }
   }
   MESSAGE("prefill + decode relative L2 errors, bf16 out: "
+          << Errors::summary(errors.bf16) << "; fp16 out: " << Errors::summary(errors.fp16));
+}
+
+TEST_CASE("gpu fp8 query: the prefill kernels (wgmma on sm_90) match the float64 reference") {
+  GA_REQUIRE_GPU();
+  TempKernelCache cache;
+  auto rng = make_rng();
+  const int arch = current_device_arch();
+  std::vector<Q8Case> cases(6);
+  cases[0].num_kv_heads = 2;  // bf16, e4m3, NHD, GQA 4, causal, per-tensor
+  cases[1].dtype = DType::kFloat16;
+  cases[1].kv = KvDType::kFp8E5M2;
+  cases[1].layout = KvLayout::kHND;
+  cases[1].block_size = 32;
+  cases[1].group = 8;
+  cases[1].num_kv_heads = 1;
+  cases[1].causal = false;
+  cases[1].per_head = true;
+  cases[2].group = 1;
+  cases[2].window = 300;
+  cases[2].soft_cap = 10.0f;
+  cases[2].sinks = true;
+  cases[2].per_head = true;
+  cases[3].group = 2;
+  cases[3].layout = KvLayout::kHND;
+  cases[3].alibi = true;
+  cases[3].causal = false;
+  cases[4].dtype = DType::kFloat16;
+  cases[4].group = 4;
+  cases[4].per_head = true;
+  cases[5].head_size = 64;  // mma.sync on every arch (the wgmma kernel takes head size 128)
+  cases[5].per_head = true;
+  Errors errors;
+  for (Q8Case& c : cases) {
+    // Whole prompts, chunks after a context (a partial last tile, a long one), an empty request.
+    c.seq_lens = {1000, 0, 600, 2100, 129};
+    c.q_lens = {1000, 0, 37, 300, 129};
+    INFO(describe(c));
+    Q8Batch b;
+    build(c, rng, b);
+    DeviceBuffer qsl((b.n + 1) * 4);
+    qsl.upload(b.starts.data(), b.starts.size() * 4);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_size));
+    detail::PrefillLaunch a{{b.q_view, b.kv_view, b.out_view, b.seq_view, b.bt_view,
+                             c.alibi ? static_cast<const float*>(b.d_slopes.data()) : nullptr,
+                             c.sinks ? static_cast<const float*>(b.d_sinks.data()) : nullptr}};
+    a.non_causal = !c.causal;
+    a.query_start_loc = TensorView::contiguous(qsl.data(), ScalarType::kInt32, {b.n + 1});
+    a.num_reqs = b.n;
+    a.max_query_len = *std::max_element(c.q_lens.begin(), c.q_lens.end());
+    set_scores_and_scales(c, b, scale, a);
+    const AttentionSpec spec = detail::prefill_spec(a, arch);
+    INFO(spec.to_string());
+    CHECK(spec.q_fp8);
+    const bool wgmma = detail::select_prefill_kernel(spec) == detail::PrefillKernel::kWgmma;
+    CHECK(wgmma == (arch == 90 && c.head_size == 128));
+    const detail::LoadedKernel& k = detail::load_kernel(spec, cache);
+    b.d_out.fill_bytes(0xff);  // NaN in both 16-bit types: every row must be written
+    detail::launch_prefill(k, a, nullptr);
+    GA_CU_CHECK(detail::driver().cuCtxSynchronize());
+    const double err = compare(c, b, reference(c, b, scale));
+    INFO("relative L2 error " << err << (wgmma ? " (wgmma, fp8 P)" : " (mma.sync)"));
+    CHECK(err <= q8_prefill_tolerance(spec));
+    if (wgmma) errors.add(c.dtype, err);
+    MESSAGE(spec.to_string() << (wgmma ? " wgmma" : " mma.sync") << ": relative L2 error " << err);
+  }
+  MESSAGE("wgmma (fp8 P) prefill relative L2 errors, bf16 out: "
           << Errors::summary(errors.bf16) << "; fp16 out: " << Errors::summary(errors.fp16));
 }
