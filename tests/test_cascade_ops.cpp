@@ -270,9 +270,10 @@ TEST_CASE("cascade ops: the cache writes' fp32, block 8 and legacy x checks") {
   };
   CHECK(has(error_of([&] { write_kv_cache(key32, key32, flash(12), slots, 1, 1, nullptr); }),
             "block size 12 is not supported"));
-  // The attention paths keep their rules: a legacy cache with another x, fp32 queries.
+  // The attention paths read x from the key cache too (8, 16 or 16 bytes; test_legacy_key_x):
+  // another x is refused there as here.
   CHECK(has(error_of([&] {
-              const PagedKvCache c = legacy(ScalarType::kFloat8E4M3, 8, 16, 0x1000000);
+              const PagedKvCache c = legacy(ScalarType::kFloat8E4M3, 4, 16, 0x1000000);
               forward_prefix(
                   key16, key16, key16, "fp8", c.key_cache, c.value_cache,
                   TensorView::contiguous(fake_device(0x3000000), ScalarType::kInt32, {1, 4}),
@@ -280,7 +281,7 @@ TEST_CASE("cascade ops: the cache writes' fp32, block 8 and legacy x checks") {
                   TensorView::contiguous(fake_device(0x3200000), ScalarType::kInt32, {1}), 4,
                   nullptr, 0, 1, 1, key16, nullptr);
             }),
-            "with x = 16 (16 bytes of fp8_e4m3; other x values: the cache writes only)"));
+            "has x = 4 (its last dim), which is not supported; supported: 8, 16"));
 }
 
 TEST_CASE("cascade ops: C ABI refusals of merge_attn_states and device-mapped copy_blocks") {

@@ -510,7 +510,7 @@ GRAPHATTN_API graphattn_status_t graphattn_calc_kv_scales(
  * scales and cache as graphattn_write_kv_cache; block_size 8 or a multiple of 16.
  * graphattn_forward_prefix (16-bit queries, block sizes from 16) and
  * graphattn_paged_attention_v1 / v2 (16-bit or float32 queries, block size 8 too) read these
- * caches with x = 16 bytes. */
+ * caches with the same x values. */
 GRAPHATTN_API graphattn_status_t graphattn_write_to_paged_cache(
     const DLTensor* key, const DLTensor* value, const DLTensor* key_cache,
     const DLTensor* value_cache, const DLTensor* slot_mapping, graphattn_kv_dtype_t kv_dtype,
