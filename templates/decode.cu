@@ -93,13 +93,18 @@ constexpr int LOAD_ITERS = (TILE * UNITS + 31) / 32;
 constexpr bool FAST_LOAD =
     32 % UNITS == 0 && TILE * UNITS % 32 == 0 && (LOAD_ITERS & (LOAD_ITERS - 1)) == 0;
 constexpr bool LEGACY = KV_LAYOUT == 2;
-// The legacy key cache's x in bytes: GA_KEY_X elements where the spec names it, else 16.
+// The legacy key cache's x in bytes: GA_KEY_X elements where the spec names it, else 16. (A
+// function: a namespace-scope constant is a device global, which would change every kernel's
+// resource table.)
+constexpr int ga_key_x_bytes() {
 #ifdef GA_KEY_X
-constexpr int KEY_X_BYTES = GA_KEY_X * KV_BYTES;
+  return GA_KEY_X * KV_BYTES;
 #else
-constexpr int KEY_X_BYTES = 16;
+  return 16;
 #endif
-static_assert(KEY_X_BYTES == 8 || KEY_X_BYTES == 16 || KEY_X_BYTES == 32, "x: 8, 16, 32 bytes");
+}
+static_assert(ga_key_x_bytes() == 8 || ga_key_x_bytes() == 16 || ga_key_x_bytes() == 32,
+              "x: 8, 16, 32 bytes");
 constexpr int VT_UNITS = KV_BYTES;        // legacy V^T: 16-byte units per dimension of a tile
 constexpr int VT_TOKENS = 16 / KV_BYTES;  // legacy V^T: tokens per unit
 static_assert(!LEGACY || REAL_BYTES % 16 == 0, "legacy caches hold whole 16-byte chunks");
@@ -688,6 +693,7 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
           const int tok = ga_tok_of_row(row);
           const int pos = t0 + tok;
           const bool valid = pos >= lo && pos < seq_len;
+          constexpr int KEY_X_BYTES = ga_key_x_bytes();
           if constexpr (KEY_X_BYTES == 16) {
             const long long src =
                 BLOCK_SIZE < TILE
