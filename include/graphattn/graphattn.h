@@ -659,9 +659,10 @@ GRAPHATTN_API graphattn_status_t graphattn_can_run_uniform_decode(const int32_t*
                                                                   int decode_query_len,
                                                                   int* result) GRAPHATTN_NOEXCEPT;
 
-/* vLLM's rule for cascade attention (C++ use_cascade_attention, graphattn/metadata.hpp):
- * *result = 1 to use it for a batch of num_reqs requests with these scheduled query lengths
- * ([num_reqs], host) and a common prefix of common_prefix_len tokens. */
+/* graphattn's rule for cascade attention (C++ use_cascade_attention, graphattn/metadata.hpp:
+ * vLLM's, with a measured floor for GQA decode batches): *result = 1 to use it for a batch of
+ * num_reqs requests with these scheduled query lengths ([num_reqs], host) and a common prefix
+ * of common_prefix_len tokens. */
 GRAPHATTN_API graphattn_status_t graphattn_use_cascade_attention(
     int common_prefix_len, const int32_t* query_lens, int num_reqs, int num_query_heads,
     int num_kv_heads, int use_alibi, int use_sliding_window, int num_sms,
