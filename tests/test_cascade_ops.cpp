@@ -21,12 +21,9 @@
 using namespace graphattn;
 using test::error_of;
 using test::fake_device;
+using test::has;
 
 namespace {
-
-bool has(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
-}
 
 TensorView rows(uintptr_t at, ScalarType t, int64_t tokens, int64_t heads, int64_t head) {
   return TensorView::contiguous(fake_device(at), t, {tokens, heads, head});

@@ -19,12 +19,9 @@
 using namespace graphattn;
 using test::error_of;
 using test::fake_device;
+using test::has;
 
 namespace {
-
-bool has(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
-}
 
 std::string parse_error(const std::string& text) {
   return error_of([&] { AttentionSpec::parse(text); });
