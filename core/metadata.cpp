@@ -254,9 +254,9 @@ FlashAttentionMetadata FlashAttentionMetadataBuilder::build(int common_prefix_le
   return f;
 }
 
-bool use_cascade_attention(int common_prefix_len, const std::vector<int32_t>& query_lens,
-                           int num_query_heads, int num_kv_heads, bool use_alibi,
-                           bool use_sliding_window, int num_sms) {
+bool vllm_use_cascade_attention(int common_prefix_len, const std::vector<int32_t>& query_lens,
+                                int num_query_heads, int num_kv_heads, bool use_alibi,
+                                bool use_sliding_window, int num_sms) {
   const auto cdiv = [](int64_t a, int64_t b) { return (a + b - 1) / b; };
   if (common_prefix_len < 256) return false;  // vLLM: too short to be worth it
   if (use_alibi || use_sliding_window) return false;
@@ -278,6 +278,19 @@ bool use_cascade_attention(int common_prefix_len, const std::vector<int32_t>& qu
   const int64_t plain_time =
       cdiv(num_reqs * num_kv_heads * cdiv(group, kTile) * prefix_tiles, num_sms);
   return cascade_time < plain_time;
+}
+
+bool use_cascade_attention(int common_prefix_len, const std::vector<int32_t>& query_lens,
+                           int num_query_heads, int num_kv_heads, bool use_alibi,
+                           bool use_sliding_window, int num_sms) {
+  if (!vllm_use_cascade_attention(common_prefix_len, query_lens, num_query_heads, num_kv_heads,
+                                  use_alibi, use_sliding_window, num_sms))
+    return false;
+  const bool all_decodes =
+      std::all_of(query_lens.begin(), query_lens.end(), [](int32_t q) { return q == 1; });
+  if (!(num_query_heads / num_kv_heads > 1 && all_decodes)) return true;  // vLLM's "yes" branch
+  const int64_t num_reqs = static_cast<int64_t>(query_lens.size());
+  return num_reqs >= kCascadeMinDecodes && num_reqs * common_prefix_len >= kCascadeMinSharedTokens;
 }
 
 FlashAttentionMetadata FlashAttentionMetadataBuilder::build_for_cudagraph_capture(

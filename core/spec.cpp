@@ -48,6 +48,10 @@ constexpr NumberRule kBlockSizeRule = {
 constexpr NumberRule kGroupRule = {1, kMaxGroup, 1, nullptr, 0, "", 0, ""};
 constexpr NumberRule kArchRule = {
     kArchs[0], largest(kArchs, kNumArchs), 0, kArchs, kNumArchs, "sm_", 0, ""};
+// The legacy key cache's x where it is not 16 bytes of the element (0: 16 bytes); validate()
+// refuses the value that is 16 bytes (it is spelled 0) and x for other layouts.
+constexpr int kKeyXs[] = {0, 8, 16};
+constexpr NumberRule kKeyXRule = {0, 16, 0, kKeyXs, 3, "", 0, ""};
 constexpr const NumberRule* kNoRule = nullptr;
 
 std::vector<int> values_of(const NumberRule& r) {
@@ -215,7 +219,7 @@ const char* name_of(E v) {
   return i >= 0 && i < static_cast<int>(n.size()) ? n[i] : "?";
 }
 
-enum class Form { kName, kNumber, kFlag, kSuffix };
+enum class Form { kName, kNumber, kFlag, kSuffix, kOptNumber };
 
 // One axis of GRAPHATTN_SPEC_AXES, with its field reached as an int.
 struct Axis {
@@ -227,7 +231,7 @@ struct Axis {
   unsigned kernels;        // the kernels that have it (KernelBit)
   int canonical;           // its value in every other kernel's spec
   const Names* names;      // kName
-  const NumberRule* rule;  // kNumber
+  const NumberRule* rule;  // kNumber, kOptNumber
   int (*get)(const AttentionSpec&);
   void (*set)(AttentionSpec&, int);
 };
@@ -239,21 +243,25 @@ constexpr int largest_allowed(Form form, const NumberRule* rule) {
   if constexpr (std::is_enum_v<T>) {
     return enum_count<T>() - 1;
   } else {
-    return form == Form::kNumber ? (rule ? rule->hi : 0) : 1;
+    return form == Form::kNumber || form == Form::kOptNumber ? (rule ? rule->hi : 0) : 1;
   }
 }
 
-#define GRAPHATTN_SPEC_CHECK(type, field, default_value, form, tag, label, radix, constant,      \
-                             kernels, canonical, rule)                                           \
-  static_assert((Form::form == Form::kNumber) == ((rule) != nullptr),                            \
-                "spec axis " #field ": a number axis names its NumberRule, the others kNoRule"); \
-  static_assert(largest_allowed<type>(Form::form, rule) < (radix),                               \
-                "spec axis " #field ": the radix does not cover every allowed value");           \
-  static_assert(static_cast<int>(canonical) >= 0 && static_cast<int>(canonical) < (radix) &&     \
-                    static_cast<int>(default_value) >= 0 &&                                      \
-                    static_cast<int>(default_value) < (radix),                                   \
-                "spec axis " #field ": the canonical and default values must pack");             \
-  static_assert((kernels) != 0 && ((kernels) & ~kAnyKernel) == 0,                                \
+#define GRAPHATTN_SPEC_CHECK(type, field, default_value, form, tag, label, radix, constant,   \
+                             kernels, canonical, rule)                                        \
+  static_assert(                                                                              \
+      (Form::form == Form::kNumber || Form::form == Form::kOptNumber) == ((rule) != nullptr), \
+      "spec axis " #field ": a number axis names its NumberRule, the others kNoRule");        \
+  static_assert(Form::form != Form::kOptNumber ||                                             \
+                    static_cast<int>(default_value) == static_cast<int>(canonical),           \
+                "spec axis " #field ": an optional number's default is its canonical value"); \
+  static_assert(largest_allowed<type>(Form::form, rule) < (radix),                            \
+                "spec axis " #field ": the radix does not cover every allowed value");        \
+  static_assert(static_cast<int>(canonical) >= 0 && static_cast<int>(canonical) < (radix) &&  \
+                    static_cast<int>(default_value) >= 0 &&                                   \
+                    static_cast<int>(default_value) < (radix),                                \
+                "spec axis " #field ": the canonical and default values must pack");          \
+  static_assert((kernels) != 0 && ((kernels) & ~kAnyKernel) == 0,                             \
                 "spec axis " #field ": kernels is a set of KernelBit");
 GRAPHATTN_SPEC_AXES(GRAPHATTN_SPEC_CHECK)
 #undef GRAPHATTN_SPEC_CHECK
@@ -306,6 +314,8 @@ std::string written(const Axis& a, int v) {
       return tag + std::to_string(v);
     case Form::kSuffix:
       return v ? tag : "no " + std::string(a.tag);
+    case Form::kOptNumber:
+      return v != a.canonical ? tag + std::to_string(v) : "no " + std::string(a.tag);
   }
   return tag;
 }
@@ -348,7 +358,7 @@ void AttentionSpec::validate() const {
     const int v = a.get(*this);
     if (a.form == Form::kName && (v < 0 || v >= static_cast<int>(a.names->size())))
       fail(a.label, std::to_string(v), allowed_names(*a.names));
-    if (a.form == Form::kNumber && !allows(*a.rule, v))
+    if ((a.form == Form::kNumber || a.form == Form::kOptNumber) && !allows(*a.rule, v))
       fail(a.label, a.rule->value_prefix + std::to_string(v), allowed(*a.rule));
   }
   // float32 is the cache writes', merge_states' and the legacy decode's (a CUDA-core fp32
@@ -411,6 +421,26 @@ void AttentionSpec::validate() const {
         " is not supported by the legacy layout with KV cache dtype " + name_of(kv_dtype) +
         "; supported: multiples of " +
         (kv_dtype == KvDType::kAuto ? "8 (x = 8 16-bit elements)" : "16 (x = 16 fp8 elements)"));
+  if (key_x != 0) {
+    // The legacy key cache's x in elements, where it is not 16 bytes of them.
+    const int kv_bytes = kv_dtype_bytes(kv_dtype, dtype);
+    if (layout != KvLayout::kLegacy)
+      throw Error("spec " + to_string() + ": legacy key cache x (_x" + std::to_string(key_x) +
+                  ") is an axis of vLLM's legacy key cache; supported: _x with layout legacy "
+                  "only");
+    if (key_x * kv_bytes == 16)
+      throw Error("spec " + to_string() + ": legacy key cache x " + std::to_string(key_x) +
+                  " is 16 bytes of " + std::to_string(kv_bytes) +
+                  "-byte elements, the canonical x, which the spec leaves out; supported: _x" +
+                  (kv_bytes == 1   ? "8"
+                   : kv_bytes == 2 ? "16"
+                                   : "8, _x16") +
+                  " or no _x");
+    if (head_size % key_x != 0)
+      throw Error("spec " + to_string() + ": head size " + std::to_string(head_size) +
+                  " is not supported by a legacy key cache with x = " + std::to_string(key_x) +
+                  "; supported: multiples of " + std::to_string(key_x));
+  }
   if (interleaved_v) {
     // vLLM's interleaved V: tokens in groups of kx = 16 bytes of cache elements.
     const int kx = 16 / (kv_dtype != KvDType::kAuto ? 1 : dtype == DType::kFloat32 ? 4 : 2);
@@ -451,6 +481,9 @@ std::string AttentionSpec::to_string() const {
       case Form::kSuffix:
         if (v) out += a.tag;
         break;
+      case Form::kOptNumber:
+        if (v != a.canonical) out += a.tag + std::to_string(v);
+        break;
     }
   }
   return out;
@@ -483,6 +516,9 @@ std::string spec_constants(const AttentionSpec& s) {
       // Only set ones are named, so that a mode's off state renders the same source as before
       // the mode existed.
       if (v) out += std::string("#define ") + a.constant + " 1\n";
+    } else if (a.form == Form::kOptNumber) {
+      if (v != a.canonical)
+        out += std::string("#define ") + a.constant + " " + std::to_string(v) + "\n";
     } else {
       out += std::string("constexpr int ") + a.constant + " = " + std::to_string(v) + ";\n";
     }
@@ -534,6 +570,9 @@ std::string grammar() {
       case Form::kSuffix:
         g += "[" + std::string(a.tag) + "]";
         break;
+      case Form::kOptNumber:
+        g += "[" + std::string(a.tag) + "<" + a.label + ">]";
+        break;
     }
   }
   return g;
@@ -582,8 +621,13 @@ AttentionSpec AttentionSpec::parse(const std::string& text) {
         break;
       }
       case Form::kNumber:
-      case Form::kFlag: {
-        if (!take_literal(text, pos, tag)) throw missing(label, "'" + tag + "<number>'");
+      case Form::kFlag:
+      case Form::kOptNumber: {
+        if (!take_literal(text, pos, tag)) {
+          if (a.form != Form::kOptNumber) throw missing(label, "'" + tag + "<number>'");
+          a.set(s, a.canonical);  // not named: the canonical value
+          break;
+        }
         const size_t at = pos;
         int v = 0;
         switch (take_number(text, pos, v)) {
@@ -600,6 +644,9 @@ AttentionSpec AttentionSpec::parse(const std::string& text) {
         }
         if (a.form == Form::kFlag && v > 1)
           throw bad(label + " field '" + tag + "' must be 0 or 1, found " + std::to_string(v));
+        if (a.form == Form::kOptNumber && v == a.canonical)
+          throw bad(label + " field '" + tag + std::to_string(v) +
+                    "' names the canonical value, which the canonical form leaves out");
         a.set(s, v);
         break;
       }

@@ -60,6 +60,13 @@ KvCacheShape check_direct_launch_legacy(const LoadedKernel& k, const DecodeLaunc
              "launch_decode: the legacy caches were checked for " +
                  std::string(to_string(a.legacy_kv.dtype)) + ", the query is " +
                  to_string(a.query.dtype));
+  const int x = key_x_of(a.legacy_kv);
+  GA_REQUIRE(k.compiled->spec.key_x == x,
+             "launch_decode: kernel " + k.compiled->spec.to_string() +
+                 " reads a legacy key cache with x = " +
+                 (k.compiled->spec.key_x != 0 ? std::to_string(k.compiled->spec.key_x)
+                                              : std::string("16 bytes")) +
+                 ", the key cache has x = " + std::to_string(a.legacy_kv.x));
   return a.legacy_kv;
 }
 

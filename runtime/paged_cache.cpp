@@ -35,8 +35,7 @@ bool compact(const TensorView& t) {
 
 // The legacy caches as the kernels read them (check_cache_write checks the rest of a write).
 detail::KvCacheShape detail::check_paged_caches(const TensorView& key_cache,
-                                                const TensorView& value_cache, DType dtype,
-                                                bool any_x) {
+                                                const TensorView& value_cache, DType dtype) {
   detail::require_rank(key_cache, 5, "key_cache",
                        "[num_blocks, num_kv_heads, head_size / x, block_size, x]");
   detail::require_rank(value_cache, 4, "value_cache",
@@ -48,8 +47,9 @@ detail::KvCacheShape detail::check_paged_caches(const TensorView& key_cache,
   kc.dtype = dtype;
   kc.layout = KvLayout::kLegacy;
   kc.kv_dtype = kv_dtype_of(key_cache, dtype);
+  // x is read from the tensor, as vLLM does: 16 bytes of elements, 8 or 16 (spec axis key_x).
   const int64_t default_x = paged_cache_x(key_cache.dtype);
-  const int64_t x = any_x ? key_cache.shape[4] : default_x;
+  const int64_t x = key_cache.shape[4];
   GA_REQUIRE(x == default_x || x == 8 || x == 16,
              "key_cache " + key_cache.describe() + " has x = " + str(x) +
                  " (its last dim), which is not supported; supported: " +
@@ -66,9 +66,7 @@ detail::KvCacheShape detail::check_paged_caches(const TensorView& key_cache,
   GA_REQUIRE(matches, "key_cache " + key_cache.describe() + " does not match value_cache " +
                           value_cache.describe() + ": key_cache must be [num_blocks, " +
                           "num_kv_heads, head_size / x, block_size, x] with x = " + str(x) +
-                          (any_x ? std::string(" (its last dim)")
-                                 : " (16 bytes of " + std::string(to_string(key_cache.dtype)) +
-                                       "; other x values: the cache writes only)"));
+                          " (its last dim)");
   GA_REQUIRE(kc.num_blocks >= 1 && kc.num_kv_heads >= 1,
              "value_cache " + value_cache.describe() + " holds no block or no KV head");
   for (const TensorView* t : {&key_cache, &value_cache})
@@ -127,7 +125,7 @@ void write_to_paged_cache(const TensorView& key, const TensorView& value,
                           const float* v_scale_device, bool interleaved_v) {
   detail::require_rank(key, 3, "key", "[num_tokens, num_kv_heads, head_size]");
   const detail::KvCacheShape kc =
-      detail::check_paged_caches(key_cache, value_cache, element_dtype_of(key.dtype), true);
+      detail::check_paged_caches(key_cache, value_cache, element_dtype_of(key.dtype));
   detail::check_cache_write(key, value, kc, slot_mapping, k_scale, v_scale);
   const detail::DeviceKvScales scales{k_scale_device, v_scale_device};
   detail::require_device_scales(scales, "write_to_paged_cache");

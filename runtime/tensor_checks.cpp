@@ -127,9 +127,15 @@ KernelFeatures features_of(const KvCacheShape& kc, DType dtype, int arch) {
   f.dtype = dtype;
   f.kv_dtype = kc.kv_dtype;
   f.layout = kc.layout;
+  f.key_x = key_x_of(kc);
   f.group = 1;
   f.arch = arch;
   return f;
+}
+
+int key_x_of(const KvCacheShape& kc) {
+  if (kc.layout != KvLayout::kLegacy) return 0;
+  return kc.x * kv_dtype_bytes(kc.kv_dtype, kc.dtype) == 16 ? 0 : static_cast<int>(kc.x);
 }
 
 void require_softmax_lse(const TensorView& lse, const TensorView& query) {
@@ -198,6 +204,7 @@ AttentionSpec attention_spec_for(KernelKind kind, const TensorView& query, const
   f.dtype = views.dtype;
   f.kv_dtype = views.kv_dtype;
   f.layout = views.layout;
+  f.key_x = views.key_x;
   f.group = static_cast<int>(num_heads / kc.num_kv_heads);
   f.sliding_window = window > 0;
   f.soft_cap = soft_cap > 0;

@@ -54,11 +54,13 @@ struct KvCacheShape {
 };
 KvCacheShape check_kv_cache(const TensorView& kv_cache, DType dtype);
 // vLLM's legacy key and value caches (runtime/paged_cache.cpp): ranks, matching shapes, one
-// element type (the model's or fp8), compact and 16-byte aligned. The key cache's x must be
-// paged_cache_x(its type) (what the attention kernels read) unless any_x (the cache write):
-// then 8 or 16 (vLLM's tests build fp8 caches with x = 8) or that default.
+// element type (the model's or fp8), compact and 16-byte aligned. The key cache's x (its last
+// dim) is paged_cache_x(its type), 8 or 16 (vLLM's tests build fp8 caches with x = 8).
 KvCacheShape check_paged_caches(const TensorView& key_cache, const TensorView& value_cache,
-                                DType dtype, bool any_x = false);
+                                DType dtype);
+// The spec's key_x for these caches: 0 for the flash layout and for x = 16 bytes of the cache
+// element, else x.
+int key_x_of(const KvCacheShape& kc);
 // The start of a direct launch (launch_decode, launch_prefill): k is loaded, the query has rank
 // 3, and the KV cache view is checked for the query's dtype. `where` names the caller.
 KvCacheShape check_direct_launch(const LoadedKernel& k, const TensorView& query,

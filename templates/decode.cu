@@ -26,7 +26,10 @@
 //
 // Legacy caches (KV_LAYOUT 2, vLLM's paged_attention_v1/v2 caches): the key cache is
 // [blocks, kv_heads, head_size / x, block_size, x] with x = 16 bytes, so chunk c of a tile's 16
-// tokens is 256 contiguous bytes; it lands in the same swizzled [token][chunk] K tile. The value
+// tokens is 256 contiguous bytes; it lands in the same swizzled [token][chunk] K tile. Another x
+// (spec key_x, GA_KEY_X elements) only moves the chunks: a 32-byte x holds two chunks of a token,
+// an 8-byte x (fp8, x = 8) half of one, copied as two 8-byte halves BLOCK_SIZE * 8 bytes apart.
+// The value
 // cache is [blocks, kv_heads, head_size, block_size]: a head dimension's tokens are contiguous, so
 // V lands transposed, a V^T tile [dimension][16 tokens] of 16-byte units (2 per dimension for
 // 16-bit caches: tokens 0-7 and 8-15; 1 for fp8), unit u stored at u ^ ((u / 16) % 8), and the MMA
@@ -90,6 +93,18 @@ constexpr int LOAD_ITERS = (TILE * UNITS + 31) / 32;
 constexpr bool FAST_LOAD =
     32 % UNITS == 0 && TILE * UNITS % 32 == 0 && (LOAD_ITERS & (LOAD_ITERS - 1)) == 0;
 constexpr bool LEGACY = KV_LAYOUT == 2;
+// The legacy key cache's x in bytes: GA_KEY_X elements where the spec names it, else 16. (A
+// function: a namespace-scope constant is a device global, which would change every kernel's
+// resource table.)
+constexpr int ga_key_x_bytes() {
+#ifdef GA_KEY_X
+  return GA_KEY_X * KV_BYTES;
+#else
+  return 16;
+#endif
+}
+static_assert(ga_key_x_bytes() == 8 || ga_key_x_bytes() == 16 || ga_key_x_bytes() == 32,
+              "x: 8, 16, 32 bytes");
 constexpr int VT_UNITS = KV_BYTES;        // legacy V^T: 16-byte units per dimension of a tile
 constexpr int VT_TOKENS = 16 / KV_BYTES;  // legacy V^T: tokens per unit
 static_assert(!LEGACY || REAL_BYTES % 16 == 0, "legacy caches hold whole 16-byte chunks");
@@ -114,6 +129,11 @@ __device__ __forceinline__ void ga_cp_async(unsigned dst, const void* src, bool 
   } else {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(dst), "l"(src), "r"(n));
   }
+}
+// An 8-byte cp.async (the halves of a 16-byte chunk in a legacy key cache with 8-byte x).
+__device__ __forceinline__ void ga_cp_async8(unsigned dst, const void* src, bool valid) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(dst), "l"(src),
+               "r"(valid ? 8 : 0));
 }
 __device__ __forceinline__ void ga_cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
@@ -673,12 +693,29 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
           const int tok = ga_tok_of_row(row);
           const int pos = t0 + tok;
           const bool valid = pos >= lo && pos < seq_len;
-          const long long src =
-              BLOCK_SIZE < TILE
-                  ? (tok < BLOCK_SIZE ? kv_off : kv_off2) +
-                        (static_cast<long long>(c) * BLOCK_SIZE + (tok & (BLOCK_SIZE - 1))) * 16
-                  : kv_off + (static_cast<long long>(c) * BLOCK_SIZE + in_block + tok) * 16;
-          ga_cp_async(stage + ga_k_off(row, c), key_cache + (valid ? src : kv_off), valid);
+          constexpr int KEY_X_BYTES = ga_key_x_bytes();
+          if constexpr (KEY_X_BYTES == 16) {
+            const long long src =
+                BLOCK_SIZE < TILE
+                    ? (tok < BLOCK_SIZE ? kv_off : kv_off2) +
+                          (static_cast<long long>(c) * BLOCK_SIZE + (tok & (BLOCK_SIZE - 1))) * 16
+                    : kv_off + (static_cast<long long>(c) * BLOCK_SIZE + in_block + tok) * 16;
+            ga_cp_async(stage + ga_k_off(row, c), key_cache + (valid ? src : kv_off), valid);
+          } else {
+            // Chunk c's first byte is byte (c * 16) % x of x-group c * 16 / x of the token.
+            const int tb = BLOCK_SIZE < TILE ? (tok & (BLOCK_SIZE - 1)) : in_block + tok;
+            const long long src =
+                (BLOCK_SIZE < TILE && tok >= BLOCK_SIZE ? kv_off2 : kv_off) +
+                (static_cast<long long>(c * 16 / KEY_X_BYTES) * BLOCK_SIZE + tb) * KEY_X_BYTES +
+                (c * 16) % KEY_X_BYTES;
+            if constexpr (KEY_X_BYTES == 8) {
+              ga_cp_async8(stage + ga_k_off(row, c), key_cache + (valid ? src : kv_off), valid);
+              ga_cp_async8(stage + ga_k_off(row, c) + 8,
+                           key_cache + (valid ? src + BLOCK_SIZE * 8 : kv_off), valid);
+            } else {
+              ga_cp_async(stage + ga_k_off(row, c), key_cache + (valid ? src : kv_off), valid);
+            }
+          }
         }
       }
       // V: unit idx = (dimension d, token group h) from d * BLOCK_SIZE + in_block + h * VT_TOKENS

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // float32 decode over vLLM's legacy PagedAttention caches (spec dtype fp32, layout legacy):
 // vLLM's paged_attention_v1 / v2 with float32 queries and caches. The key cache is
-// [blocks, kv_heads, head_size / 4, block_size, 4] (x = 16 bytes), the value cache
-// [blocks, kv_heads, head_size, block_size]; any block size (8, 16, ..., 256).
+// [blocks, kv_heads, head_size / x, block_size, x] (x = 4, 16 bytes; or 8 or 16: spec key_x), the
+// value cache [blocks, kv_heads, head_size, block_size]; any block size (8, 16, ..., 256).
 //
 // CUDA-core fp32 math, no tensor cores: vLLM's tests compare float32 against a float32 reference
 // at an absolute tolerance of 1e-3, and tf32 MMAs round every input to 10 mantissa bits (the
@@ -20,7 +20,11 @@
 constexpr int F32_KEYS = GA_DECODE_THREADS;  // keys per chunk, one per thread
 constexpr int F32_HPB = GROUP < GA_DECODE_HEADS_PER_BLOCK ? GROUP : GA_DECODE_HEADS_PER_BLOCK;
 constexpr int F32_OUT = (F32_HPB * HEAD_SIZE + GA_DECODE_THREADS - 1) / GA_DECODE_THREADS;
-constexpr int F32_X = 4;                                  // the key cache's x: 16 bytes of fp32
+#ifdef GA_KEY_X
+constexpr int F32_X = GA_KEY_X;  // the key cache's x: the spec's key_x (8 or 16 fp32)
+#else
+constexpr int F32_X = 4;  // the key cache's x: 16 bytes of fp32
+#endif
 constexpr int F32_CHUNKS = ga_decode_head_chunks(GROUP);  // blocks per KV head (grid y)
 static_assert(HEAD_SIZE % F32_X == 0, "fp32 legacy caches hold whole 16-byte chunks");
 // Shared memory: the heads' queries, the chunk's scores, the keys' cache offsets, the heads'
@@ -103,11 +107,14 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
 #pragma unroll
       for (int h = 0; h < F32_HPB; ++h) s[h] = 0.0f;
 #pragma unroll 4
-      for (int c = 0; c < HEAD_SIZE / F32_X; ++c) {
-        const float4 k = *reinterpret_cast<const float4*>(krow + c * (BLOCK_SIZE * F32_X));
+      for (int c = 0; c < HEAD_SIZE / 4; ++c) {  // 16-byte chunks: elements 4c .. 4c + 3
+        const float* kc = F32_X == 4
+                              ? krow + c * (BLOCK_SIZE * F32_X)
+                              : krow + (c * 4 / F32_X) * (BLOCK_SIZE * F32_X) + c * 4 % F32_X;
+        const float4 k = *reinterpret_cast<const float4*>(kc);
 #pragma unroll
         for (int h = 0; h < F32_HPB; ++h) {
-          const float4 q = *reinterpret_cast<const float4*>(q_s + h * HEAD_SIZE + c * F32_X);
+          const float4 q = *reinterpret_cast<const float4*>(q_s + h * HEAD_SIZE + c * 4);
           s[h] = fmaf(q.x, k.x, fmaf(q.y, k.y, fmaf(q.z, k.z, fmaf(q.w, k.w, s[h]))));
         }
       }

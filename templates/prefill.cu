@@ -42,12 +42,18 @@ constexpr int PF_STAGES = ga_prefill_stages(KV_FP8);        // 16-bit K/V tile b
 constexpr int PF_CHUNKS = HEAD_SIZE / 8;                    // 8-element chunks per row
 constexpr int PF_SMEM_16 = (PF_BLOCK_M + 2 * PF_STAGES * PF_BLOCK_N) * PF_ROW * 2;
 constexpr bool PF_LEGACY = KV_LAYOUT == 2;
-// Legacy layout: x of the key cache (elements in 16 bytes) and the transposed V tile's geometry.
+// Legacy layout: x of the key cache (elements in 16 bytes, or the spec's key_x) and the
+// transposed V tile's geometry.
 // A V^T row (one dimension) holds PF_BLOCK_N keys, PF_VT_CPR 16-byte chunks of 8 keys, with no
 // padding; chunk c of row d sits at chunk c ^ pf_vt_swizzle(d), which spreads the 8 rows an
 // ldmatrix reads (dims d0..d0+7 at one chunk) over all 32 banks: PF_VT_RPL rows share a
 // 128-byte line, and the XOR key runs through every chunk of the line as d % 8 does.
+#ifdef GA_KEY_X
+constexpr int PF_LEGACY_X = GA_KEY_X;  // spec key_x: x elements that are not 16 bytes
+#else
 constexpr int PF_LEGACY_X = KV_FP8 ? 16 : 8;
+#endif
+static_assert(PF_LEGACY_X % 8 == 0, "the K loads take 8-element chunks inside one x group");
 constexpr int PF_VT_CPR = PF_BLOCK_N / 8;  // 16-byte chunks (8 keys of 16-bit) per V^T row
 constexpr int PF_VT_RPL = 8 / PF_VT_CPR;   // V^T rows per 128-byte line
 static_assert(PF_VT_CPR * PF_VT_RPL == 8, "a V^T row is 64 or 128 bytes");

@@ -21,12 +21,9 @@
 using namespace graphattn;
 using test::error_of;
 using test::fake_device;
+using test::has;
 
 namespace {
-
-bool has(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
-}
 
 TensorView rows(uintptr_t at, ScalarType t, int64_t tokens, int64_t heads, int64_t head) {
   return TensorView::contiguous(fake_device(at), t, {tokens, heads, head});
@@ -270,9 +267,10 @@ TEST_CASE("cascade ops: the cache writes' fp32, block 8 and legacy x checks") {
   };
   CHECK(has(error_of([&] { write_kv_cache(key32, key32, flash(12), slots, 1, 1, nullptr); }),
             "block size 12 is not supported"));
-  // The attention paths keep their rules: a legacy cache with another x, fp32 queries.
+  // The attention paths read x from the key cache too (8, 16 or 16 bytes; test_legacy_key_x):
+  // another x is refused there as here.
   CHECK(has(error_of([&] {
-              const PagedKvCache c = legacy(ScalarType::kFloat8E4M3, 8, 16, 0x1000000);
+              const PagedKvCache c = legacy(ScalarType::kFloat8E4M3, 4, 16, 0x1000000);
               forward_prefix(
                   key16, key16, key16, "fp8", c.key_cache, c.value_cache,
                   TensorView::contiguous(fake_device(0x3000000), ScalarType::kInt32, {1, 4}),
@@ -280,7 +278,7 @@ TEST_CASE("cascade ops: the cache writes' fp32, block 8 and legacy x checks") {
                   TensorView::contiguous(fake_device(0x3200000), ScalarType::kInt32, {1}), 4,
                   nullptr, 0, 1, 1, key16, nullptr);
             }),
-            "with x = 16 (16 bytes of fp8_e4m3; other x values: the cache writes only)"));
+            "has x = 4 (its last dim), which is not supported; supported: 8, 16"));
 }
 
 TEST_CASE("cascade ops: C ABI refusals of merge_attn_states and device-mapped copy_blocks") {
@@ -390,7 +388,7 @@ TEST_CASE("softmax LSE: the layer config selects the _lse decode and prefill ker
   CHECK(cc.softmax_lse == 0);
 }
 
-TEST_CASE("cascade attention: vLLM's use_cascade_attention rule") {
+TEST_CASE("cascade attention: vLLM's use_cascade_attention rule and graphattn's floor") {
   const std::vector<int32_t> decodes64(64, 1), decodes8(8, 1), decodes7(7, 1);
   // The bench's shape: 8192 shared tokens, 64 decodes, 32/8 heads on 132 SMs: cascade 1 wave
   // x 64 tiles against ceil(64 * 8 * 64 / 132) = 249.
@@ -409,6 +407,31 @@ TEST_CASE("cascade attention: vLLM's use_cascade_attention rule") {
   CHECK(graphattn_use_cascade_attention(8192, decodes64.data(), 64, 32, 8, 0, 0, 132, &r) ==
         GRAPHATTN_OK);
   CHECK(r == 1);
+  // graphattn's floor on vLLM's rule, against the H100 sweep (docs/cascade-h100-2026-11-26.txt,
+  // 32/8 heads, 512 own tokens; plain / cascade time, > 1: cascade faster): graphattn's rule
+  // picks the faster path in every cell but 256 x 256 (0.99x); vLLM's rule in 26 of 36.
+  const int prefixes[] = {256, 512, 1024, 2048, 4096, 8192};
+  const int requests[] = {8, 16, 32, 64, 128, 256};
+  const double speedup[6][6] = {
+      {0.65, 0.62, 0.58, 0.53, 0.50, 0.45}, {0.73, 0.74, 0.76, 0.79, 0.81, 0.79},
+      {0.83, 0.84, 0.86, 0.88, 0.89, 0.91}, {0.91, 0.97, 1.04, 1.18, 1.34, 1.53},
+      {0.98, 1.06, 1.21, 1.49, 1.91, 2.45}, {0.99, 1.05, 1.23, 1.59, 2.26, 3.43}};
+  int graphattn_right = 0, vllm_right = 0;
+  for (int i = 0; i < 6; ++i)
+    for (int j = 0; j < 6; ++j) {
+      const std::vector<int32_t> decodes(requests[i], 1);
+      const bool faster = speedup[i][j] > 1.0;
+      graphattn_right +=
+          use_cascade_attention(prefixes[j], decodes, 32, 8, false, false, 132) == faster;
+      vllm_right +=
+          vllm_use_cascade_attention(prefixes[j], decodes, 32, 8, false, false, 132) == faster;
+    }
+  CHECK(graphattn_right == 35);
+  CHECK(vllm_right == 26);
+  // Where vLLM's model does not decide (a prefill in the batch, no GQA) the floor does not
+  // apply.
+  CHECK(use_cascade_attention(256, mixed, 8, 2, false, false, 132));
+  CHECK(use_cascade_attention(256, decodes8, 8, 8, false, false, 132));
   CHECK(graphattn_use_cascade_attention(8192, nullptr, 64, 32, 8, 0, 0, 132, &r) ==
         GRAPHATTN_ERROR_INVALID_ARGUMENT);
 }

@@ -69,21 +69,24 @@ bool movable(const AttentionSpec& base, const AxisAccess& axis) {
 
 TEST_CASE("spec axes: two specs that differ in one axis differ in key, memory tier and source") {
   // A prefill spec (the non-causal and dense-KV axes are prefill axes), a decode spec for the
-  // axes of decode kernels only (multi-token), a legacy cache write (interleaved V), and an fp8
-  // decode spec for the axes that need an fp8 cache (the e4m3 query).
-  const AttentionSpec bases[4] = {
+  // axes of decode kernels only (multi-token), a legacy cache write (interleaved V), an fp8
+  // decode spec for the axes that need an fp8 cache (the e4m3 query), and a legacy fp8 decode
+  // for the legacy readers' key cache x.
+  const AttentionSpec bases[5] = {
       AttentionSpec::parse("prefill_h128_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm90"),
       AttentionSpec::parse("decode_h128_b32_bf16_kvauto_g4_swa0_cap0_nhd_sm90"),
       AttentionSpec::parse("cache_write_h128_b16_bf16_kvauto_g1_swa0_cap0_legacy_sm90"),
-      AttentionSpec::parse("decode_h128_b32_bf16_kve4m3_g4_swa0_cap0_nhd_sm90")};
+      AttentionSpec::parse("decode_h128_b32_bf16_kve4m3_g4_swa0_cap0_nhd_sm90"),
+      AttentionSpec::parse("decode_h128_b16_bf16_kve4m3_g4_swa0_cap0_legacy_sm90")};
   test::TempKernelCache cache;
-  const std::shared_ptr<const CompiledKernel> base_kernels[4] = {
-      cache.get(bases[0]), cache.get(bases[1]), cache.get(bases[2]), cache.get(bases[3])};
-  CHECK(kAxes.size() == 20);  // a new axis: extend this test's reasoning if it needs more
+  const std::shared_ptr<const CompiledKernel> base_kernels[5] = {
+      cache.get(bases[0]), cache.get(bases[1]), cache.get(bases[2]), cache.get(bases[3]),
+      cache.get(bases[4])};
+  CHECK(kAxes.size() == 21);  // a new axis: extend this test's reasoning if it needs more
   for (const AxisAccess& axis : kAxes) {
     INFO("axis " << axis.field);
     int b = 0;
-    while (b < 3 && !movable(bases[b], axis)) ++b;
+    while (b < 4 && !movable(bases[b], axis)) ++b;
     const AttentionSpec& base = bases[b];
     const KernelSource base_src = render_kernel(base);
     const AttentionSpec other = moved(base, axis);

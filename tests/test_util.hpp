@@ -56,6 +56,11 @@ inline double peak_rss_mib() {
 // A device address that is never dereferenced: for checks that must fail before any launch.
 inline void* fake_device(uintptr_t at) { return reinterpret_cast<void*>(at); }
 
+// Whether `s` contains `part` (an error message its expected words).
+inline bool has(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
+
 // A fresh directory under $TMPDIR, removed with everything in it at scope exit.
 class TempDir {
  public:

@@ -6,7 +6,8 @@
 // read once by one non-causal prefill of every query, each request's own suffix by the LSE
 // decode, merged by merge_attn_states), in the same run, both eager with the L2 flushed before
 // every repetition, median of reps; the cascade output is checked against the plain one. Also
-// what vLLM's use_cascade_attention rule says for each shape.
+// what vLLM's use_cascade_attention rule and graphattn's (its rule with the measured floor) say
+// for each shape.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -27,7 +28,7 @@ constexpr int kHeads = 32, kKvHeads = 8, kHead = 128, kBlock = 16;
 
 struct CascadeRow {
   double plain_us = 0, cascade_us = 0, rel_l2 = 0;
-  bool rule = false;
+  bool rule = false, graphattn_rule = false;
 };
 
 CascadeRow run_shape(const Device& dev, int batch, int prefix, int own, int reps) {
@@ -123,8 +124,10 @@ CascadeRow run_shape(const Device& dev, int batch, int prefix, int own, int reps
   }
   r.plain_us = time_us(dev, reps, true, run_plain);
   r.cascade_us = time_us(dev, reps, true, run_cascade);
-  r.rule = use_cascade_attention(prefix, std::vector<int32_t>(batch, 1), kHeads, kKvHeads, false,
-                                 false, dev.sms);
+  r.rule = vllm_use_cascade_attention(prefix, std::vector<int32_t>(batch, 1), kHeads, kKvHeads,
+                                      false, false, dev.sms);
+  r.graphattn_rule = use_cascade_attention(prefix, std::vector<int32_t>(batch, 1), kHeads, kKvHeads,
+                                           false, false, dev.sms);
   return r;
 }
 
@@ -136,15 +139,16 @@ nlohmann::json bench_cascade(const Device& dev, int batch, int own,
       "\ncascade attention: %d requests decoding after a shared prompt + %d own tokens each "
       "(bf16, %d/%d heads, head %d, block %d; eager, L2 flushed, median of %d)\n",
       batch, own, kHeads, kKvHeads, kHead, kBlock, reps);
-  std::printf("  %-8s %12s %12s %9s %14s %10s\n", "prefix", "plain us", "cascade us", "speedup",
-              "vLLM rule", "rel L2");
+  std::printf("  %-8s %12s %12s %9s %14s %14s %10s\n", "prefix", "plain us", "cascade us",
+              "speedup", "vLLM rule", "graphattn rule", "rel L2");
   nlohmann::json rows = nlohmann::json::array();
   for (int prefix : prefixes) {
     const CascadeRow r = run_shape(dev, batch, prefix, own, reps);
     const bool good = r.rel_l2 <= 1e-2;
     if (!good) *ok = false;
-    std::printf("  %-8d %12.1f %12.1f %8.2fx %14s %10.2e%s\n", prefix, r.plain_us, r.cascade_us,
-                r.plain_us / r.cascade_us, r.rule ? "cascade" : "plain", r.rel_l2,
+    std::printf("  %-8d %12.1f %12.1f %8.2fx %14s %14s %10.2e%s\n", prefix, r.plain_us,
+                r.cascade_us, r.plain_us / r.cascade_us, r.rule ? "cascade" : "plain",
+                r.graphattn_rule ? "cascade" : "plain", r.rel_l2,
                 good ? "" : "  FAIL (cascade differs from plain)");
     rows.push_back({{"batch", batch},
                     {"prefix", prefix},
@@ -152,6 +156,7 @@ nlohmann::json bench_cascade(const Device& dev, int batch, int own,
                     {"plain_us", r.plain_us},
                     {"cascade_us", r.cascade_us},
                     {"vllm_rule_cascade", r.rule},
+                    {"graphattn_rule_cascade", r.graphattn_rule},
                     {"rel_l2_vs_plain", r.rel_l2}});
   }
   return rows;

@@ -57,12 +57,14 @@ int main(int argc, char** argv) {
   app.add_flag("!--no-peer", use_peer, "do not run the peer");
   app.add_flag("!--no-check", check, "skip the float64 reference checks");
   std::string cascade_prefixes_text = "8192";
-  int cascade_requests = 64, cascade_own = 512;
+  std::string cascade_requests_text = "64";
+  int cascade_own = 512;
   app.add_option("--cascade-prefixes", cascade_prefixes_text,
                  "cascade: shared prompt lengths (multiples of 16), e.g. 256,1024,2048,4096,8192")
       ->capture_default_str();
-  app.add_option("--cascade-requests", cascade_requests, "cascade: decoding requests")
-      ->check(CLI::Range(1, 4096))
+  app.add_option("--cascade-requests", cascade_requests_text,
+                 "cascade: decoding requests (1..4096), comma-separated for a sweep: one table "
+                 "per count, e.g. 8,16,32,64,128,256")
       ->capture_default_str();
   app.add_option("--cascade-own", cascade_own, "cascade: each request's own tokens")
       ->check(CLI::Range(1, 1 << 20))
@@ -90,6 +92,12 @@ int main(int argc, char** argv) {
       if (v < 16 || v % 16 != 0)
         throw Error("--cascade-prefixes: " + s + " is not a positive multiple of 16");
       cascade_prefixes.push_back(v);
+    }
+    std::vector<int> cascade_requests;
+    for (const auto& s : split_list(cascade_requests_text)) {
+      const int v = std::stoi(s);
+      if (v < 1 || v > 4096) throw Error("--cascade-requests: " + s + " is not in 1..4096");
+      cascade_requests.push_back(v);
     }
     auto wants = [&](const char* p) {
       return std::find(parts.begin(), parts.end(), p) != parts.end();
@@ -143,8 +151,12 @@ int main(int argc, char** argv) {
       j["prefill_fp8"]["speedup_over_bf16"] = speedup;
       std::printf("prefill 4x4096: e4m3 q+kv is %.2fx the bf16 prefill's throughput\n", speedup);
     }
-    if (wants("cascade"))
-      j["cascade"] = bench_cascade(dev, cascade_requests, cascade_own, cascade_prefixes, reps, &ok);
+    if (wants("cascade")) {
+      j["cascade"] = nlohmann::json::array();
+      for (int n : cascade_requests)
+        for (auto& row : bench_cascade(dev, n, cascade_own, cascade_prefixes, reps, &ok))
+          j["cascade"].push_back(row);
+    }
     if (!json_path.empty()) std::ofstream(json_path) << j.dump(2) << "\n";
     if (!ok) {
       std::fprintf(stderr, "graphattn-bench: a reference check failed (see FAIL above)\n");

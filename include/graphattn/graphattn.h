@@ -510,7 +510,7 @@ GRAPHATTN_API graphattn_status_t graphattn_calc_kv_scales(
  * scales and cache as graphattn_write_kv_cache; block_size 8 or a multiple of 16.
  * graphattn_forward_prefix (16-bit queries, block sizes from 16) and
  * graphattn_paged_attention_v1 / v2 (16-bit or float32 queries, block size 8 too) read these
- * caches with x = 16 bytes. */
+ * caches with the same x values. */
 GRAPHATTN_API graphattn_status_t graphattn_write_to_paged_cache(
     const DLTensor* key, const DLTensor* value, const DLTensor* key_cache,
     const DLTensor* value_cache, const DLTensor* slot_mapping, graphattn_kv_dtype_t kv_dtype,
@@ -659,9 +659,10 @@ GRAPHATTN_API graphattn_status_t graphattn_can_run_uniform_decode(const int32_t*
                                                                   int decode_query_len,
                                                                   int* result) GRAPHATTN_NOEXCEPT;
 
-/* vLLM's rule for cascade attention (C++ use_cascade_attention, graphattn/metadata.hpp):
- * *result = 1 to use it for a batch of num_reqs requests with these scheduled query lengths
- * ([num_reqs], host) and a common prefix of common_prefix_len tokens. */
+/* graphattn's rule for cascade attention (C++ use_cascade_attention, graphattn/metadata.hpp:
+ * vLLM's, with a measured floor for GQA decode batches): *result = 1 to use it for a batch of
+ * num_reqs requests with these scheduled query lengths ([num_reqs], host) and a common prefix
+ * of common_prefix_len tokens. */
 GRAPHATTN_API graphattn_status_t graphattn_use_cascade_attention(
     int common_prefix_len, const int32_t* query_lens, int num_reqs, int num_query_heads,
     int num_kv_heads, int use_alibi, int use_sliding_window, int num_sms,

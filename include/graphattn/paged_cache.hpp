@@ -2,8 +2,8 @@
 // vLLM's legacy PagedAttention KV cache (its PagedAttention ops: get_kv_cache_shape,
 // split_kv_cache, write_to_paged_cache): one tensor [2, num_blocks, block_size * num_kv_heads *
 // head_size] split into a key cache [num_blocks, num_kv_heads, head_size / x, block_size, x]
-// (x = 16 bytes of elements: 8 for fp16/bf16, 16 for fp8, 4 for fp32; the cache write also takes
-// x = 8 or 16 for every type, read from the key cache's shape) and a value cache [num_blocks,
+// (x = 16 bytes of elements: 8 for fp16/bf16, 16 for fp8, 4 for fp32; every op also takes x = 8
+// or 16 for every type, read from the key cache's shape) and a value cache [num_blocks,
 // num_kv_heads, head_size, block_size]. graphattn writes it (spec layout "legacy" of the cache
 // write kernel); its decode kernel reads it (paged_attention_v1 / v2 below), and so does its
 // prefill kernel (forward_prefix below).
@@ -51,9 +51,10 @@ GRAPHATTN_API PagedKvCache split_paged_kv_cache(const TensorView& kv_cache, int 
 //                 or fp8 (kFloat8E4M3 / kFloat8E5M2 views: vLLM's "fp8" / "fp8_e5m2"),
 //                 16-byte aligned; x read from key_cache's last dim: 8, 16 or 16 bytes of
 //                 elements (vLLM's tests build fp8 caches with x = 8); block_size 8 (vLLM's
-//                 default) or a multiple of 16 up to 256. The readers take x = 16 bytes;
-//                 forward_prefix 16-bit queries and block sizes from 16, paged_attention_v1 /
-//                 v2 float32 too and block size 8 too (16-bit and float32 caches)
+//                 default) or a multiple of 16 up to 256. The readers take the same x
+//                 (kernels "_x8" / "_x16" where it is not 16 bytes); forward_prefix 16-bit
+//                 queries and block sizes from 16, paged_attention_v1 / v2 float32 too and
+//                 block size 8 too (16-bit and float32 caches)
 //   slot_mapping: [>= num_tokens] int64
 //   k_scale, v_scale: fp8 caches store value / scale (finite > 0); ignored for 16-bit caches
 //   k_scale_device, v_scale_device: [1] fp32 device scalars read instead, or null
@@ -101,8 +102,9 @@ struct PrefixOptions {
 //                 0); not read (above)
 //   kv_cache_dtype: vLLM's name of the caches' element type: "auto" (the query's dtype),
 //                 "fp8" or "fp8_e4m3" (kFloat8E4M3 caches), "fp8_e5m2" (kFloat8E5M2)
-//   key_cache, value_cache: compact legacy caches (split_paged_kv_cache), block_size a multiple
-//                 of 16 (vLLM's default 8 is refused), fp8 head sizes multiples of 16
+//   key_cache, value_cache: compact legacy caches (split_paged_kv_cache; x read from key_cache:
+//                 16 bytes of elements, 8 or 16), block_size a multiple of 16 (vLLM's default 8
+//                 is refused), fp8 head sizes multiples of 16
 //   block_tables: [>= num_reqs, max_blocks_per_seq] int32, rows contiguous
 //   query_start_loc: [num_reqs + 1] int32, non-decreasing token offsets (num_reqs from its size)
 //   seq_lens:     [>= num_reqs] int32, prefix + new tokens per request; 0: the request's rows

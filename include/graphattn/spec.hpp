@@ -47,9 +47,10 @@ namespace graphattn {
   X(kFp8E5M2, "e5m2", "fp8_e5m2")
 // The KV cache's layout. kNHD / kHND: the flash layout [2, num_blocks, ...] with block_size
 // before num_kv_heads or after it. kLegacy: vLLM's legacy PagedAttention caches, a key cache
-// [num_blocks, num_kv_heads, head_size / x, block_size, x] (x = 16 bytes of elements) and a value
-// cache [num_blocks, num_kv_heads, head_size, block_size]; written by the cache write kernel
-// (write_to_paged_cache) and read by the prefill kernel (forward_prefix), not by decode so far.
+// [num_blocks, num_kv_heads, head_size / x, block_size, x] (x = 16 bytes of elements, or 8 or 16
+// elements: the key_x axis) and a value cache [num_blocks, num_kv_heads, head_size, block_size];
+// written by the cache write kernel (write_to_paged_cache) and read by the decode kernel
+// (paged_attention_v1 / v2) and the prefill kernel (forward_prefix).
 // A layer configuration (and the C ABI's graphattn_kv_layout_t) takes NHD or HND only.
 #define GRAPHATTN_KV_LAYOUTS(X)                    \
   X(kNHD, "nhd", "NHD")                            \
@@ -123,11 +124,14 @@ constexpr const char* enum_long_name(int i) {
 //          kNumber tag then the value in decimal (allowed: `rule`)
 //          kFlag   tag then 0 or 1
 //          kSuffix tag when set, nothing otherwise
+//          kOptNumber tag then the value in decimal when it is not the canonical value, nothing
+//                 otherwise (allowed: `rule`)
 //   label: the field's name in messages
 //   radix: every value lies in 0..radix-1 (the packed key's digit); spec.cpp static_asserts that
 //          the radix covers every allowed value (a name's count, a rule's largest value)
 //   constant: the template's name for the value: "constexpr int <constant> = <value>;" (a name's
-//          index, a flag's 0/1), for kSuffix "#define <constant> 1" when set; "" for none (the
+//          index, a flag's 0/1), for kSuffix "#define <constant> 1" when set, for kOptNumber
+//          "#define <constant> <value>" when not canonical; "" for none (the
 //          kernel kind picks the template file instead)
 //   kernels: the kernels that have the axis (spec.cpp: kAnyKernel, kLayerKernels = every kernel
 //          but merge_states and block_copy, kDTypeKernels = those and merge_states,
@@ -139,8 +143,9 @@ constexpr const char* enum_long_name(int i) {
 //   canonical: the value every other kernel's spec holds: for_kernel() (and so spec_for) puts
 //          it there and validate() requires it, so one kernel serves every layer that differs
 //          only in what the kernel does not read
-//   rule:  kNumber: the NumberRule of the allowed values (spec.cpp); the others: kNoRule. A
-//          forgotten column does not compile; a number axis without a rule is a static_assert.
+//   rule:  kNumber, kOptNumber: the NumberRule of the allowed values (spec.cpp); the others:
+//          kNoRule. A forgotten column does not compile; a number axis without a rule is a
+//          static_assert.
 // clang-format off
 #define GRAPHATTN_SPEC_AXES(X)                                                                     \
   X(KernelKind, kind, KernelKind::kDecode, kName, "", "kernel kind", 8, "",                        \
@@ -223,7 +228,14 @@ constexpr const char* enum_long_name(int i) {
   /* to fp16 before; paged prefill (mma.sync kernel): the query widened exactly to the */          \
   /* 16-bit MMA type on load. "q bf16/fp16" is the dtype axis, so no suffix names them */          \
   X(bool, q_fp8, false, kSuffix, "_qe4m3", "query dtype e4m3", 2, "GA_Q_E4M3",                     \
-    kPagedAttention, false, kNoRule)
+    kPagedAttention, false, kNoRule)                                                               \
+  /* x of vLLM's legacy key cache [.., head_size / x, block_size, x] (elements; vLLM reads it */   \
+  /* from the tensor) where it is not 16 bytes of the cache element: 8 (fp8 caches; vLLM's */      \
+  /* tests build them so) or 16 (16-bit and fp32 caches; fp32 also 8). 0: 16 bytes, which */       \
+  /* the spec string does not name, so the kernels of the usual x keep their names and code. */    \
+  /* Legacy decode and prefill only; the cache write reads x as a launch argument */               \
+  X(int, key_x, 0, kOptNumber, "_x", "legacy key cache x", 17, "GA_KEY_X",                         \
+    kPagedAttention, 0, &kKeyXRule)
 // clang-format on
 
 struct GRAPHATTN_API AttentionSpec {

@@ -80,8 +80,8 @@ def paged_attention_v1(out, query, key_cache, value_cache, num_kv_heads, scale, 
 
     out, query:   [num_seqs, num_heads, head_size] float16/bfloat16/float32 (float32: fp32 math,
                   caches of float32, kv_cache_dtype "auto", no block-sparse pattern)
-    key_cache:    [num_blocks, num_kv_heads, head_size / x, block_size, x] (x = 16 bytes of
-                  elements); value_cache [num_blocks, num_kv_heads, head_size, block_size];
+    key_cache:    [num_blocks, num_kv_heads, head_size / x, block_size, x], x read from its
+                  shape: 16 bytes of elements, 8 or 16; value_cache [num_blocks, num_kv_heads, head_size, block_size];
                   compact (split_kv_cache of one [2, num_blocks, ...] tensor); uint8 for fp8
     block_tables: int32 [num_seqs, max_num_blocks_per_seq]; seq_lens: int32 [num_seqs]
     block_size:   8 (16-bit and float32 caches), or 16..256, a multiple of 16

@@ -153,6 +153,9 @@ def test_selector_returns_graphattn_for_llama3_8b(llama_config):
     (dict(use_mla=True), "MLA not supported"),
     (dict(head_size=512), "head_size not supported"),
     (dict(head_size=100), "head_size not supported"),
+    # vLLM's tests use 16 and 24; no released model does (docs/small-heads.md)
+    (dict(head_size=16), "head_size not supported"),
+    (dict(head_size=24), "head_size not supported"),
     (dict(dtype=torch.float32), "dtype not supported"),
     (dict(kv_cache_dtype="int8_per_token_head"), "kv_cache_dtype not supported"),
     (dict(use_sparse=True), "sparse not supported"),
@@ -179,6 +182,7 @@ def test_backend_capabilities():
     B = gb.GraphattnBackend
     assert B.get_supported_kernel_block_sizes() == list(range(16, 257, 16))
     assert B.supports_head_size(32) and B.supports_head_size(256) and not B.supports_head_size(260)
+    assert not any(B.supports_head_size(h) for h in (8, 16, 24))
     assert B.supports_block_size(16) and B.supports_block_size(512) and not B.supports_block_size(8)
     assert B.supports_kv_cache_dtype("fp8_e4m3") and B.supports_kv_cache_dtype("fp8_e5m2")
     assert not B.supports_kv_cache_dtype("nvfp4")

@@ -48,6 +48,7 @@ struct LegacyCase {
   int window = 0;
   float soft_cap = 0;
   bool sinks = false;
+  int x = 0;  // the key cache's x in elements (0: 16 bytes of them, split_paged_kv_cache's)
 };
 
 std::string describe(const LegacyCase& c) {
@@ -59,7 +60,7 @@ std::string describe(const LegacyCase& c) {
                   (c.sinks ? " sinks" : "") + " bsp local " + std::to_string(c.bsp_local) +
                   " vert " + std::to_string(c.bsp_vert) + " block " + std::to_string(c.bsp_block) +
                   " step " + std::to_string(c.bsp_step) + " tp_rank " + std::to_string(c.tp_rank) +
-                  " seq_lens";
+                  " x " + std::to_string(c.x) + " seq_lens";
   for (int l : c.seq_lens) s += " " + std::to_string(l);
   return s;
 }
@@ -103,7 +104,7 @@ void build(const LegacyCase& c, std::mt19937_64& rng, LegacyBatch& b, int extra_
   const int n = static_cast<int>(c.seq_lens.size());
   const int64_t B = c.block_size, KH = c.num_kv_heads, D = c.head_size, H = KH * c.group;
   const int elem = c.kv == KvDType::kAuto ? 2 : 1;
-  const LegacyLayout layout{B, KH, D, 16 / elem};
+  const LegacyLayout layout{B, KH, D, c.x != 0 ? c.x : 16 / elem};
   legacy_block_table(c, rng, b, extra_blocks);
 
   const int64_t half = b.num_blocks * B * KH * D;    // elements of one cache
@@ -124,6 +125,9 @@ void build(const LegacyCase& c, std::mt19937_64& rng, LegacyBatch& b, int extra_
   const ScalarType kst = scalar_type_of(c.kv, c.dtype);
   b.kv_view = TensorView::contiguous(b.d_kv.data(), kst, {2, b.num_blocks, B * KH * D});
   b.caches = split_paged_kv_cache(b.kv_view, c.num_kv_heads, c.head_size);
+  if (c.x != 0)  // the same key bytes seen with vLLM's other x (as its tests build them)
+    b.caches.key_cache =
+        TensorView::contiguous(b.caches.key_cache.data, kst, {b.num_blocks, KH, D / c.x, B, c.x});
 
   std::vector<uint16_t> q(n * H * D);
   b.q.resize(q.size());
@@ -298,6 +302,45 @@ TEST_CASE("gpu legacy decode: paged_attention_v1 and v2 match the float64 refere
   std::vector<LegacyCase> cases = api_cases(rng);
   if (reduced()) cases.resize(3);  // (compute-sanitizer)
   for (const LegacyCase& c : cases) run_api_case(c, cache, rng);
+}
+
+// vLLM reads the key cache's x from the tensor; its tests build fp8 caches with x = 8. Kernels
+// "_x8" (fp8) and "_x16" (16-bit), and x = 8 for bf16 (16 bytes, the kernel without "_x"),
+// against the float64 reference with the output poisoned.
+TEST_CASE("gpu legacy decode: key caches with x = 8 and 16 through paged_attention_v1 / v2") {
+  GA_REQUIRE_GPU();
+  TempKernelCache cache;
+  auto rng = make_rng();
+  std::uniform_int_distribution<int> len(2, 3000);
+  std::vector<LegacyCase> cases;
+  for (int i = 0; i < 8; ++i) {
+    LegacyCase c;
+    c.kv = i < 4 ? (i == 3 ? KvDType::kFp8E5M2 : KvDType::kFp8E4M3) : KvDType::kAuto;
+    c.dtype = i == 6 ? DType::kFloat16 : DType::kBFloat16;
+    c.x = i < 4 ? 8 : i == 4 ? 8 : 16;
+    c.head_size = i == 1 ? 64 : i == 2 ? 80 : i == 5 ? 256 : i == 6 ? 96 : 128;
+    c.block_size = i == 6 ? 8 : i % 2 ? 32 : 16;
+    c.group = i % 3 == 0 ? 4 : i % 3 == 1 ? 1 : 8;
+    c.alibi = i == 2 || i == 5;
+    c.v2 = i % 2 == 1;
+    c.seq_lens = {1, 0, c.block_size, c.block_size + 1, 17, len(rng), i == 1 ? 9000 : 600};
+    cases.push_back(c);
+  }
+  for (const LegacyCase& c : cases) {
+    run_api_case(c, cache, rng);
+    // The call ran the kernel its x names ("_x8" / "_x16"; none where x is 16 bytes): already
+    // in the memory tier, so getting it compiles nothing.
+    const bool named = c.x * (c.kv == KvDType::kAuto ? 2 : 1) != 16;
+    const std::string text = "decode_h" + std::to_string(c.head_size) + "_b" +
+                             std::to_string(c.block_size) + "_" + to_string(c.dtype) + "_kv" +
+                             to_string(c.kv) + "_g" + std::to_string(c.group) +
+                             "_swa0_cap0_legacy_sm" + std::to_string(current_device_arch()) +
+                             (c.alibi ? "_alibi" : "") + (named ? "_x" + std::to_string(c.x) : "");
+    INFO(text);
+    const uint64_t compiles = cache.stats().compiles;
+    cache.get(AttentionSpec::parse(text));
+    CHECK(cache.stats().compiles == compiles);
+  }
 }
 
 TEST_CASE("gpu legacy decode: forced split counts, depths, clusters, window, soft cap, sinks") {

@@ -38,6 +38,7 @@ struct F32Case {
   int window = 0;  // direct launches only
   float soft_cap = 0;
   bool sinks = false;
+  int x = 4;  // the key cache's x (4: 16 bytes; 8 and 16: kernels "_x8" / "_x16")
 };
 
 std::string describe(const F32Case& c) {
@@ -46,7 +47,7 @@ std::string describe(const F32Case& c) {
                   std::to_string(c.num_kv_heads) + " group " + std::to_string(c.group) +
                   (c.alibi ? " alibi" : "") + (c.vllm_inputs ? " vLLM inputs" : " N(0,1)") +
                   " window " + std::to_string(c.window) + " cap " + std::to_string(c.soft_cap) +
-                  (c.sinks ? " sinks" : "") + " seq_lens";
+                  (c.sinks ? " sinks" : "") + " x " + std::to_string(c.x) + " seq_lens";
   for (int l : c.seq_lens) s += " " + std::to_string(l);
   return s;
 }
@@ -63,7 +64,7 @@ struct F32Batch {
 void build(const F32Case& c, std::mt19937_64& rng, F32Batch& b) {
   const int n = static_cast<int>(c.seq_lens.size());
   const int64_t B = c.block_size, KH = c.num_kv_heads, D = c.head_size, H = KH * c.group;
-  const LegacyLayout layout{B, KH, D, 4};
+  const LegacyLayout layout{B, KH, D, c.x};
   const double bound = 1.0 / std::sqrt(static_cast<double>(D));
   std::uniform_real_distribution<double> uni(-bound, bound);
   std::normal_distribution<double> normal(0.0, 1.0);
@@ -86,6 +87,9 @@ void build(const F32Case& c, std::mt19937_64& rng, F32Batch& b) {
   b.kv_view =
       TensorView::contiguous(b.d_kv.data(), ScalarType::kFloat32, {2, b.num_blocks, B * KH * D});
   b.caches = split_paged_kv_cache(b.kv_view, c.num_kv_heads, c.head_size);
+  if (c.x != 4)  // the same key bytes seen with vLLM's other x
+    b.caches.key_cache = TensorView::contiguous(b.caches.key_cache.data, ScalarType::kFloat32,
+                                                {b.num_blocks, KH, D / c.x, B, c.x});
   std::vector<float> q(n * H * D);
   b.q.resize(q.size());
   for (size_t i = 0; i < q.size(); ++i) {
@@ -168,8 +172,9 @@ TEST_CASE("gpu legacy decode fp32: paged_attention_v1 and v2 match the float64 r
   std::vector<F32Case> cases;
   const int heads[] = {32, 64, 80, 128, 256};
   const int blocks[] = {8, 16, 32};
-  for (int i = 0; i < 10; ++i) {
+  for (int i = 0; i < 13; ++i) {
     F32Case c;
+    c.x = i < 10 ? 4 : i == 11 ? 16 : 8;  // the last three: key caches with x = 8 and 16
     c.head_size = heads[i % 5];
     c.block_size = blocks[i % 3];
     c.group = i % 3 == 0 ? 1 : i % 3 == 1 ? 4 : 8;

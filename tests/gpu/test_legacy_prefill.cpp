@@ -5,7 +5,8 @@
 // (1..~300 tokens) is written by write_to_paged_cache, then forward_prefix attends. Unused cache
 // bytes and the output are poisoned with NaN. fp16/bf16, 16-bit and fp8 (e4m3, e5m2) caches, GQA
 // 1/4/8, head sizes 64/80/128/256 and 72/120 (padded V^T rows), block sizes 16..128 (blocks
-// shorter and longer than a key tile), window, ALiBi, soft cap, sinks, non-causal.
+// shorter and longer than a key tile), window, ALiBi, soft cap, sinks, non-causal; key caches
+// with vLLM's other x (8 for fp8, 16 for 16-bit).
 // GRAPHATTN_TEST_REDUCED=1 runs a few cases (for compute-sanitizer).
 #include <doctest/doctest.h>
 
@@ -34,6 +35,7 @@ struct LegacyCase {
   int head_size = 128, block_size = 16, num_kv_heads = 2, group = 4;
   bool window = false, alibi = false, soft_cap = false, sinks = false, non_causal = false;
   int max_prefix = 700, max_chunk = 300;
+  int x = 0;  // the key cache's x in elements (0: 16 bytes of them, split_paged_kv_cache's)
 };
 
 std::string describe(const LegacyCase& c) {
@@ -41,7 +43,8 @@ std::string describe(const LegacyCase& c) {
          std::to_string(c.head_size) + " b" + std::to_string(c.block_size) + " kvh" +
          std::to_string(c.num_kv_heads) + " g" + std::to_string(c.group) +
          (c.window ? " window" : "") + (c.alibi ? " alibi" : "") + (c.soft_cap ? " cap" : "") +
-         (c.sinks ? " sinks" : "") + (c.non_causal ? " non-causal" : "");
+         (c.sinks ? " sinks" : "") + (c.non_causal ? " non-causal" : "") +
+         (c.x ? " x" + std::to_string(c.x) : "");
 }
 
 void run_case(const LegacyCase& c, KernelCache& cache, std::mt19937_64& rng) {
@@ -50,7 +53,7 @@ void run_case(const LegacyCase& c, KernelCache& cache, std::mt19937_64& rng) {
   const int H = c.num_kv_heads * c.group, KH = c.num_kv_heads, D = c.head_size, B = c.block_size;
   const bool fp8 = c.kv != KvDType::kAuto;
   const int elem = fp8 ? 1 : 2;
-  const LegacyLayout layout{B, KH, D, 16 / elem};
+  const LegacyLayout layout{B, KH, D, c.x != 0 ? c.x : 16 / elem};
 
   // Requests: a prefix of 0..max_prefix cached tokens (some exactly at a block or tile edge) and
   // a chunk of new ones; sometimes one request with no new token at all.
@@ -166,8 +169,11 @@ void run_case(const LegacyCase& c, KernelCache& cache, std::mt19937_64& rng) {
   const ScalarType kst = !fp8                        ? st
                          : c.kv == KvDType::kFp8E4M3 ? ScalarType::kFloat8E4M3
                                                      : ScalarType::kFloat8E5M2;
-  const PagedKvCache caches = split_paged_kv_cache(
+  PagedKvCache caches = split_paged_kv_cache(
       TensorView::contiguous(d_cache.data(), kst, {2, NB, int64_t{B} * KH * D}), KH, D);
+  if (c.x != 0)  // the same key bytes seen with vLLM's other x (as its tests build them)
+    caches.key_cache =
+        TensorView::contiguous(caches.key_cache.data, kst, {NB, KH, D / c.x, B, c.x});
   const TensorView key = TensorView::strided(d_key.data(), st, {T, KH, D}, {kv_tstride, D, 1});
   const TensorView value = TensorView::strided(d_value.data(), st, {T, KH, D}, {kv_tstride, D, 1});
   // vLLM's order: the new tokens into the caches, then the attention.
@@ -279,5 +285,34 @@ TEST_CASE("gpu legacy prefill: forward_prefix over write_to_paged_cache matches 
   auto rng = make_rng();
   std::vector<LegacyCase> cases = all_cases();
   if (reduced()) cases.resize(4);
+  for (const LegacyCase& c : cases) run_case(c, cache, rng);
+}
+
+// vLLM reads the key cache's x from the tensor (its prefix-prefill tests build every cache with
+// x = 8, fp8 included): write_to_paged_cache and forward_prefix with x = 8 for fp8 (kernel
+// "_x8") and 16-bit caches (16 bytes: no "_x"), and x = 16 for 16-bit caches ("_x16").
+TEST_CASE("gpu legacy prefill: key caches with x = 8 and 16 through the write and forward_prefix") {
+  GA_REQUIRE_GPU();
+  TempKernelCache cache;
+  auto rng = make_rng();
+  std::vector<LegacyCase> cases;
+  for (int i = 0; i < 7; ++i) {
+    LegacyCase c;
+    c.kv = i < 3 ? (i == 2 ? KvDType::kFp8E5M2 : KvDType::kFp8E4M3) : KvDType::kAuto;
+    c.dtype = i == 5 ? DType::kFloat16 : DType::kBFloat16;
+    c.x = i < 4 ? 8 : 16;
+    c.head_size = i == 1 ? 64 : i == 2 ? 80 : i == 5 ? 256 : 128;
+    c.block_size = i % 2 ? 32 : 16;
+    c.group = i % 3 == 0 ? 4 : i % 3 == 1 ? 1 : 8;
+    c.window = i == 1;
+    c.alibi = i == 2;
+    c.soft_cap = i == 5;
+    c.non_causal = i == 6;
+    if (c.head_size == 256) {  // keeps the float64 reference cheap
+      c.max_prefix = 400;
+      c.max_chunk = 160;
+    }
+    cases.push_back(c);
+  }
   for (const LegacyCase& c : cases) run_case(c, cache, rng);
 }

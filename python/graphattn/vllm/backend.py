@@ -30,7 +30,8 @@ decodes, prefills and captured graphs read the current scales on every launch (n
 
 Cascade attention (vLLM's FlashAttention backend up to 0.11; vLLM 0.33 removed it from its model
 runner, which always passes common_prefix_len 0): ``GraphattnMetadataBuilder.
-use_cascade_attention`` answers with vLLM's rule (graphattn.metadata.use_cascade_attention), and
+use_cascade_attention`` answers with vLLM's rule and graphattn's measured floor
+(graphattn.metadata.use_cascade_attention), and
 ``build(common_prefix_len > 0, ...)`` makes cascade metadata, which the impl runs eagerly as
 vLLM's cascade_attention did: the cache write, the shared prefix attended once by every query
 (non-causal, with its softmax LSE), each request's suffix (causal, LSE), merge_attn_states.
@@ -158,7 +159,7 @@ class GraphattnBackend(AttentionBackend):
     def supports_cascade_attention(cls) -> bool:
         """Cascade attention runs (eagerly) for decoder layers without a sliding window, ALiBi
         or sinks, as in vLLM's FlashAttention backend; the builder's use_cascade_attention
-        applies vLLM's rule."""
+        applies vLLM's rule with graphattn's measured floor."""
         return True
 
     @classmethod
@@ -547,9 +548,9 @@ class GraphattnMetadataBuilder(AttentionMetadataBuilder[GraphattnMetadata]):
                               num_query_heads: int, num_kv_heads: int, use_alibi: bool,
                               use_sliding_window: bool, use_local_attention: bool,
                               num_sms: int, dcp_world_size: int = 1, **_: Any) -> bool:
-        """vLLM's FlashAttentionMetadataBuilder.use_cascade_attention (its rule, in
-        graphattn.metadata.use_cascade_attention); no for layers that cannot run it, chunked
-        local attention or decode context parallelism."""
+        """vLLM's FlashAttentionMetadataBuilder.use_cascade_attention (its rule with
+        graphattn's measured floor, graphattn.metadata.use_cascade_attention); no for layers
+        that cannot run it, chunked local attention or decode context parallelism."""
         if not self.cascade_layers or use_local_attention or dcp_world_size > 1:
             return False
         return _ga_metadata.use_cascade_attention(common_prefix_len, query_lens,
