@@ -110,7 +110,8 @@ __device__ __forceinline__ unsigned ga_smem_addr(const void* p) {
 __device__ __forceinline__ void ga_cp_async(unsigned dst, const void* src, bool valid) {
   const int n = valid ? CP_BYTES : 0;  // 0: zero-fill without reading
   if (CP_BYTES == 16) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n));
+    asm volatile("cp.async.cg.shared.global.L2::256B [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+                 "r"(n));
   } else {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(dst), "l"(src), "r"(n));
   }
@@ -355,7 +356,7 @@ __device__ __forceinline__ float4 ga_cluster_ld4(unsigned addr) {
 // rescale per batch. Each split saw at least one key, so every lse is finite.
 // (EMPTY_SPLITS: a split that saw no key of a column has lse -inf and output 0, weight 0.)
 // GA_WRITE_LSE: lse gets the combined log-sum-exp, natural log (otherwise it is left alone).
-#define GA_COMBINE_BATCH 4
+#define GA_COMBINE_BATCH 8
 template <typename Load>
 __device__ __forceinline__ float4 ga_combine_splits(int n, float sink_log2, Load load, float& lse) {
   float mx = GA_NEG_INF, total = 0.0f;
@@ -516,6 +517,34 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
     return MT ? kv_head * GROUP + (first_col + c) % GROUP : first_head + c;
   };
 
+  // [stage 4a: the query's loads] A 16-bit query does not depend on seq_lens: without the early
+  // prologue (the query is read after the wait either way) its loads go out here, beside
+  // seq_lens, instead of after the tiles' first copies; stage 4 converts them where needed.
+  // (With the early prologue they wait for the previous kernel, which may write the query.)
+  ga_u32 qf[NT][KGROUPS][KW];
+  auto load_q16 = [&]() {
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      const int h = nt * 8 + g;
+      const ga_u16* q = static_cast<const ga_u16*>(p.query) + col_token(h) * p.query_token_stride +
+                        col_head(h) * p.query_head_stride;
+#pragma unroll
+      for (int i = 0; i < KGROUPS; ++i) {
+        const int c = ga_k_chunk_index(i, t);
+#pragma unroll
+        for (int half = 0; half < KW / 4; ++half) {
+          const int e = c * CE + half * 8;  // first of 8 query elements
+          uint4 v = make_uint4(0u, 0u, 0u, 0u);
+          if (h < heads_here && e < HEAD_SIZE) v = *reinterpret_cast<const uint4*>(q + e);
+          qf[nt][i][half * 4 + 0] = v.x;
+          qf[nt][i][half * 4 + 1] = v.y;
+          qf[nt][i][half * 4 + 2] = v.z;
+          qf[nt][i][half * 4 + 3] = v.w;
+        }
+      }
+    }
+  };
+  if (!QF8 && !early) load_q16();
   const int seq_len = p.kv.seq_lens[req];
   // Column c's query position (multi-token; one token: seq_len - 1).
   auto col_pos = [&](int c) { return seq_len - q_len + (MT ? (first_col + c) / GROUP : 0); };
@@ -791,21 +820,28 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   // them to fp16 times the softmax scale.)
   // (QK_FP8: no softmax scale in the query, whatever Q_TO_F16 says: the bytes stay e4m3.)
   const float q_scale = !QK_FP8 && (Q_TO_F16 || QF8) ? p.scale : 1.0f;
-  ga_u32 qf[NT][KGROUPS][KW];
+  if constexpr (!QF8) {
+    if (early) load_q16();
+    if (Q_TO_F16) {  // a bf16 query for fp16 MMAs: converted once, times the softmax scale
 #pragma unroll
-  for (int nt = 0; nt < NT; ++nt) {
-    const int h = nt * 8 + g;
-    const ga_u16* q = static_cast<const ga_u16*>(p.query) + col_token(h) * p.query_token_stride +
-                      col_head(h) * p.query_head_stride;
-    const ga_u8* q8 = static_cast<const ga_u8*>(p.query) + col_token(h) * p.query_token_stride +
-                      col_head(h) * p.query_head_stride;
+      for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-    for (int i = 0; i < KGROUPS; ++i) {
-      const int c = ga_k_chunk_index(i, t);
+        for (int i = 0; i < KGROUPS; ++i)
 #pragma unroll
-      for (int half = 0; half < KW / 4; ++half) {
-        const int e = c * CE + half * 8;  // first of 8 query elements
-        if constexpr (QF8) {
+          for (int k = 0; k < KW; ++k) qf[nt][i][k] = ga_bf16x2_to_f16x2(qf[nt][i][k], q_scale);
+    }
+  } else {
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      const int h = nt * 8 + g;
+      const ga_u8* q8 = static_cast<const ga_u8*>(p.query) + col_token(h) * p.query_token_stride +
+                        col_head(h) * p.query_head_stride;
+#pragma unroll
+      for (int i = 0; i < KGROUPS; ++i) {
+        const int c = ga_k_chunk_index(i, t);
+#pragma unroll
+        for (int half = 0; half < KW / 4; ++half) {
+          const int e = c * CE + half * 8;  // first of 8 query elements
           uint2 b = make_uint2(0u, 0u);
           if (h < heads_here && e < HEAD_SIZE) b = *reinterpret_cast<const uint2*>(q8 + e);
           if constexpr (QK_FP8) {
@@ -818,18 +854,7 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
               qf[nt][i][half * 4 + k] = ga_mma_pack2(ga_e4m3_to_f32(x[2 * k]) * q_scale,
                                                      ga_e4m3_to_f32(x[2 * k + 1]) * q_scale);
           }
-          continue;
         }
-        uint4 v = make_uint4(0u, 0u, 0u, 0u);
-        if (h < heads_here && e < HEAD_SIZE) v = *reinterpret_cast<const uint4*>(q + e);
-        if (Q_TO_F16) {
-          v = make_uint4(ga_bf16x2_to_f16x2(v.x, q_scale), ga_bf16x2_to_f16x2(v.y, q_scale),
-                         ga_bf16x2_to_f16x2(v.z, q_scale), ga_bf16x2_to_f16x2(v.w, q_scale));
-        }
-        qf[nt][i][half * 4 + 0] = v.x;
-        qf[nt][i][half * 4 + 1] = v.y;
-        qf[nt][i][half * 4 + 2] = v.z;
-        qf[nt][i][half * 4 + 3] = v.w;
       }
     }
   }
