@@ -523,27 +523,34 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   // seq_lens, instead of after the tiles' first copies; stage 4 converts them where needed.
   // (With the early prologue they wait for the previous kernel, which may write the query.)
   ga_u32 qf[NT][KGROUPS][KW];
-  auto load_q16 = [&]() {
+  // f(nt, i, half, at, ok) for each 8-element chunk of the query that thread (g, t) holds: head
+  // g (+ 8 nt), chunk half of K chunk c(i, t), at elements from the query's start (ok: a real
+  // head and dimension; else the chunk stays zero).
+  auto for_query_chunks = [&](auto f) {
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
       const int h = nt * 8 + g;
-      const ga_u16* q = static_cast<const ga_u16*>(p.query) + col_token(h) * p.query_token_stride +
-                        col_head(h) * p.query_head_stride;
+      const long long row = col_token(h) * p.query_token_stride + col_head(h) * p.query_head_stride;
 #pragma unroll
       for (int i = 0; i < KGROUPS; ++i) {
         const int c = ga_k_chunk_index(i, t);
 #pragma unroll
         for (int half = 0; half < KW / 4; ++half) {
           const int e = c * CE + half * 8;  // first of 8 query elements
-          uint4 v = make_uint4(0u, 0u, 0u, 0u);
-          if (h < heads_here && e < HEAD_SIZE) v = *reinterpret_cast<const uint4*>(q + e);
-          qf[nt][i][half * 4 + 0] = v.x;
-          qf[nt][i][half * 4 + 1] = v.y;
-          qf[nt][i][half * 4 + 2] = v.z;
-          qf[nt][i][half * 4 + 3] = v.w;
+          f(nt, i, half, row + e, h < heads_here && e < HEAD_SIZE);
         }
       }
     }
+  };
+  auto load_q16 = [&]() {
+    for_query_chunks([&](int nt, int i, int half, long long at, bool ok) {
+      uint4 v = make_uint4(0u, 0u, 0u, 0u);
+      if (ok) v = *reinterpret_cast<const uint4*>(static_cast<const ga_u16*>(p.query) + at);
+      qf[nt][i][half * 4 + 0] = v.x;
+      qf[nt][i][half * 4 + 1] = v.y;
+      qf[nt][i][half * 4 + 2] = v.z;
+      qf[nt][i][half * 4 + 3] = v.w;
+    });
   };
   if (!QF8 && !early) load_q16();
   const int seq_len = p.kv.seq_lens[req];
@@ -832,32 +839,20 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
           for (int k = 0; k < KW; ++k) qf[nt][i][k] = ga_bf16x2_to_f16x2(qf[nt][i][k], q_scale);
     }
   } else {
+    for_query_chunks([&](int nt, int i, int half, long long at, bool ok) {
+      uint2 b = make_uint2(0u, 0u);
+      if (ok) b = *reinterpret_cast<const uint2*>(static_cast<const ga_u8*>(p.query) + at);
+      if constexpr (QK_FP8) {
+        qf[nt][i][half * 2 + 0] = b.x;
+        qf[nt][i][half * 2 + 1] = b.y;
+      } else {
+        const ga_u8* x = reinterpret_cast<const ga_u8*>(&b);
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-      const int h = nt * 8 + g;
-      const ga_u8* q8 = static_cast<const ga_u8*>(p.query) + col_token(h) * p.query_token_stride +
-                        col_head(h) * p.query_head_stride;
-#pragma unroll
-      for (int i = 0; i < KGROUPS; ++i) {
-        const int c = ga_k_chunk_index(i, t);
-#pragma unroll
-        for (int half = 0; half < KW / 4; ++half) {
-          const int e = c * CE + half * 8;  // first of 8 query elements
-          uint2 b = make_uint2(0u, 0u);
-          if (h < heads_here && e < HEAD_SIZE) b = *reinterpret_cast<const uint2*>(q8 + e);
-          if constexpr (QK_FP8) {
-            qf[nt][i][half * 2 + 0] = b.x;
-            qf[nt][i][half * 2 + 1] = b.y;
-          } else {
-            const ga_u8* x = reinterpret_cast<const ga_u8*>(&b);
-#pragma unroll
-            for (int k = 0; k < 4; ++k)
-              qf[nt][i][half * 4 + k] = ga_mma_pack2(ga_e4m3_to_f32(x[2 * k]) * q_scale,
-                                                     ga_e4m3_to_f32(x[2 * k + 1]) * q_scale);
-          }
-        }
+        for (int k = 0; k < 4; ++k)
+          qf[nt][i][half * 4 + k] = ga_mma_pack2(ga_e4m3_to_f32(x[2 * k]) * q_scale,
+                                                 ga_e4m3_to_f32(x[2 * k + 1]) * q_scale);
       }
-    }
+    });
   }
 
   // [policy: fused cache write] (2/3) load the new rows, store them to the cache. (After the
