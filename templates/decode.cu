@@ -369,30 +369,50 @@ __device__ __forceinline__ float4 ga_cluster_ld4(unsigned addr) {
 }
 // The combination of n split outputs, out = sum_s 2^(lse_s - LSE) o_s with
 // LSE = log2(sum_s 2^lse_s (+ 2^sink_log2 with HAS_SINKS)): load(s, lse, o) gives split s's
-// log2-sum-exp and four of its normalized outputs. One pass with a running maximum, so that every
-// load can be issued at once; each split saw at least one key, so every lse is finite.
+// log2-sum-exp and four of its normalized outputs. The loads go out BATCH splits at a time, all
+// issued before the first is used (one round trip to L2 for up to BATCH splits; the loop before
+// issued four at a time after the first split's, five round trips for 16 splits), then one
+// rescale per batch: 8 for the global-memory combine (32-layer B=1 step on an H200: 160.5 us
+// against 174.6 with 4; the cluster combine keeps 4, which leaves the kernel's registers as
+// they were: with 8 in both, ptxas capped several specs at 128 registers and spilled).
+// Each split saw at least one key, so every lse is finite.
 // (EMPTY_SPLITS: a split that saw no key of a column has lse -inf and output 0, weight 0.)
 // GA_WRITE_LSE: lse gets the combined log-sum-exp, natural log (otherwise it is left alone).
-template <typename Load>
+template <int BATCH, typename Load>
 __device__ __forceinline__ float4 ga_combine_splits(int n, float sink_log2, Load load, float& lse) {
-  float mx;
-  float4 acc;
-  load(0, mx, acc);
-  float total = EMPTY_SPLITS && mx == GA_NEG_INF ? 0.0f : 1.0f;
-#pragma unroll 4
-  for (int sp = 1; sp < n; ++sp) {
-    float ls;
-    float4 x;
-    load(sp, ls, x);
-    const float m_new = fmaxf(mx, ls);
-    const float m_use = EMPTY_SPLITS && m_new == GA_NEG_INF ? 0.0f : m_new;
-    const float a = ga_exp2(mx - m_use), w = ga_exp2(ls - m_use);
+  float mx = GA_NEG_INF, total = 0.0f;
+  float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  for (int s0 = 0; s0 < n; s0 += BATCH) {
+    float ls[BATCH];
+    float4 x[BATCH];
+#pragma unroll
+    for (int k = 0; k < BATCH; ++k) {
+      ls[k] = GA_NEG_INF;
+      x[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if (s0 + k < n) load(s0 + k, ls[k], x[k]);
+    }
+    float m_new = mx;
+#pragma unroll
+    for (int k = 0; k < BATCH; ++k) m_new = fmaxf(m_new, ls[k]);
+    // The first batch always holds a finite lse without EMPTY_SPLITS; with them every split
+    // so far may be empty (m_new -inf): weights 0 either way.
+    const float m_use = m_new == GA_NEG_INF ? 0.0f : m_new;
+    const float a = ga_exp2(mx - m_use);  // 0 while mx is -inf
+    total *= a;
+    acc.x *= a;
+    acc.y *= a;
+    acc.z *= a;
+    acc.w *= a;
+#pragma unroll
+    for (int k = 0; k < BATCH; ++k) {
+      const float w = ga_exp2(ls[k] - m_use);  // 0 for a padded or empty split
+      total += w;
+      acc.x += w * x[k].x;
+      acc.y += w * x[k].y;
+      acc.z += w * x[k].z;
+      acc.w += w * x[k].w;
+    }
     mx = m_new;
-    total = total * a + w;
-    acc.x = acc.x * a + w * x.x;
-    acc.y = acc.y * a + w * x.y;
-    acc.z = acc.z * a + w * x.z;
-    acc.w = acc.w * a + w * x.w;
   }
   const float r = HAS_SINKS ? ga_sink_normalizer(mx, total, sink_log2) : 1.0f / total;
 #ifdef GA_WRITE_LSE
@@ -482,6 +502,21 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   const int g = lane >> 2, t = lane & 3;
   const int first_col = head_chunk * GA_DECODE_HEADS_PER_BLOCK;
   const int first_head = kv_head * GROUP + first_col;  // one token: column c is head first_head + c
+  // [policy: block-table prefetch] A split launch (a small batch: several blocks per request)
+  // is a chain of dependent round trips to memory: seq_lens, then the block table, then the
+  // tiles. Each block asks L2 for one 128-byte line of its request's block-table row (block
+  // (split, y) for line split * gridDim.y + y), issued before seq_lens is known, so that the
+  // warps' block-table loads below hit L2. (Safe in either prologue: a prefetch changes no data.)
+  if (gridDim.x > 1 && tid == 0) {
+    const unsigned long long row = reinterpret_cast<unsigned long long>(
+        p.kv.block_table + static_cast<long long>(req) * p.kv.block_table_stride);
+    const unsigned long long line =
+        (row & ~127ull) + 128ull * (blockIdx.x * gridDim.y + blockIdx.y);
+    if (line < row + 4ull * static_cast<unsigned long long>(p.kv.block_table_stride))
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(line));
+  }
+  // The fused write's slot, loaded before seq_lens is known (only the last split uses it).
+  const long long early_slot = !LEGACY && p.new_key != nullptr ? p.slot_mapping[req] : -1;
   // A batch split on the device (a captured graph of any decode/prefill mix): the grid covers
   // every request slot, and only the decodes (1..max_query_len query tokens, 1 without "_mt")
   // are this kernel's; a prefill or a padded request (no token) has no block here.
@@ -503,6 +538,41 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
     return MT ? kv_head * GROUP + (first_col + c) % GROUP : first_head + c;
   };
 
+  // [stage 4a: the query's loads] A 16-bit query does not depend on seq_lens: without the early
+  // prologue (the query is read after the wait either way) its loads go out here, beside
+  // seq_lens, instead of after the tiles' first copies; stage 4 converts them where needed.
+  // (With the early prologue they wait for the previous kernel, which may write the query.)
+  ga_u32 qf[NT][KGROUPS][KW];
+  // f(nt, i, half, at, ok) for each 8-element chunk of the query that thread (g, t) holds: head
+  // g (+ 8 nt), chunk half of K chunk c(i, t), at elements from the query's start (ok: a real
+  // head and dimension; else the chunk stays zero).
+  auto for_query_chunks = [&](auto f) {
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      const int h = nt * 8 + g;
+      const long long row = col_token(h) * p.query_token_stride + col_head(h) * p.query_head_stride;
+#pragma unroll
+      for (int i = 0; i < KGROUPS; ++i) {
+        const int c = ga_k_chunk_index(i, t);
+#pragma unroll
+        for (int half = 0; half < KW / 4; ++half) {
+          const int e = c * CE + half * 8;  // first of 8 query elements
+          f(nt, i, half, row + e, h < heads_here && e < HEAD_SIZE);
+        }
+      }
+    }
+  };
+  auto load_q16 = [&]() {
+    for_query_chunks([&](int nt, int i, int half, long long at, bool ok) {
+      uint4 v = make_uint4(0u, 0u, 0u, 0u);
+      if (ok) v = *reinterpret_cast<const uint4*>(static_cast<const ga_u16*>(p.query) + at);
+      qf[nt][i][half * 4 + 0] = v.x;
+      qf[nt][i][half * 4 + 1] = v.y;
+      qf[nt][i][half * 4 + 2] = v.z;
+      qf[nt][i][half * 4 + 3] = v.w;
+    });
+  };
+  if (!QF8 && !early) load_q16();
   const int seq_len = p.kv.seq_lens[req];
   // Column c's query position (multi-token; one token: seq_len - 1).
   auto col_pos = [&](int c) { return seq_len - q_len + (MT ? (first_col + c) / GROUP : 0); };
@@ -547,7 +617,7 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   const bool last_split = split == num_splits - 1;
   long long new_slot = -1;
   if (!LEGACY && p.new_key != nullptr && last_split) {  // (the host refuses it for legacy)
-    new_slot = p.slot_mapping[req];
+    new_slot = early_slot;
 #ifdef GA_CHECK_BOUNDS
     if (new_slot >= p.num_slots && tid == 0) ga_report_bounds(p.bounds, 2, req, req, new_slot);
 #endif
@@ -744,6 +814,17 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
       const unsigned char* ksrc = key_cache + off + tk0 * token_bytes + lane_unit_bytes;
       const unsigned char* vsrc = value_cache + off + tk0 * token_bytes + lane_unit_bytes;
       const unsigned row0 = stage + tk0 * ROW_BYTES + lane_dst_low;
+      // A tile wholly inside [lo, seq_len - 1) (every tile but the window's first and the
+      // request's last, which may hold the fused write's row) copies every row: no test a row.
+      if (t0 >= lo && t0 + TILE < seq_len) {
+#pragma unroll
+        for (int it = 0; it < LOAD_ITERS; ++it) {
+          const unsigned dst = row0 + it * ROW_BYTES + ((lane_chunk_sw ^ (it & 7)) << 4);
+          ga_cp_async(dst, ksrc + it * token_bytes, true);
+          ga_cp_async(dst + TILE_BYTES, vsrc + it * token_bytes, true);
+        }
+        return;
+      }
 #pragma unroll
       for (int it = 0; it < LOAD_ITERS; ++it) {
         const int pos = p0 + it;
@@ -778,7 +859,41 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   }
   if (early) ga_grid_dependency_sync();
 
-  // [policy: fused cache write] (2/3) load the new rows, store them to the cache.
+  // [stage 4: Q^T fragments] qf; the score scales; O, m, l and the per-column mask terms.
+  // Q^T fragments (MMA B operand): thread (g, t) holds head g (+ 8 nt) chunks c(i, t).
+  // (fp8 queries: QK_FP8 keeps the e4m3 bytes, 4 a word, in qf[..][0..3]; the fallback widens
+  // them to fp16 times the softmax scale.)
+  // (QK_FP8: no softmax scale in the query, whatever Q_TO_F16 says: the bytes stay e4m3.)
+  const float q_scale = !QK_FP8 && (Q_TO_F16 || QF8) ? p.scale : 1.0f;
+  if constexpr (!QF8) {
+    if (early) load_q16();
+    if (Q_TO_F16) {  // a bf16 query for fp16 MMAs: converted once, times the softmax scale
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int i = 0; i < KGROUPS; ++i)
+#pragma unroll
+          for (int k = 0; k < KW; ++k) qf[nt][i][k] = ga_bf16x2_to_f16x2(qf[nt][i][k], q_scale);
+    }
+  } else {
+    for_query_chunks([&](int nt, int i, int half, long long at, bool ok) {
+      uint2 b = make_uint2(0u, 0u);
+      if (ok) b = *reinterpret_cast<const uint2*>(static_cast<const ga_u8*>(p.query) + at);
+      if constexpr (QK_FP8) {
+        qf[nt][i][half * 2 + 0] = b.x;
+        qf[nt][i][half * 2 + 1] = b.y;
+      } else {
+        const ga_u8* x = reinterpret_cast<const ga_u8*>(&b);
+#pragma unroll
+        for (int k = 0; k < 4; ++k)
+          qf[nt][i][half * 4 + k] = ga_mma_pack2(ga_e4m3_to_f32(x[2 * k]) * q_scale,
+                                                 ga_e4m3_to_f32(x[2 * k + 1]) * q_scale);
+      }
+    });
+  }
+
+  // [policy: fused cache write] (2/3) load the new rows, store them to the cache. (After the
+  // query's loads, so that the owner warp's two loads overlap: its store waits for its load.)
   // The new token's K and V rows (chunks of 8 elements: 0..HEAD_SIZE/8-1 of K, then of V),
   // loaded by its owner warp, stored to the cache by the first head chunk's block, patched into
   // the tile below. A chunk is 16 bytes in a 16-bit cache, 8 rounded bytes (.x, .y) in fp8.
@@ -814,55 +929,6 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
           if (head_chunk == 0)
             *reinterpret_cast<uint4*>(static_cast<ga_u16*>(cache) + new_dst + c * 8) = x;
         }
-      }
-    }
-  }
-
-  // [stage 4: Q^T fragments] qf; the score scales; O, m, l and the per-column mask terms.
-  // Q^T fragments (MMA B operand): thread (g, t) holds head g (+ 8 nt) chunks c(i, t).
-  // (fp8 queries: QK_FP8 keeps the e4m3 bytes, 4 a word, in qf[..][0..3]; the fallback widens
-  // them to fp16 times the softmax scale.)
-  // (QK_FP8: no softmax scale in the query, whatever Q_TO_F16 says: the bytes stay e4m3.)
-  const float q_scale = !QK_FP8 && (Q_TO_F16 || QF8) ? p.scale : 1.0f;
-  ga_u32 qf[NT][KGROUPS][KW];
-#pragma unroll
-  for (int nt = 0; nt < NT; ++nt) {
-    const int h = nt * 8 + g;
-    const ga_u16* q = static_cast<const ga_u16*>(p.query) + col_token(h) * p.query_token_stride +
-                      col_head(h) * p.query_head_stride;
-    const ga_u8* q8 = static_cast<const ga_u8*>(p.query) + col_token(h) * p.query_token_stride +
-                      col_head(h) * p.query_head_stride;
-#pragma unroll
-    for (int i = 0; i < KGROUPS; ++i) {
-      const int c = ga_k_chunk_index(i, t);
-#pragma unroll
-      for (int half = 0; half < KW / 4; ++half) {
-        const int e = c * CE + half * 8;  // first of 8 query elements
-        if constexpr (QF8) {
-          uint2 b = make_uint2(0u, 0u);
-          if (h < heads_here && e < HEAD_SIZE) b = *reinterpret_cast<const uint2*>(q8 + e);
-          if constexpr (QK_FP8) {
-            qf[nt][i][half * 2 + 0] = b.x;
-            qf[nt][i][half * 2 + 1] = b.y;
-          } else {
-            const ga_u8* x = reinterpret_cast<const ga_u8*>(&b);
-#pragma unroll
-            for (int k = 0; k < 4; ++k)
-              qf[nt][i][half * 4 + k] = ga_mma_pack2(ga_e4m3_to_f32(x[2 * k]) * q_scale,
-                                                     ga_e4m3_to_f32(x[2 * k + 1]) * q_scale);
-          }
-          continue;
-        }
-        uint4 v = make_uint4(0u, 0u, 0u, 0u);
-        if (h < heads_here && e < HEAD_SIZE) v = *reinterpret_cast<const uint4*>(q + e);
-        if (Q_TO_F16) {
-          v = make_uint4(ga_bf16x2_to_f16x2(v.x, q_scale), ga_bf16x2_to_f16x2(v.y, q_scale),
-                         ga_bf16x2_to_f16x2(v.z, q_scale), ga_bf16x2_to_f16x2(v.w, q_scale));
-        }
-        qf[nt][i][half * 4 + 0] = v.x;
-        qf[nt][i][half * 4 + 1] = v.y;
-        qf[nt][i][half * 4 + 2] = v.z;
-        qf[nt][i][half * 4 + 3] = v.w;
       }
     }
   }
@@ -1046,15 +1112,20 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
       l_run[nt][1] = l_run[nt][1] * alpha1 + ga_mma_hi_f32(x0) + ga_mma_hi_f32(x1);
       pt[nt][0] = ga_movmatrix_trans(x0);
       pt[nt][1] = ga_movmatrix_trans(x1);
+      // Past the first tiles a tile seldom raises a column's maximum: when no column of the warp
+      // moved (every alpha exactly 1) the rescale of O, VGROUPS * MSUB * 4 multiplications a
+      // thread, is skipped (the same result; one vote a tile).
+      if (__any_sync(0xffffffffu, alpha0 != 1.0f || alpha1 != 1.0f)) {
 #pragma unroll
-      for (int v = 0; v < VGROUPS; ++v)
+        for (int v = 0; v < VGROUPS; ++v)
 #pragma unroll
-        for (int u = 0; u < MSUB; ++u) {
-          o[v][u][nt][0] *= alpha0;
-          o[v][u][nt][1] *= alpha1;
-          o[v][u][nt][2] *= alpha0;
-          o[v][u][nt][3] *= alpha1;
-        }
+          for (int u = 0; u < MSUB; ++u) {
+            o[v][u][nt][0] *= alpha0;
+            o[v][u][nt][1] *= alpha1;
+            o[v][u][nt][2] *= alpha0;
+            o[v][u][nt][3] *= alpha1;
+          }
+      }
     }
 
     // [stage 7: O^T += V^T P^T] legacy (ldmatrix of V^T) or flash (ga_v_pairs).
@@ -1229,7 +1300,7 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
       const int h = i / D4, d = (i - h * D4) * 4;
       float lse;
       ga_store4(ga_output_row(p, col_token(h), col_head(h)) + d,
-                ga_combine_splits(
+                ga_combine_splits<4>(
                     num_splits, ga_sink_log2(p.terms, col_head(h), true),
                     [&](int sp, float& ls, float4& x) {
                       ls = ga_cluster_ld(ga_cluster_addr(part_lse + h, sp));
@@ -1244,22 +1315,27 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
     return;
   }
 
-  // The split that finishes last combines: each block publishes its partial (fence), counts
-  // itself on its (request, grid y) counter, and the one that sees num_splits - 1 reads every
-  // split's partial after a second fence. atomicInc wraps at num_splits - 1, so the counter is
-  // back at zero for the next launch.
+  // The split that finishes last combines: each block publishes its partial, counts itself on
+  // its (request, grid y) counter, and the one that sees num_splits - 1 reads every split's
+  // partial. atomicInc wraps at num_splits - 1, so the counter is back at zero for the next
+  // launch. One thread fences for the block: the barrier orders the block's partial stores
+  // before thread 0's fence (release, cumulative) and atomic; in the last block thread 0's
+  // second fence (acquire) and the barrier order every thread's loads after the other blocks'
+  // stores (the pattern of CUTLASS's semaphore; a fence in each thread cost a memory barrier
+  // wait in each warp).
   __shared__ unsigned ga_last_arrival;
-  __threadfence();
   __syncthreads();
   if (tid == 0) {
+    __threadfence();
     const unsigned done =
         atomicInc(p.counters + static_cast<long long>(req) * gridDim.y + blockIdx.y,
                   static_cast<unsigned>(num_splits - 1));
-    ga_last_arrival = done == static_cast<unsigned>(num_splits - 1);
+    const bool last = done == static_cast<unsigned>(num_splits - 1);
+    if (last) __threadfence();
+    ga_last_arrival = last;
   }
   __syncthreads();
   if (!ga_last_arrival) return;
-  __threadfence();
   for (int i = tid; i < heads_here * D4; i += GA_DECODE_THREADS) {
     const int h = i / D4, d = (i - h * D4) * 4;
     const int head = col_head(h), token = col_token(h);
@@ -1268,7 +1344,7 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
     const float* part = p.partial_out + row0 * HEAD_SIZE + d;
     float lse_out;
     ga_store4(ga_output_row(p, token, head) + d,
-              ga_combine_splits(
+              ga_combine_splits<8>(
                   num_splits, ga_sink_log2(p.terms, head, true),
                   [&](int sp, float& ls, float4& x) {
                     ls = __ldcg(lse + sp);

@@ -83,6 +83,20 @@ void launch_fill(const Device& dev, CUfunction f, void* ptr, size_t n, unsigned 
 
 }  // namespace
 
+void flush_l2_now(const Device& dev, int seed) {
+  const auto& d = detail::driver();
+  if (!dev.flush_by_reading) {
+    GA_CU_CHECK(d.cuMemsetD8Async(dev.flush->ptr(), static_cast<unsigned char>(seed),
+                                  dev.flush->bytes(), dev.stream));
+    return;
+  }
+  CUdeviceptr in = dev.flush->ptr(), out = dev.flush_sink->ptr();
+  unsigned long long n16 = dev.flush->bytes() / 16;
+  void* args[] = {&in, &n16, &out};
+  GA_CU_CHECK(
+      d.cuLaunchKernel(dev.read_only, dev.sms * 8, 1, 1, 512, 1, 1, 0, dev.stream, args, nullptr));
+}
+
 double median(std::vector<double> v) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
@@ -120,6 +134,8 @@ Device open_device(int device) {
   GA_CU_CHECK(d.cuModuleGetFunction(&dev.fill_fp8, dev.helpers, "fill_fp8"));
   GA_CU_CHECK(d.cuModuleGetFunction(&dev.read_only, dev.helpers, "read_only"));
   dev.flush = std::make_unique<DeviceBuffer>(2 * static_cast<size_t>(dev.l2_bytes));
+  dev.flush->fill_bytes(0);
+  dev.flush_sink = std::make_unique<DeviceBuffer>(64);
 
   // The limits, measured now over 2 GiB (far beyond L2).
   const size_t bytes = size_t{2} << 30;

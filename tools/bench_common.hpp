@@ -24,8 +24,13 @@ struct Device {
   CUmodule helpers = nullptr;
   CUfunction fill_bf16 = nullptr, fill_fp8 = nullptr, read_only = nullptr;
   std::unique_ptr<DeviceBuffer> flush;  // twice the L2, written before every timed repetition
-  double read_gbs = 0;                  // read-only streaming pass, GB/s
-  double copy_gbs = 0;                  // device-to-device copy, bytes read + written, GB/s
+  // --flush-by-reading: the flush buffer is read (read_only) instead of written, which leaves L2
+  // holding clean lines: a written flush leaves up to an L2 of dirty lines, whose write-back
+  // the timed work then pays for as it reads.
+  bool flush_by_reading = false;
+  std::unique_ptr<DeviceBuffer> flush_sink;  // read_only's sink, for the flush by reading
+  double read_gbs = 0;                       // read-only streaming pass, GB/s
+  double copy_gbs = 0;                       // device-to-device copy, bytes read + written, GB/s
 };
 
 // Makes device's primary context current on this thread (use_device), makes a stream, compiles
@@ -38,6 +43,10 @@ void fill_random_fp8(const Device& d, void* ptr, size_t bytes, unsigned seed);
 
 double median(std::vector<double> v);
 
+// Evicts the L2: writes the flush buffer (byte value `seed`), or reads it with
+// dev.flush_by_reading.
+void flush_l2_now(const Device& dev, int seed);
+
 // Median of `reps` event-timed runs of work(), each after writing the flush buffer (when
 // flush_l2) so no run finds the previous one's data in L2.
 template <typename Work>
@@ -45,9 +54,7 @@ double time_us(const Device& dev, int reps, bool flush_l2, Work work) {
   EventTimer timer;
   std::vector<double> t;
   for (int i = 0; i < reps; ++i) {
-    if (flush_l2)
-      GA_CU_CHECK(detail::driver().cuMemsetD8Async(dev.flush->ptr(), static_cast<unsigned char>(i),
-                                                   dev.flush->bytes(), dev.stream));
+    if (flush_l2) flush_l2_now(dev, i);
     t.push_back(timer.time_us(dev.stream, work));
   }
   return median(t);

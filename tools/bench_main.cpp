@@ -56,6 +56,10 @@ int main(int argc, char** argv) {
   app.add_option("--peer-script", peer_script, "the peer timing script")->capture_default_str();
   app.add_flag("!--no-peer", use_peer, "do not run the peer");
   app.add_flag("!--no-check", check, "skip the float64 reference checks");
+  bool flush_by_reading = false;
+  app.add_flag("--flush-by-reading", flush_by_reading,
+               "evict L2 before each timed repetition by reading twice its size instead of "
+               "writing it (no dirty lines left for the timed work to write back)");
   std::string cascade_prefixes_text = "8192";
   std::string cascade_requests_text = "64";
   int cascade_own = 512;
@@ -109,12 +113,16 @@ int main(int argc, char** argv) {
     for (const auto& s : split_list(try_splits_text)) dopt.try_splits.push_back(std::stoi(s));
 
     Device dev = open_device();
+    dev.flush_by_reading = flush_by_reading;
     std::printf("device: %s, %d SMs, L2 %d MiB, sm_%d\n", dev.name.c_str(), dev.sms,
                 dev.l2_bytes >> 20, dev.arch);
     std::printf(
         "limits measured now: read-only streaming %.0f GB/s; device-to-device copy "
         "(read + write) %.0f GB/s\n",
         dev.read_gbs, dev.copy_gbs);
+    std::printf("L2 flush before each timed repetition: %s\n",
+                flush_by_reading ? "reading twice its size (--flush-by-reading)"
+                                 : "writing twice its size");
     PeerTimes peer;
     if (use_peer && (wants("decode") || wants("prefill"))) {
       std::vector<std::string> dk, pk;
@@ -135,6 +143,7 @@ int main(int argc, char** argv) {
                         {"read_only_gb_per_s", dev.read_gbs},
                         {"d2d_copy_gb_per_s", dev.copy_gbs},
                         {"reps", reps},
+                        {"l2_flush", flush_by_reading ? "read" : "write"},
                         {"peer", peer.available ? peer.backend : "unavailable: " + peer.why}};
     if (wants("decode")) j["decode"] = bench_decode(dev, dopt, peer, &ok);
     if (wants("step")) j["step"] = bench_step(dev, {1, 64}, 1024, reps);

@@ -166,6 +166,7 @@ nlohmann::json bench_tensor_parallel(const Device& dev, const std::vector<int>& 
   std::thread([&] {
     try {
       dev1 = open_device(1);
+      dev1.flush_by_reading = dev.flush_by_reading;
       half1 = std::make_unique<StepRig>(dev1, batches, len, 2);
     } catch (const std::exception& e) {
       error = e.what();
@@ -203,8 +204,7 @@ nlohmann::json bench_tensor_parallel(const Device& dev, const std::vector<int>& 
         use_device(d.ordinal);
         EventTimer timer;
         for (int i = 0; i < reps; ++i) {
-          GA_CU_CHECK(detail::driver().cuMemsetD8Async(
-              d.flush->ptr(), static_cast<unsigned char>(i), d.flush->bytes(), d.stream));
+          flush_l2_now(d, i);
           d.owned_stream->synchronize();
           barrier.wait();
           ++waited;
