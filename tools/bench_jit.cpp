@@ -169,13 +169,8 @@ double ptx_only_cpu_ms(const graphattn::KernelSource& src, size_t* ptx_bytes) {
       o = "--gpu-architecture=compute_" + o.substr(real.size());
   std::vector<const char*> opts;
   for (const std::string& o : options) opts.push_back(o.c_str());
-  nvrtcProgram prog = nullptr;
-  GA_NVRTC_CHECK(nvrtcCreateProgram(&prog, src.source.c_str(), (src.spec + ".cu").c_str(), 0,
-                                    nullptr, nullptr));
-  struct Guard {
-    nvrtcProgram* p;
-    ~Guard() { nvrtcDestroyProgram(p); }
-  } guard{&prog};
+  const graphattn::detail::NvrtcProgram program(src);
+  const nvrtcProgram prog = program.get();
   const double t0 = process_cpu_ms();
   const nvrtcResult r = nvrtcCompileProgram(prog, static_cast<int>(opts.size()), opts.data());
   const double cpu = process_cpu_ms() - t0;
