@@ -32,15 +32,17 @@ std::string number_lines(const std::string& source) {
   return os.str();
 }
 
+NvrtcProgram::NvrtcProgram(const KernelSource& src) {
+  GA_NVRTC_CHECK(nvrtcCreateProgram(&prog_, src.source.c_str(), (src.spec + ".cu").c_str(), 0,
+                                    nullptr, nullptr));
+}
+
+NvrtcProgram::~NvrtcProgram() { nvrtcDestroyProgram(&prog_); }
+
 std::vector<char> nvrtc_compile(const KernelSource& src, double* ms) {
   const auto t0 = std::chrono::steady_clock::now();
-  nvrtcProgram prog = nullptr;
-  GA_NVRTC_CHECK(nvrtcCreateProgram(&prog, src.source.c_str(), (src.spec + ".cu").c_str(), 0,
-                                    nullptr, nullptr));
-  struct Guard {
-    nvrtcProgram* p;
-    ~Guard() { nvrtcDestroyProgram(p); }
-  } guard{&prog};
+  const NvrtcProgram program(src);
+  const nvrtcProgram prog = program.get();
   std::vector<const char*> opts;
   for (const auto& o : src.options) opts.push_back(o.c_str());
   const nvrtcResult r = nvrtcCompileProgram(prog, static_cast<int>(opts.size()), opts.data());

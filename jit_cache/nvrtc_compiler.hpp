@@ -23,6 +23,19 @@ namespace graphattn::detail {
                                              __LINE__);                                   \
   } while (0)
 
+// An NVRTC program made from src's source (named after its spec), destroyed with this object.
+class NvrtcProgram {
+ public:
+  explicit NvrtcProgram(const KernelSource& src);
+  ~NvrtcProgram();
+  NvrtcProgram(const NvrtcProgram&) = delete;
+  NvrtcProgram& operator=(const NvrtcProgram&) = delete;
+  nvrtcProgram get() const { return prog_; }
+
+ private:
+  nvrtcProgram prog_ = nullptr;
+};
+
 // Compiles src to a cubin; throws CompileError with the log on rejection.
 std::vector<char> nvrtc_compile(const KernelSource& src, double* ms);
 

@@ -57,8 +57,12 @@ KernelSource render_kernel(const AttentionSpec& spec) {
   KernelSource out;
   out.spec = spec.to_string();
   out.entry = fam.entry;
+  // -minimal: NVRTC leaves out of its built-in header what the templates never use (texture
+  // and surface functions, the device runtime's cuda* calls, device-side launches, the runtime
+  // API's types), about 5 ms of every kernel's front end; the machine code is the same
+  // (scripts/sass_diff.sh --base-drop=-minimal) and the options are part of the cache key.
   out.options = {"--gpu-architecture=sm_" + std::to_string(spec.arch) + fam.arch_suffix,
-                 "-std=c++17", "--fmad=true", "-default-device"};
+                 "-std=c++17", "--fmad=true", "-default-device", "-minimal"};
   std::ostringstream os;
   os << "// graphattn kernel " << out.spec << " (cache format " << kCacheFormatVersion << ")\n";
   os << "// nvrtc options:";

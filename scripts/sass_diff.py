@@ -10,7 +10,8 @@ For every spec:
   base  the same rendered source with the base revision's template texts in place of the
         working tree's (the renderer only prepends the spec's constants to params.h, common.cuh
         and the family's file, so the constants part is shared), compiled by NVRTC with the
-        options the source's header names.
+        options the source's header names, less those given with --base-drop (options that
+        the working tree's renderer adds and the base revision's does not pass).
 Both cubins are disassembled (cuobjdump -sass, instruction encodings included, addresses
 stripped) with their resource usage (registers, stack, shared memory); any difference is
 reported and makes the exit status 1. Base disassemblies are kept under BUILD/sass-diff/, keyed
@@ -169,6 +170,7 @@ def main():
     ap.add_argument("--arch", default="80,90")
     ap.add_argument("-j", "--jobs", type=int, default=2)
     ap.add_argument("--keep")
+    ap.add_argument("--base-drop", action="append", default=[])
     ap.add_argument("--cuobjdump", required=True)
     ap.add_argument("spec", nargs="*")
     args = ap.parse_args()
@@ -219,15 +221,20 @@ def main():
             if family not in base_t:
                 raise RuntimeError("templates/%s does not exist at %s" % (family, args.base))
             options = OPTIONS_LINE.search(source).group(1).split()
+            missing_drop = [o for o in args.base_drop if o not in options]
+            if missing_drop:
+                raise RuntimeError("--base-drop %s: the built library does not pass it for %s" %
+                                   (" ".join(missing_drop), spec))
+            base_options = [o for o in options if o not in args.base_drop]
             base_src = prefix + base_t["params.h"] + "\n" + base_t["common.cuh"] + "\n" + \
                 base_t[family]
-            digest = hashlib.sha256((base_src + "\0" + " ".join(options)).encode()).hexdigest()
+            digest = hashlib.sha256((base_src + "\0" + " ".join(base_options)).encode()).hexdigest()
             cached = os.path.join(cache_dir, "%s-%s.sass" % (spec, digest[:16]))
             if os.path.exists(cached):
                 with open(cached) as f:
                     base_sass = f.read()
             else:
-                base_sass = disassemble(args.cuobjdump, nvrtc.compile(base_src, options, spec),
+                base_sass = disassemble(args.cuobjdump, nvrtc.compile(base_src, base_options, spec),
                                         tmp, spec + ".base")
                 with open(cached + ".tmp", "w") as f:
                     f.write(base_sass)

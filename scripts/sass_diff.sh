@@ -5,7 +5,8 @@
 # the templates of a base revision, disassembles both (cuobjdump -sass: encodings, control bits
 # and resource usage) and prints one line per spec; exit 1 if any spec differs, 2 on bad usage.
 #
-#   scripts/sass_diff.sh [--base REV] [--arch 80,90] [--specs FILE] [-j N] [--keep DIR] [SPEC...]
+#   scripts/sass_diff.sh [--base REV] [--arch 80,90] [--specs FILE] [-j N] [--keep DIR]
+#                        [--base-drop OPTION]... [SPEC...]
 #
 #   --base REV    the revision whose templates are the reference (default 57931d5)
 #   --arch LIST   every spec is checked once per arch in LIST (its _smNN part replaced)
@@ -13,6 +14,9 @@
 #                 (decode: flash NHD/HND and legacy, bf16/fp16, fp8 e4m3/e5m2 KV, groups 1-16,
 #                 window, soft cap, ALiBi, sinks, multi-token, block-sparse, checked mode)
 #   --keep DIR    write both disassemblies of a differing spec there instead of a diff excerpt
+#   --base-drop O compile the base without NVRTC option O (one the working tree's renderer added,
+#                 e.g. --base-drop=-minimal: the = keeps the dash), so that a change of options is
+#                 compared too; repeatable
 #   SPEC...       spec strings to check instead of the default list
 #
 # Needs a build (scripts/build.sh) whose embedded templates are the working tree's. The
