@@ -15,12 +15,11 @@ PrefillKernel select_prefill_kernel(const AttentionSpec& spec) {
   // wgmma exists on sm_90a only (a cubin for it runs on compute capability 9.0 alone). Its
   // shared-memory tiles use the 128-byte swizzle, whose rows are 64 16-bit columns; fp8 caches
   // would need a conversion pass and stay on mma.sync. vLLM's legacy PagedAttention caches
-  // (layout legacy: a [dim][key] value cache) are read by prefill.cu only, which transposes its
-  // V tile for them; the wgmma kernel's producer copies and 128-byte swizzled
-  // tiles assume the flash layout's [key][dim] rows.
-  // Block-sparse prefill (_bsp) masks and skips tiles in the mma.sync kernel only.
+  // (layout legacy, forward_prefix) take it too: their [dim][key] value tile is the K-major B
+  // operand of P V. Block-sparse prefill (_bsp) masks and skips tiles in the mma.sync kernel
+  // only.
   if (spec.arch == 90 && spec.kv_dtype == KvDType::kAuto && spec.head_size % 64 == 0 &&
-      spec.layout != KvLayout::kLegacy && !spec.block_sparse)
+      !spec.block_sparse)
     return PrefillKernel::kWgmma;
   return PrefillKernel::kMmaSync;
 }

@@ -2,7 +2,8 @@
 // Prefill attention for Hopper (sm_90a, wgmma): the semantics, grid and GQA row packing of
 // prefill.cu (vLLM v1 flash: variable-length causal queries over the paged KV cache, window,
 // soft cap; the non-causal and dense-K/V axes likewise), for 16-bit KV caches and head sizes
-// that are multiples of 64. The host
+// that are multiples of 64, in the flash layouts (NHD, HND) and vLLM's legacy PagedAttention
+// layout (KV_LAYOUT 2, forward_prefix; see "Legacy layout" below). The host
 // (detail::select_prefill_kernel) sends every other spec to prefill.cu.
 //
 // Grid: x = query row tiles (reversed so the longest causal tiles start first), y = request
@@ -28,6 +29,15 @@
 // HEAD_SIZE columns is stored as HEAD_SIZE / 64 column blocks of R rows x 128 bytes; 16-byte
 // chunk c of row r sits at chunk c ^ (r % 8) of its 128-byte row. Every tile starts on a
 // 1024-byte boundary. Q and K are K-major operands; V is the MN-major B operand of P V.
+//
+// Legacy layout (key [blocks, kv_heads, head / 8, block, 8], value [blocks, kv_heads, head,
+// block], 16-bit): only the producer's copies and the P V operand differ. A 16-byte chunk of a
+// key row (8 dimensions) is contiguous in the chunk-major key cache too, so the K tile is the
+// same swizzled [key][dim] K-major tile, its chunks read from other addresses (pw_gather_*:
+// the 8 keys of one chunk that a warp instruction's 8 lanes read are 128 contiguous bytes). The
+// value cache is [dim][key] with the keys inner: the tile is stored as it comes, V^T of HEAD_SIZE
+// rows x PW_BLOCK_N keys in the 128-byte swizzle (pw_legacy_load_vt), which is the K-major form
+// of P V's B operand (the reduction runs over the keys), so the P V wgmma reads it untransposed.
 
 // The consumer warpgroups take turns issuing their wgmmas (see the consumer loop); false lets
 // them issue independently, for comparison.
@@ -49,6 +59,18 @@ constexpr int PW_SMEM_BYTES = ga_prefill_sm90_smem_bytes(HEAD_SIZE);
 // the producer's tile loop spills at head size 64.
 constexpr int PW_PRODUCER_REGS = 88;
 constexpr int PW_CONSUMER_REGS = 208;
+constexpr bool PW_LEGACY = KV_LAYOUT == 2;
+// The P V wgmma's B (V) operand: MN-major (1, transposed: the flash [key][dim] tile) or K-major
+// (0: the legacy V^T tile), the wgmma's imm-trans-b.
+constexpr int PW_V_TRANS = PW_LEGACY ? 0 : 1;
+// Its descriptor: the leading byte offset (MN-major: 64-column blocks PW_BLOCK_N rows of 128
+// bytes apart; K-major: unused by the swizzle, 16) and the offset of k-step kk (16 keys) in
+// 16-byte units (MN-major: 16 rows of 128 bytes; K-major: 32 bytes inside the swizzled 128-byte
+// row, a 64-key column block of HEAD_SIZE rows apart).
+constexpr unsigned PW_V_LEAD = PW_LEGACY ? 16 : PW_BLOCK_N * 128;
+__device__ __forceinline__ unsigned pw_v_kstep(int kk) {
+  return PW_LEGACY ? (kk >> 2) * (HEAD_SIZE * 8) + (kk & 3) * 2 : kk * 128;
+}
 // Named barriers PW_SCHED_BAR and PW_SCHED_BAR + 1 order the wgmma issues of the two consumer
 // warpgroups (ids 0: __syncthreads, 1 and 2: the consumers' epilogues).
 constexpr int PW_SCHED_BAR = 3;
@@ -194,9 +216,9 @@ __device__ __forceinline__ unsigned long long pw_desc(unsigned addr, unsigned le
       "%8, %9, %10, %11, %12, %13, %14, %15, "                \
       "%16, %17, %18, %19, %20, %21, %22, %23, "              \
       "%24, %25, %26, %27, %28, %29, %30, %31}, "             \
-      "{%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"           \
+      "{%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"         \
       : PW_F8(0), PW_F8(8), PW_F8(16), PW_F8(24)              \
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1))
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1), "n"(PW_V_TRANS))
 
 #define PW_WGMMA_RS_N128(TY)                                                                 \
   asm volatile(                                                                              \
@@ -211,9 +233,9 @@ __device__ __forceinline__ unsigned long long pw_desc(unsigned addr, unsigned le
       "%40, %41, %42, %43, %44, %45, %46, %47, "                                             \
       "%48, %49, %50, %51, %52, %53, %54, %55, "                                             \
       "%56, %57, %58, %59, %60, %61, %62, %63}, "                                            \
-      "{%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"                                          \
+      "{%64, %65, %66, %67}, %68, p, 1, 1, %70;\n}\n"                                        \
       : PW_F8(0), PW_F8(8), PW_F8(16), PW_F8(24), PW_F8(32), PW_F8(40), PW_F8(48), PW_F8(56) \
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1))
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1), "n"(PW_V_TRANS))
 
 #define PW_WGMMA_RS_N192(TY)                                                                  \
   asm volatile(                                                                               \
@@ -232,10 +254,10 @@ __device__ __forceinline__ unsigned long long pw_desc(unsigned addr, unsigned le
       "%72, %73, %74, %75, %76, %77, %78, %79, "                                              \
       "%80, %81, %82, %83, %84, %85, %86, %87, "                                              \
       "%88, %89, %90, %91, %92, %93, %94, %95}, "                                             \
-      "{%96, %97, %98, %99}, %100, p, 1, 1, 1;\n}\n"                                          \
+      "{%96, %97, %98, %99}, %100, p, 1, 1, %102;\n}\n"                                       \
       : PW_F8(0), PW_F8(8), PW_F8(16), PW_F8(24), PW_F8(32), PW_F8(40), PW_F8(48), PW_F8(56), \
         PW_F8(64), PW_F8(72), PW_F8(80), PW_F8(88)                                            \
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1))
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1), "n"(PW_V_TRANS))
 
 #define PW_WGMMA_RS_N256(TY)                                                                      \
   asm volatile(                                                                                   \
@@ -258,10 +280,10 @@ __device__ __forceinline__ unsigned long long pw_desc(unsigned addr, unsigned le
       "%104, %105, %106, %107, %108, %109, %110, %111, "                                          \
       "%112, %113, %114, %115, %116, %117, %118, %119, "                                          \
       "%120, %121, %122, %123, %124, %125, %126, %127}, "                                         \
-      "{%128, %129, %130, %131}, %132, p, 1, 1, 1;\n}\n"                                          \
+      "{%128, %129, %130, %131}, %132, p, 1, 1, %134;\n}\n"                                       \
       : PW_F8(0), PW_F8(8), PW_F8(16), PW_F8(24), PW_F8(32), PW_F8(40), PW_F8(48), PW_F8(56),     \
         PW_F8(64), PW_F8(72), PW_F8(80), PW_F8(88), PW_F8(96), PW_F8(104), PW_F8(112), PW_F8(120) \
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1))
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1), "n"(PW_V_TRANS))
 
 template <int N>
 __device__ __forceinline__ void pw_wgmma_ss(float (&d)[N / 2], unsigned long long da,
@@ -312,8 +334,11 @@ __device__ __forceinline__ void pw_wgmma_rs(float (&d)[N / 2], const unsigned (&
 // 8 rows. The swizzle of a row depends only on row % 8, which is the same in every pass, so
 // the shared-memory offsets are computed once per thread (PwGather), and K and V, which share
 // strides and block table, share the global offsets of each tile (pw_gather_rows).
+// Legacy layout: the same map reads the K tile (V goes through pw_legacy_load_vt); chunk c of a
+// key sits c * 8 * BLOCK_SIZE elements after chunk 0, and consecutive keys of a block 8 apart.
 constexpr int PW_PASSES = PW_BLOCK_N / 32;
 constexpr int PW_LANE_CHUNKS = PW_CHUNKS / 4;
+constexpr int PW_CHUNK_ELEMS = PW_LEGACY ? 8 * BLOCK_SIZE : 8;  // from one chunk to the next
 static_assert(PW_BLOCK_N % 32 == 0 && PW_CHUNKS % 4 == 0, "prefill_sm90: uneven K/V gather");
 
 struct PwGather {
@@ -328,7 +353,7 @@ __device__ __forceinline__ PwGather pw_gather_setup(long long head_off, int ptid
   const int q = ptid & 3;
 #pragma unroll
   for (int i = 0; i < PW_LANE_CHUNKS; ++i) g.dst[i] = pw_swizzle(g.row, q + 4 * i, PW_BLOCK_N);
-  g.col = head_off + q * 8;
+  g.col = head_off + q * PW_CHUNK_ELEMS;
   return g;
 }
 
@@ -356,8 +381,10 @@ __device__ __forceinline__ void pw_gather_rows(const PrefillParams& p, const int
   }
 #pragma unroll
   for (int k = 0; k < PW_PASSES; ++k)
-    off[k] = static_cast<long long>(blk[k]) * p.kv.cache_block_stride +
-             static_cast<long long>(key[k] % BLOCK_SIZE) * p.kv.cache_token_stride + g.col;
+    off[k] =
+        static_cast<long long>(blk[k]) * p.kv.cache_block_stride +
+        static_cast<long long>(key[k] % BLOCK_SIZE) * (PW_LEGACY ? 8 : p.kv.cache_token_stride) +
+        g.col;
 #endif
 }
 
@@ -369,7 +396,57 @@ __device__ __forceinline__ void pw_gather_copy(const ga_u16* cache, const PwGath
     const int bytes = n0 + 32 * k + g.row < kv_end ? 16 : 0;
 #pragma unroll
     for (int i = 0; i < PW_LANE_CHUNKS; ++i)
-      pw_cp_async16(dst + k * 32 * 128 + g.dst[i], cache + off[k] + 32 * i, bytes);
+      pw_cp_async16(dst + k * 32 * 128 + g.dst[i], cache + off[k] + 4 * PW_CHUNK_ELEMS * i, bytes);
+  }
+}
+
+// Legacy layout: the values of keys [n0, n0 + PW_BLOCK_N) of one KV head into the V^T tile at
+// dst: HEAD_SIZE rows (dimensions) of PW_BLOCK_N keys, 16-byte chunk tc (keys 8 tc .. 8 tc + 7)
+// of row d at pw_swizzle(d, tc, HEAD_SIZE). The tile's keys fall into segments of
+// PW_VT_SEG = gcd(BLOCK_SIZE, PW_BLOCK_N) keys, each inside one cache block, where the
+// HEAD_SIZE * PW_VT_SEG values of the head are contiguous, dimension by dimension. The
+// producer's 128 threads walk a segment's chunks in that order (neighbouring lanes read
+// neighbouring 16 bytes): chunk idx = ptid + 128 i is segment i / PW_VT_ITERS_SEG, dimension
+// (idx % PW_VT_PER_SEG) / PW_VT_CPS, segment chunk ptid % PW_VT_CPS (PW_VT_PER_SEG is a multiple
+// of 128 and PW_VT_CPS divides 128). Keys at or past kv_end are zero-filled (a chunk partly
+// inside copies its keys inside), and a chunk wholly past it reads nothing; a segment past
+// kv_end looks its block up at the last visible key instead, whose block exists.
+constexpr int pw_gcd(int a, int b) { return b == 0 ? a : pw_gcd(b, a % b); }
+constexpr int PW_VT_SEG = pw_gcd(BLOCK_SIZE, PW_BLOCK_N);
+constexpr int PW_VT_SEGS = PW_BLOCK_N / PW_VT_SEG;
+constexpr int PW_VT_CPS = PW_VT_SEG / 8;  // chunks per dimension of a segment
+constexpr int PW_VT_PER_SEG = HEAD_SIZE * PW_VT_CPS;
+constexpr int PW_VT_ITERS_SEG = PW_VT_PER_SEG / 128;  // chunks per thread and segment
+static_assert(!PW_LEGACY || (PW_VT_PER_SEG % 128 == 0 && 128 % PW_VT_CPS == 0),
+              "prefill_sm90: uneven V^T gather");
+
+__device__ __forceinline__ void pw_legacy_load_vt(const PrefillParams& p, const int* block_row,
+                                                  long long head_off, int n0, int kv_end,
+                                                  unsigned dst, int ptid) {
+  const ga_u16* vc = static_cast<const ga_u16*>(p.kv.value_cache);
+  long long base[PW_VT_SEGS];
+#pragma unroll
+  for (int sg = 0; sg < PW_VT_SEGS; ++sg) {
+    const int key = min(n0 + sg * PW_VT_SEG, kv_end - 1);
+#ifdef GA_CHECK_BOUNDS
+    const int blk = ga_prefill_checked_block(p, block_row, key);
+#else
+    const int blk = __ldg(block_row + key / BLOCK_SIZE);
+#endif
+    base[sg] = static_cast<long long>(blk) * p.kv.cache_block_stride + head_off +
+               (n0 + sg * PW_VT_SEG) % BLOCK_SIZE;
+  }
+  const int tcs = ptid % PW_VT_CPS;
+#pragma unroll
+  for (int sg = 0; sg < PW_VT_SEGS; ++sg) {
+    const int tc = sg * PW_VT_CPS + tcs;
+    const int n = min(kv_end - (n0 + tc * 8), 8);  // keys of the chunk inside the request
+#pragma unroll
+    for (int i = 0; i < PW_VT_ITERS_SEG; ++i) {
+      const int d = (ptid + 128 * i) / PW_VT_CPS;
+      const long long off = base[sg] + static_cast<long long>(d) * BLOCK_SIZE + tcs * 8;
+      pw_cp_async16(dst + pw_swizzle(d, tc, HEAD_SIZE), n > 0 ? vc + off : vc, n > 0 ? n * 2 : 0);
+    }
   }
 }
 
@@ -512,7 +589,11 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
         pw_gather_copy(kc, gather, off, n0, kv_end, k_base + stage * PW_KV_BYTES);
         pw_mbar_arrive_copies(bar_k_full + 8 * stage);
         if (j >= PW_STAGES) pw_mbar_wait(bar_v_empty + 8 * stage, phase ^ 1);
-        pw_gather_copy(vc, gather, off, n0, kv_end, v_base + stage * PW_KV_BYTES);
+        if constexpr (PW_LEGACY)
+          pw_legacy_load_vt(p, block_row, static_cast<long long>(kv_head) * p.kv.cache_head_stride,
+                            n0, kv_end, v_base + stage * PW_KV_BYTES, tid);
+        else
+          pw_gather_copy(vc, gather, off, n0, kv_end, v_base + stage * PW_KV_BYTES);
         pw_mbar_arrive_copies(bar_v_full + 8 * stage);
         if (++stage == PW_STAGES) {
           stage = 0;
@@ -560,7 +641,7 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
     // V MN-major (64-column blocks PW_BLOCK_N rows apart, 8-row groups 1024 bytes apart).
     const unsigned long long q_desc = pw_desc(q_base + cw * 64 * 128, 16, 1024);
     const unsigned long long k_desc = pw_desc(k_base, 16, 1024);
-    const unsigned long long v_desc = pw_desc(v_base, PW_BLOCK_N * 128, 1024);
+    const unsigned long long v_desc = pw_desc(v_base, PW_V_LEAD, 1024);
 
     // S = Q K^T of the K tile in `stage`, into s.
     auto issue_s = [&](int stage) {
@@ -578,7 +659,7 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
       const unsigned long long vd = v_desc + ((stage * PW_KV_BYTES) >> 4);
 #pragma unroll
       for (int kk = 0; kk < PW_BLOCK_N / 16; ++kk)
-        pw_wgmma_rs<HEAD_SIZE>(o, pf[kk], vd + kk * 128);  // 16 rows of 128 bytes
+        pw_wgmma_rs<HEAD_SIZE>(o, pf[kk], vd + pw_v_kstep(kk));
     };
     auto softmax = [&](int j) {
       const int n0 = (tile0 + j) * PW_BLOCK_N;
