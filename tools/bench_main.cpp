@@ -138,6 +138,11 @@ int main(int argc, char** argv) {
       j["prefill_legacy"] = bench_prefill(dev, 4, 4096, std::max(20, reps / 5), peer, &ok, true);
       j["prefill_fp8"] =
           bench_prefill(dev, 4, 4096, std::max(20, reps / 5), peer, &ok, false, true);
+      // Chunked prefill: 512 new tokens over a cached prefix, flash and legacy caches.
+      for (int prefix : {2048, 8192, 16384})
+        for (bool legacy : {false, true})
+          j["prefill_chunked"].push_back(
+              bench_prefill(dev, 4, 512, std::max(20, reps / 5), peer, &ok, legacy, false, prefix));
     }
     if (wants("cascade"))
       j["cascade"] = bench_cascade(dev, cascade_requests, cascade_own, cascade_prefixes, reps, &ok);
