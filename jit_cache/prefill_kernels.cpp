@@ -16,10 +16,9 @@ PrefillKernel select_prefill_kernel(const AttentionSpec& spec) {
   // shared-memory tiles use the 128-byte swizzle, whose rows are 64 16-bit columns; fp8 caches
   // would need a conversion pass and stay on mma.sync. vLLM's legacy PagedAttention caches
   // (layout legacy, forward_prefix) take it too: their [dim][key] value tile is the K-major B
-  // operand of P V. Block-sparse prefill (_bsp) masks and skips tiles in the mma.sync kernel
-  // only.
-  if (spec.arch == 90 && spec.kv_dtype == KvDType::kAuto && spec.head_size % 64 == 0 &&
-      !spec.block_sparse)
+  // operand of P V. Block-sparse prefill (_bsp) too: every warpgroup votes on which key tiles
+  // the block needs.
+  if (spec.arch == 90 && spec.kv_dtype == KvDType::kAuto && spec.head_size % 64 == 0)
     return PrefillKernel::kWgmma;
   return PrefillKernel::kMmaSync;
 }

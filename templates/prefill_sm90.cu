@@ -3,7 +3,8 @@
 // prefill.cu (vLLM v1 flash: variable-length causal queries over the paged KV cache, window,
 // soft cap; the non-causal and dense-K/V axes likewise), for 16-bit KV caches and head sizes
 // that are multiples of 64, in the flash layouts (NHD, HND) and vLLM's legacy PagedAttention
-// layout (KV_LAYOUT 2, forward_prefix; see "Legacy layout" below). The host
+// layout (KV_LAYOUT 2, forward_prefix; see "Legacy layout" below), block-sparse too (see
+// pw_bsp_tile_needed). The host
 // (detail::select_prefill_kernel) sends every other spec to prefill.cu.
 //
 // Grid: x = query row tiles (reversed so the longest causal tiles start first), y = request
@@ -74,6 +75,8 @@ __device__ __forceinline__ unsigned pw_v_kstep(int kk) {
 // Named barriers PW_SCHED_BAR and PW_SCHED_BAR + 1 order the wgmma issues of the two consumer
 // warpgroups (ids 0: __syncthreads, 1 and 2: the consumers' epilogues).
 constexpr int PW_SCHED_BAR = 3;
+// GA_BLOCK_SPARSE: named barrier PW_BSP_BAR + w carries warpgroup w's tile votes.
+constexpr int PW_BSP_BAR = 5;
 // 16-bit KV only: the k/v scales are 1 and their device pointers (GaKvScales) null here; fp8
 // caches, with host or device scales, take templates/prefill.cu.
 static_assert(HEAD_SIZE % 64 == 0 && KV_FP8 == 0, "prefill_sm90 needs 16-bit KV, head % 64 == 0");
@@ -450,6 +453,74 @@ __device__ __forceinline__ void pw_legacy_load_vt(const PrefillParams& p, const 
   }
 }
 
+// GA_BLOCK_SPARSE: whether some row of the block's [m0, m0 + PW_BLOCK_M) sees a key of the tile
+// [n0, n0 + PW_BLOCK_N) by its block pattern (and causally), voted by the calling warpgroup's 128
+// threads on named barrier `bar` (thread wt evaluates row m0 + wt). The producer and both
+// consumers each vote over the same rows, so they skip the same tiles without talking: a skipped
+// tile is neither loaded nor computed.
+__device__ __forceinline__ bool pw_bsp_tile_needed(const PrefillParams& p, int n0, int m0, int rows,
+                                                   int ctx, int kv_head, int wt, int bar) {
+  int need = 0;
+  const int row = m0 + wt;
+  if (row < rows) {
+    const int pos = ctx + row / GROUP;
+    const int last = min(n0 + PW_BLOCK_N - 1, pos);
+    const int qb = pos / p.bsp.block;
+    const int off = ga_bsp_offset(p.bsp, kv_head * GROUP + row % GROUP);
+    for (int kb = n0 / p.bsp.block; kb * p.bsp.block <= last; ++kb)
+      need |= ga_bsp_visible(p.bsp, qb, kb, off) ? 1 : 0;
+  }
+  int any;
+  asm volatile(
+      "{\n.reg .pred p, q;\nsetp.ne.s32 p, %1, 0;\nbar.red.or.pred q, %2, 128, p;\n"
+      "selp.s32 %0, 1, 0, q;\n}\n"
+      : "=r"(any)
+      : "r"(need), "r"(bar)
+      : "memory");
+  return any != 0;
+}
+
+// The tiles a block computes, as tile indices after tile0: first() and next(t), the next one
+// after t (n_tiles when none is left). All of [0, n_tiles), or, GA_BLOCK_SPARSE, those that
+// pw_bsp_tile_needed keeps (each call a vote of the calling warpgroup: wt its thread, bar its
+// barrier).
+struct PwTiles {
+  int tile0, n_tiles, m0, rows, ctx, kv_head, wt, bar;
+  __device__ __forceinline__ int skip(const PrefillParams& p, int t) const {
+#if GA_BLOCK_SPARSE
+    while (t < n_tiles &&
+           !pw_bsp_tile_needed(p, (tile0 + t) * PW_BLOCK_N, m0, rows, ctx, kv_head, wt, bar))
+      ++t;
+#endif
+    return t;
+  }
+  __device__ __forceinline__ int first(const PrefillParams& p) const { return skip(p, 0); }
+  __device__ __forceinline__ int next(const PrefillParams& p, int t) const {
+    return skip(p, t + 1);
+  }
+};
+
+// GA_BLOCK_SPARSE, per row of this thread: the query block and the head's stride offset; and for
+// the current tile, which of its n8 key groups (bit j: keys n0 + 8 j ..) the row's pattern sees
+// (a sparse block is a multiple of 16 keys, so each group lies in one).
+struct PwBspRows {
+  int qb[2], off[2];
+  unsigned vis[2];
+};
+__device__ __forceinline__ void pw_bsp_tile_vis(const PrefillParams& p, int n0, PwBspRows& b) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    unsigned v = 0;
+    for (int kb = n0 / p.bsp.block; kb * p.bsp.block < n0 + PW_BLOCK_N; ++kb) {
+      if (!ga_bsp_visible(p.bsp, b.qb[r], kb, b.off[r])) continue;
+      const int lo = max(kb * p.bsp.block - n0, 0) / 8;
+      const int hi = min((kb + 1) * p.bsp.block - n0, PW_BLOCK_N) / 8;  // groups [lo, hi)
+      v |= ((1u << (hi - lo)) - 1u) << lo;  // at most PW_BLOCK_N / 8 = 16 groups
+    }
+    b.vis[r] = v;
+  }
+}
+
 // Scores of one KV tile -> probabilities, in place in s (fp32, log2 domain), for this thread's
 // two rows; updates the running maxima and sums and returns the factors alpha by which the
 // output accumulators must be rescaled. It leaves those accumulators alone, so it can run while
@@ -458,7 +529,7 @@ template <bool MASK>
 __device__ __forceinline__ void pw_softmax(const PrefillParams& p, float (&s)[PW_BLOCK_N / 2],
                                            int n0, int kv_end, int t2, const int (&pos)[2],
                                            const float (&slope)[2], float (&m)[2], float (&l)[2],
-                                           float (&alpha)[2]) {
+                                           float (&alpha)[2], const PwBspRows& bsp) {
   constexpr int NB = PW_BLOCK_N / 8;
   const float ninf = __int_as_float(0xff800000);
   // Without a soft cap or ALiBi the raw scores are kept and the scale is applied inside the
@@ -479,6 +550,7 @@ __device__ __forceinline__ void pw_softmax(const PrefillParams& p, float (&s)[PW
       const int key = n0 + j * 8 + t2 + (e & 1);
       if (HAS_ALIBI) x += ga_alibi_log2(slope[e >> 1], key, pos[e >> 1]);
       if (MASK && !ga_prefill_visible(pos[e >> 1], key, kv_end, p.window)) x = ninf;
+      if (GA_BLOCK_SPARSE && MASK && !((bsp.vis[e >> 1] >> j) & 1u)) x = ninf;
       s[j * 4 + e] = x;
       mx[e >> 1][j & 1] = fmaxf(mx[e >> 1][j & 1], x);
     }
@@ -580,8 +652,15 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
           pw_gather_setup(static_cast<long long>(kv_head) * p.kv.cache_head_stride, tid);
       int stage = 0;
       unsigned phase = 0;
+#if GA_BLOCK_SPARSE
+      // The tiles kept: j counts the tiles loaded, t is the tile's index.
+      const PwTiles tiles{tile0, n_tiles, m0, rows, ctx, kv_head, tid, PW_BSP_BAR};
+      for (int j = 0, t = tiles.first(p); t < n_tiles; ++j, t = tiles.next(p, t)) {
+        const int n0 = (tile0 + t) * PW_BLOCK_N;
+#else
       for (int j = 0; j < n_tiles; ++j) {
         const int n0 = (tile0 + j) * PW_BLOCK_N;
+#endif
         long long off[PW_PASSES];
         pw_gather_rows(p, block_row, kv_row0, gather, n0, kv_end, off);
         // A stage is refilled once all consumer warps released its previous use.
@@ -621,6 +700,16 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
       slope[r] = ga_alibi_slope_log2(p.terms, head, row < rows);
       sink[r] = ga_sink_log2(p.terms, head, row < rows);
     }
+    PwBspRows bsp{};
+#if GA_BLOCK_SPARSE
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int row = m0 + row0 + g + r * 8;
+      bsp.qb[r] = pos[r] >= 0 ? pos[r] / p.bsp.block : 0;
+      bsp.off[r] = ga_bsp_offset(p.bsp, kv_head * GROUP + row % GROUP);
+    }
+#endif
+    const PwTiles tiles{tile0, n_tiles, m0, rows, ctx, kv_head, tid & 127, PW_BSP_BAR + 1 + cw};
     // Positions of the warp's first and last rows (rows past the request are never stored,
     // so they need no mask).
     const int w_pos_lo = ctx + (m0 + row0) / GROUP;
@@ -663,10 +752,12 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
     };
     auto softmax = [&](int j) {
       const int n0 = (tile0 + j) * PW_BLOCK_N;
-      if (ga_prefill_tile_masked(n0, PW_BLOCK_N, w_pos_lo, w_pos_hi, kv_end, p.window))
-        pw_softmax<true>(p, s, n0, kv_end, t2, pos, slope, m, l, alpha);
+      if (GA_BLOCK_SPARSE) pw_bsp_tile_vis(p, n0, bsp);
+      if (GA_BLOCK_SPARSE ||
+          ga_prefill_tile_masked(n0, PW_BLOCK_N, w_pos_lo, w_pos_hi, kv_end, p.window))
+        pw_softmax<true>(p, s, n0, kv_end, t2, pos, slope, m, l, alpha, bsp);
       else
-        pw_softmax<false>(p, s, n0, kv_end, t2, pos, slope, m, l, alpha);
+        pw_softmax<false>(p, s, n0, kv_end, t2, pos, slope, m, l, alpha, bsp);
     };
     // Every batch of wgmmas is issued between these two. With PW_PINGPONG the two consumer
     // warpgroups take turns: a warpgroup issues a batch only after the other one has issued
@@ -705,7 +796,7 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
     // `with_pv`, O += P_{j-1} V_{j-1} is issued right behind S_j as a second wgmma group and
     // still runs during the softmax of S_j, which therefore leaves o and pf alone; without
     // PW_OVERLAP, the P V of tile j itself follows, waited for.
-    auto tile = [&](int j, bool with_pv) {
+    auto tile = [&](int j, bool with_pv, bool last) {
       pw_mbar_wait(bar_k_full + 8 * stage, phase);
       if (with_pv) pw_mbar_wait(bar_v_full + 8 * prev, prev_phase);
       pw_fence_proxy_async();
@@ -739,7 +830,7 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
         o[d * 4 + 3] *= alpha[1];
       }
       pw_pack_p(s, pf);
-      if (!PW_OVERLAP) pv(stage, phase, j == n_tiles - 1);
+      if (!PW_OVERLAP) pv(stage, phase, GA_BLOCK_SPARSE ? last : j == n_tiles - 1);
     };
 
     auto advance = [&] {
@@ -755,16 +846,36 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
     // P V follows it, so the loop body issues both kinds of wgmma without a branch between.
     if (n_tiles > 0) {
       pw_mbar_wait(bar_q, 0);
+#if !GA_BLOCK_SPARSE
       if (PW_PINGPONG && cw == 1) pw_bar_arrive(PW_SCHED_BAR, 256);  // consumer 0 starts
       if (PW_OVERLAP) {
-        tile(0, false);
+        tile(0, false, n_tiles == 1);
         advance();
       }
       for (int j = PW_OVERLAP ? 1 : 0; j < n_tiles; ++j) {
-        tile(j, PW_OVERLAP);
+        tile(j, PW_OVERLAP, j == n_tiles - 1);
         advance();
       }
       if (PW_OVERLAP) pv(prev, prev_phase, true);
+#else
+      // The same over the tiles kept: t is a tile's index, u the next one's.
+      int t = tiles.first(p);
+      if (t < n_tiles) {
+        if (PW_PINGPONG && cw == 1) pw_bar_arrive(PW_SCHED_BAR, 256);
+        if (PW_OVERLAP) {
+          const int u = tiles.next(p, t);
+          tile(t, false, u >= n_tiles);
+          advance();
+          t = u;
+        }
+        for (int u; t < n_tiles; t = u) {
+          u = tiles.next(p, t);
+          tile(t, PW_OVERLAP, u >= n_tiles);
+          advance();
+        }
+        if (PW_OVERLAP) pv(prev, prev_phase, true);
+      }
+#endif
     }
 
     // Normalise; rows that saw no key (seq_len 0) become zeros. Stage through this warp's own

@@ -12,8 +12,8 @@
 #include "jit_cache/nvrtc_compiler.hpp"
 #include "jit_cache/prefill_kernels.hpp"
 #include "runtime/prefill.hpp"
-#include "testing/legacy_layout.hpp"
 #include "templates/params.h"
+#include "testing/legacy_layout.hpp"
 #include "tests/test_util.hpp"
 
 using namespace graphattn;
@@ -32,14 +32,15 @@ TEST_CASE("legacy prefill: spec strings, and which kernel serves them") {
   flash.layout = KvLayout::kNHD;
   CHECK(detail::select_prefill_kernel(flash) == detail::PrefillKernel::kWgmma);
   CHECK(detail::select_prefill_kernel(s) == detail::PrefillKernel::kWgmma);
+  CHECK(detail::select_prefill_kernel(AttentionSpec::parse(std::string(text) + "_bsp")) ==
+        detail::PrefillKernel::kWgmma);
   const detail::PrefillConfig cfg = detail::prefill_config(s);
   CHECK(cfg.block_m == GA_PREFILL_SM90_BLOCK_M);
   CHECK(cfg.shared_bytes == ga_prefill_sm90_smem_bytes(128));
   CHECK(render_kernel(s).options.front() == "--gpu-architecture=sm_90a");
   for (const char* other : {"prefill_h128_b16_bf16_kve4m3_g4_swa0_cap0_legacy_sm90",
                             "prefill_h80_b16_bf16_kvauto_g4_swa0_cap0_legacy_sm90",
-                            "prefill_h128_b16_bf16_kvauto_g4_swa0_cap0_legacy_sm89",
-                            "prefill_h128_b16_bf16_kvauto_g4_swa0_cap0_legacy_sm90_bsp"}) {
+                            "prefill_h128_b16_bf16_kvauto_g4_swa0_cap0_legacy_sm89"}) {
     INFO(other);
     const AttentionSpec o = AttentionSpec::parse(other);
     CHECK(detail::select_prefill_kernel(o) == detail::PrefillKernel::kMmaSync);
