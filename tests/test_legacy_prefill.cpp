@@ -5,6 +5,7 @@
 // before any device use).
 #include <doctest/doctest.h>
 
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -339,12 +340,7 @@ std::string model_sm90_legacy(int head_size, int block_size) {
   const auto swz = [](int r, int c, int rows) {
     return (c >> 3) * rows * 128 + r * 128 + (((c & 7) ^ (r & 7)) << 4);
   };
-  int seg = block_size, b = bn;  // gcd
-  while (b) {
-    const int t = seg % b;
-    seg = b;
-    b = t;
-  }
+  const int seg = std::gcd(block_size, bn);  // keys of a V^T segment (PW_VT_SEG)
   const int cps = seg / 8, per_seg = head_size * cps, iters = per_seg / 128;
   if (per_seg % 128 != 0 || 128 % cps != 0) return "uneven V^T walk";
   for (int n0 : {0, bn, (tiles - 1) * bn}) {
