@@ -405,52 +405,48 @@ __device__ __forceinline__ void pw_gather_copy(const ga_u16* cache, const PwGath
 
 // Legacy layout: the values of keys [n0, n0 + PW_BLOCK_N) of one KV head into the V^T tile at
 // dst: HEAD_SIZE rows (dimensions) of PW_BLOCK_N keys, 16-byte chunk tc (keys 8 tc .. 8 tc + 7)
-// of row d at pw_swizzle(d, tc, HEAD_SIZE). The tile's keys fall into segments of
-// PW_VT_SEG = gcd(BLOCK_SIZE, PW_BLOCK_N) keys, each inside one cache block, where the
-// HEAD_SIZE * PW_VT_SEG values of the head are contiguous, dimension by dimension. The
-// producer's 128 threads walk a segment's chunks in that order (neighbouring lanes read
-// neighbouring 16 bytes): chunk idx = ptid + 128 i is segment i / PW_VT_ITERS_SEG, dimension
-// (idx % PW_VT_PER_SEG) / PW_VT_CPS, segment chunk ptid % PW_VT_CPS (PW_VT_PER_SEG is a multiple
-// of 128 and PW_VT_CPS divides 128). Keys at or past kv_end are zero-filled (a chunk partly
-// inside copies its keys inside), and a chunk wholly past it reads nothing; a segment past
-// kv_end looks its block up at the last visible key instead, whose block exists.
+// of row d at pw_swizzle(d, tc, HEAD_SIZE). The tile's keys fall into PW_VT_SEGS segments of
+// PW_VT_SEG = gcd(BLOCK_SIZE, PW_BLOCK_N) keys, each inside one cache block, where a dimension's
+// keys of the segment are PW_VT_CPS contiguous chunks and the dimensions follow each other
+// BLOCK_SIZE keys apart. Each segment has PW_VT_LPS of the producer's 128 threads (one block
+// lookup per thread and tile): segment thread lt copies segment chunk lt % PW_VT_CPS of the
+// dimensions lt / PW_VT_CPS + PW_VT_DSTEP i, so neighbouring lanes read neighbouring 16 bytes
+// of the cache and every per-chunk term is a compile-time offset (PW_VT_DSTEP is a multiple of
+// 8: the swizzle's d % 8 is the same for all of a thread's rows). Keys at or past kv_end are
+// zero-filled (a chunk partly inside copies its keys inside; a segment past it looks its block
+// up at the last visible key, whose block exists, and copies nothing).
 constexpr int pw_gcd(int a, int b) { return b == 0 ? a : pw_gcd(b, a % b); }
 constexpr int PW_VT_SEG = pw_gcd(BLOCK_SIZE, PW_BLOCK_N);
 constexpr int PW_VT_SEGS = PW_BLOCK_N / PW_VT_SEG;
-constexpr int PW_VT_CPS = PW_VT_SEG / 8;  // chunks per dimension of a segment
-constexpr int PW_VT_PER_SEG = HEAD_SIZE * PW_VT_CPS;
-constexpr int PW_VT_ITERS_SEG = PW_VT_PER_SEG / 128;  // chunks per thread and segment
-static_assert(!PW_LEGACY || (PW_VT_PER_SEG % 128 == 0 && 128 % PW_VT_CPS == 0),
+constexpr int PW_VT_CPS = PW_VT_SEG / 8;              // chunks per dimension of a segment
+constexpr int PW_VT_LPS = 128 / PW_VT_SEGS;           // threads per segment
+constexpr int PW_VT_DSTEP = PW_VT_LPS / PW_VT_CPS;    // dimensions between a thread's chunks
+constexpr int PW_VT_ITERS = HEAD_SIZE / PW_VT_DSTEP;  // chunks per thread and tile
+static_assert(!PW_LEGACY || (PW_VT_LPS % PW_VT_CPS == 0 && PW_VT_DSTEP % 8 == 0 &&
+                             HEAD_SIZE % PW_VT_DSTEP == 0),
               "prefill_sm90: uneven V^T gather");
 
 __device__ __forceinline__ void pw_legacy_load_vt(const PrefillParams& p, const int* block_row,
                                                   long long head_off, int n0, int kv_end,
                                                   unsigned dst, int ptid) {
-  const ga_u16* vc = static_cast<const ga_u16*>(p.kv.value_cache);
-  long long base[PW_VT_SEGS];
-#pragma unroll
-  for (int sg = 0; sg < PW_VT_SEGS; ++sg) {
-    const int key = min(n0 + sg * PW_VT_SEG, kv_end - 1);
+  const int sg = ptid / PW_VT_LPS, lt = ptid % PW_VT_LPS;
+  const int d0 = lt / PW_VT_CPS, tc = sg * PW_VT_CPS + lt % PW_VT_CPS;
+  const int key0 = n0 + sg * PW_VT_SEG;
 #ifdef GA_CHECK_BOUNDS
-    const int blk = ga_prefill_checked_block(p, block_row, key);
+  const int blk = ga_prefill_checked_block(p, block_row, min(key0, kv_end - 1));
 #else
-    const int blk = __ldg(block_row + key / BLOCK_SIZE);
+  const int blk = __ldg(block_row + min(key0, kv_end - 1) / BLOCK_SIZE);
 #endif
-    base[sg] = static_cast<long long>(blk) * p.kv.cache_block_stride + head_off +
-               (n0 + sg * PW_VT_SEG) % BLOCK_SIZE;
-  }
-  const int tcs = ptid % PW_VT_CPS;
+  const ga_u16* src = static_cast<const ga_u16*>(p.kv.value_cache) +
+                      static_cast<long long>(blk) * p.kv.cache_block_stride + head_off +
+                      key0 % BLOCK_SIZE + d0 * BLOCK_SIZE + (lt % PW_VT_CPS) * 8;
+  // Bytes of the chunk inside the request: its keys before kv_end, 0 to 8.
+  const int bytes = min(max(kv_end - (n0 + tc * 8), 0), 8) * 2;
+  const unsigned d_dst =
+      dst + (tc >> 3) * (HEAD_SIZE * 128) + d0 * 128 + (((tc & 7) ^ (d0 & 7)) << 4);
 #pragma unroll
-  for (int sg = 0; sg < PW_VT_SEGS; ++sg) {
-    const int tc = sg * PW_VT_CPS + tcs;
-    const int n = min(kv_end - (n0 + tc * 8), 8);  // keys of the chunk inside the request
-#pragma unroll
-    for (int i = 0; i < PW_VT_ITERS_SEG; ++i) {
-      const int d = (ptid + 128 * i) / PW_VT_CPS;
-      const long long off = base[sg] + static_cast<long long>(d) * BLOCK_SIZE + tcs * 8;
-      pw_cp_async16(dst + pw_swizzle(d, tc, HEAD_SIZE), n > 0 ? vc + off : vc, n > 0 ? n * 2 : 0);
-    }
-  }
+  for (int i = 0; i < PW_VT_ITERS; ++i)
+    pw_cp_async16(d_dst + i * (PW_VT_DSTEP * 128), src + i * (PW_VT_DSTEP * BLOCK_SIZE), bytes);
 }
 
 // GA_BLOCK_SPARSE: whether some row of the block's [m0, m0 + PW_BLOCK_M) sees a key of the tile

@@ -325,7 +325,8 @@ namespace {
 // A host model of templates/prefill_sm90.cu's legacy-layout producer copies for one spec, on the
 // tile geometry of params.h: the K walk (pw_gather_setup / _rows / _copy with PW_CHUNK_ELEMS)
 // must put key (key, dim) of every tile key and dimension exactly once into the 128-byte-swizzled
-// [key][dim] tile, and the V^T walk (pw_legacy_load_vt) value (key, dim) exactly once into the
+// [key][dim] tile, and the V^T walk (pw_legacy_load_vt: PW_VT_LPS threads a segment) value
+// (key, dim) exactly once into the
 // swizzled [dim][key] tile, each from where LegacyLayout says, through a shuffled block table;
 // every 16-byte copy stays inside one cache block. Returns "" or what went wrong.
 std::string model_sm90_legacy(int head_size, int block_size) {
@@ -341,8 +342,8 @@ std::string model_sm90_legacy(int head_size, int block_size) {
     return (c >> 3) * rows * 128 + r * 128 + (((c & 7) ^ (r & 7)) << 4);
   };
   const int seg = std::gcd(block_size, bn);  // keys of a V^T segment (PW_VT_SEG)
-  const int cps = seg / 8, per_seg = head_size * cps, iters = per_seg / 128;
-  if (per_seg % 128 != 0 || 128 % cps != 0) return "uneven V^T walk";
+  const int cps = seg / 8, lps = 128 / (bn / seg), dstep = lps / cps;
+  if (lps % cps != 0 || dstep % 8 != 0 || head_size % dstep != 0) return "uneven V^T walk";
   for (int n0 : {0, bn, (tiles - 1) * bn}) {
     // tile element (16-bit unit) -> the cache element it holds
     std::vector<int64_t> kt(static_cast<size_t>(bn) * head_size, -1), vt(kt.size(), -1);
@@ -364,20 +365,15 @@ std::string model_sm90_legacy(int head_size, int block_size) {
           if (!put(kt, k * 32 * 128 + swz(row, q + 4 * i, bn), off + 4 * 8 * block_size * i))
             return "a K tile element is written twice";
       }
-      const int tcs = ptid % cps;
-      for (int sg = 0; sg < bn / seg; ++sg) {
-        const int key0 = n0 + sg * seg;
-        const int64_t base =
-            table[key0 / block_size] * block_stride + h * head_stride + key0 % block_size;
-        const int tc = sg * cps + tcs;
-        if ((n0 + tc * 8) / block_size != (n0 + tc * 8 + 7) / block_size)
-          return "a V^T chunk straddles two blocks";
-        for (int i = 0; i < iters; ++i) {
-          const int d = (ptid + 128 * i) / cps;
-          if (!put(vt, swz(d, tc, head_size), base + int64_t{d} * block_size + tcs * 8))
-            return "a V^T tile element is written twice";
-        }
-      }
+      const int sg = ptid / lps, lt = ptid % lps, d0 = lt / cps, tc = sg * cps + lt % cps;
+      const int key0 = n0 + sg * seg;
+      const int64_t base = table[key0 / block_size] * block_stride + h * head_stride +
+                           key0 % block_size + int64_t{d0} * block_size + (lt % cps) * 8;
+      if ((n0 + tc * 8) / block_size != (n0 + tc * 8 + 7) / block_size)
+        return "a V^T chunk straddles two blocks";
+      for (int i = 0; i < head_size / dstep; ++i)
+        if (!put(vt, swz(d0 + dstep * i, tc, head_size), base + int64_t{dstep} * i * block_size))
+          return "a V^T tile element is written twice";
     }
     for (int key = 0; key < bn; ++key)
       for (int d = 0; d < head_size; ++d) {
