@@ -444,9 +444,18 @@ __device__ __forceinline__ void pw_legacy_load_vt(const PrefillParams& p, const 
   const int bytes = min(max(kv_end - (n0 + tc * 8), 0), 8) * 2;
   const unsigned d_dst =
       dst + (tc >> 3) * (HEAD_SIZE * 128) + d0 * 128 + (((tc & 7) ^ (d0 & 7)) << 4);
+  // Whole chunks (or none) take the predicated copy, as the flash gather's do; only a chunk that
+  // kv_end cuts through copies a byte count (the zero-filling form).
+  if (bytes == 16 || bytes == 0) {
 #pragma unroll
-  for (int i = 0; i < PW_VT_ITERS; ++i)
-    pw_cp_async16(d_dst + i * (PW_VT_DSTEP * 128), src + i * (PW_VT_DSTEP * BLOCK_SIZE), bytes);
+    for (int i = 0; i < PW_VT_ITERS; ++i)
+      pw_cp_async16(d_dst + i * (PW_VT_DSTEP * 128), src + i * (PW_VT_DSTEP * BLOCK_SIZE),
+                    bytes == 16 ? 16 : 0);
+  } else {
+#pragma unroll
+    for (int i = 0; i < PW_VT_ITERS; ++i)
+      pw_cp_async16(d_dst + i * (PW_VT_DSTEP * 128), src + i * (PW_VT_DSTEP * BLOCK_SIZE), bytes);
+  }
 }
 
 // GA_BLOCK_SPARSE: whether some row of the block's [m0, m0 + PW_BLOCK_M) sees a key of the tile
