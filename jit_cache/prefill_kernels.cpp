@@ -15,12 +15,12 @@ PrefillKernel select_prefill_kernel(const AttentionSpec& spec) {
   // wgmma exists on sm_90a only (a cubin for it runs on compute capability 9.0 alone). Its
   // shared-memory tiles use the 128-byte swizzle, whose rows are 64 16-bit columns; fp8 caches
   // would need a conversion pass and stay on mma.sync. vLLM's legacy PagedAttention caches
-  // (layout legacy: a [dim][key] value cache) are read by prefill.cu only, which transposes its
-  // V tile for them; the wgmma kernel's producer copies and 128-byte swizzled
-  // tiles assume the flash layout's [key][dim] rows.
-  // Block-sparse prefill (_bsp) masks and skips tiles in the mma.sync kernel only.
+  // (layout legacy, forward_prefix) take it too: their [dim][key] value tile is the K-major B
+  // operand of P V. Block-sparse prefill (_bsp) too: every warpgroup votes on which key tiles
+  // the block needs. A legacy key cache whose x is not 16 bytes (key_x) stays on mma.sync: the
+  // wgmma producer reads a key's 16-byte chunks BLOCK_SIZE chunks apart.
   if (spec.arch == 90 && spec.kv_dtype == KvDType::kAuto && spec.head_size % 64 == 0 &&
-      spec.layout != KvLayout::kLegacy && !spec.block_sparse)
+      spec.key_x == 0)
     return PrefillKernel::kWgmma;
   // An e4m3 query over an fp8 cache (q_fp8 needs one, validate()): wgmma on fp8 operands, both
   // K-major, so the kernel transposes V in shared memory. Its fp8 rows are 128-byte swizzled

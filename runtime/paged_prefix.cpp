@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // forward_prefix: vLLM's PagedAttention.forward_prefix over its legacy PagedAttention caches,
-// served by the prefill kernel's legacy-layout specialization (templates/prefill.cu).
+// served by the prefill kernels' legacy-layout specialization (templates/prefill_sm90.cu on sm_90
+// for 16-bit caches and head sizes that are multiples of 64, else templates/prefill.cu).
 #include <cmath>
 #include <string>
 

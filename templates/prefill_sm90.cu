@@ -2,8 +2,10 @@
 // Prefill attention for Hopper (sm_90a, wgmma): the semantics, grid and GQA row packing of
 // prefill.cu (vLLM v1 flash: variable-length causal queries over the paged KV cache, window,
 // soft cap; the non-causal and dense-K/V axes likewise), for 16-bit KV caches and head sizes
-// that are multiples of 64, and for e4m3 queries over fp8 caches at head size 128 (below). The
-// host (detail::select_prefill_kernel) sends every other spec to prefill.cu.
+// that are multiples of 64, in the flash layouts (NHD, HND) and vLLM's legacy PagedAttention
+// layout (KV_LAYOUT 2, forward_prefix; see "Legacy layout" below), block-sparse too (see
+// pw_bsp_tile_needed), and for e4m3 queries over fp8 caches at head size 128 in the flash
+// layouts (below). The host (detail::select_prefill_kernel) sends every other spec to prefill.cu.
 //
 // Grid: x = query row tiles (reversed so the longest causal tiles start first), y = request
 // (first_req + blockIdx.y), z = KV head. Row r of a request is query token r / GROUP, head
@@ -55,6 +57,14 @@ struct PwElemOf<true> {
   using type = ga_u8;
 };
 using pw_elem = PwElemOf<PW_FP8>::type;  // a Q/K/V element as stored
+// Legacy layout (key [blocks, kv_heads, head / 8, block, 8], value [blocks, kv_heads, head,
+// block], 16-bit): only the producer's copies and the P V operand differ. A 16-byte chunk of a
+// key row (8 dimensions) is contiguous in the chunk-major key cache too, so the K tile is the
+// same swizzled [key][dim] K-major tile, its chunks read from other addresses (pw_gather_*:
+// the 8 keys of one chunk that a warp instruction's 8 lanes read are 128 contiguous bytes). The
+// value cache is [dim][key] with the keys inner: the tile is stored as it comes, V^T of HEAD_SIZE
+// rows x PW_BLOCK_N keys in the 128-byte swizzle (pw_legacy_load_vt), which is the K-major form
+// of P V's B operand (the reduction runs over the keys), so the P V wgmma reads it untransposed.
 
 // The consumer warpgroups take turns issuing their wgmmas (see the consumer loop); false lets
 // them issue independently, for comparison. fp8 (wgmmas of half the time; H200, 4 x 4096 causal
@@ -82,11 +92,29 @@ constexpr int PW_PF_STEPS = PW_BLOCK_N / (PW_FP8 ? 32 : 16);
 // the producer's tile loop spills at head size 64.
 constexpr int PW_PRODUCER_REGS = 88;
 constexpr int PW_CONSUMER_REGS = 208;
+constexpr bool PW_LEGACY = KV_LAYOUT == 2;
+// The P V wgmma's B (V) operand: MN-major (1, transposed: the flash [key][dim] tile) or K-major
+// (0: the legacy V^T tile), the wgmma's imm-trans-b.
+constexpr int PW_V_TRANS = PW_LEGACY ? 0 : 1;
+// Its descriptor: the leading byte offset (MN-major: 64-column blocks PW_BLOCK_N rows of 128
+// bytes apart; K-major: unused by the swizzle, 16) and the offset of k-step kk (16 keys) in
+// 16-byte units (MN-major: 16 rows of 128 bytes; K-major: 32 bytes inside the swizzled 128-byte
+// row, a 64-key column block of HEAD_SIZE rows apart).
+constexpr unsigned PW_V_LEAD = PW_LEGACY ? 16 : PW_BLOCK_N * 128;
+__device__ __forceinline__ unsigned pw_v_kstep(int kk) {
+  return PW_LEGACY ? (kk >> 2) * (HEAD_SIZE * 8) + (kk & 3) * 2 : kk * 128;
+}
 // Named barriers PW_SCHED_BAR and PW_SCHED_BAR + 1 order the wgmma issues of the two consumer
 // warpgroups (ids 0: __syncthreads, 1 and 2: the consumers' epilogues); PW_PRODUCER_BAR syncs
 // the producer warpgroup around the V transpose (fp8).
 constexpr int PW_SCHED_BAR = 3;
+// GA_BLOCK_SPARSE: named barrier PW_BSP_BAR + w carries warpgroup w's tile votes (w = 0: the
+// producer, 1 and 2: the consumers).
 constexpr int PW_PRODUCER_BAR = 5;
+constexpr int PW_BSP_BAR = 6;
+static_assert(PW_SCHED_BAR + 1 < PW_PRODUCER_BAR && PW_PRODUCER_BAR < PW_BSP_BAR &&
+                  PW_BSP_BAR + 2 < 16,
+              "prefill_sm90: named barriers overlap");
 // 16-bit KV: the k/v scales are 1 and their device pointers (GaKvScales) null here; other fp8
 // caches (16-bit queries), with host or device scales, take templates/prefill.cu. An e4m3 query
 // over an fp8 cache takes its scales from ga_prefill_q8_scales.
@@ -98,6 +126,11 @@ static_assert(PW_FP8 ? HEAD_SIZE % 128 == 0 && KV_FP8 != 0 : HEAD_SIZE % 64 == 0
 static_assert(!PW_FP8 || PW_BLOCK_N == 128 && PW_BLOCK_N == PW_BLOCK_M,
               "prefill_sm90 fp8: V^T rows are one 128-byte row of keys, and the raw V tiles "
               "stage the output tile");
+#ifdef GA_KEY_X
+static_assert(GA_KEY_X * 2 == 16, "prefill_sm90: legacy key caches with 16-byte x only");
+#endif
+static_assert(!PW_FP8 || (!PW_LEGACY && !GA_BLOCK_SPARSE),
+              "prefill_sm90 fp8: flash layouts, not block-sparse (prefill.cu serves the rest)");
 static_assert(PW_STAGES >= 2, "prefill_sm90: shared memory holds fewer than two stages");
 static_assert(5 + 4 * PW_STAGES <= 256 / 8, "prefill_sm90: mbarriers overflow their slack");
 
@@ -248,9 +281,9 @@ __device__ __forceinline__ unsigned long long pw_desc(unsigned addr, unsigned le
       "%8, %9, %10, %11, %12, %13, %14, %15, "                \
       "%16, %17, %18, %19, %20, %21, %22, %23, "              \
       "%24, %25, %26, %27, %28, %29, %30, %31}, "             \
-      "{%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"           \
+      "{%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"         \
       : PW_F8(0), PW_F8(8), PW_F8(16), PW_F8(24)              \
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1))
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1), "n"(PW_V_TRANS))
 
 #define PW_WGMMA_RS_N128_(INSTR, IMM)                                                       \
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n" INSTR                           \
@@ -266,9 +299,9 @@ __device__ __forceinline__ unsigned long long pw_desc(unsigned addr, unsigned le
                "{%64, %65, %66, %67}, %68, p, " IMM ";\n}\n"                                \
                : PW_F8(0), PW_F8(8), PW_F8(16), PW_F8(24), PW_F8(32), PW_F8(40), PW_F8(48), \
                  PW_F8(56)                                                                  \
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1))
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1), "n"(PW_V_TRANS))
 #define PW_WGMMA_RS_N128(TY) \
-  PW_WGMMA_RS_N128_("wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY, "1, 1, 1")
+  PW_WGMMA_RS_N128_("wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY, "1, 1, %70")
 
 #define PW_WGMMA_RS_N192(TY)                                                                  \
   asm volatile(                                                                               \
@@ -287,10 +320,10 @@ __device__ __forceinline__ unsigned long long pw_desc(unsigned addr, unsigned le
       "%72, %73, %74, %75, %76, %77, %78, %79, "                                              \
       "%80, %81, %82, %83, %84, %85, %86, %87, "                                              \
       "%88, %89, %90, %91, %92, %93, %94, %95}, "                                             \
-      "{%96, %97, %98, %99}, %100, p, 1, 1, 1;\n}\n"                                          \
+      "{%96, %97, %98, %99}, %100, p, 1, 1, %102;\n}\n"                                       \
       : PW_F8(0), PW_F8(8), PW_F8(16), PW_F8(24), PW_F8(32), PW_F8(40), PW_F8(48), PW_F8(56), \
         PW_F8(64), PW_F8(72), PW_F8(80), PW_F8(88)                                            \
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1))
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1), "n"(PW_V_TRANS))
 
 #define PW_WGMMA_RS_N256_(INSTR, IMM)                                                          \
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n" INSTR                             \
@@ -315,9 +348,9 @@ __device__ __forceinline__ unsigned long long pw_desc(unsigned addr, unsigned le
                : PW_F8(0), PW_F8(8), PW_F8(16), PW_F8(24), PW_F8(32), PW_F8(40), PW_F8(48),    \
                  PW_F8(56), PW_F8(64), PW_F8(72), PW_F8(80), PW_F8(88), PW_F8(96), PW_F8(104), \
                  PW_F8(112), PW_F8(120)                                                        \
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1))
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1), "n"(PW_V_TRANS))
 #define PW_WGMMA_RS_N256(TY) \
-  PW_WGMMA_RS_N256_("wgmma.mma_async.sync.aligned.m64n256k16.f32." TY "." TY, "1, 1, 1")
+  PW_WGMMA_RS_N256_("wgmma.mma_async.sync.aligned.m64n256k16.f32." TY "." TY, "1, 1, %134")
 
 template <int N>
 __device__ __forceinline__ void pw_wgmma_ss(float (&d)[N / 2], unsigned long long da,
@@ -409,8 +442,11 @@ __device__ __forceinline__ void pw_wgmma8_rs(float (&d)[N / 2], const unsigned (
 // 8 rows. The swizzle of a row depends only on row % 8, which is the same in every pass, so
 // the shared-memory offsets are computed once per thread (PwGather), and K and V, which share
 // strides and block table, share the global offsets of each tile (pw_gather_rows).
+// Legacy layout: the same map reads the K tile (V goes through pw_legacy_load_vt); chunk c of a
+// key sits c * 8 * BLOCK_SIZE elements after chunk 0, and consecutive keys of a block 8 apart.
 constexpr int PW_PASSES = PW_BLOCK_N / 32;
 constexpr int PW_LANE_CHUNKS = PW_CHUNKS / 4;
+constexpr int PW_CHUNK_ELEMS = PW_LEGACY ? 8 * BLOCK_SIZE : 8;  // from one chunk to the next
 static_assert(PW_BLOCK_N % 32 == 0 && PW_CHUNKS % 4 == 0, "prefill_sm90: uneven K/V gather");
 
 struct PwGather {
@@ -453,8 +489,10 @@ __device__ __forceinline__ void pw_gather_rows(const PrefillParams& p, const int
   }
 #pragma unroll
   for (int k = 0; k < PW_PASSES; ++k)
-    off[k] = static_cast<long long>(blk[k]) * p.kv.cache_block_stride +
-             static_cast<long long>(key[k] % BLOCK_SIZE) * p.kv.cache_token_stride + g.col;
+    off[k] =
+        static_cast<long long>(blk[k]) * p.kv.cache_block_stride +
+        static_cast<long long>(key[k] % BLOCK_SIZE) * (PW_LEGACY ? 8 : p.kv.cache_token_stride) +
+        g.col;
 #endif
 }
 
@@ -470,6 +508,129 @@ __device__ __forceinline__ void pw_gather_copy(const pw_elem* cache, const PwGat
   }
 }
 
+// Legacy layout: the values of keys [n0, n0 + PW_BLOCK_N) of one KV head into the V^T tile at
+// dst: HEAD_SIZE rows (dimensions) of PW_BLOCK_N keys, 16-byte chunk tc (keys 8 tc .. 8 tc + 7)
+// of row d at pw_swizzle(d, tc, HEAD_SIZE). The tile's keys fall into PW_VT_SEGS segments of
+// PW_VT_SEG = gcd(BLOCK_SIZE, PW_BLOCK_N) keys, each inside one cache block, where a dimension's
+// keys of the segment are PW_VT_CPS contiguous chunks and the dimensions follow each other
+// BLOCK_SIZE keys apart. Each segment has PW_VT_LPS of the producer's 128 threads (one block
+// lookup per thread and tile): segment thread lt copies segment chunk lt % PW_VT_CPS of the
+// dimensions lt / PW_VT_CPS + PW_VT_DSTEP i, so neighbouring lanes read neighbouring 16 bytes
+// of the cache and every per-chunk term is a compile-time offset (PW_VT_DSTEP is a multiple of
+// 8: the swizzle's d % 8 is the same for all of a thread's rows). Keys at or past kv_end are
+// zero-filled (a chunk partly inside copies its keys inside; a segment past it looks its block
+// up at the last visible key, whose block exists, and copies nothing).
+constexpr int pw_gcd(int a, int b) { return b == 0 ? a : pw_gcd(b, a % b); }
+constexpr int PW_VT_SEG = pw_gcd(BLOCK_SIZE, PW_BLOCK_N);
+constexpr int PW_VT_SEGS = PW_BLOCK_N / PW_VT_SEG;
+constexpr int PW_VT_CPS = PW_VT_SEG / 8;              // chunks per dimension of a segment
+constexpr int PW_VT_LPS = 128 / PW_VT_SEGS;           // threads per segment
+constexpr int PW_VT_DSTEP = PW_VT_LPS / PW_VT_CPS;    // dimensions between a thread's chunks
+constexpr int PW_VT_ITERS = HEAD_SIZE / PW_VT_DSTEP;  // chunks per thread and tile
+static_assert(!PW_LEGACY || (PW_VT_LPS % PW_VT_CPS == 0 && PW_VT_DSTEP % 8 == 0 &&
+                             HEAD_SIZE % PW_VT_DSTEP == 0),
+              "prefill_sm90: uneven V^T gather");
+
+__device__ __forceinline__ void pw_legacy_load_vt(const PrefillParams& p, const int* block_row,
+                                                  long long head_off, int n0, int kv_end,
+                                                  unsigned dst, int ptid) {
+  const int sg = ptid / PW_VT_LPS, lt = ptid % PW_VT_LPS;
+  const int d0 = lt / PW_VT_CPS, tc = sg * PW_VT_CPS + lt % PW_VT_CPS;
+  const int key0 = n0 + sg * PW_VT_SEG;
+#ifdef GA_CHECK_BOUNDS
+  const int blk = ga_prefill_checked_block(p, block_row, min(key0, kv_end - 1));
+#else
+  const int blk = __ldg(block_row + min(key0, kv_end - 1) / BLOCK_SIZE);
+#endif
+  const ga_u16* src = static_cast<const ga_u16*>(p.kv.value_cache) +
+                      static_cast<long long>(blk) * p.kv.cache_block_stride + head_off +
+                      key0 % BLOCK_SIZE + d0 * BLOCK_SIZE + (lt % PW_VT_CPS) * 8;
+  // Bytes of the chunk inside the request: its keys before kv_end, 0 to 8.
+  const int bytes = min(max(kv_end - (n0 + tc * 8), 0), 8) * 2;
+  const unsigned d_dst =
+      dst + (tc >> 3) * (HEAD_SIZE * 128) + d0 * 128 + (((tc & 7) ^ (d0 & 7)) << 4);
+  // Whole chunks (or none) take the predicated copy, as the flash gather's do; only a chunk that
+  // kv_end cuts through copies a byte count (the zero-filling form).
+  if (bytes == 16 || bytes == 0) {
+#pragma unroll
+    for (int i = 0; i < PW_VT_ITERS; ++i)
+      pw_cp_async16(d_dst + i * (PW_VT_DSTEP * 128), src + i * (PW_VT_DSTEP * BLOCK_SIZE),
+                    bytes == 16 ? 16 : 0);
+  } else {
+#pragma unroll
+    for (int i = 0; i < PW_VT_ITERS; ++i)
+      pw_cp_async16(d_dst + i * (PW_VT_DSTEP * 128), src + i * (PW_VT_DSTEP * BLOCK_SIZE), bytes);
+  }
+}
+
+// GA_BLOCK_SPARSE: whether some row of the block's [m0, m0 + PW_BLOCK_M) sees a key of the tile
+// [n0, n0 + PW_BLOCK_N) by its block pattern (and causally), voted by the calling warpgroup's 128
+// threads on named barrier `bar` (thread wt evaluates row m0 + wt). The producer and both
+// consumers each vote over the same rows, so they skip the same tiles without talking: a skipped
+// tile is neither loaded nor computed.
+__device__ __forceinline__ bool pw_bsp_tile_needed(const PrefillParams& p, int n0, int m0, int rows,
+                                                   int ctx, int kv_head, int wt, int bar) {
+  int need = 0;
+  const int row = m0 + wt;
+  if (row < rows) {
+    const int pos = ctx + row / GROUP;
+    const int last = min(n0 + PW_BLOCK_N - 1, pos);
+    const int qb = pos / p.bsp.block;
+    const int off = ga_bsp_offset(p.bsp, kv_head * GROUP + row % GROUP);
+    for (int kb = n0 / p.bsp.block; kb * p.bsp.block <= last; ++kb)
+      need |= ga_bsp_visible(p.bsp, qb, kb, off) ? 1 : 0;
+  }
+  int any;
+  asm volatile(
+      "{\n.reg .pred p, q;\nsetp.ne.s32 p, %1, 0;\nbar.red.or.pred q, %2, 128, p;\n"
+      "selp.s32 %0, 1, 0, q;\n}\n"
+      : "=r"(any)
+      : "r"(need), "r"(bar)
+      : "memory");
+  return any != 0;
+}
+
+// The tiles a block computes, as tile indices after tile0: first() and next(t), the next one
+// after t (n_tiles when none is left). All of [0, n_tiles), or, GA_BLOCK_SPARSE, those that
+// pw_bsp_tile_needed keeps (each call a vote of the calling warpgroup: wt its thread, bar its
+// barrier).
+struct PwTiles {
+  int tile0, n_tiles, m0, rows, ctx, kv_head, wt, bar;
+  __device__ __forceinline__ int skip(const PrefillParams& p, int t) const {
+#if GA_BLOCK_SPARSE
+    while (t < n_tiles &&
+           !pw_bsp_tile_needed(p, (tile0 + t) * PW_BLOCK_N, m0, rows, ctx, kv_head, wt, bar))
+      ++t;
+#endif
+    return t;
+  }
+  __device__ __forceinline__ int first(const PrefillParams& p) const { return skip(p, 0); }
+  __device__ __forceinline__ int next(const PrefillParams& p, int t) const {
+    return skip(p, t + 1);
+  }
+};
+
+// GA_BLOCK_SPARSE, per row of this thread: the query block and the head's stride offset; and for
+// the current tile, which of its n8 key groups (bit j: keys n0 + 8 j ..) the row's pattern sees
+// (a sparse block is a multiple of 16 keys, so each group lies in one).
+struct PwBspRows {
+  int qb[2], off[2];
+  unsigned vis[2];
+};
+__device__ __forceinline__ void pw_bsp_tile_vis(const PrefillParams& p, int n0, PwBspRows& b) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    unsigned v = 0;
+    for (int kb = n0 / p.bsp.block; kb * p.bsp.block < n0 + PW_BLOCK_N; ++kb) {
+      if (!ga_bsp_visible(p.bsp, b.qb[r], kb, b.off[r])) continue;
+      const int lo = max(kb * p.bsp.block - n0, 0) / 8;
+      const int hi = min((kb + 1) * p.bsp.block - n0, PW_BLOCK_N) / 8;  // groups [lo, hi)
+      v |= ((1u << (hi - lo)) - 1u) << lo;  // at most PW_BLOCK_N / 8 = 16 groups
+    }
+    b.vis[r] = v;
+  }
+}
+
 // Scores of one KV tile -> probabilities, in place in s (fp32, log2 domain), for this thread's
 // two rows; updates the running maxima and sums and returns the factors alpha by which the
 // output accumulators must be rescaled. It leaves those accumulators alone, so it can run while
@@ -480,7 +641,8 @@ template <bool MASK, typename Scales>
 __device__ __forceinline__ void pw_softmax(const PrefillParams& p, const Scales& scales,
                                            float (&s)[PW_BLOCK_N / 2], int n0, int kv_end, int t2,
                                            const int (&pos)[2], const float (&slope)[2],
-                                           float (&m)[2], float (&l)[2], float (&alpha)[2]) {
+                                           float (&m)[2], float (&l)[2], float (&alpha)[2],
+                                           const PwBspRows& bsp) {
   constexpr int NB = PW_BLOCK_N / 8;
   const float ninf = __int_as_float(0xff800000);
   // Without a soft cap or ALiBi the raw scores are kept and the scale is applied inside the
@@ -501,6 +663,7 @@ __device__ __forceinline__ void pw_softmax(const PrefillParams& p, const Scales&
       const int key = n0 + j * 8 + t2 + (e & 1);
       if (HAS_ALIBI) x += ga_alibi_log2(slope[e >> 1], key, pos[e >> 1]);
       if (MASK && !ga_prefill_visible(pos[e >> 1], key, kv_end, p.window)) x = ninf;
+      if (GA_BLOCK_SPARSE && MASK && !((bsp.vis[e >> 1] >> j) & 1u)) x = ninf;
       s[j * 4 + e] = x;
       mx[e >> 1][j & 1] = fmaxf(mx[e >> 1][j & 1], x);
     }
@@ -703,8 +866,15 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
       };
       int stage = 0;
       unsigned phase = 0;
+#if GA_BLOCK_SPARSE
+      // The tiles kept: j counts the tiles loaded, t is the tile's index.
+      const PwTiles tiles{tile0, n_tiles, m0, rows, ctx, kv_head, tid, PW_BSP_BAR};
+      for (int j = 0, t = tiles.first(p); t < n_tiles; ++j, t = tiles.next(p, t)) {
+        const int n0 = (tile0 + t) * PW_BLOCK_N;
+#else
       for (int j = 0; j < n_tiles; ++j) {
         const int n0 = (tile0 + j) * PW_BLOCK_N;
+#endif
         long long off[PW_PASSES];
         pw_gather_rows(p, block_row, kv_row0, gather, n0, kv_end, off);
         // A stage is refilled once all consumer warps released its previous use.
@@ -719,7 +889,12 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
           if (j > 0) transpose_v(j - 1, false);
         } else {
           if (j >= PW_STAGES) pw_mbar_wait(bar_v_empty + 8 * stage, phase ^ 1);
-          pw_gather_copy(vc, gather, off, n0, kv_end, v_base + stage * PW_KV_BYTES);
+          if constexpr (PW_LEGACY)
+            pw_legacy_load_vt(p, block_row,
+                              static_cast<long long>(kv_head) * p.kv.cache_head_stride, n0, kv_end,
+                              v_base + stage * PW_KV_BYTES, tid);
+          else
+            pw_gather_copy(vc, gather, off, n0, kv_end, v_base + stage * PW_KV_BYTES);
           pw_mbar_arrive_copies(bar_v_full + 8 * stage);
         }
         if (++stage == PW_STAGES) {
@@ -749,6 +924,16 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
       slope[r] = ga_alibi_slope_log2(p.terms, head, row < rows);
       sink[r] = ga_sink_log2(p.terms, head, row < rows);
     }
+    PwBspRows bsp{};
+#if GA_BLOCK_SPARSE
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int row = m0 + row0 + g + r * 8;
+      bsp.qb[r] = pos[r] >= 0 ? pos[r] / p.bsp.block : 0;
+      bsp.off[r] = ga_bsp_offset(p.bsp, kv_head * GROUP + row % GROUP);
+    }
+#endif
+    const PwTiles tiles{tile0, n_tiles, m0, rows, ctx, kv_head, tid & 127, PW_BSP_BAR + 1 + cw};
     // Positions of the warp's first and last rows (rows past the request are never stored,
     // so they need no mask).
     const int w_pos_lo = ctx + (m0 + row0) / GROUP;
@@ -771,7 +956,7 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
     const unsigned long long k_desc = pw_desc(k_base, 16, 1024);
     // fp8: the V^T stages are K-major like K (a k-step of 32 keys is 32 bytes of the row).
     const unsigned long long v_desc =
-        PW_FP8 ? pw_desc(v_base, 16, 1024) : pw_desc(v_base, PW_BLOCK_N * 128, 1024);
+        PW_FP8 ? pw_desc(v_base, 16, 1024) : pw_desc(v_base, PW_V_LEAD, 1024);
 #ifdef GA_Q_E4M3
     const GaPrefillScales scales = ga_prefill_q8_scales(p, params.q8, req, kv_head);
 #else
@@ -801,15 +986,17 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
         if (PW_FP8)
           pw_wgmma8_rs<HEAD_SIZE>(o, pf[kk], vd + kk * 2);  // 32 keys: 32 bytes of each row
         else
-          pw_wgmma_rs<HEAD_SIZE>(o, pf[kk], vd + kk * 128);  // 16 rows of 128 bytes
+          pw_wgmma_rs<HEAD_SIZE>(o, pf[kk], vd + pw_v_kstep(kk));
       }
     };
     auto softmax = [&](int j) {
       const int n0 = (tile0 + j) * PW_BLOCK_N;
-      if (ga_prefill_tile_masked(n0, PW_BLOCK_N, w_pos_lo, w_pos_hi, kv_end, p.window))
-        pw_softmax<true>(p, scales, s, n0, kv_end, t2, pos, slope, m, l, alpha);
+      if (GA_BLOCK_SPARSE) pw_bsp_tile_vis(p, n0, bsp);
+      if (GA_BLOCK_SPARSE ||
+          ga_prefill_tile_masked(n0, PW_BLOCK_N, w_pos_lo, w_pos_hi, kv_end, p.window))
+        pw_softmax<true>(p, scales, s, n0, kv_end, t2, pos, slope, m, l, alpha, bsp);
       else
-        pw_softmax<false>(p, scales, s, n0, kv_end, t2, pos, slope, m, l, alpha);
+        pw_softmax<false>(p, scales, s, n0, kv_end, t2, pos, slope, m, l, alpha, bsp);
     };
     // Every batch of wgmmas is issued between these two. With PW_PINGPONG the two consumer
     // warpgroups take turns: a warpgroup issues a batch only after the other one has issued
@@ -848,7 +1035,7 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
     // `with_pv`, O += P_{j-1} V_{j-1} is issued right behind S_j as a second wgmma group and
     // still runs during the softmax of S_j, which therefore leaves o and pf alone; without
     // PW_OVERLAP, the P V of tile j itself follows, waited for.
-    auto tile = [&](int j, bool with_pv) {
+    auto tile = [&](int j, bool with_pv, bool last) {
       pw_mbar_wait(bar_k_full + 8 * stage, phase);
       if (with_pv) pw_mbar_wait(bar_v_full + 8 * prev, prev_phase);
       pw_fence_proxy_async();
@@ -889,7 +1076,7 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
         pw_pack_p8(s, pf);
       else
         pw_pack_p(s, pf);
-      if (!PW_OVERLAP) pv(stage, phase, j == n_tiles - 1);
+      if (!PW_OVERLAP) pv(stage, phase, GA_BLOCK_SPARSE ? last : j == n_tiles - 1);
     };
 
     auto advance = [&] {
@@ -905,16 +1092,36 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
     // P V follows it, so the loop body issues both kinds of wgmma without a branch between.
     if (n_tiles > 0) {
       pw_mbar_wait(bar_q, 0);
+#if !GA_BLOCK_SPARSE
       if (PW_PINGPONG && cw == 1) pw_bar_arrive(PW_SCHED_BAR, 256);  // consumer 0 starts
       if (PW_OVERLAP) {
-        tile(0, false);
+        tile(0, false, n_tiles == 1);
         advance();
       }
       for (int j = PW_OVERLAP ? 1 : 0; j < n_tiles; ++j) {
-        tile(j, PW_OVERLAP);
+        tile(j, PW_OVERLAP, j == n_tiles - 1);
         advance();
       }
       if (PW_OVERLAP) pv(prev, prev_phase, true);
+#else
+      // The same over the tiles kept: t is a tile's index, u the next one's.
+      int t = tiles.first(p);
+      if (t < n_tiles) {
+        if (PW_PINGPONG && cw == 1) pw_bar_arrive(PW_SCHED_BAR, 256);
+        if (PW_OVERLAP) {
+          const int u = tiles.next(p, t);
+          tile(t, false, u >= n_tiles);
+          advance();
+          t = u;
+        }
+        for (int u; t < n_tiles; t = u) {
+          u = tiles.next(p, t);
+          tile(t, PW_OVERLAP, u >= n_tiles);
+          advance();
+        }
+        if (PW_OVERLAP) pv(prev, prev_phase, true);
+      }
+#endif
     }
 
     // Normalise; rows that saw no key (seq_len 0) become zeros. Stage through this warp's own

@@ -212,11 +212,15 @@ TEST_CASE("blocksparse: the _bsp spec axis parses, round-trips and refuses other
                            "cache_write_h128_b16_bf16_kvauto_g1_swa0_cap0_nhd_sm90_bsp"}) {
     CHECK_THROWS_WITH_AS(AttentionSpec::parse(text), doctest::Contains("block-sparse ("), Error);
   }
-  // Block-sparse prefill runs the mma.sync kernel, also on sm_90.
+  // Block-sparse prefill runs the wgmma kernel on sm_90 (16-bit KV, head % 64 == 0), else the
+  // mma.sync kernel.
   const KernelSource src =
       render_kernel(AttentionSpec::parse("prefill_h128_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm90_bsp"));
   CHECK(src.source.find("#define GA_BLOCK_SPARSE 1") != std::string::npos);
-  CHECK(src.source.find("pf_bsp_tile_needed") != std::string::npos);
+  CHECK(src.source.find("pw_bsp_tile_needed") != std::string::npos);
+  const KernelSource other =
+      render_kernel(AttentionSpec::parse("prefill_h128_b16_bf16_kve4m3_g4_swa0_cap0_nhd_sm90_bsp"));
+  CHECK(other.source.find("pf_bsp_tile_needed") != std::string::npos);
 }
 
 TEST_CASE("blocksparse: NVRTC builds block-sparse decode and prefill kernels") {

@@ -5,6 +5,7 @@
 // before any device use).
 #include <doctest/doctest.h>
 
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -13,26 +14,40 @@
 #include "jit_cache/prefill_kernels.hpp"
 #include "runtime/prefill.hpp"
 #include "templates/params.h"
+#include "testing/legacy_layout.hpp"
 #include "tests/test_util.hpp"
 
 using namespace graphattn;
 using test::error_of;
 using test::fake_device;
 
-TEST_CASE("legacy prefill: spec strings, and the mma.sync kernel serves them on every arch") {
+TEST_CASE("legacy prefill: spec strings, and which kernel serves them") {
   const char* text = "prefill_h128_b16_bf16_kvauto_g4_swa0_cap0_legacy_sm90";
   const AttentionSpec s = AttentionSpec::parse(text);
   CHECK(s.layout == KvLayout::kLegacy);
   CHECK(s.kind == KernelKind::kPrefill);
   CHECK(s.to_string() == text);
-  // On sm_90 a flash-layout spec of this shape takes the wgmma kernel; legacy stays on mma.sync.
+  // On sm_90 16-bit legacy caches of head sizes that are multiples of 64 take the wgmma kernel
+  // as the flash layout does; fp8 caches, other head sizes and other archs the mma.sync one.
   AttentionSpec flash = s;
   flash.layout = KvLayout::kNHD;
   CHECK(detail::select_prefill_kernel(flash) == detail::PrefillKernel::kWgmma);
-  CHECK(detail::select_prefill_kernel(s) == detail::PrefillKernel::kMmaSync);
+  CHECK(detail::select_prefill_kernel(s) == detail::PrefillKernel::kWgmma);
+  CHECK(detail::select_prefill_kernel(AttentionSpec::parse(std::string(text) + "_bsp")) ==
+        detail::PrefillKernel::kWgmma);
   const detail::PrefillConfig cfg = detail::prefill_config(s);
-  CHECK(cfg.block_m == ga_prefill_block_m(128));
-  CHECK(cfg.shared_bytes == ga_prefill_smem_bytes(128, false));
+  CHECK(cfg.block_m == GA_PREFILL_SM90_BLOCK_M);
+  CHECK(cfg.shared_bytes == ga_prefill_sm90_smem_bytes(128));
+  CHECK(render_kernel(s).options.front() == "--gpu-architecture=sm_90a");
+  for (const char* other : {"prefill_h128_b16_bf16_kve4m3_g4_swa0_cap0_legacy_sm90",
+                            "prefill_h80_b16_bf16_kvauto_g4_swa0_cap0_legacy_sm90",
+                            "prefill_h128_b16_bf16_kvauto_g4_swa0_cap0_legacy_sm89"}) {
+    INFO(other);
+    const AttentionSpec o = AttentionSpec::parse(other);
+    CHECK(detail::select_prefill_kernel(o) == detail::PrefillKernel::kMmaSync);
+    CHECK(detail::prefill_config(o).shared_bytes ==
+          ga_prefill_smem_bytes(o.head_size, o.kv_dtype != KvDType::kAuto));
+  }
   CHECK(AttentionSpec::parse("prefill_h80_b32_fp16_kve4m3_g1_swa0_cap1_legacy_sm80_alibi_sink_nc")
             .non_causal);
   // Still refused: fp8 head sizes in part-chunks, dense K/V in the legacy layout.
@@ -303,4 +318,85 @@ TEST_CASE("legacy prefill: host model of the V^T tile over every head and block 
         ++checked;
       }
   CHECK(checked == 29 * 16 + 15 * 16);
+}
+
+namespace {
+
+// A host model of templates/prefill_sm90.cu's legacy-layout producer copies for one spec, on the
+// tile geometry of params.h: the K walk (pw_gather_setup / _rows / _copy with PW_CHUNK_ELEMS)
+// must put key (key, dim) of every tile key and dimension exactly once into the 128-byte-swizzled
+// [key][dim] tile, and the V^T walk (pw_legacy_load_vt: PW_VT_LPS threads a segment) value
+// (key, dim) exactly once into the
+// swizzled [dim][key] tile, each from where LegacyLayout says, through a shuffled block table;
+// every 16-byte copy stays inside one cache block. Returns "" or what went wrong.
+std::string model_sm90_legacy(int head_size, int block_size) {
+  const int bn = ga_prefill_sm90_block_n(head_size), chunks = head_size / 8, kh = 2, h = 1;
+  const test::LegacyLayout lay{block_size, kh, head_size, 8};
+  const int64_t head_stride = int64_t{head_size} * block_size, block_stride = kh * head_stride;
+  const int tiles = 8;
+  const int nblocks = (tiles * bn + block_size - 1) / block_size;
+  std::vector<int> table(nblocks);
+  for (int b = 0; b < nblocks; ++b) table[b] = (b * 7 + 3) % nblocks;  // 7 is coprime to them
+  // Byte offset of 16-byte chunk c of row r in a swizzled tile of `rows` rows (pw_swizzle).
+  const auto swz = [](int r, int c, int rows) {
+    return (c >> 3) * rows * 128 + r * 128 + (((c & 7) ^ (r & 7)) << 4);
+  };
+  const int seg = std::gcd(block_size, bn);  // keys of a V^T segment (PW_VT_SEG)
+  const int cps = seg / 8, lps = 128 / (bn / seg), dstep = lps / cps;
+  if (lps % cps != 0 || dstep % 8 != 0 || head_size % dstep != 0) return "uneven V^T walk";
+  for (int n0 : {0, bn, (tiles - 1) * bn}) {
+    // tile element (16-bit unit) -> the cache element it holds
+    std::vector<int64_t> kt(static_cast<size_t>(bn) * head_size, -1), vt(kt.size(), -1);
+    const auto put = [](std::vector<int64_t>& t, int byte, int64_t src) {
+      for (int j = 0; j < 8; ++j) {
+        int64_t& e = t[byte / 2 + j];
+        if (e != -1) return false;
+        e = src + j;
+      }
+      return true;
+    };
+    for (int ptid = 0; ptid < 128; ++ptid) {
+      const int row = ptid >> 2, q = ptid & 3;
+      for (int k = 0; k < bn / 32; ++k) {
+        const int key = n0 + 32 * k + row;
+        const int64_t off = table[key / block_size] * block_stride + h * head_stride +
+                            (key % block_size) * 8 + q * 8 * block_size;
+        for (int i = 0; i < chunks / 4; ++i)
+          if (!put(kt, k * 32 * 128 + swz(row, q + 4 * i, bn), off + 4 * 8 * block_size * i))
+            return "a K tile element is written twice";
+      }
+      const int sg = ptid / lps, lt = ptid % lps, d0 = lt / cps, tc = sg * cps + lt % cps;
+      const int key0 = n0 + sg * seg;
+      const int64_t base = table[key0 / block_size] * block_stride + h * head_stride +
+                           key0 % block_size + int64_t{d0} * block_size + (lt % cps) * 8;
+      if ((n0 + tc * 8) / block_size != (n0 + tc * 8 + 7) / block_size)
+        return "a V^T chunk straddles two blocks";
+      for (int i = 0; i < head_size / dstep; ++i)
+        if (!put(vt, swz(d0 + dstep * i, tc, head_size), base + int64_t{dstep} * i * block_size))
+          return "a V^T tile element is written twice";
+    }
+    for (int key = 0; key < bn; ++key)
+      for (int d = 0; d < head_size; ++d) {
+        const int blk = table[(n0 + key) / block_size], off = (n0 + key) % block_size;
+        if (kt[swz(key, d / 8, bn) / 2 + d % 8] != lay.key(blk, off, h, d))
+          return "a K tile element holds the wrong key element";
+        if (vt[swz(d, key / 8, head_size) / 2 + key % 8] != lay.value(blk, off, h, d))
+          return "a V^T tile element holds the wrong value element";
+      }
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("legacy prefill: host model of the sm_90 kernel's K and V^T copies") {
+  int checked = 0;
+  for (int h : supported_head_sizes())
+    for (int b : supported_block_sizes()) {
+      if (h % 64 != 0) continue;  // the wgmma kernel's head sizes
+      INFO("head " << h << " block " << b);
+      CHECK(model_sm90_legacy(h, b) == "");
+      ++checked;
+    }
+  CHECK(checked == 4 * 16);
 }

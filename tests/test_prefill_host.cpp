@@ -112,6 +112,10 @@ TEST_CASE("prefill host: kernel selection is a pure function of the spec") {
         PrefillKernel::kWgmma);
   CHECK(select_prefill_kernel(parse("prefill_h256_b16_bf16_kvauto_g1_swa0_cap0_nhd_sm90")) ==
         PrefillKernel::kWgmma);
+  CHECK(select_prefill_kernel(parse("prefill_h128_b16_bf16_kvauto_g4_swa0_cap0_legacy_sm90")) ==
+        PrefillKernel::kWgmma);
+  CHECK(select_prefill_kernel(parse("prefill_h64_b32_bf16_kvauto_g4_swa1_cap0_hnd_sm90_bsp")) ==
+        PrefillKernel::kWgmma);
   // Head sizes off the 64-column swizzle rows, fp8 caches and other archs stay on mma.sync.
   CHECK(select_prefill_kernel(parse("prefill_h96_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm90")) ==
         PrefillKernel::kMmaSync);

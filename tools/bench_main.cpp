@@ -159,6 +159,11 @@ int main(int argc, char** argv) {
           j["prefill"]["time_us"].get<double>() / j["prefill_fp8"]["time_us"].get<double>();
       j["prefill_fp8"]["speedup_over_bf16"] = speedup;
       std::printf("prefill 4x4096: e4m3 q+kv is %.2fx the bf16 prefill's throughput\n", speedup);
+      // Chunked prefill: 512 new tokens over a cached prefix, flash and legacy caches.
+      for (int prefix : {2048, 8192, 16384})
+        for (bool legacy : {false, true})
+          j["prefill_chunked"].push_back(
+              bench_prefill(dev, 4, 512, std::max(20, reps / 5), peer, &ok, legacy, false, prefix));
     }
     if (wants("cascade")) {
       j["cascade"] = nlohmann::json::array();

@@ -2,7 +2,8 @@
 // graphattn-bench, prefill part: a batch of pure causal prefills over the paged KV cache (bf16,
 // 32/8 heads, head 128, block 16, shuffled blocks, random data) against the peer on contiguous
 // tensors. A few output rows are checked against the float64 reference before timing. With
-// `legacy` the same bytes form vLLM's legacy caches, read by forward_prefix.
+// `legacy` the same bytes form vLLM's legacy caches, read by forward_prefix. With `prefix` the
+// requests are chunked prefills: len new tokens each after prefix cached ones.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -21,9 +22,10 @@
 namespace graphattn::bench {
 
 nlohmann::json bench_prefill(const Device& dev, int batch, int len, int reps, const PeerTimes& peer,
-                             bool* ok, bool legacy, bool fp8) {
+                             bool* ok, bool legacy, bool fp8, int prefix) {
   const int64_t H = 32, KH = 8, D = 128, B = 16, T = int64_t{batch} * len;
-  const int64_t blocks_per_seq = (len + B - 1) / B, NB = blocks_per_seq * batch;
+  const int kv_len = prefix + len;  // each request's seq_len
+  const int64_t blocks_per_seq = (kv_len + B - 1) / B, NB = blocks_per_seq * batch;
   const int64_t elem = fp8 ? 1 : 2;  // query and cache bytes
   DeviceBuffer q(T * H * D * elem), out(T * H * D * 2), cache(2 * NB * B * KH * D * elem),
       qsl((batch + 1) * 4), seq(batch * 4), table(NB * 4);
@@ -34,7 +36,7 @@ nlohmann::json bench_prefill(const Device& dev, int batch, int len, int reps, co
     fill_random_bf16(dev, q.data(), T * H * D, 5);
     fill_random_bf16(dev, cache.data(), 2 * NB * B * KH * D, 6);
   }
-  std::vector<int> phys(NB), starts(batch + 1), lens(batch, len);
+  std::vector<int> phys(NB), starts(batch + 1), lens(batch, kv_len);
   std::iota(phys.begin(), phys.end(), 0);
   std::mt19937_64 rng(3);
   std::shuffle(phys.begin(), phys.end(), rng);
@@ -61,7 +63,7 @@ nlohmann::json bench_prefill(const Device& dev, int batch, int len, int reps, co
   // fp8: the layer's forward() with its e4m3 query (no cache write: key and value ndim 0).
   AttentionLayerConfig cfg =
       test::with_kv(test::layer_config(static_cast<int>(H), static_cast<int>(KH),
-                                       static_cast<int>(D), len, batch),
+                                       static_cast<int>(D), kv_len, batch),
                     KvDType::kFp8E4M3, 1.5f);
   cfg.q_dtype = KvDType::kFp8E4M3;
   cfg.q_scale = 0.5f;
@@ -78,7 +80,8 @@ nlohmann::json bench_prefill(const Device& dev, int batch, int len, int reps, co
   md.block_table = tabv;
   md.num_reqs = batch;
   md.num_actual_tokens = static_cast<int>(T);
-  md.max_query_len = md.max_seq_len = len;
+  md.max_query_len = len;
+  md.max_seq_len = kv_len;
   auto run = [&] {
     if (fp8) {
       backend->forward(qv, TensorView{}, TensorView{}, kv, ov, md, ws.data(), ws.bytes(),
@@ -102,7 +105,7 @@ nlohmann::json bench_prefill(const Device& dev, int batch, int len, int reps, co
   ref.head_size = static_cast<int>(D);
   ref.block_size = static_cast<int>(B);
   ref.query_start_loc = {0, n_check};
-  ref.seq_lens = {len};
+  ref.seq_lens = {kv_len};
   ref.max_blocks_per_seq = static_cast<int>(blocks_per_seq);
   ref.block_table.assign(phys.begin() + (batch - 1) * blocks_per_seq, phys.end());
   ref.scale = scale;
@@ -153,15 +156,19 @@ nlohmann::json bench_prefill(const Device& dev, int batch, int len, int reps, co
 
   for (int i = 0; i < 3; ++i) run();
   const double us = time_us(dev, reps, true, run);
-  const double flops = 4.0 * D * H * batch * (static_cast<double>(len) * (len + 1) / 2);
-  // fp8: the peer is cuDNN's fp8 SDPA where PyTorch exposes it (else none, and why).
+  const double flops =
+      4.0 * D * H * batch *
+      (static_cast<double>(len) * prefix + static_cast<double>(len) * (len + 1) / 2);
+  // fp8: the peer is cuDNN's fp8 SDPA where PyTorch exposes it (else none, and why); chunked
+  // prefill (a cached prefix) has no peer row.
   const auto& peer_times = fp8 ? peer.prefill_fp8_us : peer.prefill_us;
   auto it = peer_times.find(std::to_string(batch) + ":" + std::to_string(len));
-  const double peer_us = it == peer_times.end() ? 0 : it->second;
+  const double peer_us = prefix > 0 || it == peer_times.end() ? 0 : it->second;
   std::printf(
-      "\n== prefill%s: %d x %d new tokens, causal, %s, 32/8 heads, head 128, block 16, "
+      "\n== prefill%s: %d x %d new tokens%s, causal, %s, 32/8 heads, head 128, block 16, "
       "median of %d\n",
       legacy ? " over vLLM's legacy caches (forward_prefix)" : "", batch, len,
+      prefix > 0 ? (" after " + std::to_string(prefix) + " cached (chunked prefill)").c_str() : "",
       fp8 ? "e4m3 q and KV (forward(), q_dtype fp8_e4m3), bf16 out" : "bf16", reps);
   std::printf("%-12s %10s %10s %10s %10s %12s %9s\n", "", "time us", "TFLOP/s", "peer us",
               "peer TF/s", "ours/peer", "max err");
@@ -172,6 +179,7 @@ nlohmann::json bench_prefill(const Device& dev, int batch, int len, int reps, co
     std::snprintf(ratio_s, sizeof ratio_s, "%.2fx", peer_us / us);
   }
   const std::string label = std::to_string(batch) + "x" + std::to_string(len) +
+                            (prefix > 0 ? "+" + std::to_string(prefix) : "") +
                             (legacy ? " legacy"
                              : fp8  ? " e4m3 q+kv"
                                     : "");
@@ -183,6 +191,7 @@ nlohmann::json bench_prefill(const Device& dev, int batch, int len, int reps, co
   return {
       {"batch", batch},
       {"len", len},
+      {"prefix", prefix},
       {"time_us", us},
       {"tflops", flops / us / 1e6},
       {"peer_us", peer_us > 0 ? nlohmann::json(peer_us) : nlohmann::json()},

@@ -5,8 +5,10 @@
 // (1..~300 tokens) is written by write_to_paged_cache, then forward_prefix attends. Unused cache
 // bytes and the output are poisoned with NaN. fp16/bf16, 16-bit and fp8 (e4m3, e5m2) caches, GQA
 // 1/4/8, head sizes 64/80/128/256 and 72/120 (padded V^T rows), block sizes 16..128 (blocks
-// shorter and longer than a key tile), window, ALiBi, soft cap, sinks, non-causal; key caches
-// with vLLM's other x (8 for fp8, 16 for 16-bit).
+// shorter and longer than a key tile), window, ALiBi, soft cap, sinks, non-causal. On sm_90 the
+// 16-bit cases of head size 64/128/256 run on the wgmma kernel (templates/prefill_sm90.cu); a
+// second list covers that kernel: longer prefixes and chunks (many key and row tiles), block
+// sizes 16..256, GQA 1/4/8. Key caches with vLLM's other x (8 for fp8, 16 for 16-bit).
 // GRAPHATTN_TEST_REDUCED=1 runs a few cases (for compute-sanitizer).
 #include <doctest/doctest.h>
 
@@ -18,6 +20,7 @@
 #include <vector>
 
 #include "graphattn/graphattn.hpp"
+#include "jit_cache/prefill_kernels.hpp"
 #include "runtime/driver.hpp"
 #include "testing/host_dtypes.hpp"
 #include "testing/legacy_layout.hpp"
@@ -49,6 +52,16 @@ std::string describe(const LegacyCase& c) {
 
 void run_case(const LegacyCase& c, KernelCache& cache, std::mt19937_64& rng) {
   INFO("case " << describe(c));
+  // The kernel forward_prefix takes on this device (the spec it builds, as the host selects).
+  const AttentionSpec spec = AttentionSpec::parse(
+      "prefill_h" + std::to_string(c.head_size) + "_b" + std::to_string(c.block_size) + "_" +
+      to_string(c.dtype) + "_kv" + to_string(c.kv) + "_g" + std::to_string(c.group) + "_swa" +
+      (c.window ? "1" : "0") + "_cap" + (c.soft_cap ? "1" : "0") + "_legacy_sm" +
+      std::to_string(current_device_arch()) + (c.alibi ? "_alibi" : "") + (c.sinks ? "_sink" : "") +
+      (c.non_causal ? "_nc" : ""));
+  const bool wgmma = detail::select_prefill_kernel(spec) == detail::PrefillKernel::kWgmma;
+  INFO(spec.to_string() << (wgmma ? " (wgmma kernel)" : " (mma.sync kernel)"));
+  CHECK(wgmma == (spec.arch == 90 && c.kv == KvDType::kAuto && c.head_size % 64 == 0));
   auto uni = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
   const int H = c.num_kv_heads * c.group, KH = c.num_kv_heads, D = c.head_size, B = c.block_size;
   const bool fp8 = c.kv != KvDType::kAuto;
@@ -277,7 +290,44 @@ std::vector<LegacyCase> all_cases() {
   return cases;
 }
 
+// The sm_90 wgmma kernel's shapes (16-bit caches, head sizes multiples of 64): prefixes up to
+// 1200 tokens (up to 10 key tiles) and chunks up to 400 (several row tiles of both consumer
+// warpgroups), every kind of block size against the 128-key tile (16, 32: several blocks a tile;
+// 48, 80: blocks and tiles straddle; 128, 256: a tile inside a block).
+std::vector<LegacyCase> wgmma_cases() {
+  const int heads[] = {128, 64, 256};
+  const int blocks[] = {16, 32, 48, 128, 256, 80, 16, 32};
+  const int groups[] = {4, 1, 8};
+  std::vector<LegacyCase> cases;
+  for (int i = 0; i < 16; ++i) {
+    LegacyCase c;
+    c.dtype = i % 2 ? DType::kBFloat16 : DType::kFloat16;
+    c.head_size = heads[i % 3];
+    c.block_size = blocks[i % 8];
+    c.group = groups[(i / 2) % 3];
+    c.num_kv_heads = c.group == 8 ? 1 : 2;
+    c.window = i % 4 == 1;
+    c.alibi = i % 5 == 2;
+    c.soft_cap = i % 7 == 3;
+    c.sinks = i % 6 == 4;
+    c.non_causal = i % 8 == 6;
+    c.max_prefix = c.head_size == 256 ? 600 : 1200;
+    c.max_chunk = c.head_size == 256 ? 200 : 400;
+    cases.push_back(c);
+  }
+  return cases;
+}
+
 }  // namespace
+
+TEST_CASE("gpu legacy prefill: the sm_90 wgmma kernel's shapes match the reference") {
+  GA_REQUIRE_GPU();
+  TempKernelCache cache;
+  auto rng = make_rng();
+  std::vector<LegacyCase> cases = wgmma_cases();
+  if (reduced()) cases.resize(3);
+  for (const LegacyCase& c : cases) run_case(c, cache, rng);
+}
 
 TEST_CASE("gpu legacy prefill: forward_prefix over write_to_paged_cache matches the reference") {
   GA_REQUIRE_GPU();
