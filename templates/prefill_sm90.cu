@@ -446,7 +446,8 @@ __device__ __forceinline__ void pw_wgmma8_rs(float (&d)[N / 2], const unsigned (
 // key sits c * 8 * BLOCK_SIZE elements after chunk 0, and consecutive keys of a block 8 apart.
 constexpr int PW_PASSES = PW_BLOCK_N / 32;
 constexpr int PW_LANE_CHUNKS = PW_CHUNKS / 4;
-constexpr int PW_CHUNK_ELEMS = PW_LEGACY ? 8 * BLOCK_SIZE : 8;  // from one chunk to the next
+// Elements from one 16-byte chunk of a key to the next in the cache.
+constexpr int PW_CHUNK_STRIDE = PW_LEGACY ? PW_CHUNK_ELEMS * BLOCK_SIZE : PW_CHUNK_ELEMS;
 static_assert(PW_BLOCK_N % 32 == 0 && PW_CHUNKS % 4 == 0, "prefill_sm90: uneven K/V gather");
 
 struct PwGather {
@@ -461,7 +462,7 @@ __device__ __forceinline__ PwGather pw_gather_setup(long long head_off, int ptid
   const int q = ptid & 3;
 #pragma unroll
   for (int i = 0; i < PW_LANE_CHUNKS; ++i) g.dst[i] = pw_swizzle(g.row, q + 4 * i, PW_BLOCK_N);
-  g.col = head_off + q * PW_CHUNK_ELEMS;
+  g.col = head_off + q * PW_CHUNK_STRIDE;
   return g;
 }
 
@@ -504,7 +505,7 @@ __device__ __forceinline__ void pw_gather_copy(const pw_elem* cache, const PwGat
     const int bytes = n0 + 32 * k + g.row < kv_end ? 16 : 0;
 #pragma unroll
     for (int i = 0; i < PW_LANE_CHUNKS; ++i)
-      pw_cp_async16(dst + k * 32 * 128 + g.dst[i], cache + off[k] + 4 * PW_CHUNK_ELEMS * i, bytes);
+      pw_cp_async16(dst + k * 32 * 128 + g.dst[i], cache + off[k] + 4 * PW_CHUNK_STRIDE * i, bytes);
   }
 }
 
