@@ -29,6 +29,23 @@ from gpu_batch import attention_float64, capture, relative_l2  # noqa: E402
 LAYER = "model.layers.0.self_attn.attn"
 H, KH, D, BLOCK, NUM_BLOCKS, MAX_MODEL_LEN = 16, 4, 128, 16, 80, 1024
 TOLERANCE = 4e-3  # bf16 output (tests/gpu/test_fp8_query.cpp's q8_tolerance)
+
+
+def prefill_tolerance():
+    """The prefill rows' tolerance: on sm_90 the e4m3-query prefill runs on the wgmma kernel,
+    which rounds P to e4m3 (tests/gpu/test_fp8_query.cpp derives 5e-2, q8_prefill_tolerance);
+    elsewhere P stays in 16 bits."""
+    return 5e-2 if torch.cuda.get_device_capability() == (9, 0) else TOLERANCE
+
+
+def check_rows(out, ref, decodes, what):
+    """Relative L2 of the decode rows (the first `decodes`) and of the prefill rows, each
+    against its tolerance."""
+    dec = relative_l2(out[:decodes], ref[:decodes])
+    pre = relative_l2(out[decodes:], ref[decodes:])
+    print("%s: relative L2 decode rows %.3g, prefill rows %.3g" % (what, dec, pre))
+    assert dec <= TOLERANCE
+    assert pre <= prefill_tolerance()
 MODEL = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": H * D,
          "intermediate_size": 5632, "num_attention_heads": H, "num_hidden_layers": 1,
          "num_key_value_heads": KH, "max_position_embeddings": 1024, "rms_norm_eps": 1e-5,
@@ -167,9 +184,8 @@ def test_fp8_query_through_vllms_layer_and_graphattns_impl(vllm_layer, seed):
     torch.cuda.synchronize()
     written = _rows(paired[0], md.slot_mapping[:T]) * 0.03
     assert relative_l2(written, key[:T]) <= 2.0 ** -4  # the cache write rounds to e4m3
-    err = relative_l2(out[:T], _reference(q8, layer, paired, table, query_lens, seq_lens))
-    print("eager (host split): relative L2 %.3g" % err)
-    assert err <= TOLERANCE
+    check_rows(out[:T], _reference(q8, layer, paired, table, query_lens, seq_lens), 3,
+               "eager (host split)")
 
     # A captured graph (the builder's capture metadata: the batch split on the device) replayed
     # with new inputs and new scales in place: the kernels read _q_scale, _k_scale and
@@ -192,11 +208,9 @@ def test_fp8_query_through_vllms_layer_and_graphattns_impl(vllm_layer, seed):
         torch.cuda.synchronize()
         written = _rows(paired[1], cm.slot_mapping[:T]) * v_scale
         assert relative_l2(written, new_v[:T]) <= 2.0 ** -4
-        err = relative_l2(buf_out[:T], _reference(buf_q, layer, paired, table, query_lens,
-                                                  seq_lens))
-        print("graph replay, q_scale %g k_scale %g v_scale %g: relative L2 %.3g"
-              % (q_scale, k_scale, v_scale, err))
-        assert err <= TOLERANCE
+        check_rows(buf_out[:T], _reference(buf_q, layer, paired, table, query_lens, seq_lens),
+                   3, "graph replay, q_scale %g k_scale %g v_scale %g" % (q_scale, k_scale,
+                                                                          v_scale))
 
 
 def _current(config):
