@@ -24,8 +24,13 @@ fi
 sanitizer="$(command -v compute-sanitizer || echo "$cuda/bin/compute-sanitizer")"
 
 # GPU_SUITE_STEPS (comma-separated names, default all) runs only those steps, so the suite can
-# be split over several calls of a time-limited GPU machine (the C++ GPU tests alone take about
-# 8 minutes on an H100), e.g. GPU_SUITE_STEPS=tests,c_abi then the rest.
+# be split over several calls of a time-limited GPU machine, e.g. GPU_SUITE_STEPS=tests,c_abi
+# then the rest.
+# GPU_SUITE_SHARDS (default 4) runs the C++ GPU tests as that many processes at once, each the
+# test cases of some of tests/gpu/test_*.cpp (doctest's --source-file filter); their time is
+# mostly the float64 references on the host, so on a 16-core H200 machine 4 shards took the
+# tests from about 8 minutes to 145 s. The shards' test-case counts must add up to the
+# binary's, so a test file the split misses fails the step.
 wanted="${GPU_SUITE_STEPS:-tests,c_abi,python,warmup,warmup_spec,clusters,memcheck,racecheck}"
 status=0
 step() {  # step NAME COMMAND...: runs COMMAND, logs to OUT_DIR/NAME.log, records its time
@@ -46,7 +51,32 @@ step() {  # step NAME COMMAND...: runs COMMAND, logs to OUT_DIR/NAME.log, record
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader \
   >"$out/device.txt" 2>&1 || true
 cat "$out/device.txt"
-step tests "$bin"
+sharded_tests() {  # every C++ GPU test case, in GPU_SUITE_SHARDS processes at once
+  local shards="${GPU_SUITE_SHARDS:-4}" files=() lists=() i k total sum=0 rc=0 pids=()
+  for f in "$root"/tests/gpu/test_*.cpp; do files+=("*/tests/gpu/$(basename "$f")"); done
+  for ((i = 0; i < ${#files[@]}; i++)); do
+    k=$((i % shards))
+    lists[k]="${lists[k]:+${lists[k]},}${files[i]}"
+  done
+  total=$("$bin" --count | sed -n 's/.*passing the current filters: \([0-9]*\).*/\1/p')
+  for ((k = 0; k < ${#lists[@]}; k++)); do
+    sum=$((sum + $("$bin" --count -sf="${lists[k]}" |
+      sed -n 's/.*passing the current filters: \([0-9]*\).*/\1/p')))
+    "$bin" -sf="${lists[k]}" >"$out/tests-shard$k.log" 2>&1 &
+    pids+=($!)
+  done
+  for k in "${!pids[@]}"; do
+    wait "${pids[k]}" || { echo "shard $k failed (tests-shard$k.log)"; rc=1; }
+    grep -E "test cases:|assertions:" "$out/tests-shard$k.log" | sed "s/^/shard $k: /"
+  done
+  echo "test cases: $sum in ${#lists[@]} shards, $total in the binary"
+  if [ -z "$total" ] || [ "$sum" -ne "$total" ]; then
+    echo "the shards miss test cases"
+    rc=1
+  fi
+  return "$rc"
+}
+step tests sharded_tests
 # The C ABI against the C++ API, bit for bit, and a forward captured through it (tests/c).
 step c_abi "$(dirname "$bin")/graphattn-c-gpu-tests"
 # The Python package over libgraphattn.so from the same build (PyTorch, CuPy and JAX tensors).
