@@ -93,16 +93,18 @@ constexpr int PW_PF_STEPS = PW_BLOCK_N / (PW_FP8 ? 32 : 16);
 constexpr int PW_PRODUCER_REGS = 88;
 constexpr int PW_CONSUMER_REGS = 208;
 constexpr bool PW_LEGACY = KV_LAYOUT == 2;
-// The P V wgmma's B (V) operand: MN-major (1, transposed: the flash [key][dim] tile) or K-major
-// (0: the legacy V^T tile), the wgmma's imm-trans-b.
+// The P V wgmma's B (V) operand: MN-major (1, transposed: the flash 16-bit [key][dim] tile) or
+// K-major (0: the legacy V^T tile), the 16-bit wgmma's imm-trans-b. fp8's V^T stages are K-major
+// too (fp8 wgmmas take K-major operands only, and no such flag).
 constexpr int PW_V_TRANS = PW_LEGACY ? 0 : 1;
 // Its descriptor: the leading byte offset (MN-major: 64-column blocks PW_BLOCK_N rows of 128
-// bytes apart; K-major: unused by the swizzle, 16) and the offset of k-step kk (16 keys) in
-// 16-byte units (MN-major: 16 rows of 128 bytes; K-major: 32 bytes inside the swizzled 128-byte
-// row, a 64-key column block of HEAD_SIZE rows apart).
-constexpr unsigned PW_V_LEAD = PW_LEGACY ? 16 : PW_BLOCK_N * 128;
+// bytes apart; K-major: unused by the swizzle, 16) and the offset of k-step kk in 16-byte units
+// (MN-major, 16 keys: 16 rows of 128 bytes; K-major 16-bit, 16 keys: 32 bytes inside the
+// swizzled 128-byte row, a 64-key column block of HEAD_SIZE rows apart; fp8, 32 keys: 32 bytes
+// of the 128-byte row, which holds all PW_BLOCK_N = 128 keys).
+constexpr unsigned PW_V_LEAD = PW_LEGACY || PW_FP8 ? 16 : PW_BLOCK_N * 128;
 __device__ __forceinline__ unsigned pw_v_kstep(int kk) {
-  return PW_LEGACY ? (kk >> 2) * (HEAD_SIZE * 8) + (kk & 3) * 2 : kk * 128;
+  return PW_FP8 ? kk * 2 : PW_LEGACY ? (kk >> 2) * (HEAD_SIZE * 8) + (kk & 3) * 2 : kk * 128;
 }
 // Named barriers PW_SCHED_BAR and PW_SCHED_BAR + 1 order the wgmma issues of the two consumer
 // warpgroups (ids 0: __syncthreads, 1 and 2: the consumers' epilogues); PW_PRODUCER_BAR syncs
@@ -952,12 +954,11 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
 
     // Descriptors: Q and K K-major (8-row groups 1024 bytes apart; k-steps of 16 columns are
     // 32 bytes inside the swizzled 128-byte row, column blocks of 64 a whole block apart);
-    // V MN-major (64-column blocks PW_BLOCK_N rows apart, 8-row groups 1024 bytes apart).
+    // V MN-major (64-column blocks PW_BLOCK_N rows apart, 8-row groups 1024 bytes apart), the
+    // legacy and fp8 V^T K-major (PW_V_LEAD, pw_v_kstep).
     const unsigned long long q_desc = pw_desc(q_base + cw * 64 * 128, 16, 1024);
     const unsigned long long k_desc = pw_desc(k_base, 16, 1024);
-    // fp8: the V^T stages are K-major like K (a k-step of 32 keys is 32 bytes of the row).
-    const unsigned long long v_desc =
-        PW_FP8 ? pw_desc(v_base, 16, 1024) : pw_desc(v_base, PW_V_LEAD, 1024);
+    const unsigned long long v_desc = pw_desc(v_base, PW_V_LEAD, 1024);
 #ifdef GA_Q_E4M3
     const GaPrefillScales scales = ga_prefill_q8_scales(p, params.q8, req, kv_head);
 #else
@@ -985,7 +986,7 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
 #pragma unroll
       for (int kk = 0; kk < PW_PF_STEPS; ++kk) {
         if (PW_FP8)
-          pw_wgmma8_rs<HEAD_SIZE>(o, pf[kk], vd + kk * 2);  // 32 keys: 32 bytes of each row
+          pw_wgmma8_rs<HEAD_SIZE>(o, pf[kk], vd + pw_v_kstep(kk));
         else
           pw_wgmma_rs<HEAD_SIZE>(o, pf[kk], vd + pw_v_kstep(kk));
       }
