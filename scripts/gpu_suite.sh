@@ -51,6 +51,9 @@ step() {  # step NAME COMMAND...: runs COMMAND, logs to OUT_DIR/NAME.log, record
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader \
   >"$out/device.txt" 2>&1 || true
 cat "$out/device.txt"
+count_cases() {  # count_cases [FILTER...]: the test cases of $bin that pass the filters
+  "$bin" --count "$@" | sed -n 's/.*passing the current filters: \([0-9]*\).*/\1/p'
+}
 sharded_tests() {  # every C++ GPU test case, in GPU_SUITE_SHARDS processes at once
   local shards="${GPU_SUITE_SHARDS:-4}" files=() lists=() i k total sum=0 rc=0 pids=()
   for f in "$root"/tests/gpu/test_*.cpp; do files+=("*/tests/gpu/$(basename "$f")"); done
@@ -58,10 +61,9 @@ sharded_tests() {  # every C++ GPU test case, in GPU_SUITE_SHARDS processes at o
     k=$((i % shards))
     lists[k]="${lists[k]:+${lists[k]},}${files[i]}"
   done
-  total=$("$bin" --count | sed -n 's/.*passing the current filters: \([0-9]*\).*/\1/p')
+  total=$(count_cases)
   for ((k = 0; k < ${#lists[@]}; k++)); do
-    sum=$((sum + $("$bin" --count -sf="${lists[k]}" |
-      sed -n 's/.*passing the current filters: \([0-9]*\).*/\1/p')))
+    sum=$((sum + $(count_cases -sf="${lists[k]}")))
     "$bin" -sf="${lists[k]}" >"$out/tests-shard$k.log" 2>&1 &
     pids+=($!)
   done
