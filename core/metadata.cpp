@@ -254,6 +254,15 @@ FlashAttentionMetadata FlashAttentionMetadataBuilder::build(int common_prefix_le
   return f;
 }
 
+namespace {
+// vLLM's FlashDecoding case of use_cascade_attention: GQA and only single-token decodes.
+bool gqa_single_token_decodes(const std::vector<int32_t>& query_lens, int num_query_heads,
+                              int num_kv_heads) {
+  return num_query_heads / num_kv_heads > 1 &&
+         std::all_of(query_lens.begin(), query_lens.end(), [](int32_t q) { return q == 1; });
+}
+}  // namespace
+
 bool vllm_use_cascade_attention(int common_prefix_len, const std::vector<int32_t>& query_lens,
                                 int num_query_heads, int num_kv_heads, bool use_alibi,
                                 bool use_sliding_window, int num_sms) {
@@ -267,10 +276,8 @@ bool vllm_use_cascade_attention(int common_prefix_len, const std::vector<int32_t
                 ", num_kv_heads " + std::to_string(num_kv_heads) + " and num_sms " +
                 std::to_string(num_sms) + " must be positive");
   const int64_t group = num_query_heads / num_kv_heads;
-  const bool all_decodes =
-      std::all_of(query_lens.begin(), query_lens.end(), [](int32_t q) { return q == 1; });
   // vLLM's FlashDecoding criterion: without it cascade saves bandwidth, so use it.
-  if (!(group > 1 && all_decodes)) return true;
+  if (!gqa_single_token_decodes(query_lens, num_query_heads, num_kv_heads)) return true;
   constexpr int64_t kTile = 128;  // vLLM's q and kv tile sizes
   const int64_t prefix_tiles = cdiv(common_prefix_len, kTile);
   const int64_t cascade_time =
@@ -286,9 +293,8 @@ bool use_cascade_attention(int common_prefix_len, const std::vector<int32_t>& qu
   if (!vllm_use_cascade_attention(common_prefix_len, query_lens, num_query_heads, num_kv_heads,
                                   use_alibi, use_sliding_window, num_sms))
     return false;
-  const bool all_decodes =
-      std::all_of(query_lens.begin(), query_lens.end(), [](int32_t q) { return q == 1; });
-  if (!(num_query_heads / num_kv_heads > 1 && all_decodes)) return true;  // vLLM's "yes" branch
+  // vLLM's "yes" branch (no FlashDecoding case): nothing measured against it.
+  if (!gqa_single_token_decodes(query_lens, num_query_heads, num_kv_heads)) return true;
   const int64_t num_reqs = static_cast<int64_t>(query_lens.size());
   return num_reqs >= kCascadeMinDecodes && num_reqs * common_prefix_len >= kCascadeMinSharedTokens;
 }
