@@ -70,16 +70,6 @@ KvCacheShape check_direct_launch_legacy(const LoadedKernel& k, const DecodeLaunc
   return a.legacy_kv;
 }
 
-// A direct launch over the flash cache: the cache checked for the layer's dtype (the output's
-// with an e4m3 query).
-KvCacheShape check_direct_launch(const LoadedKernel& k, const TensorView& query,
-                                 const TensorView& output, const TensorView& kv_cache) {
-  GA_REQUIRE(k.compiled != nullptr, "launch_decode: kernel is not loaded");
-  require_rank(query, 3, "query", "[num_tokens, num_heads, head_size]");
-  require_rank(output, 3, "output", "[num_tokens, num_heads, head_size]");
-  return check_kv_cache(kv_cache, attention_dtype_of(query, output));
-}
-
 }  // namespace
 
 AttentionSpec decode_spec(const DecodeLaunch& a, int arch) {
@@ -390,9 +380,10 @@ void enqueue_decode(const LoadedKernel& decode, const DecodeLaunch& a, CUstream 
 }
 
 void launch_decode(const LoadedKernel& decode, const DecodeLaunch& a, CUstream stream) {
-  const KvCacheShape kc = a.legacy_kv.layout == KvLayout::kLegacy
-                              ? check_direct_launch_legacy(decode, a)
-                              : check_direct_launch(decode, a.query, a.output, a.kv_cache);
+  const KvCacheShape kc =
+      a.legacy_kv.layout == KvLayout::kLegacy
+          ? check_direct_launch_legacy(decode, a)
+          : check_direct_launch(decode, a.query, a.output, a.kv_cache, "launch_decode");
   check_decode_launch(decode.compiled->spec, a, kc, "launch_decode");
   enqueue_decode(decode, a, stream);
 }

@@ -231,10 +231,7 @@ void enqueue_dense_prefill(const LoadedKernel& k, const DensePrefillLaunch& a, C
 }
 
 void launch_prefill(const LoadedKernel& k, const PrefillLaunch& a, CUstream stream) {
-  GA_REQUIRE(k.compiled != nullptr, "launch_prefill: kernel is not loaded");
-  require_rank(a.query, 3, "query", "[num_tokens, num_heads, head_size]");
-  require_rank(a.output, 3, "output", "[num_tokens, num_heads, head_size]");
-  const KvCacheShape kc = check_kv_cache(a.kv_cache, attention_dtype_of(a.query, a.output));
+  const KvCacheShape kc = check_direct_launch(k, a.query, a.output, a.kv_cache, "launch_prefill");
   check_prefill_launch(k.compiled->spec, a, kc, "launch_prefill");
   enqueue_prefill(k, a, stream);
 }

@@ -71,10 +71,12 @@ KvCacheShape check_kv_cache(const TensorView& c, DType dtype) {
 }
 
 KvCacheShape check_direct_launch(const LoadedKernel& k, const TensorView& query,
-                                 const TensorView& kv_cache, const char* where) {
+                                 const TensorView& output, const TensorView& kv_cache,
+                                 const char* where) {
   GA_REQUIRE(k.compiled != nullptr, std::string(where) + ": kernel is not loaded");
   require_rank(query, 3, "query", "[num_tokens, num_heads, head_size]");
-  return check_kv_cache(kv_cache, dtype_of(query.dtype));
+  require_rank(output, 3, "output", "[num_tokens, num_heads, head_size]");
+  return check_kv_cache(kv_cache, attention_dtype_of(query, output));
 }
 
 // An e4m3 query's descales: a positive finite q_scale, strides >= 0, 4-byte aligned pointers.

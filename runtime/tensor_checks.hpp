@@ -61,10 +61,12 @@ KvCacheShape check_paged_caches(const TensorView& key_cache, const TensorView& v
 // The spec's key_x for these caches: 0 for the flash layout and for x = 16 bytes of the cache
 // element, else x.
 int key_x_of(const KvCacheShape& kc);
-// The start of a direct launch (launch_decode, launch_prefill): k is loaded, the query has rank
-// 3, and the KV cache view is checked for the query's dtype. `where` names the caller.
+// The start of a direct launch (launch_decode, launch_prefill): k is loaded, the query and the
+// output have rank 3, and the KV cache view is checked for the layer's dtype
+// (attention_dtype_of: the output's for an e4m3 query). `where` names the caller.
 KvCacheShape check_direct_launch(const LoadedKernel& k, const TensorView& query,
-                                 const TensorView& kv_cache, const char* where);
+                                 const TensorView& output, const TensorView& kv_cache,
+                                 const char* where);
 // The features a checked KV cache view says (head and block size, dtypes, layout; group 1) on
 // `arch`, for spec_for() on direct calls that have no AttentionLayerConfig.
 KernelFeatures features_of(const KvCacheShape& kc, DType dtype, int arch);
