@@ -81,6 +81,15 @@ void launch_fill(const Device& dev, CUfunction f, void* ptr, size_t n, unsigned 
       detail::driver().cuLaunchKernel(f, 1024, 1, 1, 256, 1, 1, 0, dev.stream, args, nullptr));
 }
 
+// One streaming pass of the read_only helper over [in, in + bytes) into a 64-byte sink: the
+// read-only limit's measurement and the flush by reading.
+void launch_read_only(const Device& dev, CUdeviceptr in, size_t bytes, CUdeviceptr sink) {
+  unsigned long long n16 = bytes / 16;
+  void* args[] = {&in, &n16, &sink};
+  GA_CU_CHECK(detail::driver().cuLaunchKernel(dev.read_only, dev.sms * 8, 1, 1, 512, 1, 1, 0,
+                                              dev.stream, args, nullptr));
+}
+
 }  // namespace
 
 void flush_l2_now(const Device& dev, int seed) {
@@ -90,11 +99,7 @@ void flush_l2_now(const Device& dev, int seed) {
                                   dev.flush->bytes(), dev.stream));
     return;
   }
-  CUdeviceptr in = dev.flush->ptr(), out = dev.flush_sink->ptr();
-  unsigned long long n16 = dev.flush->bytes() / 16;
-  void* args[] = {&in, &n16, &out};
-  GA_CU_CHECK(
-      d.cuLaunchKernel(dev.read_only, dev.sms * 8, 1, 1, 512, 1, 1, 0, dev.stream, args, nullptr));
+  launch_read_only(dev, dev.flush->ptr(), dev.flush->bytes(), dev.flush_sink->ptr());
 }
 
 double median(std::vector<double> v) {
@@ -141,13 +146,8 @@ Device open_device(int device) {
   const size_t bytes = size_t{2} << 30;
   DeviceBuffer src(bytes), dst(bytes), sink(64);
   fill_random_bf16(dev, src.data(), bytes / 2, 1);
-  unsigned long long n16 = bytes / 16;
-  CUdeviceptr in = src.ptr(), out = sink.ptr();
-  void* args[] = {&in, &n16, &out};
-  const double read_us = time_us(dev, 30, false, [&] {
-    GA_CU_CHECK(d.cuLaunchKernel(dev.read_only, dev.sms * 8, 1, 1, 512, 1, 1, 0, dev.stream, args,
-                                 nullptr));
-  });
+  const double read_us =
+      time_us(dev, 30, false, [&] { launch_read_only(dev, src.ptr(), bytes, sink.ptr()); });
   const double copy_us = time_us(dev, 30, false, [&] {
     GA_CU_CHECK(d.cuMemcpyDtoDAsync(dst.ptr(), src.ptr(), bytes, dev.stream));
   });
