@@ -60,8 +60,8 @@ using pw_elem = PwElemOf<PW_FP8>::type;  // a Q/K/V element as stored
 // Legacy layout (key [blocks, kv_heads, head / 8, block, 8], value [blocks, kv_heads, head,
 // block], 16-bit): only the producer's copies and the P V operand differ. A 16-byte chunk of a
 // key row (8 dimensions) is contiguous in the chunk-major key cache too, so the K tile is the
-// same swizzled [key][dim] K-major tile, its chunks read from other addresses (pw_gather_*:
-// the 8 keys of one chunk that a warp instruction's 8 lanes read are 128 contiguous bytes). The
+// same swizzled [key][dim] K-major tile, its chunks read from other addresses (pw_legacy_load_k:
+// a warp instruction reads 256-byte runs of the cache in lane order). The
 // value cache is [dim][key] with the keys inner: the tile is stored as it comes, V^T of HEAD_SIZE
 // rows x PW_BLOCK_N keys in the 128-byte swizzle (pw_legacy_load_vt), which is the K-major form
 // of P V's B operand (the reduction runs over the keys), so the P V wgmma reads it untransposed.
@@ -443,13 +443,10 @@ __device__ __forceinline__ void pw_wgmma8_rs(float (&d)[N / 2], const unsigned (
 // and chunks ptid % 4 + 4 i of that row, so each warp instruction moves 64 contiguous bytes of
 // 8 rows. The swizzle of a row depends only on row % 8, which is the same in every pass, so
 // the shared-memory offsets are computed once per thread (PwGather), and K and V, which share
-// strides and block table, share the global offsets of each tile (pw_gather_rows).
-// Legacy layout: the same map reads the K tile (V goes through pw_legacy_load_vt); chunk c of a
-// key sits c * 8 * BLOCK_SIZE elements after chunk 0, and consecutive keys of a block 8 apart.
+// strides and block table, share the global offsets of each tile (pw_gather_rows). The legacy
+// layout reads its tiles with pw_legacy_load_k and pw_legacy_load_vt instead.
 constexpr int PW_PASSES = PW_BLOCK_N / 32;
 constexpr int PW_LANE_CHUNKS = PW_CHUNKS / 4;
-// Elements from one 16-byte chunk of a key to the next in the cache.
-constexpr int PW_CHUNK_STRIDE = PW_LEGACY ? PW_CHUNK_ELEMS * BLOCK_SIZE : PW_CHUNK_ELEMS;
 static_assert(PW_BLOCK_N % 32 == 0 && PW_CHUNKS % 4 == 0, "prefill_sm90: uneven K/V gather");
 
 struct PwGather {
@@ -464,7 +461,7 @@ __device__ __forceinline__ PwGather pw_gather_setup(long long head_off, int ptid
   const int q = ptid & 3;
 #pragma unroll
   for (int i = 0; i < PW_LANE_CHUNKS; ++i) g.dst[i] = pw_swizzle(g.row, q + 4 * i, PW_BLOCK_N);
-  g.col = head_off + q * PW_CHUNK_STRIDE;
+  g.col = head_off + q * PW_CHUNK_ELEMS;
   return g;
 }
 
@@ -492,10 +489,8 @@ __device__ __forceinline__ void pw_gather_rows(const PrefillParams& p, const int
   }
 #pragma unroll
   for (int k = 0; k < PW_PASSES; ++k)
-    off[k] =
-        static_cast<long long>(blk[k]) * p.kv.cache_block_stride +
-        static_cast<long long>(key[k] % BLOCK_SIZE) * (PW_LEGACY ? 8 : p.kv.cache_token_stride) +
-        g.col;
+    off[k] = static_cast<long long>(blk[k]) * p.kv.cache_block_stride +
+             static_cast<long long>(key[k] % BLOCK_SIZE) * p.kv.cache_token_stride + g.col;
 #endif
 }
 
@@ -507,7 +502,74 @@ __device__ __forceinline__ void pw_gather_copy(const pw_elem* cache, const PwGat
     const int bytes = n0 + 32 * k + g.row < kv_end ? 16 : 0;
 #pragma unroll
     for (int i = 0; i < PW_LANE_CHUNKS; ++i)
-      pw_cp_async16(dst + k * 32 * 128 + g.dst[i], cache + off[k] + 4 * PW_CHUNK_STRIDE * i, bytes);
+      pw_cp_async16(dst + k * 32 * 128 + g.dst[i], cache + off[k] + 4 * PW_CHUNK_ELEMS * i, bytes);
+  }
+}
+
+// Legacy layout: the keys [n0, n0 + PW_BLOCK_N) of one KV head into the K tile at dst (the
+// swizzled [key][dim] tile of the flash gather). In the chunk-major key cache, chunk c of the keys
+// of one block is BLOCK_SIZE * 16 contiguous bytes, 16 per key, and chunk c + 1 follows it. The
+// tile is read in groups of 16 keys (each inside one block: BLOCK_SIZE is a multiple of 16); warp
+// w of the producer takes the groups w * PW_LK_GPW .. and lane t + 16 h copies key t of a group,
+// chunks 2 i + h, so each warp instruction reads two runs of 256 contiguous bytes in lane order
+// (at block size 16 one run of 512). The lane order matters: the earlier map, which read the K
+// tile like the flash gather (lane 4 r + q: key r, chunk q + 4 i; neighbouring lanes 256 bytes
+// apart, each 128-byte line read by every 4th lane), fetched 32 L2 sectors per instruction for
+// 16 useful, and the kernel's L2 tag requests (one per sector) limited it (ncu, H200, 4 x 4096:
+// docs/legacy-prefill-l2-h200-2026-11-26.txt). One block lookup per group and thread.
+constexpr int PW_LK_GPW = PW_BLOCK_N / 16 / 4;  // 16-key groups per producer warp and tile
+static_assert(!PW_LEGACY || (PW_BLOCK_N % 64 == 0 && BLOCK_SIZE % 16 == 0 && PW_CHUNKS % 8 == 0 &&
+                             !GA_DENSE_KV),
+              "prefill_sm90: uneven legacy K gather (or dense K/V, which is never legacy)");
+
+struct PwLegacyK {
+  unsigned dst[4];  // tile offsets of this thread's key in its first group, chunks 2 m + h (m < 4)
+  long long col;    // element offset of its key and chunk h in a group's block, head included
+  int t;            // its key within a group
+};
+__device__ __forceinline__ PwLegacyK pw_legacy_k_setup(long long head_off, int ptid) {
+  PwLegacyK k;
+  const int w = ptid >> 5, h = (ptid >> 4) & 1;
+  k.t = ptid & 15;
+  const int row = w * PW_LK_GPW * 16 + k.t;
+#pragma unroll
+  for (int m = 0; m < 4; ++m) k.dst[m] = pw_swizzle(row, 2 * m + h, PW_BLOCK_N);
+  k.col = head_off + static_cast<long long>(h) * 8 * BLOCK_SIZE + k.t * 8;
+  return k;
+}
+// Element offsets of this thread's key in each of its groups of the tile at n0 (a group at or past
+// kv_end looks its block up at the last visible key, whose block exists; its copies are zero-
+// filled), all block-table loads issued before any is used.
+__device__ __forceinline__ void pw_legacy_k_rows(const PrefillParams& p, const int* block_row,
+                                                 const PwLegacyK& k, int n0, int kv_end, int ptid,
+                                                 long long (&src)[PW_LK_GPW]) {
+  int blk[PW_LK_GPW];
+#pragma unroll
+  for (int gg = 0; gg < PW_LK_GPW; ++gg) {
+    const int key0 = n0 + ((ptid >> 5) * PW_LK_GPW + gg) * 16;
+#ifdef GA_CHECK_BOUNDS
+    blk[gg] = ga_prefill_checked_block(p, block_row, min(key0, kv_end - 1));
+#else
+    blk[gg] = __ldg(block_row + min(key0, kv_end - 1) / BLOCK_SIZE);
+#endif
+  }
+#pragma unroll
+  for (int gg = 0; gg < PW_LK_GPW; ++gg) {
+    const int key0 = n0 + ((ptid >> 5) * PW_LK_GPW + gg) * 16;
+    src[gg] = static_cast<long long>(blk[gg]) * p.kv.cache_block_stride +
+              static_cast<long long>(key0 % BLOCK_SIZE) * 8 + k.col;
+  }
+}
+__device__ __forceinline__ void pw_legacy_load_k(const pw_elem* kc, const PwLegacyK& k,
+                                                 const long long (&src)[PW_LK_GPW], int n0,
+                                                 int kv_end, int ptid, unsigned dst) {
+#pragma unroll
+  for (int gg = 0; gg < PW_LK_GPW; ++gg) {
+    const int bytes = n0 + ((ptid >> 5) * PW_LK_GPW + gg) * 16 + k.t < kv_end ? 16 : 0;
+#pragma unroll
+    for (int i = 0; i < PW_CHUNKS / 2; ++i)
+      pw_cp_async16(dst + gg * 16 * 128 + (i >> 2) * (PW_BLOCK_N * 128) + k.dst[i & 3],
+                    kc + src[gg] + 2 * i * 8 * BLOCK_SIZE, bytes);
   }
 }
 
@@ -853,6 +915,8 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
       const pw_elem* vc = static_cast<const pw_elem*>(p.kv.value_cache);
       const PwGather gather =
           pw_gather_setup(static_cast<long long>(kv_head) * p.kv.cache_head_stride, tid);
+      const PwLegacyK legacy_k =
+          pw_legacy_k_setup(static_cast<long long>(kv_head) * p.kv.cache_head_stride, tid);
       // fp8: tile i's raw V, once landed (its copies are commit group i; with `last`, the
       // newest), transposed into its V^T stage.
       auto transpose_v = [&](int i, bool last) {
@@ -878,11 +942,17 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
       for (int j = 0; j < n_tiles; ++j) {
         const int n0 = (tile0 + j) * PW_BLOCK_N;
 #endif
-        long long off[PW_PASSES];
-        pw_gather_rows(p, block_row, kv_row0, gather, n0, kv_end, off);
+        long long off[PW_PASSES], lk_src[PW_LK_GPW];
+        if constexpr (PW_LEGACY)
+          pw_legacy_k_rows(p, block_row, legacy_k, n0, kv_end, tid, lk_src);
+        else
+          pw_gather_rows(p, block_row, kv_row0, gather, n0, kv_end, off);
         // A stage is refilled once all consumer warps released its previous use.
         if (j >= PW_STAGES) pw_mbar_wait(bar_k_empty + 8 * stage, phase ^ 1);
-        pw_gather_copy(kc, gather, off, n0, kv_end, k_base + stage * PW_KV_BYTES);
+        if constexpr (PW_LEGACY)
+          pw_legacy_load_k(kc, legacy_k, lk_src, n0, kv_end, tid, k_base + stage * PW_KV_BYTES);
+        else
+          pw_gather_copy(kc, gather, off, n0, kv_end, k_base + stage * PW_KV_BYTES);
         pw_mbar_arrive_copies(bar_k_full + 8 * stage);
         if (PW_FP8) {
           // Raw buffer j % 2 is free once every producer thread has transposed tile j - 2.

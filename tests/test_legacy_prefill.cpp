@@ -323,7 +323,7 @@ TEST_CASE("legacy prefill: host model of the V^T tile over every head and block 
 namespace {
 
 // A host model of templates/prefill_sm90.cu's legacy-layout producer copies for one spec, on the
-// tile geometry of params.h: the K walk (pw_gather_setup / _rows / _copy with PW_CHUNK_ELEMS)
+// tile geometry of params.h: the K walk (pw_legacy_k_setup / _k_rows / _load_k: 16-key groups)
 // must put key (key, dim) of every tile key and dimension exactly once into the 128-byte-swizzled
 // [key][dim] tile, and the V^T walk (pw_legacy_load_vt: PW_VT_LPS threads a segment) value
 // (key, dim) exactly once into the
@@ -355,15 +355,22 @@ std::string model_sm90_legacy(int head_size, int block_size) {
       }
       return true;
     };
+    const int gpw = bn / 16 / 4;  // 16-key groups per producer warp (PW_LK_GPW)
     for (int ptid = 0; ptid < 128; ++ptid) {
-      const int row = ptid >> 2, q = ptid & 3;
-      for (int k = 0; k < bn / 32; ++k) {
-        const int key = n0 + 32 * k + row;
-        const int64_t off = table[key / block_size] * block_stride + h * head_stride +
-                            (key % block_size) * 8 + q * 8 * block_size;
-        for (int i = 0; i < chunks / 4; ++i)
-          if (!put(kt, k * 32 * 128 + swz(row, q + 4 * i, bn), off + 4 * 8 * block_size * i))
+      const int w = ptid >> 5, half = (ptid >> 4) & 1, t = ptid & 15;
+      for (int gg = 0; gg < gpw; ++gg) {
+        const int key0 = n0 + (w * gpw + gg) * 16;
+        if (key0 / block_size != (key0 + 15) / block_size) return "a K group straddles two blocks";
+        const int64_t src = table[key0 / block_size] * block_stride + h * head_stride +
+                            int64_t{half} * 8 * block_size + (key0 % block_size + t) * 8;
+        for (int i = 0; i < chunks / 2; ++i) {
+          // The kernel's offsets: the thread's row in its first group, chunk 2 (i % 4) + half,
+          // then the group and the 64-column block.
+          const int dst =
+              swz(w * gpw * 16 + t, 2 * (i & 3) + half, bn) + gg * 16 * 128 + (i >> 2) * bn * 128;
+          if (!put(kt, dst, src + 2 * i * 8 * block_size))
             return "a K tile element is written twice";
+        }
       }
       const int sg = ptid / lps, lt = ptid % lps, d0 = lt / cps, tc = sg * cps + lt % cps;
       const int key0 = n0 + sg * seg;
