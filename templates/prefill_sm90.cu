@@ -29,7 +29,8 @@
 // Shared memory tiles use the 128-byte swizzle of the wgmma descriptors: a tile of R rows and
 // HEAD_SIZE columns is stored as HEAD_SIZE / 64 column blocks of R rows x 128 bytes; 16-byte
 // chunk c of row r sits at chunk c ^ (r % 8) of its 128-byte row. Every tile starts on a
-// 1024-byte boundary. Q and K are K-major operands; V is the MN-major B operand of P V.
+// 1024-byte boundary. Q and K are K-major operands; V is the MN-major B operand of P V. (The
+// legacy layout's K tile is K-major without swizzle, see "Legacy layout".)
 //
 // e4m3 queries over an fp8 cache (spec "_qe4m3", PW_FP8): the same kernel on fp8 operands.
 // wgmma takes fp8 A and B K-major only, so V, stored [key][dim], is transposed: the producer
@@ -60,8 +61,9 @@ using pw_elem = PwElemOf<PW_FP8>::type;  // a Q/K/V element as stored
 // Legacy layout (key [blocks, kv_heads, head / 8, block, 8], value [blocks, kv_heads, head,
 // block], 16-bit): only the producer's copies and the P V operand differ. A 16-byte chunk of a
 // key row (8 dimensions) is contiguous in the chunk-major key cache too, so the K tile is the
-// same swizzled [key][dim] K-major tile, its chunks read from other addresses (pw_legacy_load_k:
-// a warp instruction reads 256-byte runs of the cache in lane order). The
+// K-major operand of S = Q K^T, but stored in wgmma's layout without swizzle, which is the
+// cache's own chunk-major order: [chunk][key][16 bytes], 8 keys x 16 bytes a 128-byte core
+// matrix, chunk c + 1 PW_BLOCK_N * 16 bytes after chunk c (pw_legacy_load_k, pw_k_desc). The
 // value cache is [dim][key] with the keys inner: the tile is stored as it comes, V^T of HEAD_SIZE
 // rows x PW_BLOCK_N keys in the 128-byte swizzle (pw_legacy_load_vt), which is the K-major form
 // of P V's B operand (the reduction runs over the keys), so the P V wgmma reads it untransposed.
@@ -105,6 +107,12 @@ constexpr int PW_V_TRANS = PW_LEGACY ? 0 : 1;
 constexpr unsigned PW_V_LEAD = PW_LEGACY || PW_FP8 ? 16 : PW_BLOCK_N * 128;
 __device__ __forceinline__ unsigned pw_v_kstep(int kk) {
   return PW_FP8 ? kk * 2 : PW_LEGACY ? (kk >> 2) * (HEAD_SIZE * 8) + (kk & 3) * 2 : kk * 128;
+}
+// The S = Q K^T wgmma's B (K) operand, K-major (descriptor: pw_k_desc): the offset of k-step ks
+// in 16-byte units (the 128-byte swizzle: 32 bytes inside the swizzled row, 64-column blocks
+// PW_BLOCK_N rows apart; the legacy K tile without swizzle: two chunks of PW_BLOCK_N * 16 bytes).
+__device__ __forceinline__ unsigned pw_k_kstep(int ks) {
+  return PW_LEGACY ? ks * (PW_BLOCK_N * 2) : (ks >> 2) * (PW_BLOCK_N * 8) + (ks & 3) * 2;
 }
 // Named barriers PW_SCHED_BAR and PW_SCHED_BAR + 1 order the wgmma issues of the two consumer
 // warpgroups (ids 0: __syncthreads, 1 and 2: the consumers' epilogues); PW_PRODUCER_BAR syncs
@@ -226,12 +234,21 @@ __device__ __forceinline__ void pw_fence_regs(unsigned (&r)[N][4]) {
     for (int k = 0; k < 4; ++k) asm volatile("" : "+r"(r[i][k])::"memory");
 }
 
-// Shared-memory matrix descriptor, 128-byte swizzle; byte offsets in 16-byte units.
+// Shared-memory matrix descriptor, 128-byte swizzle (swizzle 1) or none (0, pw_k_desc); byte
+// offsets in 16-byte units.
 __device__ __forceinline__ unsigned long long pw_desc(unsigned addr, unsigned lead_bytes,
-                                                      unsigned stride_bytes) {
+                                                      unsigned stride_bytes, unsigned swizzle = 1) {
   return static_cast<unsigned long long>((addr & 0x3ffff) >> 4) |
          (static_cast<unsigned long long>(lead_bytes >> 4) << 16) |
-         (static_cast<unsigned long long>(stride_bytes >> 4) << 32) | (1ull << 62);
+         (static_cast<unsigned long long>(stride_bytes >> 4) << 32) |
+         (static_cast<unsigned long long>(swizzle) << 62);
+}
+
+// The K tile's: the 128-byte swizzle (leading offset unused, 16; 8-row groups 1024 bytes apart),
+// or for the legacy K tile none (chunks, the leading dimension, PW_BLOCK_N * 16 bytes apart; 8-key
+// core matrices of 128 contiguous bytes).
+__device__ __forceinline__ unsigned long long pw_k_desc(unsigned addr) {
+  return PW_LEGACY ? pw_desc(addr, PW_BLOCK_N * 16, 128, 0) : pw_desc(addr, 16, 1024);
 }
 
 #define PW_F8(i)                                                                              \
@@ -506,34 +523,37 @@ __device__ __forceinline__ void pw_gather_copy(const pw_elem* cache, const PwGat
   }
 }
 
-// Legacy layout: the keys [n0, n0 + PW_BLOCK_N) of one KV head into the K tile at dst (the
-// swizzled [key][dim] tile of the flash gather). In the chunk-major key cache, chunk c of the keys
-// of one block is BLOCK_SIZE * 16 contiguous bytes, 16 per key, and chunk c + 1 follows it. The
-// tile is read in groups of 16 keys (each inside one block: BLOCK_SIZE is a multiple of 16); warp
-// w of the producer takes the groups w * PW_LK_GPW .. and lane t + 16 h copies key t of a group,
-// chunks 2 i + h, so each warp instruction reads two runs of 256 contiguous bytes in lane order
-// (at block size 16 one run of 512). The lane order matters: the earlier map, which read the K
-// tile like the flash gather (lane 4 r + q: key r, chunk q + 4 i; neighbouring lanes 256 bytes
-// apart, each 128-byte line read by every 4th lane), fetched 32 L2 sectors per instruction for
-// 16 useful, and the kernel's L2 tag requests (one per sector) limited it (ncu, H200, 4 x 4096:
-// docs/legacy-prefill-l2-h200-2026-11-26.txt). One block lookup per group and thread.
+// Legacy layout: the keys [n0, n0 + PW_BLOCK_N) of one KV head into the K tile at dst, stored
+// like the chunk-major key cache: chunk c of tile key n at byte (c * PW_BLOCK_N + n) * 16, the
+// K-major layout without swizzle of the S = Q K^T wgmma (pw_k_desc). In the cache, chunk c of
+// the keys of one block is BLOCK_SIZE * 16 contiguous bytes, 16 per key, and chunk c + 1 follows
+// it. The tile is read in groups of 16 keys (each inside one block: BLOCK_SIZE is a multiple of
+// 16); warp w of the producer takes the groups w * PW_LK_GPW .. and lane t + 16 h copies key t
+// of a group, chunks 2 i + h: a warp instruction reads two runs of 256 contiguous bytes (one of
+// 512 at block size 16) into two runs of 256 contiguous bytes of the tile.
+// Why this layout: with the flash layout's swizzled [key][dim] tile, which puts keys 2 m and
+// 2 m + 1 of a chunk (one 32-byte sector of the key cache) into two rows, every K instruction
+// fetched 32 L2 sectors for 16 useful, whichever lanes read which keys (two maps measured), while
+// the flash and V^T copies, whose sectors each land in one 32-byte piece of shared memory, fetched
+// the ideal count (ncu, H200, 4 x 4096: the legacy kernel moved 1.5x the flash kernel's L2
+// sectors in 2.9x its L2 requests, L2 tag lookups at 74-77% of peak;
+// docs/legacy-prefill-l2-h200-2026-11-26.txt). Here each sector lands in 32 contiguous bytes.
+// One block lookup per group and thread.
 constexpr int PW_LK_GPW = PW_BLOCK_N / 16 / 4;  // 16-key groups per producer warp and tile
-static_assert(!PW_LEGACY || (PW_BLOCK_N % 64 == 0 && BLOCK_SIZE % 16 == 0 && PW_CHUNKS % 8 == 0 &&
+static_assert(!PW_LEGACY || (PW_BLOCK_N % 64 == 0 && BLOCK_SIZE % 16 == 0 && PW_CHUNKS % 2 == 0 &&
                              !GA_DENSE_KV),
               "prefill_sm90: uneven legacy K gather (or dense K/V, which is never legacy)");
 
 struct PwLegacyK {
-  unsigned dst[4];  // tile offsets of this thread's key in its first group, chunks 2 m + h (m < 4)
-  long long col;    // element offset of its key and chunk h in a group's block, head included
-  int t;            // its key within a group
+  unsigned dst;   // tile offset of this thread's key in its first group, chunk h
+  long long col;  // element offset of its key and chunk h in a group's block, head included
+  int t;          // its key within a group
 };
 __device__ __forceinline__ PwLegacyK pw_legacy_k_setup(long long head_off, int ptid) {
   PwLegacyK k;
   const int w = ptid >> 5, h = (ptid >> 4) & 1;
   k.t = ptid & 15;
-  const int row = w * PW_LK_GPW * 16 + k.t;
-#pragma unroll
-  for (int m = 0; m < 4; ++m) k.dst[m] = pw_swizzle(row, 2 * m + h, PW_BLOCK_N);
+  k.dst = static_cast<unsigned>(h * PW_BLOCK_N + w * PW_LK_GPW * 16 + k.t) * 16;
   k.col = head_off + static_cast<long long>(h) * 8 * BLOCK_SIZE + k.t * 8;
   return k;
 }
@@ -568,7 +588,7 @@ __device__ __forceinline__ void pw_legacy_load_k(const pw_elem* kc, const PwLega
     const int bytes = n0 + ((ptid >> 5) * PW_LK_GPW + gg) * 16 + k.t < kv_end ? 16 : 0;
 #pragma unroll
     for (int i = 0; i < PW_CHUNKS / 2; ++i)
-      pw_cp_async16(dst + gg * 16 * 128 + (i >> 2) * (PW_BLOCK_N * 128) + k.dst[i & 3],
+      pw_cp_async16(dst + k.dst + gg * 16 * 16 + 2 * i * (PW_BLOCK_N * 16),
                     kc + src[gg] + 2 * i * 8 * BLOCK_SIZE, bytes);
   }
 }
@@ -1023,11 +1043,12 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
     for (int i = 0; i < HEAD_SIZE / 2; ++i) o[i] = 0.f;
 
     // Descriptors: Q and K K-major (8-row groups 1024 bytes apart; k-steps of 16 columns are
-    // 32 bytes inside the swizzled 128-byte row, column blocks of 64 a whole block apart);
-    // V MN-major (64-column blocks PW_BLOCK_N rows apart, 8-row groups 1024 bytes apart), the
-    // legacy and fp8 V^T K-major (PW_V_LEAD, pw_v_kstep).
+    // 32 bytes inside the swizzled 128-byte row, column blocks of 64 a whole block apart; the
+    // legacy K tile unswizzled: pw_k_desc, pw_k_kstep); V MN-major (64-column blocks PW_BLOCK_N
+    // rows apart, 8-row groups 1024 bytes apart), the legacy and fp8 V^T K-major (PW_V_LEAD,
+    // pw_v_kstep).
     const unsigned long long q_desc = pw_desc(q_base + cw * 64 * 128, 16, 1024);
-    const unsigned long long k_desc = pw_desc(k_base, 16, 1024);
+    const unsigned long long k_desc = pw_k_desc(k_base);
     const unsigned long long v_desc = pw_desc(v_base, PW_V_LEAD, 1024);
 #ifdef GA_Q_E4M3
     const GaPrefillScales scales = ga_prefill_q8_scales(p, params.q8, req, kv_head);
@@ -1043,7 +1064,7 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
         // Descriptor addresses count 16-byte units: a column block is rows * 8 of them, a
         // k-step of 32 bytes (16 columns, fp8 32) 2.
         const unsigned long long qd = q_desc + (ks >> 2) * (PW_BLOCK_M * 8) + (ks & 3) * 2;
-        const unsigned long long kd_ks = kd + (ks >> 2) * (PW_BLOCK_N * 8) + (ks & 3) * 2;
+        const unsigned long long kd_ks = kd + pw_k_kstep(ks);
         if (PW_FP8)
           pw_wgmma8_ss<PW_BLOCK_N>(s, qd, kd_ks, ks > 0);
         else

@@ -324,11 +324,12 @@ namespace {
 
 // A host model of templates/prefill_sm90.cu's legacy-layout producer copies for one spec, on the
 // tile geometry of params.h: the K walk (pw_legacy_k_setup / _k_rows / _load_k: 16-key groups)
-// must put key (key, dim) of every tile key and dimension exactly once into the 128-byte-swizzled
-// [key][dim] tile, and the V^T walk (pw_legacy_load_vt: PW_VT_LPS threads a segment) value
-// (key, dim) exactly once into the
-// swizzled [dim][key] tile, each from where LegacyLayout says, through a shuffled block table;
-// every 16-byte copy stays inside one cache block. Returns "" or what went wrong.
+// must put key (key, dim) of every tile key and dimension exactly once into the unswizzled
+// chunk-major K tile ([chunk][key][8 dims], wgmma's K-major layout without swizzle), each 32-byte
+// cache sector into 32 contiguous tile bytes, and the V^T walk (pw_legacy_load_vt: PW_VT_LPS
+// threads a segment) value (key, dim) exactly once into the swizzled [dim][key] tile, each from
+// where LegacyLayout says, through a shuffled block table; every 16-byte copy stays inside one
+// cache block. Returns "" or what went wrong.
 std::string model_sm90_legacy(int head_size, int block_size) {
   const int bn = ga_prefill_sm90_block_n(head_size), chunks = head_size / 8, kh = 2, h = 1;
   const test::LegacyLayout lay{block_size, kh, head_size, 8};
@@ -364,12 +365,14 @@ std::string model_sm90_legacy(int head_size, int block_size) {
         const int64_t src = table[key0 / block_size] * block_stride + h * head_stride +
                             int64_t{half} * 8 * block_size + (key0 % block_size + t) * 8;
         for (int i = 0; i < chunks / 2; ++i) {
-          // The kernel's offsets: the thread's row in its first group, chunk 2 (i % 4) + half,
-          // then the group and the 64-column block.
-          const int dst =
-              swz(w * gpw * 16 + t, 2 * (i & 3) + half, bn) + gg * 16 * 128 + (i >> 2) * bn * 128;
+          // The kernel's offsets: the thread's key in its first group and chunk half, then the
+          // group and the chunk pair.
+          const int dst = (half * bn + w * gpw * 16 + t) * 16 + gg * 16 * 16 + 2 * i * bn * 16;
           if (!put(kt, dst, src + 2 * i * 8 * block_size))
             return "a K tile element is written twice";
+          // A cache sector (keys 2 m and 2 m + 1 of a chunk) into one 32-byte piece of the tile.
+          if ((t % 2 == 0) != (dst % 32 == 0) || (src + 2 * i * 8 * block_size) % 16 != t % 2 * 8)
+            return "a K sector does not land in 32 contiguous tile bytes";
         }
       }
       const int sg = ptid / lps, lt = ptid % lps, d0 = lt / cps, tc = sg * cps + lt % cps;
@@ -385,7 +388,7 @@ std::string model_sm90_legacy(int head_size, int block_size) {
     for (int key = 0; key < bn; ++key)
       for (int d = 0; d < head_size; ++d) {
         const int blk = table[(n0 + key) / block_size], off = (n0 + key) % block_size;
-        if (kt[swz(key, d / 8, bn) / 2 + d % 8] != lay.key(blk, off, h, d))
+        if (kt[(d / 8 * bn + key) * 8 + d % 8] != lay.key(blk, off, h, d))
           return "a K tile element holds the wrong key element";
         if (vt[swz(d, key / 8, head_size) / 2 + key % 8] != lay.value(blk, off, h, d))
           return "a V^T tile element holds the wrong value element";
