@@ -450,9 +450,9 @@ constexpr int ga_prefill_smem_bytes(int head_size, bool kv_fp8) {
 // an e4m3 query over an fp8 KV cache, `fp8`, head size 128): one producer
 // warpgroup and GA_PREFILL_SM90_CONSUMERS consumer warpgroups of 64 rows each; a ring of K and
 // V stages in as much shared memory as a block may have (227 KiB), at most 4. fp8: K and V^T
-// stages of 128 keys (one 128-byte swizzled row of V^T per head dimension), and three raw V
+// stages of 128 keys (one 128-byte swizzled row of V^T per head dimension), and two raw V
 // tiles that the producer copies and transposes into the V^T stages (the output tile is
-// staged in the first two at the end).
+// staged in them at the end).
 constexpr int GA_PREFILL_SM90_CONSUMERS = 2;
 constexpr int GA_PREFILL_SM90_THREADS = 128 * (GA_PREFILL_SM90_CONSUMERS + 1);
 constexpr int GA_PREFILL_SM90_BLOCK_M = 64 * GA_PREFILL_SM90_CONSUMERS;
@@ -466,10 +466,8 @@ constexpr int ga_prefill_sm90_q_bytes(int head_size, bool fp8 = false) {
 constexpr int ga_prefill_sm90_kv_bytes(int head_size, bool fp8 = false) {  // one K or V stage
   return ga_prefill_sm90_block_n(head_size, fp8) * head_size * (fp8 ? 1 : 2);
 }
-// fp8: three raw V tiles, a ring that lets the producer transpose each tile two tiles after
-// copying it (prefill_sm90.cu, V_LAG).
-constexpr int ga_prefill_sm90_raw_v_bytes(int head_size, bool fp8) {  // all raw V tiles
-  return fp8 ? 3 * ga_prefill_sm90_kv_bytes(head_size, fp8) : 0;
+constexpr int ga_prefill_sm90_raw_v_bytes(int head_size, bool fp8) {  // both raw V tiles
+  return fp8 ? 2 * ga_prefill_sm90_kv_bytes(head_size, fp8) : 0;
 }
 constexpr int ga_prefill_sm90_stages(int head_size, bool fp8 = false) {
   const int fit = (227 * 1024 - GA_PREFILL_SM90_SLACK - ga_prefill_sm90_q_bytes(head_size, fp8) -

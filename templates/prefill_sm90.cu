@@ -164,18 +164,6 @@ template <int PENDING>
 __device__ __forceinline__ void pw_cp_wait_group() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING) : "memory");
 }
-// fp8 (the producer's V transpose, V_LAG): waits until at most `pending` (0..3) of this thread's
-// newest commit groups are in flight.
-__device__ __forceinline__ void pw_cp_wait_pending(int pending) {
-  if (pending >= 3)
-    pw_cp_wait_group<3>();
-  else if (pending == 2)
-    pw_cp_wait_group<2>();
-  else if (pending == 1)
-    pw_cp_wait_group<1>();
-  else
-    pw_cp_wait_group<0>();
-}
 
 __device__ __forceinline__ void pw_mbar_init(unsigned bar, unsigned count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
@@ -872,21 +860,17 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
       const pw_elem* vc = static_cast<const pw_elem*>(p.kv.value_cache);
       const PwGather gather =
           pw_gather_setup(static_cast<long long>(kv_head) * p.kv.cache_head_stride, tid);
-      // fp8: a ring of RAW_V raw V tiles (params.h), and the lag of the transpose behind the
-      // copies: tile j's raw V is transposed in iteration j + V_LAG, so that its copies have
-      // V_LAG iterations to land. (With a lag of 1 the producer waited out a copy's latency
-      // every tile, and the consumers waited for V^T: docs/fp8-queries.md.) Tile i's raw V,
-      // once landed (its copies are commit group i, of which `pending` newer ones may still be
-      // in flight), is transposed into its V^T stage.
-      constexpr int RAW_V = ga_prefill_sm90_raw_v_bytes(HEAD_SIZE, true) / PW_KV_BYTES;
-      constexpr int V_LAG = RAW_V - 1;
-      static_assert(!PW_FP8 || (V_LAG >= 1 && V_LAG <= 3), "prefill_sm90 fp8: 2 to 4 raw V tiles");
-      auto transpose_v = [&](int i, int pending) {
-        pw_cp_wait_pending(pending);
+      // fp8: tile i's raw V, once landed (its copies are commit group i; with `last`, the
+      // newest), transposed into its V^T stage.
+      auto transpose_v = [&](int i, bool last) {
+        if (last)
+          pw_cp_wait_group<0>();
+        else
+          pw_cp_wait_group<1>();
         pw_bar_sync(PW_PRODUCER_BAR, 128);  // every thread's copies of the tile landed
         const int st = i % PW_STAGES;
         if (i >= PW_STAGES) pw_mbar_wait(bar_v_empty + 8 * st, ((i / PW_STAGES) & 1) ^ 1);
-        pw_transpose_v(raw_v_base + (i % RAW_V) * PW_KV_BYTES, v_base + st * PW_KV_BYTES, tid);
+        pw_transpose_v(raw_v_base + (i & 1) * PW_KV_BYTES, v_base + st * PW_KV_BYTES, tid);
         pw_fence_proxy_async();  // the generic-proxy stores, before the wgmmas read them
         pw_mbar_arrive(bar_v_full + 8 * st);
       };
@@ -908,12 +892,11 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
         pw_gather_copy(kc, gather, off, n0, kv_end, k_base + stage * PW_KV_BYTES);
         pw_mbar_arrive_copies(bar_k_full + 8 * stage);
         if (PW_FP8) {
-          // Raw buffer j % RAW_V is free once every producer thread has transposed tile
-          // j - RAW_V (in the previous iteration).
+          // Raw buffer j % 2 is free once every producer thread has transposed tile j - 2.
           pw_bar_sync(PW_PRODUCER_BAR, 128);
-          pw_gather_copy(vc, gather, off, n0, kv_end, raw_v_base + (j % RAW_V) * PW_KV_BYTES);
+          pw_gather_copy(vc, gather, off, n0, kv_end, raw_v_base + (j & 1) * PW_KV_BYTES);
           pw_cp_commit();
-          if (j >= V_LAG) transpose_v(j - V_LAG, V_LAG);
+          if (j > 0) transpose_v(j - 1, false);
         } else {
           if (j >= PW_STAGES) pw_mbar_wait(bar_v_empty + 8 * stage, phase ^ 1);
           if constexpr (PW_LEGACY)
@@ -929,8 +912,7 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
           phase ^= 1;
         }
       }
-      if (PW_FP8)
-        for (int i = max(n_tiles - V_LAG, 0); i < n_tiles; ++i) transpose_v(i, n_tiles - 1 - i);
+      if (PW_FP8) transpose_v(n_tiles - 1, true);
       pw_cp_wait_all();
     }
   } else {
