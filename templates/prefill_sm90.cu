@@ -759,7 +759,14 @@ __device__ __forceinline__ void pw_softmax(const PrefillParams& p, const Scales&
     float v = fmaxf(mx[r][0], mx[r][1]);
     v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
     v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
-    const float m_new = fmaxf(m[r], v * sc);
+    // fp8: the probabilities are 2^(s - m + 8) with m the row's reference maximum, which stays
+    // put until the row's maximum passes it by more than M_SLACK. O and l are exact for any
+    // reference (both carry the same 2^-m, which cancels in O / l), and O is rescaled only when
+    // a reference moved. The slack keeps P under 2^(8 + 0.8) = 445.7, inside e4m3's largest
+    // value 448, so pw_pack_p8 never saturates.
+    constexpr float M_SLACK = 0.8f;
+    static_assert(M_SLACK <= 0.807f, "prefill_sm90 fp8: P must stay under 448");
+    const float m_new = PW_FP8 && !(v * sc > m[r] + M_SLACK) ? m[r] : fmaxf(m[r], v * sc);
     // A row with nothing visible yet keeps m = -inf; subtracting 0 instead keeps its
     // probabilities and alpha at exactly 0 rather than NaN.
     m_use[r] = m_new == ninf ? 0.f : m_new;
