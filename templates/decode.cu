@@ -181,16 +181,6 @@ constexpr bool Q_TO_F16 = IS_BF16 && !MMA_BF16;
 #define QF8 false
 #endif
 #define QK_FP8 (QF8 && GA_E4M3_CVT)
-// The tile loop's shorter dependency chains (the block id shuffled a tile early, two QK
-// accumulators, V read before the softmax, the lazy rescale; each marked "GA_TUNED_LOOP" in the
-// kernel) for every kernel but the block-sparse and fp8-query ones: timed on an H200 against
-// 1d456f5 they made those 3% and 0.5% slower, so these keep the earlier loop, instruction for
-// instruction (docs/decode-kernel.md).
-#if GA_BLOCK_SPARSE == 0 && !defined(GA_Q_E4M3)
-#define GA_TUNED_LOOP 1
-#else
-#define GA_TUNED_LOOP 0
-#endif
 
 // D += A * B, m16n8k16, fp32 accumulate, A/B in the MMA type.
 __device__ __forceinline__ void ga_mma(float (&d)[4], ga_u32 a0, ga_u32 a1, ga_u32 a2, ga_u32 a3,
@@ -475,8 +465,7 @@ __device__ __forceinline__ void ga_idle_split(bool cluster) {
 //   pt[NT][2]                P^T, MMA B: (TILE, HPB) in the MMA type (movmatrix of exp2(S^T))
 //   o[VGROUPS][MSUB][NT][4]  O^T += V^T P^T: (DIMS_PAD, HPB) fp32; element e: dimension
 //                            (g + 8 v) * CE + 2 u (e < 2) or + 1, column as in s
-//   m_run, l_run[NT][2]      online softmax: running max (log2 domain; GA_TUNED_LOOP: a reference
-//                            at most 2^8 below the true one) and sum, columns 2t, 2t+1
+//   m_run, l_run[NT][2]      online softmax: running max (log2 domain) and sum, columns 2t, 2t+1
 // Shared memory: per warp a ring of `stages` stages of STAGE_BYTES, K tile then V tile; after
 // the loop the same bytes hold the warps' partial results (red_*, part_*).
 // The stages and policies are marked "// [stage N: name]" and "// [policy: name]" below and
@@ -715,12 +704,6 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   // (Block size 8, legacy caches: bt_cached2 holds the block of the tile's tokens 8..15.)
   int bt_cached = 0, bt_j0 = -64;
   [[maybe_unused]] int bt_cached2 = 0;
-#if GA_TUNED_LOOP
-  // The block id of the next tile, shuffled out of bt_cached one call of issue() early so that
-  // the shuffle's latency passes under a tile's compute instead of delaying the tile's copies
-  // (ncu, fp8 KV: the address arithmetic after the shuffle held 8% of the stall samples).
-  int bt_next = 0, bt_next_j = -1;
-#endif
   // Tile j of this warp goes to ring stage j % stages.
   int issue_stage = 0;
   auto issue = [&](int j) {
@@ -735,25 +718,16 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
         }
       }
     }
-#if GA_TUNED_LOOP
-    const int raw_block = bt_next_j == j ? bt_next : __shfl_sync(0xffffffffu, bt_cached, j - bt_j0);
-    if (j + 1 - bt_j0 < 32) {
-      bt_next = __shfl_sync(0xffffffffu, bt_cached, j + 1 - bt_j0);
-      bt_next_j = j + 1;
-    }
-#endif
     const int t0 = base + (tile_begin + warp + NW * j) * TILE;
     if (!tile_live(t0)) {  // block-sparse: a tile no column sees is not read
       issue_stage = issue_stage + 1 == stages ? 0 : issue_stage + 1;
       return;
     }
-#if !GA_TUNED_LOOP  // (after the block-sparse skip, as before)
-    const int raw_block = __shfl_sync(0xffffffffu, bt_cached, j - bt_j0);
-#endif
 #ifdef GA_CHECK_BOUNDS
-    const int block = ga_checked_block(raw_block, p.kv.num_blocks, p.bounds, req, t0);
+    const int block = ga_checked_block(__shfl_sync(0xffffffffu, bt_cached, j - bt_j0),
+                                       p.kv.num_blocks, p.bounds, req, t0);
 #else
-    const int block = raw_block;
+    const int block = __shfl_sync(0xffffffffu, bt_cached, j - bt_j0);
 #endif
     [[maybe_unused]] int block2 = block;
     if constexpr (BLOCK_SIZE < TILE) {
@@ -1070,14 +1044,6 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
     float s[NT][4];
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
-#if GA_TUNED_LOOP
-    // Two accumulators, summed at the end: the MMAs of a tile form two dependent chains of half
-    // the length (alternate k steps), so that one chain's MMA issues while the other's is in
-    // flight.
-    float s2[NT][4];
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) s2[nt][0] = s2[nt][1] = s2[nt][2] = s2[nt][3] = 0.0f;
-#endif
 #pragma unroll
     for (int i = 0; i < KGROUPS; ++i) {
       if (8 * (i >> 1) + (i & 1) >= LIVE_CHUNKS) continue;  // the whole chunk group is padding
@@ -1093,11 +1059,7 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
           ga_mma_fp8(s[nt], ca.x, cb.x, ca.y, cb.y, qf[nt][i][0], qf[nt][i][1]);
-#if GA_TUNED_LOOP
-          ga_mma_fp8(s2[nt], ca.z, cb.z, ca.w, cb.w, qf[nt][i][2], qf[nt][i][3]);
-#else
           ga_mma_fp8(s[nt], ca.z, cb.z, ca.w, cb.w, qf[nt][i][2], qf[nt][i][3]);
-#endif
         }
         continue;
       }
@@ -1108,34 +1070,10 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
       for (int sub = 0; sub < KSUB; ++sub)
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt)
-#if GA_TUNED_LOOP
-          ga_mma(sub % 2 == 0 ? s[nt] : s2[nt], ka[2 * sub], kb[2 * sub], ka[2 * sub + 1],
-                 kb[2 * sub + 1], qf[nt][i][2 * sub], qf[nt][i][2 * sub + 1]);
-#else
           ga_mma(s[nt], ka[2 * sub], kb[2 * sub], ka[2 * sub + 1], kb[2 * sub + 1],
                  qf[nt][i][2 * sub], qf[nt][i][2 * sub + 1]);
-#endif
     }
-#if GA_TUNED_LOOP
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) s[nt][e] += s2[nt][e];
-#endif
 
-#if GA_TUNED_LOOP
-    // V's chunks (one group: head 64, fp8 head 128) are read here, before the softmax, so that
-    // their shared-memory latency (and fp8's widening) passes under it.
-    constexpr bool V_EARLY = !LEGACY && VGROUPS == 1;
-    [[maybe_unused]] uint4 vpre[4];
-    if constexpr (V_EARLY) {
-      const int sw0 = (g ^ (2 * t)) << 4, sw1 = (g ^ (2 * t + 1)) << 4;
-      vpre[0] = *reinterpret_cast<const uint4*>(vs + (2 * t) * ROW_BYTES + sw0);
-      vpre[1] = *reinterpret_cast<const uint4*>(vs + (2 * t + 1) * ROW_BYTES + sw1);
-      vpre[2] = *reinterpret_cast<const uint4*>(vs + (2 * t + 8) * ROW_BYTES + sw0);
-      vpre[3] = *reinterpret_cast<const uint4*>(vs + (2 * t + 9) * ROW_BYTES + sw1);
-    }
-#endif
     // [stage 6: update_local_state] [policy: logits transform] soft cap, ALiBi; [policy: mask]
     // window / multi-token causal limits, block-sparse; then the online softmax.
     const int pos0 = t0 + ga_tok_of_row(g), pos1 = t0 + ga_tok_of_row(g + 8);
@@ -1156,50 +1094,6 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
                         bsp_vis[nt][e & 1];
         s[nt][e] = ok ? x : GA_NEG_INF;
       }
-#if GA_TUNED_LOOP
-      // Lazy rescaling: m_run is a column's reference maximum, not always its true one. A tile
-      // whose scores all stay within 2^LAZY_LOG2 of their columns' references keeps them: no
-      // max across the warp (three shuffle rounds), no alpha, no rescale of O, and weights up to
-      // 2^LAZY_LOG2, exact in the MMA type and fp32 sums. Only where some score of the warp
-      // passes that does the warp reduce the tile's maxima and move every column's reference
-      // up to its true maximum. The result is the same up to rounding: l and O share the
-      // reference, and the merges below (warps, splits, sinks, LSE) take any reference.
-      constexpr float LAZY_LOG2 = 8.0f;
-      float mx0 = fmaxf(s[nt][0], s[nt][2]), mx1 = fmaxf(s[nt][1], s[nt][3]);
-      if (__any_sync(0xffffffffu,
-                     mx0 > m_run[nt][0] + LAZY_LOG2 || mx1 > m_run[nt][1] + LAZY_LOG2)) {
-#pragma unroll
-        for (int d = 4; d < 32; d <<= 1) {
-          mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, d));
-          mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, d));
-        }
-        const float mn0 = fmaxf(m_run[nt][0], mx0), mn1 = fmaxf(m_run[nt][1], mx1);
-        const float mu0 = mn0 == GA_NEG_INF ? 0.0f : mn0, mu1 = mn1 == GA_NEG_INF ? 0.0f : mn1;
-        const float alpha0 = ga_exp2(m_run[nt][0] - mu0), alpha1 = ga_exp2(m_run[nt][1] - mu1);
-        m_run[nt][0] = mn0;
-        m_run[nt][1] = mn1;
-        l_run[nt][0] *= alpha0;
-        l_run[nt][1] *= alpha1;
-#pragma unroll
-        for (int v = 0; v < VGROUPS; ++v)
-#pragma unroll
-          for (int u = 0; u < MSUB; ++u) {
-            o[v][u][nt][0] *= alpha0;
-            o[v][u][nt][1] *= alpha1;
-            o[v][u][nt][2] *= alpha0;
-            o[v][u][nt][3] *= alpha1;
-          }
-      }
-      const float mu0 = m_run[nt][0] == GA_NEG_INF ? 0.0f : m_run[nt][0];
-      const float mu1 = m_run[nt][1] == GA_NEG_INF ? 0.0f : m_run[nt][1];
-      const ga_u32 x0 = ga_mma_pack2(ga_exp2(s[nt][0] - mu0), ga_exp2(s[nt][1] - mu1));  // token g
-      const ga_u32 x1 = ga_mma_pack2(ga_exp2(s[nt][2] - mu0), ga_exp2(s[nt][3] - mu1));  // g+8
-      // The row sums use the rounded weights that the MMA multiplies with.
-      l_run[nt][0] += ga_mma_lo_f32(x0) + ga_mma_lo_f32(x1);
-      l_run[nt][1] += ga_mma_hi_f32(x0) + ga_mma_hi_f32(x1);
-      pt[nt][0] = ga_movmatrix_trans(x0);
-      pt[nt][1] = ga_movmatrix_trans(x1);
-#else
       float mx0 = fmaxf(s[nt][0], s[nt][2]), mx1 = fmaxf(s[nt][1], s[nt][3]);
 #pragma unroll
       for (int d = 4; d < 32; d <<= 1) {
@@ -1232,7 +1126,6 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
             o[v][u][nt][3] *= alpha1;
           }
       }
-#endif
     }
 
     // [stage 7: O^T += V^T P^T] legacy (ldmatrix of V^T) or flash (ga_v_pairs).
@@ -1282,21 +1175,10 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
       if (8 * v >= LIVE_CHUNKS) continue;
       const int cv = g + 8 * v;
       const int sw0 = (cv ^ (2 * t)) << 4, sw1 = (cv ^ (2 * t + 1)) << 4;
-#if GA_TUNED_LOOP
-      const uint4 v0 =
-          V_EARLY ? vpre[0] : *reinterpret_cast<const uint4*>(vs + (2 * t) * ROW_BYTES + sw0);
-      const uint4 v1 =
-          V_EARLY ? vpre[1] : *reinterpret_cast<const uint4*>(vs + (2 * t + 1) * ROW_BYTES + sw1);
-      const uint4 v8 =
-          V_EARLY ? vpre[2] : *reinterpret_cast<const uint4*>(vs + (2 * t + 8) * ROW_BYTES + sw0);
-      const uint4 v9 =
-          V_EARLY ? vpre[3] : *reinterpret_cast<const uint4*>(vs + (2 * t + 9) * ROW_BYTES + sw1);
-#else
       const uint4 v0 = *reinterpret_cast<const uint4*>(vs + (2 * t) * ROW_BYTES + sw0);
       const uint4 v1 = *reinterpret_cast<const uint4*>(vs + (2 * t + 1) * ROW_BYTES + sw1);
       const uint4 v8 = *reinterpret_cast<const uint4*>(vs + (2 * t + 8) * ROW_BYTES + sw0);
       const uint4 v9 = *reinterpret_cast<const uint4*>(vs + (2 * t + 9) * ROW_BYTES + sw1);
-#endif
       ga_u32 lo01[CE], lo89[CE];
       ga_v_pairs(v0, v1, lo01);
       ga_v_pairs(v8, v9, lo89);
