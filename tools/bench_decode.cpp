@@ -334,6 +334,22 @@ nlohmann::json bench_decode(const Device& dev, const DecodeOptions& o, const Pee
       DeviceBuffer tws(detail::decode_workspace_bytes(s.batch, H, D, most));
       DeviceBuffer counters(detail::decode_counter_count(s.batch, KH, H / KH) * 4);
       const int max_cluster = detail::prepare_decode_kernel(dk).max_cluster;
+      // The kernel's arguments at a forced grid over `kv` into `output`.
+      auto forced = [&](const TensorView& kv, const TensorView& output, int sp, int stages,
+                        void* workspace, size_t workspace_size, void* split_counters) {
+        detail::DecodeLaunch a{{q_v, kv, output, md.seq_lens, md.block_table}};
+        a.num_decodes = s.batch;
+        a.max_splits = sp;
+        a.stages = stages;
+        a.scale = attn.config().scale;
+        a.k_scale = attn.config().k_scale;
+        a.v_scale = attn.config().v_scale;
+        a.q8.q_scale = attn.config().q_scale;
+        a.workspace = workspace;
+        a.workspace_size = workspace_size;
+        a.counters = split_counters;
+        return a;
+      };
       for (int row = 0; row < 2 * ga_decode_max_stages(D, elem); ++row) {
         const int stages = row / 2 + 1;
         const bool cluster = row % 2 == 1;
@@ -344,18 +360,9 @@ nlohmann::json bench_decode(const Device& dev, const DecodeOptions& o, const Pee
         std::printf("   %d stages%s, splits:", stages, cluster ? ", cluster" : "");
         for (int sp : o.try_splits) {
           if (cluster && (sp < 2 || sp > max_cluster)) continue;
-          detail::DecodeLaunch a{{q_v, cache_v, o_v, md.seq_lens, md.block_table}};
-          a.num_decodes = s.batch;
-          a.max_splits = sp;
-          a.stages = stages;
+          detail::DecodeLaunch a =
+              forced(cache_v, o_v, sp, stages, tws.data(), tws.bytes(), counters.data());
           a.cluster = cluster;
-          a.scale = attn.config().scale;
-          a.k_scale = attn.config().k_scale;
-          a.v_scale = attn.config().v_scale;
-          a.q8.q_scale = attn.config().q_scale;
-          a.workspace = tws.data();
-          a.workspace_size = tws.bytes();
-          a.counters = counters.data();
           const CUgraphExec e = capture(dev, [&] { detail::launch_decode(dk, a, dev.stream); });
           const double t =
               time_us(dev, o.reps, true, [&] { GA_CU_CHECK(d.cuGraphLaunch(e, dev.stream)); });
@@ -399,23 +406,13 @@ nlohmann::json bench_decode(const Device& dev, const DecodeOptions& o, const Pee
         auto chain_us = [&](int sp, int stages) {
           std::vector<detail::DecodeLaunch> as;
           for (int l = 0; l < o.chain; ++l) {
-            detail::DecodeLaunch a{
-                {q_v,
-                 TensorView::contiguous(static_cast<char*>(caches.data()) + cache_bytes * l, kst,
-                                        {2, NB, B, KH, D}),
-                 TensorView::contiguous(static_cast<char*>(outs.data()) + out.bytes() * l,
-                                        ScalarType::kBFloat16, {T, H, D}),
-                 md.seq_lens, md.block_table}};
-            a.num_decodes = s.batch;
-            a.max_splits = sp;
-            a.stages = stages;
-            a.scale = attn.config().scale;
-            a.k_scale = attn.config().k_scale;
-            a.v_scale = attn.config().v_scale;
-            a.q8.q_scale = attn.config().q_scale;
-            a.workspace = static_cast<char*>(wss.data()) + ws_each * l;
-            a.workspace_size = ws_each;
-            a.counters = static_cast<char*>(ctr.data()) + counters.bytes() * l;
+            detail::DecodeLaunch a =
+                forced(TensorView::contiguous(static_cast<char*>(caches.data()) + cache_bytes * l,
+                                              kst, {2, NB, B, KH, D}),
+                       TensorView::contiguous(static_cast<char*>(outs.data()) + out.bytes() * l,
+                                              ScalarType::kBFloat16, {T, H, D}),
+                       sp, stages, static_cast<char*>(wss.data()) + ws_each * l, ws_each,
+                       static_cast<char*>(ctr.data()) + counters.bytes() * l);
             a.new_key = TensorView::contiguous(nk.data(), ScalarType::kBFloat16, {s.batch, KH, D});
             a.new_value = TensorView::contiguous(nv.data(), a.new_key.dtype, {s.batch, KH, D});
             a.slot_mapping = TensorView::contiguous(slots.data(), ScalarType::kInt64, {s.batch});
