@@ -167,11 +167,12 @@ DecodeGrid decode_grid(int num_decodes, int num_kv_heads, int columns, int max_m
     // 2048 and 8192 fastest at 3 stages, 4% ahead at 64 x 2048; head 64 and fp8 at 2, 4-10%
     // ahead of 4). Ties go, for short blocks (2048 tokens or fewer), to the depth whose resident
     // slots the blocks fill best: slots a launch leaves free take the next launch's blocks early
-    // (programmatic dependent launch) and the two layers then share the device unevenly. H200,
-    // 32 back-to-back launches of 64 x 1024 with 16/4 heads (the per-GPU share of a two-GPU
-    // llama-3-8b step, 256 blocks): 3 stages (256 of 264 slots) 32.3 us a launch, 2 stages (256
-    // of 396) 42.4 us, though alone 2 stages was 0.8% faster (docs/decode-splits-h200-2026-11-26
-    // .txt). Other ties go to more resident blocks, then to more stages.
+    // (programmatic dependent launch; inferred, not profiled) and the layers share the SMs
+    // unevenly. H200, 32 back-to-back launches of 64 x 1024 with 16/4 heads (the per-GPU share
+    // of a two-GPU llama-3-8b step, 256 blocks): 3 stages (256 of 264 slots) 32.3 us a launch,
+    // 2 stages (256 of 396) 42.4 us, though alone 2 stages was 0.8% faster
+    // (docs/decode-splits-h200-2026-11-26.txt). Other ties go to more resident blocks, then to
+    // more stages.
     const int64_t sms = dev.num_sms;
     auto fill = [&](int64_t blocks, int per_sm) {
       const int64_t slots = sms * per_sm;
