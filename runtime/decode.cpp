@@ -165,25 +165,43 @@ DecodeGrid decode_grid(int num_decodes, int num_kv_heads, int columns, int max_m
     // hide latency best (H200, head 128: 256 x 1024 and 256 x 4096 fastest at 2 stages);
     // otherwise the depth whose blocks fill the multiprocessors best over the waves (64 x 1024,
     // 2048 and 8192 fastest at 3 stages, 4% ahead at 64 x 2048; head 64 and fp8 at 2, 4-10%
-    // ahead of 4). Ties go to more resident blocks, then to more stages.
+    // ahead of 4). Ties go, for short blocks (2048 tokens or fewer), to the depth whose resident
+    // slots the blocks fill best: slots a launch leaves free take the next launch's blocks early
+    // (programmatic dependent launch; inferred, not profiled) and the layers share the SMs
+    // unevenly. H200, 32 back-to-back launches of 64 x 1024 with 16/4 heads (the per-GPU share
+    // of a two-GPU llama-3-8b step, 256 blocks): 3 stages (256 of 264 slots) 32.3 us a launch,
+    // 2 stages (256 of 396) 42.4 us, though alone 2 stages was 0.8% faster
+    // (docs/decode-splits-h200-2026-11-26.txt). Other ties go to more resident blocks, then to
+    // more stages.
     const int64_t sms = dev.num_sms;
     auto fill = [&](int64_t blocks, int per_sm) {
       const int64_t slots = sms * per_sm;
       const int64_t unit = blocks <= slots ? sms : slots;  // one wave: the busiest SM decides
       return static_cast<double>(blocks) / static_cast<double>((blocks + unit - 1) / unit * unit);
     };
+    auto slot_fill = [&](int64_t blocks, int per_sm) {  // over whole waves of every slot
+      const int64_t slots = sms * per_sm;
+      return static_cast<double>(blocks) /
+             static_cast<double>((blocks + slots - 1) / slots * slots);
+    };
+    const bool short_blocks = len <= 2048;
     const int max_stages = g.stages;
     const bool many_waves = blocks_per_split >= 3 * sms * std::max(1, dev.blocks_per_sm[shallow]);
     int chosen = 0;
-    double best = 0;
+    double best = 0, best_slots = 0;
     for (int st = shallow; st <= max_stages; ++st) {
       const int per_sm = dev.blocks_per_sm[st];
       if (per_sm <= 0) continue;
       const double f = many_waves ? 1.0 : fill(blocks_per_split, per_sm);
+      const double sf = slot_fill(blocks_per_split, per_sm);
       const bool tie = chosen != 0 && f > best - 0.02 && f < best + 0.02;
-      if (chosen == 0 || f >= best + 0.02 || (tie && per_sm >= dev.blocks_per_sm[chosen])) {
+      const bool fuller = short_blocks && !many_waves && sf >= best_slots + 0.02;
+      const bool emptier = short_blocks && !many_waves && sf <= best_slots - 0.02;
+      if (chosen == 0 || f >= best + 0.02 ||
+          (tie && (fuller || (!emptier && per_sm >= dev.blocks_per_sm[chosen])))) {
         chosen = st;
         best = f;
+        best_slots = sf;
       }
     }
     if (chosen != 0) g.stages = chosen;

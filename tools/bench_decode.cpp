@@ -34,12 +34,14 @@ std::string DecodeShape::label() const {
   if (q_fp8) s += " q-e4m3";
   if (q_len > 1) s += " q" + std::to_string(q_len);
   if (sparse) s += " bsp";
-  // (32 query heads, as bench_decode runs)
-  if (legacy) s += use_paged_attention_v1(len, batch, 32) ? " legacy v1" : " legacy v2";
+  if (kv_heads != 8)
+    s += " " + std::to_string(4 * kv_heads) + "/" + std::to_string(kv_heads) + " heads";
+  if (legacy) s += use_paged_attention_v1(len, batch, 4 * kv_heads) ? " legacy v1" : " legacy v2";
   return s;
 }
 
 std::string DecodeShape::peer_key() const {
+  if (kv_heads != 8) return "";  // (the peer times 32/8 heads)
   return std::to_string(batch) + ":" + std::to_string(len) + ":" + std::to_string(head_size);
 }
 
@@ -57,8 +59,9 @@ std::vector<DecodeShape> parse_decode_shapes(const std::string& text) {
     }
     const size_t x = dims.find('x');
     if (x == std::string::npos)
-      throw Error("shape '" + item +
-                  "' is not BATCHxLEN[:hHEAD|:e4m3|:qe4m3|:qN|:bsp|:legacy], e.g. 64x8192:h64");
+      throw Error(
+          "shape '" + item +
+          "' is not BATCHxLEN[:hHEAD|:e4m3|:qe4m3|:qN|:bsp|:legacy|:kvN], e.g. 64x8192:h64");
     s.batch = std::stoi(dims.substr(0, x));
     s.len = std::stoi(dims.substr(x + 1));
     if (extra == "e4m3") {
@@ -74,9 +77,14 @@ std::vector<DecodeShape> parse_decode_shapes(const std::string& text) {
       s.q_len = std::stoi(extra.substr(1));
     else if (extra == "legacy")
       s.legacy = true;
+    else if (extra.rfind("kv", 0) == 0 && extra.size() > 2 &&
+             extra.find_first_not_of("0123456789", 2) == std::string::npos)
+      s.kv_heads = std::stoi(extra.substr(2));
     else if (!extra.empty())
       throw Error("shape '" + item +
-                  "': suffix must be :hHEAD, :e4m3, :qe4m3, :qN, :bsp or :legacy");
+                  "': suffix must be :hHEAD, :e4m3, :qe4m3, :qN, :bsp, :legacy or :kvN");
+    if (s.kv_heads < 1 || s.kv_heads > 64)
+      throw Error("shape '" + item + "': :kvN needs N in 1..64, got " + std::to_string(s.kv_heads));
     if (s.q_len < 1 || s.q_len > kMaxDecodeQueryLen)
       throw Error("shape '" + item + "': q_len must be 1.." + std::to_string(kMaxDecodeQueryLen));
     if (s.batch <= 0 || s.len <= 0) throw Error("shape '" + item + "' must be positive");
@@ -165,11 +173,11 @@ double check_shape(const DecodeShape& s, const AttentionLayerConfig& c, const De
 nlohmann::json bench_decode(const Device& dev, const DecodeOptions& o, const PeerTimes& peer,
                             bool* ok) {
   const auto& d = driver();
-  const int H = 32, KH = 8, B = 16;
+  const int B = 16;
   std::printf(
-      "\n== decode: bf16, %d query heads, %d KV heads, block %d, shuffled blocks, median "
-      "of %d, L2 flushed\n",
-      H, KH, B, o.reps);
+      "\n== decode: bf16, 32 query heads, 8 KV heads (:kvN rows: 4N and N), block %d, shuffled "
+      "blocks, median of %d, L2 flushed\n",
+      B, o.reps);
   std::printf(
       "time: eager forward() between events; graph: the same forward captured and "
       "replayed; peer: %s\n",
@@ -180,6 +188,7 @@ nlohmann::json bench_decode(const Device& dev, const DecodeOptions& o, const Pee
   nlohmann::json results = nlohmann::json::array();
   std::mt19937_64 rng(12345);
   for (const DecodeShape& s : o.shapes) {
+    const int KH = s.kv_heads, H = 4 * KH;
     const int D = s.head_size;
     const bool fp8 = s.kv == "e4m3";
     const int elem = fp8 ? 1 : 2;
@@ -325,6 +334,22 @@ nlohmann::json bench_decode(const Device& dev, const DecodeOptions& o, const Pee
       DeviceBuffer tws(detail::decode_workspace_bytes(s.batch, H, D, most));
       DeviceBuffer counters(detail::decode_counter_count(s.batch, KH, H / KH) * 4);
       const int max_cluster = detail::prepare_decode_kernel(dk).max_cluster;
+      // The kernel's arguments at a forced grid over `kv` into `output`.
+      auto forced = [&](const TensorView& kv, const TensorView& output, int sp, int stages,
+                        void* workspace, size_t workspace_size, void* split_counters) {
+        detail::DecodeLaunch a{{q_v, kv, output, md.seq_lens, md.block_table}};
+        a.num_decodes = s.batch;
+        a.max_splits = sp;
+        a.stages = stages;
+        a.scale = attn.config().scale;
+        a.k_scale = attn.config().k_scale;
+        a.v_scale = attn.config().v_scale;
+        a.q8.q_scale = attn.config().q_scale;
+        a.workspace = workspace;
+        a.workspace_size = workspace_size;
+        a.counters = split_counters;
+        return a;
+      };
       for (int row = 0; row < 2 * ga_decode_max_stages(D, elem); ++row) {
         const int stages = row / 2 + 1;
         const bool cluster = row % 2 == 1;
@@ -335,18 +360,9 @@ nlohmann::json bench_decode(const Device& dev, const DecodeOptions& o, const Pee
         std::printf("   %d stages%s, splits:", stages, cluster ? ", cluster" : "");
         for (int sp : o.try_splits) {
           if (cluster && (sp < 2 || sp > max_cluster)) continue;
-          detail::DecodeLaunch a{{q_v, cache_v, o_v, md.seq_lens, md.block_table}};
-          a.num_decodes = s.batch;
-          a.max_splits = sp;
-          a.stages = stages;
+          detail::DecodeLaunch a =
+              forced(cache_v, o_v, sp, stages, tws.data(), tws.bytes(), counters.data());
           a.cluster = cluster;
-          a.scale = attn.config().scale;
-          a.k_scale = attn.config().k_scale;
-          a.v_scale = attn.config().v_scale;
-          a.q8.q_scale = attn.config().q_scale;
-          a.workspace = tws.data();
-          a.workspace_size = tws.bytes();
-          a.counters = counters.data();
           const CUgraphExec e = capture(dev, [&] { detail::launch_decode(dk, a, dev.stream); });
           const double t =
               time_us(dev, o.reps, true, [&] { GA_CU_CHECK(d.cuGraphLaunch(e, dev.stream)); });
@@ -355,12 +371,83 @@ nlohmann::json bench_decode(const Device& dev, const DecodeOptions& o, const Pee
         }
         std::printf("\n");
       }
+      const double chain_bytes = static_cast<double>(cache_elems) * elem * o.chain;
+      if (o.chain > 0 && s.q_fp8) {
+        std::printf("   chain of %d: skipped (e4m3 queries)\n", o.chain);
+      } else if (o.chain > 0 && chain_bytes > 16.0 * (1 << 30)) {
+        std::printf("   chain of %d: skipped (%.0f GiB of caches > 16)\n", o.chain,
+                    chain_bytes / (1 << 30));
+      } else if (o.chain > 0) {
+        // o.chain launches in one graph, each over its own cache (same block table) with its own
+        // output, workspace and counters, writing request r's new key and value into its last
+        // slot before attending (the fused write) and starting its prologue early, as the
+        // step's layers do.
+        const size_t cache_bytes = cache_elems * elem;
+        DeviceBuffer caches(cache_bytes * o.chain), outs(out.bytes() * o.chain),
+            ctr(counters.bytes() * o.chain), nk(static_cast<size_t>(s.batch) * KH * D * 2),
+            nv(nk.bytes()), slots(static_cast<size_t>(s.batch) * 8);
+        const int psp = attn.decode_max_splits(s.batch), pst = attn.decode_stages(s.batch);
+        const size_t ws_each =
+            (detail::decode_workspace_bytes(s.batch, H, D, std::max(most, psp)) + 255) / 256 * 256;
+        DeviceBuffer wss(ws_each * o.chain);
+        for (int l = 0; l < o.chain; ++l) {
+          char* c = static_cast<char*>(caches.data()) + cache_bytes * l;
+          if (fp8)
+            fill_random_fp8(dev, c, cache_elems, 200 + l);
+          else
+            fill_random_bf16(dev, c, cache_elems, 200 + l);
+        }
+        fill_random_bf16(dev, nk.data(), nk.bytes() / 2, 5);  // (the layer's dtype, bf16)
+        fill_random_bf16(dev, nv.data(), nv.bytes() / 2, 6);
+        std::vector<int64_t> slot(s.batch);
+        for (int r = 0; r < s.batch; ++r)
+          slot[r] = int64_t{phys[r * blocks_per_seq + (s.len - 1) / B]} * B + (s.len - 1) % B;
+        slots.upload(slot.data(), slot.size() * 8);
+        auto chain_us = [&](int sp, int stages) {
+          std::vector<detail::DecodeLaunch> as;
+          for (int l = 0; l < o.chain; ++l) {
+            detail::DecodeLaunch a =
+                forced(TensorView::contiguous(static_cast<char*>(caches.data()) + cache_bytes * l,
+                                              kst, {2, NB, B, KH, D}),
+                       TensorView::contiguous(static_cast<char*>(outs.data()) + out.bytes() * l,
+                                              ScalarType::kBFloat16, {T, H, D}),
+                       sp, stages, static_cast<char*>(wss.data()) + ws_each * l, ws_each,
+                       static_cast<char*>(ctr.data()) + counters.bytes() * l);
+            a.new_key = TensorView::contiguous(nk.data(), ScalarType::kBFloat16, {s.batch, KH, D});
+            a.new_value = TensorView::contiguous(nv.data(), a.new_key.dtype, {s.batch, KH, D});
+            a.slot_mapping = TensorView::contiguous(slots.data(), ScalarType::kInt64, {s.batch});
+            a.early_prologue = true;
+            as.push_back(a);
+          }
+          const CUgraphExec e = capture(dev, [&] {
+            for (const auto& a : as) detail::launch_decode(dk, a, dev.stream);
+          });
+          const double t =
+              time_us(dev, o.reps, true, [&] { GA_CU_CHECK(d.cuGraphLaunch(e, dev.stream)); });
+          d.cuGraphExecDestroy(e);
+          return t / o.chain;
+        };
+        const double pt = chain_us(psp, pst);
+        std::printf(
+            "   chain of %d, us per launch: policy (%d splits, %d stages) %.1f us (%.0f%%)\n",
+            o.chain, psp, pst, pt, 100.0 * kv_bytes / pt / 1e3 / dev.read_gbs);
+        for (int stages = 2; stages <= ga_decode_max_stages(D, elem); ++stages) {
+          std::printf("   chain of %d, %d stages, splits:", o.chain, stages);
+          for (int sp : o.try_splits) {
+            const double t = chain_us(sp, stages);
+            std::printf("  %d: %.1f us (%.0f%%)", sp, t, 100.0 * kv_bytes / t / 1e3 / dev.read_gbs);
+          }
+          std::printf("\n");
+        }
+      }
     }
     results.push_back(
         {{"shape", s.label()},
          {"batch", s.batch},
          {"len", s.len},
          {"head_size", D},
+         {"num_heads", H},
+         {"num_kv_heads", KH},
          {"q_len", s.q_len},
          {"kv_dtype", s.kv},
          {"q_dtype", s.q_fp8 ? "fp8_e4m3" : "bf16"},

@@ -46,8 +46,10 @@ int main(int argc, char** argv) {
   app.add_option("--parts", parts_text,
                  "comma-separated: decode, step, mixed, tp (2 GPUs), capture, prefill, cascade")
       ->capture_default_str();
-  app.add_option("--shapes", shapes_text,
-                 "decode shapes BATCHxLEN[:hHEAD|:e4m3|:qe4m3|:qN|:legacy], comma-separated")
+  app.add_option(
+         "--shapes", shapes_text,
+         "decode shapes BATCHxLEN[:hHEAD|:e4m3|:qe4m3|:qN|:bsp|:legacy|:kvN], comma-separated "
+         "(:kvN: N KV heads, 4N query heads)")
       ->capture_default_str();
   app.add_option("--reps", reps, "timed repetitions (median reported), >= 20")
       ->check(CLI::Range(20, 100000))
@@ -75,6 +77,12 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--try-splits", try_splits_text,
                  "decode: also time the kernels alone at these max_splits, e.g. 1,4,16,64");
+  int try_chain = 0;
+  app.add_option("--try-chain", try_chain,
+                 "decode, with --try-splits: also time N launches back to back in one graph, each "
+                 "over its own KV cache with the fused cache write (as the step's layers), per "
+                 "launch; shapes whose N caches pass 16 GiB are skipped")
+      ->check(CLI::Range(0, 64));
   app.set_version_flag("--version", graphattn::tools::version_text("graphattn-bench"),
                        "print the tool's, the library's and NVRTC's versions and exit");
   try {
@@ -111,6 +119,7 @@ int main(int argc, char** argv) {
     dopt.reps = reps;
     dopt.check = check;
     for (const auto& s : split_list(try_splits_text)) dopt.try_splits.push_back(std::stoi(s));
+    dopt.chain = try_chain;
 
     Device dev = open_device();
     dev.flush_by_reading = flush_by_reading;
@@ -127,7 +136,8 @@ int main(int argc, char** argv) {
     if (use_peer && (wants("decode") || wants("prefill"))) {
       std::vector<std::string> dk, pk;
       if (wants("decode"))
-        for (const auto& s : dopt.shapes) dk.push_back(s.peer_key());
+        for (const auto& s : dopt.shapes)
+          if (!s.peer_key().empty()) dk.push_back(s.peer_key());
       if (wants("prefill")) pk.push_back("4:4096");
       const std::string out =
           json_path.empty() ? "/tmp/graphattn-peer.json" : json_path + ".peer.json";

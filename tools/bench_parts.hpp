@@ -22,21 +22,28 @@ struct DecodeShape {
   bool legacy = false;
   // ":qe4m3": e4m3 queries (q_dtype fp8_e4m3, q_scale 0.5) over an e4m3 cache (spec "_qe4m3")
   bool q_fp8 = false;
+  // ":kvN": N KV heads and 4N query heads (llama-3-8b's group of 4), e.g. ":kv4" for the
+  // per-GPU share of a two-GPU tensor-parallel llama-3-8b (16/4 heads); no peer for such rows
+  int kv_heads = 8;
   std::string label() const;     // "64x8192", "64x8192 h64", "64x8192 e4m3", "64x4096 q4",
-                                 // "64x8192 bsp", "64x4096 legacy v1"
-  std::string peer_key() const;  // "64:8192:128"
+                                 // "64x8192 bsp", "64x4096 legacy v1", "64x1024 16/4 heads"
+  std::string peer_key() const;  // "64:8192:128"; empty where the peer has no such row
 };
 std::vector<DecodeShape> parse_decode_shapes(
-    const std::string& text);  // "64x8192:h64,64x8192:e4m3,64x4096:q4,64x4096:legacy"
+    const std::string& text);  // "64x8192:h64,64x8192:e4m3,64x4096:q4,64x4096:legacy,64x1024:kv4"
 
 struct DecodeOptions {
   std::vector<DecodeShape> shapes;
   int reps = 100;
   bool check = true;
   std::vector<int> try_splits;  // also time the decode kernels alone at these grid widths
+  // With try_splits: also time `chain` launches back to back in one graph, each over a KV cache
+  // of its own with the fused cache write and the early prologue (as the 32-layer step's
+  // layers run), at the policy's grid and at every depth x width of try_splits; 0: not
+  int chain = 0;
 };
-// bf16, 32 query heads, 8 KV heads, block 16, shuffled blocks. Sets *ok false when a shape fails
-// its float64 reference check.
+// bf16, 32 query heads, 8 KV heads (or the shape's :kvN), block 16, shuffled blocks. Sets *ok false
+// when a shape fails its float64 reference check.
 nlohmann::json bench_decode(const Device& dev, const DecodeOptions& o, const PeerTimes& peer,
                             bool* ok);
 
@@ -47,7 +54,8 @@ nlohmann::json bench_step(const Device& dev, const std::vector<int>& batches, in
 // Tensor parallelism on two GPUs: the same step with half of llama-3-8b's heads on each of
 // devices 0 (dev, current on this thread) and 1, replayed on both at once and timed per GPU
 // with its own events, against the full step on device 0 alone. With fewer than 2 GPUs it
-// prints one line and returns {"skipped": why}.
+// times only the full and the half step on device 0 and returns {"skipped": why, "one_gpu":
+// rows}.
 nlohmann::json bench_tensor_parallel(const Device& dev, const std::vector<int>& batches, int len,
                                      int reps);
 

@@ -151,13 +151,36 @@ nlohmann::json bench_step(const Device& dev, const std::vector<int>& batches, in
 
 nlohmann::json bench_tensor_parallel(const Device& dev, const std::vector<int>& batches, int len,
                                      int reps) {
+  const tools::ModelConfig& m = llama();
   const int devices = device_count();
   if (devices < 2) {
+    // One GPU: the per-GPU share alone (half the heads, the grid policy's per-GPU shape)
+    // against the full step, one after the other on this GPU; no two-GPU columns.
     const std::string why = "needs 2 GPUs, found " + std::to_string(devices);
-    std::printf("\n== tensor-parallel step: skipped (%s)\n", why.c_str());
-    return {{"skipped", why}};
+    StepRig full(dev, batches, len, 1), half(dev, batches, len, 2);
+    std::printf(
+        "\n== tensor-parallel step: the two-GPU part skipped (%s); on GPU 0 alone, %d layers x "
+        "(cache write + decode) of llama-3-8b with half the heads (%d/%d) vs all (%d/%d), "
+        "context %d, median of %d, L2 flushed\n",
+        why.c_str(), m.num_layers, m.num_heads / 2, m.num_kv_heads / 2, m.num_heads, m.num_kv_heads,
+        len, reps);
+    std::printf("%-8s %13s %13s %10s\n", "batch", "1 GPU full", "1 GPU half", "half/full");
+    std::mt19937_64 rng(7);
+    nlohmann::json rows = nlohmann::json::array();
+    for (int b : batches) {
+      full.set_batch(dev, b, len, rng);
+      half.set_batch(dev, b, len, rng);
+      const double full_us = time_us(dev, reps, true, [&] { full.runner.run(dev.stream, b); });
+      const double half_us = time_us(dev, reps, true, [&] { half.runner.run(dev.stream, b); });
+      std::printf("%-8d %10.1f us %10.1f us %9.2f\n", b, full_us, half_us, half_us / full_us);
+      rows.push_back({{"batch", b},
+                      {"len", len},
+                      {"layers", m.num_layers},
+                      {"full_one_gpu_us", full_us},
+                      {"half_one_gpu_us", half_us}});
+    }
+    return {{"skipped", why}, {"one_gpu", rows}};
   }
-  const tools::ModelConfig& m = llama();
   // Device 1 is opened, prepared and timed on a thread of its own with its context current;
   // this thread keeps device 0's (dev's).
   Device dev1;
