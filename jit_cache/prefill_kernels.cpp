@@ -6,16 +6,10 @@
 
 namespace graphattn::detail {
 
-namespace {
-
-// GRAPHATTN_PREFILL_MMA_SYNC=1: every prefill spec takes the mma.sync kernel, sm_90 included (to
-// time templates/prefill.cu on a Hopper GPU). Read once per process, at the first selection.
-bool mma_sync_forced() {
+bool prefill_mma_sync_forced() {
   static const bool on = env_flag("GRAPHATTN_PREFILL_MMA_SYNC");
   return on;
 }
-
-}  // namespace
 
 PrefillKernel select_prefill_kernel(const AttentionSpec& spec) {
   if (spec.kind != KernelKind::kPrefill) return PrefillKernel::kNone;
@@ -24,7 +18,7 @@ PrefillKernel select_prefill_kernel(const AttentionSpec& spec) {
   } catch (const Error&) {
     return PrefillKernel::kNone;
   }
-  if (mma_sync_forced()) return PrefillKernel::kMmaSync;
+  if (prefill_mma_sync_forced()) return PrefillKernel::kMmaSync;
   // wgmma exists on sm_90a only (a cubin for it runs on compute capability 9.0 alone). Its
   // shared-memory tiles use the 128-byte swizzle, whose rows are 64 16-bit columns; fp8 caches
   // would need a conversion pass and stay on mma.sync. vLLM's legacy PagedAttention caches
