@@ -30,7 +30,8 @@ bool env_flag(const char* name) {
 }  // namespace graphattn::detail
 
 void graphattn::check_flag_environment() {
-  for (const char* name : {"GRAPHATTN_DISABLE_GRAPHS", "GRAPHATTN_DECODE_CLUSTERS",
-                           "GRAPHATTN_DUMP_SOURCE", "GRAPHATTN_CHECK_BOUNDS"})
+  for (const char* name :
+       {"GRAPHATTN_DISABLE_GRAPHS", "GRAPHATTN_DECODE_CLUSTERS", "GRAPHATTN_DUMP_SOURCE",
+        "GRAPHATTN_CHECK_BOUNDS", "GRAPHATTN_PREFILL_MMA_SYNC"})
     detail::env_flag(name);
 }

@@ -1,9 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "jit_cache/prefill_kernels.hpp"
 
+#include "core/env_flag.hpp"
 #include "graphattn/error.hpp"
 
 namespace graphattn::detail {
+
+bool prefill_mma_sync_forced() {
+  static const bool on = env_flag("GRAPHATTN_PREFILL_MMA_SYNC");
+  return on;
+}
 
 PrefillKernel select_prefill_kernel(const AttentionSpec& spec) {
   if (spec.kind != KernelKind::kPrefill) return PrefillKernel::kNone;
@@ -12,6 +18,7 @@ PrefillKernel select_prefill_kernel(const AttentionSpec& spec) {
   } catch (const Error&) {
     return PrefillKernel::kNone;
   }
+  if (prefill_mma_sync_forced()) return PrefillKernel::kMmaSync;
   // wgmma exists on sm_90a only (a cubin for it runs on compute capability 9.0 alone). Its
   // shared-memory tiles use the 128-byte swizzle, whose rows are 64 16-bit columns; fp8 caches
   // would need a conversion pass and stay on mma.sync. vLLM's legacy PagedAttention caches

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// Which prefill kernel family serves a spec. One pure function, shared by the renderer (template
-// file and NVRTC target) and the host launch code (tile configuration), so the two cannot drift.
+// Which prefill kernel family serves a spec. One function of the spec (and of one environment
+// flag, read once), shared by the renderer (template file and NVRTC target) and the host launch
+// code (tile configuration), so the two cannot drift.
 #pragma once
 
 #include "graphattn/spec.hpp"
@@ -16,5 +17,9 @@ enum class PrefillKernel {
 };
 
 PrefillKernel select_prefill_kernel(const AttentionSpec& spec);
+
+// GRAPHATTN_PREFILL_MMA_SYNC=1: select_prefill_kernel gives kMmaSync for every prefill spec, sm_90
+// included (to time and test templates/prefill.cu on a Hopper GPU). Read once per process.
+bool prefill_mma_sync_forced();
 
 }  // namespace graphattn::detail

@@ -305,14 +305,25 @@ __device__ __forceinline__ bool pf_bsp_tile_needed(const PrefillParams& p, int n
   return __syncthreads_or(need) != 0;
 }
 
+// Whether masked tiles (causal or window: ga_prefill_tile_masked) get their own inlined copy of
+// pf_tile (PF_MASKED, the mask applied as the scores are formed, beside PF_UNMASKED) or share one
+// body with the unmasked tiles (PF_MASK_IF: the mask is a pass of its own under the
+// block-uniform `mask`). One body emits the tile's MMAs once (about a third less PTX and compile
+// time) and spills less; measured on an H200 (docs/jit-cost-cpu-2026-11-26.txt, session 4) it
+// made the legacy-layout 16-bit prefill 23-25% faster, but the flash-layout bf16 rows 1-3% and the
+// e4m3 row 2% slower, so only the legacy 16-bit kernels take it (legacy fp8 was not measured).
+// (A function, not a namespace-scope constant: that would add a global to the module.)
+__device__ constexpr bool pf_one_body() { return PF_LEGACY && !KV_FP8; }
+enum PfMask { PF_UNMASKED, PF_MASKED, PF_MASK_IF };
+
 // One KV tile for one warp's PF_MT * 16 rows: S = Q K^T, online softmax, O += P V.
-template <bool MASK>
+template <PfMask MASK>
 __device__ __forceinline__ void pf_tile(
-    const PrefillParams& p, const GaPrefillScales& sc, const unsigned (&qf)[PF_MT][PF_QF][4],
-    unsigned q_addr, unsigned k_addr, unsigned v_addr, int n0, int kv_end, int lane,
-    const int (&pos)[PF_MT][2], const float (&slope)[PF_MT][2], const int (&bsp_qb)[PF_MT][2],
-    const int (&bsp_off)[PF_MT][2], float (&m)[PF_MT][2], float (&l)[PF_MT][2],
-    float (&o)[PF_MT][PF_HEAD_PAD / 8][4]) {
+    bool mask, const PrefillParams& p, const GaPrefillScales& sc,
+    const unsigned (&qf)[PF_MT][PF_QF][4], unsigned q_addr, unsigned k_addr, unsigned v_addr,
+    int n0, int kv_end, int lane, const int (&pos)[PF_MT][2], const float (&slope)[PF_MT][2],
+    const int (&bsp_qb)[PF_MT][2], const int (&bsp_off)[PF_MT][2], float (&m)[PF_MT][2],
+    float (&l)[PF_MT][2], float (&o)[PF_MT][PF_HEAD_PAD / 8][4]) {
   constexpr int NB = PF_BLOCK_N / 8;
   float s[PF_MT][NB][4];
 #pragma unroll
@@ -352,7 +363,8 @@ __device__ __forceinline__ void pf_tile(
     }
   }
 
-  // Scores in the log2 domain, masked, and the running row maxima.
+  // Scores in the log2 domain, masked, and the running row maxima (PF_MASK_IF: the mask, where
+  // `mask`, and the maxima are passes of their own after the scores).
   const float ninf = __int_as_float(0xff800000);
   const int t2 = (lane & 3) * 2;
   unsigned pf[PF_MT][NB / 2][4];
@@ -373,12 +385,27 @@ __device__ __forceinline__ void pf_tile(
         }
         const int key = n0 + j * 8 + t2 + (e & 1);
         if (HAS_ALIBI) x += ga_alibi_log2(slope[i][e >> 1], key, pos[i][e >> 1]);
-        if (MASK && !ga_prefill_visible(pos[i][e >> 1], key, kv_end, p.window)) x = ninf;
+        if (MASK == PF_MASKED && !ga_prefill_visible(pos[i][e >> 1], key, kv_end, p.window))
+          x = ninf;
         if (GA_BLOCK_SPARSE && !ga_bsp_visible(p.bsp, bsp_qb[i][e >> 1], kb, bsp_off[i][e >> 1]))
           x = ninf;
         s[i][j][e] = x;
-        mx[e >> 1] = fmaxf(mx[e >> 1], x);
+        if (MASK != PF_MASK_IF) mx[e >> 1] = fmaxf(mx[e >> 1], x);
       }
+    }
+    if (MASK == PF_MASK_IF) {
+      if (mask) {
+#pragma unroll
+        for (int j = 0; j < NB; ++j)
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            if (!ga_prefill_visible(pos[i][e >> 1], n0 + j * 8 + t2 + (e & 1), kv_end, p.window))
+              s[i][j][e] = ninf;
+      }
+#pragma unroll
+      for (int j = 0; j < NB; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) mx[e >> 1] = fmaxf(mx[e >> 1], s[i][j][e]);
     }
     float alpha[2], m_use[2], sum[2] = {0.f, 0.f};
 #pragma unroll
@@ -618,12 +645,15 @@ extern "C" __global__ void __launch_bounds__(PF_THREADS)
     const unsigned k_addr = k_base + stage * KV_TILE_BYTES;
     const unsigned v_addr = v_base + stage * KV_TILE_BYTES;
     if (!need) {
+    } else if (pf_one_body()) {
+      pf_tile<PF_MASK_IF>(mask, p, sc, qf, q_lane, k_addr, v_addr, n0, kv_end, lane, pos, slope,
+                          bsp_qb, bsp_off, m, l, o);
     } else if (mask) {
-      pf_tile<true>(p, sc, qf, q_lane, k_addr, v_addr, n0, kv_end, lane, pos, slope, bsp_qb,
-                    bsp_off, m, l, o);
+      pf_tile<PF_MASKED>(true, p, sc, qf, q_lane, k_addr, v_addr, n0, kv_end, lane, pos, slope,
+                         bsp_qb, bsp_off, m, l, o);
     } else {
-      pf_tile<false>(p, sc, qf, q_lane, k_addr, v_addr, n0, kv_end, lane, pos, slope, bsp_qb,
-                     bsp_off, m, l, o);
+      pf_tile<PF_UNMASKED>(false, p, sc, qf, q_lane, k_addr, v_addr, n0, kv_end, lane, pos, slope,
+                           bsp_qb, bsp_off, m, l, o);
     }
     __syncthreads();
     need = need_next;
