@@ -286,9 +286,6 @@ struct GaPrefillTile {
   int req, kv_head, q_start, q_len, seq_len, ctx, m0, m_end, pos_lo, pos_hi, kv_begin, kv_end,
       tile0, n_tiles, kv_row0;
 };
-// The start of both prefill kernels: waits for the previous kernel (before any global memory
-// access), checks the launch, then computes the block's tile. False when the block has no rows:
-// it must return at once.
 // A batch split on the device (PrefillParams::device_split_q > 0): row tile `tile` of the
 // enumeration of every prefill's row tiles, request by request, as (request, row tile of it,
 // the request's tile count). Each warp walks the requests 32 at a time with a prefix sum over
@@ -326,26 +323,28 @@ __device__ __forceinline__ bool ga_prefill_find_tile(const PrefillParams& p, int
   return false;
 }
 
+// The tile of grid block (x, y, z) of a grid gx wide with gz KV heads (gridDim.y is 1 when the
+// batch is split on the device): ga_prefill_begin's, or a persistent kernel's, which walks the
+// blocks of that grid itself. False when the block has no rows.
 template <int BLOCK_M, int BLOCK_N>
-__device__ __forceinline__ bool ga_prefill_begin(const PrefillParams& p, unsigned smem_bytes,
-                                                 unsigned threads, GaPrefillTile& t) {
-  ga_grid_dependency_sync();
-  ga_require_launch(smem_bytes, threads);
-  t.kv_head = blockIdx.z;
+__device__ __forceinline__ bool ga_prefill_tile_at(const PrefillParams& p, unsigned x, unsigned y,
+                                                   unsigned z, unsigned gx, unsigned gz,
+                                                   GaPrefillTile& t) {
+  t.kv_head = z;
   if (p.device_split_q > 0) {
     // Tile-major over the KV heads, in launch order (x fastest): the batch's tiles of every
     // head come first and the grid's spare blocks last, so no spare block is dispatched before
     // a tile with work.
-    const unsigned linear = blockIdx.x + gridDim.x * blockIdx.z;
-    t.kv_head = static_cast<int>(linear % gridDim.z);
+    const unsigned linear = x + gx * z;
+    t.kv_head = static_cast<int>(linear % gz);
     int tile_in_req = 0, req_tiles = 0;
-    if (!ga_prefill_find_tile<BLOCK_M>(p, static_cast<int>(linear / gridDim.z), t.req, tile_in_req,
+    if (!ga_prefill_find_tile<BLOCK_M>(p, static_cast<int>(linear / gz), t.req, tile_in_req,
                                        req_tiles))
       return false;
     t.m0 = (req_tiles - 1 - tile_in_req) * BLOCK_M;  // a request's longest tiles first
   } else {
-    t.req = p.first_req + blockIdx.y;
-    t.m0 = (gridDim.x - 1 - blockIdx.x) * BLOCK_M;
+    t.req = p.first_req + y;
+    t.m0 = (gx - 1 - x) * BLOCK_M;
   }
   const bool uniform = GA_DENSE_KV && p.query_start_loc == nullptr;
   if (uniform) {
@@ -376,6 +375,17 @@ __device__ __forceinline__ bool ga_prefill_begin(const PrefillParams& p, unsigne
   t.n_tiles =
       t.kv_end > t.tile0 * BLOCK_N ? (t.kv_end - t.tile0 * BLOCK_N + BLOCK_N - 1) / BLOCK_N : 0;
   return true;
+}
+// The start of both prefill kernels: waits for the previous kernel (before any global memory
+// access), checks the launch, then computes the block's tile. False when the block has no rows:
+// it must return at once.
+template <int BLOCK_M, int BLOCK_N>
+__device__ __forceinline__ bool ga_prefill_begin(const PrefillParams& p, unsigned smem_bytes,
+                                                 unsigned threads, GaPrefillTile& t) {
+  ga_grid_dependency_sync();
+  ga_require_launch(smem_bytes, threads);
+  return ga_prefill_tile_at<BLOCK_M, BLOCK_N>(p, blockIdx.x, blockIdx.y, blockIdx.z, gridDim.x,
+                                              gridDim.z, t);
 }
 
 // Element offset of column col of row r of a prefill tile in the query or the output (strides in
