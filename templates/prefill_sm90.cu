@@ -839,7 +839,9 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
         z = static_cast<unsigned>(rest / p.grid_y);
         y = static_cast<unsigned>(rest - static_cast<long long>(z) * p.grid_y);
       }
-      if (ga_prefill_tile_at<PW_BLOCK_M, PW_BLOCK_N>(p, x, y, z, p.grid_x, p.num_kv_heads, tile)) {
+      const GaWalkGrid grid{x, y, z, static_cast<unsigned>(p.grid_x),
+                            static_cast<unsigned>(p.num_kv_heads)};
+      if (ga_prefill_tile_at<PW_BLOCK_M, PW_BLOCK_N>(p, grid, tile)) {
         ++round;
         return true;
       }
