@@ -187,9 +187,12 @@ PeerTimes run_peer(const std::string& script, const std::string& out_json,
                 std::to_string(r["head_size"].get<int>())] = r["us"].get<double>();
     p.backend = r["backend"].get<std::string>();
   }
-  for (const auto& r : j.value("prefill", nlohmann::json::array()))
+  for (const auto& r : j.value("prefill", nlohmann::json::array())) {
+    p.backend = r.value("backend", p.backend);
     p.prefill_us[std::to_string(r["batch"].get<int>()) + ":" +
-                 std::to_string(r["tokens"].get<int>())] = r["us"].get<double>();
+                 std::to_string(r["tokens"].get<int>()) + ":" +
+                 std::to_string(r.value("head_size", 128))] = r["us"].get<double>();
+  }
   for (const auto& r : j.value("prefill_fp8", nlohmann::json::array())) {
     if (r.contains("us")) {
       p.prefill_fp8_us[std::to_string(r["batch"].get<int>()) + ":" +

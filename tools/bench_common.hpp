@@ -80,7 +80,7 @@ struct PeerTimes {
   std::string why;                           // when not available
   std::string backend;                       // e.g. "cudnn_attention"
   std::map<std::string, double> decode_us;   // key "BxL:D"
-  std::map<std::string, double> prefill_us;  // key "BxL"
+  std::map<std::string, double> prefill_us;  // key "B:L:D"
   // fp8 (e4m3 q, K, V) prefill through cuDNN's SDPA where this PyTorch exposes it, key "BxL";
   // else fp8_why says what PyTorch answered.
   std::map<std::string, double> prefill_fp8_us;

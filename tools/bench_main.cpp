@@ -138,7 +138,7 @@ int main(int argc, char** argv) {
       if (wants("decode"))
         for (const auto& s : dopt.shapes)
           if (!s.peer_key().empty()) dk.push_back(s.peer_key());
-      if (wants("prefill")) pk.push_back("4:4096");
+      if (wants("prefill")) pk = {"4:4096:128", "4:4096:64", "4:4096:256"};
       const std::string out =
           json_path.empty() ? "/tmp/graphattn-peer.json" : json_path + ".peer.json";
       peer = run_peer(peer_script, out, dk, pk);
@@ -169,6 +169,10 @@ int main(int argc, char** argv) {
           j["prefill"]["time_us"].get<double>() / j["prefill_fp8"]["time_us"].get<double>();
       j["prefill_fp8"]["speedup_over_bf16"] = speedup;
       std::printf("prefill 4x4096: e4m3 q+kv is %.2fx the bf16 prefill's throughput\n", speedup);
+      // Head sizes 64 and 256: the same causal bf16 prefill and its peer.
+      for (int head : {64, 256})
+        j["prefill_heads"].push_back(
+            bench_prefill(dev, 4, 4096, std::max(20, reps / 5), peer, &ok, false, false, 0, head));
       // Chunked prefill: 512 new tokens over a cached prefix, flash and legacy caches.
       for (int prefix : {2048, 8192, 16384})
         for (bool legacy : {false, true})

@@ -70,13 +70,15 @@ nlohmann::json bench_mixed_step(const Device& dev, int decodes, int len, int chu
 // Capturing every default size of the 32-layer stack at max_num_seqs: total ms, graph memory.
 nlohmann::json bench_capture(const Device& dev, int max_num_seqs);
 
-// Causal prefill of batch x len new tokens (bf16, 32/8 heads, head 128, block 16); legacy: the
+// Causal prefill of batch x len new tokens (bf16, 32/8 heads, head `head`, block 16); legacy: the
 // same over vLLM's legacy caches through forward_prefix; fp8: e4m3 queries (q_scale 0.5) over an
 // e4m3 cache (scales 1.5) through AttentionBackend::forward (spec "_qe4m3"), bf16 output.
 // prefix > 0: chunked prefill, each request's len new tokens over `prefix` tokens already in the
-// cache (seq_len prefix + len; FLOPs of the causal part only).
+// cache (seq_len prefix + len; FLOPs of the causal part only). legacy, fp8 and prefix > 0 take
+// head 128.
 nlohmann::json bench_prefill(const Device& dev, int batch, int len, int reps, const PeerTimes& peer,
-                             bool* ok, bool legacy = false, bool fp8 = false, int prefix = 0);
+                             bool* ok, bool legacy = false, bool fp8 = false, int prefix = 0,
+                             int head = 128);
 
 // Cascade attention: `batch` single-token decodes after a shared prompt of each length in
 // `prefixes` (multiples of 16) and `own` tokens of their own, plain decode against cascade

@@ -1,15 +1,18 @@
 // SPDX-License-Identifier: Apache-2.0
 // graphattn-bench, prefill part: a batch of pure causal prefills over the paged KV cache (bf16,
-// 32/8 heads, head 128, block 16, shuffled blocks, random data) against the peer on contiguous
-// tensors. A few output rows are checked against the float64 reference before timing. With
-// `legacy` the same bytes form vLLM's legacy caches, read by forward_prefix. With `prefix` the
-// requests are chunked prefills: len new tokens each after prefix cached ones.
+// 32/8 heads, head 128 (the plain rows also 64 and 256), block 16, shuffled blocks, random data)
+// against the peer on contiguous tensors. A few output rows are checked against the float64
+// reference before timing. With `legacy` the same bytes form vLLM's legacy caches, read by
+// forward_prefix. With `prefix` the requests are chunked prefills: len new tokens each after prefix
+// cached ones.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <memory>
 #include <numeric>
 #include <random>
+#include <stdexcept>
+#include <string>
 
 #include "graphattn/graphattn.hpp"
 #include "graphattn/paged_cache.hpp"
@@ -22,8 +25,12 @@
 namespace graphattn::bench {
 
 nlohmann::json bench_prefill(const Device& dev, int batch, int len, int reps, const PeerTimes& peer,
-                             bool* ok, bool legacy, bool fp8, int prefix) {
-  const int64_t H = 32, KH = 8, D = 128, B = 16, T = int64_t{batch} * len;
+                             bool* ok, bool legacy, bool fp8, int prefix, int head) {
+  if (head != 128 && (legacy || fp8 || prefix != 0))
+    throw std::invalid_argument("bench_prefill: head " + std::to_string(head) +
+                                " is benched for the plain bf16 prefill only (legacy, fp8 and "
+                                "chunked prefill: head 128)");
+  const int64_t H = 32, KH = 8, D = head, B = 16, T = int64_t{batch} * len;
   const int kv_len = prefix + len;  // each request's seq_len
   const int64_t blocks_per_seq = (kv_len + B - 1) / B, NB = blocks_per_seq * batch;
   const int64_t elem = fp8 ? 1 : 2;  // query and cache bytes
@@ -162,14 +169,16 @@ nlohmann::json bench_prefill(const Device& dev, int batch, int len, int reps, co
   // fp8: the peer is cuDNN's fp8 SDPA where PyTorch exposes it (else none, and why); chunked
   // prefill (a cached prefix) has no peer row.
   const auto& peer_times = fp8 ? peer.prefill_fp8_us : peer.prefill_us;
-  auto it = peer_times.find(std::to_string(batch) + ":" + std::to_string(len));
+  auto it = peer_times.find(std::to_string(batch) + ":" + std::to_string(len) +
+                            (fp8 ? "" : ":" + std::to_string(D)));
   const double peer_us = prefix > 0 || it == peer_times.end() ? 0 : it->second;
   std::printf(
-      "\n== prefill%s: %d x %d new tokens%s, causal, %s, 32/8 heads, head 128, block 16, "
+      "\n== prefill%s: %d x %d new tokens%s, causal, %s, 32/8 heads, head %d, block 16, "
       "median of %d\n",
       legacy ? " over vLLM's legacy caches (forward_prefix)" : "", batch, len,
       prefix > 0 ? (" after " + std::to_string(prefix) + " cached (chunked prefill)").c_str() : "",
-      fp8 ? "e4m3 q and KV (forward(), q_dtype fp8_e4m3), bf16 out" : "bf16", reps);
+      fp8 ? "e4m3 q and KV (forward(), q_dtype fp8_e4m3), bf16 out" : "bf16", static_cast<int>(D),
+      reps);
   std::printf("%-12s %10s %10s %10s %10s %12s %9s\n", "", "time us", "TFLOP/s", "peer us",
               "peer TF/s", "ours/peer", "max err");
   char peer_us_s[16] = "-", peer_tf_s[16] = "-", ratio_s[16] = "-";
@@ -182,7 +191,8 @@ nlohmann::json bench_prefill(const Device& dev, int batch, int len, int reps, co
                             (prefix > 0 ? "+" + std::to_string(prefix) : "") +
                             (legacy ? " legacy"
                              : fp8  ? " e4m3 q+kv"
-                                    : "");
+                                    : "") +
+                            (D != 128 ? " h" + std::to_string(D) : "");
   std::printf("%-12s %10.1f %10.1f %10s %10s %12s %9.2e%s\n", label.c_str(), us, flops / us / 1e6,
               peer_us_s, peer_tf_s, ratio_s, err, err <= tol ? "" : "  FAIL");
   if (fp8 && peer.available)
@@ -192,6 +202,7 @@ nlohmann::json bench_prefill(const Device& dev, int batch, int len, int reps, co
       {"batch", batch},
       {"len", len},
       {"prefix", prefix},
+      {"head_size", D},
       {"time_us", us},
       {"tflops", flops / us / 1e6},
       {"peer_us", peer_us > 0 ? nlohmann::json(peer_us) : nlohmann::json()},

@@ -3,7 +3,7 @@
 """Times the peer for graphattn-bench: PyTorch's scaled_dot_product_attention (cuDNN) on
 contiguous tensors, for the decode and prefill shapes given on the command line.
 
-Usage: peer_sdpa.py OUT.json [--decode B:L[:HEAD_SIZE] ...] [--prefill B:L ...] [--heads 32 --kv-heads 8
+Usage: peer_sdpa.py OUT.json [--decode B:L[:HEAD_SIZE] ...] [--prefill B:L[:HEAD_SIZE] ...] [--heads 32 --kv-heads 8
        --head-size 128] [--reps 100]
 
 Method (same as graphattn-bench): random bf16 data, CUDA events around each call, the L2 flushed
@@ -84,23 +84,28 @@ def main():
                                   "head_size": D})
         del q, k, v
         torch.cuda.empty_cache()
-    D = a.head_size
+    def prefill_shape(shape):
+        parts = list(map(int, shape.split(":")))
+        return parts[0], parts[1], parts[2] if len(parts) > 2 else a.head_size
+
     for shape in a.prefill:
-        B, L = map(int, shape.split(":"))
+        B, L, D = prefill_shape(shape)
         q = torch.randn(B, H, L, D, dtype=torch.bfloat16, device=dev)
         k = torch.randn(B, KH, L, D, dtype=torch.bfloat16, device=dev)
         v = torch.randn(B, KH, L, D, dtype=torch.bfloat16, device=dev)
         backend, us = run_sdpa(q, k, v, True, max(10, a.reps // 5), flush)
         flops = 4.0 * B * H * D * L * L / 2  # causal: half the score matrix
         results["prefill"].append({"batch": B, "tokens": L, "us": us, "backend": backend,
-                                   "tflops": flops / us / 1e6})
+                                   "tflops": flops / us / 1e6, "head_size": D})
         del q, k, v
         torch.cuda.empty_cache()
     # fp8: e4m3 q, K, V through SDPA (cuDNN's fp8 attention) where this PyTorch exposes it; what
-    # it answered otherwise.
+    # it answered otherwise. Head 128 only, as graphattn's fp8 prefill row.
     results["prefill_fp8"] = []
     for shape in a.prefill:
-        B, L = map(int, shape.split(":"))
+        B, L, D = prefill_shape(shape)
+        if D != 128:
+            continue
         q = (torch.randn(B, H, L, D, device=dev) * 0.5).to(torch.float8_e4m3fn)
         k = (torch.randn(B, KH, L, D, device=dev) * 0.5).to(torch.float8_e4m3fn)
         v = (torch.randn(B, KH, L, D, device=dev) * 0.5).to(torch.float8_e4m3fn)
@@ -130,7 +135,7 @@ def main():
     for r in results["decode"]:
         print(f"sdpa decode {r['batch']}x{r['context']} h{r['head_size']}: {r['us']:.1f} us ({r['backend']})")
     for r in results["prefill"]:
-        print(f"sdpa prefill {r['batch']}x{r['tokens']}: {r['us']:.1f} us, {r['tflops']:.0f} TFLOP/s ({r['backend']})")
+        print(f"sdpa prefill {r['batch']}x{r['tokens']} h{r['head_size']}: {r['us']:.1f} us, {r['tflops']:.0f} TFLOP/s ({r['backend']})")
     for r in results["prefill_fp8"]:
         print(f"sdpa fp8 prefill {r['batch']}x{r['tokens']}: "
               + (f"{r['us']:.1f} us ({r['backend']})" if "us" in r else f"not run: {r['error']}"))
