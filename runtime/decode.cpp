@@ -165,14 +165,17 @@ DecodeGrid decode_grid(int num_decodes, int num_kv_heads, int columns, int max_m
     // hide latency best (H200, head 128: 256 x 1024 and 256 x 4096 fastest at 2 stages);
     // otherwise the depth whose blocks fill the multiprocessors best over the waves (64 x 1024,
     // 2048 and 8192 fastest at 3 stages, 4% ahead at 64 x 2048; head 64 and fp8 at 2, 4-10%
-    // ahead of 4). Ties go, for short blocks (2048 tokens or fewer), to the depth whose resident
-    // slots the blocks fill best: slots a launch leaves free take the next launch's blocks early
-    // (programmatic dependent launch; inferred, not profiled) and the layers share the SMs
-    // unevenly. H200, 32 back-to-back launches of 64 x 1024 with 16/4 heads (the per-GPU share
-    // of a two-GPU llama-3-8b step, 256 blocks): 3 stages (256 of 264 slots) 32.3 us a launch,
-    // 2 stages (256 of 396) 42.4 us, though alone 2 stages was 0.8% faster
-    // (docs/decode-splits-h200-2026-11-26.txt). Other ties go to more resident blocks, then to
-    // more stages.
+    // ahead of 4). Ties go, for short blocks (2048 tokens or fewer) or fewer than two blocks per
+    // multiprocessor, to the depth whose resident slots the blocks fill best: slots a launch
+    // leaves free take the next launch's blocks early (programmatic dependent launch; inferred,
+    // not profiled) and the layers share the SMs unevenly. 32 back-to-back launches of 256
+    // blocks: H200, 64 x 1024 with 16/4 heads (the per-GPU share of a two-GPU llama-3-8b step),
+    // 3 stages (256 of 264 slots) 32.3 us a launch, 2 stages (256 of 396) 42.4 us, though alone
+    // 2 stages was 0.8% faster (docs/decode-splits-h200-2026-11-26.txt); H100, 32 x 4096 with
+    // 32/8 heads, 176.7 against 207.3 us, alone 192.2 against 191.7 (docs/decode-stage-ties-
+    // h100-2026-11-26.txt). Longer blocks of larger batches (64 x 8192 head 64: 512 blocks) were
+    // measured alone only, within 0.2% at 2 and 3 stages, and keep the rule below. Other ties go
+    // to more resident blocks, then to more stages.
     const int64_t sms = dev.num_sms;
     auto fill = [&](int64_t blocks, int per_sm) {
       const int64_t slots = sms * per_sm;
@@ -184,7 +187,7 @@ DecodeGrid decode_grid(int num_decodes, int num_kv_heads, int columns, int max_m
       return static_cast<double>(blocks) /
              static_cast<double>((blocks + slots - 1) / slots * slots);
     };
-    const bool short_blocks = len <= 2048;
+    const bool free_slots_matter = len <= 2048 || blocks_per_split < 2 * sms;
     const int max_stages = g.stages;
     const bool many_waves = blocks_per_split >= 3 * sms * std::max(1, dev.blocks_per_sm[shallow]);
     int chosen = 0;
@@ -195,8 +198,8 @@ DecodeGrid decode_grid(int num_decodes, int num_kv_heads, int columns, int max_m
       const double f = many_waves ? 1.0 : fill(blocks_per_split, per_sm);
       const double sf = slot_fill(blocks_per_split, per_sm);
       const bool tie = chosen != 0 && f > best - 0.02 && f < best + 0.02;
-      const bool fuller = short_blocks && !many_waves && sf >= best_slots + 0.02;
-      const bool emptier = short_blocks && !many_waves && sf <= best_slots - 0.02;
+      const bool fuller = free_slots_matter && !many_waves && sf >= best_slots + 0.02;
+      const bool emptier = free_slots_matter && !many_waves && sf <= best_slots - 0.02;
       if (chosen == 0 || f >= best + 0.02 ||
           (tie && (fuller || (!emptier && per_sm >= dev.blocks_per_sm[chosen])))) {
         chosen = st;

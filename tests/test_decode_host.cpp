@@ -65,17 +65,19 @@ TEST_CASE("decode split policy: about one block per multiprocessor for small bat
     CHECK(g.max_splits == 1);
     CHECK(g.stages == 3);
   }
-  // Short blocks (2048 tokens or fewer) that fill one wave equally at several depths take the
-  // depth that leaves the fewest resident slots free, as the next launch's blocks start in free
-  // slots: 64 x 1024 over 4 KV heads (a two-GPU llama-3-8b's per-GPU share) is 256 blocks, 97%
-  // of 264 slots at 3 stages, 65% of 396 at 2 (H200, 32 launches back to back: 32.3 against
-  // 42.4 us a launch). Longer blocks keep the tie to more resident blocks (32 x 4096).
-  for (int len : {1024, 2048}) {
+  // Blocks that fill one wave equally at several depths take the depth that leaves the fewest
+  // resident slots free, as the next launch's blocks start in free slots: 64 x 1024 over 4 KV
+  // heads (a two-GPU llama-3-8b's per-GPU share) is 256 blocks, 97% of 264 slots at 3 stages,
+  // 65% of 396 at 2 (H200, 32 launches back to back: 32.3 against 42.4 us a launch); so do
+  // longer blocks, fewer than two per multiprocessor: 32 x 4096 over 8 KV heads (H100: 176.7
+  // against 207.3 us a launch). 512 longer blocks keep the tie to more resident blocks (head 64
+  // below).
+  for (int len : {1024, 2048, 4096, 16384}) {
     const auto tp = grid(64, 4, 4, len, 0);
     CHECK(tp.stages == 3);
     CHECK(tp.max_splits == 1);
   }
-  CHECK(grid(32, 8, 4, 4096, 0).stages == 2);
+  CHECK(grid(32, 8, 4, 4096, 0).stages == 3);
   CHECK(grid(32, 8, 4, 4096, 0).max_splits == 1);
   // Equal residency at every depth (head 256: one block per multiprocessor): the deepest.
   CHECK(
