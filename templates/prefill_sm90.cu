@@ -9,8 +9,9 @@
 //
 // Grid: x = query row tiles (reversed so the longest causal tiles start first), y = request
 // (first_req + blockIdx.y), z = KV head. Row r of a request is query token r / GROUP, head
-// kv_head * GROUP + r % GROUP, so each K/V tile serves every head of the group. The 16-bit
-// flash-layout kernel up to head size 128 (PW_PERSIST) is persistent: at most one block per
+// kv_head * GROUP + r % GROUP, so each K/V tile serves every head of the group. With PW_PERSIST
+// (written for the 16-bit flash layouts up to head size 128; off for every spec, by measurement:
+// ga_prefill_sm90_persistent in params.h) the kernel is persistent: at most one block per
 // multiprocessor walks the tiles of that grid (see the kernel's start), so that one tile's Q and
 // first K/V stages load while the previous tile's consumers finish; it stores its output straight
 // from the registers, since the Q tile it would stage through may already hold the next tile's Q.
