@@ -3,7 +3,6 @@
 #include "runtime/prefill.hpp"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -67,46 +66,13 @@ void set_prefill_scales(PrefillParams& p, float scale, float k_scale, float v_sc
   p.v_scale = v_scale;
 }
 
-// Multiprocessors of the current context's device, read once per device.
-int current_device_sms() {
-  static std::atomic<int> sms[64] = {};
-  const auto& d = driver();
-  CUdevice dev;
-  GA_CU_CHECK(d.cuCtxGetDevice(&dev));
-  const int slot = static_cast<int>(dev);
-  if (slot >= 0 && slot < 64 && sms[slot].load(std::memory_order_relaxed) > 0)
-    return sms[slot].load(std::memory_order_relaxed);
-  int n = 0;
-  GA_CU_CHECK(d.cuDeviceGetAttribute(&n, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev));
-  GA_REQUIRE(n > 0, "the device reports " + str(n) + " multiprocessors");
-  if (slot >= 0 && slot < 64) sms[slot].store(n, std::memory_order_relaxed);
-  return n;
-}
-
-PrefillParams& base_params(PrefillParams& p) { return p; }
-PrefillParams& base_params(PrefillQ8Params& p) { return p.base; }
-
-// The grid g, or for a persistent kernel (ga_prefill_sm90_persistent) one block per
-// multiprocessor, at most one per block of g; the kernel reads g from grid_x, grid_y and
-// num_kv_heads either way.
 template <typename Params>
-void launch_prefill_grid(const LoadedKernel& k, const PrefillGrid& g, Params p, CUstream stream) {
-  const AttentionSpec& spec = k.compiled->spec;
-  const PrefillConfig cfg = prefill_config(spec);
+void launch_prefill_grid(const LoadedKernel& k, const PrefillGrid& g, const Params& p,
+                         CUstream stream) {
+  const PrefillConfig cfg = prefill_config(k.compiled->spec);
   ensure_shared_limit(k, cfg.shared_bytes);
   const auto u = [](int64_t v) { return static_cast<unsigned>(v); };
-  base_params(p).grid_x = static_cast<int>(g.x);
-  base_params(p).grid_y = static_cast<int>(g.y);
-  LaunchShape shape{u(g.x), u(g.y), u(g.z), u(cfg.threads), u(cfg.shared_bytes)};
-  if (select_prefill_kernel(spec) == PrefillKernel::kWgmma &&
-      ga_prefill_sm90_persistent(spec.head_size, spec.q_fp8, spec.layout == KvLayout::kLegacy,
-                                 spec.block_sparse)) {
-    const int64_t blocks = g.x * g.y * g.z;
-    shape.grid_x = u(std::min<int64_t>(blocks, current_device_sms()));
-    shape.grid_y = 1;
-    shape.grid_z = 1;
-  }
-  launch(k, shape, stream, p);
+  launch(k, LaunchShape{u(g.x), u(g.y), u(g.z), u(cfg.threads), u(cfg.shared_bytes)}, stream, p);
 }
 
 }  // namespace

@@ -286,6 +286,9 @@ struct GaPrefillTile {
   int req, kv_head, q_start, q_len, seq_len, ctx, m0, m_end, pos_lo, pos_hi, kv_begin, kv_end,
       tile0, n_tiles, kv_row0;
 };
+// The start of both prefill kernels: waits for the previous kernel (before any global memory
+// access), checks the launch, then computes the block's tile. False when the block has no rows:
+// it must return at once.
 // A batch split on the device (PrefillParams::device_split_q > 0): row tile `tile` of the
 // enumeration of every prefill's row tiles, request by request, as (request, row tile of it,
 // the request's tile count). Each warp walks the requests 32 at a time with a prefix sum over
@@ -323,43 +326,26 @@ __device__ __forceinline__ bool ga_prefill_find_tile(const PrefillParams& p, int
   return false;
 }
 
-// The tile of grid block (g.x(), g.y(), g.z()) of a grid g.gx() wide with g.gz() KV heads
-// (gridDim.y is 1 when the batch is split on the device): GaLaunchGrid's (this block of the
-// launch, read where used, as the special registers they are), or GaWalkGrid's (a persistent
-// kernel's block of the grid it walks). False when the block has no rows.
-struct GaLaunchGrid {
-  __device__ __forceinline__ unsigned x() const { return blockIdx.x; }
-  __device__ __forceinline__ unsigned y() const { return blockIdx.y; }
-  __device__ __forceinline__ unsigned z() const { return blockIdx.z; }
-  __device__ __forceinline__ unsigned gx() const { return gridDim.x; }
-  __device__ __forceinline__ unsigned gz() const { return gridDim.z; }
-};
-struct GaWalkGrid {
-  unsigned bx, by, bz, nx, nz;
-  __device__ __forceinline__ unsigned x() const { return bx; }
-  __device__ __forceinline__ unsigned y() const { return by; }
-  __device__ __forceinline__ unsigned z() const { return bz; }
-  __device__ __forceinline__ unsigned gx() const { return nx; }
-  __device__ __forceinline__ unsigned gz() const { return nz; }
-};
-template <int BLOCK_M, int BLOCK_N, typename Grid>
-__device__ __forceinline__ bool ga_prefill_tile_at(const PrefillParams& p, const Grid& g,
-                                                   GaPrefillTile& t) {
-  t.kv_head = g.z();
+template <int BLOCK_M, int BLOCK_N>
+__device__ __forceinline__ bool ga_prefill_begin(const PrefillParams& p, unsigned smem_bytes,
+                                                 unsigned threads, GaPrefillTile& t) {
+  ga_grid_dependency_sync();
+  ga_require_launch(smem_bytes, threads);
+  t.kv_head = blockIdx.z;
   if (p.device_split_q > 0) {
     // Tile-major over the KV heads, in launch order (x fastest): the batch's tiles of every
     // head come first and the grid's spare blocks last, so no spare block is dispatched before
     // a tile with work.
-    const unsigned linear = g.x() + g.gx() * g.z();
-    t.kv_head = static_cast<int>(linear % g.gz());
+    const unsigned linear = blockIdx.x + gridDim.x * blockIdx.z;
+    t.kv_head = static_cast<int>(linear % gridDim.z);
     int tile_in_req = 0, req_tiles = 0;
-    if (!ga_prefill_find_tile<BLOCK_M>(p, static_cast<int>(linear / g.gz()), t.req, tile_in_req,
+    if (!ga_prefill_find_tile<BLOCK_M>(p, static_cast<int>(linear / gridDim.z), t.req, tile_in_req,
                                        req_tiles))
       return false;
     t.m0 = (req_tiles - 1 - tile_in_req) * BLOCK_M;  // a request's longest tiles first
   } else {
-    t.req = p.first_req + g.y();
-    t.m0 = (g.gx() - 1 - g.x()) * BLOCK_M;
+    t.req = p.first_req + blockIdx.y;
+    t.m0 = (gridDim.x - 1 - blockIdx.x) * BLOCK_M;
   }
   const bool uniform = GA_DENSE_KV && p.query_start_loc == nullptr;
   if (uniform) {
@@ -390,16 +376,6 @@ __device__ __forceinline__ bool ga_prefill_tile_at(const PrefillParams& p, const
   t.n_tiles =
       t.kv_end > t.tile0 * BLOCK_N ? (t.kv_end - t.tile0 * BLOCK_N + BLOCK_N - 1) / BLOCK_N : 0;
   return true;
-}
-// The start of both prefill kernels: waits for the previous kernel (before any global memory
-// access), checks the launch, then computes the block's tile. False when the block has no rows:
-// it must return at once.
-template <int BLOCK_M, int BLOCK_N>
-__device__ __forceinline__ bool ga_prefill_begin(const PrefillParams& p, unsigned smem_bytes,
-                                                 unsigned threads, GaPrefillTile& t) {
-  ga_grid_dependency_sync();
-  ga_require_launch(smem_bytes, threads);
-  return ga_prefill_tile_at<BLOCK_M, BLOCK_N>(p, GaLaunchGrid{}, t);
 }
 
 // Element offset of column col of row r of a prefill tile in the query or the output (strides in

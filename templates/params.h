@@ -406,9 +406,6 @@ struct PrefillParams {
   // tiles exit). 0: the grid above.
   int device_split_q;
   int num_reqs;  // device_split_q > 0: request slots after first_req
-  // The grid's x and y above (z: num_kv_heads). A persistent kernel
-  // (ga_prefill_sm90_persistent) runs fewer blocks, each walking blocks of that grid.
-  int grid_x, grid_y;
   GA_LSE_FIELDS  // GA_WRITE_LSE: softmax_lse[head * lse_head_stride + query token] (see below)
 };
 
@@ -477,22 +474,6 @@ constexpr int ga_prefill_sm90_stages(int head_size, bool fp8 = false) {
                    ga_prefill_sm90_raw_v_bytes(head_size, fp8)) /
                   (2 * ga_prefill_sm90_kv_bytes(head_size, fp8));
   return fit > 4 ? 4 : fit;
-}
-// A persistent sm_90 prefill (PW_PERSIST: one block per multiprocessor at most, each taking the
-// tiles of the launch grid in turn, so that the producer loads the next tile's Q and first K/V
-// stages while the consumers finish the current one) is built for the 16-bit flash layouts up
-// to head size 128 but switched off here, by measurement. H200, 4 x 4096 causal bf16: head 128
-// 1093 -> 1060 us, head 64 869 -> 861 us, head 256 1987 -> 2152-2236 us (the persistent order
-// keeps every request's tiles in flight at once, more K/V than L2 holds). H100 (50 MiB L2),
-// one call alternating both builds (docs/prefill-persistent-h100-2026-11-26.txt): head 128
-// 1083 -> 1073 us and head 64 869 -> 859 us faster, but the mixed step (graph, split on the
-// device) 6789 -> 6941 us and the chunked prefills over 8192 / 16384 cached 520 -> 525 and 996
-// -> 1003 us slower; launching one block per tile below two tiles per multiprocessor did not
-// help the mixed step. The mixed step and chunked prefill are an engine's prefill work, so
-// every spec keeps one block per tile until the persistent order wins there too; fp8 (output
-// staged through the raw V tiles), the legacy and block-sparse kernels were never persistent.
-constexpr bool ga_prefill_sm90_persistent(int head_size, bool fp8, bool legacy, bool block_sparse) {
-  return false && head_size <= 128 && !fp8 && !legacy && !block_sparse;
 }
 constexpr int ga_prefill_sm90_smem_bytes(int head_size, bool fp8 = false) {
   return ga_prefill_sm90_q_bytes(head_size, fp8) +

@@ -9,12 +9,7 @@
 //
 // Grid: x = query row tiles (reversed so the longest causal tiles start first), y = request
 // (first_req + blockIdx.y), z = KV head. Row r of a request is query token r / GROUP, head
-// kv_head * GROUP + r % GROUP, so each K/V tile serves every head of the group. With PW_PERSIST
-// (written for the 16-bit flash layouts up to head size 128; off for every spec, by measurement:
-// ga_prefill_sm90_persistent in params.h) the kernel is persistent: at most one block per
-// multiprocessor walks the tiles of that grid (see the kernel's start), so that one tile's Q and
-// first K/V stages load while the previous tile's consumers finish; it stores its output straight
-// from the registers, since the Q tile it would stage through may already hold the next tile's Q.
+// kv_head * GROUP + r % GROUP, so each K/V tile serves every head of the group.
 //
 // Three warpgroups per block, specialised:
 // - warpgroup 0, the producer, gathers Q once and then K and V tiles token row by token row
@@ -100,9 +95,6 @@ constexpr int PW_PF_STEPS = PW_BLOCK_N / (PW_FP8 ? 32 : 16);
 constexpr int PW_PRODUCER_REGS = 88;
 constexpr int PW_CONSUMER_REGS = 208;
 constexpr bool PW_LEGACY = KV_LAYOUT == 2;
-// One block per multiprocessor walking the grid's tiles (params.h; see the kernel's start).
-constexpr bool PW_PERSIST =
-    ga_prefill_sm90_persistent(HEAD_SIZE, PW_FP8, PW_LEGACY, GA_BLOCK_SPARSE);
 // The P V wgmma's B (V) operand: MN-major (1, transposed: the flash 16-bit [key][dim] tile) or
 // K-major (0: the legacy V^T tile), the 16-bit wgmma's imm-trans-b. fp8's V^T stages are K-major
 // too (fp8 wgmmas take K-major operands only, and no such flag).
@@ -150,10 +142,7 @@ static_assert(GA_KEY_X * 2 == 16, "prefill_sm90: legacy key caches with 16-byte 
 static_assert(!PW_FP8 || (!PW_LEGACY && !GA_BLOCK_SPARSE),
               "prefill_sm90 fp8: flash layouts, not block-sparse (prefill.cu serves the rest)");
 static_assert(PW_STAGES >= 2, "prefill_sm90: shared memory holds fewer than two stages");
-static_assert(6 + 4 * PW_STAGES <= 256 / 8, "prefill_sm90: mbarriers overflow their slack");
-static_assert(!PW_PERSIST || (!PW_FP8 && !GA_BLOCK_SPARSE),
-              "prefill_sm90: the persistent ring counts every tile as loaded, and fp8 stages its "
-              "output through the raw V tiles");
+static_assert(5 + 4 * PW_STAGES <= 256 / 8, "prefill_sm90: mbarriers overflow their slack");
 
 __device__ __forceinline__ unsigned pw_smem_addr(const void* p) {
   unsigned long long a;
@@ -894,50 +883,13 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
     graphattn_prefill(const __grid_constant__ PrefillParams p) {
 #endif
   extern __shared__ __align__(1024) unsigned char pw_smem[];
-  // Persistent (PW_PERSIST): gridDim.x blocks take the blocks of the launch grid (p.grid_x,
-  // p.grid_y, p.num_kv_heads) in rounds of gridDim.x: round r gives block b grid block
-  // r * gridDim.x + b, or + gridDim.x - 1 - b in odd rounds (a snake, so that no block takes
-  // the longest tile of every round), numbered with the row tiles outermost (row tiles run in
-  // reverse, so every round holds tiles of about one length) and the requests innermost.
-  // With device_split_q the grid's own order (x fastest, then the KV heads). The producer and
-  // the consumers walk the same sequence; the ring of K/V stages and the Q barrier run on
-  // across tiles. Otherwise the block's one tile of the launch grid.
   GaPrefillTile tile;
-  if constexpr (PW_PERSIST) {
-    ga_grid_dependency_sync();
-    ga_require_launch(PW_SMEM_BYTES, PW_THREADS);
-  } else if (!ga_prefill_begin<PW_BLOCK_M, PW_BLOCK_N>(p, PW_SMEM_BYTES, PW_THREADS, tile)) {
-    return;
-  }
-  int round = 0;
-  // The next tile with rows into `tile`; false when the block has none left.
-  auto next_tile = [&]() -> bool {
-    if (!PW_PERSIST) return round++ == 0;
-    const long long gyz = static_cast<long long>(p.grid_y) * p.num_kv_heads;
-    const long long total = p.grid_x * gyz;
-    for (;; ++round) {
-      const long long w = static_cast<long long>(round) * gridDim.x +
-                          ((round & 1) ? gridDim.x - 1 - blockIdx.x : blockIdx.x);
-      if (w >= total) return false;
-      unsigned x, y = 0, z;
-      if (p.device_split_q > 0) {
-        x = static_cast<unsigned>(w % p.grid_x);
-        z = static_cast<unsigned>(w / p.grid_x);
-      } else {
-        x = static_cast<unsigned>(w / gyz);
-        const long long rest = w - x * gyz;
-        z = static_cast<unsigned>(rest / p.grid_y);
-        y = static_cast<unsigned>(rest - static_cast<long long>(z) * p.grid_y);
-      }
-      const GaWalkGrid grid{x, y, z, static_cast<unsigned>(p.grid_x),
-                            static_cast<unsigned>(p.num_kv_heads)};
-      if (ga_prefill_tile_at<PW_BLOCK_M, PW_BLOCK_N>(p, grid, tile)) {
-        ++round;
-        return true;
-      }
-    }
-  };
+  if (!ga_prefill_begin<PW_BLOCK_M, PW_BLOCK_N>(p, PW_SMEM_BYTES, PW_THREADS, tile)) return;
   const int tid = threadIdx.x;
+  const int req = tile.req, kv_head = tile.kv_head, q_start = tile.q_start, ctx = tile.ctx;
+  const int m0 = tile.m0, rows = tile.q_len * GROUP, kv_end = tile.kv_end, tile0 = tile.tile0;
+  const int n_tiles = tile.n_tiles, kv_row0 = tile.kv_row0;
+
   // Tiles start on a 1024-byte boundary (the swizzle pattern repeats every 1024 bytes).
   const unsigned raw_base = pw_smem_addr(pw_smem);
   const unsigned q_base = (raw_base + 1023u) & ~1023u;
@@ -953,8 +905,6 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
   const unsigned bar_v_full = bar_k_full + 8 * PW_STAGES;
   const unsigned bar_k_empty = bar_v_full + 8 * PW_STAGES;
   const unsigned bar_v_empty = bar_k_empty + 8 * PW_STAGES;
-  // PW_PERSIST: Q empty (one arrival per consumer warp once its last S = Q K^T is done).
-  const unsigned bar_q_empty = bar_v_empty + 8 * PW_STAGES;
   if (tid == 0) {
     pw_mbar_init(bar_q, 128);
     for (int s = 0; s < PW_STAGES; ++s) {
@@ -963,110 +913,98 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
       pw_mbar_init(bar_k_empty + 8 * s, 4 * PW_CONSUMERS);
       pw_mbar_init(bar_v_empty + 8 * s, 4 * PW_CONSUMERS);
     }
-    if (PW_PERSIST) pw_mbar_init(bar_q_empty, 4 * PW_CONSUMERS);
   }
   __syncthreads();
 
+  const int* block_row = p.kv.block_table + static_cast<long long>(req) * p.kv.block_table_stride;
   if (tid < 128) {
     // Producer.
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(PW_PRODUCER_REGS));
-    const pw_elem* q = static_cast<const pw_elem*>(p.query);
-    const pw_elem* kc = static_cast<const pw_elem*>(p.kv.key_cache);
-    const pw_elem* vc = static_cast<const pw_elem*>(p.kv.value_cache);
-    // The ring's stage and phase, the K/V tiles loaded so far (all tiles) and the Q tiles.
-    int stage = 0, loads = 0, q_loads = 0;
-    unsigned phase = 0;
-    while (next_tile()) {
-      const int kv_head = tile.kv_head, q_start = tile.q_start, m0 = tile.m0;
-      const int rows = tile.q_len * GROUP, kv_end = tile.kv_end, tile0 = tile.tile0;
-      const int n_tiles = tile.n_tiles, kv_row0 = tile.kv_row0;
-      const int* block_row =
-          p.kv.block_table + static_cast<long long>(tile.req) * p.kv.block_table_stride;
-      if (n_tiles > 0) {
-        // PW_PERSIST: the previous tile's consumers are done reading Q.
-        if (PW_PERSIST && q_loads > 0) pw_mbar_wait(bar_q_empty, (q_loads - 1) & 1);
-        ++q_loads;
-        // Q rows of this tile (rows past the request are zero-filled).
-        constexpr int TOTAL = PW_BLOCK_M * PW_CHUNKS;
+    if (n_tiles > 0) {
+      // Q rows of this tile (rows past the request are zero-filled).
+      constexpr int TOTAL = PW_BLOCK_M * PW_CHUNKS;
+      const pw_elem* q = static_cast<const pw_elem*>(p.query);
 #pragma unroll 4
-        for (int idx = tid; idx < TOTAL; idx += 128) {
-          const int row = idx / PW_CHUNKS;
-          const int c = idx - row * PW_CHUNKS;
-          const int r = m0 + row;
-          const bool valid = r < rows;
-          const long long off =
-              valid ? ga_prefill_row_offset(r, c * PW_CHUNK_ELEMS, q_start, kv_head,
-                                            p.query_token_stride, p.query_head_stride)
-                    : 0;
-          pw_cp_async16(q_base + pw_swizzle(row, c, PW_BLOCK_M), q + off, valid ? 16 : 0);
-        }
-        pw_mbar_arrive_copies(bar_q);
-
-        const PwGather gather =
-            pw_gather_setup(static_cast<long long>(kv_head) * p.kv.cache_head_stride, tid);
-        const PwLegacyK legacy_k =
-            pw_legacy_k_setup(static_cast<long long>(kv_head) * p.kv.cache_head_stride, tid);
-        // fp8: tile i's raw V, once landed (its copies are commit group i; with `last`, the
-        // newest), transposed into its V^T stage.
-        auto transpose_v = [&](int i, bool last) {
-          if (last)
-            pw_cp_wait_group<0>();
-          else
-            pw_cp_wait_group<1>();
-          pw_bar_sync(PW_PRODUCER_BAR, 128);  // every thread's copies of the tile landed
-          const int st = i % PW_STAGES;
-          if (i >= PW_STAGES) pw_mbar_wait(bar_v_empty + 8 * st, ((i / PW_STAGES) & 1) ^ 1);
-          pw_transpose_v(raw_v_base + (i & 1) * PW_KV_BYTES, v_base + st * PW_KV_BYTES, tid);
-          pw_fence_proxy_async();  // the generic-proxy stores, before the wgmmas read them
-          pw_mbar_arrive(bar_v_full + 8 * st);
-        };
-#if GA_BLOCK_SPARSE
-        // The tiles kept: j counts the tiles loaded, t is the tile's index.
-        const PwTiles tiles{tile0, n_tiles, m0, rows, tile.ctx, kv_head, tid, PW_BSP_BAR};
-        for (int j = 0, t = tiles.first(p); t < n_tiles; ++j, t = tiles.next(p, t)) {
-          const int n0 = (tile0 + t) * PW_BLOCK_N;
-#else
-        for (int j = 0; j < n_tiles; ++j) {
-          const int n0 = (tile0 + j) * PW_BLOCK_N;
-#endif
-          long long off[PW_PASSES], lk_src[PW_LK_GPW];
-          if constexpr (PW_LEGACY)
-            pw_legacy_k_rows(p, block_row, legacy_k, n0, kv_end, tid, lk_src);
-          else
-            pw_gather_rows(p, block_row, kv_row0, gather, n0, kv_end, off);
-          // A stage is refilled once all consumer warps released its previous use.
-          if (loads + j >= PW_STAGES) pw_mbar_wait(bar_k_empty + 8 * stage, phase ^ 1);
-          if constexpr (PW_LEGACY)
-            pw_legacy_load_k(kc, legacy_k, lk_src, n0, kv_end, tid, k_base + stage * PW_KV_BYTES);
-          else
-            pw_gather_copy(kc, gather, off, n0, kv_end, k_base + stage * PW_KV_BYTES);
-          pw_mbar_arrive_copies(bar_k_full + 8 * stage);
-          if (PW_FP8) {
-            // Raw buffer j % 2 is free once every producer thread has transposed tile j - 2.
-            pw_bar_sync(PW_PRODUCER_BAR, 128);
-            pw_gather_copy(vc, gather, off, n0, kv_end, raw_v_base + (j & 1) * PW_KV_BYTES);
-            pw_cp_commit();
-            if (j > 0) transpose_v(j - 1, false);
-          } else {
-            if (loads + j >= PW_STAGES) pw_mbar_wait(bar_v_empty + 8 * stage, phase ^ 1);
-            if constexpr (PW_LEGACY)
-              pw_legacy_load_vt(p, block_row,
-                                static_cast<long long>(kv_head) * p.kv.cache_head_stride, n0,
-                                kv_end, v_base + stage * PW_KV_BYTES, tid);
-            else
-              pw_gather_copy(vc, gather, off, n0, kv_end, v_base + stage * PW_KV_BYTES);
-            pw_mbar_arrive_copies(bar_v_full + 8 * stage);
-          }
-          if (++stage == PW_STAGES) {
-            stage = 0;
-            phase ^= 1;
-          }
-        }
-        if (PW_FP8) transpose_v(n_tiles - 1, true);
-        loads += n_tiles;
+      for (int idx = tid; idx < TOTAL; idx += 128) {
+        const int row = idx / PW_CHUNKS;
+        const int c = idx - row * PW_CHUNKS;
+        const int r = m0 + row;
+        const bool valid = r < rows;
+        const long long off = valid
+                                  ? ga_prefill_row_offset(r, c * PW_CHUNK_ELEMS, q_start, kv_head,
+                                                          p.query_token_stride, p.query_head_stride)
+                                  : 0;
+        pw_cp_async16(q_base + pw_swizzle(row, c, PW_BLOCK_M), q + off, valid ? 16 : 0);
       }
+      pw_mbar_arrive_copies(bar_q);
+
+      const pw_elem* kc = static_cast<const pw_elem*>(p.kv.key_cache);
+      const pw_elem* vc = static_cast<const pw_elem*>(p.kv.value_cache);
+      const PwGather gather =
+          pw_gather_setup(static_cast<long long>(kv_head) * p.kv.cache_head_stride, tid);
+      const PwLegacyK legacy_k =
+          pw_legacy_k_setup(static_cast<long long>(kv_head) * p.kv.cache_head_stride, tid);
+      // fp8: tile i's raw V, once landed (its copies are commit group i; with `last`, the
+      // newest), transposed into its V^T stage.
+      auto transpose_v = [&](int i, bool last) {
+        if (last)
+          pw_cp_wait_group<0>();
+        else
+          pw_cp_wait_group<1>();
+        pw_bar_sync(PW_PRODUCER_BAR, 128);  // every thread's copies of the tile landed
+        const int st = i % PW_STAGES;
+        if (i >= PW_STAGES) pw_mbar_wait(bar_v_empty + 8 * st, ((i / PW_STAGES) & 1) ^ 1);
+        pw_transpose_v(raw_v_base + (i & 1) * PW_KV_BYTES, v_base + st * PW_KV_BYTES, tid);
+        pw_fence_proxy_async();  // the generic-proxy stores, before the wgmmas read them
+        pw_mbar_arrive(bar_v_full + 8 * st);
+      };
+      int stage = 0;
+      unsigned phase = 0;
+#if GA_BLOCK_SPARSE
+      // The tiles kept: j counts the tiles loaded, t is the tile's index.
+      const PwTiles tiles{tile0, n_tiles, m0, rows, ctx, kv_head, tid, PW_BSP_BAR};
+      for (int j = 0, t = tiles.first(p); t < n_tiles; ++j, t = tiles.next(p, t)) {
+        const int n0 = (tile0 + t) * PW_BLOCK_N;
+#else
+      for (int j = 0; j < n_tiles; ++j) {
+        const int n0 = (tile0 + j) * PW_BLOCK_N;
+#endif
+        long long off[PW_PASSES], lk_src[PW_LK_GPW];
+        if constexpr (PW_LEGACY)
+          pw_legacy_k_rows(p, block_row, legacy_k, n0, kv_end, tid, lk_src);
+        else
+          pw_gather_rows(p, block_row, kv_row0, gather, n0, kv_end, off);
+        // A stage is refilled once all consumer warps released its previous use.
+        if (j >= PW_STAGES) pw_mbar_wait(bar_k_empty + 8 * stage, phase ^ 1);
+        if constexpr (PW_LEGACY)
+          pw_legacy_load_k(kc, legacy_k, lk_src, n0, kv_end, tid, k_base + stage * PW_KV_BYTES);
+        else
+          pw_gather_copy(kc, gather, off, n0, kv_end, k_base + stage * PW_KV_BYTES);
+        pw_mbar_arrive_copies(bar_k_full + 8 * stage);
+        if (PW_FP8) {
+          // Raw buffer j % 2 is free once every producer thread has transposed tile j - 2.
+          pw_bar_sync(PW_PRODUCER_BAR, 128);
+          pw_gather_copy(vc, gather, off, n0, kv_end, raw_v_base + (j & 1) * PW_KV_BYTES);
+          pw_cp_commit();
+          if (j > 0) transpose_v(j - 1, false);
+        } else {
+          if (j >= PW_STAGES) pw_mbar_wait(bar_v_empty + 8 * stage, phase ^ 1);
+          if constexpr (PW_LEGACY)
+            pw_legacy_load_vt(p, block_row,
+                              static_cast<long long>(kv_head) * p.kv.cache_head_stride, n0, kv_end,
+                              v_base + stage * PW_KV_BYTES, tid);
+          else
+            pw_gather_copy(vc, gather, off, n0, kv_end, v_base + stage * PW_KV_BYTES);
+          pw_mbar_arrive_copies(bar_v_full + 8 * stage);
+        }
+        if (++stage == PW_STAGES) {
+          stage = 0;
+          phase ^= 1;
+        }
+      }
+      if (PW_FP8) transpose_v(n_tiles - 1, true);
+      pw_cp_wait_all();
     }
-    pw_cp_wait_all();
   } else {
     // Consumers: warpgroup cw owns tile rows [64 cw, 64 cw + 64); warp w of it rows
     // [row0, row0 + 16), this thread rows row0 + g and row0 + g + 8.
@@ -1076,291 +1014,263 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
     const int row0 = cw * 64 + ((tid >> 5) & 3) * 16;
     const int g = lane >> 2;
     const int t2 = (lane & 3) * 2;
-    // The ring's stages and phases of tiles j and j - 1 (running on across this block's
-    // tiles), and the Q tiles used.
-    int stage = 0, prev = 0, q_uses = 0;
-    unsigned phase = 0, prev_phase = 0;
-    while (next_tile()) {
-      const int kv_head = tile.kv_head, q_start = tile.q_start, ctx = tile.ctx, m0 = tile.m0;
-      const int rows = tile.q_len * GROUP, kv_end = tile.kv_end, tile0 = tile.tile0;
-      const int n_tiles = tile.n_tiles;
-      int pos[2];
-      float slope[2], sink[2];  // ALiBi slopes and sink logits of the rows' heads (log2 domain)
+    int pos[2];
+    float slope[2], sink[2];  // ALiBi slopes and sink logits of the rows' heads (log2 domain)
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int row = m0 + row0 + g + r * 8;
-        pos[r] = row < rows ? ctx + row / GROUP : -1;
-        const int head = kv_head * GROUP + row % GROUP;
-        slope[r] = ga_alibi_slope_log2(p.terms, head, row < rows);
-        sink[r] = ga_sink_log2(p.terms, head, row < rows);
-      }
-      PwBspRows bsp{};
+    for (int r = 0; r < 2; ++r) {
+      const int row = m0 + row0 + g + r * 8;
+      pos[r] = row < rows ? ctx + row / GROUP : -1;
+      const int head = kv_head * GROUP + row % GROUP;
+      slope[r] = ga_alibi_slope_log2(p.terms, head, row < rows);
+      sink[r] = ga_sink_log2(p.terms, head, row < rows);
+    }
+    PwBspRows bsp{};
 #if GA_BLOCK_SPARSE
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int row = m0 + row0 + g + r * 8;
-        bsp.qb[r] = pos[r] >= 0 ? pos[r] / p.bsp.block : 0;
-        bsp.off[r] = ga_bsp_offset(p.bsp, kv_head * GROUP + row % GROUP);
-      }
+    for (int r = 0; r < 2; ++r) {
+      const int row = m0 + row0 + g + r * 8;
+      bsp.qb[r] = pos[r] >= 0 ? pos[r] / p.bsp.block : 0;
+      bsp.off[r] = ga_bsp_offset(p.bsp, kv_head * GROUP + row % GROUP);
+    }
 #endif
-      const PwTiles tiles{tile0, n_tiles, m0, rows, ctx, kv_head, tid & 127, PW_BSP_BAR + 1 + cw};
-      // Positions of the warp's first and last rows (rows past the request are never stored,
-      // so they need no mask).
-      const int w_pos_lo = ctx + (m0 + row0) / GROUP;
-      const int w_pos_hi = ctx + (min(rows, m0 + row0 + 16) - 1) / GROUP;
+    const PwTiles tiles{tile0, n_tiles, m0, rows, ctx, kv_head, tid & 127, PW_BSP_BAR + 1 + cw};
+    // Positions of the warp's first and last rows (rows past the request are never stored,
+    // so they need no mask).
+    const int w_pos_lo = ctx + (m0 + row0) / GROUP;
+    const int w_pos_hi = ctx + (min(rows, m0 + row0 + 16) - 1) / GROUP;
 
-      // o: output accumulators; s: scores, then probabilities, of the newest tile; pf: the
-      // probabilities of the tile whose P V is issued next, as wgmma A fragments.
-      float o[HEAD_SIZE / 2];
-      float s[PW_BLOCK_N / 2];
-      unsigned pf[PW_PF_STEPS][4];
-      const float ninf = __int_as_float(0xff800000);
-      float m[2] = {ninf, ninf}, l[2] = {0.f, 0.f}, alpha[2];
+    // o: output accumulators; s: scores, then probabilities, of the newest tile; pf: the
+    // probabilities of the tile whose P V is issued next, as wgmma A fragments.
+    float o[HEAD_SIZE / 2];
+    float s[PW_BLOCK_N / 2];
+    unsigned pf[PW_PF_STEPS][4];
+    const float ninf = __int_as_float(0xff800000);
+    float m[2] = {ninf, ninf}, l[2] = {0.f, 0.f}, alpha[2];
 #pragma unroll
-      for (int i = 0; i < HEAD_SIZE / 2; ++i) o[i] = 0.f;
+    for (int i = 0; i < HEAD_SIZE / 2; ++i) o[i] = 0.f;
 
-      // Descriptors: Q and K K-major (8-row groups 1024 bytes apart; k-steps of 16 columns are
-      // 32 bytes inside the swizzled 128-byte row, column blocks of 64 a whole block apart; the
-      // legacy K tile unswizzled: pw_k_desc, pw_k_kstep); V MN-major (64-column blocks
-      // PW_BLOCK_N rows apart, 8-row groups 1024 bytes apart), the legacy and fp8 V^T K-major
-      // (PW_V_LEAD, pw_v_kstep).
-      const unsigned long long q_desc = pw_desc(q_base + cw * 64 * 128, 16, 1024);
-      const unsigned long long k_desc = pw_k_desc(k_base);
-      const unsigned long long v_desc = pw_desc(v_base, PW_V_LEAD, 1024);
+    // Descriptors: Q and K K-major (8-row groups 1024 bytes apart; k-steps of 16 columns are
+    // 32 bytes inside the swizzled 128-byte row, column blocks of 64 a whole block apart; the
+    // legacy K tile unswizzled: pw_k_desc, pw_k_kstep); V MN-major (64-column blocks PW_BLOCK_N
+    // rows apart, 8-row groups 1024 bytes apart), the legacy and fp8 V^T K-major (PW_V_LEAD,
+    // pw_v_kstep).
+    const unsigned long long q_desc = pw_desc(q_base + cw * 64 * 128, 16, 1024);
+    const unsigned long long k_desc = pw_k_desc(k_base);
+    const unsigned long long v_desc = pw_desc(v_base, PW_V_LEAD, 1024);
 #ifdef GA_Q_E4M3
-      const GaPrefillScales scales = ga_prefill_q8_scales(p, params.q8, tile.req, kv_head);
+    const GaPrefillScales scales = ga_prefill_q8_scales(p, params.q8, req, kv_head);
 #else
-      const PrefillParams& scales = p;  // 16-bit KV: the host's scales, no k/v scales
+    const PrefillParams& scales = p;  // 16-bit KV: the host's scales, no k/v scales
 #endif
 
-      // S = Q K^T of the K tile in `stage`, into s.
-      auto issue_s = [&](int stage) {
-        const unsigned long long kd = k_desc + ((stage * PW_KV_BYTES) >> 4);
+    // S = Q K^T of the K tile in `stage`, into s.
+    auto issue_s = [&](int stage) {
+      const unsigned long long kd = k_desc + ((stage * PW_KV_BYTES) >> 4);
 #pragma unroll
-        for (int ks = 0; ks < PW_KSTEPS; ++ks) {
-          // Descriptor addresses count 16-byte units: a column block is rows * 8 of them, a
-          // k-step of 32 bytes (16 columns, fp8 32) 2.
-          const unsigned long long qd = q_desc + (ks >> 2) * (PW_BLOCK_M * 8) + (ks & 3) * 2;
-          const unsigned long long kd_ks = kd + pw_k_kstep(ks);
-          if (PW_FP8)
-            pw_wgmma8_ss<PW_BLOCK_N>(s, qd, kd_ks, ks > 0);
-          else
-            pw_wgmma_ss<PW_BLOCK_N>(s, qd, kd_ks, ks > 0);
-        }
-      };
-      // O += P V with P from pf and the V tile in `stage`.
-      auto issue_pv = [&](int stage) {
-        const unsigned long long vd = v_desc + ((stage * PW_KV_BYTES) >> 4);
-#pragma unroll
-        for (int kk = 0; kk < PW_PF_STEPS; ++kk) {
-          if (PW_FP8)
-            pw_wgmma8_rs<HEAD_SIZE>(o, pf[kk], vd + pw_v_kstep(kk));
-          else
-            pw_wgmma_rs<HEAD_SIZE>(o, pf[kk], vd + pw_v_kstep(kk));
-        }
-      };
-      auto softmax = [&](int j) {
-        const int n0 = (tile0 + j) * PW_BLOCK_N;
-        if (GA_BLOCK_SPARSE) pw_bsp_tile_vis(p, n0, bsp);
-        if (GA_BLOCK_SPARSE ||
-            ga_prefill_tile_masked(n0, PW_BLOCK_N, w_pos_lo, w_pos_hi, kv_end, p.window))
-          pw_softmax<true>(p, scales, s, n0, kv_end, t2, pos, slope, m, l, alpha, bsp);
+      for (int ks = 0; ks < PW_KSTEPS; ++ks) {
+        // Descriptor addresses count 16-byte units: a column block is rows * 8 of them, a
+        // k-step of 32 bytes (16 columns, fp8 32) 2.
+        const unsigned long long qd = q_desc + (ks >> 2) * (PW_BLOCK_M * 8) + (ks & 3) * 2;
+        const unsigned long long kd_ks = kd + pw_k_kstep(ks);
+        if (PW_FP8)
+          pw_wgmma8_ss<PW_BLOCK_N>(s, qd, kd_ks, ks > 0);
         else
-          pw_softmax<false>(p, scales, s, n0, kv_end, t2, pos, slope, m, l, alpha, bsp);
-      };
-      // Every batch of wgmmas is issued between these two. With PW_PINGPONG the two consumer
-      // warpgroups take turns: a warpgroup issues a batch only after the other one has issued
-      // its previous batch, so one's wgmmas run while the other does its softmax. Consumer cw
-      // waits on barrier PW_SCHED_BAR + cw, completed by its own 128 threads syncing and the
-      // other's 128 arriving. Both consumers issue the same number of batches (n_tiles is per
-      // block) and consumer 0 is released once up front, so consumer 1 skips its arrive after
-      // its last batch: every barrier phase that starts also completes.
-      auto issue_begin = [&] {
-        if (PW_PINGPONG) pw_bar_sync(PW_SCHED_BAR + cw, 256);
-        // The normal writes of o and pf (rescale, packing) complete before wgmmas read them.
-        pw_fence_regs(o);
-        pw_fence_regs(pf);
-        pw_wgmma_fence();
-      };
-      auto issue_end = [&](bool last) {
-        if (PW_PINGPONG && !(last && cw == 1)) pw_bar_arrive(PW_SCHED_BAR + 1 - cw, 256);
-      };
-      // The P V of the tile in (stage, phase), waited for.
-      auto pv = [&](int stage, unsigned phase, bool last) {
-        pw_mbar_wait(bar_v_full + 8 * stage, phase);
-        pw_fence_proxy_async();
-        issue_begin();
-        issue_pv(stage);
+          pw_wgmma_ss<PW_BLOCK_N>(s, qd, kd_ks, ks > 0);
+      }
+    };
+    // O += P V with P from pf and the V tile in `stage`.
+    auto issue_pv = [&](int stage) {
+      const unsigned long long vd = v_desc + ((stage * PW_KV_BYTES) >> 4);
+#pragma unroll
+      for (int kk = 0; kk < PW_PF_STEPS; ++kk) {
+        if (PW_FP8)
+          pw_wgmma8_rs<HEAD_SIZE>(o, pf[kk], vd + pw_v_kstep(kk));
+        else
+          pw_wgmma_rs<HEAD_SIZE>(o, pf[kk], vd + pw_v_kstep(kk));
+      }
+    };
+    auto softmax = [&](int j) {
+      const int n0 = (tile0 + j) * PW_BLOCK_N;
+      if (GA_BLOCK_SPARSE) pw_bsp_tile_vis(p, n0, bsp);
+      if (GA_BLOCK_SPARSE ||
+          ga_prefill_tile_masked(n0, PW_BLOCK_N, w_pos_lo, w_pos_hi, kv_end, p.window))
+        pw_softmax<true>(p, scales, s, n0, kv_end, t2, pos, slope, m, l, alpha, bsp);
+      else
+        pw_softmax<false>(p, scales, s, n0, kv_end, t2, pos, slope, m, l, alpha, bsp);
+    };
+    // Every batch of wgmmas is issued between these two. With PW_PINGPONG the two consumer
+    // warpgroups take turns: a warpgroup issues a batch only after the other one has issued
+    // its previous batch, so one's wgmmas run while the other does its softmax. Consumer cw
+    // waits on barrier PW_SCHED_BAR + cw, completed by its own 128 threads syncing and the
+    // other's 128 arriving. Both consumers issue the same number of batches (n_tiles is per
+    // block) and consumer 0 is released once up front, so consumer 1 skips its arrive after
+    // its last batch: every barrier phase that starts also completes.
+    auto issue_begin = [&] {
+      if (PW_PINGPONG) pw_bar_sync(PW_SCHED_BAR + cw, 256);
+      // The normal writes of o and pf (rescale, packing) complete before wgmmas read them.
+      pw_fence_regs(o);
+      pw_fence_regs(pf);
+      pw_wgmma_fence();
+    };
+    auto issue_end = [&](bool last) {
+      if (PW_PINGPONG && !(last && cw == 1)) pw_bar_arrive(PW_SCHED_BAR + 1 - cw, 256);
+    };
+    // The P V of the tile in (stage, phase), waited for.
+    auto pv = [&](int stage, unsigned phase, bool last) {
+      pw_mbar_wait(bar_v_full + 8 * stage, phase);
+      pw_fence_proxy_async();
+      issue_begin();
+      issue_pv(stage);
+      pw_wgmma_commit();
+      issue_end(last);
+      pw_wgmma_wait<0>();
+      pw_fence_regs(o);
+      pw_fence_regs(pf);
+      if (lane == 0) pw_mbar_arrive(bar_v_empty + 8 * stage);
+    };
+
+    int stage = 0, prev = 0;  // ring stages and phases of tiles j and j - 1
+    unsigned phase = 0, prev_phase = 0;
+    // Tile j: S_j = Q K_j^T and its softmax, then O rescaled and P_j packed into pf. With
+    // `with_pv`, O += P_{j-1} V_{j-1} is issued right behind S_j as a second wgmma group and
+    // still runs during the softmax of S_j, which therefore leaves o and pf alone; without
+    // PW_OVERLAP, the P V of tile j itself follows, waited for.
+    auto tile = [&](int j, bool with_pv, bool last) {
+      pw_mbar_wait(bar_k_full + 8 * stage, phase);
+      if (with_pv) pw_mbar_wait(bar_v_full + 8 * prev, prev_phase);
+      pw_fence_proxy_async();
+      issue_begin();
+      issue_s(stage);
+      pw_wgmma_commit();
+      if (with_pv) {
+        issue_pv(prev);
         pw_wgmma_commit();
-        issue_end(last);
+      }
+      issue_end(false);
+      if (with_pv)
+        pw_wgmma_wait<1>();  // groups complete in order: S_j is done, P V may still run
+      else
+        pw_wgmma_wait<0>();
+      pw_fence_regs(s);
+      if (lane == 0) pw_mbar_arrive(bar_k_empty + 8 * stage);
+
+      softmax(j);
+      if (with_pv) {
         pw_wgmma_wait<0>();
         pw_fence_regs(o);
         pw_fence_regs(pf);
-        if (lane == 0) pw_mbar_arrive(bar_v_empty + 8 * stage);
-      };
-
-      // Tile j: S_j = Q K_j^T and its softmax, then O rescaled and P_j packed into pf. With
-      // `with_pv`, O += P_{j-1} V_{j-1} is issued right behind S_j as a second wgmma group and
-      // still runs during the softmax of S_j, which therefore leaves o and pf alone; without
-      // PW_OVERLAP, the P V of tile j itself follows, waited for.
-      auto tile = [&](int j, bool with_pv, bool last) {
-        pw_mbar_wait(bar_k_full + 8 * stage, phase);
-        if (with_pv) pw_mbar_wait(bar_v_full + 8 * prev, prev_phase);
-        pw_fence_proxy_async();
-        issue_begin();
-        issue_s(stage);
-        pw_wgmma_commit();
-        if (with_pv) {
-          issue_pv(prev);
-          pw_wgmma_commit();
-        }
-        issue_end(false);
-        if (with_pv)
-          pw_wgmma_wait<1>();  // groups complete in order: S_j is done, P V may still run
-        else
-          pw_wgmma_wait<0>();
-        pw_fence_regs(s);
-        if (lane == 0) pw_mbar_arrive(bar_k_empty + 8 * stage);
-        // PW_PERSIST: the producer may load the next tile's Q once every consumer warp is here.
-        if (PW_PERSIST && last && lane == 0) pw_mbar_arrive(bar_q_empty);
-
-        softmax(j);
-        if (with_pv) {
-          pw_wgmma_wait<0>();
-          pw_fence_regs(o);
-          pw_fence_regs(pf);
-          if (lane == 0) pw_mbar_arrive(bar_v_empty + 8 * prev);
-        }
-        // fp8: a warp whose rows' maxima all stayed (alpha exactly 1) skips the rescale, which
-        // weighs more against the halved wgmma time (H200, 4 x 4096 causal: 838 us against 876).
-        if (!PW_FP8 || __any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
+        if (lane == 0) pw_mbar_arrive(bar_v_empty + 8 * prev);
+      }
+      // fp8: a warp whose rows' maxima all stayed (alpha exactly 1) skips the rescale, which
+      // weighs more against the halved wgmma time (H200, 4 x 4096 causal: 838 us against 876).
+      if (!PW_FP8 || __any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
 #pragma unroll
-          for (int d = 0; d < HEAD_SIZE / 8; ++d) {
-            o[d * 4 + 0] *= alpha[0];
-            o[d * 4 + 1] *= alpha[0];
-            o[d * 4 + 2] *= alpha[1];
-            o[d * 4 + 3] *= alpha[1];
-          }
+        for (int d = 0; d < HEAD_SIZE / 8; ++d) {
+          o[d * 4 + 0] *= alpha[0];
+          o[d * 4 + 1] *= alpha[0];
+          o[d * 4 + 2] *= alpha[1];
+          o[d * 4 + 3] *= alpha[1];
         }
-        if (PW_FP8)
-          pw_pack_p8(s, pf);
-        else
-          pw_pack_p(s, pf);
-        if (!PW_OVERLAP) pv(stage, phase, GA_BLOCK_SPARSE ? last : j == n_tiles - 1);
-      };
+      }
+      if (PW_FP8)
+        pw_pack_p8(s, pf);
+      else
+        pw_pack_p(s, pf);
+      if (!PW_OVERLAP) pv(stage, phase, GA_BLOCK_SPARSE ? last : j == n_tiles - 1);
+    };
 
-      auto advance = [&] {
-        prev = stage;
-        prev_phase = phase;
-        if (++stage == PW_STAGES) {
-          stage = 0;
-          phase ^= 1;
-        }
-      };
+    auto advance = [&] {
+      prev = stage;
+      prev_phase = phase;
+      if (++stage == PW_STAGES) {
+        stage = 0;
+        phase ^= 1;
+      }
+    };
 
-      // With PW_OVERLAP, tile 0 (no P V before it) is peeled off the loop and the last tile's
-      // P V follows it, so the loop body issues both kinds of wgmma without a branch between.
-      if (n_tiles > 0) {
-        pw_mbar_wait(bar_q, q_uses & 1);
-        ++q_uses;
+    // With PW_OVERLAP, tile 0 (no P V before it) is peeled off the loop and the last tile's
+    // P V follows it, so the loop body issues both kinds of wgmma without a branch between.
+    if (n_tiles > 0) {
+      pw_mbar_wait(bar_q, 0);
 #if !GA_BLOCK_SPARSE
-        if (PW_PINGPONG && cw == 1) pw_bar_arrive(PW_SCHED_BAR, 256);  // consumer 0 starts
+      if (PW_PINGPONG && cw == 1) pw_bar_arrive(PW_SCHED_BAR, 256);  // consumer 0 starts
+      if (PW_OVERLAP) {
+        tile(0, false, n_tiles == 1);
+        advance();
+      }
+      for (int j = PW_OVERLAP ? 1 : 0; j < n_tiles; ++j) {
+        tile(j, PW_OVERLAP, j == n_tiles - 1);
+        advance();
+      }
+      if (PW_OVERLAP) pv(prev, prev_phase, true);
+#else
+      // The same over the tiles kept: t is a tile's index, u the next one's.
+      int t = tiles.first(p);
+      if (t < n_tiles) {
+        if (PW_PINGPONG && cw == 1) pw_bar_arrive(PW_SCHED_BAR, 256);
         if (PW_OVERLAP) {
-          tile(0, false, n_tiles == 1);
+          const int u = tiles.next(p, t);
+          tile(t, false, u >= n_tiles);
           advance();
+          t = u;
         }
-        for (int j = PW_OVERLAP ? 1 : 0; j < n_tiles; ++j) {
-          tile(j, PW_OVERLAP, j == n_tiles - 1);
+        for (int u; t < n_tiles; t = u) {
+          u = tiles.next(p, t);
+          tile(t, PW_OVERLAP, u >= n_tiles);
           advance();
         }
         if (PW_OVERLAP) pv(prev, prev_phase, true);
-#else
-        // The same over the tiles kept: t is a tile's index, u the next one's.
-        int t = tiles.first(p);
-        if (t < n_tiles) {
-          if (PW_PINGPONG && cw == 1) pw_bar_arrive(PW_SCHED_BAR, 256);
-          if (PW_OVERLAP) {
-            const int u = tiles.next(p, t);
-            tile(t, false, u >= n_tiles);
-            advance();
-            t = u;
-          }
-          for (int u; t < n_tiles; t = u) {
-            u = tiles.next(p, t);
-            tile(t, PW_OVERLAP, u >= n_tiles);
-            advance();
-          }
-          if (PW_OVERLAP) pv(prev, prev_phase, true);
-        }
-#endif
       }
+#endif
+    }
 
-      // Normalise; rows that saw no key (seq_len 0) become zeros. PW_PERSIST stores from the
-      // registers; otherwise stage through this warp's own Q rows (swizzled, so the 4-byte
-      // stores and 16-byte loads are conflict-free; fp8: the same rows of the raw V tiles, which
-      // the producer no longer reads once the last V^T stage is full, and a 16-bit output tile
-      // fills exactly), then store whole 16-byte chunks.
-      unsigned char* s_o = PW_FP8 ? pw_smem + (raw_v_base - raw_base) : s_q;
-      float inv[2];
+    // Normalise; rows that saw no key (seq_len 0) become zeros. Stage through this warp's own
+    // Q rows (swizzled, so the 4-byte stores and 16-byte loads are conflict-free; fp8: the same
+    // rows of the raw V tiles, which the producer no longer reads once the last V^T stage is
+    // full, and a 16-bit output tile fills exactly), then store whole 16-byte chunks.
+    unsigned char* s_o = PW_FP8 ? pw_smem + (raw_v_base - raw_base) : s_q;
+    float inv[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float li = l[r];
+      li += __shfl_xor_sync(0xffffffffu, li, 1);
+      li += __shfl_xor_sync(0xffffffffu, li, 2);
+      if (PW_FP8) li *= 1.f / 256;  // l and O carry the probabilities' 2^8 (pw_softmax)
+      inv[r] = HAS_SINKS  ? scales.v_scale * ga_sink_normalizer(m[r], li, sink[r])
+               : li > 0.f ? scales.v_scale / li
+                          : 0.f;
+      if (PW_FP8) inv[r] *= 1.f / 256;
+#ifdef GA_WRITE_LSE
+      const int row = m0 + row0 + g + r * 8;
+      if ((lane & 3) == 0 && row < rows) {
+        const int tok = row / GROUP;
+        p.softmax_lse[(kv_head * GROUP + row - tok * GROUP) * p.lse_head_stride + q_start + tok] =
+            ga_lse(m[r], li, sink[r]);
+      }
+#endif
+    }
+    pw_bar_sync(1 + cw, 128);  // every warp of the warpgroup is done with its wgmmas reading Q
+#pragma unroll
+    for (int d = 0; d < HEAD_SIZE / 8; ++d) {
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        float li = l[r];
-        li += __shfl_xor_sync(0xffffffffu, li, 1);
-        li += __shfl_xor_sync(0xffffffffu, li, 2);
-        if (PW_FP8) li *= 1.f / 256;  // l and O carry the probabilities' 2^8 (pw_softmax)
-        inv[r] = HAS_SINKS  ? scales.v_scale * ga_sink_normalizer(m[r], li, sink[r])
-                 : li > 0.f ? scales.v_scale / li
-                            : 0.f;
-        if (PW_FP8) inv[r] *= 1.f / 256;
-#ifdef GA_WRITE_LSE
-        const int row = m0 + row0 + g + r * 8;
-        if ((lane & 3) == 0 && row < rows) {
-          const int tok = row / GROUP;
-          p.softmax_lse[(kv_head * GROUP + row - tok * GROUP) * p.lse_head_stride + q_start + tok] =
-              ga_lse(m[r], li, sink[r]);
-        }
-#endif
+        const int row = row0 + g + r * 8;
+        *reinterpret_cast<unsigned*>(s_o + pw_swizzle(row, d, PW_BLOCK_M) + t2 * 2) =
+            ga_pack2(o[d * 4 + 2 * r] * inv[r], o[d * 4 + 2 * r + 1] * inv[r]);
       }
-      if constexpr (PW_PERSIST) {
-        // The producer may already be loading the next tile's Q: each thread stores its own
-        // pairs of columns straight from the registers.
-        ga_u16* out = static_cast<ga_u16*>(p.output);
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const int row = m0 + row0 + g + r * 8;
-          if (row >= rows) continue;
-          ga_u16* dst = out + ga_prefill_row_offset(row, t2, q_start, kv_head,
-                                                    p.output_token_stride, p.output_head_stride);
-#pragma unroll
-          for (int d = 0; d < HEAD_SIZE / 8; ++d)
-            *reinterpret_cast<unsigned*>(dst + d * 8) =
-                ga_pack2(o[d * 4 + 2 * r] * inv[r], o[d * 4 + 2 * r + 1] * inv[r]);
-        }
-      } else {
-        pw_bar_sync(1 + cw, 128);  // every warp of the warpgroup is done with its wgmmas reading Q
-#pragma unroll
-        for (int d = 0; d < HEAD_SIZE / 8; ++d) {
-#pragma unroll
-          for (int r = 0; r < 2; ++r) {
-            const int row = row0 + g + r * 8;
-            *reinterpret_cast<unsigned*>(s_o + pw_swizzle(row, d, PW_BLOCK_M) + t2 * 2) =
-                ga_pack2(o[d * 4 + 2 * r] * inv[r], o[d * 4 + 2 * r + 1] * inv[r]);
-          }
-        }
-        __syncwarp();
-        ga_u16* out = static_cast<ga_u16*>(p.output);
+    }
+    __syncwarp();
+    ga_u16* out = static_cast<ga_u16*>(p.output);
 #pragma unroll 4
-        for (int idx = lane; idx < 16 * PW_OUT_CHUNKS; idx += 32) {
-          const int row = idx / PW_OUT_CHUNKS;
-          const int c = idx - row * PW_OUT_CHUNKS;
-          const int r = m0 + row0 + row;
-          if (r < rows)
-            *reinterpret_cast<uint4*>(out + ga_prefill_row_offset(r, c * 8, q_start, kv_head,
-                                                                  p.output_token_stride,
-                                                                  p.output_head_stride)) =
-                *reinterpret_cast<const uint4*>(s_o + pw_swizzle(row0 + row, c, PW_BLOCK_M));
-        }
-      }
+    for (int idx = lane; idx < 16 * PW_OUT_CHUNKS; idx += 32) {
+      const int row = idx / PW_OUT_CHUNKS;
+      const int c = idx - row * PW_OUT_CHUNKS;
+      const int r = m0 + row0 + row;
+      if (r < rows)
+        *reinterpret_cast<uint4*>(out + ga_prefill_row_offset(r, c * 8, q_start, kv_head,
+                                                              p.output_token_stride,
+                                                              p.output_head_stride)) =
+            *reinterpret_cast<const uint4*>(s_o + pw_swizzle(row0 + row, c, PW_BLOCK_M));
     }
   }
 }
