@@ -187,9 +187,9 @@ DecodeGrid decode_grid(int num_decodes, int num_kv_heads, int columns, int max_m
       return static_cast<double>(blocks) /
              static_cast<double>((blocks + slots - 1) / slots * slots);
     };
-    const bool free_slots_matter = len <= 2048 || blocks_per_split < 2 * sms;
     const int max_stages = g.stages;
     const bool many_waves = blocks_per_split >= 3 * sms * std::max(1, dev.blocks_per_sm[shallow]);
+    const bool by_free_slots = !many_waves && (len <= 2048 || blocks_per_split < 2 * sms);
     int chosen = 0;
     double best = 0, best_slots = 0;
     for (int st = shallow; st <= max_stages; ++st) {
@@ -198,8 +198,8 @@ DecodeGrid decode_grid(int num_decodes, int num_kv_heads, int columns, int max_m
       const double f = many_waves ? 1.0 : fill(blocks_per_split, per_sm);
       const double sf = slot_fill(blocks_per_split, per_sm);
       const bool tie = chosen != 0 && f > best - 0.02 && f < best + 0.02;
-      const bool fuller = free_slots_matter && !many_waves && sf >= best_slots + 0.02;
-      const bool emptier = free_slots_matter && !many_waves && sf <= best_slots - 0.02;
+      const bool fuller = by_free_slots && sf >= best_slots + 0.02;
+      const bool emptier = by_free_slots && sf <= best_slots - 0.02;
       if (chosen == 0 || f >= best + 0.02 ||
           (tie && (fuller || (!emptier && per_sm >= dev.blocks_per_sm[chosen])))) {
         chosen = st;

@@ -128,13 +128,13 @@ DecodeDevice prepare_decode_kernel(const LoadedKernel& decode);
 // The split policy, a pure function. A batch whose (request, KV head) blocks fill the
 // multiprocessors by itself takes the pipeline depth whose resident blocks fill them best over
 // the waves (the most resident blocks when there are three waves or more; between depths that
-// fill them equally, for blocks of 2048 tokens or fewer the one leaving the fewest resident
-// slots free, else the most resident blocks), and splits (up to 4,
-// each of 2048 tokens or more) only where no depth fills them; one split writes its output
-// directly. A smaller batch is split until there is about one block per multiprocessor, never
-// into splits of fewer than GA_DECODE_MIN_TILES_PER_SPLIT tiles: short splits (up to 16 tiles a
-// warp) take the shallow pipeline (ga_decode_shallow_stages) and run as clusters where the
-// device holds max_splits blocks in one; long ones the deepest (ga_decode_max_stages).
+// fill them equally, for blocks of 2048 tokens or fewer, or fewer blocks than two per
+// multiprocessor, the one leaving the fewest resident slots free, else the most resident blocks),
+// and splits (up to 4, each of 2048 tokens or more) only where no depth fills them; one split
+// writes its output directly. A smaller batch is split until there is about one block per
+// multiprocessor, never into splits of fewer than GA_DECODE_MIN_TILES_PER_SPLIT tiles: short splits
+// (up to 16 tiles a warp) take the shallow pipeline (ga_decode_shallow_stages) and run as clusters
+// where the device holds max_splits blocks in one; long ones the deepest (ga_decode_max_stages).
 //   max_model_len: longest seq_len; window: sliding window (0 none); columns: query columns per
 //   KV head, the GQA group (times max_query_len for multi-token decode)
 DecodeGrid decode_grid(int num_decodes, int num_kv_heads, int columns, int max_model_len,
