@@ -350,6 +350,8 @@ nlohmann::json bench_decode(const Device& dev, const DecodeOptions& o, const Pee
         a.counters = split_counters;
         return a;
       };
+      // Percent of the read-only bandwidth at t us a launch.
+      auto pct_read = [&](double t) { return 100.0 * kv_bytes / t / 1e3 / dev.read_gbs; };
       for (int row = 0; row < 2 * ga_decode_max_stages(D, elem); ++row) {
         const int stages = row / 2 + 1;
         const bool cluster = row % 2 == 1;
@@ -367,7 +369,7 @@ nlohmann::json bench_decode(const Device& dev, const DecodeOptions& o, const Pee
           const double t =
               time_us(dev, o.reps, true, [&] { GA_CU_CHECK(d.cuGraphLaunch(e, dev.stream)); });
           d.cuGraphExecDestroy(e);
-          std::printf("  %d: %.1f us (%.0f%%)", sp, t, 100.0 * kv_bytes / t / 1e3 / dev.read_gbs);
+          std::printf("  %d: %.1f us (%.0f%%)", sp, t, pct_read(t));
         }
         std::printf("\n");
       }
@@ -430,12 +432,12 @@ nlohmann::json bench_decode(const Device& dev, const DecodeOptions& o, const Pee
         const double pt = chain_us(psp, pst);
         std::printf(
             "   chain of %d, us per launch: policy (%d splits, %d stages) %.1f us (%.0f%%)\n",
-            o.chain, psp, pst, pt, 100.0 * kv_bytes / pt / 1e3 / dev.read_gbs);
+            o.chain, psp, pst, pt, pct_read(pt));
         for (int stages = 2; stages <= ga_decode_max_stages(D, elem); ++stages) {
           std::printf("   chain of %d, %d stages, splits:", o.chain, stages);
           for (int sp : o.try_splits) {
             const double t = chain_us(sp, stages);
-            std::printf("  %d: %.1f us (%.0f%%)", sp, t, 100.0 * kv_bytes / t / 1e3 / dev.read_gbs);
+            std::printf("  %d: %.1f us (%.0f%%)", sp, t, pct_read(t));
           }
           std::printf("\n");
         }
