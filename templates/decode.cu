@@ -488,6 +488,9 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   // token's key and value and the device KV scales are read after the wait.
   const bool early = p.early_prologue != 0;
   if (!early) ga_grid_dependency_sync();
+  // early_prologue 2: the next kernel may be scheduled at once (its own wait still orders it
+  // after this one), so its prologue can run under this kernel's whole run.
+  if (p.early_prologue > 1) ga_allow_dependents();
   extern __shared__ __align__(128) unsigned char smem[];
   // [stage 1: the block's work] (split, KV head, column chunk, request) and its columns.
   const int split = blockIdx.x;
