@@ -1320,22 +1320,21 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
 
   // The split that finishes last combines: each block publishes its partial, counts itself on
   // its (request, grid y) counter, and the one that sees num_splits - 1 reads every split's
-  // partial. atomicInc wraps at num_splits - 1, so the counter is back at zero for the next
-  // launch. One thread fences for the block: the barrier orders the block's partial stores
-  // before thread 0's fence (release, cumulative) and atomic; in the last block thread 0's
-  // second fence (acquire) and the barrier order every thread's loads after the other blocks'
-  // stores (the pattern of CUTLASS's semaphore; a fence in each thread cost a memory barrier
-  // wait in each warp).
+  // partial. The increment wraps at num_splits - 1, so the counter is back at zero for the next
+  // launch. One thread counts for the block, with one acquire-release atomic (no separate
+  // fences): the barrier orders the block's partial stores before thread 0's release
+  // (cumulative); in the last block its acquire and the barrier order every thread's loads after
+  // the other blocks' stores (a fence in each thread cost a memory barrier wait in each warp).
   __shared__ unsigned ga_last_arrival;
   __syncthreads();
   if (tid == 0) {
-    __threadfence();
-    const unsigned done =
-        atomicInc(p.counters + static_cast<long long>(req) * gridDim.y + blockIdx.y,
-                  static_cast<unsigned>(num_splits - 1));
-    const bool last = done == static_cast<unsigned>(num_splits - 1);
-    if (last) __threadfence();
-    ga_last_arrival = last;
+    unsigned done;
+    asm volatile("atom.acq_rel.gpu.global.inc.u32 %0, [%1], %2;"
+                 : "=r"(done)
+                 : "l"(p.counters + static_cast<long long>(req) * gridDim.y + blockIdx.y),
+                   "r"(static_cast<unsigned>(num_splits - 1))
+                 : "memory");
+    ga_last_arrival = done == static_cast<unsigned>(num_splits - 1);
   }
   __syncthreads();
   if (!ga_last_arrival) return;
@@ -1347,7 +1346,7 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
     const float* part = p.partial_out + row0 * HEAD_SIZE + d;
     float lse_out;
     ga_store4(ga_output_row(p, token, head) + d,
-              ga_combine_splits<8>(
+              ga_combine_splits<16>(
                   num_splits, ga_sink_log2(p.terms, head, true),
                   [&](int sp, float& ls, float4& x) {
                     ls = __ldcg(lse + sp);
