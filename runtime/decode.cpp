@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <cstdlib>
 #include <string>
 
@@ -236,16 +235,6 @@ DecodeGrid decode_grid(int num_decodes, int num_kv_heads, int columns, int max_m
   if (g.max_splits > 1 && tiles <= int64_t{g.max_splits} * 16 * GA_DECODE_WARPS) {
     g.stages = shallow;
     g.cluster = dev.use_clusters && g.max_splits <= dev.max_cluster;
-  }
-  // Experiment (issue 28): GRAPHATTN_DECODE_SPLIT_GRID=S:T forces a split launch's grid to at
-  // most S splits and T stages (clusters as above, shallow pipelines only).
-  static const char* forced = std::getenv("GRAPHATTN_DECODE_SPLIT_GRID");
-  int fs = 0, ft = 0;
-  if (forced != nullptr && std::sscanf(forced, "%d:%d", &fs, &ft) == 2 && fs >= 1 && ft >= 2) {
-    g.max_splits = static_cast<int>(std::min<int64_t>(cap, fs));
-    g.stages = std::min(ft, ga_decode_max_stages(head_size, kvb));
-    g.cluster = dev.use_clusters && g.max_splits > 1 && g.max_splits <= dev.max_cluster &&
-                g.stages <= shallow;
   }
   return g;
 }
