@@ -386,9 +386,6 @@ void enqueue_decode(const LoadedKernel& decode, const DecodeLaunch& a, CUstream 
   const int stages = stages_of(spec, a);
   p.stages = stages;
   p.early_prologue = a.early_prologue && a.new_key.ndim != 0 ? 1 : 0;
-  // Experiment (issue 28): the next kernel scheduled when this one starts, not after its wait.
-  static const bool early_trigger = env_flag("GRAPHATTN_DECODE_EARLY_TRIGGER");
-  if (p.early_prologue != 0 && early_trigger) p.early_prologue = 2;
   p.cluster_splits = a.cluster && a.max_splits > 1 ? 1 : 0;
   const int smem = ga_decode_smem_bytes(spec.head_size, kvb, stages);
   ensure_shared_limit(decode, smem);

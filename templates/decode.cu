@@ -372,9 +372,10 @@ __device__ __forceinline__ float4 ga_cluster_ld4(unsigned addr) {
 // log2-sum-exp and four of its normalized outputs. The loads go out BATCH splits at a time, all
 // issued before the first is used (one round trip to L2 for up to BATCH splits; the loop before
 // issued four at a time after the first split's, five round trips for 16 splits), then one
-// rescale per batch: 8 for the global-memory combine (32-layer B=1 step on an H200: 160.5 us
-// against 174.6 with 4; the cluster combine keeps 4, which leaves the kernel's registers as
-// they were: with 8 in both, ptxas capped several specs at 128 registers and spilled).
+// rescale per batch: 16 for the global-memory combine (32-layer B=1 step on an H200: 160.5 us
+// with 8 against 174.6 with 4; 16 with the one-atomic count below: 144.3 against 159.8, same
+// registers); the cluster combine keeps 4, which leaves the kernel's registers as they were
+// (with 8 in both, ptxas capped several specs at 128 registers and spilled).
 // Each split saw at least one key, so every lse is finite.
 // (EMPTY_SPLITS: a split that saw no key of a column has lse -inf and output 0, weight 0.)
 // GA_WRITE_LSE: lse gets the combined log-sum-exp, natural log (otherwise it is left alone).
@@ -488,9 +489,6 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   // token's key and value and the device KV scales are read after the wait.
   const bool early = p.early_prologue != 0;
   if (!early) ga_grid_dependency_sync();
-  // early_prologue 2: the next kernel may be scheduled at once (its own wait still orders it
-  // after this one), so its prologue can run under this kernel's whole run.
-  if (p.early_prologue > 1) ga_allow_dependents();
   extern __shared__ __align__(128) unsigned char smem[];
   // [stage 1: the block's work] (split, KV head, column chunk, request) and its columns.
   const int split = blockIdx.x;
