@@ -283,6 +283,30 @@ detail::DecodeLaunch launch_args(const DecodeCase& c, const Batch& b, const Grid
   return a;
 }
 
+// One decode launch captured into a graph on `stream`, replayed with replay(); destroyed with it.
+struct CapturedDecode {
+  CUgraph graph = nullptr;
+  CUgraphExec exec = nullptr;
+  CapturedDecode(const Kernels& k, const detail::DecodeLaunch& a, CUstream stream) {
+    const auto& d = detail::driver();
+    GA_CU_CHECK(d.cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    detail::launch_decode(*k.decode, a, stream);
+    GA_CU_CHECK(d.cuStreamEndCapture(stream, &graph));
+    GA_CU_CHECK(d.cuGraphInstantiate(&exec, graph, 0));
+  }
+  CapturedDecode(const CapturedDecode&) = delete;
+  CapturedDecode& operator=(const CapturedDecode&) = delete;
+  ~CapturedDecode() {
+    detail::driver().cuGraphExecDestroy(exec);
+    detail::driver().cuGraphDestroy(graph);
+  }
+  // Replays the graph and waits for it.
+  void replay(CUstream stream) const {
+    GA_CU_CHECK(detail::driver().cuGraphLaunch(exec, stream));
+    GA_CU_CHECK(detail::driver().cuStreamSynchronize(stream));
+  }
+};
+
 // The LSE a kernel wrote into d_lse ([heads, n] fp32) for the batch rows `rows`, against the
 // reference's [heads, rows.size()] (compare_lse).
 void check_lse(const DeviceBuffer& d_lse, const std::vector<double>& want,
@@ -880,7 +904,6 @@ TEST_CASE("gpu decode: one captured graph serves every context length") {
   if (reduced()) return;
   TempKernelCache cache;
   auto rng = make_rng();
-  const auto& d = detail::driver();
   DecodeCase c;
   c.num_kv_heads = 2;
   c.group = 4;
@@ -909,12 +932,7 @@ TEST_CASE("gpu decode: one captured graph serves every context length") {
   CHECK_THROWS_WITH_AS(detail::launch_decode(*k.decode, wide, nullptr),
                        doctest::Contains("max_splits <= 16"), Error);
   Stream stream;
-  CUgraph graph;
-  GA_CU_CHECK(d.cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL));
-  detail::launch_decode(*k.decode, a, stream);
-  GA_CU_CHECK(d.cuStreamEndCapture(stream, &graph));
-  CUgraphExec exec;
-  GA_CU_CHECK(d.cuGraphInstantiate(&exec, graph, 0));
+  const CapturedDecode captured(k, a, stream);
   // New lengths each replay, written into the same device buffers the graph reads.
   for (const std::vector<int>& lens :
        {std::vector<int>{1, 0, 8192, 4097}, std::vector<int>{300, 7000, 16, 0},
@@ -924,8 +942,7 @@ TEST_CASE("gpu decode: one captured graph serves every context length") {
     INFO(describe(now));
     b.d_seq.upload(lens.data(), n * 4);
     b.d_out.fill_bytes(0xff);
-    GA_CU_CHECK(d.cuGraphLaunch(exec, stream));
-    GA_CU_CHECK(d.cuStreamSynchronize(stream));
+    captured.replay(stream);
     std::vector<uint16_t> out(n * b.token_stride);
     b.d_out.download(out.data(), out.size() * 2);
     std::vector<int> rows = {0, 1, 2, 3};
@@ -943,8 +960,6 @@ TEST_CASE("gpu decode: one captured graph serves every context length") {
       if (lens[r] == 0)
         for (int i = 0; i < 8 * 128; ++i) CHECK(out[r * b.token_stride + i] == 0);
   }
-  d.cuGraphExecDestroy(exec);
-  d.cuGraphDestroy(graph);
 }
 
 TEST_CASE("gpu decode: the last split combines in a captured graph, counters back at zero") {
@@ -955,7 +970,6 @@ TEST_CASE("gpu decode: the last split combines in a captured graph, counters bac
   GA_REQUIRE_GPU();
   TempKernelCache cache;
   auto rng = make_rng();
-  const auto& d = detail::driver();
   DecodeCase c;
   c.num_kv_heads = 2;
   c.group = 4;
@@ -971,20 +985,14 @@ TEST_CASE("gpu decode: the last split combines in a captured graph, counters bac
     counters.fill_bytes(0);
     const detail::DecodeLaunch a = launch_args(c, b, {splits, 0}, scale, ws, counters);
     Stream stream;
-    CUgraph graph;
-    GA_CU_CHECK(d.cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL));
-    detail::launch_decode(*k.decode, a, stream);
-    GA_CU_CHECK(d.cuStreamEndCapture(stream, &graph));
-    CUgraphExec exec;
-    GA_CU_CHECK(d.cuGraphInstantiate(&exec, graph, 0));
+    const CapturedDecode captured(k, a, stream);
     for (const int len : {4096, 1, 17, 65, 300, 2049, 4095, 64, 1000, 4096}) {
       DecodeCase now = c;
       now.seq_lens = {len};
       INFO("max_splits " << splits << ", " << describe(now));
       b.d_seq.upload(&len, 4);
       b.d_out.fill_bytes(0xff);
-      GA_CU_CHECK(d.cuGraphLaunch(exec, stream));
-      GA_CU_CHECK(d.cuStreamSynchronize(stream));
+      captured.replay(stream);
       std::vector<uint16_t> out(b.token_stride);
       b.d_out.download(out.data(), out.size() * 2);
       const std::vector<double> want = reference_rows(now, b, {0}, scale);
@@ -997,8 +1005,6 @@ TEST_CASE("gpu decode: the last split combines in a captured graph, counters bac
       counters.download(left.data(), counters.bytes());
       CHECK(std::all_of(left.begin(), left.end(), [](unsigned x) { return x == 0; }));
     }
-    d.cuGraphExecDestroy(exec);
-    d.cuGraphDestroy(graph);
   }
 }
 
