@@ -372,9 +372,10 @@ __device__ __forceinline__ float4 ga_cluster_ld4(unsigned addr) {
 // log2-sum-exp and four of its normalized outputs. The loads go out BATCH splits at a time, all
 // issued before the first is used (one round trip to L2 for up to BATCH splits; the loop before
 // issued four at a time after the first split's, five round trips for 16 splits), then one
-// rescale per batch: 8 for the global-memory combine (32-layer B=1 step on an H200: 160.5 us
-// against 174.6 with 4; the cluster combine keeps 4, which leaves the kernel's registers as
-// they were: with 8 in both, ptxas capped several specs at 128 registers and spilled).
+// rescale per batch: 16 for the global-memory combine (32-layer B=1 step on an H200: 160.5 us
+// with 8 against 174.6 with 4; 16 with the one-atomic count below: 144.3 against 159.8, same
+// registers); the cluster combine keeps 4, which leaves the kernel's registers as they were
+// (with 8 in both, ptxas capped several specs at 128 registers and spilled).
 // Each split saw at least one key, so every lse is finite.
 // (EMPTY_SPLITS: a split that saw no key of a column has lse -inf and output 0, weight 0.)
 // GA_WRITE_LSE: lse gets the combined log-sum-exp, natural log (otherwise it is left alone).
@@ -1317,22 +1318,21 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
 
   // The split that finishes last combines: each block publishes its partial, counts itself on
   // its (request, grid y) counter, and the one that sees num_splits - 1 reads every split's
-  // partial. atomicInc wraps at num_splits - 1, so the counter is back at zero for the next
-  // launch. One thread fences for the block: the barrier orders the block's partial stores
-  // before thread 0's fence (release, cumulative) and atomic; in the last block thread 0's
-  // second fence (acquire) and the barrier order every thread's loads after the other blocks'
-  // stores (the pattern of CUTLASS's semaphore; a fence in each thread cost a memory barrier
-  // wait in each warp).
+  // partial. The increment wraps at num_splits - 1, so the counter is back at zero for the next
+  // launch. One thread counts for the block, with one acquire-release atomic (no separate
+  // fences): the barrier orders the block's partial stores before thread 0's release
+  // (cumulative); in the last block its acquire and the barrier order every thread's loads after
+  // the other blocks' stores (a fence in each thread cost a memory barrier wait in each warp).
   __shared__ unsigned ga_last_arrival;
   __syncthreads();
   if (tid == 0) {
-    __threadfence();
-    const unsigned done =
-        atomicInc(p.counters + static_cast<long long>(req) * gridDim.y + blockIdx.y,
-                  static_cast<unsigned>(num_splits - 1));
-    const bool last = done == static_cast<unsigned>(num_splits - 1);
-    if (last) __threadfence();
-    ga_last_arrival = last;
+    unsigned done;
+    asm volatile("atom.acq_rel.gpu.global.inc.u32 %0, [%1], %2;"
+                 : "=r"(done)
+                 : "l"(p.counters + static_cast<long long>(req) * gridDim.y + blockIdx.y),
+                   "r"(static_cast<unsigned>(num_splits - 1))
+                 : "memory");
+    ga_last_arrival = done == static_cast<unsigned>(num_splits - 1);
   }
   __syncthreads();
   if (!ga_last_arrival) return;
@@ -1344,7 +1344,7 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
     const float* part = p.partial_out + row0 * HEAD_SIZE + d;
     float lse_out;
     ga_store4(ga_output_row(p, token, head) + d,
-              ga_combine_splits<8>(
+              ga_combine_splits<16>(
                   num_splits, ga_sink_log2(p.terms, head, true),
                   [&](int sp, float& ls, float4& x) {
                     ls = __ldcg(lse + sp);

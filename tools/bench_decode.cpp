@@ -405,7 +405,7 @@ nlohmann::json bench_decode(const Device& dev, const DecodeOptions& o, const Pee
         for (int r = 0; r < s.batch; ++r)
           slot[r] = int64_t{phys[r * blocks_per_seq + (s.len - 1) / B]} * B + (s.len - 1) % B;
         slots.upload(slot.data(), slot.size() * 8);
-        auto chain_us = [&](int sp, int stages) {
+        auto chain_us = [&](int sp, int stages, bool cluster = false) {
           std::vector<detail::DecodeLaunch> as;
           for (int l = 0; l < o.chain; ++l) {
             detail::DecodeLaunch a =
@@ -419,6 +419,7 @@ nlohmann::json bench_decode(const Device& dev, const DecodeOptions& o, const Pee
             a.new_value = TensorView::contiguous(nv.data(), a.new_key.dtype, {s.batch, KH, D});
             a.slot_mapping = TensorView::contiguous(slots.data(), ScalarType::kInt64, {s.batch});
             a.early_prologue = true;
+            a.cluster = cluster;
             as.push_back(a);
           }
           const CUgraphExec e = capture(dev, [&] {
@@ -437,6 +438,16 @@ nlohmann::json bench_decode(const Device& dev, const DecodeOptions& o, const Pee
           std::printf("   chain of %d, %d stages, splits:", o.chain, stages);
           for (int sp : o.try_splits) {
             const double t = chain_us(sp, stages);
+            std::printf("  %d: %.1f us (%.0f%%)", sp, t, pct_read(t));
+          }
+          std::printf("\n");
+        }
+        if (max_cluster >= 2) {  // the splits combined through distributed shared memory
+          const int st = ga_decode_shallow_stages(D, elem);
+          std::printf("   chain of %d, %d stages, cluster, splits:", o.chain, st);
+          for (int sp : o.try_splits) {
+            if (sp < 2 || sp > max_cluster) continue;
+            const double t = chain_us(sp, st, true);
             std::printf("  %d: %.1f us (%.0f%%)", sp, t, pct_read(t));
           }
           std::printf("\n");

@@ -283,6 +283,30 @@ detail::DecodeLaunch launch_args(const DecodeCase& c, const Batch& b, const Grid
   return a;
 }
 
+// One decode launch captured into a graph on `stream`, replayed with replay(); destroyed with it.
+struct CapturedDecode {
+  CUgraph graph = nullptr;
+  CUgraphExec exec = nullptr;
+  CapturedDecode(const Kernels& k, const detail::DecodeLaunch& a, CUstream stream) {
+    const auto& d = detail::driver();
+    GA_CU_CHECK(d.cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    detail::launch_decode(*k.decode, a, stream);
+    GA_CU_CHECK(d.cuStreamEndCapture(stream, &graph));
+    GA_CU_CHECK(d.cuGraphInstantiate(&exec, graph, 0));
+  }
+  CapturedDecode(const CapturedDecode&) = delete;
+  CapturedDecode& operator=(const CapturedDecode&) = delete;
+  ~CapturedDecode() {
+    detail::driver().cuGraphExecDestroy(exec);
+    detail::driver().cuGraphDestroy(graph);
+  }
+  // Replays the graph and waits for it.
+  void replay(CUstream stream) const {
+    GA_CU_CHECK(detail::driver().cuGraphLaunch(exec, stream));
+    GA_CU_CHECK(detail::driver().cuStreamSynchronize(stream));
+  }
+};
+
 // The LSE a kernel wrote into d_lse ([heads, n] fp32) for the batch rows `rows`, against the
 // reference's [heads, rows.size()] (compare_lse).
 void check_lse(const DeviceBuffer& d_lse, const std::vector<double>& want,
@@ -880,7 +904,6 @@ TEST_CASE("gpu decode: one captured graph serves every context length") {
   if (reduced()) return;
   TempKernelCache cache;
   auto rng = make_rng();
-  const auto& d = detail::driver();
   DecodeCase c;
   c.num_kv_heads = 2;
   c.group = 4;
@@ -909,12 +932,7 @@ TEST_CASE("gpu decode: one captured graph serves every context length") {
   CHECK_THROWS_WITH_AS(detail::launch_decode(*k.decode, wide, nullptr),
                        doctest::Contains("max_splits <= 16"), Error);
   Stream stream;
-  CUgraph graph;
-  GA_CU_CHECK(d.cuStreamBeginCapture(stream, CU_STREAM_CAPTURE_MODE_GLOBAL));
-  detail::launch_decode(*k.decode, a, stream);
-  GA_CU_CHECK(d.cuStreamEndCapture(stream, &graph));
-  CUgraphExec exec;
-  GA_CU_CHECK(d.cuGraphInstantiate(&exec, graph, 0));
+  const CapturedDecode captured(k, a, stream);
   // New lengths each replay, written into the same device buffers the graph reads.
   for (const std::vector<int>& lens :
        {std::vector<int>{1, 0, 8192, 4097}, std::vector<int>{300, 7000, 16, 0},
@@ -924,8 +942,7 @@ TEST_CASE("gpu decode: one captured graph serves every context length") {
     INFO(describe(now));
     b.d_seq.upload(lens.data(), n * 4);
     b.d_out.fill_bytes(0xff);
-    GA_CU_CHECK(d.cuGraphLaunch(exec, stream));
-    GA_CU_CHECK(d.cuStreamSynchronize(stream));
+    captured.replay(stream);
     std::vector<uint16_t> out(n * b.token_stride);
     b.d_out.download(out.data(), out.size() * 2);
     std::vector<int> rows = {0, 1, 2, 3};
@@ -943,8 +960,52 @@ TEST_CASE("gpu decode: one captured graph serves every context length") {
       if (lens[r] == 0)
         for (int i = 0; i < 8 * 128; ++i) CHECK(out[r * b.token_stride + i] == 0);
   }
-  d.cuGraphExecDestroy(exec);
-  d.cuGraphDestroy(graph);
+}
+
+TEST_CASE("gpu decode: the last split combines in a captured graph, counters back at zero") {
+  // The counter path (no clusters) of a B=1 launch, as the 32-layer B=1 step runs it: each
+  // replay has a new length, so a new number of splits arrives on the same counters (1 to 64
+  // splits: one, two and four rounds of the combine's loads), and each replay must match the
+  // reference and leave every counter at zero for the next.
+  GA_REQUIRE_GPU();
+  TempKernelCache cache;
+  auto rng = make_rng();
+  DecodeCase c;
+  c.num_kv_heads = 2;
+  c.group = 4;
+  const int max_len = 4096;
+  c.seq_lens = {max_len};  // sizes the cache and block table
+  Batch b;
+  build_batch(c, rng, b);
+  const Kernels k = load(c, cache);
+  const float scale = 1.0f / std::sqrt(128.0f);
+  for (const int splits : {16, 9, 64}) {
+    DeviceBuffer ws(detail::decode_workspace_bytes(1, 8, 128, splits));
+    DeviceBuffer counters(detail::decode_counter_count(1, c.num_kv_heads, c.group) * 4);
+    counters.fill_bytes(0);
+    const detail::DecodeLaunch a = launch_args(c, b, {splits, 0}, scale, ws, counters);
+    Stream stream;
+    const CapturedDecode captured(k, a, stream);
+    for (const int len : {4096, 1, 17, 65, 300, 2049, 4095, 64, 1000, 4096}) {
+      DecodeCase now = c;
+      now.seq_lens = {len};
+      INFO("max_splits " << splits << ", " << describe(now));
+      b.d_seq.upload(&len, 4);
+      b.d_out.fill_bytes(0xff);
+      captured.replay(stream);
+      std::vector<uint16_t> out(b.token_stride);
+      b.d_out.download(out.data(), out.size() * 2);
+      const std::vector<double> want = reference_rows(now, b, {0}, scale);
+      std::vector<double> got;
+      for (int i = 0; i < 8 * 128; ++i) got.push_back(from_storage(c.dtype, out[i]));
+      const double err = relative_l2(got, want);
+      INFO("relative L2 " << err);
+      CHECK(err <= tolerance(c.dtype));
+      std::vector<unsigned> left(counters.bytes() / 4);
+      counters.download(left.data(), counters.bytes());
+      CHECK(std::all_of(left.begin(), left.end(), [](unsigned x) { return x == 0; }));
+    }
+  }
 }
 
 TEST_CASE("gpu decode: bad arguments are rejected with a clear error") {
