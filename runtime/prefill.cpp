@@ -85,8 +85,8 @@ PrefillConfig prefill_config(const AttentionSpec& spec) {
       break;
     case PrefillKernel::kWgmma: {
       const bool fp8 = spec.q_fp8;  // e4m3 q over an fp8 cache: fp8 tiles and the V transpose
-      return {GA_PREFILL_SM90_BLOCK_M, ga_prefill_sm90_block_n(d, fp8), GA_PREFILL_SM90_THREADS,
-              ga_prefill_sm90_smem_bytes(d, fp8)};
+      return {ga_prefill_sm90_block_m(d, fp8), ga_prefill_sm90_block_n(d, fp8),
+              ga_prefill_sm90_threads(d, fp8), ga_prefill_sm90_smem_bytes(d, fp8)};
     }
     case PrefillKernel::kMmaSync: {
       const bool fp8 = spec.kv_dtype != KvDType::kAuto;

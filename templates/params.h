@@ -447,21 +447,33 @@ constexpr int ga_prefill_smem_bytes(int head_size, bool kv_fp8) {
 }
 //
 // templates/prefill_sm90.cu (Hopper wgmma, sm_90a, 16-bit KV, head size a multiple of 64; or
-// an e4m3 query over an fp8 KV cache, `fp8`, head size 128): one producer
-// warpgroup and GA_PREFILL_SM90_CONSUMERS consumer warpgroups of 64 rows each; a ring of K and
-// V stages in as much shared memory as a block may have (227 KiB), at most 4. fp8: K and V^T
-// stages of 128 keys (one 128-byte swizzled row of V^T per head dimension), and two raw V
-// tiles that the producer copies and transposes into the V^T stages (the output tile is
-// staged in them at the end).
-constexpr int GA_PREFILL_SM90_CONSUMERS = 2;
-constexpr int GA_PREFILL_SM90_THREADS = 128 * (GA_PREFILL_SM90_CONSUMERS + 1);
-constexpr int GA_PREFILL_SM90_BLOCK_M = 64 * GA_PREFILL_SM90_CONSUMERS;
+// an e4m3 query over an fp8 KV cache, `fp8`, head size 128): one producer warpgroup and
+// ga_prefill_sm90_consumers consumer warpgroups of 64 rows each; a ring of K and V stages in as
+// much shared memory as a block may have (227 KiB), at most 4. fp8: K and V^T stages of 128 keys
+// (one 128-byte swizzled row of V^T per head dimension), and two raw V tiles that the producer
+// copies and transposes into the V^T stages (the output tile is staged in them at the end).
+// Head size 64 takes three consumers (192-row tiles): its wgmmas are half as long per score as
+// at head 128, so a third warpgroup's softmax hides behind two others' wgmmas, and each K/V tile
+// serves 1.5 times the rows (H200, 4 x 4096 causal: 866 -> 688 us against two consumers;
+// docs/prefill-geometry-h200-2026-11-26-s5.txt).
+constexpr int GA_PREFILL_SM90_WG_THREADS = 128;   // threads of a warpgroup
+constexpr int GA_PREFILL_SM90_WG_ROWS = 64;       // query rows of a consumer warpgroup
+constexpr int GA_PREFILL_SM90_MAX_CONSUMERS = 3;  // consumer warpgroups at most
+constexpr int ga_prefill_sm90_consumers(int head_size, bool fp8 = false) {
+  return !fp8 && head_size <= 64 ? GA_PREFILL_SM90_MAX_CONSUMERS : 2;
+}
+constexpr int ga_prefill_sm90_threads(int head_size, bool fp8 = false) {
+  return GA_PREFILL_SM90_WG_THREADS * (ga_prefill_sm90_consumers(head_size, fp8) + 1);
+}
+constexpr int ga_prefill_sm90_block_m(int head_size, bool fp8 = false) {
+  return GA_PREFILL_SM90_WG_ROWS * ga_prefill_sm90_consumers(head_size, fp8);
+}
 constexpr int GA_PREFILL_SM90_SLACK = 1024 + 256;  // base alignment + mbarriers
 constexpr int ga_prefill_sm90_block_n(int head_size, bool fp8 = false) {
   return fp8 || head_size <= 128 ? 128 : 64;
 }
 constexpr int ga_prefill_sm90_q_bytes(int head_size, bool fp8 = false) {
-  return GA_PREFILL_SM90_BLOCK_M * head_size * (fp8 ? 1 : 2);
+  return ga_prefill_sm90_block_m(head_size, fp8) * head_size * (fp8 ? 1 : 2);
 }
 constexpr int ga_prefill_sm90_kv_bytes(int head_size, bool fp8 = false) {  // one K or V stage
   return ga_prefill_sm90_block_n(head_size, fp8) * head_size * (fp8 ? 1 : 2);

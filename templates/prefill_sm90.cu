@@ -11,19 +11,19 @@
 // (first_req + blockIdx.y), z = KV head. Row r of a request is query token r / GROUP, head
 // kv_head * GROUP + r % GROUP, so each K/V tile serves every head of the group.
 //
-// Three warpgroups per block, specialised:
+// Three warpgroups per block (four at head size 64: PW_CONSUMERS), specialised:
 // - warpgroup 0, the producer, gathers Q once and then K and V tiles token row by token row
 //   through the block table with 16-byte cp.async into a PW_STAGES-deep ring of shared-memory
 //   stages, signalling each landed tile on an mbarrier (cp.async.mbarrier.arrive.noinc), and
 //   waiting on an "empty" mbarrier before it overwrites a stage;
-// - warpgroups 1 and 2, the consumers, own 64 query rows each: S = Q K^T with wgmma (Q and K
-//   from shared memory), online softmax in registers (log2 domain), O += P V with wgmma (P from
-//   registers, V from shared memory read transposed by the descriptor). Two overlaps keep the
-//   tensor cores busy during the softmax: within a consumer (PW_OVERLAP, head sizes up to
-//   192), iteration j issues S_j = Q K_j^T and O += P_{j-1} V_{j-1} back to back, waits for
-//   S_j alone and runs its softmax while P V still runs, then rescales O; across the two
-//   consumers (PW_PINGPONG), named barriers make them take turns issuing wgmmas, so one's
-//   softmax runs while the other's wgmmas do.
+// - warpgroups 1 .. PW_CONSUMERS, the consumers, own 64 query rows each: S = Q K^T with wgmma
+//   (Q and K from shared memory), online softmax in registers (log2 domain), O += P V with
+//   wgmma (P from registers, V from shared memory read transposed by the descriptor). Two
+//   overlaps keep the tensor cores busy during the softmax: within a consumer (PW_OVERLAP,
+//   where the registers allow it), iteration j issues S_j = Q K_j^T and O += P_{j-1} V_{j-1}
+//   back to back, waits for S_j alone and runs its softmax while P V still runs, then rescales
+//   O; across the consumers (PW_PINGPONG), named barriers make them take turns issuing wgmmas,
+//   so one's softmax runs while another's wgmmas do.
 // setmaxnreg moves registers from the producer to the consumers.
 //
 // Shared memory tiles use the 128-byte swizzle of the wgmma descriptors: a tile of R rows and
@@ -72,13 +72,27 @@ using pw_elem = PwElemOf<PW_FP8>::type;  // a Q/K/V element as stored
 // them issue independently, for comparison. fp8 (wgmmas of half the time; H200, 4 x 4096 causal
 // head 128: 860 us without against 876 us with) issues independently.
 constexpr bool PW_PINGPONG = !PW_FP8;
-// Each consumer overlaps the P V wgmma of one tile with the softmax of the next, which keeps
-// both tiles' probabilities in registers: at head size 256 that no longer fits without spills.
-constexpr bool PW_OVERLAP = HEAD_SIZE <= 192;
 // The geometry is params.h's (ga_prefill_sm90_*), which the host launch code reads too.
-constexpr int PW_CONSUMERS = GA_PREFILL_SM90_CONSUMERS;  // consumer warpgroups, 64 rows each
-constexpr int PW_THREADS = GA_PREFILL_SM90_THREADS;
-constexpr int PW_BLOCK_M = GA_PREFILL_SM90_BLOCK_M;
+constexpr int PW_CONSUMERS = ga_prefill_sm90_consumers(HEAD_SIZE, PW_FP8);  // 64 rows each
+constexpr int PW_THREADS = ga_prefill_sm90_threads(HEAD_SIZE, PW_FP8);
+constexpr int PW_BLOCK_M = ga_prefill_sm90_block_m(HEAD_SIZE, PW_FP8);
+// Whether the producer also votes on block-sparse tiles or checks its block-table reads: it then
+// needs more registers (a macro: a namespace-scope constexpr would change every spec's resource
+// totals).
+#if defined(GA_CHECK_BOUNDS) || GA_BLOCK_SPARSE
+#define PW_PRODUCER_EXTRA 1
+#else
+#define PW_PRODUCER_EXTRA 0
+#endif
+// Each consumer overlaps the P V wgmma of one tile with the softmax of the next, which keeps
+// both tiles' probabilities in registers. Where that fits without spills (ptxas -v, with the
+// register shares below): two consumers up to head size 192; head size 256 without producer
+// extras; three consumers (head size 64) without producer extras and score modifiers (soft
+// cap, ALiBi, sinks).
+constexpr bool PW_OVERLAP = PW_CONSUMERS == 3
+                                ? !PW_PRODUCER_EXTRA && !HAS_SOFT_CAP && !HAS_ALIBI && !HAS_SINKS
+                            : HEAD_SIZE <= 192 ? true
+                                               : !PW_PRODUCER_EXTRA;
 constexpr int PW_BLOCK_N = ga_prefill_sm90_block_n(HEAD_SIZE, PW_FP8);
 constexpr int PW_CHUNKS = HEAD_SIZE / PW_CHUNK_ELEMS;  // 16-byte chunks per Q/K/V row
 constexpr int PW_OUT_CHUNKS = HEAD_SIZE / 8;           // 16-byte chunks per output row
@@ -90,10 +104,24 @@ constexpr int PW_SMEM_BYTES = ga_prefill_sm90_smem_bytes(HEAD_SIZE, PW_FP8);
 constexpr int PW_KSTEPS = HEAD_SIZE * PW_EB / 32;
 // wgmma A fragments of P per tile: one per k-step of P V (16 keys 16-bit, 32 keys fp8).
 constexpr int PW_PF_STEPS = PW_BLOCK_N / (PW_FP8 ? 32 : 16);
-// setmaxnreg shares, all of the launch's registers: 88 * 128 + 208 * 256 == 168 * 384. At 80
-// the producer's tile loop spills at head size 64.
-constexpr int PW_PRODUCER_REGS = 88;
-constexpr int PW_CONSUMER_REGS = 208;
+// setmaxnreg shares of the multiprocessor's 65536 registers (one block per multiprocessor),
+// producer + consumers x 128 threads, the fewest spills found (ptxas -v):
+// - two consumers, 88 + 2 x 208; at 80 the producer's tile loop spilled at head size 64 (with
+//   two consumers);
+// - head size 256 with the overlap, 24 + 2 x 240: the consumers spill at 232, and ptxas spills
+//   8 bytes with the producer at 32 but none at 24;
+// - three consumers (head size 64), 32 + 3 x 160: at 152 the overlapping consumers spill 68
+//   bytes, at 160 one 8-byte value loaded once per tile (32 bytes with the producer at 24);
+//   with producer extras 56 + 3 x 152 (no overlap then): the producer spills 40-48 bytes at 32.
+constexpr int PW_PRODUCER_REGS = PW_CONSUMERS == 3               ? (PW_PRODUCER_EXTRA ? 56 : 32)
+                                 : HEAD_SIZE > 192 && PW_OVERLAP ? 24
+                                                                 : 88;
+constexpr int PW_CONSUMER_REGS = PW_CONSUMERS == 3               ? (PW_PRODUCER_EXTRA ? 152 : 160)
+                                 : HEAD_SIZE > 192 && PW_OVERLAP ? 240
+                                                                 : 208;
+static_assert(PW_CONSUMERS == 2 || PW_CONSUMERS == 3, "prefill_sm90: two or three consumers");
+static_assert((PW_PRODUCER_REGS + PW_CONSUMERS * PW_CONSUMER_REGS) * 128 <= 65536,
+              "prefill_sm90: setmaxnreg shares exceed the register file");
 constexpr bool PW_LEGACY = KV_LAYOUT == 2;
 // The P V wgmma's B (V) operand: MN-major (1, transposed: the flash 16-bit [key][dim] tile) or
 // K-major (0: the legacy V^T tile), the 16-bit wgmma's imm-trans-b. fp8's V^T stages are K-major
@@ -114,16 +142,16 @@ __device__ __forceinline__ unsigned pw_v_kstep(int kk) {
 __device__ __forceinline__ unsigned pw_k_kstep(int ks) {
   return PW_LEGACY ? ks * (PW_BLOCK_N * 2) : (ks >> 2) * (PW_BLOCK_N * 8) + (ks & 3) * 2;
 }
-// Named barriers PW_SCHED_BAR and PW_SCHED_BAR + 1 order the wgmma issues of the two consumer
-// warpgroups (ids 0: __syncthreads, 1 and 2: the consumers' epilogues); PW_PRODUCER_BAR syncs
-// the producer warpgroup around the V transpose (fp8).
-constexpr int PW_SCHED_BAR = 3;
+// Named barriers PW_SCHED_BAR + cw order the wgmma issues of the consumer warpgroups (ids 0:
+// __syncthreads, 1 + cw: consumer cw's epilogue); PW_PRODUCER_BAR syncs the producer warpgroup
+// around the V transpose (fp8).
+constexpr int PW_SCHED_BAR = PW_CONSUMERS + 1;
 // GA_BLOCK_SPARSE: named barrier PW_BSP_BAR + w carries warpgroup w's tile votes (w = 0: the
-// producer, 1 and 2: the consumers).
-constexpr int PW_PRODUCER_BAR = 5;
-constexpr int PW_BSP_BAR = 6;
-static_assert(PW_SCHED_BAR + 1 < PW_PRODUCER_BAR && PW_PRODUCER_BAR < PW_BSP_BAR &&
-                  PW_BSP_BAR + 2 < 16,
+// producer, 1 + cw: consumer cw).
+constexpr int PW_PRODUCER_BAR = 2 * PW_CONSUMERS + 1;
+constexpr int PW_BSP_BAR = 2 * PW_CONSUMERS + 2;
+static_assert(PW_SCHED_BAR + PW_CONSUMERS - 1 < PW_PRODUCER_BAR && PW_PRODUCER_BAR < PW_BSP_BAR &&
+                  PW_BSP_BAR + PW_CONSUMERS < 16,
               "prefill_sm90: named barriers overlap");
 // 16-bit KV: the k/v scales are 1 and their device pointers (GaKvScales) null here; other fp8
 // caches (16-bit queries), with host or device scales, take templates/prefill.cu. An e4m3 query
@@ -650,13 +678,12 @@ __device__ __forceinline__ void pw_legacy_load_vt(const PrefillParams& p, const 
 
 // GA_BLOCK_SPARSE: whether some row of the block's [m0, m0 + PW_BLOCK_M) sees a key of the tile
 // [n0, n0 + PW_BLOCK_N) by its block pattern (and causally), voted by the calling warpgroup's 128
-// threads on named barrier `bar` (thread wt evaluates row m0 + wt). The producer and both
-// consumers each vote over the same rows, so they skip the same tiles without talking: a skipped
-// tile is neither loaded nor computed.
-__device__ __forceinline__ bool pw_bsp_tile_needed(const PrefillParams& p, int n0, int m0, int rows,
-                                                   int ctx, int kv_head, int wt, int bar) {
+// threads on named barrier `bar` (thread wt evaluates rows m0 + wt and m0 + 128 + wt). The
+// producer and every consumer each vote over the same rows, so they skip the same tiles without
+// talking: a skipped tile is neither loaded nor computed.
+__device__ __forceinline__ int pw_bsp_row_needed(const PrefillParams& p, int n0, int row, int rows,
+                                                 int ctx, int kv_head) {
   int need = 0;
-  const int row = m0 + wt;
   if (row < rows) {
     const int pos = ctx + row / GROUP;
     const int last = min(n0 + PW_BLOCK_N - 1, pos);
@@ -665,6 +692,14 @@ __device__ __forceinline__ bool pw_bsp_tile_needed(const PrefillParams& p, int n
     for (int kb = n0 / p.bsp.block; kb * p.bsp.block <= last; ++kb)
       need |= ga_bsp_visible(p.bsp, qb, kb, off) ? 1 : 0;
   }
+  return need;
+}
+__device__ __forceinline__ bool pw_bsp_tile_needed(const PrefillParams& p, int n0, int m0, int rows,
+                                                   int ctx, int kv_head, int wt, int bar) {
+  int need = pw_bsp_row_needed(p, n0, m0 + wt, rows, ctx, kv_head);
+  // Tiles of more than 128 rows: thread wt votes for row m0 + 128 + wt too.
+  if (PW_BLOCK_M > 128 && wt + 128 < PW_BLOCK_M)
+    need |= pw_bsp_row_needed(p, n0, m0 + 128 + wt, rows, ctx, kv_head);
   int any;
   asm volatile(
       "{\n.reg .pred p, q;\nsetp.ne.s32 p, %1, 0;\nbar.red.or.pred q, %2, 128, p;\n"
@@ -1098,13 +1133,14 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
       else
         pw_softmax<false>(p, scales, s, n0, kv_end, t2, pos, slope, m, l, alpha, bsp);
     };
-    // Every batch of wgmmas is issued between these two. With PW_PINGPONG the two consumer
-    // warpgroups take turns: a warpgroup issues a batch only after the other one has issued
-    // its previous batch, so one's wgmmas run while the other does its softmax. Consumer cw
-    // waits on barrier PW_SCHED_BAR + cw, completed by its own 128 threads syncing and the
-    // other's 128 arriving. Both consumers issue the same number of batches (n_tiles is per
-    // block) and consumer 0 is released once up front, so consumer 1 skips its arrive after
-    // its last batch: every barrier phase that starts also completes.
+    // Every batch of wgmmas is issued between these two. With PW_PINGPONG the consumer
+    // warpgroups take turns in a ring: a warpgroup issues a batch only after the one before it
+    // (cw - 1, consumer 0 after the last) has issued its batch, so one's wgmmas run while the
+    // others do their softmax. Consumer cw waits on barrier PW_SCHED_BAR + cw, completed by its
+    // own 128 threads syncing and its predecessor's 128 arriving. Every consumer issues the same
+    // number of batches (n_tiles is per block) and consumer 0 is released once up front, so the
+    // last consumer skips its arrive after its last batch: every barrier phase that starts also
+    // completes.
     auto issue_begin = [&] {
       if (PW_PINGPONG) pw_bar_sync(PW_SCHED_BAR + cw, 256);
       // The normal writes of o and pf (rescale, packing) complete before wgmmas read them.
@@ -1113,7 +1149,11 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
       pw_wgmma_fence();
     };
     auto issue_end = [&](bool last) {
-      if (PW_PINGPONG && !(last && cw == 1)) pw_bar_arrive(PW_SCHED_BAR + 1 - cw, 256);
+      if (PW_PINGPONG && !(last && cw == PW_CONSUMERS - 1))
+        pw_bar_arrive(PW_SCHED_BAR + (PW_CONSUMERS == 2        ? 1 - cw
+                                      : cw == PW_CONSUMERS - 1 ? 0
+                                                               : cw + 1),
+                      256);
     };
     // The P V of the tile in (stage, phase), waited for.
     auto pv = [&](int stage, unsigned phase, bool last) {
@@ -1193,7 +1233,8 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
     if (n_tiles > 0) {
       pw_mbar_wait(bar_q, 0);
 #if !GA_BLOCK_SPARSE
-      if (PW_PINGPONG && cw == 1) pw_bar_arrive(PW_SCHED_BAR, 256);  // consumer 0 starts
+      if (PW_PINGPONG && cw == PW_CONSUMERS - 1)
+        pw_bar_arrive(PW_SCHED_BAR, 256);  // consumer 0 starts
       if (PW_OVERLAP) {
         tile(0, false, n_tiles == 1);
         advance();
@@ -1207,7 +1248,7 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
       // The same over the tiles kept: t is a tile's index, u the next one's.
       int t = tiles.first(p);
       if (t < n_tiles) {
-        if (PW_PINGPONG && cw == 1) pw_bar_arrive(PW_SCHED_BAR, 256);
+        if (PW_PINGPONG && cw == PW_CONSUMERS - 1) pw_bar_arrive(PW_SCHED_BAR, 256);
         if (PW_OVERLAP) {
           const int u = tiles.next(p, t);
           tile(t, false, u >= n_tiles);

@@ -36,7 +36,7 @@ TEST_CASE("legacy prefill: spec strings, and which kernel serves them") {
   CHECK(detail::select_prefill_kernel(AttentionSpec::parse(std::string(text) + "_bsp")) ==
         detail::PrefillKernel::kWgmma);
   const detail::PrefillConfig cfg = detail::prefill_config(s);
-  CHECK(cfg.block_m == GA_PREFILL_SM90_BLOCK_M);
+  CHECK(cfg.block_m == ga_prefill_sm90_block_m(128));
   CHECK(cfg.shared_bytes == ga_prefill_sm90_smem_bytes(128));
   CHECK(render_kernel(s).options.front() == "--gpu-architecture=sm_90a");
   for (const char* other : {"prefill_h128_b16_bf16_kve4m3_g4_swa0_cap0_legacy_sm90",

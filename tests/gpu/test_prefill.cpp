@@ -484,6 +484,37 @@ TEST_CASE("gpu prefill: the Hopper wgmma kernel across its tile boundaries") {
   run_cases(cases, cache, rng);
 }
 
+TEST_CASE("gpu prefill: head 64's 192-row tiles at their boundaries, GQA groups 1 to 8") {
+  // On sm_90, head size 64 takes three consumer warpgroups (192-row tiles, a ring of three
+  // ping-pong barriers; with a soft cap, ALiBi or sinks no intra-warpgroup overlap). Each case's
+  // longest request has 191, 192 or 193 rows (query tokens x group) or twice that, so the last
+  // row tile is one row short, full, or one row over, and groups that do not divide 192 put a
+  // token's heads across two tiles. Elsewhere the same cases exercise the mma.sync kernel.
+  GA_REQUIRE_GPU();
+  TempKernelCache cache;
+  auto rng = make_rng();
+  std::vector<PrefillCase> cases;
+  const int n = reduced() ? 6 : 24;
+  for (int i = 0; i < n; ++i) {
+    PrefillCase c;
+    c.head_size = 64;
+    c.group = 1 + i % 8;
+    c.num_kv_heads = c.group >= 5 ? 1 : 2;
+    const int rows = 192 * (1 + (i / 8) % 2) + (i % 3 - 1);  // 191..193 or 383..385
+    c.max_len = std::max(2, (rows + c.group - 1) / c.group);
+    c.dtype = i % 2 ? DType::kBFloat16 : DType::kFloat16;
+    c.block_size = i % 4 == 3 ? 48 : 16;
+    c.layout = i % 5 == 2 ? KvLayout::kHND : KvLayout::kNHD;
+    c.window = i % 6 == 4;
+    c.soft_cap = i % 7 == 5;
+    c.alibi = i % 9 == 7;
+    c.sinks = i % 10 == 8;
+    c.non_causal = i % 11 == 10 && !c.window;  // (non-causal has no window)
+    cases.push_back(c);
+  }
+  run_cases(cases, cache, rng);
+}
+
 TEST_CASE("gpu prefill: rejects mismatched arguments with a clear error") {
   GA_REQUIRE_GPU();
   TempKernelCache cache;
