@@ -49,7 +49,8 @@ int kv_bytes_of(const AttentionSpec& s) { return s.kv_dtype == KvDType::kAuto ? 
 
 // The pipeline depth a launch asks for (0: the shallow default).
 int stages_of(const AttentionSpec& s, const DecodeLaunch& a) {
-  return a.stages == 0 ? ga_decode_shallow_stages(s.head_size, kv_bytes_of(s)) : a.stages;
+  return a.stages == 0 ? ga_decode_shallow_stages(s.head_size * decode_row_heads(s), kv_bytes_of(s))
+                       : a.stages;
 }
 
 // A direct launch over the legacy caches: their shape as checked into legacy_kv.
@@ -85,6 +86,12 @@ size_t decode_workspace_bytes(int rows, int num_heads, int head_size, int max_sp
   return workspace_layout(rows, num_heads, head_size, max_splits).total;
 }
 
+int decode_row_heads(const AttentionSpec& s) {
+  if (s.kind != KernelKind::kDecode || s.dtype == DType::kFloat32) return 1;
+  return ga_decode_row_heads(s.head_size, kv_bytes_of(s), s.group, static_cast<int>(s.layout),
+                             s.multi_token, s.block_sparse);
+}
+
 size_t decode_counter_count(int num_decodes, int num_kv_heads, int columns) {
   return static_cast<size_t>(std::max(num_decodes, 0)) * std::max(num_kv_heads, 0) *
          ga_decode_head_chunks(columns);
@@ -103,20 +110,22 @@ DecodeDevice prepare_decode_kernel(const LoadedKernel& decode) {
   GA_REQUIRE(decode.compiled != nullptr, "prepare_decode_kernel: kernel is not loaded");
   const AttentionSpec& s = decode.compiled->spec;
   const int kvb = kv_bytes_of(s);
-  const int max_stages = ga_decode_max_stages(s.head_size, kvb);
-  const int deep = ga_decode_smem_bytes(s.head_size, kvb, max_stages);
+  const int rh = decode_row_heads(s);
+  const int max_stages = ga_decode_max_stages(s.head_size * rh, kvb);
+  const int deep = ga_decode_smem_bytes(s.head_size, kvb, max_stages, rh);
   const int shallow =
-      ga_decode_smem_bytes(s.head_size, kvb, ga_decode_shallow_stages(s.head_size, kvb));
+      ga_decode_smem_bytes(s.head_size, kvb, ga_decode_shallow_stages(s.head_size * rh, kvb), rh);
   ensure_shared_limit(decode, deep);
   const auto& d = driver();
   CUdevice dev;
   GA_CU_CHECK(d.cuCtxGetDevice(&dev));
   DecodeDevice out;
+  out.row_heads = rh;
   GA_CU_CHECK(d.cuDeviceGetAttribute(&out.num_sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev));
   for (int st = 2; st <= max_stages; ++st)
     GA_CU_CHECK(d.cuOccupancyMaxActiveBlocksPerMultiprocessor(
         &out.blocks_per_sm[st], decode.function, GA_DECODE_THREADS,
-        ga_decode_smem_bytes(s.head_size, kvb, st)));
+        ga_decode_smem_bytes(s.head_size, kvb, st, rh)));
   GA_REQUIRE(out.blocks_per_sm[max_stages] > 0, "decode kernel " + s.to_string() +
                                                     " cannot run on this device (" + str(deep) +
                                                     " bytes of shared memory per block)");
@@ -146,6 +155,11 @@ DecodeDevice prepare_decode_kernel(const LoadedKernel& decode) {
 DecodeGrid decode_grid(int num_decodes, int num_kv_heads, int columns, int max_model_len,
                        int window, int head_size, KvDType kv_dtype, const DecodeDevice& dev) {
   const int kvb = kv_dtype == KvDType::kAuto ? 2 : 1;
+  // KV head pairs (dev.row_heads 2): a block covers 2 KV heads, their columns and 2-head rows.
+  const int rh = std::max(1, dev.row_heads);
+  num_kv_heads = (num_kv_heads + rh - 1) / rh;
+  columns *= rh;
+  head_size *= rh;
   DecodeGrid g;
   g.stages = ga_decode_max_stages(head_size, kvb);
   if (num_decodes <= 0 || dev.num_sms <= 0) return g;
@@ -260,16 +274,18 @@ void check_decode_launch(const AttentionSpec& spec, const DecodeLaunch& a, const
              "a cluster launch needs sm_90 or newer and max_splits <= 16, got sm_" +
                  str(spec.arch) + " and " + str(a.max_splits));
   const int kvb = kv_bytes_of(spec);
+  const int rh = decode_row_heads(spec);
   const int stages = stages_of(spec, a);
-  GA_REQUIRE(stages >= 2 && stages <= ga_decode_max_stages(spec.head_size, kvb),
+  GA_REQUIRE(stages >= 2 && stages <= ga_decode_max_stages(spec.head_size * rh, kvb),
              "stages " + str(a.stages) + " is not supported for " + spec.to_string() +
-                 "; supported: 0 (default), 2.." + str(ga_decode_max_stages(spec.head_size, kvb)));
+                 "; supported: 0 (default), 2.." +
+                 str(ga_decode_max_stages(spec.head_size * rh, kvb)));
   // prepare_decode_kernel sized the clusters for the shallow pipeline's shared memory.
-  GA_REQUIRE(
-      !(a.cluster && a.max_splits > 1) || stages <= ga_decode_shallow_stages(spec.head_size, kvb),
-      "a cluster launch runs the shallow pipeline: stages " + str(stages) +
-          " is not supported with cluster; supported: 0 (default), 2.." +
-          str(ga_decode_shallow_stages(spec.head_size, kvb)));
+  GA_REQUIRE(!(a.cluster && a.max_splits > 1) ||
+                 stages <= ga_decode_shallow_stages(spec.head_size * rh, kvb),
+             "a cluster launch runs the shallow pipeline: stages " + str(stages) +
+                 " is not supported with cluster; supported: 0 (default), 2.." +
+                 str(ga_decode_shallow_stages(spec.head_size * rh, kvb)));
   if (a.multi_token || a.device_split) {
     require_rank(a.query_start_loc, 1, "query_start_loc", "[num_reqs + 1]");
     require_int32_rows(a.query_start_loc, "query_start_loc", int64_t{a.num_decodes} + 1,
@@ -303,7 +319,8 @@ void check_decode_launch(const AttentionSpec& spec, const DecodeLaunch& a, const
                  str(a.num_decodes) + " requests and " + str(a.max_splits) + " splits");
   const int num_kv_heads = static_cast<int>(kc.num_kv_heads);
   const int columns = spec.group * a.max_query_len;
-  const int64_t grid_y = int64_t{num_kv_heads} * ga_decode_head_chunks(columns);
+  const int64_t grid_y =
+      int64_t{(num_kv_heads + rh - 1) / rh} * ga_decode_head_chunks(columns * rh);
   GA_REQUIRE(grid_y <= 65535, "decode launch too large: " + str(grid_y) +
                                   " KV-head blocks per request (at most 65535)");
   GA_REQUIRE(
@@ -380,14 +397,15 @@ void enqueue_decode(const LoadedKernel& decode, const DecodeLaunch& a, CUstream 
   p.max_query_len = a.max_query_len;
   p.device_split = a.device_split ? 1 : 0;
 
-  const int64_t grid_y =
-      int64_t{num_kv_heads} * ga_decode_head_chunks(spec.group * a.max_query_len);
+  const int rh = decode_row_heads(spec);
+  const int64_t grid_y = int64_t{(num_kv_heads + rh - 1) / rh} *
+                         ga_decode_head_chunks(spec.group * a.max_query_len * rh);
   const int kvb = kv_bytes_of(spec);
   const int stages = stages_of(spec, a);
   p.stages = stages;
   p.early_prologue = a.early_prologue && a.new_key.ndim != 0 ? 1 : 0;
   p.cluster_splits = a.cluster && a.max_splits > 1 ? 1 : 0;
-  const int smem = ga_decode_smem_bytes(spec.head_size, kvb, stages);
+  const int smem = ga_decode_smem_bytes(spec.head_size, kvb, stages, rh);
   ensure_shared_limit(decode, smem);
   const auto u = [](int64_t v) { return static_cast<unsigned>(v); };
   const LaunchShape shape{u(a.max_splits),   u(grid_y), u(a.num_decodes),

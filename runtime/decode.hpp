@@ -33,6 +33,7 @@ struct DecodeDevice {
                               // [stages] stages (2..4; 0 where the spec allows no such depth)
   int max_cluster = 0;        // largest cluster of shallow split blocks it can run (sm_90+)
   bool use_clusters = false;  // the policy may use clusters (GRAPHATTN_DECODE_CLUSTERS=1)
+  int row_heads = 1;          // KV heads a block covers (2: KV head pairs, ga_decode_row_heads)
 };
 // A decode launch's geometry (runtime/decode.hpp's split policy).
 struct DecodeGrid {
@@ -109,6 +110,9 @@ size_t decode_workspace_bytes(int rows, int num_heads, int head_size, int max_sp
 // Split counters of one launch: one per (request, KV head, chunk of 16 query columns). columns:
 // query columns per KV head, the GQA group (times max_query_len for a multi-token launch).
 size_t decode_counter_count(int num_decodes, int num_kv_heads, int columns);
+// KV heads one block of this decode spec covers: 2 for KV head pairs (templates/params.h,
+// ga_decode_row_heads: 128-byte head rows, NHD, single token, not block-sparse, GQA <= 8), else 1.
+int decode_row_heads(const AttentionSpec& spec);
 
 // A layer's workspace (AttentionBackend::workspace_bytes()): the split counters for max_num_seqs
 // requests first, at a fixed place so that every batch size finds its counters at zero, then,

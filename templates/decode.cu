@@ -59,15 +59,28 @@ constexpr int KV_BYTES = KV_FP8 ? 1 : 2;
 constexpr int NW = GA_DECODE_WARPS;
 constexpr int TILE = GA_DECODE_TILE;
 constexpr int CE = 16 / KV_BYTES;  // KV elements per 16-byte chunk
-constexpr int ROW_BYTES = ga_decode_row_bytes(HEAD_SIZE, KV_BYTES);
+// KV head pairs (ga_decode_row_heads): the block covers KV heads 2y and 2y + 1, whose rows of a
+// token are one tile row of 2 x HEAD_SIZE elements; each query head's Q^T is zero outside its own
+// half, and its output is its half of O^T. (An enumerator: a namespace-scope variable would
+// enter every kernel's constant bank.)
+enum : int {
+  PG = ga_decode_row_heads(HEAD_SIZE, KV_BYTES, GROUP, KV_LAYOUT,
+#ifdef GA_MULTI_TOKEN
+                           true,
+#else
+                           false,
+#endif
+                           GA_BLOCK_SPARSE != 0)
+};
+constexpr int ROW_BYTES = ga_decode_row_bytes(HEAD_SIZE * PG, KV_BYTES);
 constexpr int CHUNKS_PAD = ROW_BYTES / 16;  // multiple of 8
 constexpr int DIMS_PAD = CHUNKS_PAD * CE;   // padded head dimension
-constexpr int REAL_BYTES = HEAD_SIZE * KV_BYTES;
+constexpr int REAL_BYTES = HEAD_SIZE * PG * KV_BYTES;
 constexpr int CP_BYTES = REAL_BYTES % 16 == 0 ? 16 : 8;  // cp.async unit
 constexpr int UNITS = REAL_BYTES / CP_BYTES;             // cp.async units per row
 constexpr int FULL_CHUNKS = REAL_BYTES / 16;             // chunks wholly inside the row
 constexpr int LIVE_CHUNKS = (REAL_BYTES + 15) / 16;      // chunks holding any element
-constexpr int MAX_STAGES = ga_decode_max_stages(HEAD_SIZE, KV_BYTES);
+constexpr int MAX_STAGES = ga_decode_max_stages(HEAD_SIZE * PG, KV_BYTES);
 constexpr int TILE_BYTES = TILE * ROW_BYTES;  // K (or V) of one tile
 constexpr int STAGE_BYTES = 2 * TILE_BYTES;
 #ifdef GA_MULTI_TOKEN
@@ -79,9 +92,10 @@ constexpr bool BSP = GA_BLOCK_SPARSE != 0;
 // A split may see no key of a column (multi-token, block-sparse): weight 0 when combining.
 constexpr bool EMPTY_SPLITS = MT || BSP;
 // Query columns per block: heads of the one token, or (multi-token) up to 16 (token, head) pairs.
-constexpr int HPB = MT || GROUP >= GA_DECODE_HEADS_PER_BLOCK ? GA_DECODE_HEADS_PER_BLOCK : GROUP;
+constexpr int HPB =
+    MT || GROUP * PG >= GA_DECODE_HEADS_PER_BLOCK ? GA_DECODE_HEADS_PER_BLOCK : GROUP * PG;
 constexpr int NT = (HPB + 7) / 8;  // head n-tiles of 8
-constexpr int HEAD_CHUNKS = ga_decode_head_chunks(GROUP);
+constexpr int HEAD_CHUNKS = ga_decode_head_chunks(GROUP * PG);
 constexpr int KGROUPS = CHUNKS_PAD / 4;  // K chunks per thread per token
 constexpr int VGROUPS = CHUNKS_PAD / 8;  // V chunks per thread per token
 constexpr int KW = CE / 2;               // 16-bit pairs per chunk
@@ -93,6 +107,8 @@ constexpr int LOAD_ITERS = (TILE * UNITS + 31) / 32;
 constexpr bool FAST_LOAD =
     32 % UNITS == 0 && TILE * UNITS % 32 == 0 && (LOAD_ITERS & (LOAD_ITERS - 1)) == 0;
 constexpr bool LEGACY = KV_LAYOUT == 2;
+static_assert(PG == 1 || (FAST_LOAD && !LEGACY && HPB == GROUP * PG && UNITS % 2 == 0),
+              "KV head pairs: flash single-token kernels of whole 16-byte rows");
 // The legacy key cache's x in bytes: GA_KEY_X elements where the spec names it, else 16. (A
 // function: a namespace-scope constant is a device global, which would change every kernel's
 // resource table.)
@@ -502,7 +518,16 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   const int warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, t = lane & 3;
   const int first_col = head_chunk * GA_DECODE_HEADS_PER_BLOCK;
-  const int first_head = kv_head * GROUP + first_col;  // one token: column c is head first_head + c
+  // one token: column c is head first_head + c (KV head pairs: heads of KV head 2y, then 2y + 1)
+  const int first_head = kv_head * GROUP * PG + first_col;
+  // KV head pairs: whether the second KV head of the pair exists (an odd count's last has none);
+  // tile row element of column c's first dimension (0 or HEAD_SIZE); the pair's head and chunk
+  // (of 8 elements) of tile row chunk c. (Macros, not locals: a new local, even an unused one,
+  // reorders the machine code of every other spec.)
+#define GA_PAIR_SECOND (PG == 2 && kv_head * 2 + 1 < p.num_heads / GROUP)
+#define GA_COL_HALF(c) (PG == 2 && (c) >= GROUP ? HEAD_SIZE : 0)
+#define GA_PAIR_HEAD(c) (PG == 2 ? (c) / (HEAD_SIZE / 8) : 0)
+#define GA_PAIR_CHUNK(c) (PG == 2 ? (c) % (HEAD_SIZE / 8) : (c))
   // [policy: block-table prefetch] A split launch (a small batch: several blocks per request)
   // is a chain of dependent round trips to memory: seq_lens, then the block table, then the
   // tiles. Each block asks L2 for one 128-byte line of its request's block-table row (block
@@ -530,7 +555,7 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   // Multi-token: the request's query rows and their count.
   const int q_begin = MT ? p.query_start_loc[req] : req;
   const int q_len = MT ? p.query_start_loc[req + 1] - q_begin : 1;
-  const int cols = MT ? q_len * GROUP : GROUP;
+  const int cols = MT ? q_len * GROUP : GA_PAIR_SECOND ? GROUP * 2 : GROUP;
   const int heads_here = cols - first_col < HPB ? cols - first_col : HPB;  // columns here
   if (MT && heads_here <= 0) return;  // a shorter request: this chunk has no column
   // Column c's query row (token) and head.
@@ -557,8 +582,8 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
         const int c = ga_k_chunk_index(i, t);
 #pragma unroll
         for (int half = 0; half < KW / 4; ++half) {
-          const int e = c * CE + half * 8;  // first of 8 query elements
-          f(nt, i, half, row + e, h < heads_here && e < HEAD_SIZE);
+          const int e = c * CE + half * 8 - GA_COL_HALF(h);  // first of 8 query elements
+          f(nt, i, half, row + e, h < heads_here && (PG == 1 || e >= 0) && e < HEAD_SIZE);
         }
       }
     }
@@ -627,7 +652,7 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   const long long new_dst = new_slot >= 0
                                 ? (new_slot / BLOCK_SIZE) * p.kv.cache_block_stride +
                                       (new_slot % BLOCK_SIZE) * p.kv.cache_token_stride +
-                                      static_cast<long long>(kv_head) * p.kv.cache_head_stride
+                                      static_cast<long long>(kv_head) * PG * p.kv.cache_head_stride
                                 : 0;
   const int tile_begin = split * tiles_per_split;
   const int tile_end = tile_begin + tiles_per_split < tiles ? tile_begin + tiles_per_split : tiles;
@@ -672,7 +697,8 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   // [policy: block-sparse mask] tile_live(t0): a tile no column sees is not read.
   const unsigned char* key_cache = static_cast<const unsigned char*>(p.kv.key_cache);
   const unsigned char* value_cache = static_cast<const unsigned char*>(p.kv.value_cache);
-  const long long head_off = static_cast<long long>(kv_head) * p.kv.cache_head_stride * KV_BYTES;
+  const long long head_off =
+      static_cast<long long>(kv_head) * PG * p.kv.cache_head_stride * KV_BYTES;
   const long long token_bytes = p.kv.cache_token_stride * KV_BYTES;
   const int* bt_row = p.kv.block_table + req * p.kv.block_table_stride;
   const unsigned ring_addr = ga_smem_addr(ring);
@@ -812,8 +838,16 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
       // Lane group lane / UNITS copies tokens tk0 .. tk0 + LOAD_ITERS - 1, unit lane % UNITS.
       const int tk0 = (lane / UNITS) * LOAD_ITERS;
       const int p0 = t0 + tk0;
-      const unsigned char* ksrc = key_cache + off + tk0 * token_bytes + lane_unit_bytes;
-      const unsigned char* vsrc = value_cache + off + tk0 * token_bytes + lane_unit_bytes;
+      // (KV head pairs: the second half of the tile row is the next KV head's row, a head stride
+      // further; none past an odd count's last head: zero-filled.)
+      const unsigned char* ksrc =
+          key_cache + off + tk0 * token_bytes + lane_unit_bytes +
+          (PG == 2 && lane_unit >= UNITS / 2 ? p.kv.cache_head_stride * KV_BYTES - REAL_BYTES / 2
+                                             : 0);
+      const unsigned char* vsrc =
+          value_cache + off + tk0 * token_bytes + lane_unit_bytes +
+          (PG == 2 && lane_unit >= UNITS / 2 ? p.kv.cache_head_stride * KV_BYTES - REAL_BYTES / 2
+                                             : 0);
       const unsigned row0 = stage + tk0 * ROW_BYTES + lane_dst_low;
       // A tile wholly inside [lo, seq_len - 1) (every tile but the window's first and the
       // request's last, which may hold the fused write's row) copies every row: no test a row.
@@ -821,15 +855,18 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
 #pragma unroll
         for (int it = 0; it < LOAD_ITERS; ++it) {
           const unsigned dst = row0 + it * ROW_BYTES + ((lane_chunk_sw ^ (it & 7)) << 4);
-          ga_cp_async(dst, ksrc + it * token_bytes, true);
-          ga_cp_async(dst + TILE_BYTES, vsrc + it * token_bytes, true);
+          ga_cp_async(dst, ksrc + it * token_bytes,
+                      PG == 1 || lane_unit < UNITS / 2 || GA_PAIR_SECOND);
+          ga_cp_async(dst + TILE_BYTES, vsrc + it * token_bytes,
+                      PG == 1 || lane_unit < UNITS / 2 || GA_PAIR_SECOND);
         }
         return;
       }
 #pragma unroll
       for (int it = 0; it < LOAD_ITERS; ++it) {
         const int pos = p0 + it;
-        const bool valid = pos >= lo && pos < seq_len && !(direct && pos == seq_len - 1);
+        const bool valid = (PG == 1 || lane_unit < UNITS / 2 || GA_PAIR_SECOND) && pos >= lo &&
+                           pos < seq_len && !(direct && pos == seq_len - 1);
         // (tk0 + it) % 8 == (tk0 % 8) ^ it: tk0 is a multiple of LOAD_ITERS, a power of two.
         const unsigned dst = row0 + it * ROW_BYTES + ((lane_chunk_sw ^ (it & 7)) << 4);
         ga_cp_async(dst, ksrc + it * token_bytes, valid);
@@ -898,7 +935,9 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   // The new token's K and V rows (chunks of 8 elements: 0..HEAD_SIZE/8-1 of K, then of V),
   // loaded by its owner warp, stored to the cache by the first head chunk's block, patched into
   // the tile below. A chunk is 16 bytes in a 16-bit cache, 8 rounded bytes (.x, .y) in fp8.
-  constexpr int NEW_CHUNKS = 2 * (HEAD_SIZE / 8);
+  // (KV head pairs: a tile row's chunks, the first head's then the second's, whose rows lie a
+  // head stride further in new_key / new_value and in the cache; no second head: zeros.)
+  constexpr int NEW_CHUNKS = 2 * (HEAD_SIZE * PG / 8);
   constexpr int NEW_PER_LANE = (NEW_CHUNKS + 31) / 32;
   uint4 new_rows[NEW_PER_LANE];
   if (direct && warp == new_owner) {
@@ -906,13 +945,17 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
     for (int k = 0; k < NEW_PER_LANE; ++k) {
       const int idx = lane + 32 * k;
       if (idx < NEW_CHUNKS) {
-        const int which = idx / (HEAD_SIZE / 8), c = idx - which * (HEAD_SIZE / 8);
+        const int which = idx / (HEAD_SIZE * PG / 8), c = idx - which * (HEAD_SIZE * PG / 8);
+        if (PG == 2 && c >= HEAD_SIZE / 8 && !GA_PAIR_SECOND) {
+          new_rows[k] = make_uint4(0u, 0u, 0u, 0u);
+          continue;
+        }
         const ga_u16* src =
             which ? static_cast<const ga_u16*>(p.new_value) + req * p.new_value_token_stride +
-                        kv_head * p.new_value_head_stride
+                        (kv_head * PG + GA_PAIR_HEAD(c)) * p.new_value_head_stride
                   : static_cast<const ga_u16*>(p.new_key) + req * p.new_key_token_stride +
-                        kv_head * p.new_key_head_stride;
-        const uint4 x = *reinterpret_cast<const uint4*>(src + c * 8);
+                        (kv_head * PG + GA_PAIR_HEAD(c)) * p.new_key_head_stride;
+        const uint4 x = *reinterpret_cast<const uint4*>(src + GA_PAIR_CHUNK(c) * 8);
         void* cache = const_cast<void*>(which ? p.kv.value_cache : p.kv.key_cache);
         if (KV_FP8 != 0) {
           const ga_u16* h = reinterpret_cast<const ga_u16*>(&x);
@@ -924,11 +967,15 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
           const uint2 b = *reinterpret_cast<const uint2*>(q8);
           new_rows[k] = make_uint4(b.x, b.y, 0u, 0u);
           if (head_chunk == 0)
-            *reinterpret_cast<uint2*>(static_cast<ga_u8*>(cache) + new_dst + c * 8) = b;
+            *reinterpret_cast<uint2*>(static_cast<ga_u8*>(cache) + new_dst +
+                                      GA_PAIR_HEAD(c) * p.kv.cache_head_stride +
+                                      GA_PAIR_CHUNK(c) * 8) = b;
         } else {
           new_rows[k] = x;
           if (head_chunk == 0)
-            *reinterpret_cast<uint4*>(static_cast<ga_u16*>(cache) + new_dst + c * 8) = x;
+            *reinterpret_cast<uint4*>(static_cast<ga_u16*>(cache) + new_dst +
+                                      GA_PAIR_HEAD(c) * p.kv.cache_head_stride +
+                                      GA_PAIR_CHUNK(c) * 8) = x;
         }
       }
     }
@@ -937,13 +984,19 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   // Scores in the log2 domain: no cap: raw * qk_scale; cap: ga_soft_cap_log2(raw, qk_scale,
   // cap_log2).
 #ifdef GA_Q_E4M3
-  // fp8 queries: the descales of this (request, KV head), FA3's q_descale and k_descale.
+  // fp8 queries: the descales of this (request, KV head), FA3's q_descale and k_descale. (KV
+  // head pairs: of the first head; the second head's in score_scale2.)
   const long long descale_at = static_cast<long long>(req) * q8.req_stride +
-                               static_cast<long long>(kv_head) * q8.head_stride;
-  const float score_scale =
-      p.scale / q_scale * (q8.q_descale ? q8.q_descale[descale_at] : q8.q_scale) *
-      (q8.k_descale ? q8.k_descale[descale_at] : ga_kv_scale(p.scales.k_scale_ptr, p.k_scale)) *
-      (QK_FP8 ? 1.0f : KV_WIDEN_SCALE);
+                               static_cast<long long>(kv_head) * PG * q8.head_stride;
+  auto q8_score_scale = [&](long long at) {
+    return p.scale / q_scale * (q8.q_descale ? q8.q_descale[at] : q8.q_scale) *
+           (q8.k_descale ? q8.k_descale[at] : ga_kv_scale(p.scales.k_scale_ptr, p.k_scale)) *
+           (QK_FP8 ? 1.0f : KV_WIDEN_SCALE);
+  };
+  const float score_scale = q8_score_scale(descale_at);
+  const long long descale_at2 = descale_at + (GA_PAIR_SECOND ? q8.head_stride : 0);
+  const float score_scale2 = PG == 2 ? q8_score_scale(descale_at2) : score_scale;
+  const float qk_scale2 = HAS_SOFT_CAP ? score_scale2 / p.soft_cap : score_scale2 * GA_LOG2E;
 #else
   const float score_scale =
       p.scale / q_scale * ga_kv_scale(p.scales.k_scale_ptr, p.k_scale) * KV_WIDEN_SCALE;
@@ -998,7 +1051,7 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
       for (int k = 0; k < NEW_PER_LANE; ++k) {
         const int idx = lane + 32 * k;
         if (idx < NEW_CHUNKS) {
-          const int which = idx / (HEAD_SIZE / 8), c = idx - which * (HEAD_SIZE / 8);
+          const int which = idx / (HEAD_SIZE * PG / 8), c = idx - which * (HEAD_SIZE * PG / 8);
           unsigned char* tile = which ? vs : ks;  // (flash: V rows as K rows, ga_k_off)
           if (KV_FP8 != 0) {  // bytes 8c .. 8c + 7 of the row: half of 16-byte chunk c / 2
             *reinterpret_cast<uint2*>(tile + ga_k_off(new_row, c >> 1) + (c & 1) * 8) =
@@ -1085,7 +1138,13 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
     for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
+#ifdef GA_Q_E4M3
+        float x =
+            ga_logit(s[nt][e], PG == 2 && nt * 8 + 2 * t + (e & 1) >= GROUP ? qk_scale2 : qk_scale,
+                     cap_log2);
+#else
         float x = ga_logit(s[nt][e], qk_scale, cap_log2);
+#endif
         const int pos = e < 2 ? pos0 : pos1;
         if (HAS_ALIBI)
           x += ga_alibi_log2(slope[nt][e & 1], pos, MT ? col_hi[nt][e & 1] : seq_len - 1);
@@ -1239,6 +1298,10 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   const float out_scale =
       (q8.v_descale ? q8.v_descale[descale_at] : ga_kv_scale(p.scales.v_scale_ptr, p.v_scale)) *
       KV_WIDEN_SCALE;
+  const float out_scale2 = PG == 2 ? (q8.v_descale ? q8.v_descale[descale_at2]
+                                                   : ga_kv_scale(p.scales.v_scale_ptr, p.v_scale)) *
+                                         KV_WIDEN_SCALE
+                                   : out_scale;
 #else
   const float out_scale = ga_kv_scale(p.scales.v_scale_ptr, p.v_scale) * KV_WIDEN_SCALE;
 #endif
@@ -1256,7 +1319,7 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
       const float f = mw == GA_NEG_INF ? 0.0f : ga_exp2(mw - mx);
       l += f * red_l[w * GA_DECODE_HEADS_PER_BLOCK + h];
       const float4 x = *reinterpret_cast<const float4*>(
-          red_o + (w * GA_DECODE_HEADS_PER_BLOCK + h) * DIMS_PAD + d);
+          red_o + (w * GA_DECODE_HEADS_PER_BLOCK + h) * DIMS_PAD + GA_COL_HALF(h) + d);
       acc.x += f * x.x;
       acc.y += f * x.y;
       acc.z += f * x.z;
@@ -1264,11 +1327,16 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
     }
     // One split: the sink joins here; several: in the combine of the splits. (Multi-token: a
     // column that saw no key here has l = 0 and contributes a zero output with lse -inf.)
+#ifdef GA_Q_E4M3
+#define GA_OUT_SCALE (PG == 2 && h >= GROUP ? out_scale2 : out_scale)
+#else
+#define GA_OUT_SCALE out_scale
+#endif
     const float r =
         HAS_SINKS && num_splits == 1
-            ? out_scale * ga_sink_normalizer(mx, l, ga_sink_log2(p.terms, col_head(h), true))
+            ? GA_OUT_SCALE * ga_sink_normalizer(mx, l, ga_sink_log2(p.terms, col_head(h), true))
         : EMPTY_SPLITS && l == 0.0f ? 0.0f
-                                    : out_scale / l;
+                                    : GA_OUT_SCALE / l;
     acc.x *= r;
     acc.y *= r;
     acc.z *= r;

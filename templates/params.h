@@ -355,12 +355,26 @@ constexpr int ga_decode_head_chunks(int group) {
 constexpr int ga_decode_column_chunks(int max_query_len, int group) {
   return ga_decode_head_chunks(max_query_len * group);
 }
-constexpr int ga_decode_smem_bytes(int head_size, int kv_bytes, int stages) {
+// KV head pairs: where one KV head's row of a token is 128 bytes (head 64 16-bit, head 128 fp8)
+// in the NHD flash layout, a decode block covers two adjacent KV heads and reads their rows of a
+// token as one 256-byte row (row_heads 2): 128-byte pieces 1 KiB apart (8 KV heads) read 6%
+// slower than 256-byte ones (docs/decode-128b-rows-h200-2026-11-26-s5.txt). Single-token,
+// not block-sparse, GQA groups up to 8 (the pair's columns fit one block). Grid y then counts
+// pairs, (num_kv_heads + 1) / 2; an odd last head is a pair with no second head.
+constexpr int ga_decode_row_heads(int head_size, int kv_bytes, int group, int layout,
+                                  bool multi_token, bool block_sparse) {
+  return layout == 0 && !multi_token && !block_sparse && head_size * kv_bytes == 128 &&
+                 group <= GA_DECODE_HEADS_PER_BLOCK / 2
+             ? 2
+             : 1;
+}
+constexpr int ga_decode_smem_bytes(int head_size, int kv_bytes, int stages, int row_heads = 1) {
   // The K/V pipeline, reused at the end for the cross-warp combine (per warp, 16 heads of
   // padded-dimension fp32 rows plus their max and sum) and, in a cluster launch, the block's
-  // split output (16 heads of fp32 rows and their log2-sum-exp).
-  const int row = ga_decode_row_bytes(head_size, kv_bytes);
-  const int pipeline = stages * ga_decode_stage_bytes(head_size, kv_bytes);
+  // split output (16 heads of fp32 rows and their log2-sum-exp). (KV head pairs: rows of
+  // row_heads heads.)
+  const int row = ga_decode_row_bytes(head_size * row_heads, kv_bytes);
+  const int pipeline = stages * ga_decode_stage_bytes(head_size * row_heads, kv_bytes);
   const int combine = GA_DECODE_WARPS * GA_DECODE_HEADS_PER_BLOCK * (row / kv_bytes + 2) * 4 +
                       GA_DECODE_HEADS_PER_BLOCK * (head_size + 1) * 4;
   return pipeline > combine ? pipeline : combine;

@@ -123,6 +123,50 @@ TEST_CASE("decode split policy: about one block per multiprocessor for small bat
     }
 }
 
+TEST_CASE("decode KV head pairs: which specs pair, and the grid over pairs") {
+  const auto spec = [](const std::string& text) { return AttentionSpec::parse(text); };
+  // 128-byte head rows in NHD, one token, not block-sparse, GQA up to 8.
+  CHECK(detail::decode_row_heads(spec("decode_h64_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm90")) == 2);
+  CHECK(detail::decode_row_heads(spec("decode_h64_b32_fp16_kvauto_g8_swa1_cap1_nhd_sm80")) == 2);
+  CHECK(detail::decode_row_heads(spec("decode_h128_b16_bf16_kve4m3_g1_swa0_cap0_nhd_sm90")) == 2);
+  CHECK(detail::decode_row_heads(spec("decode_h128_b16_bf16_kve4m3_g4_swa0_cap0_nhd_sm90_qe4m3")) ==
+        2);
+  CHECK(detail::decode_row_heads(spec("decode_h128_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm90")) == 1);
+  CHECK(detail::decode_row_heads(spec("decode_h64_b16_bf16_kvauto_g4_swa0_cap0_hnd_sm90")) == 1);
+  CHECK(detail::decode_row_heads(spec("decode_h64_b16_bf16_kvauto_g16_swa0_cap0_nhd_sm90")) == 1);
+  CHECK(detail::decode_row_heads(spec("decode_h64_b16_bf16_kve4m3_g4_swa0_cap0_nhd_sm90")) == 1);
+  CHECK(detail::decode_row_heads(spec("decode_h64_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm90_mt")) == 1);
+  CHECK(detail::decode_row_heads(spec("decode_h64_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm90_bsp")) ==
+        1);
+  CHECK(detail::decode_row_heads(spec("decode_h64_b16_bf16_kvauto_g4_swa0_cap0_legacy_sm90")) == 1);
+  // The rows' bytes double, the stage counts stay: head 64 16-bit and fp8 head 128 pipelines are
+  // those of head 128 16-bit and fp8 head 256.
+  for (int st = 2; st <= 4; ++st) {
+    CHECK(ga_decode_smem_bytes(64, 2, st, 2) == ga_decode_smem_bytes(128, 2, st));
+    // (fp8: the combine's rows of 256 dimensions; its output rows stay 128 wide)
+    CHECK(ga_decode_smem_bytes(128, 1, st, 2) ==
+          std::max(st * ga_decode_stage_bytes(256, 1),
+                   GA_DECODE_WARPS * GA_DECODE_HEADS_PER_BLOCK * (256 + 2) * 4 +
+                       GA_DECODE_HEADS_PER_BLOCK * (128 + 1) * 4));
+  }
+  CHECK(ga_decode_max_stages(128, 2) == ga_decode_max_stages(64, 2));
+  CHECK(ga_decode_shallow_stages(128, 2) == ga_decode_shallow_stages(64, 2));
+  // The policy over pairs: 64 requests x 8 KV heads of head 64 are 256 blocks of pairs; with 3
+  // pair blocks per multiprocessor at 2 stages they fit one wave unsplit.
+  detail::DecodeDevice d = device(132, 3, 2, 1, 0);
+  d.row_heads = 2;
+  const auto g = detail::decode_grid(64, 8, 4, 8192, 0, 64, KvDType::kAuto, d);
+  CHECK(g.max_splits == 1);
+  CHECK(g.max_splits ==
+        detail::decode_grid(64, 4, 8, 8192, 0, 128, KvDType::kAuto, device(132, 3, 2, 1, 0))
+            .max_splits);
+  CHECK(
+      g.stages ==
+      detail::decode_grid(64, 4, 8, 8192, 0, 128, KvDType::kAuto, device(132, 3, 2, 1, 0)).stages);
+  // One request: splits up to the device over ceil(3 / 2) = 2 pair blocks.
+  CHECK(detail::decode_grid(1, 3, 4, 32768, 0, 64, KvDType::kAuto, d).max_splits == 132 / 2);
+}
+
 TEST_CASE("decode workspace: partials only when a batch can split") {
   CHECK(detail::decode_workspace_bytes(4, 32, 128, 1) == 0);  // one split writes the output
   const size_t w = detail::decode_workspace_bytes(4, 32, 128, 10);

@@ -36,6 +36,7 @@ std::string DecodeShape::label() const {
   if (sparse) s += " bsp";
   if (kv_heads != 8)
     s += " " + std::to_string(4 * kv_heads) + "/" + std::to_string(kv_heads) + " heads";
+  if (hnd) s += " hnd";
   if (legacy) s += use_paged_attention_v1(len, batch, 4 * kv_heads) ? " legacy v1" : " legacy v2";
   return s;
 }
@@ -61,9 +62,23 @@ std::vector<DecodeShape> parse_decode_shapes(const std::string& text) {
     if (x == std::string::npos)
       throw Error(
           "shape '" + item +
-          "' is not BATCHxLEN[:hHEAD|:e4m3|:qe4m3|:qN|:bsp|:legacy|:kvN], e.g. 64x8192:h64");
+          "' is not BATCHxLEN[:hHEAD|:e4m3|:qe4m3|:qN|:bsp|:legacy|:kvN][:hnd], e.g. 64x8192:h64");
     s.batch = std::stoi(dims.substr(0, x));
     s.len = std::stoi(dims.substr(x + 1));
+    // ":hnd" may follow (or precede) one other suffix: "64x8192:h64:hnd".
+    {
+      std::string rest, part;
+      std::stringstream parts(extra);
+      while (std::getline(parts, part, ':')) {
+        if (part == "hnd")
+          s.hnd = true;
+        else if (!rest.empty())
+          throw Error("shape '" + item + "': at most one suffix besides :hnd");
+        else
+          rest = part;
+      }
+      extra = rest;
+    }
     if (extra == "e4m3") {
       s.kv = "e4m3";
     } else if (extra == "qe4m3") {
@@ -82,12 +97,15 @@ std::vector<DecodeShape> parse_decode_shapes(const std::string& text) {
       s.kv_heads = std::stoi(extra.substr(2));
     else if (!extra.empty())
       throw Error("shape '" + item +
-                  "': suffix must be :hHEAD, :e4m3, :qe4m3, :qN, :bsp, :legacy or :kvN");
+                  "': suffix must be :hHEAD, :e4m3, :qe4m3, :qN, :bsp, :legacy or :kvN, "
+                  "and/or :hnd");
     if (s.kv_heads < 1 || s.kv_heads > 64)
       throw Error("shape '" + item + "': :kvN needs N in 1..64, got " + std::to_string(s.kv_heads));
     if (s.q_len < 1 || s.q_len > kMaxDecodeQueryLen)
       throw Error("shape '" + item + "': q_len must be 1.." + std::to_string(kMaxDecodeQueryLen));
     if (s.batch <= 0 || s.len <= 0) throw Error("shape '" + item + "' must be positive");
+    if (s.hnd && s.legacy)
+      throw Error("shape '" + item + "': :hnd is a flash layout, :legacy another layout");
     out.push_back(s);
   }
   return out;
@@ -99,7 +117,7 @@ namespace {
 // A block is one contiguous region in both layouts; element (offset, head, dim) sits at
 // (offset * KH + head) * D + dim in a flash (NHD) block, and in a legacy key block at
 // ((head * D / x + dim / x) * B + offset) * x + dim % x, a value block (head * D + dim) * B +
-// offset.
+// offset; in an HND block at (head * B + offset) * D + dim.
 double check_shape(const DecodeShape& s, const AttentionLayerConfig& c, const DeviceBuffer& cache,
                    const DeviceBuffer& q, const DeviceBuffer& out, const std::vector<int>& phys,
                    int64_t blocks_per_seq, int64_t NB) {
@@ -144,7 +162,8 @@ double check_shape(const DecodeShape& s, const AttentionLayerConfig& c, const De
         const size_t x = 16 / elem;
         for (size_t e = 0; e < block_elems; ++e) {
           const size_t off = e / (KH * D), h = e / D % KH, dim = e % D;
-          const size_t src = !s.legacy    ? e
+          const size_t src = s.hnd        ? (h * B + off) * D + dim
+                             : !s.legacy  ? e
                              : which == 0 ? ((h * (D / x) + dim / x) * B + off) * x + dim % x
                                           : (h * D + dim) * B + off;
           double v;
@@ -194,6 +213,7 @@ nlohmann::json bench_decode(const Device& dev, const DecodeOptions& o, const Pee
     const int elem = fp8 ? 1 : 2;
     AttentionLayerConfig cfg = test::layer_config(H, KH, D, s.len, s.batch);
     cfg.block_size = B;
+    if (s.hnd) cfg.layout = KvLayout::kHND;
     cfg.decode_query_len = s.q_len;   // > 1: the multi-token kernel, s.q_len tokens a request
     const int T = s.batch * s.q_len;  // query rows
     cfg = test::with_kv(cfg, fp8 ? KvDType::kFp8E4M3 : KvDType::kAuto, 1.5f);
@@ -252,7 +272,14 @@ nlohmann::json bench_decode(const Device& dev, const DecodeOptions& o, const Pee
     seq.upload(lens.data(), lens.size() * 4);
     qsl.upload(starts.data(), starts.size() * 4);
     const ScalarType kst = fp8 ? ScalarType::kFloat8E4M3 : ScalarType::kBFloat16;
-    const TensorView cache_v = TensorView::contiguous(cache.data(), kst, {2, NB, B, KH, D});
+    // [2, NB, B, KH, D]: NHD contiguous; HND pages hold [KH][B][D].
+    auto kv_view = [&](void* data) {
+      return s.hnd
+                 ? TensorView::strided(data, kst, {2, NB, B, KH, D},
+                                       {NB * B * KH * D, int64_t{B} * KH * D, D, int64_t{B} * D, 1})
+                 : TensorView::contiguous(data, kst, {2, NB, B, KH, D});
+    };
+    const TensorView cache_v = kv_view(cache.data());
     const TensorView q_v = TensorView::contiguous(
         q.data(), s.q_fp8 ? ScalarType::kFloat8E4M3 : ScalarType::kBFloat16, {T, H, D});
     const TensorView o_v = TensorView::contiguous(out.data(), ScalarType::kBFloat16, {T, H, D});
@@ -409,8 +436,7 @@ nlohmann::json bench_decode(const Device& dev, const DecodeOptions& o, const Pee
           std::vector<detail::DecodeLaunch> as;
           for (int l = 0; l < o.chain; ++l) {
             detail::DecodeLaunch a =
-                forced(TensorView::contiguous(static_cast<char*>(caches.data()) + cache_bytes * l,
-                                              kst, {2, NB, B, KH, D}),
+                forced(kv_view(static_cast<char*>(caches.data()) + cache_bytes * l),
                        TensorView::contiguous(static_cast<char*>(outs.data()) + out.bytes() * l,
                                               ScalarType::kBFloat16, {T, H, D}),
                        sp, stages, static_cast<char*>(wss.data()) + ws_each * l, ws_each,
@@ -465,7 +491,9 @@ nlohmann::json bench_decode(const Device& dev, const DecodeOptions& o, const Pee
          {"kv_dtype", s.kv},
          {"q_dtype", s.q_fp8 ? "fp8_e4m3" : "bf16"},
          {"kv_mib", kv_bytes / (1 << 20)},
-         {"layout", s.legacy ? (v1 ? "legacy v1" : "legacy v2") : "flash"},
+         {"layout", s.legacy ? (v1 ? "legacy v1" : "legacy v2")
+                    : s.hnd  ? "flash hnd"
+                             : "flash"},
          // (legacy rows: the policy's choice inside paged_attention, not reported)
          {"max_splits", backend ? nlohmann::json(backend->decode_max_splits(s.batch)) : nullptr},
          {"stages", backend ? nlohmann::json(backend->decode_stages(s.batch)) : nullptr},

@@ -46,10 +46,9 @@ int main(int argc, char** argv) {
   app.add_option("--parts", parts_text,
                  "comma-separated: decode, step, mixed, tp (2 GPUs), capture, prefill, cascade")
       ->capture_default_str();
-  app.add_option(
-         "--shapes", shapes_text,
-         "decode shapes BATCHxLEN[:hHEAD|:e4m3|:qe4m3|:qN|:bsp|:legacy|:kvN], comma-separated "
-         "(:kvN: N KV heads, 4N query heads)")
+  app.add_option("--shapes", shapes_text,
+                 "decode shapes BATCHxLEN[:hHEAD|:e4m3|:qe4m3|:qN|:bsp|:legacy|:kvN][:hnd], "
+                 "comma-separated (:kvN: N KV heads, 4N query heads; :hnd: HND pages)")
       ->capture_default_str();
   app.add_option("--reps", reps, "timed repetitions (median reported), >= 20")
       ->check(CLI::Range(20, 100000))

@@ -25,6 +25,9 @@ struct DecodeShape {
   // ":kvN": N KV heads and 4N query heads (llama-3-8b's group of 4), e.g. ":kv4" for the
   // per-GPU share of a two-GPU tensor-parallel llama-3-8b (16/4 heads); no peer for such rows
   int kv_heads = 8;
+  // ":hnd": the flash layout with HND pages ([block][KV head][token][dim]: a head's 16 rows of a
+  // block are contiguous) instead of NHD; suffixes combine, e.g. "64x8192:h64:hnd"
+  bool hnd = false;
   std::string label() const;     // "64x8192", "64x8192 h64", "64x8192 e4m3", "64x4096 q4",
                                  // "64x8192 bsp", "64x4096 legacy v1", "64x1024 16/4 heads"
   std::string peer_key() const;  // "64:8192:128"; empty where the peer has no such row

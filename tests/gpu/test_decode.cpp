@@ -577,6 +577,53 @@ TEST_CASE("gpu decode: matches the float64 reference across the spec axes and sp
   for (const auto& c : cases) run_case(c, cache, rng, grids);
 }
 
+// KV head pairs (ga_decode_row_heads): a block covers two adjacent KV heads where a head's row is
+// 128 bytes (head 64 16-bit, head 128 fp8) in NHD. Odd KV head counts (the last pair has no
+// second head), one KV head, GQA 1..8 (8: the pair's 16 columns fill a block), window, soft cap,
+// ALiBi, sinks, LSE, padded query rows, block 16 and 32, split and cluster grids.
+TEST_CASE("gpu decode: KV head pairs (128-byte head rows, NHD) match the float64 reference") {
+  GA_REQUIRE_GPU();
+  TempKernelCache cache;
+  auto rng = make_rng();
+  const int arch = current_device_arch();
+  std::vector<DecodeCase> cases;
+  int i = 0;
+  for (int kvh : {1, 2, 3, 5})
+    for (int g : {1, 2, 4, 8}) {
+      DecodeCase c;
+      const bool fp8 = i % 3 == 2;
+      c.head_size = fp8 ? 128 : 64;
+      c.kv = !fp8 ? KvDType::kAuto : i % 2 ? KvDType::kFp8E4M3 : KvDType::kFp8E5M2;
+      c.dtype = i % 2 ? DType::kFloat16 : DType::kBFloat16;
+      c.num_kv_heads = kvh;
+      c.group = g;
+      c.block_size = i % 4 == 3 ? 32 : 16;
+      c.window = i % 5 == 1 ? 300 : 0;
+      c.soft_cap = i % 7 == 3 ? 8.0f : 0.0f;
+      c.q_std = c.soft_cap > 0 ? 3.0 : 1.0;
+      c.alibi = i % 6 == 4;
+      c.sinks = i % 4 == 1;
+      c.lse = i % 5 == 3;
+      c.strided = i % 8 == 6;
+      c.seq_lens = {1, 0, 17, 700, 2100};
+      cases.push_back(c);
+      ++i;
+    }
+  std::vector<AttentionSpec> specs;
+  for (const auto& c : cases) {
+    const AttentionSpec s = decode_spec_of(c, arch);
+    INFO(s.to_string());
+    CHECK(detail::decode_row_heads(s) == 2);
+    if (std::find(specs.begin(), specs.end(), s) == specs.end()) specs.push_back(s);
+  }
+  for (const auto& r : cache.precompile(specs)) {
+    INFO(r.spec << ": " << r.error);
+    REQUIRE(r.error.empty());
+  }
+  const std::vector<Grid> grids = {{0, 0}, {1, 0}, {3, -1}, {-1, 2}};
+  for (const auto& c : cases) run_case(c, cache, rng, grids);
+}
+
 TEST_CASE("gpu decode: softmax LSE (_lse) matches the reference, split or not") {
   GA_REQUIRE_GPU();
   TempKernelCache cache;
@@ -877,6 +924,18 @@ TEST_CASE("gpu decode: forward on decode-only, mixed and padded batches") {
     m.seq_lens = {250, 99, 64, 500};
     m.num_decodes = 2;
     run_forward(c2, m, cache, rng);
+  }
+  {
+    // KV head pairs (head 64, NHD): the fused write stores and patches both heads' rows; 3 KV
+    // heads, so the last pair has no second head; early prologue.
+    INFO("KV head pairs: head 64, 12/3 heads, early prologue, decodes then a prefill");
+    AttentionLayerConfig c4 = layer_config(12, 3, 64, 4096, 16);
+    c4.overlap_previous_kernel = true;
+    Mixed m;
+    m.q_lens = {1, 1, 1, 1, 30};
+    m.seq_lens = {16, 17, 1000, 2049, 300};
+    m.num_decodes = 4;
+    run_forward(c4, m, cache, rng);
   }
   for (int many : {0, 1}) {
     // The fused write's new rows are patched in by their owner warp; with the early prologue the
