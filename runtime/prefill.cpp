@@ -142,9 +142,11 @@ void launch_prefill_grid(const LoadedKernel& k, const PrefillGrid& g, const Para
 }  // namespace
 
 bool prefill_uses_tma(const AttentionSpec& spec) {
-  return select_prefill_kernel(spec) == PrefillKernel::kWgmma && spec.layout != KvLayout::kLegacy &&
-         !spec.block_sparse && !spec.dense_kv &&
-         ga_prefill_sm90_tma_rows(spec.block_size, spec.head_size, spec.q_fp8) > 0;
+  // The cheap conditions first: this runs for every launch.
+  return spec.arch == 90 && spec.layout != KvLayout::kLegacy && !spec.block_sparse &&
+         !spec.dense_kv &&
+         ga_prefill_sm90_tma_rows(spec.block_size, spec.head_size, spec.q_fp8) > 0 &&
+         select_prefill_kernel(spec) == PrefillKernel::kWgmma;
 }
 
 bool prefill_tma_enabled() {

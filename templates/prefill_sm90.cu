@@ -13,11 +13,11 @@
 //
 // Three warpgroups per block, specialised:
 // - warpgroup 0, the producer, gathers Q once and then K and V tiles into a PW_STAGES-deep ring
-//   of shared-memory stages: in the flash layouts by TMA, a box per page (see PW_TMA), else (and
-//   for the tile that the sequence end cuts) token row by token row through the block table with
-//   16-byte cp.async; it signals each landed tile on an mbarrier (the TMA's complete_tx, or
-//   cp.async.mbarrier.arrive.noinc), and waits on an "empty" mbarrier before it overwrites a
-//   stage;
+//   of shared-memory stages: in the flash layouts at some head sizes by TMA, a box per page (see
+//   PW_TMA), else (and for the tile that the sequence end cuts) token row by token row through
+//   the block table with 16-byte cp.async; it signals each landed tile on an mbarrier (the TMA's
+//   complete_tx, or cp.async.mbarrier.arrive.noinc), and waits on an "empty" mbarrier before it
+//   overwrites a stage;
 // - warpgroups 1 and 2, the consumers, own 64 query rows each: S = Q K^T with wgmma (Q and K
 //   from shared memory), online softmax in registers (log2 domain), O += P V with wgmma (P from
 //   registers, V from shared memory read transposed by the descriptor). Two overlaps keep the
@@ -36,7 +36,7 @@
 //
 // e4m3 queries over an fp8 cache (spec "_qe4m3", PW_FP8): the same kernel on fp8 operands.
 // wgmma takes fp8 A and B K-major only, so V, stored [key][dim], is transposed: the producer
-// loads each raw V tile into one of two raw buffers and, one tile later, transposes it into
+// copies each raw V tile into one of two raw buffers and, one tile later, transposes it into
 // the V^T stage (pw_transpose_v: ldmatrix, byte permutes, stmatrix.trans) that the consumers
 // read as the K-major B operand of P V. Tiles are 128-byte swizzled rows of 128 fp8 elements
 // (head size 128), K/V tiles 128 keys. S = Q K^T runs on wgmma k32 e4m3 x
@@ -144,7 +144,7 @@ static_assert(GA_KEY_X * 2 == 16, "prefill_sm90: legacy key caches with 16-byte 
 static_assert(!PW_FP8 || (!PW_LEGACY && !GA_BLOCK_SPARSE),
               "prefill_sm90 fp8: flash layouts, not block-sparse (prefill.cu serves the rest)");
 static_assert(PW_STAGES >= 2, "prefill_sm90: shared memory holds fewer than two stages");
-static_assert(7 + 4 * PW_STAGES <= 256 / 8, "prefill_sm90: mbarriers overflow their slack");
+static_assert(5 + 4 * PW_STAGES <= 256 / 8, "prefill_sm90: mbarriers overflow their slack");
 
 __device__ __forceinline__ unsigned pw_smem_addr(const void* p) {
   unsigned long long a;
@@ -165,6 +165,14 @@ __device__ __forceinline__ void pw_cp_async16(unsigned dst, const void* src, int
 }
 __device__ __forceinline__ void pw_cp_wait_all() {
   asm volatile("cp.async.wait_all;\n" ::: "memory");
+}
+// fp8's raw V copies: commit groups, one per tile, waited for one tile later.
+__device__ __forceinline__ void pw_cp_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int PENDING>
+__device__ __forceinline__ void pw_cp_wait_group() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(PENDING) : "memory");
 }
 
 __device__ __forceinline__ void pw_mbar_init(unsigned bar, unsigned count) {
@@ -868,16 +876,16 @@ __device__ __forceinline__ void pw_transpose_v(unsigned raw, unsigned vt, int pt
   }
 }
 
-// TMA (flash layouts, paged, not block-sparse; GaPrefillTma): the producer's warp 0 loads each K
-// and V tile (fp8: K and the raw V tile) with cp.async.bulk.tensor, one box of PW_TMA_ROWS keys x
-// 128 bytes per page segment and 128-byte column block (params.h, ga_prefill_sm90_tma_rows),
-// lane b issuing box b; the boxes land where pw_swizzle puts the rows (the map's 128-byte swizzle
-// on a 1024-byte aligned box is chunk ^ (row % 8)), completing the stage's full mbarrier by their
-// bytes. Only tiles that end at or before kv_end take it: the tile that kv_end cuts keeps the
-// per-row gather, which zero-fills the rows past it (the consumers mask their scores, but P V
-// would still multiply stale V rows, NaN included, by 0). Q keeps the gather (one tile a block).
-// (Enumerators, not namespace-level constants: those would add to every spec's GLOBAL and
-// CONSTANT totals, TMA or not.)
+// TMA (flash layouts, paged, not block-sparse, 16-bit, the head sizes of params.h's
+// ga_prefill_sm90_tma; GaPrefillTma): the producer's warp 0 loads each K and V tile with
+// cp.async.bulk.tensor, one box of PW_TMA_ROWS keys x 128 bytes per page segment and 128-byte
+// column block (params.h, ga_prefill_sm90_tma_rows), lane b issuing box b; the boxes land where
+// pw_swizzle puts the rows (the map's 128-byte swizzle on a 1024-byte aligned box is
+// chunk ^ (row % 8)), completing the stage's full mbarrier by their bytes. Only tiles that end at
+// or before kv_end take it: the tile that kv_end cuts keeps the per-row gather, which zero-fills
+// the rows past it (the consumers mask their scores, but P V would still multiply stale V rows, NaN
+// included, by 0). Q keeps the gather (one tile a block). (Enumerators, not namespace-level
+// constants: those would add to every spec's GLOBAL and CONSTANT totals, TMA or not.)
 enum PwTmaGeometry : int {
   PW_TMA_ROWS = ga_prefill_sm90_tma_rows(BLOCK_SIZE, HEAD_SIZE, PW_FP8),
   PW_TMA = !PW_LEGACY && !GA_BLOCK_SPARSE && !GA_DENSE_KV && PW_TMA_ROWS > 0,
@@ -885,7 +893,7 @@ enum PwTmaGeometry : int {
   PW_TMA_COLS = HEAD_SIZE * PW_EB / 128,                 // column blocks per tile
   PW_TMA_BOXES = PW_TMA_PAGES * PW_TMA_COLS
 };
-static_assert(!PW_TMA || (PW_BLOCK_N % PW_TMA_ROWS == 0 && PW_TMA_ROWS % 8 == 0 &&
+static_assert(!PW_TMA || (!PW_FP8 && PW_BLOCK_N % PW_TMA_ROWS == 0 && PW_TMA_ROWS % 8 == 0 &&
                           PW_TMA_BOXES <= 32 && PW_TMA_ROWS <= 256),
               "prefill_sm90: uneven TMA boxes");
 
@@ -999,13 +1007,7 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
   const unsigned bar_v_full = bar_k_full + 8 * PW_STAGES;
   const unsigned bar_k_empty = bar_v_full + 8 * PW_STAGES;
   const unsigned bar_v_empty = bar_k_empty + 8 * PW_STAGES;
-  // fp8: the raw V tiles' landings (producer arrivals), buffer b at bar_raw_v + 8 b.
-  const unsigned bar_raw_v = bar_v_empty + 8 * PW_STAGES;
   if (tid == 0) {
-    if (PW_FP8) {
-      pw_mbar_init(bar_raw_v, 128);
-      pw_mbar_init(bar_raw_v + 8, 128);
-    }
     pw_mbar_init(bar_q, 128);
     for (int s = 0; s < PW_STAGES; ++s) {
       pw_mbar_init(bar_k_full + 8 * s, 128);
@@ -1063,10 +1065,14 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
               : "memory");
         }
       }
-      // fp8: tile i's raw V, once landed (its TMA bytes or every thread's copies complete raw
-      // buffer i % 2's mbarrier, whose phase i / 2 that is), transposed into its V^T stage.
-      auto transpose_v = [&](int i) {
-        pw_mbar_wait(bar_raw_v + 8 * (i & 1), (i >> 1) & 1);
+      // fp8: tile i's raw V, once landed (its copies are commit group i; with `last`, the
+      // newest), transposed into its V^T stage.
+      auto transpose_v = [&](int i, bool last) {
+        if (last)
+          pw_cp_wait_group<0>();
+        else
+          pw_cp_wait_group<1>();
+        pw_bar_sync(PW_PRODUCER_BAR, 128);  // every thread's copies of the tile landed
         const int st = i % PW_STAGES;
         if (i >= PW_STAGES) pw_mbar_wait(bar_v_empty + 8 * st, ((i / PW_STAGES) & 1) ^ 1);
         pw_transpose_v(raw_v_base + (i & 1) * PW_KV_BYTES, v_base + st * PW_KV_BYTES, tid);
@@ -1109,14 +1115,9 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
         if (PW_FP8) {
           // Raw buffer j % 2 is free once every producer thread has transposed tile j - 2.
           pw_bar_sync(PW_PRODUCER_BAR, 128);
-          const unsigned raw = raw_v_base + (j & 1) * PW_KV_BYTES;
-          if (tma) {
-            pw_tma_tile(v_map, tma_tok1, tma_blk, n0, kv_head, raw, bar_raw_v + 8 * (j & 1), tid);
-          } else {
-            pw_gather_copy(vc, gather, off, n0, kv_end, raw);
-            pw_mbar_arrive_copies(bar_raw_v + 8 * (j & 1));
-          }
-          if (j > 0) transpose_v(j - 1);
+          pw_gather_copy(vc, gather, off, n0, kv_end, raw_v_base + (j & 1) * PW_KV_BYTES);
+          pw_cp_commit();
+          if (j > 0) transpose_v(j - 1, false);
         } else {
           if (j >= PW_STAGES) pw_mbar_wait(bar_v_empty + 8 * stage, phase ^ 1);
           if constexpr (PW_LEGACY) {
@@ -1137,7 +1138,7 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
           phase ^= 1;
         }
       }
-      if (PW_FP8) transpose_v(n_tiles - 1);
+      if (PW_FP8) transpose_v(n_tiles - 1, true);
       pw_cp_wait_all();
     }
   } else {
