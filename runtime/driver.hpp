@@ -65,7 +65,8 @@ namespace graphattn::detail {
   X(cuEventSynchronize)                           \
   X(cuEventElapsedTime)                           \
   X(cuOccupancyMaxActiveBlocksPerMultiprocessor)  \
-  X(cuOccupancyMaxPotentialClusterSize)
+  X(cuOccupancyMaxPotentialClusterSize)           \
+  X(cuTensorMapEncodeTiled)
 // clang-format on
 
 struct DriverApi {

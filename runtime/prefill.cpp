@@ -3,15 +3,19 @@
 #include "runtime/prefill.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 
+#include "core/env_flag.hpp"
 #include "core/text.hpp"
 #include "graphattn/backend.hpp"
 #include "graphattn/error.hpp"
 #include "graphattn/runtime.hpp"
 #include "jit_cache/prefill_kernels.hpp"
+#include "runtime/driver.hpp"
 #include "runtime/tensor_checks.hpp"
 #include "templates/params.h"
 
@@ -66,6 +70,66 @@ void set_prefill_scales(PrefillParams& p, float scale, float k_scale, float v_sc
   p.v_scale = v_scale;
 }
 
+std::atomic<int> g_tma_override{-1};
+
+static_assert(sizeof(GaTensorMap) == sizeof(CUtensorMap) && alignof(GaTensorMap) >= 64,
+              "GaTensorMap must hold a CUtensorMap");
+
+// The tensor map of one half (key or value) of a paged flash-layout cache for the TMA prefill:
+// dimensions (head_size, token in block, KV head, block), the middle two in increasing stride
+// (token_dim 1 or 2, GaPrefillTma), boxes of 128 bytes x `rows` tokens, 128-byte swizzle.
+// False (the kernel then gathers every tile with cp.async) where TMA cannot address the cache:
+// data not 16-byte aligned, a stride not a multiple of 16 bytes or past 2^40, or a map the
+// driver refuses.
+bool encode_cache_map(GaTensorMap& map, const void* data, int elem_bytes, int64_t head_size,
+                      int64_t block_size, int64_t num_kv_heads, int64_t num_blocks,
+                      const PagedKvView& kv, int rows, int& token_dim) {
+  const int64_t tok = kv.cache_token_stride * elem_bytes, head = kv.cache_head_stride * elem_bytes,
+                blk = kv.cache_block_stride * elem_bytes;
+  const auto fits = [](int64_t s) { return s > 0 && s % 16 == 0 && s < (int64_t{1} << 40); };
+  if (reinterpret_cast<uintptr_t>(data) % 16 != 0 || !fits(tok) || !fits(head) || !fits(blk) ||
+      num_blocks <= 0 || num_blocks > (int64_t{1} << 31))
+    return false;
+  token_dim = tok <= head ? 1 : 2;
+  const cuuint64_t dims[4] = {static_cast<cuuint64_t>(head_size),
+                              static_cast<cuuint64_t>(token_dim == 1 ? block_size : num_kv_heads),
+                              static_cast<cuuint64_t>(token_dim == 1 ? num_kv_heads : block_size),
+                              static_cast<cuuint64_t>(num_blocks)};
+  const cuuint64_t strides[3] = {static_cast<cuuint64_t>(std::min(tok, head)),
+                                 static_cast<cuuint64_t>(std::max(tok, head)),
+                                 static_cast<cuuint64_t>(blk)};
+  const cuuint32_t box[4] = {static_cast<cuuint32_t>(128 / elem_bytes),
+                             static_cast<cuuint32_t>(token_dim == 1 ? rows : 1),
+                             static_cast<cuuint32_t>(token_dim == 1 ? 1 : rows), 1};
+  const cuuint32_t element_strides[4] = {1, 1, 1, 1};
+  return driver().cuTensorMapEncodeTiled(
+             reinterpret_cast<CUtensorMap*>(&map),
+             elem_bytes == 1 ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : CU_TENSOR_MAP_DATA_TYPE_UINT16, 4,
+             const_cast<void*>(data), dims, strides, box, element_strides,
+             CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+// The maps of a TMA prefill launch over p's cache (enabled 0 when either cannot be built, or
+// TMA is switched off). Built for every launch from the launch's own views: nothing is cached,
+// so no launch ever gets another cache's map; a captured graph keeps its capture's maps in its
+// kernel node's parameters, valid while that cache is.
+GaPrefillTma prefill_tma_maps(const AttentionSpec& spec, const PrefillParams& p,
+                              int64_t num_kv_heads) {
+  GaPrefillTma t{};
+  if (!prefill_tma_enabled()) return t;
+  const int elem = spec.q_fp8 ? 1 : 2;
+  const int rows = ga_prefill_sm90_tma_rows(spec.block_size, spec.head_size, spec.q_fp8);
+  int tk = 0, tv = 0;
+  t.enabled = encode_cache_map(t.key, p.kv.key_cache, elem, spec.head_size, spec.block_size,
+                               num_kv_heads, p.kv.num_blocks, p.kv, rows, tk) &&
+              encode_cache_map(t.value, p.kv.value_cache, elem, spec.head_size, spec.block_size,
+                               num_kv_heads, p.kv.num_blocks, p.kv, rows, tv) &&
+              tk == tv;
+  t.token_dim = tk;
+  return t;
+}
+
 template <typename Params>
 void launch_prefill_grid(const LoadedKernel& k, const PrefillGrid& g, const Params& p,
                          CUstream stream) {
@@ -76,6 +140,28 @@ void launch_prefill_grid(const LoadedKernel& k, const PrefillGrid& g, const Para
 }
 
 }  // namespace
+
+bool prefill_uses_tma(const AttentionSpec& spec) {
+  // The cheap conditions first: this runs for every launch.
+  return spec.arch == 90 && spec.layout != KvLayout::kLegacy && !spec.block_sparse &&
+         !spec.dense_kv &&
+         ga_prefill_sm90_tma_rows(spec.block_size, spec.head_size, spec.q_fp8) > 0 &&
+         select_prefill_kernel(spec) == PrefillKernel::kWgmma;
+}
+
+bool prefill_tma_enabled() {
+  const int o = g_tma_override.load(std::memory_order_relaxed);
+  if (o >= 0) return o != 0;
+  static const bool on = [] {
+    const char* v = std::getenv("GRAPHATTN_PREFILL_TMA");
+    return v == nullptr || *v == '\0' || env_flag("GRAPHATTN_PREFILL_TMA");
+  }();
+  return on;
+}
+
+void set_prefill_tma_override(int mode) {
+  g_tma_override.store(mode < 0 ? -1 : mode != 0 ? 1 : 0, std::memory_order_relaxed);
+}
 
 PrefillConfig prefill_config(const AttentionSpec& spec) {
   // The templates size their tiles with the same params.h functions.
@@ -154,9 +240,17 @@ void enqueue_prefill_params(const LoadedKernel& k, const PrefillLaunch& a, Prefi
   p.soft_cap = a.soft_cap;
   p.window = a.window;
   p.bounds = static_cast<GaBoundsReport*>(a.bounds);
+  const bool tma = prefill_uses_tma(spec);
   if (spec.q_fp8) {  // the e4m3 query's kernel takes its descales after the common block
     const PrefillQ8Params p8{p, query_scales_of(a.q8)};
-    launch_prefill_grid(k, g, p8, stream);
+    if (tma)
+      launch_prefill_grid(
+          k, g, GaPrefillTmaParams<PrefillQ8Params>{prefill_tma_maps(spec, p, g.z), p8}, stream);
+    else
+      launch_prefill_grid(k, g, p8, stream);
+  } else if (tma) {
+    launch_prefill_grid(k, g, GaPrefillTmaParams<PrefillParams>{prefill_tma_maps(spec, p, g.z), p},
+                        stream);
   } else {
     launch_prefill_grid(k, g, p, stream);
   }

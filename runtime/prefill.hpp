@@ -98,4 +98,14 @@ struct PrefillConfig {
 };
 PrefillConfig prefill_config(const AttentionSpec& spec);
 
+// Whether k's kernel loads its K/V tiles by TMA (templates/prefill_sm90.cu, PW_TMA: the wgmma
+// kernel over a paged flash-layout cache, not block-sparse); such a kernel takes
+// GaPrefillTmaParams, whose maps enqueue_prefill_params() builds for every launch.
+bool prefill_uses_tma(const AttentionSpec& spec);
+// GRAPHATTN_PREFILL_TMA (read once; unset: on): 0 sends every tile of those kernels through the
+// per-row cp.async gather instead, for comparison. Tests may override it (-1: the environment's,
+// 0: off, 1: on) for the launches enqueued after the call.
+bool prefill_tma_enabled();
+void set_prefill_tma_override(int mode);
+
 }  // namespace graphattn::detail

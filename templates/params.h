@@ -506,3 +506,48 @@ constexpr int ga_prefill_sm90_smem_bytes(int head_size, bool fp8 = false) {
          2 * ga_prefill_sm90_stages(head_size, fp8) * ga_prefill_sm90_kv_bytes(head_size, fp8) +
          ga_prefill_sm90_raw_v_bytes(head_size, fp8) + GA_PREFILL_SM90_SLACK;
 }
+// TMA loads of the K and V tiles (flash layouts NHD and HND, paged, not block-sparse): each tile
+// of block_n keys is gathered page by page, one tensor-map box of rows x 128 bytes per page
+// segment and 128-byte column block, where rows = gcd(block size, block_n) (every segment lies
+// inside one cache block; every supported block size is a multiple of 16, so rows >= 16 and each
+// box lands on a 1024-byte boundary of the 128-byte swizzle). 0: no TMA for this geometry.
+// Taken where it measured faster than the per-row cp.async gather (H200, 4 x 4096 causal, block
+// 16, docs/prefill-sm90-tma-h200-2026-11-26.txt): 16-bit head sizes 64 (-9%) and 256 (-2%). At
+// head size 128 it was slower, 16-bit (+2%) and e4m3 (+5%, the raw tiles by TMA), and 192 was not
+// measured: those keep the gather.
+constexpr bool ga_prefill_sm90_tma(int head_size, bool fp8) {
+  return !fp8 && (head_size == 64 || head_size == 256);
+}
+constexpr int ga_prefill_sm90_tma_rows(int block_size, int head_size, bool fp8) {
+  if (!ga_prefill_sm90_tma(head_size, fp8)) return 0;
+  int a = block_size, b = ga_prefill_sm90_block_n(head_size, fp8);
+  while (b != 0) {
+    const int t = a % b;
+    a = b;
+    b = t;
+  }
+  return block_size > 0 && a % 8 == 0 ? a : 0;
+}
+// A CUtensorMap (cuda.h: 128 bytes, 64-byte aligned), opaque to the kernels.
+struct alignas(64) GaTensorMap {
+  unsigned long long opaque[16];
+};
+// The key and value caches' tensor maps of a TMA prefill launch (runtime/prefill.cpp builds them
+// on the host for every launch; a captured graph keeps the ones of its capture, which name that
+// launch's cache), and whether to use them: 0 takes the per-row cp.async gather for every tile
+// (GRAPHATTN_PREFILL_TMA=0, or cache strides TMA cannot take).
+struct GaPrefillTma {
+  GaTensorMap key, value;
+  int enabled;
+  // The maps' dimensions are (head dims, token in block, KV head, block) when 1, (head dims, KV
+  // head, token in block, block) when 2: the two middle ones in increasing stride (HND, NHD).
+  int token_dim;
+};
+// The parameters of a TMA prefill kernel: the maps first, so that the base block (PrefillParams,
+// or PrefillQ8Params for an e4m3 query) may end where the kernel's own layout ends (without the
+// LSE fields, say) as the plain kernels' blocks do.
+template <typename Base>
+struct GaPrefillTmaParams {
+  GaPrefillTma tma;
+  Base base;
+};

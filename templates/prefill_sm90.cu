@@ -12,10 +12,12 @@
 // kv_head * GROUP + r % GROUP, so each K/V tile serves every head of the group.
 //
 // Three warpgroups per block (four at head size 64: PW_CONSUMERS), specialised:
-// - warpgroup 0, the producer, gathers Q once and then K and V tiles token row by token row
-//   through the block table with 16-byte cp.async into a PW_STAGES-deep ring of shared-memory
-//   stages, signalling each landed tile on an mbarrier (cp.async.mbarrier.arrive.noinc), and
-//   waiting on an "empty" mbarrier before it overwrites a stage;
+// - warpgroup 0, the producer, gathers Q once and then K and V tiles into a PW_STAGES-deep ring
+//   of shared-memory stages: in the flash layouts at some head sizes by TMA, a box per page (see
+//   PW_TMA), else (and for the tile that the sequence end cuts) token row by token row through
+//   the block table with 16-byte cp.async; it signals each landed tile on an mbarrier (the TMA's
+//   complete_tx, or cp.async.mbarrier.arrive.noinc), and waits on an "empty" mbarrier before it
+//   overwrites a stage;
 // - warpgroups 1 .. PW_CONSUMERS, the consumers, own 64 query rows each: S = Q K^T with wgmma
 //   (Q and K from shared memory), online softmax in registers (log2 domain), O += P V with
 //   wgmma (P from registers, V from shared memory read transposed by the descriptor). Two
@@ -909,13 +911,113 @@ __device__ __forceinline__ void pw_transpose_v(unsigned raw, unsigned vt, int pt
   }
 }
 
+// TMA (flash layouts, paged, not block-sparse, 16-bit, the head sizes of params.h's
+// ga_prefill_sm90_tma; GaPrefillTma): the producer's warp 0 loads each K and V tile with
+// cp.async.bulk.tensor, one box of PW_TMA_ROWS keys x 128 bytes per page segment and 128-byte
+// column block (params.h, ga_prefill_sm90_tma_rows), lane b issuing box b; the boxes land where
+// pw_swizzle puts the rows (the map's 128-byte swizzle on a 1024-byte aligned box is
+// chunk ^ (row % 8)), completing the stage's full mbarrier by their bytes. Only tiles that end at
+// or before kv_end take it: the tile that kv_end cuts keeps the per-row gather, which zero-fills
+// the rows past it (the consumers mask their scores, but P V would still multiply stale V rows, NaN
+// included, by 0). Q keeps the gather (one tile a block). (Enumerators, not namespace-level
+// constants: those would add to every spec's GLOBAL and CONSTANT totals, TMA or not.)
+enum PwTmaGeometry : int {
+  PW_TMA_ROWS = ga_prefill_sm90_tma_rows(BLOCK_SIZE, HEAD_SIZE, PW_FP8),
+  PW_TMA = !PW_LEGACY && !GA_BLOCK_SPARSE && !GA_DENSE_KV && PW_TMA_ROWS > 0,
+  PW_TMA_PAGES = PW_TMA ? PW_BLOCK_N / PW_TMA_ROWS : 1,  // segments per tile
+  PW_TMA_COLS = HEAD_SIZE * PW_EB / 128,                 // column blocks per tile
+  PW_TMA_BOXES = PW_TMA_PAGES * PW_TMA_COLS
+};
+static_assert(!PW_TMA || (!PW_FP8 && PW_BLOCK_N % PW_TMA_ROWS == 0 && PW_TMA_ROWS % 8 == 0 &&
+                          PW_TMA_BOXES <= 32 && PW_TMA_ROWS <= 256),
+              "prefill_sm90: uneven TMA boxes");
+
+template <bool TMA, typename Base>
+struct PwParamsOf {
+  using type = Base;
+};
+template <typename Base>
+struct PwParamsOf<true, Base> {
+  using type = GaPrefillTmaParams<Base>;
+};
+template <typename Base>
+__device__ __forceinline__ const Base& pw_base(const Base& b) {
+  return b;
+}
+template <typename Base>
+__device__ __forceinline__ const Base& pw_base(const GaPrefillTmaParams<Base>& b) {
+  return b.base;
+}
+// The launch's maps, or null for a kernel without TMA.
+template <typename Base>
+__device__ __forceinline__ const GaPrefillTma* pw_tma_of(const Base&) {
+  return nullptr;
+}
+template <typename Base>
+__device__ __forceinline__ const GaPrefillTma* pw_tma_of(const GaPrefillTmaParams<Base>& b) {
+  return &b.tma;
+}
+
+// Sets the tile's byte count on `bar` with this thread's arrival.
+__device__ __forceinline__ void pw_mbar_arrive_tx(unsigned bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void pw_tma_load(unsigned dst, const GaTensorMap* map, int c0, int c1,
+                                            int c2, int c3, unsigned bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes "
+      "[%0], [%1, {%2, %3, %4, %5}], [%6];\n" ::"r"(dst),
+      "l"(reinterpret_cast<unsigned long long>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
+      : "memory");
+}
+// The cache block of this lane's box of the tile at key n0 (lanes past the boxes: none).
+__device__ __forceinline__ int pw_tma_block(const PrefillParams& p, const int* block_row, int n0,
+                                            int lane) {
+  if (lane >= PW_TMA_BOXES) return 0;
+  const int key = n0 + (lane % PW_TMA_PAGES) * PW_TMA_ROWS;
+#ifdef GA_CHECK_BOUNDS
+  return ga_prefill_checked_block(p, block_row, key);
+#else
+  return __ldg(block_row + key / BLOCK_SIZE);
+#endif
+}
+// The tile at key n0 of KV head kv_head into the stage at dst by TMA, completing `bar` (count 128:
+// every producer thread arrives once, lane 0 of warp 0 with the tile's bytes). blk: this lane's
+// block (pw_tma_block); token_dim1: GaPrefillTma::token_dim == 1.
+__device__ __forceinline__ void pw_tma_tile(const GaTensorMap* map, bool token_dim1, int blk,
+                                            int n0, int kv_head, unsigned dst, unsigned bar,
+                                            int ptid) {
+  if (ptid < 32) {
+    if (ptid == 0) pw_mbar_arrive_tx(bar, PW_BLOCK_N * HEAD_SIZE * PW_EB);
+    __syncwarp();
+    if (ptid < PW_TMA_BOXES) {
+      const int page = ptid % PW_TMA_PAGES, cb = ptid / PW_TMA_PAGES;
+      const int tok = (n0 + page * PW_TMA_ROWS) % BLOCK_SIZE;
+      pw_tma_load(dst + cb * (PW_BLOCK_N * 128) + page * (PW_TMA_ROWS * 128), map,
+                  cb * (128 / PW_EB), token_dim1 ? tok : kv_head, token_dim1 ? kv_head : tok, blk,
+                  bar);
+    }
+    if (ptid != 0) pw_mbar_arrive(bar);
+  } else {
+    pw_mbar_arrive(bar);
+  }
+}
+
 #ifdef GA_Q_E4M3
+using PwBaseParams = PrefillQ8Params;
+#else
+using PwBaseParams = PrefillParams;
+#endif
+using PwParams = PwParamsOf<PW_TMA != 0, PwBaseParams>::type;
+
 extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
-    graphattn_prefill(const __grid_constant__ PrefillQ8Params params) {
+    graphattn_prefill(const __grid_constant__ PwParams kparams) {
+#ifdef GA_Q_E4M3
+  const PrefillQ8Params& params = pw_base(kparams);
   const PrefillParams& p = params.base;
 #else
-extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
-    graphattn_prefill(const __grid_constant__ PrefillParams p) {
+  const PrefillParams& p = pw_base(kparams);
 #endif
   extern __shared__ __align__(1024) unsigned char pw_smem[];
   GaPrefillTile tile;
@@ -979,6 +1081,25 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
           pw_gather_setup(static_cast<long long>(kv_head) * p.kv.cache_head_stride, tid);
       const PwLegacyK legacy_k =
           pw_legacy_k_setup(static_cast<long long>(kv_head) * p.kv.cache_head_stride, tid);
+      // TMA: the maps (kernel parameters), and whether this launch uses them.
+      const GaTensorMap* k_map = nullptr;
+      const GaTensorMap* v_map = nullptr;
+      bool tma_on = false, tma_tok1 = true;
+      if constexpr (PW_TMA) {
+        const GaPrefillTma* tma = pw_tma_of(kparams);
+        k_map = &tma->key;
+        v_map = &tma->value;
+        tma_on = tma->enabled != 0;
+        tma_tok1 = tma->token_dim == 1;
+        if (tma_on && tid == 0) {
+          asm volatile(
+              "prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<unsigned long long>(k_map))
+              : "memory");
+          asm volatile(
+              "prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<unsigned long long>(v_map))
+              : "memory");
+        }
+      }
       // fp8: tile i's raw V, once landed (its copies are commit group i; with `last`, the
       // newest), transposed into its V^T stage.
       auto transpose_v = [&](int i, bool last) {
@@ -1005,17 +1126,27 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
         const int n0 = (tile0 + j) * PW_BLOCK_N;
 #endif
         long long off[PW_PASSES], lk_src[PW_LK_GPW];
+        // TMA for the tiles that end at or before kv_end (the tile kv_end cuts zero-fills).
+        const bool tma = PW_TMA && tma_on && n0 + PW_BLOCK_N <= kv_end;
+        int tma_blk = 0;
         if constexpr (PW_LEGACY)
           pw_legacy_k_rows(p, block_row, legacy_k, n0, kv_end, tid, lk_src);
+        else if (tma)
+          tma_blk = pw_tma_block(p, block_row, n0, tid);
         else
           pw_gather_rows(p, block_row, kv_row0, gather, n0, kv_end, off);
         // A stage is refilled once all consumer warps released its previous use.
         if (j >= PW_STAGES) pw_mbar_wait(bar_k_empty + 8 * stage, phase ^ 1);
-        if constexpr (PW_LEGACY)
+        if constexpr (PW_LEGACY) {
           pw_legacy_load_k(kc, legacy_k, lk_src, n0, kv_end, tid, k_base + stage * PW_KV_BYTES);
-        else
+          pw_mbar_arrive_copies(bar_k_full + 8 * stage);
+        } else if (tma) {
+          pw_tma_tile(k_map, tma_tok1, tma_blk, n0, kv_head, k_base + stage * PW_KV_BYTES,
+                      bar_k_full + 8 * stage, tid);
+        } else {
           pw_gather_copy(kc, gather, off, n0, kv_end, k_base + stage * PW_KV_BYTES);
-        pw_mbar_arrive_copies(bar_k_full + 8 * stage);
+          pw_mbar_arrive_copies(bar_k_full + 8 * stage);
+        }
         if (PW_FP8) {
           // Raw buffer j % 2 is free once every producer thread has transposed tile j - 2.
           pw_bar_sync(PW_PRODUCER_BAR, 128);
@@ -1024,13 +1155,18 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
           if (j > 0) transpose_v(j - 1, false);
         } else {
           if (j >= PW_STAGES) pw_mbar_wait(bar_v_empty + 8 * stage, phase ^ 1);
-          if constexpr (PW_LEGACY)
+          if constexpr (PW_LEGACY) {
             pw_legacy_load_vt(p, block_row,
                               static_cast<long long>(kv_head) * p.kv.cache_head_stride, n0, kv_end,
                               v_base + stage * PW_KV_BYTES, tid);
-          else
+            pw_mbar_arrive_copies(bar_v_full + 8 * stage);
+          } else if (tma) {
+            pw_tma_tile(v_map, tma_tok1, tma_blk, n0, kv_head, v_base + stage * PW_KV_BYTES,
+                        bar_v_full + 8 * stage, tid);
+          } else {
             pw_gather_copy(vc, gather, off, n0, kv_end, v_base + stage * PW_KV_BYTES);
-          pw_mbar_arrive_copies(bar_v_full + 8 * stage);
+            pw_mbar_arrive_copies(bar_v_full + 8 * stage);
+          }
         }
         if (++stage == PW_STAGES) {
           stage = 0;

@@ -628,7 +628,7 @@ TEST_CASE("gpu fp8 query: the prefill kernels (wgmma on sm_90) match the float64
   TempKernelCache cache;
   auto rng = make_rng();
   const int arch = current_device_arch();
-  std::vector<Q8Case> cases(6);
+  std::vector<Q8Case> cases(8);
   cases[0].num_kv_heads = 2;  // bf16, e4m3, NHD, GQA 4, causal, per-tensor
   cases[1].dtype = DType::kFloat16;
   cases[1].kv = KvDType::kFp8E5M2;
@@ -652,6 +652,12 @@ TEST_CASE("gpu fp8 query: the prefill kernels (wgmma on sm_90) match the float64
   cases[4].per_head = true;
   cases[5].head_size = 64;  // mma.sync on every arch (the wgmma kernel takes head size 128)
   cases[5].per_head = true;
+  // Pages of 64 (two per 128-key tile, HND) and 256 keys (two tiles per page).
+  cases[6].block_size = 64;
+  cases[6].layout = KvLayout::kHND;
+  cases[6].num_kv_heads = 2;
+  cases[7].block_size = 256;
+  cases[7].group = 2;
   Errors errors;
   for (Q8Case& c : cases) {
     // Whole prompts, chunks after a context (a partial last tile, a long one), an empty request.

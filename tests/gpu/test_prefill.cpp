@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "graphattn/graphattn.hpp"
+#include "jit_cache/prefill_kernels.hpp"
 #include "runtime/prefill.hpp"
 #include "testing/host_dtypes.hpp"
 #include "testing/reference.hpp"
@@ -135,8 +136,10 @@ std::vector<Req> random_batch(std::mt19937_64& rng, int max_len, int decodes,
   return reqs;
 }
 
-// Runs one case: returns the relative L2 error (also CHECKed against the dtype's bound).
-double run_case(const PrefillCase& c, KernelCache& cache, std::mt19937_64& rng) {
+// Runs one case: returns the relative L2 error (also CHECKed against the dtype's bound); with
+// `got`, also the output as written.
+double run_case(const PrefillCase& c, KernelCache& cache, std::mt19937_64& rng,
+                std::vector<uint16_t>* got = nullptr) {
   INFO("case " << describe(c));
   auto uni = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
   const int first_req = uni(0, 2);
@@ -261,6 +264,7 @@ double run_case(const PrefillCase& c, KernelCache& cache, std::mt19937_64& rng) 
 
   std::vector<uint16_t> out(static_cast<size_t>(T) * o_tstride);
   if (T > 0) d_out.download(out.data(), out.size() * 2);
+  if (got != nullptr) *got = out;
   std::vector<double> want_lse;
   const std::vector<double> want = reference_attention(ref, c.lse ? &want_lse : nullptr);
   if (c.lse && T > 0) {
@@ -513,6 +517,47 @@ TEST_CASE("gpu prefill: head 64's 192-row tiles at their boundaries, GQA groups 
     cases.push_back(c);
   }
   run_cases(cases, cache, rng);
+}
+
+TEST_CASE("gpu prefill: the Hopper kernel's TMA loads equal the cp.async gather bit for bit") {
+  // On sm_90 the flash-layout wgmma kernel at head sizes 64 and 256 (params.h,
+  // ga_prefill_sm90_tma) loads its K/V tiles by TMA, a box per page segment (pages of 16 and 32
+  // keys: several per tile; 48: segments of 16; 64, 128: one or two; 192, 256: tiles inside a
+  // page), and the tile that the sequence end cuts by the per-row gather; GRAPHATTN_PREFILL_TMA=0
+  // (here the override) gathers every tile. Both must give the same bits. (Head size 128 takes
+  // the gather only: those cases check that it is not switched.)
+  GA_REQUIRE_GPU();
+  TempKernelCache cache;
+  auto rng = make_rng();
+  const int heads[] = {64, 256, 64, 128};
+  const int blocks[] = {16, 32, 48, 64, 128, 192, 256};
+  const int n = reduced() ? 3 : 14;
+  int compared = 0;
+  for (int i = 0; i < n; ++i) {
+    PrefillCase c;
+    c.dtype = i % 2 ? DType::kBFloat16 : DType::kFloat16;
+    c.head_size = heads[i % 4];
+    c.block_size = blocks[i % 7];
+    c.group = i % 3 == 0 ? 4 : i % 3 == 1 ? 1 : 6;
+    c.num_kv_heads = 2;
+    c.layout = (i / 2) % 2 ? KvLayout::kHND : KvLayout::kNHD;
+    c.window = i % 5 == 4;
+    c.max_len = reduced() ? 150 : (c.head_size >= 192 ? 330 : 520);
+    INFO("case " << describe(c));
+    const AttentionSpec spec = spec_of(c);
+    std::mt19937_64 rng_again = rng;
+    std::vector<uint16_t> tma_out, gather_out;
+    run_case(c, cache, rng, &tma_out);
+    CHECK(detail::prefill_uses_tma(spec) == (current_device_arch() == 90 && c.head_size != 128 &&
+                                             !detail::prefill_mma_sync_forced()));
+    if (!detail::prefill_uses_tma(spec) || !detail::prefill_tma_enabled()) continue;
+    detail::set_prefill_tma_override(0);
+    run_case(c, cache, rng_again, &gather_out);
+    detail::set_prefill_tma_override(-1);
+    CHECK_MESSAGE(tma_out == gather_out, "TMA and cp.async outputs differ");
+    ++compared;
+  }
+  MESSAGE(compared << " specs compared TMA against the cp.async gather");
 }
 
 TEST_CASE("gpu prefill: rejects mismatched arguments with a clear error") {
