@@ -511,13 +511,15 @@ constexpr int ga_prefill_sm90_smem_bytes(int head_size, bool fp8 = false) {
 // segment and 128-byte column block, where rows = gcd(block size, block_n) (every segment lies
 // inside one cache block; every supported block size is a multiple of 16, so rows >= 16 and each
 // box lands on a 1024-byte boundary of the 128-byte swizzle). 0: no TMA for this geometry.
-// Taken where it measured faster than the per-row cp.async gather (H200, 4 x 4096 causal, block
-// 16, docs/prefill-sm90-tma-h200-2026-11-26.txt): 16-bit head sizes 64 (-9%) and 256 (-2%). At
-// head size 128 it was slower, 16-bit (+2%) and e4m3 (+5%, the raw tiles by TMA), and 192 was not
-// measured: those keep the gather.
-constexpr bool ga_prefill_sm90_tma(int head_size, bool fp8) {
-  return !fp8 && (head_size == 64 || head_size == 256);
-}
+// Taken where it measured faster than the per-row cp.async gather (4 x 4096 causal, block 16):
+// 16-bit head size 64 (H200, two consumers: -9%, docs/prefill-sm90-tma-h200-2026-11-26.txt; H100,
+// with head 64's three consumers: 666-678 us against 692-698 gathered,
+// docs/prefill-h128-full-tiles-h100-2026-11-27.txt). Head size 256 measured faster with two
+// consumers' register split (H200, -2%) but slower with its overlap split (producer at 24
+// registers, spilling: H100 2190-2207 us against 1883-1887), so it gathers. At head size 128 it
+// was slower, 16-bit (+2%) and e4m3 (+5%, the raw tiles by TMA), and 192 was not measured: those
+// keep the gather.
+constexpr bool ga_prefill_sm90_tma(int head_size, bool fp8) { return !fp8 && head_size == 64; }
 constexpr int ga_prefill_sm90_tma_rows(int block_size, int head_size, bool fp8) {
   if (!ga_prefill_sm90_tma(head_size, fp8)) return 0;
   int a = block_size, b = ga_prefill_sm90_block_n(head_size, fp8);
