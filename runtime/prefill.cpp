@@ -75,15 +75,17 @@ std::atomic<int> g_tma_override{-1};
 static_assert(sizeof(GaTensorMap) == sizeof(CUtensorMap) && alignof(GaTensorMap) >= 64,
               "GaTensorMap must hold a CUtensorMap");
 
-// The tensor map of one half (key or value) of a paged flash-layout cache for the TMA prefill:
-// dimensions (head_size, token in block, KV head, block), the middle two in increasing stride
-// (token_dim 1 or 2, GaPrefillTma), boxes of 128 bytes x `rows` tokens, 128-byte swizzle.
+// The tensor map of one half (key or value) of a paged flash-layout 16-bit cache for the TMA
+// prefill (params.h, ga_prefill_sm90_tma: 16-bit only): dimensions (head_size, token in block,
+// KV head, block), the middle two in increasing stride (token_dim 1 or 2, GaPrefillTma), boxes
+// of 128 bytes (64 elements) x `rows` tokens, 128-byte swizzle.
 // False (the kernel then gathers every tile with cp.async) where TMA cannot address the cache:
 // data not 16-byte aligned, a stride not a multiple of 16 bytes or past 2^40, or a map the
 // driver refuses.
-bool encode_cache_map(GaTensorMap& map, const void* data, int elem_bytes, int64_t head_size,
-                      int64_t block_size, int64_t num_kv_heads, int64_t num_blocks,
-                      const PagedKvView& kv, int rows, int& token_dim) {
+bool encode_cache_map(GaTensorMap& map, const void* data, int64_t head_size, int64_t block_size,
+                      int64_t num_kv_heads, int64_t num_blocks, const PagedKvView& kv, int rows,
+                      int& token_dim) {
+  constexpr int64_t elem_bytes = 2;
   const int64_t tok = kv.cache_token_stride * elem_bytes, head = kv.cache_head_stride * elem_bytes,
                 blk = kv.cache_block_stride * elem_bytes;
   const auto fits = [](int64_t s) { return s > 0 && s % 16 == 0 && s < (int64_t{1} << 40); };
@@ -103,8 +105,7 @@ bool encode_cache_map(GaTensorMap& map, const void* data, int elem_bytes, int64_
                              static_cast<cuuint32_t>(token_dim == 1 ? 1 : rows), 1};
   const cuuint32_t element_strides[4] = {1, 1, 1, 1};
   return driver().cuTensorMapEncodeTiled(
-             reinterpret_cast<CUtensorMap*>(&map),
-             elem_bytes == 1 ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : CU_TENSOR_MAP_DATA_TYPE_UINT16, 4,
+             reinterpret_cast<CUtensorMap*>(&map), CU_TENSOR_MAP_DATA_TYPE_UINT16, 4,
              const_cast<void*>(data), dims, strides, box, element_strides,
              CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
              CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
@@ -118,12 +119,11 @@ GaPrefillTma prefill_tma_maps(const AttentionSpec& spec, const PrefillParams& p,
                               int64_t num_kv_heads) {
   GaPrefillTma t{};
   if (!prefill_tma_enabled()) return t;
-  const int elem = spec.q_fp8 ? 1 : 2;
   const int rows = ga_prefill_sm90_tma_rows(spec.block_size, spec.head_size, spec.q_fp8);
   int tk = 0, tv = 0;
-  t.enabled = encode_cache_map(t.key, p.kv.key_cache, elem, spec.head_size, spec.block_size,
-                               num_kv_heads, p.kv.num_blocks, p.kv, rows, tk) &&
-              encode_cache_map(t.value, p.kv.value_cache, elem, spec.head_size, spec.block_size,
+  t.enabled = encode_cache_map(t.key, p.kv.key_cache, spec.head_size, spec.block_size, num_kv_heads,
+                               p.kv.num_blocks, p.kv, rows, tk) &&
+              encode_cache_map(t.value, p.kv.value_cache, spec.head_size, spec.block_size,
                                num_kv_heads, p.kv.num_blocks, p.kv, rows, tv) &&
               tk == tv;
   t.token_dim = tk;
@@ -240,15 +240,9 @@ void enqueue_prefill_params(const LoadedKernel& k, const PrefillLaunch& a, Prefi
   p.soft_cap = a.soft_cap;
   p.window = a.window;
   p.bounds = static_cast<GaBoundsReport*>(a.bounds);
-  const bool tma = prefill_uses_tma(spec);
-  if (spec.q_fp8) {  // the e4m3 query's kernel takes its descales after the common block
-    const PrefillQ8Params p8{p, query_scales_of(a.q8)};
-    if (tma)
-      launch_prefill_grid(
-          k, g, GaPrefillTmaParams<PrefillQ8Params>{prefill_tma_maps(spec, p, g.z), p8}, stream);
-    else
-      launch_prefill_grid(k, g, p8, stream);
-  } else if (tma) {
+  if (spec.q_fp8) {  // the e4m3 query's kernel takes its descales after the common block (no TMA)
+    launch_prefill_grid(k, g, PrefillQ8Params{p, query_scales_of(a.q8)}, stream);
+  } else if (prefill_uses_tma(spec)) {
     launch_prefill_grid(k, g, GaPrefillTmaParams<PrefillParams>{prefill_tma_maps(spec, p, g.z), p},
                         stream);
   } else {

@@ -545,9 +545,9 @@ struct GaPrefillTma {
   // head, token in block, block) when 2: the two middle ones in increasing stride (HND, NHD).
   int token_dim;
 };
-// The parameters of a TMA prefill kernel: the maps first, so that the base block (PrefillParams,
-// or PrefillQ8Params for an e4m3 query) may end where the kernel's own layout ends (without the
-// LSE fields, say) as the plain kernels' blocks do.
+// The parameters of a TMA prefill kernel: the maps first, so that the base block (PrefillParams)
+// may end where the kernel's own layout ends (without the LSE fields, say) as the plain kernels'
+// blocks do.
 template <typename Base>
 struct GaPrefillTmaParams {
   GaPrefillTma tma;
