@@ -432,6 +432,9 @@ struct PrefillQ8Params {
 
 // Prefill tile geometry, shared by the host (runtime/prefill.cpp) and the two prefill templates
 // (evaluated at compile time by both). detail::select_prefill_kernel() picks the template.
+// Cache-block segments of a key tile are gcd(block size, tile) keys (both templates' V^T walks,
+// ga_prefill_sm90_tma_rows).
+constexpr int ga_gcd(int a, int b) { return b == 0 ? a : ga_gcd(b, a % b); }
 //
 // templates/prefill.cu (mma.sync, every arch): GA_PREFILL_WARPS warps; a warp owns
 // ga_prefill_row_tiles() m16 row tiles of the block's ga_prefill_block_m() rows; K/V tiles of
@@ -522,13 +525,8 @@ constexpr int ga_prefill_sm90_smem_bytes(int head_size, bool fp8 = false) {
 constexpr bool ga_prefill_sm90_tma(int head_size, bool fp8) { return !fp8 && head_size == 64; }
 constexpr int ga_prefill_sm90_tma_rows(int block_size, int head_size, bool fp8) {
   if (!ga_prefill_sm90_tma(head_size, fp8)) return 0;
-  int a = block_size, b = ga_prefill_sm90_block_n(head_size, fp8);
-  while (b != 0) {
-    const int t = a % b;
-    a = b;
-    b = t;
-  }
-  return block_size > 0 && a % 8 == 0 ? a : 0;
+  const int rows = ga_gcd(block_size, ga_prefill_sm90_block_n(head_size, fp8));
+  return block_size > 0 && rows % 8 == 0 ? rows : 0;
 }
 // A CUtensorMap (cuda.h: 128 bytes, 64-byte aligned), opaque to the kernels.
 struct alignas(64) GaTensorMap {

@@ -64,9 +64,8 @@ __device__ __forceinline__ int pf_vt_swizzle(int d) { return (d & 7) / PF_VT_RPL
 // each inside one cache block (segments and blocks both start at multiples of PF_VT_SEG; whole
 // blocks when the block size divides the tile, e.g. not for 48 or 96), and one dimension's keys
 // of a segment are contiguous in the cache, its dimensions too when the segment is a whole block.
-constexpr int pf_gcd(int a, int b) { return b == 0 ? a : pf_gcd(b, a % b); }
 constexpr int PF_VT_TOK = KV_FP8 ? 16 : 8;
-constexpr int PF_VT_SEG = pf_gcd(BLOCK_SIZE, PF_BLOCK_N);
+constexpr int PF_VT_SEG = ga_gcd(BLOCK_SIZE, PF_BLOCK_N);
 constexpr int PF_VT_CPS = PF_VT_SEG / PF_VT_TOK;  // chunks per dimension of a segment
 constexpr int PF_SMEM_BYTES = ga_prefill_smem_bytes(HEAD_SIZE, KV_FP8);
 

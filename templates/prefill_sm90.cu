@@ -652,8 +652,7 @@ __device__ __forceinline__ void pw_legacy_load_k(const pw_elem* kc, const PwLega
 // 8: the swizzle's d % 8 is the same for all of a thread's rows). Keys at or past kv_end are
 // zero-filled (a chunk partly inside copies its keys inside; a segment past it looks its block
 // up at the last visible key, whose block exists, and copies nothing).
-constexpr int pw_gcd(int a, int b) { return b == 0 ? a : pw_gcd(b, a % b); }
-constexpr int PW_VT_SEG = pw_gcd(BLOCK_SIZE, PW_BLOCK_N);
+constexpr int PW_VT_SEG = ga_gcd(BLOCK_SIZE, PW_BLOCK_N);
 constexpr int PW_VT_SEGS = PW_BLOCK_N / PW_VT_SEG;
 constexpr int PW_VT_CPS = PW_VT_SEG / 8;              // chunks per dimension of a segment
 constexpr int PW_VT_LPS = 128 / PW_VT_SEGS;           // threads per segment
