@@ -53,6 +53,13 @@ int stages_of(const AttentionSpec& s, const DecodeLaunch& a) {
                        : a.stages;
 }
 
+// A launch's grid y: a block per KV head (KV head pairs: per pair) and chunk of 16 query columns.
+int64_t decode_grid_y(const AttentionSpec& s, int num_kv_heads, int max_query_len) {
+  const int rh = decode_row_heads(s);
+  return int64_t{(num_kv_heads + rh - 1) / rh} *
+         ga_decode_head_chunks(s.group * max_query_len * rh);
+}
+
 // A direct launch over the legacy caches: their shape as checked into legacy_kv.
 KvCacheShape check_direct_launch_legacy(const LoadedKernel& k, const DecodeLaunch& a) {
   GA_REQUIRE(k.compiled != nullptr, "launch_decode: kernel is not loaded");
@@ -319,8 +326,7 @@ void check_decode_launch(const AttentionSpec& spec, const DecodeLaunch& a, const
                  str(a.num_decodes) + " requests and " + str(a.max_splits) + " splits");
   const int num_kv_heads = static_cast<int>(kc.num_kv_heads);
   const int columns = spec.group * a.max_query_len;
-  const int64_t grid_y =
-      int64_t{(num_kv_heads + rh - 1) / rh} * ga_decode_head_chunks(columns * rh);
+  const int64_t grid_y = decode_grid_y(spec, num_kv_heads, a.max_query_len);
   GA_REQUIRE(grid_y <= 65535, "decode launch too large: " + str(grid_y) +
                                   " KV-head blocks per request (at most 65535)");
   GA_REQUIRE(
@@ -398,8 +404,7 @@ void enqueue_decode(const LoadedKernel& decode, const DecodeLaunch& a, CUstream 
   p.device_split = a.device_split ? 1 : 0;
 
   const int rh = decode_row_heads(spec);
-  const int64_t grid_y = int64_t{(num_kv_heads + rh - 1) / rh} *
-                         ga_decode_head_chunks(spec.group * a.max_query_len * rh);
+  const int64_t grid_y = decode_grid_y(spec, num_kv_heads, a.max_query_len);
   const int kvb = kv_bytes_of(spec);
   const int stages = stages_of(spec, a);
   p.stages = stages;
