@@ -839,15 +839,15 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
       const int tk0 = (lane / UNITS) * LOAD_ITERS;
       const int p0 = t0 + tk0;
       // (KV head pairs: the second half of the tile row is the next KV head's row, a head stride
-      // further; none past an odd count's last head: zero-filled.)
+      // further, GA_PAIR_UNIT_SKIP; none past an odd count's last head: zero-filled, as the units
+      // that GA_PAIR_UNIT_LIVE is false for copy nothing.)
+#define GA_PAIR_UNIT_SKIP \
+  (PG == 2 && lane_unit >= UNITS / 2 ? p.kv.cache_head_stride * KV_BYTES - REAL_BYTES / 2 : 0)
+#define GA_PAIR_UNIT_LIVE (PG == 1 || lane_unit < UNITS / 2 || GA_PAIR_SECOND)
       const unsigned char* ksrc =
-          key_cache + off + tk0 * token_bytes + lane_unit_bytes +
-          (PG == 2 && lane_unit >= UNITS / 2 ? p.kv.cache_head_stride * KV_BYTES - REAL_BYTES / 2
-                                             : 0);
+          key_cache + off + tk0 * token_bytes + lane_unit_bytes + GA_PAIR_UNIT_SKIP;
       const unsigned char* vsrc =
-          value_cache + off + tk0 * token_bytes + lane_unit_bytes +
-          (PG == 2 && lane_unit >= UNITS / 2 ? p.kv.cache_head_stride * KV_BYTES - REAL_BYTES / 2
-                                             : 0);
+          value_cache + off + tk0 * token_bytes + lane_unit_bytes + GA_PAIR_UNIT_SKIP;
       const unsigned row0 = stage + tk0 * ROW_BYTES + lane_dst_low;
       // A tile wholly inside [lo, seq_len - 1) (every tile but the window's first and the
       // request's last, which may hold the fused write's row) copies every row: no test a row.
@@ -855,18 +855,16 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
 #pragma unroll
         for (int it = 0; it < LOAD_ITERS; ++it) {
           const unsigned dst = row0 + it * ROW_BYTES + ((lane_chunk_sw ^ (it & 7)) << 4);
-          ga_cp_async(dst, ksrc + it * token_bytes,
-                      PG == 1 || lane_unit < UNITS / 2 || GA_PAIR_SECOND);
-          ga_cp_async(dst + TILE_BYTES, vsrc + it * token_bytes,
-                      PG == 1 || lane_unit < UNITS / 2 || GA_PAIR_SECOND);
+          ga_cp_async(dst, ksrc + it * token_bytes, GA_PAIR_UNIT_LIVE);
+          ga_cp_async(dst + TILE_BYTES, vsrc + it * token_bytes, GA_PAIR_UNIT_LIVE);
         }
         return;
       }
 #pragma unroll
       for (int it = 0; it < LOAD_ITERS; ++it) {
         const int pos = p0 + it;
-        const bool valid = (PG == 1 || lane_unit < UNITS / 2 || GA_PAIR_SECOND) && pos >= lo &&
-                           pos < seq_len && !(direct && pos == seq_len - 1);
+        const bool valid =
+            GA_PAIR_UNIT_LIVE && pos >= lo && pos < seq_len && !(direct && pos == seq_len - 1);
         // (tk0 + it) % 8 == (tk0 % 8) ^ it: tk0 is a multiple of LOAD_ITERS, a power of two.
         const unsigned dst = row0 + it * ROW_BYTES + ((lane_chunk_sw ^ (it & 7)) << 4);
         ga_cp_async(dst, ksrc + it * token_bytes, valid);
@@ -1295,13 +1293,11 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
 
   // [stage 9: the block's output] merge the warps; one split: the output, else the partials.
 #ifdef GA_Q_E4M3
-  const float out_scale =
-      (q8.v_descale ? q8.v_descale[descale_at] : ga_kv_scale(p.scales.v_scale_ptr, p.v_scale)) *
-      KV_WIDEN_SCALE;
-  const float out_scale2 = PG == 2 ? (q8.v_descale ? q8.v_descale[descale_at2]
-                                                   : ga_kv_scale(p.scales.v_scale_ptr, p.v_scale)) *
-                                         KV_WIDEN_SCALE
-                                   : out_scale;
+#define GA_Q8_OUT_SCALE(at)                                                           \
+  ((q8.v_descale ? q8.v_descale[at] : ga_kv_scale(p.scales.v_scale_ptr, p.v_scale)) * \
+   KV_WIDEN_SCALE)
+  const float out_scale = GA_Q8_OUT_SCALE(descale_at);
+  const float out_scale2 = PG == 2 ? GA_Q8_OUT_SCALE(descale_at2) : out_scale;
 #else
   const float out_scale = ga_kv_scale(p.scales.v_scale_ptr, p.v_scale) * KV_WIDEN_SCALE;
 #endif
