@@ -74,6 +74,17 @@ CUgraphExec capture(const Device& dev, Work work) {
   return e;
 }
 
+// time_us of replays of a graph captured from work() (launches on dev.stream), L2 flushed before
+// each; the graph is destroyed after.
+template <typename Work>
+double time_graph_us(const Device& dev, int reps, Work work) {
+  const auto& d = detail::driver();
+  const CUgraphExec e = capture(dev, work);
+  const double t = time_us(dev, reps, true, [&] { GA_CU_CHECK(d.cuGraphLaunch(e, dev.stream)); });
+  d.cuGraphExecDestroy(e);
+  return t;
+}
+
 // The peer's times from tools/peer_sdpa.py, run by graphattn-bench in the same session.
 struct PeerTimes {
   bool available = false;

@@ -329,10 +329,7 @@ nlohmann::json bench_decode(const Device& dev, const DecodeOptions& o, const Pee
 
     for (int i = 0; i < 5; ++i) run();
     const double us = time_us(dev, o.reps, true, run);
-    const CUgraphExec exec = capture(dev, run);
-    const double graph_us =
-        time_us(dev, o.reps, true, [&] { GA_CU_CHECK(d.cuGraphLaunch(exec, dev.stream)); });
-    d.cuGraphExecDestroy(exec);
+    const double graph_us = time_graph_us(dev, o.reps, run);
     const double kv_bytes =
         static_cast<double>(s.batch) * s.len * KH * D * elem * 2 * live_fraction;
     const double best = std::min(us, graph_us);
@@ -392,10 +389,8 @@ nlohmann::json bench_decode(const Device& dev, const DecodeOptions& o, const Pee
           detail::DecodeLaunch a =
               forced(cache_v, o_v, sp, stages, tws.data(), tws.bytes(), counters.data());
           a.cluster = cluster;
-          const CUgraphExec e = capture(dev, [&] { detail::launch_decode(dk, a, dev.stream); });
           const double t =
-              time_us(dev, o.reps, true, [&] { GA_CU_CHECK(d.cuGraphLaunch(e, dev.stream)); });
-          d.cuGraphExecDestroy(e);
+              time_graph_us(dev, o.reps, [&] { detail::launch_decode(dk, a, dev.stream); });
           std::printf("  %d: %.1f us (%.0f%%)", sp, t, pct_read(t));
         }
         std::printf("\n");
@@ -448,12 +443,9 @@ nlohmann::json bench_decode(const Device& dev, const DecodeOptions& o, const Pee
             a.cluster = cluster;
             as.push_back(a);
           }
-          const CUgraphExec e = capture(dev, [&] {
+          const double t = time_graph_us(dev, o.reps, [&] {
             for (const auto& a : as) detail::launch_decode(dk, a, dev.stream);
           });
-          const double t =
-              time_us(dev, o.reps, true, [&] { GA_CU_CHECK(d.cuGraphLaunch(e, dev.stream)); });
-          d.cuGraphExecDestroy(e);
           return t / o.chain;
         };
         const double pt = chain_us(psp, pst);
