@@ -81,8 +81,8 @@ void launch_fill(const Device& dev, CUfunction f, void* ptr, size_t n, unsigned 
       detail::driver().cuLaunchKernel(f, 1024, 1, 1, 256, 1, 1, 0, dev.stream, args, nullptr));
 }
 
-// One streaming pass of the read_only helper over [in, in + bytes) into a 64-byte sink: the
-// read-only limit's measurement and the flush by reading.
+}  // namespace
+
 void launch_read_only(const Device& dev, CUdeviceptr in, size_t bytes, CUdeviceptr sink) {
   unsigned long long n16 = bytes / 16;
   void* args[] = {&in, &n16, &sink};
@@ -90,7 +90,10 @@ void launch_read_only(const Device& dev, CUdeviceptr in, size_t bytes, CUdevicep
                                               dev.stream, args, nullptr));
 }
 
-}  // namespace
+double read_same_flush_us(const Device& dev, int reps, CUdeviceptr in, size_t bytes) {
+  const auto pass = [&] { launch_read_only(dev, in, bytes, dev.flush_sink->ptr()); };
+  return std::min(time_us(dev, reps, true, pass), time_graph_us(dev, reps, pass));
+}
 
 void flush_l2_now(const Device& dev, int seed) {
   const auto& d = detail::driver();

@@ -47,6 +47,11 @@ double median(std::vector<double> v);
 // dev.flush_by_reading.
 void flush_l2_now(const Device& dev, int seed);
 
+// One streaming pass of the read_only helper over [in, in + bytes) (16-byte loads; bytes is
+// rounded down to 16) into a 64-byte sink: the read-only limit's measurement and the flush by
+// reading.
+void launch_read_only(const Device& dev, CUdeviceptr in, size_t bytes, CUdeviceptr sink);
+
 // Median of `reps` event-timed runs of work(), each after writing the flush buffer (when
 // flush_l2) so no run finds the previous one's data in L2.
 template <typename Work>
@@ -84,6 +89,11 @@ double time_graph_us(const Device& dev, int reps, Work work) {
   d.cuGraphExecDestroy(e);
   return t;
 }
+
+// The same-flush read floor of a row: the least of the eager and the graph median of one
+// read_only pass over [in, in + bytes), each repetition after the flush the rows get (a written
+// flush leaves L2 full of dirty lines, which this pass pays for as a row's kernel does).
+double read_same_flush_us(const Device& dev, int reps, CUdeviceptr in, size_t bytes);
 
 // The peer's times from tools/peer_sdpa.py, run by graphattn-bench in the same session.
 struct PeerTimes {
