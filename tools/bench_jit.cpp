@@ -180,7 +180,9 @@ double ptx_only_cpu_ms(const graphattn::KernelSource& src, size_t* ptx_bytes) {
   return cpu;
 }
 
-int run_phases(std::vector<std::string> names, int repeat) {
+// extra: NVRTC options appended to every kernel's own (--nvrtc-option), e.g. to time
+// --Ofast-compile=min; the machine code may then differ (scripts/sass_diff.sh compares).
+int run_phases(std::vector<std::string> names, int repeat, const std::vector<std::string>& extra) {
   std::vector<graphattn::AttentionSpec> specs;
   if (names.empty()) {
     for (int arch : {90, 80}) {
@@ -209,6 +211,7 @@ int run_phases(std::vector<std::string> names, int repeat) {
   double total = 0, total_ptx = 0;
   for (const auto& spec : specs) {
     graphattn::KernelSource src = graphattn::render_kernel(spec);
+    src.options.insert(src.options.end(), extra.begin(), extra.end());
     // With --repeat, the least CPU time of the repeats (and the phases of that compile): load
     // from other processes only ever adds to a compile's CPU time.
     double cpu = 0, to_ptx = 0;
@@ -403,19 +406,29 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (argc > 1 && std::string(argv[1]) == "--phases") {
-    std::vector<std::string> names(argv + 2, argv + argc);
+    std::vector<std::string> names(argv + 2, argv + argc), extra;
     int repeat = 1;
-    if (names.size() >= 2 && names[0] == "--repeat") {
-      repeat = std::atoi(names[1].c_str());
-      if (repeat < 1 || repeat > 100) {
-        std::cerr << "graphattn-bench-jit: --repeat '" << names[1]
-                  << "': expected a count of 1 to 100\n";
+    while (!names.empty() && (names[0] == "--repeat" || names[0] == "--nvrtc-option")) {
+      if (names.size() < 2) {
+        std::cerr << "graphattn-bench-jit: " << names[0] << " needs a value\n";
         return 2;
+      }
+      if (names[0] == "--nvrtc-option") {
+        extra.push_back(names[1]);
+      } else {
+        char* end = nullptr;
+        const long n = std::strtol(names[1].c_str(), &end, 10);
+        if (names[1].empty() || *end != '\0' || n < 1 || n > 100) {
+          std::cerr << "graphattn-bench-jit: --repeat '" << names[1]
+                    << "': expected a count of 1 to 100\n";
+          return 2;
+        }
+        repeat = static_cast<int>(n);
       }
       names.erase(names.begin(), names.begin() + 2);
     }
     try {
-      return run_phases(names, repeat);
+      return run_phases(names, repeat, extra);
     } catch (const std::exception& e) {
       std::cerr << "graphattn-bench-jit: " << e.what() << "\n";
       return 1;
@@ -423,11 +436,13 @@ int main(int argc, char** argv) {
   }
   if (argc > 1) {
     std::cerr << "usage: " << argv[0]
-              << " [--version | --phases [--repeat N] [SPEC...]]\n  without arguments: "
-                 "measures NVRTC compiles, disk hits and memory hits of the cache write kernel "
-                 "in temporary directories; --phases: one compile's CPU time, its CPU split "
-                 "(to PTX, PTX to SASS) and NVRTC's phase times per kernel (--repeat N: the "
-                 "least of N compiles each)\n";
+              << " [--version | --phases [--repeat N] [--nvrtc-option OPT]... [SPEC...]]\n"
+                 "  without arguments: measures NVRTC compiles, disk hits and memory hits of the "
+                 "cache write kernel in temporary directories; --phases: one compile's CPU time, "
+                 "its CPU split (to PTX, PTX to SASS) and NVRTC's phase times per kernel "
+                 "(--repeat N: the least of N compiles each; --nvrtc-option OPT: OPT appended to "
+                 "every kernel's NVRTC options, e.g. --Ofast-compile=min, which may change the "
+                 "machine code)\n";
     return 2;
   }
   try {
