@@ -522,9 +522,7 @@ constexpr int ga_prefill_sm90_smem_bytes(int head_size, bool fp8 = false) {
 // registers, spilling: H100 2190-2207 us against 1883-1887), so it gathers. At head size 128 it
 // was slower, 16-bit (+2%) and e4m3 (+5%, the raw tiles by TMA), and 192 was not measured: those
 // keep the gather.
-constexpr bool ga_prefill_sm90_tma(int head_size, bool fp8) {
-  return !fp8 && (head_size == 64 || head_size == 128);
-}
+constexpr bool ga_prefill_sm90_tma(int head_size, bool fp8) { return !fp8 && head_size == 64; }
 constexpr int ga_prefill_sm90_tma_rows(int block_size, int head_size, bool fp8) {
   if (!ga_prefill_sm90_tma(head_size, fp8)) return 0;
   const int rows = ga_gcd(block_size, ga_prefill_sm90_block_n(head_size, fp8));
