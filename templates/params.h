@@ -520,8 +520,9 @@ constexpr int ga_prefill_sm90_smem_bytes(int head_size, bool fp8 = false) {
 // docs/prefill-h128-full-tiles-h100-2026-11-27.txt). Head size 256 measured faster with two
 // consumers' register split (H200, -2%) but slower with its overlap split (producer at 24
 // registers, spilling: H100 2190-2207 us against 1883-1887), so it gathers. At head size 128 it
-// was slower, 16-bit (+2%) and e4m3 (+5%, the raw tiles by TMA), and 192 was not measured: those
-// keep the gather.
+// was slower, 16-bit (H200 +2%; H100 against the full-tile gather +8.8%,
+// docs/prefill-h128-tma-h100-2026-11-27-s6.txt) and e4m3 (+5%, the raw tiles by TMA), and 192
+// was not measured: those keep the gather.
 constexpr bool ga_prefill_sm90_tma(int head_size, bool fp8) { return !fp8 && head_size == 64; }
 constexpr int ga_prefill_sm90_tma_rows(int block_size, int head_size, bool fp8) {
   if (!ga_prefill_sm90_tma(head_size, fp8)) return 0;
