@@ -138,54 +138,18 @@ __device__ __forceinline__ unsigned ga_smem_addr(const void* p) {
   return static_cast<unsigned>(__cvta_generic_to_shared(p));
 }
 
-// [policy: KV streaming in L2] On sm_90 (measured on an H100, nowhere else) a split launch (a
-// small batch, about one block per multiprocessor, gridDim.x > 1) reads the KV cache with the
-// L2 evict-first priority: the stream, read once, replaces its own consumed lines in L2 before
-// the lines earlier kernels left there, whose dirty ones would have to be written back first.
-// Other launches keep the normal priority: with evict-first their rows after an L2 flush by
-// writes were 2.5-3.3% slower (docs/decode-l2-evict-first-h100-2026-11-27-s6.txt). Other archs
-// keep the copies without a policy. The policies are made per copy site (volatile), in uniform
-// registers: one value made once at the top held a register pair through the kernel.
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && __CUDA_ARCH__ < 1000
-#define GA_KV_L2_HINT 1
-#else
-#define GA_KV_L2_HINT 0
-#endif
-#if GA_KV_L2_HINT
-__device__ __forceinline__ unsigned long long ga_kv_l2_policy() {
-  unsigned long long first, normal;
-  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(first));
-  asm volatile("createpolicy.fractional.L2::evict_normal.b64 %0, 1.0;" : "=l"(normal));
-  return gridDim.x > 1 ? first : normal;
-}
-#endif
 __device__ __forceinline__ void ga_cp_async(unsigned dst, const void* src, bool valid) {
   const int n = valid ? CP_BYTES : 0;  // 0: zero-fill without reading
-#if GA_KV_L2_HINT
-  if (CP_BYTES == 16) {
-    asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(dst),
-                 "l"(src), "r"(n), "l"(ga_kv_l2_policy()));
-  } else {
-    asm volatile("cp.async.ca.shared.global.L2::cache_hint [%0], [%1], 8, %2, %3;\n" ::"r"(dst),
-                 "l"(src), "r"(n), "l"(ga_kv_l2_policy()));
-  }
-#else
   if (CP_BYTES == 16) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(n));
   } else {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(dst), "l"(src), "r"(n));
   }
-#endif
 }
 // An 8-byte cp.async (the halves of a 16-byte chunk in a legacy key cache with 8-byte x).
 __device__ __forceinline__ void ga_cp_async8(unsigned dst, const void* src, bool valid) {
-#if GA_KV_L2_HINT
-  asm volatile("cp.async.ca.shared.global.L2::cache_hint [%0], [%1], 8, %2, %3;\n" ::"r"(dst),
-               "l"(src), "r"(valid ? 8 : 0), "l"(ga_kv_l2_policy()));
-#else
   asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(dst), "l"(src),
                "r"(valid ? 8 : 0));
-#endif
 }
 __device__ __forceinline__ void ga_cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N>
