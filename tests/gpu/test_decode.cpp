@@ -624,6 +624,45 @@ TEST_CASE("gpu decode: KV head pairs (128-byte head rows, NHD) match the float64
   for (const auto& c : cases) run_case(c, cache, rng, grids);
 }
 
+// An unsplit launch of more blocks than the device holds at once: each block prefetches its
+// successor's first tiles (DecodeParams::ahead). 300 requests of 0..600 tokens (padded rows,
+// single tokens, partial tiles) x 2-4 KV heads, bf16 / fp16, NHD and HND, KV head pairs (head 64
+// and e4m3 head 128), block 16 and 32, at the policy's grid, 2 stages and the deepest pipeline
+// (one block a multiprocessor: the most waves). A prefetch changes no data: the outputs must
+// match the reference as in every other grid.
+TEST_CASE("gpu decode: launches of more blocks than the device holds match the reference") {
+  GA_REQUIRE_GPU();
+  TempKernelCache cache;
+  auto rng = make_rng();
+  std::vector<DecodeCase> cases;
+  for (int i = 0; i < 4; ++i) {
+    DecodeCase c;
+    c.dtype = i % 2 ? DType::kFloat16 : DType::kBFloat16;
+    c.layout = i == 1 ? KvLayout::kHND : KvLayout::kNHD;
+    c.head_size = i == 2 ? 64 : 128;
+    c.kv = i == 3 ? KvDType::kFp8E4M3 : KvDType::kAuto;
+    c.num_kv_heads = i == 0 ? 2 : 4;
+    c.group = i == 1 ? 8 : 4;
+    c.block_size = i == 1 ? 32 : 16;
+    std::uniform_int_distribution<int> len(0, 600);
+    for (int r = 0; r < 300; ++r)
+      c.seq_lens.push_back(r % 37 == 5 ? 0 : r % 41 == 7 ? 1 : len(rng));
+    c.checked = reduced() ? 24 : 96;
+    cases.push_back(c);
+  }
+  const int arch = current_device_arch();
+  std::vector<AttentionSpec> specs;
+  for (const auto& c : cases) {
+    const AttentionSpec s = decode_spec_of(c, arch);
+    if (std::find(specs.begin(), specs.end(), s) == specs.end()) specs.push_back(s);
+  }
+  for (const auto& r : cache.precompile(specs)) {
+    INFO(r.spec << ": " << r.error);
+    REQUIRE(r.error.empty());
+  }
+  for (const auto& c : cases) run_case(c, cache, rng, {{0, 0}, {1, 2}, {1, -1}});
+}
+
 TEST_CASE("gpu decode: softmax LSE (_lse) matches the reference, split or not") {
   GA_REQUIRE_GPU();
   TempKernelCache cache;
