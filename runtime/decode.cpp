@@ -5,10 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
-#include <map>
-#include <mutex>
 #include <string>
-#include <utility>
 
 #include "core/env_flag.hpp"
 #include "core/text.hpp"
@@ -21,39 +18,6 @@ namespace graphattn::detail {
 namespace {
 
 size_t align_up(size_t x) { return (x + 255) / 256 * 256; }
-
-// Blocks of `decode` with `smem` bytes of shared memory that the current device holds at once
-// (multiprocessors x blocks per multiprocessor), asked once per kernel and size.
-int64_t resident_blocks(const LoadedKernel& decode, int smem) {
-  static std::mutex mu;
-  static std::map<std::pair<CUfunction, int>, int64_t> known;
-  std::lock_guard<std::mutex> lock(mu);
-  const auto key = std::make_pair(decode.function, smem);
-  const auto it = known.find(key);
-  if (it != known.end()) return it->second;
-  const auto& d = driver();
-  CUdevice dev;
-  GA_CU_CHECK(d.cuCtxGetDevice(&dev));
-  int sms = 0, per_sm = 0;
-  GA_CU_CHECK(d.cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev));
-  GA_CU_CHECK(d.cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, decode.function,
-                                                            GA_DECODE_THREADS, smem));
-  return known[key] = int64_t{sms} * per_sm;
-}
-
-// Experiment switch GRAPHATTN_DECODE_PREFETCH: unset both prefetches, "row" the row prefetch
-// only, "off" neither.
-int prefetch_mode() {
-  static const int mode = [] {
-    const char* v = std::getenv("GRAPHATTN_DECODE_PREFETCH");
-    if (v == nullptr || *v == '\0') return 2;
-    const std::string s = v;
-    if (s == "row") return 1;
-    if (s == "off") return 0;
-    throw Error("GRAPHATTN_DECODE_PREFETCH is '" + s + "'; allowed: unset, row, off");
-  }();
-  return mode;
-}
 
 struct WorkspaceLayout {
   size_t partial_out = 0, partial_lse = 0, total = 0;
@@ -448,11 +412,6 @@ void enqueue_decode(const LoadedKernel& decode, const DecodeLaunch& a, CUstream 
   p.cluster_splits = a.cluster && a.max_splits > 1 ? 1 : 0;
   const int smem = ga_decode_smem_bytes(spec.head_size, kvb, stages, rh);
   ensure_shared_limit(decode, smem);
-  if (a.max_splits == 1 && prefetch_mode() > 0) {
-    p.row_prefetch = 1;
-    const int64_t resident = prefetch_mode() > 1 ? resident_blocks(decode, smem) : 0;
-    if (resident > 0 && grid_y * a.num_decodes > resident) p.ahead = static_cast<int>(resident);
-  }
   const auto u = [](int64_t v) { return static_cast<unsigned>(v); };
   const LaunchShape shape{u(a.max_splits),   u(grid_y), u(a.num_decodes),
                           GA_DECODE_THREADS, u(smem),   p.cluster_splits ? u(a.max_splits) : 1u};

@@ -541,27 +541,6 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
     if (line < row + 4ull * static_cast<unsigned long long>(p.kv.block_table_stride))
       asm volatile("prefetch.global.L2 [%0];" ::"l"(line));
   }
-  // [policy: row and successor prefetch] An unsplit launch: each block asks L2 for the lines of
-  // its block-table row that its warps' first tiles use (p.row_prefetch). A launch of more
-  // blocks than the device holds (p.ahead, the blocks it holds) runs in waves whose blocks end
-  // together, then the next wave's start their chains of round trips together; block b loads
-  // the sequence length and first block ids of block b + p.ahead (its likely successor in the
-  // slot) here and asks L2 for their tiles when it issues its own last tile (flash layout,
-  // whole-row copies, no window or block-sparse mask: the successor's first tiles are its
-  // warps' tiles 0 .. stages - 2 from token 0).
-  if (gridDim.x == 1 && p.row_prefetch != 0 &&
-      tid < (NW * 32 * TILE / BLOCK_SIZE * 4 + 127) / 128 + 1) {
-    const unsigned long long row = reinterpret_cast<unsigned long long>(
-        p.kv.block_table + static_cast<long long>(req) * p.kv.block_table_stride);
-    const unsigned long long line = (row & ~127ull) + 128ull * tid;
-    if (line < row + 4ull * static_cast<unsigned long long>(p.kv.block_table_stride))
-      asm volatile("prefetch.global.L2 [%0];" ::"l"(line));
-  }
-  constexpr bool SUCC_PF = FAST_LOAD && !LEGACY && !BSP && !HAS_WINDOW && BLOCK_SIZE >= TILE;
-  const unsigned succ_b = blockIdx.y + gridDim.y * blockIdx.z + static_cast<unsigned>(p.ahead);
-  const bool succ_on = SUCC_PF && p.ahead > 0 && gridDim.x == 1 && p.device_split == 0 &&
-                       succ_b < gridDim.y * gridDim.z;
-  const int succ_len = succ_on ? p.kv.seq_lens[succ_b / gridDim.y] : 0;
   // The fused write's slot, loaded before seq_lens is known (only the last split uses it).
   const long long early_slot = !LEGACY && p.new_key != nullptr ? p.slot_mapping[req] : -1;
   // A batch split on the device (a captured graph of any decode/prefill mix): the grid covers
@@ -914,13 +893,6 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
     if (s < my_tiles) issue(s);
     ga_cp_commit();
   }
-  // [policy: row and successor prefetch] lane k < stages - 1: the successor's block id of its
-  // tile warp + NW * k (-1: none, or past its sequence).
-  int succ_block = -1;
-  if (succ_on && lane < stages - 1 && (warp + NW * lane) * TILE < succ_len)
-    succ_block =
-        p.kv.block_table[static_cast<long long>(succ_b / gridDim.y) * p.kv.block_table_stride +
-                         (warp + NW * lane) * TILE / BLOCK_SIZE];
   if (early) ga_grid_dependency_sync();
 
   // [stage 4: Q^T fragments] qf; the score scales; O, m, l and the per-column mask terms.
@@ -1064,32 +1036,6 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   int use_stage = 0;
   for (int j = 0; j < my_tiles; ++j) {
     if (j + stages - 1 < my_tiles) issue(j + stages - 1);
-    if (succ_on && j + stages == my_tiles) {
-      // [policy: row and successor prefetch] this warp issued its last tile: the successor's
-      // tiles warp + NW * k, k < stages - 1, to L2 (KV head pairs: both heads' rows).
-      const int s_kv_head = (succ_b % gridDim.y) / chunks;
-      const long long s_head_off =
-          static_cast<long long>(s_kv_head) * PG * p.kv.cache_head_stride * KV_BYTES;
-      const bool s_second = PG == 2 && s_kv_head * 2 + 1 < p.num_heads / GROUP;
-      constexpr int LPR = REAL_BYTES > 128 ? REAL_BYTES / 128 : 1;  // 128-byte lines a row
-      for (int k = 0; k < stages - 1; ++k) {
-        const int blk = __shfl_sync(0xffffffffu, succ_block, k);
-        if (blk < 0 || blk >= p.kv.num_blocks) continue;
-        const long long off = static_cast<long long>(blk) * p.kv.cache_block_stride * KV_BYTES +
-                              ((warp + NW * k) * TILE % BLOCK_SIZE) * token_bytes + s_head_off;
-#pragma unroll
-        for (int i = 0; i < (TILE * LPR + 31) / 32; ++i) {
-          const int idx = lane + 32 * i, tok = idx / LPR, l = idx - tok * LPR;
-          const bool second = PG == 2 && l * 128 >= REAL_BYTES / 2;
-          if ((TILE * LPR % 32 == 0 || idx < TILE * LPR) && (!second || s_second)) {
-            const long long at = off + tok * token_bytes + l * 128 +
-                                 (second ? p.kv.cache_head_stride * KV_BYTES - REAL_BYTES / 2 : 0);
-            asm volatile("prefetch.global.L2 [%0];" ::"l"(key_cache + at));
-            asm volatile("prefetch.global.L2 [%0];" ::"l"(value_cache + at));
-          }
-        }
-      }
-    }
     ga_cp_commit();
     // (stages - 1) + (j + 1) groups are committed; tile j's is complete when at most
     // stages - 1 are pending.

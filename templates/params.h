@@ -299,14 +299,6 @@ struct DecodeParams {
   // single-token decode's query row is still its request index. query_start_loc is then set
   // for every kernel. 0: every request of the grid is a decode.
   int device_split;
-  // L2 prefetches of an unsplit launch (gridDim.x 1; 0 and 0 otherwise). row_prefetch 1: each
-  // block asks L2 for the block-table lines of its warps' first tiles before seq_lens arrives.
-  // ahead > 0 (a launch of more blocks than the device holds at once, ahead = the blocks it
-  // holds): block b, when it issues its last tiles, asks L2 for the block-table entries' tiles
-  // that block b + ahead (of linear index y + gridDim.y * z) copies first, so that the next
-  // wave's first copies hit L2.
-  int row_prefetch;
-  int ahead;
   GA_LSE_FIELDS  // GA_WRITE_LSE: softmax_lse[head * lse_head_stride + query row] (see below)
 };
 
