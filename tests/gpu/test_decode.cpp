@@ -555,12 +555,9 @@ std::vector<DecodeCase> all_cases(std::mt19937_64& rng) {
 
 }  // namespace
 
-TEST_CASE("gpu decode: matches the float64 reference across the spec axes and split counts") {
-  GA_REQUIRE_GPU();
-  TempKernelCache cache;
-  auto rng = make_rng();
-  const std::vector<DecodeCase> cases = all_cases(rng);
-  // Compile everything in parallel first.
+// Compiles the specs of `cases` (each once, in parallel) and requires that every one compiled.
+template <typename Cache>
+void precompile_cases(Cache& cache, const std::vector<DecodeCase>& cases) {
   std::vector<AttentionSpec> specs;
   const int arch = current_device_arch();
   for (const auto& c : cases) {
@@ -571,6 +568,14 @@ TEST_CASE("gpu decode: matches the float64 reference across the spec axes and sp
     INFO(r.spec << ": " << r.error);
     REQUIRE(r.error.empty());
   }
+}
+
+TEST_CASE("gpu decode: matches the float64 reference across the spec axes and split counts") {
+  GA_REQUIRE_GPU();
+  TempKernelCache cache;
+  auto rng = make_rng();
+  const std::vector<DecodeCase> cases = all_cases(rng);
+  precompile_cases(cache, cases);  // everything in parallel first
   const std::vector<Grid> grids =
       reduced() ? std::vector<Grid>{{0, 0}, {3, -1}}
                 : std::vector<Grid>{{0, 0}, {1, 0}, {1, -1}, {3, 3}, {-1, -1}, {-1, 2}};
@@ -624,6 +629,35 @@ TEST_CASE("gpu decode: KV head pairs (128-byte head rows, NHD) match the float64
   for (const auto& c : cases) run_case(c, cache, rng, grids);
 }
 
+// Launches of more blocks than the device holds at once (several waves, blocks of one wave
+// ending at different times): 300 requests of 0..600 tokens (padded rows, single tokens,
+// partial tiles) x 2-4 KV heads, bf16 / fp16, NHD and HND, KV head pairs (head 64 and e4m3 head
+// 128), block 16 and 32, at the policy's grid, 2 stages and the deepest pipeline (one block a
+// multiprocessor: the most waves).
+TEST_CASE("gpu decode: launches of more blocks than the device holds match the reference") {
+  GA_REQUIRE_GPU();
+  TempKernelCache cache;
+  auto rng = make_rng();
+  std::vector<DecodeCase> cases;
+  for (int i = 0; i < 4; ++i) {
+    DecodeCase c;
+    c.dtype = i % 2 ? DType::kFloat16 : DType::kBFloat16;
+    c.layout = i == 1 ? KvLayout::kHND : KvLayout::kNHD;
+    c.head_size = i == 2 ? 64 : 128;
+    c.kv = i == 3 ? KvDType::kFp8E4M3 : KvDType::kAuto;
+    c.num_kv_heads = i == 0 ? 2 : 4;
+    c.group = i == 1 ? 8 : 4;
+    c.block_size = i == 1 ? 32 : 16;
+    std::uniform_int_distribution<int> len(0, 600);
+    for (int r = 0; r < 300; ++r)
+      c.seq_lens.push_back(r % 37 == 5 ? 0 : r % 41 == 7 ? 1 : len(rng));
+    c.checked = reduced() ? 24 : 96;
+    cases.push_back(c);
+  }
+  precompile_cases(cache, cases);
+  for (const auto& c : cases) run_case(c, cache, rng, {{0, 0}, {1, 2}, {1, -1}});
+}
+
 TEST_CASE("gpu decode: softmax LSE (_lse) matches the reference, split or not") {
   GA_REQUIRE_GPU();
   TempKernelCache cache;
@@ -646,12 +680,7 @@ TEST_CASE("gpu decode: softmax LSE (_lse) matches the reference, split or not") 
     c.seq_lens = {1, 0, 17, 700, 4100, 9000};
     cases.push_back(c);
   }
-  std::vector<AttentionSpec> specs;
-  for (const auto& c : cases) specs.push_back(decode_spec_of(c, current_device_arch()));
-  for (const auto& r : cache.precompile(specs)) {
-    INFO(r.spec << ": " << r.error);
-    REQUIRE(r.error.empty());
-  }
+  precompile_cases(cache, cases);
   const std::vector<Grid> grids = {{0, 0}, {1, 0}, {3, 3}, {-1, -1}, {-1, 2}};
   for (const auto& c : cases) run_case(c, cache, rng, grids);
 }
