@@ -121,10 +121,27 @@ constexpr int PW_PRODUCER_REGS = PW_CONSUMERS == 3               ? (PW_PRODUCER_
 constexpr int PW_CONSUMER_REGS = PW_CONSUMERS == 3               ? (PW_PRODUCER_EXTRA ? 152 : 160)
                                  : HEAD_SIZE > 192 && PW_OVERLAP ? 240
                                                                  : 208;
+// (16-bit head 128 at 40 + 2 x 232, no spills: the consumers take up to 229 registers where they
+// take 204 at 208, and measured no faster, H100, 4 x 4096 988.0 / 991.2 us against 989.5 / 991.2
+// with the reference maximum below; docs/prefill-h128-rescale-h100-2026-11-27-s7.txt.)
 static_assert(PW_CONSUMERS == 2 || PW_CONSUMERS == 3, "prefill_sm90: two or three consumers");
-static_assert((PW_PRODUCER_REGS + PW_CONSUMERS * PW_CONSUMER_REGS) * 128 <= 65536,
-              "prefill_sm90: setmaxnreg shares exceed the register file");
+// The shares must fit the block's own allocation, PW_THREADS x the registers per thread that
+// __launch_bounds__(PW_THREADS, 1) leaves (65536 / PW_THREADS, rounded down to the allocation
+// granularity of 8): setmaxnreg.inc waits until enough registers are free in the block's pool,
+// so shares above it never complete (32 + 2 x 240 = 512 > 3 x 168 hung on an H100).
+static_assert(PW_PRODUCER_REGS + PW_CONSUMERS * PW_CONSUMER_REGS <=
+                  (PW_CONSUMERS + 1) * (65536 / PW_THREADS / 8 * 8),
+              "prefill_sm90: setmaxnreg shares exceed the block's registers");
 constexpr bool PW_LEGACY = KV_LAYOUT == 2;
+// The softmax keeps a reference maximum per row that moves only by more than a slack, and the
+// consumers rescale O only when one moved (pw_softmax, the consumers' tile): fp8, and the 16-bit
+// flash layouts, where it measured faster (H100, alternated against 34b0956's kernels, 4 x 4096
+// causal: head 128 1030 -> 990 us, head 256 1804 -> 1700, head 64 634 -> 630; chunked 4 x 512
+// after 2048-16384 cached -4 to -5%). The legacy kernel measured slower with it (4 x 4096 1099 /
+// 1105 -> 1117 / 1118 us, chunked +1 to +3%) and keeps the exact maximum per tile.
+// docs/prefill-h128-rescale-h100-2026-11-27-s7.txt. (An enumerator: a namespace-level constant
+// would add to every spec's GLOBAL and CONSTANT totals.)
+enum PwSoftmaxRef : int { PW_REF_MAX = PW_FP8 || !PW_LEGACY };
 // The P V wgmma's B (V) operand: MN-major (1, transposed: the flash 16-bit [key][dim] tile) or
 // K-major (0: the legacy V^T tile), the 16-bit wgmma's imm-trans-b. fp8's V^T stages are K-major
 // too (fp8 wgmmas take K-major operands only, and no such flag).
@@ -812,14 +829,16 @@ __device__ __forceinline__ void pw_softmax(const PrefillParams& p, const Scales&
     float v = fmaxf(mx[r][0], mx[r][1]);
     v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
     v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
-    // fp8: the probabilities are 2^(s - m + 8) with m the row's reference maximum, which stays
-    // put until the row's maximum passes it by more than M_SLACK. O and l are exact for any
-    // reference (both carry the same 2^-m, which cancels in O / l), and O is rescaled only when
-    // a reference moved. The slack keeps P under 2^(8 + 0.8) = 445.7, inside e4m3's largest
-    // value 448, so pw_pack_p8 never saturates.
-    constexpr float M_SLACK = 0.8f;
-    static_assert(M_SLACK <= 0.807f, "prefill_sm90 fp8: P must stay under 448");
-    const float m_new = PW_FP8 && !(v * sc > m[r] + M_SLACK) ? m[r] : fmaxf(m[r], v * sc);
+    // PW_REF_MAX: m is the row's reference maximum, which stays put until the row's maximum
+    // passes it by more than M_SLACK, so that the probabilities are at most 2^M_SLACK (fp8:
+    // 2^(s - m + 8), see below). O and l are exact for any reference (both carry the same 2^-m,
+    // which cancels in O / l, the sinks and the LSE), and O is rescaled only when a reference
+    // moved. fp8: the slack keeps P under 2^(8 + 0.8) = 445.7, inside e4m3's largest value 448,
+    // so pw_pack_p8 never saturates; 16-bit: P <= 2^8 = 256 (FlashAttention-4's threshold), well
+    // inside fp16's range, and the fp32 sums and accumulators.
+    constexpr float M_SLACK = PW_FP8 ? 0.8f : 8.f;
+    static_assert(!PW_FP8 || M_SLACK <= 0.807f, "prefill_sm90 fp8: P must stay under 448");
+    const float m_new = PW_REF_MAX && !(v * sc > m[r] + M_SLACK) ? m[r] : fmaxf(m[r], v * sc);
     // A row with nothing visible yet keeps m = -inf; subtracting 0 instead keeps its
     // probabilities and alpha at exactly 0 rather than NaN.
     m_use[r] = m_new == ninf ? 0.f : m_new;
@@ -1387,9 +1406,10 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
         pw_fence_regs(pf);
         if (lane == 0) pw_mbar_arrive(bar_v_empty + 8 * prev);
       }
-      // fp8: a warp whose rows' maxima all stayed (alpha exactly 1) skips the rescale, which
-      // weighs more against the halved wgmma time (H200, 4 x 4096 causal: 838 us against 876).
-      if (!PW_FP8 || __any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
+      // PW_REF_MAX: a warp whose rows' reference maxima all stayed (alpha exactly 1) skips the
+      // rescale (fp8, where it weighs more against the halved wgmma time: H200, 4 x 4096 causal
+      // 838 us against 876).
+      if (!PW_REF_MAX || __any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
 #pragma unroll
         for (int d = 0; d < HEAD_SIZE / 8; ++d) {
           o[d * 4 + 0] *= alpha[0];
