@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "core/nvrtc_options.hpp"
 #include "core/text.hpp"
 #include "graphattn/error.hpp"
 
@@ -34,4 +35,5 @@ void graphattn::check_flag_environment() {
        {"GRAPHATTN_DISABLE_GRAPHS", "GRAPHATTN_DECODE_CLUSTERS", "GRAPHATTN_DUMP_SOURCE",
         "GRAPHATTN_CHECK_BOUNDS", "GRAPHATTN_PREFILL_MMA_SYNC", "GRAPHATTN_PREFILL_TMA"})
     detail::env_flag(name);
+  detail::nvrtc_extra_options();
 }

@@ -36,6 +36,10 @@ class NvrtcProgram {
   nvrtcProgram prog_ = nullptr;
 };
 
+// render_kernel (graphattn/jit.hpp) with extra appended to the kernel's NVRTC options in place of
+// GRAPHATTN_NVRTC_EXTRA_OPTIONS's (core/nvrtc_options.hpp).
+KernelSource render_kernel(const AttentionSpec& spec, const std::vector<std::string>& extra);
+
 // Compiles src to a cubin; throws CompileError with the log on rejection.
 std::vector<char> nvrtc_compile(const KernelSource& src, double* ms);
 

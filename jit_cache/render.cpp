@@ -3,9 +3,11 @@
 // the embedded template texts. The renderer adds no kernel logic.
 #include <sstream>
 
+#include "core/nvrtc_options.hpp"
 #include "core/spec_axes.hpp"
 #include "graphattn/error.hpp"
 #include "graphattn/jit.hpp"
+#include "jit_cache/nvrtc_compiler.hpp"
 #include "jit_cache/prefill_kernels.hpp"
 
 namespace graphattn {
@@ -49,9 +51,25 @@ Family family_of(const AttentionSpec& spec) {
   throw Error("unknown kernel kind");
 }
 
+// Options one kind of kernel gets beyond the common ones, measured on an H100 against the
+// defaults (docs/jit-options-h100-2026-11-27-s7.txt). ptxas -O1 (instead of its default -O3)
+// for the sm_90 wgmma prefill over vLLM's legacy caches at head size 128 with one softmax body
+// (16-bit, no soft cap, ALiBi or block sparsity: prefill_sm90.cu's one_body): that kernel ran
+// 6-10% faster, compiled in about the same time. -O1 measured slower for the flash-layout wgmma
+// prefill (head 64 2%, 128 4%, 256 14%) and two-body kernels, and for decode no faster to compile.
+bool legacy_one_body_wgmma(const AttentionSpec& spec) {
+  return spec.kind == KernelKind::kPrefill &&
+         detail::select_prefill_kernel(spec) == detail::PrefillKernel::kWgmma &&
+         spec.layout == KvLayout::kLegacy && spec.head_size == 128 &&
+         spec.kv_dtype == KvDType::kAuto && !spec.q_fp8 && !spec.soft_cap && !spec.alibi &&
+         !spec.block_sparse;
+}
+
 }  // namespace
 
-KernelSource render_kernel(const AttentionSpec& spec) {
+namespace detail {
+
+KernelSource render_kernel(const AttentionSpec& spec, const std::vector<std::string>& extra) {
   spec.validate();
   const Family fam = family_of(spec);
   KernelSource out;
@@ -63,6 +81,10 @@ KernelSource render_kernel(const AttentionSpec& spec) {
   // (scripts/sass_diff.sh --base-drop=-minimal) and the options are part of the cache key.
   out.options = {"--gpu-architecture=sm_" + std::to_string(spec.arch) + fam.arch_suffix,
                  "-std=c++17", "--fmad=true", "-default-device", "-minimal"};
+  if (legacy_one_body_wgmma(spec)) out.options.push_back("--ptxas-options=-O1");
+  // GRAPHATTN_NVRTC_EXTRA_OPTIONS (core/nvrtc_options.hpp): other machine code, so they go into
+  // the options, which the header comment below and the cache key both carry.
+  out.options.insert(out.options.end(), extra.begin(), extra.end());
   std::ostringstream os;
   os << "// graphattn kernel " << out.spec << " (cache format " << kCacheFormatVersion << ")\n";
   os << "// nvrtc options:";
@@ -74,6 +96,12 @@ KernelSource render_kernel(const AttentionSpec& spec) {
      << template_text(fam.file);
   out.source = os.str();
   return out;
+}
+
+}  // namespace detail
+
+KernelSource render_kernel(const AttentionSpec& spec) {
+  return detail::render_kernel(spec, detail::nvrtc_extra_options());
 }
 
 }  // namespace graphattn

@@ -752,3 +752,34 @@ TEST_CASE("cache tool: an entry of another user is reported and removed by --fix
   CHECK(json_of(f)["removed_entries"] == 1);
   CHECK(!fs::exists(path));
 }
+
+TEST_CASE(
+    "cache tool: GRAPHATTN_NVRTC_EXTRA_OPTIONS compiles under its own key, never the default's") {
+  TempDir dir;
+  const std::string spec = "cache_write_h128_b16_bf16_kvauto_g1_swa0_cap0_nhd_sm80";
+  const std::vector<std::string> args = {"--json", "--dir", dir.path(), "compile", "--spec", spec};
+  const std::string mid = "GRAPHATTN_NVRTC_EXTRA_OPTIONS=--Ofast-compile=mid";
+  const ToolRun with = run_tool(args, {mid});
+  REQUIRE_MESSAGE(with.code == 0, describe(with));
+  CHECK(json_of(with)["results"][0]["result"] == "compiled");
+  // Without the options the default kernel is compiled, not the other one served.
+  const ToolRun plain = run_tool(args);
+  REQUIRE_MESSAGE(plain.code == 0, describe(plain));
+  CHECK(json_of(plain)["results"][0]["result"] == "compiled");
+  CHECK(entry_files(dir.path()).size() == 2);
+  CHECK(json_of(run_tool(args, {mid}))["results"][0]["result"] == "hit");
+  CHECK(json_of(run_tool(args))["results"][0]["result"] == "hit");
+  // Another option set is another key again.
+  const ToolRun o1 = run_tool(args, {"GRAPHATTN_NVRTC_EXTRA_OPTIONS=--ptxas-options=-O1"});
+  REQUIRE_MESSAGE(o1.code == 0, describe(o1));
+  CHECK(json_of(o1)["results"][0]["result"] == "compiled");
+  CHECK(entry_files(dir.path()).size() == 3);
+  // An option outside the list is an error naming it; nothing is compiled.
+  const ToolRun bad =
+      run_tool({"--dir", dir.path(), "compile", "--spec", spec},
+               {"GRAPHATTN_NVRTC_EXTRA_OPTIONS=--Ofast-compile=mid --gpu-architecture=sm_70"});
+  CHECK(bad.code != 0);
+  CHECK_MESSAGE(bad.err.find("'--gpu-architecture=sm_70' is not supported") != std::string::npos,
+                describe(bad));
+  CHECK(entry_files(dir.path()).size() == 3);
+}

@@ -3,7 +3,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "core/nvrtc_options.hpp"
+#include "graphattn/error.hpp"
 #include "graphattn/jit.hpp"
+#include "jit_cache/nvrtc_compiler.hpp"
 
 using namespace graphattn;
 
@@ -75,4 +78,46 @@ TEST_CASE("key: rendered sources differ per spec and carry their options") {
   CHECK(a.source.find("// nvrtc options: --gpu-architecture=sm_90") != std::string::npos);
   CHECK(a.source.find("constexpr int HEAD_SIZE = 128;") != std::string::npos);
   CHECK(a.entry == "graphattn_cache_write");
+}
+
+TEST_CASE(
+    "key: extra NVRTC options (GRAPHATTN_NVRTC_EXTRA_OPTIONS) enter the options and the key") {
+  const AttentionSpec spec =
+      AttentionSpec::parse("decode_h128_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm90");
+  const KernelSource plain = detail::render_kernel(spec, {});
+  const KernelSource mid = detail::render_kernel(spec, {"--Ofast-compile=mid"});
+  const KernelSource o1 = detail::render_kernel(spec, {"--ptxas-options=-O1"});
+  REQUIRE(mid.options.size() == plain.options.size() + 1);
+  CHECK(mid.options.back() == "--Ofast-compile=mid");
+  CHECK(mid.source.find(" -minimal --Ofast-compile=mid\n") != std::string::npos);
+  // A kernel compiled with other options is looked up under another key, never the default's.
+  CHECK(kernel_key(plain, 90) != kernel_key(mid, 90));
+  CHECK(kernel_key(plain, 90) != kernel_key(o1, 90));
+  CHECK(kernel_key(mid, 90) != kernel_key(o1, 90));
+  CHECK(kernel_key(plain, 90) == kernel_key(detail::render_kernel(spec, {}), 90));
+}
+
+TEST_CASE("key: GRAPHATTN_NVRTC_EXTRA_OPTIONS's parser takes the listed options and names others") {
+  CHECK(detail::parse_nvrtc_extra_options("").empty());
+  CHECK(detail::parse_nvrtc_extra_options("  \t ").empty());
+  const std::vector<std::string> two =
+      detail::parse_nvrtc_extra_options(" --Ofast-compile=max  -Xptxas=-O1 --maxrregcount=128 ");
+  CHECK(two ==
+        std::vector<std::string>{"--Ofast-compile=max", "-Xptxas=-O1", "--maxrregcount=128"});
+  CHECK(detail::parse_nvrtc_extra_options("--ptxas-options=-O2").size() == 1);
+  for (const char* bad : {"--gpu-architecture=sm_80", "-G", "--Ofast-compile=fast",
+                          "--Ofast-compile", "--ptxas-options=", "--maxrregcount=0",
+                          "--maxrregcount=12x", "--maxrregcount=1000", "-DHEAD_SIZE=64"}) {
+    bool threw = false;
+    try {
+      detail::parse_nvrtc_extra_options(std::string("--Ofast-compile=mid ") + bad);
+    } catch (const Error& e) {
+      threw = true;
+      const std::string what = e.what();
+      CHECK_MESSAGE(what.find(std::string("'") + bad + "'") != std::string::npos, what);
+      CHECK(what.find("GRAPHATTN_NVRTC_EXTRA_OPTIONS") != std::string::npos);
+      CHECK(what.find("--Ofast-compile=min|mid|max|0") != std::string::npos);
+    }
+    CHECK_MESSAGE(threw, bad);
+  }
 }

@@ -21,6 +21,39 @@ using namespace graphattn;
 using test::error_of;
 using test::fake_device;
 
+// The one compile option of its own (jit_cache/render.cpp): ptxas -O1 for the sm_90 wgmma kernel
+// over legacy caches at head 128 with one softmax body, measured faster on an H100; every other
+// kernel keeps ptxas's default.
+TEST_CASE("legacy prefill: ptxas -O1 for the one-body head-128 wgmma kernel, nowhere else") {
+  const auto o1 = [](const std::string& text) {
+    int n = 0;
+    for (const std::string& o : render_kernel(AttentionSpec::parse(text)).options)
+      n += o == "--ptxas-options=-O1";
+    return n;
+  };
+  for (const char* with : {"prefill_h128_b16_bf16_kvauto_g4_swa0_cap0_legacy_sm90",
+                           "prefill_h128_b32_fp16_kvauto_g8_swa1_cap0_legacy_sm90_sink",
+                           "prefill_h128_b16_bf16_kvauto_g1_swa0_cap0_legacy_sm90_nc",
+                           "prefill_h128_b16_bf16_kvauto_g4_swa0_cap0_legacy_sm90_chk"}) {
+    INFO(with);
+    CHECK(o1(with) == 1);
+  }
+  for (const char* without : {"prefill_h128_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm90",
+                              "prefill_h128_b16_bf16_kvauto_g4_swa0_cap0_hnd_sm90",
+                              "prefill_h64_b16_bf16_kvauto_g4_swa0_cap0_legacy_sm90",
+                              "prefill_h256_b16_bf16_kvauto_g4_swa0_cap0_legacy_sm90",
+                              "prefill_h128_b16_bf16_kvauto_g4_swa0_cap1_legacy_sm90",
+                              "prefill_h128_b16_bf16_kvauto_g4_swa0_cap0_legacy_sm90_alibi",
+                              "prefill_h128_b16_bf16_kvauto_g4_swa0_cap0_legacy_sm90_bsp",
+                              "prefill_h128_b16_bf16_kve4m3_g4_swa0_cap0_legacy_sm90",
+                              "prefill_h128_b16_bf16_kvauto_g4_swa0_cap0_legacy_sm80",
+                              "decode_h128_b16_bf16_kvauto_g4_swa0_cap0_legacy_sm90",
+                              "cache_write_h128_b16_bf16_kvauto_g1_swa0_cap0_legacy_sm90"}) {
+    INFO(without);
+    CHECK(o1(without) == 0);
+  }
+}
+
 TEST_CASE("legacy prefill: spec strings, and which kernel serves them") {
   const char* text = "prefill_h128_b16_bf16_kvauto_g4_swa0_cap0_legacy_sm90";
   const AttentionSpec s = AttentionSpec::parse(text);

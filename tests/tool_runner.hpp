@@ -43,7 +43,7 @@ inline ToolRun run_program(const std::string& binary, const std::vector<std::str
   std::string cmd =
       "env -u GRAPHATTN_DUMP_SOURCE -u GRAPHATTN_CACHE_MAX_BYTES -u GRAPHATTN_CACHE_DIR"
       " -u GRAPHATTN_CACHE_DIRS -u GRAPHATTN_CACHE_SHARED -u GRAPHATTN_REMOTE_CACHE"
-      " -u GRAPHATTN_CACHE_SIGNING_KEY -u GRAPHATTN_LOG_LEVEL";
+      " -u GRAPHATTN_CACHE_SIGNING_KEY -u GRAPHATTN_LOG_LEVEL -u GRAPHATTN_NVRTC_EXTRA_OPTIONS";
   for (const auto& e : env) cmd += " " + shell_quote(e);
   cmd += " " + shell_quote(binary);
   for (const auto& a : args) cmd += " " + shell_quote(a);

@@ -1,0 +1,54 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "core/nvrtc_options.hpp"
+
+#include <cstdlib>
+#include <sstream>
+
+#include "core/text.hpp"
+#include "graphattn/error.hpp"
+
+namespace graphattn::detail {
+namespace {
+
+bool starts_with(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
+
+bool allowed(const std::string& o) {
+  for (const char* level : {"min", "mid", "max", "0"})
+    if (o == std::string("--Ofast-compile=") + level) return true;
+  for (const char* prefix : {"--ptxas-options=", "-Xptxas="})
+    if (starts_with(o, prefix) && o.size() > std::string(prefix).size()) return true;
+  const std::string regs = "--maxrregcount=";
+  if (starts_with(o, regs.c_str()) && o.size() > regs.size() && o.size() <= regs.size() + 3) {
+    for (size_t i = regs.size(); i < o.size(); ++i)
+      if (o[i] < '0' || o[i] > '9') return false;
+    return std::atoi(o.c_str() + regs.size()) > 0;
+  }
+  return false;
+}
+
+}  // namespace
+
+std::vector<std::string> parse_nvrtc_extra_options(const std::string& text) {
+  std::vector<std::string> out;
+  std::istringstream in(text);
+  std::string o;
+  while (in >> o) {
+    if (!allowed(o))
+      throw Error("GRAPHATTN_NVRTC_EXTRA_OPTIONS: '" + printable(o) +
+                  "' is not supported; supported (separated by spaces): "
+                  "--Ofast-compile=min|mid|max|0, --ptxas-options=V, -Xptxas=V, "
+                  "--maxrregcount=N (N 1-999)");
+    out.push_back(o);
+  }
+  return out;
+}
+
+const std::vector<std::string>& nvrtc_extra_options() {
+  static const std::vector<std::string> options = [] {
+    const char* v = std::getenv("GRAPHATTN_NVRTC_EXTRA_OPTIONS");
+    return parse_nvrtc_extra_options(v ? v : "");
+  }();
+  return options;
+}
+
+}  // namespace graphattn::detail
