@@ -509,6 +509,16 @@ constexpr int ga_prefill_sm90_smem_bytes(int head_size, bool fp8 = false) {
          2 * ga_prefill_sm90_stages(head_size, fp8) * ga_prefill_sm90_kv_bytes(head_size, fp8) +
          ga_prefill_sm90_raw_v_bytes(head_size, fp8) + GA_PREFILL_SM90_SLACK;
 }
+// Whether a spec's consumers inline one softmax body (the causal/window mask of a masked tile as
+// a pass of its own, pw_mask_scores) instead of a masked and an unmasked copy: where it measured
+// no slower (H100, 4 x 4096: head 64 5% faster, legacy head 128 1% faster; flash head 128 and 256
+// 2-4% slower, so they keep two bodies). The renderer gives the legacy one-body kernel its own
+// ptxas option (jit_cache/render.cpp, which tests/test_legacy_prefill.cpp holds to this).
+constexpr bool ga_prefill_sm90_one_body(int head_size, bool legacy, bool q_fp8, bool soft_cap,
+                                        bool alibi, bool block_sparse) {
+  return !q_fp8 && !soft_cap && !alibi && !block_sparse &&
+         (legacy ? head_size == 128 : head_size == 64);
+}
 // TMA loads of the K and V tiles (flash layouts NHD and HND, paged, not block-sparse): each tile
 // of block_n keys is gathered page by page, one tensor-map box of rows x 128 bytes per page
 // segment and 128-byte column block, where rows = gcd(block size, block_n) (every segment lies

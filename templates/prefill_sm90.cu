@@ -1326,10 +1326,9 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
       const bool masked = GA_BLOCK_SPARSE || ga_prefill_tile_masked(n0, PW_BLOCK_N, w_pos_lo,
                                                                     w_pos_hi, kv_end, p.window);
       // One softmax body (pw_mask_scores), half the softmax code to compile, where it was
-      // measured no slower (H100, 4 x 4096: head 64 5% faster, legacy head 128 1% faster; flash
-      // head 128 and 256 2-4% slower, so they keep two bodies).
-      constexpr bool one_body = !PW_FP8 && !HAS_SOFT_CAP && !HAS_ALIBI && !GA_BLOCK_SPARSE &&
-                                (PW_LEGACY ? HEAD_SIZE == 128 : HEAD_SIZE == 64);
+      // measured no slower (params.h).
+      constexpr bool one_body = ga_prefill_sm90_one_body(HEAD_SIZE, PW_LEGACY, PW_FP8, HAS_SOFT_CAP,
+                                                         HAS_ALIBI, GA_BLOCK_SPARSE);
       if (one_body) {
         if (masked) pw_mask_scores(p, s, n0, kv_end, t2, pos);
         pw_softmax<false>(p, scales, s, n0, kv_end, t2, pos, slope, m, l, alpha, bsp);

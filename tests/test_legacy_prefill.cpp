@@ -52,6 +52,24 @@ TEST_CASE("legacy prefill: ptxas -O1 for the one-body head-128 wgmma kernel, now
     INFO(without);
     CHECK(o1(without) == 0);
   }
+  // The renderer's gate (jit_cache cannot include templates/params.h) is the kernel's own
+  // one-body choice, ga_prefill_sm90_one_body, for the wgmma kernel over legacy caches.
+  for (int head : {64, 128, 256})
+    for (const char* layout : {"legacy", "nhd"})
+      for (const char* kv : {"kvauto", "kve4m3"})
+        for (const char* cap : {"cap0", "cap1"})
+          for (const char* suffix : {"", "_alibi", "_bsp"}) {
+            const std::string text = "prefill_h" + std::to_string(head) + "_b16_bf16_" + kv +
+                                     "_g4_swa0_" + cap + "_" + layout + "_sm90" + suffix;
+            INFO(text);
+            const AttentionSpec spec = AttentionSpec::parse(text);
+            const bool one_body_legacy_wgmma =
+                detail::select_prefill_kernel(spec) == detail::PrefillKernel::kWgmma &&
+                spec.layout == KvLayout::kLegacy &&
+                ga_prefill_sm90_one_body(spec.head_size, true, spec.q_fp8, spec.soft_cap,
+                                         spec.alibi, spec.block_sparse);
+            CHECK(o1(text) == (one_body_legacy_wgmma ? 1 : 0));
+          }
 }
 
 TEST_CASE("legacy prefill: spec strings, and which kernel serves them") {
