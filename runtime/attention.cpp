@@ -367,6 +367,7 @@ detail::DecodeLaunch decode_launch(const AttentionLayerConfig& c,
   d.stages = grid.stages;
   d.cluster = grid.cluster;
   d.tail = grid.tail;
+  d.tail_items = grid.tail_items;
   d.scale = c.scale;
   d.window = c.window;
   d.soft_cap = c.soft_cap;

@@ -20,8 +20,10 @@ namespace {
 
 size_t align_up(size_t x) { return (x + 255) / 256 * 256; }
 
-// templates/decode.cu's GA_DECODE_TAIL_BIT: p.stages | this marks a tail launch.
+// templates/decode.cu's GA_DECODE_TAIL_BIT (p.stages | this marks a tail launch) and
+// GA_DECODE_TAIL_ITEMS_SHIFT (p.stages' bits from here: the items with tail pieces).
 constexpr int kDecodeTailBit = 16;
+constexpr int kDecodeTailItemsShift = 8;
 
 struct WorkspaceLayout {
   size_t partial_out = 0, partial_lse = 0, total = 0;
@@ -169,6 +171,7 @@ DecodeDevice prepare_decode_kernel(const LoadedKernel& decode) {
   // (templates/decode_f32.cu has no tail pieces.)
   out.tail_pieces = s.dtype == DType::kFloat32 ? 0 : decode_tail_options().pieces;
   out.tail_all = out.tail_pieces > 0 && detail::env_flag("GRAPHATTN_DECODE_TAIL_ALL");
+  if (const char* w = std::getenv("GRAPHATTN_DECODE_TAIL_WAVES")) out.tail_waves = std::atof(w);
   if (s.arch >= 90) {
     // Clusters of up to 16 split blocks (8 is the portable limit); the device says how large a
     // cluster of shallow blocks it can actually co-schedule. A driver that cannot answer gets
@@ -262,6 +265,12 @@ DecodeGrid decode_grid(int num_decodes, int num_kv_heads, int columns, int max_m
     if (dev.tail_pieces > 0) {  // the tail-piece experiment: K tail pieces, no other split
       g.tail = true;
       g.max_splits = 1 + dev.tail_pieces;
+      // Tail pieces for the last tail_waves x the resident blocks' items only (0: every item).
+      if (dev.tail_waves > 0)
+        g.tail_items = static_cast<int>(std::min<int64_t>(
+            blocks_per_split,
+            static_cast<int64_t>(std::ceil(dev.tail_waves * static_cast<double>(sms) *
+                                           std::max(1, dev.blocks_per_sm[g.stages])))));
       return g;
     }
     if (many_waves) return g;
@@ -320,6 +329,11 @@ void check_decode_launch(const AttentionSpec& spec, const DecodeLaunch& a, const
   GA_REQUIRE(!a.cluster || (spec.arch >= 90 && a.max_splits <= 16),
              "a cluster launch needs sm_90 or newer and max_splits <= 16, got sm_" +
                  str(spec.arch) + " and " + str(a.max_splits));
+  GA_REQUIRE(
+      !a.tail || int64_t{a.num_decodes} *
+                         decode_grid_y(spec, static_cast<int>(kc.num_kv_heads), a.max_query_len) <
+                     (int64_t{1} << (31 - kDecodeTailItemsShift)),
+      std::string(where) + ": a tail launch holds at most 2^23 items");
   GA_REQUIRE(!a.tail || (decode_tail_options().pieces > 0 && !a.cluster &&
                          a.max_splits == 1 + decode_tail_options().pieces),
              std::string(where) + ": a tail launch needs kernels built with -DGA_DECODE_TAIL=1 (" +
@@ -453,14 +467,20 @@ void enqueue_decode(const LoadedKernel& decode, const DecodeLaunch& a, CUstream 
   const int64_t grid_y = decode_grid_y(spec, num_kv_heads, a.max_query_len);
   const int kvb = kv_bytes_of(spec);
   const int stages = stages_of(spec, a);
-  p.stages = a.tail ? stages | kDecodeTailBit : stages;
+  // A tail launch: the last tail_items (0: all) of the grid's items get the tail pieces.
+  const int64_t tail_items_all = grid_y * a.num_decodes;
+  const int64_t tail_items =
+      a.tail_items > 0 ? std::min<int64_t>(a.tail_items, tail_items_all) : tail_items_all;
+  p.stages = a.tail
+                 ? stages | kDecodeTailBit | static_cast<int>(tail_items << kDecodeTailItemsShift)
+                 : stages;
   p.early_prologue = a.early_prologue && a.new_key.ndim != 0 ? 1 : 0;
   p.cluster_splits = a.cluster && a.max_splits > 1 ? 1 : 0;
   const int smem = ga_decode_smem_bytes(spec.head_size, kvb, stages, rh);
   ensure_shared_limit(decode, smem);
   const auto u = [](int64_t v) { return static_cast<unsigned>(v); };
   const LaunchShape shape =
-      a.tail ? LaunchShape{u(grid_y * a.num_decodes * a.max_splits),
+      a.tail ? LaunchShape{u(tail_items_all + tail_items * (a.max_splits - 1)),
                            1u,
                            1u,
                            GA_DECODE_THREADS,

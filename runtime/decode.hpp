@@ -40,6 +40,9 @@ struct DecodeDevice {
   // GRAPHATTN_DECODE_TAIL_ALL=1, for tests). 0: never.
   int tail_pieces = 0;
   bool tail_all = false;
+  // GRAPHATTN_DECODE_TAIL_WAVES=w > 0: tail pieces only for the last w x (the resident blocks)
+  // items of a launch (DecodeGrid::tail_items); unset or 0: every item.
+  double tail_waves = 0;
 };
 // A decode launch's geometry (runtime/decode.hpp's split policy).
 struct DecodeGrid {
@@ -47,6 +50,7 @@ struct DecodeGrid {
   int stages = 2;        // cp.async stages per warp
   bool cluster = false;  // the splits of a request run as one cluster of max_splits blocks
   bool tail = false;     // a tail launch (DecodeLaunch::tail); max_splits is then 1 + K
+  int tail_items = 0;    // with tail: the last this many items get tail pieces (0: all)
 };
 
 // The tail-piece experiment's numbers from GRAPHATTN_NVRTC_EXTRA_OPTIONS: pieces K (0: the
@@ -77,8 +81,9 @@ struct DecodeLaunch : AttentionViews {
   // cluster): a 1-D grid of every (request, grid y) item's head piece, then its K tail pieces of
   // tiles / D tiles each, combined as splits (templates/decode.cu, policy: tail pieces).
   bool tail = false;
-  float scale = 1.0f;            // softmax scale
-  int window = 0;                // sliding window in tokens; 0 = none (the spec must agree)
+  int tail_items = 0;  // tail: only the last tail_items (request, grid y) items are split; 0: all
+  float scale = 1.0f;  // softmax scale
+  int window = 0;      // sliding window in tokens; 0 = none (the spec must agree)
   float soft_cap = 0.0f;         // logits soft cap; 0 = none (the spec must agree)
   float k_scale = 1.0f;          // fp8 KV: key = stored * k_scale; ignored otherwise
   float v_scale = 1.0f;          // fp8 KV: value = stored * v_scale; ignored otherwise

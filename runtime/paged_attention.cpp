@@ -190,6 +190,7 @@ void run(const PagedAttentionCall& c, CUstream stream, KernelCache& cache) {
     a.stages = g.stages;
     a.cluster = g.cluster;
     a.tail = g.tail;
+    a.tail_items = g.tail_items;
     if (spec.dtype == DType::kFloat32) {  // templates/decode_f32.cu runs unsplit
       a.max_splits = 1;
       a.cluster = false;

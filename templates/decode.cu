@@ -128,9 +128,11 @@ static_assert(!LEGACY || REAL_BYTES % 16 == 0, "legacy caches hold whole 16-byte
 #ifdef GA_DECODE_TAIL
 // Tail-piece launches (an experiment build: GRAPHATTN_NVRTC_EXTRA_OPTIONS=-DGA_DECODE_TAIL=1,
 // optionally -DGA_DECODE_TAIL_DIV=D -DGA_DECODE_TAIL_PIECES=K; docs/decode-work-distribution.md).
-// GA_DECODE_TAIL_BIT in p.stages marks a tail launch; runtime/decode.cpp's kDecodeTailBit and
-// its parse of the same options must agree.
+// GA_DECODE_TAIL_BIT in p.stages marks a tail launch, bits GA_DECODE_TAIL_ITEMS_SHIFT.. hold the
+// count of items with tail pieces; runtime/decode.cpp's kDecodeTailBit, kDecodeTailItemsShift
+// and its parse of the same options must agree.
 #define GA_DECODE_TAIL_BIT 16
+#define GA_DECODE_TAIL_ITEMS_SHIFT 8
 #ifndef GA_DECODE_TAIL_DIV
 #define GA_DECODE_TAIL_DIV 8
 #endif
@@ -525,17 +527,22 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   // [stage 1: the block's work] (split, KV head, column chunk, request) and its columns.
 #ifdef GA_DECODE_TAIL
   // [policy: tail pieces] (GA_DECODE_TAIL builds only; docs/decode-work-distribution.md) A tail
-  // launch (p.stages has bit GA_DECODE_TAIL_BIT) is a 1-D grid of N * (1 + K) blocks, N = the
-  // (request, grid y) items, K = GA_DECODE_TAIL_PIECES: blocks 0..N-1 take each item's head
-  // piece, the rest its K tail pieces (item-major), so the hardware hands the short tail pieces
-  // to the multiprocessors that finish their head pieces first. The pieces are splits 0..K of
-  // the item: partials and the last-arrival combine as in a split launch.
+  // launch (p.stages has bit GA_DECODE_TAIL_BIT) is a 1-D grid of N + T * K blocks, N = the
+  // (request, grid y) items, the last T = p.stages >> GA_DECODE_TAIL_ITEMS_SHIFT of them with
+  // K = GA_DECODE_TAIL_PIECES tail pieces: blocks 0..N-1 take each item's head piece, the rest
+  // the tail pieces (item-major), so the hardware hands the short tail pieces to the
+  // multiprocessors that finish their head pieces first. The pieces are splits 0..K of the item:
+  // partials and the last-arrival combine as in a split launch; items before the last T run
+  // whole (one split, no partial).
   const bool ga_tail = (p.stages & GA_DECODE_TAIL_BIT) != 0;
   const int chunks = MT ? (p.max_query_len * GROUP + HPB - 1) / HPB : HEAD_CHUNKS;
   const int ga_grid_y_tail = ((p.num_heads / GROUP + PG - 1) / PG) * chunks;
-  const int ga_items = static_cast<int>(gridDim.x) / (1 + GA_DECODE_TAIL_PIECES);
+  const int ga_tail_items = p.stages >> GA_DECODE_TAIL_ITEMS_SHIFT;
+  const int ga_items = static_cast<int>(gridDim.x) - ga_tail_items * GA_DECODE_TAIL_PIECES;
   const int ga_bx = static_cast<int>(blockIdx.x);
-  const int ga_item = ga_bx < ga_items ? ga_bx : (ga_bx - ga_items) / GA_DECODE_TAIL_PIECES;
+  const int ga_item = ga_bx < ga_items
+                          ? ga_bx
+                          : ga_items - ga_tail_items + (ga_bx - ga_items) / GA_DECODE_TAIL_PIECES;
   const int split = !ga_tail           ? ga_bx
                     : ga_bx < ga_items ? 0
                                        : 1 + (ga_bx - ga_items) % GA_DECODE_TAIL_PIECES;
@@ -681,7 +688,9 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   // the head piece takes the whole request), the head piece the rest.
   const int ga_tail_tiles = tiles / GA_DECODE_TAIL_DIV;
   if (ga_tail)
-    num_splits = ga_tail_tiles >= GA_DECODE_TAIL_MIN_TILES ? 1 + GA_DECODE_TAIL_PIECES : 1;
+    num_splits = ga_tail_tiles >= GA_DECODE_TAIL_MIN_TILES && ga_item >= ga_items - ga_tail_items
+                     ? 1 + GA_DECODE_TAIL_PIECES
+                     : 1;
 #endif
   // Cluster launch: every block of the cluster (all splits of this request and head group)
   // joins both cluster barriers below, also the idle ones past num_splits.
@@ -727,7 +736,7 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
 
   // [stage 3: the warp's ring] this warp's tiles, ring stages, zeroed row padding.
 #ifdef GA_DECODE_TAIL
-  const int ga_stages = p.stages & (GA_DECODE_TAIL_BIT - 1);
+  const int ga_stages = p.stages & (GA_DECODE_TAIL_BIT - 1);  // (below the tail bit and items)
   const int stages = ga_stages < 2 ? 2 : ga_stages > MAX_STAGES ? MAX_STAGES : ga_stages;
 #else
   const int stages = p.stages < 2 ? 2 : p.stages > MAX_STAGES ? MAX_STAGES : p.stages;
