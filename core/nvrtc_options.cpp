@@ -17,15 +17,6 @@ bool allowed(const std::string& o) {
     if (o == std::string("--Ofast-compile=") + level) return true;
   for (const char* prefix : {"--ptxas-options=", "-Xptxas="})
     if (starts_with(o, prefix) && o.size() > std::string(prefix).size()) return true;
-  // The decode kernel's tail-piece experiment (templates/decode.cu, GA_DECODE_TAIL): the switch
-  // and its two numbers, 1-99.
-  if (o == "-DGA_DECODE_TAIL=1") return true;
-  for (const char* prefix : {"-DGA_DECODE_TAIL_DIV=", "-DGA_DECODE_TAIL_PIECES="}) {
-    const size_t n = std::string(prefix).size();
-    if (starts_with(o, prefix) && o.size() > n && o.size() <= n + 2 &&
-        o.find_first_not_of("0123456789", n) == std::string::npos && std::atoi(o.c_str() + n) > 0)
-      return true;
-  }
   const std::string regs = "--maxrregcount=";
   if (starts_with(o, regs.c_str()) && o.size() > regs.size() && o.size() <= regs.size() + 3) {
     for (size_t i = regs.size(); i < o.size(); ++i)
@@ -46,8 +37,7 @@ std::vector<std::string> parse_nvrtc_extra_options(const std::string& text) {
       throw Error("GRAPHATTN_NVRTC_EXTRA_OPTIONS: '" + printable(o) +
                   "' is not supported; supported (separated by spaces): "
                   "--Ofast-compile=min|mid|max|0, --ptxas-options=V, -Xptxas=V, "
-                  "--maxrregcount=N (N 1-999), -DGA_DECODE_TAIL=1, -DGA_DECODE_TAIL_DIV=N, "
-                  "-DGA_DECODE_TAIL_PIECES=N (N 1-99)");
+                  "--maxrregcount=N (N 1-999)");
     out.push_back(o);
   }
   return out;

@@ -4,9 +4,7 @@
 // the machine code, so they enter the kernel's options and with them its cache key: a kernel
 // compiled with them is never served where the default options are asked for, and back.
 // Whitespace separates the options; allowed are --Ofast-compile=min|mid|max|0,
-// --ptxas-options=V / -Xptxas=V (V passed to ptxas, e.g. -O1), --maxrregcount=N (N > 0) and the
-// decode tail-piece experiment's -DGA_DECODE_TAIL=1, -DGA_DECODE_TAIL_DIV=N,
-// -DGA_DECODE_TAIL_PIECES=N (N 1-99; runtime/decode.cpp reads them too).
+// --ptxas-options=V / -Xptxas=V (V passed to ptxas, e.g. -O1) and --maxrregcount=N (N > 0).
 // Anything else throws graphattn::Error naming the option and what is allowed.
 #pragma once
 

@@ -366,8 +366,6 @@ detail::DecodeLaunch decode_launch(const AttentionLayerConfig& c,
   d.max_splits = grid.max_splits;
   d.stages = grid.stages;
   d.cluster = grid.cluster;
-  d.tail = grid.tail;
-  d.tail_items = grid.tail_items;
   d.scale = c.scale;
   d.window = c.window;
   d.soft_cap = c.soft_cap;

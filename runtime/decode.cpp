@@ -8,7 +8,6 @@
 #include <string>
 
 #include "core/env_flag.hpp"
-#include "core/nvrtc_options.hpp"
 #include "core/text.hpp"
 #include "graphattn/backend.hpp"
 #include "graphattn/error.hpp"
@@ -19,11 +18,6 @@ namespace graphattn::detail {
 namespace {
 
 size_t align_up(size_t x) { return (x + 255) / 256 * 256; }
-
-// templates/decode.cu's GA_DECODE_TAIL_BIT (p.stages | this marks a tail launch) and
-// GA_DECODE_TAIL_ITEMS_SHIFT (p.stages' bits from here: the items with tail pieces).
-constexpr int kDecodeTailBit = 16;
-constexpr int kDecodeTailItemsShift = 8;
 
 struct WorkspaceLayout {
   size_t partial_out = 0, partial_lse = 0, total = 0;
@@ -86,29 +80,6 @@ KvCacheShape check_direct_launch_legacy(const LoadedKernel& k, const DecodeLaunc
 
 }  // namespace
 
-const DecodeTailOptions& decode_tail_options() {
-  static const DecodeTailOptions options = [] {
-    DecodeTailOptions o;
-    bool on = false;
-    int pieces = 2, div = 8;  // templates/decode.cu's defaults
-    for (const std::string& x : nvrtc_extra_options()) {
-      if (x == "-DGA_DECODE_TAIL=1") on = true;
-      const std::string d = "-DGA_DECODE_TAIL_DIV=", k = "-DGA_DECODE_TAIL_PIECES=";
-      if (x.rfind(d, 0) == 0) div = std::atoi(x.c_str() + d.size());
-      if (x.rfind(k, 0) == 0) pieces = std::atoi(x.c_str() + k.size());
-    }
-    GA_REQUIRE(!on || (pieces >= 1 && pieces < div),
-               "GRAPHATTN_NVRTC_EXTRA_OPTIONS: the decode tail needs 1 <= GA_DECODE_TAIL_PIECES (" +
-                   str(pieces) + ") < GA_DECODE_TAIL_DIV (" + str(div) + ")");
-    if (on) {
-      o.pieces = pieces;
-      o.div = div;
-    }
-    return o;
-  }();
-  return options;
-}
-
 AttentionSpec decode_spec(const DecodeLaunch& a, int arch) {
   KernelFeatures f =
       launch_features(arch, a.bounds != nullptr, a.alibi_slopes != nullptr, a.sinks != nullptr);
@@ -168,10 +139,6 @@ DecodeDevice prepare_decode_kernel(const LoadedKernel& decode) {
   // The split policy uses clusters only when asked: the 32-layer B=1 step measured 9% faster
   // with them on an H200 but 4.5% slower on an H100 (both 2026-11-22).
   out.use_clusters = detail::env_flag("GRAPHATTN_DECODE_CLUSTERS");
-  // (templates/decode_f32.cu has no tail pieces.)
-  out.tail_pieces = s.dtype == DType::kFloat32 ? 0 : decode_tail_options().pieces;
-  out.tail_all = out.tail_pieces > 0 && detail::env_flag("GRAPHATTN_DECODE_TAIL_ALL");
-  if (const char* w = std::getenv("GRAPHATTN_DECODE_TAIL_WAVES")) out.tail_waves = std::atof(w);
   if (s.arch >= 90) {
     // Clusters of up to 16 split blocks (8 is the portable limit); the device says how large a
     // cluster of shallow blocks it can actually co-schedule. A driver that cannot answer gets
@@ -262,17 +229,6 @@ DecodeGrid decode_grid(int num_decodes, int num_kv_heads, int columns, int max_m
       }
     }
     if (chosen != 0) g.stages = chosen;
-    if (dev.tail_pieces > 0) {  // the tail-piece experiment: K tail pieces, no other split
-      g.tail = true;
-      g.max_splits = 1 + dev.tail_pieces;
-      // Tail pieces for the last tail_waves x the resident blocks' items only (0: every item).
-      if (dev.tail_waves > 0)
-        g.tail_items = static_cast<int>(std::min<int64_t>(
-            blocks_per_split,
-            static_cast<int64_t>(std::ceil(dev.tail_waves * static_cast<double>(sms) *
-                                           std::max(1, dev.blocks_per_sm[g.stages])))));
-      return g;
-    }
     if (many_waves) return g;
     // Splits even out what the depth could not, for long blocks only: the fewest (up to 4, each
     // of 2048 tokens or more) that fill at least 90%, else the fullest (64 x 1024 with its
@@ -301,11 +257,6 @@ DecodeGrid decode_grid(int num_decodes, int num_kv_heads, int columns, int max_m
     g.stages = shallow;
     g.cluster = dev.use_clusters && g.max_splits <= dev.max_cluster;
   }
-  if (dev.tail_all && dev.tail_pieces > 0) {  // tests: every batch a tail launch
-    g.tail = true;
-    g.cluster = false;
-    g.max_splits = 1 + dev.tail_pieces;
-  }
   return g;
 }
 
@@ -329,17 +280,6 @@ void check_decode_launch(const AttentionSpec& spec, const DecodeLaunch& a, const
   GA_REQUIRE(!a.cluster || (spec.arch >= 90 && a.max_splits <= 16),
              "a cluster launch needs sm_90 or newer and max_splits <= 16, got sm_" +
                  str(spec.arch) + " and " + str(a.max_splits));
-  GA_REQUIRE(
-      !a.tail || int64_t{a.num_decodes} *
-                         decode_grid_y(spec, static_cast<int>(kc.num_kv_heads), a.max_query_len) <
-                     (int64_t{1} << (31 - kDecodeTailItemsShift)),
-      std::string(where) + ": a tail launch holds at most 2^23 items");
-  GA_REQUIRE(!a.tail || (decode_tail_options().pieces > 0 && !a.cluster &&
-                         a.max_splits == 1 + decode_tail_options().pieces),
-             std::string(where) + ": a tail launch needs kernels built with -DGA_DECODE_TAIL=1 (" +
-                 (decode_tail_options().pieces > 0 ? "they are" : "they are not") +
-                 "), no cluster, and max_splits 1 + GA_DECODE_TAIL_PIECES (" +
-                 str(1 + decode_tail_options().pieces) + "), got " + str(a.max_splits));
   const int kvb = kv_bytes_of(spec);
   const int rh = decode_row_heads(spec);
   const int stages = stages_of(spec, a);
@@ -467,27 +407,14 @@ void enqueue_decode(const LoadedKernel& decode, const DecodeLaunch& a, CUstream 
   const int64_t grid_y = decode_grid_y(spec, num_kv_heads, a.max_query_len);
   const int kvb = kv_bytes_of(spec);
   const int stages = stages_of(spec, a);
-  // A tail launch: the last tail_items (0: all) of the grid's items get the tail pieces.
-  const int64_t tail_items_all = grid_y * a.num_decodes;
-  const int64_t tail_items =
-      a.tail_items > 0 ? std::min<int64_t>(a.tail_items, tail_items_all) : tail_items_all;
-  p.stages = a.tail
-                 ? stages | kDecodeTailBit | static_cast<int>(tail_items << kDecodeTailItemsShift)
-                 : stages;
+  p.stages = stages;
   p.early_prologue = a.early_prologue && a.new_key.ndim != 0 ? 1 : 0;
   p.cluster_splits = a.cluster && a.max_splits > 1 ? 1 : 0;
   const int smem = ga_decode_smem_bytes(spec.head_size, kvb, stages, rh);
   ensure_shared_limit(decode, smem);
   const auto u = [](int64_t v) { return static_cast<unsigned>(v); };
-  const LaunchShape shape =
-      a.tail ? LaunchShape{u(tail_items_all + tail_items * (a.max_splits - 1)),
-                           1u,
-                           1u,
-                           GA_DECODE_THREADS,
-                           u(smem),
-                           1u}
-             : LaunchShape{u(a.max_splits),   u(grid_y), u(a.num_decodes),
-                           GA_DECODE_THREADS, u(smem),   p.cluster_splits ? u(a.max_splits) : 1u};
+  const LaunchShape shape{u(a.max_splits),   u(grid_y), u(a.num_decodes),
+                          GA_DECODE_THREADS, u(smem),   p.cluster_splits ? u(a.max_splits) : 1u};
   if (spec.q_fp8) {  // the e4m3 query's kernel takes its descales after the common block
     const DecodeQ8Params p8{p, query_scales_of(a.q8)};
     launch(decode, shape, stream, p8);

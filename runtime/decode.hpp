@@ -34,33 +34,13 @@ struct DecodeDevice {
   int max_cluster = 0;        // largest cluster of shallow split blocks it can run (sm_90+)
   bool use_clusters = false;  // the policy may use clusters (GRAPHATTN_DECODE_CLUSTERS=1)
   int row_heads = 1;          // KV heads a block covers (2: KV head pairs, ga_decode_row_heads)
-  // The tail-piece experiment (decode_tail_options(): kernels built with -DGA_DECODE_TAIL=1 in
-  // GRAPHATTN_NVRTC_EXTRA_OPTIONS; docs/decode-work-distribution.md): tail_pieces K > 0 makes
-  // the policy give batches that fill the device a tail launch (every batch with tail_all,
-  // GRAPHATTN_DECODE_TAIL_ALL=1, for tests). 0: never.
-  int tail_pieces = 0;
-  bool tail_all = false;
-  // GRAPHATTN_DECODE_TAIL_WAVES=w > 0: tail pieces only for the last w x (the resident blocks)
-  // items of a launch (DecodeGrid::tail_items); unset or 0: every item.
-  double tail_waves = 0;
 };
 // A decode launch's geometry (runtime/decode.hpp's split policy).
 struct DecodeGrid {
   int max_splits = 1;    // splits per request at most (grid x)
   int stages = 2;        // cp.async stages per warp
   bool cluster = false;  // the splits of a request run as one cluster of max_splits blocks
-  bool tail = false;     // a tail launch (DecodeLaunch::tail); max_splits is then 1 + K
-  int tail_items = 0;    // with tail: the last this many items get tail pieces (0: all)
 };
-
-// The tail-piece experiment's numbers from GRAPHATTN_NVRTC_EXTRA_OPTIONS: pieces K (0: the
-// kernels are built without GA_DECODE_TAIL) and the divisor D (each tail piece is a request's
-// tiles / D), the kernel's defaults where an option does not name them.
-struct DecodeTailOptions {
-  int pieces = 0;
-  int div = 0;
-};
-const DecodeTailOptions& decode_tail_options();
 
 // One decode launch over requests [0, num_decodes) of a batch (decodes come first, one query
 // token each: request r's query is token r).
@@ -77,13 +57,8 @@ struct DecodeLaunch : AttentionViews {
   // sm_90+, max_splits <= 16: run the splits of each request as one thread-block cluster and
   // combine them through distributed shared memory (the counters are then not used).
   bool cluster = false;
-  // A tail launch (kernels built with GA_DECODE_TAIL only; max_splits must be 1 + K, no
-  // cluster): a 1-D grid of every (request, grid y) item's head piece, then its K tail pieces of
-  // tiles / D tiles each, combined as splits (templates/decode.cu, policy: tail pieces).
-  bool tail = false;
-  int tail_items = 0;  // tail: only the last tail_items (request, grid y) items are split; 0: all
-  float scale = 1.0f;  // softmax scale
-  int window = 0;      // sliding window in tokens; 0 = none (the spec must agree)
+  float scale = 1.0f;            // softmax scale
+  int window = 0;                // sliding window in tokens; 0 = none (the spec must agree)
   float soft_cap = 0.0f;         // logits soft cap; 0 = none (the spec must agree)
   float k_scale = 1.0f;          // fp8 KV: key = stored * k_scale; ignored otherwise
   float v_scale = 1.0f;          // fp8 KV: value = stored * v_scale; ignored otherwise

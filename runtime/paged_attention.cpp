@@ -189,12 +189,9 @@ void run(const PagedAttentionCall& c, CUstream stream, KernelCache& cache) {
     a.max_splits = g.max_splits;
     a.stages = g.stages;
     a.cluster = g.cluster;
-    a.tail = g.tail;
-    a.tail_items = g.tail_items;
     if (spec.dtype == DType::kFloat32) {  // templates/decode_f32.cu runs unsplit
       a.max_splits = 1;
       a.cluster = false;
-      a.tail = false;
     }
     CUcontext ctx = nullptr;
     GA_CU_CHECK(detail::driver().cuCtxGetCurrent(&ctx));
@@ -210,7 +207,6 @@ void run(const PagedAttentionCall& c, CUstream stream, KernelCache& cache) {
         // Nothing may be allocated inside a capture: run unsplit, which needs no workspace.
         a.max_splits = 1;
         a.cluster = false;
-        a.tail = false;
         partials = 0;
       } else {
         // Grow (at least doubling) and keep the old buffer for graphs that captured it.

@@ -125,24 +125,6 @@ constexpr int VT_UNITS = KV_BYTES;        // legacy V^T: 16-byte units per dimen
 constexpr int VT_TOKENS = 16 / KV_BYTES;  // legacy V^T: tokens per unit
 static_assert(!LEGACY || REAL_BYTES % 16 == 0, "legacy caches hold whole 16-byte chunks");
 #define GA_NEG_INF (-__int_as_float(0x7f800000))
-#ifdef GA_DECODE_TAIL
-// Tail-piece launches (an experiment build: GRAPHATTN_NVRTC_EXTRA_OPTIONS=-DGA_DECODE_TAIL=1,
-// optionally -DGA_DECODE_TAIL_DIV=D -DGA_DECODE_TAIL_PIECES=K; docs/decode-work-distribution.md).
-// GA_DECODE_TAIL_BIT in p.stages marks a tail launch, bits GA_DECODE_TAIL_ITEMS_SHIFT.. hold the
-// count of items with tail pieces; runtime/decode.cpp's kDecodeTailBit, kDecodeTailItemsShift
-// and its parse of the same options must agree.
-#define GA_DECODE_TAIL_BIT 16
-#define GA_DECODE_TAIL_ITEMS_SHIFT 8
-#ifndef GA_DECODE_TAIL_DIV
-#define GA_DECODE_TAIL_DIV 8
-#endif
-#ifndef GA_DECODE_TAIL_PIECES
-#define GA_DECODE_TAIL_PIECES 2
-#endif
-#define GA_DECODE_TAIL_MIN_TILES 8
-static_assert(GA_DECODE_TAIL_PIECES >= 1 && GA_DECODE_TAIL_PIECES < GA_DECODE_TAIL_DIV,
-              "tail pieces: 1 <= K < D (the head piece keeps at least one tile in D)");
-#endif
 // e4m3 -> fp16: the hardware conversion (cvt.rn.f16x2.e4m3x2, sm_89 and newer) gives the true
 // value; the bit moves before sm_89 give the true value times 2^-8.
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
@@ -525,38 +507,6 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   if (!early) ga_grid_dependency_sync();
   extern __shared__ __align__(128) unsigned char smem[];
   // [stage 1: the block's work] (split, KV head, column chunk, request) and its columns.
-#ifdef GA_DECODE_TAIL
-  // [policy: tail pieces] (GA_DECODE_TAIL builds only; docs/decode-work-distribution.md) A tail
-  // launch (p.stages has bit GA_DECODE_TAIL_BIT) is a 1-D grid of N + T * K blocks, N = the
-  // (request, grid y) items, the last T = p.stages >> GA_DECODE_TAIL_ITEMS_SHIFT of them with
-  // K = GA_DECODE_TAIL_PIECES tail pieces: blocks 0..N-1 take each item's head piece, the rest
-  // the tail pieces (item-major), so the hardware hands the short tail pieces to the
-  // multiprocessors that finish their head pieces first. The pieces are splits 0..K of the item:
-  // partials and the last-arrival combine as in a split launch; items before the last T run
-  // whole (one split, no partial).
-  const bool ga_tail = (p.stages & GA_DECODE_TAIL_BIT) != 0;
-  const int chunks = MT ? (p.max_query_len * GROUP + HPB - 1) / HPB : HEAD_CHUNKS;
-  const int ga_grid_y_tail = ((p.num_heads / GROUP + PG - 1) / PG) * chunks;
-  const int ga_tail_items = p.stages >> GA_DECODE_TAIL_ITEMS_SHIFT;
-  const int ga_items = static_cast<int>(gridDim.x) - ga_tail_items * GA_DECODE_TAIL_PIECES;
-  const int ga_bx = static_cast<int>(blockIdx.x);
-  const int ga_item = ga_bx < ga_items
-                          ? ga_bx
-                          : ga_items - ga_tail_items + (ga_bx - ga_items) / GA_DECODE_TAIL_PIECES;
-  const int split = !ga_tail           ? ga_bx
-                    : ga_bx < ga_items ? 0
-                                       : 1 + (ga_bx - ga_items) % GA_DECODE_TAIL_PIECES;
-  const int ga_block_y = !ga_tail ? static_cast<int>(blockIdx.y) : ga_item % ga_grid_y_tail;
-  const int req = !ga_tail ? static_cast<int>(blockIdx.z) : ga_item / ga_grid_y_tail;
-  const int ga_grid_y = !ga_tail ? static_cast<int>(gridDim.y) : ga_grid_y_tail;
-  const int ga_grid_x = !ga_tail ? static_cast<int>(gridDim.x) : 1 + GA_DECODE_TAIL_PIECES;
-  const int kv_head = ga_block_y / chunks;
-  const int head_chunk = ga_block_y - kv_head * chunks;
-#define GA_BLOCK_X split
-#define GA_BLOCK_Y ga_block_y
-#define GA_GRID_X ga_grid_x
-#define GA_GRID_Y ga_grid_y
-#else
   const int split = blockIdx.x;
   const int req = blockIdx.z;
   // Column chunks per KV head: compile-time for one token, from the launch's max_query_len for
@@ -564,11 +514,6 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   const int chunks = MT ? (p.max_query_len * GROUP + HPB - 1) / HPB : HEAD_CHUNKS;
   const int kv_head = blockIdx.y / chunks;
   const int head_chunk = blockIdx.y - kv_head * chunks;
-#define GA_BLOCK_X blockIdx.x
-#define GA_BLOCK_Y blockIdx.y
-#define GA_GRID_X gridDim.x
-#define GA_GRID_Y gridDim.y
-#endif
   const int tid = threadIdx.x;
   const int warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, t = lane & 3;
@@ -588,11 +533,11 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   // tiles. Each block asks L2 for one 128-byte line of its request's block-table row (block
   // (split, y) for line split * gridDim.y + y), issued before seq_lens is known, so that the
   // warps' block-table loads below hit L2. (Safe in either prologue: a prefetch changes no data.)
-  if (GA_GRID_X > 1 && tid == 0) {
+  if (gridDim.x > 1 && tid == 0) {
     const unsigned long long row = reinterpret_cast<unsigned long long>(
         p.kv.block_table + static_cast<long long>(req) * p.kv.block_table_stride);
     const unsigned long long line =
-        (row & ~127ull) + 128ull * (GA_BLOCK_X * GA_GRID_Y + GA_BLOCK_Y);
+        (row & ~127ull) + 128ull * (blockIdx.x * gridDim.y + blockIdx.y);
     if (line < row + 4ull * static_cast<unsigned long long>(p.kv.block_table_stride))
       asm volatile("prefetch.global.L2 [%0];" ::"l"(line));
   }
@@ -683,15 +628,6 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   if (num_splits > p.max_splits) num_splits = p.max_splits;
   const int tiles_per_split = (tiles + num_splits - 1) / num_splits;
   num_splits = (tiles + tiles_per_split - 1) / tiles_per_split;
-#ifdef GA_DECODE_TAIL
-  // Tail pieces of tiles / GA_DECODE_TAIL_DIV tiles each (none below GA_DECODE_TAIL_MIN_TILES:
-  // the head piece takes the whole request), the head piece the rest.
-  const int ga_tail_tiles = tiles / GA_DECODE_TAIL_DIV;
-  if (ga_tail)
-    num_splits = ga_tail_tiles >= GA_DECODE_TAIL_MIN_TILES && ga_item >= ga_items - ga_tail_items
-                     ? 1 + GA_DECODE_TAIL_PIECES
-                     : 1;
-#endif
   // Cluster launch: every block of the cluster (all splits of this request and head group)
   // joins both cluster barriers below, also the idle ones past num_splits.
   const bool cluster = p.cluster_splits != 0 && num_splits > 1;
@@ -718,29 +654,14 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
                                       (new_slot % BLOCK_SIZE) * p.kv.cache_token_stride +
                                       static_cast<long long>(kv_head) * PG * p.kv.cache_head_stride
                                 : 0;
-#ifdef GA_DECODE_TAIL
-  const int tile_begin = !ga_tail     ? split * tiles_per_split
-                         : split == 0 ? 0
-                                      : tiles - (GA_DECODE_TAIL_PIECES - split + 1) * ga_tail_tiles;
-  const int tile_end =
-      !ga_tail     ? (tile_begin + tiles_per_split < tiles ? tile_begin + tiles_per_split : tiles)
-      : split == 0 ? (num_splits == 1 ? tiles : tiles - GA_DECODE_TAIL_PIECES * ga_tail_tiles)
-                   : tile_begin + ga_tail_tiles;
-#else
   const int tile_begin = split * tiles_per_split;
   const int tile_end = tile_begin + tiles_per_split < tiles ? tile_begin + tiles_per_split : tiles;
-#endif
   // This warp's tiles: tile_begin + warp + NW * j.
   const int my_tiles =
       tile_begin + warp < tile_end ? (tile_end - tile_begin - warp + NW - 1) / NW : 0;
 
   // [stage 3: the warp's ring] this warp's tiles, ring stages, zeroed row padding.
-#ifdef GA_DECODE_TAIL
-  const int ga_stages = p.stages & (GA_DECODE_TAIL_BIT - 1);  // (below the tail bit and items)
-  const int stages = ga_stages < 2 ? 2 : ga_stages > MAX_STAGES ? MAX_STAGES : ga_stages;
-#else
   const int stages = p.stages < 2 ? 2 : p.stages > MAX_STAGES ? MAX_STAGES : p.stages;
-#endif
   unsigned char* ring = smem + warp * stages * STAGE_BYTES;
   // Zero the never-copied bytes of each padded row once: K padding must be 0 (it meets Q's
   // zero padding in the dot product), V padding only feeds discarded output columns.
@@ -1472,7 +1393,7 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
     unsigned done;
     asm volatile("atom.acq_rel.gpu.global.inc.u32 %0, [%1], %2;"
                  : "=r"(done)
-                 : "l"(p.counters + static_cast<long long>(req) * GA_GRID_Y + GA_BLOCK_Y),
+                 : "l"(p.counters + static_cast<long long>(req) * gridDim.y + blockIdx.y),
                    "r"(static_cast<unsigned>(num_splits - 1))
                  : "memory");
     ga_last_arrival = done == static_cast<unsigned>(num_splits - 1);

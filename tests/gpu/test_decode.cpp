@@ -258,8 +258,6 @@ Kernels load(const DecodeCase& c, KernelCache& cache) {
 struct Grid {
   int splits, stages;
   bool cluster = false;  // the splits combine through distributed shared memory
-  bool tail = false;     // a tail launch (kernels built with GA_DECODE_TAIL; splits 1 + K)
-  int tail_items = 0;    // with tail: the last this many items get tail pieces (0: all)
 };
 
 // The launch of every request of batch b with grid g. Window, soft cap and the fp8 KV scales are
@@ -281,8 +279,6 @@ detail::DecodeLaunch launch_args(const DecodeCase& c, const Batch& b, const Grid
   a.workspace_size = ws.bytes();
   a.counters = counters.data();
   a.cluster = g.cluster;
-  a.tail = g.tail;
-  a.tail_items = g.tail_items;
   a.softmax_lse = b.lse_view;
   return a;
 }
@@ -350,17 +346,8 @@ void run_case(const DecodeCase& c, KernelCache& cache, std::mt19937_64& rng,
   const detail::DecodeGrid policy = detail::decode_grid(n, c.num_kv_heads, c.group, max_len,
                                                         c.window, c.head_size, c.kv, k.device);
   const int deepest = ga_decode_max_stages(c.head_size, c.kv == KvDType::kAuto ? 2 : 1);
-  // Kernels built with the tail-piece experiment (GRAPHATTN_NVRTC_EXTRA_OPTIONS=
-  // -DGA_DECODE_TAIL=1 ...): every case also runs as a tail launch, shallow and deepest, every
-  // item split, and with tail pieces for the last 3 items only.
-  const int tail_pieces = detail::decode_tail_options().pieces;
-  if (tail_pieces > 0 && c.dtype != DType::kFloat32) {
-    grids.push_back({1 + tail_pieces, 0, false, true});
-    grids.push_back({1 + tail_pieces, -1, false, true, 3});
-  }
   for (Grid& g : grids) {
-    if (g.splits == 0)
-      g = {policy.max_splits, policy.stages, false, policy.tail, policy.tail_items};
+    if (g.splits == 0) g = {policy.max_splits, policy.stages};
     if (g.splits == -1) g.splits = (max_len + 63) / 64;
     if (g.stages == -1) g.stages = deepest;
     g.stages = std::min(g.stages, deepest);
@@ -369,7 +356,7 @@ void run_case(const DecodeCase& c, KernelCache& cache, std::mt19937_64& rng,
   const int shallow = ga_decode_shallow_stages(c.head_size, c.kv == KvDType::kAuto ? 2 : 1);
   for (size_t i = 0, end = grids.size(); i < end; ++i) {
     Grid g = grids[i];
-    if (g.splits > 1 && !g.tail && g.splits <= k.device.max_cluster && g.stages <= shallow) {
+    if (g.splits > 1 && g.splits <= k.device.max_cluster && g.stages <= shallow) {
       g.cluster = true;
       grids.push_back(g);
     }
@@ -383,9 +370,7 @@ void run_case(const DecodeCase& c, KernelCache& cache, std::mt19937_64& rng,
 
   for (const Grid& g : grids) {
     INFO("max_splits " << g.splits << ", stages " << g.stages << (g.cluster ? ", cluster" : "")
-                       << (g.tail ? ", tail, items " : "")
-                       << (g.tail ? std::to_string(g.tail_items) : "") << " (policy "
-                       << policy.max_splits << ", " << policy.stages << ")");
+                       << " (policy " << policy.max_splits << ", " << policy.stages << ")");
     b.d_out.fill_bytes(0xff);  // NaN: every element must be written
     if (c.lse) b.d_lse.fill_bytes(0xff);
     const detail::DecodeLaunch a = launch_args(c, b, g, static_cast<float>(scale), ws, counters);
