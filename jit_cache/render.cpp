@@ -56,7 +56,9 @@ Family family_of(const AttentionSpec& spec) {
 // for the sm_90 wgmma prefill over vLLM's legacy caches at head size 128 with one softmax body
 // (16-bit, no soft cap, ALiBi or block sparsity: templates/params.h's ga_prefill_sm90_one_body,
 // which jit_cache cannot include; tests/test_legacy_prefill.cpp checks the two agree): that kernel
-// ran 6-10% faster, compiled in about the same time. -O1 measured slower for the flash-layout wgmma
+// ran 6-10% faster, compiled in about the same time; its variants 3-10% faster (sliding window,
+// sinks, fp16, GQA 1 and 8, non-causal, chunked), block size 32 the same (+0.2%;
+// docs/legacy-prefill-o1-h100-2026-11-27-s8.txt). -O1 measured slower for the flash-layout wgmma
 // prefill (head 64 2%, 128 4%, 256 14%) and two-body kernels, and for decode no faster to compile.
 bool legacy_one_body_wgmma(const AttentionSpec& spec) {
   return spec.kind == KernelKind::kPrefill &&

@@ -138,9 +138,10 @@ constexpr bool PW_LEGACY = KV_LAYOUT == 2;
 // flash layouts, where it measured faster (H100, alternated against 34b0956's kernels, 4 x 4096
 // causal: head 128 1030 -> 990 us, head 256 1804 -> 1700, head 64 634 -> 630; chunked 4 x 512
 // after 2048-16384 cached -4 to -5%). The legacy kernel measured slower with it (4 x 4096 1099 /
-// 1105 -> 1117 / 1118 us, chunked +1 to +3%) and keeps the exact maximum per tile.
-// docs/prefill-h128-rescale-h100-2026-11-27-s7.txt. (An enumerator: a namespace-level constant
-// would add to every spec's GLOBAL and CONSTANT totals.)
+// 1105 -> 1117 / 1118 us, chunked +1 to +3%), and more so at its ptxas -O1 (4 x 4096 1026 ->
+// 1175 us, chunked +15 to +20%, docs/legacy-prefill-o1-h100-2026-11-27-s8.txt): it keeps the
+// exact maximum per tile. docs/prefill-h128-rescale-h100-2026-11-27-s7.txt. (An enumerator: a
+// namespace-level constant would add to every spec's GLOBAL and CONSTANT totals.)
 enum PwSoftmaxRef : int { PW_REF_MAX = PW_FP8 || !PW_LEGACY };
 // The P V wgmma's B (V) operand: MN-major (1, transposed: the flash 16-bit [key][dim] tile) or
 // K-major (0: the legacy V^T tile), the 16-bit wgmma's imm-trans-b. fp8's V^T stages are K-major

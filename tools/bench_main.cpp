@@ -36,6 +36,9 @@ int main(int argc, char** argv) {
       "graphattn-bench: decode, the 32-layer step (also split over 2 GPUs), capture, prefill and "
       "cascade attention"};
   std::string parts_text = "decode,step,mixed,tp,capture,prefill,cascade";
+  std::string legacy_variants_text =
+      "4x4096,4x4096:w1024,4x4096:sinks,4x4096:fp16,4x4096:kv32,4x4096:kv4,4x4096:bs32,"
+      "4x4096:nc,4x512+2048,4x512+16384";
   std::string shapes_text =
       "1x4096,1x32768,16x4096,64x2048,64x8192,256x1024,256x4096,64x8192:h64,64x8192:h256,"
       "64x8192:e4m3,64x8192:qe4m3,64x4096,64x4096:q4,64x8192:bsp,64x4096:legacy,8x32768,8x32768:"
@@ -44,7 +47,12 @@ int main(int argc, char** argv) {
   int reps = 100;
   bool check = true, use_peer = true;
   app.add_option("--parts", parts_text,
-                 "comma-separated: decode, step, mixed, tp (2 GPUs), capture, prefill, cascade")
+                 "comma-separated: decode, step, mixed, tp (2 GPUs), capture, prefill, cascade; "
+                 "also legacy-variants (not in the default set)")
+      ->capture_default_str();
+  app.add_option("--legacy-variants", legacy_variants_text,
+                 "legacy-variants: forward_prefix head 128 rows "
+                 "BATCHxLEN[+PREFIX][:fp16][:kvN][:bsN][:wN][:sinks][:nc], comma-separated")
       ->capture_default_str();
   app.add_option("--shapes", shapes_text,
                  "decode shapes BATCHxLEN[:hHEAD|:e4m3|:qe4m3|:qN|:bsp|:legacy|:kvN][:hnd], "
@@ -91,12 +99,13 @@ int main(int argc, char** argv) {
   }
   try {
     const std::vector<std::string> parts = split_list(parts_text);
-    const std::set<std::string> known = {"decode",  "step",    "mixed",  "tp",
-                                         "capture", "prefill", "cascade"};
+    const std::set<std::string> known = {"decode",  "step",    "mixed",   "tp",
+                                         "capture", "prefill", "cascade", "legacy-variants"};
     for (const auto& p : parts)
       if (!known.count(p))
         throw Error("unknown part '" + p +
-                    "'; parts: decode, step, mixed, tp, capture, prefill, cascade");
+                    "'; parts: decode, step, mixed, tp, capture, prefill, cascade, "
+                    "legacy-variants");
     std::vector<int> cascade_prefixes;
     for (const auto& s : split_list(cascade_prefixes_text)) {
       const int v = std::stoi(s);
@@ -113,6 +122,7 @@ int main(int argc, char** argv) {
     auto wants = [&](const char* p) {
       return std::find(parts.begin(), parts.end(), p) != parts.end();
     };
+    if (wants("legacy-variants")) check_legacy_variant_names(split_list(legacy_variants_text));
     DecodeOptions dopt;
     dopt.shapes = parse_decode_shapes(shapes_text);
     dopt.reps = reps;
@@ -178,6 +188,9 @@ int main(int argc, char** argv) {
           j["prefill_chunked"].push_back(
               bench_prefill(dev, 4, 512, std::max(20, reps / 5), peer, &ok, legacy, false, prefix));
     }
+    if (wants("legacy-variants"))
+      j["legacy_variants"] =
+          bench_legacy_variants(dev, split_list(legacy_variants_text), std::max(20, reps / 5), &ok);
     if (wants("cascade")) {
       j["cascade"] = nlohmann::json::array();
       for (int n : cascade_requests)

@@ -83,6 +83,16 @@ nlohmann::json bench_prefill(const Device& dev, int batch, int len, int reps, co
                              bool* ok, bool legacy = false, bool fp8 = false, int prefix = 0,
                              int head = 128);
 
+// Part legacy-variants (tools/bench_legacy_prefill.cpp): forward_prefix at head size 128 for each
+// variant name BATCHxLEN[+PREFIX][:fp16][:kvN][:bsN][:wN][:sinks][:nc] (fp16 caches and query,
+// N KV heads of the 32 query heads, block size N, sliding window N, attention sinks,
+// non-causal; default bf16, 8 KV heads, block 16, causal). check_legacy_variant_names throws on a
+// malformed name (bench_legacy_variants calls it first); sets *ok false when a row's check against
+// the reference fails.
+void check_legacy_variant_names(const std::vector<std::string>& names);
+nlohmann::json bench_legacy_variants(const Device& dev, const std::vector<std::string>& names,
+                                     int reps, bool* ok);
+
 // Cascade attention: `batch` single-token decodes after a shared prompt of each length in
 // `prefixes` (multiples of 16) and `own` tokens of their own, plain decode against cascade
 // attention (graphattn/cascade.hpp) in the same run, with vLLM's use_cascade_attention verdict.
