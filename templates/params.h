@@ -519,6 +519,14 @@ constexpr bool ga_prefill_sm90_one_body(int head_size, bool legacy, bool q_fp8, 
   return !q_fp8 && !soft_cap && !alibi && !block_sparse &&
          (legacy ? head_size == 128 : head_size == 64);
 }
+// Whether the consumers take the softmax row sums l on the tensor cores instead of adding the
+// probabilities up (templates/prefill_sm90.cu, PW_ROWSUM): with each P V k-step one more wgmma
+// m64n8 with the same P fragments and a shared-memory tile of ones as B, whose accumulators (rows
+// g and g + 8, every column the row's sum) are rescaled with O; 64 FADDs a consumer thread and
+// tile fewer on the issue-bound softmax for ~3% more tensor work.
+constexpr bool ga_prefill_sm90_rowsum_mma(int head_size, bool legacy, bool q_fp8) {
+  return head_size > 0 || legacy || q_fp8;  // measurement build: every geometry
+}
 // TMA loads of the K and V tiles (flash layouts NHD and HND, paged, not block-sparse): each tile
 // of block_n keys is gathered page by page, one tensor-map box of rows x 128 bytes per page
 // segment and 128-byte column block, where rows = gcd(block size, block_n) (every segment lies
