@@ -144,10 +144,14 @@ constexpr bool PW_LEGACY = KV_LAYOUT == 2;
 enum PwSoftmaxRef : int { PW_REF_MAX = PW_FP8 || !PW_LEGACY };
 // Row sums on the tensor cores (params.h's ga_prefill_sm90_rowsum_mma): each P V k-step also
 // issues a wgmma m64n8 (pw_wgmma_sum) with the same P fragments against PW_ONES, a 256-byte tile
-// of ones in shared memory (the consumers' ones_desc), accumulating into ls[4] (rows g and g + 8,
-// every column that row's sum), which lives in O's accumulation pipeline: issued, waited for and
-// rescaled with O. pw_softmax then adds no probabilities up, and l is the sum of the rounded P
-// that P V multiplies (16-bit, e4m3), not of the fp32 probabilities. (An enumerator, as above.)
+// of ones in shared memory (the consumers' ones_desc), into ls[4] (rows g and g + 8, every column
+// that row's sum), which runs in O's wgmma groups (issued and waited for with them). ls holds one
+// tile's sums (its first k-step overwrites it), which the consumer adds to l in fp32 once the
+// P V completed: accumulating l across all tiles in the wgmma accumulator drifted (e4m3, H100,
+// 4 x 4096 causal: relative L2 6.0e-2 against main's 2.43e-2; per tile, 2.43e-2 again), as the
+// fp8 wgmma's accumulation keeps fewer bits than fp32. pw_softmax then adds no probabilities up,
+// and l is the sum of the rounded P that P V multiplies (16-bit, e4m3), not of the fp32
+// probabilities. (An enumerator, as above.)
 enum PwRowSum : int {
   PW_ROWSUM = ga_prefill_sm90_rowsum_mma(HEAD_SIZE, PW_LEGACY, PW_FP8),
   // One 32-bit word of ones of the P V operand type: e4m3 1.0 = 0x38, bf16 0x3f80, fp16 0x3c00.
@@ -442,9 +446,9 @@ __device__ __forceinline__ unsigned long long pw_k_desc(unsigned addr) {
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %9, 0;\n" INSTR           \
                " {%0, %1, %2, %3}, {%4, %5, %6, %7}, %8, p, " IMM ";\n}\n" \
                : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])            \
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1))
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accumulate))
 __device__ __forceinline__ void pw_wgmma_sum(float (&d)[4], const unsigned (&a)[4],
-                                             unsigned long long db) {
+                                             unsigned long long db, int accumulate) {
   if (PW_FP8)
     PW_WGMMA_SUM_("wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3", "1, 1");
   else if (IS_BF16)
@@ -1362,7 +1366,7 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
           pw_wgmma8_rs<HEAD_SIZE>(o, pf[kk], vd + pw_v_kstep(kk));
         else
           pw_wgmma_rs<HEAD_SIZE>(o, pf[kk], vd + pw_v_kstep(kk));
-        if (PW_ROWSUM) pw_wgmma_sum(ls, pf[kk], ones_desc);
+        if (PW_ROWSUM) pw_wgmma_sum(ls, pf[kk], ones_desc, kk > 0);
       }
     };
     // o (and PW_ROWSUM's ls), pinned around the P V wgmmas.
@@ -1421,6 +1425,10 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
       fence_acc();
       pw_fence_regs(pf);
       if (lane == 0) pw_mbar_arrive(bar_v_empty + 8 * stage);
+      if (PW_ROWSUM) {  // the tile's row sums, at the reference that l has (see tile)
+        l[0] += ls[0];
+        l[1] += ls[2];
+      }
     };
 
     int stage = 0, prev = 0;  // ring stages and phases of tiles j and j - 1
@@ -1455,6 +1463,12 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
         pw_fence_regs(pf);
         if (lane == 0) pw_mbar_arrive(bar_v_empty + 8 * prev);
       }
+      // PW_ROWSUM: l takes tile j - 1's sums (with_pv; without, pv added them) and moves to
+      // tile j's reference.
+      if (PW_ROWSUM) {
+        l[0] = (with_pv ? l[0] + ls[0] : l[0]) * alpha[0];
+        l[1] = (with_pv ? l[1] + ls[2] : l[1]) * alpha[1];
+      }
       // PW_REF_MAX: a warp whose rows' reference maxima all stayed (alpha exactly 1) skips the
       // rescale (fp8, where it weighs more against the halved wgmma time: H200, 4 x 4096 causal
       // 838 us against 876).
@@ -1465,12 +1479,6 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
           o[d * 4 + 1] *= alpha[0];
           o[d * 4 + 2] *= alpha[1];
           o[d * 4 + 3] *= alpha[1];
-        }
-        if (PW_ROWSUM) {
-          ls[0] *= alpha[0];
-          ls[1] *= alpha[0];
-          ls[2] *= alpha[1];
-          ls[3] *= alpha[1];
         }
       }
       if (PW_FP8)
@@ -1534,8 +1542,8 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
     float inv[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      float li = PW_ROWSUM ? ls[2 * r] : l[r];  // ls: the whole row's sum in every column
-      if (!PW_ROWSUM) {
+      float li = l[r];
+      if (!PW_ROWSUM) {  // PW_ROWSUM: ls held the whole row's sum in every column
         li += __shfl_xor_sync(0xffffffffu, li, 1);
         li += __shfl_xor_sync(0xffffffffu, li, 2);
       }
