@@ -519,6 +519,19 @@ constexpr bool ga_prefill_sm90_one_body(int head_size, bool legacy, bool q_fp8, 
   return !q_fp8 && !soft_cap && !alibi && !block_sparse &&
          (legacy ? head_size == 128 : head_size == 64);
 }
+// Whether the consumers take the softmax row sums l on the tensor cores instead of adding the
+// probabilities up (templates/prefill_sm90.cu, PW_ROWSUM): with each P V k-step one more wgmma
+// m64n8 with the same P fragments and a shared-memory tile of ones as B; 64 FADDs a consumer
+// thread and tile fewer on the issue-bound softmax for ~3% more tensor work. Taken where it
+// measured faster: e4m3 (H100, 4 x 4096 causal, alternated with main's kernels: 802.4 / 802.7 us
+// against 823.4 / 823.1, -2.5%). The 16-bit kernels with it (l then accumulated across tiles in
+// the wgmma accumulator) measured even or slower: head 128 +0.7%, chunked after 2048-16384
+// cached +0.8 to +0.9%, legacy +0.2 to +2.0%, head 256 +0.3%, head 64 -0.1%, against +-0.4%
+// between identical kernels; they keep the FADDs.
+// docs/prefill-rowsum-wgmma-h100-2026-11-27-s8.txt.
+constexpr bool ga_prefill_sm90_rowsum_mma(int head_size, bool legacy, bool q_fp8) {
+  return q_fp8 && head_size == 128 && !legacy;
+}
 // TMA loads of the K and V tiles (flash layouts NHD and HND, paged, not block-sparse): each tile
 // of block_n keys is gathered page by page, one tensor-map box of rows x 128 bytes per page
 // segment and 128-byte column block, where rows = gcd(block size, block_n) (every segment lies

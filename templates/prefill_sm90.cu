@@ -143,6 +143,23 @@ constexpr bool PW_LEGACY = KV_LAYOUT == 2;
 // exact maximum per tile. docs/prefill-h128-rescale-h100-2026-11-27-s7.txt. (An enumerator: a
 // namespace-level constant would add to every spec's GLOBAL and CONSTANT totals.)
 enum PwSoftmaxRef : int { PW_REF_MAX = PW_FP8 || !PW_LEGACY };
+// Row sums on the tensor cores (params.h's ga_prefill_sm90_rowsum_mma): each P V k-step also
+// issues a wgmma m64n8 (pw_wgmma_sum) with the same P fragments against PW_ONES, a 256-byte tile
+// of ones in shared memory (the consumers' ones_desc), into ls[4] (rows g and g + 8, every column
+// that row's sum), which runs in O's wgmma groups (issued and waited for with them). ls holds one
+// tile's sums (its first k-step overwrites it), which the consumer adds to l in fp32 once the
+// P V completed: accumulating l across all tiles in the wgmma accumulator drifted (e4m3, H100,
+// 4 x 4096 causal: relative L2 6.0e-2 against main's 2.43e-2; per tile, 2.43e-2 again), as the
+// fp8 wgmma's accumulation keeps fewer bits than fp32. pw_softmax then adds no probabilities up,
+// and l is the sum of the rounded P that P V multiplies (16-bit, e4m3), not of the fp32
+// probabilities. (An enumerator, as above.)
+enum PwRowSum : int {
+  PW_ROWSUM = ga_prefill_sm90_rowsum_mma(HEAD_SIZE, PW_LEGACY, PW_FP8),
+  // One 32-bit word of ones of the P V operand type: e4m3 1.0 = 0x38, bf16 0x3f80, fp16 0x3c00.
+  PW_ONES = PW_FP8    ? 0x38383838
+            : IS_BF16 ? 0x3f803f80
+                      : 0x3c003c00
+};
 // The P V wgmma's B (V) operand: MN-major (1, transposed: the flash 16-bit [key][dim] tile) or
 // K-major (0: the legacy V^T tile), the 16-bit wgmma's imm-trans-b. fp8's V^T stages are K-major
 // too (fp8 wgmmas take K-major operands only, and no such flag).
@@ -422,6 +439,24 @@ __device__ __forceinline__ unsigned long long pw_k_desc(unsigned addr) {
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1), "n"(PW_V_TRANS))
 #define PW_WGMMA_RS_N256(TY) \
   PW_WGMMA_RS_N256_("wgmma.mma_async.sync.aligned.m64n256k16.f32." TY "." TY, "1, 1, %134")
+
+// PW_ROWSUM: wgmma m64n8 (k16 16-bit, k32 e4m3) with A = P from registers and B the ones tile,
+// K-major without swizzle (fp8 has no transpose flag; both 16-byte core-matrix columns of the
+// 256-byte tile read ones whatever the offsets, pw_desc(ones, 128, 128, 0)).
+#define PW_WGMMA_SUM_(INSTR, IMM)                                          \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %9, 0;\n" INSTR           \
+               " {%0, %1, %2, %3}, {%4, %5, %6, %7}, %8, p, " IMM ";\n}\n" \
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])            \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accumulate))
+__device__ __forceinline__ void pw_wgmma_sum(float (&d)[4], const unsigned (&a)[4],
+                                             unsigned long long db, int accumulate) {
+  if (PW_FP8)
+    PW_WGMMA_SUM_("wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3", "1, 1");
+  else if (IS_BF16)
+    PW_WGMMA_SUM_("wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16", "1, 1, 0");
+  else
+    PW_WGMMA_SUM_("wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16", "1, 1, 0");
+}
 
 template <int N>
 __device__ __forceinline__ void pw_wgmma_ss(float (&d)[N / 2], unsigned long long da,
@@ -793,6 +828,7 @@ __device__ __forceinline__ void pw_bsp_tile_vis(const PrefillParams& p, int n0, 
 // the P V wgmma of the previous tile still accumulates into them.
 // Scales: GaPrefillScales (e4m3 query: the block's descales folded in), or PrefillParams itself
 // (16-bit KV: the host's scales), read through their common fields scale_log2 and scale.
+// (PW_ROWSUM: the maxima only; the P V wgmmas sum the probabilities.)
 template <bool MASK, typename Scales>
 __device__ __forceinline__ void pw_softmax(const PrefillParams& p, const Scales& scales,
                                            float (&s)[PW_BLOCK_N / 2], int n0, int kv_end, int t2,
@@ -856,11 +892,13 @@ __device__ __forceinline__ void pw_softmax(const PrefillParams& p, const Scales&
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       s[j * 4 + e] = ga_exp2(fmaf(s[j * 4 + e], sc, -m_use[e >> 1]));
-      sum[e >> 1][j & 1] += s[j * 4 + e];
+      if (!PW_ROWSUM) sum[e >> 1][j & 1] += s[j * 4 + e];
     }
   }
+  if (!PW_ROWSUM) {  // else the P V wgmmas sum P (PW_ROWSUM), and l is unused
 #pragma unroll
-  for (int r = 0; r < 2; ++r) l[r] = l[r] * alpha[r] + (sum[r][0] + sum[r][1]);
+    for (int r = 0; r < 2; ++r) l[r] = l[r] * alpha[r] + (sum[r][0] + sum[r][1]);
+  }
 }
 
 // One-body specs (16-bit, no soft cap, ALiBi or block sparsity; which ones: the consumers'
@@ -1103,6 +1141,14 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
       pw_mbar_init(bar_v_empty + 8 * s, 4 * PW_CONSUMERS);
     }
   }
+  // PW_ROWSUM: the 256-byte ones tile, in the slack (GA_PREFILL_SM90_SLACK): before q_base where
+  // the base alignment left room, else after the mbarriers' 256 bytes (then the alignment took
+  // under 256 of its 1024 bytes); 256-byte aligned either way.
+  const unsigned ones_base = q_base - raw_base >= 256 ? q_base - 256 : bar_q + 256;
+  if (PW_ROWSUM && tid < 64) {
+    asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(ones_base + 4 * tid), "r"(PW_ONES) : "memory");
+    pw_fence_proxy_async();  // the generic-proxy stores, before the wgmmas read them
+  }
   __syncthreads();
 
   const int* block_row = p.kv.block_table + static_cast<long long>(req) * p.kv.block_table_stride;
@@ -1278,6 +1324,8 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
     unsigned pf[PW_PF_STEPS][4];
     const float ninf = __int_as_float(0xff800000);
     float m[2] = {ninf, ninf}, l[2] = {0.f, 0.f}, alpha[2];
+    float ls[4] = {0.f, 0.f, 0.f, 0.f};  // PW_ROWSUM's row sums (rows g, g + 8: ls[0], ls[2])
+    const unsigned long long ones_desc = pw_desc(ones_base, 128, 128, 0);
 #pragma unroll
     for (int i = 0; i < HEAD_SIZE / 2; ++i) o[i] = 0.f;
 
@@ -1319,7 +1367,13 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
           pw_wgmma8_rs<HEAD_SIZE>(o, pf[kk], vd + pw_v_kstep(kk));
         else
           pw_wgmma_rs<HEAD_SIZE>(o, pf[kk], vd + pw_v_kstep(kk));
+        if (PW_ROWSUM) pw_wgmma_sum(ls, pf[kk], ones_desc, kk > 0);
       }
+    };
+    // o (and PW_ROWSUM's ls), pinned around the P V wgmmas.
+    auto fence_acc = [&] {
+      pw_fence_regs(o);
+      if (PW_ROWSUM) pw_fence_regs(ls);
     };
     auto softmax = [&](int j) {
       const int n0 = (tile0 + j) * PW_BLOCK_N;
@@ -1349,7 +1403,7 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
     auto issue_begin = [&] {
       if (PW_PINGPONG) pw_bar_sync(PW_SCHED_BAR + cw, 256);
       // The normal writes of o and pf (rescale, packing) complete before wgmmas read them.
-      pw_fence_regs(o);
+      fence_acc();
       pw_fence_regs(pf);
       pw_wgmma_fence();
     };
@@ -1369,9 +1423,13 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
       pw_wgmma_commit();
       issue_end(last);
       pw_wgmma_wait<0>();
-      pw_fence_regs(o);
+      fence_acc();
       pw_fence_regs(pf);
       if (lane == 0) pw_mbar_arrive(bar_v_empty + 8 * stage);
+      if (PW_ROWSUM) {  // the tile's row sums, at the reference that l has (see tile)
+        l[0] += ls[0];
+        l[1] += ls[2];
+      }
     };
 
     int stage = 0, prev = 0;  // ring stages and phases of tiles j and j - 1
@@ -1402,9 +1460,15 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
       softmax(j);
       if (with_pv) {
         pw_wgmma_wait<0>();
-        pw_fence_regs(o);
+        fence_acc();
         pw_fence_regs(pf);
         if (lane == 0) pw_mbar_arrive(bar_v_empty + 8 * prev);
+      }
+      // PW_ROWSUM: l takes tile j - 1's sums (with_pv; without, pv added them) and moves to
+      // tile j's reference.
+      if (PW_ROWSUM) {
+        l[0] = (with_pv ? l[0] + ls[0] : l[0]) * alpha[0];
+        l[1] = (with_pv ? l[1] + ls[2] : l[1]) * alpha[1];
       }
       // PW_REF_MAX: a warp whose rows' reference maxima all stayed (alpha exactly 1) skips the
       // rescale (fp8, where it weighs more against the halved wgmma time: H200, 4 x 4096 causal
@@ -1480,8 +1544,10 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       float li = l[r];
-      li += __shfl_xor_sync(0xffffffffu, li, 1);
-      li += __shfl_xor_sync(0xffffffffu, li, 2);
+      if (!PW_ROWSUM) {  // PW_ROWSUM: ls held the whole row's sum in every column
+        li += __shfl_xor_sync(0xffffffffu, li, 1);
+        li += __shfl_xor_sync(0xffffffffu, li, 2);
+      }
       if (PW_FP8) li *= 1.f / 256;  // l and O carry the probabilities' 2^8 (pw_softmax)
       inv[r] = HAS_SINKS  ? scales.v_scale * ga_sink_normalizer(m[r], li, sink[r])
                : li > 0.f ? scales.v_scale / li
