@@ -85,8 +85,8 @@ std::vector<double> reference_attention(const RefProblem& p, std::vector<double>
 }
 
 LseComparison compare_lse(const std::vector<float>& got, long long got_stride,
-                          const std::vector<int>& cols, const std::vector<double>& want,
-                          int heads) {
+                          const std::vector<int>& cols, const std::vector<double>& want, int heads,
+                          double abs_tol) {
   LseComparison r;
   const size_t m = cols.size();
   for (int h = 0; h < heads; ++h)
@@ -99,7 +99,7 @@ LseComparison compare_lse(const std::vector<float>& got, long long got_stride,
       } else {
         const double d = std::fabs(g - w);
         r.worst = std::max(r.worst, d);
-        r.bad += d > 2e-2 + 1e-3 * std::fabs(w);
+        r.bad += d > abs_tol + 1e-3 * std::fabs(w);
       }
     }
   return r;

@@ -21,10 +21,19 @@
 // the row maximum by less than 0.8 so that P < 2^8.8 never saturates): each weight carries a
 // relative error of at most 2^-4 (half an ulp), uniform over [-2^-4, 2^-4] times 1 / (1 + f)
 // for mantissa fraction f, RMS about 2^-4 * 0.72 / sqrt(3) = 2.6e-2. The sum l takes the
-// unrounded fp32 weights. With values of zero mean independent of the weights, the output's
-// relative L2 error is that RMS (the errors of different keys add as squares, as the values'
-// contributions do), and at most 2^-4 where one key dominates; so 5e-2 (relative L2) for those
-// launches, q8_prefill_tolerance(). Every other prefill keeps P in 16 bits and q8_tolerance().
+// unrounded fp32 weights, or (head 128 flash layouts, PW_ROWSUM: l summed on the tensor cores)
+// the rounded ones that P V multiplies. With values of zero mean independent of the weights, the
+// output's relative L2 error is that RMS (the errors of different keys add as squares, as the
+// values' contributions do), and at most 2^-4 where one key dominates; so 5e-2 (relative L2) for
+// those launches, q8_prefill_tolerance(). Every other prefill keeps P in 16 bits and
+// q8_tolerance().
+// Their softmax LSE, log(l) + the reference maximum: with l the sum of the rounded weights, each
+// normal one off by at most 2^-4 relative, and e4m3's subnormals (weights under 2^-6 at their
+// tile's reference, which lies at or under the final one) off by at most 2^-10 absolute each,
+// against a largest weight of at least 2^8 at the final reference, l is off by at most
+// 2^-4 + n 2^-18 relative for n keys; for the longest rows here (4224 keys) log(1 + 0.0625 +
+// 0.0161) = 0.076, so 8e-2 absolute (q8_prefill_lse_tolerance); 16-bit P keeps compare_lse's
+// 2e-2.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -57,6 +66,10 @@ double q8_prefill_tolerance(const AttentionSpec& spec) {
              ? 5e-2
              : q8_tolerance(spec.dtype);
 }
+// The same launches' softmax LSE, absolute (compare_lse); see the top.
+double q8_prefill_lse_tolerance(const AttentionSpec& spec) {
+  return detail::select_prefill_kernel(spec) == detail::PrefillKernel::kWgmma ? 8e-2 : 2e-2;
+}
 
 struct Q8Case {
   DType dtype = DType::kBFloat16;
@@ -68,6 +81,7 @@ struct Q8Case {
   bool sinks = false, alibi = false;
   bool per_head = false;  // device descales [num_reqs, num_kv_heads]; else per-tensor floats
   bool causal = true;     // false: every query token of a request sees all its keys
+  bool lse = false;       // prefill kernels: also write the softmax LSE (spec "_lse")
   std::vector<int> seq_lens;
   std::vector<int> q_lens;  // query tokens of each request (the last of its sequence); empty: 1
   int q_len(int r) const { return q_lens.empty() ? 1 : q_lens[r]; }
@@ -228,7 +242,8 @@ void build(const Q8Case& c, std::mt19937_64& rng, Q8Batch& b) {
 
 // The float64 reference of every request from the dequantized inputs: request r's keys are its
 // codes times kd[r, head] (its blocks are its own), its query q_codes times qd[r, kv head].
-std::vector<double> reference(const Q8Case& c, const Q8Batch& b, double scale) {
+std::vector<double> reference(const Q8Case& c, const Q8Batch& b, double scale,
+                              std::vector<double>* lse = nullptr) {
   RefProblem p;
   p.num_heads = static_cast<int>(b.H);
   p.num_kv_heads = c.num_kv_heads;
@@ -263,7 +278,7 @@ std::vector<double> reference(const Q8Case& c, const Q8Batch& b, double scale) {
   p.soft_cap = c.soft_cap;
   p.alibi_slopes = b.slopes;
   p.sinks = b.sinks;
-  return reference_attention(p);
+  return reference_attention(p, lse);
 }
 
 // The output against the reference: no NaN, zeros for empty requests; the relative L2 error.
@@ -664,6 +679,8 @@ TEST_CASE("gpu fp8 query: the prefill kernels (wgmma on sm_90) match the float64
   // PW_ROWSUM).
   cases[8].seq_lens = {4224};
   cases[8].q_lens = {128};
+  // The softmax LSE too (spec "_lse"): plain, with sinks and a window, mma.sync, long rows.
+  for (int i : {0, 2, 5, 8}) cases[i].lse = true;
   Errors errors;
   for (Q8Case& c : cases) {
     // Whole prompts, chunks after a context (a partial last tile, a long one), an empty request.
@@ -685,18 +702,36 @@ TEST_CASE("gpu fp8 query: the prefill kernels (wgmma on sm_90) match the float64
     a.num_reqs = b.n;
     a.max_query_len = *std::max_element(c.q_lens.begin(), c.q_lens.end());
     set_scores_and_scales(c, b, scale, a);
+    DeviceBuffer d_lse(std::max<size_t>(static_cast<size_t>(b.H * b.T) * 4, 16));
+    d_lse.fill_bytes(0xff);  // NaN: every row must be written
+    if (c.lse)
+      a.softmax_lse = TensorView::contiguous(d_lse.data(), ScalarType::kFloat32, {b.H, b.T});
     const AttentionSpec spec = detail::prefill_spec(a, arch);
     INFO(spec.to_string());
     CHECK(spec.q_fp8);
+    CHECK(spec.softmax_lse == c.lse);
     const bool wgmma = detail::select_prefill_kernel(spec) == detail::PrefillKernel::kWgmma;
     CHECK(wgmma == (!detail::prefill_mma_sync_forced() && arch == 90 && c.head_size == 128));
     const detail::LoadedKernel& k = detail::load_kernel(spec, cache);
     b.d_out.fill_bytes(0xff);  // NaN in both 16-bit types: every row must be written
     detail::launch_prefill(k, a, nullptr);
     GA_CU_CHECK(detail::driver().cuCtxSynchronize());
-    const double err = compare(c, b, reference(c, b, scale));
+    std::vector<double> want_lse;
+    const double err = compare(c, b, reference(c, b, scale, c.lse ? &want_lse : nullptr));
     INFO("relative L2 error " << err << (wgmma ? " (wgmma, fp8 P)" : " (mma.sync)"));
     CHECK(err <= q8_prefill_tolerance(spec));
+    if (c.lse) {
+      std::vector<float> got(static_cast<size_t>(b.H * b.T));
+      d_lse.download(got.data(), got.size() * 4);
+      std::vector<int> cols(static_cast<size_t>(b.T));
+      std::iota(cols.begin(), cols.end(), 0);
+      const LseComparison lc = compare_lse(got, b.T, cols, want_lse, static_cast<int>(b.H),
+                                           q8_prefill_lse_tolerance(spec));
+      INFO("softmax LSE: worst absolute error " << lc.worst);
+      CHECK(lc.nan == 0);
+      CHECK(lc.bad == 0);
+      MESSAGE(spec.to_string() << ": softmax LSE worst absolute error " << lc.worst);
+    }
     if (wgmma) errors.add(c.dtype, err);
     MESSAGE(spec.to_string() << (wgmma ? " wgmma" : " mma.sync") << ": relative L2 error " << err);
   }
