@@ -108,9 +108,13 @@ inline TimingSummary summarize_block_timing(const std::vector<uint64_t>& words, 
   }
   std::string& t = out.text;
   char line[512];
-  auto add = [&](const char* fmt, auto... a) {
-    std::snprintf(line, sizeof line, fmt, a...);
-    t += line;
+  auto add = [&](const char* fmt, auto... a) {  // (fmt: a literal of this function)
+    if constexpr (sizeof...(a) == 0) {
+      t += fmt;
+    } else {
+      std::snprintf(line, sizeof line, fmt, a...);
+      t += line;
+    }
   };
   if (raws.empty()) {
     add("block timing: no complete record among %d blocks\n", n);
