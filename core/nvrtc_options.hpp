@@ -4,7 +4,9 @@
 // the machine code, so they enter the kernel's options and with them its cache key: a kernel
 // compiled with them is never served where the default options are asked for, and back.
 // Whitespace separates the options; allowed are --Ofast-compile=min|mid|max|0,
-// --ptxas-options=V / -Xptxas=V (V passed to ptxas, e.g. -O1) and --maxrregcount=N (N > 0).
+// --ptxas-options=V / -Xptxas=V (V passed to ptxas, e.g. -O1), --maxrregcount=N (N > 0) and
+// -DGA_DECODE_TIMING=1 (the decode kernel's per-block timing experiment, templates/decode.cu;
+// graphattn-bench --block-timing reads what it records).
 // Anything else throws graphattn::Error naming the option and what is allowed.
 #pragma once
 

@@ -31,6 +31,7 @@ namespace graphattn::detail {
   X(cuModuleLoadData)                             \
   X(cuModuleUnload)                               \
   X(cuModuleGetFunction)                          \
+  X(cuModuleGetGlobal)                            \
   X(cuFuncSetAttribute)                           \
   X(cuFuncGetAttribute)                           \
   X(cuLaunchKernel)                               \

@@ -461,6 +461,48 @@ __device__ __forceinline__ float ga_logit(float raw, float qk_scale, float cap_l
   return HAS_SOFT_CAP ? ga_soft_cap_log2(raw, qk_scale, cap_log2) : raw * qk_scale;
 }
 
+#ifdef GA_DECODE_TIMING
+// [experiment: block timing] Only in the experiment build (GRAPHATTN_NVRTC_EXTRA_OPTIONS=
+// -DGA_DECODE_TIMING=1; docs/decode-block-timing-h100-2026-11-27-s8.txt); without the macro
+// none of this exists and the GA_TIMING_* marks below expand to nothing. Block b (linear: x +
+// gridDim.x * (y + gridDim.y * z), the first GA_TIMING_BLOCKS) writes GA_TIMING_WORDS 64-bit
+// words at ga_decode_timing[b * GA_TIMING_WORDS]: 0, 1 %globaltimer (ns) and clock64 at entry
+// (thread 0); 2 %smid; 3 the block's tiles; 4 KV bytes a tile (K and V rows); 5 seq_len; and
+// per warp w, from word 8 + 8 w, (%globaltimer, clock64) pairs: after the prologue (seq_lens and
+// the first block-table entries loaded, the first copies issued), when its first tile has
+// arrived, after its last tile's compute, after its share of the block's output. A word nobody
+// wrote stays as the host set it.
+// The host finds the array with cuModuleGetGlobal (graphattn-bench --block-timing).
+enum : int { GA_TIMING_WORDS = 64, GA_TIMING_BLOCKS = 8192 };
+static_assert(8 + 8 * GA_DECODE_WARPS <= GA_TIMING_WORDS, "timing words per block");
+extern "C" {
+__device__ unsigned long long ga_decode_timing[GA_TIMING_BLOCKS * GA_TIMING_WORDS];
+}
+__device__ __forceinline__ unsigned long long* ga_timing_row() {
+  const unsigned b = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+  return b < GA_TIMING_BLOCKS ? ga_decode_timing + b * GA_TIMING_WORDS : nullptr;
+}
+// Stores (%globaltimer, clock64) at words w, w + 1 of this block's row.
+__device__ __forceinline__ void ga_timing_stamp(int w) {
+  unsigned long long gt;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(gt)::"memory");
+  const unsigned long long clk = clock64();
+  unsigned long long* row = ga_timing_row();
+  if (row) {
+    row[w] = gt;
+    row[w + 1] = clk;
+  }
+}
+// Lane 0 of each warp: event k (0 prologue, 1 first tile, 2 last tile, 3 output).
+#define GA_TIMING_WARP(k) \
+  if ((threadIdx.x & 31) == 0) ga_timing_stamp(8 + 8 * (threadIdx.x >> 5) + 2 * (k))
+#define GA_TIMING_ENTRY() \
+  if (threadIdx.x == 0) ga_timing_stamp(0)
+#else
+#define GA_TIMING_WARP(k)
+#define GA_TIMING_ENTRY()
+#endif
+
 // [stage 2] A block past num_splits: in a cluster launch it still joins both cluster barriers
 // of the combine (every block of the cluster must).
 __device__ __forceinline__ void ga_idle_split(bool cluster) {
@@ -503,6 +545,7 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   // Early prologue: the metadata and the KV cache are read before waiting for the previous
   // kernel, which the host allows only when that kernel writes neither; the query, the new
   // token's key and value and the device KV scales are read after the wait.
+  GA_TIMING_ENTRY();
   const bool early = p.early_prologue != 0;
   if (!early) ga_grid_dependency_sync();
   extern __shared__ __align__(128) unsigned char smem[];
@@ -893,6 +936,18 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
     if (s < my_tiles) issue(s);
     ga_cp_commit();
   }
+#ifdef GA_DECODE_TIMING
+  GA_TIMING_WARP(0);
+  if (tid == 0 && ga_timing_row()) {
+    unsigned smid;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
+    unsigned long long* row = ga_timing_row();
+    row[2] = smid;
+    row[3] = static_cast<unsigned long long>(tile_end - tile_begin);
+    row[4] = 2ull * TILE * REAL_BYTES;
+    row[5] = static_cast<unsigned long long>(seq_len);
+  }
+#endif
   if (early) ga_grid_dependency_sync();
 
   // [stage 4: Q^T fragments] qf; the score scales; O, m, l and the per-column mask terms.
@@ -1041,6 +1096,9 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
     // stages - 1 are pending.
     ga_cp_wait_stages(stages);
     __syncwarp();
+#ifdef GA_DECODE_TIMING
+    if (j == 0) GA_TIMING_WARP(1);
+#endif
     unsigned char* ks = ring + use_stage * STAGE_BYTES;
     use_stage = use_stage + 1 == stages ? 0 : use_stage + 1;
     unsigned char* vs = ks + TILE_BYTES;
@@ -1249,6 +1307,7 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
     }
     __syncwarp();
   }
+  GA_TIMING_WARP(2);
   ga_cp_wait<0>();
 
   // [stage 8: sync_state] the warps' states into shared memory.
@@ -1354,6 +1413,7 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
     }
   }
   // [stage 10: combine the splits] through the cluster's shared memory or the last arrival.
+  GA_TIMING_WARP(3);
   if (num_splits == 1) return;
   if (cluster) {
     // Every split's output and log2-sum-exp sit in its block's shared memory; block `split`

@@ -33,18 +33,61 @@ extern "C" __global__ void fill_fp8(unsigned char* out, unsigned long long n, un
        i += (unsigned long long)gridDim.x * blockDim.x)
     out[i] = (unsigned char)(mix(i, seed) & 0xb7u);  // e4m3 exponent <= 6: finite, below 1
 }
-// Read-only streaming: every byte read once with 16-byte loads, four in flight per thread.
-extern "C" __global__ void read_only(const uint4* in, unsigned long long n, unsigned* sink) {
+// Read-only streaming: every byte read once with 16-byte loads, four in flight per thread; returns
+// the XOR of the words. after_first(acc) runs after a thread's first four loads have arrived (the
+// timed variant stamps there; read_only passes nothing to do).
+template <typename F>
+__device__ __forceinline__ unsigned read_pass(const uint4* in, unsigned long long n,
+                                              F after_first) {
   unsigned acc = 0;
+  bool first = true;
   const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
   unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
   for (; i + 3 * stride < n; i += 4 * stride) {
     const uint4 a = in[i], b = in[i + stride], c = in[i + 2 * stride], d = in[i + 3 * stride];
     acc ^= a.x ^ a.y ^ a.z ^ a.w ^ b.x ^ b.y ^ b.z ^ b.w ^ c.x ^ c.y ^ c.z ^ c.w ^ d.x ^ d.y ^
            d.z ^ d.w;
+    if (first) after_first(acc);
+    first = false;
   }
   for (; i < n; i += stride) { const uint4 a = in[i]; acc ^= a.x ^ a.y ^ a.z ^ a.w; }
+  return acc;
+}
+extern "C" __global__ void read_only(const uint4* in, unsigned long long n, unsigned* sink) {
+  const unsigned acc = read_pass(in, n, [](unsigned) {});
   if (acc == 0x9e3779b9u) sink[0] = acc;  // keeps the loads alive, almost never stores
+}
+// read_only with per-block records for graphattn-bench --block-timing, in the decode kernel's
+// layout (tools/block_timing.hpp, one warp): thread 0 stamps %globaltimer and clock64 at entry
+// (also as the prologue: the first loads go out at once), when its first loads have arrived,
+// after its loop, and after the block's barrier; the block's share of the bytes as one tile.
+__device__ __forceinline__ void stamp(unsigned long long* at, unsigned dep) {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t) : "r"(dep) : "memory");  // after dep
+  at[0] = t;
+  at[1] = clock64();
+}
+extern "C" __global__ void read_only_timed(const uint4* in, unsigned long long n, unsigned* sink,
+                                           unsigned long long* rec) {
+  unsigned long long* row = rec + blockIdx.x * 64ull;
+  const bool t0 = threadIdx.x == 0;
+  if (t0) {
+    stamp(row, 0u);
+    row[8] = row[0];
+    row[9] = row[1];
+    unsigned sm;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+    row[2] = sm;
+    row[3] = 1;
+    row[4] = n * 16 / gridDim.x;
+  }
+  const unsigned acc = read_pass(in, n, [&](unsigned a) {
+    if (t0) stamp(row + 10, a);
+  });
+  if (t0) stamp(row + 12, acc);
+  if (acc == 0x9e3779b9u) sink[0] = acc;
+  __syncthreads();
+  if (t0) stamp(row + 14, 0u);
 }
 )";
 
@@ -86,8 +129,16 @@ void launch_fill(const Device& dev, CUfunction f, void* ptr, size_t n, unsigned 
 void launch_read_only(const Device& dev, CUdeviceptr in, size_t bytes, CUdeviceptr sink) {
   unsigned long long n16 = bytes / 16;
   void* args[] = {&in, &n16, &sink};
-  GA_CU_CHECK(detail::driver().cuLaunchKernel(dev.read_only, dev.sms * 8, 1, 1, 512, 1, 1, 0,
-                                              dev.stream, args, nullptr));
+  GA_CU_CHECK(detail::driver().cuLaunchKernel(dev.read_only, read_only_blocks(dev), 1, 1, 512, 1, 1,
+                                              0, dev.stream, args, nullptr));
+}
+
+void launch_read_only_timed(const Device& dev, CUdeviceptr in, size_t bytes, CUdeviceptr sink,
+                            CUdeviceptr records) {
+  unsigned long long n16 = bytes / 16;
+  void* args[] = {&in, &n16, &sink, &records};
+  GA_CU_CHECK(detail::driver().cuLaunchKernel(dev.read_only_timed, read_only_blocks(dev), 1, 1, 512,
+                                              1, 1, 0, dev.stream, args, nullptr));
 }
 
 double read_same_flush_us(const Device& dev, int reps, CUdeviceptr in, size_t bytes) {
@@ -141,6 +192,7 @@ Device open_device(int device) {
   GA_CU_CHECK(d.cuModuleGetFunction(&dev.fill_bf16, dev.helpers, "fill_bf16"));
   GA_CU_CHECK(d.cuModuleGetFunction(&dev.fill_fp8, dev.helpers, "fill_fp8"));
   GA_CU_CHECK(d.cuModuleGetFunction(&dev.read_only, dev.helpers, "read_only"));
+  GA_CU_CHECK(d.cuModuleGetFunction(&dev.read_only_timed, dev.helpers, "read_only_timed"));
   dev.flush = std::make_unique<DeviceBuffer>(2 * static_cast<size_t>(dev.l2_bytes));
   dev.flush->fill_bytes(0);
   dev.flush_sink = std::make_unique<DeviceBuffer>(64);

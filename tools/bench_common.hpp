@@ -23,7 +23,8 @@ struct Device {
   CUstream stream = nullptr;  // owned_stream's
   CUmodule helpers = nullptr;
   CUfunction fill_bf16 = nullptr, fill_fp8 = nullptr, read_only = nullptr;
-  std::unique_ptr<DeviceBuffer> flush;  // twice the L2, written before every timed repetition
+  CUfunction read_only_timed = nullptr;  // read_only with per-block records (--block-timing)
+  std::unique_ptr<DeviceBuffer> flush;   // twice the L2, written before every timed repetition
   // --flush-by-reading: the flush buffer is read (read_only) instead of written, which leaves L2
   // holding clean lines: a written flush leaves up to an L2 of dirty lines, whose write-back
   // the timed work then pays for as it reads.
@@ -51,6 +52,12 @@ void flush_l2_now(const Device& dev, int seed);
 // rounded down to 16) into a 64-byte sink: the read-only limit's measurement and the flush by
 // reading.
 void launch_read_only(const Device& dev, CUdeviceptr in, size_t bytes, CUdeviceptr sink);
+// read_only's grid (blocks of 512 threads).
+inline unsigned read_only_blocks(const Device& dev) { return static_cast<unsigned>(dev.sms) * 8; }
+// The same pass with per-block records (64 uint64 a block, read_only_blocks(dev) blocks, the
+// decode kernel's timing layout with one warp) at `records`.
+void launch_read_only_timed(const Device& dev, CUdeviceptr in, size_t bytes, CUdeviceptr sink,
+                            CUdeviceptr records);
 
 // Median of `reps` event-timed runs of work(), each after writing the flush buffer (when
 // flush_l2) so no run finds the previous one's data in L2.

@@ -356,6 +356,9 @@ nlohmann::json bench_decode(const Device& dev, const DecodeOptions& o, const Pee
                 100.0 * gbs / dev.read_gbs, kv_bytes / dev.read_gbs / 1e3, rd_us,
                 100.0 * rd_us / best, peer_col, ratio_col, err_col,
                 check && !(err <= tol) ? "  FAIL" : "");
+    if (o.block_timing > 0 && s.q_len == 1 && backend)
+      decode_block_timing(dev, *backend, run, o.block_timing, rd_us, o.block_timing_out, s.label(),
+                          cache.ptr(), static_cast<size_t>(kv_bytes));
     if (!o.try_splits.empty() && s.q_len == 1 && backend) {  // (flash single-token kernels)
       const AttentionBackend& attn = *backend;
       // The decode kernel alone at other grid widths and every pipeline depth, each captured and

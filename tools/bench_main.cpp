@@ -90,6 +90,16 @@ int main(int argc, char** argv) {
                  "over its own KV cache with the fused cache write (as the step's layers), per "
                  "launch; shapes whose N caches pass 16 GiB are skipped")
       ->check(CLI::Range(0, 64));
+  int block_timing = 0;
+  app.add_option("--block-timing", block_timing,
+                 "decode: after each flash single-token row, N graph replays with the decode "
+                 "kernel's per-block timing records summarized (ramp, waves, tail, per SM); needs "
+                 "GRAPHATTN_NVRTC_EXTRA_OPTIONS=-DGA_DECODE_TIMING=1")
+      ->check(CLI::Range(0, 100));
+  std::string block_timing_out;
+  app.add_option("--block-timing-out", block_timing_out,
+                 "with --block-timing: also write each replay's raw records (64 uint64 a block) to "
+                 "PREFIX<row>-rN.u64");
   app.set_version_flag("--version", graphattn::tools::version_text("graphattn-bench"),
                        "print the tool's, the library's and NVRTC's versions and exit");
   try {
@@ -129,6 +139,8 @@ int main(int argc, char** argv) {
     dopt.check = check;
     for (const auto& s : split_list(try_splits_text)) dopt.try_splits.push_back(std::stoi(s));
     dopt.chain = try_chain;
+    dopt.block_timing = block_timing;
+    dopt.block_timing_out = block_timing_out;
 
     Device dev = open_device();
     dev.flush_by_reading = flush_by_reading;

@@ -2,10 +2,12 @@
 // The parts of graphattn-bench. Each prints its table and returns the same numbers as JSON.
 #pragma once
 
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "graphattn/backend.hpp"
 #include "tools/bench_common.hpp"
 
 namespace graphattn::bench {
@@ -44,11 +46,24 @@ struct DecodeOptions {
   // of its own with the fused cache write and the early prologue (as the 32-layer step's
   // layers run), at the policy's grid and at every depth x width of try_splits; 0: not
   int chain = 0;
+  // > 0: after each flash single-token row, this many graph replays of it (each after the L2
+  // flush) with the decode kernel's per-block records summarized (tools/block_timing.hpp); needs
+  // GRAPHATTN_NVRTC_EXTRA_OPTIONS=-DGA_DECODE_TIMING=1. 0: not
+  int block_timing = 0;
+  std::string
+      block_timing_out;  // with block_timing: also write the raw records to PREFIX<row>-rN.u64
 };
 // bf16, 32 query heads, 8 KV heads (or the shape's :kvN), block 16, shuffled blocks. Sets *ok false
 // when a shape fails its float64 reference check.
 nlohmann::json bench_decode(const Device& dev, const DecodeOptions& o, const PeerTimes& peer,
                             bool* ok);
+// The --block-timing replays of one decode row (tools/bench_block_timing.cpp): `run` queues
+// the row's forward; rd_us is the row's same-flush read of [rd_in, rd_in + rd_bytes), which is
+// then timed block by block too (read_only_timed).
+void decode_block_timing(const Device& dev, const AttentionBackend& attn,
+                         const std::function<void()>& run, int reps, double rd_us,
+                         const std::string& out_prefix, const std::string& label, CUdeviceptr rd_in,
+                         size_t rd_bytes);
 
 // The 32-layer decode step (cache write + attention per layer) of llama-3-8b's shapes at each
 // batch and context `len`: graph replay and eager launches.
