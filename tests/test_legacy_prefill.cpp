@@ -364,7 +364,7 @@ TEST_CASE("legacy prefill: host model of the V^T tile over every head and block 
     for (int b : supported_block_sizes())
       for (bool fp8 : {false, true}) {
         if (fp8 && h % 16 != 0) continue;
-        INFO("head " << h << " block " << b << (fp8 ? " fp8" : " 16-bit"));
+        INFO("head " << h << " block " << b << std::string(fp8 ? " fp8" : " 16-bit"));
         CHECK(model_vt_path(h, b, fp8) == "");
         ++checked;
       }

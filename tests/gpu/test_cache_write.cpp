@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstring>
 #include <numeric>
+#include <string>
 
 #include "graphattn/graphattn.hpp"
 #include "testing/host_dtypes.hpp"
@@ -29,7 +30,7 @@ void run_case(const WriteCase& c, KernelCache& cache, std::mt19937_64& rng) {
   INFO("dtype " << to_string(c.dtype) << " kv " << to_string(c.kv) << " " << to_string(c.layout)
                 << " head " << c.head_size << " block " << c.block_size << " kv heads "
                 << c.num_kv_heads << " tokens " << c.num_tokens
-                << (c.interleaved_v ? " interleaved_v" : ""));
+                << std::string(c.interleaved_v ? " interleaved_v" : ""));
   const int64_t T = c.num_tokens, KH = c.num_kv_heads, D = c.head_size, B = c.block_size,
                 NB = c.num_blocks;
   const int elem = c.kv == KvDType::kAuto ? 2 : 1;

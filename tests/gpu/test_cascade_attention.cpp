@@ -11,6 +11,7 @@
 #include <cstring>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "graphattn/graphattn.hpp"
@@ -40,7 +41,7 @@ void run_case(const CascadeCase& c, KernelCache& cache, std::mt19937_64& rng) {
   const int H = c.num_kv_heads * c.group, KH = c.num_kv_heads, D = c.head_size, B = c.block_size;
   INFO("cascade: " << to_string(c.dtype) << " heads " << H << "/" << KH << " head " << D
                    << " prefix " << c.prefix << " requests " << n << " cap " << c.soft_cap
-                   << (c.write ? " with cache write" : ""));
+                   << std::string(c.write ? " with cache write" : ""));
   const int prefix_blocks = c.prefix / B;
   std::vector<int> qsl(n + 1, 0), seq(n), suffix(n), own_blocks(n);
   int row = 0, num_blocks = prefix_blocks;

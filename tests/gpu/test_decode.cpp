@@ -369,8 +369,9 @@ void run_case(const DecodeCase& c, KernelCache& cache, std::mt19937_64& rng,
   DeviceBuffer counters(num_counters * 4);
 
   for (const Grid& g : grids) {
-    INFO("max_splits " << g.splits << ", stages " << g.stages << (g.cluster ? ", cluster" : "")
-                       << " (policy " << policy.max_splits << ", " << policy.stages << ")");
+    INFO("max_splits " << g.splits << ", stages " << g.stages
+                       << std::string(g.cluster ? ", cluster" : "") << " (policy "
+                       << policy.max_splits << ", " << policy.stages << ")");
     b.d_out.fill_bytes(0xff);  // NaN: every element must be written
     if (c.lse) b.d_lse.fill_bytes(0xff);
     const detail::DecodeLaunch a = launch_args(c, b, g, static_cast<float>(scale), ws, counters);
@@ -970,7 +971,8 @@ TEST_CASE("gpu decode: forward on decode-only, mixed and padded batches") {
     // The fused write's new rows are patched in by their owner warp; with the early prologue the
     // cache is read before the wait. Two head chunks per KV head (group 20); a batch of 3 splits,
     // one of 40 does not.
-    INFO("decode only, early prologue, group 20, " << (many ? "40 requests" : "3 requests"));
+    INFO("decode only, early prologue, group 20, "
+         << std::string(many ? "40 requests" : "3 requests"));
     AttentionLayerConfig c3 = cfg;
     c3.num_heads = 40;
     c3.overlap_previous_kernel = true;

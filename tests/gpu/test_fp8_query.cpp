@@ -718,7 +718,7 @@ TEST_CASE("gpu fp8 query: the prefill kernels (wgmma on sm_90) match the float64
     GA_CU_CHECK(detail::driver().cuCtxSynchronize());
     std::vector<double> want_lse;
     const double err = compare(c, b, reference(c, b, scale, c.lse ? &want_lse : nullptr));
-    INFO("relative L2 error " << err << (wgmma ? " (wgmma, fp8 P)" : " (mma.sync)"));
+    INFO("relative L2 error " << err << std::string(wgmma ? " (wgmma, fp8 P)" : " (mma.sync)"));
     CHECK(err <= q8_prefill_tolerance(spec));
     if (c.lse) {
       std::vector<float> got(static_cast<size_t>(b.H * b.T));
@@ -733,7 +733,8 @@ TEST_CASE("gpu fp8 query: the prefill kernels (wgmma on sm_90) match the float64
       MESSAGE(spec.to_string() << ": softmax LSE worst absolute error " << lc.worst);
     }
     if (wgmma) errors.add(c.dtype, err);
-    MESSAGE(spec.to_string() << (wgmma ? " wgmma" : " mma.sync") << ": relative L2 error " << err);
+    MESSAGE(spec.to_string() << std::string(wgmma ? " wgmma" : " mma.sync")
+                             << ": relative L2 error " << err);
   }
   MESSAGE("wgmma (fp8 P) prefill relative L2 errors, bf16 out: "
           << Errors::summary(errors.bf16) << "; fp16 out: " << Errors::summary(errors.fp16));

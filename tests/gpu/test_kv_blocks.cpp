@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "graphattn/graphattn.hpp"
@@ -44,7 +45,7 @@ TEST_CASE("gpu kv blocks: swap_blocks out to host memory and back, NHD and HND")
   auto rng = test::make_rng();
   Stream stream;
   for (bool hnd : {false, true}) {
-    INFO((hnd ? "HND" : "NHD"));
+    INFO(std::string(hnd ? "HND" : "NHD"));
     const size_t bytes = 2 * kBlocks * kBlockBytes;
     const auto init = random_bytes(rng, bytes);
     DeviceBuffer dev(bytes);

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -71,7 +72,7 @@ struct AmaxCase {
 // maximum sit in one random block. zeros: every real element is +0 or -0.
 void check_amax(const AmaxCase& c, bool zeros, KernelCache& cache, std::mt19937_64& rng) {
   INFO(to_string(c.dtype) << " tokens " << c.tokens << " kv heads " << c.kv_heads << " head "
-                          << c.head_size << (zeros ? " (zeros)" : ""));
+                          << c.head_size << std::string(zeros ? " (zeros)" : ""));
   const int64_t T = c.tokens, KH = c.kv_heads, D = c.head_size, stride = KH * D + 16;
   const int64_t rows = T + 5;
   const uint16_t huge = to_storage(c.dtype, c.dtype == DType::kBFloat16 ? 1e30 : 65504.0);
@@ -287,7 +288,7 @@ TEST_CASE("gpu kv scales: the decode kernel's fused fp8 write stores the cache w
       for (const bool device : {false, true}) {
         const int seq_len = requests == 2 ? 1500 : 100;
         INFO("kv " << to_string(kv) << ", " << requests << " decodes of " << seq_len
-                   << (device ? ", device scales" : ", host scales"));
+                   << std::string(device ? ", device scales" : ", host scales"));
         Batch b(requests, 1, seq_len, kv, rng());
         random_new_rows(b, rng, requests == 2 ? 4.0 : 1.0);
         AttentionLayerConfig cfg = Batch::layer(kv, 2048, 80);

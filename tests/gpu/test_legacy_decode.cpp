@@ -428,7 +428,8 @@ TEST_CASE("gpu legacy decode: forced split counts, depths, clusters, window, sof
     const size_t num_counters = detail::decode_counter_count(n, c.num_kv_heads, c.group);
     DeviceBuffer counters(num_counters * 4);
     for (const G& g : grids) {
-      INFO("max_splits " << g.splits << ", stages " << g.stages << (g.cluster ? ", cluster" : ""));
+      INFO("max_splits " << g.splits << ", stages " << g.stages
+                         << std::string(g.cluster ? ", cluster" : ""));
       a.max_splits = g.splits;
       a.stages = std::min(g.stages, deep);
       a.cluster = g.cluster;

@@ -60,7 +60,7 @@ void run_case(const LegacyCase& c, KernelCache& cache, std::mt19937_64& rng) {
       std::to_string(current_device_arch()) + (c.alibi ? "_alibi" : "") + (c.sinks ? "_sink" : "") +
       (c.non_causal ? "_nc" : ""));
   const bool wgmma = detail::select_prefill_kernel(spec) == detail::PrefillKernel::kWgmma;
-  INFO(spec.to_string() << (wgmma ? " (wgmma kernel)" : " (mma.sync kernel)"));
+  INFO(spec.to_string() << std::string(wgmma ? " (wgmma kernel)" : " (mma.sync kernel)"));
   CHECK(wgmma == (!detail::prefill_mma_sync_forced() && spec.arch == 90 && c.kv == KvDType::kAuto &&
                   c.head_size % 64 == 0));
   auto uni = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
