@@ -938,10 +938,9 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   }
 #ifdef GA_DECODE_TIMING
   GA_TIMING_WARP(0);
-  if (tid == 0 && ga_timing_row()) {
+  if (unsigned long long* row = tid == 0 ? ga_timing_row() : nullptr) {
     unsigned smid;
     asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
-    unsigned long long* row = ga_timing_row();
     row[2] = smid;
     row[3] = static_cast<unsigned long long>(tile_end - tile_begin);
     row[4] = 2ull * TILE * REAL_BYTES;

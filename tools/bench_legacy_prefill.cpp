@@ -104,8 +104,6 @@ double visible_pairs(const LegacyVariant& v) {
   return pairs;
 }
 
-}  // namespace
-
 nlohmann::json bench_legacy_variant(const Device& dev, const std::string& name, int reps,
                                     bool* ok) {
   const LegacyVariant v = parse_variant(name);
@@ -205,6 +203,8 @@ nlohmann::json bench_legacy_variant(const Device& dev, const std::string& name, 
   return {
       {"variant", name}, {"time_us", us}, {"tflops", flops / us / 1e6}, {"max_rel_l2_error", err}};
 }
+
+}  // namespace
 
 void check_legacy_variant_names(const std::vector<std::string>& names) {
   if (names.empty()) throw std::invalid_argument("--legacy-variants: no variant given");

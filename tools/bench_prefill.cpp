@@ -106,15 +106,11 @@ nlohmann::json bench_prefill(const Device& dev, int batch, int len, int reps, co
 
   // The last 4 rows of the last request against the reference (as a chunked prefill of 4).
   const int n_check = std::min(4, len);
-  test::RefProblem ref;
-  ref.num_heads = static_cast<int>(H);
-  ref.num_kv_heads = static_cast<int>(KH);
-  ref.head_size = static_cast<int>(D);
-  ref.block_size = static_cast<int>(B);
-  ref.query_start_loc = {0, n_check};
-  ref.seq_lens = {kv_len};
-  ref.max_blocks_per_seq = static_cast<int>(blocks_per_seq);
-  ref.block_table.assign(phys.begin() + (batch - 1) * blocks_per_seq, phys.end());
+  test::RefProblem ref =
+      test::paged_problem(static_cast<int>(H), static_cast<int>(KH), static_cast<int>(D),
+                          static_cast<int>(B), {0, n_check}, {kv_len},
+                          std::vector<int>(phys.begin() + (batch - 1) * blocks_per_seq, phys.end()),
+                          static_cast<int>(blocks_per_seq));
   ref.scale = scale;
   std::vector<uint16_t> host(fp8 ? 0 : 2 * NB * B * KH * D);
   std::vector<uint8_t> host8(fp8 ? 2 * NB * B * KH * D : 0);

@@ -702,10 +702,11 @@ TEST_CASE("gpu fp8 query: the prefill kernels (wgmma on sm_90) match the float64
     a.num_reqs = b.n;
     a.max_query_len = *std::max_element(c.q_lens.begin(), c.q_lens.end());
     set_scores_and_scales(c, b, scale, a);
-    DeviceBuffer d_lse(std::max<size_t>(static_cast<size_t>(b.H * b.T) * 4, 16));
-    d_lse.fill_bytes(0xff);  // NaN: every row must be written
-    if (c.lse)
+    DeviceBuffer d_lse(c.lse ? static_cast<size_t>(b.H * b.T) * 4 : 16);
+    if (c.lse) {
+      d_lse.fill_bytes(0xff);  // NaN: every row must be written
       a.softmax_lse = TensorView::contiguous(d_lse.data(), ScalarType::kFloat32, {b.H, b.T});
+    }
     const AttentionSpec spec = detail::prefill_spec(a, arch);
     INFO(spec.to_string());
     CHECK(spec.q_fp8);
