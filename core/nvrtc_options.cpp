@@ -17,17 +17,8 @@ bool allowed(const std::string& o) {
     if (o == std::string("--Ofast-compile=") + level) return true;
   for (const char* prefix : {"--ptxas-options=", "-Xptxas="})
     if (starts_with(o, prefix) && o.size() > std::string(prefix).size()) return true;
-  // The decode kernel's block-timing experiment (templates/decode.cu, GA_DECODE_TIMING), and
-  // its block-end experiments (templates/params.h: GA_DECODE_WARP_CLAIM, GA_DECODE_TAIL_PREFETCH).
-  if (o == "-DGA_DECODE_TIMING=1" || o == "-DGA_DECODE_WARP_CLAIM=1") return true;
-  const std::string prefetch = "-DGA_DECODE_TAIL_PREFETCH=";
-  if (starts_with(o, prefetch.c_str()) && o.size() > prefetch.size() &&
-      o.size() <= prefetch.size() + 2) {
-    for (size_t i = prefetch.size(); i < o.size(); ++i)
-      if (o[i] < '0' || o[i] > '9') return false;
-    const int n = std::atoi(o.c_str() + prefetch.size());
-    return n >= 1 && n <= 16;
-  }
+  // The decode kernel's block-timing experiment (templates/decode.cu, GA_DECODE_TIMING).
+  if (o == "-DGA_DECODE_TIMING=1") return true;
   const std::string regs = "--maxrregcount=";
   if (starts_with(o, regs.c_str()) && o.size() > regs.size() && o.size() <= regs.size() + 3) {
     for (size_t i = regs.size(); i < o.size(); ++i)
@@ -48,8 +39,7 @@ std::vector<std::string> parse_nvrtc_extra_options(const std::string& text) {
       throw Error("GRAPHATTN_NVRTC_EXTRA_OPTIONS: '" + printable(o) +
                   "' is not supported; supported (separated by spaces): "
                   "--Ofast-compile=min|mid|max|0, --ptxas-options=V, -Xptxas=V, "
-                  "--maxrregcount=N (N 1-999), -DGA_DECODE_TIMING=1, -DGA_DECODE_WARP_CLAIM=1, "
-                  "-DGA_DECODE_TAIL_PREFETCH=N (N 1-16)");
+                  "--maxrregcount=N (N 1-999), -DGA_DECODE_TIMING=1");
     out.push_back(o);
   }
   return out;

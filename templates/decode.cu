@@ -706,16 +706,6 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   // [stage 3: the warp's ring] this warp's tiles, ring stages, zeroed row padding.
   const int stages = p.stages < 2 ? 2 : p.stages > MAX_STAGES ? MAX_STAGES : p.stages;
   unsigned char* ring = smem + warp * stages * STAGE_BYTES;
-#if GA_DECODE_WARP_CLAIM
-  // [experiment: warp claims] (params.h) Position v of the split's tile order: tile v - 1, and
-  // with the fused write (direct, below) the last tile first (v = 0: warp 0's first tile, whose
-  // new row warp 0 loads). Warp w takes positions w + NW s for s < stages - 1, then claims
-  // positions from ga_tile_claim, which starts past those, as it issues each further tile.
-  __shared__ unsigned ga_tile_claim;
-  const int block_tiles = tile_end - tile_begin;
-  if (tid == 0) ga_tile_claim = static_cast<unsigned>(NW * (stages - 1));
-#define GA_CLAIM_TILE(v) (new_slot >= 0 ? ((v) == 0 ? block_tiles - 1 : (v)-1) : (v))
-#endif
   // Zero the never-copied bytes of each padded row once: K padding must be 0 (it meets Q's
   // zero padding in the dot product), V padding only feeds discarded output columns.
   if (LEGACY && FULL_CHUNKS < CHUNKS_PAD) {
@@ -758,12 +748,8 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   // Fused write: the pipeline zero-fills the new token's row; its owner warp patches it in from
   // registers (tile new_j of that warp, row new_row).
   const bool direct = new_slot >= 0;
-#if GA_DECODE_WARP_CLAIM
-  const int new_owner = 0, new_j = 0;  // position 0 (GA_CLAIM_TILE)
-#else
   const int new_owner = (tiles - 1 - tile_begin) % NW;
   const int new_j = (tiles - 1 - tile_begin) / NW;
-#endif
   const int new_row = seq_len - 1 - (base + (tiles - 1) * TILE);
 
   // The fast gather (FAST_LOAD): lane's unit within a token row, as a byte offset, and its
@@ -790,38 +776,7 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   [[maybe_unused]] int bt_cached2 = 0;
   // Tile j of this warp goes to ring stage j % stages.
   int issue_stage = 0;
-#if GA_DECODE_WARP_CLAIM
-  // Warp claims: j is the split's tile (not the warp's), and lane l holds the entries of split
-  // tiles bt_j0 + l; bt_next (bt_next2) those of the next 32, loaded when the window moves so
-  // that the warp seldom waits for a block-table load. A tile outside both windows (the fused
-  // write's last tile first, a warp that fell far behind) reloads at that tile.
-  int bt_next = 0;
-  [[maybe_unused]] int bt_next2 = 0;
-  auto bt_load = [&](int jj, int& e, int& e2) {
-    if (jj < block_tiles) {
-      const int tok = base + (tile_begin + jj) * TILE;
-      e = bt_row[tok / BLOCK_SIZE];
-      if constexpr (BLOCK_SIZE < TILE) {  // a second block only where it holds a live token
-        if (tok + BLOCK_SIZE < seq_len) e2 = bt_row[tok / BLOCK_SIZE + 1];
-      }
-    }
-  };
-#endif
   auto issue = [&](int j) {
-#if GA_DECODE_WARP_CLAIM
-    if (static_cast<unsigned>(j - bt_j0) >= 32u) {
-      if (static_cast<unsigned>(j - bt_j0 - 32) < 32u) {
-        bt_j0 += 32;
-        bt_cached = bt_next;
-        bt_cached2 = bt_next2;
-      } else {
-        bt_j0 = j;
-        bt_load(j + lane, bt_cached, bt_cached2);
-      }
-      bt_load(bt_j0 + 32 + lane, bt_next, bt_next2);
-    }
-    const int t0 = base + (tile_begin + j) * TILE;
-#else
     if (j - bt_j0 >= 32) {
       bt_j0 = j;
       const int jj = j + lane;
@@ -834,7 +789,6 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
       }
     }
     const int t0 = base + (tile_begin + warp + NW * j) * TILE;
-#endif
     if (!tile_live(t0)) {  // block-sparse: a tile no column sees is not read
       issue_stage = issue_stage + 1 == stages ? 0 : issue_stage + 1;
       return;
@@ -978,57 +932,10 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
     }
   };
 
-#if GA_DECODE_TAIL_PREFETCH > 0 && !GA_DECODE_WARP_CLAIM
-  // [experiment: tail prefetch] (params.h) lane l < N holds the block of this warp's tile
-  // my_tiles - N + l; prefetch_tile(j) asks L2 for the K and V lines of tile j, one of those.
-  int bt_tail = 0;
-  if (!LEGACY && lane < GA_DECODE_TAIL_PREFETCH && my_tiles - GA_DECODE_TAIL_PREFETCH + lane >= 0) {
-    const int tok =
-        base + (tile_begin + warp + NW * (my_tiles - GA_DECODE_TAIL_PREFETCH + lane)) * TILE;
-    bt_tail = bt_row[tok / BLOCK_SIZE];
-  }
-  auto prefetch_tile = [&](int j) {
-    const int t0 = base + (tile_begin + warp + NW * j) * TILE;
-    if (!tile_live(t0)) return;
-    const int block = __shfl_sync(0xffffffffu, bt_tail, j - (my_tiles - GA_DECODE_TAIL_PREFETCH));
-    if (block < 0 || block >= p.kv.num_blocks) return;
-    const long long off = static_cast<long long>(block) * p.kv.cache_block_stride * KV_BYTES +
-                          (t0 % BLOCK_SIZE) * token_bytes + head_off;
-    constexpr int PIECE = REAL_BYTES / PG;  // one KV head's row
-    constexpr int PLINES = (PIECE + 127) / 128;
-    constexpr int LINES = TILE * PG * PLINES;
-#pragma unroll
-    for (int it = 0; it < (LINES + 31) / 32; ++it) {
-      const int idx = lane + 32 * it;
-      const int tok = idx / (PG * PLINES), r = idx - tok * (PG * PLINES);
-      const int piece = r / PLINES, line = r - piece * PLINES;
-      if (idx >= LINES || t0 + tok >= seq_len || (PG == 2 && piece == 1 && !GA_PAIR_SECOND))
-        continue;
-      const long long at =
-          off + tok * token_bytes + piece * p.kv.cache_head_stride * KV_BYTES + line * 128;
-      asm volatile("prefetch.global.L2 [%0];" ::"l"(key_cache + at));
-      asm volatile("prefetch.global.L2 [%0];" ::"l"(value_cache + at));
-    }
-  };
-#endif
-#if GA_DECODE_WARP_CLAIM
-  // Lane s holds the split tile in ring stage s (-1: none; a warp's tiles end at its first -1).
-  int ring_tile = -1;
-  for (int s = 0; s < stages - 1; ++s) {
-    const int v = warp + NW * s;
-    if (v < block_tiles) {
-      const int k = GA_CLAIM_TILE(v);
-      if (lane == s) ring_tile = k;
-      issue(k);
-    }
-    ga_cp_commit();
-  }
-#else
   for (int s = 0; s < stages - 1; ++s) {
     if (s < my_tiles) issue(s);
     ga_cp_commit();
   }
-#endif
 #ifdef GA_DECODE_TIMING
   GA_TIMING_WARP(0);
   if (unsigned long long* row = tid == 0 ? ga_timing_row() : nullptr) {
@@ -1180,47 +1087,14 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   }
 
   // [stage 5..7: the tile loop] per tile j: wait for it, patch in the fused write's row (3/3).
-#if GA_DECODE_WARP_CLAIM
-  // Claims: lane 0 takes the next position from ga_tile_claim when the warp issues a tile; a
-  // position past the split's tiles ends the warp's claims (all later ones are past too).
-  __syncthreads();  // ga_tile_claim is set
-  int use_stage = 0, put_stage = stages - 1;
-  bool claiming = true;
-  for (int j = 0;; ++j) {
-    int k = -1;
-    if (claiming) {
-      unsigned v = 0;
-      if (lane == 0) v = atomicAdd(&ga_tile_claim, 1u);
-      v = __shfl_sync(0xffffffffu, v, 0);
-      claiming = v < static_cast<unsigned>(block_tiles);
-      if (claiming) {
-        k = GA_CLAIM_TILE(static_cast<int>(v));
-        issue(k);
-      }
-    }
-    if (lane == put_stage) ring_tile = k;
-    put_stage = put_stage + 1 == stages ? 0 : put_stage + 1;
-    ga_cp_commit();
-    ga_cp_wait_stages(stages);
-    __syncwarp();
-    const int cur = __shfl_sync(0xffffffffu, ring_tile, use_stage);
-    if (cur < 0) break;
-#else
   int use_stage = 0;
   for (int j = 0; j < my_tiles; ++j) {
     if (j + stages - 1 < my_tiles) issue(j + stages - 1);
-#if GA_DECODE_TAIL_PREFETCH > 0
-    if constexpr (!LEGACY) {
-      const int pf = j + stages - 1 + GA_DECODE_TAIL_PREFETCH;
-      if (pf >= my_tiles - GA_DECODE_TAIL_PREFETCH && pf < my_tiles) prefetch_tile(pf);
-    }
-#endif
     ga_cp_commit();
     // (stages - 1) + (j + 1) groups are committed; tile j's is complete when at most
     // stages - 1 are pending.
     ga_cp_wait_stages(stages);
     __syncwarp();
-#endif
 #ifdef GA_DECODE_TIMING
     if (j == 0) GA_TIMING_WARP(1);
 #endif
@@ -1244,11 +1118,7 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
       }
       __syncwarp();
     }
-#if GA_DECODE_WARP_CLAIM
-    const int t0 = base + (tile_begin + cur) * TILE;
-#else
     const int t0 = base + (tile_begin + warp + NW * j) * TILE;
-#endif
     if (!tile_live(t0)) {  // block-sparse: not issued, nothing to compute
       __syncwarp();
       continue;

@@ -348,23 +348,6 @@ constexpr int ga_decode_max_stages(int head_size, int kv_bytes) {
   const int n = 204800 / ga_decode_stage_bytes(head_size, kv_bytes);
   return n < 2 ? 2 : n > 4 ? 4 : n;
 }
-// Experiments on the end of a decode block (templates/decode.cu), off by default. Macros, so
-// that the default machine code stays as it is; GRAPHATTN_NVRTC_EXTRA_OPTIONS sets them for a
-// measurement (docs/decode-warp-tiles-h100-2026-11-27-s9.txt has the numbers).
-// - GA_DECODE_WARP_CLAIM 1: a warp takes its first stages - 1 tiles of the split as today (every
-//   NW-th), then claims each further tile from a block-wide shared-memory counter when it issues
-//   its copies, so that the warps of a block end within about one tile of each other. The
-//   warps' states still merge exactly, but which warp sums which tile, and so the rounding,
-//   changes from run to run: the result is not bitwise reproducible.
-// - GA_DECODE_TAIL_PREFETCH N (N > 0, flash layouts): each warp asks L2 for each of its last N
-//   tiles (prefetch.global.L2) N tiles before it copies it, so that more bytes are in flight
-//   near a block's end. Deterministic (a prefetch changes no data).
-#ifndef GA_DECODE_WARP_CLAIM
-#define GA_DECODE_WARP_CLAIM 0
-#endif
-#ifndef GA_DECODE_TAIL_PREFETCH
-#define GA_DECODE_TAIL_PREFETCH 0
-#endif
 constexpr int ga_decode_head_chunks(int group) {
   return (group + GA_DECODE_HEADS_PER_BLOCK - 1) / GA_DECODE_HEADS_PER_BLOCK;
 }
