@@ -532,6 +532,29 @@ constexpr bool ga_prefill_sm90_one_body(int head_size, bool legacy, bool q_fp8, 
 constexpr bool ga_prefill_sm90_rowsum_mma(int head_size, bool legacy, bool q_fp8) {
   return q_fp8 && head_size == 128 && !legacy;
 }
+// The 16-bit consumers' per-tile schedule (templates/prefill_sm90.cu, PW_SCHED), a set of bits:
+// - GA_PW_SCHED_EARLY_WAIT: with the overlap (not block-sparse), a consumer waits for the next
+//   tile's K and this tile's V and runs the proxy fence right after issuing its wgmmas, under the
+//   wait for S, instead of at the top of the next tile;
+// - GA_PW_SCHED_VOTE_MAX: with the reference maximum, the thread's own row maxima are checked
+//   against the references and the warp votes; the quad shuffles of the row maxima (and alpha's
+//   exponentials) run only when some row's reference moves;
+// - GA_PW_SCHED_MAX8: the thread's row maxima in 4 chains a row instead of 2.
+// The results are the same bits either way (the references and probabilities are unchanged).
+// fp8 keeps 0; specs with a soft cap or ALiBi (scores scaled in the max pass) leave the vote out
+// (with it the consumers spill, 7-12 instructions at head 128). `bits`: the set asked for, by
+// default this one; templates compiled with -DGA_PREFILL_SM90_SCHED=N
+// (GRAPHATTN_NVRTC_EXTRA_OPTIONS, for measurement) ask for N.
+// (Enumerators: namespace-level constants could add to every spec's GLOBAL and CONSTANT totals.)
+enum GaPwSched : int {
+  GA_PW_SCHED_EARLY_WAIT = 1,
+  GA_PW_SCHED_VOTE_MAX = 2,
+  GA_PW_SCHED_MAX8 = 4,
+  GA_PW_SCHED_DEFAULT = GA_PW_SCHED_EARLY_WAIT | GA_PW_SCHED_VOTE_MAX
+};
+constexpr int ga_prefill_sm90_sched(bool fp8, bool scaled_scores, int bits = GA_PW_SCHED_DEFAULT) {
+  return fp8 ? 0 : scaled_scores ? bits & ~GA_PW_SCHED_VOTE_MAX : bits;
+}
 // TMA loads of the K and V tiles (flash layouts NHD and HND, paged, not block-sparse): each tile
 // of block_n keys is gathered page by page, one tensor-map box of rows x 128 bytes per page
 // segment and 128-byte column block, where rows = gcd(block size, block_n) (every segment lies
