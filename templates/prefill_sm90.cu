@@ -164,10 +164,13 @@ enum PwRowSum : int {
 // -DGA_PREFILL_SM90_SCHED=N asks for N, for measurement). fp8: 0. (An enumerator, as above.)
 #ifdef GA_PREFILL_SM90_SCHED
 enum PwSched : int {
-  PW_SCHED = ga_prefill_sm90_sched(PW_FP8, HAS_SOFT_CAP || HAS_ALIBI, GA_PREFILL_SM90_SCHED)
+  PW_SCHED = ga_prefill_sm90_sched(HEAD_SIZE, PW_LEGACY, PW_FP8, HAS_SOFT_CAP || HAS_ALIBI,
+                                   GA_PREFILL_SM90_SCHED)
 };
 #else
-enum PwSched : int { PW_SCHED = ga_prefill_sm90_sched(PW_FP8, HAS_SOFT_CAP || HAS_ALIBI) };
+enum PwSched : int {
+  PW_SCHED = ga_prefill_sm90_sched(HEAD_SIZE, PW_LEGACY, PW_FP8, HAS_SOFT_CAP || HAS_ALIBI)
+};
 #endif
 // The P V wgmma's B (V) operand: MN-major (1, transposed: the flash 16-bit [key][dim] tile) or
 // K-major (0: the legacy V^T tile), the 16-bit wgmma's imm-trans-b. fp8's V^T stages are K-major
