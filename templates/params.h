@@ -532,6 +532,35 @@ constexpr bool ga_prefill_sm90_one_body(int head_size, bool legacy, bool q_fp8, 
 constexpr bool ga_prefill_sm90_rowsum_mma(int head_size, bool legacy, bool q_fp8) {
   return q_fp8 && head_size == 128 && !legacy;
 }
+// The 16-bit consumers' per-tile schedule (templates/prefill_sm90.cu, PW_SCHED), a set of bits:
+// - GA_PW_SCHED_EARLY_WAIT: with the overlap (not block-sparse), a consumer waits for the next
+//   tile's K and this tile's V and runs the proxy fence right after issuing its wgmmas, under the
+//   wait for S, instead of at the top of the next tile;
+// - GA_PW_SCHED_VOTE_MAX: with the reference maximum (flash layouts), the thread's own row maxima
+//   are checked against the references and the warp votes; the quad shuffles of the row maxima
+//   (and alpha's exponentials) run only when some row's reference moves;
+// - GA_PW_SCHED_MAX8: the thread's row maxima in 4 chains a row instead of 2.
+// The results are the same bits either way (the references and probabilities are unchanged).
+// Measured (H100, 4 x 4096 causal and chunked 4 x 512 after 2048-16384 cached, old and new
+// alternated; docs/prefill-h128-critical-path-h100-2026-11-27-s9.txt): the early waits make the
+// legacy-layout kernel at head 128 faster (4 x 4096 -0.9%, chunked -2.8% / -4.2% / -4.3%) and
+// the flash kernels slower (head 128 +1.7%, chunked +2.2% to +2.6%, head 64 +2.0%, head 256 with
+// its two stages +22.6%); the vote gained nothing at head 128 (1.6% back at head 64, not enough
+// to pass the flash kernels' old code) and the 4 chains nothing anywhere. So only the legacy
+// head-128 kernel without soft cap or ALiBi takes the early waits; every other spec keeps 0, its
+// old machine code. fp8 is always 0; specs with a soft cap or ALiBi (scores scaled in the max pass)
+// never take the vote (with it the consumers spill, 7-12 instructions at head 128).
+// `bits` < 0: the default; templates compiled with -DGA_PREFILL_SM90_SCHED=N
+// (GRAPHATTN_NVRTC_EXTRA_OPTIONS, for measurement) ask for N.
+// (Enumerators: namespace-level constants could add to every spec's GLOBAL and CONSTANT totals.)
+enum GaPwSched : int { GA_PW_SCHED_EARLY_WAIT = 1, GA_PW_SCHED_VOTE_MAX = 2, GA_PW_SCHED_MAX8 = 4 };
+constexpr int ga_prefill_sm90_sched(int head_size, bool legacy, bool fp8, bool scaled_scores,
+                                    int bits = -1) {
+  return fp8        ? 0
+         : bits < 0 ? (legacy && head_size == 128 && !scaled_scores ? GA_PW_SCHED_EARLY_WAIT : 0)
+         : scaled_scores ? bits & ~GA_PW_SCHED_VOTE_MAX
+                         : bits;
+}
 // TMA loads of the K and V tiles (flash layouts NHD and HND, paged, not block-sparse): each tile
 // of block_n keys is gathered page by page, one tensor-map box of rows x 128 bytes per page
 // segment and 128-byte column block, where rows = gcd(block size, block_n) (every segment lies

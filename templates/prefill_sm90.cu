@@ -160,6 +160,18 @@ enum PwRowSum : int {
             : IS_BF16 ? 0x3f803f80
                       : 0x3c003c00
 };
+// The 16-bit consumers' per-tile schedule (params.h's ga_prefill_sm90_sched, GA_PW_SCHED_* bits;
+// -DGA_PREFILL_SM90_SCHED=N asks for N, for measurement). fp8: 0. (An enumerator, as above.)
+#ifdef GA_PREFILL_SM90_SCHED
+enum PwSched : int {
+  PW_SCHED = ga_prefill_sm90_sched(HEAD_SIZE, PW_LEGACY, PW_FP8, HAS_SOFT_CAP || HAS_ALIBI,
+                                   GA_PREFILL_SM90_SCHED)
+};
+#else
+enum PwSched : int {
+  PW_SCHED = ga_prefill_sm90_sched(HEAD_SIZE, PW_LEGACY, PW_FP8, HAS_SOFT_CAP || HAS_ALIBI)
+};
+#endif
 // The P V wgmma's B (V) operand: MN-major (1, transposed: the flash 16-bit [key][dim] tile) or
 // K-major (0: the legacy V^T tile), the 16-bit wgmma's imm-trans-b. fp8's V^T stages are K-major
 // too (fp8 wgmmas take K-major operands only, and no such flag).
@@ -842,7 +854,13 @@ __device__ __forceinline__ void pw_softmax(const PrefillParams& p, const Scales&
   // The max and sum chains are split in two per row to halve their latency.
   constexpr bool SCALED = HAS_SOFT_CAP || HAS_ALIBI;  // s is scaled here, in the loop below
   const float sc = SCALED ? 1.f : scales.scale_log2;
-  float mx[2][2] = {{ninf, ninf}, {ninf, ninf}};
+  // Chains per row of the thread's maxima (PW_SCHED's GA_PW_SCHED_MAX8: 4).
+  constexpr int MC = PW_SCHED & GA_PW_SCHED_MAX8 ? 4 : 2;
+  float mx[2][MC];
+#pragma unroll
+  for (int r = 0; r < 2; ++r)
+#pragma unroll
+    for (int c = 0; c < MC; ++c) mx[r][c] = ninf;
 #pragma unroll
   for (int j = 0; j < NB; ++j) {
 #pragma unroll
@@ -857,35 +875,60 @@ __device__ __forceinline__ void pw_softmax(const PrefillParams& p, const Scales&
       if (MASK && !ga_prefill_visible(pos[e >> 1], key, kv_end, p.window)) x = ninf;
       if (GA_BLOCK_SPARSE && MASK && !((bsp.vis[e >> 1] >> j) & 1u)) x = ninf;
       s[j * 4 + e] = x;
-      mx[e >> 1][j & 1] = fmaxf(mx[e >> 1][j & 1], x);
+      mx[e >> 1][j % MC] = fmaxf(mx[e >> 1][j % MC], x);
     }
   }
-  float m_use[2], sum[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    float v = fmaxf(mx[r][0], mx[r][1]);
-    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
-    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
-    // PW_REF_MAX: m is the row's reference maximum, which stays put until the row's maximum
-    // passes it by more than M_SLACK, so that the probabilities are at most 2^M_SLACK (fp8:
-    // 2^(s - m + 8), see below). O and l are exact for any reference (both carry the same 2^-m,
-    // which cancels in O / l, the sinks and the LSE), and O is rescaled only when a reference
-    // moved. fp8: the slack keeps P under 2^(8 + 0.8) = 445.7, inside e4m3's largest value 448,
-    // so pw_pack_p8 never saturates; 16-bit: P <= 2^8 = 256 (FlashAttention-4's threshold), well
-    // inside fp16's range, and the fp32 sums and accumulators.
-    constexpr float M_SLACK = PW_FP8 ? 0.8f : 8.f;
-    static_assert(!PW_FP8 || M_SLACK <= 0.807f, "prefill_sm90 fp8: P must stay under 448");
-    const float m_new = PW_REF_MAX && !(v * sc > m[r] + M_SLACK) ? m[r] : fmaxf(m[r], v * sc);
-    // A row with nothing visible yet keeps m = -inf; subtracting 0 instead keeps its
-    // probabilities and alpha at exactly 0 rather than NaN.
-    m_use[r] = m_new == ninf ? 0.f : m_new;
-    alpha[r] = ga_exp2(m[r] - m_use[r]);
-    m[r] = m_new;
-    // fp8: probabilities 2^(s - m + 8), in [0, 256], so that P's e4m3 rounding (pw_pack_p8)
-    // keeps e4m3's full precision down to 2^-17 of the row maximum instead of flushing
-    // everything under 2^-9 (FA3's choice too); the sums l carry the same 2^8, which cancels in
-    // O / l (the epilogue takes it out of l for the sinks and the LSE).
-    if (PW_FP8) m_use[r] -= 8.f;
+    if (MC == 4) {  // down to two chains
+      mx[r][0] = fmaxf(mx[r][0], mx[r][2]);
+      mx[r][1] = fmaxf(mx[r][1], mx[r][3]);
+    }
+  }
+  // PW_REF_MAX: see below. M_SLACK: how far a row's maximum may pass its reference.
+  constexpr float M_SLACK = PW_FP8 ? 0.8f : 8.f;
+  static_assert(!PW_FP8 || M_SLACK <= 0.807f, "prefill_sm90 fp8: P must stay under 448");
+  float m_use[2], sum[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
+  // GA_PW_SCHED_VOTE_MAX: a row's reference moves only if its maximum passes it by more than
+  // M_SLACK, i.e. only if one of its four threads' own maxima does. When no thread of the warp
+  // sees that (one vote), every reference stays and alpha is 1 (a row that saw nothing keeps
+  // m = -inf, and O and l are 0 whatever alpha is), without the quad's shuffles; else the full
+  // path below, with the same result.
+  constexpr bool VOTE = PW_REF_MAX && (PW_SCHED & GA_PW_SCHED_VOTE_MAX) != 0;
+  const bool stay =
+      VOTE && !__any_sync(0xffffffffu, fmaxf(mx[0][0], mx[0][1]) * sc > m[0] + M_SLACK ||
+                                           fmaxf(mx[1][0], mx[1][1]) * sc > m[1] + M_SLACK);
+  if (stay) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      m_use[r] = m[r] == ninf ? 0.f : m[r];
+      alpha[r] = 1.f;
+    }
+  } else {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float v = fmaxf(mx[r][0], mx[r][1]);
+      v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+      v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+      // PW_REF_MAX: m is the row's reference maximum, which stays put until the row's maximum
+      // passes it by more than M_SLACK, so that the probabilities are at most 2^M_SLACK (fp8:
+      // 2^(s - m + 8), see below). O and l are exact for any reference (both carry the same 2^-m,
+      // which cancels in O / l, the sinks and the LSE), and O is rescaled only when a reference
+      // moved. fp8: the slack keeps P under 2^(8 + 0.8) = 445.7, inside e4m3's largest value 448,
+      // so pw_pack_p8 never saturates; 16-bit: P <= 2^8 = 256 (FlashAttention-4's threshold), well
+      // inside fp16's range, and the fp32 sums and accumulators.
+      const float m_new = PW_REF_MAX && !(v * sc > m[r] + M_SLACK) ? m[r] : fmaxf(m[r], v * sc);
+      // A row with nothing visible yet keeps m = -inf; subtracting 0 instead keeps its
+      // probabilities and alpha at exactly 0 rather than NaN.
+      m_use[r] = m_new == ninf ? 0.f : m_new;
+      alpha[r] = ga_exp2(m[r] - m_use[r]);
+      m[r] = m_new;
+      // fp8: probabilities 2^(s - m + 8), in [0, 256], so that P's e4m3 rounding (pw_pack_p8)
+      // keeps e4m3's full precision down to 2^-17 of the row maximum instead of flushing
+      // everything under 2^-9 (FA3's choice too); the sums l carry the same 2^8, which cancels in
+      // O / l (the epilogue takes it out of l for the sinks and the LSE).
+      if (PW_FP8) m_use[r] -= 8.f;
+    }
   }
 #pragma unroll
   for (int j = 0; j < NB; ++j) {
@@ -1438,10 +1481,16 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
     // `with_pv`, O += P_{j-1} V_{j-1} is issued right behind S_j as a second wgmma group and
     // still runs during the softmax of S_j, which therefore leaves o and pf alone; without
     // PW_OVERLAP, the P V of tile j itself follows, waited for.
+    // GA_PW_SCHED_EARLY_WAIT (with the overlap, not block-sparse): tile j waits for tile j + 1's K
+    // and its own V and runs the proxy fence right after its wgmma issue, where the warpgroup
+    // waits for S_j anyway, and tile j + 1 starts with the issue.
+    constexpr bool early = (PW_SCHED & GA_PW_SCHED_EARLY_WAIT) && PW_OVERLAP && !GA_BLOCK_SPARSE;
     auto tile = [&](int j, bool with_pv, bool last) {
-      pw_mbar_wait(bar_k_full + 8 * stage, phase);
-      if (with_pv) pw_mbar_wait(bar_v_full + 8 * prev, prev_phase);
-      pw_fence_proxy_async();
+      if (!early || j == 0) {
+        pw_mbar_wait(bar_k_full + 8 * stage, phase);
+        if (with_pv) pw_mbar_wait(bar_v_full + 8 * prev, prev_phase);
+        pw_fence_proxy_async();
+      }
       issue_begin();
       issue_s(stage);
       pw_wgmma_commit();
@@ -1450,6 +1499,12 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
         pw_wgmma_commit();
       }
       issue_end(false);
+      if (early && j + 1 < n_tiles) {
+        const bool wrap = stage + 1 == PW_STAGES;
+        pw_mbar_wait(bar_k_full + 8 * (wrap ? 0 : stage + 1), wrap ? phase ^ 1 : phase);
+        pw_mbar_wait(bar_v_full + 8 * stage, phase);
+        pw_fence_proxy_async();
+      }
       if (with_pv)
         pw_wgmma_wait<1>();  // groups complete in order: S_j is done, P V may still run
       else
