@@ -17,8 +17,9 @@ bool allowed(const std::string& o) {
     if (o == std::string("--Ofast-compile=") + level) return true;
   for (const char* prefix : {"--ptxas-options=", "-Xptxas="})
     if (starts_with(o, prefix) && o.size() > std::string(prefix).size()) return true;
-  // The decode kernel's block-timing experiment (templates/decode.cu, GA_DECODE_TIMING).
-  if (o == "-DGA_DECODE_TIMING=1") return true;
+  // The decode kernel's block-timing experiment (templates/decode.cu, GA_DECODE_TIMING) and its
+  // experiment switches (templates/params.h's decode block).
+  if (o == "-DGA_DECODE_TIMING=1" || o == "-DGA_DECODE_BT_EARLY=1") return true;
   const std::string regs = "--maxrregcount=";
   if (starts_with(o, regs.c_str()) && o.size() > regs.size() && o.size() <= regs.size() + 3) {
     for (size_t i = regs.size(); i < o.size(); ++i)
@@ -39,7 +40,7 @@ std::vector<std::string> parse_nvrtc_extra_options(const std::string& text) {
       throw Error("GRAPHATTN_NVRTC_EXTRA_OPTIONS: '" + printable(o) +
                   "' is not supported; supported (separated by spaces): "
                   "--Ofast-compile=min|mid|max|0, --ptxas-options=V, -Xptxas=V, "
-                  "--maxrregcount=N (N 1-999), -DGA_DECODE_TIMING=1");
+                  "--maxrregcount=N (N 1-999), -DGA_DECODE_TIMING=1, -DGA_DECODE_BT_EARLY=1");
     out.push_back(o);
   }
   return out;

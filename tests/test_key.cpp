@@ -107,10 +107,12 @@ TEST_CASE("key: GRAPHATTN_NVRTC_EXTRA_OPTIONS's parser takes the listed options 
   CHECK(detail::parse_nvrtc_extra_options("--ptxas-options=-O2").size() == 1);
   CHECK(detail::parse_nvrtc_extra_options("-DGA_DECODE_TIMING=1") ==
         std::vector<std::string>{"-DGA_DECODE_TIMING=1"});
+  CHECK(detail::parse_nvrtc_extra_options("-DGA_DECODE_BT_EARLY=1 -DGA_DECODE_TIMING=1") ==
+        std::vector<std::string>{"-DGA_DECODE_BT_EARLY=1", "-DGA_DECODE_TIMING=1"});
   for (const char* bad :
        {"--gpu-architecture=sm_80", "-G", "--Ofast-compile=fast", "--Ofast-compile",
         "--ptxas-options=", "--maxrregcount=0", "--maxrregcount=12x", "--maxrregcount=1000",
-        "-DHEAD_SIZE=64", "-DGA_DECODE_TIMING=0", "-DGA_DECODE_TIMING"}) {
+        "-DHEAD_SIZE=64", "-DGA_DECODE_TIMING=0", "-DGA_DECODE_TIMING", "-DGA_DECODE_BT_EARLY=2"}) {
     bool threw = false;
     try {
       detail::parse_nvrtc_extra_options(std::string("--Ofast-compile=mid ") + bad);
