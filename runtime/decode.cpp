@@ -265,6 +265,20 @@ DecodeGrid decode_grid(int num_decodes, int num_kv_heads, int columns, int max_m
   if (g.max_splits > 1 && tiles <= int64_t{g.max_splits} * 16 * GA_DECODE_WARPS) {
     g.stages = shallow;
     g.cluster = dev.use_clusters && g.max_splits <= dev.max_cluster;
+    // With the early prologue (the engine's layers: fused write, programmatic dependent launch)
+    // a warp issues its first stages - 1 tiles before waiting for the previous kernel, under
+    // that kernel's tail. Where a warp has 2 to 4 tiles, 3 stages issue half or more of them
+    // there and still let two blocks share a multiprocessor with the next layer's: H100, 32
+    // launches of 1 x 4096 back to back, 16 splits, 8.4 / 8.5 us a launch against 9.1 / 9.4 at
+    // 2 stages (two binaries, one call); alone, without the early prologue, 3 stages were 0.1 /
+    // 0.4 us slower, so a plain launch keeps the shallow depth. One tile a warp (1 x 1024: 4.9
+    // against 5.0) and 16 (1 x 16384: 27.2 against 26.9) gained nothing
+    // (docs/decode-small-batch-h100-2026-11-27-s9.txt).
+    const int64_t per_warp = (tiles + int64_t{g.max_splits} * GA_DECODE_WARPS - 1) /
+                             (int64_t{g.max_splits} * GA_DECODE_WARPS);
+    if (!g.cluster && per_warp >= 2 && per_warp <= 4 && shallow < 3 &&
+        ga_decode_max_stages(head_size, kvb) >= 3 && dev.blocks_per_sm[3] >= 2)
+      g.early_stages = 3;
   }
   return g;
 }
@@ -296,6 +310,12 @@ void check_decode_launch(const AttentionSpec& spec, const DecodeLaunch& a, const
              "stages " + str(a.stages) + " is not supported for " + spec.to_string() +
                  "; supported: 0 (default), 2.." +
                  str(ga_decode_max_stages(spec.head_size * rh, kvb)));
+  GA_REQUIRE(a.early_stages == 0 ||
+                 (a.early_stages >= 2 &&
+                  a.early_stages <= ga_decode_max_stages(spec.head_size * rh, kvb) && !a.cluster),
+             "early_stages " + str(a.early_stages) + " is not supported for " + spec.to_string() +
+                 (a.cluster ? " with cluster" : "") + "; supported: 0 (stages), 2.." +
+                 str(ga_decode_max_stages(spec.head_size * rh, kvb)) + " without cluster");
   // prepare_decode_kernel sized the clusters for the shallow pipeline's shared memory.
   GA_REQUIRE(!(a.cluster && a.max_splits > 1) ||
                  stages <= ga_decode_shallow_stages(spec.head_size * rh, kvb),
@@ -416,9 +436,9 @@ void enqueue_decode(const LoadedKernel& decode, const DecodeLaunch& a, CUstream 
   const int rh = decode_row_heads(spec);
   const int64_t grid_y = decode_grid_y(spec, num_kv_heads, a.max_query_len);
   const int kvb = kv_bytes_of(spec);
-  const int stages = stages_of(spec, a);
-  p.stages = stages;
   p.early_prologue = a.early_prologue && a.new_key.ndim != 0 ? 1 : 0;
+  const int stages = p.early_prologue && a.early_stages != 0 ? a.early_stages : stages_of(spec, a);
+  p.stages = stages;
   p.cluster_splits = a.cluster && a.max_splits > 1 ? 1 : 0;
   const int smem = ga_decode_smem_bytes(spec.head_size, kvb, stages, rh);
   ensure_shared_limit(decode, smem);
