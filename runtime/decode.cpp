@@ -266,18 +266,20 @@ DecodeGrid decode_grid(int num_decodes, int num_kv_heads, int columns, int max_m
     g.stages = shallow;
     g.cluster = dev.use_clusters && g.max_splits <= dev.max_cluster;
     // With the early prologue (the engine's layers: fused write, programmatic dependent launch)
-    // a warp issues its first stages - 1 tiles before waiting for the previous kernel, under
-    // that kernel's tail. Where a warp has 2 to 4 tiles, 3 stages issue half or more of them
-    // there and still let two blocks share a multiprocessor with the next layer's: H100, 32
-    // launches of 1 x 4096 back to back, 16 splits, 8.4 / 8.5 us a launch against 9.1 / 9.4 at
-    // 2 stages (two binaries, one call); alone, without the early prologue, 3 stages were 0.1 /
-    // 0.4 us slower, so a plain launch keeps the shallow depth. One tile a warp (1 x 1024: 4.9
-    // against 5.0) and 16 (1 x 16384: 27.2 against 26.9) gained nothing
-    // (docs/decode-small-batch-h100-2026-11-27-s9.txt).
+    // a warp issues its first stages - 1 tiles before waiting for the previous kernel, under that
+    // kernel's tail, so longer splits gain from a deeper pipeline there. H100, 32 launches back
+    // to back at 16 splits, us a launch at 2 / 3 / 4 stages (docs/decode-small-batch-h100-2026-11-
+    // 27-s9.txt): 1 x 2048 (2 tiles a warp) 6.4 / 6.5 / 6.4; 1 x 4096 (4) 9.0 / 8.6 / 9.0;
+    // 1 x 8192 (8) 15.9 / 15.0 / 14.4; 1 x 16384 (16) 26.9 / 27.2 / 25.2. So 3 to 7 tiles a warp
+    // take 3 stages (where two such blocks share a multiprocessor), 8 or more the deepest. A plain
+    // launch keeps the shallow depth: alone, 3 and 4 stages were even or up to 0.4 us slower.
     const int64_t per_warp = (tiles + int64_t{g.max_splits} * GA_DECODE_WARPS - 1) /
                              (int64_t{g.max_splits} * GA_DECODE_WARPS);
-    if (!g.cluster && per_warp >= 2 && per_warp <= 4 && shallow < 3 &&
-        ga_decode_max_stages(head_size, kvb) >= 3 && dev.blocks_per_sm[3] >= 2)
+    const int deepest = ga_decode_max_stages(head_size, kvb);
+    if (!g.cluster && per_warp >= 8 && deepest > shallow && dev.blocks_per_sm[deepest] >= 1)
+      g.early_stages = deepest;
+    else if (!g.cluster && per_warp >= 3 && per_warp < 8 && shallow < 3 && deepest >= 3 &&
+             dev.blocks_per_sm[3] >= 2)
       g.early_stages = 3;
   }
   return g;
