@@ -365,6 +365,7 @@ detail::DecodeLaunch decode_launch(const AttentionLayerConfig& c,
   if (d.multi_token || md.device_split) d.query_start_loc = md.query_start_loc;
   d.max_splits = grid.max_splits;
   d.stages = grid.stages;
+  d.early_stages = grid.early_stages;
   d.cluster = grid.cluster;
   d.scale = c.scale;
   d.window = c.window;

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
+#include <cstdint>
 #include <cstdlib>
 #include <string>
 
@@ -18,6 +20,13 @@ namespace graphattn::detail {
 namespace {
 
 size_t align_up(size_t x) { return (x + 255) / 256 * 256; }
+
+// block_table_width took the padding before the LSE fields: a kernel without them keeps its
+// parameter size, and no field a kernel reads moved.
+static_assert(offsetof(DecodeParams, block_table_width) ==
+                      offsetof(DecodeParams, device_split) + 4 &&
+                  offsetof(DecodeParams, softmax_lse) == offsetof(DecodeParams, device_split) + 8,
+              "DecodeParams::block_table_width must sit in the padding after device_split");
 
 struct WorkspaceLayout {
   size_t partial_out = 0, partial_lse = 0, total = 0;
@@ -256,6 +265,22 @@ DecodeGrid decode_grid(int num_decodes, int num_kv_heads, int columns, int max_m
   if (g.max_splits > 1 && tiles <= int64_t{g.max_splits} * 16 * GA_DECODE_WARPS) {
     g.stages = shallow;
     g.cluster = dev.use_clusters && g.max_splits <= dev.max_cluster;
+    // With the early prologue (the engine's layers: fused write, programmatic dependent launch)
+    // a warp issues its first stages - 1 tiles before waiting for the previous kernel, under that
+    // kernel's tail, so longer splits gain from a deeper pipeline there. H100, 32 launches back
+    // to back at 16 splits, us a launch at 2 / 3 / 4 stages (docs/decode-small-batch-h100-2026-11-
+    // 27-s9.txt): 1 x 2048 (2 tiles a warp) 6.4 / 6.5 / 6.4; 1 x 4096 (4) 9.0 / 8.6 / 9.0;
+    // 1 x 8192 (8) 15.9 / 15.0 / 14.4; 1 x 16384 (16) 26.9 / 27.2 / 25.2. So 3 to 7 tiles a warp
+    // take 3 stages (where two such blocks share a multiprocessor), 8 or more the deepest. A plain
+    // launch keeps the shallow depth: alone, 3 and 4 stages were even or up to 0.4 us slower.
+    const int64_t per_warp = (tiles + int64_t{g.max_splits} * GA_DECODE_WARPS - 1) /
+                             (int64_t{g.max_splits} * GA_DECODE_WARPS);
+    const int deepest = ga_decode_max_stages(head_size, kvb);
+    if (!g.cluster && per_warp >= 8 && deepest > shallow && dev.blocks_per_sm[deepest] >= 1)
+      g.early_stages = deepest;
+    else if (!g.cluster && per_warp >= 3 && per_warp < 8 && shallow < 3 && deepest >= 3 &&
+             dev.blocks_per_sm[3] >= 2)
+      g.early_stages = 3;
   }
   return g;
 }
@@ -287,6 +312,12 @@ void check_decode_launch(const AttentionSpec& spec, const DecodeLaunch& a, const
              "stages " + str(a.stages) + " is not supported for " + spec.to_string() +
                  "; supported: 0 (default), 2.." +
                  str(ga_decode_max_stages(spec.head_size * rh, kvb)));
+  GA_REQUIRE(a.early_stages == 0 ||
+                 (a.early_stages >= 2 &&
+                  a.early_stages <= ga_decode_max_stages(spec.head_size * rh, kvb) && !a.cluster),
+             "early_stages " + str(a.early_stages) + " is not supported for " + spec.to_string() +
+                 (a.cluster ? " with cluster" : "") + "; supported: 0 (stages), 2.." +
+                 str(ga_decode_max_stages(spec.head_size * rh, kvb)) + " without cluster");
   // prepare_decode_kernel sized the clusters for the shallow pipeline's shared memory.
   GA_REQUIRE(!(a.cluster && a.max_splits > 1) ||
                  stages <= ga_decode_shallow_stages(spec.head_size * rh, kvb),
@@ -402,13 +433,14 @@ void enqueue_decode(const LoadedKernel& decode, const DecodeLaunch& a, CUstream 
       a.multi_token || a.device_split ? static_cast<const int*>(a.query_start_loc.data) : nullptr;
   p.max_query_len = a.max_query_len;
   p.device_split = a.device_split ? 1 : 0;
+  p.block_table_width = static_cast<int>(std::min<int64_t>(a.block_table.shape[1], INT32_MAX));
 
   const int rh = decode_row_heads(spec);
   const int64_t grid_y = decode_grid_y(spec, num_kv_heads, a.max_query_len);
   const int kvb = kv_bytes_of(spec);
-  const int stages = stages_of(spec, a);
-  p.stages = stages;
   p.early_prologue = a.early_prologue && a.new_key.ndim != 0 ? 1 : 0;
+  const int stages = p.early_prologue && a.early_stages != 0 ? a.early_stages : stages_of(spec, a);
+  p.stages = stages;
   p.cluster_splits = a.cluster && a.max_splits > 1 ? 1 : 0;
   const int smem = ga_decode_smem_bytes(spec.head_size, kvb, stages, rh);
   ensure_shared_limit(decode, smem);

@@ -40,6 +40,7 @@ struct DecodeGrid {
   int max_splits = 1;    // splits per request at most (grid x)
   int stages = 2;        // cp.async stages per warp
   bool cluster = false;  // the splits of a request run as one cluster of max_splits blocks
+  int early_stages = 0;  // stages of a launch that runs the early prologue (0: stages)
 };
 
 // One decode launch over requests [0, num_decodes) of a batch (decodes come first, one query
@@ -51,6 +52,9 @@ struct DecodeLaunch : AttentionViews {
   int num_decodes = 0;
   int max_splits = 1;  // grid width; each request uses at most this many splits
   int stages = 0;      // pipeline depth 2..ga_decode_max_stages; 0: the shallow default
+  // The pipeline depth instead of stages when the launch runs the early prologue (early_prologue
+  // and the fused write): 0 (stages), else 2..ga_decode_max_stages, not with cluster.
+  int early_stages = 0;
   // With the fused write: read seq_lens, block_table, slot_mapping and the KV cache before the
   // previous kernel in the stream finishes (it must write none of them).
   bool early_prologue = false;

@@ -60,6 +60,26 @@ TEST_CASE("decode split policy: about one block per multiprocessor for small bat
   CHECK(step1.stages == ga_decode_shallow_stages(128, 2));
   CHECK_FALSE(detail::decode_grid(1, 8, 4, 1024, 0, 128, KvDType::kAuto, off).cluster);
   CHECK(grid(64, 8, 4, 1024, 0).max_splits == 1);
+  // With the early prologue a split launch whose warps have 3 to 7 tiles takes 3 stages (two
+  // blocks still share a multiprocessor), 8 to 16 the deepest: 1 x 4096 (4 tiles a warp at 16
+  // splits), 1 x 8192 and 1 x 16384; 1 x 1024 and 1 x 2048 (1 and 2 tiles), a cluster launch and
+  // a device that holds one 3-stage block a multiprocessor keep stages.
+  const auto early = [&](int len, const detail::DecodeDevice& d) {
+    return detail::decode_grid(1, 8, 4, len, 0, 128, KvDType::kAuto, d).early_stages;
+  };
+  CHECK(early(4096, off) == 3);
+  CHECK(early(8192, off) == ga_decode_max_stages(128, 2));
+  CHECK(early(16384, off) == ga_decode_max_stages(128, 2));
+  CHECK(detail::decode_grid(1, 8, 4, 4096, 0, 128, KvDType::kAuto, off).stages ==
+        ga_decode_shallow_stages(128, 2));
+  CHECK(early(1024, off) == 0);
+  CHECK(early(2048, off) == 0);
+  CHECK(early(4096, device(sms, 3, 2, 1, 16)) == 0);  // clusters
+  detail::DecodeDevice one = off;
+  one.blocks_per_sm[3] = 1;
+  CHECK(early(4096, one) == 0);
+  CHECK(early(32768, off) == 0);  // long splits run the deepest pipeline anyway
+  CHECK(grid(64, 8, 4, 8192, 0).early_stages == 0);
   // A batch that fills the device by itself, one split (direct output). Three waves or more at
   // the shallow depth take it; fewer take the depth that fills the multiprocessors best, ties
   // to more resident blocks: 512 blocks are 97% of 2 waves of 2 (3 stages) or 4 waves of 1

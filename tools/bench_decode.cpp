@@ -368,7 +368,8 @@ nlohmann::json bench_decode(const Device& dev, const DecodeOptions& o, const Pee
       const int most = *std::max_element(o.try_splits.begin(), o.try_splits.end());
       DeviceBuffer tws(detail::decode_workspace_bytes(s.batch, H, D, most));
       DeviceBuffer counters(detail::decode_counter_count(s.batch, KH, H / KH) * 4);
-      const int max_cluster = detail::prepare_decode_kernel(dk).max_cluster;
+      const detail::DecodeDevice ddev = detail::prepare_decode_kernel(dk);
+      const int max_cluster = ddev.max_cluster;
       // The kernel's arguments at a forced grid over `kv` into `output`.
       auto forced = [&](const TensorView& kv, const TensorView& output, int sp, int stages,
                         void* workspace, size_t workspace_size, void* split_counters) {
@@ -421,7 +422,12 @@ nlohmann::json bench_decode(const Device& dev, const DecodeOptions& o, const Pee
         DeviceBuffer caches(cache_bytes * o.chain), outs(out.bytes() * o.chain),
             ctr(counters.bytes() * o.chain), nk(static_cast<size_t>(s.batch) * KH * D * 2),
             nv(nk.bytes()), slots(static_cast<size_t>(s.batch) * 8);
-        const int psp = attn.decode_max_splits(s.batch), pst = attn.decode_stages(s.batch);
+        // The policy's grid, at the depth a launch with the early prologue takes (early_stages).
+        const AttentionLayerConfig& lc = attn.config();
+        const detail::DecodeGrid pg = detail::decode_grid(
+            s.batch, lc.num_kv_heads, lc.num_heads / lc.num_kv_heads * lc.decode_query_len,
+            lc.max_model_len, lc.window, lc.head_size, lc.kv_dtype, ddev);
+        const int psp = pg.max_splits, pst = pg.early_stages != 0 ? pg.early_stages : pg.stages;
         const size_t ws_each =
             (detail::decode_workspace_bytes(s.batch, H, D, std::max(most, psp)) + 255) / 256 * 256;
         DeviceBuffer wss(ws_each * o.chain);

@@ -967,6 +967,21 @@ TEST_CASE("gpu decode: forward on decode-only, mixed and padded batches") {
     m.num_decodes = 4;
     run_forward(c4, m, cache, rng);
   }
+  for (int len : {8190, 3000, 40}) {
+    // With the early prologue a split launch takes a deeper pipeline for longer splits
+    // (DecodeGrid::early_stages): one request over 8 KV heads at max_model_len 8192 is a grid of
+    // 16 splits, 8 tiles a warp at the longest, 4 stages, each warp's first 3 tiles issued before
+    // the wait; 3000 tokens give 3 tiles a warp, 40 one split.
+    INFO("decode only, early prologue, deeper pipeline: 32/8 heads, max_model_len 8192, "
+         << len << " tokens");
+    AttentionLayerConfig c5 = layer_config(32, 8, 128, 8192, 16);
+    c5.overlap_previous_kernel = true;
+    Mixed m;
+    m.q_lens = {1};
+    m.seq_lens = {len};
+    m.num_decodes = 1;
+    run_forward(c5, m, cache, rng);
+  }
   for (int many : {0, 1}) {
     // The fused write's new rows are patched in by their owner warp; with the early prologue the
     // cache is read before the wait. Two head chunks per KV head (group 20); a batch of 3 splits,
