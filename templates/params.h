@@ -486,14 +486,21 @@ constexpr int ga_prefill_sm90_block_m(int head_size, bool fp8 = false) {
   return GA_PREFILL_SM90_WG_ROWS * ga_prefill_sm90_consumers(head_size, fp8);
 }
 constexpr int GA_PREFILL_SM90_SLACK = 1024 + 256;  // base alignment + mbarriers
+// fp8's key tile width (templates/prefill_sm90.cu, PW_FP8): 128, 192 or 256 keys, V^T rows of
+// 128-key column blocks of the 128-byte swizzle (a 192-key stage takes 256 keys' room). A
+// function, not a constant: a namespace-level constant would change every spec's resource totals.
+constexpr int ga_prefill_sm90_fp8_block_n() { return 192; }
 constexpr int ga_prefill_sm90_block_n(int head_size, bool fp8 = false) {
-  return fp8 || head_size <= 128 ? 128 : 64;
+  return fp8 ? ga_prefill_sm90_fp8_block_n() : head_size <= 128 ? 128 : 64;
 }
 constexpr int ga_prefill_sm90_q_bytes(int head_size, bool fp8 = false) {
   return ga_prefill_sm90_block_m(head_size, fp8) * head_size * (fp8 ? 1 : 2);
 }
-constexpr int ga_prefill_sm90_kv_bytes(int head_size, bool fp8 = false) {  // one K or V stage
-  return ga_prefill_sm90_block_n(head_size, fp8) * head_size * (fp8 ? 1 : 2);
+// One K or V stage. fp8: V^T rows of whole 128-key column blocks (the 128-byte swizzle), so a
+// 192-key tile takes 256 keys' room.
+constexpr int ga_prefill_sm90_kv_bytes(int head_size, bool fp8 = false) {
+  return fp8 ? (ga_prefill_sm90_block_n(head_size, fp8) + 127) / 128 * 128 * head_size
+             : ga_prefill_sm90_block_n(head_size, fp8) * head_size * 2;
 }
 constexpr int ga_prefill_sm90_raw_v_bytes(int head_size, bool fp8) {  // both raw V tiles
   return fp8 ? 2 * ga_prefill_sm90_kv_bytes(head_size, fp8) : 0;
