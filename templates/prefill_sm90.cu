@@ -39,7 +39,10 @@
 // copies each raw V tile into one of two raw buffers and, one tile later, transposes it into
 // the V^T stage (pw_transpose_v: ldmatrix, byte permutes, stmatrix.trans) that the consumers
 // read as the K-major B operand of P V. Tiles are 128-byte swizzled rows of 128 fp8 elements
-// (head size 128), K/V tiles 128 keys. S = Q K^T runs on wgmma k32 e4m3 x
+// (head size 128), K/V tiles params.h's ga_prefill_sm90_fp8_block_n() keys (128; 192 and 256
+// compile and pass the tests, PW_FP8_WIDE, but measured slower): a V^T row of more than 128 keys
+// is split into 128-key column blocks HEAD_SIZE rows apart, like a K tile's 64-column blocks
+// (pw_v_kstep). S = Q K^T runs on wgmma k32 e4m3 x
 // {e4m3, e5m2}; P is quantized to e4m3 in registers (pw_pack_p8) in the key order that the
 // transpose gives V^T, so P needs no shuffle; the descales fold into the score and output
 // scales (ga_prefill_q8_scales).
@@ -93,8 +96,9 @@ constexpr int PW_BLOCK_M = ga_prefill_sm90_block_m(HEAD_SIZE, PW_FP8);
 // cap, ALiBi, sinks).
 constexpr int PW_BLOCK_N = ga_prefill_sm90_block_n(HEAD_SIZE, PW_FP8);
 // fp8 with key tiles wider than 128 (params.h's ga_prefill_sm90_fp8_block_n): the overlap up to
-// 192 keys (at 256 the S accumulators alone are 128 registers a thread, and the overlapping
-// consumers spilled 55-150 instructions' worth at 240 registers; without it, none in the loop).
+// 192 keys without a soft cap or ALiBi (at 256 the S accumulators alone are 128 registers a
+// thread, and the overlapping consumers spilled 55-150 instructions at 240 registers; 192 keys
+// with a soft cap or ALiBi spilled 21-77 at 224; without the overlap none in the loop).
 // (An enumerator: a namespace-level constant would add to every spec's GLOBAL and CONSTANT
 // totals.)
 enum PwFp8Wide : int { PW_FP8_WIDE = PW_FP8 && PW_BLOCK_N > 128 };
