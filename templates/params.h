@@ -485,8 +485,9 @@ constexpr int ga_prefill_smem_bytes(int head_size, bool kv_fp8) {
 // templates/prefill_sm90.cu (Hopper wgmma, sm_90a, 16-bit KV, head size a multiple of 64; or
 // an e4m3 query over an fp8 KV cache, `fp8`, head size 128): one producer warpgroup and
 // ga_prefill_sm90_consumers consumer warpgroups of 64 rows each; a ring of K and V stages in as
-// much shared memory as a block may have (227 KiB), at most 4. fp8: K and V^T stages of 128 keys
-// (one 128-byte swizzled row of V^T per head dimension), and two raw V tiles that the producer
+// much shared memory as a block may have (227 KiB), at most 4. fp8: K and V^T stages of
+// ga_prefill_sm90_fp8_block_n() keys (128: one 128-byte swizzled row of V^T per head dimension;
+// wider: 128-key column blocks), and two raw V tiles that the producer
 // copies and transposes into the V^T stages (the output tile is staged in them at the end).
 // Head size 64 takes three consumers (192-row tiles): its wgmmas are half as long per score as
 // at head 128, so a third warpgroup's softmax hides behind two others' wgmmas, and each K/V tile
@@ -505,14 +506,25 @@ constexpr int ga_prefill_sm90_block_m(int head_size, bool fp8 = false) {
   return GA_PREFILL_SM90_WG_ROWS * ga_prefill_sm90_consumers(head_size, fp8);
 }
 constexpr int GA_PREFILL_SM90_SLACK = 1024 + 256;  // base alignment + mbarriers
+// fp8's key tile width (templates/prefill_sm90.cu, PW_FP8, PW_FP8_WIDE): 128, 192 or 256 keys,
+// V^T rows of 128-key column blocks of the 128-byte swizzle (a 192-key stage takes 256 keys'
+// room, so 192 and 256 leave room for two stages, 128 for four). 128: the wider tiles measured
+// slower (H100, 4 x 4096 causal, alternated with main's kernels: 795.7 / 792.8 us; 192 keys with
+// the overlap 806.1 / 800.3, +1.1%; 256 without it 848.8 / 851.3, +7.1%;
+// docs/fp8-prefill-wide-tiles-h100-2026-11-27-s9.txt). A function, not a constant: a
+// namespace-level constant would change every spec's resource totals.
+constexpr int ga_prefill_sm90_fp8_block_n() { return 128; }
 constexpr int ga_prefill_sm90_block_n(int head_size, bool fp8 = false) {
-  return fp8 || head_size <= 128 ? 128 : 64;
+  return fp8 ? ga_prefill_sm90_fp8_block_n() : head_size <= 128 ? 128 : 64;
 }
 constexpr int ga_prefill_sm90_q_bytes(int head_size, bool fp8 = false) {
   return ga_prefill_sm90_block_m(head_size, fp8) * head_size * (fp8 ? 1 : 2);
 }
-constexpr int ga_prefill_sm90_kv_bytes(int head_size, bool fp8 = false) {  // one K or V stage
-  return ga_prefill_sm90_block_n(head_size, fp8) * head_size * (fp8 ? 1 : 2);
+// One K or V stage. fp8: V^T rows of whole 128-key column blocks (the 128-byte swizzle), so a
+// 192-key tile takes 256 keys' room.
+constexpr int ga_prefill_sm90_kv_bytes(int head_size, bool fp8 = false) {
+  return fp8 ? (ga_prefill_sm90_block_n(head_size, fp8) + 127) / 128 * 128 * head_size
+             : ga_prefill_sm90_block_n(head_size, fp8) * head_size * 2;
 }
 constexpr int ga_prefill_sm90_raw_v_bytes(int head_size, bool fp8) {  // both raw V tiles
   return fp8 ? 2 * ga_prefill_sm90_kv_bytes(head_size, fp8) : 0;

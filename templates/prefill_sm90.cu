@@ -39,7 +39,10 @@
 // copies each raw V tile into one of two raw buffers and, one tile later, transposes it into
 // the V^T stage (pw_transpose_v: ldmatrix, byte permutes, stmatrix.trans) that the consumers
 // read as the K-major B operand of P V. Tiles are 128-byte swizzled rows of 128 fp8 elements
-// (head size 128), K/V tiles 128 keys. S = Q K^T runs on wgmma k32 e4m3 x
+// (head size 128), K/V tiles params.h's ga_prefill_sm90_fp8_block_n() keys (128; 192 and 256
+// compile and pass the tests, PW_FP8_WIDE, but measured slower): a V^T row of more than 128 keys
+// is split into 128-key column blocks HEAD_SIZE rows apart, like a K tile's 64-column blocks
+// (pw_v_kstep). S = Q K^T runs on wgmma k32 e4m3 x
 // {e4m3, e5m2}; P is quantized to e4m3 in registers (pw_pack_p8) in the key order that the
 // transpose gives V^T, so P needs no shuffle; the descales fold into the score and output
 // scales (ga_prefill_q8_scales).
@@ -91,11 +94,19 @@ constexpr int PW_BLOCK_M = ga_prefill_sm90_block_m(HEAD_SIZE, PW_FP8);
 // register shares below): two consumers up to head size 192; head size 256 without producer
 // extras; three consumers (head size 64) without producer extras and score modifiers (soft
 // cap, ALiBi, sinks).
+constexpr int PW_BLOCK_N = ga_prefill_sm90_block_n(HEAD_SIZE, PW_FP8);
+// fp8 with key tiles wider than 128 (params.h's ga_prefill_sm90_fp8_block_n): the overlap up to
+// 192 keys without a soft cap or ALiBi (at 256 the S accumulators alone are 128 registers a
+// thread, and the overlapping consumers spilled 55-150 instructions at 240 registers; 192 keys
+// with a soft cap or ALiBi spilled 21-77 at 224; without the overlap none in the loop).
+// (An enumerator: a namespace-level constant would add to every spec's GLOBAL and CONSTANT
+// totals.)
+enum PwFp8Wide : int { PW_FP8_WIDE = PW_FP8 && PW_BLOCK_N > 128 };
 constexpr bool PW_OVERLAP = PW_CONSUMERS == 3
                                 ? !PW_PRODUCER_EXTRA && !HAS_SOFT_CAP && !HAS_ALIBI && !HAS_SINKS
+                            : PW_FP8_WIDE      ? PW_BLOCK_N <= 192 && !HAS_SOFT_CAP && !HAS_ALIBI
                             : HEAD_SIZE <= 192 ? true
                                                : !PW_PRODUCER_EXTRA;
-constexpr int PW_BLOCK_N = ga_prefill_sm90_block_n(HEAD_SIZE, PW_FP8);
 constexpr int PW_CHUNKS = HEAD_SIZE / PW_CHUNK_ELEMS;  // 16-byte chunks per Q/K/V row
 constexpr int PW_OUT_CHUNKS = HEAD_SIZE / 8;           // 16-byte chunks per output row
 constexpr int PW_Q_BYTES = ga_prefill_sm90_q_bytes(HEAD_SIZE, PW_FP8);
@@ -115,10 +126,16 @@ constexpr int PW_PF_STEPS = PW_BLOCK_N / (PW_FP8 ? 32 : 16);
 // - three consumers (head size 64), 32 + 3 x 160: at 152 the overlapping consumers spill 68
 //   bytes, at 160 one 8-byte value loaded once per tile (32 bytes with the producer at 24);
 //   with producer extras 56 + 3 x 152 (no overlap then): the producer spills 40-48 bytes at 32.
+// - fp8 with wider key tiles (PW_FP8_WIDE), 56 + 2 x 224: 192 keys with the overlap, one value
+//   stored once a block; 256 keys without it, nothing in the consumers' loop, and the producer
+//   (8 row offsets a tile) reloads about 7 values a tile (at 40 + 2 x 232: 70-220 spill
+//   instructions in the producer; at 72 + 2 x 216 the consumers spill 384).
 constexpr int PW_PRODUCER_REGS = PW_CONSUMERS == 3               ? (PW_PRODUCER_EXTRA ? 56 : 32)
+                                 : PW_FP8_WIDE                   ? 56
                                  : HEAD_SIZE > 192 && PW_OVERLAP ? 24
                                                                  : 88;
 constexpr int PW_CONSUMER_REGS = PW_CONSUMERS == 3               ? (PW_PRODUCER_EXTRA ? 152 : 160)
+                                 : PW_FP8_WIDE                   ? 224
                                  : HEAD_SIZE > 192 && PW_OVERLAP ? 240
                                                                  : 208;
 // (16-bit head 128 at 40 + 2 x 232, no spills: the consumers take up to 229 registers where they
@@ -183,7 +200,7 @@ constexpr int PW_V_TRANS = PW_LEGACY ? 0 : 1;
 // of the 128-byte row, which holds all PW_BLOCK_N = 128 keys).
 constexpr unsigned PW_V_LEAD = PW_LEGACY || PW_FP8 ? 16 : PW_BLOCK_N * 128;
 __device__ __forceinline__ unsigned pw_v_kstep(int kk) {
-  return PW_FP8 ? kk * 2 : PW_LEGACY ? (kk >> 2) * (HEAD_SIZE * 8) + (kk & 3) * 2 : kk * 128;
+  return PW_FP8 || PW_LEGACY ? (kk >> 2) * (HEAD_SIZE * 8) + (kk & 3) * 2 : kk * 128;
 }
 // The S = Q K^T wgmma's B (K) operand, K-major (descriptor: pw_k_desc): the offset of k-step ks
 // in 16-byte units (the 128-byte swizzle: 32 bytes inside the swizzled row, 64-column blocks
@@ -210,9 +227,11 @@ static_assert(PW_SCHED_BAR + PW_CONSUMERS - 1 < PW_PRODUCER_BAR && PW_PRODUCER_B
 static_assert(PW_FP8 ? HEAD_SIZE % 128 == 0 && KV_FP8 != 0 : HEAD_SIZE % 64 == 0 && KV_FP8 == 0,
               "prefill_sm90 needs 16-bit KV and head % 64 == 0, or an e4m3 query over fp8 KV "
               "and head % 128 == 0");
-static_assert(!PW_FP8 || PW_BLOCK_N == 128 && PW_BLOCK_N == PW_BLOCK_M,
-              "prefill_sm90 fp8: V^T rows are one 128-byte row of keys, and the raw V tiles "
-              "stage the output tile");
+static_assert(!PW_FP8 ||
+                  (PW_BLOCK_N % 64 == 0 && PW_BLOCK_N <= 256 &&
+                   ga_prefill_sm90_raw_v_bytes(HEAD_SIZE, true) >= PW_BLOCK_M * HEAD_SIZE * 2),
+              "prefill_sm90 fp8: V^T rows are 128-byte swizzled column blocks of 128 keys, "
+              "wgmma's N is at most 256, and the raw V tiles stage the output tile");
 #ifdef GA_KEY_X
 static_assert(GA_KEY_X * 2 == 16, "prefill_sm90: legacy key caches with 16-byte x only");
 #endif
@@ -403,23 +422,32 @@ __device__ __forceinline__ unsigned long long pw_k_desc(unsigned addr) {
 #define PW_WGMMA_RS_N128(TY) \
   PW_WGMMA_RS_N128_("wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY, "1, 1, %70")
 
+// The accumulator operands of the wide wgmmas: %0 .. %95 (PW_D96) and %96 .. %127.
+#define PW_D96                               \
+  "%0, %1, %2, %3, %4, %5, %6, %7, "         \
+  "%8, %9, %10, %11, %12, %13, %14, %15, "   \
+  "%16, %17, %18, %19, %20, %21, %22, %23, " \
+  "%24, %25, %26, %27, %28, %29, %30, %31, " \
+  "%32, %33, %34, %35, %36, %37, %38, %39, " \
+  "%40, %41, %42, %43, %44, %45, %46, %47, " \
+  "%48, %49, %50, %51, %52, %53, %54, %55, " \
+  "%56, %57, %58, %59, %60, %61, %62, %63, " \
+  "%64, %65, %66, %67, %68, %69, %70, %71, " \
+  "%72, %73, %74, %75, %76, %77, %78, %79, " \
+  "%80, %81, %82, %83, %84, %85, %86, %87, " \
+  "%88, %89, %90, %91, %92, %93, %94, %95"
+#define PW_D96_127                                   \
+  "%96, %97, %98, %99, %100, %101, %102, %103, "     \
+  "%104, %105, %106, %107, %108, %109, %110, %111, " \
+  "%112, %113, %114, %115, %116, %117, %118, %119, " \
+  "%120, %121, %122, %123, %124, %125, %126, %127"
 #define PW_WGMMA_RS_N192(TY)                                                                  \
   asm volatile(                                                                               \
       "{\n.reg .pred p;\nsetp.ne.b32 p, %101, 0;\n"                                           \
       "wgmma.mma_async.sync.aligned.m64n192k16.f32." TY "." TY                                \
       " "                                                                                     \
-      "{%0, %1, %2, %3, %4, %5, %6, %7, "                                                     \
-      "%8, %9, %10, %11, %12, %13, %14, %15, "                                                \
-      "%16, %17, %18, %19, %20, %21, %22, %23, "                                              \
-      "%24, %25, %26, %27, %28, %29, %30, %31, "                                              \
-      "%32, %33, %34, %35, %36, %37, %38, %39, "                                              \
-      "%40, %41, %42, %43, %44, %45, %46, %47, "                                              \
-      "%48, %49, %50, %51, %52, %53, %54, %55, "                                              \
-      "%56, %57, %58, %59, %60, %61, %62, %63, "                                              \
-      "%64, %65, %66, %67, %68, %69, %70, %71, "                                              \
-      "%72, %73, %74, %75, %76, %77, %78, %79, "                                              \
-      "%80, %81, %82, %83, %84, %85, %86, %87, "                                              \
-      "%88, %89, %90, %91, %92, %93, %94, %95}, "                                             \
+      "{" PW_D96                                                                              \
+      "}, "                                                                                   \
       "{%96, %97, %98, %99}, %100, p, 1, 1, %102;\n}\n"                                       \
       : PW_F8(0), PW_F8(8), PW_F8(16), PW_F8(24), PW_F8(32), PW_F8(40), PW_F8(48), PW_F8(56), \
         PW_F8(64), PW_F8(72), PW_F8(80), PW_F8(88)                                            \
@@ -428,22 +456,8 @@ __device__ __forceinline__ unsigned long long pw_k_desc(unsigned addr) {
 #define PW_WGMMA_RS_N256_(INSTR, IMM)                                                          \
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n" INSTR                             \
                " "                                                                             \
-               "{%0, %1, %2, %3, %4, %5, %6, %7, "                                             \
-               "%8, %9, %10, %11, %12, %13, %14, %15, "                                        \
-               "%16, %17, %18, %19, %20, %21, %22, %23, "                                      \
-               "%24, %25, %26, %27, %28, %29, %30, %31, "                                      \
-               "%32, %33, %34, %35, %36, %37, %38, %39, "                                      \
-               "%40, %41, %42, %43, %44, %45, %46, %47, "                                      \
-               "%48, %49, %50, %51, %52, %53, %54, %55, "                                      \
-               "%56, %57, %58, %59, %60, %61, %62, %63, "                                      \
-               "%64, %65, %66, %67, %68, %69, %70, %71, "                                      \
-               "%72, %73, %74, %75, %76, %77, %78, %79, "                                      \
-               "%80, %81, %82, %83, %84, %85, %86, %87, "                                      \
-               "%88, %89, %90, %91, %92, %93, %94, %95, "                                      \
-               "%96, %97, %98, %99, %100, %101, %102, %103, "                                  \
-               "%104, %105, %106, %107, %108, %109, %110, %111, "                              \
-               "%112, %113, %114, %115, %116, %117, %118, %119, "                              \
-               "%120, %121, %122, %123, %124, %125, %126, %127}, "                             \
+               "{" PW_D96 ", " PW_D96_127                                                      \
+               "}, "                                                                           \
                "{%128, %129, %130, %131}, %132, p, " IMM ";\n}\n"                              \
                : PW_F8(0), PW_F8(8), PW_F8(16), PW_F8(24), PW_F8(32), PW_F8(40), PW_F8(48),    \
                  PW_F8(56), PW_F8(64), PW_F8(72), PW_F8(80), PW_F8(88), PW_F8(96), PW_F8(104), \
@@ -478,12 +492,13 @@ __device__ __forceinline__ void pw_wgmma_ss(float (&d)[N / 2], unsigned long lon
       PW_WGMMA_SS_N64("bf16");
     else
       PW_WGMMA_SS_N64("f16");
-  } else {
-    static_assert(N == 128, "pw_wgmma_ss: N is 64 or 128");
+  } else if constexpr (N == 128) {
     if (IS_BF16)
       PW_WGMMA_SS_N128("bf16");
     else
       PW_WGMMA_SS_N128("f16");
+  } else {
+    static_assert(PW_FP8 && N > 0, "pw_wgmma_ss: N is 64 or 128");  // fp8's N: never issued
   }
 }
 
@@ -526,16 +541,50 @@ __device__ __forceinline__ void pw_wgmma_rs(float (&d)[N / 2], const unsigned (&
 #define PW_WGMMA8_RS_N256(TB) \
   PW_WGMMA_RS_N256_("wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3." TB, "1, 1")
 
+#define PW_WGMMA_SS_N192_(INSTR, IMM)                                                       \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n" INSTR                           \
+               " "                                                                          \
+               "{" PW_D96                                                                   \
+               "}, "                                                                        \
+               "%96, %97, p, " IMM ";\n}\n"                                                 \
+               : PW_F8(0), PW_F8(8), PW_F8(16), PW_F8(24), PW_F8(32), PW_F8(40), PW_F8(48), \
+                 PW_F8(56), PW_F8(64), PW_F8(72), PW_F8(80), PW_F8(88)                      \
+               : "l"(da), "l"(db), "r"(accumulate))
+#define PW_WGMMA8_SS_N192(TB) \
+  PW_WGMMA_SS_N192_("wgmma.mma_async.sync.aligned.m64n192k32.f32.e4m3." TB, "1, 1")
+#define PW_WGMMA_SS_N256_(INSTR, IMM)                                                          \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n" INSTR                             \
+               " "                                                                             \
+               "{" PW_D96 ", " PW_D96_127                                                      \
+               "}, "                                                                           \
+               "%128, %129, p, " IMM ";\n}\n"                                                  \
+               : PW_F8(0), PW_F8(8), PW_F8(16), PW_F8(24), PW_F8(32), PW_F8(40), PW_F8(48),    \
+                 PW_F8(56), PW_F8(64), PW_F8(72), PW_F8(80), PW_F8(88), PW_F8(96), PW_F8(104), \
+                 PW_F8(112), PW_F8(120)                                                        \
+               : "l"(da), "l"(db), "r"(accumulate))
+#define PW_WGMMA8_SS_N256(TB) \
+  PW_WGMMA_SS_N256_("wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3." TB, "1, 1")
+
 template <int N>
 __device__ __forceinline__ void pw_wgmma8_ss(float (&d)[N / 2], unsigned long long da,
                                              unsigned long long db, int accumulate) {
-  static_assert(!PW_FP8 || N == 128, "pw_wgmma8_ss: N is 128");
-  if constexpr (N != 128)
-    return;  // 16-bit instantiations (never issued)
-  else if (KV_FP8 == 2)
-    PW_WGMMA8_SS_N128("e5m2");
-  else
-    PW_WGMMA8_SS_N128("e4m3");
+  static_assert(!PW_FP8 || N == 128 || N == 192 || N == 256, "pw_wgmma8_ss: N is 128, 192 or 256");
+  if constexpr (N == 128) {
+    if (KV_FP8 == 2)
+      PW_WGMMA8_SS_N128("e5m2");
+    else
+      PW_WGMMA8_SS_N128("e4m3");
+  } else if constexpr (N == 192) {
+    if (KV_FP8 == 2)
+      PW_WGMMA8_SS_N192("e5m2");
+    else
+      PW_WGMMA8_SS_N192("e4m3");
+  } else if constexpr (N == 256) {
+    if (KV_FP8 == 2)
+      PW_WGMMA8_SS_N256("e5m2");
+    else
+      PW_WGMMA8_SS_N256("e4m3");
+  }  // other N: 16-bit instantiations (never issued)
 }
 
 template <int N>
@@ -1019,9 +1068,12 @@ __device__ __forceinline__ void pw_transpose_v(unsigned raw, unsigned vt, int pt
   // stmatrix: row j of matrix mi is the dimension its column j holds (see sel_a / sel_b).
   const int jq = j >> 1;
   const int st_dim = 16 * (mi >> 1) + 4 * jq + ((jq < 2) == ((mi & 1) == 0) ? 0 : 2) + (j & 1);
-#pragma unroll
-  for (int kg = 0; kg < 2; ++kg) {
-    const int kc = 2 * warp + kg;  // 16-key chunk of the V^T rows
+  // 16-key chunks per warp; wider tiles (PW_FP8_WIDE) loop over them rather than unroll, so that
+  // the producer does not keep every step's addresses in registers (it spilled at 56 registers).
+  constexpr int KG = PW_BLOCK_N / 64;
+#pragma unroll(KG > 2 ? 1 : KG)
+  for (int kg = 0; kg < KG; ++kg) {
+    const int kc = KG * warp + kg;  // 16-key chunk of the V^T rows
 #pragma unroll
     for (int du = 0; du < HEAD_SIZE / 32; ++du) {
       unsigned r0, r1, r2, r3;

@@ -87,7 +87,12 @@ TEST_CASE("prefill host: every specialization's tiles fit the multiprocessor") {
           const int consumers = h == 64 && !s.q_fp8 ? 3 : 2;
           CHECK(c.threads == 128 * (consumers + 1));
           CHECK(c.block_m == 64 * consumers);
-          CHECK(c.block_n == (h <= 128 || s.q_fp8 ? 128 : 64));
+          // fp8: params.h's key tile width, 128 to 256 keys in steps of 64 (wgmma's N).
+          if (s.q_fp8)
+            CHECK(c.block_n == ga_prefill_sm90_fp8_block_n());
+          else
+            CHECK(c.block_n == (h <= 128 ? 128 : 64));
+          if (s.q_fp8) CHECK((c.block_n % 64 == 0 && c.block_n >= 128 && c.block_n <= 256));
           CHECK(c.shared_bytes <= 227 * 1024);
           // At least two K/V stages besides the Q tile (fp8: 1-byte tiles, two raw V tiles).
           if (s.q_fp8)

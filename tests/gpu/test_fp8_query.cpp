@@ -643,7 +643,7 @@ TEST_CASE("gpu fp8 query: the prefill kernels (wgmma on sm_90) match the float64
   TempKernelCache cache;
   auto rng = make_rng();
   const int arch = current_device_arch();
-  std::vector<Q8Case> cases(9);
+  std::vector<Q8Case> cases(10);
   cases[0].num_kv_heads = 2;  // bf16, e4m3, NHD, GQA 4, causal, per-tensor
   cases[1].dtype = DType::kFloat16;
   cases[1].kv = KvDType::kFp8E5M2;
@@ -679,8 +679,15 @@ TEST_CASE("gpu fp8 query: the prefill kernels (wgmma on sm_90) match the float64
   // PW_ROWSUM).
   cases[8].seq_lens = {4224};
   cases[8].q_lens = {128};
+  // The edges of wide key tiles (params.h's ga_prefill_sm90_fp8_block_n: 192 or 256 keys, 128
+  // query rows a block): lengths one short of, at and one past 128, 192 and 256 keys, with one
+  // query head a KV head (a block's causal diagonal then runs through the middle or the second
+  // half of a tile) and a context that ends inside a tile.
+  cases[9].group = 1;
+  cases[9].seq_lens = {127, 191, 192, 193, 255, 256, 257, 640, 400};
+  cases[9].q_lens = {127, 191, 192, 193, 255, 256, 257, 130, 45};
   // The softmax LSE too (spec "_lse"): plain, with sinks and a window, mma.sync, long rows.
-  for (int i : {0, 2, 5, 8}) cases[i].lse = true;
+  for (int i : {0, 2, 5, 8, 9}) cases[i].lse = true;
   Errors errors;
   for (Q8Case& c : cases) {
     // Whole prompts, chunks after a context (a partial last tile, a long one), an empty request.
