@@ -73,6 +73,7 @@ GraphRunner::GraphRunner(Options options, Step step, Fingerprint fingerprint)
                                          ? default_capture_sizes(options.max_num_seqs)
                                          : options.capture_sizes)),
       disabled_(options.disable_graphs || detail::env_flag("GRAPHATTN_DISABLE_GRAPHS")),
+      use_node_priority_(options.use_node_priority),
       step_(std::move(step)),
       fingerprint_(std::move(fingerprint)) {
   if (!step_) throw Error("GraphRunner needs a step to capture");
@@ -114,7 +115,8 @@ void GraphRunner::capture(CUstream stream, int size, Graph& g) {
   }
   const int64_t before = free_device_memory();
   CUgraphExec exec = nullptr;
-  const CUresult r = d.cuGraphInstantiate(&exec, graph, 0);
+  const CUresult r = d.cuGraphInstantiate(
+      &exec, graph, use_node_priority_ ? CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY : 0);
   if (r != CUDA_SUCCESS) {
     d.cuGraphDestroy(graph);
     GA_CU_CHECK(r);

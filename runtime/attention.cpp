@@ -14,6 +14,7 @@
 #include "graphattn/backend.hpp"
 #include "graphattn/error.hpp"
 #include "graphattn/runtime.hpp"
+#include "runtime/branch.hpp"
 #include "runtime/decode.hpp"
 #include "runtime/driver.hpp"
 #include "runtime/module_cache.hpp"
@@ -22,6 +23,18 @@
 #include "templates/params.h"
 
 namespace graphattn {
+
+namespace detail {
+namespace {
+thread_local PrefillBranch* prefill_branch = nullptr;
+}  // namespace
+PrefillBranch* current_prefill_branch() { return prefill_branch; }
+PrefillBranchScope::PrefillBranchScope(PrefillBranch* b) : previous_(prefill_branch) {
+  prefill_branch = b;
+}
+PrefillBranchScope::~PrefillBranchScope() { prefill_branch = previous_; }
+}  // namespace detail
+
 namespace {
 
 using detail::str;
@@ -505,6 +518,21 @@ void AttentionBackend::forward(const TensorView& query, const TensorView& key,
   if (decode && d.max_splits > 1 && !d.cluster)
     clear_split_counters_once(cleared_->mu, cleared_->addresses, workspace,
                               detail::layer_workspace(c).counters, stream);
+  // AttentionLayerStack's mixed branches (runtime/branch.hpp): the prefill on its own stream,
+  // forked after the write; the two kernels read the cache only and write disjoint rows.
+  // A branch without a stream only puts the prefill first on forward()'s stream.
+  detail::PrefillBranch* const branch = detail::current_prefill_branch();
+  if (branch && decode && prefill) {
+    const auto& drv = detail::driver();
+    if (branch->stream) GA_CU_CHECK(drv.cuEventRecord(branch->fork, stream));
+    if (!branch->prefill_first) detail::enqueue_decode(*loaded_->kernels[kDecodeIdx], d, stream);
+    if (branch->stream) GA_CU_CHECK(drv.cuStreamWaitEvent(branch->stream, branch->fork, 0));
+    detail::enqueue_prefill(*loaded_->kernels[kPrefillIdx], pf,
+                            branch->stream ? branch->stream : stream);
+    branch->forked = branch->stream != nullptr;
+    if (branch->prefill_first) detail::enqueue_decode(*loaded_->kernels[kDecodeIdx], d, stream);
+    return;
+  }
   if (decode) detail::enqueue_decode(*loaded_->kernels[kDecodeIdx], d, stream);
   if (prefill) detail::enqueue_prefill(*loaded_->kernels[kPrefillIdx], pf, stream);
 }

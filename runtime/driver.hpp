@@ -49,6 +49,9 @@ namespace graphattn::detail {
   X(cuMemsetD32Async)                             \
   X(cuMemGetInfo)                                 \
   X(cuStreamCreate)                               \
+  X(cuStreamCreateWithPriority)                   \
+  X(cuStreamWaitEvent)                            \
+  X(cuCtxGetStreamPriorityRange)                  \
   X(cuStreamDestroy)                              \
   X(cuStreamSynchronize)                          \
   X(cuStreamBeginCapture)                         \

@@ -44,6 +44,7 @@ int main(int argc, char** argv) {
       "64x8192:e4m3,64x8192:qe4m3,64x4096,64x4096:q4,64x8192:bsp,64x4096:legacy,8x32768,8x32768:"
       "legacy";
   std::string json_path, peer_script = "tools/peer_sdpa.py", try_splits_text;
+  std::string mixed_shapes_text = "56x2048:512:2048";
   int reps = 100;
   bool check = true, use_peer = true;
   app.add_option("--parts", parts_text,
@@ -57,6 +58,11 @@ int main(int argc, char** argv) {
   app.add_option("--shapes", shapes_text,
                  "decode shapes BATCHxLEN[:hHEAD|:e4m3|:qe4m3|:qN|:bsp|:legacy|:kvN][:hnd], "
                  "comma-separated (:kvN: N KV heads, 4N query heads; :hnd: HND pages)")
+      ->capture_default_str();
+  app.add_option("--mixed-shapes", mixed_shapes_text,
+                 "mixed steps DECODESxLEN:CHUNK:PREFIX (DECODES decodes at context LEN and one "
+                 "CHUNK-token prefill over PREFIX tokens), comma-separated; the first is the "
+                 "JSON's mixed_step, all are in mixed_steps")
       ->capture_default_str();
   app.add_option("--reps", reps, "timed repetitions (median reported), >= 20")
       ->check(CLI::Range(20, 100000))
@@ -129,6 +135,23 @@ int main(int argc, char** argv) {
       if (v < 1 || v > 4096) throw Error("--cascade-requests: " + s + " is not in 1..4096");
       cascade_requests.push_back(v);
     }
+    struct MixedShape {
+      int decodes, len, chunk, prefix;
+    };
+    std::vector<MixedShape> mixed_shapes;
+    for (const auto& s : split_list(mixed_shapes_text)) {
+      MixedShape m{};
+      char x = 0, c1 = 0, c2 = 0, extra = 0;
+      if (std::sscanf(s.c_str(), "%d%c%d%c%d%c%d%c", &m.decodes, &x, &m.len, &c1, &m.chunk, &c2,
+                      &m.prefix, &extra) != 7 ||
+          x != 'x' || c1 != ':' || c2 != ':' || m.decodes < 0 || m.decodes > 63 || m.len < 1 ||
+          m.chunk < 2 || m.prefix < 0)
+        throw Error("--mixed-shapes: '" + s +
+                    "' is not DECODESxLEN:CHUNK:PREFIX with DECODES in 0..63 (the step's 64 "
+                    "request slots hold the prefill too), LEN >= 1, CHUNK >= 2, PREFIX >= 0");
+      mixed_shapes.push_back(m);
+    }
+    if (mixed_shapes.empty()) throw Error("--mixed-shapes: no shape given");
     auto wants = [&](const char* p) {
       return std::find(parts.begin(), parts.end(), p) != parts.end();
     };
@@ -178,7 +201,12 @@ int main(int argc, char** argv) {
                         {"peer", peer.available ? peer.backend : "unavailable: " + peer.why}};
     if (wants("decode")) j["decode"] = bench_decode(dev, dopt, peer, &ok);
     if (wants("step")) j["step"] = bench_step(dev, {1, 64}, 1024, reps);
-    if (wants("mixed")) j["mixed_step"] = bench_mixed_step(dev, 56, 2048, 512, 2048, reps);
+    if (wants("mixed")) {
+      for (const MixedShape& m : mixed_shapes)
+        j["mixed_steps"].push_back(
+            bench_mixed_step(dev, m.decodes, m.len, m.chunk, m.prefix, reps));
+      j["mixed_step"] = j["mixed_steps"][0];
+    }
     if (wants("tp")) j["tensor_parallel"] = bench_tensor_parallel(dev, {1, 64}, 1024, reps);
     if (wants("capture")) j["capture"] = bench_capture(dev, 256);
     if (wants("prefill")) {

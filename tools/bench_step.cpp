@@ -286,6 +286,7 @@ nlohmann::json bench_mixed_step(const Device& dev, int decodes, int len, int chu
   }
   GraphRunner::Options go;
   go.capture_sizes = {n};
+  go.use_node_priority = true;  // a high-priority branch mode keeps its priority in the graph
   GraphRunner mixed(
       go, [&](CUstream s, int t) { stack.step_mixed(s, t); }, [&] { return stack.fingerprint(); });
   mixed.capture_all(dev.stream);
@@ -340,6 +341,9 @@ nlohmann::json bench_mixed_step(const Device& dev, int decodes, int len, int chu
       "+ one %d-token prefill chunk over a %d-token prefix (%d tokens), llama-3-8b shapes, "
       "median of %d, L2 flushed\n",
       m.num_layers, decodes, len, chunk, prefix, n, reps);
+  const char* branches = AttentionLayerStack::mixed_branches_name(stack.options().mixed_branches);
+  std::printf("decode and prefill of a layer (split on the device): GRAPHATTN_MIXED_BRANCHES=%s\n",
+              branches);
   std::printf("%-34s %10s\n", "", "us");
   std::printf("%-34s %10.1f\n", "graph (split on the device)", graph_us);
   std::printf("%-34s %10.1f\n", "eager (split on the device)", eager_device_us);
@@ -353,6 +357,7 @@ nlohmann::json bench_mixed_step(const Device& dev, int decodes, int len, int chu
           {"prefill_chunk", chunk},
           {"prefill_prefix", prefix},
           {"tokens", n},
+          {"mixed_branches", branches},
           {"graph_us", graph_us},
           {"eager_device_split_us", eager_device_us},
           {"eager_host_split_us", eager_host_us},

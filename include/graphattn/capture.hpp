@@ -57,6 +57,10 @@ class GRAPHATTN_API GraphRunner {
     std::vector<int> capture_sizes;  // empty: default_capture_sizes(max_num_seqs)
     int max_num_seqs = 256;
     bool disable_graphs = false;  // also GRAPHATTN_DISABLE_GRAPHS=1
+    // Instantiate with CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY: each kernel node runs at
+    // the priority of the stream it was captured from (AttentionLayerStack's high-priority
+    // mixed branch), not at the priority of the stream the graph is launched into.
+    bool use_node_priority = false;
   };
 
   GraphRunner(Options options, Step step, Fingerprint fingerprint);
@@ -83,6 +87,7 @@ class GRAPHATTN_API GraphRunner {
   void capture(CUstream stream, int size, Graph& g);
   std::vector<int> sizes_;
   bool disabled_;
+  bool use_node_priority_;
   Step step_;
   Fingerprint fingerprint_;
   std::map<int, std::unique_ptr<Graph>> graphs_;
@@ -108,6 +113,30 @@ class GRAPHATTN_API GraphRunner {
 // decode step and are refused.
 class GRAPHATTN_API AttentionLayerStack {
  public:
+  // How step_mixed runs one layer's decode and prefill kernels. Both follow the layer's cache
+  // write and read disjoint query rows, write disjoint output rows and read the cache only, so
+  // they may run side by side: with a branch mode the step forks after the cache write (the
+  // prefill on a stream of the stack's own, captured as a second graph branch), and joins
+  // before the next layer, whose kernels wait for both (in an engine the next layer's
+  // attention needs this layer's whole output). The outputs are bit-identical to kSerial's.
+  // The 32-layer llama-3-8b mixed step (56 decodes at 2048 + a 512-token chunk over 2048) on
+  // an H100: kSerial 6681 us in a graph, kPrefillFirst 6473 (3.1% less; the host split's eager
+  // step 6694), kDecodeFirst 6488, the high-priority modes 6623-6646
+  // (docs/mixed-step-h100-2026-11-27-s9.txt).
+  enum class MixedBranches {
+    kDefault,             // GRAPHATTN_MIXED_BRANCHES (off, serial-prefill-first, decode-first,
+                          // prefill-first, decode-first-high, prefill-first-high) if set,
+                          // else kPrefillFirst
+    kSerial,              // one stream: cache write, decode, prefill
+    kSerialPrefillFirst,  // one stream: cache write, prefill, decode
+    kDecodeFirst,         // two branches, the decode launched (and captured) first
+    kPrefillFirst,        // two branches, the prefill launched (and captured) first
+    kDecodeFirstHigh,     // kDecodeFirst with the prefill's stream at the greatest priority
+    kPrefillFirstHigh,    // kPrefillFirst with the prefill's stream at the greatest priority
+  };
+  // The mode's name as GRAPHATTN_MIXED_BRANCHES spells it.
+  static const char* mixed_branches_name(MixedBranches mode);
+
   struct Options {
     std::vector<AttentionLayerConfig> layers;  // one per layer (windows may alternate)
     int max_tokens = 0;          // largest batch in tokens (the largest capture size, or more)
@@ -118,8 +147,15 @@ class GRAPHATTN_API AttentionLayerStack {
     // cache this layer reads. A sharing layer writes no keys or values and has no cache of its
     // own; set_kv_cache() of its target moves it too.
     std::vector<int> kv_sharing_target;
+    // step_mixed's decode/prefill launch layout (kDefault resolved at construction; a branch
+    // mode makes one stream and two events at prepare()). A graph of a high-priority mode keeps
+    // its priority only with GraphRunner::Options::use_node_priority.
+    MixedBranches mixed_branches = MixedBranches::kDefault;
   };
   explicit AttentionLayerStack(Options options);
+  ~AttentionLayerStack();
+  AttentionLayerStack(AttentionLayerStack&&) noexcept;
+  AttentionLayerStack& operator=(AttentionLayerStack&&) noexcept;
 
   // Compiles and loads every layer's kernels (through `cache`); call before capture.
   void prepare(KernelCache& cache = default_kernel_cache());
@@ -190,6 +226,9 @@ class GRAPHATTN_API AttentionLayerStack {
   std::vector<int32_t> staged_ints_;
   Counts counts_;
   int counts_tokens_ = 0;  // the padded token count counts_ were set for
+  // The mixed branch's stream and its fork/join events (prepare() makes them for a branch mode).
+  struct Branch;
+  std::unique_ptr<Branch> branch_;
 };
 
 }  // namespace graphattn

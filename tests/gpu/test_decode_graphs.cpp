@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <initializer_list>
 #include <numeric>
 
@@ -446,4 +447,92 @@ TEST_CASE("gpu decode graphs: mixed graphs serve every decode/prefill mix, split
     // Padded tokens and requests wrote nothing outside the batches' blocks.
     check_caches_agree(graph_stack, eager_stack, init);
   }
+}
+
+TEST_CASE("gpu decode graphs: mixed steps with decode and prefill on two branches equal serial") {
+  GA_REQUIRE_GPU();
+  test::TempKernelCache cache;
+  auto rng = test::make_rng();
+  const auto& d = detail::driver();
+  Stream stream;
+  using Mixed = AttentionLayerStack::MixedBranches;
+  for (Mixed mode : {Mixed::kSerialPrefillFirst, Mixed::kDecodeFirst, Mixed::kPrefillFirst,
+                     Mixed::kDecodeFirstHigh, Mixed::kPrefillFirstHigh})
+    for (int kQ : {1, 4}) {
+      INFO("GRAPHATTN_MIXED_BRANCHES=" << AttentionLayerStack::mixed_branches_name(mode)
+                                       << ", decode_query_len " << kQ);
+      AttentionLayerStack::Options o = stack_options(256, nullptr, nullptr);
+      for (auto& c : o.layers) c.decode_query_len = kQ;
+      o.mixed_branches = Mixed::kSerial;
+      AttentionLayerStack serial(o);
+      o.mixed_branches = mode;
+      AttentionLayerStack graph_stack(o), eager_stack(o);
+      CHECK(graph_stack.options().mixed_branches == mode);
+      for (AttentionLayerStack* s : {&serial, &graph_stack, &eager_stack}) s->prepare(cache);
+      const std::vector<unsigned char> init =
+          fill_kv_caches(rng, {&serial, &graph_stack, &eager_stack});
+      GraphRunner::Options go;
+      go.capture_sizes = {24, kMaxTokens};
+      go.use_node_priority = true;
+      GraphRunner runner(
+          go, [&](CUstream s, int n) { graph_stack.step_mixed(s, n); },
+          [&] { return graph_stack.fingerprint(); });
+      runner.capture_all(stream);
+      std::normal_distribution<float> normal(0.0f, 1.0f);
+      const int max_decodes = (kMaxTokens - 2 * (kQ + 40)) / kQ;
+      const int steps = test::reduced() ? 3 : 6;
+      for (int step = 0; step < steps; ++step) {
+        // Decodes and prefills on every step but the last (decodes only).
+        const bool prefills = step + 1 < steps;
+        const int decodes = static_cast<int>(rng() % max_decodes) + 1;
+        const auto m = random_batch(rng, prefills, decodes, kQ, false);
+        const int n = m.num_actual_tokens;
+        std::vector<uint16_t> q(static_cast<size_t>(n) * kHeads * kHead),
+            kv(static_cast<size_t>(n) * kKvHeads * kHead), vv(kv.size());
+        for (auto* v : {&q, &kv, &vv})
+          for (auto& x : *v) x = test::float_to_bf16(normal(rng));
+        const int padded = runner.padded_size(n);
+        for (AttentionLayerStack* s : {&serial, &graph_stack, &eager_stack})
+          s->set_mixed_batch(m, padded, stream, &q, &kv, &vv);
+        CHECK(runner.run(stream, n) == padded);
+        eager_stack.step_mixed(stream, padded);
+        serial.step_mixed(stream, padded);
+        GA_CU_CHECK(d.cuStreamSynchronize(stream));
+        const size_t bytes = static_cast<size_t>(n) * kHeads * kHead * 2;
+        for (int l = 0; l < kLayers; ++l) {
+          INFO("step " << step << " layer " << l << " tokens " << n << " requests " << m.num_reqs);
+          const auto want = download(serial.output(l), bytes);
+          REQUIRE(download(graph_stack.output(l), bytes) == want);
+          REQUIRE(download(eager_stack.output(l), bytes) == want);
+        }
+        if (step == 0) CHECK(layer1_error(graph_stack, m, q) < 1e-2);
+      }
+      CHECK(runner.stats().replays == static_cast<uint64_t>(steps));
+      check_caches_agree(graph_stack, serial, init);
+      check_caches_agree(eager_stack, serial, init);
+    }
+}
+
+TEST_CASE("gpu decode graphs: GRAPHATTN_MIXED_BRANCHES picks the default mixed layout") {
+  GA_REQUIRE_GPU();
+  using Mixed = AttentionLayerStack::MixedBranches;
+  const char* old = std::getenv("GRAPHATTN_MIXED_BRANCHES");
+  const std::string saved = old ? old : "";
+  AttentionLayerStack::Options o = stack_options(256, nullptr, nullptr);
+  unsetenv("GRAPHATTN_MIXED_BRANCHES");
+  CHECK(AttentionLayerStack(o).options().mixed_branches == Mixed::kPrefillFirst);
+  setenv("GRAPHATTN_MIXED_BRANCHES", "off", 1);
+  CHECK(AttentionLayerStack(o).options().mixed_branches == Mixed::kSerial);
+  setenv("GRAPHATTN_MIXED_BRANCHES", "prefill-first-high", 1);
+  CHECK(AttentionLayerStack(o).options().mixed_branches == Mixed::kPrefillFirstHigh);
+  o.mixed_branches = Mixed::kDecodeFirst;  // an explicit mode wins over the variable
+  CHECK(AttentionLayerStack(o).options().mixed_branches == Mixed::kDecodeFirst);
+  o.mixed_branches = Mixed::kDefault;
+  setenv("GRAPHATTN_MIXED_BRANCHES", "prefill_first", 1);
+  CHECK_THROWS_WITH_AS(AttentionLayerStack{o},
+                       doctest::Contains("GRAPHATTN_MIXED_BRANCHES=\"prefill_first\""), Error);
+  if (old)
+    setenv("GRAPHATTN_MIXED_BRANCHES", saved.c_str(), 1);
+  else
+    unsetenv("GRAPHATTN_MIXED_BRANCHES");
 }
