@@ -579,16 +579,21 @@ constexpr bool ga_prefill_sm90_rowsum_mma(int head_size, bool legacy, bool q_fp8
 // its two stages +22.6%); the vote gained nothing at head 128 (1.6% back at head 64, not enough
 // to pass the flash kernels' old code) and the 4 chains nothing anywhere. So only the legacy
 // head-128 kernel without soft cap or ALiBi takes the early waits; every other spec keeps 0, its
-// old machine code. fp8 is always 0; specs with a soft cap or ALiBi (scores scaled in the max pass)
-// never take the vote (with it the consumers spill, 7-12 instructions at head 128).
-// `bits` < 0: the default; templates compiled with -DGA_PREFILL_SM90_SCHED=N
-// (GRAPHATTN_NVRTC_EXTRA_OPTIONS, for measurement) ask for N.
-// (Enumerators: namespace-level constants could add to every spec's GLOBAL and CONSTANT totals.)
+// old machine code. Of the legacy variants (graphattn-bench --parts legacy-variants, one round
+// each, the coordinator's final call of session 9) the sliding window (+3.7%: 600.1 -> 622.4 us)
+// and the non-causal kernel (+3.7%: 1887.7 -> 1956.9) were slower with them, sinks, fp16, GQA 1
+// and 8 and block size 32 2-5% faster: so `plain_causal` (causal, no window) is required too. fp8
+// is always 0; specs with a soft cap or ALiBi (scores scaled in the max pass) never take the vote
+// (with it the consumers spill, 7-12 instructions at head 128). `bits` < 0: the default; templates
+// compiled with -DGA_PREFILL_SM90_SCHED=N (GRAPHATTN_NVRTC_EXTRA_OPTIONS, for measurement) ask for
+// N. (Enumerators: namespace-level constants could add to every spec's GLOBAL and CONSTANT totals.)
 enum GaPwSched : int { GA_PW_SCHED_EARLY_WAIT = 1, GA_PW_SCHED_VOTE_MAX = 2, GA_PW_SCHED_MAX8 = 4 };
 constexpr int ga_prefill_sm90_sched(int head_size, bool legacy, bool fp8, bool scaled_scores,
-                                    int bits = -1) {
-  return fp8        ? 0
-         : bits < 0 ? (legacy && head_size == 128 && !scaled_scores ? GA_PW_SCHED_EARLY_WAIT : 0)
+                                    bool plain_causal, int bits = -1) {
+  return fp8             ? 0
+         : bits < 0      ? (legacy && head_size == 128 && !scaled_scores && plain_causal
+                                ? GA_PW_SCHED_EARLY_WAIT
+                                : 0)
          : scaled_scores ? bits & ~GA_PW_SCHED_VOTE_MAX
                          : bits;
 }
