@@ -10,7 +10,6 @@
 
 #include "graphattn/capture.hpp"
 #include "graphattn/error.hpp"
-#include "runtime/branch.hpp"
 #include "runtime/driver.hpp"
 #include "runtime/tensor_checks.hpp"
 
@@ -27,82 +26,7 @@ void upload_async(const DeviceBuffer& dst, const std::vector<T>& src, size_t cou
   GA_CU_CHECK(driver().cuMemcpyHtoDAsync(dst.ptr(), src.data(), count * sizeof(T), s));
 }
 
-using Mixed = AttentionLayerStack::MixedBranches;
-constexpr Mixed kMixedModes[] = {Mixed::kSerial,          Mixed::kSerialPrefillFirst,
-                                 Mixed::kDecodeFirst,     Mixed::kPrefillFirst,
-                                 Mixed::kDecodeFirstHigh, Mixed::kPrefillFirstHigh};
-
-// kDefault: GRAPHATTN_MIXED_BRANCHES (a mode's name), else kPrefillFirst (the fastest mixed
-// step measured, capture.hpp).
-Mixed resolve_mixed_branches(Mixed m) {
-  if (m != Mixed::kDefault) return m;
-  const char* v = std::getenv("GRAPHATTN_MIXED_BRANCHES");
-  if (!v || !*v) return Mixed::kPrefillFirst;
-  std::string allowed;
-  for (Mixed k : kMixedModes) {
-    if (std::strcmp(v, AttentionLayerStack::mixed_branches_name(k)) == 0) return k;
-    allowed +=
-        std::string(allowed.empty() ? "" : ", ") + AttentionLayerStack::mixed_branches_name(k);
-  }
-  throw Error("GRAPHATTN_MIXED_BRANCHES=\"" + std::string(v) +
-              "\" is not a mode; allowed: " + allowed);
-}
-
 }  // namespace
-
-const char* AttentionLayerStack::mixed_branches_name(MixedBranches mode) {
-  switch (mode) {
-    case MixedBranches::kDefault:
-      return "default";
-    case MixedBranches::kSerial:
-      return "off";
-    case MixedBranches::kSerialPrefillFirst:
-      return "serial-prefill-first";
-    case MixedBranches::kDecodeFirst:
-      return "decode-first";
-    case MixedBranches::kPrefillFirst:
-      return "prefill-first";
-    case MixedBranches::kDecodeFirstHigh:
-      return "decode-first-high";
-    case MixedBranches::kPrefillFirstHigh:
-      return "prefill-first-high";
-  }
-  return "?";
-}
-
-// The prefill branch of a mixed step: its stream, the fork event forward() records after the
-// cache write, and the join event the step waits for before the next layer.
-struct AttentionLayerStack::Branch {
-  detail::PrefillBranch prefill;
-  CUevent join = nullptr;
-  // own_stream false: no stream or events, only the order (kSerialPrefillFirst).
-  Branch(bool own_stream, bool prefill_first, bool high_priority) {
-    const auto& d = driver();
-    prefill.prefill_first = prefill_first;
-    if (!own_stream) return;
-    int least = 0, greatest = 0;
-    if (high_priority) GA_CU_CHECK(d.cuCtxGetStreamPriorityRange(&least, &greatest));
-    GA_CU_CHECK(d.cuStreamCreateWithPriority(&prefill.stream, CU_STREAM_NON_BLOCKING,
-                                             high_priority ? greatest : 0));
-    // Ordering only: no timing, no blocking sync.
-    if (d.cuEventCreate(&prefill.fork, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS ||
-        d.cuEventCreate(&join, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) {
-      release();
-      throw Error("AttentionLayerStack: could not create the mixed branch's events");
-    }
-  }
-  ~Branch() { release(); }
-  Branch(const Branch&) = delete;
-  Branch& operator=(const Branch&) = delete;
-  void release() {
-    const auto& d = driver();
-    if (join) d.cuEventDestroy(join);
-    if (prefill.fork) d.cuEventDestroy(prefill.fork);
-    if (prefill.stream) d.cuStreamDestroy(prefill.stream);
-    join = prefill.fork = nullptr;
-    prefill.stream = nullptr;
-  }
-};
 
 AttentionLayerStack::~AttentionLayerStack() = default;
 AttentionLayerStack::AttentionLayerStack(AttentionLayerStack&&) noexcept = default;
@@ -162,6 +86,7 @@ AttentionLayerStack::AttentionLayerStack(Options options) : options_(std::move(o
           backends_[b]->config() == candidate->config())
         found = static_cast<int>(b);
     if (found < 0) {
+      candidate->set_mixed_branches(o.mixed_branches);
       backends_.push_back(std::move(candidate));
       found = static_cast<int>(backends_.size()) - 1;
     }
@@ -220,13 +145,6 @@ void AttentionLayerStack::prepare(KernelCache& cache) {
     ws = std::max(ws, b->workspace_bytes());
   }
   if (workspace_.bytes() < ws) workspace_ = DeviceBuffer(ws);
-  const Mixed m = options_.mixed_branches;
-  if (m != Mixed::kSerial && !branch_)
-    branch_ =
-        std::make_unique<Branch>(m != Mixed::kSerialPrefillFirst,
-                                 m == Mixed::kSerialPrefillFirst || m == Mixed::kPrefillFirst ||
-                                     m == Mixed::kPrefillFirstHigh,
-                                 m == Mixed::kDecodeFirstHigh || m == Mixed::kPrefillFirstHigh);
 }
 
 void AttentionLayerStack::check_batch(const CommonAttentionMetadata& m, int padded) const {
@@ -410,21 +328,11 @@ void AttentionLayerStack::run_layers(CUstream stream, int num_tokens, const Coun
     const bool owner = kv_owner_[l] == l;
     const bool cross = options_.layers[l].attn_type == AttentionType::kEncoderDecoder;
     const bool writes = owner && !cross;
-    // A mixed step with branches: the prefill forks after the write and joins before the next
-    // layer (every kernel of layer l + 1 waits for both of layer l's).
-    detail::PrefillBranch* const branch = device_split && branch_ ? &branch_->prefill : nullptr;
-    if (branch) branch->forked = false;
-    {
-      detail::PrefillBranchScope scope(branch);
-      backends_[backend_of_layer_[l]]->forward(
-          q, writes ? kk : TensorView{}, writes ? v : TensorView{}, kv_[l], out,
-          cross ? cross_md : md, workspace_.data(), workspace_.bytes(), stream);
-    }
-    if (branch && branch->forked) {
-      const auto& d = driver();
-      GA_CU_CHECK(d.cuEventRecord(branch_->join, branch->stream));
-      GA_CU_CHECK(d.cuStreamWaitEvent(stream, branch_->join, 0));
-    }
+    // A mixed step: the backend's forward() forks the prefill after the write and joins it
+    // before returning (MixedBranches), so every kernel of layer l + 1 waits for both of l's.
+    backends_[backend_of_layer_[l]]->forward(
+        q, writes ? kk : TensorView{}, writes ? v : TensorView{}, kv_[l], out,
+        cross ? cross_md : md, workspace_.data(), workspace_.bytes(), stream);
   }
 }
 

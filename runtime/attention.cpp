@@ -5,8 +5,10 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/env_flag.hpp"
@@ -14,7 +16,6 @@
 #include "graphattn/backend.hpp"
 #include "graphattn/error.hpp"
 #include "graphattn/runtime.hpp"
-#include "runtime/branch.hpp"
 #include "runtime/decode.hpp"
 #include "runtime/driver.hpp"
 #include "runtime/module_cache.hpp"
@@ -23,17 +24,6 @@
 #include "templates/params.h"
 
 namespace graphattn {
-
-namespace detail {
-namespace {
-thread_local PrefillBranch* prefill_branch = nullptr;
-}  // namespace
-PrefillBranch* current_prefill_branch() { return prefill_branch; }
-PrefillBranchScope::PrefillBranchScope(PrefillBranch* b) : previous_(prefill_branch) {
-  prefill_branch = b;
-}
-PrefillBranchScope::~PrefillBranchScope() { prefill_branch = previous_; }
-}  // namespace detail
 
 namespace {
 
@@ -163,8 +153,129 @@ struct AttentionBackend::ClearedWorkspaces {
   std::vector<const void*> addresses;
 };
 
+namespace {
+constexpr MixedBranches kMixedModes[] = {
+    MixedBranches::kSerial,          MixedBranches::kSerialPrefillFirst,
+    MixedBranches::kDecodeFirst,     MixedBranches::kPrefillFirst,
+    MixedBranches::kDecodeFirstHigh, MixedBranches::kPrefillFirstHigh};
+}  // namespace
+
+const char* mixed_branches_name(MixedBranches mode) {
+  switch (mode) {
+    case MixedBranches::kDefault:
+      return "default";
+    case MixedBranches::kSerial:
+      return "off";
+    case MixedBranches::kSerialPrefillFirst:
+      return "serial-prefill-first";
+    case MixedBranches::kDecodeFirst:
+      return "decode-first";
+    case MixedBranches::kPrefillFirst:
+      return "prefill-first";
+    case MixedBranches::kDecodeFirstHigh:
+      return "decode-first-high";
+    case MixedBranches::kPrefillFirstHigh:
+      return "prefill-first-high";
+  }
+  return "?";
+}
+
+MixedBranches resolve_mixed_branches(MixedBranches m) {
+  if (m != MixedBranches::kDefault) return m;
+  const char* v = std::getenv("GRAPHATTN_MIXED_BRANCHES");
+  if (!v || !*v) return MixedBranches::kPrefillFirst;
+  std::string allowed;
+  for (MixedBranches k : kMixedModes) {
+    if (std::strcmp(v, mixed_branches_name(k)) == 0) return k;
+    allowed += std::string(allowed.empty() ? "" : ", ") + mixed_branches_name(k);
+  }
+  throw Error("GRAPHATTN_MIXED_BRANCHES=\"" + std::string(v) +
+              "\" is not a mode; allowed: " + allowed);
+}
+
+// The mixed-batch mode and, per caller stream key, the prefill's stream and the fork and join
+// events. One mutex over each forward()'s fork, launches and join: a stream's record/wait pair
+// must not interleave with another thread's use of the same events, and a side stream serves
+// one caller stream only (while that stream is being captured the side stream belongs to its
+// capture until the capture ends, so no other caller stream may fork onto it).
+struct AttentionBackend::MixedStreams {
+  struct Side {
+    CUcontext context = nullptr;
+    CUstream origin = nullptr;
+    std::thread::id thread;  // CU_STREAM_PER_THREAD only: the caller's thread
+    CUstream stream = nullptr;
+    CUevent fork = nullptr, join = nullptr;
+  };
+  explicit MixedStreams(MixedBranches m) : mode(resolve_mixed_branches(m)) {}
+  ~MixedStreams() {
+    if (sides.empty()) return;
+    const auto& d = detail::driver();
+    for (Side& s : sides) {  // best effort: the context may be gone at exit
+      if (s.join) d.cuEventDestroy(s.join);
+      if (s.fork) d.cuEventDestroy(s.fork);
+      if (s.stream) d.cuStreamDestroy(s.stream);
+    }
+  }
+  MixedStreams(const MixedStreams&) = delete;
+  MixedStreams& operator=(const MixedStreams&) = delete;
+
+  // The side stream for `origin` in `context` (made there on first use); call with mu held.
+  Side& side(CUcontext context, CUstream origin) {
+    const std::thread::id t =
+        origin == CU_STREAM_PER_THREAD ? std::this_thread::get_id() : std::thread::id();
+    for (Side& s : sides)
+      if (s.context == context && s.origin == origin && s.thread == t) return s;
+    const auto& d = detail::driver();
+    CUcontext current = nullptr;
+    GA_CU_CHECK(d.cuCtxGetCurrent(&current));
+    if (current != context) GA_CU_CHECK(d.cuCtxSetCurrent(context));
+    Side s;
+    s.context = context;
+    s.origin = origin;
+    s.thread = t;
+    const bool high =
+        mode == MixedBranches::kDecodeFirstHigh || mode == MixedBranches::kPrefillFirstHigh;
+    int least = 0, greatest = 0;
+    CUresult r = high ? d.cuCtxGetStreamPriorityRange(&least, &greatest) : CUDA_SUCCESS;
+    const char* what = "cuCtxGetStreamPriorityRange";
+    if (r == CUDA_SUCCESS) {
+      r = d.cuStreamCreateWithPriority(&s.stream, CU_STREAM_NON_BLOCKING, high ? greatest : 0);
+      what = "cuStreamCreateWithPriority";
+    }
+    if (r == CUDA_SUCCESS) {  // ordering only: no timing, no blocking sync
+      r = d.cuEventCreate(&s.fork, CU_EVENT_DISABLE_TIMING);
+      what = "cuEventCreate";
+    }
+    if (r == CUDA_SUCCESS) r = d.cuEventCreate(&s.join, CU_EVENT_DISABLE_TIMING);
+    if (current != context) d.cuCtxSetCurrent(current);
+    if (r != CUDA_SUCCESS) {
+      if (s.fork) d.cuEventDestroy(s.fork);
+      if (s.stream) d.cuStreamDestroy(s.stream);
+      const char* name = nullptr;
+      if (d.cuGetErrorName(r, &name) != CUDA_SUCCESS || !name) name = "?";
+      throw Error(std::string("forward: could not make the mixed batch's prefill stream and "
+                              "events (GRAPHATTN_MIXED_BRANCHES=") +
+                  mixed_branches_name(mode) + "): " + what + " returned " + name +
+                  "; GRAPHATTN_MIXED_BRANCHES=off launches both kernels on forward()'s stream");
+    }
+    sides.push_back(s);
+    return sides.back();
+  }
+
+  MixedBranches mode;
+  std::mutex mu;
+  std::vector<Side> sides;  // few: one per caller stream
+};
+
+void AttentionBackend::set_mixed_branches(MixedBranches mode) {
+  mixed_ = std::make_shared<MixedStreams>(mode);
+}
+MixedBranches AttentionBackend::mixed_branches() const { return mixed_->mode; }
+
 AttentionBackend::AttentionBackend(const AttentionLayerConfig& config)
-    : config_(config), cleared_(std::make_shared<ClearedWorkspaces>()) {
+    : config_(config),
+      cleared_(std::make_shared<ClearedWorkspaces>()),
+      mixed_(std::make_shared<MixedStreams>(MixedBranches::kDefault)) {
   const std::string problem = attention_config_problem(config_);
   if (!problem.empty()) throw Error("attention layer configuration: " + problem);
   if (config_.arch == 0) {
@@ -518,19 +629,51 @@ void AttentionBackend::forward(const TensorView& query, const TensorView& key,
   if (decode && d.max_splits > 1 && !d.cluster)
     clear_split_counters_once(cleared_->mu, cleared_->addresses, workspace,
                               detail::layer_workspace(c).counters, stream);
-  // AttentionLayerStack's mixed branches (runtime/branch.hpp): the prefill on its own stream,
-  // forked after the write; the two kernels read the cache only and write disjoint rows.
-  // A branch without a stream only puts the prefill first on forward()'s stream.
-  detail::PrefillBranch* const branch = detail::current_prefill_branch();
-  if (branch && decode && prefill) {
+  // A mixed batch (MixedBranches): the decode and the prefill follow the write, read the cache
+  // only and write disjoint rows. Branch modes fork after the write and join before returning.
+  const MixedBranches mode = mixed_->mode;
+  if (decode && prefill && mode != MixedBranches::kSerial) {
+    const detail::LoadedKernel& dk = *loaded_->kernels[kDecodeIdx];
+    const detail::LoadedKernel& pk = *loaded_->kernels[kPrefillIdx];
+    if (mode == MixedBranches::kSerialPrefillFirst) {
+      detail::enqueue_prefill(pk, pf, stream);
+      detail::enqueue_decode(dk, d, stream);
+      return;
+    }
+    const bool prefill_first =
+        mode == MixedBranches::kPrefillFirst || mode == MixedBranches::kPrefillFirstHigh;
     const auto& drv = detail::driver();
-    if (branch->stream) GA_CU_CHECK(drv.cuEventRecord(branch->fork, stream));
-    if (!branch->prefill_first) detail::enqueue_decode(*loaded_->kernels[kDecodeIdx], d, stream);
-    if (branch->stream) GA_CU_CHECK(drv.cuStreamWaitEvent(branch->stream, branch->fork, 0));
-    detail::enqueue_prefill(*loaded_->kernels[kPrefillIdx], pf,
-                            branch->stream ? branch->stream : stream);
-    branch->forked = branch->stream != nullptr;
-    if (branch->prefill_first) detail::enqueue_decode(*loaded_->kernels[kDecodeIdx], d, stream);
+    std::lock_guard<std::mutex> lock(mixed_->mu);
+    MixedStreams::Side& side = mixed_->side(loaded_->context, stream);
+    GA_CU_CHECK(drv.cuEventRecord(side.fork, stream));
+    GA_CU_CHECK(drv.cuStreamWaitEvent(side.stream, side.fork, 0));
+    // From here the side stream is forked: join it even when a launch throws, so that the
+    // caller's stream (and a capture on it) stays ordered after everything that was launched.
+    struct Join {
+      const detail::DriverApi& drv;
+      MixedStreams::Side& side;
+      CUstream stream;
+      bool done = false;
+      void operator()() {
+        done = true;
+        GA_CU_CHECK(drv.cuEventRecord(side.join, side.stream));
+        GA_CU_CHECK(drv.cuStreamWaitEvent(stream, side.join, 0));
+      }
+      ~Join() {
+        if (!done) {
+          drv.cuEventRecord(side.join, side.stream);
+          drv.cuStreamWaitEvent(stream, side.join, 0);
+        }
+      }
+    } join{drv, side, stream};
+    if (prefill_first) {
+      detail::enqueue_prefill(pk, pf, side.stream);
+      detail::enqueue_decode(dk, d, stream);
+    } else {
+      detail::enqueue_decode(dk, d, stream);
+      detail::enqueue_prefill(pk, pf, side.stream);
+    }
+    join();
     return;
   }
   if (decode) detail::enqueue_decode(*loaded_->kernels[kDecodeIdx], d, stream);

@@ -292,6 +292,35 @@ GRAPHATTN_API DecodeKernel select_decode_kernel(const AttentionLayerConfig& conf
 // allowed set.
 GRAPHATTN_API std::string attention_config_problem(const AttentionLayerConfig& config);
 
+// How forward() runs a batch that has both decodes and prefills (a mixed batch, host or device
+// split). Both kernels follow the layer's cache write, read the cache only, read disjoint query
+// rows and write disjoint output rows, so they may run side by side: a branch mode records an
+// event on forward()'s stream after the write, runs the prefill on a stream of the backend's
+// own (non-blocking, made at the first mixed forward() from each caller stream) after waiting
+// for it, the decode on forward()'s stream, and makes forward()'s stream wait for the prefill
+// before forward() returns. Everything a forward() launched is thus ordered on the caller's
+// stream, eagerly and under stream capture (there: two graph branches, joined before the
+// stream's next work). The outputs are bit-identical to kSerial's. The 32-layer llama-3-8b
+// mixed step (56 decodes at 2048 + a 512-token chunk over 2048) on an H100: kSerial 6681 us in
+// a graph, kPrefillFirst 6473 (3.1% less), kDecodeFirst 6488, the high-priority modes 6623-6646
+// (docs/mixed-step-h100-2026-11-27-s9.txt, docs/mixed-forward-branches-h100-2026-11-27-s9.txt).
+enum class MixedBranches {
+  kDefault,             // GRAPHATTN_MIXED_BRANCHES (off, serial-prefill-first, decode-first,
+                        // prefill-first, decode-first-high, prefill-first-high) if set,
+                        // else kPrefillFirst
+  kSerial,              // one stream: cache write, decode, prefill
+  kSerialPrefillFirst,  // one stream: cache write, prefill, decode
+  kDecodeFirst,         // two branches, the decode launched (and captured) first
+  kPrefillFirst,        // two branches, the prefill launched (and captured) first
+  kDecodeFirstHigh,     // kDecodeFirst with the prefill's stream at the greatest priority
+  kPrefillFirstHigh,    // kPrefillFirst with the prefill's stream at the greatest priority
+};
+// The mode's name as GRAPHATTN_MIXED_BRANCHES spells it ("default" for kDefault).
+GRAPHATTN_API const char* mixed_branches_name(MixedBranches mode);
+// kDefault: GRAPHATTN_MIXED_BRANCHES, else kPrefillFirst; any other mode unchanged. Throws
+// Error naming a value that is not a mode's name, with the allowed names.
+GRAPHATTN_API MixedBranches resolve_mixed_branches(MixedBranches mode);
+
 // The attention of one layer (or of every layer sharing a configuration): cache write, then
 // split-KV decode for the decodes and prefill for the rest.
 //
@@ -300,8 +329,10 @@ GRAPHATTN_API std::string attention_config_problem(const AttentionLayerConfig& c
 //   DeviceBuffer ws(attn.workspace_bytes()); // once, shared by every layer run in sequence
 //   attn.forward(q, k, v, kv_cache, out, metadata, ws.data(), ws.bytes(), stream);
 //
-// After prepare(), forward() compiles, loads, allocates and synchronizes nothing, so it can be
-// captured in a CUDA graph; one graph per batch size serves every context length.
+// After prepare(), forward() compiles, loads, allocates and synchronizes nothing (a branch
+// mode's mixed batch makes one stream and two events at the first such call from a caller
+// stream: MixedBranches), so it can be captured in a CUDA graph; one graph per batch size
+// serves every context length.
 //
 // Threads: prepare() of different backend objects may run on several threads at once, sharing
 // one KernelCache (each kernel is compiled once and loaded once per context); each thread needs
@@ -378,6 +409,14 @@ class GRAPHATTN_API AttentionBackend {
                const AttentionMetadata& metadata, void* workspace, size_t workspace_size,
                CUstream stream, const TensorView& softmax_lse = TensorView()) const;
 
+  // How forward() launches a mixed batch's decode and prefill (MixedBranches above; kDefault is
+  // resolved at construction and here). Not while forward() runs on another thread; copies
+  // made before keep their mode. The prefill's streams and events are made at the first mixed
+  // forward() from each caller stream (in the backend's context), per stream key: the context,
+  // the stream and, for CU_STREAM_PER_THREAD, the thread. Their creation failing throws Error.
+  void set_mixed_branches(MixedBranches mode);
+  MixedBranches mixed_branches() const;
+
  private:
   bool encoder_only() const { return config_.attn_type == AttentionType::kEncoderOnly; }
   // forward() of an encoder-only layer: the dense prefill over every request.
@@ -397,6 +436,10 @@ class GRAPHATTN_API AttentionBackend {
   // launch), so that an engine's workspace need not be zero-filled. Shared by copies.
   struct ClearedWorkspaces;
   std::shared_ptr<ClearedWorkspaces> cleared_;
+  // The mixed-batch mode and the prefill branch's streams and events (runtime/attention.cpp);
+  // a mutex makes each forward()'s fork, launches and join one section.
+  struct MixedStreams;
+  std::shared_ptr<MixedStreams> mixed_;
   // Checked mode: the device record (a GaBoundsReport), allocated by prepare().
   std::shared_ptr<DeviceBuffer> bounds_;
 };

@@ -113,29 +113,15 @@ class GRAPHATTN_API GraphRunner {
 // decode step and are refused.
 class GRAPHATTN_API AttentionLayerStack {
  public:
-  // How step_mixed runs one layer's decode and prefill kernels. Both follow the layer's cache
-  // write and read disjoint query rows, write disjoint output rows and read the cache only, so
-  // they may run side by side: with a branch mode the step forks after the cache write (the
-  // prefill on a stream of the stack's own, captured as a second graph branch), and joins
-  // before the next layer, whose kernels wait for both (in an engine the next layer's
-  // attention needs this layer's whole output). The outputs are bit-identical to kSerial's.
-  // The 32-layer llama-3-8b mixed step (56 decodes at 2048 + a 512-token chunk over 2048) on
-  // an H100: kSerial 6681 us in a graph, kPrefillFirst 6473 (3.1% less; the host split's eager
-  // step 6694), kDecodeFirst 6488, the high-priority modes 6623-6646
-  // (docs/mixed-step-h100-2026-11-27-s9.txt).
-  enum class MixedBranches {
-    kDefault,             // GRAPHATTN_MIXED_BRANCHES (off, serial-prefill-first, decode-first,
-                          // prefill-first, decode-first-high, prefill-first-high) if set,
-                          // else kPrefillFirst
-    kSerial,              // one stream: cache write, decode, prefill
-    kSerialPrefillFirst,  // one stream: cache write, prefill, decode
-    kDecodeFirst,         // two branches, the decode launched (and captured) first
-    kPrefillFirst,        // two branches, the prefill launched (and captured) first
-    kDecodeFirstHigh,     // kDecodeFirst with the prefill's stream at the greatest priority
-    kPrefillFirstHigh,    // kPrefillFirst with the prefill's stream at the greatest priority
-  };
+  // How step_mixed (and every step with a mixed batch) runs one layer's decode and prefill:
+  // the stack sets it on each of its backends (AttentionBackend::set_mixed_branches; the enum
+  // and its measurements are in backend.hpp), whose forward() forks after the cache write and
+  // joins before returning, so every kernel of layer l + 1 waits for both of layer l's.
+  using MixedBranches = graphattn::MixedBranches;
   // The mode's name as GRAPHATTN_MIXED_BRANCHES spells it.
-  static const char* mixed_branches_name(MixedBranches mode);
+  static const char* mixed_branches_name(MixedBranches mode) {
+    return graphattn::mixed_branches_name(mode);
+  }
 
   struct Options {
     std::vector<AttentionLayerConfig> layers;  // one per layer (windows may alternate)
@@ -147,9 +133,10 @@ class GRAPHATTN_API AttentionLayerStack {
     // cache this layer reads. A sharing layer writes no keys or values and has no cache of its
     // own; set_kv_cache() of its target moves it too.
     std::vector<int> kv_sharing_target;
-    // step_mixed's decode/prefill launch layout (kDefault resolved at construction; a branch
-    // mode makes one stream and two events at prepare()). A graph of a high-priority mode keeps
-    // its priority only with GraphRunner::Options::use_node_priority.
+    // The mixed-batch decode/prefill launch layout of every layer (kDefault resolved at
+    // construction; a branch mode's backends make their prefill stream and two events at their
+    // first mixed forward() from a stream). A graph of a high-priority mode keeps its priority
+    // only with GraphRunner::Options::use_node_priority.
     MixedBranches mixed_branches = MixedBranches::kDefault;
   };
   explicit AttentionLayerStack(Options options);
@@ -226,9 +213,6 @@ class GRAPHATTN_API AttentionLayerStack {
   std::vector<int32_t> staged_ints_;
   Counts counts_;
   int counts_tokens_ = 0;  // the padded token count counts_ were set for
-  // The mixed branch's stream and its fork/join events (prepare() makes them for a branch mode).
-  struct Branch;
-  std::unique_ptr<Branch> branch_;
 };
 
 }  // namespace graphattn

@@ -128,6 +128,67 @@ TEST_CASE("gpu concurrency: two threads run forward() on two streams, each with 
   CHECK(mismatches.load() == 0);
 }
 
+// A mixed batch (host split: the first half decodes, the rest one-token prefills) on one
+// backend from two threads, each on its own stream with its own workspace: forward() forks the
+// prefill onto a stream of the backend's own per caller stream and joins it before returning,
+// so each thread's output, after synchronizing only its stream, equals the serial launches'
+// bytes; eagerly, and with both threads capturing their streams into graphs at the same time
+// (each caller stream's side stream joins only its own capture).
+TEST_CASE("gpu concurrency: two threads run mixed forward() of one backend, prefill branches") {
+  GA_REQUIRE_GPU();
+  TempKernelCache cache;
+  const auto& d = detail::driver();
+  constexpr int kLen = 8192, kN = 4, kDecodes = 2;
+  AttentionBackend attn = split_backend(cache, kLen, kDecodes);
+  attn.set_mixed_branches(MixedBranches::kPrefillFirst);
+  AttentionBackend serial = attn;  // a copy: the same kernels, its own mode
+  serial.set_mixed_branches(MixedBranches::kSerial);
+  CHECK(attn.mixed_branches() == MixedBranches::kPrefillFirst);
+  CHECK(serial.mixed_branches() == MixedBranches::kSerial);
+  Batch batches[2] = {Batch(kN, 1, kLen, KvDType::kAuto, 33),
+                      Batch(kN, 1, kLen, KvDType::kAuto, 44)};
+  DeviceBuffer workspaces[2] = {DeviceBuffer(attn.workspace_bytes()),
+                                DeviceBuffer(attn.workspace_bytes())};
+  Stream streams[2];
+  settle();
+  std::vector<unsigned char> alone[2];
+  for (int i = 0; i < 2; ++i)
+    alone[i] = step_alone(serial, batches[i], kDecodes, workspaces[i], streams[i]);
+  REQUIRE(alone[0] != alone[1]);
+  for (int i = 0; i < 2; ++i) {
+    size_t nan_bytes = 0;  // the poison is 0xff bytes: none may survive
+    for (size_t j = 0; j + 1 < alone[i].size(); j += 2)
+      nan_bytes += alone[i][j] == 0xff && alone[i][j + 1] == 0xff;
+    CHECK(nan_bytes == 0);
+  }
+  std::atomic<int> mismatches{0}, graph_mismatches{0};
+  run_together(2, [&](int t) {
+    for (int rep = 0; rep < 30; ++rep)
+      if (step_alone(attn, batches[t], kDecodes, workspaces[t], streams[t]) != alone[t])
+        ++mismatches;
+    // Both threads capture at once: poison, mixed forward(), into one graph per thread.
+    Batch& b = batches[t];
+    CUstream s = streams[t];
+    GA_CU_CHECK(d.cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+    GA_CU_CHECK(d.cuMemsetD8Async(b.out.ptr(), 0xff, b.out.bytes(), s));
+    attn.forward(b.query(), b.keys(), b.values(), b.cache_view(), b.output(), b.metadata(kDecodes),
+                 workspaces[t].data(), workspaces[t].bytes(), s);
+    CUgraph graph = nullptr;
+    GA_CU_CHECK(d.cuStreamEndCapture(s, &graph));
+    CUgraphExec exec = nullptr;
+    GA_CU_CHECK(d.cuGraphInstantiate(&exec, graph, 0));
+    for (int rep = 0; rep < 10; ++rep) {
+      GA_CU_CHECK(d.cuGraphLaunch(exec, s));
+      GA_CU_CHECK(d.cuStreamSynchronize(s));
+      if (b.output_bytes() != alone[t]) ++graph_mismatches;
+    }
+    GA_CU_CHECK(d.cuGraphExecDestroy(exec));
+    GA_CU_CHECK(d.cuGraphDestroy(graph));
+  });
+  CHECK(mismatches.load() == 0);
+  CHECK(graph_mismatches.load() == 0);
+}
+
 TEST_CASE("gpu workspace: a workspace that was never zero-filled gives the same output") {
   GA_REQUIRE_GPU();
   TempKernelCache cache;

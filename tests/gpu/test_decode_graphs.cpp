@@ -513,6 +513,68 @@ TEST_CASE("gpu decode graphs: mixed steps with decode and prefill on two branche
     }
 }
 
+// forward() itself forks a mixed batch's prefill onto the backend's own stream and joins it
+// before returning: a host-split batch (AttentionLayerStack::step, eager) and a device-split one
+// captured into a graph on a stream forward() had never seen (the prefill's stream and events
+// are then made during the capture) give the serial launches' bytes; only `stream` is
+// synchronized, so a missing join would leave the prefill's rows unordered with the download.
+TEST_CASE("gpu decode graphs: forward() forks and joins a mixed batch's prefill (host split too)") {
+  GA_REQUIRE_GPU();
+  test::TempKernelCache cache;
+  auto rng = test::make_rng();
+  const auto& d = detail::driver();
+  using Mixed = AttentionLayerStack::MixedBranches;
+  for (Mixed mode : {Mixed::kPrefillFirst, Mixed::kDecodeFirst}) {
+    INFO("GRAPHATTN_MIXED_BRANCHES=" << AttentionLayerStack::mixed_branches_name(mode));
+    AttentionLayerStack::Options o = stack_options(256, nullptr, nullptr);
+    o.mixed_branches = Mixed::kSerial;
+    AttentionLayerStack serial(o);
+    o.mixed_branches = mode;
+    AttentionLayerStack eager_stack(o), graph_stack(o);
+    for (AttentionLayerStack* s : {&serial, &eager_stack, &graph_stack}) s->prepare(cache);
+    const std::vector<unsigned char> init =
+        fill_kv_caches(rng, {&serial, &eager_stack, &graph_stack});
+    Stream stream, capture_stream;
+    GraphRunner::Options go;
+    go.capture_sizes = {kMaxTokens};
+    GraphRunner runner(
+        go, [&](CUstream s, int n) { graph_stack.step_mixed(s, n); },
+        [&] { return graph_stack.fingerprint(); });
+    runner.capture_all(capture_stream);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    const int steps = test::reduced() ? 3 : 8;
+    for (int step = 0; step < steps; ++step) {
+      const int decodes = 1 + static_cast<int>(rng() % ((kMaxTokens - 2 * 41) / 2));
+      const auto m = random_batch(rng, true, decodes);
+      const int n = m.num_actual_tokens;
+      std::vector<uint16_t> q(static_cast<size_t>(n) * kHeads * kHead),
+          kv(static_cast<size_t>(n) * kKvHeads * kHead), vv(kv.size());
+      for (auto* v : {&q, &kv, &vv})
+        for (auto& x : *v) x = test::float_to_bf16(normal(rng));
+      // Host split, eager: every layer's forward() forks and joins on `stream`.
+      serial.set_batch(m, n, stream, &q, &kv, &vv);
+      eager_stack.set_batch(m, n, stream, &q, &kv, &vv);
+      serial.step(stream, n);
+      eager_stack.step(stream, n);
+      // Device split, the graph captured on another stream, replayed on `stream`.
+      const int padded = runner.padded_size(n);
+      graph_stack.set_mixed_batch(m, padded, stream, &q, &kv, &vv);
+      CHECK(runner.run(stream, n) == padded);
+      GA_CU_CHECK(d.cuStreamSynchronize(stream));
+      const size_t bytes = static_cast<size_t>(n) * kHeads * kHead * 2;
+      for (int l = 0; l < kLayers; ++l) {
+        INFO("step " << step << " layer " << l << " tokens " << n << " requests " << m.num_reqs);
+        const auto want = download(serial.output(l), bytes);
+        REQUIRE(download(eager_stack.output(l), bytes) == want);
+        REQUIRE(download(graph_stack.output(l), bytes) == want);
+      }
+    }
+    CHECK(runner.stats().replays == static_cast<uint64_t>(steps));
+    check_caches_agree(eager_stack, serial, init);
+    check_caches_agree(graph_stack, serial, init);
+  }
+}
+
 TEST_CASE("gpu decode graphs: GRAPHATTN_MIXED_BRANCHES picks the default mixed layout") {
   GA_REQUIRE_GPU();
   using Mixed = AttentionLayerStack::MixedBranches;
