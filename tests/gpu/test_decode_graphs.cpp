@@ -459,8 +459,9 @@ TEST_CASE("gpu decode graphs: mixed steps with decode and prefill on two branche
   for (Mixed mode : {Mixed::kSerialPrefillFirst, Mixed::kDecodeFirst, Mixed::kPrefillFirst,
                      Mixed::kDecodeFirstHigh, Mixed::kPrefillFirstHigh})
     for (int kQ : {1, 4}) {
-      INFO("GRAPHATTN_MIXED_BRANCHES=" << AttentionLayerStack::mixed_branches_name(mode)
-                                       << ", decode_query_len " << kQ);
+      INFO("GRAPHATTN_MIXED_BRANCHES="
+           << std::string(AttentionLayerStack::mixed_branches_name(mode)) << ", decode_query_len "
+           << kQ);
       AttentionLayerStack::Options o = stack_options(256, nullptr, nullptr);
       for (auto& c : o.layers) c.decode_query_len = kQ;
       o.mixed_branches = Mixed::kSerial;
@@ -516,8 +517,9 @@ TEST_CASE("gpu decode graphs: mixed steps with decode and prefill on two branche
 // forward() itself forks a mixed batch's prefill onto the backend's own stream and joins it
 // before returning: a host-split batch (AttentionLayerStack::step, eager) and a device-split one
 // captured into a graph on a stream forward() had never seen (the prefill's stream and events
-// are then made during the capture) give the serial launches' bytes; only `stream` is
-// synchronized, so a missing join would leave the prefill's rows unordered with the download.
+// are then made during the capture) give the serial launches' bytes (each split against its own
+// serial step); only `stream` is synchronized, so a missing join would leave the prefill's rows
+// unordered with the download.
 TEST_CASE("gpu decode graphs: forward() forks and joins a mixed batch's prefill (host split too)") {
   GA_REQUIRE_GPU();
   test::TempKernelCache cache;
@@ -525,7 +527,8 @@ TEST_CASE("gpu decode graphs: forward() forks and joins a mixed batch's prefill 
   const auto& d = detail::driver();
   using Mixed = AttentionLayerStack::MixedBranches;
   for (Mixed mode : {Mixed::kPrefillFirst, Mixed::kDecodeFirst}) {
-    INFO("GRAPHATTN_MIXED_BRANCHES=" << AttentionLayerStack::mixed_branches_name(mode));
+    const std::string name = AttentionLayerStack::mixed_branches_name(mode);
+    INFO("GRAPHATTN_MIXED_BRANCHES=" << name);
     AttentionLayerStack::Options o = stack_options(256, nullptr, nullptr);
     o.mixed_branches = Mixed::kSerial;
     AttentionLayerStack serial(o);
@@ -556,17 +559,26 @@ TEST_CASE("gpu decode graphs: forward() forks and joins a mixed batch's prefill 
       eager_stack.set_batch(m, n, stream, &q, &kv, &vv);
       serial.step(stream, n);
       eager_stack.step(stream, n);
-      // Device split, the graph captured on another stream, replayed on `stream`.
-      const int padded = runner.padded_size(n);
-      graph_stack.set_mixed_batch(m, padded, stream, &q, &kv, &vv);
-      CHECK(runner.run(stream, n) == padded);
       GA_CU_CHECK(d.cuStreamSynchronize(stream));
       const size_t bytes = static_cast<size_t>(n) * kHeads * kHead * 2;
       for (int l = 0; l < kLayers; ++l) {
-        INFO("step " << step << " layer " << l << " tokens " << n << " requests " << m.num_reqs);
-        const auto want = download(serial.output(l), bytes);
-        REQUIRE(download(eager_stack.output(l), bytes) == want);
-        REQUIRE(download(graph_stack.output(l), bytes) == want);
+        INFO("host split, step " << step << " layer " << l << " tokens " << n << " requests "
+                                 << m.num_reqs);
+        REQUIRE(download(eager_stack.output(l), bytes) == download(serial.output(l), bytes));
+      }
+      // Device split (its decode grid covers every request slot, so its splits and bytes are
+      // not the host split's): the graph captured on another stream, replayed on `stream`,
+      // against the serial stack's device-split step (which rewrites the same cache rows).
+      const int padded = runner.padded_size(n);
+      graph_stack.set_mixed_batch(m, padded, stream, &q, &kv, &vv);
+      serial.set_mixed_batch(m, padded, stream, &q, &kv, &vv);
+      CHECK(runner.run(stream, n) == padded);
+      serial.step_mixed(stream, padded);
+      GA_CU_CHECK(d.cuStreamSynchronize(stream));
+      for (int l = 0; l < kLayers; ++l) {
+        INFO("device split, step " << step << " layer " << l << " tokens " << n << " requests "
+                                   << m.num_reqs);
+        REQUIRE(download(graph_stack.output(l), bytes) == download(serial.output(l), bytes));
       }
     }
     CHECK(runner.stats().replays == static_cast<uint64_t>(steps));
