@@ -63,6 +63,31 @@ std::vector<unsigned char> step_alone(const AttentionBackend& attn, Batch& b, in
   return b.output_bytes();
 }
 
+// Two batches of n requests at len tokens (seeds a and b), a workspace and a stream each.
+struct TwoStreams {
+  Batch batches[2];
+  DeviceBuffer workspaces[2];
+  Stream streams[2];
+  TwoStreams(const AttentionBackend& attn, int n, int len, uint64_t a, uint64_t b)
+      : batches{Batch(n, 1, len, KvDType::kAuto, a), Batch(n, 1, len, KvDType::kAuto, b)},
+        workspaces{DeviceBuffer(attn.workspace_bytes()), DeviceBuffer(attn.workspace_bytes())} {
+    settle();
+  }
+  // Each batch's step (the first `decodes` requests decodes) by `attn`, run alone: the output
+  // bytes, checked to differ between the batches and to hold none of the poison (0xff pairs).
+  void run_alone(const AttentionBackend& attn, int decodes, std::vector<unsigned char> (&out)[2]) {
+    for (int i = 0; i < 2; ++i)
+      out[i] = step_alone(attn, batches[i], decodes, workspaces[i], streams[i]);
+    REQUIRE(out[0] != out[1]);
+    for (int i = 0; i < 2; ++i) {
+      size_t nan_bytes = 0;
+      for (size_t j = 0; j + 1 < out[i].size(); j += 2)
+        nan_bytes += out[i][j] == 0xff && out[i][j + 1] == 0xff;
+      CHECK(nan_bytes == 0);
+    }
+  }
+};
+
 // A prepared bf16 layer whose decode of n requests of len tokens splits (so that the split
 // counters and partials of a workspace are in play).
 AttentionBackend split_backend(KernelCache& cache, int len, int n) {
@@ -103,23 +128,13 @@ TEST_CASE("gpu concurrency: two threads run forward() on two streams, each with 
   TempKernelCache cache;
   constexpr int kLen = 8192, kN = 2;
   const AttentionBackend attn = split_backend(cache, kLen, kN);
-  Batch batches[2] = {Batch(kN, 1, kLen, KvDType::kAuto, 11),
-                      Batch(kN, 1, kLen, KvDType::kAuto, 22)};
-  DeviceBuffer workspaces[2] = {DeviceBuffer(attn.workspace_bytes()),
-                                DeviceBuffer(attn.workspace_bytes())};
-  Stream streams[2];
-  settle();
+  TwoStreams two(attn, kN, kLen, 11, 22);
+  Batch(&batches)[2] = two.batches;
+  DeviceBuffer(&workspaces)[2] = two.workspaces;
+  Stream(&streams)[2] = two.streams;
   // The step writes the same keys and values each time, so every run gives the same bytes.
   std::vector<unsigned char> alone[2];
-  for (int i = 0; i < 2; ++i)
-    alone[i] = step_alone(attn, batches[i], kN, workspaces[i], streams[i]);
-  REQUIRE(alone[0] != alone[1]);
-  for (int i = 0; i < 2; ++i) {
-    size_t nan_bytes = 0;  // the poison is 0xff bytes: none may survive
-    for (size_t j = 0; j + 1 < alone[i].size(); j += 2)
-      nan_bytes += alone[i][j] == 0xff && alone[i][j + 1] == 0xff;
-    CHECK(nan_bytes == 0);
-  }
+  two.run_alone(attn, kN, alone);
   std::atomic<int> mismatches{0};
   run_together(2, [&](int t) {
     for (int rep = 0; rep < 50; ++rep)
@@ -145,22 +160,12 @@ TEST_CASE("gpu concurrency: two threads run mixed forward() of one backend, pref
   serial.set_mixed_branches(MixedBranches::kSerial);
   CHECK(attn.mixed_branches() == MixedBranches::kPrefillFirst);
   CHECK(serial.mixed_branches() == MixedBranches::kSerial);
-  Batch batches[2] = {Batch(kN, 1, kLen, KvDType::kAuto, 33),
-                      Batch(kN, 1, kLen, KvDType::kAuto, 44)};
-  DeviceBuffer workspaces[2] = {DeviceBuffer(attn.workspace_bytes()),
-                                DeviceBuffer(attn.workspace_bytes())};
-  Stream streams[2];
-  settle();
+  TwoStreams two(attn, kN, kLen, 33, 44);
+  Batch(&batches)[2] = two.batches;
+  DeviceBuffer(&workspaces)[2] = two.workspaces;
+  Stream(&streams)[2] = two.streams;
   std::vector<unsigned char> alone[2];
-  for (int i = 0; i < 2; ++i)
-    alone[i] = step_alone(serial, batches[i], kDecodes, workspaces[i], streams[i]);
-  REQUIRE(alone[0] != alone[1]);
-  for (int i = 0; i < 2; ++i) {
-    size_t nan_bytes = 0;  // the poison is 0xff bytes: none may survive
-    for (size_t j = 0; j + 1 < alone[i].size(); j += 2)
-      nan_bytes += alone[i][j] == 0xff && alone[i][j + 1] == 0xff;
-    CHECK(nan_bytes == 0);
-  }
+  two.run_alone(serial, kDecodes, alone);
   std::atomic<int> mismatches{0}, graph_mismatches{0};
   run_together(2, [&](int t) {
     for (int rep = 0; rep < 30; ++rep)
