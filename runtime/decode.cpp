@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <string>
@@ -20,13 +19,6 @@ namespace graphattn::detail {
 namespace {
 
 size_t align_up(size_t x) { return (x + 255) / 256 * 256; }
-
-// block_table_width took the padding before the LSE fields: a kernel without them keeps its
-// parameter size, and no field a kernel reads moved.
-static_assert(offsetof(DecodeParams, block_table_width) ==
-                      offsetof(DecodeParams, device_split) + 4 &&
-                  offsetof(DecodeParams, softmax_lse) == offsetof(DecodeParams, device_split) + 8,
-              "DecodeParams::block_table_width must sit in the padding after device_split");
 
 struct WorkspaceLayout {
   size_t partial_out = 0, partial_lse = 0, total = 0;
@@ -433,7 +425,6 @@ void enqueue_decode(const LoadedKernel& decode, const DecodeLaunch& a, CUstream 
       a.multi_token || a.device_split ? static_cast<const int*>(a.query_start_loc.data) : nullptr;
   p.max_query_len = a.max_query_len;
   p.device_split = a.device_split ? 1 : 0;
-  p.block_table_width = static_cast<int>(std::min<int64_t>(a.block_table.shape[1], INT32_MAX));
 
   const int rh = decode_row_heads(spec);
   const int64_t grid_y = decode_grid_y(spec, num_kv_heads, a.max_query_len);

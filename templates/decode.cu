@@ -576,12 +576,7 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   // tiles. Each block asks L2 for one 128-byte line of its request's block-table row (block
   // (split, y) for line split * gridDim.y + y), issued before seq_lens is known, so that the
   // warps' block-table loads below hit L2. (Safe in either prologue: a prefetch changes no data.)
-  // (GA_DECODE_BT_EARLY: the flash layouts load the entries themselves, below.)
-#if GA_DECODE_BT_EARLY
-  if (LEGACY && gridDim.x > 1 && tid == 0) {
-#else
   if (gridDim.x > 1 && tid == 0) {
-#endif
     const unsigned long long row = reinterpret_cast<unsigned long long>(
         p.kv.block_table + static_cast<long long>(req) * p.kv.block_table_stride);
     const unsigned long long line =
@@ -589,17 +584,6 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
     if (line < row + 4ull * static_cast<unsigned long long>(p.kv.block_table_stride))
       asm volatile("prefetch.global.L2 [%0];" ::"l"(line));
   }
-#if GA_DECODE_BT_EARLY
-  // [policy: block-table entries before seq_lens] (GA_DECODE_BT_EARLY, flash layouts) Lane l
-  // loads the entry of this warp's tile l (stage 2's striped plan) under the guess num_splits ==
-  // gridDim.x and a window start of 0, beside seq_lens; stage 3 keeps them when the guess holds.
-  int bt_guess = 0;
-  if (!LEGACY) {
-    const long long e =
-        ((split + static_cast<long long>(gridDim.x) * lane) * NW + warp) * TILE / BLOCK_SIZE;
-    if (e < p.block_table_width) bt_guess = p.kv.block_table[req * p.kv.block_table_stride + e];
-  }
-#endif
   // The fused write's slot, loaded before seq_lens is known (only the last split uses it).
   const long long early_slot = !LEGACY && p.new_key != nullptr ? p.slot_mapping[req] : -1;
   // A batch split on the device (a captured graph of any decode/prefill mix): the grid covers
@@ -699,13 +683,7 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   // the last split reads. The warp that owns that tile loads the new row from new_key /
   // new_value (an fp8 cache: rounds it to the cache's bytes), stores it to the cache and
   // patches it into its shared-memory tile, so no load waits for the store.
-#if GA_DECODE_BT_EARLY
-  // (Striped plan: the split that holds the request's last tile.)
-  const bool last_split =
-      LEGACY ? split == num_splits - 1 : ((tiles - 1) / NW) % num_splits == split;
-#else
   const bool last_split = split == num_splits - 1;
-#endif
   long long new_slot = -1;
   if (!LEGACY && p.new_key != nullptr && last_split) {  // (the host refuses it for legacy)
     new_slot = early_slot;
@@ -721,23 +699,9 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
                                 : 0;
   const int tile_begin = split * tiles_per_split;
   const int tile_end = tile_begin + tiles_per_split < tiles ? tile_begin + tiles_per_split : tiles;
-#if GA_DECODE_BT_EARLY
-  // This warp's tiles, GA_WARP_TILE(j): legacy, tile_begin + warp + NW * j; flash layouts, the
-  // striped plan (split + num_splits * j) * NW + warp, so that a split's tiles do not depend on
-  // seq_len (the split count aside). Every split has a tile: num_splits <= tiles / 4 rounded up.
-  static_assert(GA_DECODE_MIN_TILES_PER_SPLIT >= NW, "a striped split needs a tile");
-  const int first_tile = LEGACY ? tile_begin + warp : split * NW + warp;
-  const int tile_step = LEGACY ? NW : num_splits * NW;
-  const int tile_stop = LEGACY ? tile_end : tiles;
-  const int my_tiles =
-      first_tile < tile_stop ? (tile_stop - first_tile + tile_step - 1) / tile_step : 0;
-#define GA_WARP_TILE(j) (first_tile + tile_step * (j))
-#else
   // This warp's tiles: tile_begin + warp + NW * j.
   const int my_tiles =
       tile_begin + warp < tile_end ? (tile_end - tile_begin - warp + NW - 1) / NW : 0;
-#define GA_WARP_TILE(j) (tile_begin + warp + NW * (j))
-#endif
 
   // [stage 3: the warp's ring] this warp's tiles, ring stages, zeroed row padding.
   const int stages = p.stages < 2 ? 2 : p.stages > MAX_STAGES ? MAX_STAGES : p.stages;
@@ -784,13 +748,8 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   // Fused write: the pipeline zero-fills the new token's row; its owner warp patches it in from
   // registers (tile new_j of that warp, row new_row).
   const bool direct = new_slot >= 0;
-#if GA_DECODE_BT_EARLY
-  const int new_owner = LEGACY ? (tiles - 1 - tile_begin) % NW : (tiles - 1) % NW;
-  const int new_j = LEGACY ? (tiles - 1 - tile_begin) / NW : (tiles - 1) / NW / num_splits;
-#else
   const int new_owner = (tiles - 1 - tile_begin) % NW;
   const int new_j = (tiles - 1 - tile_begin) / NW;
-#endif
   const int new_row = seq_len - 1 - (base + (tiles - 1) * TILE);
 
   // The fast gather (FAST_LOAD): lane's unit within a token row, as a byte offset, and its
@@ -815,12 +774,6 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   // (Block size 8, legacy caches: bt_cached2 holds the block of the tile's tokens 8..15.)
   int bt_cached = 0, bt_j0 = -64;
   [[maybe_unused]] int bt_cached2 = 0;
-#if GA_DECODE_BT_EARLY
-  if (!LEGACY && num_splits == static_cast<int>(gridDim.x) && base == 0) {  // the guess held
-    bt_cached = bt_guess;
-    bt_j0 = 0;
-  }
-#endif
   // Tile j of this warp goes to ring stage j % stages.
   int issue_stage = 0;
   auto issue = [&](int j) {
@@ -828,14 +781,14 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
       bt_j0 = j;
       const int jj = j + lane;
       if (jj < my_tiles) {
-        const int tok = base + GA_WARP_TILE(jj) * TILE;
+        const int tok = base + (tile_begin + warp + NW * jj) * TILE;
         bt_cached = bt_row[tok / BLOCK_SIZE];
         if constexpr (BLOCK_SIZE < TILE) {  // a second block only where it holds a live token
           if (tok + BLOCK_SIZE < seq_len) bt_cached2 = bt_row[tok / BLOCK_SIZE + 1];
         }
       }
     }
-    const int t0 = base + GA_WARP_TILE(j) * TILE;
+    const int t0 = base + (tile_begin + warp + NW * j) * TILE;
     if (!tile_live(t0)) {  // block-sparse: a tile no column sees is not read
       issue_stage = issue_stage + 1 == stages ? 0 : issue_stage + 1;
       return;
@@ -989,18 +942,7 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
     unsigned smid;
     asm volatile("mov.u32 %0, %%smid;" : "=r"(smid));
     row[2] = smid;
-#if GA_DECODE_BT_EARLY
-    if (!LEGACY) {  // striped: the split's quads of NW tiles, the request's last one partial
-      const int quads = (tiles + NW - 1) / NW;
-      int n = (quads - split + num_splits - 1) / num_splits * NW;
-      if ((quads - 1) % num_splits == split) n -= quads * NW - tiles;
-      row[3] = static_cast<unsigned long long>(n);
-    } else {
-      row[3] = static_cast<unsigned long long>(tile_end - tile_begin);
-    }
-#else
     row[3] = static_cast<unsigned long long>(tile_end - tile_begin);
-#endif
     row[4] = 2ull * TILE * REAL_BYTES;
     row[5] = static_cast<unsigned long long>(seq_len);
   }
@@ -1176,7 +1118,7 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
       }
       __syncwarp();
     }
-    const int t0 = base + GA_WARP_TILE(j) * TILE;
+    const int t0 = base + (tile_begin + warp + NW * j) * TILE;
     if (!tile_live(t0)) {  // block-sparse: not issued, nothing to compute
       __syncwarp();
       continue;

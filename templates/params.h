@@ -299,10 +299,6 @@ struct DecodeParams {
   // single-token decode's query row is still its request index. query_start_loc is then set
   // for every kernel. 0: every request of the grid is a decode.
   int device_split;
-  // Entries a block_table row holds (block_table.shape[1]): GA_DECODE_BT_EARLY reads a row's
-  // entries before seq_lens says which are live, and never past this. (In the 4 bytes of padding
-  // before the LSE fields, so no other field moves.)
-  int block_table_width;
   GA_LSE_FIELDS  // GA_WRITE_LSE: softmax_lse[head * lse_head_stride + query row] (see below)
 };
 
@@ -383,21 +379,6 @@ constexpr int ga_decode_smem_bytes(int head_size, int kv_bytes, int stages, int 
                       GA_DECODE_HEADS_PER_BLOCK * (head_size + 1) * 4;
   return pipeline > combine ? pipeline : combine;
 }
-// Experiment on the start of a decode block (templates/decode.cu), off by default; a macro, so
-// that the default machine code stays as it is (GRAPHATTN_NVRTC_EXTRA_OPTIONS=
-// -DGA_DECODE_BT_EARLY=1 sets it for a measurement;
-// docs/decode-small-batch-h100-2026-11-27-s9.txt).
-// - GA_DECODE_BT_EARLY 1 (flash layouts): a split's tiles are striped, not contiguous: tile i of
-//   the request belongs to split (i / GA_DECODE_WARPS) % num_splits, so the tiles of warp w of
-//   split s are (s + num_splits * j) * GA_DECODE_WARPS + w, j = 0, 1, ... - positions that do not
-//   depend on seq_len once num_splits does not (every request of 4 * max_splits tiles or more).
-//   Each warp then loads its first 32 tiles' block-table entries before seq_lens arrives,
-//   guessing num_splits == max_splits and a window start of 0 (entries past
-//   block_table_width are not read), and keeps them when the guess holds, so the first copies
-//   wait for one round trip to memory instead of two (seq_lens, then the block table).
-#ifndef GA_DECODE_BT_EARLY
-#define GA_DECODE_BT_EARLY 0
-#endif
 
 // Prefill (and chunked prefill / prefix caching): variable-length queries over the paged KV
 // cache, causal (GA_NON_CAUSAL: every row sees all keys [0, seq_len)); GA_DENSE_KV: over dense
