@@ -3,7 +3,6 @@
 
 #include <cstdlib>
 #include <sstream>
-#include <utility>
 
 #include "core/text.hpp"
 #include "graphattn/error.hpp"
@@ -20,18 +19,6 @@ bool allowed(const std::string& o) {
     if (starts_with(o, prefix) && o.size() > std::string(prefix).size()) return true;
   // The decode kernel's block-timing experiment (templates/decode.cu, GA_DECODE_TIMING).
   if (o == "-DGA_DECODE_TIMING=1") return true;
-  // The decode kernel's tail-prefetch experiment (templates/params.h, GA_DECODE_TAIL_PF: tiles
-  // ahead, 1-24; GA_DECODE_TAIL_GATE: quarters of the SM count, 1-16).
-  for (const auto& [name, most] : {std::pair<const char*, int>{"-DGA_DECODE_TAIL_PF=", 24},
-                                   std::pair<const char*, int>{"-DGA_DECODE_TAIL_GATE=", 16}}) {
-    const std::string prefix = name;
-    if (!starts_with(o, name)) continue;
-    if (o.size() == prefix.size() || o.size() > prefix.size() + 2) return false;
-    for (size_t i = prefix.size(); i < o.size(); ++i)
-      if (o[i] < '0' || o[i] > '9') return false;
-    const int n = std::atoi(o.c_str() + prefix.size());
-    return n >= 1 && n <= most;
-  }
   // The 16-bit sm_90 prefill consumers' schedule bits (templates/params.h,
   // ga_prefill_sm90_sched), for measurement: 0-7.
   const std::string sched = "-DGA_PREFILL_SM90_SCHED=";
@@ -58,7 +45,6 @@ std::vector<std::string> parse_nvrtc_extra_options(const std::string& text) {
                   "' is not supported; supported (separated by spaces): "
                   "--Ofast-compile=min|mid|max|0, --ptxas-options=V, -Xptxas=V, "
                   "--maxrregcount=N (N 1-999), -DGA_DECODE_TIMING=1, "
-                  "-DGA_DECODE_TAIL_PF=N (N 1-24), -DGA_DECODE_TAIL_GATE=N (N 1-16), "
                   "-DGA_PREFILL_SM90_SCHED=N (N 0-7)");
     out.push_back(o);
   }

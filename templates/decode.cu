@@ -503,29 +503,6 @@ __device__ __forceinline__ void ga_timing_stamp(int w) {
 #define GA_TIMING_ENTRY()
 #endif
 
-#if GA_DECODE_TAIL_PF > 0
-// [experiment: tail prefetch] (params.h GA_DECODE_TAIL_PF; only with the macro) thread 0 of each
-// block counts the block on ga_decode_done once its warps have no tile left (or it has none);
-// the increment wraps to 0 at the grid's block count, so the counter is 0 again for the next
-// launch of this module (launches of one module that overlap share it: only the prefetch's
-// timing depends on it, never a result).
-extern "C" {
-__device__ unsigned ga_decode_done;
-}
-__device__ __forceinline__ void ga_tail_count() {
-  if (threadIdx.x == 0) {
-    unsigned old;
-    asm volatile("atom.relaxed.gpu.global.inc.u32 %0, [%1], %2;"
-                 : "=r"(old)
-                 : "l"(&ga_decode_done), "r"(gridDim.x * gridDim.y * gridDim.z - 1u)
-                 : "memory");
-  }
-}
-#define GA_TAIL_COUNT() ga_tail_count()
-#else
-#define GA_TAIL_COUNT()
-#endif
-
 // [stage 2] A block past num_splits: in a cluster launch it still joins both cluster barriers
 // of the combine (every block of the cluster must).
 __device__ __forceinline__ void ga_idle_split(bool cluster) {
@@ -616,20 +593,14 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   // decode of this launch and writes nothing, rather than another request's row.)
   if (p.device_split != 0) {
     const int q0 = p.query_start_loc[req], n = p.query_start_loc[req + 1] - q0;
-    if (n < 1 || n > (MT ? p.max_query_len : 1) || (!MT && q0 != req)) {
-      GA_TAIL_COUNT();
-      return;
-    }
+    if (n < 1 || n > (MT ? p.max_query_len : 1) || (!MT && q0 != req)) return;
   }
   // Multi-token: the request's query rows and their count.
   const int q_begin = MT ? p.query_start_loc[req] : req;
   const int q_len = MT ? p.query_start_loc[req + 1] - q_begin : 1;
   const int cols = MT ? q_len * GROUP : GA_PAIR_SECOND ? GROUP * 2 : GROUP;
   const int heads_here = cols - first_col < HPB ? cols - first_col : HPB;  // columns here
-  if (MT && heads_here <= 0) {  // a shorter request: this chunk has no column
-    GA_TAIL_COUNT();
-    return;
-  }
+  if (MT && heads_here <= 0) return;  // a shorter request: this chunk has no column
   // Column c's query row (token) and head.
   auto col_token = [&](int c) { return MT ? q_begin + (first_col + c) / GROUP : req; };
   auto col_head = [&](int c) {
@@ -687,7 +658,6 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
         ga_store_lse(p, col_token(h), col_head(h), GA_NEG_INF);
 #endif
     }
-    GA_TAIL_COUNT();
     return;
   }
 
@@ -705,7 +675,6 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   // joins both cluster barriers below, also the idle ones past num_splits.
   const bool cluster = p.cluster_splits != 0 && num_splits > 1;
   if (split >= num_splits) {
-    GA_TAIL_COUNT();
     ga_idle_split(cluster);
     return;
   }
@@ -1117,66 +1086,10 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
     }
   }
 
-#if GA_DECODE_TAIL_PF > 0
-  // [experiment: tail prefetch] (params.h) lane 0 reads ga_decode_done every second tile (the
-  // value is used at the next read, so the load's latency stays off the warp's path); once at
-  // most pf_gate of the grid's blocks still stream, the warp asks L2 for each of its tiles up to
-  // GA_DECODE_TAIL_PF past the one it copies (within the 32 tiles whose block ids it holds).
-  constexpr bool PF_ON = !LEGACY && BLOCK_SIZE >= TILE;
-  const unsigned pf_total = gridDim.x * gridDim.y * gridDim.z;
-  unsigned pf_nsm;
-  asm("mov.u32 %0, %%nsmid;" : "=r"(pf_nsm));
-  const unsigned pf_gate = pf_nsm * GA_DECODE_TAIL_GATE / 4;
-  unsigned pf_done = 0;
-  bool pf_tail = false;
-  int pf_next = 0;
-  auto prefetch_tile = [&](int k) {
-    const int t0 = base + (tile_begin + warp + NW * k) * TILE;
-    if (!tile_live(t0)) return;
-    const int block = __shfl_sync(0xffffffffu, bt_cached, k - bt_j0);
-    if (block < 0 || block >= p.kv.num_blocks) return;
-    const long long off = static_cast<long long>(block) * p.kv.cache_block_stride * KV_BYTES +
-                          (t0 % BLOCK_SIZE) * token_bytes + head_off;
-    constexpr int PIECE = REAL_BYTES / PG;  // one KV head's row
-    constexpr int PLINES = (PIECE + 127) / 128;
-    constexpr int LINES = TILE * PG * PLINES;
-#pragma unroll
-    for (int it = 0; it < (LINES + 31) / 32; ++it) {
-      const int idx = lane + 32 * it;
-      const int tok = idx / (PG * PLINES), r = idx - tok * (PG * PLINES);
-      const int piece = r / PLINES, line = r - piece * PLINES;
-      if (idx >= LINES || t0 + tok >= seq_len || (PG == 2 && piece == 1 && !GA_PAIR_SECOND))
-        continue;
-      const long long at =
-          off + tok * token_bytes + piece * p.kv.cache_head_stride * KV_BYTES + line * 128;
-      asm volatile("prefetch.global.L2 [%0];" ::"l"(key_cache + at));
-      asm volatile("prefetch.global.L2 [%0];" ::"l"(value_cache + at));
-    }
-  };
-#endif
   // [stage 5..7: the tile loop] per tile j: wait for it, patch in the fused write's row (3/3).
   int use_stage = 0;
   for (int j = 0; j < my_tiles; ++j) {
     if (j + stages - 1 < my_tiles) issue(j + stages - 1);
-#if GA_DECODE_TAIL_PF > 0
-    if constexpr (PF_ON) {
-      if (!pf_tail && (j & 1) == 0) {
-        const unsigned done = __shfl_sync(0xffffffffu, pf_done, 0);
-        pf_tail = pf_total - done <= pf_gate;
-        if (lane == 0)
-          asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];"
-                       : "=r"(pf_done)
-                       : "l"(&ga_decode_done));
-      }
-      if (pf_tail) {
-        if (pf_next < j + stages) pf_next = j + stages;
-        const int last = j + stages - 1 + GA_DECODE_TAIL_PF < my_tiles
-                             ? j + stages - 1 + GA_DECODE_TAIL_PF
-                             : my_tiles - 1;
-        while (pf_next <= last && pf_next - bt_j0 < 32) prefetch_tile(pf_next++);
-      }
-    }
-#endif
     ga_cp_commit();
     // (stages - 1) + (j + 1) groups are committed; tile j's is complete when at most
     // stages - 1 are pending.
@@ -1406,7 +1319,6 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
       l_run[nt][1] += __shfl_xor_sync(0xffffffffu, l_run[nt][1], d);
     }
   __syncthreads();  // every warp is done with its ring before the combine reuses it
-  GA_TAIL_COUNT();
   float* red_o = reinterpret_cast<float*>(smem);                     // [NW][16][DIMS_PAD]
   float* red_m = red_o + NW * GA_DECODE_HEADS_PER_BLOCK * DIMS_PAD;  // [NW][16]
   float* red_l = red_m + NW * GA_DECODE_HEADS_PER_BLOCK;             // [NW][16]

@@ -348,20 +348,6 @@ constexpr int ga_decode_max_stages(int head_size, int kv_bytes) {
   const int n = 204800 / ga_decode_stage_bytes(head_size, kv_bytes);
   return n < 2 ? 2 : n > 4 ? 4 : n;
 }
-// Experiment on the end of a decode launch (templates/decode.cu, "tail prefetch"), off by
-// default: macros, so that the default machine code stays as it is; GRAPHATTN_NVRTC_EXTRA_OPTIONS
-// sets them for a measurement (docs/decode-tail-prefetch-h100-2026-11-27-s10.txt).
-// - GA_DECODE_TAIL_PF N (N > 0, flash layouts): once at most GA_DECODE_TAIL_GATE / 4 times the
-//   device's SM count of the launch's blocks have not finished their tiles (a module-wide counter
-//   that wraps to 0 when the launch's last block counts itself), each warp asks L2
-//   (prefetch.global.L2) for its tiles up to N past the one it copies, so that the few blocks
-//   still streaming keep more bytes in flight. A prefetch changes no data.
-#ifndef GA_DECODE_TAIL_PF
-#define GA_DECODE_TAIL_PF 0
-#endif
-#ifndef GA_DECODE_TAIL_GATE
-#define GA_DECODE_TAIL_GATE 4
-#endif
 constexpr int ga_decode_head_chunks(int group) {
   return (group + GA_DECODE_HEADS_PER_BLOCK - 1) / GA_DECODE_HEADS_PER_BLOCK;
 }
