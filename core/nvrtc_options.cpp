@@ -19,8 +19,6 @@ bool allowed(const std::string& o) {
     if (starts_with(o, prefix) && o.size() > std::string(prefix).size()) return true;
   // The decode kernel's block-timing experiment (templates/decode.cu, GA_DECODE_TIMING).
   if (o == "-DGA_DECODE_TIMING=1") return true;
-  // The decode kernel's early-count split combine experiment (GA_DECODE_EARLY_COUNT).
-  if (o == "-DGA_DECODE_EARLY_COUNT=1") return true;
   // The 16-bit sm_90 prefill consumers' schedule bits (templates/params.h,
   // ga_prefill_sm90_sched), for measurement: 0-7.
   const std::string sched = "-DGA_PREFILL_SM90_SCHED=";
@@ -46,7 +44,7 @@ std::vector<std::string> parse_nvrtc_extra_options(const std::string& text) {
       throw Error("GRAPHATTN_NVRTC_EXTRA_OPTIONS: '" + printable(o) +
                   "' is not supported; supported (separated by spaces): "
                   "--Ofast-compile=min|mid|max|0, --ptxas-options=V, -Xptxas=V, "
-                  "--maxrregcount=N (N 1-999), -DGA_DECODE_TIMING=1, -DGA_DECODE_EARLY_COUNT=1, "
+                  "--maxrregcount=N (N 1-999), -DGA_DECODE_TIMING=1, "
                   "-DGA_PREFILL_SM90_SCHED=N (N 0-7)");
     out.push_back(o);
   }

@@ -1308,25 +1308,6 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   }
   GA_TIMING_WARP(2);
   ga_cp_wait<0>();
-#ifdef GA_DECODE_EARLY_COUNT
-  // [experiment: early count] (GRAPHATTN_NVRTC_EXTRA_OPTIONS=-DGA_DECODE_EARLY_COUNT=1; off by
-  // default) A split launch's blocks count their arrival here, before their partial exists, with
-  // a relaxed atomic whose round trip overlaps the warps' merge below: the low 16 bits of the
-  // (request, grid y) counter count arrivals, the high 16 bits the partials published (a release
-  // add by each block but the last to arrive). The last to arrive combines once the others have
-  // published (it waits only for blocks already past their tile loop) and puts the counter back
-  // to zero; it needs no release of its own, so its path from its partial to the combine's loads
-  // is one acquire load instead of a fence and an atomic. (More than 0xffff splits: as below.)
-  const bool early_count = num_splits > 1 && num_splits <= 0xffff && !cluster;
-  unsigned* const count_at = p.counters + static_cast<long long>(req) * gridDim.y + blockIdx.y;
-  unsigned arrived = 0;
-  if (early_count && tid == 0) {
-    asm volatile("atom.relaxed.gpu.global.add.u32 %0, [%1], 1;"
-                 : "=r"(arrived)
-                 : "l"(count_at)
-                 : "memory");
-  }
-#endif
 
   // [stage 8: sync_state] the warps' states into shared memory.
   // Combine the warps: each writes its max, sum and unnormalized output per head.
@@ -1466,43 +1447,18 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   // (cumulative); in the last block its acquire and the barrier order every thread's loads after
   // the other blocks' stores (a fence in each thread cost a memory barrier wait in each warp).
   __shared__ unsigned ga_last_arrival;
-#ifdef GA_DECODE_EARLY_COUNT
-  if (early_count) {
-    if (tid == 0) ga_last_arrival = (arrived & 0xffffu) == static_cast<unsigned>(num_splits - 1);
-    __syncthreads();  // (also orders every thread's partial stores before thread 0's release)
-    if (!ga_last_arrival) {
-      if (tid == 0)
-        asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(count_at), "r"(0x10000u)
-                     : "memory");
-      return;
-    }
-    if (tid == 0) {
-      unsigned seen;
-      do {
-        asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(seen) : "l"(count_at) : "memory");
-      } while ((seen >> 16) != static_cast<unsigned>(num_splits - 1));
-      asm volatile("st.relaxed.gpu.global.u32 [%0], %1;" ::"l"(count_at), "r"(0u) : "memory");
-    }
-    __syncthreads();
+  __syncthreads();
+  if (tid == 0) {
+    unsigned done;
+    asm volatile("atom.acq_rel.gpu.global.inc.u32 %0, [%1], %2;"
+                 : "=r"(done)
+                 : "l"(p.counters + static_cast<long long>(req) * gridDim.y + blockIdx.y),
+                   "r"(static_cast<unsigned>(num_splits - 1))
+                 : "memory");
+    ga_last_arrival = done == static_cast<unsigned>(num_splits - 1);
   }
-#define GA_COUNT_AT_END !early_count
-#else
-#define GA_COUNT_AT_END true
-#endif
-  if (GA_COUNT_AT_END) {
-    __syncthreads();
-    if (tid == 0) {
-      unsigned done;
-      asm volatile("atom.acq_rel.gpu.global.inc.u32 %0, [%1], %2;"
-                   : "=r"(done)
-                   : "l"(p.counters + static_cast<long long>(req) * gridDim.y + blockIdx.y),
-                     "r"(static_cast<unsigned>(num_splits - 1))
-                   : "memory");
-      ga_last_arrival = done == static_cast<unsigned>(num_splits - 1);
-    }
-    __syncthreads();
-    if (!ga_last_arrival) return;
-  }
+  __syncthreads();
+  if (!ga_last_arrival) return;
   for (int i = tid; i < heads_here * D4; i += GA_DECODE_THREADS) {
     const int h = i / D4, d = (i - h * D4) * 4;
     const int head = col_head(h), token = col_token(h);
