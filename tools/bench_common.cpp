@@ -57,6 +57,22 @@ extern "C" __global__ void read_only(const uint4* in, unsigned long long n, unsi
   const unsigned acc = read_pass(in, n, [](unsigned) {});
   if (acc == 0x9e3779b9u) sink[0] = acc;  // keeps the loads alive, almost never stores
 }
+// read_only as a layer of a chain under programmatic dependent launch (the floor of the decode
+// chain, graphattn-bench --try-chain): lets the next launch be scheduled at entry, and waits for
+// the previous launch (griddepcontrol.wait) before its loads (wait_first) or after them, before
+// its sink store (the loads under the previous launch's tail). Before sm_90 a plain read_only.
+extern "C" __global__ void read_only_pdl(const uint4* in, unsigned long long n, unsigned* sink,
+                                         int wait_first) {
+#if __CUDA_ARCH__ >= 900
+  if (wait_first) asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+  const unsigned acc = read_pass(in, n, [](unsigned) {});
+#if __CUDA_ARCH__ >= 900
+  if (!wait_first) asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+  if (acc == 0x9e3779b9u) sink[0] = acc;
+}
 // read_only with per-block records for graphattn-bench --block-timing, in the decode kernel's
 // layout (tools/block_timing.hpp, one warp): thread 0 stamps %globaltimer and clock64 at entry
 // (also as the prologue: the first loads go out at once), when its first loads have arrived,
@@ -133,6 +149,25 @@ void launch_read_only(const Device& dev, CUdeviceptr in, size_t bytes, CUdevicep
                                               0, dev.stream, args, nullptr));
 }
 
+void launch_read_only_pdl(const Device& dev, CUdeviceptr in, size_t bytes, CUdeviceptr sink,
+                          unsigned blocks, bool wait_first) {
+  unsigned long long n16 = bytes / 16;
+  int wf = wait_first ? 1 : 0;
+  void* args[] = {&in, &n16, &sink, &wf};
+  CUlaunchAttribute attr{};
+  attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+  attr.value.programmaticStreamSerializationAllowed = 1;
+  CUlaunchConfig cfg{};
+  cfg.gridDimX = blocks;
+  cfg.gridDimY = cfg.gridDimZ = 1;
+  cfg.blockDimX = 512;
+  cfg.blockDimY = cfg.blockDimZ = 1;
+  cfg.hStream = dev.stream;
+  cfg.attrs = &attr;
+  cfg.numAttrs = dev.arch >= 90 ? 1 : 0;
+  GA_CU_CHECK(detail::driver().cuLaunchKernelEx(&cfg, dev.read_only_pdl, args, nullptr));
+}
+
 void launch_read_only_timed(const Device& dev, CUdeviceptr in, size_t bytes, CUdeviceptr sink,
                             CUdeviceptr records) {
   unsigned long long n16 = bytes / 16;
@@ -193,6 +228,7 @@ Device open_device(int device) {
   GA_CU_CHECK(d.cuModuleGetFunction(&dev.fill_fp8, dev.helpers, "fill_fp8"));
   GA_CU_CHECK(d.cuModuleGetFunction(&dev.read_only, dev.helpers, "read_only"));
   GA_CU_CHECK(d.cuModuleGetFunction(&dev.read_only_timed, dev.helpers, "read_only_timed"));
+  GA_CU_CHECK(d.cuModuleGetFunction(&dev.read_only_pdl, dev.helpers, "read_only_pdl"));
   dev.flush = std::make_unique<DeviceBuffer>(2 * static_cast<size_t>(dev.l2_bytes));
   dev.flush->fill_bytes(0);
   dev.flush_sink = std::make_unique<DeviceBuffer>(64);

@@ -24,6 +24,7 @@ struct Device {
   CUmodule helpers = nullptr;
   CUfunction fill_bf16 = nullptr, fill_fp8 = nullptr, read_only = nullptr;
   CUfunction read_only_timed = nullptr;  // read_only with per-block records (--block-timing)
+  CUfunction read_only_pdl = nullptr;    // read_only as a chain layer (--try-chain's floor)
   std::unique_ptr<DeviceBuffer> flush;   // twice the L2, written before every timed repetition
   // --flush-by-reading: the flush buffer is read (read_only) instead of written, which leaves L2
   // holding clean lines: a written flush leaves up to an L2 of dirty lines, whose write-back
@@ -54,6 +55,11 @@ void flush_l2_now(const Device& dev, int seed);
 void launch_read_only(const Device& dev, CUdeviceptr in, size_t bytes, CUdeviceptr sink);
 // read_only's grid (blocks of 512 threads).
 inline unsigned read_only_blocks(const Device& dev) { return static_cast<unsigned>(dev.sms) * 8; }
+// The same pass as one layer of a chain: `blocks` blocks of 512 threads, launched with
+// programmatic dependent launch allowed (sm_90+), waiting for the previous launch before its
+// loads (wait_first) or only before its end.
+void launch_read_only_pdl(const Device& dev, CUdeviceptr in, size_t bytes, CUdeviceptr sink,
+                          unsigned blocks, bool wait_first);
 // The same pass with per-block records (64 uint64 a block, read_only_blocks(dev) blocks, the
 // decode kernel's timing layout with one warp) at `records`.
 void launch_read_only_timed(const Device& dev, CUdeviceptr in, size_t bytes, CUdeviceptr sink,

@@ -469,6 +469,23 @@ nlohmann::json bench_decode(const Device& dev, const DecodeOptions& o, const Pee
         std::printf(
             "   chain of %d, us per launch: policy (%d splits, %d stages) %.1f us (%.0f%%)\n",
             o.chain, psp, pst, pt, pct_read(pt));
+        // The floor: the same chain of plain reads, each of the row's bytes from the start of
+        // its launch's cache, with the same programmatic dependent launch; waiting for the
+        // previous read before the loads (wait first) or only at the end (loads under the
+        // previous read's tail); blocks of 512 threads, two and eight a multiprocessor.
+        std::printf("   chain of %d plain reads (PDL), us per launch:", o.chain);
+        DeviceBuffer sink(64);
+        for (const unsigned per_sm : {2u, 8u})
+          for (const bool wait_first : {true, false}) {
+            const double t = time_graph_us(dev, o.reps, [&] {
+              for (int l = 0; l < o.chain; ++l)
+                launch_read_only_pdl(dev, caches.ptr() + cache_bytes * l,
+                                     static_cast<size_t>(kv_bytes), sink.ptr(),
+                                     per_sm * static_cast<unsigned>(dev.sms), wait_first);
+            });
+            std::printf("  %u/SM wait %s %.1f", per_sm, wait_first ? "first" : "last", t / o.chain);
+          }
+        std::printf("\n");
         for (int stages = 2; stages <= ga_decode_max_stages(D, elem); ++stages) {
           std::printf("   chain of %d, %d stages, splits:", o.chain, stages);
           for (int sp : o.try_splits) {

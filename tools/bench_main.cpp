@@ -94,7 +94,9 @@ int main(int argc, char** argv) {
   app.add_option("--try-chain", try_chain,
                  "decode, with --try-splits: also time N launches back to back in one graph, each "
                  "over its own KV cache with the fused cache write (as the step's layers), per "
-                 "launch; shapes whose N caches pass 16 GiB are skipped")
+                 "launch, and the floor: the same chain of plain reads of the row's bytes under "
+                 "programmatic dependent launch (waiting first / last); shapes whose N caches "
+                 "pass 16 GiB are skipped")
       ->check(CLI::Range(0, 64));
   int block_timing = 0;
   app.add_option("--block-timing", block_timing,
