@@ -183,10 +183,15 @@ __device__ __forceinline__ ga_u32 ga_prmt(ga_u32 a, ga_u32 b, ga_u32 sel) {
 // round to fp16 more finely than to bf16.
 constexpr bool MMA_BF16 = IS_BF16 && KV_FP8 == 0;
 constexpr bool Q_TO_F16 = IS_BF16 && !MMA_BF16;
-// fp8 queries (spec "_qe4m3", always with an fp8 cache): from sm_89 on S^T = K Q^T runs on the
-// fp8 MMA (m16n8k32, K in the cache's fp8 type, Q in e4m3), so the keys are never widened; the
-// raw scores carry q_descale * k_descale, folded into the score scale. Before sm_89 (no fp8
-// MMA) the query is widened to fp16 times the softmax scale on load, and the 16-bit path runs.
+// fp8 queries (spec "_qe4m3", always with an fp8 cache): where the machine code has an fp8
+// mma.sync (sm_89, sm_120) S^T = K Q^T runs on it (m16n8k32, K in the cache's fp8 type, Q in
+// e4m3), so the keys are never widened; the raw scores carry q_descale * k_descale, folded into
+// the score scale. sm_90 and sm_100 have no such instruction: ptxas lowers it to conversions of
+// both operands and two fp16 MMAs into zeroed accumulators plus adds, on every tile (the sm_90
+// e4m3 decode loop: 160 F2FP conversions and 40 FADDs a tile against 128 and 8). There the
+// query is widened once, exactly (cvt, no scale), and the keys take the e4m3-cache path of a
+// 16-bit query (QF8_WIDE). Before sm_89 (no fp8 conversion) the query is widened to fp16 times
+// the softmax scale on load, and the 16-bit path runs.
 // O^T += V^T P^T stays on the fp16 MMA with P rounded to fp16 (see docs/fp8-queries.md: a
 // 16-token tile is half an fp8 MMA's k = 32, and V's fp8 -> fp16 widening is exact).
 // (Macros, not constexpr variables: a namespace-scope constant is a global of the module, and
@@ -196,7 +201,20 @@ constexpr bool Q_TO_F16 = IS_BF16 && !MMA_BF16;
 #else
 #define QF8 false
 #endif
-#define QK_FP8 (QF8 && GA_E4M3_CVT)
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890 && \
+    !(__CUDA_ARCH__ >= 900 && __CUDA_ARCH__ < 1200)
+#define GA_FP8_MMA_SYNC 1
+#else
+#define GA_FP8_MMA_SYNC 0
+#endif
+#define QK_FP8 (QF8 && GA_FP8_MMA_SYNC)
+// fp8 flash caches, not block-sparse: each tile's V is read into registers before the softmax
+// and its ring stage refilled at once (see [policy: fp8 early refill]); 0 turns it off.
+#ifndef GA_FP8_V_EARLY
+#define GA_FP8_V_EARLY 1
+#endif
+#define GA_V_REFILL (KV_FP8 != 0 && !LEGACY && !BSP && GA_FP8_V_EARLY != 0)
+#define QF8_WIDE (QF8 && GA_E4M3_CVT && !GA_FP8_MMA_SYNC)
 
 // D += A * B, m16n8k16, fp32 accumulate, A/B in the MMA type.
 __device__ __forceinline__ void ga_mma(float (&d)[4], ga_u32 a0, ga_u32 a1, ga_u32 a2, ga_u32 a3,
@@ -278,6 +296,17 @@ __device__ __forceinline__ void ga_fp8x4_widen(ga_u32 w, ga_u32& lo, ga_u32& hi)
   }
   lo = (a & 0x80008000u) | ((a & 0x7f007f00u) >> 1);
   hi = (b & 0x80008000u) | ((b & 0x7f007f00u) >> 1);
+}
+// Four e4m3 query bytes e0..e3 -> {e0, e1}, {e2, e3} as fp16 pairs, exact (QF8_WIDE only).
+__device__ __forceinline__ void ga_e4m3x4_to_f16(ga_u32 w, ga_u32& lo, ga_u32& hi) {
+#if GA_E4M3_CVT
+  asm("{\n .reg .b16 l, h;\n mov.b32 {l, h}, %2;\n cvt.rn.f16x2.e4m3x2 %0, l;\n"
+      " cvt.rn.f16x2.e4m3x2 %1, h;\n}\n"
+      : "=r"(lo), "=r"(hi)
+      : "r"(w));
+#else
+  lo = hi = w;  // (never used: QF8_WIDE needs the conversion)
+#endif
 }
 // Two bf16 query elements -> fp16, times q_scale.
 __device__ __forceinline__ ga_u32 ga_bf16x2_to_f16x2(ga_u32 x, float q_scale) {
@@ -932,7 +961,8 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
     }
   };
 
-  for (int s = 0; s < stages - 1; ++s) {
+  // (GA_V_REFILL: every stage; see [policy: fp8 early refill].)
+  for (int s = 0; s < stages - (GA_V_REFILL ? 0 : 1); ++s) {
     if (s < my_tiles) issue(s);
     ga_cp_commit();
   }
@@ -954,7 +984,9 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   // (fp8 queries: QK_FP8 keeps the e4m3 bytes, 4 a word, in qf[..][0..3]; the fallback widens
   // them to fp16 times the softmax scale.)
   // (QK_FP8: no softmax scale in the query, whatever Q_TO_F16 says: the bytes stay e4m3.)
-  const float q_scale = !QK_FP8 && (Q_TO_F16 || QF8) ? p.scale : 1.0f;
+  // (QF8_WIDE: none either: the query is widened exactly and the softmax scale stays in
+  // score_scale.)
+  const float q_scale = !QK_FP8 && !QF8_WIDE && (Q_TO_F16 || QF8) ? p.scale : 1.0f;
   if constexpr (!QF8) {
     if (early) load_q16();
     if (Q_TO_F16) {  // a bf16 query for fp16 MMAs: converted once, times the softmax scale
@@ -972,6 +1004,9 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
       if constexpr (QK_FP8) {
         qf[nt][i][half * 2 + 0] = b.x;
         qf[nt][i][half * 2 + 1] = b.y;
+      } else if constexpr (QF8_WIDE) {
+        ga_e4m3x4_to_f16(b.x, qf[nt][i][half * 4 + 0], qf[nt][i][half * 4 + 1]);
+        ga_e4m3x4_to_f16(b.y, qf[nt][i][half * 4 + 2], qf[nt][i][half * 4 + 3]);
       } else {
         const ga_u8* x = reinterpret_cast<const ga_u8*>(&b);
 #pragma unroll
@@ -1089,10 +1124,12 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   // [stage 5..7: the tile loop] per tile j: wait for it, patch in the fused write's row (3/3).
   int use_stage = 0;
   for (int j = 0; j < my_tiles; ++j) {
-    if (j + stages - 1 < my_tiles) issue(j + stages - 1);
-    ga_cp_commit();
-    // (stages - 1) + (j + 1) groups are committed; tile j's is complete when at most
-    // stages - 1 are pending.
+    if (!GA_V_REFILL) {
+      if (j + stages - 1 < my_tiles) issue(j + stages - 1);
+      ga_cp_commit();
+    }
+    // (stages - 1) + (j + 1) groups are committed (GA_V_REFILL: stages + j); tile j's is
+    // complete when at most stages - 1 are pending.
     ga_cp_wait_stages(stages);
     __syncwarp();
 #ifdef GA_DECODE_TIMING
@@ -1181,6 +1218,30 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
         for (int nt = 0; nt < NT; ++nt)
           ga_mma(s[nt], ka[2 * sub], kb[2 * sub], ka[2 * sub + 1], kb[2 * sub + 1],
                  qf[nt][i][2 * sub], qf[nt][i][2 * sub + 1]);
+    }
+
+    // [policy: fp8 early refill] fp8 flash caches (GA_V_REFILL): once compute_qk has read the
+    // tile's K, its V chunks (stage 7's loads, 16 registers a chunk group) are read into
+    // registers too, so the tile's ring stage is free before the softmax: tile j + stages is
+    // issued into it there, not at the next tile's start. During the softmax and P V a warp
+    // then has `stages` tiles in flight instead of stages - 1 (the prologue fills every stage),
+    // and the V loads overlap the softmax's chain of shuffles and exponentials.
+    constexpr int V_EARLY = GA_V_REFILL ? VGROUPS : 0;
+    uint4 v_raw[V_EARLY > 0 ? V_EARLY : 1][4];
+#pragma unroll
+    for (int v = 0; v < V_EARLY; ++v) {
+      if (8 * v >= LIVE_CHUNKS) continue;
+      const int cv = g + 8 * v;
+      const int sw0 = (cv ^ (2 * t)) << 4, sw1 = (cv ^ (2 * t + 1)) << 4;
+      v_raw[v][0] = *reinterpret_cast<const uint4*>(vs + (2 * t) * ROW_BYTES + sw0);
+      v_raw[v][1] = *reinterpret_cast<const uint4*>(vs + (2 * t + 1) * ROW_BYTES + sw1);
+      v_raw[v][2] = *reinterpret_cast<const uint4*>(vs + (2 * t + 8) * ROW_BYTES + sw0);
+      v_raw[v][3] = *reinterpret_cast<const uint4*>(vs + (2 * t + 9) * ROW_BYTES + sw1);
+    }
+    if constexpr (GA_V_REFILL) {
+      __syncwarp();  // every lane's reads of the stage are done before it is refilled
+      if (j + stages < my_tiles) issue(j + stages);
+      ga_cp_commit();
     }
 
     // [stage 6: update_local_state] [policy: logits transform] soft cap, ALiBi; [policy: mask]
@@ -1288,6 +1349,18 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
 #pragma unroll
     for (int v = 0; v < VGROUPS; ++v) {
       if (8 * v >= LIVE_CHUNKS) continue;
+      if constexpr (V_EARLY > 0) {  // (fp8 early refill: V is in registers already)
+        ga_u32 lo01[CE], lo89[CE];
+        ga_v_pairs(v_raw[v][0], v_raw[v][1], lo01);
+        ga_v_pairs(v_raw[v][2], v_raw[v][3], lo89);
+#pragma unroll
+        for (int u = 0; u < MSUB; ++u)
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt)
+            ga_mma(o[v][u][nt], lo01[2 * u], lo01[2 * u + 1], lo89[2 * u], lo89[2 * u + 1],
+                   pt[nt][0], pt[nt][1]);
+        continue;
+      }
       const int cv = g + 8 * v;
       const int sw0 = (cv ^ (2 * t)) << 4, sw1 = (cv ^ (2 * t + 1)) << 4;
       const uint4 v0 = *reinterpret_cast<const uint4*>(vs + (2 * t) * ROW_BYTES + sw0);
