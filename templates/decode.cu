@@ -208,12 +208,6 @@ constexpr bool Q_TO_F16 = IS_BF16 && !MMA_BF16;
 #define GA_FP8_MMA_SYNC 0
 #endif
 #define QK_FP8 (QF8 && GA_FP8_MMA_SYNC)
-// fp8 flash caches, not block-sparse: each tile's V is read into registers before the softmax
-// and its ring stage refilled at once (see [policy: fp8 early refill]); 0 turns it off.
-#ifndef GA_FP8_V_EARLY
-#define GA_FP8_V_EARLY 1
-#endif
-#define GA_V_REFILL (KV_FP8 != 0 && !LEGACY && !BSP && GA_FP8_V_EARLY != 0)
 #define QF8_WIDE (QF8 && GA_E4M3_CVT && !GA_FP8_MMA_SYNC)
 
 // D += A * B, m16n8k16, fp32 accumulate, A/B in the MMA type.
@@ -961,8 +955,7 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
     }
   };
 
-  // (GA_V_REFILL: every stage; see [policy: fp8 early refill].)
-  for (int s = 0; s < stages - (GA_V_REFILL ? 0 : 1); ++s) {
+  for (int s = 0; s < stages - 1; ++s) {
     if (s < my_tiles) issue(s);
     ga_cp_commit();
   }
@@ -1124,12 +1117,10 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   // [stage 5..7: the tile loop] per tile j: wait for it, patch in the fused write's row (3/3).
   int use_stage = 0;
   for (int j = 0; j < my_tiles; ++j) {
-    if (!GA_V_REFILL) {
-      if (j + stages - 1 < my_tiles) issue(j + stages - 1);
-      ga_cp_commit();
-    }
-    // (stages - 1) + (j + 1) groups are committed (GA_V_REFILL: stages + j); tile j's is
-    // complete when at most stages - 1 are pending.
+    if (j + stages - 1 < my_tiles) issue(j + stages - 1);
+    ga_cp_commit();
+    // (stages - 1) + (j + 1) groups are committed; tile j's is complete when at most
+    // stages - 1 are pending.
     ga_cp_wait_stages(stages);
     __syncwarp();
 #ifdef GA_DECODE_TIMING
@@ -1218,30 +1209,6 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
         for (int nt = 0; nt < NT; ++nt)
           ga_mma(s[nt], ka[2 * sub], kb[2 * sub], ka[2 * sub + 1], kb[2 * sub + 1],
                  qf[nt][i][2 * sub], qf[nt][i][2 * sub + 1]);
-    }
-
-    // [policy: fp8 early refill] fp8 flash caches (GA_V_REFILL): once compute_qk has read the
-    // tile's K, its V chunks (stage 7's loads, 16 registers a chunk group) are read into
-    // registers too, so the tile's ring stage is free before the softmax: tile j + stages is
-    // issued into it there, not at the next tile's start. During the softmax and P V a warp
-    // then has `stages` tiles in flight instead of stages - 1 (the prologue fills every stage),
-    // and the V loads overlap the softmax's chain of shuffles and exponentials.
-    constexpr int V_EARLY = GA_V_REFILL ? VGROUPS : 0;
-    uint4 v_raw[V_EARLY > 0 ? V_EARLY : 1][4];
-#pragma unroll
-    for (int v = 0; v < V_EARLY; ++v) {
-      if (8 * v >= LIVE_CHUNKS) continue;
-      const int cv = g + 8 * v;
-      const int sw0 = (cv ^ (2 * t)) << 4, sw1 = (cv ^ (2 * t + 1)) << 4;
-      v_raw[v][0] = *reinterpret_cast<const uint4*>(vs + (2 * t) * ROW_BYTES + sw0);
-      v_raw[v][1] = *reinterpret_cast<const uint4*>(vs + (2 * t + 1) * ROW_BYTES + sw1);
-      v_raw[v][2] = *reinterpret_cast<const uint4*>(vs + (2 * t + 8) * ROW_BYTES + sw0);
-      v_raw[v][3] = *reinterpret_cast<const uint4*>(vs + (2 * t + 9) * ROW_BYTES + sw1);
-    }
-    if constexpr (GA_V_REFILL) {
-      __syncwarp();  // every lane's reads of the stage are done before it is refilled
-      if (j + stages < my_tiles) issue(j + stages);
-      ga_cp_commit();
     }
 
     // [stage 6: update_local_state] [policy: logits transform] soft cap, ALiBi; [policy: mask]
@@ -1349,18 +1316,6 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
 #pragma unroll
     for (int v = 0; v < VGROUPS; ++v) {
       if (8 * v >= LIVE_CHUNKS) continue;
-      if constexpr (V_EARLY > 0) {  // (fp8 early refill: V is in registers already)
-        ga_u32 lo01[CE], lo89[CE];
-        ga_v_pairs(v_raw[v][0], v_raw[v][1], lo01);
-        ga_v_pairs(v_raw[v][2], v_raw[v][3], lo89);
-#pragma unroll
-        for (int u = 0; u < MSUB; ++u)
-#pragma unroll
-          for (int nt = 0; nt < NT; ++nt)
-            ga_mma(o[v][u][nt], lo01[2 * u], lo01[2 * u + 1], lo89[2 * u], lo89[2 * u + 1],
-                   pt[nt][0], pt[nt][1]);
-        continue;
-      }
       const int cv = g + 8 * v;
       const int sw0 = (cv ^ (2 * t)) << 4, sw1 = (cv ^ (2 * t + 1)) << 4;
       const uint4 v0 = *reinterpret_cast<const uint4*>(vs + (2 * t) * ROW_BYTES + sw0);
