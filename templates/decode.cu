@@ -183,10 +183,15 @@ __device__ __forceinline__ ga_u32 ga_prmt(ga_u32 a, ga_u32 b, ga_u32 sel) {
 // round to fp16 more finely than to bf16.
 constexpr bool MMA_BF16 = IS_BF16 && KV_FP8 == 0;
 constexpr bool Q_TO_F16 = IS_BF16 && !MMA_BF16;
-// fp8 queries (spec "_qe4m3", always with an fp8 cache): from sm_89 on S^T = K Q^T runs on the
-// fp8 MMA (m16n8k32, K in the cache's fp8 type, Q in e4m3), so the keys are never widened; the
-// raw scores carry q_descale * k_descale, folded into the score scale. Before sm_89 (no fp8
-// MMA) the query is widened to fp16 times the softmax scale on load, and the 16-bit path runs.
+// fp8 queries (spec "_qe4m3", always with an fp8 cache): where the machine code has an fp8
+// mma.sync (sm_89, sm_120) S^T = K Q^T runs on it (m16n8k32, K in the cache's fp8 type, Q in
+// e4m3), so the keys are never widened; the raw scores carry q_descale * k_descale, folded into
+// the score scale. sm_90 and sm_100 have no such instruction: ptxas lowers it to conversions of
+// both operands and two fp16 MMAs into zeroed accumulators plus adds, on every tile (the sm_90
+// e4m3 decode loop: 160 F2FP conversions and 40 FADDs a tile against 128 and 8). There the
+// query is widened once, exactly (cvt, no scale), and the keys take the e4m3-cache path of a
+// 16-bit query (QF8_WIDE). Before sm_89 (no fp8 conversion) the query is widened to fp16 times
+// the softmax scale on load, and the 16-bit path runs.
 // O^T += V^T P^T stays on the fp16 MMA with P rounded to fp16 (see docs/fp8-queries.md: a
 // 16-token tile is half an fp8 MMA's k = 32, and V's fp8 -> fp16 widening is exact).
 // (Macros, not constexpr variables: a namespace-scope constant is a global of the module, and
@@ -196,7 +201,14 @@ constexpr bool Q_TO_F16 = IS_BF16 && !MMA_BF16;
 #else
 #define QF8 false
 #endif
-#define QK_FP8 (QF8 && GA_E4M3_CVT)
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890 && \
+    !(__CUDA_ARCH__ >= 900 && __CUDA_ARCH__ < 1200)
+#define GA_FP8_MMA_SYNC 1
+#else
+#define GA_FP8_MMA_SYNC 0
+#endif
+#define QK_FP8 (QF8 && GA_FP8_MMA_SYNC)
+#define QF8_WIDE (QF8 && GA_E4M3_CVT && !GA_FP8_MMA_SYNC)
 
 // D += A * B, m16n8k16, fp32 accumulate, A/B in the MMA type.
 __device__ __forceinline__ void ga_mma(float (&d)[4], ga_u32 a0, ga_u32 a1, ga_u32 a2, ga_u32 a3,
@@ -278,6 +290,17 @@ __device__ __forceinline__ void ga_fp8x4_widen(ga_u32 w, ga_u32& lo, ga_u32& hi)
   }
   lo = (a & 0x80008000u) | ((a & 0x7f007f00u) >> 1);
   hi = (b & 0x80008000u) | ((b & 0x7f007f00u) >> 1);
+}
+// Four e4m3 query bytes e0..e3 -> {e0, e1}, {e2, e3} as fp16 pairs, exact (QF8_WIDE only).
+__device__ __forceinline__ void ga_e4m3x4_to_f16(ga_u32 w, ga_u32& lo, ga_u32& hi) {
+#if GA_E4M3_CVT
+  asm("{\n .reg .b16 l, h;\n mov.b32 {l, h}, %2;\n cvt.rn.f16x2.e4m3x2 %0, l;\n"
+      " cvt.rn.f16x2.e4m3x2 %1, h;\n}\n"
+      : "=r"(lo), "=r"(hi)
+      : "r"(w));
+#else
+  lo = hi = w;  // (never used: QF8_WIDE needs the conversion)
+#endif
 }
 // Two bf16 query elements -> fp16, times q_scale.
 __device__ __forceinline__ ga_u32 ga_bf16x2_to_f16x2(ga_u32 x, float q_scale) {
@@ -954,7 +977,9 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   // (fp8 queries: QK_FP8 keeps the e4m3 bytes, 4 a word, in qf[..][0..3]; the fallback widens
   // them to fp16 times the softmax scale.)
   // (QK_FP8: no softmax scale in the query, whatever Q_TO_F16 says: the bytes stay e4m3.)
-  const float q_scale = !QK_FP8 && (Q_TO_F16 || QF8) ? p.scale : 1.0f;
+  // (QF8_WIDE: none either: the query is widened exactly and the softmax scale stays in
+  // score_scale.)
+  const float q_scale = !QK_FP8 && !QF8_WIDE && (Q_TO_F16 || QF8) ? p.scale : 1.0f;
   if constexpr (!QF8) {
     if (early) load_q16();
     if (Q_TO_F16) {  // a bf16 query for fp16 MMAs: converted once, times the softmax scale
@@ -972,6 +997,9 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
       if constexpr (QK_FP8) {
         qf[nt][i][half * 2 + 0] = b.x;
         qf[nt][i][half * 2 + 1] = b.y;
+      } else if constexpr (QF8_WIDE) {
+        ga_e4m3x4_to_f16(b.x, qf[nt][i][half * 4 + 0], qf[nt][i][half * 4 + 1]);
+        ga_e4m3x4_to_f16(b.y, qf[nt][i][half * 4 + 2], qf[nt][i][half * 4 + 3]);
       } else {
         const ga_u8* x = reinterpret_cast<const ga_u8*>(&b);
 #pragma unroll
