@@ -551,7 +551,12 @@ constexpr bool ga_prefill_sm90_rowsum_mma(int head_size, bool legacy, bool q_fp8
 // - GA_PW_SCHED_VOTE_MAX: with the reference maximum (flash layouts), the thread's own row maxima
 //   are checked against the references and the warp votes; the quad shuffles of the row maxima
 //   (and alpha's exponentials) run only when some row's reference moves;
-// - GA_PW_SCHED_MAX8: the thread's row maxima in 4 chains a row instead of 2.
+// - GA_PW_SCHED_MAX8: the thread's row maxima in 4 chains a row instead of 2;
+// - GA_PW_SCHED_EXP_TURNS: the consumers' turns (the named-barrier ring, PW_PINGPONG) bracket the
+//   exponentials of each tile's softmax instead of the wgmma issue, as cuDNN's kernel does: the
+//   wgmmas issue freely, and no two consumers run their MUFU.EX2 streams at once;
+// - GA_PW_SCHED_WAIT_BOTH: a tile's K and the previous tile's V full barriers are tried back to
+//   back, so their latencies overlap, instead of one wait after the other.
 // The results are the same bits either way (the references and probabilities are unchanged).
 // Measured (H100, 4 x 4096 causal and chunked 4 x 512 after 2048-16384 cached, old and new
 // alternated; docs/prefill-h128-critical-path-h100-2026-11-27-s9.txt): the early waits make the
@@ -568,7 +573,13 @@ constexpr bool ga_prefill_sm90_rowsum_mma(int head_size, bool legacy, bool q_fp8
 // (with it the consumers spill, 7-12 instructions at head 128). `bits` < 0: the default; templates
 // compiled with -DGA_PREFILL_SM90_SCHED=N (GRAPHATTN_NVRTC_EXTRA_OPTIONS, for measurement) ask for
 // N. (Enumerators: namespace-level constants could add to every spec's GLOBAL and CONSTANT totals.)
-enum GaPwSched : int { GA_PW_SCHED_EARLY_WAIT = 1, GA_PW_SCHED_VOTE_MAX = 2, GA_PW_SCHED_MAX8 = 4 };
+enum GaPwSched : int {
+  GA_PW_SCHED_EARLY_WAIT = 1,
+  GA_PW_SCHED_VOTE_MAX = 2,
+  GA_PW_SCHED_MAX8 = 4,
+  GA_PW_SCHED_EXP_TURNS = 8,
+  GA_PW_SCHED_WAIT_BOTH = 16
+};
 constexpr int ga_prefill_sm90_sched(int head_size, bool legacy, bool fp8, bool scaled_scores,
                                     bool plain_causal, int bits = -1) {
   return fp8             ? 0
