@@ -552,11 +552,10 @@ constexpr bool ga_prefill_sm90_rowsum_mma(int head_size, bool legacy, bool q_fp8
 //   are checked against the references and the warp votes; the quad shuffles of the row maxima
 //   (and alpha's exponentials) run only when some row's reference moves;
 // - GA_PW_SCHED_MAX8: the thread's row maxima in 4 chains a row instead of 2;
-// - GA_PW_SCHED_EXP_TURNS: the consumers' turns (the named-barrier ring, PW_PINGPONG) bracket the
-//   exponentials of each tile's softmax instead of the wgmma issue, as cuDNN's kernel does: the
-//   wgmmas issue freely, and no two consumers run their MUFU.EX2 streams at once;
-// - GA_PW_SCHED_WAIT_BOTH: a tile's K and the previous tile's V full barriers are tried back to
-//   back, so their latencies overlap, instead of one wait after the other.
+// - GA_PW_SCHED_NO_TURNS: the consumer warpgroups issue their wgmmas without taking turns (no
+//   ping-pong ring of named barriers, as fp8 always runs); not yet timed (session 10: the turns
+//   around the exponentials instead of the wgmma issue, cuDNN's order, measured slower: head 128
+//   +5%, head 64 +17%, legacy +18%; docs/prefill-h128-turns-h100-2026-11-27-s10.txt).
 // The results are the same bits either way (the references and probabilities are unchanged).
 // Measured (H100, 4 x 4096 causal and chunked 4 x 512 after 2048-16384 cached, old and new
 // alternated; docs/prefill-h128-critical-path-h100-2026-11-27-s9.txt): the early waits make the
@@ -577,8 +576,7 @@ enum GaPwSched : int {
   GA_PW_SCHED_EARLY_WAIT = 1,
   GA_PW_SCHED_VOTE_MAX = 2,
   GA_PW_SCHED_MAX8 = 4,
-  GA_PW_SCHED_EXP_TURNS = 8,
-  GA_PW_SCHED_WAIT_BOTH = 16
+  GA_PW_SCHED_NO_TURNS = 8
 };
 constexpr int ga_prefill_sm90_sched(int head_size, bool legacy, bool fp8, bool scaled_scores,
                                     bool plain_causal, int bits = -1) {

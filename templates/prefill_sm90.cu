@@ -209,7 +209,7 @@ __device__ __forceinline__ unsigned pw_v_kstep(int kk) {
 __device__ __forceinline__ unsigned pw_k_kstep(int ks) {
   return PW_LEGACY ? ks * (PW_BLOCK_N * 2) : (ks >> 2) * (PW_BLOCK_N * 8) + (ks & 3) * 2;
 }
-// Named barriers PW_SCHED_BAR + cw order the consumer warpgroups' turns (the consumers' ids 0:
+// Named barriers PW_SCHED_BAR + cw order the wgmma issues of the consumer warpgroups (ids 0:
 // __syncthreads, 1 + cw: consumer cw's epilogue); PW_PRODUCER_BAR syncs the producer warpgroup
 // around the V transpose (fp8).
 constexpr int PW_SCHED_BAR = PW_CONSUMERS + 1;
@@ -293,22 +293,6 @@ __device__ __forceinline__ void pw_mbar_wait(unsigned bar, unsigned parity) {
         "selp.u32 %0, 1, 0, p;\n}\n"
         : "=r"(done)
         : "r"(bar), "r"(parity)
-        : "memory");
-  } while (!done);
-}
-// Waits for two barriers' phases, trying both back to back so that their latencies overlap
-// (GA_PW_SCHED_WAIT_BOTH). A phase once complete stays complete here: neither barrier can
-// complete its next phase before the caller releases the stage.
-__device__ __forceinline__ void pw_mbar_wait2(unsigned bar0, unsigned parity0, unsigned bar1,
-                                              unsigned parity1) {
-  unsigned done;
-  do {
-    asm volatile(
-        "{\n.reg .pred p, q;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-        "mbarrier.try_wait.parity.shared::cta.b64 q, [%3], %4;\n"
-        "and.pred p, p, q;\nselp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(bar0), "r"(parity0), "r"(bar1), "r"(parity1)
         : "memory");
   } while (!done);
 }
@@ -907,18 +891,12 @@ __device__ __forceinline__ void pw_bsp_tile_vis(const PrefillParams& p, int n0, 
 // Scales: GaPrefillScales (e4m3 query: the block's descales folded in), or PrefillParams itself
 // (16-bit KV: the host's scales), read through their common fields scale_log2 and scale.
 // (PW_ROWSUM: the maxima only; the P V wgmmas sum the probabilities.)
-// TURNS (GA_PW_SCHED_EXP_TURNS): turn_begin() runs right before the exponentials and returns 0
-// (loaded from shared memory), which the exponents take in, and turn_end(x) runs after them with
-// x depending on every probability (the row sums) and on that 0: ptxas schedules register-only
-// instructions freely across a bar.sync or bar.arrive, so the data dependences are what keep the
-// exponentials inside the turn. Without TURNS neither is called.
-template <bool MASK, bool TURNS, typename Scales, typename TurnBegin, typename TurnEnd>
+template <bool MASK, typename Scales>
 __device__ __forceinline__ void pw_softmax(const PrefillParams& p, const Scales& scales,
                                            float (&s)[PW_BLOCK_N / 2], int n0, int kv_end, int t2,
                                            const int (&pos)[2], const float (&slope)[2],
                                            float (&m)[2], float (&l)[2], float (&alpha)[2],
-                                           const PwBspRows& bsp, TurnBegin turn_begin,
-                                           TurnEnd turn_end) {
+                                           const PwBspRows& bsp) {
   constexpr int NB = PW_BLOCK_N / 8;
   const float ninf = __int_as_float(0xff800000);
   // Without a soft cap or ALiBi the raw scores are kept and the scale is applied inside the
@@ -1002,13 +980,6 @@ __device__ __forceinline__ void pw_softmax(const PrefillParams& p, const Scales&
       if (PW_FP8) m_use[r] -= 8.f;
     }
   }
-  static_assert(!(TURNS && PW_ROWSUM), "prefill_sm90: the turns' end depends on the row sums");
-  float zero = 0.f;
-  if constexpr (TURNS) {
-    zero = turn_begin();
-    m_use[0] += zero;
-    m_use[1] += zero;
-  }
 #pragma unroll
   for (int j = 0; j < NB; ++j) {
 #pragma unroll
@@ -1017,12 +988,7 @@ __device__ __forceinline__ void pw_softmax(const PrefillParams& p, const Scales&
       if (!PW_ROWSUM) sum[e >> 1][j & 1] += s[j * 4 + e];
     }
   }
-  if constexpr (TURNS) {
-    const float t0 = sum[0][0] + sum[0][1], t1 = sum[1][0] + sum[1][1];
-    turn_end(t0 + t1 - zero);  // (ptxas knows that t0 + t1 >= 0 or NaN, not what zero holds)
-    l[0] = l[0] * alpha[0] + t0;
-    l[1] = l[1] * alpha[1] + t1;
-  } else if (!PW_ROWSUM) {  // else the P V wgmmas sum P (PW_ROWSUM), and l is unused
+  if (!PW_ROWSUM) {  // else the P V wgmmas sum P (PW_ROWSUM), and l is unused
 #pragma unroll
     for (int r = 0; r < 2; ++r) l[r] = l[r] * alpha[r] + (sum[r][0] + sum[r][1]);
   }
@@ -1262,8 +1228,6 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
   const unsigned bar_v_full = bar_k_full + 8 * PW_STAGES;
   const unsigned bar_k_empty = bar_v_full + 8 * PW_STAGES;
   const unsigned bar_v_empty = bar_k_empty + 8 * PW_STAGES;
-  // GA_PW_SCHED_EXP_TURNS: a 0 word after the mbarriers (the consumers' exp_turn_begin).
-  const unsigned zero_base = bar_v_empty + 8 * PW_STAGES;
   if (tid == 0) {
     pw_mbar_init(bar_q, 128);
     for (int s = 0; s < PW_STAGES; ++s) {
@@ -1272,8 +1236,6 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
       pw_mbar_init(bar_k_empty + 8 * s, 4 * PW_CONSUMERS);
       pw_mbar_init(bar_v_empty + 8 * s, 4 * PW_CONSUMERS);
     }
-    if (PW_PINGPONG && (PW_SCHED & GA_PW_SCHED_EXP_TURNS))
-      asm volatile("st.shared.u32 [%0], 0;\n" ::"r"(zero_base) : "memory");
   }
   // PW_ROWSUM: the 256-byte ones tile, in the slack (GA_PREFILL_SM90_SLACK): before q_base where
   // the base alignment left room, else after the mbarriers' 256 bytes (then the alignment took
@@ -1509,37 +1471,7 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
       pw_fence_regs(o);
       if (PW_ROWSUM) pw_fence_regs(ls);
     };
-    // The consumers' turns (PW_PINGPONG): a ring of named barriers. Consumer cw waits on barrier
-    // PW_SCHED_BAR + cw, completed by its own 128 threads syncing and its predecessor's 128
-    // arriving (cw - 1, consumer 0 after the last). Every consumer takes the same number of turns
-    // (n_tiles is per block) and consumer 0 is released once up front, so the last consumer skips
-    // its arrive after its last turn: every barrier phase that starts also completes. A turn is
-    // the issue of a batch of wgmmas (below), so one's wgmmas run while the others do their
-    // softmax; with GA_PW_SCHED_EXP_TURNS (16-bit, params.h), the exponentials of a tile's softmax
-    // instead, one per tile, and the wgmmas issue without turns.
-    constexpr bool exp_turns = PW_PINGPONG && (PW_SCHED & GA_PW_SCHED_EXP_TURNS) != 0;
-    // exp_turns (pw_softmax's turn_begin / turn_end): the 0 that the exponentials take in, loaded
-    // after the turn's barrier (no load moves above a bar.sync), and the turn's arrive predicated
-    // on x (the row sums, which every exponential feeds; the predicate always holds: x >= 0 or
-    // NaN).
-    auto exp_turn_begin = [&] {
-      pw_bar_sync(PW_SCHED_BAR + cw, 256);
-      float zero;
-      asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(zero) : "r"(zero_base) : "memory");
-      return zero;
-    };
-    auto exp_turn_end = [&](float x, bool last) {
-      if (!(last && cw == PW_CONSUMERS - 1)) {
-        asm volatile(
-            "{\n.reg .pred q;\nsetp.lt.f32 q, %0, 0fBF800000;\n@!q bar.arrive %1, 256;\n}\n" ::"f"(
-                x),
-            "r"(PW_SCHED_BAR + (PW_CONSUMERS == 2        ? 1 - cw
-                                : cw == PW_CONSUMERS - 1 ? 0
-                                                         : cw + 1))
-            : "memory");
-      }
-    };
-    auto softmax = [&](int j, bool last) {
+    auto softmax = [&](int j) {
       const int n0 = (tile0 + j) * PW_BLOCK_N;
       if (GA_BLOCK_SPARSE) pw_bsp_tile_vis(p, n0, bsp);
       const bool masked = GA_BLOCK_SPARSE || ga_prefill_tile_masked(n0, PW_BLOCK_N, w_pos_lo,
@@ -1548,29 +1480,33 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
       // measured no slower (params.h).
       constexpr bool one_body = ga_prefill_sm90_one_body(HEAD_SIZE, PW_LEGACY, PW_FP8, HAS_SOFT_CAP,
                                                          HAS_ALIBI, GA_BLOCK_SPARSE);
-      auto b = exp_turn_begin;
-      auto e = [&](float x) { exp_turn_end(x, last); };
       if (one_body) {
         if (masked) pw_mask_scores(p, s, n0, kv_end, t2, pos);
-        pw_softmax<false, exp_turns>(p, scales, s, n0, kv_end, t2, pos, slope, m, l, alpha, bsp, b,
-                                     e);
+        pw_softmax<false>(p, scales, s, n0, kv_end, t2, pos, slope, m, l, alpha, bsp);
       } else if (masked)
-        pw_softmax<true, exp_turns>(p, scales, s, n0, kv_end, t2, pos, slope, m, l, alpha, bsp, b,
-                                    e);
+        pw_softmax<true>(p, scales, s, n0, kv_end, t2, pos, slope, m, l, alpha, bsp);
       else
-        pw_softmax<false, exp_turns>(p, scales, s, n0, kv_end, t2, pos, slope, m, l, alpha, bsp, b,
-                                     e);
+        pw_softmax<false>(p, scales, s, n0, kv_end, t2, pos, slope, m, l, alpha, bsp);
     };
-    // Every batch of wgmmas is issued between these two (a turn, see above, unless exp_turns).
+    // Every batch of wgmmas is issued between these two. With PW_PINGPONG the consumer
+    // warpgroups take turns in a ring: a warpgroup issues a batch only after the one before it
+    // (cw - 1, consumer 0 after the last) has issued its batch, so one's wgmmas run while the
+    // others do their softmax. Consumer cw waits on barrier PW_SCHED_BAR + cw, completed by its
+    // own 128 threads syncing and its predecessor's 128 arriving. Every consumer issues the same
+    // number of batches (n_tiles is per block) and consumer 0 is released once up front, so the
+    // last consumer skips its arrive after its last batch: every barrier phase that starts also
+    // completes.
+    // GA_PW_SCHED_NO_TURNS (16-bit, params.h): no turns.
+    constexpr bool turns = PW_PINGPONG && !(PW_SCHED & GA_PW_SCHED_NO_TURNS);
     auto issue_begin = [&] {
-      if (PW_PINGPONG && !exp_turns) pw_bar_sync(PW_SCHED_BAR + cw, 256);
+      if (turns) pw_bar_sync(PW_SCHED_BAR + cw, 256);
       // The normal writes of o and pf (rescale, packing) complete before wgmmas read them.
       fence_acc();
       pw_fence_regs(pf);
       pw_wgmma_fence();
     };
     auto issue_end = [&](bool last) {
-      if (PW_PINGPONG && !exp_turns && !(last && cw == PW_CONSUMERS - 1))
+      if (turns && !(last && cw == PW_CONSUMERS - 1))
         pw_bar_arrive(PW_SCHED_BAR + (PW_CONSUMERS == 2        ? 1 - cw
                                       : cw == PW_CONSUMERS - 1 ? 0
                                                                : cw + 1),
@@ -1606,12 +1542,8 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
     constexpr bool early = (PW_SCHED & GA_PW_SCHED_EARLY_WAIT) && PW_OVERLAP && !GA_BLOCK_SPARSE;
     auto tile = [&](int j, bool with_pv, bool last) {
       if (!early || j == 0) {
-        if (with_pv && (PW_SCHED & GA_PW_SCHED_WAIT_BOTH)) {
-          pw_mbar_wait2(bar_k_full + 8 * stage, phase, bar_v_full + 8 * prev, prev_phase);
-        } else {
-          pw_mbar_wait(bar_k_full + 8 * stage, phase);
-          if (with_pv) pw_mbar_wait(bar_v_full + 8 * prev, prev_phase);
-        }
+        pw_mbar_wait(bar_k_full + 8 * stage, phase);
+        if (with_pv) pw_mbar_wait(bar_v_full + 8 * prev, prev_phase);
         pw_fence_proxy_async();
       }
       issue_begin();
@@ -1635,7 +1567,7 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
       pw_fence_regs(s);
       if (lane == 0) pw_mbar_arrive(bar_k_empty + 8 * stage);
 
-      softmax(j, last);
+      softmax(j);
       if (with_pv) {
         pw_wgmma_wait<0>();
         fence_acc();
@@ -1681,8 +1613,7 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
     if (n_tiles > 0) {
       pw_mbar_wait(bar_q, 0);
 #if !GA_BLOCK_SPARSE
-      if (PW_PINGPONG && cw == PW_CONSUMERS - 1)
-        pw_bar_arrive(PW_SCHED_BAR, 256);  // consumer 0 starts
+      if (turns && cw == PW_CONSUMERS - 1) pw_bar_arrive(PW_SCHED_BAR, 256);  // consumer 0 starts
       if (PW_OVERLAP) {
         tile(0, false, n_tiles == 1);
         advance();
@@ -1696,7 +1627,7 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
       // The same over the tiles kept: t is a tile's index, u the next one's.
       int t = tiles.first(p);
       if (t < n_tiles) {
-        if (PW_PINGPONG && cw == PW_CONSUMERS - 1) pw_bar_arrive(PW_SCHED_BAR, 256);
+        if (turns && cw == PW_CONSUMERS - 1) pw_bar_arrive(PW_SCHED_BAR, 256);
         if (PW_OVERLAP) {
           const int u = tiles.next(p, t);
           tile(t, false, u >= n_tiles);
