@@ -20,10 +20,15 @@ bool allowed(const std::string& o) {
   // The decode kernel's block-timing experiment (templates/decode.cu, GA_DECODE_TIMING).
   if (o == "-DGA_DECODE_TIMING=1") return true;
   // The 16-bit sm_90 prefill consumers' schedule bits (templates/params.h,
-  // ga_prefill_sm90_sched), for measurement: 0-7.
+  // ga_prefill_sm90_sched), for measurement: 0-15, no leading zero.
   const std::string sched = "-DGA_PREFILL_SM90_SCHED=";
-  if (o.size() == sched.size() + 1 && starts_with(o, sched.c_str()))
-    return o.back() >= '0' && o.back() <= '7';
+  if (starts_with(o, sched.c_str())) {
+    const std::string n = o.substr(sched.size());
+    if (n.empty() || n.size() > 2 || (n.size() == 2 && n[0] == '0')) return false;
+    for (char c : n)
+      if (c < '0' || c > '9') return false;
+    return std::atoi(n.c_str()) <= 15;
+  }
   const std::string regs = "--maxrregcount=";
   if (starts_with(o, regs.c_str()) && o.size() > regs.size() && o.size() <= regs.size() + 3) {
     for (size_t i = regs.size(); i < o.size(); ++i)
@@ -45,7 +50,7 @@ std::vector<std::string> parse_nvrtc_extra_options(const std::string& text) {
                   "' is not supported; supported (separated by spaces): "
                   "--Ofast-compile=min|mid|max|0, --ptxas-options=V, -Xptxas=V, "
                   "--maxrregcount=N (N 1-999), -DGA_DECODE_TIMING=1, "
-                  "-DGA_PREFILL_SM90_SCHED=N (N 0-7)");
+                  "-DGA_PREFILL_SM90_SCHED=N (N 0-15)");
     out.push_back(o);
   }
   return out;

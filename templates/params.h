@@ -551,7 +551,11 @@ constexpr bool ga_prefill_sm90_rowsum_mma(int head_size, bool legacy, bool q_fp8
 // - GA_PW_SCHED_VOTE_MAX: with the reference maximum (flash layouts), the thread's own row maxima
 //   are checked against the references and the warp votes; the quad shuffles of the row maxima
 //   (and alpha's exponentials) run only when some row's reference moves;
-// - GA_PW_SCHED_MAX8: the thread's row maxima in 4 chains a row instead of 2.
+// - GA_PW_SCHED_MAX8: the thread's row maxima in 4 chains a row instead of 2;
+// - GA_PW_SCHED_NO_TURNS: the consumer warpgroups issue their wgmmas without taking turns (no
+//   ping-pong ring of named barriers, as fp8 always runs); not yet timed (session 10: the turns
+//   around the exponentials instead of the wgmma issue, cuDNN's order, measured slower: head 128
+//   +5%, head 64 +17%, legacy +18%; docs/prefill-h128-turns-h100-2026-11-27-s10.txt).
 // The results are the same bits either way (the references and probabilities are unchanged).
 // Measured (H100, 4 x 4096 causal and chunked 4 x 512 after 2048-16384 cached, old and new
 // alternated; docs/prefill-h128-critical-path-h100-2026-11-27-s9.txt): the early waits make the
@@ -568,7 +572,12 @@ constexpr bool ga_prefill_sm90_rowsum_mma(int head_size, bool legacy, bool q_fp8
 // (with it the consumers spill, 7-12 instructions at head 128). `bits` < 0: the default; templates
 // compiled with -DGA_PREFILL_SM90_SCHED=N (GRAPHATTN_NVRTC_EXTRA_OPTIONS, for measurement) ask for
 // N. (Enumerators: namespace-level constants could add to every spec's GLOBAL and CONSTANT totals.)
-enum GaPwSched : int { GA_PW_SCHED_EARLY_WAIT = 1, GA_PW_SCHED_VOTE_MAX = 2, GA_PW_SCHED_MAX8 = 4 };
+enum GaPwSched : int {
+  GA_PW_SCHED_EARLY_WAIT = 1,
+  GA_PW_SCHED_VOTE_MAX = 2,
+  GA_PW_SCHED_MAX8 = 4,
+  GA_PW_SCHED_NO_TURNS = 8
+};
 constexpr int ga_prefill_sm90_sched(int head_size, bool legacy, bool fp8, bool scaled_scores,
                                     bool plain_causal, int bits = -1) {
   return fp8             ? 0

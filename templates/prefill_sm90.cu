@@ -1496,15 +1496,17 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
     // number of batches (n_tiles is per block) and consumer 0 is released once up front, so the
     // last consumer skips its arrive after its last batch: every barrier phase that starts also
     // completes.
+    // GA_PW_SCHED_NO_TURNS (16-bit, params.h): no turns.
+    constexpr bool turns = PW_PINGPONG && !(PW_SCHED & GA_PW_SCHED_NO_TURNS);
     auto issue_begin = [&] {
-      if (PW_PINGPONG) pw_bar_sync(PW_SCHED_BAR + cw, 256);
+      if (turns) pw_bar_sync(PW_SCHED_BAR + cw, 256);
       // The normal writes of o and pf (rescale, packing) complete before wgmmas read them.
       fence_acc();
       pw_fence_regs(pf);
       pw_wgmma_fence();
     };
     auto issue_end = [&](bool last) {
-      if (PW_PINGPONG && !(last && cw == PW_CONSUMERS - 1))
+      if (turns && !(last && cw == PW_CONSUMERS - 1))
         pw_bar_arrive(PW_SCHED_BAR + (PW_CONSUMERS == 2        ? 1 - cw
                                       : cw == PW_CONSUMERS - 1 ? 0
                                                                : cw + 1),
@@ -1611,8 +1613,7 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
     if (n_tiles > 0) {
       pw_mbar_wait(bar_q, 0);
 #if !GA_BLOCK_SPARSE
-      if (PW_PINGPONG && cw == PW_CONSUMERS - 1)
-        pw_bar_arrive(PW_SCHED_BAR, 256);  // consumer 0 starts
+      if (turns && cw == PW_CONSUMERS - 1) pw_bar_arrive(PW_SCHED_BAR, 256);  // consumer 0 starts
       if (PW_OVERLAP) {
         tile(0, false, n_tiles == 1);
         advance();
@@ -1626,7 +1627,7 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
       // The same over the tiles kept: t is a tile's index, u the next one's.
       int t = tiles.first(p);
       if (t < n_tiles) {
-        if (PW_PINGPONG && cw == PW_CONSUMERS - 1) pw_bar_arrive(PW_SCHED_BAR, 256);
+        if (turns && cw == PW_CONSUMERS - 1) pw_bar_arrive(PW_SCHED_BAR, 256);
         if (PW_OVERLAP) {
           const int u = tiles.next(p, t);
           tile(t, false, u >= n_tiles);
