@@ -49,7 +49,8 @@ int main(int argc, char** argv) {
   bool check = true, use_peer = true;
   app.add_option("--parts", parts_text,
                  "comma-separated: decode, step, mixed, tp (2 GPUs), capture, prefill, cascade; "
-                 "also legacy-variants (not in the default set)")
+                 "also legacy-variants and prefill-fp8 (the bf16 and e4m3 q+kv 4x4096 rows of "
+                 "prefill alone; not in the default set)")
       ->capture_default_str();
   app.add_option("--legacy-variants", legacy_variants_text,
                  "legacy-variants: forward_prefix head 128 rows "
@@ -115,13 +116,14 @@ int main(int argc, char** argv) {
   }
   try {
     const std::vector<std::string> parts = split_list(parts_text);
-    const std::set<std::string> known = {"decode",  "step",    "mixed",   "tp",
-                                         "capture", "prefill", "cascade", "legacy-variants"};
+    const std::set<std::string> known = {"decode",     "step",    "mixed",   "tp",
+                                         "capture",    "prefill", "cascade", "legacy-variants",
+                                         "prefill-fp8"};
     for (const auto& p : parts)
       if (!known.count(p))
         throw Error("unknown part '" + p +
                     "'; parts: decode, step, mixed, tp, capture, prefill, cascade, "
-                    "legacy-variants");
+                    "legacy-variants, prefill-fp8");
     std::vector<int> cascade_prefixes;
     for (const auto& s : split_list(cascade_prefixes_text)) {
       const int v = std::stoi(s);
@@ -227,6 +229,15 @@ int main(int argc, char** argv) {
         for (bool legacy : {false, true})
           j["prefill_chunked"].push_back(
               bench_prefill(dev, 4, 512, std::max(20, reps / 5), peer, &ok, legacy, false, prefix));
+    }
+    if (wants("prefill-fp8") && !wants("prefill")) {
+      j["prefill"] = bench_prefill(dev, 4, 4096, std::max(20, reps / 5), peer, &ok);
+      j["prefill_fp8"] =
+          bench_prefill(dev, 4, 4096, std::max(20, reps / 5), peer, &ok, false, true);
+      const double speedup =
+          j["prefill"]["time_us"].get<double>() / j["prefill_fp8"]["time_us"].get<double>();
+      j["prefill_fp8"]["speedup_over_bf16"] = speedup;
+      std::printf("prefill 4x4096: e4m3 q+kv is %.2fx the bf16 prefill's throughput\n", speedup);
     }
     if (wants("legacy-variants"))
       j["legacy_variants"] =
