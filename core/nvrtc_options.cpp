@@ -24,12 +24,12 @@ bool allowed(const std::string& o) {
   const std::string sched = "-DGA_PREFILL_SM90_SCHED=";
   if (o.size() == sched.size() + 1 && starts_with(o, sched.c_str()))
     return o.back() >= '0' && o.back() <= '7';
-  // The sm_90 e4m3 prefill's measurement variants (templates/prefill_sm90.cu, PW_F8V): 0-127.
+  // The sm_90 e4m3 prefill's measurement variants (templates/prefill_sm90.cu, PW_F8V): 0-511.
   const std::string fp8var = "-DGA_PREFILL_SM90_FP8_VAR=";
   if (starts_with(o, fp8var.c_str()) && o.size() > fp8var.size() && o.size() <= fp8var.size() + 3) {
     for (size_t i = fp8var.size(); i < o.size(); ++i)
       if (o[i] < '0' || o[i] > '9') return false;
-    return std::atoi(o.c_str() + fp8var.size()) <= 127;
+    return std::atoi(o.c_str() + fp8var.size()) <= 511;
   }
   const std::string regs = "--maxrregcount=";
   if (starts_with(o, regs.c_str()) && o.size() > regs.size() && o.size() <= regs.size() + 3) {
@@ -52,7 +52,7 @@ std::vector<std::string> parse_nvrtc_extra_options(const std::string& text) {
                   "' is not supported; supported (separated by spaces): "
                   "--Ofast-compile=min|mid|max|0, --ptxas-options=V, -Xptxas=V, "
                   "--maxrregcount=N (N 1-999), -DGA_DECODE_TIMING=1, "
-                  "-DGA_PREFILL_SM90_SCHED=N (N 0-7), -DGA_PREFILL_SM90_FP8_VAR=N (N 0-127)");
+                  "-DGA_PREFILL_SM90_SCHED=N (N 0-7), -DGA_PREFILL_SM90_FP8_VAR=N (N 0-511)");
     out.push_back(o);
   }
   return out;

@@ -82,7 +82,8 @@ using pw_elem = PwElemOf<PW_FP8>::type;  // a Q/K/V element as stored
 // exponentials (P = the exponent), 4 no e4m3 packing of P (P V reads the fp32 bits of one value
 // of four, the others kept alive), 8 no row maxima (the first score of a row stands for it).
 // Candidates, correct: 16 the speculative softmax (PW_F8_SPEC), 32 probabilities 2^(s - m + 7)
-// instead of 2^(s - m + 8) (PW_P8_SHIFT), 64 the consumers' wgmma ping-pong. (An enumerator: a
+// instead of 2^(s - m + 8) (PW_P8_SHIFT), 64 the consumers' wgmma ping-pong. With 16, timing only:
+// 128 no second scoring (spec_check), 256 no check at all. (An enumerator: a
 // namespace-level constant would add to every spec's GLOBAL and CONSTANT totals.)
 #ifdef GA_PREFILL_SM90_FP8_VAR
 enum PwFp8Var : int { PW_F8V = PW_FP8 ? GA_PREFILL_SM90_FP8_VAR : 0 };
@@ -1643,7 +1644,7 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
       for (int kk = 0; kk < PW_PF_STEPS; ++kk)
 #pragma unroll
         for (int i = 0; i < 4; ++i) hi |= pf[kk][i] + 0x02020202u;
-      if (__any_sync(0xffffffffu, (hi & 0x80808080u) != 0)) {
+      if (!(PW_F8V & 256) && __any_sync(0xffffffffu, (hi & 0x80808080u) != 0)) {
         float pm[2] = {0.f, 0.f};
 #pragma unroll
         for (int i = 0; i < PW_BLOCK_N / 2; ++i) pm[(i >> 1) & 1] = fmaxf(pm[(i >> 1) & 1], s[i]);
@@ -1652,7 +1653,8 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
           pm[r] = fmaxf(pm[r], __shfl_xor_sync(0xffffffffu, pm[r], 1));
           pm[r] = fmaxf(pm[r], __shfl_xor_sync(0xffffffffu, pm[r], 2));
         }
-        if (__any_sync(0xffffffffu, !(pm[0] <= 0x1p126f) || !(pm[1] <= 0x1p126f))) {
+        if (!(PW_F8V & 128) &&
+            __any_sync(0xffffffffu, !(pm[0] <= 0x1p126f) || !(pm[1] <= 0x1p126f))) {
           spec_rescore(stage);
           softmax(j);  // alpha and m from the old reference, P from the scores
         } else {

@@ -110,14 +110,14 @@ TEST_CASE("key: GRAPHATTN_NVRTC_EXTRA_OPTIONS's parser takes the listed options 
   CHECK(detail::parse_nvrtc_extra_options("-DGA_PREFILL_SM90_SCHED=0 -DGA_PREFILL_SM90_SCHED=7") ==
         std::vector<std::string>{"-DGA_PREFILL_SM90_SCHED=0", "-DGA_PREFILL_SM90_SCHED=7"});
   CHECK(detail::parse_nvrtc_extra_options(
-            "-DGA_PREFILL_SM90_FP8_VAR=0 -DGA_PREFILL_SM90_FP8_VAR=127") ==
-        std::vector<std::string>{"-DGA_PREFILL_SM90_FP8_VAR=0", "-DGA_PREFILL_SM90_FP8_VAR=127"});
+            "-DGA_PREFILL_SM90_FP8_VAR=0 -DGA_PREFILL_SM90_FP8_VAR=511") ==
+        std::vector<std::string>{"-DGA_PREFILL_SM90_FP8_VAR=0", "-DGA_PREFILL_SM90_FP8_VAR=511"});
   for (const char* bad :
        {"--gpu-architecture=sm_80", "-G", "--Ofast-compile=fast", "--Ofast-compile",
         "--ptxas-options=", "--maxrregcount=0", "--maxrregcount=12x", "--maxrregcount=1000",
         "-DHEAD_SIZE=64", "-DGA_DECODE_TIMING=0", "-DGA_DECODE_TIMING", "-DGA_DECODE_BT_EARLY=1",
         "-DGA_PREFILL_SM90_SCHED=8", "-DGA_PREFILL_SM90_SCHED=", "-DGA_PREFILL_SM90_SCHED=12",
-        "-DGA_PREFILL_SM90_FP8_VAR=128", "-DGA_PREFILL_SM90_FP8_VAR=",
+        "-DGA_PREFILL_SM90_FP8_VAR=512", "-DGA_PREFILL_SM90_FP8_VAR=",
         "-DGA_PREFILL_SM90_FP8_VAR=1x", "-DGA_PREFILL_SM90_FP8_VAR=-1"}) {
     bool threw = false;
     try {
