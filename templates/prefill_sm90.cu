@@ -1037,6 +1037,17 @@ __device__ __forceinline__ void pw_mask_scores(const PrefillParams& p, float (&s
         s[j * 4 + e] = __int_as_float(0xff800000);
 }
 
+// O's rows g (alpha[0]) and g + 8 (alpha[1]) times their rescale factors.
+__device__ __forceinline__ void pw_rescale_o(float (&o)[HEAD_SIZE / 2], const float (&alpha)[2]) {
+#pragma unroll
+  for (int d = 0; d < HEAD_SIZE / 8; ++d) {
+    o[d * 4 + 0] *= alpha[0];
+    o[d * 4 + 1] *= alpha[0];
+    o[d * 4 + 2] *= alpha[1];
+    o[d * 4 + 3] *= alpha[1];
+  }
+}
+
 // Probabilities of one tile -> the A fragments (m16n8k16 layout) of P V.
 __device__ __forceinline__ void pw_pack_p(const float (&s)[PW_BLOCK_N / 2],
                                           unsigned (&pf)[PW_PF_STEPS][4]) {
@@ -1672,13 +1683,7 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
         }
         l[0] *= alpha[0];
         l[1] *= alpha[1];
-#pragma unroll
-        for (int d = 0; d < HEAD_SIZE / 8; ++d) {
-          o[d * 4 + 0] *= alpha[0];
-          o[d * 4 + 1] *= alpha[0];
-          o[d * 4 + 2] *= alpha[1];
-          o[d * 4 + 3] *= alpha[1];
-        }
+        pw_rescale_o(o, alpha);
         pw_pack_p8(s, pf);
       }
       if (lane == 0) pw_mbar_arrive(bar_k_empty + 8 * stage);
@@ -1746,15 +1751,8 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
       // PW_REF_MAX: a warp whose rows' reference maxima all stayed (alpha exactly 1) skips the
       // rescale (fp8, where it weighs more against the halved wgmma time: H200, 4 x 4096 causal
       // 838 us against 876).
-      if (!PW_REF_MAX || (!spec && __any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f))) {
-#pragma unroll
-        for (int d = 0; d < HEAD_SIZE / 8; ++d) {
-          o[d * 4 + 0] *= alpha[0];
-          o[d * 4 + 1] *= alpha[0];
-          o[d * 4 + 2] *= alpha[1];
-          o[d * 4 + 3] *= alpha[1];
-        }
-      }
+      if (!PW_REF_MAX || (!spec && __any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)))
+        pw_rescale_o(o, alpha);
       if (PW_FP8)
         pw_pack_p8(s, pf);
       else
