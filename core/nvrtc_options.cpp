@@ -12,6 +12,16 @@ namespace {
 
 bool starts_with(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
 
+// o is prefix followed by a decimal number in [lo, hi]: 1-3 digits, no sign, no leading zero.
+bool number_after(const std::string& o, const char* prefix, int lo, int hi) {
+  const std::string n = o.substr(std::string(prefix).size());
+  if (n.empty() || n.size() > 3 || (n.size() > 1 && n[0] == '0')) return false;
+  for (char c : n)
+    if (c < '0' || c > '9') return false;
+  const int v = std::atoi(n.c_str());
+  return v >= lo && v <= hi;
+}
+
 bool allowed(const std::string& o) {
   for (const char* level : {"min", "mid", "max", "0"})
     if (o == std::string("--Ofast-compile=") + level) return true;
@@ -19,22 +29,13 @@ bool allowed(const std::string& o) {
     if (starts_with(o, prefix) && o.size() > std::string(prefix).size()) return true;
   // The decode kernel's block-timing experiment (templates/decode.cu, GA_DECODE_TIMING).
   if (o == "-DGA_DECODE_TIMING=1") return true;
-  // The 16-bit sm_90 prefill consumers' schedule bits (templates/params.h,
-  // ga_prefill_sm90_sched), for measurement: 0-15, no leading zero.
-  const std::string sched = "-DGA_PREFILL_SM90_SCHED=";
-  if (starts_with(o, sched.c_str())) {
-    const std::string n = o.substr(sched.size());
-    if (n.empty() || n.size() > 2 || (n.size() == 2 && n[0] == '0')) return false;
-    for (char c : n)
-      if (c < '0' || c > '9') return false;
-    return std::atoi(n.c_str()) <= 15;
-  }
-  const std::string regs = "--maxrregcount=";
-  if (starts_with(o, regs.c_str()) && o.size() > regs.size() && o.size() <= regs.size() + 3) {
-    for (size_t i = regs.size(); i < o.size(); ++i)
-      if (o[i] < '0' || o[i] > '9') return false;
-    return std::atoi(o.c_str() + regs.size()) > 0;
-  }
+  // The 16-bit sm_90 prefill consumers' schedule bits (templates/params.h, ga_prefill_sm90_sched)
+  // and the sm_90 e4m3 prefill's variants (templates/prefill_sm90.cu, PW_F8V), for measurement.
+  if (starts_with(o, "-DGA_PREFILL_SM90_SCHED="))
+    return number_after(o, "-DGA_PREFILL_SM90_SCHED=", 0, 15);
+  if (starts_with(o, "-DGA_PREFILL_SM90_FP8_VAR="))
+    return number_after(o, "-DGA_PREFILL_SM90_FP8_VAR=", 0, 511);
+  if (starts_with(o, "--maxrregcount=")) return number_after(o, "--maxrregcount=", 1, 999);
   return false;
 }
 
@@ -50,7 +51,7 @@ std::vector<std::string> parse_nvrtc_extra_options(const std::string& text) {
                   "' is not supported; supported (separated by spaces): "
                   "--Ofast-compile=min|mid|max|0, --ptxas-options=V, -Xptxas=V, "
                   "--maxrregcount=N (N 1-999), -DGA_DECODE_TIMING=1, "
-                  "-DGA_PREFILL_SM90_SCHED=N (N 0-15)");
+                  "-DGA_PREFILL_SM90_SCHED=N (N 0-15), -DGA_PREFILL_SM90_FP8_VAR=N (N 0-511)");
     out.push_back(o);
   }
   return out;

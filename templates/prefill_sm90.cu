@@ -76,7 +76,21 @@ using pw_elem = PwElemOf<PW_FP8>::type;  // a Q/K/V element as stored
 // The consumer warpgroups take turns issuing their wgmmas (see the consumer loop); false lets
 // them issue independently, for comparison. fp8 (wgmmas of half the time; H200, 4 x 4096 causal
 // head 128: 860 us without against 876 us with) issues independently.
-constexpr bool PW_PINGPONG = !PW_FP8;
+// fp8 measurement variants (GRAPHATTN_NVRTC_EXTRA_OPTIONS=-DGA_PREFILL_SM90_FP8_VAR=N, N a sum of
+// the bits below; 16-bit specs ignore it). Timing-only ablations, which compute wrong results:
+// 1 the producer does not transpose V (the V^T stages keep whatever they held), 2 no
+// exponentials (P = the exponent), 4 no e4m3 packing of P (P V reads the fp32 bits of one value
+// of four, the others kept alive), 8 no row maxima (the first score of a row stands for it).
+// Candidates, correct: 16 the speculative softmax (PW_F8_SPEC), 32 probabilities 2^(s - m + 7)
+// instead of 2^(s - m + 8) (PW_P8_SHIFT), 64 the consumers' wgmma ping-pong. With 16, timing only:
+// 128 no second scoring (spec_check), 256 no check at all. (An enumerator: a
+// namespace-level constant would add to every spec's GLOBAL and CONSTANT totals.)
+#ifdef GA_PREFILL_SM90_FP8_VAR
+enum PwFp8Var : int { PW_F8V = PW_FP8 ? GA_PREFILL_SM90_FP8_VAR : 0 };
+#else
+enum PwFp8Var : int { PW_F8V = 0 };
+#endif
+constexpr bool PW_PINGPONG = !PW_FP8 || (PW_F8V & 64) != 0;
 // The geometry is params.h's (ga_prefill_sm90_*), which the host launch code reads too.
 constexpr int PW_CONSUMERS = ga_prefill_sm90_consumers(HEAD_SIZE, PW_FP8);  // 64 rows each
 constexpr int PW_THREADS = ga_prefill_sm90_threads(HEAD_SIZE, PW_FP8);
@@ -177,6 +191,19 @@ enum PwRowSum : int {
             : IS_BF16 ? 0x3f803f80
                       : 0x3c003c00
 };
+// fp8: probabilities 2^(s - m + PW_P8_SHIFT) (pw_softmax), and the speculative softmax (PW_F8_SPEC,
+// see the consumers' tile). (Enumerators, as above.)
+enum PwFp8Softmax : int {
+  PW_P8_SHIFT = (PW_F8V & 32) ? 7 : 8,
+  PW_F8_SPEC = PW_FP8 && (PW_F8V & 16) && !PW_FP8_WIDE && !HAS_SOFT_CAP && !HAS_ALIBI
+};
+// The speculative softmax's source is compiled only where a variant may ask for it (a macro: its
+// lambdas, even unused, moved the 16-bit kernels' instruction order).
+#if defined(GA_Q_E4M3) && defined(GA_PREFILL_SM90_FP8_VAR)
+#define PW_F8_SPEC_CODE 1
+#else
+#define PW_F8_SPEC_CODE 0
+#endif
 // The 16-bit consumers' per-tile schedule (params.h's ga_prefill_sm90_sched, GA_PW_SCHED_* bits;
 // -DGA_PREFILL_SM90_SCHED=N asks for N, for measurement). fp8: 0. (An enumerator, as above.)
 #ifdef GA_PREFILL_SM90_SCHED
@@ -925,7 +952,7 @@ __device__ __forceinline__ void pw_softmax(const PrefillParams& p, const Scales&
       if (MASK && !ga_prefill_visible(pos[e >> 1], key, kv_end, p.window)) x = ninf;
       if (GA_BLOCK_SPARSE && MASK && !((bsp.vis[e >> 1] >> j) & 1u)) x = ninf;
       s[j * 4 + e] = x;
-      mx[e >> 1][j % MC] = fmaxf(mx[e >> 1][j % MC], x);
+      if (!(PW_F8V & 8) || j == 0) mx[e >> 1][j % MC] = fmaxf(mx[e >> 1][j % MC], x);
     }
   }
 #pragma unroll
@@ -936,8 +963,9 @@ __device__ __forceinline__ void pw_softmax(const PrefillParams& p, const Scales&
     }
   }
   // PW_REF_MAX: see below. M_SLACK: how far a row's maximum may pass its reference.
-  constexpr float M_SLACK = PW_FP8 ? 0.8f : 8.f;
-  static_assert(!PW_FP8 || M_SLACK <= 0.807f, "prefill_sm90 fp8: P must stay under 448");
+  constexpr float M_SLACK = !PW_FP8 ? 8.f : PW_P8_SHIFT == 8 ? 0.8f : 1.8f;
+  static_assert(!PW_FP8 || M_SLACK + PW_P8_SHIFT <= 8.807f,
+                "prefill_sm90 fp8: P must stay under 448");
   float m_use[2], sum[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
   // GA_PW_SCHED_VOTE_MAX: a row's reference moves only if its maximum passes it by more than
   // M_SLACK, i.e. only if one of its four threads' own maxima does. When no thread of the warp
@@ -977,14 +1005,15 @@ __device__ __forceinline__ void pw_softmax(const PrefillParams& p, const Scales&
       // keeps e4m3's full precision down to 2^-17 of the row maximum instead of flushing
       // everything under 2^-9 (FA3's choice too); the sums l carry the same 2^8, which cancels in
       // O / l (the epilogue takes it out of l for the sinks and the LSE).
-      if (PW_FP8) m_use[r] -= 8.f;
+      if (PW_FP8) m_use[r] -= static_cast<float>(PW_P8_SHIFT);
     }
   }
 #pragma unroll
   for (int j = 0; j < NB; ++j) {
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      s[j * 4 + e] = ga_exp2(fmaf(s[j * 4 + e], sc, -m_use[e >> 1]));
+      const float x = fmaf(s[j * 4 + e], sc, -m_use[e >> 1]);
+      s[j * 4 + e] = PW_F8V & 2 ? x : ga_exp2(x);
       if (!PW_ROWSUM) sum[e >> 1][j & 1] += s[j * 4 + e];
     }
   }
@@ -1006,6 +1035,17 @@ __device__ __forceinline__ void pw_mask_scores(const PrefillParams& p, float (&s
     for (int e = 0; e < 4; ++e)
       if (!ga_prefill_visible(pos[e >> 1], n0 + j * 8 + t2 + (e & 1), kv_end, p.window))
         s[j * 4 + e] = __int_as_float(0xff800000);
+}
+
+// O's rows g (alpha[0]) and g + 8 (alpha[1]) times their rescale factors.
+__device__ __forceinline__ void pw_rescale_o(float (&o)[HEAD_SIZE / 2], const float (&alpha)[2]) {
+#pragma unroll
+  for (int d = 0; d < HEAD_SIZE / 8; ++d) {
+    o[d * 4 + 0] *= alpha[0];
+    o[d * 4 + 1] *= alpha[0];
+    o[d * 4 + 2] *= alpha[1];
+    o[d * 4 + 3] *= alpha[1];
+  }
 }
 
 // Probabilities of one tile -> the A fragments (m16n8k16 layout) of P V.
@@ -1040,9 +1080,16 @@ __device__ __forceinline__ void pw_pack_p8(const float (&s)[PW_BLOCK_N / 2],
     for (int h = 0; h < 2; ++h) {  // keys 32 kk + 16 h .. + 15: 8-key groups j, j + 1
       const int j = 4 * kk + 2 * h;
 #pragma unroll
-      for (int r = 0; r < 2; ++r)  // rows g, g + 8
-        pf[kk][2 * h + r] = pw_e4m3x4(s[j * 4 + 2 * r], s[(j + 1) * 4 + 2 * r],
-                                      s[j * 4 + 2 * r + 1], s[(j + 1) * 4 + 2 * r + 1]);
+      for (int r = 0; r < 2; ++r) {  // rows g, g + 8
+        if (PW_F8V & 4) {            // timing only: no packing
+          pf[kk][2 * h + r] = __float_as_uint(s[j * 4 + 2 * r]);
+          asm volatile("" ::"f"(s[(j + 1) * 4 + 2 * r]), "f"(s[j * 4 + 2 * r + 1]),
+                       "f"(s[(j + 1) * 4 + 2 * r + 1]));
+        } else {
+          pf[kk][2 * h + r] = pw_e4m3x4(s[j * 4 + 2 * r], s[(j + 1) * 4 + 2 * r],
+                                        s[j * 4 + 2 * r + 1], s[(j + 1) * 4 + 2 * r + 1]);
+        }
+      }
     }
   }
 }
@@ -1304,7 +1351,8 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
         pw_bar_sync(PW_PRODUCER_BAR, 128);  // every thread's copies of the tile landed
         const int st = i % PW_STAGES;
         if (i >= PW_STAGES) pw_mbar_wait(bar_v_empty + 8 * st, ((i / PW_STAGES) & 1) ^ 1);
-        pw_transpose_v(raw_v_base + (i & 1) * PW_KV_BYTES, v_base + st * PW_KV_BYTES, tid);
+        if (!(PW_F8V & 1))  // (1: timing only)
+          pw_transpose_v(raw_v_base + (i & 1) * PW_KV_BYTES, v_base + st * PW_KV_BYTES, tid);
         pw_fence_proxy_async();  // the generic-proxy stores, before the wgmmas read them
         pw_mbar_arrive(bar_v_full + 8 * st);
       };
@@ -1532,6 +1580,117 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
 
     int stage = 0, prev = 0;  // ring stages and phases of tiles j and j - 1
     unsigned phase = 0, prev_phase = 0;
+
+    // PW_F8_SPEC, the speculative softmax (fp8, loop tiles): a tile without a mask whose rows all
+    // have a reference maximum m (every row of the warp) takes its probabilities at that
+    // reference right away, P = 2^(s - m + PW_P8_SHIFT), without the rows' maxima (no FMNMX, no
+    // shuffles, no alpha on the way from S to the exponentials); O and l keep their scale (alpha
+    // 1). Only then, on the packed e4m3 P, one check per warp: a byte at 0x7e (448, i.e. P >=
+    // 432, or more, saturated) or 0x7f (NaN) means some row's maximum passed its reference by
+    // more than the pack can hold (spec_check). Such a warp takes its rows' maxima of P (fp32,
+    // exact, still in s): a row whose maximum reached 416 moves its reference there (m += log2(max
+    // P) - PW_P8_SHIFT, so its largest P becomes 2^PW_P8_SHIFT), and that row's P, O and l are
+    // multiplied by alpha = 2^(m_old - m_new); P is packed again. P can be infinite only if a
+    // score passed its reference by 120 or more (log2 domain); then P has lost the scores, and
+    // the warp scores the tile again from shared memory (spec_rescore: mma.sync m16n8k32, the K
+    // stage is released only after the check) and runs pw_softmax as a tile without the
+    // speculation would.
+#if PW_F8_SPEC_CODE
+    auto spec_ok = [&](int j) {
+      const int n0 = (tile0 + j) * PW_BLOCK_N;
+      return !ga_prefill_tile_masked(n0, PW_BLOCK_N, w_pos_lo, w_pos_hi, kv_end, p.window) &&
+             !__any_sync(0xffffffffu, m[0] == ninf || m[1] == ninf);
+    };
+    auto spec_exp = [&] {
+      const float sc = scales.scale_log2;
+      const float mu[2] = {m[0] - static_cast<float>(PW_P8_SHIFT),
+                           m[1] - static_cast<float>(PW_P8_SHIFT)};
+#pragma unroll
+      for (int i = 0; i < PW_BLOCK_N / 2; ++i) s[i] = ga_exp2(fmaf(s[i], sc, -mu[(i >> 1) & 1]));
+      alpha[0] = 1.f;
+      alpha[1] = 1.f;
+    };
+    // S of tile stage st for this warp's 16 rows by mma.sync (e4m3 A = Q, K-major B = K, both
+    // 128-byte swizzled in shared memory), in the wgmma accumulator layout of s.
+    auto spec_rescore = [&](int st) {
+      const unsigned kt = k_base + st * PW_KV_BYTES;
+      const int qr = row0 + g;
+      const unsigned t4 = 4 * (lane & 3);
+#pragma unroll
+      for (int i = 0; i < PW_BLOCK_N / 2; ++i) s[i] = 0.f;
+#pragma unroll 1
+      for (int kk = 0; kk < HEAD_SIZE / 32; ++kk) {
+        unsigned a[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+          asm volatile(
+              "ld.shared.u32 %0, [%1];\n"
+              : "=r"(a[i])
+              : "r"(q_base + pw_swizzle(qr + 8 * (i & 1), 2 * kk + (i >> 1), PW_BLOCK_M) + t4));
+#pragma unroll
+        for (int nb = 0; nb < PW_BLOCK_N / 8; ++nb) {
+          unsigned b[2];
+#pragma unroll
+          for (int i = 0; i < 2; ++i)
+            asm volatile("ld.shared.u32 %0, [%1];\n"
+                         : "=r"(b[i])
+                         : "r"(kt + pw_swizzle(8 * nb + g, 2 * kk + i, PW_BLOCK_N) + t4));
+          float* d = s + nb * 4;
+          if (KV_FP8 == 2)
+            asm volatile(
+                "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e5m2.f32 {%0, %1, %2, %3}, "
+                "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+          else
+            asm volatile(
+                "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, "
+                "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+        }
+      }
+    };
+    auto spec_check = [&](int j) {
+      unsigned hi = 0;  // bit 7 of a byte: that byte of some P was 0x7e or 0x7f (bytes <= 0x7f)
+#pragma unroll
+      for (int kk = 0; kk < PW_PF_STEPS; ++kk)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) hi |= pf[kk][i] + 0x02020202u;
+      if (!(PW_F8V & 256) && __any_sync(0xffffffffu, (hi & 0x80808080u) != 0)) {
+        float pm[2] = {0.f, 0.f};
+#pragma unroll
+        for (int i = 0; i < PW_BLOCK_N / 2; ++i) pm[(i >> 1) & 1] = fmaxf(pm[(i >> 1) & 1], s[i]);
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          pm[r] = fmaxf(pm[r], __shfl_xor_sync(0xffffffffu, pm[r], 1));
+          pm[r] = fmaxf(pm[r], __shfl_xor_sync(0xffffffffu, pm[r], 2));
+        }
+        if (!(PW_F8V & 128) &&
+            __any_sync(0xffffffffu, !(pm[0] <= 0x1p126f) || !(pm[1] <= 0x1p126f))) {
+          spec_rescore(stage);
+          softmax(j);  // alpha and m from the old reference, P from the scores
+        } else {
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            float lg;
+            asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(lg) : "f"(pm[r]));
+            const bool mv = pm[r] >= 416.f;
+            const float mn = m[r] + (lg - static_cast<float>(PW_P8_SHIFT));
+            alpha[r] = mv ? ga_exp2(m[r] - mn) : 1.f;
+            if (mv) m[r] = mn;
+          }
+#pragma unroll
+          for (int i = 0; i < PW_BLOCK_N / 2; ++i) s[i] *= alpha[(i >> 1) & 1];
+        }
+        l[0] *= alpha[0];
+        l[1] *= alpha[1];
+        pw_rescale_o(o, alpha);
+        pw_pack_p8(s, pf);
+      }
+      if (lane == 0) pw_mbar_arrive(bar_k_empty + 8 * stage);
+    };
+#endif
     // Tile j: S_j = Q K_j^T and its softmax, then O rescaled and P_j packed into pf. With
     // `with_pv`, O += P_{j-1} V_{j-1} is issued right behind S_j as a second wgmma group and
     // still runs during the softmax of S_j, which therefore leaves o and pf alone; without
@@ -1565,9 +1724,20 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
       else
         pw_wgmma_wait<0>();
       pw_fence_regs(s);
+      // PW_F8_SPEC: the speculative softmax for this warp (spec_ok), which releases the K stage
+      // only after its check (spec_check may score the tile again).
+#if PW_F8_SPEC_CODE
+      const bool spec = PW_F8_SPEC && with_pv && spec_ok(j);
+      if (lane == 0 && !spec) pw_mbar_arrive(bar_k_empty + 8 * stage);
+      if (spec)
+        spec_exp();
+      else
+        softmax(j);
+#else
+      constexpr bool spec = false;
       if (lane == 0) pw_mbar_arrive(bar_k_empty + 8 * stage);
-
       softmax(j);
+#endif
       if (with_pv) {
         pw_wgmma_wait<0>();
         fence_acc();
@@ -1583,19 +1753,15 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
       // PW_REF_MAX: a warp whose rows' reference maxima all stayed (alpha exactly 1) skips the
       // rescale (fp8, where it weighs more against the halved wgmma time: H200, 4 x 4096 causal
       // 838 us against 876).
-      if (!PW_REF_MAX || __any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
-#pragma unroll
-        for (int d = 0; d < HEAD_SIZE / 8; ++d) {
-          o[d * 4 + 0] *= alpha[0];
-          o[d * 4 + 1] *= alpha[0];
-          o[d * 4 + 2] *= alpha[1];
-          o[d * 4 + 3] *= alpha[1];
-        }
-      }
+      if (!PW_REF_MAX || (!spec && __any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)))
+        pw_rescale_o(o, alpha);
       if (PW_FP8)
         pw_pack_p8(s, pf);
       else
         pw_pack_p(s, pf);
+#if PW_F8_SPEC_CODE
+      if (spec) spec_check(j);
+#endif
       if (!PW_OVERLAP) pv(stage, phase, GA_BLOCK_SPARSE ? last : j == n_tiles - 1);
     };
 
@@ -1657,11 +1823,11 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
         li += __shfl_xor_sync(0xffffffffu, li, 1);
         li += __shfl_xor_sync(0xffffffffu, li, 2);
       }
-      if (PW_FP8) li *= 1.f / 256;  // l and O carry the probabilities' 2^8 (pw_softmax)
+      if (PW_FP8) li *= 1.f / (1 << PW_P8_SHIFT);  // l and O carry P's 2^8 (pw_softmax)
       inv[r] = HAS_SINKS  ? scales.v_scale * ga_sink_normalizer(m[r], li, sink[r])
                : li > 0.f ? scales.v_scale / li
                           : 0.f;
-      if (PW_FP8) inv[r] *= 1.f / 256;
+      if (PW_FP8) inv[r] *= 1.f / (1 << PW_P8_SHIFT);
 #ifdef GA_WRITE_LSE
       const int row = m0 + row0 + g + r * 8;
       if ((lane & 3) == 0 && row < rows) {

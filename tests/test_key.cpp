@@ -111,13 +111,33 @@ TEST_CASE("key: GRAPHATTN_NVRTC_EXTRA_OPTIONS's parser takes the listed options 
                                           "-DGA_PREFILL_SM90_SCHED=9 -DGA_PREFILL_SM90_SCHED=15") ==
         std::vector<std::string>{"-DGA_PREFILL_SM90_SCHED=0", "-DGA_PREFILL_SM90_SCHED=7",
                                  "-DGA_PREFILL_SM90_SCHED=9", "-DGA_PREFILL_SM90_SCHED=15"});
-  for (const char* bad :
-       {"--gpu-architecture=sm_80", "-G", "--Ofast-compile=fast", "--Ofast-compile",
-        "--ptxas-options=", "--maxrregcount=0", "--maxrregcount=12x", "--maxrregcount=1000",
-        "-DHEAD_SIZE=64", "-DGA_DECODE_TIMING=0", "-DGA_DECODE_TIMING", "-DGA_DECODE_BT_EARLY=1",
-        "-DGA_PREFILL_SM90_SCHED=16", "-DGA_PREFILL_SM90_SCHED=", "-DGA_PREFILL_SM90_SCHED=08",
-        "-DGA_PREFILL_SM90_SCHED=-1", "-DGA_PREFILL_SM90_SCHED=1x",
-        "-DGA_PREFILL_SM90_SCHED=100"}) {
+  CHECK(detail::parse_nvrtc_extra_options(
+            "-DGA_PREFILL_SM90_FP8_VAR=0 -DGA_PREFILL_SM90_FP8_VAR=511") ==
+        std::vector<std::string>{"-DGA_PREFILL_SM90_FP8_VAR=0", "-DGA_PREFILL_SM90_FP8_VAR=511"});
+  for (const char* bad : {"--gpu-architecture=sm_80",
+                          "-G",
+                          "--Ofast-compile=fast",
+                          "--Ofast-compile",
+                          "--ptxas-options=",
+                          "--maxrregcount=0",
+                          "--maxrregcount=12x",
+                          "--maxrregcount=1000",
+                          "-DHEAD_SIZE=64",
+                          "-DGA_DECODE_TIMING=0",
+                          "-DGA_DECODE_TIMING",
+                          "-DGA_DECODE_BT_EARLY=1",
+                          "-DGA_PREFILL_SM90_SCHED=16",
+                          "-DGA_PREFILL_SM90_SCHED=",
+                          "-DGA_PREFILL_SM90_SCHED=08",
+                          "-DGA_PREFILL_SM90_SCHED=-1",
+                          "-DGA_PREFILL_SM90_SCHED=1x",
+                          "-DGA_PREFILL_SM90_SCHED=100",
+                          "-DGA_PREFILL_SM90_FP8_VAR=512",
+                          "-DGA_PREFILL_SM90_FP8_VAR=",
+                          "-DGA_PREFILL_SM90_FP8_VAR=1x",
+                          "-DGA_PREFILL_SM90_FP8_VAR=-1",
+                          "-DGA_PREFILL_SM90_FP8_VAR=007",
+                          "--maxrregcount=064"}) {
     bool threw = false;
     try {
       detail::parse_nvrtc_extra_options(std::string("--Ofast-compile=mid ") + bad);

@@ -49,7 +49,8 @@ int main(int argc, char** argv) {
   bool check = true, use_peer = true;
   app.add_option("--parts", parts_text,
                  "comma-separated: decode, step, mixed, tp (2 GPUs), capture, prefill, cascade; "
-                 "also legacy-variants (not in the default set)")
+                 "also legacy-variants and prefill-fp8 (the bf16 and e4m3 q+kv 4x4096 rows of "
+                 "prefill alone; not in the default set)")
       ->capture_default_str();
   app.add_option("--legacy-variants", legacy_variants_text,
                  "legacy-variants: forward_prefix head 128 rows "
@@ -117,13 +118,14 @@ int main(int argc, char** argv) {
   }
   try {
     const std::vector<std::string> parts = split_list(parts_text);
-    const std::set<std::string> known = {"decode",  "step",    "mixed",   "tp",
-                                         "capture", "prefill", "cascade", "legacy-variants"};
+    const std::set<std::string> known = {"decode",     "step",    "mixed",   "tp",
+                                         "capture",    "prefill", "cascade", "legacy-variants",
+                                         "prefill-fp8"};
     for (const auto& p : parts)
       if (!known.count(p))
         throw Error("unknown part '" + p +
                     "'; parts: decode, step, mixed, tp, capture, prefill, cascade, "
-                    "legacy-variants");
+                    "legacy-variants, prefill-fp8");
     std::vector<int> cascade_prefixes;
     for (const auto& s : split_list(cascade_prefixes_text)) {
       const int v = std::stoi(s);
@@ -211,9 +213,12 @@ int main(int argc, char** argv) {
     }
     if (wants("tp")) j["tensor_parallel"] = bench_tensor_parallel(dev, {1, 64}, 1024, reps);
     if (wants("capture")) j["capture"] = bench_capture(dev, 256);
-    if (wants("prefill")) {
+    // prefill-fp8 alone: only the bf16 and e4m3 4x4096 rows.
+    if (wants("prefill") || wants("prefill-fp8")) {
+      const bool all = wants("prefill");
       j["prefill"] = bench_prefill(dev, 4, 4096, std::max(20, reps / 5), peer, &ok);
-      j["prefill_legacy"] = bench_prefill(dev, 4, 4096, std::max(20, reps / 5), peer, &ok, true);
+      if (all)
+        j["prefill_legacy"] = bench_prefill(dev, 4, 4096, std::max(20, reps / 5), peer, &ok, true);
       j["prefill_fp8"] =
           bench_prefill(dev, 4, 4096, std::max(20, reps / 5), peer, &ok, false, true);
       const double speedup =
@@ -221,11 +226,11 @@ int main(int argc, char** argv) {
       j["prefill_fp8"]["speedup_over_bf16"] = speedup;
       std::printf("prefill 4x4096: e4m3 q+kv is %.2fx the bf16 prefill's throughput\n", speedup);
       // Head sizes 64 and 256: the same causal bf16 prefill and its peer.
-      for (int head : {64, 256})
+      for (int head : all ? std::vector<int>{64, 256} : std::vector<int>{})
         j["prefill_heads"].push_back(
             bench_prefill(dev, 4, 4096, std::max(20, reps / 5), peer, &ok, false, false, 0, head));
       // Chunked prefill: 512 new tokens over a cached prefix, flash and legacy caches.
-      for (int prefix : {2048, 8192, 16384})
+      for (int prefix : all ? std::vector<int>{2048, 8192, 16384} : std::vector<int>{})
         for (bool legacy : {false, true})
           j["prefill_chunked"].push_back(
               bench_prefill(dev, 4, 512, std::max(20, reps / 5), peer, &ok, legacy, false, prefix));

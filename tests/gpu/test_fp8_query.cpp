@@ -83,18 +83,22 @@ struct Q8Case {
   bool per_head = false;  // device descales [num_reqs, num_kv_heads]; else per-tensor floats
   bool causal = true;     // false: every query token of a request sees all its keys
   bool lse = false;       // prefill kernels: also write the softmax LSE (spec "_lse")
+  // Scores that jump: queries and the keys from position 128 on are +-8 (e4m3 KV), the first
+  // 128 keys of magnitude <= 1/64, so a row's first key tile sets a reference maximum that later
+  // tiles pass by hundreds (log2 domain): probabilities at the old reference overflow.
+  bool jump = false;
   std::vector<int> seq_lens;
   std::vector<int> q_lens;  // query tokens of each request (the last of its sequence); empty: 1
   int q_len(int r) const { return q_lens.empty() ? 1 : q_lens[r]; }
 };
 
 std::string describe(const Q8Case& c) {
-  std::string s = std::string(to_string(c.dtype)) + " kv " + to_string(c.kv) + " " +
-                  to_string(c.layout) + " head " + std::to_string(c.head_size) + " group " +
-                  std::to_string(c.group) + " window " + std::to_string(c.window) + " cap " +
-                  std::to_string(c.soft_cap) + (c.sinks ? " sinks" : "") +
-                  (c.alibi ? " alibi" : "") + (c.causal ? "" : " non-causal") +
-                  (c.per_head ? " per-(request, head)" : " per-tensor");
+  std::string s =
+      std::string(to_string(c.dtype)) + " kv " + to_string(c.kv) + " " + to_string(c.layout) +
+      " head " + std::to_string(c.head_size) + " group " + std::to_string(c.group) + " window " +
+      std::to_string(c.window) + " cap " + std::to_string(c.soft_cap) + (c.sinks ? " sinks" : "") +
+      (c.alibi ? " alibi" : "") + (c.causal ? "" : " non-causal") +
+      (c.per_head ? " per-(request, head)" : " per-tensor") + (c.jump ? " jumping scores" : "");
   for (int l : c.seq_lens) s += " " + std::to_string(l);
   return s;
 }
@@ -185,6 +189,10 @@ void build(const Q8Case& c, std::mt19937_64& rng, Q8Batch& b) {
   for (int r = 0; r < b.n; ++r)
     for (int i = 0; i < nblk[r]; ++i) b.block_table[r * b.max_blocks + i] = phys[next++];
   const std::vector<uint8_t> kv_codes = finite_codes(c.kv), q_codes = finite_codes(KvDType::kAuto);
+  std::vector<uint8_t> small_codes, eight_codes{0x50, 0xd0};  // e4m3 +-8
+  for (uint8_t x : kv_codes)
+    if (std::fabs(fp8_value(c.kv, x)) <= 1.0 / 64) small_codes.push_back(x);
+  REQUIRE((!c.jump || c.kv == KvDType::kFp8E4M3));
   // 0x7f / 0xff are NaN in both fp8 formats: every slot nothing may read.
   const size_t cache_elems = b.NB * b.B * b.KH * b.D;
   b.k_codes.assign(cache_elems, 0x7f);
@@ -198,7 +206,10 @@ void build(const Q8Case& c, std::mt19937_64& rng, Q8Batch& b) {
           const size_t logical = ((blk * b.B + off) * b.KH + h) * b.D + d;
           const size_t stored =
               c.layout == KvLayout::kNHD ? logical : ((blk * b.KH + h) * b.B + off) * b.D + d;
-          b.k_codes[logical] = host[stored] = kv_codes[rng() % kv_codes.size()];
+          const std::vector<uint8_t>& kc = !c.jump     ? kv_codes
+                                           : pos < 128 ? small_codes
+                                                       : eight_codes;
+          b.k_codes[logical] = host[stored] = kc[rng() % kc.size()];
           b.v_codes[logical] = host[cache_elems + stored] = kv_codes[rng() % kv_codes.size()];
         }
     }
@@ -217,7 +228,7 @@ void build(const Q8Case& c, std::mt19937_64& rng, Q8Batch& b) {
   }
   b.T = b.starts[b.n];
   b.q_codes.resize(b.T * b.H * b.D);
-  for (auto& x : b.q_codes) x = q_codes[rng() % q_codes.size()];
+  for (auto& x : b.q_codes) x = c.jump ? eight_codes[rng() % 2] : q_codes[rng() % q_codes.size()];
   b.d_q = DeviceBuffer(b.q_codes.size());
   b.d_q.upload(b.q_codes.data(), b.q_codes.size());
   b.q_view = TensorView::contiguous(b.d_q.data(), ScalarType::kFloat8E4M3, {b.T, b.H, b.D});
@@ -649,7 +660,7 @@ TEST_CASE("gpu fp8 query: the prefill kernels (wgmma on sm_90) match the float64
   TempKernelCache cache;
   auto rng = make_rng();
   const int arch = current_device_arch();
-  std::vector<Q8Case> cases(10);
+  std::vector<Q8Case> cases(11);
   cases[0].num_kv_heads = 2;  // bf16, e4m3, NHD, GQA 4, causal, per-tensor
   cases[1].dtype = DType::kFloat16;
   cases[1].kv = KvDType::kFp8E5M2;
@@ -692,8 +703,14 @@ TEST_CASE("gpu fp8 query: the prefill kernels (wgmma on sm_90) match the float64
   cases[9].group = 1;
   cases[9].seq_lens = {127, 191, 192, 193, 255, 256, 257, 640, 400};
   cases[9].q_lens = {127, 191, 192, 193, 255, 256, 257, 130, 45};
+  // Scores that jump by hundreds after the first key tile (Q8Case::jump): prefill_sm90.cu's
+  // speculative softmax (PW_F8_SPEC) must then score the tile again (P overflowed) or move its
+  // references from P.
+  cases[10].jump = true;
+  cases[10].seq_lens = {1000, 600, 2100};
+  cases[10].q_lens = {1000, 37, 300};
   // The softmax LSE too (spec "_lse"): plain, with sinks and a window, mma.sync, long rows.
-  for (int i : {0, 2, 5, 8, 9}) cases[i].lse = true;
+  for (int i : {0, 2, 5, 8, 9, 10}) cases[i].lse = true;
   Errors errors;
   for (Q8Case& c : cases) {
     // Whole prompts, chunks after a context (a partial last tile, a long one), an empty request.
