@@ -405,6 +405,12 @@ int AttentionBackend::mixed_decode_max_splits(int request_slots) const {
       .max_splits;
 }
 
+int AttentionBackend::mixed_decode_stages(int request_slots) const {
+  return device_split_grid_of(config_, loaded_ ? &loaded_->device : nullptr, request_slots,
+                              mixed_decode_divisor_, "mixed_decode_stages")
+      .stages;
+}
+
 int AttentionBackend::decode_max_splits(int num_decodes) const {
   return grid_of(config_, loaded_ ? &loaded_->device : nullptr, num_decodes, "decode_max_splits")
       .max_splits;

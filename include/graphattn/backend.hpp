@@ -388,6 +388,7 @@ class GRAPHATTN_API AttentionBackend {
   // The split-KV grid width of a batch split on the device over request_slots slots (see
   // kMixedDecodeDivisor).
   int mixed_decode_max_splits(int request_slots) const;
+  int mixed_decode_stages(int request_slots) const;  // its pipeline depth
   // The divisor that sizes it (GRAPHATTN_MIXED_DECODE_DIVISOR when the backend was made).
   int mixed_decode_divisor() const { return mixed_decode_divisor_; }
   // The decode kernel's pipeline depth for a batch of num_decodes.
