@@ -118,24 +118,10 @@ double layer1_error(const AttentionLayerStack& stack, const CommonAttentionMetad
   return test::relative_l2(got, want);
 }
 
-// One random step: decodes first (decode_len query tokens each, seq_len decode_len..
-// kMaxModelLen; with `ragged` one of them holds fewer), sometimes prefills after them (longer
-// than decode_len).
-CommonAttentionMetadata random_batch(std::mt19937_64& rng, bool prefills, int num_decodes,
-                                     int decode_len = 1, bool ragged = false) {
-  std::vector<int32_t> q, k;
-  std::uniform_int_distribution<int> len(decode_len, kMaxModelLen);
-  const int short_one = ragged ? static_cast<int>(rng() % num_decodes) : -1;
-  for (int r = 0; r < num_decodes; ++r) {
-    q.push_back(r == short_one ? 1 + static_cast<int>(rng() % (decode_len - 1)) : decode_len);
-    k.push_back(len(rng));
-  }
-  const int P = prefills ? 1 + static_cast<int>(rng() % 2) : 0;
-  for (int r = 0; r < P; ++r) {
-    const int n = decode_len + 1 + static_cast<int>(rng() % 40);
-    q.push_back(n);
-    k.push_back(n + static_cast<int>(rng() % 300));
-  }
+// The batch of requests with query lengths q and sequence lengths k (decodes first), each
+// request's blocks drawn at random.
+CommonAttentionMetadata batch_of(std::mt19937_64& rng, const std::vector<int32_t>& q,
+                                 const std::vector<int32_t>& k) {
   const int R = static_cast<int>(q.size()), W = kMaxModelLen / kBlock;
   // Distinct physical blocks for every request; blocks [0, kCanary) and the last kCanary are
   // never handed out, so any write there is a bug.
@@ -154,6 +140,27 @@ CommonAttentionMetadata random_batch(std::mt19937_64& rng, bool prefills, int nu
                       p % kBlock);
   }
   return CommonAttentionMetadata::make(q, k, table, W, slots);
+}
+
+// One random step: decodes first (decode_len query tokens each, seq_len decode_len..
+// kMaxModelLen; with `ragged` one of them holds fewer), sometimes prefills after them (longer
+// than decode_len).
+CommonAttentionMetadata random_batch(std::mt19937_64& rng, bool prefills, int num_decodes,
+                                     int decode_len = 1, bool ragged = false) {
+  std::vector<int32_t> q, k;
+  std::uniform_int_distribution<int> len(decode_len, kMaxModelLen);
+  const int short_one = ragged ? static_cast<int>(rng() % num_decodes) : -1;
+  for (int r = 0; r < num_decodes; ++r) {
+    q.push_back(r == short_one ? 1 + static_cast<int>(rng() % (decode_len - 1)) : decode_len);
+    k.push_back(len(rng));
+  }
+  const int P = prefills ? 1 + static_cast<int>(rng() % 2) : 0;
+  for (int r = 0; r < P; ++r) {
+    const int n = decode_len + 1 + static_cast<int>(rng() % 40);
+    q.push_back(n);
+    k.push_back(n + static_cast<int>(rng() % 300));
+  }
+  return batch_of(rng, q, k);
 }
 
 }  // namespace
@@ -500,20 +507,7 @@ TEST_CASE("gpu decode graphs: mixed graphs size the decode for slots / the divis
       for (int r = 0; r < D; ++r) kl.push_back(1 + static_cast<int>(rng() % 1024));
       ql.push_back(n - D);
       kl.push_back(n - D + static_cast<int>(rng() % (kMaxModelLen - n)));
-      const int R = D + 1, W = kMaxModelLen / kBlock;
-      std::vector<int32_t> pool(kBlocks - 2 * kCanary), table(static_cast<size_t>(R) * W, 0);
-      std::iota(pool.begin(), pool.end(), kCanary);
-      std::shuffle(pool.begin(), pool.end(), rng);
-      std::vector<int64_t> slot_of;
-      size_t next = 0;
-      for (int r = 0; r < R; ++r) {
-        for (int b = 0; b < (kl[r] + kBlock - 1) / kBlock; ++b)
-          table[static_cast<size_t>(r) * W + b] = pool[next++];
-        for (int p = kl[r] - ql[r]; p < kl[r]; ++p)
-          slot_of.push_back(int64_t{table[static_cast<size_t>(r) * W + p / kBlock]} * kBlock +
-                            p % kBlock);
-      }
-      const auto m = CommonAttentionMetadata::make(ql, kl, table, W, slot_of);
+      const auto m = batch_of(rng, ql, kl);
       REQUIRE(m.num_actual_tokens == n);
       std::vector<uint16_t> q(static_cast<size_t>(n) * kHeads * kHead),
           kv(static_cast<size_t>(n) * kKvHeads * kHead), vv(kv.size());
