@@ -331,7 +331,11 @@ GRAPHATTN_API MixedBranches parse_mixed_branches(const std::string& name);
 // decodes, so that a small mix of long decodes still spreads over the device (blocks of slots
 // without a decode exit at once). GRAPHATTN_MIXED_DECODE_DIVISOR (an integer 1..65535, read
 // when a backend is made; 1: sized for every slot, as before session 10) sets the divisor;
-// anything else is an error naming it.
+// anything else is an error naming it. The 32-layer llama-3-8b mixed step on an H100, graph:
+// 4 decodes at 2048 + 16 new tokens (20 slots) 813 -> 616 us (eager host split 689-698), 1 at
+// 4096 + 16 (17 slots) 1433 -> 647 (host split 570-581), the other six mixes measured unchanged;
+// divisor 8 was faster on four small mixes but 14% slower on 8 at 1024 + 32 over 256
+// (docs/mixed-step-h100-2026-11-27-s10.txt).
 constexpr int kMixedDecodeDivisor = 4;
 GRAPHATTN_API int mixed_decode_divisor_from_env();
 

@@ -527,7 +527,7 @@ TEST_CASE("gpu decode graphs: mixed graphs size the decode for slots / the divis
         const bool same_grid = gs == hs && p.mixed_decode_stages(slots) == p.decode_stages(D);
         MESSAGE("divisor " << divisor << ", " << n << " tokens, " << slots << " slots, " << D
                            << " decodes, layer " << l << ": graph " << gs << " splits, host split "
-                           << hs << (same_grid ? " (same grid)" : ""));
+                           << hs << std::string(same_grid ? " (same grid)" : ""));
         if (!same_grid) continue;
         ++agreed;
         INFO("step " << step << " layer " << l);
