@@ -83,6 +83,30 @@ graphattn_status_t graphattn_backend_workspace_bytes(graphattn_backend_t backend
   });
 }
 
+graphattn_status_t graphattn_backend_set_mixed_branches(graphattn_backend_t backend,
+                                                        const char* mode) noexcept {
+  return guard([&] {
+    graphattn::AttentionBackend& attn = deref(backend, "backend").attn;
+    deref(mode, "mode");
+    graphattn::MixedBranches m{};
+    try {
+      m = graphattn::parse_mixed_branches(mode);
+    } catch (const graphattn::Error& e) {
+      invalid(e.what());
+    }
+    attn.set_mixed_branches(m);
+  });
+}
+
+graphattn_status_t graphattn_backend_mixed_branches(graphattn_backend_t backend, char* buf,
+                                                    size_t capacity, size_t* needed) noexcept {
+  return guard([&] {
+    const graphattn::AttentionBackend& attn = deref(backend, "backend").attn;
+    copy_string(graphattn::mixed_branches_name(attn.mixed_branches()), buf, capacity, needed,
+                "the mode name");
+  });
+}
+
 void graphattn_metadata_init(graphattn_metadata_t* metadata) noexcept {
   if (!metadata) return;
   *metadata = graphattn_metadata_t{};

@@ -2,6 +2,7 @@
 // The attention backend: configuration checks, the kernels a layer needs, and forward() for a
 // mixed batch (cache write, split-KV decode for the decodes, prefill for the rest).
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -18,12 +19,36 @@
 #include "graphattn/runtime.hpp"
 #include "runtime/decode.hpp"
 #include "runtime/driver.hpp"
+#include "runtime/mixed_grid.hpp"
 #include "runtime/module_cache.hpp"
 #include "runtime/prefill.hpp"
 #include "runtime/tensor_checks.hpp"
 #include "templates/params.h"
 
 namespace graphattn {
+
+namespace detail {
+
+// A batch split on the device (a graph captured for any mix) launches its decode over every
+// request slot; a slot that holds no decode exits at once, but how many slots are decodes is
+// known only on the device. Sized for every slot, a small mix of long decodes ran each request
+// in one block per KV head (4 decodes at 2048 in a 20-slot graph: 32 blocks of 2048 tokens, where
+// the host split ran 128 blocks of 512). So the grid takes the splits of ceil(slots / divisor)
+// decodes where those are more; the kernel gives each request only as many splits as its own
+// length fills (ceil(tiles / GA_DECODE_MIN_TILES_PER_SPLIT), at most max_splits), and the blocks
+// of slots without a decode, or of splits past a request's, exit at once.
+DecodeGrid mixed_decode_grid(int slots, int divisor, int num_kv_heads, int columns,
+                             int max_model_len, int window, int head_size, KvDType kv_dtype,
+                             const DecodeDevice& dev) {
+  const DecodeGrid all =
+      decode_grid(slots, num_kv_heads, columns, max_model_len, window, head_size, kv_dtype, dev);
+  if (divisor <= 1 || slots <= 1) return all;
+  const DecodeGrid few = decode_grid((slots + divisor - 1) / divisor, num_kv_heads, columns,
+                                     max_model_len, window, head_size, kv_dtype, dev);
+  return few.max_splits > all.max_splits ? few : all;
+}
+
+}  // namespace detail
 
 namespace {
 
@@ -180,17 +205,42 @@ const char* mixed_branches_name(MixedBranches mode) {
   return "?";
 }
 
+namespace {
+// The mode named `name` (GRAPHATTN_MIXED_BRANCHES' spelling); else Error "<what>"<name>" is not
+// a mode; allowed: ...".
+MixedBranches mixed_branches_named(const char* name, const std::string& what) {
+  std::string allowed;
+  for (MixedBranches k : kMixedModes) {
+    if (name && std::strcmp(name, mixed_branches_name(k)) == 0) return k;
+    allowed += std::string(allowed.empty() ? "" : ", ") + mixed_branches_name(k);
+  }
+  throw Error(what + "\"" + std::string(name ? name : "") +
+              "\" is not a mode; allowed: " + allowed);
+}
+}  // namespace
+
 MixedBranches resolve_mixed_branches(MixedBranches m) {
   if (m != MixedBranches::kDefault) return m;
   const char* v = std::getenv("GRAPHATTN_MIXED_BRANCHES");
   if (!v || !*v) return MixedBranches::kPrefillFirst;
-  std::string allowed;
-  for (MixedBranches k : kMixedModes) {
-    if (std::strcmp(v, mixed_branches_name(k)) == 0) return k;
-    allowed += std::string(allowed.empty() ? "" : ", ") + mixed_branches_name(k);
-  }
-  throw Error("GRAPHATTN_MIXED_BRANCHES=\"" + std::string(v) +
-              "\" is not a mode; allowed: " + allowed);
+  return mixed_branches_named(v, "GRAPHATTN_MIXED_BRANCHES=");
+}
+
+MixedBranches parse_mixed_branches(const std::string& name) {
+  return mixed_branches_named(name.c_str(), "mixed branches mode ");
+}
+
+int mixed_decode_divisor_from_env() {
+  const char* v = std::getenv("GRAPHATTN_MIXED_DECODE_DIVISOR");
+  if (!v || !*v) return kMixedDecodeDivisor;
+  char* end = nullptr;
+  errno = 0;
+  const long n = std::strtol(v, &end, 10);
+  if (errno != 0 || *v < '0' || *v > '9' || *end != '\0' || n < 1 || n > 65535)
+    throw Error("GRAPHATTN_MIXED_DECODE_DIVISOR=\"" + std::string(v) +
+                "\" is not supported; supported: an integer 1..65535 (1: size the decode of a "
+                "batch split on the device for every request slot)");
+  return static_cast<int>(n);
 }
 
 // The mixed-batch mode and, per caller stream key, the prefill's stream and the fork and join
@@ -275,7 +325,8 @@ MixedBranches AttentionBackend::mixed_branches() const { return mixed_->mode; }
 AttentionBackend::AttentionBackend(const AttentionLayerConfig& config)
     : config_(config),
       cleared_(std::make_shared<ClearedWorkspaces>()),
-      mixed_(std::make_shared<MixedStreams>(MixedBranches::kDefault)) {
+      mixed_(std::make_shared<MixedStreams>(MixedBranches::kDefault)),
+      mixed_decode_divisor_(mixed_decode_divisor_from_env()) {
   const std::string problem = attention_config_problem(config_);
   if (!problem.empty()) throw Error("attention layer configuration: " + problem);
   if (config_.arch == 0) {
@@ -336,7 +387,29 @@ detail::DecodeGrid grid_of(const AttentionLayerConfig& c, const detail::DecodeDe
                              c.window, c.head_size, c.kv_dtype, *device);
 }
 
+// The decode grid of a batch split on the device (detail::mixed_decode_grid).
+detail::DecodeGrid device_split_grid_of(const AttentionLayerConfig& c,
+                                        const detail::DecodeDevice* device, int slots, int divisor,
+                                        const char* caller) {
+  GA_REQUIRE(device, std::string(caller) + ": call prepare() first (the policy needs the device)");
+  return detail::mixed_decode_grid(slots, divisor, c.num_kv_heads,
+                                   c.num_heads / c.num_kv_heads * c.decode_query_len,
+                                   c.max_model_len, c.window, c.head_size, c.kv_dtype, *device);
+}
+
 }  // namespace
+
+int AttentionBackend::mixed_decode_max_splits(int request_slots) const {
+  return device_split_grid_of(config_, loaded_ ? &loaded_->device : nullptr, request_slots,
+                              mixed_decode_divisor_, "mixed_decode_max_splits")
+      .max_splits;
+}
+
+int AttentionBackend::mixed_decode_stages(int request_slots) const {
+  return device_split_grid_of(config_, loaded_ ? &loaded_->device : nullptr, request_slots,
+                              mixed_decode_divisor_, "mixed_decode_stages")
+      .stages;
+}
 
 int AttentionBackend::decode_max_splits(int num_decodes) const {
   return grid_of(config_, loaded_ ? &loaded_->device : nullptr, num_decodes, "decode_max_splits")
@@ -357,11 +430,12 @@ size_t AttentionBackend::workspace_bytes() const {
   GA_REQUIRE(prepared_,
              "workspace_bytes: call prepare() first (the split policy needs the device)");
   if (encoder_only()) return 0;  // no decode: nothing to split
+  // Host split: b decodes; device split: b request slots.
   size_t most = 0;
   for (int b = 1; b <= config_.max_num_seqs; ++b)
-    most = std::max(most,
-                    detail::decode_workspace_bytes(b * config_.decode_query_len, config_.num_heads,
-                                                   config_.head_size, decode_max_splits(b)));
+    most = std::max(most, detail::decode_workspace_bytes(
+                              b * config_.decode_query_len, config_.num_heads, config_.head_size,
+                              std::max(decode_max_splits(b), mixed_decode_max_splits(b))));
   return detail::layer_workspace(config_).total(most);
 }
 
@@ -594,10 +668,13 @@ void AttentionBackend::forward(const TensorView& query, const TensorView& key,
   detail::AttentionViews views = layer_views(c, query, kv_cache, output, md);
   views.softmax_lse = softmax_lse;
   void* const bounds = bounds_ ? bounds_->data() : nullptr;
-  detail::DecodeLaunch d =
-      decode_launch(c, views, md, num_decodes,
-                    grid_of(config_, loaded_ ? &loaded_->device : nullptr, num_decodes, "forward"),
-                    bounds, workspace, workspace_size);
+  const detail::DecodeDevice* device = loaded_ ? &loaded_->device : nullptr;
+  detail::DecodeLaunch d = decode_launch(
+      c, views, md, num_decodes,
+      md.device_split
+          ? device_split_grid_of(config_, device, num_decodes, mixed_decode_divisor_, "forward")
+          : grid_of(config_, device, num_decodes, "forward"),
+      bounds, workspace, workspace_size);
   const bool decode = num_decodes > 0;
   if (decode) check_decode(c, specs_[kDecodeIdx], d, kc, workspace, workspace_size);
   const detail::PrefillLaunch pf = prefill_launch(c, views, md, bounds);

@@ -1,14 +1,17 @@
 // SPDX-License-Identifier: Apache-2.0
 // GRAPHATTN_MIXED_BRANCHES and AttentionBackend::set_mixed_branches without a GPU: the mode a
-// backend takes at construction, per backend and per copy, and the error for a bad value. (The
-// GPU tests check the launches: tests/gpu/test_decode_graphs.cpp, test_concurrency.cpp.)
+// backend takes at construction, per backend and per copy, and the error for a bad value; the
+// decode grid of a batch split on the device (GRAPHATTN_MIXED_DECODE_DIVISOR). (The GPU tests
+// check the launches: tests/gpu/test_decode_graphs.cpp, test_concurrency.cpp.)
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 
 #include "graphattn/backend.hpp"
 #include "graphattn/error.hpp"
+#include "runtime/mixed_grid.hpp"
 #include "testing/configs.hpp"
 #include "tests/test_util.hpp"
 
@@ -52,4 +55,98 @@ TEST_CASE(
     ::setenv("GRAPHATTN_MIXED_BRANCHES", saved.c_str(), 1);
   else
     ::unsetenv("GRAPHATTN_MIXED_BRANCHES");
+}
+
+TEST_CASE("mixed branches: parse_mixed_branches reads the variable's names") {
+  for (MixedBranches m : {MixedBranches::kSerial, MixedBranches::kSerialPrefillFirst,
+                          MixedBranches::kDecodeFirst, MixedBranches::kPrefillFirst,
+                          MixedBranches::kDecodeFirstHigh, MixedBranches::kPrefillFirstHigh})
+    CHECK(parse_mixed_branches(mixed_branches_name(m)) == m);
+  for (const char* bad : {"default", "", "OFF", "prefill_first"}) {
+    const std::string want = "mixed branches mode \"" + std::string(bad) +
+                             "\" is not a mode; allowed: off, serial-prefill-first, decode-first, "
+                             "prefill-first, decode-first-high, prefill-first-high";
+    CHECK_THROWS_WITH_AS(parse_mixed_branches(bad), doctest::Contains(want.c_str()), Error);
+  }
+}
+
+namespace {
+// An H100 for the split policy: 132 multiprocessors, head-128 bf16 decode blocks 3 / 2 / 1 a
+// multiprocessor at 2 / 3 / 4 stages (64 / 96 / 128 KiB), no clusters.
+detail::DecodeDevice h100() {
+  detail::DecodeDevice d;
+  d.num_sms = 132;
+  d.blocks_per_sm[2] = 3;
+  d.blocks_per_sm[3] = 2;
+  d.blocks_per_sm[4] = 1;
+  return d;
+}
+// llama-3-8b's attention (32 / 8 heads, head 128, bf16) over `slots` slots at max_model_len len.
+detail::DecodeGrid llama_mixed(int slots, int divisor, int len) {
+  return detail::mixed_decode_grid(slots, divisor, 8, 4, len, 0, 128, KvDType::kAuto, h100());
+}
+detail::DecodeGrid llama_host(int decodes, int len) {
+  return detail::decode_grid(decodes, 8, 4, len, 0, 128, KvDType::kAuto, h100());
+}
+}  // namespace
+
+TEST_CASE("mixed decode grid: a graph of few slots splits like a batch of slots / divisor") {
+  // 4 decodes at 2048 + 16 prefill tokens: a 20-slot graph. Sized for 20 decodes the policy
+  // gives one split (160 blocks fill the device); for ceil(20 / 4) = 5, three.
+  CHECK(llama_host(20, 2048).max_splits == 1);
+  CHECK(llama_host(4, 2048).max_splits == 4);  // the host split of the same batch
+  CHECK(llama_mixed(20, 1, 2048).max_splits == 1);
+  CHECK(llama_mixed(20, 4, 2048).max_splits == llama_host(5, 2048).max_splits);
+  CHECK(llama_mixed(20, 4, 2048).max_splits == 3);
+  CHECK(llama_mixed(20, 8, 2048).max_splits == llama_host(3, 2048).max_splits);
+  // The policy's stages come with the grid it takes.
+  CHECK(llama_mixed(20, 4, 2048).stages == llama_host(5, 2048).stages);
+  CHECK(llama_mixed(20, 1, 2048).stages == llama_host(20, 2048).stages);
+  // 56 decodes + a 512-token chunk in a 64-slot graph: 16 decodes fill the device alone too,
+  // so the grid stays the every-slot one.
+  for (int divisor : {1, 2, 4}) {
+    INFO("divisor " << divisor);
+    const detail::DecodeGrid g = llama_mixed(64, divisor, 2560), all = llama_host(64, 2560);
+    CHECK(g.max_splits == all.max_splits);
+    CHECK(g.stages == all.stages);
+  }
+  // Never fewer splits than the every-slot grid, for any slot count and divisor.
+  for (int slots = 1; slots <= 256; ++slots)
+    for (int divisor : {1, 2, 4, 8, 64})
+      for (int len : {256, 2048, 8192}) {
+        INFO("slots " << slots << " divisor " << divisor << " len " << len);
+        const int g = llama_mixed(slots, divisor, len).max_splits;
+        CHECK(g >= llama_host(slots, len).max_splits);
+        CHECK(g == std::max(llama_host(slots, len).max_splits,
+                            llama_host((slots + divisor - 1) / divisor, len).max_splits));
+      }
+}
+
+TEST_CASE("mixed decode grid: GRAPHATTN_MIXED_DECODE_DIVISOR, read when a backend is made") {
+  AttentionLayerConfig c = test::layer_config(8, 2, 128, 1024, 4);
+  c.arch = 90;
+  const char* old = std::getenv("GRAPHATTN_MIXED_DECODE_DIVISOR");
+  const std::string saved = old ? old : "";
+  ::unsetenv("GRAPHATTN_MIXED_DECODE_DIVISOR");
+  CHECK(mixed_decode_divisor_from_env() == kMixedDecodeDivisor);
+  CHECK(AttentionBackend(c).mixed_decode_divisor() == kMixedDecodeDivisor);
+  ::setenv("GRAPHATTN_MIXED_DECODE_DIVISOR", "1", 1);
+  CHECK(AttentionBackend(c).mixed_decode_divisor() == 1);
+  ::setenv("GRAPHATTN_MIXED_DECODE_DIVISOR", "65535", 1);
+  CHECK(AttentionBackend(c).mixed_decode_divisor() == 65535);
+  AttentionBackend a(c);
+  for (const char* bad : {"0", "-2", "4x", "65536", "99999999999999999999", " 4", "four"}) {
+    INFO("GRAPHATTN_MIXED_DECODE_DIVISOR=" << std::string(bad));
+    ::setenv("GRAPHATTN_MIXED_DECODE_DIVISOR", bad, 1);
+    const std::string want = "GRAPHATTN_MIXED_DECODE_DIVISOR=\"" + std::string(bad) +
+                             "\" is not supported; supported: an integer 1..65535";
+    CHECK_THROWS_WITH_AS(AttentionBackend{c}, doctest::Contains(want.c_str()), Error);
+  }
+  CHECK(a.mixed_decode_divisor() == 65535);  // made before: keeps its divisor
+  CHECK_THROWS_WITH_AS(a.mixed_decode_max_splits(4), doctest::Contains("call prepare() first"),
+                       Error);
+  if (old)
+    ::setenv("GRAPHATTN_MIXED_DECODE_DIVISOR", saved.c_str(), 1);
+  else
+    ::unsetenv("GRAPHATTN_MIXED_DECODE_DIVISOR");
 }

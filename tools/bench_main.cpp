@@ -65,6 +65,10 @@ int main(int argc, char** argv) {
                  "CHUNK-token prefill over PREFIX tokens), comma-separated; the first is the "
                  "JSON's mixed_step, all are in mixed_steps")
       ->capture_default_str();
+  bool mixed_host_only = false;
+  app.add_flag("--mixed-host-only", mixed_host_only,
+               "mixed: time only the eager step split on the host (no graph captured, nothing "
+               "launched before it: for a profiler's launch count)");
   app.add_option("--reps", reps, "timed repetitions (median reported), >= 20")
       ->check(CLI::Range(20, 100000))
       ->capture_default_str();
@@ -208,7 +212,7 @@ int main(int argc, char** argv) {
     if (wants("mixed")) {
       for (const MixedShape& m : mixed_shapes)
         j["mixed_steps"].push_back(
-            bench_mixed_step(dev, m.decodes, m.len, m.chunk, m.prefix, reps));
+            bench_mixed_step(dev, m.decodes, m.len, m.chunk, m.prefix, reps, mixed_host_only));
       j["mixed_step"] = j["mixed_steps"][0];
     }
     if (wants("tp")) j["tensor_parallel"] = bench_tensor_parallel(dev, {1, 64}, 1024, reps);

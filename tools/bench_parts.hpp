@@ -81,9 +81,10 @@ nlohmann::json bench_tensor_parallel(const Device& dev, const std::vector<int>& 
 // plus one prefill chunk of `chunk` tokens after `prefix` cached ones, as one graph captured for
 // any mix (AttentionLayerStack::step_mixed) against eager launches (the batch split on the
 // device, and split on the host as without mixed graphs). Throws if the graph's output differs
-// from the same launches run eagerly.
+// from the same launches run eagerly. host_only: the eager host-split step alone, nothing
+// captured or launched before it (a profiler's launch count: 3 kernels a layer from the first).
 nlohmann::json bench_mixed_step(const Device& dev, int decodes, int len, int chunk, int prefix,
-                                int reps);
+                                int reps, bool host_only = false);
 
 // Capturing every default size of the 32-layer stack at max_num_seqs: total ms, graph memory.
 nlohmann::json bench_capture(const Device& dev, int max_num_seqs);

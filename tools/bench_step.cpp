@@ -269,7 +269,7 @@ nlohmann::json bench_tensor_parallel(const Device& dev, const std::vector<int>& 
 }
 
 nlohmann::json bench_mixed_step(const Device& dev, int decodes, int len, int chunk, int prefix,
-                                int reps) {
+                                int reps, bool host_only) {
   const tools::ModelConfig& m = llama();
   const int per_decode = (len + kBlock - 1) / kBlock, prefill_len = prefix + chunk;
   const int per_prefill = (prefill_len + kBlock - 1) / kBlock;
@@ -289,7 +289,7 @@ nlohmann::json bench_mixed_step(const Device& dev, int decodes, int len, int chu
   go.use_node_priority = true;  // a high-priority branch mode keeps its priority in the graph
   GraphRunner mixed(
       go, [&](CUstream s, int t) { stack.step_mixed(s, t); }, [&] { return stack.fingerprint(); });
-  mixed.capture_all(dev.stream);
+  if (!host_only) mixed.capture_all(dev.stream);
 
   // decodes x (one token at position len - 1), then one chunk of `chunk` tokens after `prefix`.
   std::mt19937_64 rng(11);
@@ -320,20 +320,24 @@ nlohmann::json bench_mixed_step(const Device& dev, int decodes, int len, int chu
   // Graph replay of the mixed graph and the same launches eagerly (the batch split on the
   // device), then today's eager path: the host splits the batch, decode and prefill launches
   // sized for it.
-  stack.set_mixed_batch(md, n, dev.stream, &qv, &kvv, &kvv);
-  for (int i = 0; i < 3; ++i) mixed.run(dev.stream, n);
-  const double graph_us = time_us(dev, reps, true, [&] { mixed.run(dev.stream, n); });
-  const size_t out_bytes = static_cast<size_t>(n) * c.num_heads * c.head_size * 2;
-  std::vector<unsigned char> from_graph(out_bytes), from_eager(out_bytes);
-  const auto last = stack.output(stack.num_layers() - 1);
-  dev.owned_stream->synchronize();
-  GA_CU_CHECK(detail::driver().cuMemcpyDtoH(from_graph.data(),
-                                            reinterpret_cast<CUdeviceptr>(last.data), out_bytes));
-  const double eager_device_us = time_us(dev, reps, true, [&] { stack.step_mixed(dev.stream, n); });
-  dev.owned_stream->synchronize();
-  GA_CU_CHECK(detail::driver().cuMemcpyDtoH(from_eager.data(),
-                                            reinterpret_cast<CUdeviceptr>(last.data), out_bytes));
-  const bool same = from_graph == from_eager;
+  double graph_us = 0, eager_device_us = 0;
+  bool same = true;
+  if (!host_only) {
+    stack.set_mixed_batch(md, n, dev.stream, &qv, &kvv, &kvv);
+    for (int i = 0; i < 3; ++i) mixed.run(dev.stream, n);
+    graph_us = time_us(dev, reps, true, [&] { mixed.run(dev.stream, n); });
+    const size_t out_bytes = static_cast<size_t>(n) * c.num_heads * c.head_size * 2;
+    std::vector<unsigned char> from_graph(out_bytes), from_eager(out_bytes);
+    const auto last = stack.output(stack.num_layers() - 1);
+    dev.owned_stream->synchronize();
+    GA_CU_CHECK(detail::driver().cuMemcpyDtoH(from_graph.data(),
+                                              reinterpret_cast<CUdeviceptr>(last.data), out_bytes));
+    eager_device_us = time_us(dev, reps, true, [&] { stack.step_mixed(dev.stream, n); });
+    dev.owned_stream->synchronize();
+    GA_CU_CHECK(detail::driver().cuMemcpyDtoH(from_eager.data(),
+                                              reinterpret_cast<CUdeviceptr>(last.data), out_bytes));
+    same = from_graph == from_eager;
+  }
   stack.set_batch(md, n, dev.stream, &qv, &kvv, &kvv);
   const double eager_host_us = time_us(dev, reps, true, [&] { stack.step(dev.stream, n); });
   std::printf(
@@ -344,12 +348,28 @@ nlohmann::json bench_mixed_step(const Device& dev, int decodes, int len, int chu
   const char* branches = AttentionLayerStack::mixed_branches_name(stack.options().mixed_branches);
   std::printf("decode and prefill of a layer (split on the device): GRAPHATTN_MIXED_BRANCHES=%s\n",
               branches);
+  // The decode grids (x splits, y KV-head blocks, z requests) of the two splits, from a backend
+  // of layer 0's configuration (the stack's own are alike).
+  AttentionBackend probe(c);
+  probe.prepare();
+  const int request_slots = stack.mixed_request_slots(n),
+            mixed_splits = probe.mixed_decode_max_splits(request_slots);
+  std::printf(
+      "decode grid: graph %d splits x %d KV heads x %d request slots (%d stages, "
+      "GRAPHATTN_MIXED_DECODE_DIVISOR=%d); host split %d x %d x %d decodes (%d stages)\n",
+      mixed_splits, c.num_kv_heads, request_slots, probe.mixed_decode_stages(request_slots),
+      probe.mixed_decode_divisor(), decodes > 0 ? probe.decode_max_splits(decodes) : 0,
+      c.num_kv_heads, decodes, decodes > 0 ? probe.decode_stages(decodes) : 0);
   std::printf("%-34s %10s\n", "", "us");
-  std::printf("%-34s %10.1f\n", "graph (split on the device)", graph_us);
-  std::printf("%-34s %10.1f\n", "eager (split on the device)", eager_device_us);
+  if (!host_only) {
+    std::printf("%-34s %10.1f\n", "graph (split on the device)", graph_us);
+    std::printf("%-34s %10.1f\n", "eager (split on the device)", eager_device_us);
+  }
   std::printf("%-34s %10.1f\n", "eager (split on the host)", eager_host_us);
-  std::printf("graph vs eager (host split): %.2fx; graph output %s the eager device-split output\n",
-              eager_host_us / graph_us, same ? "equals" : "DIFFERS FROM");
+  if (!host_only)
+    std::printf(
+        "graph vs eager (host split): %.2fx; graph output %s the eager device-split output\n",
+        eager_host_us / graph_us, same ? "equals" : "DIFFERS FROM");
   if (!same) throw Error("mixed step: the graph's output differs from the same launches eagerly");
   return {{"layers", m.num_layers},
           {"decodes", decodes},
@@ -358,6 +378,9 @@ nlohmann::json bench_mixed_step(const Device& dev, int decodes, int len, int chu
           {"prefill_prefix", prefix},
           {"tokens", n},
           {"mixed_branches", branches},
+          {"mixed_decode_divisor", probe.mixed_decode_divisor()},
+          {"graph_decode_splits", mixed_splits},
+          {"request_slots", request_slots},
           {"graph_us", graph_us},
           {"eager_device_split_us", eager_device_us},
           {"eager_host_split_us", eager_host_us},

@@ -320,6 +320,24 @@ GRAPHATTN_API const char* mixed_branches_name(MixedBranches mode);
 // kDefault: GRAPHATTN_MIXED_BRANCHES, else kPrefillFirst; any other mode unchanged. Throws
 // Error naming a value that is not a mode's name, with the allowed names.
 GRAPHATTN_API MixedBranches resolve_mixed_branches(MixedBranches mode);
+// The mode named `name` as GRAPHATTN_MIXED_BRANCHES spells it (off, serial-prefill-first,
+// decode-first, prefill-first, decode-first-high, prefill-first-high; mixed_branches_name's
+// inverse). Throws Error naming any other value, with the allowed names.
+GRAPHATTN_API MixedBranches parse_mixed_branches(const std::string& name);
+
+// A batch split on the device (AttentionMetadata::device_split: a graph captured for any mix)
+// launches its decode over every request slot, not knowing how many hold a decode. Its split
+// count is the larger of the split policy's for every slot and for ceil(slots / divisor)
+// decodes, so that a small mix of long decodes still spreads over the device (blocks of slots
+// without a decode exit at once). GRAPHATTN_MIXED_DECODE_DIVISOR (an integer 1..65535, read
+// when a backend is made; 1: sized for every slot, as before session 10) sets the divisor;
+// anything else is an error naming it. The 32-layer llama-3-8b mixed step on an H100, graph:
+// 4 decodes at 2048 + 16 new tokens (20 slots) 813 -> 616 us (eager host split 689-698), 1 at
+// 4096 + 16 (17 slots) 1433 -> 647 (host split 570-581), the other six mixes measured unchanged;
+// divisor 8 was faster on four small mixes but 14% slower on 8 at 1024 + 32 over 256
+// (docs/mixed-step-h100-2026-11-27-s10.txt).
+constexpr int kMixedDecodeDivisor = 4;
+GRAPHATTN_API int mixed_decode_divisor_from_env();
 
 // The attention of one layer (or of every layer sharing a configuration): cache write, then
 // split-KV decode for the decodes and prefill for the rest.
@@ -371,6 +389,12 @@ class GRAPHATTN_API AttentionBackend {
   size_t workspace_bytes() const;
   // The split-KV grid width for a batch of num_decodes (fixed per captured batch size).
   int decode_max_splits(int num_decodes) const;
+  // The split-KV grid width of a batch split on the device over request_slots slots (see
+  // kMixedDecodeDivisor).
+  int mixed_decode_max_splits(int request_slots) const;
+  int mixed_decode_stages(int request_slots) const;  // its pipeline depth
+  // The divisor that sizes it (GRAPHATTN_MIXED_DECODE_DIVISOR when the backend was made).
+  int mixed_decode_divisor() const { return mixed_decode_divisor_; }
   // The decode kernel's pipeline depth for a batch of num_decodes.
   int decode_stages(int num_decodes) const;
   // Whether the splits of a request run as one thread-block cluster (sm_90+: they combine
@@ -440,6 +464,7 @@ class GRAPHATTN_API AttentionBackend {
   // a mutex makes each forward()'s fork, launches and join one section.
   struct MixedStreams;
   std::shared_ptr<MixedStreams> mixed_;
+  int mixed_decode_divisor_ = kMixedDecodeDivisor;  // mixed_decode_max_splits' divisor
   // Checked mode: the device record (a GaBoundsReport), allocated by prepare().
   std::shared_ptr<DeviceBuffer> bounds_;
 };

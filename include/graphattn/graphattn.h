@@ -391,6 +391,20 @@ graphattn_backend_prepare(graphattn_backend_t backend, graphattn_cache_t cache) 
  * forward; every forward leaves it fit for the next. */
 GRAPHATTN_API graphattn_status_t
 graphattn_backend_workspace_bytes(graphattn_backend_t backend, size_t* bytes) GRAPHATTN_NOEXCEPT;
+/* How forward launches a batch with both decodes and prefills (C++
+ * AttentionBackend::set_mixed_branches; the environment's GRAPHATTN_MIXED_BRANCHES gives the
+ * mode a backend starts with): `mode` is one of its names, "off" (one stream: cache write,
+ * decode, prefill), "serial-prefill-first", "decode-first", "prefill-first" (the default: the
+ * prefill on a stream of the backend's own, joined before forward returns; two graph branches
+ * under capture), "decode-first-high", "prefill-first-high". Anything else fails
+ * (GRAPHATTN_ERROR_INVALID_ARGUMENT) naming it and the allowed names, and keeps the mode. Not
+ * while forward runs on another thread. */
+GRAPHATTN_API graphattn_status_t graphattn_backend_set_mixed_branches(
+    graphattn_backend_t backend, const char* mode) GRAPHATTN_NOEXCEPT;
+/* The backend's mode (one of the names above) into buf (see graphattn_cache_dir for buf and
+ * *needed). */
+GRAPHATTN_API graphattn_status_t graphattn_backend_mixed_branches(
+    graphattn_backend_t backend, char* buf, size_t capacity, size_t* needed) GRAPHATTN_NOEXCEPT;
 
 /* One step's batch, vLLM v1 semantics: requests ordered decodes first (one query token each,
  * or 1..decode_query_len with a multi-token layer), then prefills. Tensors on the device, int32

@@ -274,6 +274,8 @@ def prototypes():
         "graphattn_backend_spec": (i, [vp, i, ctypes.c_char_p, sz, c_size_t_p, c_int_p]),
         "graphattn_backend_prepare": (i, [vp, vp]),
         "graphattn_backend_workspace_bytes": (i, [vp, c_size_t_p]),
+        "graphattn_backend_set_mixed_branches": (i, [vp, ctypes.c_char_p]),
+        "graphattn_backend_mixed_branches": (i, [vp, ctypes.c_char_p, sz, c_size_t_p]),
         "graphattn_backend_take_bounds_violation": (i, [vp, P(BoundsViolation)]),
         "graphattn_metadata_init": (None, [P(Metadata)]),
         "graphattn_backend_forward": (i, [vp, DLTensor_p, DLTensor_p, DLTensor_p, DLTensor_p,

@@ -378,6 +378,33 @@ class AttentionBackend(_lib.OwnedHandle):
         _lib.check(_lib.lib.graphattn_backend_workspace_bytes(self._handle, ctypes.byref(n)))
         return n.value
 
+    MIXED_BRANCHES = ("off", "serial-prefill-first", "decode-first", "prefill-first",
+                      "decode-first-high", "prefill-first-high")
+
+    @property
+    def mixed_branches(self):
+        """How forward() launches a batch with both decodes and prefills, by the names of
+        GRAPHATTN_MIXED_BRANCHES (which sets the mode a backend starts with): "off" (one
+        stream: cache write, decode, prefill), "serial-prefill-first", "decode-first",
+        "prefill-first" (the default: the prefill on a stream of the backend's own, joined
+        before forward() returns; two graph branches under capture), "decode-first-high",
+        "prefill-first-high"."""
+        return _lib.read_string(_lib.lib.graphattn_backend_mixed_branches, self._handle)
+
+    def set_mixed_branches(self, mode):
+        """Sets mixed_branches to `mode`, one of MIXED_BRANCHES; anything else raises
+        ValueError naming it and the allowed names (the mode stays). Not while forward() runs
+        on another thread."""
+        if not isinstance(mode, str):
+            raise TypeError("mixed branches mode must be a str, one of %s; got %r"
+                            % (", ".join(self.MIXED_BRANCHES), mode))
+        if mode not in self.MIXED_BRANCHES:
+            raise ValueError("mixed branches mode %r is not a mode; allowed: %s"
+                             % (mode, ", ".join(self.MIXED_BRANCHES)))
+        _lib.check(_lib.lib.graphattn_backend_set_mixed_branches(self._handle,
+                                                                 mode.encode("utf-8")))
+        return self
+
     def take_bounds_violation(self):
         """Checked mode (check_bounds=True) only: the first block id or slot out of the cache's
         range that a kernel of this backend met since the last call (a falsy BoundsViolation

@@ -359,3 +359,30 @@ def test_swap_and_copy_blocks_check_their_arguments():
     # copy_blocks works in device memory only, and names the cache.
     with pytest.raises(ValueError, match=r"value_caches\[0\] must be in CUDA device memory"):
         ops.copy_blocks([], [src], [(0, 1)])
+
+
+def test_mixed_branches_setter_and_getter(monkeypatch):
+    # The mode a backend starts with: GRAPHATTN_MIXED_BRANCHES, else prefill-first.
+    monkeypatch.delenv("GRAPHATTN_MIXED_BRANCHES", raising=False)
+    b = backend()
+    assert b.mixed_branches == "prefill-first"
+    for mode in graphattn.AttentionBackend.MIXED_BRANCHES:
+        assert b.set_mixed_branches(mode) is b
+        assert b.mixed_branches == mode
+    monkeypatch.setenv("GRAPHATTN_MIXED_BRANCHES", "decode-first-high")
+    assert backend().mixed_branches == "decode-first-high"
+    b.set_mixed_branches("off")
+    for bad in ("prefill_first", "", "default", "OFF"):
+        with pytest.raises(ValueError, match="'%s' is not a mode; allowed: off, " % bad):
+            b.set_mixed_branches(bad)
+        assert b.mixed_branches == "off"  # kept
+    with pytest.raises(TypeError, match="must be a str"):
+        b.set_mixed_branches(None)
+    # The library's own check (behind Python's), through the C ABI.
+    with pytest.raises(graphattn.GraphattnError,
+                       match='mixed branches mode "serial" is not a mode; allowed: off, '
+                             'serial-prefill-first, decode-first, prefill-first, '
+                             'decode-first-high, prefill-first-high'):
+        graphattn._lib.check(graphattn._lib.lib.graphattn_backend_set_mixed_branches(
+            b._handle, b"serial"))
+    assert b.mixed_branches == "off"

@@ -337,6 +337,52 @@ static const char* const kSpecs[3] = {
     "prefill_h128_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm90",
 };
 
+/* The mixed-batch mode: GRAPHATTN_MIXED_BRANCHES' names, set and read per backend. */
+static void test_mixed_branches(void) {
+  static const char* const modes[] = {
+      "off",           "serial-prefill-first", "decode-first",
+      "prefill-first", "decode-first-high",    "prefill-first-high"};
+  const char* env = getenv("GRAPHATTN_MIXED_BRANCHES");
+  char saved[64] = "";
+  if (env) snprintf(saved, sizeof saved, "%s", env);
+  unsetenv("GRAPHATTN_MIXED_BRANCHES");
+  graphattn_layer_config_t c = llama_config();
+  graphattn_backend_t b = NULL;
+  CHECK_OK(graphattn_backend_create(&c, &b));
+  char buf[64];
+  size_t needed = 0;
+  CHECK_OK(graphattn_backend_mixed_branches(b, buf, sizeof buf, &needed));
+  CHECK(strcmp(buf, "prefill-first") == 0 && needed == strlen("prefill-first") + 1);
+  for (size_t i = 0; i < sizeof modes / sizeof modes[0]; ++i) {
+    CHECK_OK(graphattn_backend_set_mixed_branches(b, modes[i]));
+    CHECK_OK(graphattn_backend_mixed_branches(b, buf, sizeof buf, NULL));
+    CHECK(strcmp(buf, modes[i]) == 0);
+  }
+  CHECK_FAILS(graphattn_backend_set_mixed_branches(b, "prefill_first"), INVALID,
+              "mixed branches mode \"prefill_first\" is not a mode; allowed: off, "
+              "serial-prefill-first, decode-first, prefill-first, decode-first-high, "
+              "prefill-first-high");
+  CHECK_FAILS(graphattn_backend_set_mixed_branches(b, ""), INVALID, "mode \"\" is not a mode");
+  CHECK_FAILS(graphattn_backend_set_mixed_branches(b, NULL), INVALID, "mode is NULL");
+  CHECK_FAILS(graphattn_backend_set_mixed_branches(NULL, "off"), INVALID, "backend is NULL");
+  CHECK_OK(graphattn_backend_mixed_branches(b, buf, sizeof buf, NULL));
+  CHECK(strcmp(buf, "prefill-first-high") == 0); /* a refused mode keeps the last */
+  CHECK_FAILS(graphattn_backend_mixed_branches(b, buf, 4, &needed),
+              GRAPHATTN_ERROR_BUFFER_TOO_SMALL, "");
+  CHECK(needed == strlen("prefill-first-high") + 1);
+  graphattn_backend_destroy(b);
+  /* The variable sets the mode a backend starts with. */
+  setenv("GRAPHATTN_MIXED_BRANCHES", "decode-first", 1);
+  CHECK_OK(graphattn_backend_create(&c, &b));
+  CHECK_OK(graphattn_backend_mixed_branches(b, buf, sizeof buf, NULL));
+  CHECK(strcmp(buf, "decode-first") == 0);
+  graphattn_backend_destroy(b);
+  if (env)
+    setenv("GRAPHATTN_MIXED_BRANCHES", saved, 1);
+  else
+    unsetenv("GRAPHATTN_MIXED_BRANCHES");
+}
+
 static void test_backend_specs(void) {
   graphattn_layer_config_t c = llama_config();
   graphattn_backend_t b = NULL;
@@ -1072,6 +1118,7 @@ int main(void) {
   test_attn_type();
   test_decode_query_len();
   test_backend_specs();
+  test_mixed_branches();
   test_tensor_checks();
   test_cache();
   test_capture_and_split();

@@ -11,7 +11,10 @@
 #include <cmath>
 #include <cstdlib>
 #include <initializer_list>
+#include <memory>
 #include <numeric>
+#include <string>
+#include <vector>
 
 #include "graphattn/capture.hpp"
 #include "graphattn/graphattn.hpp"
@@ -115,24 +118,10 @@ double layer1_error(const AttentionLayerStack& stack, const CommonAttentionMetad
   return test::relative_l2(got, want);
 }
 
-// One random step: decodes first (decode_len query tokens each, seq_len decode_len..
-// kMaxModelLen; with `ragged` one of them holds fewer), sometimes prefills after them (longer
-// than decode_len).
-CommonAttentionMetadata random_batch(std::mt19937_64& rng, bool prefills, int num_decodes,
-                                     int decode_len = 1, bool ragged = false) {
-  std::vector<int32_t> q, k;
-  std::uniform_int_distribution<int> len(decode_len, kMaxModelLen);
-  const int short_one = ragged ? static_cast<int>(rng() % num_decodes) : -1;
-  for (int r = 0; r < num_decodes; ++r) {
-    q.push_back(r == short_one ? 1 + static_cast<int>(rng() % (decode_len - 1)) : decode_len);
-    k.push_back(len(rng));
-  }
-  const int P = prefills ? 1 + static_cast<int>(rng() % 2) : 0;
-  for (int r = 0; r < P; ++r) {
-    const int n = decode_len + 1 + static_cast<int>(rng() % 40);
-    q.push_back(n);
-    k.push_back(n + static_cast<int>(rng() % 300));
-  }
+// The batch of requests with query lengths q and sequence lengths k (decodes first), each
+// request's blocks drawn at random.
+CommonAttentionMetadata batch_of(std::mt19937_64& rng, const std::vector<int32_t>& q,
+                                 const std::vector<int32_t>& k) {
   const int R = static_cast<int>(q.size()), W = kMaxModelLen / kBlock;
   // Distinct physical blocks for every request; blocks [0, kCanary) and the last kCanary are
   // never handed out, so any write there is a bug.
@@ -151,6 +140,27 @@ CommonAttentionMetadata random_batch(std::mt19937_64& rng, bool prefills, int nu
                       p % kBlock);
   }
   return CommonAttentionMetadata::make(q, k, table, W, slots);
+}
+
+// One random step: decodes first (decode_len query tokens each, seq_len decode_len..
+// kMaxModelLen; with `ragged` one of them holds fewer), sometimes prefills after them (longer
+// than decode_len).
+CommonAttentionMetadata random_batch(std::mt19937_64& rng, bool prefills, int num_decodes,
+                                     int decode_len = 1, bool ragged = false) {
+  std::vector<int32_t> q, k;
+  std::uniform_int_distribution<int> len(decode_len, kMaxModelLen);
+  const int short_one = ragged ? static_cast<int>(rng() % num_decodes) : -1;
+  for (int r = 0; r < num_decodes; ++r) {
+    q.push_back(r == short_one ? 1 + static_cast<int>(rng() % (decode_len - 1)) : decode_len);
+    k.push_back(len(rng));
+  }
+  const int P = prefills ? 1 + static_cast<int>(rng() % 2) : 0;
+  for (int r = 0; r < P; ++r) {
+    const int n = decode_len + 1 + static_cast<int>(rng() % 40);
+    q.push_back(n);
+    k.push_back(n + static_cast<int>(rng() % 300));
+  }
+  return batch_of(rng, q, k);
 }
 
 }  // namespace
@@ -447,6 +457,93 @@ TEST_CASE("gpu decode graphs: mixed graphs serve every decode/prefill mix, split
     // Padded tokens and requests wrote nothing outside the batches' blocks.
     check_caches_agree(graph_stack, eager_stack, init);
   }
+}
+
+// A mixed graph's decode grid is sized for ceil(slots / GRAPHATTN_MIXED_DECODE_DIVISOR) decodes
+// where that gives more splits (AttentionBackend::mixed_decode_max_splits): a batch of that many
+// decodes plus one prefill filling the graph's tokens, captured before any batch and replayed
+// with new lengths, equals the host split's eager step bit for bit wherever the two decode grids
+// agree (splits and stages; the prefill's row tiles are the same tiles either way), and the
+// float64 reference everywhere. Divisor 1 is session 9's every-slot grid.
+TEST_CASE("gpu decode graphs: mixed graphs size the decode for slots / the divisor") {
+  GA_REQUIRE_GPU();
+  test::TempKernelCache cache;
+  auto rng = test::make_rng();
+  const auto& d = detail::driver();
+  Stream stream;
+  const char* old = std::getenv("GRAPHATTN_MIXED_DECODE_DIVISOR");
+  const std::string saved = old ? old : "";
+  int agreed = 0;
+  for (int divisor : {1, 4, 8}) {
+    INFO("GRAPHATTN_MIXED_DECODE_DIVISOR=" << divisor);
+    setenv("GRAPHATTN_MIXED_DECODE_DIVISOR", std::to_string(divisor).c_str(), 1);
+    const AttentionLayerStack::Options o = stack_options(256, nullptr, nullptr);
+    AttentionLayerStack graph_stack(o), host_stack(o);
+    graph_stack.prepare(cache);
+    host_stack.prepare(cache);
+    // A backend per layer configuration (layer 1's window caps its splits): the grids' policy.
+    std::vector<std::unique_ptr<AttentionBackend>> probes;
+    for (int l = 0; l < kLayers; ++l) {
+      probes.push_back(std::make_unique<AttentionBackend>(o.layers[l]));
+      probes.back()->prepare(cache);
+      CHECK(probes.back()->mixed_decode_divisor() == divisor);
+    }
+    const std::vector<unsigned char> init = fill_kv_caches(rng, {&graph_stack, &host_stack});
+    GraphRunner::Options go;
+    go.capture_sizes = {24, kMaxTokens};
+    GraphRunner runner(
+        go, [&](CUstream s, int n) { graph_stack.step_mixed(s, n); },
+        [&] { return graph_stack.fingerprint(); });
+    runner.capture_all(stream);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    const int steps = test::reduced() ? 2 : 4;
+    for (int step = 0; step < steps; ++step) {
+      const int n = step % 2 ? 24 : kMaxTokens;
+      const int slots = graph_stack.mixed_request_slots(n);
+      const int D = divisor > 1 ? (slots + divisor - 1) / divisor : slots / 2;
+      // D decodes at random lengths up to 1024 (at most 48 of them fit the block pool), then one
+      // prefill of the graph's remaining tokens.
+      std::vector<int32_t> ql(D, 1), kl;
+      for (int r = 0; r < D; ++r) kl.push_back(1 + static_cast<int>(rng() % 1024));
+      ql.push_back(n - D);
+      kl.push_back(n - D + static_cast<int>(rng() % (kMaxModelLen - n)));
+      const auto m = batch_of(rng, ql, kl);
+      REQUIRE(m.num_actual_tokens == n);
+      std::vector<uint16_t> q(static_cast<size_t>(n) * kHeads * kHead),
+          kv(static_cast<size_t>(n) * kKvHeads * kHead), vv(kv.size());
+      for (auto* v : {&q, &kv, &vv})
+        for (auto& x : *v) x = test::float_to_bf16(normal(rng));
+      graph_stack.set_mixed_batch(m, n, stream, &q, &kv, &vv);
+      host_stack.set_batch(m, n, stream, &q, &kv, &vv);
+      CHECK(runner.run(stream, n) == n);
+      host_stack.step(stream, n);
+      GA_CU_CHECK(d.cuStreamSynchronize(stream));
+      const size_t bytes = static_cast<size_t>(n) * kHeads * kHead * 2;
+      for (int l = 0; l < kLayers; ++l) {
+        const AttentionBackend& p = *probes[l];
+        const int gs = p.mixed_decode_max_splits(slots), hs = p.decode_max_splits(D);
+        CHECK(gs >= p.decode_max_splits(slots));
+        if (divisor > 1) CHECK(gs == std::max(p.decode_max_splits(slots), p.decode_max_splits(D)));
+        const bool same_grid = gs == hs && p.mixed_decode_stages(slots) == p.decode_stages(D);
+        MESSAGE("divisor " << divisor << ", " << n << " tokens, " << slots << " slots, " << D
+                           << " decodes, layer " << l << ": graph " << gs << " splits, host split "
+                           << hs << std::string(same_grid ? " (same grid)" : ""));
+        if (!same_grid) continue;
+        ++agreed;
+        INFO("step " << step << " layer " << l);
+        CHECK(download(graph_stack.output(l), bytes) == download(host_stack.output(l), bytes));
+      }
+      CHECK(layer1_error(graph_stack, m, q) < 1e-2);
+    }
+    CHECK(runner.stats().replays == static_cast<uint64_t>(steps));
+    CHECK(runner.stats().eager_steps == 0);
+    check_caches_agree(graph_stack, host_stack, init);
+  }
+  CHECK(agreed >= 4);  // the bitwise comparison ran
+  if (old)
+    setenv("GRAPHATTN_MIXED_DECODE_DIVISOR", saved.c_str(), 1);
+  else
+    unsetenv("GRAPHATTN_MIXED_DECODE_DIVISOR");
 }
 
 TEST_CASE("gpu decode graphs: mixed steps with decode and prefill on two branches equal serial") {
