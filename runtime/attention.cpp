@@ -214,8 +214,7 @@ MixedBranches mixed_branches_named(const char* name, const std::string& what) {
     if (name && std::strcmp(name, mixed_branches_name(k)) == 0) return k;
     allowed += std::string(allowed.empty() ? "" : ", ") + mixed_branches_name(k);
   }
-  throw Error(what + "\"" + std::string(name ? name : "") +
-              "\" is not a mode; allowed: " + allowed);
+  throw Error(what + "\"" + printable(name ? name : "") + "\" is not a mode; allowed: " + allowed);
 }
 }  // namespace
 
@@ -237,7 +236,7 @@ int mixed_decode_divisor_from_env() {
   errno = 0;
   const long n = std::strtol(v, &end, 10);
   if (errno != 0 || *v < '0' || *v > '9' || *end != '\0' || n < 1 || n > 65535)
-    throw Error("GRAPHATTN_MIXED_DECODE_DIVISOR=\"" + std::string(v) +
+    throw Error("GRAPHATTN_MIXED_DECODE_DIVISOR=\"" + printable(v) +
                 "\" is not supported; supported: an integer 1..65535 (1: size the decode of a "
                 "batch split on the device for every request slot)");
   return static_cast<int>(n);
@@ -378,21 +377,13 @@ void AttentionBackend::prepare(KernelCache& cache) {
 
 namespace {
 
-// The split policy's grid for a configuration on a prepared device (null: not prepared).
+// The split policy's grid for a configuration on a prepared device (null: not prepared):
+// num_decodes decodes, or, with a divisor > 1, a batch split on the device over num_decodes
+// request slots (detail::mixed_decode_grid; divisor 1 is decode_grid's grid).
 detail::DecodeGrid grid_of(const AttentionLayerConfig& c, const detail::DecodeDevice* device,
-                           int num_decodes, const char* caller) {
+                           int num_decodes, const char* caller, int divisor = 1) {
   GA_REQUIRE(device, std::string(caller) + ": call prepare() first (the policy needs the device)");
-  return detail::decode_grid(num_decodes, c.num_kv_heads,
-                             c.num_heads / c.num_kv_heads * c.decode_query_len, c.max_model_len,
-                             c.window, c.head_size, c.kv_dtype, *device);
-}
-
-// The decode grid of a batch split on the device (detail::mixed_decode_grid).
-detail::DecodeGrid device_split_grid_of(const AttentionLayerConfig& c,
-                                        const detail::DecodeDevice* device, int slots, int divisor,
-                                        const char* caller) {
-  GA_REQUIRE(device, std::string(caller) + ": call prepare() first (the policy needs the device)");
-  return detail::mixed_decode_grid(slots, divisor, c.num_kv_heads,
+  return detail::mixed_decode_grid(num_decodes, divisor, c.num_kv_heads,
                                    c.num_heads / c.num_kv_heads * c.decode_query_len,
                                    c.max_model_len, c.window, c.head_size, c.kv_dtype, *device);
 }
@@ -400,14 +391,14 @@ detail::DecodeGrid device_split_grid_of(const AttentionLayerConfig& c,
 }  // namespace
 
 int AttentionBackend::mixed_decode_max_splits(int request_slots) const {
-  return device_split_grid_of(config_, loaded_ ? &loaded_->device : nullptr, request_slots,
-                              mixed_decode_divisor_, "mixed_decode_max_splits")
+  return grid_of(config_, loaded_ ? &loaded_->device : nullptr, request_slots,
+                 "mixed_decode_max_splits", mixed_decode_divisor_)
       .max_splits;
 }
 
 int AttentionBackend::mixed_decode_stages(int request_slots) const {
-  return device_split_grid_of(config_, loaded_ ? &loaded_->device : nullptr, request_slots,
-                              mixed_decode_divisor_, "mixed_decode_stages")
+  return grid_of(config_, loaded_ ? &loaded_->device : nullptr, request_slots,
+                 "mixed_decode_stages", mixed_decode_divisor_)
       .stages;
 }
 
@@ -430,12 +421,14 @@ size_t AttentionBackend::workspace_bytes() const {
   GA_REQUIRE(prepared_,
              "workspace_bytes: call prepare() first (the split policy needs the device)");
   if (encoder_only()) return 0;  // no decode: nothing to split
-  // Host split: b decodes; device split: b request slots.
+  // Host split: b decodes; device split: b request slots. The device split's grid has at least
+  // the host split's splits (mixed_decode_grid takes the larger of that grid and another), so it
+  // covers both.
   size_t most = 0;
   for (int b = 1; b <= config_.max_num_seqs; ++b)
-    most = std::max(most, detail::decode_workspace_bytes(
-                              b * config_.decode_query_len, config_.num_heads, config_.head_size,
-                              std::max(decode_max_splits(b), mixed_decode_max_splits(b))));
+    most = std::max(most,
+                    detail::decode_workspace_bytes(b * config_.decode_query_len, config_.num_heads,
+                                                   config_.head_size, mixed_decode_max_splits(b)));
   return detail::layer_workspace(config_).total(most);
 }
 
@@ -671,9 +664,7 @@ void AttentionBackend::forward(const TensorView& query, const TensorView& key,
   const detail::DecodeDevice* device = loaded_ ? &loaded_->device : nullptr;
   detail::DecodeLaunch d = decode_launch(
       c, views, md, num_decodes,
-      md.device_split
-          ? device_split_grid_of(config_, device, num_decodes, mixed_decode_divisor_, "forward")
-          : grid_of(config_, device, num_decodes, "forward"),
+      grid_of(config_, device, num_decodes, "forward", md.device_split ? mixed_decode_divisor_ : 1),
       bounds, workspace, workspace_size);
   const bool decode = num_decodes > 0;
   if (decode) check_decode(c, specs_[kDecodeIdx], d, kc, workspace, workspace_size);

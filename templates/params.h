@@ -553,9 +553,10 @@ constexpr bool ga_prefill_sm90_rowsum_mma(int head_size, bool legacy, bool q_fp8
 //   (and alpha's exponentials) run only when some row's reference moves;
 // - GA_PW_SCHED_MAX8: the thread's row maxima in 4 chains a row instead of 2;
 // - GA_PW_SCHED_NO_TURNS: the consumer warpgroups issue their wgmmas without taking turns (no
-//   ping-pong ring of named barriers, as fp8 always runs); not yet timed (session 10: the turns
-//   around the exponentials instead of the wgmma issue, cuDNN's order, measured slower: head 128
-//   +5%, head 64 +17%, legacy +18%; docs/prefill-h128-turns-h100-2026-11-27-s10.txt).
+//   ping-pong ring of named barriers, as fp8 always runs): slower (H100, alternated: head 128
+//   +2.2%, head 64 +4.5%, legacy +2.1%, head 256 even), so no spec takes it (session 10; the
+//   turns around the exponentials instead of the wgmma issue, cuDNN's order, were slower too:
+//   head 128 +5%, head 64 +17%, legacy +18%; docs/prefill-h128-turns-h100-2026-11-27-s10.txt).
 // The results are the same bits either way (the references and probabilities are unchanged).
 // Measured (H100, 4 x 4096 causal and chunked 4 x 512 after 2048-16384 cached, old and new
 // alternated; docs/prefill-h128-critical-path-h100-2026-11-27-s9.txt): the early waits make the
