@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The C ABI's library section: versions, errors, devices, and the name enumerators that give a
 // binding the C++ API's name tables (spec.hpp) instead of its own copies.
+#include <iterator>
 #include <string>
 
 #include "capi.hpp"
@@ -163,6 +164,13 @@ const char* graphattn_kv_layout_name(int value) noexcept {
 
 const char* graphattn_attn_type_name(int value) noexcept {
   return graphattn::enum_long_name<graphattn::AttentionType>(value);
+}
+
+const char* graphattn_mixed_branches_name(int value) noexcept {
+  constexpr int n = static_cast<int>(std::size(graphattn::kMixedBranchesModes));
+  return value >= 0 && value < n
+             ? graphattn::mixed_branches_name(graphattn::kMixedBranchesModes[value])
+             : nullptr;
 }
 
 graphattn_status_t graphattn_gpu_available(int* available) noexcept {

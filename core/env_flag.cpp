@@ -7,6 +7,7 @@
 
 #include "core/nvrtc_options.hpp"
 #include "core/text.hpp"
+#include "graphattn/backend.hpp"
 #include "graphattn/error.hpp"
 
 namespace graphattn::detail {
@@ -36,4 +37,6 @@ void graphattn::check_flag_environment() {
         "GRAPHATTN_CHECK_BOUNDS", "GRAPHATTN_PREFILL_MMA_SYNC", "GRAPHATTN_PREFILL_TMA"})
     detail::env_flag(name);
   detail::nvrtc_extra_options();
+  resolve_mixed_branches(MixedBranches::kDefault);
+  mixed_decode_divisor_from_env();
 }

@@ -2,11 +2,9 @@
 // The attention backend: configuration checks, the kernels a layer needs, and forward() for a
 // mixed batch (cache write, split-KV decode for the decodes, prefill for the rest).
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
-#include <cstring>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -177,70 +175,6 @@ struct AttentionBackend::ClearedWorkspaces {
   std::mutex mu;
   std::vector<const void*> addresses;
 };
-
-namespace {
-constexpr MixedBranches kMixedModes[] = {
-    MixedBranches::kSerial,          MixedBranches::kSerialPrefillFirst,
-    MixedBranches::kDecodeFirst,     MixedBranches::kPrefillFirst,
-    MixedBranches::kDecodeFirstHigh, MixedBranches::kPrefillFirstHigh};
-}  // namespace
-
-const char* mixed_branches_name(MixedBranches mode) {
-  switch (mode) {
-    case MixedBranches::kDefault:
-      return "default";
-    case MixedBranches::kSerial:
-      return "off";
-    case MixedBranches::kSerialPrefillFirst:
-      return "serial-prefill-first";
-    case MixedBranches::kDecodeFirst:
-      return "decode-first";
-    case MixedBranches::kPrefillFirst:
-      return "prefill-first";
-    case MixedBranches::kDecodeFirstHigh:
-      return "decode-first-high";
-    case MixedBranches::kPrefillFirstHigh:
-      return "prefill-first-high";
-  }
-  return "?";
-}
-
-namespace {
-// The mode named `name` (GRAPHATTN_MIXED_BRANCHES' spelling); else Error "<what>"<name>" is not
-// a mode; allowed: ...".
-MixedBranches mixed_branches_named(const char* name, const std::string& what) {
-  std::string allowed;
-  for (MixedBranches k : kMixedModes) {
-    if (name && std::strcmp(name, mixed_branches_name(k)) == 0) return k;
-    allowed += std::string(allowed.empty() ? "" : ", ") + mixed_branches_name(k);
-  }
-  throw Error(what + "\"" + printable(name ? name : "") + "\" is not a mode; allowed: " + allowed);
-}
-}  // namespace
-
-MixedBranches resolve_mixed_branches(MixedBranches m) {
-  if (m != MixedBranches::kDefault) return m;
-  const char* v = std::getenv("GRAPHATTN_MIXED_BRANCHES");
-  if (!v || !*v) return MixedBranches::kPrefillFirst;
-  return mixed_branches_named(v, "GRAPHATTN_MIXED_BRANCHES=");
-}
-
-MixedBranches parse_mixed_branches(const std::string& name) {
-  return mixed_branches_named(name.c_str(), "mixed branches mode ");
-}
-
-int mixed_decode_divisor_from_env() {
-  const char* v = std::getenv("GRAPHATTN_MIXED_DECODE_DIVISOR");
-  if (!v || !*v) return kMixedDecodeDivisor;
-  char* end = nullptr;
-  errno = 0;
-  const long n = std::strtol(v, &end, 10);
-  if (errno != 0 || *v < '0' || *v > '9' || *end != '\0' || n < 1 || n > 65535)
-    throw Error("GRAPHATTN_MIXED_DECODE_DIVISOR=\"" + printable(v) +
-                "\" is not supported; supported: an integer 1..65535 (1: size the decode of a "
-                "batch split on the device for every request slot)");
-  return static_cast<int>(n);
-}
 
 // The mixed-batch mode and, per caller stream key, the prefill's stream and the fork and join
 // events. One mutex over each forward()'s fork, launches and join: a stream's record/wait pair

@@ -184,6 +184,17 @@ TEST_CASE("on/off variables are parsed strictly") {
     CHECK(r.code == 2);
     CHECK(r.err.find(std::string(var) + "='1abc' is not supported") != std::string::npos);
   }
+  // The mixed-batch variables are start-up errors too (check_flag_environment), not errors of
+  // the first backend made.
+  for (const char* setting :
+       {"GRAPHATTN_MIXED_BRANCHES=prefill-frist", "GRAPHATTN_MIXED_DECODE_DIVISOR=0"}) {
+    const test::ToolRun r =
+        test::run_program(GRAPHATTN_WARMUP_TOOL, {"--model", "llama-3-8b"}, {setting});
+    INFO(setting << ": " << r.err);
+    CHECK(r.code == 2);
+    const std::string value = std::string(setting).substr(std::string(setting).find('=') + 1);
+    CHECK(r.err.find("\"" + value + "\"") != std::string::npos);
+  }
 #endif
 }
 

@@ -304,25 +304,41 @@ GRAPHATTN_API std::string attention_config_problem(const AttentionLayerConfig& c
 // mixed step (56 decodes at 2048 + a 512-token chunk over 2048) on an H100: kSerial 6681 us in
 // a graph, kPrefillFirst 6473 (3.1% less), kDecodeFirst 6488, the high-priority modes 6623-6646
 // (docs/mixed-step-h100-2026-11-27-s9.txt, docs/mixed-forward-branches-h100-2026-11-27-s9.txt).
+// The modes other than kDefault, in the order of the C ABI's graphattn_mixed_branches_name(i):
+// X(enumerator, its name as GRAPHATTN_MIXED_BRANCHES spells it). The enum, the names, the parser
+// below, the C enumerator and Python's AttentionBackend.MIXED_BRANCHES all come from this list.
+//   kSerial              one stream: cache write, decode, prefill
+//   kSerialPrefillFirst  one stream: cache write, prefill, decode
+//   kDecodeFirst         two branches, the decode launched (and captured) first
+//   kPrefillFirst        two branches, the prefill launched (and captured) first
+//   kDecodeFirstHigh     kDecodeFirst with the prefill's stream at the greatest priority
+//   kPrefillFirstHigh    kPrefillFirst with the prefill's stream at the greatest priority
+#define GRAPHATTN_MIXED_BRANCHES_MODES(X)        \
+  X(kSerial, "off")                              \
+  X(kSerialPrefillFirst, "serial-prefill-first") \
+  X(kDecodeFirst, "decode-first")                \
+  X(kPrefillFirst, "prefill-first")              \
+  X(kDecodeFirstHigh, "decode-first-high")       \
+  X(kPrefillFirstHigh, "prefill-first-high")
 enum class MixedBranches {
-  kDefault,             // GRAPHATTN_MIXED_BRANCHES (off, serial-prefill-first, decode-first,
-                        // prefill-first, decode-first-high, prefill-first-high) if set,
-                        // else kPrefillFirst
-  kSerial,              // one stream: cache write, decode, prefill
-  kSerialPrefillFirst,  // one stream: cache write, prefill, decode
-  kDecodeFirst,         // two branches, the decode launched (and captured) first
-  kPrefillFirst,        // two branches, the prefill launched (and captured) first
-  kDecodeFirstHigh,     // kDecodeFirst with the prefill's stream at the greatest priority
-  kPrefillFirstHigh,    // kPrefillFirst with the prefill's stream at the greatest priority
+  kDefault,  // GRAPHATTN_MIXED_BRANCHES (one of the names above) if set, else kPrefillFirst
+#define GRAPHATTN_X_(e, name) e,
+  GRAPHATTN_MIXED_BRANCHES_MODES(GRAPHATTN_X_)
+#undef GRAPHATTN_X_
+};
+// The modes of GRAPHATTN_MIXED_BRANCHES_MODES, in its order (kDefault not among them).
+inline constexpr MixedBranches kMixedBranchesModes[] = {
+#define GRAPHATTN_X_(e, name) MixedBranches::e,
+    GRAPHATTN_MIXED_BRANCHES_MODES(GRAPHATTN_X_)
+#undef GRAPHATTN_X_
 };
 // The mode's name as GRAPHATTN_MIXED_BRANCHES spells it ("default" for kDefault).
 GRAPHATTN_API const char* mixed_branches_name(MixedBranches mode);
 // kDefault: GRAPHATTN_MIXED_BRANCHES, else kPrefillFirst; any other mode unchanged. Throws
 // Error naming a value that is not a mode's name, with the allowed names.
 GRAPHATTN_API MixedBranches resolve_mixed_branches(MixedBranches mode);
-// The mode named `name` as GRAPHATTN_MIXED_BRANCHES spells it (off, serial-prefill-first,
-// decode-first, prefill-first, decode-first-high, prefill-first-high; mixed_branches_name's
-// inverse). Throws Error naming any other value, with the allowed names.
+// The mode named `name` as GRAPHATTN_MIXED_BRANCHES spells it (mixed_branches_name's inverse
+// over kMixedBranchesModes). Throws Error naming any other value, with the allowed names.
 GRAPHATTN_API MixedBranches parse_mixed_branches(const std::string& name);
 
 // A batch split on the device (AttentionMetadata::device_split: a graph captured for any mix)

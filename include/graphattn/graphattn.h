@@ -133,11 +133,15 @@ GRAPHATTN_API const char* graphattn_status_string(graphattn_status_t status) GRA
  *   graphattn_kv_dtype_t:  "auto", "fp8_e4m3", "fp8_e5m2" (vLLM's kv_cache_dtype names; vLLM's
  *                          "fp8" is fp8_e4m3)
  *   graphattn_kv_layout_t: "NHD", "HND"
- *   graphattn_attn_type_t: "decoder", "encoder", "encoder_only", "encoder_decoder" */
+ *   graphattn_attn_type_t: "decoder", "encoder", "encoder_only", "encoder_decoder"
+ *   graphattn_mixed_branches_name: the modes of graphattn_backend_set_mixed_branches, "off",
+ *                          "serial-prefill-first", "decode-first", "prefill-first",
+ *                          "decode-first-high", "prefill-first-high" */
 GRAPHATTN_API const char* graphattn_dtype_name(int value) GRAPHATTN_NOEXCEPT;
 GRAPHATTN_API const char* graphattn_kv_dtype_name(int value) GRAPHATTN_NOEXCEPT;
 GRAPHATTN_API const char* graphattn_kv_layout_name(int value) GRAPHATTN_NOEXCEPT;
 GRAPHATTN_API const char* graphattn_attn_type_name(int value) GRAPHATTN_NOEXCEPT;
+GRAPHATTN_API const char* graphattn_mixed_branches_name(int value) GRAPHATTN_NOEXCEPT;
 
 /* Messages from the library to people (warnings such as a read-only cache directory; debug lines
  * such as each precompiled kernel's tier and time). level: 10 debug, 20 info, 30 warning,

@@ -17,7 +17,8 @@ namespace graphattn {
 // GRAPHATTN_DECODE_CLUSTERS, GRAPHATTN_DUMP_SOURCE, GRAPHATTN_CHECK_BOUNDS): throws Error naming
 // the first that is not 1, true, yes, on, 0, false, no or off (any case; unset or empty is off),
 // its value and what is allowed. Lets a program reject its environment before it starts work.
-// Also parses GRAPHATTN_NVRTC_EXTRA_OPTIONS: an NVRTC option it does not allow is an error too.
+// Also parses GRAPHATTN_NVRTC_EXTRA_OPTIONS (an NVRTC option it does not allow is an error too),
+// GRAPHATTN_MIXED_BRANCHES and GRAPHATTN_MIXED_DECODE_DIVISOR (graphattn/backend.hpp).
 GRAPHATTN_API void check_flag_environment();
 
 // Whether the driver loads and a device exists; *why says what is missing. Never throws.

@@ -249,6 +249,7 @@ def prototypes():
         "graphattn_kv_dtype_name": (ctypes.c_char_p, [i]),
         "graphattn_kv_layout_name": (ctypes.c_char_p, [i]),
         "graphattn_attn_type_name": (ctypes.c_char_p, [i]),
+        "graphattn_mixed_branches_name": (ctypes.c_char_p, [i]),
         "graphattn_set_log_handler": (None, [vp, vp]),
         "graphattn_log_level": (i, []),
         "graphattn_gpu_available": (i, [c_int_p]),

@@ -47,6 +47,9 @@ KV_DTYPE_NAMES = _library_names("graphattn_kv_dtype_name")  # "auto", "fp8_e4m3"
 LAYOUT_NAMES = _library_names("graphattn_kv_layout_name")   # "NHD", "HND"
 # vLLM's AttentionType values: "decoder", "encoder", "encoder_only", "encoder_decoder"
 ATTN_TYPE_NAMES = _library_names("graphattn_attn_type_name")
+# AttentionBackend.set_mixed_branches' modes: "off", "serial-prefill-first", "decode-first",
+# "prefill-first", "decode-first-high", "prefill-first-high"
+MIXED_BRANCHES_NAMES = _library_names("graphattn_mixed_branches_name")
 
 _DTYPES = {"float16": FLOAT16, "fp16": FLOAT16, "half": FLOAT16,
            "bfloat16": BFLOAT16, "bf16": BFLOAT16}

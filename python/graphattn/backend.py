@@ -378,8 +378,10 @@ class AttentionBackend(_lib.OwnedHandle):
         _lib.check(_lib.lib.graphattn_backend_workspace_bytes(self._handle, ctypes.byref(n)))
         return n.value
 
-    MIXED_BRANCHES = ("off", "serial-prefill-first", "decode-first", "prefill-first",
-                      "decode-first-high", "prefill-first-high")
+    # The mode names, from the library (graphattn_mixed_branches_name): "off",
+    # "serial-prefill-first", "decode-first", "prefill-first", "decode-first-high",
+    # "prefill-first-high".
+    MIXED_BRANCHES = tuple(_names.MIXED_BRANCHES_NAMES.values())
 
     @property
     def mixed_branches(self):

@@ -366,6 +366,10 @@ def test_mixed_branches_setter_and_getter(monkeypatch):
     monkeypatch.delenv("GRAPHATTN_MIXED_BRANCHES", raising=False)
     b = backend()
     assert b.mixed_branches == "prefill-first"
+    # From the library's enumerator (graphattn_mixed_branches_name), in its order.
+    assert graphattn.AttentionBackend.MIXED_BRANCHES == (
+        "off", "serial-prefill-first", "decode-first", "prefill-first", "decode-first-high",
+        "prefill-first-high")
     for mode in graphattn.AttentionBackend.MIXED_BRANCHES:
         assert b.set_mixed_branches(mode) is b
         assert b.mixed_branches == mode

@@ -353,7 +353,14 @@ static void test_mixed_branches(void) {
   size_t needed = 0;
   CHECK_OK(graphattn_backend_mixed_branches(b, buf, sizeof buf, &needed));
   CHECK(strcmp(buf, "prefill-first") == 0 && needed == strlen("prefill-first") + 1);
-  for (size_t i = 0; i < sizeof modes / sizeof modes[0]; ++i) {
+  const int n_modes = (int)(sizeof modes / sizeof modes[0]);
+  for (int i = 0; i < n_modes; ++i) { /* the enumerator lists the same names in the same order */
+    CHECK(graphattn_mixed_branches_name(i) &&
+          strcmp(graphattn_mixed_branches_name(i), modes[i]) == 0);
+  }
+  CHECK(graphattn_mixed_branches_name(n_modes) == NULL &&
+        graphattn_mixed_branches_name(-1) == NULL);
+  for (int i = 0; i < n_modes; ++i) {
     CHECK_OK(graphattn_backend_set_mixed_branches(b, modes[i]));
     CHECK_OK(graphattn_backend_mixed_branches(b, buf, sizeof buf, NULL));
     CHECK(strcmp(buf, modes[i]) == 0);
