@@ -101,7 +101,7 @@ int main(int argc, char** argv) {
   app.add_flag("--paged-read", paged_read,
                "decode: after each flash NHD single-token unsplit row, the same pages read by the "
                "bench's paged_read helper (the decode's grid and blocks a multiprocessor, loads "
-               "only)");
+               "only), then again with each request's pages in ascending address order");
   int try_chain = 0;
   app.add_option("--try-chain", try_chain,
                  "decode, with --try-splits: also time N launches back to back in one graph, each "

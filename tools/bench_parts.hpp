@@ -58,7 +58,8 @@ struct DecodeOptions {
   std::string
       block_timing_out;  // with block_timing: also write the raw records to PREFIX<row>-rN.u64
   // After each flash NHD single-token unsplit row: the decode's reads alone (paged_read, the
-  // bench's helper: the decode's grid, page order and blocks a multiprocessor, loads only)
+  // bench's helper: the decode's grid, page order and blocks a multiprocessor, loads only), then
+  // with each request's pages in ascending address order
   bool paged_read = false;
 };
 // bf16, 32 query heads, 8 KV heads (or the shape's :kvN), block 16, shuffled blocks. Sets *ok false
