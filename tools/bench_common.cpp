@@ -57,6 +57,46 @@ extern "C" __global__ void read_only(const uint4* in, unsigned long long n, unsi
   const unsigned acc = read_pass(in, n, [](unsigned) {});
   if (acc == 0x9e3779b9u) sink[0] = acc;  // keeps the loads alive, almost never stores
 }
+// The decode's reads without its compute (graphattn-bench --paged-read): block (x, r) of 4 warps
+// reads piece x (256 bytes of each token row: a KV head's row, or a KV head pair's) of request
+// r's K and V, page by page as its block table row names them (16 tokens a page and tile); warp w
+// takes tiles w, w + 4, ..., with the next tile's loads in flight while it consumes one (two at
+// its wait, as the decode's 3-stage ring), 16-byte loads. Dynamic shared memory (unused) sets how
+// many blocks a multiprocessor holds.
+__device__ __forceinline__ void paged_tile(uint4 (&t)[16], const unsigned char* k,
+                                           const unsigned char* v, unsigned long long at,
+                                           unsigned token_bytes) {
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    t[i] = *(const uint4*)(k + at + 2ull * i * token_bytes);
+    t[8 + i] = *(const uint4*)(v + at + 2ull * i * token_bytes);
+  }
+}
+extern "C" __global__ void paged_read(const unsigned char* k, const unsigned char* v,
+                                      const int* bt, int bps, int tiles,
+                                      unsigned long long page_bytes, unsigned token_bytes,
+                                      unsigned* sink) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int* row = bt + (long long)blockIdx.y * bps;
+  const unsigned long long lane_off =
+      (unsigned long long)(lane >> 4) * token_bytes + blockIdx.x * 256u + (lane & 15) * 16u;
+  unsigned acc = 0;
+  uint4 cur[16], nxt[16];
+  if (warp < tiles) paged_tile(cur, k, v, (unsigned long long)row[warp] * page_bytes + lane_off,
+                               token_bytes);
+  for (int j = warp; j < tiles; j += 4) {
+    const bool more = j + 4 < tiles;
+    if (more)
+      paged_tile(nxt, k, v, (unsigned long long)row[j + 4] * page_bytes + lane_off, token_bytes);
+#pragma unroll
+    for (int i = 0; i < 16; ++i) acc ^= cur[i].x ^ cur[i].y ^ cur[i].z ^ cur[i].w;
+    if (more) {
+#pragma unroll
+      for (int i = 0; i < 16; ++i) cur[i] = nxt[i];
+    }
+  }
+  if (acc == 0x9e3779b9u) sink[0] = acc;
+}
 // read_only as a layer of a chain under programmatic dependent launch (the floor of the decode
 // chain, graphattn-bench --try-chain): lets the next launch be scheduled at entry, and waits for
 // the previous launch (griddepcontrol.wait) before its loads (wait_first) or after them, before
@@ -176,6 +216,16 @@ void launch_read_only_timed(const Device& dev, CUdeviceptr in, size_t bytes, CUd
                                               1, 1, 0, dev.stream, args, nullptr));
 }
 
+void launch_paged_read(const Device& dev, const PagedRead& r, CUdeviceptr sink) {
+  unsigned long long page = r.page_bytes;
+  unsigned token = r.token_bytes;
+  int bps = r.blocks_per_seq, tiles = r.tiles;
+  CUdeviceptr k = r.key, v = r.value, bt = r.block_table;
+  void* args[] = {&k, &v, &bt, &bps, &tiles, &page, &token, &sink};
+  GA_CU_CHECK(detail::driver().cuLaunchKernel(dev.paged_read, r.pieces, r.requests, 1, 128, 1, 1,
+                                              r.smem_bytes, dev.stream, args, nullptr));
+}
+
 double read_same_flush_us(const Device& dev, int reps, CUdeviceptr in, size_t bytes) {
   const auto pass = [&] { launch_read_only(dev, in, bytes, dev.flush_sink->ptr()); };
   return std::min(time_us(dev, reps, true, pass), time_graph_us(dev, reps, pass));
@@ -229,6 +279,7 @@ Device open_device(int device) {
   GA_CU_CHECK(d.cuModuleGetFunction(&dev.read_only, dev.helpers, "read_only"));
   GA_CU_CHECK(d.cuModuleGetFunction(&dev.read_only_timed, dev.helpers, "read_only_timed"));
   GA_CU_CHECK(d.cuModuleGetFunction(&dev.read_only_pdl, dev.helpers, "read_only_pdl"));
+  GA_CU_CHECK(d.cuModuleGetFunction(&dev.paged_read, dev.helpers, "paged_read"));
   dev.flush = std::make_unique<DeviceBuffer>(2 * static_cast<size_t>(dev.l2_bytes));
   dev.flush->fill_bytes(0);
   dev.flush_sink = std::make_unique<DeviceBuffer>(64);

@@ -25,6 +25,7 @@ struct Device {
   CUfunction fill_bf16 = nullptr, fill_fp8 = nullptr, read_only = nullptr;
   CUfunction read_only_timed = nullptr;  // read_only with per-block records (--block-timing)
   CUfunction read_only_pdl = nullptr;    // read_only as a chain layer (--try-chain's floor)
+  CUfunction paged_read = nullptr;       // the decode's reads alone (--paged-read)
   std::unique_ptr<DeviceBuffer> flush;   // twice the L2, written before every timed repetition
   // --flush-by-reading: the flush buffer is read (read_only) instead of written, which leaves L2
   // holding clean lines: a written flush leaves up to an L2 of dirty lines, whose write-back
@@ -60,6 +61,17 @@ inline unsigned read_only_blocks(const Device& dev) { return static_cast<unsigne
 // loads (wait_first) or only before its end.
 void launch_read_only_pdl(const Device& dev, CUdeviceptr in, size_t bytes, CUdeviceptr sink,
                           unsigned blocks, bool wait_first);
+// One paged_read pass (graphattn-bench --paged-read): a grid of pieces x requests blocks of 128
+// threads, each reading its 256-byte piece of every token row of its request's pages (K at key,
+// V at value, 16 tokens a page, page i of request r at block_table[r * blocks_per_seq + i]) with
+// smem_bytes of (unused) dynamic shared memory, which the caller allowed on dev.paged_read.
+struct PagedRead {
+  CUdeviceptr key = 0, value = 0, block_table = 0;
+  int pieces = 0, requests = 0, blocks_per_seq = 0, tiles = 0;
+  size_t page_bytes = 0, token_bytes = 0;
+  unsigned smem_bytes = 0;
+};
+void launch_paged_read(const Device& dev, const PagedRead& r, CUdeviceptr sink);
 // The same pass with per-block records (64 uint64 a block, read_only_blocks(dev) blocks, the
 // decode kernel's timing layout with one warp) at `records`.
 void launch_read_only_timed(const Device& dev, CUdeviceptr in, size_t bytes, CUdeviceptr sink,

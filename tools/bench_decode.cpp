@@ -37,6 +37,8 @@ std::string DecodeShape::label() const {
   if (kv_heads != 8)
     s += " " + std::to_string(4 * kv_heads) + "/" + std::to_string(kv_heads) + " heads";
   if (hnd) s += " hnd";
+  if (pages == 1) s += " seq";
+  if (pages == 2) s += " near";
   if (legacy) s += use_paged_attention_v1(len, batch, 4 * kv_heads) ? " legacy v1" : " legacy v2";
   return s;
 }
@@ -62,18 +64,21 @@ std::vector<DecodeShape> parse_decode_shapes(const std::string& text) {
     if (x == std::string::npos)
       throw Error(
           "shape '" + item +
-          "' is not BATCHxLEN[:hHEAD|:e4m3|:qe4m3|:qN|:bsp|:legacy|:kvN][:hnd], e.g. 64x8192:h64");
+          "' is not BATCHxLEN[:hHEAD|:e4m3|:qe4m3|:qN|:bsp|:legacy|:kvN][:hnd][:seq|:near], e.g. "
+          "64x8192:h64");
     s.batch = std::stoi(dims.substr(0, x));
     s.len = std::stoi(dims.substr(x + 1));
-    // ":hnd" may follow (or precede) one other suffix: "64x8192:h64:hnd".
+    // ":hnd", ":seq" and ":near" may follow (or precede) one other suffix: "64x8192:h64:hnd".
     {
       std::string rest, part;
       std::stringstream parts(extra);
       while (std::getline(parts, part, ':')) {
         if (part == "hnd")
           s.hnd = true;
+        else if (part == "seq" || part == "near")
+          s.pages = part == "seq" ? 1 : 2;
         else if (!rest.empty())
-          throw Error("shape '" + item + "': at most one suffix besides :hnd");
+          throw Error("shape '" + item + "': at most one suffix besides :hnd, :seq and :near");
         else
           rest = part;
       }
@@ -98,7 +103,7 @@ std::vector<DecodeShape> parse_decode_shapes(const std::string& text) {
     else if (!extra.empty())
       throw Error("shape '" + item +
                   "': suffix must be :hHEAD, :e4m3, :qe4m3, :qN, :bsp, :legacy or :kvN, "
-                  "and/or :hnd");
+                  "and/or :hnd, :seq, :near");
     if (s.kv_heads < 1 || s.kv_heads > 64)
       throw Error("shape '" + item + "': :kvN needs N in 1..64, got " + std::to_string(s.kv_heads));
     if (s.q_len < 1 || s.q_len > kMaxDecodeQueryLen)
@@ -187,6 +192,67 @@ double check_shape(const DecodeShape& s, const AttentionLayerConfig& c, const De
   return worst;
 }
 
+// --paged-read: the row's decode reads alone (the bench's paged_read helper) over the same cache,
+// block table and grid as the decode's policy (one split only), at the shared memory of the
+// policy's depth, so the same number of blocks share a multiprocessor.
+// Then the same reads with each request's pages visited in ascending address order (its block
+// table row sorted): what a decode that visits its tiles by physical block could read at, since
+// every block then sweeps the cache from its start as the others do.
+void paged_read_row(const Device& dev, const AttentionBackend& attn, int reps, CUdeviceptr cache,
+                    int elem, CUdeviceptr bt, const std::vector<int>& phys, const DecodeShape& s,
+                    int64_t blocks_per_seq, int64_t NB, double graph_us, double rd_us) {
+  const auto& d = driver();
+  const detail::LoadedKernel& dk =
+      detail::load_kernel(attn.required_specs()[1], default_kernel_cache());
+  const detail::DecodeDevice ddev = detail::prepare_decode_kernel(dk);
+  const AttentionLayerConfig& lc = attn.config();
+  const detail::DecodeGrid g = detail::decode_grid(
+      s.batch, lc.num_kv_heads, lc.num_heads / lc.num_kv_heads * lc.decode_query_len,
+      lc.max_model_len, lc.window, lc.head_size, lc.kv_dtype, ddev);
+  const int rh = std::max(1, ddev.row_heads), KH = s.kv_heads, D = s.head_size;
+  if (g.max_splits != 1 || D * elem * rh != 256 || KH % rh != 0) {
+    std::printf(
+        "   paged read: skipped (%d splits, %d-byte rows: the helper reads 256-byte rows "
+        "of unsplit launches)\n",
+        g.max_splits, D * elem * rh);
+    return;
+  }
+  PagedRead r;
+  r.key = cache;
+  r.page_bytes = static_cast<size_t>(16) * KH * D * elem;
+  r.value = cache + static_cast<CUdeviceptr>(NB) * r.page_bytes;
+  r.block_table = bt;
+  r.pieces = KH / rh;
+  r.requests = s.batch;
+  r.blocks_per_seq = static_cast<int>(blocks_per_seq);
+  r.tiles = (s.len + 15) / 16;
+  r.token_bytes = static_cast<size_t>(KH) * D * elem;
+  r.smem_bytes = static_cast<unsigned>(ga_decode_smem_bytes(D, elem, g.stages, rh));
+  GA_CU_CHECK(d.cuFuncSetAttribute(dev.paged_read, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                   static_cast<int>(r.smem_bytes)));
+  int per_sm = 0;
+  GA_CU_CHECK(
+      d.cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, dev.paged_read, 128, r.smem_bytes));
+  const double t =
+      time_graph_us(dev, reps, [&] { launch_paged_read(dev, r, dev.flush_sink->ptr()); });
+  std::printf(
+      "   paged read (%d x %d blocks, %d a multiprocessor (decode: %d at %d stages), loads "
+      "only): %.1f us (%.1f%% of rd); decode graph - paged read %.1f us\n",
+      r.pieces, r.requests, per_sm, ddev.blocks_per_sm[g.stages], g.stages, t, 100.0 * rd_us / t,
+      graph_us - t);
+  std::vector<int> sorted(phys);
+  for (int64_t q = 0; q < s.batch; ++q)
+    std::sort(sorted.begin() + q * blocks_per_seq, sorted.begin() + (q + 1) * blocks_per_seq);
+  DeviceBuffer sorted_bt(sorted.size() * 4);
+  sorted_bt.upload(sorted.data(), sorted.size() * 4);
+  r.block_table = sorted_bt.ptr();
+  const double ts =
+      time_graph_us(dev, reps, [&] { launch_paged_read(dev, r, dev.flush_sink->ptr()); });
+  std::printf(
+      "   paged read, each request's pages in ascending address order: %.1f us (%.1f%% of rd)\n",
+      ts, 100.0 * rd_us / ts);
+}
+
 }  // namespace
 
 nlohmann::json bench_decode(const Device& dev, const DecodeOptions& o, const PeerTimes& peer,
@@ -270,7 +336,15 @@ nlohmann::json bench_decode(const Device& dev, const DecodeOptions& o, const Pee
       fill_random_bf16(dev, q.data(), static_cast<size_t>(T) * H * D, 99 + s.len);
     std::vector<int> phys(NB), lens(s.batch, s.len), starts(s.batch + 1);
     std::iota(phys.begin(), phys.end(), 0);
-    std::shuffle(phys.begin(), phys.end(), rng);
+    std::shuffle(phys.begin(), phys.end(), rng);  // (also for :seq and :near: the next rows'
+                                                  // shuffles stay those of the default rows)
+    if (s.pages != 0) std::iota(phys.begin(), phys.end(), 0);
+    if (s.pages == 2) {  // shuffled within groups of blocks spanning 2 MiB of K
+      const int64_t group = std::max<int64_t>(1, (int64_t{2} << 20) / (int64_t{B} * KH * D * elem));
+      std::mt19937_64 near_rng(777);
+      for (int64_t g0 = 0; g0 < NB; g0 += group)
+        std::shuffle(phys.begin() + g0, phys.begin() + std::min(NB, g0 + group), near_rng);
+    }
     for (int r = 0; r <= s.batch; ++r) starts[r] = r * s.q_len;
     bt.upload(phys.data(), phys.size() * 4);
     seq.upload(lens.data(), lens.size() * 4);
@@ -359,6 +433,9 @@ nlohmann::json bench_decode(const Device& dev, const DecodeOptions& o, const Pee
     if (o.block_timing > 0 && s.q_len == 1 && backend)
       decode_block_timing(dev, *backend, run, o.block_timing, rd_us, o.block_timing_out, s.label(),
                           cache.ptr(), static_cast<size_t>(kv_bytes));
+    if (o.paged_read && s.q_len == 1 && backend && !s.hnd && !s.sparse)
+      paged_read_row(dev, *backend, o.reps, cache.ptr(), elem, bt.ptr(), phys, s, blocks_per_seq,
+                     NB, graph_us, rd_us);
     if (!o.try_splits.empty() && s.q_len == 1 && backend) {  // (flash single-token kernels)
       const AttentionBackend& attn = *backend;
       // The decode kernel alone at other grid widths and every pipeline depth, each captured and

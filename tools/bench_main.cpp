@@ -56,9 +56,11 @@ int main(int argc, char** argv) {
                  "legacy-variants: forward_prefix head 128 rows "
                  "BATCHxLEN[+PREFIX][:fp16][:kvN][:bsN][:wN][:sinks][:nc], comma-separated")
       ->capture_default_str();
-  app.add_option("--shapes", shapes_text,
-                 "decode shapes BATCHxLEN[:hHEAD|:e4m3|:qe4m3|:qN|:bsp|:legacy|:kvN][:hnd], "
-                 "comma-separated (:kvN: N KV heads, 4N query heads; :hnd: HND pages)")
+  app.add_option(
+         "--shapes", shapes_text,
+         "decode shapes BATCHxLEN[:hHEAD|:e4m3|:qe4m3|:qN|:bsp|:legacy|:kvN][:hnd][:seq|:near], "
+         "comma-separated (:kvN: N KV heads, 4N query heads; :hnd: HND pages; :seq: pages in "
+         "order, :near: shuffled within 2 MiB of K, instead of over the whole cache)")
       ->capture_default_str();
   app.add_option("--mixed-shapes", mixed_shapes_text,
                  "mixed steps DECODESxLEN:CHUNK:PREFIX (DECODES decodes at context LEN and one "
@@ -95,6 +97,11 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--try-splits", try_splits_text,
                  "decode: also time the kernels alone at these max_splits, e.g. 1,4,16,64");
+  bool paged_read = false;
+  app.add_flag("--paged-read", paged_read,
+               "decode: after each flash NHD single-token unsplit row, the same pages read by the "
+               "bench's paged_read helper (the decode's grid and blocks a multiprocessor, loads "
+               "only), then again with each request's pages in ascending address order");
   int try_chain = 0;
   app.add_option("--try-chain", try_chain,
                  "decode, with --try-splits: also time N launches back to back in one graph, each "
@@ -170,6 +177,7 @@ int main(int argc, char** argv) {
     dopt.check = check;
     for (const auto& s : split_list(try_splits_text)) dopt.try_splits.push_back(std::stoi(s));
     dopt.chain = try_chain;
+    dopt.paged_read = paged_read;
     dopt.block_timing = block_timing;
     dopt.block_timing_out = block_timing_out;
 

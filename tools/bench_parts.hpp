@@ -30,6 +30,11 @@ struct DecodeShape {
   // ":hnd": the flash layout with HND pages ([block][KV head][token][dim]: a head's 16 rows of a
   // block are contiguous) instead of NHD; suffixes combine, e.g. "64x8192:h64:hnd"
   bool hnd = false;
+  // ":seq": the pages in order (request r's blocks r * blocks_per_seq .. , one contiguous cache as
+  // the peer's); ":near": shuffled only within groups of blocks spanning 2 MiB of K (each
+  // request's pages stay within a few 2 MiB regions); neither: shuffled over the whole cache.
+  // Combine with one other suffix and :hnd, e.g. "64x8192:h64:seq"
+  int pages = 0;                 // 0 shuffled, 1 ":seq", 2 ":near"
   std::string label() const;     // "64x8192", "64x8192 h64", "64x8192 e4m3", "64x4096 q4",
                                  // "64x8192 bsp", "64x4096 legacy v1", "64x1024 16/4 heads"
   std::string peer_key() const;  // "64:8192:128"; empty where the peer has no such row
@@ -52,6 +57,10 @@ struct DecodeOptions {
   int block_timing = 0;
   std::string
       block_timing_out;  // with block_timing: also write the raw records to PREFIX<row>-rN.u64
+  // After each flash NHD single-token unsplit row: the decode's reads alone (paged_read, the
+  // bench's helper: the decode's grid, page order and blocks a multiprocessor, loads only), then
+  // with each request's pages in ascending address order
+  bool paged_read = false;
 };
 // bf16, 32 query heads, 8 KV heads (or the shape's :kvN), block 16, shuffled blocks. Sets *ok false
 // when a shape fails its float64 reference check.
