@@ -40,11 +40,13 @@ def pct(xs, q):
 
 def stages(path):
     rows = [r for r in rows_of(path) if r[0] != 0]
-    # SM clock in GHz: clock64 against %globaltimer between entry and the wait stamp.
+    # SM clock in GHz: clock64 against %globaltimer between entry and the block's latest stamp
+    # of the wait (40) and the counter's atomic (46), where that is over 2 us after entry.
     ghz = []
     for r in rows:
-        if r[40] > r[0] + 2000:
-            ghz.append((r[41] - r[1]) / (r[40] - r[0]))
+        w = 46 if r[46] > r[40] else 40
+        if r[w] > r[0] + 2000:
+            ghz.append((r[w + 1] - r[1]) / (r[w] - r[0]))
     clk = statistics.median(ghz) if ghz else 1.755
 
     def ns(a, b):  # clock64 interval in ns

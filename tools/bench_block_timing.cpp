@@ -35,8 +35,7 @@ std::string save_records(const std::vector<uint64_t>& rows, const std::string& o
 // The decode module's record array (the experiment build's ga_decode_timing).
 CUdeviceptr timing_records(CUmodule module, size_t& bytes) {
   CUdeviceptr rec = 0;
-  if (detail::driver().cuModuleGetGlobal(&rec, &bytes, module, "ga_decode_timing") !=
-      CUDA_SUCCESS)
+  if (detail::driver().cuModuleGetGlobal(&rec, &bytes, module, "ga_decode_timing") != CUDA_SUCCESS)
     throw Error(
         "--block-timing: the decode kernel has no ga_decode_timing array; run with "
         "GRAPHATTN_NVRTC_EXTRA_OPTIONS=-DGA_DECODE_TIMING=1 (the experiment build)");
@@ -55,31 +54,38 @@ std::vector<uint64_t> used_rows(const std::vector<uint64_t>& words) {
   return std::vector<uint64_t>(words.begin(), words.begin() + rows * kTimingWords);
 }
 
+// Replay i of graph e after clearing the records [rec, rec + bytes) and flushing L2: its event
+// time in us, and the records up to the last row written.
+std::vector<uint64_t> replay_records(const Device& dev, CUgraphExec e, CUdeviceptr rec,
+                                     size_t bytes, int i, double& us) {
+  const auto& d = detail::driver();
+  EventTimer timer;
+  GA_CU_CHECK(d.cuMemsetD8Async(rec, 0, bytes, dev.stream));
+  flush_l2_now(dev, i);
+  us = timer.time_us(dev.stream, [&] { GA_CU_CHECK(d.cuGraphLaunch(e, dev.stream)); });
+  GA_CU_CHECK(d.cuStreamSynchronize(dev.stream));
+  std::vector<uint64_t> words(bytes / 8);
+  GA_CU_CHECK(d.cuMemcpyDtoH(words.data(), rec, bytes));
+  return used_rows(words);
+}
+
 }  // namespace
 
 void decode_chain_block_records(const Device& dev, CUmodule decode_module,
                                 const std::function<void()>& run, int reps,
                                 const std::string& out_prefix, const std::string& label) {
-  const auto& d = detail::driver();
   size_t bytes = 0;
   const CUdeviceptr rec = timing_records(decode_module, bytes);
-  std::vector<uint64_t> words(bytes / 8);
   const CUgraphExec e = capture(dev, run);
-  EventTimer timer;
   for (int i = 0; i < reps; ++i) {
-    GA_CU_CHECK(d.cuMemsetD8Async(rec, 0, bytes, dev.stream));
-    flush_l2_now(dev, i);
-    const double us =
-        timer.time_us(dev.stream, [&] { GA_CU_CHECK(d.cuGraphLaunch(e, dev.stream)); });
-    GA_CU_CHECK(d.cuStreamSynchronize(dev.stream));
-    GA_CU_CHECK(d.cuMemcpyDtoH(words.data(), rec, bytes));
-    const std::vector<uint64_t> used = used_rows(words);
+    double us = 0;
+    const std::vector<uint64_t> used = replay_records(dev, e, rec, bytes, i, us);
     const std::string file =
         save_records(used, out_prefix, label, "-chain-r" + std::to_string(i + 1));
     std::printf("  -- chain block records, replay %d of %d, event %.3f us, %zu rows%s%s\n", i + 1,
                 reps, us, used.size() / kTimingWords, file.empty() ? "" : ", raw ", file.c_str());
   }
-  d.cuGraphExecDestroy(e);
+  detail::driver().cuGraphExecDestroy(e);
 }
 
 void decode_block_timing(const Device& dev, const AttentionBackend& attn,
@@ -95,21 +101,15 @@ void decode_block_timing(const Device& dev, const AttentionBackend& attn,
   const detail::LoadedKernel& k = detail::load_kernel(*decode, default_kernel_cache());
   size_t bytes = 0;
   const CUdeviceptr rec = timing_records(k.module, bytes);
-  std::vector<uint64_t> words(bytes / 8);
   auto save = [&](const std::vector<uint64_t>& rows, const std::string& tag) {
     return save_records(rows, out_prefix, label, tag);
   };
   const CUgraphExec e = capture(dev, run);
   EventTimer timer;
   for (int i = 0; i < reps; ++i) {
-    GA_CU_CHECK(d.cuMemsetD8Async(rec, 0, bytes, dev.stream));
-    flush_l2_now(dev, i);
-    const double us =
-        timer.time_us(dev.stream, [&] { GA_CU_CHECK(d.cuGraphLaunch(e, dev.stream)); });
-    GA_CU_CHECK(d.cuStreamSynchronize(dev.stream));
-    GA_CU_CHECK(d.cuMemcpyDtoH(words.data(), rec, bytes));
     // The launch's blocks: rows up to the last one written.
-    const std::vector<uint64_t> used = used_rows(words);
+    double us = 0;
+    const std::vector<uint64_t> used = replay_records(dev, e, rec, bytes, i, us);
     const TimingSummary sum = summarize_block_timing(used, GA_DECODE_WARPS, us, rd_us);
     const std::string file = save(used, "-r" + std::to_string(i + 1));
     std::printf("  -- block timing, replay %d of %d (%s), event %.3f us, rd %.3f us%s%s:\n%s",
