@@ -29,6 +29,8 @@ bool allowed(const std::string& o) {
     if (starts_with(o, prefix) && o.size() > std::string(prefix).size()) return true;
   // The decode kernel's block-timing experiment (templates/decode.cu, GA_DECODE_TIMING).
   if (o == "-DGA_DECODE_TIMING=1") return true;
+  // The decode's early-trigger experiment (templates/decode.cu, GA_DECODE_EARLY_TRIGGER).
+  if (o == "-DGA_DECODE_EARLY_TRIGGER=1") return true;
   // The 16-bit sm_90 prefill consumers' schedule bits (templates/params.h, ga_prefill_sm90_sched)
   // and the sm_90 e4m3 prefill's variants (templates/prefill_sm90.cu, PW_F8V), for measurement.
   if (starts_with(o, "-DGA_PREFILL_SM90_SCHED="))
@@ -50,7 +52,7 @@ std::vector<std::string> parse_nvrtc_extra_options(const std::string& text) {
       throw Error("GRAPHATTN_NVRTC_EXTRA_OPTIONS: '" + printable(o) +
                   "' is not supported; supported (separated by spaces): "
                   "--Ofast-compile=min|mid|max|0, --ptxas-options=V, -Xptxas=V, "
-                  "--maxrregcount=N (N 1-999), -DGA_DECODE_TIMING=1, "
+                  "--maxrregcount=N (N 1-999), -DGA_DECODE_TIMING=1, -DGA_DECODE_EARLY_TRIGGER=1, "
                   "-DGA_PREFILL_SM90_SCHED=N (N 0-15), -DGA_PREFILL_SM90_FP8_VAR=N (N 0-511)");
     out.push_back(o);
   }

@@ -30,6 +30,12 @@ __device__ __forceinline__ void ga_grid_dependency_sync() {
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
 }
+// Only the first half: waits for the previous kernel (its writes visible), schedules nobody.
+__device__ __forceinline__ void ga_grid_dependency_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
 // Only the second half: lets the next kernel be scheduled. The next kernel starts once every
 // block of this one has called either or exited, so a block that lingers without touching
 // memory (an idle member of a cluster) calls this.

@@ -521,9 +521,32 @@ __device__ __forceinline__ void ga_timing_stamp(int w) {
   if ((threadIdx.x & 31) == 0) ga_timing_stamp(8 + 8 * (threadIdx.x >> 5) + 2 * (k))
 #define GA_TIMING_ENTRY() \
   if (threadIdx.x == 0) ga_timing_stamp(0)
+// Thread 0, block events after the wait (words 40..49, session 11): 40 the wait returned (early
+// prologue; without it, after the first copies), 42 the query's first word arrived (thread 0
+// stores it to word 63 first, so the stamp waits for it), 44 the warps' states are in shared
+// memory (stage 8), 46 the split counter's atomic returned, 48 the last block's combine issued
+// its output stores.
+#define GA_TIMING_BLOCK(w) \
+  if (threadIdx.x == 0) ga_timing_stamp(w)
 #else
 #define GA_TIMING_WARP(k)
 #define GA_TIMING_ENTRY()
+#define GA_TIMING_BLOCK(w)
+#endif
+
+// [experiment: early trigger] GA_DECODE_EARLY_TRIGGER=1 (GRAPHATTN_NVRTC_EXTRA_OPTIONS=
+// -DGA_DECODE_EARLY_TRIGGER=1, off by default): a launch with the early prologue lets the next
+// kernel be scheduled at its entry instead of after its wait, so that the next layer's blocks
+// (their metadata loads and first tiles) start under this layer's whole body rather than only
+// under what follows its wait. The next kernel still waits for this one to complete before it
+// reads anything this one writes (griddepcontrol.wait waits for completion, not the trigger).
+#ifndef GA_DECODE_EARLY_TRIGGER
+#define GA_DECODE_EARLY_TRIGGER 0
+#endif
+#if GA_DECODE_EARLY_TRIGGER
+#define GA_EARLY_WAIT() ga_grid_dependency_wait()
+#else
+#define GA_EARLY_WAIT() ga_grid_dependency_sync()
 #endif
 
 // [stage 2] A block past num_splits: in a cluster launch it still joins both cluster barriers
@@ -570,6 +593,9 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   // token's key and value and the device KV scales are read after the wait.
   GA_TIMING_ENTRY();
   const bool early = p.early_prologue != 0;
+#if GA_DECODE_EARLY_TRIGGER
+  if (early) ga_allow_dependents();
+#endif
   if (!early) ga_grid_dependency_sync();
   extern __shared__ __align__(128) unsigned char smem[];
   // [stage 1: the block's work] (split, KV head, column chunk, request) and its columns.
@@ -669,7 +695,7 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   // Column c's query position (multi-token; one token: seq_len - 1).
   auto col_pos = [&](int c) { return seq_len - q_len + (MT ? (first_col + c) / GROUP : 0); };
   if (seq_len <= 0) {  // a padded row: zeros out, no block-table read
-    if (early) ga_grid_dependency_sync();
+    if (early) GA_EARLY_WAIT();
     if (split == 0) {
       for (int i = tid; i < heads_here * (HEAD_SIZE / 8); i += GA_DECODE_THREADS) {
         const int h = i / (HEAD_SIZE / 8), c = i - h * (HEAD_SIZE / 8);
@@ -970,7 +996,8 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
     row[5] = static_cast<unsigned long long>(seq_len);
   }
 #endif
-  if (early) ga_grid_dependency_sync();
+  if (early) GA_EARLY_WAIT();
+  GA_TIMING_BLOCK(40);
 
   // [stage 4: Q^T fragments] qf; the score scales; O, m, l and the per-column mask terms.
   // Q^T fragments (MMA B operand): thread (g, t) holds head g (+ 8 nt) chunks c(i, t).
@@ -1114,6 +1141,12 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
     }
   }
 
+#ifdef GA_DECODE_TIMING
+  if (tid == 0) {  // (the store waits for the query's first word, the stamp after it)
+    if (unsigned long long* row = ga_timing_row()) row[63] = qf[0][0][0];
+    ga_timing_stamp(42);
+  }
+#endif
   // [stage 5..7: the tile loop] per tile j: wait for it, patch in the fused write's row (3/3).
   int use_stage = 0;
   for (int j = 0; j < my_tiles; ++j) {
@@ -1376,6 +1409,7 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
     }
   }
   __syncthreads();
+  GA_TIMING_BLOCK(44);
 
   // [stage 9: the block's output] merge the warps; one split: the output, else the partials.
 #ifdef GA_Q_E4M3
@@ -1484,6 +1518,7 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
                    "r"(static_cast<unsigned>(num_splits - 1))
                  : "memory");
     ga_last_arrival = done == static_cast<unsigned>(num_splits - 1);
+    GA_TIMING_BLOCK(46);
   }
   __syncthreads();
   if (!ga_last_arrival) return;
@@ -1506,4 +1541,5 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
     if (d == 0) ga_store_lse(p, token, head, lse_out);
 #endif
   }
+  GA_TIMING_BLOCK(48);
 }

@@ -15,6 +15,79 @@
 
 namespace graphattn::bench {
 
+namespace {
+
+// The raw records, rows x kTimingWords little-endian uint64, to PREFIX<label><tag>.u64 (nothing
+// without a prefix); returns the file's name.
+std::string save_records(const std::vector<uint64_t>& rows, const std::string& out_prefix,
+                         const std::string& label, const std::string& tag) {
+  if (out_prefix.empty()) return std::string();
+  std::string file = out_prefix;
+  for (char c : label) file += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+  file += tag + ".u64";
+  FILE* f = std::fopen(file.c_str(), "wb");
+  const bool ok = f && std::fwrite(rows.data(), 8, rows.size(), f) == rows.size();
+  if (f) std::fclose(f);
+  if (!ok) throw Error("--block-timing-out: cannot write " + file);
+  return file;
+}
+
+// The decode module's record array (the experiment build's ga_decode_timing).
+CUdeviceptr timing_records(CUmodule module, size_t& bytes) {
+  CUdeviceptr rec = 0;
+  if (detail::driver().cuModuleGetGlobal(&rec, &bytes, module, "ga_decode_timing") != CUDA_SUCCESS)
+    throw Error(
+        "--block-timing: the decode kernel has no ga_decode_timing array; run with "
+        "GRAPHATTN_NVRTC_EXTRA_OPTIONS=-DGA_DECODE_TIMING=1 (the experiment build)");
+  return rec;
+}
+
+// The records up to the last row any block wrote.
+std::vector<uint64_t> used_rows(const std::vector<uint64_t>& words) {
+  size_t rows = words.size() / kTimingWords;
+  while (rows > 0) {
+    bool any = false;
+    for (int w = 0; w < kTimingWords && !any; ++w) any = words[(rows - 1) * kTimingWords + w];
+    if (any) break;
+    --rows;
+  }
+  return std::vector<uint64_t>(words.begin(), words.begin() + rows * kTimingWords);
+}
+
+// Replay i of graph e after clearing the records [rec, rec + bytes) and flushing L2: its event
+// time in us, and the records up to the last row written.
+std::vector<uint64_t> replay_records(const Device& dev, CUgraphExec e, CUdeviceptr rec,
+                                     size_t bytes, int i, double& us) {
+  const auto& d = detail::driver();
+  EventTimer timer;
+  GA_CU_CHECK(d.cuMemsetD8Async(rec, 0, bytes, dev.stream));
+  flush_l2_now(dev, i);
+  us = timer.time_us(dev.stream, [&] { GA_CU_CHECK(d.cuGraphLaunch(e, dev.stream)); });
+  GA_CU_CHECK(d.cuStreamSynchronize(dev.stream));
+  std::vector<uint64_t> words(bytes / 8);
+  GA_CU_CHECK(d.cuMemcpyDtoH(words.data(), rec, bytes));
+  return used_rows(words);
+}
+
+}  // namespace
+
+void decode_chain_block_records(const Device& dev, CUmodule decode_module,
+                                const std::function<void()>& run, int reps,
+                                const std::string& out_prefix, const std::string& label) {
+  size_t bytes = 0;
+  const CUdeviceptr rec = timing_records(decode_module, bytes);
+  const CUgraphExec e = capture(dev, run);
+  for (int i = 0; i < reps; ++i) {
+    double us = 0;
+    const std::vector<uint64_t> used = replay_records(dev, e, rec, bytes, i, us);
+    const std::string file =
+        save_records(used, out_prefix, label, "-chain-r" + std::to_string(i + 1));
+    std::printf("  -- chain block records, replay %d of %d, event %.3f us, %zu rows%s%s\n", i + 1,
+                reps, us, used.size() / kTimingWords, file.empty() ? "" : ", raw ", file.c_str());
+  }
+  detail::driver().cuGraphExecDestroy(e);
+}
+
 void decode_block_timing(const Device& dev, const AttentionBackend& attn,
                          const std::function<void()>& run, int reps, double rd_us,
                          const std::string& out_prefix, const std::string& label, CUdeviceptr rd_in,
@@ -26,43 +99,17 @@ void decode_block_timing(const Device& dev, const AttentionBackend& attn,
     if (s.kind == KernelKind::kDecode) decode = &s;
   if (!decode) throw Error("--block-timing: this row's backend has no decode kernel");
   const detail::LoadedKernel& k = detail::load_kernel(*decode, default_kernel_cache());
-  CUdeviceptr rec = 0;
   size_t bytes = 0;
-  if (d.cuModuleGetGlobal(&rec, &bytes, k.module, "ga_decode_timing") != CUDA_SUCCESS)
-    throw Error("--block-timing: decode kernel " + decode->to_string() +
-                " has no ga_decode_timing array; run with "
-                "GRAPHATTN_NVRTC_EXTRA_OPTIONS=-DGA_DECODE_TIMING=1 (the experiment build)");
-  std::vector<uint64_t> words(bytes / 8);
-  // The raw records, rows x kTimingWords little-endian uint64, to PREFIX<label><tag>.u64.
+  const CUdeviceptr rec = timing_records(k.module, bytes);
   auto save = [&](const std::vector<uint64_t>& rows, const std::string& tag) {
-    if (out_prefix.empty()) return std::string();
-    std::string file = out_prefix;
-    for (char c : label) file += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
-    file += tag + ".u64";
-    FILE* f = std::fopen(file.c_str(), "wb");
-    const bool ok = f && std::fwrite(rows.data(), 8, rows.size(), f) == rows.size();
-    if (f) std::fclose(f);
-    if (!ok) throw Error("--block-timing-out: cannot write " + file);
-    return file;
+    return save_records(rows, out_prefix, label, tag);
   };
   const CUgraphExec e = capture(dev, run);
   EventTimer timer;
   for (int i = 0; i < reps; ++i) {
-    GA_CU_CHECK(d.cuMemsetD8Async(rec, 0, bytes, dev.stream));
-    flush_l2_now(dev, i);
-    const double us =
-        timer.time_us(dev.stream, [&] { GA_CU_CHECK(d.cuGraphLaunch(e, dev.stream)); });
-    GA_CU_CHECK(d.cuStreamSynchronize(dev.stream));
-    GA_CU_CHECK(d.cuMemcpyDtoH(words.data(), rec, bytes));
     // The launch's blocks: rows up to the last one written.
-    size_t rows = words.size() / kTimingWords;
-    while (rows > 0) {
-      bool any = false;
-      for (int w = 0; w < kTimingWords && !any; ++w) any = words[(rows - 1) * kTimingWords + w];
-      if (any) break;
-      --rows;
-    }
-    std::vector<uint64_t> used(words.begin(), words.begin() + rows * kTimingWords);
+    double us = 0;
+    const std::vector<uint64_t> used = replay_records(dev, e, rec, bytes, i, us);
     const TimingSummary sum = summarize_block_timing(used, GA_DECODE_WARPS, us, rd_us);
     const std::string file = save(used, "-r" + std::to_string(i + 1));
     std::printf("  -- block timing, replay %d of %d (%s), event %.3f us, rd %.3f us%s%s:\n%s",

@@ -521,7 +521,7 @@ nlohmann::json bench_decode(const Device& dev, const DecodeOptions& o, const Pee
         for (int r = 0; r < s.batch; ++r)
           slot[r] = int64_t{phys[r * blocks_per_seq + (s.len - 1) / B]} * B + (s.len - 1) % B;
         slots.upload(slot.data(), slot.size() * 8);
-        auto chain_us = [&](int sp, int stages, bool cluster = false) {
+        auto chain_of = [&](int sp, int stages, bool cluster) {
           std::vector<detail::DecodeLaunch> as;
           for (int l = 0; l < o.chain; ++l) {
             detail::DecodeLaunch a =
@@ -537,6 +537,10 @@ nlohmann::json bench_decode(const Device& dev, const DecodeOptions& o, const Pee
             a.cluster = cluster;
             as.push_back(a);
           }
+          return as;
+        };
+        auto chain_us = [&](int sp, int stages, bool cluster = false) {
+          const std::vector<detail::DecodeLaunch> as = chain_of(sp, stages, cluster);
           const double t = time_graph_us(dev, o.reps, [&] {
             for (const auto& a : as) detail::launch_decode(dk, a, dev.stream);
           });
@@ -546,6 +550,15 @@ nlohmann::json bench_decode(const Device& dev, const DecodeOptions& o, const Pee
         std::printf(
             "   chain of %d, us per launch: policy (%d splits, %d stages) %.1f us (%.0f%%)\n",
             o.chain, psp, pst, pt, pct_read(pt));
+        if (o.block_timing > 0) {  // the policy chain's per-block records (the last launch's)
+          const std::vector<detail::DecodeLaunch> as = chain_of(psp, pst, false);
+          decode_chain_block_records(
+              dev, dk.module,
+              [&] {
+                for (const auto& a : as) detail::launch_decode(dk, a, dev.stream);
+              },
+              o.block_timing, o.block_timing_out, s.label());
+        }
         // The floor: the same chain of plain reads, each of the row's bytes from the start of
         // its launch's cache, with the same programmatic dependent launch; waiting for the
         // previous read before the loads (wait first) or only at the end (loads under the

@@ -74,6 +74,14 @@ void decode_block_timing(const Device& dev, const AttentionBackend& attn,
                          const std::string& out_prefix, const std::string& label, CUdeviceptr rd_in,
                          size_t rd_bytes);
 
+// --block-timing with --try-chain: the raw per-block records of the policy chain (`run` queues
+// its launches; every launch writes the same rows, so a replay leaves the last launch's stamps,
+// except words that only some blocks write: a reader keeps a stamp only if it is not older than
+// its row's wait stamp), `reps` replays after the L2 flush, to PREFIX<row>-chain-rN.u64.
+void decode_chain_block_records(const Device& dev, CUmodule decode_module,
+                                const std::function<void()>& run, int reps,
+                                const std::string& out_prefix, const std::string& label);
+
 // The 32-layer decode step (cache write + attention per layer) of llama-3-8b's shapes at each
 // batch and context `len`: graph replay and eager launches.
 nlohmann::json bench_step(const Device& dev, const std::vector<int>& batches, int len, int reps);

@@ -3,8 +3,10 @@
 // the decode kernel's experiment build writes (templates/decode.cu, GA_DECODE_TIMING: per block
 // 64 words: %globaltimer / clock64 at entry, %smid, tiles, bytes a tile, seq_len; per warp
 // (%globaltimer, clock64) after the prologue, at the first tile's arrival, after the last
-// tile, after the output). Host code only (no CUDA), so the CPU tests check it on made-up
-// records. Times are %globaltimer ns relative to the launch's first block entry.
+// tile, after the output; thread 0's block events after the wait at words 40-49, which
+// scripts/decode_stage_times.py reads and this summary does not). Host code only (no CUDA), so
+// the CPU tests check it on made-up records. Times are %globaltimer ns relative to the launch's
+// first block entry.
 #pragma once
 
 #include <algorithm>
