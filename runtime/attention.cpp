@@ -33,15 +33,39 @@ namespace detail {
 // request slot; a slot that holds no decode exits at once, but how many slots are decodes is
 // known only on the device. Sized for every slot, a small mix of long decodes ran each request
 // in one block per KV head (4 decodes at 2048 in a 20-slot graph: 32 blocks of 2048 tokens, where
-// the host split ran 128 blocks of 512). So the grid takes the splits of ceil(slots / divisor)
-// decodes where those are more; the kernel gives each request only as many splits as its own
+// the host split ran 128 blocks of 512).
+// divisor 0 (the default): the kernel counts the leading decodes d and gives each the split
+// policy's splits for d decodes (ga_device_split_splits: the multiprocessors over d blocks per
+// split, at most those of one decode), the grid (1, y, device_split_blocks) covering the most
+// blocks any d needs; the pipeline depth is the policy's for every slot.
+// divisor >= 1 (session 10): the grid takes the splits of ceil(slots / divisor) decodes where
+// those are more than every slot's; the kernel gives each request only as many splits as its own
 // length fills (ceil(tiles / GA_DECODE_MIN_TILES_PER_SPLIT), at most max_splits), and the blocks
 // of slots without a decode, or of splits past a request's, exit at once.
 DecodeGrid mixed_decode_grid(int slots, int divisor, int num_kv_heads, int columns,
                              int max_model_len, int window, int head_size, KvDType kv_dtype,
                              const DecodeDevice& dev) {
-  const DecodeGrid all =
+  DecodeGrid all =
       decode_grid(slots, num_kv_heads, columns, max_model_len, window, head_size, kv_dtype, dev);
+  if (divisor == 0 && slots >= 1 && dev.num_sms > 0) {
+    const int rh = std::max(1, dev.row_heads);
+    const int64_t y = int64_t{(num_kv_heads + rh - 1) / rh} * ga_decode_head_chunks(columns * rh);
+    const int most = std::max(
+        decode_grid(1, num_kv_heads, columns, max_model_len, window, head_size, kv_dtype, dev)
+            .max_splits,
+        1);
+    if (y <= 65535 && device_split_blocks(slots, y, most, dev.num_sms) <= 65535) {
+      DecodeGrid g = all;
+      g.max_splits = most;
+      g.cluster = false;
+      g.early_stages = 0;
+      g.device_sms = dev.num_sms;
+      g.grid_y = static_cast<int>(y);
+      g.split_requests = device_split_requests(slots, y, most, dev.num_sms);
+      return g;
+    }
+    divisor = 1;  // a grid past 65535 blocks: every slot's
+  }
   if (divisor <= 1 || slots <= 1) return all;
   const DecodeGrid few = decode_grid((slots + divisor - 1) / divisor, num_kv_heads, columns,
                                      max_model_len, window, head_size, kv_dtype, dev);
@@ -235,10 +259,11 @@ int mixed_decode_divisor_from_env() {
   char* end = nullptr;
   errno = 0;
   const long n = std::strtol(v, &end, 10);
-  if (errno != 0 || *v < '0' || *v > '9' || *end != '\0' || n < 1 || n > 65535)
+  if (errno != 0 || *v < '0' || *v > '9' || *end != '\0' || n < 0 || n > 65535)
     throw Error("GRAPHATTN_MIXED_DECODE_DIVISOR=\"" + printable(v) +
-                "\" is not supported; supported: an integer 1..65535 (1: size the decode of a "
-                "batch split on the device for every request slot)");
+                "\" is not supported; supported: an integer 0..65535 (0: the decode kernel "
+                "chooses the splits from the decodes it counts; 1: size the decode of a batch "
+                "split on the device for every request slot)");
   return static_cast<int>(n);
 }
 
@@ -402,6 +427,13 @@ int AttentionBackend::mixed_decode_stages(int request_slots) const {
       .stages;
 }
 
+int AttentionBackend::mixed_decode_splits(int request_slots, int num_decodes) const {
+  const detail::DecodeGrid g = grid_of(config_, loaded_ ? &loaded_->device : nullptr, request_slots,
+                                       "mixed_decode_splits", mixed_decode_divisor_);
+  if (g.device_sms <= 0) return g.max_splits;
+  return ga_device_split_splits(num_decodes, g.grid_y, g.device_sms, g.max_splits);
+}
+
 int AttentionBackend::decode_max_splits(int num_decodes) const {
   return grid_of(config_, loaded_ ? &loaded_->device : nullptr, num_decodes, "decode_max_splits")
       .max_splits;
@@ -421,14 +453,20 @@ size_t AttentionBackend::workspace_bytes() const {
   GA_REQUIRE(prepared_,
              "workspace_bytes: call prepare() first (the split policy needs the device)");
   if (encoder_only()) return 0;  // no decode: nothing to split
-  // Host split: b decodes; device split: b request slots. The device split's grid has at least
-  // the host split's splits (mixed_decode_grid takes the larger of that grid and another), so it
-  // covers both.
+  // Host split: b decodes; device split: b request slots, sized by the divisor (at least the
+  // host split's splits for every slot) or with the splits chosen on the device (partials for
+  // the leading decodes that may split only).
   size_t most = 0;
-  for (int b = 1; b <= config_.max_num_seqs; ++b)
-    most = std::max(most,
-                    detail::decode_workspace_bytes(b * config_.decode_query_len, config_.num_heads,
-                                                   config_.head_size, mixed_decode_max_splits(b)));
+  const int q = config_.decode_query_len;
+  for (int b = 1; b <= config_.max_num_seqs; ++b) {
+    const detail::DecodeGrid g =
+        grid_of(config_, &loaded_->device, b, "workspace_bytes", mixed_decode_divisor_);
+    const int rows = g.device_sms > 0 ? g.split_requests * q : b * q;
+    most = std::max(most, detail::decode_workspace_bytes(rows, config_.num_heads, config_.head_size,
+                                                         g.max_splits));
+    most = std::max(most, detail::decode_workspace_bytes(b * q, config_.num_heads,
+                                                         config_.head_size, decode_max_splits(b)));
+  }
   return detail::layer_workspace(config_).total(most);
 }
 
@@ -553,6 +591,7 @@ detail::DecodeLaunch decode_launch(const AttentionLayerConfig& c,
     d.max_query_len = c.decode_query_len;
   }
   d.device_split = md.device_split;
+  d.device_sms = md.device_split ? grid.device_sms : 0;
   if (d.multi_token || md.device_split) d.query_start_loc = md.query_start_loc;
   d.max_splits = grid.max_splits;
   d.stages = grid.stages;
@@ -580,8 +619,9 @@ detail::DecodeLaunch decode_launch(const AttentionLayerConfig& c,
 void check_decode(const AttentionLayerConfig& c, const AttentionSpec& spec,
                   const detail::DecodeLaunch& d, const detail::KvCacheShape& kc,
                   const void* workspace, size_t workspace_size) {
-  const size_t need = detail::layer_workspace(c).total(detail::decode_workspace_bytes(
-      d.num_decodes * d.max_query_len, c.num_heads, c.head_size, d.max_splits));
+  const size_t need = detail::layer_workspace(c).total(
+      detail::decode_workspace_bytes(detail::decode_partial_rows(spec, d, c.num_kv_heads),
+                                     c.num_heads, c.head_size, d.max_splits));
   GA_REQUIRE(workspace != nullptr && workspace_size >= need,
              "forward: workspace of " + str(static_cast<int64_t>(workspace_size)) +
                  " bytes is smaller than the " + str(static_cast<int64_t>(need)) +

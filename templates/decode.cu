@@ -573,8 +573,52 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   if (!early) ga_grid_dependency_sync();
   extern __shared__ __align__(128) unsigned char smem[];
   // [stage 1: the block's work] (split, KV head, column chunk, request) and its columns.
-  const int split = blockIdx.x;
-  const int req = blockIdx.z;
+  int split = blockIdx.x;
+  int req = blockIdx.z;
+  // [policy: device-chosen splits] A batch split on the device with its splits chosen here
+  // (device_split 2, gridDim.x 1): the block reads the leading decodes' count d from
+  // query_start_loc, each of them takes ga_device_split_splits(d, ...) splits (the host split's
+  // count for d decodes), and blocks z < d * splits are (request z / splits, split z % splits);
+  // the rest take the other request slots in order, one split each (a prefill, padding, or a
+  // decode after a prefill), and the surplus exits at once.
+  int split_cap = p.max_splits;
+  if (!LEGACY && p.device_split > 1) {  // (the legacy caches' launches split on the host)
+    __shared__ int ga_first_other[GA_DECODE_WARPS];
+    const int slots = p.device_slots;
+    int d = slots;
+    for (int r0 = 0; r0 < slots; r0 += GA_DECODE_THREADS) {
+      const int r = r0 + threadIdx.x;
+      bool other = false;  // request r is no decode of this launch
+      if (r < slots) {
+        const int next = p.query_start_loc[r + 1];
+        if (MT) {
+          const int n = next - p.query_start_loc[r];
+          other = n < 1 || n > p.max_query_len;
+        } else {
+          other = next != r + 1;  // decodes first: request r's one token is token r
+        }
+      }
+      const unsigned m = __ballot_sync(0xffffffffu, other);
+      if (r0 > 0) __syncthreads();  // the previous round's reads are done
+      if ((threadIdx.x & 31) == 0)
+        ga_first_other[threadIdx.x >> 5] = m ? r - (threadIdx.x & 31) + __ffs(m) - 1 : slots;
+      __syncthreads();
+#pragma unroll
+      for (int w = 0; w < GA_DECODE_WARPS; ++w)
+        if (ga_first_other[w] < d) d = ga_first_other[w];
+      if (d < slots) break;
+    }
+    split_cap = ga_device_split_splits(d, gridDim.y, p.device_sms, p.max_splits);
+    if (req < d * split_cap) {
+      req /= split_cap;
+      split = blockIdx.z - req * split_cap;
+    } else {
+      req = d + (req - d * split_cap);
+      split = 0;
+      split_cap = 1;
+      if (req >= slots) return;
+    }
+  }
   // Column chunks per KV head: compile-time for one token, from the launch's max_query_len for
   // multi-token kernels (the grid is fixed per captured size).
   const int chunks = MT ? (p.max_query_len * GROUP + HPB - 1) / HPB : HEAD_CHUNKS;
@@ -599,11 +643,10 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   // tiles. Each block asks L2 for one 128-byte line of its request's block-table row (block
   // (split, y) for line split * gridDim.y + y), issued before seq_lens is known, so that the
   // warps' block-table loads below hit L2. (Safe in either prologue: a prefetch changes no data.)
-  if (gridDim.x > 1 && tid == 0) {
+  if ((LEGACY ? gridDim.x : split_cap) > 1 && tid == 0) {
     const unsigned long long row = reinterpret_cast<unsigned long long>(
         p.kv.block_table + static_cast<long long>(req) * p.kv.block_table_stride);
-    const unsigned long long line =
-        (row & ~127ull) + 128ull * (blockIdx.x * gridDim.y + blockIdx.y);
+    const unsigned long long line = (row & ~127ull) + 128ull * (split * gridDim.y + blockIdx.y);
     if (line < row + 4ull * static_cast<unsigned long long>(p.kv.block_table_stride))
       asm volatile("prefetch.global.L2 [%0];" ::"l"(line));
   }
@@ -691,7 +734,7 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   const int base = lo & ~(TILE - 1);
   const int tiles = (seq_len - base + TILE - 1) / TILE;
   int num_splits = (tiles + GA_DECODE_MIN_TILES_PER_SPLIT - 1) / GA_DECODE_MIN_TILES_PER_SPLIT;
-  if (num_splits > p.max_splits) num_splits = p.max_splits;
+  if (num_splits > split_cap) num_splits = split_cap;
   const int tiles_per_split = (tiles + num_splits - 1) / num_splits;
   num_splits = (tiles + tiles_per_split - 1) / tiles_per_split;
   // Cluster launch: every block of the cluster (all splits of this request and head group)

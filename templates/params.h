@@ -297,9 +297,15 @@ struct DecodeParams {
   // whose request holds no query token or more than max_query_len (1 without GA_MULTI_TOKEN)
   // exits at once, writing nothing (a prefill, or a padded request). Decodes come first, so a
   // single-token decode's query row is still its request index. query_start_loc is then set
-  // for every kernel. 0: every request of the grid is a decode.
+  // for every kernel. 0: every request of the grid is a decode. 2: the same, with the splits
+  // chosen on the device: gridDim is (1, y, z) with z from runtime/decode.hpp's
+  // device_split_blocks(device_slots, ...), the leading decodes (d, counted in query_start_loc)
+  // take ga_device_split_splits(d, gridDim.y, device_sms, max_splits) splits each and the other
+  // slots one (see the kernel's "device-chosen splits").
   int device_split;
-  GA_LSE_FIELDS  // GA_WRITE_LSE: softmax_lse[head * lse_head_stride + query row] (see below)
+  int device_slots;  // device_split 2: request slots (query_start_loc has device_slots + 1 rows)
+  int device_sms;    // device_split 2: the split policy's multiprocessor count
+  GA_LSE_FIELDS      // GA_WRITE_LSE: softmax_lse[head * lse_head_stride + query row] (see below)
 };
 
 // The decode kernel's parameters with an e4m3 query (spec "_qe4m3"): query holds e4m3 bytes,
@@ -347,6 +353,14 @@ constexpr int ga_decode_shallow_stages(int head_size, int kv_bytes) {
 constexpr int ga_decode_max_stages(int head_size, int kv_bytes) {
   const int n = 204800 / ga_decode_stage_bytes(head_size, kv_bytes);
   return n < 2 ? 2 : n > 4 ? 4 : n;
+}
+// A batch split on the device with its splits chosen there (DecodeParams::device_split 2): each
+// of its d leading decodes takes at most this many splits, the split policy's count for d decodes
+// that do not fill the device by themselves (runtime/decode.cpp decode_grid: sms / (d * grid_y)
+// blocks per request, at most max_splits); 1 where they fill it.
+constexpr int ga_device_split_splits(int d, int grid_y, int sms, int max_splits) {
+  const int s = d < 1 || grid_y < 1 ? 1 : sms / grid_y / d;
+  return s < 1 ? 1 : s > max_splits ? max_splits : s;
 }
 constexpr int ga_decode_head_chunks(int group) {
   return (group + GA_DECODE_HEADS_PER_BLOCK - 1) / GA_DECODE_HEADS_PER_BLOCK;

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // GRAPHATTN_MIXED_BRANCHES and AttentionBackend::set_mixed_branches without a GPU: the mode a
 // backend takes at construction, per backend and per copy, and the error for a bad value; the
-// decode grid of a batch split on the device (GRAPHATTN_MIXED_DECODE_DIVISOR). (The GPU tests
-// check the launches: tests/gpu/test_decode_graphs.cpp, test_concurrency.cpp.)
+// decode grid of a batch split on the device (GRAPHATTN_MIXED_DECODE_DIVISOR; 0: the splits
+// chosen by the kernel). (The GPU tests check the launches: tests/gpu/test_decode_graphs.cpp,
+// test_concurrency.cpp.)
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include "graphattn/backend.hpp"
 #include "graphattn/error.hpp"
 #include "runtime/mixed_grid.hpp"
+#include "templates/params.h"
 #include "testing/configs.hpp"
 #include "tests/test_util.hpp"
 
@@ -122,6 +124,41 @@ TEST_CASE("mixed decode grid: a graph of few slots splits like a batch of slots 
       }
 }
 
+TEST_CASE("mixed decode grid: divisor 0 lets the kernel split like the host for d decodes") {
+  CHECK(kMixedDecodeDivisor == 0);
+  for (int slots : {1, 17, 20, 40, 64, 256})
+    for (int len : {256, 2048, 8192}) {
+      INFO("slots " << slots << " len " << len);
+      const detail::DecodeGrid g = llama_mixed(slots, 0, len);
+      CHECK(g.device_sms == 132);
+      CHECK(g.grid_y == 8);
+      CHECK(!g.cluster);
+      CHECK(g.max_splits == llama_host(1, len).max_splits);  // one decode: the most splits
+      CHECK(g.stages == llama_host(slots, len).stages);
+      int most_blocks = slots, split_requests = 0;
+      for (int d = 1; d <= slots; ++d) {
+        const int s = ga_device_split_splits(d, g.grid_y, g.device_sms, g.max_splits);
+        // d decodes that do not fill the device: the host split's splits for d decodes
+        if (d * 8 < 132) CHECK(s == llama_host(d, len).max_splits);
+        if (d * 8 >= 132) CHECK(s == 1);
+        most_blocks = std::max(most_blocks, d * s + slots - d);
+        if (s > 1) split_requests = d;
+      }
+      CHECK(detail::device_split_blocks(slots, g.grid_y, g.max_splits, g.device_sms) ==
+            most_blocks);
+      CHECK(g.split_requests == split_requests);
+    }
+  // The mixes of graphattn-bench --mixed-shapes: 1 decode at 4096 in a 17-slot graph takes the
+  // host split's 16 splits, 4 at 8192 in 64 slots 4, 56 at 2048 in 64 slots 1.
+  const detail::DecodeGrid g17 = llama_mixed(17, 0, 8192), g64 = llama_mixed(64, 0, 8192);
+  CHECK(ga_device_split_splits(1, 8, 132, g17.max_splits) == 16);
+  CHECK(ga_device_split_splits(4, 8, 132, g64.max_splits) == 4);
+  CHECK(ga_device_split_splits(56, 8, 132, g64.max_splits) == 1);
+  CHECK(detail::device_split_blocks(17, 8, g17.max_splits, 132) == 32);  // d = 1: 16 + 16
+  // Past 65535 blocks along z: every slot's grid, the splits chosen on the host.
+  CHECK(llama_mixed(65535, 0, 8192).device_sms == 0);
+}
+
 TEST_CASE("mixed decode grid: GRAPHATTN_MIXED_DECODE_DIVISOR, read when a backend is made") {
   AttentionLayerConfig c = test::layer_config(8, 2, 128, 1024, 4);
   c.arch = 90;
@@ -132,14 +169,16 @@ TEST_CASE("mixed decode grid: GRAPHATTN_MIXED_DECODE_DIVISOR, read when a backen
   CHECK(AttentionBackend(c).mixed_decode_divisor() == kMixedDecodeDivisor);
   ::setenv("GRAPHATTN_MIXED_DECODE_DIVISOR", "1", 1);
   CHECK(AttentionBackend(c).mixed_decode_divisor() == 1);
+  ::setenv("GRAPHATTN_MIXED_DECODE_DIVISOR", "0", 1);
+  CHECK(AttentionBackend(c).mixed_decode_divisor() == 0);
   ::setenv("GRAPHATTN_MIXED_DECODE_DIVISOR", "65535", 1);
   CHECK(AttentionBackend(c).mixed_decode_divisor() == 65535);
   AttentionBackend a(c);
-  for (const char* bad : {"0", "-2", "4x", "65536", "99999999999999999999", " 4", "four"}) {
+  for (const char* bad : {"-1", "-2", "4x", "65536", "99999999999999999999", " 4", "four"}) {
     INFO("GRAPHATTN_MIXED_DECODE_DIVISOR=" << std::string(bad));
     ::setenv("GRAPHATTN_MIXED_DECODE_DIVISOR", bad, 1);
     const std::string want = "GRAPHATTN_MIXED_DECODE_DIVISOR=\"" + std::string(bad) +
-                             "\" is not supported; supported: an integer 1..65535";
+                             "\" is not supported; supported: an integer 0..65535";
     CHECK_THROWS_WITH_AS(AttentionBackend{c}, doctest::Contains(want.c_str()), Error);
   }
   CHECK(a.mixed_decode_divisor() == 65535);  // made before: keeps its divisor

@@ -326,17 +326,17 @@ GRAPHATTN_API MixedBranches resolve_mixed_branches(MixedBranches mode);
 GRAPHATTN_API MixedBranches parse_mixed_branches(const std::string& name);
 
 // A batch split on the device (AttentionMetadata::device_split: a graph captured for any mix)
-// launches its decode over every request slot, not knowing how many hold a decode. Its split
-// count is the larger of the split policy's for every slot and for ceil(slots / divisor)
-// decodes, so that a small mix of long decodes still spreads over the device (blocks of slots
-// without a decode exit at once). GRAPHATTN_MIXED_DECODE_DIVISOR (an integer 1..65535, read
-// when a backend is made; 1: sized for every slot, as before session 10) sets the divisor;
-// anything else is an error naming it. The 32-layer llama-3-8b mixed step on an H100, graph:
-// 4 decodes at 2048 + 16 new tokens (20 slots) 813 -> 616 us (eager host split 689-698), 1 at
-// 4096 + 16 (17 slots) 1433 -> 647 (host split 570-581), the other six mixes measured unchanged;
-// divisor 8 was faster on four small mixes but 14% slower on 8 at 1024 + 32 over 256
-// (docs/mixed-step-h100-2026-11-27-s10.txt).
-constexpr int kMixedDecodeDivisor = 4;
+// launches its decode over every request slot, not knowing on the host how many hold a decode.
+// GRAPHATTN_MIXED_DECODE_DIVISOR (an integer 0..65535, read when a backend is made; anything
+// else is an error naming it) sets how its splits are chosen:
+//   0 (the default, session 11): by the decode kernel, from the leading decodes d it counts in
+//     query_start_loc: each takes the split policy's count for d decodes (the host split's: one
+//     at 4096 in a 17-slot graph 16 splits, 56 at 2048 in 64 slots one), the grid covering the
+//     most blocks any d needs (docs/mixed-step-h100-2026-11-27-s11.txt);
+//   N >= 1 (session 10): the grid's split count for every decode is the larger of the split
+//     policy's for every slot and for ceil(slots / N) decodes (1: every slot's, as before
+//     session 10; docs/mixed-step-h100-2026-11-27-s10.txt).
+constexpr int kMixedDecodeDivisor = 0;
 GRAPHATTN_API int mixed_decode_divisor_from_env();
 
 // The attention of one layer (or of every layer sharing a configuration): cache write, then
@@ -389,9 +389,10 @@ class GRAPHATTN_API AttentionBackend {
   size_t workspace_bytes() const;
   // The split-KV grid width for a batch of num_decodes (fixed per captured batch size).
   int decode_max_splits(int num_decodes) const;
-  // The split-KV grid width of a batch split on the device over request_slots slots (see
-  // kMixedDecodeDivisor).
+  // The most splits a request of a batch split on the device over request_slots slots takes
+  // (see kMixedDecodeDivisor), and how many it takes with num_decodes leading decodes.
   int mixed_decode_max_splits(int request_slots) const;
+  int mixed_decode_splits(int request_slots, int num_decodes) const;
   int mixed_decode_stages(int request_slots) const;  // its pipeline depth
   // The divisor that sizes it (GRAPHATTN_MIXED_DECODE_DIVISOR when the backend was made).
   int mixed_decode_divisor() const { return mixed_decode_divisor_; }
