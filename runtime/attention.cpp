@@ -34,14 +34,16 @@ namespace detail {
 // known only on the device. Sized for every slot, a small mix of long decodes ran each request
 // in one block per KV head (4 decodes at 2048 in a 20-slot graph: 32 blocks of 2048 tokens, where
 // the host split ran 128 blocks of 512).
-// divisor 0 (the default): the kernel counts the leading decodes d and gives each the split
-// policy's splits for d decodes (ga_device_split_splits: the multiprocessors over d blocks per
-// split, at most those of one decode), the grid (1, y, device_split_blocks) covering the most
-// blocks any d needs; the pipeline depth is the policy's for every slot.
-// divisor >= 1 (session 10): the grid takes the splits of ceil(slots / divisor) decodes where
-// those are more than every slot's; the kernel gives each request only as many splits as its own
-// length fills (ceil(tiles / GA_DECODE_MIN_TILES_PER_SPLIT), at most max_splits), and the blocks
-// of slots without a decode, or of splits past a request's, exit at once.
+// divisor 0 (GRAPHATTN_MIXED_DECODE_DIVISOR=0, off by default): the kernel counts the leading
+// decodes d and gives each the split policy's splits for d decodes (ga_device_split_splits: the
+// multiprocessors over d blocks per split, at most those of one decode), the grid (1, y,
+// device_split_blocks) covering the most blocks any d needs; the pipeline depth is the policy's
+// for every slot (docs/mixed-step-h100-2026-11-27-s11.txt: faster with 1 decode at 4096 or 4 at
+// 8192, slower with 4 at 2048 or 8 at 1024 and with no decode).
+// divisor >= 1 (session 10; the default 4): the grid takes the splits of ceil(slots / divisor)
+// decodes where those are more than every slot's; the kernel gives each request only as many splits
+// as its own length fills (ceil(tiles / GA_DECODE_MIN_TILES_PER_SPLIT), at most max_splits), and
+// the blocks of slots without a decode, or of splits past a request's, exit at once.
 DecodeGrid mixed_decode_grid(int slots, int divisor, int num_kv_heads, int columns,
                              int max_model_len, int window, int head_size, KvDType kv_dtype,
                              const DecodeDevice& dev) {
@@ -408,6 +410,9 @@ namespace {
 detail::DecodeGrid grid_of(const AttentionLayerConfig& c, const detail::DecodeDevice* device,
                            int num_decodes, const char* caller, int divisor = 1) {
   GA_REQUIRE(device, std::string(caller) + ": call prepare() first (the policy needs the device)");
+  // The splits chosen by the kernel were measured and GPU-tested for single-token decodes only:
+  // multi-token layers keep the default sizing.
+  if (divisor == 0 && c.decode_query_len > 1) divisor = kMixedDecodeDivisor;
   return detail::mixed_decode_grid(num_decodes, divisor, c.num_kv_heads,
                                    c.num_heads / c.num_kv_heads * c.decode_query_len,
                                    c.max_model_len, c.window, c.head_size, c.kv_dtype, *device);

@@ -329,14 +329,18 @@ GRAPHATTN_API MixedBranches parse_mixed_branches(const std::string& name);
 // launches its decode over every request slot, not knowing on the host how many hold a decode.
 // GRAPHATTN_MIXED_DECODE_DIVISOR (an integer 0..65535, read when a backend is made; anything
 // else is an error naming it) sets how its splits are chosen:
-//   0 (the default, session 11): by the decode kernel, from the leading decodes d it counts in
-//     query_start_loc: each takes the split policy's count for d decodes (the host split's: one
-//     at 4096 in a 17-slot graph 16 splits, 56 at 2048 in 64 slots one), the grid covering the
-//     most blocks any d needs (docs/mixed-step-h100-2026-11-27-s11.txt);
-//   N >= 1 (session 10): the grid's split count for every decode is the larger of the split
-//     policy's for every slot and for ceil(slots / N) decodes (1: every slot's, as before
-//     session 10; docs/mixed-step-h100-2026-11-27-s10.txt).
-constexpr int kMixedDecodeDivisor = 0;
+//   N >= 1 (the default 4, session 10): the grid's split count for every decode is the larger of
+//     the split policy's for every slot and for ceil(slots / N) decodes (1: every slot's, as
+//     before session 10; docs/mixed-step-h100-2026-11-27-s10.txt);
+//   0 (session 11, off by default): the decode kernel counts the leading decodes d in
+//     query_start_loc and gives each the split policy's count for d decodes (the host split's),
+//     the grid (1, y, z) covering the most blocks any d needs, the pipeline depth the policy's
+//     for every slot; single-token decodes only (a layer with decode_query_len > 1 takes
+//     divisor 4). H100, 32-layer llama-3-8b mixed step, graph us, divisor 4 -> 0: 1 decode at
+//     4096 + 16 new tokens 645 -> 517 (eager host split 576-580), 4 at 8192 + 64 2746 -> 1871
+//     (host split 1800-1805), but 4 at 2048 + 16 615 -> 675, 8 at 1024 + 32 over 256 639 -> 659,
+//     a 512-token prefill alone 1340 -> 1380 (docs/mixed-step-h100-2026-11-27-s11.txt).
+constexpr int kMixedDecodeDivisor = 4;
 GRAPHATTN_API int mixed_decode_divisor_from_env();
 
 // The attention of one layer (or of every layer sharing a configuration): cache write, then
