@@ -675,7 +675,8 @@ __device__ __forceinline__ void pw_gather_rows(const PrefillParams& p, const int
   // GA_PW_SCHED_ROW_LINES, a full tile: the 16 rows of a pass start at a multiple of 16 keys, so
   // where 16 divides the block size they lie in one cache block: one lookup a pass, the same
   // address for every thread, and the row's offset in it the thread's own (its row x the token
-  // stride). (Checked mode looks each row's key up.)
+  // stride). Block numbers are not negative: zero-extended, one 64-bit multiply-add each.
+  // (Checked mode looks each row's key up.)
 #ifdef GA_CHECK_BOUNDS
   constexpr bool PASS_BLOCK = false;
 #else
@@ -683,16 +684,23 @@ __device__ __forceinline__ void pw_gather_rows(const PrefillParams& p, const int
 #endif
   if constexpr (PASS_BLOCK) {
     const long long row_off = static_cast<long long>(g.row) * p.kv.cache_token_stride + g.col;
+    // Where the block size divides the tile, n0 starts a block, and pass k's block and row
+    // within it are constants away from n0's (one table address a tile).
+    constexpr bool TILE_BLOCKS = PW_BLOCK_N % BLOCK_SIZE == 0;
+    const unsigned t0 = static_cast<unsigned>(n0);
+    const int* bt = block_row + (TILE_BLOCKS ? t0 / BLOCK_SIZE : 0);
     int blk[PW_PASSES];
 #pragma unroll
     for (int k = 0; k < PW_PASSES; ++k)
-      blk[k] = __ldg(block_row + static_cast<unsigned>(n0 + PW_PASS_ROWS * k) / BLOCK_SIZE);
+      blk[k] = __ldg(TILE_BLOCKS ? bt + PW_PASS_ROWS * k / BLOCK_SIZE
+                                 : bt + (t0 + PW_PASS_ROWS * k) / BLOCK_SIZE);
 #pragma unroll
-    for (int k = 0; k < PW_PASSES; ++k)
-      off[k] = static_cast<long long>(blk[k]) * p.kv.cache_block_stride +
-               static_cast<long long>(static_cast<unsigned>(n0 + PW_PASS_ROWS * k) % BLOCK_SIZE) *
-                   p.kv.cache_token_stride +
-               row_off;
+    for (int k = 0; k < PW_PASSES; ++k) {
+      const unsigned in_block =
+          TILE_BLOCKS ? PW_PASS_ROWS * k % BLOCK_SIZE : (t0 + PW_PASS_ROWS * k) % BLOCK_SIZE;
+      off[k] = static_cast<long long>(static_cast<unsigned>(blk[k])) * p.kv.cache_block_stride +
+               static_cast<long long>(in_block) * p.kv.cache_token_stride + row_off;
+    }
     return;
   }
   int key[PW_PASSES], blk[PW_PASSES];
