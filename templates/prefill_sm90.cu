@@ -209,12 +209,14 @@ enum PwFp8Softmax : int {
 #ifdef GA_PREFILL_SM90_SCHED
 enum PwSched : int {
   PW_SCHED = ga_prefill_sm90_sched(HEAD_SIZE, PW_LEGACY, PW_FP8, HAS_SOFT_CAP || HAS_ALIBI,
-                                   !HAS_WINDOW && !GA_NON_CAUSAL, GA_PREFILL_SM90_SCHED)
+                                   !HAS_WINDOW && !GA_NON_CAUSAL,
+                                   !GA_DENSE_KV && !PW_PRODUCER_EXTRA, GA_PREFILL_SM90_SCHED)
 };
 #else
 enum PwSched : int {
-  PW_SCHED = ga_prefill_sm90_sched(HEAD_SIZE, PW_LEGACY, PW_FP8, HAS_SOFT_CAP || HAS_ALIBI,
-                                   !HAS_WINDOW && !GA_NON_CAUSAL)
+  PW_SCHED =
+      ga_prefill_sm90_sched(HEAD_SIZE, PW_LEGACY, PW_FP8, HAS_SOFT_CAP || HAS_ALIBI,
+                            !HAS_WINDOW && !GA_NON_CAUSAL, !GA_DENSE_KV && !PW_PRODUCER_EXTRA)
 };
 #endif
 // The P V wgmma's B (V) operand: MN-major (1, transposed: the flash 16-bit [key][dim] tile) or
