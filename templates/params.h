@@ -557,6 +557,20 @@ constexpr bool ga_prefill_sm90_rowsum_mma(int head_size, bool legacy, bool q_fp8
 //   +2.2%, head 64 +4.5%, legacy +2.1%, head 256 even), so no spec takes it (session 10; the
 //   turns around the exponentials instead of the wgmma issue, cuDNN's order, were slower too:
 //   head 128 +5%, head 64 +17%, legacy +18%; docs/prefill-h128-turns-h100-2026-11-27-s10.txt).
+// - GA_PW_SCHED_ROW_LINES: the producer's per-row cp.async gather of the flash layouts
+//   (pw_gather_*) with 8 lanes a row instead of 4: each LDGSTS warp instruction then reads 4
+//   whole 128-byte lines (one swizzle column block of 4 rows) and writes 4 whole 128-byte rows
+//   of the tile, 4 L1 tag lookups and 4 shared-memory wavefronts where 8 rows of 64 bytes take
+//   8 and 8 (ncu, session 8: 1.9x cuDNN's L2 requests, 34.6 M excessive shared wavefronts, all
+//   on the LDGSTS); the same LDGSTS count. A full tile's 16-row passes each lie in one cache
+//   block, so it takes one block-table address a tile (8 lookups of it), ~25% fewer producer
+//   instructions a tile than the 4-lane gather. Measured faster (H100, session 11, old and new
+//   alternated in one call; docs/prefill-h128-row-lines-h100-2026-11-27-s11.txt): 4 x 4096
+//   causal head 128 986.5 -> 931.2 us (-5.6%; cuDNN 927.5 in the same call), chunked 4 x 512
+//   after 2048 / 8192 / 16384 cached -5.5% / -3.4% / -6.1%. So it is the default of the 16-bit
+//   paged flash specs (not dense, block-sparse or checked: their tests did not run in that call)
+//   at head sizes 128-192, whose producer has 88 registers; head 64 (32) and 256 (24) spill with
+//   it (46 and 18 STL/LDL) and keep 4 lanes.
 // The results are the same bits either way (the references and probabilities are unchanged).
 // Measured (H100, 4 x 4096 causal and chunked 4 x 512 after 2048-16384 cached, old and new
 // alternated; docs/prefill-h128-critical-path-h100-2026-11-27-s9.txt): the early waits make the
@@ -577,13 +591,16 @@ enum GaPwSched : int {
   GA_PW_SCHED_EARLY_WAIT = 1,
   GA_PW_SCHED_VOTE_MAX = 2,
   GA_PW_SCHED_MAX8 = 4,
-  GA_PW_SCHED_NO_TURNS = 8
+  GA_PW_SCHED_NO_TURNS = 8,
+  GA_PW_SCHED_ROW_LINES = 16
 };
 constexpr int ga_prefill_sm90_sched(int head_size, bool legacy, bool fp8, bool scaled_scores,
-                                    bool plain_causal, int bits = -1) {
+                                    bool plain_causal, bool plain_paged, int bits = -1) {
   return fp8             ? 0
          : bits < 0      ? (legacy && head_size == 128 && !scaled_scores && plain_causal
                                 ? GA_PW_SCHED_EARLY_WAIT
+                            : !legacy && plain_paged && head_size >= 128 && head_size <= 192
+                                ? GA_PW_SCHED_ROW_LINES
                                 : 0)
          : scaled_scores ? bits & ~GA_PW_SCHED_VOTE_MAX
                          : bits;

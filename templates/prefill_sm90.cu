@@ -209,12 +209,14 @@ enum PwFp8Softmax : int {
 #ifdef GA_PREFILL_SM90_SCHED
 enum PwSched : int {
   PW_SCHED = ga_prefill_sm90_sched(HEAD_SIZE, PW_LEGACY, PW_FP8, HAS_SOFT_CAP || HAS_ALIBI,
-                                   !HAS_WINDOW && !GA_NON_CAUSAL, GA_PREFILL_SM90_SCHED)
+                                   !HAS_WINDOW && !GA_NON_CAUSAL,
+                                   !GA_DENSE_KV && !PW_PRODUCER_EXTRA, GA_PREFILL_SM90_SCHED)
 };
 #else
 enum PwSched : int {
-  PW_SCHED = ga_prefill_sm90_sched(HEAD_SIZE, PW_LEGACY, PW_FP8, HAS_SOFT_CAP || HAS_ALIBI,
-                                   !HAS_WINDOW && !GA_NON_CAUSAL)
+  PW_SCHED =
+      ga_prefill_sm90_sched(HEAD_SIZE, PW_LEGACY, PW_FP8, HAS_SOFT_CAP || HAS_ALIBI,
+                            !HAS_WINDOW && !GA_NON_CAUSAL, !GA_DENSE_KV && !PW_PRODUCER_EXTRA)
 };
 #endif
 // The P V wgmma's B (V) operand: MN-major (1, transposed: the flash 16-bit [key][dim] tile) or
@@ -616,11 +618,13 @@ __device__ __forceinline__ void pw_wgmma8_rs(float (&d)[N / 2], const unsigned (
   }  // other N: 16-bit instantiations (never issued)
 }
 
-// The producer's gather of a K or V tile: thread ptid copies row ptid / 4 of every 32-row pass
-// and chunks ptid % 4 + 4 i of that row, so each warp instruction moves 64 contiguous bytes of
-// 8 rows. The swizzle of a row depends only on row % 8, which is the same in every pass, so
-// the shared-memory offsets are computed once per thread (PwGather), and K and V, which share
-// strides and block table, share the global offsets of each tile (pw_gather_rows). The legacy
+// The producer's gather of a K or V tile: thread ptid copies row ptid / L of every 128 / L-row
+// pass and chunks ptid % L + L i of that row, L = PW_ROW_LANES, so each warp instruction moves
+// 16 L contiguous bytes of 32 / L rows: L = 4, 64 bytes of 8 rows; L = 8 (PW_SCHED's
+// GA_PW_SCHED_ROW_LINES), a whole 128-byte line of 4 rows, which lands in one 128-byte row of a
+// swizzle column block. The swizzle of a row depends only on row % 8, which is the same in every
+// pass, so the shared-memory offsets are computed once per thread (PwGather), and K and V, which
+// share strides and block table, share the global offsets of each tile (pw_gather_rows). The legacy
 // layout reads its tiles with pw_legacy_load_k and pw_legacy_load_vt instead.
 // FULL (pw_gather_rows, pw_gather_copy): a tile that ends at or before kv_end, whose rows are all
 // keys, so neither the clamp of the rows to kv_end - 1 nor the zero-fill of the rows past it is
@@ -628,9 +632,16 @@ __device__ __forceinline__ void pw_wgmma8_rs(float (&d)[N / 2], const unsigned (
 // set: 16-bit head size 128, flash layouts, paged, not block-sparse. There it measured 5-6% faster
 // on an H100 (4 x 4096 causal 1085 -> 1024 us, chunked 4 x 512 after 16384 cached 997 -> 940 us;
 // docs/prefill-h128-full-tiles-h100-2026-11-27.txt); other specs keep one predicated path.
-constexpr int PW_PASSES = PW_BLOCK_N / 32;
-constexpr int PW_LANE_CHUNKS = PW_CHUNKS / 4;
-static_assert(PW_BLOCK_N % 32 == 0 && PW_CHUNKS % 4 == 0, "prefill_sm90: uneven K/V gather");
+// (Enumerators: namespace-level constants could add to every spec's GLOBAL and CONSTANT totals.)
+enum PwGatherRows : int {
+  PW_ROW_SHIFT = PW_SCHED & GA_PW_SCHED_ROW_LINES ? 3 : 2,
+  PW_ROW_LANES = 1 << PW_ROW_SHIFT,  // lanes a row
+  PW_PASS_ROWS = 128 / PW_ROW_LANES  // rows a pass
+};
+constexpr int PW_PASSES = PW_BLOCK_N / PW_PASS_ROWS;
+constexpr int PW_LANE_CHUNKS = PW_CHUNKS / PW_ROW_LANES;
+static_assert(PW_BLOCK_N % PW_PASS_ROWS == 0 && PW_CHUNKS % PW_ROW_LANES == 0,
+              "prefill_sm90: uneven K/V gather");
 
 struct PwGather {
   unsigned dst[PW_LANE_CHUNKS];  // swizzled offsets of this thread's chunks in pass 0
@@ -640,10 +651,11 @@ struct PwGather {
 
 __device__ __forceinline__ PwGather pw_gather_setup(long long head_off, int ptid) {
   PwGather g;
-  g.row = ptid >> 2;
-  const int q = ptid & 3;
+  g.row = ptid >> PW_ROW_SHIFT;
+  const int q = ptid & (PW_ROW_LANES - 1);
 #pragma unroll
-  for (int i = 0; i < PW_LANE_CHUNKS; ++i) g.dst[i] = pw_swizzle(g.row, q + 4 * i, PW_BLOCK_N);
+  for (int i = 0; i < PW_LANE_CHUNKS; ++i)
+    g.dst[i] = pw_swizzle(g.row, q + PW_ROW_LANES * i, PW_BLOCK_N);
   g.col = head_off + q * PW_CHUNK_ELEMS;
   return g;
 }
@@ -658,13 +670,45 @@ __device__ __forceinline__ void pw_gather_rows(const PrefillParams& p, const int
 #if GA_DENSE_KV
 #pragma unroll
   for (int k = 0; k < PW_PASSES; ++k)
-    off[k] =
-        ga_prefill_key_offset(p, block_row, kv_row0, min(n0 + 32 * k + g.row, kv_end - 1)) + g.col;
+    off[k] = ga_prefill_key_offset(p, block_row, kv_row0,
+                                   min(n0 + PW_PASS_ROWS * k + g.row, kv_end - 1)) +
+             g.col;
 #else
+  // GA_PW_SCHED_ROW_LINES, a full tile: the 16 rows of a pass start at a multiple of 16 keys, so
+  // where 16 divides the block size they lie in one cache block: one lookup a pass, the same
+  // address for every thread, and the row's offset in it the thread's own (its row x the token
+  // stride). Block numbers are not negative: zero-extended, one 64-bit multiply-add each.
+  // (Checked mode looks each row's key up.)
+#ifdef GA_CHECK_BOUNDS
+  constexpr bool PASS_BLOCK = false;
+#else
+  constexpr bool PASS_BLOCK = FULL && PW_ROW_SHIFT == 3 && BLOCK_SIZE % PW_PASS_ROWS == 0;
+#endif
+  if constexpr (PASS_BLOCK) {
+    const long long row_off = static_cast<long long>(g.row) * p.kv.cache_token_stride + g.col;
+    // Where the block size divides the tile, n0 starts a block, and pass k's block and row
+    // within it are constants away from n0's (one table address a tile).
+    constexpr bool TILE_BLOCKS = PW_BLOCK_N % BLOCK_SIZE == 0;
+    const unsigned t0 = static_cast<unsigned>(n0);
+    const int* bt = block_row + (TILE_BLOCKS ? t0 / BLOCK_SIZE : 0);
+    int blk[PW_PASSES];
+#pragma unroll
+    for (int k = 0; k < PW_PASSES; ++k)
+      blk[k] = __ldg(TILE_BLOCKS ? bt + PW_PASS_ROWS * k / BLOCK_SIZE
+                                 : bt + (t0 + PW_PASS_ROWS * k) / BLOCK_SIZE);
+#pragma unroll
+    for (int k = 0; k < PW_PASSES; ++k) {
+      const unsigned in_block =
+          TILE_BLOCKS ? PW_PASS_ROWS * k % BLOCK_SIZE : (t0 + PW_PASS_ROWS * k) % BLOCK_SIZE;
+      off[k] = static_cast<long long>(static_cast<unsigned>(blk[k])) * p.kv.cache_block_stride +
+               static_cast<long long>(in_block) * p.kv.cache_token_stride + row_off;
+    }
+    return;
+  }
   int key[PW_PASSES], blk[PW_PASSES];
 #pragma unroll
   for (int k = 0; k < PW_PASSES; ++k) {
-    key[k] = FULL ? n0 + 32 * k + g.row : min(n0 + 32 * k + g.row, kv_end - 1);
+    key[k] = FULL ? n0 + PW_PASS_ROWS * k + g.row : min(n0 + PW_PASS_ROWS * k + g.row, kv_end - 1);
 #ifdef GA_CHECK_BOUNDS
     blk[k] = ga_prefill_checked_block(p, block_row, key[k]);
 #else
@@ -684,14 +728,15 @@ __device__ __forceinline__ void pw_gather_copy(const pw_elem* cache, const PwGat
                                                int kv_end, unsigned dst) {
 #pragma unroll
   for (int k = 0; k < PW_PASSES; ++k) {
-    const int bytes = n0 + 32 * k + g.row < kv_end ? 16 : 0;
+    const int bytes = n0 + PW_PASS_ROWS * k + g.row < kv_end ? 16 : 0;
 #pragma unroll
     for (int i = 0; i < PW_LANE_CHUNKS; ++i) {
       if (FULL)
-        pw_cp_async16_all(dst + k * 32 * 128 + g.dst[i], cache + off[k] + 4 * PW_CHUNK_ELEMS * i);
+        pw_cp_async16_all(dst + k * PW_PASS_ROWS * 128 + g.dst[i],
+                          cache + off[k] + PW_ROW_LANES * PW_CHUNK_ELEMS * i);
       else
-        pw_cp_async16(dst + k * 32 * 128 + g.dst[i], cache + off[k] + 4 * PW_CHUNK_ELEMS * i,
-                      bytes);
+        pw_cp_async16(dst + k * PW_PASS_ROWS * 128 + g.dst[i],
+                      cache + off[k] + PW_ROW_LANES * PW_CHUNK_ELEMS * i, bytes);
     }
   }
 }
