@@ -596,7 +596,7 @@ enum GaPwSched : int {
 };
 constexpr int ga_prefill_sm90_sched(int head_size, bool legacy, bool fp8, bool scaled_scores,
                                     bool plain_causal, bool plain_paged, int bits = -1) {
-  return fp8             ? 0
+  return fp8             ? (bits < 0 ? 0 : bits & GA_PW_SCHED_ROW_LINES)
          : bits < 0      ? (legacy && head_size == 128 && !scaled_scores && plain_causal
                                 ? GA_PW_SCHED_EARLY_WAIT
                             : !legacy && plain_paged && head_size >= 128 && head_size <= 192

@@ -1188,7 +1188,8 @@ enum PwTmaGeometry : int {
   PW_TMA_COLS = HEAD_SIZE * PW_EB / 128,                 // column blocks per tile
   PW_TMA_BOXES = PW_TMA_PAGES * PW_TMA_COLS,
   // The gather's FULL path for the tiles that end at or before kv_end (see PW_PASSES).
-  PW_FULL_TILES = HEAD_SIZE == 128 && !PW_FP8 && !PW_LEGACY && !GA_DENSE_KV && !GA_BLOCK_SPARSE
+  PW_FULL_TILES = HEAD_SIZE == 128 && (!PW_FP8 || PW_ROW_SHIFT == 3) && !PW_LEGACY &&
+                  !GA_DENSE_KV && !GA_BLOCK_SPARSE
 };
 static_assert(!PW_TMA || (!PW_FP8 && PW_BLOCK_N % PW_TMA_ROWS == 0 && PW_TMA_ROWS % 8 == 0 &&
                           PW_TMA_BOXES <= 32 && PW_TMA_ROWS <= 256),
@@ -1427,7 +1428,10 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
         if (PW_FP8) {
           // Raw buffer j % 2 is free once every producer thread has transposed tile j - 2.
           pw_bar_sync(PW_PRODUCER_BAR, 128);
-          pw_gather_copy(vc, gather, off, n0, kv_end, raw_v_base + (j & 1) * PW_KV_BYTES);
+          if (full)
+            pw_gather_copy<true>(vc, gather, off, n0, kv_end, raw_v_base + (j & 1) * PW_KV_BYTES);
+          else
+            pw_gather_copy(vc, gather, off, n0, kv_end, raw_v_base + (j & 1) * PW_KV_BYTES);
           pw_cp_commit();
           if (j > 0) transpose_v(j - 1, false);
         } else {
