@@ -130,8 +130,8 @@ int main(int argc, char** argv) {
   }
   try {
     const std::vector<std::string> parts = split_list(parts_text);
-    const std::set<std::string> known = {"decode",     "step",    "mixed",   "tp",
-                                         "capture",    "prefill", "cascade", "legacy-variants",
+    const std::set<std::string> known = {"decode",      "step",       "mixed",   "tp",
+                                         "capture",     "prefill",    "cascade", "legacy-variants",
                                          "prefill-fp8", "prefill-bsp"};
     for (const auto& p : parts)
       if (!known.count(p))

@@ -84,7 +84,8 @@ nlohmann::json bench_prefill(const Device& dev, int batch, int len, int reps, co
                              batch);
     cfg.scale = scale;
     cfg.blocksparse = blocksparse_from_vllm(
-        16, 8, 64, blocksparse_head_sliding_step(static_cast<int>(H), static_cast<int>(KH), 8, false, false),
+        16, 8, 64,
+        blocksparse_head_sliding_step(static_cast<int>(H), static_cast<int>(KH), 8, false, false),
         0, static_cast<int>(H));
   }
   std::unique_ptr<AttentionBackend> backend;
@@ -192,7 +193,8 @@ nlohmann::json bench_prefill(const Device& dev, int batch, int len, int reps, co
       "median of %d\n",
       legacy ? " over vLLM's legacy caches (forward_prefix)"
       : bsp  ? " of a block-sparse layer (sparse block 64, 16 local, vertical stride 8)"
-             : "", batch, len,
+             : "",
+      batch, len,
       prefix > 0 ? (" after " + std::to_string(prefix) + " cached (chunked prefill)").c_str() : "",
       fp8 ? "e4m3 q and KV (forward(), q_dtype fp8_e4m3), bf16 out" : "bf16", static_cast<int>(D),
       reps);
