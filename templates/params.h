@@ -568,9 +568,14 @@ constexpr bool ga_prefill_sm90_rowsum_mma(int head_size, bool legacy, bool q_fp8
 //   alternated in one call; docs/prefill-h128-row-lines-h100-2026-11-27-s11.txt): 4 x 4096
 //   causal head 128 986.5 -> 931.2 us (-5.6%; cuDNN 927.5 in the same call), chunked 4 x 512
 //   after 2048 / 8192 / 16384 cached -5.5% / -3.4% / -6.1%. So it is the default of the 16-bit
-//   paged flash specs (not dense, block-sparse or checked: their tests did not run in that call)
-//   at head sizes 128-192, whose producer has 88 registers; head 64 (32) and 256 (24) spill with
-//   it (46 and 18 STL/LDL) and keep 4 lanes.
+//   flash specs at head sizes 128-192, whose producer has 88 registers; head 64 (32) and 256
+//   (24) spill with it (46 and 18 STL/LDL) and keep 4 lanes. Block-sparse, dense K/V and checked
+//   specs take it too (their GPU tests passed with it, and the block-sparse 4 x 4096 row went
+//   1422.8 -> 1417.3 us; docs/prefill-row-lines-more-h100-2026-11-27-s11.txt). The e4m3 prefill
+//   (fp8, head 128: a K/V row is one 128-byte line, so 8 lanes copy one row each instruction and
+//   the full tiles take the one-lookup-a-pass path) takes it at head 128: 4 x 4096 794.5 ->
+//   785.7 us (-1.1%, every run faster), test_fp8_query passed; fp8 head 256 (a 24-register
+//   producer) keeps 4 lanes. Only this bit of a forced N reaches fp8.
 // The results are the same bits either way (the references and probabilities are unchanged).
 // Measured (H100, 4 x 4096 causal and chunked 4 x 512 after 2048-16384 cached, old and new
 // alternated; docs/prefill-h128-critical-path-h100-2026-11-27-s9.txt): the early waits make the
@@ -583,10 +588,11 @@ constexpr bool ga_prefill_sm90_rowsum_mma(int head_size, bool legacy, bool q_fp8
 // each, the coordinator's final call of session 9) the sliding window (+3.7%: 600.1 -> 622.4 us)
 // and the non-causal kernel (+3.7%: 1887.7 -> 1956.9) were slower with them, sinks, fp16, GQA 1
 // and 8 and block size 32 2-5% faster: so `plain_causal` (causal, no window) is required too. fp8
-// is always 0; specs with a soft cap or ALiBi (scores scaled in the max pass) never take the vote
-// (with it the consumers spill, 7-12 instructions at head 128). `bits` < 0: the default; templates
-// compiled with -DGA_PREFILL_SM90_SCHED=N (GRAPHATTN_NVRTC_EXTRA_OPTIONS, for measurement) ask for
-// N. (Enumerators: namespace-level constants could add to every spec's GLOBAL and CONSTANT totals.)
+// takes GA_PW_SCHED_ROW_LINES alone (above); specs with a soft cap or ALiBi (scores scaled in the
+// max pass) never take the vote (with it the consumers spill, 7-12 instructions at head 128).
+// `bits` < 0: the default; templates compiled with -DGA_PREFILL_SM90_SCHED=N
+// (GRAPHATTN_NVRTC_EXTRA_OPTIONS, for measurement) ask for N. (Enumerators: namespace-level
+// constants could add to every spec's GLOBAL and CONSTANT totals.)
 enum GaPwSched : int {
   GA_PW_SCHED_EARLY_WAIT = 1,
   GA_PW_SCHED_VOTE_MAX = 2,
@@ -595,13 +601,13 @@ enum GaPwSched : int {
   GA_PW_SCHED_ROW_LINES = 16
 };
 constexpr int ga_prefill_sm90_sched(int head_size, bool legacy, bool fp8, bool scaled_scores,
-                                    bool plain_causal, bool plain_paged, int bits = -1) {
-  return fp8             ? 0
+                                    bool plain_causal, int bits = -1) {
+  return fp8             ? (bits < 0 ? (head_size == 128 ? GA_PW_SCHED_ROW_LINES : 0)
+                                     : bits & GA_PW_SCHED_ROW_LINES)
          : bits < 0      ? (legacy && head_size == 128 && !scaled_scores && plain_causal
                                 ? GA_PW_SCHED_EARLY_WAIT
-                            : !legacy && plain_paged && head_size >= 128 && head_size <= 192
-                                ? GA_PW_SCHED_ROW_LINES
-                                : 0)
+                            : !legacy && head_size >= 128 && head_size <= 192 ? GA_PW_SCHED_ROW_LINES
+                                                                              : 0)
          : scaled_scores ? bits & ~GA_PW_SCHED_VOTE_MAX
                          : bits;
 }

@@ -205,18 +205,17 @@ enum PwFp8Softmax : int {
 #define PW_F8_SPEC_CODE 0
 #endif
 // The 16-bit consumers' per-tile schedule (params.h's ga_prefill_sm90_sched, GA_PW_SCHED_* bits;
-// -DGA_PREFILL_SM90_SCHED=N asks for N, for measurement). fp8: 0. (An enumerator, as above.)
+// -DGA_PREFILL_SM90_SCHED=N asks for N, for measurement). fp8: GA_PW_SCHED_ROW_LINES at most (the
+// producer's gather). (An enumerator, as above.)
 #ifdef GA_PREFILL_SM90_SCHED
 enum PwSched : int {
   PW_SCHED = ga_prefill_sm90_sched(HEAD_SIZE, PW_LEGACY, PW_FP8, HAS_SOFT_CAP || HAS_ALIBI,
-                                   !HAS_WINDOW && !GA_NON_CAUSAL,
-                                   !GA_DENSE_KV && !PW_PRODUCER_EXTRA, GA_PREFILL_SM90_SCHED)
+                                   !HAS_WINDOW && !GA_NON_CAUSAL, GA_PREFILL_SM90_SCHED)
 };
 #else
 enum PwSched : int {
-  PW_SCHED =
-      ga_prefill_sm90_sched(HEAD_SIZE, PW_LEGACY, PW_FP8, HAS_SOFT_CAP || HAS_ALIBI,
-                            !HAS_WINDOW && !GA_NON_CAUSAL, !GA_DENSE_KV && !PW_PRODUCER_EXTRA)
+  PW_SCHED = ga_prefill_sm90_sched(HEAD_SIZE, PW_LEGACY, PW_FP8, HAS_SOFT_CAP || HAS_ALIBI,
+                                   !HAS_WINDOW && !GA_NON_CAUSAL)
 };
 #endif
 // The P V wgmma's B (V) operand: MN-major (1, transposed: the flash 16-bit [key][dim] tile) or
@@ -631,7 +630,9 @@ __device__ __forceinline__ void pw_wgmma8_rs(float (&d)[N / 2], const unsigned (
 // needed; the tile that kv_end cuts keeps them. The kernel takes that path where PW_FULL_TILES is
 // set: 16-bit head size 128, flash layouts, paged, not block-sparse. There it measured 5-6% faster
 // on an H100 (4 x 4096 causal 1085 -> 1024 us, chunked 4 x 512 after 16384 cached 997 -> 940 us;
-// docs/prefill-h128-full-tiles-h100-2026-11-27.txt); other specs keep one predicated path.
+// docs/prefill-h128-full-tiles-h100-2026-11-27.txt); also e4m3 (fp8) head 128 with 8 lanes a row
+// (GA_PW_SCHED_ROW_LINES: K and the raw V tile;
+// docs/prefill-row-lines-more-h100-2026-11-27-s11.txt); other specs keep one predicated path.
 // (Enumerators: namespace-level constants could add to every spec's GLOBAL and CONSTANT totals.)
 enum PwGatherRows : int {
   PW_ROW_SHIFT = PW_SCHED & GA_PW_SCHED_ROW_LINES ? 3 : 2,
@@ -1188,7 +1189,8 @@ enum PwTmaGeometry : int {
   PW_TMA_COLS = HEAD_SIZE * PW_EB / 128,                 // column blocks per tile
   PW_TMA_BOXES = PW_TMA_PAGES * PW_TMA_COLS,
   // The gather's FULL path for the tiles that end at or before kv_end (see PW_PASSES).
-  PW_FULL_TILES = HEAD_SIZE == 128 && !PW_FP8 && !PW_LEGACY && !GA_DENSE_KV && !GA_BLOCK_SPARSE
+  PW_FULL_TILES = HEAD_SIZE == 128 && (!PW_FP8 || PW_ROW_SHIFT == 3) && !PW_LEGACY &&
+                  !GA_DENSE_KV && !GA_BLOCK_SPARSE
 };
 static_assert(!PW_TMA || (!PW_FP8 && PW_BLOCK_N % PW_TMA_ROWS == 0 && PW_TMA_ROWS % 8 == 0 &&
                           PW_TMA_BOXES <= 32 && PW_TMA_ROWS <= 256),
@@ -1427,7 +1429,10 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
         if (PW_FP8) {
           // Raw buffer j % 2 is free once every producer thread has transposed tile j - 2.
           pw_bar_sync(PW_PRODUCER_BAR, 128);
-          pw_gather_copy(vc, gather, off, n0, kv_end, raw_v_base + (j & 1) * PW_KV_BYTES);
+          if (full)
+            pw_gather_copy<true>(vc, gather, off, n0, kv_end, raw_v_base + (j & 1) * PW_KV_BYTES);
+          else
+            pw_gather_copy(vc, gather, off, n0, kv_end, raw_v_base + (j & 1) * PW_KV_BYTES);
           pw_cp_commit();
           if (j > 0) transpose_v(j - 1, false);
         } else {

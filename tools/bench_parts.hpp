@@ -111,10 +111,12 @@ nlohmann::json bench_capture(const Device& dev, int max_num_seqs);
 // e4m3 cache (scales 1.5) through AttentionBackend::forward (spec "_qe4m3"), bf16 output.
 // prefix > 0: chunked prefill, each request's len new tokens over `prefix` tokens already in the
 // cache (seq_len prefix + len; FLOPs of the causal part only). legacy, fp8 and prefix > 0 take
-// head 128.
+// head 128. bsp: a block-sparse layer's bf16 prefill (Phi-3-small's pattern) through
+// AttentionBackend::forward, checked against the float64 reference with the same pattern (FLOPs
+// counted as the dense causal prefill's); no peer.
 nlohmann::json bench_prefill(const Device& dev, int batch, int len, int reps, const PeerTimes& peer,
                              bool* ok, bool legacy = false, bool fp8 = false, int prefix = 0,
-                             int head = 128);
+                             int head = 128, bool bsp = false);
 
 // Part legacy-variants (tools/bench_legacy_prefill.cpp): forward_prefix at head size 128 for each
 // variant name BATCHxLEN[+PREFIX][:fp16][:kvN][:bsN][:wN][:sinks][:nc] (fp16 caches and query,

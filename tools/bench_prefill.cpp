@@ -4,7 +4,9 @@
 // against the peer on contiguous tensors. A few output rows are checked against the float64
 // reference before timing. With `legacy` the same bytes form vLLM's legacy caches, read by
 // forward_prefix. With `prefix` the requests are chunked prefills: len new tokens each after prefix
-// cached ones.
+// cached ones. With `bsp` the plain bf16 prefill of a block-sparse layer (Phi-3-small's pattern:
+// 64-token sparse blocks, 16 local, every 8th seen from afar, sliding over the heads) through
+// AttentionBackend::forward (spec "_bsp").
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -25,7 +27,9 @@
 namespace graphattn::bench {
 
 nlohmann::json bench_prefill(const Device& dev, int batch, int len, int reps, const PeerTimes& peer,
-                             bool* ok, bool legacy, bool fp8, int prefix, int head) {
+                             bool* ok, bool legacy, bool fp8, int prefix, int head, bool bsp) {
+  if (bsp && (legacy || fp8))
+    throw std::invalid_argument("bench_prefill: the block-sparse row is bf16 over a flash cache");
   if (head != 128 && (legacy || fp8 || prefix != 0))
     throw std::invalid_argument("bench_prefill: head " + std::to_string(head) +
                                 " is benched for the plain bf16 prefill only (legacy, fp8 and "
@@ -75,8 +79,17 @@ nlohmann::json bench_prefill(const Device& dev, int batch, int len, int reps, co
   cfg.q_dtype = KvDType::kFp8E4M3;
   cfg.q_scale = 0.5f;
   cfg.scale = scale;
+  if (bsp) {
+    cfg = test::layer_config(static_cast<int>(H), static_cast<int>(KH), static_cast<int>(D), kv_len,
+                             batch);
+    cfg.scale = scale;
+    cfg.blocksparse = blocksparse_from_vllm(
+        16, 8, 64,
+        blocksparse_head_sliding_step(static_cast<int>(H), static_cast<int>(KH), 8, false, false),
+        0, static_cast<int>(H));
+  }
   std::unique_ptr<AttentionBackend> backend;
-  if (fp8) {
+  if (fp8 || bsp) {
     backend = std::make_unique<AttentionBackend>(cfg);
     backend->prepare();
   }
@@ -90,7 +103,7 @@ nlohmann::json bench_prefill(const Device& dev, int batch, int len, int reps, co
   md.max_query_len = len;
   md.max_seq_len = kv_len;
   auto run = [&] {
-    if (fp8) {
+    if (fp8 || bsp) {
       backend->forward(qv, TensorView{}, TensorView{}, kv, ov, md, ws.data(), ws.bytes(),
                        dev.stream);
     } else if (legacy) {
@@ -112,6 +125,13 @@ nlohmann::json bench_prefill(const Device& dev, int batch, int len, int reps, co
                           std::vector<int>(phys.begin() + (batch - 1) * blocks_per_seq, phys.end()),
                           static_cast<int>(blocks_per_seq));
   ref.scale = scale;
+  if (bsp) {
+    ref.blocksparse.block_size = cfg.blocksparse.block_size;
+    ref.blocksparse.local_blocks = cfg.blocksparse.local_blocks;
+    ref.blocksparse.vert_stride = cfg.blocksparse.vert_stride;
+    ref.blocksparse.head_sliding_step = cfg.blocksparse.head_sliding_step;
+    ref.blocksparse.active_head_offset = cfg.blocksparse.active_head_offset;
+  }
   std::vector<uint16_t> host(fp8 ? 0 : 2 * NB * B * KH * D);
   std::vector<uint8_t> host8(fp8 ? 2 * NB * B * KH * D : 0);
   if (fp8)
@@ -163,15 +183,18 @@ nlohmann::json bench_prefill(const Device& dev, int batch, int len, int reps, co
       4.0 * D * H * batch *
       (static_cast<double>(len) * prefix + static_cast<double>(len) * (len + 1) / 2);
   // fp8: the peer is cuDNN's fp8 SDPA where PyTorch exposes it (else none, and why); chunked
-  // prefill (a cached prefix) has no peer row.
+  // prefill (a cached prefix) and the block-sparse row have no peer row.
   const auto& peer_times = fp8 ? peer.prefill_fp8_us : peer.prefill_us;
   auto it = peer_times.find(std::to_string(batch) + ":" + std::to_string(len) +
                             (fp8 ? "" : ":" + std::to_string(D)));
-  const double peer_us = prefix > 0 || it == peer_times.end() ? 0 : it->second;
+  const double peer_us = prefix > 0 || bsp || it == peer_times.end() ? 0 : it->second;
   std::printf(
       "\n== prefill%s: %d x %d new tokens%s, causal, %s, 32/8 heads, head %d, block 16, "
       "median of %d\n",
-      legacy ? " over vLLM's legacy caches (forward_prefix)" : "", batch, len,
+      legacy ? " over vLLM's legacy caches (forward_prefix)"
+      : bsp  ? " of a block-sparse layer (sparse block 64, 16 local, vertical stride 8)"
+             : "",
+      batch, len,
       prefix > 0 ? (" after " + std::to_string(prefix) + " cached (chunked prefill)").c_str() : "",
       fp8 ? "e4m3 q and KV (forward(), q_dtype fp8_e4m3), bf16 out" : "bf16", static_cast<int>(D),
       reps);
@@ -187,6 +210,7 @@ nlohmann::json bench_prefill(const Device& dev, int batch, int len, int reps, co
                             (prefix > 0 ? "+" + std::to_string(prefix) : "") +
                             (legacy ? " legacy"
                              : fp8  ? " e4m3 q+kv"
+                             : bsp  ? " bsp"
                                     : "") +
                             (D != 128 ? " h" + std::to_string(D) : "");
   std::printf("%-12s %10.1f %10.1f %10s %10s %12s %9.2e%s\n", label.c_str(), us, flops / us / 1e6,
@@ -195,6 +219,7 @@ nlohmann::json bench_prefill(const Device& dev, int batch, int len, int reps, co
     std::printf("fp8 peer: %s\n", peer_us > 0 ? ("PyTorch SDPA, " + peer.fp8_backend).c_str()
                                               : ("none: " + peer.fp8_why).c_str());
   return {
+      {"block_sparse", bsp},
       {"batch", batch},
       {"len", len},
       {"prefix", prefix},
