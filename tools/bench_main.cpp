@@ -49,8 +49,9 @@ int main(int argc, char** argv) {
   bool check = true, use_peer = true;
   app.add_option("--parts", parts_text,
                  "comma-separated: decode, step, mixed, tp (2 GPUs), capture, prefill, cascade; "
-                 "also legacy-variants and prefill-fp8 (the bf16 and e4m3 q+kv 4x4096 rows of "
-                 "prefill alone; not in the default set)")
+                 "also legacy-variants, prefill-fp8 (the bf16 and e4m3 q+kv 4x4096 rows of "
+                 "prefill alone) and prefill-bsp (a block-sparse bf16 4x4096 prefill); not in the "
+                 "default set")
       ->capture_default_str();
   app.add_option("--legacy-variants", legacy_variants_text,
                  "legacy-variants: forward_prefix head 128 rows "
@@ -129,14 +130,14 @@ int main(int argc, char** argv) {
   }
   try {
     const std::vector<std::string> parts = split_list(parts_text);
-    const std::set<std::string> known = {"decode",     "step",    "mixed",   "tp",
-                                         "capture",    "prefill", "cascade", "legacy-variants",
-                                         "prefill-fp8"};
+    const std::set<std::string> known = {"decode",      "step",       "mixed",   "tp",
+                                         "capture",     "prefill",    "cascade", "legacy-variants",
+                                         "prefill-fp8", "prefill-bsp"};
     for (const auto& p : parts)
       if (!known.count(p))
         throw Error("unknown part '" + p +
                     "'; parts: decode, step, mixed, tp, capture, prefill, cascade, "
-                    "legacy-variants, prefill-fp8");
+                    "legacy-variants, prefill-fp8, prefill-bsp");
     std::vector<int> cascade_prefixes;
     for (const auto& s : split_list(cascade_prefixes_text)) {
       const int v = std::stoi(s);
@@ -247,6 +248,10 @@ int main(int argc, char** argv) {
           j["prefill_chunked"].push_back(
               bench_prefill(dev, 4, 512, std::max(20, reps / 5), peer, &ok, legacy, false, prefix));
     }
+    // Block-sparse prefill (decode's ":bsp" pattern): the _bsp prefill kernel alone.
+    if (wants("prefill-bsp"))
+      j["prefill_bsp"] = bench_prefill(dev, 4, 4096, std::max(20, reps / 5), peer, &ok, false,
+                                       false, 0, 128, true);
     if (wants("legacy-variants"))
       j["legacy_variants"] =
           bench_legacy_variants(dev, split_list(legacy_variants_text), std::max(20, reps / 5), &ok);

@@ -111,10 +111,12 @@ nlohmann::json bench_capture(const Device& dev, int max_num_seqs);
 // e4m3 cache (scales 1.5) through AttentionBackend::forward (spec "_qe4m3"), bf16 output.
 // prefix > 0: chunked prefill, each request's len new tokens over `prefix` tokens already in the
 // cache (seq_len prefix + len; FLOPs of the causal part only). legacy, fp8 and prefix > 0 take
-// head 128.
+// head 128. sparse: the bf16 prefill through AttentionBackend::forward with decode's ":bsp"
+// pattern (spec "_bsp"; no peer; TFLOP/s of the dense causal work), checked against the
+// block-sparse reference; head 128, no legacy, fp8 or prefix.
 nlohmann::json bench_prefill(const Device& dev, int batch, int len, int reps, const PeerTimes& peer,
                              bool* ok, bool legacy = false, bool fp8 = false, int prefix = 0,
-                             int head = 128);
+                             int head = 128, bool sparse = false);
 
 // Part legacy-variants (tools/bench_legacy_prefill.cpp): forward_prefix at head size 128 for each
 // variant name BATCHxLEN[+PREFIX][:fp16][:kvN][:bsN][:wN][:sinks][:nc] (fp16 caches and query,

@@ -25,11 +25,13 @@
 namespace graphattn::bench {
 
 nlohmann::json bench_prefill(const Device& dev, int batch, int len, int reps, const PeerTimes& peer,
-                             bool* ok, bool legacy, bool fp8, int prefix, int head) {
-  if (head != 128 && (legacy || fp8 || prefix != 0))
+                             bool* ok, bool legacy, bool fp8, int prefix, int head, bool sparse) {
+  if (head != 128 && (legacy || fp8 || prefix != 0 || sparse))
     throw std::invalid_argument("bench_prefill: head " + std::to_string(head) +
-                                " is benched for the plain bf16 prefill only (legacy, fp8 and "
-                                "chunked prefill: head 128)");
+                                " is benched for the plain bf16 prefill only (legacy, fp8, "
+                                "block-sparse and chunked prefill: head 128)");
+  if (sparse && (legacy || fp8 || prefix != 0))
+    throw std::invalid_argument("bench_prefill: block-sparse is benched for the bf16 prefill only");
   const int64_t H = 32, KH = 8, D = head, B = 16, T = int64_t{batch} * len;
   const int kv_len = prefix + len;  // each request's seq_len
   const int64_t blocks_per_seq = (kv_len + B - 1) / B, NB = blocks_per_seq * batch;
@@ -67,16 +69,24 @@ nlohmann::json bench_prefill(const Device& dev, int batch, int len, int reps, co
                    TensorView::contiguous(cache.data(), ScalarType::kBFloat16, {2, NB, B * KH * D}),
                    static_cast<int>(KH), static_cast<int>(D))
              : PagedKvCache{};
-  // fp8: the layer's forward() with its e4m3 query (no cache write: key and value ndim 0).
+  // fp8: the layer's forward() with its e4m3 query (no cache write: key and value ndim 0);
+  // sparse: the same with a bf16 query and cache and decode's ":bsp" pattern.
   AttentionLayerConfig cfg =
       test::with_kv(test::layer_config(static_cast<int>(H), static_cast<int>(KH),
                                        static_cast<int>(D), kv_len, batch),
-                    KvDType::kFp8E4M3, 1.5f);
-  cfg.q_dtype = KvDType::kFp8E4M3;
-  cfg.q_scale = 0.5f;
+                    sparse ? KvDType::kAuto : KvDType::kFp8E4M3, 1.5f);
+  if (sparse) {
+    cfg.blocksparse = {
+        64, 4, 8,
+        blocksparse_head_sliding_step(static_cast<int>(H), static_cast<int>(KH), 8, false, false),
+        0};
+  } else {
+    cfg.q_dtype = KvDType::kFp8E4M3;
+    cfg.q_scale = 0.5f;
+  }
   cfg.scale = scale;
   std::unique_ptr<AttentionBackend> backend;
-  if (fp8) {
+  if (fp8 || sparse) {
     backend = std::make_unique<AttentionBackend>(cfg);
     backend->prepare();
   }
@@ -90,7 +100,7 @@ nlohmann::json bench_prefill(const Device& dev, int batch, int len, int reps, co
   md.max_query_len = len;
   md.max_seq_len = kv_len;
   auto run = [&] {
-    if (fp8) {
+    if (fp8 || sparse) {
       backend->forward(qv, TensorView{}, TensorView{}, kv, ov, md, ws.data(), ws.bytes(),
                        dev.stream);
     } else if (legacy) {
@@ -112,6 +122,13 @@ nlohmann::json bench_prefill(const Device& dev, int batch, int len, int reps, co
                           std::vector<int>(phys.begin() + (batch - 1) * blocks_per_seq, phys.end()),
                           static_cast<int>(blocks_per_seq));
   ref.scale = scale;
+  if (sparse) {
+    ref.blocksparse.block_size = cfg.blocksparse.block_size;
+    ref.blocksparse.local_blocks = cfg.blocksparse.local_blocks;
+    ref.blocksparse.vert_stride = cfg.blocksparse.vert_stride;
+    ref.blocksparse.head_sliding_step = cfg.blocksparse.head_sliding_step;
+    ref.blocksparse.active_head_offset = cfg.blocksparse.active_head_offset;
+  }
   std::vector<uint16_t> host(fp8 ? 0 : 2 * NB * B * KH * D);
   std::vector<uint8_t> host8(fp8 ? 2 * NB * B * KH * D : 0);
   if (fp8)
@@ -167,11 +184,15 @@ nlohmann::json bench_prefill(const Device& dev, int batch, int len, int reps, co
   const auto& peer_times = fp8 ? peer.prefill_fp8_us : peer.prefill_us;
   auto it = peer_times.find(std::to_string(batch) + ":" + std::to_string(len) +
                             (fp8 ? "" : ":" + std::to_string(D)));
-  const double peer_us = prefix > 0 || it == peer_times.end() ? 0 : it->second;
+  const double peer_us = prefix > 0 || sparse || it == peer_times.end() ? 0 : it->second;
   std::printf(
       "\n== prefill%s: %d x %d new tokens%s, causal, %s, 32/8 heads, head %d, block 16, "
       "median of %d\n",
-      legacy ? " over vLLM's legacy caches (forward_prefix)" : "", batch, len,
+      legacy   ? " over vLLM's legacy caches (forward_prefix)"
+      : sparse ? " block-sparse (forward(), sparse block 64, local 4, vert_stride 8; TFLOP/s of "
+                 "the dense causal work)"
+               : "",
+      batch, len,
       prefix > 0 ? (" after " + std::to_string(prefix) + " cached (chunked prefill)").c_str() : "",
       fp8 ? "e4m3 q and KV (forward(), q_dtype fp8_e4m3), bf16 out" : "bf16", static_cast<int>(D),
       reps);
@@ -185,9 +206,10 @@ nlohmann::json bench_prefill(const Device& dev, int batch, int len, int reps, co
   }
   const std::string label = std::to_string(batch) + "x" + std::to_string(len) +
                             (prefix > 0 ? "+" + std::to_string(prefix) : "") +
-                            (legacy ? " legacy"
-                             : fp8  ? " e4m3 q+kv"
-                                    : "") +
+                            (legacy   ? " legacy"
+                             : fp8    ? " e4m3 q+kv"
+                             : sparse ? " bsp"
+                                      : "") +
                             (D != 128 ? " h" + std::to_string(D) : "");
   std::printf("%-12s %10.1f %10.1f %10s %10s %12s %9.2e%s\n", label.c_str(), us, flops / us / 1e6,
               peer_us_s, peer_tf_s, ratio_s, err, err <= tol ? "" : "  FAIL");
