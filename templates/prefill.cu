@@ -286,22 +286,22 @@ __device__ __forceinline__ void pf_bsp_row(const PrefillParams& p, int row, int 
   res = off == 0 ? 0 : p.bsp.vert_stride - off;
 }
 // GA_BLOCK_SPARSE, for the tile [n0, n0 + PF_BLOCK_N) and this thread's rows (pf_bsp_row's qb and
-// res; pos: their positions, -1 past the request): vis[i][r] bit j set where row (i, r)'s pattern
-// sees the n8 key group j (keys n0 + 8 j ..; a sparse block is a multiple of 16 keys, so each
-// group lies in one), and the return value nonzero where some row sees a key of the tile causally
-// (a sparse block starting at or before the row's position). One division and one remainder a
-// call (twice a tile: the vote ahead, the mask), none per element or row: the loop walks the
-// tile's sparse blocks, stepping kb % vert_stride.
+// res; pos: their positions, -1 past the request): vis bit pf_bsp_bit(i, r, j) set where row
+// (i, r)'s pattern sees the n8 key group j (keys n0 + 8 j ..; a sparse block is a multiple of 16
+// keys, so each group lies in one), and the return value nonzero where some row sees a key of the
+// tile causally (a sparse block starting at or before the row's position). One division and one
+// remainder a tile (its vote, one tile ahead, which keeps the mask for it), none per element or
+// row: the loop walks the tile's sparse blocks, stepping kb % vert_stride.
+__device__ constexpr int pf_bsp_bit(int i, int r, int j) {
+  return (i * 2 + r) * (PF_BLOCK_N / 8) + j;
+}
+static_assert(pf_bsp_bit(PF_MT - 1, 1, PF_BLOCK_N / 8 - 1) < 32, "one word holds a tile's mask");
 __device__ __forceinline__ int pf_bsp_tile_vis(const PrefillParams& p, int n0,
                                                const int (&qb)[PF_MT][2],
                                                const int (&res)[PF_MT][2],
-                                               const int (&pos)[PF_MT][2],
-                                               unsigned (&vis)[PF_MT][2]) {
+                                               const int (&pos)[PF_MT][2], unsigned& vis) {
   int need = 0;
-#pragma unroll
-  for (int i = 0; i < PF_MT; ++i)
-#pragma unroll
-    for (int r = 0; r < 2; ++r) vis[i][r] = 0u;
+  vis = 0u;
   const int block = p.bsp.block, vs = p.bsp.vert_stride;
   int kb = n0 / block;
   int km = kb % vs;  // kb % vert_stride, stepped with kb
@@ -314,7 +314,7 @@ __device__ __forceinline__ int pf_bsp_tile_vis(const PrefillParams& p, int n0,
 #pragma unroll
       for (int r = 0; r < 2; ++r)
         if (qb[i][r] - kb < p.bsp.local_blocks || km == res[i][r]) {
-          vis[i][r] |= bits;
+          vis |= bits << pf_bsp_bit(i, r, 0);
           need |= k0 <= pos[i][r] ? 1 : 0;
         }
     ++kb;
@@ -324,11 +324,11 @@ __device__ __forceinline__ int pf_bsp_tile_vis(const PrefillParams& p, int n0,
 }
 // GA_BLOCK_SPARSE: whether some row of the block sees a key of the tile [n0, n0 + PF_BLOCK_N)
 // by the block pattern (and causally). A block-wide vote: every thread of the block calls it.
+// vis: pf_bsp_tile_vis's mask of this thread's rows, for pf_tile when the tile comes.
 __device__ __forceinline__ bool pf_bsp_tile_needed(const PrefillParams& p, int n0,
                                                    const int (&qb)[PF_MT][2],
                                                    const int (&res)[PF_MT][2],
-                                                   const int (&pos)[PF_MT][2]) {
-  unsigned vis[PF_MT][2];
+                                                   const int (&pos)[PF_MT][2], unsigned& vis) {
   return __syncthreads_or(pf_bsp_tile_vis(p, n0, qb, res, pos, vis)) != 0;
 }
 
@@ -345,12 +345,14 @@ enum PfMask { PF_UNMASKED, PF_MASKED, PF_MASK_IF };
 
 // One KV tile for one warp's PF_MT * 16 rows: S = Q K^T, online softmax, O += P V.
 template <PfMask MASK>
-__device__ __forceinline__ void pf_tile(
-    bool mask, const PrefillParams& p, const GaPrefillScales& sc,
-    const unsigned (&qf)[PF_MT][PF_QF][4], unsigned q_addr, unsigned k_addr, unsigned v_addr,
-    int n0, int kv_end, int lane, const int (&pos)[PF_MT][2], const float (&slope)[PF_MT][2],
-    const unsigned (&bsp_vis)[PF_MT][2], float (&m)[PF_MT][2], float (&l)[PF_MT][2],
-    float (&o)[PF_MT][PF_HEAD_PAD / 8][4]) {
+__device__ __forceinline__ void pf_tile(bool mask, const PrefillParams& p,
+                                        const GaPrefillScales& sc,
+                                        const unsigned (&qf)[PF_MT][PF_QF][4], unsigned q_addr,
+                                        unsigned k_addr, unsigned v_addr, int n0, int kv_end,
+                                        int lane, const int (&pos)[PF_MT][2],
+                                        const float (&slope)[PF_MT][2], unsigned bsp_vis,
+                                        float (&m)[PF_MT][2], float (&l)[PF_MT][2],
+                                        float (&o)[PF_MT][PF_HEAD_PAD / 8][4]) {
   constexpr int NB = PF_BLOCK_N / 8;
   float s[PF_MT][NB][4];
 #pragma unroll
@@ -412,7 +414,7 @@ __device__ __forceinline__ void pf_tile(
         if (HAS_ALIBI) x += ga_alibi_log2(slope[i][e >> 1], key, pos[i][e >> 1]);
         if (MASK == PF_MASKED && !ga_prefill_visible(pos[i][e >> 1], key, kv_end, p.window))
           x = ninf;
-        if (GA_BLOCK_SPARSE && !((bsp_vis[i][e >> 1] >> j) & 1u)) x = ninf;  // pf_bsp_tile_vis
+        if (GA_BLOCK_SPARSE && !((bsp_vis >> pf_bsp_bit(i, e >> 1, j)) & 1u)) x = ninf;
         s[i][j][e] = x;
         if (MASK != PF_MASK_IF) mx[e >> 1] = fmaxf(mx[e >> 1], x);
       }
@@ -562,8 +564,9 @@ extern "C" __global__ void __launch_bounds__(PF_THREADS)
       bsp_pos[i][r] = row < rows ? ctx + row / GROUP : -1;
       if (GA_BLOCK_SPARSE) pf_bsp_row(p, row, bsp_pos[i][r], kv_head, bsp_qb[i][r], bsp_res[i][r]);
     }
-  bool need = !GA_BLOCK_SPARSE ||
-              (n_tiles > 0 && pf_bsp_tile_needed(p, tile0 * PF_BLOCK_N, bsp_qb, bsp_res, bsp_pos));
+  unsigned bsp_vis = 0u;  // the current tile's visible key groups (pf_bsp_tile_vis)
+  bool need = !GA_BLOCK_SPARSE || (n_tiles > 0 && pf_bsp_tile_needed(p, tile0 * PF_BLOCK_N, bsp_qb,
+                                                                     bsp_res, bsp_pos, bsp_vis));
   if (n_tiles > 0) {
     // Q rows of this tile (rows past the request are zero-filled).
 #ifdef GA_Q_E4M3
@@ -641,10 +644,11 @@ extern "C" __global__ void __launch_bounds__(PF_THREADS)
     const int n0 = (tile0 + j) * PF_BLOCK_N;
     const int stage = KV_FP8 ? 0 : (j & 1);
     bool need_next = true;
+    unsigned bsp_vis_next = 0u;
     if (j + 1 < n_tiles) {
       const int nxt = (j + 1) & 1;
       if (GA_BLOCK_SPARSE)
-        need_next = pf_bsp_tile_needed(p, n0 + PF_BLOCK_N, bsp_qb, bsp_res, bsp_pos);
+        need_next = pf_bsp_tile_needed(p, n0 + PF_BLOCK_N, bsp_qb, bsp_res, pos, bsp_vis_next);
       if (!need_next) {
       } else if (KV_FP8)
         pf_load_kv(p, block_row, kv_row0, kv_head, n0 + PF_BLOCK_N, kv_end,
@@ -677,8 +681,6 @@ extern "C" __global__ void __launch_bounds__(PF_THREADS)
     const bool mask = ga_prefill_tile_masked(n0, PF_BLOCK_N, pos_lo, pos_hi, kv_end, p.window);
     const unsigned k_addr = k_base + stage * KV_TILE_BYTES;
     const unsigned v_addr = v_base + stage * KV_TILE_BYTES;
-    unsigned bsp_vis[PF_MT][2] = {};  // block-sparse: the tile's visible key groups per row
-    if (GA_BLOCK_SPARSE && need) pf_bsp_tile_vis(p, n0, bsp_qb, bsp_res, bsp_pos, bsp_vis);
     if (!need) {
     } else if (pf_one_body()) {
       pf_tile<PF_MASK_IF>(mask, p, sc, qf, q_lane, k_addr, v_addr, n0, kv_end, lane, pos, slope,
@@ -692,6 +694,7 @@ extern "C" __global__ void __launch_bounds__(PF_THREADS)
     }
     __syncthreads();
     need = need_next;
+    bsp_vis = bsp_vis_next;
   }
 
   // Normalise; rows that saw no key (seq_len 0) become zeros. Stage through this warp's own Q
