@@ -276,32 +276,60 @@ __device__ __forceinline__ void pf_convert_vt(const ga_u8* raw, ga_u16* dst, int
   });
 }
 
-// GA_BLOCK_SPARSE: row `row` of a tile's query block and stride offset (pos: its position).
+// GA_BLOCK_SPARSE: row `row` of a tile's query block qb and its head's stride residue res: the
+// key blocks kb with kb % vert_stride == res are the head's vertical stripes (ga_bsp_visible's
+// (kb + off) % vert_stride == 0 with off = ga_bsp_offset in [0, vert_stride), for kb >= 0).
 __device__ __forceinline__ void pf_bsp_row(const PrefillParams& p, int row, int pos, int kv_head,
-                                           int& qb, int& off) {
+                                           int& qb, int& res) {
   qb = pos >= 0 ? pos / p.bsp.block : 0;
-  off = ga_bsp_offset(p.bsp, kv_head * GROUP + row % GROUP);
+  const int off = ga_bsp_offset(p.bsp, kv_head * GROUP + row % GROUP);
+  res = off == 0 ? 0 : p.bsp.vert_stride - off;
+}
+// GA_BLOCK_SPARSE, for the tile [n0, n0 + PF_BLOCK_N) and this thread's rows (pf_bsp_row's qb and
+// res; pos: their positions, -1 past the request): vis bit pf_bsp_bit(i, r, j) set where row
+// (i, r)'s pattern sees the n8 key group j (keys n0 + 8 j ..; a sparse block is a multiple of 16
+// keys, so each group lies in one), and the return value nonzero where some row sees a key of the
+// tile causally (a sparse block starting at or before the row's position). One division and one
+// remainder a tile (its vote, one tile ahead, which keeps the mask for it), none per element or
+// row: the loop walks the tile's sparse blocks, stepping kb % vert_stride.
+__device__ constexpr int pf_bsp_bit(int i, int r, int j) {
+  return (i * 2 + r) * (PF_BLOCK_N / 8) + j;
+}
+static_assert(pf_bsp_bit(PF_MT - 1, 1, PF_BLOCK_N / 8 - 1) < 32, "one word holds a tile's mask");
+__device__ __forceinline__ int pf_bsp_tile_vis(const PrefillParams& p, int n0,
+                                               const int (&qb)[PF_MT][2],
+                                               const int (&res)[PF_MT][2],
+                                               const int (&pos)[PF_MT][2], unsigned& vis) {
+  int need = 0;
+  vis = 0u;
+  const int block = p.bsp.block, vs = p.bsp.vert_stride;
+  int kb = n0 / block;
+  int km = kb % vs;  // kb % vert_stride, stepped with kb
+  for (int k0 = kb * block; k0 < n0 + PF_BLOCK_N; k0 += block) {
+    const int lo = max(k0 - n0, 0) / 8;
+    const int hi = min(k0 + block - n0, PF_BLOCK_N) / 8;   // groups [lo, hi)
+    const unsigned bits = ((1u << (hi - lo)) - 1u) << lo;  // at most PF_BLOCK_N / 8 = 8 groups
+#pragma unroll
+    for (int i = 0; i < PF_MT; ++i)
+#pragma unroll
+      for (int r = 0; r < 2; ++r)
+        if (qb[i][r] - kb < p.bsp.local_blocks || km == res[i][r]) {
+          vis |= bits << pf_bsp_bit(i, r, 0);
+          need |= k0 <= pos[i][r] ? 1 : 0;
+        }
+    ++kb;
+    km = km + 1 == vs ? 0 : km + 1;
+  }
+  return need;
 }
 // GA_BLOCK_SPARSE: whether some row of the block sees a key of the tile [n0, n0 + PF_BLOCK_N)
 // by the block pattern (and causally). A block-wide vote: every thread of the block calls it.
-__device__ __forceinline__ bool pf_bsp_tile_needed(const PrefillParams& p, int n0, int m0, int rows,
-                                                   int ctx, int kv_head, int tid) {
-  int need = 0;
-  const int base_row = m0 + (tid >> 5) * 16 * PF_MT + ((tid & 31) >> 2);
-#pragma unroll
-  for (int i = 0; i < PF_MT; ++i)
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int row = base_row + i * 16 + r * 8;
-      if (row >= rows) continue;
-      const int pos = ctx + row / GROUP;
-      const int last = min(n0 + PF_BLOCK_N - 1, pos);
-      int qb, off;
-      pf_bsp_row(p, row, pos, kv_head, qb, off);
-      for (int kb = n0 / p.bsp.block; kb * p.bsp.block <= last; ++kb)
-        need |= ga_bsp_visible(p.bsp, qb, kb, off) ? 1 : 0;
-    }
-  return __syncthreads_or(need) != 0;
+// vis: pf_bsp_tile_vis's mask of this thread's rows, for pf_tile when the tile comes.
+__device__ __forceinline__ bool pf_bsp_tile_needed(const PrefillParams& p, int n0,
+                                                   const int (&qb)[PF_MT][2],
+                                                   const int (&res)[PF_MT][2],
+                                                   const int (&pos)[PF_MT][2], unsigned& vis) {
+  return __syncthreads_or(pf_bsp_tile_vis(p, n0, qb, res, pos, vis)) != 0;
 }
 
 // Whether masked tiles (causal or window: ga_prefill_tile_masked) get their own inlined copy of
@@ -317,12 +345,14 @@ enum PfMask { PF_UNMASKED, PF_MASKED, PF_MASK_IF };
 
 // One KV tile for one warp's PF_MT * 16 rows: S = Q K^T, online softmax, O += P V.
 template <PfMask MASK>
-__device__ __forceinline__ void pf_tile(
-    bool mask, const PrefillParams& p, const GaPrefillScales& sc,
-    const unsigned (&qf)[PF_MT][PF_QF][4], unsigned q_addr, unsigned k_addr, unsigned v_addr,
-    int n0, int kv_end, int lane, const int (&pos)[PF_MT][2], const float (&slope)[PF_MT][2],
-    const int (&bsp_qb)[PF_MT][2], const int (&bsp_off)[PF_MT][2], float (&m)[PF_MT][2],
-    float (&l)[PF_MT][2], float (&o)[PF_MT][PF_HEAD_PAD / 8][4]) {
+__device__ __forceinline__ void pf_tile(bool mask, const PrefillParams& p,
+                                        const GaPrefillScales& sc,
+                                        const unsigned (&qf)[PF_MT][PF_QF][4], unsigned q_addr,
+                                        unsigned k_addr, unsigned v_addr, int n0, int kv_end,
+                                        int lane, const int (&pos)[PF_MT][2],
+                                        const float (&slope)[PF_MT][2], unsigned bsp_vis,
+                                        float (&m)[PF_MT][2], float (&l)[PF_MT][2],
+                                        float (&o)[PF_MT][PF_HEAD_PAD / 8][4]) {
   constexpr int NB = PF_BLOCK_N / 8;
   float s[PF_MT][NB][4];
 #pragma unroll
@@ -372,8 +402,6 @@ __device__ __forceinline__ void pf_tile(
     float mx[2] = {ninf, ninf};
 #pragma unroll
     for (int j = 0; j < NB; ++j) {
-      // Block-sparse: the 8 keys of n-tile j lie in one sparse block (a multiple of 16 keys).
-      const int kb = GA_BLOCK_SPARSE ? (n0 + j * 8) / p.bsp.block : 0;
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         float x = s[i][j][e];
@@ -386,8 +414,7 @@ __device__ __forceinline__ void pf_tile(
         if (HAS_ALIBI) x += ga_alibi_log2(slope[i][e >> 1], key, pos[i][e >> 1]);
         if (MASK == PF_MASKED && !ga_prefill_visible(pos[i][e >> 1], key, kv_end, p.window))
           x = ninf;
-        if (GA_BLOCK_SPARSE && !ga_bsp_visible(p.bsp, bsp_qb[i][e >> 1], kb, bsp_off[i][e >> 1]))
-          x = ninf;
+        if (GA_BLOCK_SPARSE && !((bsp_vis >> pf_bsp_bit(i, e >> 1, j)) & 1u)) x = ninf;
         s[i][j][e] = x;
         if (MASK != PF_MASK_IF) mx[e >> 1] = fmaxf(mx[e >> 1], x);
       }
@@ -525,9 +552,21 @@ extern "C" __global__ void __launch_bounds__(PF_THREADS)
   }
 
   const int* block_row = p.kv.block_table + static_cast<long long>(req) * p.kv.block_table_stride;
-  // Block-sparse: whether the current tile is loaded and computed (block-uniform).
-  bool need = !GA_BLOCK_SPARSE || (n_tiles > 0 && pf_bsp_tile_needed(p, tile0 * PF_BLOCK_N, m0,
-                                                                     rows, ctx, kv_head, tid));
+  // Block-sparse: this thread's rows' (pf_tile's rows, below) positions (-1 past the request),
+  // query blocks and stride residues (pf_bsp_row), and whether the current tile is loaded and
+  // computed (block-uniform).
+  int bsp_pos[PF_MT][2] = {}, bsp_qb[PF_MT][2] = {}, bsp_res[PF_MT][2] = {};
+#pragma unroll
+  for (int i = 0; i < PF_MT; ++i)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int row = m0 + (tid >> 5) * 16 * PF_MT + i * 16 + ((tid & 31) >> 2) + r * 8;
+      bsp_pos[i][r] = row < rows ? ctx + row / GROUP : -1;
+      if (GA_BLOCK_SPARSE) pf_bsp_row(p, row, bsp_pos[i][r], kv_head, bsp_qb[i][r], bsp_res[i][r]);
+    }
+  unsigned bsp_vis = 0u;  // the current tile's visible key groups (pf_bsp_tile_vis)
+  bool need = !GA_BLOCK_SPARSE || (n_tiles > 0 && pf_bsp_tile_needed(p, tile0 * PF_BLOCK_N, bsp_qb,
+                                                                     bsp_res, bsp_pos, bsp_vis));
   if (n_tiles > 0) {
     // Q rows of this tile (rows past the request are zero-filled).
 #ifdef GA_Q_E4M3
@@ -577,14 +616,12 @@ extern "C" __global__ void __launch_bounds__(PF_THREADS)
   // Their heads' ALiBi slopes and sink logits (log2 domain), where the spec has them.
   int pos[PF_MT][2];
   float slope[PF_MT][2], sink[PF_MT][2];
-  int bsp_qb[PF_MT][2] = {}, bsp_off[PF_MT][2] = {};  // block-sparse: query block, stride offset
 #pragma unroll
   for (int i = 0; i < PF_MT; ++i)
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const int row = m0 + warp_row + i * 16 + (lane >> 2) + r * 8;
       pos[i][r] = row < rows ? ctx + row / GROUP : -1;
-      if (GA_BLOCK_SPARSE) pf_bsp_row(p, row, pos[i][r], kv_head, bsp_qb[i][r], bsp_off[i][r]);
       const int head = kv_head * GROUP + row % GROUP;
       slope[i][r] = ga_alibi_slope_log2(p.terms, head, row < rows);
       sink[i][r] = ga_sink_log2(p.terms, head, row < rows);
@@ -607,10 +644,11 @@ extern "C" __global__ void __launch_bounds__(PF_THREADS)
     const int n0 = (tile0 + j) * PF_BLOCK_N;
     const int stage = KV_FP8 ? 0 : (j & 1);
     bool need_next = true;
+    unsigned bsp_vis_next = 0u;
     if (j + 1 < n_tiles) {
       const int nxt = (j + 1) & 1;
       if (GA_BLOCK_SPARSE)
-        need_next = pf_bsp_tile_needed(p, n0 + PF_BLOCK_N, m0, rows, ctx, kv_head, tid);
+        need_next = pf_bsp_tile_needed(p, n0 + PF_BLOCK_N, bsp_qb, bsp_res, pos, bsp_vis_next);
       if (!need_next) {
       } else if (KV_FP8)
         pf_load_kv(p, block_row, kv_row0, kv_head, n0 + PF_BLOCK_N, kv_end,
@@ -646,16 +684,17 @@ extern "C" __global__ void __launch_bounds__(PF_THREADS)
     if (!need) {
     } else if (pf_one_body()) {
       pf_tile<PF_MASK_IF>(mask, p, sc, qf, q_lane, k_addr, v_addr, n0, kv_end, lane, pos, slope,
-                          bsp_qb, bsp_off, m, l, o);
+                          bsp_vis, m, l, o);
     } else if (mask) {
       pf_tile<PF_MASKED>(true, p, sc, qf, q_lane, k_addr, v_addr, n0, kv_end, lane, pos, slope,
-                         bsp_qb, bsp_off, m, l, o);
+                         bsp_vis, m, l, o);
     } else {
       pf_tile<PF_UNMASKED>(false, p, sc, qf, q_lane, k_addr, v_addr, n0, kv_end, lane, pos, slope,
-                           bsp_qb, bsp_off, m, l, o);
+                           bsp_vis, m, l, o);
     }
     __syncthreads();
     need = need_next;
+    bsp_vis = bsp_vis_next;
   }
 
   // Normalise; rows that saw no key (seq_len 0) become zeros. Stage through this warp's own Q
