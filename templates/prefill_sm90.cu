@@ -830,79 +830,39 @@ constexpr int PW_VT_CPS = PW_VT_SEG / 8;              // chunks per dimension of
 constexpr int PW_VT_LPS = 128 / PW_VT_SEGS;           // threads per segment
 constexpr int PW_VT_DSTEP = PW_VT_LPS / PW_VT_CPS;    // dimensions between a thread's chunks
 constexpr int PW_VT_ITERS = HEAD_SIZE / PW_VT_DSTEP;  // chunks per thread and tile
-// GA_PW_SCHED_ROW_LINES (legacy): whole 128-byte rows of the tile instead. At block sizes 16 and
-// 32 the map above has a warp instruction write 8 rows x 64 bytes of the swizzled tile (8
-// shared-memory wavefronts for 512 bytes, the flash gather's old pattern). With it, lane l of
-// warp w copies chunk l % 8 of column block w % PW_VT_NCB (tile chunk tc) of the dimensions
-// 4 (w / PW_VT_NCB) + l / 8 + PW_VT_STEP i: a warp instruction writes 4 whole rows (one column
-// block of 4 dimensions) and reads, per cache block the column block touches, 4 dimensions' keys,
-// which follow each other BLOCK_SIZE keys apart (block 16: 4 x 32 = 128 contiguous bytes, one
-// whole line from each of 4 blocks). Still one block lookup per thread and tile.
-enum PwVtLines : int {
-  PW_VT_LINES = PW_LEGACY && (PW_SCHED & GA_PW_SCHED_ROW_LINES) != 0,
-  PW_VT_NCB = PW_BLOCK_N / 64,  // 64-key column blocks of the tile
-  PW_VT_STEP = PW_VT_LINES ? 16 / PW_VT_NCB : PW_VT_DSTEP,  // dimensions between a thread's chunks
-  PW_VT_N = PW_VT_LINES ? HEAD_SIZE / PW_VT_STEP : PW_VT_ITERS  // chunks per thread and tile
-};
 static_assert(!PW_LEGACY || (PW_VT_LPS % PW_VT_CPS == 0 && PW_VT_DSTEP % 8 == 0 &&
                              HEAD_SIZE % PW_VT_DSTEP == 0),
               "prefill_sm90: uneven V^T gather");
-static_assert(!PW_VT_LINES || (PW_BLOCK_N % 64 == 0 && PW_VT_STEP % 8 == 0 &&
-                               HEAD_SIZE % PW_VT_STEP == 0),
-              "prefill_sm90: uneven whole-row V^T gather");
 
-// The V^T copies of one thread: its chunk's N dimensions STEP apart, from src (the first) to d_dst
-// (the first's tile offset); keys: the chunk's keys before kv_end, 0 to 8. Whole chunks (or none)
-// take the predicated copy, as the flash gather's do; only a chunk that kv_end cuts through
-// copies a byte count (the zero-filling form).
-template <int STEP, int N>
-__device__ __forceinline__ void pw_legacy_vt_copy(const ga_u16* src, int keys, unsigned d_dst) {
-  const int bytes = keys * 2;
-  if (bytes == 16 || bytes == 0) {
-#pragma unroll
-    for (int i = 0; i < N; ++i)
-      pw_cp_async16(d_dst + i * (STEP * 128), src + i * (STEP * BLOCK_SIZE), bytes == 16 ? 16 : 0);
-  } else {
-#pragma unroll
-    for (int i = 0; i < N; ++i)
-      pw_cp_async16(d_dst + i * (STEP * 128), src + i * (STEP * BLOCK_SIZE), bytes);
-  }
-}
 __device__ __forceinline__ void pw_legacy_load_vt(const PrefillParams& p, const int* block_row,
                                                   long long head_off, int n0, int kv_end,
                                                   unsigned dst, int ptid) {
-  if constexpr (PW_VT_LINES) {
-    const int l = ptid & 31, w = ptid >> 5;
-    const int tc = (w % PW_VT_NCB) * 8 + (l & 7), d0 = 4 * (w / PW_VT_NCB) + (l >> 3);
-    const int key = n0 + tc * 8;  // this thread's chunk: keys key .. key + 7, in one block
+  const int sg = ptid / PW_VT_LPS, lt = ptid % PW_VT_LPS;
+  const int d0 = lt / PW_VT_CPS, tc = sg * PW_VT_CPS + lt % PW_VT_CPS;
+  const int key0 = n0 + sg * PW_VT_SEG;
 #ifdef GA_CHECK_BOUNDS
-    const int blk = ga_prefill_checked_block(p, block_row, min(key, kv_end - 1));
+  const int blk = ga_prefill_checked_block(p, block_row, min(key0, kv_end - 1));
 #else
-    const int blk = __ldg(block_row + min(key, kv_end - 1) / BLOCK_SIZE);
+  const int blk = __ldg(block_row + min(key0, kv_end - 1) / BLOCK_SIZE);
 #endif
-    pw_legacy_vt_copy<PW_VT_STEP, PW_VT_N>(
-        static_cast<const ga_u16*>(p.kv.value_cache) +
-            static_cast<long long>(blk) * p.kv.cache_block_stride + head_off + key % BLOCK_SIZE +
-            d0 * BLOCK_SIZE,
-        min(max(kv_end - key, 0), 8),
-        dst + (tc >> 3) * (HEAD_SIZE * 128) + d0 * 128 + (((tc & 7) ^ (d0 & 7)) << 4));
+  const ga_u16* src = static_cast<const ga_u16*>(p.kv.value_cache) +
+                      static_cast<long long>(blk) * p.kv.cache_block_stride + head_off +
+                      key0 % BLOCK_SIZE + d0 * BLOCK_SIZE + (lt % PW_VT_CPS) * 8;
+  // Bytes of the chunk inside the request: its keys before kv_end, 0 to 8.
+  const int bytes = min(max(kv_end - (n0 + tc * 8), 0), 8) * 2;
+  const unsigned d_dst =
+      dst + (tc >> 3) * (HEAD_SIZE * 128) + d0 * 128 + (((tc & 7) ^ (d0 & 7)) << 4);
+  // Whole chunks (or none) take the predicated copy, as the flash gather's do; only a chunk that
+  // kv_end cuts through copies a byte count (the zero-filling form).
+  if (bytes == 16 || bytes == 0) {
+#pragma unroll
+    for (int i = 0; i < PW_VT_ITERS; ++i)
+      pw_cp_async16(d_dst + i * (PW_VT_DSTEP * 128), src + i * (PW_VT_DSTEP * BLOCK_SIZE),
+                    bytes == 16 ? 16 : 0);
   } else {
-    const int sg = ptid / PW_VT_LPS, lt = ptid % PW_VT_LPS;
-    const int d0 = lt / PW_VT_CPS, tc = sg * PW_VT_CPS + lt % PW_VT_CPS;
-    const int key0 = n0 + sg * PW_VT_SEG;
-#ifdef GA_CHECK_BOUNDS
-    const int blk = ga_prefill_checked_block(p, block_row, min(key0, kv_end - 1));
-#else
-    const int blk = __ldg(block_row + min(key0, kv_end - 1) / BLOCK_SIZE);
-#endif
-    const ga_u16* src = static_cast<const ga_u16*>(p.kv.value_cache) +
-                        static_cast<long long>(blk) * p.kv.cache_block_stride + head_off +
-                        key0 % BLOCK_SIZE + d0 * BLOCK_SIZE + (lt % PW_VT_CPS) * 8;
-    // The chunk's keys inside the request: those before kv_end, 0 to 8.
-    const int keys = min(max(kv_end - (n0 + tc * 8), 0), 8);
-    const unsigned d_dst =
-        dst + (tc >> 3) * (HEAD_SIZE * 128) + d0 * 128 + (((tc & 7) ^ (d0 & 7)) << 4);
-    pw_legacy_vt_copy<PW_VT_DSTEP, PW_VT_ITERS>(src, keys, d_dst);
+#pragma unroll
+    for (int i = 0; i < PW_VT_ITERS; ++i)
+      pw_cp_async16(d_dst + i * (PW_VT_DSTEP * 128), src + i * (PW_VT_DSTEP * BLOCK_SIZE), bytes);
   }
 }
 
