@@ -210,12 +210,14 @@ enum PwFp8Softmax : int {
 #ifdef GA_PREFILL_SM90_SCHED
 enum PwSched : int {
   PW_SCHED = ga_prefill_sm90_sched(HEAD_SIZE, PW_LEGACY, PW_FP8, HAS_SOFT_CAP || HAS_ALIBI,
-                                   !HAS_WINDOW && !GA_NON_CAUSAL, GA_PREFILL_SM90_SCHED)
+                                   !HAS_WINDOW && !GA_NON_CAUSAL,
+                                   !GA_DENSE_KV && !PW_PRODUCER_EXTRA, GA_PREFILL_SM90_SCHED)
 };
 #else
 enum PwSched : int {
-  PW_SCHED = ga_prefill_sm90_sched(HEAD_SIZE, PW_LEGACY, PW_FP8, HAS_SOFT_CAP || HAS_ALIBI,
-                                   !HAS_WINDOW && !GA_NON_CAUSAL)
+  PW_SCHED =
+      ga_prefill_sm90_sched(HEAD_SIZE, PW_LEGACY, PW_FP8, HAS_SOFT_CAP || HAS_ALIBI,
+                            !HAS_WINDOW && !GA_NON_CAUSAL, !GA_DENSE_KV && !PW_PRODUCER_EXTRA)
 };
 #endif
 // The P V wgmma's B (V) operand: MN-major (1, transposed: the flash 16-bit [key][dim] tile) or
@@ -681,8 +683,9 @@ __device__ __forceinline__ void pw_pass_blocks(const int* block_row, int n0,
 __device__ __forceinline__ long long pw_pass_offset(const PrefillParams& p, int blk, int n0,
                                                     int k) {
   constexpr bool TILE_BLOCKS = PW_BLOCK_N % BLOCK_SIZE == 0;
-  const unsigned in_block = TILE_BLOCKS ? PW_PASS_ROWS * k % BLOCK_SIZE
-                                        : (static_cast<unsigned>(n0) + PW_PASS_ROWS * k) % BLOCK_SIZE;
+  const unsigned in_block = TILE_BLOCKS
+                                ? PW_PASS_ROWS * k % BLOCK_SIZE
+                                : (static_cast<unsigned>(n0) + PW_PASS_ROWS * k) % BLOCK_SIZE;
   return static_cast<long long>(static_cast<unsigned>(blk)) * p.kv.cache_block_stride +
          static_cast<long long>(in_block) * p.kv.cache_token_stride;
 }
@@ -713,8 +716,7 @@ __device__ __forceinline__ void pw_gather_rows(const PrefillParams& p, const int
     int blk[PW_PASSES];
     pw_pass_blocks(block_row, n0, blk);
 #pragma unroll
-    for (int k = 0; k < PW_PASSES; ++k)
-      off[k] = pw_pass_offset(p, blk[k], n0, k) + row_off;
+    for (int k = 0; k < PW_PASSES; ++k) off[k] = pw_pass_offset(p, blk[k], n0, k) + row_off;
     return;
   }
   int key[PW_PASSES], blk[PW_PASSES];
@@ -772,18 +774,17 @@ __device__ __forceinline__ void pw_lean_blocks(const int* block_row, const PwGat
 }
 template <bool FULL>
 __device__ __forceinline__ void pw_lean_copy(const pw_elem* cache, const PrefillParams& p,
-                                             const PwGather& g, const int (&blk)[PW_PASSES],
-                                             int n0, int kv_end, unsigned dst) {
+                                             const PwGather& g, const int (&blk)[PW_PASSES], int n0,
+                                             int kv_end, unsigned dst) {
 #pragma unroll
   for (int k = 0; k < PW_PASSES; ++k) {
     const int key = n0 + PW_PASS_ROWS * k + g.row;
     // (The clamp, a no-op in a full tile, keeps ptxas from holding a full tile's row offset,
     // the same every tile, across the loop: at 24 registers that value spilled.)
     const unsigned in_block = static_cast<unsigned>(min(key, kv_end - 1)) % BLOCK_SIZE;
-    const pw_elem* src = cache + (static_cast<long long>(static_cast<unsigned>(blk[k])) *
-                                      p.kv.cache_block_stride +
-                                  static_cast<long long>(in_block) * p.kv.cache_token_stride +
-                                  g.col);
+    const pw_elem* src =
+        cache + (static_cast<long long>(static_cast<unsigned>(blk[k])) * p.kv.cache_block_stride +
+                 static_cast<long long>(in_block) * p.kv.cache_token_stride + g.col);
     const int bytes = key < kv_end ? 16 : 0;
 #pragma unroll
     for (int i = 0; i < PW_LANE_CHUNKS; ++i) {
@@ -1248,7 +1249,8 @@ enum PwTmaGeometry : int {
                   !GA_DENSE_KV && !GA_BLOCK_SPARSE,
   // The lean gather (pw_lean_blocks, pw_lean_copy) for every K/V tile the producer gathers:
   // 8 lanes a row with fewer than 88 producer registers (head size 256: 24, head size 64: 32),
-  // 16-bit flash layouts, paged, not block-sparse or checked (PW_PRODUCER_EXTRA).
+  // 16-bit flash layouts, paged, not block-sparse or checked (PW_PRODUCER_EXTRA). The default
+  // of head size 256's such specs (params.h's ga_prefill_sm90_sched); head size 64 only forced.
   PW_LEAN_GATHER = PW_ROW_SHIFT == 3 && PW_PRODUCER_REGS < 88 && !PW_FP8 && !PW_LEGACY &&
                    !GA_DENSE_KV && !PW_PRODUCER_EXTRA && BLOCK_SIZE % PW_PASS_ROWS == 0
 };
