@@ -568,8 +568,16 @@ constexpr bool ga_prefill_sm90_rowsum_mma(int head_size, bool legacy, bool q_fp8
 //   alternated in one call; docs/prefill-h128-row-lines-h100-2026-11-27-s11.txt): 4 x 4096
 //   causal head 128 986.5 -> 931.2 us (-5.6%; cuDNN 927.5 in the same call), chunked 4 x 512
 //   after 2048 / 8192 / 16384 cached -5.5% / -3.4% / -6.1%. So it is the default of the 16-bit
-//   flash specs at head sizes 128-192, whose producer has 88 registers; head 64 (32) and 256
-//   (24) spill with it (46 and 18 STL/LDL) and keep 4 lanes. Block-sparse, dense K/V and checked
+//   flash specs at head sizes 128-192, whose producer has 88 registers. Head 256 (a 24-register
+//   producer) spilled with it (4 STL / 4 LDL, the offsets of all passes held across the wait
+//   for the V stage) until the producers under 88 registers took the lean gather
+//   (templates/prefill_sm90.cu, PW_LEAN_GATHER: 32-bit block numbers held, each pass's offset
+//   formed before its copies; full tiles one lookup a pass): no spills, and 4 x 4096 causal head
+//   256 1713.8 -> 1685.9 us (-1.6%, H100, alternated, every new run faster; test_prefill passed
+//   with it; docs/prefill-row-lines-h256-h100-2026-11-27-s11.txt). So head 256 takes it where the
+//   lean gather applies (`plain_paged`: paged, not dense K/V, block-sparse or checked); head 64
+//   (32 registers, TMA for its full tiles) measured slower with it (+3.1%) and keeps 4 lanes, as
+//   do head 256's dense, block-sparse and checked specs. Block-sparse, dense K/V and checked
 //   specs take it too (their GPU tests passed with it, and the block-sparse 4 x 4096 row went
 //   1422.8 -> 1417.3 us; docs/prefill-row-lines-more-h100-2026-11-27-s11.txt). The e4m3 prefill
 //   (fp8, head 128: a K/V row is one 128-byte line, so 8 lanes copy one row each instruction and
@@ -601,13 +609,14 @@ enum GaPwSched : int {
   GA_PW_SCHED_ROW_LINES = 16
 };
 constexpr int ga_prefill_sm90_sched(int head_size, bool legacy, bool fp8, bool scaled_scores,
-                                    bool plain_causal, int bits = -1) {
+                                    bool plain_causal, bool plain_paged, int bits = -1) {
   return fp8             ? (bits < 0 ? (head_size == 128 ? GA_PW_SCHED_ROW_LINES : 0)
                                      : bits & GA_PW_SCHED_ROW_LINES)
          : bits < 0      ? (legacy && head_size == 128 && !scaled_scores && plain_causal
                                 ? GA_PW_SCHED_EARLY_WAIT
-                            : !legacy && head_size >= 128 && head_size <= 192 ? GA_PW_SCHED_ROW_LINES
-                                                                              : 0)
+                            : !legacy && head_size >= 128 && (head_size <= 192 || plain_paged)
+                                ? GA_PW_SCHED_ROW_LINES
+                                : 0)
          : scaled_scores ? bits & ~GA_PW_SCHED_VOTE_MAX
                          : bits;
 }

@@ -210,12 +210,14 @@ enum PwFp8Softmax : int {
 #ifdef GA_PREFILL_SM90_SCHED
 enum PwSched : int {
   PW_SCHED = ga_prefill_sm90_sched(HEAD_SIZE, PW_LEGACY, PW_FP8, HAS_SOFT_CAP || HAS_ALIBI,
-                                   !HAS_WINDOW && !GA_NON_CAUSAL, GA_PREFILL_SM90_SCHED)
+                                   !HAS_WINDOW && !GA_NON_CAUSAL,
+                                   !GA_DENSE_KV && !PW_PRODUCER_EXTRA, GA_PREFILL_SM90_SCHED)
 };
 #else
 enum PwSched : int {
-  PW_SCHED = ga_prefill_sm90_sched(HEAD_SIZE, PW_LEGACY, PW_FP8, HAS_SOFT_CAP || HAS_ALIBI,
-                                   !HAS_WINDOW && !GA_NON_CAUSAL)
+  PW_SCHED =
+      ga_prefill_sm90_sched(HEAD_SIZE, PW_LEGACY, PW_FP8, HAS_SOFT_CAP || HAS_ALIBI,
+                            !HAS_WINDOW && !GA_NON_CAUSAL, !GA_DENSE_KV && !PW_PRODUCER_EXTRA)
 };
 #endif
 // The P V wgmma's B (V) operand: MN-major (1, transposed: the flash 16-bit [key][dim] tile) or
@@ -661,6 +663,33 @@ __device__ __forceinline__ PwGather pw_gather_setup(long long head_off, int ptid
   return g;
 }
 
+// GA_PW_SCHED_ROW_LINES, a full tile: the 16 rows of a pass start at a multiple of 16 keys, so
+// where 16 divides the block size they lie in one cache block: one lookup a pass, the same
+// address for every thread, and the row's offset in it the thread's own (its row x the token
+// stride). Where the block size divides the tile, n0 starts a block, and pass k's block and row
+// within it are constants away from n0's (one table address a tile). pw_pass_blocks: the passes'
+// blocks; pw_pass_offset: pass k's block and row in it as an element offset (block numbers are
+// not negative: zero-extended, one 64-bit multiply-add each).
+__device__ __forceinline__ void pw_pass_blocks(const int* block_row, int n0,
+                                               int (&blk)[PW_PASSES]) {
+  constexpr bool TILE_BLOCKS = PW_BLOCK_N % BLOCK_SIZE == 0;
+  const unsigned t0 = static_cast<unsigned>(n0);
+  const int* bt = block_row + (TILE_BLOCKS ? t0 / BLOCK_SIZE : 0);
+#pragma unroll
+  for (int k = 0; k < PW_PASSES; ++k)
+    blk[k] = __ldg(TILE_BLOCKS ? bt + PW_PASS_ROWS * k / BLOCK_SIZE
+                               : bt + (t0 + PW_PASS_ROWS * k) / BLOCK_SIZE);
+}
+__device__ __forceinline__ long long pw_pass_offset(const PrefillParams& p, int blk, int n0,
+                                                    int k) {
+  constexpr bool TILE_BLOCKS = PW_BLOCK_N % BLOCK_SIZE == 0;
+  const unsigned in_block = TILE_BLOCKS
+                                ? PW_PASS_ROWS * k % BLOCK_SIZE
+                                : (static_cast<unsigned>(n0) + PW_PASS_ROWS * k) % BLOCK_SIZE;
+  return static_cast<long long>(static_cast<unsigned>(blk)) * p.kv.cache_block_stride +
+         static_cast<long long>(in_block) * p.kv.cache_token_stride;
+}
+
 // Element offsets of this thread's rows of the tile at key n0 (rows at or past kv_end point at
 // the last visible key, whose block exists; their copies are zero-filled). The block-table
 // loads are all issued before any is used. GA_DENSE_KV: the dense rows after kv_row0.
@@ -675,11 +704,8 @@ __device__ __forceinline__ void pw_gather_rows(const PrefillParams& p, const int
                                    min(n0 + PW_PASS_ROWS * k + g.row, kv_end - 1)) +
              g.col;
 #else
-  // GA_PW_SCHED_ROW_LINES, a full tile: the 16 rows of a pass start at a multiple of 16 keys, so
-  // where 16 divides the block size they lie in one cache block: one lookup a pass, the same
-  // address for every thread, and the row's offset in it the thread's own (its row x the token
-  // stride). Block numbers are not negative: zero-extended, one 64-bit multiply-add each.
-  // (Checked mode looks each row's key up.)
+  // GA_PW_SCHED_ROW_LINES, a full tile: one block lookup a pass (pw_pass_blocks). (Checked mode
+  // looks each row's key up.)
 #ifdef GA_CHECK_BOUNDS
   constexpr bool PASS_BLOCK = false;
 #else
@@ -687,23 +713,10 @@ __device__ __forceinline__ void pw_gather_rows(const PrefillParams& p, const int
 #endif
   if constexpr (PASS_BLOCK) {
     const long long row_off = static_cast<long long>(g.row) * p.kv.cache_token_stride + g.col;
-    // Where the block size divides the tile, n0 starts a block, and pass k's block and row
-    // within it are constants away from n0's (one table address a tile).
-    constexpr bool TILE_BLOCKS = PW_BLOCK_N % BLOCK_SIZE == 0;
-    const unsigned t0 = static_cast<unsigned>(n0);
-    const int* bt = block_row + (TILE_BLOCKS ? t0 / BLOCK_SIZE : 0);
     int blk[PW_PASSES];
+    pw_pass_blocks(block_row, n0, blk);
 #pragma unroll
-    for (int k = 0; k < PW_PASSES; ++k)
-      blk[k] = __ldg(TILE_BLOCKS ? bt + PW_PASS_ROWS * k / BLOCK_SIZE
-                                 : bt + (t0 + PW_PASS_ROWS * k) / BLOCK_SIZE);
-#pragma unroll
-    for (int k = 0; k < PW_PASSES; ++k) {
-      const unsigned in_block =
-          TILE_BLOCKS ? PW_PASS_ROWS * k % BLOCK_SIZE : (t0 + PW_PASS_ROWS * k) % BLOCK_SIZE;
-      off[k] = static_cast<long long>(static_cast<unsigned>(blk[k])) * p.kv.cache_block_stride +
-               static_cast<long long>(in_block) * p.kv.cache_token_stride + row_off;
-    }
+    for (int k = 0; k < PW_PASSES; ++k) off[k] = pw_pass_offset(p, blk[k], n0, k) + row_off;
     return;
   }
   int key[PW_PASSES], blk[PW_PASSES];
@@ -738,6 +751,49 @@ __device__ __forceinline__ void pw_gather_copy(const pw_elem* cache, const PwGat
       else
         pw_cp_async16(dst + k * PW_PASS_ROWS * 128 + g.dst[i],
                       cache + off[k] + PW_ROW_LANES * PW_CHUNK_ELEMS * i, bytes);
+    }
+  }
+}
+
+// The lean gather (PW_LEAN_GATHER: 8 lanes a row in a producer of fewer than 88 registers, where
+// the offsets of pw_gather_rows, PW_PASSES 64-bit values held across the wait for the V stage,
+// spilled): a tile keeps only the cache block of this thread's row in each pass (pw_lean_blocks;
+// a full tile one lookup a pass, pw_pass_blocks), and pw_lean_copy forms each pass's 64-bit
+// offset just before its copies, for K and again for V. Rows at or past kv_end point at the last
+// visible key and are zero-filled, as in pw_gather_rows.
+template <bool FULL>
+__device__ __forceinline__ void pw_lean_blocks(const int* block_row, const PwGather& g, int n0,
+                                               int kv_end, int (&blk)[PW_PASSES]) {
+  if constexpr (FULL) {
+    pw_pass_blocks(block_row, n0, blk);
+  } else {
+#pragma unroll
+    for (int k = 0; k < PW_PASSES; ++k)
+      blk[k] = __ldg(block_row + min(n0 + PW_PASS_ROWS * k + g.row, kv_end - 1) / BLOCK_SIZE);
+  }
+}
+template <bool FULL>
+__device__ __forceinline__ void pw_lean_copy(const pw_elem* cache, const PrefillParams& p,
+                                             const PwGather& g, const int (&blk)[PW_PASSES], int n0,
+                                             int kv_end, unsigned dst) {
+#pragma unroll
+  for (int k = 0; k < PW_PASSES; ++k) {
+    const int key = n0 + PW_PASS_ROWS * k + g.row;
+    // (The clamp, a no-op in a full tile, keeps ptxas from holding a full tile's row offset,
+    // the same every tile, across the loop: at 24 registers that value spilled.)
+    const unsigned in_block = static_cast<unsigned>(min(key, kv_end - 1)) % BLOCK_SIZE;
+    const pw_elem* src =
+        cache + (static_cast<long long>(static_cast<unsigned>(blk[k])) * p.kv.cache_block_stride +
+                 static_cast<long long>(in_block) * p.kv.cache_token_stride + g.col);
+    const int bytes = key < kv_end ? 16 : 0;
+#pragma unroll
+    for (int i = 0; i < PW_LANE_CHUNKS; ++i) {
+      if (FULL)
+        pw_cp_async16_all(dst + k * PW_PASS_ROWS * 128 + g.dst[i],
+                          src + PW_ROW_LANES * PW_CHUNK_ELEMS * i);
+      else
+        pw_cp_async16(dst + k * PW_PASS_ROWS * 128 + g.dst[i],
+                      src + PW_ROW_LANES * PW_CHUNK_ELEMS * i, bytes);
     }
   }
 }
@@ -1190,7 +1246,13 @@ enum PwTmaGeometry : int {
   PW_TMA_BOXES = PW_TMA_PAGES * PW_TMA_COLS,
   // The gather's FULL path for the tiles that end at or before kv_end (see PW_PASSES).
   PW_FULL_TILES = HEAD_SIZE == 128 && (!PW_FP8 || PW_ROW_SHIFT == 3) && !PW_LEGACY &&
-                  !GA_DENSE_KV && !GA_BLOCK_SPARSE
+                  !GA_DENSE_KV && !GA_BLOCK_SPARSE,
+  // The lean gather (pw_lean_blocks, pw_lean_copy) for every K/V tile the producer gathers:
+  // 8 lanes a row with fewer than 88 producer registers (head size 256: 24, head size 64: 32),
+  // 16-bit flash layouts, paged, not block-sparse or checked (PW_PRODUCER_EXTRA). The default
+  // of head size 256's such specs (params.h's ga_prefill_sm90_sched); head size 64 only forced.
+  PW_LEAN_GATHER = PW_ROW_SHIFT == 3 && PW_PRODUCER_REGS < 88 && !PW_FP8 && !PW_LEGACY &&
+                   !GA_DENSE_KV && !PW_PRODUCER_EXTRA && BLOCK_SIZE % PW_PASS_ROWS == 0
 };
 static_assert(!PW_TMA || (!PW_FP8 && PW_BLOCK_N % PW_TMA_ROWS == 0 && PW_TMA_ROWS % 8 == 0 &&
                           PW_TMA_BOXES <= 32 && PW_TMA_ROWS <= 256),
@@ -1399,14 +1461,19 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
         const int n0 = (tile0 + j) * PW_BLOCK_N;
 #endif
         long long off[PW_PASSES], lk_src[PW_LK_GPW];
+        int lean_blk[PW_PASSES];  // PW_LEAN_GATHER
         // TMA for the tiles that end at or before kv_end (the tile kv_end cuts zero-fills).
         const bool tma = PW_TMA && tma_on && n0 + PW_BLOCK_N <= kv_end;
-        const bool full = PW_FULL_TILES && n0 + PW_BLOCK_N <= kv_end;
+        const bool full = (PW_FULL_TILES || PW_LEAN_GATHER) && n0 + PW_BLOCK_N <= kv_end;
         int tma_blk = 0;
         if constexpr (PW_LEGACY)
           pw_legacy_k_rows(p, block_row, legacy_k, n0, kv_end, tid, lk_src);
         else if (tma)
           tma_blk = pw_tma_block(p, block_row, n0, tid);
+        else if (PW_LEAN_GATHER && full)
+          pw_lean_blocks<true>(block_row, gather, n0, kv_end, lean_blk);
+        else if (PW_LEAN_GATHER)
+          pw_lean_blocks<false>(block_row, gather, n0, kv_end, lean_blk);
         else if (full)
           pw_gather_rows<true>(p, block_row, kv_row0, gather, n0, kv_end, off);
         else
@@ -1420,7 +1487,11 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
           pw_tma_tile(k_map, tma_tok1, tma_blk, n0, kv_head, k_base + stage * PW_KV_BYTES,
                       bar_k_full + 8 * stage, tid);
         } else {
-          if (full)
+          if (PW_LEAN_GATHER && full)
+            pw_lean_copy<true>(kc, p, gather, lean_blk, n0, kv_end, k_base + stage * PW_KV_BYTES);
+          else if (PW_LEAN_GATHER)
+            pw_lean_copy<false>(kc, p, gather, lean_blk, n0, kv_end, k_base + stage * PW_KV_BYTES);
+          else if (full)
             pw_gather_copy<true>(kc, gather, off, n0, kv_end, k_base + stage * PW_KV_BYTES);
           else
             pw_gather_copy(kc, gather, off, n0, kv_end, k_base + stage * PW_KV_BYTES);
@@ -1446,7 +1517,12 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
             pw_tma_tile(v_map, tma_tok1, tma_blk, n0, kv_head, v_base + stage * PW_KV_BYTES,
                         bar_v_full + 8 * stage, tid);
           } else {
-            if (full)
+            if (PW_LEAN_GATHER && full)
+              pw_lean_copy<true>(vc, p, gather, lean_blk, n0, kv_end, v_base + stage * PW_KV_BYTES);
+            else if (PW_LEAN_GATHER)
+              pw_lean_copy<false>(vc, p, gather, lean_blk, n0, kv_end,
+                                  v_base + stage * PW_KV_BYTES);
+            else if (full)
               pw_gather_copy<true>(vc, gather, off, n0, kv_end, v_base + stage * PW_KV_BYTES);
             else
               pw_gather_copy(vc, gather, off, n0, kv_end, v_base + stage * PW_KV_BYTES);
