@@ -519,8 +519,6 @@ __device__ __forceinline__ void ga_timing_stamp(int w) {
 // Lane 0 of each warp: event k (0 prologue, 1 first tile, 2 last tile, 3 output).
 #define GA_TIMING_WARP(k) \
   if ((threadIdx.x & 31) == 0) ga_timing_stamp(8 + 8 * (threadIdx.x >> 5) + 2 * (k))
-#define GA_TIMING_ENTRY() \
-  if (threadIdx.x == 0) ga_timing_stamp(0)
 // Thread 0, block events after the wait (words 40..49, session 11): 40 the wait returned (early
 // prologue; without it, after the first copies), 42 the query's first word arrived (thread 0
 // stores it to word 63 first, so the stamp waits for it), 44 the warps' states are in shared
@@ -528,6 +526,7 @@ __device__ __forceinline__ void ga_timing_stamp(int w) {
 // its output stores.
 #define GA_TIMING_BLOCK(w) \
   if (threadIdx.x == 0) ga_timing_stamp(w)
+#define GA_TIMING_ENTRY() GA_TIMING_BLOCK(0)  // the block's entry, words 0 and 1
 #else
 #define GA_TIMING_WARP(k)
 #define GA_TIMING_ENTRY()

@@ -736,23 +736,30 @@ __device__ __forceinline__ void pw_gather_rows(const PrefillParams& p, const int
 #endif
 }
 
+// Pass k of a gathered tile: this thread's chunks of its row, from src (the row's first chunk in
+// the cache) into the tile at dst; bytes 16, or 0 to zero-fill a row at or past kv_end (FULL:
+// every row is a key, all 16).
+template <bool FULL>
+__device__ __forceinline__ void pw_copy_pass(const pw_elem* src, const PwGather& g, int k,
+                                             int bytes, unsigned dst) {
+#pragma unroll
+  for (int i = 0; i < PW_LANE_CHUNKS; ++i) {
+    if (FULL)
+      pw_cp_async16_all(dst + k * PW_PASS_ROWS * 128 + g.dst[i],
+                        src + PW_ROW_LANES * PW_CHUNK_ELEMS * i);
+    else
+      pw_cp_async16(dst + k * PW_PASS_ROWS * 128 + g.dst[i],
+                    src + PW_ROW_LANES * PW_CHUNK_ELEMS * i, bytes);
+  }
+}
+
 template <bool FULL = false>
 __device__ __forceinline__ void pw_gather_copy(const pw_elem* cache, const PwGather& g,
                                                const long long (&off)[PW_PASSES], int n0,
                                                int kv_end, unsigned dst) {
 #pragma unroll
-  for (int k = 0; k < PW_PASSES; ++k) {
-    const int bytes = n0 + PW_PASS_ROWS * k + g.row < kv_end ? 16 : 0;
-#pragma unroll
-    for (int i = 0; i < PW_LANE_CHUNKS; ++i) {
-      if (FULL)
-        pw_cp_async16_all(dst + k * PW_PASS_ROWS * 128 + g.dst[i],
-                          cache + off[k] + PW_ROW_LANES * PW_CHUNK_ELEMS * i);
-      else
-        pw_cp_async16(dst + k * PW_PASS_ROWS * 128 + g.dst[i],
-                      cache + off[k] + PW_ROW_LANES * PW_CHUNK_ELEMS * i, bytes);
-    }
-  }
+  for (int k = 0; k < PW_PASSES; ++k)
+    pw_copy_pass<FULL>(cache + off[k], g, k, n0 + PW_PASS_ROWS * k + g.row < kv_end ? 16 : 0, dst);
 }
 
 // The lean gather (PW_LEAN_GATHER: 8 lanes a row in a producer of fewer than 88 registers, where
@@ -785,16 +792,7 @@ __device__ __forceinline__ void pw_lean_copy(const pw_elem* cache, const Prefill
     const pw_elem* src =
         cache + (static_cast<long long>(static_cast<unsigned>(blk[k])) * p.kv.cache_block_stride +
                  static_cast<long long>(in_block) * p.kv.cache_token_stride + g.col);
-    const int bytes = key < kv_end ? 16 : 0;
-#pragma unroll
-    for (int i = 0; i < PW_LANE_CHUNKS; ++i) {
-      if (FULL)
-        pw_cp_async16_all(dst + k * PW_PASS_ROWS * 128 + g.dst[i],
-                          src + PW_ROW_LANES * PW_CHUNK_ELEMS * i);
-      else
-        pw_cp_async16(dst + k * PW_PASS_ROWS * 128 + g.dst[i],
-                      src + PW_ROW_LANES * PW_CHUNK_ELEMS * i, bytes);
-    }
+    pw_copy_pass<FULL>(src, g, k, key < kv_end ? 16 : 0, dst);
   }
 }
 

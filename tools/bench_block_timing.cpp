@@ -54,19 +54,27 @@ std::vector<uint64_t> used_rows(const std::vector<uint64_t>& words) {
   return std::vector<uint64_t>(words.begin(), words.begin() + rows * kTimingWords);
 }
 
-// Replay i of graph e after clearing the records [rec, rec + bytes) and flushing L2: its event
-// time in us, and the records up to the last row written.
-std::vector<uint64_t> replay_records(const Device& dev, CUgraphExec e, CUdeviceptr rec,
-                                     size_t bytes, int i, double& us) {
+// Run i of `launch` after clearing the records [rec, rec + bytes) and flushing L2 (seed i): its
+// event time in us, and the records.
+std::vector<uint64_t> timed_records(const Device& dev, CUdeviceptr rec, size_t bytes, int i,
+                                    const std::function<void()>& launch, double& us) {
   const auto& d = detail::driver();
   EventTimer timer;
   GA_CU_CHECK(d.cuMemsetD8Async(rec, 0, bytes, dev.stream));
   flush_l2_now(dev, i);
-  us = timer.time_us(dev.stream, [&] { GA_CU_CHECK(d.cuGraphLaunch(e, dev.stream)); });
+  us = timer.time_us(dev.stream, launch);
   GA_CU_CHECK(d.cuStreamSynchronize(dev.stream));
   std::vector<uint64_t> words(bytes / 8);
   GA_CU_CHECK(d.cuMemcpyDtoH(words.data(), rec, bytes));
-  return used_rows(words);
+  return words;
+}
+
+// Replay i of graph e (timed_records): its event time in us, and the records up to the last row
+// written.
+std::vector<uint64_t> replay_records(const Device& dev, CUgraphExec e, CUdeviceptr rec,
+                                     size_t bytes, int i, double& us) {
+  return used_rows(timed_records(
+      dev, rec, bytes, i, [&] { GA_CU_CHECK(detail::driver().cuGraphLaunch(e, dev.stream)); }, us));
 }
 
 }  // namespace
@@ -101,17 +109,13 @@ void decode_block_timing(const Device& dev, const AttentionBackend& attn,
   const detail::LoadedKernel& k = detail::load_kernel(*decode, default_kernel_cache());
   size_t bytes = 0;
   const CUdeviceptr rec = timing_records(k.module, bytes);
-  auto save = [&](const std::vector<uint64_t>& rows, const std::string& tag) {
-    return save_records(rows, out_prefix, label, tag);
-  };
   const CUgraphExec e = capture(dev, run);
-  EventTimer timer;
   for (int i = 0; i < reps; ++i) {
     // The launch's blocks: rows up to the last one written.
     double us = 0;
     const std::vector<uint64_t> used = replay_records(dev, e, rec, bytes, i, us);
     const TimingSummary sum = summarize_block_timing(used, GA_DECODE_WARPS, us, rd_us);
-    const std::string file = save(used, "-r" + std::to_string(i + 1));
+    const std::string file = save_records(used, out_prefix, label, "-r" + std::to_string(i + 1));
     std::printf("  -- block timing, replay %d of %d (%s), event %.3f us, rd %.3f us%s%s:\n%s",
                 i + 1, reps, decode->to_string().c_str(), us, rd_us, file.empty() ? "" : ", raw ",
                 file.c_str(), sum.text.c_str());
@@ -119,16 +123,14 @@ void decode_block_timing(const Device& dev, const AttentionBackend& attn,
   d.cuGraphExecDestroy(e);
   // The same-flush read of the row's bytes (rd), its blocks timed the same way.
   DeviceBuffer rd_rec(static_cast<size_t>(read_only_blocks(dev)) * kTimingWords * 8);
-  std::vector<uint64_t> rd_words(rd_rec.bytes() / 8);
   for (int i = 0; i < reps; ++i) {
-    GA_CU_CHECK(d.cuMemsetD8Async(rd_rec.ptr(), 0, rd_rec.bytes(), dev.stream));
-    flush_l2_now(dev, i);
-    const double us = timer.time_us(dev.stream, [&] {
-      launch_read_only_timed(dev, rd_in, rd_bytes, dev.flush_sink->ptr(), rd_rec.ptr());
-    });
-    GA_CU_CHECK(d.cuStreamSynchronize(dev.stream));
-    GA_CU_CHECK(d.cuMemcpyDtoH(rd_words.data(), rd_rec.ptr(), rd_rec.bytes()));
-    const std::string file = save(rd_words, "-rd-r" + std::to_string(i + 1));
+    double us = 0;
+    const std::vector<uint64_t> rd_words = timed_records(
+        dev, rd_rec.ptr(), rd_rec.bytes(), i,
+        [&] { launch_read_only_timed(dev, rd_in, rd_bytes, dev.flush_sink->ptr(), rd_rec.ptr()); },
+        us);
+    const std::string file =
+        save_records(rd_words, out_prefix, label, "-rd-r" + std::to_string(i + 1));
     const TimingSummary sum = summarize_block_timing(rd_words, 1, us, rd_us);
     std::printf(
         "  -- read_only blocks over the same bytes (timed variant, eager), run %d of %d, event "

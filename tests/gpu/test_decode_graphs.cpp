@@ -163,6 +163,21 @@ CommonAttentionMetadata random_batch(std::mt19937_64& rng, bool prefills, int nu
   return batch_of(rng, q, k);
 }
 
+// One step's new tokens: query [n, kHeads, kHead], key and value [n, kKvHeads, kHead], bf16 of
+// N(0, 1) draws (query, then key, then value).
+struct StepTokens {
+  std::vector<uint16_t> q, k, v;
+};
+StepTokens random_tokens(std::mt19937_64& rng, std::normal_distribution<float>& normal, int n) {
+  StepTokens t;
+  t.q.resize(static_cast<size_t>(n) * kHeads * kHead);
+  t.k.resize(static_cast<size_t>(n) * kKvHeads * kHead);
+  t.v.resize(t.k.size());
+  for (auto* v : {&t.q, &t.k, &t.v})
+    for (auto& x : *v) x = test::float_to_bf16(normal(rng));
+  return t;
+}
+
 }  // namespace
 
 TEST_CASE("gpu decode graphs: 200 random steps, graph replay equals eager exactly") {
@@ -217,10 +232,7 @@ TEST_CASE("gpu decode graphs: 200 random steps, graph replay equals eager exactl
     const int decodes = 1 + static_cast<int>(rng() % (prefills ? 8 : 40));  // some above 32
     const auto m = random_batch(rng, prefills, decodes);
     const int n = m.num_actual_tokens;
-    std::vector<uint16_t> q(static_cast<size_t>(n) * kHeads * kHead),
-        kv(static_cast<size_t>(n) * kKvHeads * kHead), vv(kv.size());
-    for (auto* v : {&q, &kv, &vv})
-      for (auto& x : *v) x = test::float_to_bf16(normal(rng));
+    auto [q, kv, vv] = random_tokens(rng, normal, n);
     const bool graphable = builder.can_run_in_cudagraph(m) && runner.padded_size(n) > 0;
     const int padded = graphable ? runner.padded_size(n) : n;
     graph_stack.set_batch(m, padded, stream, &q, &kv, &vv);
@@ -282,10 +294,7 @@ TEST_CASE("gpu decode graphs: a layer sharing an earlier layer's KV cache reads 
     const bool prefills = step % 5 == 4;
     const auto m = random_batch(rng, prefills, 1 + static_cast<int>(rng() % 12));
     const int n = m.num_actual_tokens;
-    std::vector<uint16_t> q(static_cast<size_t>(n) * kHeads * kHead),
-        kv(static_cast<size_t>(n) * kKvHeads * kHead), vv(kv.size());
-    for (auto* v : {&q, &kv, &vv})
-      for (auto& x : *v) x = test::float_to_bf16(normal(rng));
+    auto [q, kv, vv] = random_tokens(rng, normal, n);
     const bool graphable = builder.can_run_in_cudagraph(m) && runner.padded_size(n) > 0;
     const int padded = graphable ? runner.padded_size(n) : n;
     stack.set_batch(m, padded, stream, &q, &kv, &vv);
@@ -344,10 +353,7 @@ TEST_CASE("gpu decode graphs: speculative decoding, uniform batches of 4 tokens 
     const int decodes = 1 + static_cast<int>(rng() % (prefills ? 2 : 24));
     const auto m = random_batch(rng, prefills, decodes, kQ, ragged && decodes > 0);
     const int n = m.num_actual_tokens;
-    std::vector<uint16_t> q(static_cast<size_t>(n) * kHeads * kHead),
-        kv(static_cast<size_t>(n) * kKvHeads * kHead), vv(kv.size());
-    for (auto* v : {&q, &kv, &vv})
-      for (auto& x : *v) x = test::float_to_bf16(normal(rng));
+    auto [q, kv, vv] = random_tokens(rng, normal, n);
     const bool uniform = builder.can_run_in_cudagraph(m);
     CHECK(uniform == (kind > 1));
     const bool graphable = uniform && runner.padded_size(n) > 0;
@@ -420,10 +426,7 @@ TEST_CASE("gpu decode graphs: mixed graphs serve every decode/prefill mix, split
       const int n = m.num_actual_tokens;
       REQUIRE(n <= kMaxTokens);
       with_prefills += prefills;
-      std::vector<uint16_t> q(static_cast<size_t>(n) * kHeads * kHead),
-          kv(static_cast<size_t>(n) * kKvHeads * kHead), vv(kv.size());
-      for (auto* v : {&q, &kv, &vv})
-        for (auto& x : *v) x = test::float_to_bf16(normal(rng));
+      auto [q, kv, vv] = random_tokens(rng, normal, n);
       CHECK(builder.can_run_in_cudagraph(m));
       CHECK(builder.build_for_cudagraph_capture(m).device_split == !builder.is_uniform_decode(m));
       const int padded = runner.padded_size(n);
@@ -509,10 +512,7 @@ TEST_CASE("gpu decode graphs: mixed graphs size the decode for slots / the divis
       kl.push_back(n - D + static_cast<int>(rng() % (kMaxModelLen - n)));
       const auto m = batch_of(rng, ql, kl);
       REQUIRE(m.num_actual_tokens == n);
-      std::vector<uint16_t> q(static_cast<size_t>(n) * kHeads * kHead),
-          kv(static_cast<size_t>(n) * kKvHeads * kHead), vv(kv.size());
-      for (auto* v : {&q, &kv, &vv})
-        for (auto& x : *v) x = test::float_to_bf16(normal(rng));
+      auto [q, kv, vv] = random_tokens(rng, normal, n);
       graph_stack.set_mixed_batch(m, n, stream, &q, &kv, &vv);
       host_stack.set_batch(m, n, stream, &q, &kv, &vv);
       CHECK(runner.run(stream, n) == n);
@@ -585,10 +585,7 @@ TEST_CASE("gpu decode graphs: mixed steps with decode and prefill on two branche
         const int decodes = static_cast<int>(rng() % max_decodes) + 1;
         const auto m = random_batch(rng, prefills, decodes, kQ, false);
         const int n = m.num_actual_tokens;
-        std::vector<uint16_t> q(static_cast<size_t>(n) * kHeads * kHead),
-            kv(static_cast<size_t>(n) * kKvHeads * kHead), vv(kv.size());
-        for (auto* v : {&q, &kv, &vv})
-          for (auto& x : *v) x = test::float_to_bf16(normal(rng));
+        auto [q, kv, vv] = random_tokens(rng, normal, n);
         const int padded = runner.padded_size(n);
         for (AttentionLayerStack* s : {&serial, &graph_stack, &eager_stack})
           s->set_mixed_batch(m, padded, stream, &q, &kv, &vv);
@@ -647,10 +644,7 @@ TEST_CASE("gpu decode graphs: forward() forks and joins a mixed batch's prefill 
       const int decodes = 1 + static_cast<int>(rng() % ((kMaxTokens - 2 * 41) / 2));
       const auto m = random_batch(rng, true, decodes);
       const int n = m.num_actual_tokens;
-      std::vector<uint16_t> q(static_cast<size_t>(n) * kHeads * kHead),
-          kv(static_cast<size_t>(n) * kKvHeads * kHead), vv(kv.size());
-      for (auto* v : {&q, &kv, &vv})
-        for (auto& x : *v) x = test::float_to_bf16(normal(rng));
+      auto [q, kv, vv] = random_tokens(rng, normal, n);
       // Host split, eager: every layer's forward() forks and joins on `stream`.
       serial.set_batch(m, n, stream, &q, &kv, &vv);
       eager_stack.set_batch(m, n, stream, &q, &kv, &vv);
