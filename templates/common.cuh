@@ -198,31 +198,51 @@ __device__ __forceinline__ float ga_e5m2_to_f32(ga_u8 b) {
 
 // float -> fp8 with round-to-nearest-even and saturation to the largest finite value (vLLM's
 // __NV_SATFINITE); NaN stays NaN. EXP_BIAS / MANT_BITS: e4m3 7 / 3, e5m2 15 / 2.
+// [experiment: hardware fp8 conversion] GA_FP8_CVT_HW=1 (GRAPHATTN_NVRTC_EXTRA_OPTIONS=
+// -DGA_FP8_CVT_HW=1, off by default): sm_89 and later convert in one instruction
+// (cvt.rn.satfinite: the same rounding and saturation; every float bit pattern gives the same
+// byte both ways, checked on an H100 in session 12). A few dozen PTX instructions fewer a value:
+// the e4m3 decode's compile -10..-13%, the e4m3 cache write's -31%
+// (docs/jit-cost-cpu-2026-11-27-s12.txt); off until the decode rows are timed with it. Its NaN
+// is 0x7f, so the sign is ORed in (a no-op for every other value: the result already carries it).
+#ifndef GA_FP8_CVT_HW
+#define GA_FP8_CVT_HW 0
+#endif
 template <int EXP_BIAS, int MANT_BITS, int MAX_CODE>
 __device__ __forceinline__ ga_u8 ga_f32_to_fp8(float x) {
   const unsigned bits = __float_as_uint(x);
   const unsigned sign = (bits >> 24) & 0x80u;
-  const unsigned abs_bits = bits & 0x7fffffffu;
-  if (abs_bits > 0x7f800000u) return static_cast<ga_u8>(sign | 0x7fu);  // NaN
-  const int e = static_cast<int>(abs_bits >> 23) - 127;
-  int code;
-  if (e < 1 - EXP_BIAS) {
-    // Subnormal range of the fp8 type: a multiple of 2^(1 - bias - mant). Scaling by a power
-    // of two is exact and rintf rounds to nearest even; a carry lands on the smallest normal.
-    code = static_cast<int>(
-        rintf(__uint_as_float(abs_bits) *
-              __uint_as_float(static_cast<unsigned>(127 + EXP_BIAS - 1 + MANT_BITS) << 23)));
+  if constexpr (GA_FP8_CVT_HW && TARGET_ARCH >= 89) {
+    static_assert(EXP_BIAS == 7 || EXP_BIAS == 15, "e4m3 or e5m2");
+    unsigned short r;
+    if constexpr (EXP_BIAS == 7)
+      asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(r) : "f"(0.f), "f"(x));
+    else
+      asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;" : "=h"(r) : "f"(0.f), "f"(x));
+    return static_cast<ga_u8>((r & 0xffu) | sign);
   } else {
-    const int shift = 23 - MANT_BITS;
-    const unsigned mant = abs_bits & 0x7fffffu;
-    unsigned r = mant >> shift;
-    const unsigned rem = mant & ((1u << shift) - 1u);
-    const unsigned half = 1u << (shift - 1);
-    if (rem > half || (rem == half && (r & 1u))) ++r;
-    code = ((e + EXP_BIAS) << MANT_BITS) + static_cast<int>(r);
+    const unsigned abs_bits = bits & 0x7fffffffu;
+    if (abs_bits > 0x7f800000u) return static_cast<ga_u8>(sign | 0x7fu);  // NaN
+    const int e = static_cast<int>(abs_bits >> 23) - 127;
+    int code;
+    if (e < 1 - EXP_BIAS) {
+      // Subnormal range of the fp8 type: a multiple of 2^(1 - bias - mant). Scaling by a power
+      // of two is exact and rintf rounds to nearest even; a carry lands on the smallest normal.
+      code = static_cast<int>(
+          rintf(__uint_as_float(abs_bits) *
+                __uint_as_float(static_cast<unsigned>(127 + EXP_BIAS - 1 + MANT_BITS) << 23)));
+    } else {
+      const int shift = 23 - MANT_BITS;
+      const unsigned mant = abs_bits & 0x7fffffu;
+      unsigned r = mant >> shift;
+      const unsigned rem = mant & ((1u << shift) - 1u);
+      const unsigned half = 1u << (shift - 1);
+      if (rem > half || (rem == half && (r & 1u))) ++r;
+      code = ((e + EXP_BIAS) << MANT_BITS) + static_cast<int>(r);
+    }
+    if (code > MAX_CODE) code = MAX_CODE;
+    return static_cast<ga_u8>(sign | static_cast<unsigned>(code));
   }
-  if (code > MAX_CODE) code = MAX_CODE;
-  return static_cast<ga_u8>(sign | static_cast<unsigned>(code));
 }
 
 __device__ __forceinline__ float ga_kv_fp8_to_f32(ga_u8 b) {

@@ -531,6 +531,14 @@ constexpr bool ga_prefill_sm90_one_body(int head_size, bool legacy, bool q_fp8, 
   return !q_fp8 && !soft_cap && !alibi && !block_sparse &&
          (legacy ? head_size == 128 : head_size == 64);
 }
+// Whether a two-body spec's tile 0 (peeled off the overlapped loop) takes only the masked softmax
+// body, one inlined softmax fewer (templates/prefill_sm90.cu, `peeled`; 8-16% less compile time).
+// Taken where it was measured no slower (docs/jit-cost-cpu-2026-11-27-s12.txt, H100): the e4m3
+// q+kv kernel (4x4096 -1.6%) and the flash-layout 16-bit head 256 (-0.3%); not the 16-bit head
+// 128 (+0.4-0.9% on every row).
+constexpr bool ga_prefill_sm90_peel_masked(int head_size, bool legacy, bool q_fp8) {
+  return q_fp8 || (!legacy && head_size == 256);
+}
 // Whether the consumers take the softmax row sums l on the tensor cores instead of adding the
 // probabilities up (templates/prefill_sm90.cu, PW_ROWSUM): with each P V k-step one more wgmma
 // m64n8 with the same P fragments and a shared-memory tile of ones as B; 64 FADDs a consumer

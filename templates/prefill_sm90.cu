@@ -1627,15 +1627,22 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
       pw_fence_regs(o);
       if (PW_ROWSUM) pw_fence_regs(ls);
     };
-    auto softmax = [&](int j) {
+    // One softmax body (pw_mask_scores), half the softmax code to compile, where it was
+    // measured no slower (params.h).
+    constexpr bool one_body = ga_prefill_sm90_one_body(HEAD_SIZE, PW_LEGACY, PW_FP8, HAS_SOFT_CAP,
+                                                       HAS_ALIBI, GA_BLOCK_SPARSE);
+    // `peeled`: tile 0 of the overlap, peeled off the loop (below). With two softmax bodies and
+    // ga_prefill_sm90_peel_masked it takes the masked one whether or not the tile needs the mask
+    // (on a tile that needs none it computes the same values for every row that is stored), so
+    // that the peeled tile inlines one softmax instead of two.
+    constexpr bool peel_masked =
+        !one_body && ga_prefill_sm90_peel_masked(HEAD_SIZE, PW_LEGACY, PW_FP8);
+    auto softmax = [&](int j, bool peeled) {
       const int n0 = (tile0 + j) * PW_BLOCK_N;
       if (GA_BLOCK_SPARSE) pw_bsp_tile_vis(p, n0, bsp);
-      const bool masked = GA_BLOCK_SPARSE || ga_prefill_tile_masked(n0, PW_BLOCK_N, w_pos_lo,
-                                                                    w_pos_hi, kv_end, p.window);
-      // One softmax body (pw_mask_scores), half the softmax code to compile, where it was
-      // measured no slower (params.h).
-      constexpr bool one_body = ga_prefill_sm90_one_body(HEAD_SIZE, PW_LEGACY, PW_FP8, HAS_SOFT_CAP,
-                                                         HAS_ALIBI, GA_BLOCK_SPARSE);
+      const bool masked =
+          GA_BLOCK_SPARSE || (peel_masked && peeled) ||
+          ga_prefill_tile_masked(n0, PW_BLOCK_N, w_pos_lo, w_pos_hi, kv_end, p.window);
       if (one_body) {
         if (masked) pw_mask_scores(p, s, n0, kv_end, t2, pos);
         pw_softmax<false>(p, scales, s, n0, kv_end, t2, pos, slope, m, l, alpha, bsp);
@@ -1777,7 +1784,7 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
         if (!(PW_F8V & 128) &&
             __any_sync(0xffffffffu, !(pm[0] <= 0x1p126f) || !(pm[1] <= 0x1p126f))) {
           spec_rescore(stage);
-          softmax(j);  // alpha and m from the old reference, P from the scores
+          softmax(j, false);  // alpha and m from the old reference, P from the scores
         } else {
 #pragma unroll
           for (int r = 0; r < 2; ++r) {
@@ -1840,11 +1847,11 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
       if (spec)
         spec_exp();
       else
-        softmax(j);
+        softmax(j, PW_OVERLAP && !with_pv);
 #else
       constexpr bool spec = false;
       if (lane == 0) pw_mbar_arrive(bar_k_empty + 8 * stage);
-      softmax(j);
+      softmax(j, PW_OVERLAP && !with_pv);
 #endif
       if (with_pv) {
         pw_wgmma_wait<0>();
