@@ -171,8 +171,9 @@ PrefillConfig prefill_config(const AttentionSpec& spec) {
       break;
     case PrefillKernel::kWgmma: {
       const bool fp8 = spec.q_fp8;  // e4m3 q over an fp8 cache: fp8 tiles and the V transpose
-      return {ga_prefill_sm90_block_m(d, fp8), ga_prefill_sm90_block_n(d, fp8),
-              ga_prefill_sm90_threads(d, fp8), ga_prefill_sm90_smem_bytes(d, fp8)};
+      const bool heavy = fp8 && (spec.soft_cap || spec.check_bounds);  // two consumers (params.h)
+      return {ga_prefill_sm90_block_m(d, fp8, heavy), ga_prefill_sm90_block_n(d, fp8),
+              ga_prefill_sm90_threads(d, fp8, heavy), ga_prefill_sm90_smem_bytes(d, fp8, heavy)};
     }
     case PrefillKernel::kMmaSync: {
       const bool fp8 = spec.kv_dtype != KvDType::kAuto;

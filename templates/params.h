@@ -477,14 +477,23 @@ constexpr int ga_prefill_smem_bytes(int head_size, bool kv_fp8) {
 constexpr int GA_PREFILL_SM90_WG_THREADS = 128;   // threads of a warpgroup
 constexpr int GA_PREFILL_SM90_WG_ROWS = 64;       // query rows of a consumer warpgroup
 constexpr int GA_PREFILL_SM90_MAX_CONSUMERS = 3;  // consumer warpgroups at most
-constexpr int ga_prefill_sm90_consumers(int head_size, bool fp8 = false) {
-  return !fp8 && head_size <= 64 ? GA_PREFILL_SM90_MAX_CONSUMERS : 2;
+// fp8 (e4m3 queries) at head size 128 with 128-key tiles: ga_prefill_sm90_fp8_consumers()
+// consumer warpgroups (see there), except `fp8_heavy` specs (a soft cap, or checked mode), whose
+// consumers spill at three consumers' 160 (152) registers a thread: two. Every geometry function
+// below takes the same (head_size, fp8, fp8_heavy).
+constexpr int ga_prefill_sm90_fp8_block_n();
+constexpr int ga_prefill_sm90_fp8_consumers();
+constexpr int ga_prefill_sm90_consumers(int head_size, bool fp8 = false, bool fp8_heavy = false) {
+  return !fp8 && head_size <= 64 ? GA_PREFILL_SM90_MAX_CONSUMERS
+         : fp8 && !fp8_heavy && head_size == 128 && ga_prefill_sm90_fp8_block_n() == 128
+             ? ga_prefill_sm90_fp8_consumers()
+             : 2;
 }
-constexpr int ga_prefill_sm90_threads(int head_size, bool fp8 = false) {
-  return GA_PREFILL_SM90_WG_THREADS * (ga_prefill_sm90_consumers(head_size, fp8) + 1);
+constexpr int ga_prefill_sm90_threads(int head_size, bool fp8 = false, bool fp8_heavy = false) {
+  return GA_PREFILL_SM90_WG_THREADS * (ga_prefill_sm90_consumers(head_size, fp8, fp8_heavy) + 1);
 }
-constexpr int ga_prefill_sm90_block_m(int head_size, bool fp8 = false) {
-  return GA_PREFILL_SM90_WG_ROWS * ga_prefill_sm90_consumers(head_size, fp8);
+constexpr int ga_prefill_sm90_block_m(int head_size, bool fp8 = false, bool fp8_heavy = false) {
+  return GA_PREFILL_SM90_WG_ROWS * ga_prefill_sm90_consumers(head_size, fp8, fp8_heavy);
 }
 constexpr int GA_PREFILL_SM90_SLACK = 1024 + 256;  // base alignment + mbarriers
 // fp8's key tile width (templates/prefill_sm90.cu, PW_FP8, PW_FP8_WIDE): 128, 192 or 256 keys,
@@ -495,11 +504,19 @@ constexpr int GA_PREFILL_SM90_SLACK = 1024 + 256;  // base alignment + mbarriers
 // docs/fp8-prefill-wide-tiles-h100-2026-11-27-s9.txt). A function, not a constant: a
 // namespace-level constant would change every spec's resource totals.
 constexpr int ga_prefill_sm90_fp8_block_n() { return 128; }
+// fp8's consumer warpgroups at head size 128 without a soft cap or checked mode: 2, or 3
+// (192-row tiles: more warps a scheduler to hide the softmax's latency, and each K/V tile serves
+// 1.5 times the rows; setmaxnreg 32 + 3 x 160, so the consumers run without the P V overlap,
+// which spilled at 160, and the producer takes the lean gather). 2: three measured slower (H100,
+// 4 x 4096 causal, alternated with main's kernels: 800.6 / 798.8 / 793.3 us against 783.9 /
+// 793.6 / 790.7, +1.0%; with the consumers' wgmma turns +9.4%; GPU tests passed with it;
+// docs/fp8-prefill-h100-2026-11-27-s12.txt). A function, as above.
+constexpr int ga_prefill_sm90_fp8_consumers() { return 2; }
 constexpr int ga_prefill_sm90_block_n(int head_size, bool fp8 = false) {
   return fp8 ? ga_prefill_sm90_fp8_block_n() : head_size <= 128 ? 128 : 64;
 }
-constexpr int ga_prefill_sm90_q_bytes(int head_size, bool fp8 = false) {
-  return ga_prefill_sm90_block_m(head_size, fp8) * head_size * (fp8 ? 1 : 2);
+constexpr int ga_prefill_sm90_q_bytes(int head_size, bool fp8 = false, bool fp8_heavy = false) {
+  return ga_prefill_sm90_block_m(head_size, fp8, fp8_heavy) * head_size * (fp8 ? 1 : 2);
 }
 // One K or V stage. fp8: V^T rows of whole 128-key column blocks (the 128-byte swizzle), so a
 // 192-key tile takes 256 keys' room.
@@ -507,19 +524,25 @@ constexpr int ga_prefill_sm90_kv_bytes(int head_size, bool fp8 = false) {
   return fp8 ? (ga_prefill_sm90_block_n(head_size, fp8) + 127) / 128 * 128 * head_size
              : ga_prefill_sm90_block_n(head_size, fp8) * head_size * 2;
 }
-constexpr int ga_prefill_sm90_raw_v_bytes(int head_size, bool fp8) {  // both raw V tiles
-  return fp8 ? 2 * ga_prefill_sm90_kv_bytes(head_size, fp8) : 0;
+// fp8: the two raw V tiles, and a third with three consumers (the 192-row output tile is staged
+// in them at the end).
+constexpr int ga_prefill_sm90_raw_v_bytes(int head_size, bool fp8, bool fp8_heavy = false) {
+  return fp8 ? ga_prefill_sm90_consumers(head_size, fp8, fp8_heavy) *
+                   ga_prefill_sm90_kv_bytes(head_size, fp8)
+             : 0;
 }
-constexpr int ga_prefill_sm90_stages(int head_size, bool fp8 = false) {
-  const int fit = (227 * 1024 - GA_PREFILL_SM90_SLACK - ga_prefill_sm90_q_bytes(head_size, fp8) -
-                   ga_prefill_sm90_raw_v_bytes(head_size, fp8)) /
-                  (2 * ga_prefill_sm90_kv_bytes(head_size, fp8));
+constexpr int ga_prefill_sm90_stages(int head_size, bool fp8 = false, bool fp8_heavy = false) {
+  const int fit =
+      (227 * 1024 - GA_PREFILL_SM90_SLACK - ga_prefill_sm90_q_bytes(head_size, fp8, fp8_heavy) -
+       ga_prefill_sm90_raw_v_bytes(head_size, fp8, fp8_heavy)) /
+      (2 * ga_prefill_sm90_kv_bytes(head_size, fp8));
   return fit > 4 ? 4 : fit;
 }
-constexpr int ga_prefill_sm90_smem_bytes(int head_size, bool fp8 = false) {
-  return ga_prefill_sm90_q_bytes(head_size, fp8) +
-         2 * ga_prefill_sm90_stages(head_size, fp8) * ga_prefill_sm90_kv_bytes(head_size, fp8) +
-         ga_prefill_sm90_raw_v_bytes(head_size, fp8) + GA_PREFILL_SM90_SLACK;
+constexpr int ga_prefill_sm90_smem_bytes(int head_size, bool fp8 = false, bool fp8_heavy = false) {
+  return ga_prefill_sm90_q_bytes(head_size, fp8, fp8_heavy) +
+         2 * ga_prefill_sm90_stages(head_size, fp8, fp8_heavy) *
+             ga_prefill_sm90_kv_bytes(head_size, fp8) +
+         ga_prefill_sm90_raw_v_bytes(head_size, fp8, fp8_heavy) + GA_PREFILL_SM90_SLACK;
 }
 // Whether a spec's consumers inline one softmax body (the causal/window mask of a masked tile as
 // a pass of its own, pw_mask_scores) instead of a masked and an unmasked copy: where it measured

@@ -11,7 +11,8 @@
 // (first_req + blockIdx.y), z = KV head. Row r of a request is query token r / GROUP, head
 // kv_head * GROUP + r % GROUP, so each K/V tile serves every head of the group.
 //
-// Three warpgroups per block (four at head size 64: PW_CONSUMERS), specialised:
+// Three warpgroups per block (four at head size 64, and for e4m3 where params.h's
+// ga_prefill_sm90_fp8_consumers asks for it: PW_CONSUMERS), specialised:
 // - warpgroup 0, the producer, gathers Q once and then K and V tiles into a PW_STAGES-deep ring
 //   of shared-memory stages: in the flash layouts at some head sizes by TMA, a box per page (see
 //   PW_TMA), else (and for the tile that the sequence end cuts) token row by token row through
@@ -91,10 +92,6 @@ enum PwFp8Var : int { PW_F8V = PW_FP8 ? GA_PREFILL_SM90_FP8_VAR : 0 };
 enum PwFp8Var : int { PW_F8V = 0 };
 #endif
 constexpr bool PW_PINGPONG = !PW_FP8 || (PW_F8V & 64) != 0;
-// The geometry is params.h's (ga_prefill_sm90_*), which the host launch code reads too.
-constexpr int PW_CONSUMERS = ga_prefill_sm90_consumers(HEAD_SIZE, PW_FP8);  // 64 rows each
-constexpr int PW_THREADS = ga_prefill_sm90_threads(HEAD_SIZE, PW_FP8);
-constexpr int PW_BLOCK_M = ga_prefill_sm90_block_m(HEAD_SIZE, PW_FP8);
 // Whether the producer also votes on block-sparse tiles or checks its block-table reads: it then
 // needs more registers (a macro: a namespace-scope constexpr would change every spec's resource
 // totals).
@@ -103,11 +100,19 @@ constexpr int PW_BLOCK_M = ga_prefill_sm90_block_m(HEAD_SIZE, PW_FP8);
 #else
 #define PW_PRODUCER_EXTRA 0
 #endif
+// The geometry is params.h's (ga_prefill_sm90_*), which the host launch code reads too (fp8:
+// two consumers for a soft cap or checked mode, `fp8_heavy`; a macro, as above).
+#define PW_GEOM HEAD_SIZE, PW_FP8, PW_FP8 && (HAS_SOFT_CAP || PW_PRODUCER_EXTRA)
+constexpr int PW_CONSUMERS = ga_prefill_sm90_consumers(PW_GEOM);  // 64 rows each
+constexpr int PW_THREADS = ga_prefill_sm90_threads(PW_GEOM);
+constexpr int PW_BLOCK_M = ga_prefill_sm90_block_m(PW_GEOM);
 // Each consumer overlaps the P V wgmma of one tile with the softmax of the next, which keeps
 // both tiles' probabilities in registers. Where that fits without spills (ptxas -v, with the
 // register shares below): two consumers up to head size 192; head size 256 without producer
-// extras; three consumers (head size 64) without producer extras and score modifiers (soft
-// cap, ALiBi, sinks).
+// extras; three consumers (16-bit head size 64) without producer extras and score modifiers
+// (soft cap, ALiBi, sinks); never with three fp8 consumers (params.h's
+// ga_prefill_sm90_fp8_consumers; the overlap spilled 31 STL at 160 registers, and so did S_j
+// issued right behind P_{j-1} V_{j-1} with one wait for both).
 constexpr int PW_BLOCK_N = ga_prefill_sm90_block_n(HEAD_SIZE, PW_FP8);
 // fp8 with key tiles wider than 128 (params.h's ga_prefill_sm90_fp8_block_n): the overlap up to
 // 192 keys without a soft cap or ALiBi (at 256 the S accumulators alone are 128 registers a
@@ -116,17 +121,17 @@ constexpr int PW_BLOCK_N = ga_prefill_sm90_block_n(HEAD_SIZE, PW_FP8);
 // (An enumerator: a namespace-level constant would add to every spec's GLOBAL and CONSTANT
 // totals.)
 enum PwFp8Wide : int { PW_FP8_WIDE = PW_FP8 && PW_BLOCK_N > 128 };
-constexpr bool PW_OVERLAP = PW_CONSUMERS == 3
-                                ? !PW_PRODUCER_EXTRA && !HAS_SOFT_CAP && !HAS_ALIBI && !HAS_SINKS
-                            : PW_FP8_WIDE      ? PW_BLOCK_N <= 192 && !HAS_SOFT_CAP && !HAS_ALIBI
-                            : HEAD_SIZE <= 192 ? true
-                                               : !PW_PRODUCER_EXTRA;
+constexpr bool PW_OVERLAP =
+    PW_CONSUMERS == 3  ? !PW_PRODUCER_EXTRA && !HAS_SOFT_CAP && !HAS_ALIBI && !HAS_SINKS && !PW_FP8
+    : PW_FP8_WIDE      ? PW_BLOCK_N <= 192 && !HAS_SOFT_CAP && !HAS_ALIBI
+    : HEAD_SIZE <= 192 ? true
+                       : !PW_PRODUCER_EXTRA;
 constexpr int PW_CHUNKS = HEAD_SIZE / PW_CHUNK_ELEMS;  // 16-byte chunks per Q/K/V row
 constexpr int PW_OUT_CHUNKS = HEAD_SIZE / 8;           // 16-byte chunks per output row
-constexpr int PW_Q_BYTES = ga_prefill_sm90_q_bytes(HEAD_SIZE, PW_FP8);
+constexpr int PW_Q_BYTES = ga_prefill_sm90_q_bytes(PW_GEOM);
 constexpr int PW_KV_BYTES = ga_prefill_sm90_kv_bytes(HEAD_SIZE, PW_FP8);  // one K or V stage
-constexpr int PW_STAGES = ga_prefill_sm90_stages(HEAD_SIZE, PW_FP8);
-constexpr int PW_SMEM_BYTES = ga_prefill_sm90_smem_bytes(HEAD_SIZE, PW_FP8);
+constexpr int PW_STAGES = ga_prefill_sm90_stages(PW_GEOM);
+constexpr int PW_SMEM_BYTES = ga_prefill_sm90_smem_bytes(PW_GEOM);
 // 16-byte k-steps of the S = Q K^T wgmmas (k16 for 16-bit, k32 for fp8: 32 bytes either way).
 constexpr int PW_KSTEPS = HEAD_SIZE * PW_EB / 32;
 // wgmma A fragments of P per tile: one per k-step of P V (16 keys 16-bit, 32 keys fp8).
@@ -140,6 +145,8 @@ constexpr int PW_PF_STEPS = PW_BLOCK_N / (PW_FP8 ? 32 : 16);
 // - three consumers (head size 64), 32 + 3 x 160: at 152 the overlapping consumers spill 68
 //   bytes, at 160 one 8-byte value loaded once per tile (32 bytes with the producer at 24);
 //   with producer extras 56 + 3 x 152 (no overlap then): the producer spills 40-48 bytes at 32.
+//   fp8 with three consumers (params.h), 32 + 3 x 160 without the overlap: no spills (a soft cap
+//   spilled 11 STL, checked mode at 56 + 3 x 152 248: those specs keep two consumers).
 // - fp8 with wider key tiles (PW_FP8_WIDE), 56 + 2 x 224: 192 keys with the overlap, one value
 //   stored once a block; 256 keys without it, nothing in the consumers' loop, and the producer
 //   (8 row offsets a tile) reloads about 7 values a tile (at 40 + 2 x 232: 70-220 spill
@@ -280,6 +287,13 @@ __device__ __forceinline__ unsigned pw_smem_addr(const void* p) {
 // Byte offset of 16-byte chunk c of row r in a swizzled tile of `rows` rows.
 __device__ __forceinline__ unsigned pw_swizzle(int r, int c, int rows) {
   return static_cast<unsigned>((c >> 3) * rows * 128 + r * 128 + (((c & 7) ^ (r & 7)) << 4));
+}
+
+// v, opaque to the compiler: what is derived from it is computed after this point, not hoisted
+// out of a loop and held (fp8's producer at 32 registers, PW_LEAN_GATHER).
+__device__ __forceinline__ int pw_opaque(int v) {
+  asm volatile("mov.b32 %0, %0;\n" : "+r"(v));
+  return v;
 }
 
 // 16 bytes global -> shared; bytes beyond src_bytes (0 or 16) are zero-filled.
@@ -1246,11 +1260,14 @@ enum PwTmaGeometry : int {
   PW_FULL_TILES = HEAD_SIZE == 128 && (!PW_FP8 || PW_ROW_SHIFT == 3) && !PW_LEGACY &&
                   !GA_DENSE_KV && !GA_BLOCK_SPARSE,
   // The lean gather (pw_lean_blocks, pw_lean_copy) for every K/V tile the producer gathers:
-  // 8 lanes a row with fewer than 88 producer registers (head size 256: 24, head size 64: 32),
-  // 16-bit flash layouts, paged, not block-sparse or checked (PW_PRODUCER_EXTRA). The default
-  // of head size 256's such specs (params.h's ga_prefill_sm90_sched); head size 64 only forced.
-  PW_LEAN_GATHER = PW_ROW_SHIFT == 3 && PW_PRODUCER_REGS < 88 && !PW_FP8 && !PW_LEGACY &&
-                   !GA_DENSE_KV && !PW_PRODUCER_EXTRA && BLOCK_SIZE % PW_PASS_ROWS == 0
+  // 8 lanes a row with fewer than 88 producer registers (head size 256: 24, head size 64: 32,
+  // fp8 with three consumers: 32), flash layouts, paged, not block-sparse or checked
+  // (PW_PRODUCER_EXTRA). The default of head size 256's such specs (params.h's
+  // ga_prefill_sm90_sched); head size 64 only forced. (fp8 also recomputes V's offsets and the
+  // transpose's addresses each tile, pw_opaque: held, they spilled 32 STL at 32 registers.)
+  PW_LEAN_GATHER = PW_ROW_SHIFT == 3 && PW_PRODUCER_REGS < 88 && (!PW_FP8 || PW_CONSUMERS == 3) &&
+                   !PW_LEGACY && !GA_DENSE_KV && !PW_PRODUCER_EXTRA &&
+                   BLOCK_SIZE % PW_PASS_ROWS == 0
 };
 static_assert(!PW_TMA || (!PW_FP8 && PW_BLOCK_N % PW_TMA_ROWS == 0 && PW_TMA_ROWS % 8 == 0 &&
                           PW_TMA_BOXES <= 32 && PW_TMA_ROWS <= 256),
@@ -1361,7 +1378,7 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
   // arrival per consumer warp).
   // fp8: the two raw V tiles (PW_FP8) follow the V^T stages.
   const unsigned raw_v_base = v_base + PW_STAGES * PW_KV_BYTES;
-  const unsigned bar_q = raw_v_base + ga_prefill_sm90_raw_v_bytes(HEAD_SIZE, PW_FP8);
+  const unsigned bar_q = raw_v_base + ga_prefill_sm90_raw_v_bytes(PW_GEOM);
   const unsigned bar_k_full = bar_q + 8;
   const unsigned bar_v_full = bar_k_full + 8 * PW_STAGES;
   const unsigned bar_k_empty = bar_v_full + 8 * PW_STAGES;
@@ -1443,7 +1460,8 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
         const int st = i % PW_STAGES;
         if (i >= PW_STAGES) pw_mbar_wait(bar_v_empty + 8 * st, ((i / PW_STAGES) & 1) ^ 1);
         if (!(PW_F8V & 1))  // (1: timing only)
-          pw_transpose_v(raw_v_base + (i & 1) * PW_KV_BYTES, v_base + st * PW_KV_BYTES, tid);
+          pw_transpose_v(raw_v_base + (i & 1) * PW_KV_BYTES, v_base + st * PW_KV_BYTES,
+                         PW_LEAN_GATHER ? pw_opaque(tid) : tid);
         pw_fence_proxy_async();  // the generic-proxy stores, before the wgmmas read them
         pw_mbar_arrive(bar_v_full + 8 * st);
       };
@@ -1498,7 +1516,17 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
         if (PW_FP8) {
           // Raw buffer j % 2 is free once every producer thread has transposed tile j - 2.
           pw_bar_sync(PW_PRODUCER_BAR, 128);
-          if (full)
+          if (PW_LEAN_GATHER) {  // V's offsets formed again, not K's held
+#pragma unroll
+            for (int k = 0; k < PW_PASSES; ++k) lean_blk[k] = pw_opaque(lean_blk[k]);
+          }
+          if (PW_LEAN_GATHER && full)
+            pw_lean_copy<true>(vc, p, gather, lean_blk, n0, kv_end,
+                               raw_v_base + (j & 1) * PW_KV_BYTES);
+          else if (PW_LEAN_GATHER)
+            pw_lean_copy<false>(vc, p, gather, lean_blk, n0, kv_end,
+                                raw_v_base + (j & 1) * PW_KV_BYTES);
+          else if (full)
             pw_gather_copy<true>(vc, gather, off, n0, kv_end, raw_v_base + (j & 1) * PW_KV_BYTES);
           else
             pw_gather_copy(vc, gather, off, n0, kv_end, raw_v_base + (j & 1) * PW_KV_BYTES);

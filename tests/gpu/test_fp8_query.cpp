@@ -660,7 +660,7 @@ TEST_CASE("gpu fp8 query: the prefill kernels (wgmma on sm_90) match the float64
   TempKernelCache cache;
   auto rng = make_rng();
   const int arch = current_device_arch();
-  std::vector<Q8Case> cases(11);
+  std::vector<Q8Case> cases(12);
   cases[0].num_kv_heads = 2;  // bf16, e4m3, NHD, GQA 4, causal, per-tensor
   cases[1].dtype = DType::kFloat16;
   cases[1].kv = KvDType::kFp8E5M2;
@@ -709,8 +709,13 @@ TEST_CASE("gpu fp8 query: the prefill kernels (wgmma on sm_90) match the float64
   cases[10].jump = true;
   cases[10].seq_lens = {1000, 600, 2100};
   cases[10].q_lens = {1000, 37, 300};
+  // The edges of three consumers' 192-row tiles (params.h's ga_prefill_sm90_fp8_consumers) at
+  // GQA 4, 48 query tokens a tile: prompts one short of, at and one past one and two tiles, and
+  // chunks whose rows start inside a tile after a context.
+  cases[11].seq_lens = {47, 48, 49, 95, 96, 97, 700, 260};
+  cases[11].q_lens = {47, 48, 49, 95, 96, 97, 49, 145};
   // The softmax LSE too (spec "_lse"): plain, with sinks and a window, mma.sync, long rows.
-  for (int i : {0, 2, 5, 8, 9, 10}) cases[i].lse = true;
+  for (int i : {0, 2, 5, 8, 9, 10, 11}) cases[i].lse = true;
   Errors errors;
   for (Q8Case& c : cases) {
     // Whole prompts, chunks after a context (a partial last tile, a long one), an empty request.
