@@ -584,6 +584,19 @@ constexpr bool ga_prefill_sm90_rowsum_mma(int head_size, bool legacy, bool q_fp8
 //   the full tiles take the one-lookup-a-pass path) takes it at head 128: 4 x 4096 794.5 ->
 //   785.7 us (-1.1%, every run faster), test_fp8_query passed; fp8 head 256 (a 24-register
 //   producer) keeps 4 lanes. Only this bit of a forced N reaches fp8.
+// - GA_PW_SCHED_SPEC_EXP: the speculative exponentials (templates/prefill_sm90.cu, pw_softmax_spec):
+//   in an unmasked tile whose rows all have a reference maximum, the consumers take the
+//   probabilities at the reference right away, 2^(s scale - m), while the thread's row maxima of
+//   the raw scores are taken beside them (the FMNMX chains no longer stand between S and the
+//   exponentials, which the MUFU pipe's throughput bounds); one warp vote afterwards asks whether
+//   some row's maximum passed its reference by more than the slack; such a warp (rare after a
+//   row's first tile) scores the tile again from shared memory (mma.sync) and takes the exact
+//   softmax. Where the vote finds nothing, the result is the same bits as without it (the same
+//   reference, probabilities and sums). 16-bit flash layouts with the overlap, no soft cap or
+//   ALiBi (not-scaled scores).
+// - GA_PW_SCHED_SPEC_TEST (testing only): every speculative tile takes the fallback (a second
+//   scoring and the exact softmax), so that the GPU tests check that path; slower, same results
+//   up to the scores' summation order.
 // The results are the same bits either way (the references and probabilities are unchanged).
 // Measured (H100, 4 x 4096 causal and chunked 4 x 512 after 2048-16384 cached, old and new
 // alternated; docs/prefill-h128-critical-path-h100-2026-11-27-s9.txt): the early waits make the
@@ -606,7 +619,9 @@ enum GaPwSched : int {
   GA_PW_SCHED_VOTE_MAX = 2,
   GA_PW_SCHED_MAX8 = 4,
   GA_PW_SCHED_NO_TURNS = 8,
-  GA_PW_SCHED_ROW_LINES = 16
+  GA_PW_SCHED_ROW_LINES = 16,
+  GA_PW_SCHED_SPEC_EXP = 32,
+  GA_PW_SCHED_SPEC_TEST = 64
 };
 constexpr int ga_prefill_sm90_sched(int head_size, bool legacy, bool fp8, bool scaled_scores,
                                     bool plain_causal, bool plain_paged, int bits = -1) {
@@ -614,6 +629,9 @@ constexpr int ga_prefill_sm90_sched(int head_size, bool legacy, bool fp8, bool s
                                      : bits & GA_PW_SCHED_ROW_LINES)
          : bits < 0      ? (legacy && head_size == 128 && !scaled_scores && plain_causal
                                 ? GA_PW_SCHED_EARLY_WAIT
+                            : !legacy && head_size >= 128 && head_size <= 192 && plain_paged &&
+                                    !scaled_scores
+                                ? GA_PW_SCHED_ROW_LINES | GA_PW_SCHED_SPEC_EXP
                             : !legacy && head_size >= 128 && (head_size <= 192 || plain_paged)
                                 ? GA_PW_SCHED_ROW_LINES
                                 : 0)
