@@ -584,7 +584,8 @@ constexpr bool ga_prefill_sm90_rowsum_mma(int head_size, bool legacy, bool q_fp8
 //   the full tiles take the one-lookup-a-pass path) takes it at head 128: 4 x 4096 794.5 ->
 //   785.7 us (-1.1%, every run faster), test_fp8_query passed; fp8 head 256 (a 24-register
 //   producer) keeps 4 lanes. Only this bit of a forced N reaches fp8.
-// - GA_PW_SCHED_SPEC_EXP: the speculative exponentials (templates/prefill_sm90.cu, pw_softmax_spec):
+// - GA_PW_SCHED_SPEC_EXP: the speculative exponentials (templates/prefill_sm90.cu,
+// pw_softmax_spec):
 //   in an unmasked tile whose rows all have a reference maximum, the consumers take the
 //   probabilities at the reference right away, 2^(s scale - m), while the thread's row maxima of
 //   the raw scores are taken beside them (the FMNMX chains no longer stand between S and the
@@ -625,16 +626,16 @@ enum GaPwSched : int {
 };
 constexpr int ga_prefill_sm90_sched(int head_size, bool legacy, bool fp8, bool scaled_scores,
                                     bool plain_causal, bool plain_paged, int bits = -1) {
-  return fp8             ? (bits < 0 ? (head_size == 128 ? GA_PW_SCHED_ROW_LINES : 0)
-                                     : bits & GA_PW_SCHED_ROW_LINES)
-         : bits < 0      ? (legacy && head_size == 128 && !scaled_scores && plain_causal
-                                ? GA_PW_SCHED_EARLY_WAIT
-                            : !legacy && head_size >= 128 && head_size <= 192 && plain_paged &&
-                                    !scaled_scores
-                                ? GA_PW_SCHED_ROW_LINES | GA_PW_SCHED_SPEC_EXP
-                            : !legacy && head_size >= 128 && (head_size <= 192 || plain_paged)
-                                ? GA_PW_SCHED_ROW_LINES
-                                : 0)
+  return fp8 ? (bits < 0 ? (head_size == 128 ? GA_PW_SCHED_ROW_LINES : 0)
+                         : bits & GA_PW_SCHED_ROW_LINES)
+         : bits < 0
+             ? (legacy && head_size == 128 && !scaled_scores && plain_causal
+                    ? GA_PW_SCHED_EARLY_WAIT
+                : !legacy && head_size >= 128 && head_size <= 192 && plain_paged && !scaled_scores
+                    ? GA_PW_SCHED_ROW_LINES | GA_PW_SCHED_SPEC_EXP
+                : !legacy && head_size >= 128 && (head_size <= 192 || plain_paged)
+                    ? GA_PW_SCHED_ROW_LINES
+                    : 0)
          : scaled_scores ? bits & ~GA_PW_SCHED_VOTE_MAX
                          : bits;
 }

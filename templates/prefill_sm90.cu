@@ -1185,7 +1185,7 @@ __device__ __forceinline__ void pw_rescore_warp(unsigned q_base, unsigned kt, in
                      : "=r"(b[i])
                      : "r"(kt + pw_swizzle(8 * nb + (lane >> 2), 2 * kk + i, PW_BLOCK_N) + t4));
       float* d = s + nb * 4;
-#define PW_MMA_SYNC(INSTR)                                                                 \
+#define PW_MMA_SYNC(INSTR)                                                                \
   asm volatile(INSTR " {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n" \
                : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                           \
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]))
@@ -1906,11 +1906,10 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
       // whose rows all have a reference maximum (every row of the warp); the K stage is released
       // only after the vote, since a warp whose vote found a moved reference scores the tile
       // again from it.
-      const bool spec16 =
-          PW_SPEC16 && with_pv &&
-          !ga_prefill_tile_masked((tile0 + j) * PW_BLOCK_N, PW_BLOCK_N, w_pos_lo, w_pos_hi, kv_end,
-                                  p.window) &&
-          __all_sync(0xffffffffu, m[0] != ninf && m[1] != ninf);
+      const bool spec16 = PW_SPEC16 && with_pv &&
+                          !ga_prefill_tile_masked((tile0 + j) * PW_BLOCK_N, PW_BLOCK_N, w_pos_lo,
+                                                  w_pos_hi, kv_end, p.window) &&
+                          __all_sync(0xffffffffu, m[0] != ninf && m[1] != ninf);
       bool redo = false;
       if (lane == 0 && !spec16) pw_mbar_arrive(bar_k_empty + 8 * stage);
       if (spec16) {
