@@ -615,6 +615,20 @@ constexpr bool ga_prefill_sm90_rowsum_mma(int head_size, bool legacy, bool q_fp8
 //   the full tiles take the one-lookup-a-pass path) takes it at head 128: 4 x 4096 794.5 ->
 //   785.7 us (-1.1%, every run faster), test_fp8_query passed; fp8 head 256 (a 24-register
 //   producer) keeps 4 lanes. Only this bit of a forced N reaches fp8.
+// - GA_PW_SCHED_SPEC_EXP: speculative exponentials (templates/prefill_sm90.cu, pw_softmax_spec):
+//   in an unmasked tile whose rows all have a reference maximum, the consumers take the
+//   probabilities at the reference right away, 2^(s scale - m), and the thread's row maxima of
+//   the raw scores beside them (no FMNMX chain or shuffle between S and the exponentials); one
+//   warp vote afterwards asks whether some row's maximum passed its reference by more than the
+//   slack; such a warp scores the tile again from shared memory (mma.sync, pw_rescore_warp) and
+//   takes the exact softmax. Without a moved reference the results are pw_softmax's bits. 16-bit
+//   flash layouts with the overlap, scores without a soft cap or ALiBi. Measured SLOWER (H100,
+//   session 12, old and new alternated in one call; docs/prefill-h128-h100-2026-11-27-s12.txt):
+//   4 x 4096 causal head 128 925.7 -> 992.3 us (+7.2%), chunked 4 x 512 after 2048 / 8192 /
+//   16384 cached +6.9% / +7.2% / +7.0%; so no spec takes it (-DGA_PREFILL_SM90_SCHED=48 asks for
+//   it with the row lines).
+// - GA_PW_SCHED_SPEC_TEST (tests only): every speculative tile takes the fallback (a second
+//   scoring and the exact softmax), so that the GPU tests reach that path.
 // The results are the same bits either way (the references and probabilities are unchanged).
 // Measured (H100, 4 x 4096 causal and chunked 4 x 512 after 2048-16384 cached, old and new
 // alternated; docs/prefill-h128-critical-path-h100-2026-11-27-s9.txt): the early waits make the
@@ -637,7 +651,9 @@ enum GaPwSched : int {
   GA_PW_SCHED_VOTE_MAX = 2,
   GA_PW_SCHED_MAX8 = 4,
   GA_PW_SCHED_NO_TURNS = 8,
-  GA_PW_SCHED_ROW_LINES = 16
+  GA_PW_SCHED_ROW_LINES = 16,
+  GA_PW_SCHED_SPEC_EXP = 32,
+  GA_PW_SCHED_SPEC_TEST = 64
 };
 constexpr int ga_prefill_sm90_sched(int head_size, bool legacy, bool fp8, bool scaled_scores,
                                     bool plain_causal, bool plain_paged, int bits = -1) {

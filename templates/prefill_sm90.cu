@@ -227,6 +227,14 @@ enum PwSched : int {
                             !HAS_WINDOW && !GA_NON_CAUSAL, !GA_DENSE_KV && !PW_PRODUCER_EXTRA)
 };
 #endif
+// GA_PW_SCHED_SPEC_EXP (params.h): the speculative exponentials of the 16-bit flash layouts with
+// the overlap, for scores without a soft cap or ALiBi (pw_softmax_spec); GA_PW_SCHED_SPEC_TEST
+// sends every speculative tile to the fallback (tests only). (An enumerator, as above.)
+enum PwSpec16 : int {
+  PW_SPEC16 = !PW_FP8 && PW_REF_MAX && PW_OVERLAP && !GA_BLOCK_SPARSE && !HAS_SOFT_CAP &&
+              !HAS_ALIBI && (PW_SCHED & GA_PW_SCHED_SPEC_EXP) != 0,
+  PW_SPEC16_TEST = PW_SPEC16 && (PW_SCHED & GA_PW_SCHED_SPEC_TEST) != 0
+};
 // The P V wgmma's B (V) operand: MN-major (1, transposed: the flash 16-bit [key][dim] tile) or
 // K-major (0: the legacy V^T tile), the 16-bit wgmma's imm-trans-b. fp8's V^T stages are K-major
 // too (fp8 wgmmas take K-major operands only, and no such flag).
@@ -1121,6 +1129,93 @@ __device__ __forceinline__ void pw_softmax(const PrefillParams& p, const Scales&
   }
 }
 
+// PW_SPEC16, an unmasked tile whose rows all have a reference maximum m (16-bit, scores without a
+// soft cap or ALiBi): the probabilities at the reference, 2^(s scale - m), in place in s, with
+// this thread's row maxima of the raw scores taken beside them rather than before (no FMNMX chain
+// or shuffle between S and the exponentials); then one warp vote whether some row's maximum passed
+// its reference by more than pw_softmax's slack, i.e. whether pw_softmax would move a reference.
+// If none did, l takes the sums and alpha is 1: pw_softmax's values bit for bit (the same
+// reference, exponents and summation order). Else (true; PW_SPEC16_TEST: always) m and l are left
+// as they were and s holds probabilities, not scores: the caller scores the tile again
+// (pw_rescore_warp) and runs pw_softmax.
+__device__ __forceinline__ bool pw_softmax_spec(float sc, float (&s)[PW_BLOCK_N / 2],
+                                                const float (&m)[2], float (&l)[2],
+                                                float (&alpha)[2]) {
+  constexpr float M_SLACK = 8.f;  // pw_softmax's, 16-bit
+  const float ninf = __int_as_float(0xff800000);
+  float mx[2][2] = {{ninf, ninf}, {ninf, ninf}}, sum[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
+#pragma unroll
+  for (int j = 0; j < PW_BLOCK_N / 8; ++j) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const float x = s[j * 4 + e];
+      mx[e >> 1][j & 1] = fmaxf(mx[e >> 1][j & 1], x);
+      s[j * 4 + e] = ga_exp2(fmaf(x, sc, -m[e >> 1]));
+      sum[e >> 1][j & 1] += s[j * 4 + e];
+    }
+  }
+  // The sums before the vote (else they sink into its branch, a chain of FADDs behind it rather
+  // than beside the exponentials).
+  asm volatile("" : "+f"(sum[0][0]), "+f"(sum[0][1]), "+f"(sum[1][0]), "+f"(sum[1][1]));
+  const bool moved = PW_SPEC16_TEST ||
+                     __any_sync(0xffffffffu, fmaxf(mx[0][0], mx[0][1]) * sc > m[0] + M_SLACK ||
+                                                 fmaxf(mx[1][0], mx[1][1]) * sc > m[1] + M_SLACK);
+  if (!moved) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      l[r] += sum[r][0] + sum[r][1];
+      alpha[r] = 1.f;
+    }
+  }
+  return moved;
+}
+
+// S of the K tile at kt for this warp's 16 rows (qr: its row g in the Q tile at q_base) by
+// mma.sync, A = Q and the K-major B = K, both 128-byte swizzled in shared memory, into s in the
+// wgmma accumulator layout: the speculative softmaxes' second scoring (PW_SPEC16: m16n8k16;
+// fp8's PW_F8_SPEC: m16n8k32 e4m3 x {e4m3, e5m2}). Per k-step of 32 bytes a thread's A words are
+// the 4 bytes at 4 (lane % 4) of chunks 2 kk and 2 kk + 1 of rows g and g + 8, its B words the
+// same bytes of key row 8 nb + g: both shapes' fragments in bytes.
+__device__ __forceinline__ void pw_rescore_warp(unsigned q_base, unsigned kt, int qr, int lane,
+                                                float (&s)[PW_BLOCK_N / 2]) {
+  const unsigned t4 = 4 * (lane & 3);
+#pragma unroll
+  for (int i = 0; i < PW_BLOCK_N / 2; ++i) s[i] = 0.f;
+#pragma unroll 1
+  for (int kk = 0; kk < HEAD_SIZE * PW_EB / 32; ++kk) {
+    unsigned a[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      asm volatile(
+          "ld.shared.u32 %0, [%1];\n"
+          : "=r"(a[i])
+          : "r"(q_base + pw_swizzle(qr + 8 * (i & 1), 2 * kk + (i >> 1), PW_BLOCK_M) + t4));
+#pragma unroll
+    for (int nb = 0; nb < PW_BLOCK_N / 8; ++nb) {
+      unsigned b[2];
+#pragma unroll
+      for (int i = 0; i < 2; ++i)
+        asm volatile("ld.shared.u32 %0, [%1];\n"
+                     : "=r"(b[i])
+                     : "r"(kt + pw_swizzle(8 * nb + (lane >> 2), 2 * kk + i, PW_BLOCK_N) + t4));
+      float* d = s + nb * 4;
+#define PW_MMA_SYNC(INSTR)                                                                \
+  asm volatile(INSTR " {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n" \
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                           \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]))
+      if constexpr (PW_FP8 && KV_FP8 == 2)
+        PW_MMA_SYNC("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e5m2.f32");
+      else if constexpr (PW_FP8)
+        PW_MMA_SYNC("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32");
+      else if constexpr (IS_BF16)
+        PW_MMA_SYNC("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32");
+      else
+        PW_MMA_SYNC("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32");
+#undef PW_MMA_SYNC
+    }
+  }
+}
+
 // One-body specs (16-bit, no soft cap, ALiBi or block sparsity; which ones: the consumers'
 // softmax lambda): the causal/window mask of a masked tile as a pass of its own over the raw
 // scores (invisible keys -inf), so that one inlined pw_softmax<false> serves masked and unmasked
@@ -1756,43 +1851,7 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
     // S of tile stage st for this warp's 16 rows by mma.sync (e4m3 A = Q, K-major B = K, both
     // 128-byte swizzled in shared memory), in the wgmma accumulator layout of s.
     auto spec_rescore = [&](int st) {
-      const unsigned kt = k_base + st * PW_KV_BYTES;
-      const int qr = row0 + g;
-      const unsigned t4 = 4 * (lane & 3);
-#pragma unroll
-      for (int i = 0; i < PW_BLOCK_N / 2; ++i) s[i] = 0.f;
-#pragma unroll 1
-      for (int kk = 0; kk < HEAD_SIZE / 32; ++kk) {
-        unsigned a[4];
-#pragma unroll
-        for (int i = 0; i < 4; ++i)
-          asm volatile(
-              "ld.shared.u32 %0, [%1];\n"
-              : "=r"(a[i])
-              : "r"(q_base + pw_swizzle(qr + 8 * (i & 1), 2 * kk + (i >> 1), PW_BLOCK_M) + t4));
-#pragma unroll
-        for (int nb = 0; nb < PW_BLOCK_N / 8; ++nb) {
-          unsigned b[2];
-#pragma unroll
-          for (int i = 0; i < 2; ++i)
-            asm volatile("ld.shared.u32 %0, [%1];\n"
-                         : "=r"(b[i])
-                         : "r"(kt + pw_swizzle(8 * nb + g, 2 * kk + i, PW_BLOCK_N) + t4));
-          float* d = s + nb * 4;
-          if (KV_FP8 == 2)
-            asm volatile(
-                "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e5m2.f32 {%0, %1, %2, %3}, "
-                "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-                : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-          else
-            asm volatile(
-                "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, "
-                "{%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-                : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-        }
-      }
+      pw_rescore_warp(q_base, k_base + st * PW_KV_BYTES, row0 + g, lane, s);
     };
     auto spec_check = [&](int j) {
       unsigned hi = 0;  // bit 7 of a byte: that byte of some P was 0x7e or 0x7f (bytes <= 0x7f)
@@ -1878,8 +1937,26 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
         softmax(j, PW_OVERLAP && !with_pv);
 #else
       constexpr bool spec = false;
-      if (lane == 0) pw_mbar_arrive(bar_k_empty + 8 * stage);
-      softmax(j, PW_OVERLAP && !with_pv);
+      // PW_SPEC16: the speculative exponentials (pw_softmax_spec) in a loop tile without a mask
+      // whose rows all have a reference maximum (every row of the warp); the K stage is released
+      // only after the vote, since a warp whose vote found a moved reference scores the tile
+      // again from it.
+      const bool spec16 = PW_SPEC16 && with_pv &&
+                          !ga_prefill_tile_masked((tile0 + j) * PW_BLOCK_N, PW_BLOCK_N, w_pos_lo,
+                                                  w_pos_hi, kv_end, p.window) &&
+                          __all_sync(0xffffffffu, m[0] != ninf && m[1] != ninf);
+      bool redo = false;
+      if (lane == 0 && !spec16) pw_mbar_arrive(bar_k_empty + 8 * stage);
+      if (spec16) {
+        redo = pw_softmax_spec(scales.scale_log2, s, m, l, alpha);
+        if (redo) {
+          pw_rescore_warp(q_base, k_base + stage * PW_KV_BYTES, row0 + g, lane, s);
+          softmax(j, PW_OVERLAP && !with_pv);
+        }
+        if (lane == 0) pw_mbar_arrive(bar_k_empty + 8 * stage);
+      } else {
+        softmax(j, PW_OVERLAP && !with_pv);
+      }
 #endif
       if (with_pv) {
         pw_wgmma_wait<0>();
@@ -1896,7 +1973,14 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
       // PW_REF_MAX: a warp whose rows' reference maxima all stayed (alpha exactly 1) skips the
       // rescale (fp8, where it weighs more against the halved wgmma time: H200, 4 x 4096 causal
       // 838 us against 876).
-      if (!PW_REF_MAX || (!spec && __any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)))
+      // (PW_SPEC16 without a moved reference: alpha is 1.)
+#if PW_F8_SPEC_CODE
+      constexpr bool alpha_one = false;
+#else
+      const bool alpha_one = spec16 && !redo;
+#endif
+      if (!PW_REF_MAX ||
+          (!spec && !alpha_one && __any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)))
         pw_rescale_o(o, alpha);
       if (PW_FP8)
         pw_pack_p8(s, pf);
