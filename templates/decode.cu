@@ -548,6 +548,54 @@ __device__ __forceinline__ void ga_timing_stamp(int w) {
 #define GA_EARLY_WAIT() ga_grid_dependency_sync()
 #endif
 
+// [policy: page order] A warp of GA_DECODE_PAGE_ORDER tiles or more (default 32; the option
+// -DGA_DECODE_PAGE_ORDER=0 compiles it out) copies its tiles in ascending physical block order
+// instead of in token order. Its first stages - 1 tiles go out in token order as before; the
+// next up to 256 are sorted by block id (their keys, block << 8 | index, one bitonic sort over
+// the warp's registers while those first copies are in flight) into ga_page_order, which issue()
+// and the tile loop read; any later ones follow in token order. Every warp then sweeps the cache
+// from low to high addresses, as the blocks of a contiguous read do, instead of touching pages
+// all over it at once (on the bench's shuffled cache the same bytes took 0.6-2.7% longer than in
+// order: docs/decode-vs-cudnn-h100-2026-11-27-s11.txt). The online softmax and the split combine
+// do not depend on the order; the rounding does (the output stays deterministic for a given
+// block table). Flash single-token kernels without block-sparse or checked mode (whose block
+// ids may lie outside the cache), caches of at most 2^24 blocks; the others keep their code.
+#ifndef GA_DECODE_PAGE_ORDER
+#define GA_DECODE_PAGE_ORDER 32
+#endif
+#if GA_DECODE_PAGE_ORDER > 0 && !defined(GA_MULTI_TOKEN) && !GA_BLOCK_SPARSE && \
+    !defined(GA_CHECK_BOUNDS)
+#define GA_PAGE_ORDER 1
+// Sorts the warp's keys k[r] of lane l (element 8 l + r) ascending: a bitonic sort of the 256
+// elements, stopped at the first power of two that covers n (the elements from n on must be
+// ~0u, larger than every key). The keys are distinct (the index is in their low bits).
+__device__ __forceinline__ void ga_warp_sort256(unsigned (&k)[8], int n, int lane) {
+#pragma unroll
+  for (int size = 2; size <= 256; size <<= 1) {
+    if ((size >> 1) >= n) break;
+#pragma unroll
+    for (int stride = size >> 1; stride > 0; stride >>= 1) {
+#pragma unroll
+      for (int r = 0; r < 8; ++r) {
+        const bool desc = ((lane * 8 + r) & size) != 0;  // this run sorts descending
+        if (stride >= 8) {  // the partner: element 8 l' + r of lane l' = l ^ (stride / 8)
+          const unsigned o = __shfl_xor_sync(0xffffffffu, k[r], stride >> 3);
+          const bool keep_min = ((lane & (stride >> 3)) != 0) == desc;
+          k[r] = keep_min ? (k[r] < o ? k[r] : o) : (k[r] < o ? o : k[r]);
+        } else if ((r & stride) == 0) {  // the partner: this lane's element r + stride
+          const unsigned a = k[r], b = k[r + stride];
+          const unsigned lo = a < b ? a : b, hi = a < b ? b : a;
+          k[r] = desc ? hi : lo;
+          k[r + stride] = desc ? lo : hi;
+        }
+      }
+    }
+  }
+}
+#else
+#define GA_PAGE_ORDER 0
+#endif
+
 // [stage 2] A block past num_splits: in a cluster launch it still joins both cluster barriers
 // of the combine (every block of the cluster must).
 __device__ __forceinline__ void ga_idle_split(bool cluster) {
@@ -824,8 +872,40 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   [[maybe_unused]] int bt_cached2 = 0;
   // Tile j of this warp goes to ring stage j % stages.
   int issue_stage = 0;
+#if GA_PAGE_ORDER
+  // [policy: page order] positions stages - 1 .. stages - 1 + order_n - 1 copy the tiles of
+  // ga_page_order[warp] (order_n 0: none; keys block << 8 | token-order index - (stages - 1)).
+  __shared__ unsigned ga_page_order[NW][256];
+  const int order_n = !LEGACY && my_tiles >= GA_DECODE_PAGE_ORDER && p.kv.num_blocks <= (1ll << 24)
+                          ? (my_tiles - (stages - 1) < 256 ? my_tiles - (stages - 1) : 256)
+                          : 0;
+  unsigned order_key[8];
+  if (order_n > 0) {  // the keys' block ids, loaded before the first copies go out
+#pragma unroll
+    for (int r = 0; r < 8; ++r) {
+      const int e = lane * 8 + r;
+      order_key[r] = e < order_n
+                         ? static_cast<unsigned>(
+                               bt_row[(base + (tile_begin + warp + NW * (stages - 1 + e)) * TILE) /
+                                      BLOCK_SIZE])
+                                   << 8 |
+                               static_cast<unsigned>(e)
+                         : ~0u;
+    }
+  }
+#endif
   auto issue = [&](int j) {
+#if GA_PAGE_ORDER
+    const int oi = j - (stages - 1);
+    const bool sorted = oi >= 0 && oi < order_n;
+    const unsigned okey = sorted ? ga_page_order[warp][oi] : 0u;
+    const int jw = sorted ? stages - 1 + static_cast<int>(okey & 255u) : j;  // the tile copied
+#define GA_ORDER_BLOCK(b) (sorted ? static_cast<int>(okey >> 8) : (b))
+    if (!sorted && j - bt_j0 >= 32) {
+#else
+#define GA_ORDER_BLOCK(b) (b)
     if (j - bt_j0 >= 32) {
+#endif
       bt_j0 = j;
       const int jj = j + lane;
       if (jj < my_tiles) {
@@ -836,7 +916,11 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
         }
       }
     }
+#if GA_PAGE_ORDER
+    const int t0 = base + (tile_begin + warp + NW * jw) * TILE;
+#else
     const int t0 = base + (tile_begin + warp + NW * j) * TILE;
+#endif
     if (!tile_live(t0)) {  // block-sparse: a tile no column sees is not read
       issue_stage = issue_stage + 1 == stages ? 0 : issue_stage + 1;
       return;
@@ -845,7 +929,7 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
     const int block = ga_checked_block(__shfl_sync(0xffffffffu, bt_cached, j - bt_j0),
                                        p.kv.num_blocks, p.bounds, req, t0);
 #else
-    const int block = __shfl_sync(0xffffffffu, bt_cached, j - bt_j0);
+    const int block = GA_ORDER_BLOCK(__shfl_sync(0xffffffffu, bt_cached, j - bt_j0));
 #endif
     [[maybe_unused]] int block2 = block;
     if constexpr (BLOCK_SIZE < TILE) {
@@ -984,6 +1068,16 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
     if (s < my_tiles) issue(s);
     ga_cp_commit();
   }
+#if GA_PAGE_ORDER
+  if (order_n > 0) {  // [policy: page order] sorted while the first copies are in flight
+    ga_warp_sort256(order_key, order_n, lane);
+#pragma unroll
+    for (int r = 0; r < 8; r += 4)
+      *reinterpret_cast<uint4*>(&ga_page_order[warp][lane * 8 + r]) =
+          make_uint4(order_key[r], order_key[r + 1], order_key[r + 2], order_key[r + 3]);
+    __syncwarp();
+  }
+#endif
 #ifdef GA_DECODE_TIMING
   GA_TIMING_WARP(0);
   if (unsigned long long* row = tid == 0 ? ga_timing_row() : nullptr) {
@@ -1161,7 +1255,15 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
     unsigned char* ks = ring + use_stage * STAGE_BYTES;
     use_stage = use_stage + 1 == stages ? 0 : use_stage + 1;
     unsigned char* vs = ks + TILE_BYTES;
+#if GA_PAGE_ORDER
+    // [policy: page order] the warp's tile (token-order index) at position j
+    const int oj = j - (stages - 1);
+    const int jt =
+        oj >= 0 && oj < order_n ? stages - 1 + static_cast<int>(ga_page_order[warp][oj] & 255u) : j;
+    if (direct && warp == new_owner && jt == new_j) {
+#else
     if (direct && warp == new_owner && j == new_j) {
+#endif
 #pragma unroll
       for (int k = 0; k < NEW_PER_LANE; ++k) {
         const int idx = lane + 32 * k;
@@ -1178,7 +1280,11 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
       }
       __syncwarp();
     }
+#if GA_PAGE_ORDER
+    const int t0 = base + (tile_begin + warp + NW * jt) * TILE;
+#else
     const int t0 = base + (tile_begin + warp + NW * j) * TILE;
+#endif
     if (!tile_live(t0)) {  // block-sparse: not issued, nothing to compute
       __syncwarp();
       continue;

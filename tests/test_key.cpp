@@ -117,7 +117,12 @@ TEST_CASE("key: GRAPHATTN_NVRTC_EXTRA_OPTIONS's parser takes the listed options 
   CHECK(detail::parse_nvrtc_extra_options(
             "-DGA_PREFILL_SM90_FP8_VAR=0 -DGA_PREFILL_SM90_FP8_VAR=511") ==
         std::vector<std::string>{"-DGA_PREFILL_SM90_FP8_VAR=0", "-DGA_PREFILL_SM90_FP8_VAR=511"});
-  for (const char* bad : {"--gpu-architecture=sm_80",
+  CHECK(detail::parse_nvrtc_extra_options("-DGA_DECODE_PAGE_ORDER=0 -DGA_DECODE_PAGE_ORDER=999") ==
+        std::vector<std::string>{"-DGA_DECODE_PAGE_ORDER=0", "-DGA_DECODE_PAGE_ORDER=999"});
+  for (const char* bad : {"-DGA_DECODE_PAGE_ORDER=1000",
+                          "-DGA_DECODE_PAGE_ORDER=",
+                          "-DGA_DECODE_PAGE_ORDER=01",
+                          "--gpu-architecture=sm_80",
                           "-G",
                           "--Ofast-compile=fast",
                           "--Ofast-compile",
