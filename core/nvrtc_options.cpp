@@ -31,8 +31,8 @@ bool allowed(const std::string& o) {
   if (o == "-DGA_DECODE_TIMING=1") return true;
   // The decode's early-trigger experiment (templates/decode.cu, GA_DECODE_EARLY_TRIGGER).
   if (o == "-DGA_DECODE_EARLY_TRIGGER=1") return true;
-  // The decode's page order (templates/decode.cu, GA_DECODE_PAGE_ORDER: the fewest tiles a warp
-  // sorts; 0 compiles it out), for measurement.
+  // The decode's page-order experiment (templates/decode.cu, GA_DECODE_PAGE_ORDER: the fewest
+  // tiles a warp sorts; 0, the default, compiles it out).
   if (starts_with(o, "-DGA_DECODE_PAGE_ORDER="))
     return number_after(o, "-DGA_DECODE_PAGE_ORDER=", 0, 999);
   // The 16-bit sm_90 prefill consumers' schedule bits (templates/params.h, ga_prefill_sm90_sched)

@@ -548,20 +548,26 @@ __device__ __forceinline__ void ga_timing_stamp(int w) {
 #define GA_EARLY_WAIT() ga_grid_dependency_sync()
 #endif
 
-// [policy: page order] A warp of GA_DECODE_PAGE_ORDER tiles or more (default 32; the option
-// -DGA_DECODE_PAGE_ORDER=0 compiles it out) copies its tiles in ascending physical block order
-// instead of in token order. Its first stages - 1 tiles go out in token order as before; the
-// next up to 256 are sorted by block id (their keys, block << 8 | index, one bitonic sort over
-// the warp's registers while those first copies are in flight) into ga_page_order, which issue()
-// and the tile loop read; any later ones follow in token order. Every warp then sweeps the cache
-// from low to high addresses, as the blocks of a contiguous read do, instead of touching pages
-// all over it at once (on the bench's shuffled cache the same bytes took 0.6-2.7% longer than in
-// order: docs/decode-vs-cudnn-h100-2026-11-27-s11.txt). The online softmax and the split combine
-// do not depend on the order; the rounding does (the output stays deterministic for a given
-// block table). Flash single-token kernels without block-sparse or checked mode (whose block
-// ids may lie outside the cache), caches of at most 2^24 blocks; the others keep their code.
+// [experiment: page order] Off by default (GA_DECODE_PAGE_ORDER 0: compiled out, every kernel
+// keeps its machine code); GRAPHATTN_NVRTC_EXTRA_OPTIONS=-DGA_DECODE_PAGE_ORDER=N turns it on for
+// warps of N tiles or more. Such a warp copies its tiles in ascending physical block order
+// instead of in token order: its first stages - 1 tiles go out in token order as before; the next
+// up to 256 are sorted by block id (keys block << 8 | index, one bitonic sort over the warp's
+// registers while those first copies are in flight) into ga_page_order, which issue() and the
+// tile loop read; any later ones follow in token order. Every warp then sweeps the cache from low
+// to high addresses, as the blocks of a contiguous read do (on the bench's shuffled cache the same
+// bytes took 0.6-2.7% longer than in order: docs/decode-vs-cudnn-h100-2026-11-27-s11.txt). The
+// online softmax and the split combine do not depend on the order; the rounding does. Flash
+// single-token kernels without block-sparse or checked mode, caches of at most 2^24 blocks.
+// Measured on an H100 at N = 32 (docs/decode-page-order-h100-2026-11-27-s12.txt): it recovered
+// 1-2.6 us of the 4-7 us that shuffled pages cost at 64 x 8192 (bf16, head 64, e4m3), but the
+// code cost 1-4 us where it does not sort (256 x 1024, the in-order rows, the B=64 step +1.2%),
+// so it stays off. Known defect: the tiles left in token order are the launch's first
+// stages - 1, so two launches of different depth over the same data (a plain and an
+// early-prologue layer) round differently; test_decode_graphs' KV-sharing case fails at N = 1.
+// (A fixed count, MAX_STAGES - 1, would make the order the same at every depth; not run.)
 #ifndef GA_DECODE_PAGE_ORDER
-#define GA_DECODE_PAGE_ORDER 32
+#define GA_DECODE_PAGE_ORDER 0
 #endif
 #if GA_DECODE_PAGE_ORDER > 0 && !defined(GA_MULTI_TOKEN) && !GA_BLOCK_SPARSE && \
     !defined(GA_CHECK_BOUNDS)
@@ -873,7 +879,7 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   // Tile j of this warp goes to ring stage j % stages.
   int issue_stage = 0;
 #if GA_PAGE_ORDER
-  // [policy: page order] positions stages - 1 .. stages - 1 + order_n - 1 copy the tiles of
+  // [experiment: page order] positions stages - 1 .. stages - 1 + order_n - 1 copy the tiles of
   // ga_page_order[warp] (order_n 0: none; keys block << 8 | token-order index - (stages - 1)).
   __shared__ unsigned ga_page_order[NW][256];
   const int order_n = !LEGACY && my_tiles >= GA_DECODE_PAGE_ORDER && p.kv.num_blocks <= (1ll << 24)
@@ -1069,7 +1075,7 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
     ga_cp_commit();
   }
 #if GA_PAGE_ORDER
-  if (order_n > 0) {  // [policy: page order] sorted while the first copies are in flight
+  if (order_n > 0) {  // [experiment: page order] sorted while the first copies fly
     ga_warp_sort256(order_key, order_n, lane);
 #pragma unroll
     for (int r = 0; r < 8; r += 4)
@@ -1256,7 +1262,7 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
     use_stage = use_stage + 1 == stages ? 0 : use_stage + 1;
     unsigned char* vs = ks + TILE_BYTES;
 #if GA_PAGE_ORDER
-    // [policy: page order] the warp's tile (token-order index) at position j
+    // [experiment: page order] the warp's tile (token-order index) at position j
     const int oj = j - (stages - 1);
     const int jt =
         oj >= 0 && oj < order_n ? stages - 1 + static_cast<int>(ga_page_order[warp][oj] & 255u) : j;
