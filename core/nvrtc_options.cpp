@@ -32,11 +32,14 @@ bool allowed(const std::string& o) {
   // The decode's early-trigger experiment (templates/decode.cu, GA_DECODE_EARLY_TRIGGER).
   if (o == "-DGA_DECODE_EARLY_TRIGGER=1") return true;
   // The 16-bit sm_90 prefill consumers' schedule bits (templates/params.h, ga_prefill_sm90_sched)
-  // and the sm_90 e4m3 prefill's variants (templates/prefill_sm90.cu, PW_F8V), for measurement.
+  // and the sm_90 e4m3 and legacy-layout prefills' variants (templates/prefill_sm90.cu, PW_F8V,
+  // PW_LV), for measurement.
   if (starts_with(o, "-DGA_PREFILL_SM90_SCHED="))
     return number_after(o, "-DGA_PREFILL_SM90_SCHED=", 0, 31);
   if (starts_with(o, "-DGA_PREFILL_SM90_FP8_VAR="))
     return number_after(o, "-DGA_PREFILL_SM90_FP8_VAR=", 0, 511);
+  if (starts_with(o, "-DGA_PREFILL_SM90_LEGACY_VAR="))
+    return number_after(o, "-DGA_PREFILL_SM90_LEGACY_VAR=", 0, 127);
   if (starts_with(o, "--maxrregcount=")) return number_after(o, "--maxrregcount=", 1, 999);
   return false;
 }
@@ -53,7 +56,8 @@ std::vector<std::string> parse_nvrtc_extra_options(const std::string& text) {
                   "' is not supported; supported (separated by spaces): "
                   "--Ofast-compile=min|mid|max|0, --ptxas-options=V, -Xptxas=V, "
                   "--maxrregcount=N (N 1-999), -DGA_DECODE_TIMING=1, -DGA_DECODE_EARLY_TRIGGER=1, "
-                  "-DGA_PREFILL_SM90_SCHED=N (N 0-31), -DGA_PREFILL_SM90_FP8_VAR=N (N 0-511)");
+                  "-DGA_PREFILL_SM90_SCHED=N (N 0-31), -DGA_PREFILL_SM90_FP8_VAR=N (N 0-511), "
+                  "-DGA_PREFILL_SM90_LEGACY_VAR=N (N 0-127)");
     out.push_back(o);
   }
   return out;
