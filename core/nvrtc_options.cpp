@@ -39,7 +39,7 @@ bool allowed(const std::string& o) {
   if (starts_with(o, "-DGA_PREFILL_SM90_FP8_VAR="))
     return number_after(o, "-DGA_PREFILL_SM90_FP8_VAR=", 0, 511);
   if (starts_with(o, "-DGA_PREFILL_SM90_LEGACY_VAR="))
-    return number_after(o, "-DGA_PREFILL_SM90_LEGACY_VAR=", 0, 127);
+    return number_after(o, "-DGA_PREFILL_SM90_LEGACY_VAR=", 0, 255);
   if (starts_with(o, "--maxrregcount=")) return number_after(o, "--maxrregcount=", 1, 999);
   return false;
 }
@@ -57,7 +57,7 @@ std::vector<std::string> parse_nvrtc_extra_options(const std::string& text) {
                   "--Ofast-compile=min|mid|max|0, --ptxas-options=V, -Xptxas=V, "
                   "--maxrregcount=N (N 1-999), -DGA_DECODE_TIMING=1, -DGA_DECODE_EARLY_TRIGGER=1, "
                   "-DGA_PREFILL_SM90_SCHED=N (N 0-31), -DGA_PREFILL_SM90_FP8_VAR=N (N 0-511), "
-                  "-DGA_PREFILL_SM90_LEGACY_VAR=N (N 0-127)");
+                  "-DGA_PREFILL_SM90_LEGACY_VAR=N (N 0-255)");
     out.push_back(o);
   }
   return out;

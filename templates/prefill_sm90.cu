@@ -174,7 +174,8 @@ constexpr bool PW_LEGACY = KV_LAYOUT == 2;
 // layouts' schedule; with 4 and 8 and ptxas -O3, --ptxas-options=-O3, the flash consumers' code
 // over the legacy tiles). Timing only, wrong results: 16 the K tile read
 // through a 128-byte swizzle descriptor (the flash K tile's reads), 32 no K/V copies at all (the
-// stages keep whatever they held). (An enumerator, as PW_F8V.)
+// stages keep whatever they held). Not yet run on a GPU: 128 the V^T tile as 16-key slabs in
+// wgmma's 32-byte swizzle (pw_legacy_load_vs). (An enumerator, as PW_F8V.)
 #ifdef GA_PREFILL_SM90_LEGACY_VAR
 enum PwLegacyVar : int { PW_LV = PW_LEGACY ? GA_PREFILL_SM90_LEGACY_VAR : 0 };
 #else
@@ -249,6 +250,7 @@ constexpr int PW_V_TRANS = PW_LEGACY ? 0 : 1;
 // of the 128-byte row, which holds all PW_BLOCK_N = 128 keys).
 constexpr unsigned PW_V_LEAD = PW_LEGACY || PW_FP8 ? 16 : PW_BLOCK_N * 128;
 __device__ __forceinline__ unsigned pw_v_kstep(int kk) {
+  if (PW_LV & 128) return kk * (HEAD_SIZE * 2);  // V^T slabs (pw_legacy_load_vs): one a k-step
   return PW_FP8 || PW_LEGACY ? (kk >> 2) * (HEAD_SIZE * 8) + (kk & 3) * 2 : kk * 128;
 }
 // The S = Q K^T wgmma's B (K) operand, K-major (descriptor: pw_k_desc): the offset of k-step ks
@@ -256,7 +258,7 @@ __device__ __forceinline__ unsigned pw_v_kstep(int kk) {
 // PW_BLOCK_N rows apart; the legacy K tile without swizzle: two chunks of PW_BLOCK_N * 16 bytes).
 __device__ __forceinline__ unsigned pw_k_kstep(int ks) {
   return PW_LEGACY && !(PW_LV & 16) ? ks * (PW_BLOCK_N * 2)
-                                     : (ks >> 2) * (PW_BLOCK_N * 8) + (ks & 3) * 2;
+                                    : (ks >> 2) * (PW_BLOCK_N * 8) + (ks & 3) * 2;
 }
 // Named barriers PW_SCHED_BAR + cw order the wgmma issues of the consumer warpgroups (ids 0:
 // __syncthreads, 1 + cw: consumer cw's epilogue); PW_PRODUCER_BAR syncs the producer warpgroup
@@ -399,7 +401,7 @@ __device__ __forceinline__ unsigned long long pw_desc(unsigned addr, unsigned le
 // core matrices of 128 contiguous bytes).
 __device__ __forceinline__ unsigned long long pw_k_desc(unsigned addr) {
   return PW_LEGACY && !(PW_LV & 16) ? pw_desc(addr, PW_BLOCK_N * 16, 128, 0)
-                                     : pw_desc(addr, 16, 1024);
+                                    : pw_desc(addr, 16, 1024);
 }
 
 #define PW_F8(i)                                                                              \
@@ -943,8 +945,7 @@ __device__ __forceinline__ void pw_legacy_load_vt(const PrefillParams& p, const 
   const int sg = ptid / PW_VT_LPS, lt = ptid % PW_VT_LPS;
   const int d0 = lt / PW_VT_CPS, tc = sg * PW_VT_CPS + lt % PW_VT_CPS;
   const int key0 = n0 + sg * PW_VT_SEG;
-  const int blk =
-      HOISTED ? hoisted_blk : pw_legacy_vt_block<FULL>(p, block_row, n0, kv_end, ptid);
+  const int blk = HOISTED ? hoisted_blk : pw_legacy_vt_block<FULL>(p, block_row, n0, kv_end, ptid);
   const ga_u16* src =
       FULL ? static_cast<const ga_u16*>(p.kv.value_cache) +
                  static_cast<long long>(static_cast<unsigned>(blk)) * p.kv.cache_block_stride +
@@ -973,6 +974,60 @@ __device__ __forceinline__ void pw_legacy_load_vt(const PrefillParams& p, const 
 #pragma unroll
     for (int i = 0; i < PW_VT_ITERS; ++i)
       pw_cp_async16(d_dst + i * (PW_VT_DSTEP * 128), src + i * (PW_VT_DSTEP * BLOCK_SIZE), bytes);
+  }
+}
+
+// PW_LV & 128 (a candidate, not yet run on a GPU): the V^T tile as PW_BLOCK_N / 16 slabs of 16
+// keys, slab s (keys n0 + 16 s ..) HEAD_SIZE rows (dimensions) x 32 bytes at s * HEAD_SIZE * 32,
+// in wgmma's 32-byte swizzle (the 16-byte halves of rows 4-7 of every 8-row group swapped:
+// byte address bit 4 ^= bit 7), K-major: one P V k-step per slab (pw_v_kstep; descriptor 32-byte
+// swizzle, 8-row groups 256 bytes apart). Why: ncu (H100, 4 x 4096, docs/legacy-prefill-h100-
+// 2026-11-27-s12.txt) shows an LDGSTS processed per 128-byte row of shared memory, each row
+// fetching its own sectors: pw_legacy_load_vt's instruction writes 8 rows x 64 bytes, each from
+// two blocks, so 16 one-sector L2 requests where 4 whole lines would do (2.6x the flash kernel's
+// L2 requests in all). In the cache a block's 16 keys of dimension d are 32 contiguous bytes and
+// dimension d + 1 follows (block size 16), so a warp instruction here (16 dimensions x 2 halves
+// of one slab: lane l copies half l % 2 of dimensions l / 2 + 16 i) reads 4 whole lines that land
+// in 4 whole 128-byte rows. Slab s of a tile lies in one cache block (block sizes are multiples
+// of 16); warp w copies slabs w * PW_VS_SPW ..; keys at or past kv_end are zero-filled as in
+// pw_legacy_load_vt.
+// (Enumerators: namespace-level constants would add to every spec's GLOBAL and CONSTANT totals.)
+enum PwVtSlabs : int {
+  PW_VS_SPW = PW_BLOCK_N / 64,  // slabs a producer warp
+  PW_VS_ITERS = HEAD_SIZE / 16  // chunks a thread and slab
+};
+template <bool FULL = false>
+__device__ __forceinline__ void pw_legacy_load_vs(const PrefillParams& p, const int* block_row,
+                                                  long long head_off, int n0, int kv_end,
+                                                  unsigned dst, int ptid) {
+  const int w = ptid >> 5, h = ptid & 1, d0 = (ptid & 31) >> 1;
+  int blk[PW_VS_SPW];
+#pragma unroll
+  for (int s = 0; s < PW_VS_SPW; ++s) {
+    const int key0 = n0 + (w * PW_VS_SPW + s) * 16;
+#ifdef GA_CHECK_BOUNDS
+    blk[s] = ga_prefill_checked_block(p, block_row, min(key0, kv_end - 1));
+#else
+    blk[s] = __ldg(block_row + (FULL ? key0 : min(key0, kv_end - 1)) / BLOCK_SIZE);
+#endif
+  }
+  const unsigned d_dst = dst + d0 * 32 + ((h ^ ((d0 >> 2) & 1)) << 4);
+#pragma unroll
+  for (int s = 0; s < PW_VS_SPW; ++s) {
+    const int key0 = n0 + (w * PW_VS_SPW + s) * 16;
+    const ga_u16* src = static_cast<const ga_u16*>(p.kv.value_cache) +
+                        static_cast<long long>(blk[s]) * p.kv.cache_block_stride + head_off +
+                        key0 % BLOCK_SIZE + d0 * BLOCK_SIZE + h * 8;
+    // Bytes of this half inside the request: its keys before kv_end, 0 to 8 (FULL: all).
+    const int bytes = FULL ? 16 : min(max(kv_end - (key0 + 8 * h), 0), 8) * 2;
+    const unsigned s_dst = d_dst + (w * PW_VS_SPW + s) * (HEAD_SIZE * 32);
+#pragma unroll
+    for (int i = 0; i < PW_VS_ITERS; ++i) {
+      if (FULL)
+        pw_cp_async16_all(s_dst + i * (16 * 32), src + i * (16 * BLOCK_SIZE));
+      else
+        pw_cp_async16(s_dst + i * (16 * 32), src + i * (16 * BLOCK_SIZE), bytes);
+    }
   }
 }
 
@@ -1580,6 +1635,14 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
           if constexpr (PW_LEGACY) {
             constexpr bool hoisted = (PW_LV & 2) != 0;
             if (PW_LV & 32) {  // (timing only: no copies)
+            } else if ((PW_LV & 128) && lfull) {
+              pw_legacy_load_vs<true>(p, block_row,
+                                      static_cast<long long>(kv_head) * p.kv.cache_head_stride, n0,
+                                      kv_end, v_base + stage * PW_KV_BYTES, tid);
+            } else if (PW_LV & 128) {
+              pw_legacy_load_vs(p, block_row,
+                                static_cast<long long>(kv_head) * p.kv.cache_head_stride, n0,
+                                kv_end, v_base + stage * PW_KV_BYTES, tid);
             } else if (lfull) {
               pw_legacy_load_vt<true, hoisted>(
                   p, block_row, static_cast<long long>(kv_head) * p.kv.cache_head_stride, n0,
@@ -1667,7 +1730,8 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
     // pw_v_kstep).
     const unsigned long long q_desc = pw_desc(q_base + cw * 64 * 128, 16, 1024);
     const unsigned long long k_desc = pw_k_desc(k_base);
-    const unsigned long long v_desc = pw_desc(v_base, PW_V_LEAD, 1024);
+    const unsigned long long v_desc = PW_LV & 128 ? pw_desc(v_base, 16, 256, 3)  // 32-byte swizzle
+                                                  : pw_desc(v_base, PW_V_LEAD, 1024);
 #ifdef GA_Q_E4M3
     const GaPrefillScales scales = ga_prefill_q8_scales(p, params.q8, req, kv_head);
 #else
