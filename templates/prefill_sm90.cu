@@ -982,16 +982,16 @@ __device__ __forceinline__ void pw_legacy_load_vt(const PrefillParams& p, const 
 // in wgmma's 32-byte swizzle (the 16-byte halves of rows 4-7 of every 8-row group swapped:
 // byte address bit 4 ^= bit 7), K-major: one P V k-step per slab (pw_v_kstep; descriptor 32-byte
 // swizzle, 8-row groups 256 bytes apart). Why: ncu (H100, 4 x 4096, docs/legacy-prefill-h100-
-// 2026-11-27-s12.txt) shows an LDGSTS processed per 128-byte row of shared memory, each row
-// fetching its own sectors: pw_legacy_load_vt's instruction writes 8 rows x 64 bytes, each from
-// two blocks, so 16 one-sector L2 requests where 4 whole lines would do (2.6x the flash kernel's
-// L2 requests in all). In the cache a block's 16 keys of dimension d are 32 contiguous bytes and
-// dimension d + 1 follows (block size 16), so a warp instruction here (16 dimensions x 2 halves
-// of one slab: lane l copies half l % 2 of dimensions l / 2 + 16 i) reads 4 whole lines that land
-// in 4 whole 128-byte rows. Slab s of a tile lies in one cache block (block sizes are multiples
-// of 16); warp w copies slabs w * PW_VS_SPW ..; keys at or past kv_end are zero-filled as in
-// pw_legacy_load_vt.
-// (Enumerators: namespace-level constants would add to every spec's GLOBAL and CONSTANT totals.)
+// 2026-11-27-s12.txt): 2.6x the flash kernel's L2 requests for the same sectors, which fits an
+// LDGSTS processed per 128-byte row of shared memory, each row fetching its own sectors:
+// pw_legacy_load_vt's instruction writes 8 rows x 64 bytes, each from two blocks, so 16
+// one-sector L2 requests where 4 whole lines would do. In the cache a block's 16 keys of dimension
+// d are 32 contiguous bytes and dimension d + 1 follows (block size 16), so a warp instruction here
+// (16 dimensions x 2 halves of one slab: lane l copies half l % 2 of dimensions l / 2 + 16 i) reads
+// 4 whole lines that land in 4 whole 128-byte rows. Slab s of a tile lies in one cache block (block
+// sizes are multiples of 16); warp w copies slabs w * PW_VS_SPW ..; keys at or past kv_end are
+// zero-filled as in pw_legacy_load_vt. (Enumerators: namespace-level constants would add to every
+// spec's GLOBAL and CONSTANT totals.)
 enum PwVtSlabs : int {
   PW_VS_SPW = PW_BLOCK_N / 64,  // slabs a producer warp
   PW_VS_ITERS = HEAD_SIZE / 16  // chunks a thread and slab
