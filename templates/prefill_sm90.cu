@@ -171,6 +171,23 @@ static_assert(PW_PRODUCER_REGS + PW_CONSUMERS * PW_CONSUMER_REGS <=
                   (PW_CONSUMERS + 1) * (65536 / PW_THREADS / 8 * 8),
               "prefill_sm90: setmaxnreg shares exceed the block's registers");
 constexpr bool PW_LEGACY = KV_LAYOUT == 2;
+// Legacy-layout measurement variants (GRAPHATTN_NVRTC_EXTRA_OPTIONS=-DGA_PREFILL_SM90_LEGACY_VAR=N,
+// N a sum of the bits below; other layouts ignore it). Candidates, correct: 1 full tiles (a tile
+// that ends at or before kv_end copies its K and V^T without the clamp to kv_end - 1, the
+// zero-fill predicates and the V^T byte-count branch, block-table indices unsigned); 2 the V^T
+// tile's block lookup issued with the K groups' (before the K stage's empty wait) instead of after
+// the V stage's empty wait; 4 the reference maximum (PW_REF_MAX) of the flash layouts; 8 the
+// flash layouts' two softmax bodies instead of one; 64 no GA_PW_SCHED_EARLY_WAIT (the flash
+// layouts' schedule; with 4 and 8 and ptxas -O3, --ptxas-options=-O3, the flash consumers' code
+// over the legacy tiles). Timing only, wrong results: 16 the K tile read
+// through a 128-byte swizzle descriptor (the flash K tile's reads), 32 no K/V copies at all (the
+// stages keep whatever they held). Not yet run on a GPU: 128 the V^T tile as 16-key slabs in
+// wgmma's 32-byte swizzle (pw_legacy_load_vs). (An enumerator, as PW_F8V.)
+#ifdef GA_PREFILL_SM90_LEGACY_VAR
+enum PwLegacyVar : int { PW_LV = PW_LEGACY ? GA_PREFILL_SM90_LEGACY_VAR : 0 };
+#else
+enum PwLegacyVar : int { PW_LV = 0 };
+#endif
 // The softmax keeps a reference maximum per row that moves only by more than a slack, and the
 // consumers rescale O only when one moved (pw_softmax, the consumers' tile): fp8, and the 16-bit
 // flash layouts, where it measured faster (H100, alternated against 34b0956's kernels, 4 x 4096
@@ -180,7 +197,7 @@ constexpr bool PW_LEGACY = KV_LAYOUT == 2;
 // 1175 us, chunked +15 to +20%, docs/legacy-prefill-o1-h100-2026-11-27-s8.txt): it keeps the
 // exact maximum per tile. docs/prefill-h128-rescale-h100-2026-11-27-s7.txt. (An enumerator: a
 // namespace-level constant would add to every spec's GLOBAL and CONSTANT totals.)
-enum PwSoftmaxRef : int { PW_REF_MAX = PW_FP8 || !PW_LEGACY };
+enum PwSoftmaxRef : int { PW_REF_MAX = PW_FP8 || !PW_LEGACY || (PW_LV & 4) != 0 };
 // Row sums on the tensor cores (params.h's ga_prefill_sm90_rowsum_mma): each P V k-step also
 // issues a wgmma m64n8 (pw_wgmma_sum) with the same P fragments against PW_ONES, a 256-byte tile
 // of ones in shared memory (the consumers' ones_desc), into ls[4] (rows g and g + 8, every column
@@ -218,13 +235,15 @@ enum PwFp8Softmax : int {
 enum PwSched : int {
   PW_SCHED = ga_prefill_sm90_sched(HEAD_SIZE, PW_LEGACY, PW_FP8, HAS_SOFT_CAP || HAS_ALIBI,
                                    !HAS_WINDOW && !GA_NON_CAUSAL,
-                                   !GA_DENSE_KV && !PW_PRODUCER_EXTRA, GA_PREFILL_SM90_SCHED)
+                                   !GA_DENSE_KV && !PW_PRODUCER_EXTRA, GA_PREFILL_SM90_SCHED) &
+             ~(PW_LV & 64 ? GA_PW_SCHED_EARLY_WAIT : 0)
 };
 #else
 enum PwSched : int {
   PW_SCHED =
       ga_prefill_sm90_sched(HEAD_SIZE, PW_LEGACY, PW_FP8, HAS_SOFT_CAP || HAS_ALIBI,
-                            !HAS_WINDOW && !GA_NON_CAUSAL, !GA_DENSE_KV && !PW_PRODUCER_EXTRA)
+                            !HAS_WINDOW && !GA_NON_CAUSAL, !GA_DENSE_KV && !PW_PRODUCER_EXTRA) &
+      ~(PW_LV & 64 ? GA_PW_SCHED_EARLY_WAIT : 0)
 };
 #endif
 // GA_PW_SCHED_SPEC_EXP (params.h): the speculative exponentials of the 16-bit flash layouts with
@@ -246,13 +265,15 @@ constexpr int PW_V_TRANS = PW_LEGACY ? 0 : 1;
 // of the 128-byte row, which holds all PW_BLOCK_N = 128 keys).
 constexpr unsigned PW_V_LEAD = PW_LEGACY || PW_FP8 ? 16 : PW_BLOCK_N * 128;
 __device__ __forceinline__ unsigned pw_v_kstep(int kk) {
+  if (PW_LV & 128) return kk * (HEAD_SIZE * 2);  // V^T slabs (pw_legacy_load_vs): one a k-step
   return PW_FP8 || PW_LEGACY ? (kk >> 2) * (HEAD_SIZE * 8) + (kk & 3) * 2 : kk * 128;
 }
 // The S = Q K^T wgmma's B (K) operand, K-major (descriptor: pw_k_desc): the offset of k-step ks
 // in 16-byte units (the 128-byte swizzle: 32 bytes inside the swizzled row, 64-column blocks
 // PW_BLOCK_N rows apart; the legacy K tile without swizzle: two chunks of PW_BLOCK_N * 16 bytes).
 __device__ __forceinline__ unsigned pw_k_kstep(int ks) {
-  return PW_LEGACY ? ks * (PW_BLOCK_N * 2) : (ks >> 2) * (PW_BLOCK_N * 8) + (ks & 3) * 2;
+  return PW_LEGACY && !(PW_LV & 16) ? ks * (PW_BLOCK_N * 2)
+                                    : (ks >> 2) * (PW_BLOCK_N * 8) + (ks & 3) * 2;
 }
 // Named barriers PW_SCHED_BAR + cw order the wgmma issues of the consumer warpgroups (ids 0:
 // __syncthreads, 1 + cw: consumer cw's epilogue); PW_PRODUCER_BAR syncs the producer warpgroup
@@ -401,7 +422,8 @@ __device__ __forceinline__ unsigned long long pw_desc(unsigned addr, unsigned le
 // or for the legacy K tile none (chunks, the leading dimension, PW_BLOCK_N * 16 bytes apart; 8-key
 // core matrices of 128 contiguous bytes).
 __device__ __forceinline__ unsigned long long pw_k_desc(unsigned addr) {
-  return PW_LEGACY ? pw_desc(addr, PW_BLOCK_N * 16, 128, 0) : pw_desc(addr, 16, 1024);
+  return PW_LEGACY && !(PW_LV & 16) ? pw_desc(addr, PW_BLOCK_N * 16, 128, 0)
+                                    : pw_desc(addr, 16, 1024);
 }
 
 #define PW_F8(i)                                                                              \
@@ -854,7 +876,9 @@ __device__ __forceinline__ PwLegacyK pw_legacy_k_setup(long long head_off, int p
 }
 // Element offsets of this thread's key in each of its groups of the tile at n0 (a group at or past
 // kv_end looks its block up at the last visible key, whose block exists; its copies are zero-
-// filled), all block-table loads issued before any is used.
+// filled), all block-table loads issued before any is used. FULL (PW_LV & 1, a tile that ends at
+// or before kv_end): no clamp, unsigned block-table indices and block numbers.
+template <bool FULL = false>
 __device__ __forceinline__ void pw_legacy_k_rows(const PrefillParams& p, const int* block_row,
                                                  const PwLegacyK& k, int n0, int kv_end, int ptid,
                                                  long long (&src)[PW_LK_GPW]) {
@@ -865,16 +889,24 @@ __device__ __forceinline__ void pw_legacy_k_rows(const PrefillParams& p, const i
 #ifdef GA_CHECK_BOUNDS
     blk[gg] = ga_prefill_checked_block(p, block_row, min(key0, kv_end - 1));
 #else
-    blk[gg] = __ldg(block_row + min(key0, kv_end - 1) / BLOCK_SIZE);
+    if (FULL)
+      blk[gg] = __ldg(block_row + static_cast<unsigned>(key0) / BLOCK_SIZE);
+    else
+      blk[gg] = __ldg(block_row + min(key0, kv_end - 1) / BLOCK_SIZE);
 #endif
   }
 #pragma unroll
   for (int gg = 0; gg < PW_LK_GPW; ++gg) {
     const int key0 = n0 + ((ptid >> 5) * PW_LK_GPW + gg) * 16;
-    src[gg] = static_cast<long long>(blk[gg]) * p.kv.cache_block_stride +
-              static_cast<long long>(key0 % BLOCK_SIZE) * 8 + k.col;
+    if (FULL)
+      src[gg] = static_cast<long long>(static_cast<unsigned>(blk[gg])) * p.kv.cache_block_stride +
+                static_cast<long long>(static_cast<unsigned>(key0) % BLOCK_SIZE) * 8 + k.col;
+    else
+      src[gg] = static_cast<long long>(blk[gg]) * p.kv.cache_block_stride +
+                static_cast<long long>(key0 % BLOCK_SIZE) * 8 + k.col;
   }
 }
+template <bool FULL = false>
 __device__ __forceinline__ void pw_legacy_load_k(const pw_elem* kc, const PwLegacyK& k,
                                                  const long long (&src)[PW_LK_GPW], int n0,
                                                  int kv_end, int ptid, unsigned dst) {
@@ -882,9 +914,14 @@ __device__ __forceinline__ void pw_legacy_load_k(const pw_elem* kc, const PwLega
   for (int gg = 0; gg < PW_LK_GPW; ++gg) {
     const int bytes = n0 + ((ptid >> 5) * PW_LK_GPW + gg) * 16 + k.t < kv_end ? 16 : 0;
 #pragma unroll
-    for (int i = 0; i < PW_CHUNKS / 2; ++i)
-      pw_cp_async16(dst + k.dst + gg * 16 * 16 + 2 * i * (PW_BLOCK_N * 16),
-                    kc + src[gg] + 2 * i * 8 * BLOCK_SIZE, bytes);
+    for (int i = 0; i < PW_CHUNKS / 2; ++i) {
+      const unsigned d = dst + k.dst + gg * 16 * 16 + 2 * i * (PW_BLOCK_N * 16);
+      const pw_elem* a = kc + src[gg] + 2 * i * 8 * BLOCK_SIZE;
+      if (FULL)
+        pw_cp_async16_all(d, a);
+      else
+        pw_cp_async16(d, a, bytes);
+    }
   }
 }
 
@@ -910,35 +947,109 @@ static_assert(!PW_LEGACY || (PW_VT_LPS % PW_VT_CPS == 0 && PW_VT_DSTEP % 8 == 0 
                              HEAD_SIZE % PW_VT_DSTEP == 0),
               "prefill_sm90: uneven V^T gather");
 
+// The cache block of this thread's V^T segment of the tile at n0 (FULL as in pw_legacy_k_rows).
+template <bool FULL = false>
+__device__ __forceinline__ int pw_legacy_vt_block(const PrefillParams& p, const int* block_row,
+                                                  int n0, int kv_end, int ptid) {
+  const int key0 = n0 + ptid / PW_VT_LPS * PW_VT_SEG;
+#ifdef GA_CHECK_BOUNDS
+  return ga_prefill_checked_block(p, block_row, min(key0, kv_end - 1));
+#else
+  if (FULL) return __ldg(block_row + static_cast<unsigned>(key0) / BLOCK_SIZE);
+  return __ldg(block_row + min(key0, kv_end - 1) / BLOCK_SIZE);
+#endif
+}
+// HOISTED (PW_LV & 2): the block was looked up before (pw_legacy_vt_block), `blk`; else here.
+template <bool FULL = false, bool HOISTED = false>
 __device__ __forceinline__ void pw_legacy_load_vt(const PrefillParams& p, const int* block_row,
                                                   long long head_off, int n0, int kv_end,
-                                                  unsigned dst, int ptid) {
+                                                  unsigned dst, int ptid, int hoisted_blk = 0) {
   const int sg = ptid / PW_VT_LPS, lt = ptid % PW_VT_LPS;
   const int d0 = lt / PW_VT_CPS, tc = sg * PW_VT_CPS + lt % PW_VT_CPS;
   const int key0 = n0 + sg * PW_VT_SEG;
-#ifdef GA_CHECK_BOUNDS
-  const int blk = ga_prefill_checked_block(p, block_row, min(key0, kv_end - 1));
-#else
-  const int blk = __ldg(block_row + min(key0, kv_end - 1) / BLOCK_SIZE);
-#endif
-  const ga_u16* src = static_cast<const ga_u16*>(p.kv.value_cache) +
-                      static_cast<long long>(blk) * p.kv.cache_block_stride + head_off +
-                      key0 % BLOCK_SIZE + d0 * BLOCK_SIZE + (lt % PW_VT_CPS) * 8;
-  // Bytes of the chunk inside the request: its keys before kv_end, 0 to 8.
-  const int bytes = min(max(kv_end - (n0 + tc * 8), 0), 8) * 2;
+  const int blk = HOISTED ? hoisted_blk : pw_legacy_vt_block<FULL>(p, block_row, n0, kv_end, ptid);
+  const ga_u16* src =
+      FULL ? static_cast<const ga_u16*>(p.kv.value_cache) +
+                 static_cast<long long>(static_cast<unsigned>(blk)) * p.kv.cache_block_stride +
+                 head_off + static_cast<unsigned>(key0) % BLOCK_SIZE + d0 * BLOCK_SIZE +
+                 (lt % PW_VT_CPS) * 8
+           : static_cast<const ga_u16*>(p.kv.value_cache) +
+                 static_cast<long long>(blk) * p.kv.cache_block_stride + head_off +
+                 key0 % BLOCK_SIZE + d0 * BLOCK_SIZE + (lt % PW_VT_CPS) * 8;
+  // Bytes of the chunk inside the request: its keys before kv_end, 0 to 8 (FULL: all).
+  const int bytes = FULL ? 16 : min(max(kv_end - (n0 + tc * 8), 0), 8) * 2;
   const unsigned d_dst =
       dst + (tc >> 3) * (HEAD_SIZE * 128) + d0 * 128 + (((tc & 7) ^ (d0 & 7)) << 4);
-  // Whole chunks (or none) take the predicated copy, as the flash gather's do; only a chunk that
-  // kv_end cuts through copies a byte count (the zero-filling form).
+  // Whole chunks (or none) take the predicated copy, as the flash gather's do (FULL: none
+  // predicated); only a chunk that kv_end cuts through copies a byte count (the zero-filling
+  // form).
   if (bytes == 16 || bytes == 0) {
 #pragma unroll
-    for (int i = 0; i < PW_VT_ITERS; ++i)
-      pw_cp_async16(d_dst + i * (PW_VT_DSTEP * 128), src + i * (PW_VT_DSTEP * BLOCK_SIZE),
-                    bytes == 16 ? 16 : 0);
+    for (int i = 0; i < PW_VT_ITERS; ++i) {
+      if (FULL)
+        pw_cp_async16_all(d_dst + i * (PW_VT_DSTEP * 128), src + i * (PW_VT_DSTEP * BLOCK_SIZE));
+      else
+        pw_cp_async16(d_dst + i * (PW_VT_DSTEP * 128), src + i * (PW_VT_DSTEP * BLOCK_SIZE),
+                      bytes == 16 ? 16 : 0);
+    }
   } else {
 #pragma unroll
     for (int i = 0; i < PW_VT_ITERS; ++i)
       pw_cp_async16(d_dst + i * (PW_VT_DSTEP * 128), src + i * (PW_VT_DSTEP * BLOCK_SIZE), bytes);
+  }
+}
+
+// PW_LV & 128 (a candidate, not yet run on a GPU): the V^T tile as PW_BLOCK_N / 16 slabs of 16
+// keys, slab s (keys n0 + 16 s ..) HEAD_SIZE rows (dimensions) x 32 bytes at s * HEAD_SIZE * 32,
+// in wgmma's 32-byte swizzle (the 16-byte halves of rows 4-7 of every 8-row group swapped:
+// byte address bit 4 ^= bit 7), K-major: one P V k-step per slab (pw_v_kstep; descriptor 32-byte
+// swizzle, 8-row groups 256 bytes apart). Why: ncu (H100, 4 x 4096, docs/legacy-prefill-h100-
+// 2026-11-27-s12.txt): 2.6x the flash kernel's L2 requests for the same sectors, which fits an
+// LDGSTS processed per 128-byte row of shared memory, each row fetching its own sectors:
+// pw_legacy_load_vt's instruction writes 8 rows x 64 bytes, each from two blocks, so 16
+// one-sector L2 requests where 4 whole lines would do. In the cache a block's 16 keys of dimension
+// d are 32 contiguous bytes and dimension d + 1 follows (block size 16), so a warp instruction here
+// (16 dimensions x 2 halves of one slab: lane l copies half l % 2 of dimensions l / 2 + 16 i) reads
+// 4 whole lines that land in 4 whole 128-byte rows. Slab s of a tile lies in one cache block (block
+// sizes are multiples of 16); warp w copies slabs w * PW_VS_SPW ..; keys at or past kv_end are
+// zero-filled as in pw_legacy_load_vt. (Enumerators: namespace-level constants would add to every
+// spec's GLOBAL and CONSTANT totals.)
+enum PwVtSlabs : int {
+  PW_VS_SPW = PW_BLOCK_N / 64,  // slabs a producer warp
+  PW_VS_ITERS = HEAD_SIZE / 16  // chunks a thread and slab
+};
+template <bool FULL = false>
+__device__ __forceinline__ void pw_legacy_load_vs(const PrefillParams& p, const int* block_row,
+                                                  long long head_off, int n0, int kv_end,
+                                                  unsigned dst, int ptid) {
+  const int w = ptid >> 5, h = ptid & 1, d0 = (ptid & 31) >> 1;
+  int blk[PW_VS_SPW];
+#pragma unroll
+  for (int s = 0; s < PW_VS_SPW; ++s) {
+    const int key0 = n0 + (w * PW_VS_SPW + s) * 16;
+#ifdef GA_CHECK_BOUNDS
+    blk[s] = ga_prefill_checked_block(p, block_row, min(key0, kv_end - 1));
+#else
+    blk[s] = __ldg(block_row + (FULL ? key0 : min(key0, kv_end - 1)) / BLOCK_SIZE);
+#endif
+  }
+  const unsigned d_dst = dst + d0 * 32 + ((h ^ ((d0 >> 2) & 1)) << 4);
+#pragma unroll
+  for (int s = 0; s < PW_VS_SPW; ++s) {
+    const int key0 = n0 + (w * PW_VS_SPW + s) * 16;
+    const ga_u16* src = static_cast<const ga_u16*>(p.kv.value_cache) +
+                        static_cast<long long>(blk[s]) * p.kv.cache_block_stride + head_off +
+                        key0 % BLOCK_SIZE + d0 * BLOCK_SIZE + h * 8;
+    // Bytes of this half inside the request: its keys before kv_end, 0 to 8 (FULL: all).
+    const int bytes = FULL ? 16 : min(max(kv_end - (key0 + 8 * h), 0), 8) * 2;
+    const unsigned s_dst = d_dst + (w * PW_VS_SPW + s) * (HEAD_SIZE * 32);
+#pragma unroll
+    for (int i = 0; i < PW_VS_ITERS; ++i) {
+      if (FULL)
+        pw_cp_async16_all(s_dst + i * (16 * 32), src + i * (16 * BLOCK_SIZE));
+      else
+        pw_cp_async16(s_dst + i * (16 * 32), src + i * (16 * BLOCK_SIZE), bytes);
+    }
   }
 }
 
@@ -1577,9 +1688,18 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
         const bool tma = PW_TMA && tma_on && n0 + PW_BLOCK_N <= kv_end;
         const bool full = (PW_FULL_TILES || PW_LEAN_GATHER) && n0 + PW_BLOCK_N <= kv_end;
         int tma_blk = 0;
-        if constexpr (PW_LEGACY)
-          pw_legacy_k_rows(p, block_row, legacy_k, n0, kv_end, tid, lk_src);
-        else if (tma)
+        // Legacy measurement variants (PW_LV): 1 full tiles, 2 the V^T block looked up here.
+        const bool lfull = (PW_LV & 1) && n0 + PW_BLOCK_N <= kv_end;
+        int vt_blk = 0;
+        if constexpr (PW_LEGACY) {
+          if (lfull)
+            pw_legacy_k_rows<true>(p, block_row, legacy_k, n0, kv_end, tid, lk_src);
+          else
+            pw_legacy_k_rows(p, block_row, legacy_k, n0, kv_end, tid, lk_src);
+          if (PW_LV & 2)
+            vt_blk = lfull ? pw_legacy_vt_block<true>(p, block_row, n0, kv_end, tid)
+                           : pw_legacy_vt_block(p, block_row, n0, kv_end, tid);
+        } else if (tma)
           tma_blk = pw_tma_block(p, block_row, n0, tid);
         else if (PW_LEAN_GATHER && full)
           pw_lean_blocks<true>(block_row, gather, n0, kv_end, lean_blk);
@@ -1592,7 +1712,13 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
         // A stage is refilled once all consumer warps released its previous use.
         if (j >= PW_STAGES) pw_mbar_wait(bar_k_empty + 8 * stage, phase ^ 1);
         if constexpr (PW_LEGACY) {
-          pw_legacy_load_k(kc, legacy_k, lk_src, n0, kv_end, tid, k_base + stage * PW_KV_BYTES);
+          if (PW_LV & 32) {  // (timing only: no copies)
+          } else if (lfull) {
+            pw_legacy_load_k<true>(kc, legacy_k, lk_src, n0, kv_end, tid,
+                                   k_base + stage * PW_KV_BYTES);
+          } else {
+            pw_legacy_load_k(kc, legacy_k, lk_src, n0, kv_end, tid, k_base + stage * PW_KV_BYTES);
+          }
           pw_mbar_arrive_copies(bar_k_full + 8 * stage);
         } else if (tma) {
           pw_tma_tile(k_map, tma_tok1, tma_blk, n0, kv_head, k_base + stage * PW_KV_BYTES,
@@ -1630,9 +1756,25 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
         } else {
           if (j >= PW_STAGES) pw_mbar_wait(bar_v_empty + 8 * stage, phase ^ 1);
           if constexpr (PW_LEGACY) {
-            pw_legacy_load_vt(p, block_row,
-                              static_cast<long long>(kv_head) * p.kv.cache_head_stride, n0, kv_end,
-                              v_base + stage * PW_KV_BYTES, tid);
+            constexpr bool hoisted = (PW_LV & 2) != 0;
+            if (PW_LV & 32) {  // (timing only: no copies)
+            } else if ((PW_LV & 128) && lfull) {
+              pw_legacy_load_vs<true>(p, block_row,
+                                      static_cast<long long>(kv_head) * p.kv.cache_head_stride, n0,
+                                      kv_end, v_base + stage * PW_KV_BYTES, tid);
+            } else if (PW_LV & 128) {
+              pw_legacy_load_vs(p, block_row,
+                                static_cast<long long>(kv_head) * p.kv.cache_head_stride, n0,
+                                kv_end, v_base + stage * PW_KV_BYTES, tid);
+            } else if (lfull) {
+              pw_legacy_load_vt<true, hoisted>(
+                  p, block_row, static_cast<long long>(kv_head) * p.kv.cache_head_stride, n0,
+                  kv_end, v_base + stage * PW_KV_BYTES, tid, vt_blk);
+            } else {
+              pw_legacy_load_vt<false, hoisted>(
+                  p, block_row, static_cast<long long>(kv_head) * p.kv.cache_head_stride, n0,
+                  kv_end, v_base + stage * PW_KV_BYTES, tid, vt_blk);
+            }
             pw_mbar_arrive_copies(bar_v_full + 8 * stage);
           } else if (tma) {
             pw_tma_tile(v_map, tma_tok1, tma_blk, n0, kv_head, v_base + stage * PW_KV_BYTES,
@@ -1711,7 +1853,8 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
     // pw_v_kstep).
     const unsigned long long q_desc = pw_desc(q_base + cw * 64 * 128, 16, 1024);
     const unsigned long long k_desc = pw_k_desc(k_base);
-    const unsigned long long v_desc = pw_desc(v_base, PW_V_LEAD, 1024);
+    const unsigned long long v_desc = PW_LV & 128 ? pw_desc(v_base, 16, 256, 3)  // 32-byte swizzle
+                                                  : pw_desc(v_base, PW_V_LEAD, 1024);
 #ifdef GA_Q_E4M3
     const GaPrefillScales scales = ga_prefill_q8_scales(p, params.q8, req, kv_head);
 #else
@@ -1753,7 +1896,8 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
     // One softmax body (pw_mask_scores), half the softmax code to compile, where it was
     // measured no slower (params.h).
     constexpr bool one_body = ga_prefill_sm90_one_body(HEAD_SIZE, PW_LEGACY, PW_FP8, HAS_SOFT_CAP,
-                                                       HAS_ALIBI, GA_BLOCK_SPARSE);
+                                                       HAS_ALIBI, GA_BLOCK_SPARSE) &&
+                              !(PW_LV & 8);
     // `peeled`: tile 0 of the overlap, peeled off the loop (below). With two softmax bodies and
     // ga_prefill_sm90_peel_masked it takes the masked one whether or not the tile needs the mask
     // (on a tile that needs none it computes the same values for every row that is stored), so

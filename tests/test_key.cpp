@@ -119,6 +119,10 @@ TEST_CASE("key: GRAPHATTN_NVRTC_EXTRA_OPTIONS's parser takes the listed options 
   CHECK(detail::parse_nvrtc_extra_options(
             "-DGA_PREFILL_SM90_FP8_VAR=0 -DGA_PREFILL_SM90_FP8_VAR=511") ==
         std::vector<std::string>{"-DGA_PREFILL_SM90_FP8_VAR=0", "-DGA_PREFILL_SM90_FP8_VAR=511"});
+  CHECK(detail::parse_nvrtc_extra_options(
+            "-DGA_PREFILL_SM90_LEGACY_VAR=0 -DGA_PREFILL_SM90_LEGACY_VAR=255") ==
+        std::vector<std::string>{"-DGA_PREFILL_SM90_LEGACY_VAR=0",
+                                 "-DGA_PREFILL_SM90_LEGACY_VAR=255"});
   for (const char* bad : {"--gpu-architecture=sm_80",
                           "-G",
                           "--Ofast-compile=fast",
@@ -146,6 +150,9 @@ TEST_CASE("key: GRAPHATTN_NVRTC_EXTRA_OPTIONS's parser takes the listed options 
                           "-DGA_PREFILL_SM90_FP8_VAR=1x",
                           "-DGA_PREFILL_SM90_FP8_VAR=-1",
                           "-DGA_PREFILL_SM90_FP8_VAR=007",
+                          "-DGA_PREFILL_SM90_LEGACY_VAR=256",
+                          "-DGA_PREFILL_SM90_LEGACY_VAR=",
+                          "-DGA_PREFILL_SM90_LEGACY_VAR=03",
                           "--maxrregcount=064"}) {
     bool threw = false;
     try {
