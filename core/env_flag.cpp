@@ -34,7 +34,8 @@ bool env_flag(const char* name) {
 void graphattn::check_flag_environment() {
   for (const char* name :
        {"GRAPHATTN_DISABLE_GRAPHS", "GRAPHATTN_DECODE_CLUSTERS", "GRAPHATTN_DUMP_SOURCE",
-        "GRAPHATTN_CHECK_BOUNDS", "GRAPHATTN_PREFILL_MMA_SYNC", "GRAPHATTN_PREFILL_TMA"})
+        "GRAPHATTN_CHECK_BOUNDS", "GRAPHATTN_PREFILL_MMA_SYNC", "GRAPHATTN_PREFILL_TMA",
+        "GRAPHATTN_MIXED_DSP_NO_ROOM"})
     detail::env_flag(name);
   detail::nvrtc_extra_options();
   resolve_mixed_branches(MixedBranches::kDefault);

@@ -354,12 +354,15 @@ nlohmann::json bench_mixed_step(const Device& dev, int decodes, int len, int chu
   probe.prepare();
   const int request_slots = stack.mixed_request_slots(n),
             mixed_splits = probe.mixed_decode_max_splits(request_slots);
+  const int used_splits = probe.mixed_decode_splits(request_slots, decodes, chunk);
   std::printf(
-      "decode grid: graph %d splits x %d KV heads x %d request slots (%d stages, "
-      "GRAPHATTN_MIXED_DECODE_DIVISOR=%d); host split %d x %d x %d decodes (%d stages)\n",
+      "decode grid: graph %d splits at most x %d KV heads x %d request slots (%d stages, "
+      "GRAPHATTN_MIXED_DECODE_DIVISOR=%d), %d splits a request with %d decodes; host split %d x "
+      "%d x %d decodes (%d stages)\n",
       mixed_splits, c.num_kv_heads, request_slots, probe.mixed_decode_stages(request_slots),
-      probe.mixed_decode_divisor(), decodes > 0 ? probe.decode_max_splits(decodes) : 0,
-      c.num_kv_heads, decodes, decodes > 0 ? probe.decode_stages(decodes) : 0);
+      probe.mixed_decode_divisor(), used_splits, decodes,
+      decodes > 0 ? probe.decode_max_splits(decodes) : 0, c.num_kv_heads, decodes,
+      decodes > 0 ? probe.decode_stages(decodes) : 0);
   std::printf("%-34s %10s\n", "", "us");
   if (!host_only) {
     std::printf("%-34s %10.1f\n", "graph (split on the device)", graph_us);
@@ -380,6 +383,7 @@ nlohmann::json bench_mixed_step(const Device& dev, int decodes, int len, int chu
           {"mixed_branches", branches},
           {"mixed_decode_divisor", probe.mixed_decode_divisor()},
           {"graph_decode_splits", mixed_splits},
+          {"graph_decode_splits_used", used_splits},
           {"request_slots", request_slots},
           {"graph_us", graph_us},
           {"eager_device_split_us", eager_device_us},
