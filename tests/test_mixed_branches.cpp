@@ -180,14 +180,28 @@ TEST_CASE("mixed decode grid: divisor 0 lets the kernel split like the host for 
   CHECK(ga_device_split_room(132, 600, 4, 0, 8) == 132);  // no room kept
 }
 
+namespace {
+// GRAPHATTN_MIXED_DECODE_DIVISOR for a scope (set(nullptr): unset), restored at its end.
+struct DivisorEnv {
+  const char* old = std::getenv("GRAPHATTN_MIXED_DECODE_DIVISOR");
+  const std::string saved = old ? old : "";
+  void set(const char* v) {
+    if (v)
+      ::setenv("GRAPHATTN_MIXED_DECODE_DIVISOR", v, 1);
+    else
+      ::unsetenv("GRAPHATTN_MIXED_DECODE_DIVISOR");
+  }
+  ~DivisorEnv() { set(old ? saved.c_str() : nullptr); }
+};
+}  // namespace
+
 TEST_CASE("mixed decode grid: divisor 0 gives one-token layers a _dsp decode kernel") {
   AttentionLayerConfig c = test::layer_config(8, 2, 128, 1024, 4);
   c.arch = 90;
-  const char* old = std::getenv("GRAPHATTN_MIXED_DECODE_DIVISOR");
-  const std::string saved = old ? old : "";
-  ::unsetenv("GRAPHATTN_MIXED_DECODE_DIVISOR");
+  DivisorEnv env;
+  env.set(nullptr);
   CHECK(AttentionBackend(c).required_specs().size() == 3);  // main's kernels
-  ::setenv("GRAPHATTN_MIXED_DECODE_DIVISOR", "0", 1);
+  env.set("0");
   const std::vector<AttentionSpec> specs = AttentionBackend(c).required_specs();
   REQUIRE(specs.size() == 4);
   AttentionSpec plain = specs[3];
@@ -198,10 +212,6 @@ TEST_CASE("mixed decode grid: divisor 0 gives one-token layers a _dsp decode ker
   CHECK(AttentionSpec::parse(specs[3].to_string()) == specs[3]);
   c.decode_query_len = 4;  // multi-token layers keep the divisor-4 sizing and main's kernels
   CHECK(AttentionBackend(c).required_specs().size() == 3);
-  if (old)
-    ::setenv("GRAPHATTN_MIXED_DECODE_DIVISOR", saved.c_str(), 1);
-  else
-    ::unsetenv("GRAPHATTN_MIXED_DECODE_DIVISOR");
   AttentionSpec mt = specs[3];
   mt.multi_token = true;
   CHECK_THROWS_WITH_AS(mt.validate(), doctest::Contains("device-chosen splits (_dsp)"), Error);
@@ -213,21 +223,20 @@ TEST_CASE("mixed decode grid: divisor 0 gives one-token layers a _dsp decode ker
 TEST_CASE("mixed decode grid: GRAPHATTN_MIXED_DECODE_DIVISOR, read when a backend is made") {
   AttentionLayerConfig c = test::layer_config(8, 2, 128, 1024, 4);
   c.arch = 90;
-  const char* old = std::getenv("GRAPHATTN_MIXED_DECODE_DIVISOR");
-  const std::string saved = old ? old : "";
-  ::unsetenv("GRAPHATTN_MIXED_DECODE_DIVISOR");
+  DivisorEnv env;
+  env.set(nullptr);
   CHECK(mixed_decode_divisor_from_env() == kMixedDecodeDivisor);
   CHECK(AttentionBackend(c).mixed_decode_divisor() == kMixedDecodeDivisor);
-  ::setenv("GRAPHATTN_MIXED_DECODE_DIVISOR", "1", 1);
+  env.set("1");
   CHECK(AttentionBackend(c).mixed_decode_divisor() == 1);
-  ::setenv("GRAPHATTN_MIXED_DECODE_DIVISOR", "0", 1);
+  env.set("0");
   CHECK(AttentionBackend(c).mixed_decode_divisor() == 0);
-  ::setenv("GRAPHATTN_MIXED_DECODE_DIVISOR", "65535", 1);
+  env.set("65535");
   CHECK(AttentionBackend(c).mixed_decode_divisor() == 65535);
   AttentionBackend a(c);
   for (const char* bad : {"-1", "-2", "4x", "65536", "99999999999999999999", " 4", "four"}) {
     INFO("GRAPHATTN_MIXED_DECODE_DIVISOR=" << std::string(bad));
-    ::setenv("GRAPHATTN_MIXED_DECODE_DIVISOR", bad, 1);
+    env.set(bad);
     const std::string want = "GRAPHATTN_MIXED_DECODE_DIVISOR=\"" + std::string(bad) +
                              "\" is not supported; supported: an integer 0..65535";
     CHECK_THROWS_WITH_AS(AttentionBackend{c}, doctest::Contains(want.c_str()), Error);
@@ -235,8 +244,4 @@ TEST_CASE("mixed decode grid: GRAPHATTN_MIXED_DECODE_DIVISOR, read when a backen
   CHECK(a.mixed_decode_divisor() == 65535);  // made before: keeps its divisor
   CHECK_THROWS_WITH_AS(a.mixed_decode_max_splits(4), doctest::Contains("call prepare() first"),
                        Error);
-  if (old)
-    ::setenv("GRAPHATTN_MIXED_DECODE_DIVISOR", saved.c_str(), 1);
-  else
-    ::unsetenv("GRAPHATTN_MIXED_DECODE_DIVISOR");
 }

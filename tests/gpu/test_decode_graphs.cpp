@@ -596,20 +596,22 @@ TEST_CASE("gpu decode graphs: mixed graphs size the decode for slots / the divis
   CHECK(agreed >= 4);  // the bitwise comparison ran
 }
 
-// Divisor 0 (GRAPHATTN_MIXED_DECODE_DIVISOR=0): the decode kernel counts the leading decodes d
-// of the replayed batch and gives each the split policy's count for d decodes. One graph per
-// token count (24 and 96 slots), captured before any batch, replayed with 1 decode (long: the
-// most splits), half the slots and every slot a decode (no prefill): each request's splits are
-// the host split's wherever d decodes do not fill the device by themselves, both layers match
-// the float64 reference, and the outputs equal the host split's eager step bit for bit where
-// the grids agree.
+// Divisor 0 (GRAPHATTN_MIXED_DECODE_DIVISOR=0): the mixed graphs' decode kernel (spec _dsp)
+// counts the leading decodes d of the replayed batch and gives each the split policy's count
+// for d decodes over the multiprocessors the prefill's blocks leave. One graph per token count
+// (24 and 96 slots), captured before any batch, replayed with 1 decode (long: the most splits)
+// and half the slots (then one prefill of the other tokens), and every slot a decode (no
+// prefill): each request's splits are the host formula's (the host split's with no prefill)
+// wherever d decodes do not fill the device by themselves, both layers match the float64
+// reference, and the outputs equal the host split's eager step bit for bit where the grids
+// agree.
 TEST_CASE("gpu decode graphs: mixed graphs' decode kernel chooses the splits from the decodes") {
   GA_REQUIRE_GPU();
+  const DivisorEnv env(0);  // before the backends are made: they compile the _dsp kernel
   test::TempKernelCache cache;
   auto rng = test::make_rng();
   const auto& d = detail::driver();
   Stream stream;
-  const DivisorEnv env(0);
   CUdevice dev = 0;
   GA_CU_CHECK(d.cuCtxGetDevice(&dev));
   int sms = 0;
