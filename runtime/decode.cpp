@@ -151,11 +151,22 @@ DecodeDevice prepare_decode_kernel(const LoadedKernel& decode) {
       cfg.gridDimY = cfg.gridDimZ = 1;
       cfg.blockDimX = GA_DECODE_THREADS;
       cfg.blockDimY = cfg.blockDimZ = 1;
-      cfg.sharedMemBytes = static_cast<unsigned>(shallow);
+      cfg.sharedMemBytes =
+          static_cast<unsigned>(shallow + ga_decode_cluster_recv_bytes(s.head_size));
       int size = 0;
       if (d.cuOccupancyMaxPotentialClusterSize(&size, decode.function, &cfg) == CUDA_SUCCESS)
         out.max_cluster = std::min(size, 16);
     }
+  }
+  // Measurement switch (off by default): GRAPHATTN_DECODE_CLUSTER_SPLITS=N (2..16) makes a split
+  // launch with clusters take at most N splits, as one cluster of N blocks (docs/decode-small-
+  // batch-h100-2026-11-27-s12.txt: 8, the portable cluster size, against the 16 the device allows).
+  if (const char* v = std::getenv("GRAPHATTN_DECODE_CLUSTER_SPLITS"); v && *v) {
+    const int n = std::atoi(v);
+    GA_REQUIRE(n >= 2 && n <= 16 && str(n) == v,
+               std::string("GRAPHATTN_DECODE_CLUSTER_SPLITS='") + printable(v) +
+                   "' is not supported; supported: an integer 2..16 (or unset)");
+    out.cluster_splits = n;
   }
   return out;
 }
@@ -254,6 +265,8 @@ DecodeGrid decode_grid(int num_decodes, int num_kv_heads, int columns, int max_m
   // dependent launch) while this one runs, and the splits combine through distributed shared
   // memory when one cluster can hold them all; long splits keep the deep pipeline (1 x 32768
   // on an H200: 48 us deep, 50 us shallow) and the counters.
+  if (dev.use_clusters && dev.cluster_splits >= 2 && dev.cluster_splits <= dev.max_cluster)
+    g.max_splits = std::min(g.max_splits, dev.cluster_splits);
   if (g.max_splits > 1 && tiles <= int64_t{g.max_splits} * 16 * GA_DECODE_WARPS) {
     g.stages = shallow;
     g.cluster = dev.use_clusters && g.max_splits <= dev.max_cluster;
@@ -433,7 +446,9 @@ void enqueue_decode(const LoadedKernel& decode, const DecodeLaunch& a, CUstream 
   const int stages = p.early_prologue && a.early_stages != 0 ? a.early_stages : stages_of(spec, a);
   p.stages = stages;
   p.cluster_splits = a.cluster && a.max_splits > 1 ? 1 : 0;
-  const int smem = ga_decode_smem_bytes(spec.head_size, kvb, stages, rh);
+  // A cluster launch also holds the receive area of the pushed combine (GA_DECODE_CLUSTER_PUSH).
+  const int smem = ga_decode_smem_bytes(spec.head_size, kvb, stages, rh) +
+                   (p.cluster_splits ? ga_decode_cluster_recv_bytes(spec.head_size) : 0);
   ensure_shared_limit(decode, smem);
   const auto u = [](int64_t v) { return static_cast<unsigned>(v); };
   const LaunchShape shape{u(a.max_splits),   u(grid_y), u(a.num_decodes),
