@@ -31,8 +31,8 @@ bool allowed(const std::string& o) {
   if (o == "-DGA_DECODE_TIMING=1") return true;
   // The decode's early-trigger experiment (templates/decode.cu, GA_DECODE_EARLY_TRIGGER).
   if (o == "-DGA_DECODE_EARLY_TRIGGER=1") return true;
-  // The decode's pushed cluster combine (templates/decode.cu, GA_DECODE_CLUSTER_PUSH).
-  if (o == "-DGA_DECODE_CLUSTER_PUSH=1") return true;
+  // The decode's pulled cluster combine on sm_90 (templates/decode.cu, GA_DECODE_CLUSTER_PUSH).
+  if (o == "-DGA_DECODE_CLUSTER_PUSH=0") return true;
   // The 16-bit sm_90 prefill consumers' schedule bits (templates/params.h, ga_prefill_sm90_sched)
   // and the sm_90 e4m3 prefill's variants (templates/prefill_sm90.cu, PW_F8V), for measurement.
   if (starts_with(o, "-DGA_PREFILL_SM90_SCHED="))
@@ -55,7 +55,7 @@ std::vector<std::string> parse_nvrtc_extra_options(const std::string& text) {
                   "' is not supported; supported (separated by spaces): "
                   "--Ofast-compile=min|mid|max|0, --ptxas-options=V, -Xptxas=V, "
                   "--maxrregcount=N (N 1-999), -DGA_DECODE_TIMING=1, -DGA_DECODE_EARLY_TRIGGER=1, "
-                  "-DGA_DECODE_CLUSTER_PUSH=1, -DGA_PREFILL_SM90_SCHED=N (N 0-31), "
+                  "-DGA_DECODE_CLUSTER_PUSH=0, -DGA_PREFILL_SM90_SCHED=N (N 0-31), "
                   "-DGA_PREFILL_SM90_FP8_VAR=N (N 0-511)");
     out.push_back(o);
   }

@@ -137,9 +137,19 @@ DecodeDevice prepare_decode_kernel(const LoadedKernel& decode) {
   GA_REQUIRE(out.blocks_per_sm[max_stages] > 0, "decode kernel " + s.to_string() +
                                                     " cannot run on this device (" + str(deep) +
                                                     " bytes of shared memory per block)");
-  // The split policy uses clusters only when asked: the 32-layer B=1 step measured 9% faster
-  // with them on an H200 but 4.5% slower on an H100 (both 2026-11-22).
+  // The split policy's clusters (where the device co-schedules them, below):
+  // GRAPHATTN_DECODE_CLUSTERS=1 for every split launch of short splits, 0 for none; unset, for
+  // the split launches that give each warp one tile (auto_clusters; flash layouts). With the
+  // pushed combine (templates/decode.cu) the 32-layer B=1 step at context 1024 (16 splits of one
+  // tile a warp) took 139.4-139.6 us against 157.8-158.6 with the global counter on an H100;
+  // 1 x 4096 (4 tiles a warp, which the counter path runs 3 stages deep in a chain) 16.0
+  // against 15.6-15.8 us alone and 8.9 against 8.5 a launch in a chain of 32, so longer splits
+  // keep the counter (docs/decode-small-batch-h100-2026-11-27-s12.txt). (The pulled cluster
+  // combine before it: step 9% faster on an H200, 4.5% slower on an H100, 2026-11-22.)
+  const char* clusters_env = std::getenv("GRAPHATTN_DECODE_CLUSTERS");
   out.use_clusters = detail::env_flag("GRAPHATTN_DECODE_CLUSTERS");
+  out.auto_clusters =
+      (clusters_env == nullptr || *clusters_env == 0) && s.layout != KvLayout::kLegacy;
   if (s.arch >= 90) {
     // Clusters of up to 16 split blocks (8 is the portable limit); the device says how large a
     // cluster of shallow blocks it can actually co-schedule. A driver that cannot answer gets
@@ -269,7 +279,10 @@ DecodeGrid decode_grid(int num_decodes, int num_kv_heads, int columns, int max_m
     g.max_splits = std::min(g.max_splits, dev.cluster_splits);
   if (g.max_splits > 1 && tiles <= int64_t{g.max_splits} * 16 * GA_DECODE_WARPS) {
     g.stages = shallow;
-    g.cluster = dev.use_clusters && g.max_splits <= dev.max_cluster;
+    const int64_t per_warp = (tiles + int64_t{g.max_splits} * GA_DECODE_WARPS - 1) /
+                             (int64_t{g.max_splits} * GA_DECODE_WARPS);
+    g.cluster = (dev.use_clusters || (dev.auto_clusters && per_warp <= 1)) &&
+                g.max_splits <= dev.max_cluster;
     // With the early prologue (the engine's layers: fused write, programmatic dependent launch)
     // a warp issues its first stages - 1 tiles before waiting for the previous kernel, under that
     // kernel's tail, so longer splits gain from a deeper pipeline there. H100, 32 launches back
@@ -278,8 +291,6 @@ DecodeGrid decode_grid(int num_decodes, int num_kv_heads, int columns, int max_m
     // 1 x 8192 (8) 15.9 / 15.0 / 14.4; 1 x 16384 (16) 26.9 / 27.2 / 25.2. So 3 to 7 tiles a warp
     // take 3 stages (where two such blocks share a multiprocessor), 8 or more the deepest. A plain
     // launch keeps the shallow depth: alone, 3 and 4 stages were even or up to 0.4 us slower.
-    const int64_t per_warp = (tiles + int64_t{g.max_splits} * GA_DECODE_WARPS - 1) /
-                             (int64_t{g.max_splits} * GA_DECODE_WARPS);
     const int deepest = ga_decode_max_stages(head_size, kvb);
     if (!g.cluster && per_warp >= 8 && deepest > shallow && dev.blocks_per_sm[deepest] >= 1)
       g.early_stages = deepest;

@@ -381,11 +381,11 @@ __device__ __forceinline__ void ga_cluster_sync() {
           : "memory");
 #endif
 }
-// [experiment: cluster push] GA_DECODE_CLUSTER_PUSH's pieces (sm_90; nothing before). The
-// cluster barrier's halves without memory ordering (the release form is a MEMBAR.ALL.GPU in the
-// machine code, the cost of a global fence); an mbarrier's initialization with the bytes it
-// expects, its wait, and a 16- and 4-byte store into another block's shared memory that counts
-// its bytes on that block's mbarrier (st.async: no fence on either side).
+// The pushed split combine's pieces (GA_DECODE_CLUSTER_PUSH; sm_90, nothing before): the cluster
+// barrier's halves without memory ordering (its release form, ga_cluster_sync, is a
+// MEMBAR.ALL.GPU in the machine code, the cost of a global fence); an mbarrier's initialization
+// with the bytes it expects, its wait, and 16- and 4-byte stores into another block's shared
+// memory that count their bytes on that block's mbarrier (st.async: no fence on either side).
 __device__ __forceinline__ void ga_cluster_arrive_relaxed() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
@@ -475,8 +475,9 @@ __device__ __forceinline__ float4 ga_cluster_ld4(unsigned addr) {
 // issued four at a time after the first split's, five round trips for 16 splits), then one
 // rescale per batch: 16 for the global-memory combine (32-layer B=1 step on an H200: 160.5 us
 // with 8 against 174.6 with 4; 16 with the one-atomic count below: 144.3 against 159.8, same
-// registers); the cluster combine keeps 4, which leaves the kernel's registers as they were
-// (with 8 in both, ptxas capped several specs at 128 registers and spilled).
+// registers); the pulled cluster combine keeps 4, which leaves the kernel's registers as they
+// were (with 8 in both, ptxas capped several specs at 128 registers and spilled); the pushed one
+// reads its items from its own shared memory, 16 at a time.
 // Each split saw at least one key, so every lse is finite.
 // (EMPTY_SPLITS: a split that saw no key of a column has lse -inf and output 0, weight 0.)
 // GA_WRITE_LSE: lse gets the combined log-sum-exp, natural log (otherwise it is left alone).
@@ -585,9 +586,9 @@ __device__ __forceinline__ void ga_timing_stamp(int w) {
 // prologue; without it, after the first copies), 42 the query's first word arrived (thread 0
 // stores it to word 63 first, so the stamp waits for it), 44 the warps' states are in shared
 // memory (stage 8), 46 the split counter's atomic returned, 48 the last block's combine issued
-// its output stores. Cluster launches (session 12): 46 the cluster barrier after the partials
-// returned (pushed combine: the block's mbarrier completed), 48 every block's combine stores
-// issued.
+// its output stores. Cluster launches (session 12): 46 the block's mbarrier completed (pushed:
+// every split's items arrived; pulled: the cluster barrier returned), 48 the block's combine
+// issued its output stores.
 #define GA_TIMING_BLOCK(w) \
   if (threadIdx.x == 0) ga_timing_stamp(w)
 #define GA_TIMING_ENTRY() GA_TIMING_BLOCK(0)  // the block's entry, words 0 and 1
@@ -606,8 +607,17 @@ __device__ __forceinline__ void ga_timing_stamp(int w) {
 #ifndef GA_DECODE_EARLY_TRIGGER
 #define GA_DECODE_EARLY_TRIGGER 0
 #endif
+// The split combine of a cluster launch: pushed (GA_DECODE_CLUSTER_PUSH 1, sm_90's default; see
+// [policy: pushed cluster combine]) or pulled (0: each block's output in its own shared memory,
+// a release cluster barrier, then every block loads its items from all of them). Before sm_90 no
+// launch is a cluster launch; the pulled code stays there so that its machine code is unchanged,
+// and -DGA_DECODE_CLUSTER_PUSH=0 (GRAPHATTN_NVRTC_EXTRA_OPTIONS) measures it on sm_90.
 #ifndef GA_DECODE_CLUSTER_PUSH
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define GA_DECODE_CLUSTER_PUSH 1
+#else
 #define GA_DECODE_CLUSTER_PUSH 0
+#endif
 #endif
 #if GA_DECODE_EARLY_TRIGGER
 #define GA_EARLY_WAIT() ga_grid_dependency_wait()
@@ -794,16 +804,19 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
     return;
   }
 #if GA_DECODE_CLUSTER_PUSH
-  // [experiment: cluster push] GA_DECODE_CLUSTER_PUSH=1 (off by default): in a cluster launch
-  // every block pushes each item (4 output elements of a head) of its split's output, with the
-  // head's log2-sum-exp, into the shared memory of the block that combines it (item i: block
+  // [policy: pushed cluster combine] (GA_DECODE_CLUSTER_PUSH) In a cluster launch every block
+  // pushes each item (4 output elements of a head) of its split's output, with the head's
+  // log2-sum-exp, into the shared memory of the block that combines it (item i: block
   // i % num_splits, slot split * recv_cap + i / num_splits) by st.async, which counts the bytes
   // on that block's mbarrier. A block combines once its mbarrier has all of its items' bytes:
-  // no fence, no global round trip, no cluster barrier between the outputs and the combine.
-  // The receive area lies past the pipeline (ga_decode_cluster_recv_bytes; pushes may arrive
-  // while the block still runs its tiles). The cluster barrier is used twice, relaxed: once
-  // (arrived here, waited before the first push) so that no push precedes the mbarrier's
-  // initialization, and once at the end, so that no block exits before every push has landed.
+  // no fence, no global round trip, no cluster barrier between the outputs and the combine (the
+  // pulled combine's release barrier is a MEMBAR.ALL.GPU, and its 8 combining threads of 128
+  // load 16 splits in 4 batches one after the other: H100 1 x 1024 chain 5.5 against 4.4 us a
+  // launch, docs/decode-small-batch-h100-2026-11-27-s12.txt). The receive area lies past the
+  // pipeline (ga_decode_cluster_recv_bytes; pushes may arrive while the block still runs its
+  // tiles). The cluster barrier is used twice, relaxed: once (arrived here, waited before the
+  // first push) so that no push precedes the mbarrier's initialization, and once at the end, so
+  // that no block exits before every push has landed.
   unsigned recv_mbar = 0;
   int recv_cap = 0;
   if (cluster) {
@@ -1577,7 +1590,7 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
       if (d == 0) p.partial_lse[row] = mx + __log2f(l);
     }
   }
-  // [stage 10: combine the splits] through the cluster's shared memory or the last arrival.
+  // [stage 10: combine the splits] in the cluster's shared memory, or by the last arrival.
   GA_TIMING_WARP(3);
   if (num_splits == 1) return;
 #if GA_DECODE_CLUSTER_PUSH
