@@ -139,17 +139,21 @@ DecodeDevice prepare_decode_kernel(const LoadedKernel& decode) {
                                                     " bytes of shared memory per block)");
   // The split policy's clusters (where the device co-schedules them, below):
   // GRAPHATTN_DECODE_CLUSTERS=1 for every split launch of short splits, 0 for none; unset, for
-  // the split launches that give each warp one tile (auto_clusters; flash layouts). With the
-  // pushed combine (templates/decode.cu) the 32-layer B=1 step at context 1024 (16 splits of one
-  // tile a warp) took 139.4-139.6 us against 157.8-158.6 with the global counter on an H100;
-  // 1 x 4096 (4 tiles a warp, which the counter path runs 3 stages deep in a chain) 16.0
-  // against 15.6-15.8 us alone and 8.9 against 8.5 a launch in a chain of 32, so longer splits
-  // keep the counter (docs/decode-small-batch-h100-2026-11-27-s12.txt). (The pulled cluster
-  // combine before it: step 9% faster on an H200, 4.5% slower on an H100, 2026-11-22.)
+  // the split launches that give each warp one tile (auto_clusters), on the specs whose kernel
+  // pushes its splits (ga_decode_cluster_push: 16-bit KV at head 128, flash layouts, single
+  // token, not block-sparse; sm_90+). With the pushed combine (templates/decode.cu) the 32-layer
+  // B=1 step at context 1024 (16 splits of one tile a warp) took 139.4-139.6 us against 157.8-158.6
+  // with the global counter on an H100; 1 x 4096 (4 tiles a warp, which the counter path runs 3
+  // stages deep in a chain) 16.0 against 15.6-15.8 us alone and 8.9 against 8.5 a launch in a chain
+  // of 32, so longer splits keep the counter (docs/decode-small-batch-h100-2026-11-27-s12.txt).
+  // (The pulled cluster combine before it: step 9% faster on an H200, 4.5% slower on an H100,
+  // 2026-11-22.)
   const char* clusters_env = std::getenv("GRAPHATTN_DECODE_CLUSTERS");
   out.use_clusters = detail::env_flag("GRAPHATTN_DECODE_CLUSTERS");
   out.auto_clusters =
-      (clusters_env == nullptr || *clusters_env == 0) && s.layout != KvLayout::kLegacy;
+      (clusters_env == nullptr || *clusters_env == 0) && s.arch >= 90 &&
+      ga_decode_cluster_push(s.head_size, kvb == 2, s.layout == KvLayout::kLegacy ? 2 : 0,
+                             s.multi_token, s.block_sparse);
   if (s.arch >= 90) {
     // Clusters of up to 16 split blocks (8 is the portable limit); the device says how large a
     // cluster of shallow blocks it can actually co-schedule. A driver that cannot answer gets

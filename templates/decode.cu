@@ -435,6 +435,13 @@ __device__ __forceinline__ void ga_st_async1(unsigned dst, float v, unsigned mba
       : "memory");
 #endif
 }
+// The receive area of the pushed combine (the mbarrier, then the slots): the last
+// ga_decode_cluster_recv_bytes of the block's dynamic shared memory, which starts at smem.
+__device__ __forceinline__ unsigned ga_cluster_recv(const void* smem) {
+  unsigned dyn = 0;
+  asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
+  return ga_smem_addr(smem) + dyn - static_cast<unsigned>(ga_decode_cluster_recv_bytes(HEAD_SIZE));
+}
 // The address of shared-memory address `a` of this block in block `rank` of this cluster.
 __device__ __forceinline__ unsigned ga_cluster_addr_of(unsigned a, unsigned rank) {
   unsigned r = 0;
@@ -612,6 +619,10 @@ __device__ __forceinline__ void ga_timing_stamp(int w) {
 // a release cluster barrier, then every block loads its items from all of them). Before sm_90 no
 // launch is a cluster launch; the pulled code stays there so that its machine code is unchanged,
 // and -DGA_DECODE_CLUSTER_PUSH=0 (GRAPHATTN_NVRTC_EXTRA_OPTIONS) measures it on sm_90.
+// The pushed combine is compiled for the measured kernels only, 16-bit KV caches at head size 128
+// in the flash layouts, single-token, not block-sparse (CLUSTER_PUSH); the other specs keep the
+// pulled code and its machine code, and their launches keep the counter by default
+// (runtime/decode.cpp decode_cluster_push must say the same).
 #ifndef GA_DECODE_CLUSTER_PUSH
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define GA_DECODE_CLUSTER_PUSH 1
@@ -619,6 +630,10 @@ __device__ __forceinline__ void ga_timing_stamp(int w) {
 #define GA_DECODE_CLUSTER_PUSH 0
 #endif
 #endif
+enum : int {
+  CLUSTER_PUSH =
+      GA_DECODE_CLUSTER_PUSH && ga_decode_cluster_push(HEAD_SIZE, KV_FP8 == 0, KV_LAYOUT, MT, BSP)
+};
 #if GA_DECODE_EARLY_TRIGGER
 #define GA_EARLY_WAIT() ga_grid_dependency_wait()
 #else
@@ -817,19 +832,15 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   // tiles). The cluster barrier is used twice, relaxed: once (arrived here, waited before the
   // first push) so that no push precedes the mbarrier's initialization, and once at the end, so
   // that no block exits before every push has landed.
-  unsigned recv_mbar = 0;
-  int recv_cap = 0;
-  if (cluster) {
-    unsigned dyn;
-    asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
-    recv_mbar = ga_smem_addr(smem) + dyn - ga_decode_cluster_recv_bytes(HEAD_SIZE);
-    const int items = heads_here * (HEAD_SIZE / 4);
-    recv_cap = (items + num_splits - 1) / num_splits;
-    if (tid == 0) {
-      const int mine = items > split ? (items - split + num_splits - 1) / num_splits : 0;
-      ga_mbar_init_expect(recv_mbar, static_cast<unsigned>(mine * num_splits * 20));
+  if constexpr (CLUSTER_PUSH) {
+    if (cluster) {
+      if (tid == 0) {
+        const int items = heads_here * (HEAD_SIZE / 4);
+        const int mine = items > split ? (items - split + num_splits - 1) / num_splits : 0;
+        ga_mbar_init_expect(ga_cluster_recv(smem), static_cast<unsigned>(mine * num_splits * 20));
+      }
+      ga_cluster_arrive_relaxed();
     }
-    ga_cluster_arrive_relaxed();
   }
 #endif
   // [policy: fused cache write] (1/3) the slot and its cache offset.
@@ -1528,7 +1539,9 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
 #endif
   constexpr int D4 = HEAD_SIZE / 4;
 #if GA_DECODE_CLUSTER_PUSH
-  if (cluster) ga_cluster_wait();  // every block's mbarrier is initialized
+  if constexpr (CLUSTER_PUSH) {
+    if (cluster) ga_cluster_wait();  // every block's mbarrier is initialized
+  }
 #endif
   for (int i = tid; i < heads_here * D4; i += GA_DECODE_THREADS) {
     const int h = i / D4, d = (i - h * D4) * 4;
@@ -1573,12 +1586,18 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
 #endif
     } else if (cluster) {
 #if GA_DECODE_CLUSTER_PUSH
-      const unsigned rank = static_cast<unsigned>(i % num_splits);
-      const unsigned slot = static_cast<unsigned>(split * recv_cap + i / num_splits);
-      const unsigned mbar = ga_cluster_addr_of(recv_mbar, rank);
-      ga_st_async4(mbar + 16 + slot * 16, acc, mbar);
-      ga_st_async1(mbar + 16 + ga_decode_cluster_slots(HEAD_SIZE) * 16 + slot * 4, mx + __log2f(l),
-                   mbar);
+      if constexpr (CLUSTER_PUSH) {
+        const unsigned rank = static_cast<unsigned>(i % num_splits);
+        const int recv_cap = (heads_here * D4 + num_splits - 1) / num_splits;
+        const unsigned slot = static_cast<unsigned>(split * recv_cap + i / num_splits);
+        const unsigned mbar = ga_cluster_addr_of(ga_cluster_recv(smem), rank);
+        ga_st_async4(mbar + 16 + slot * 16, acc, mbar);
+        ga_st_async1(mbar + 16 + ga_decode_cluster_slots(HEAD_SIZE) * 16 + slot * 4,
+                     mx + __log2f(l), mbar);
+      } else {
+        *reinterpret_cast<float4*>(part_o + h * HEAD_SIZE + d) = acc;
+        if (d == 0) part_lse[h] = mx + __log2f(l);
+      }
 #else
       *reinterpret_cast<float4*>(part_o + h * HEAD_SIZE + d) = acc;
       if (d == 0) part_lse[h] = mx + __log2f(l);
@@ -1594,36 +1613,40 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   GA_TIMING_WARP(3);
   if (num_splits == 1) return;
 #if GA_DECODE_CLUSTER_PUSH
-  if (cluster) {
-    // This block's items: every split's outputs in the receive area once the mbarrier completes.
-    const int items = heads_here * D4;
-    const int mine = items > split ? (items - split + num_splits - 1) / num_splits : 0;
-    ga_mbar_wait0(recv_mbar);
-    GA_TIMING_BLOCK(46);
-    const float4* recv_o =
-        reinterpret_cast<const float4*>(smem + (recv_mbar - ga_smem_addr(smem)) + 16);
-    const float* recv_lse =
-        reinterpret_cast<const float*>(recv_o + ga_decode_cluster_slots(HEAD_SIZE));
-    for (int k = tid; k < mine; k += GA_DECODE_THREADS) {
-      const int i = split + num_splits * k;
-      const int h = i / D4, d = (i - h * D4) * 4;
-      float lse;
-      ga_store4(ga_output_row(p, col_token(h), col_head(h)) + d,
-                ga_combine_splits<16>(
-                    num_splits, ga_sink_log2(p.terms, col_head(h), true),
-                    [&](int sp, float& ls, float4& x) {
-                      ls = recv_lse[sp * recv_cap + k];
-                      x = recv_o[sp * recv_cap + k];
-                    },
-                    lse));
+  if constexpr (CLUSTER_PUSH) {
+    if (cluster) {
+      // This block's items: every split's outputs in the receive area once the mbarrier completes.
+      const int items = heads_here * D4;
+      const int mine = items > split ? (items - split + num_splits - 1) / num_splits : 0;
+      const int recv_cap = (items + num_splits - 1) / num_splits;
+      const unsigned recv_mbar = ga_cluster_recv(smem);
+      ga_mbar_wait0(recv_mbar);
+      GA_TIMING_BLOCK(46);
+      const float4* recv_o =
+          reinterpret_cast<const float4*>(smem + (recv_mbar - ga_smem_addr(smem)) + 16);
+      const float* recv_lse =
+          reinterpret_cast<const float*>(recv_o + ga_decode_cluster_slots(HEAD_SIZE));
+      for (int k = tid; k < mine; k += GA_DECODE_THREADS) {
+        const int i = split + num_splits * k;
+        const int h = i / D4, d = (i - h * D4) * 4;
+        float lse;
+        ga_store4(ga_output_row(p, col_token(h), col_head(h)) + d,
+                  ga_combine_splits<16>(
+                      num_splits, ga_sink_log2(p.terms, col_head(h), true),
+                      [&](int sp, float& ls, float4& x) {
+                        ls = recv_lse[sp * recv_cap + k];
+                        x = recv_o[sp * recv_cap + k];
+                      },
+                      lse));
 #ifdef GA_WRITE_LSE
-      if (d == 0) ga_store_lse(p, col_token(h), col_head(h), lse);
+        if (d == 0) ga_store_lse(p, col_token(h), col_head(h), lse);
 #endif
+      }
+      GA_TIMING_BLOCK(48);
+      ga_cluster_arrive_relaxed();
+      ga_cluster_wait();
+      return;
     }
-    GA_TIMING_BLOCK(48);
-    ga_cluster_arrive_relaxed();
-    ga_cluster_wait();
-    return;
   }
 #endif
   if (cluster) {
