@@ -137,9 +137,23 @@ DecodeDevice prepare_decode_kernel(const LoadedKernel& decode) {
   GA_REQUIRE(out.blocks_per_sm[max_stages] > 0, "decode kernel " + s.to_string() +
                                                     " cannot run on this device (" + str(deep) +
                                                     " bytes of shared memory per block)");
-  // The split policy uses clusters only when asked: the 32-layer B=1 step measured 9% faster
-  // with them on an H200 but 4.5% slower on an H100 (both 2026-11-22).
+  // The split policy's clusters (where the device co-schedules them, below):
+  // GRAPHATTN_DECODE_CLUSTERS=1 for every split launch of short splits, 0 for none; unset, for
+  // the split launches that give each warp one tile (auto_clusters), on the specs whose kernel
+  // pushes its splits (ga_decode_cluster_push: 16-bit KV at head 128, flash layouts, single
+  // token, not block-sparse; sm_90+). With the pushed combine (templates/decode.cu) the 32-layer
+  // B=1 step at context 1024 (16 splits of one tile a warp) took 139.4-139.6 us against 157.8-158.6
+  // with the global counter on an H100; 1 x 4096 (4 tiles a warp, which the counter path runs 3
+  // stages deep in a chain) 16.0 against 15.6-15.8 us alone and 8.9 against 8.5 a launch in a chain
+  // of 32, so longer splits keep the counter (docs/decode-small-batch-h100-2026-11-27-s12.txt).
+  // (The pulled cluster combine before it: step 9% faster on an H200, 4.5% slower on an H100,
+  // 2026-11-22.)
+  const char* clusters_env = std::getenv("GRAPHATTN_DECODE_CLUSTERS");
   out.use_clusters = detail::env_flag("GRAPHATTN_DECODE_CLUSTERS");
+  out.auto_clusters =
+      (clusters_env == nullptr || *clusters_env == 0) && s.arch >= 90 &&
+      ga_decode_cluster_push(s.head_size, kvb == 2, s.layout == KvLayout::kLegacy ? 2 : 0,
+                             s.multi_token, s.block_sparse);
   if (s.arch >= 90) {
     // Clusters of up to 16 split blocks (8 is the portable limit); the device says how large a
     // cluster of shallow blocks it can actually co-schedule. A driver that cannot answer gets
@@ -151,11 +165,22 @@ DecodeDevice prepare_decode_kernel(const LoadedKernel& decode) {
       cfg.gridDimY = cfg.gridDimZ = 1;
       cfg.blockDimX = GA_DECODE_THREADS;
       cfg.blockDimY = cfg.blockDimZ = 1;
-      cfg.sharedMemBytes = static_cast<unsigned>(shallow);
+      cfg.sharedMemBytes =
+          static_cast<unsigned>(shallow + ga_decode_cluster_recv_bytes(s.head_size));
       int size = 0;
       if (d.cuOccupancyMaxPotentialClusterSize(&size, decode.function, &cfg) == CUDA_SUCCESS)
         out.max_cluster = std::min(size, 16);
     }
+  }
+  // Measurement switch (off by default): GRAPHATTN_DECODE_CLUSTER_SPLITS=N (2..16) makes a split
+  // launch with clusters take at most N splits, as one cluster of N blocks (docs/decode-small-
+  // batch-h100-2026-11-27-s12.txt: 8, the portable cluster size, against the 16 the device allows).
+  if (const char* v = std::getenv("GRAPHATTN_DECODE_CLUSTER_SPLITS"); v && *v) {
+    const int n = std::atoi(v);
+    GA_REQUIRE(n >= 2 && n <= 16 && str(n) == v,
+               std::string("GRAPHATTN_DECODE_CLUSTER_SPLITS='") + printable(v) +
+                   "' is not supported; supported: an integer 2..16 (or unset)");
+    out.cluster_splits = n;
   }
   return out;
 }
@@ -254,9 +279,14 @@ DecodeGrid decode_grid(int num_decodes, int num_kv_heads, int columns, int max_m
   // dependent launch) while this one runs, and the splits combine through distributed shared
   // memory when one cluster can hold them all; long splits keep the deep pipeline (1 x 32768
   // on an H200: 48 us deep, 50 us shallow) and the counters.
+  if (dev.use_clusters && dev.cluster_splits >= 2 && dev.cluster_splits <= dev.max_cluster)
+    g.max_splits = std::min(g.max_splits, dev.cluster_splits);
   if (g.max_splits > 1 && tiles <= int64_t{g.max_splits} * 16 * GA_DECODE_WARPS) {
     g.stages = shallow;
-    g.cluster = dev.use_clusters && g.max_splits <= dev.max_cluster;
+    const int64_t per_warp = (tiles + int64_t{g.max_splits} * GA_DECODE_WARPS - 1) /
+                             (int64_t{g.max_splits} * GA_DECODE_WARPS);
+    g.cluster = (dev.use_clusters || (dev.auto_clusters && per_warp <= 1)) &&
+                g.max_splits <= dev.max_cluster;
     // With the early prologue (the engine's layers: fused write, programmatic dependent launch)
     // a warp issues its first stages - 1 tiles before waiting for the previous kernel, under that
     // kernel's tail, so longer splits gain from a deeper pipeline there. H100, 32 launches back
@@ -265,8 +295,6 @@ DecodeGrid decode_grid(int num_decodes, int num_kv_heads, int columns, int max_m
     // 1 x 8192 (8) 15.9 / 15.0 / 14.4; 1 x 16384 (16) 26.9 / 27.2 / 25.2. So 3 to 7 tiles a warp
     // take 3 stages (where two such blocks share a multiprocessor), 8 or more the deepest. A plain
     // launch keeps the shallow depth: alone, 3 and 4 stages were even or up to 0.4 us slower.
-    const int64_t per_warp = (tiles + int64_t{g.max_splits} * GA_DECODE_WARPS - 1) /
-                             (int64_t{g.max_splits} * GA_DECODE_WARPS);
     const int deepest = ga_decode_max_stages(head_size, kvb);
     if (!g.cluster && per_warp >= 8 && deepest > shallow && dev.blocks_per_sm[deepest] >= 1)
       g.early_stages = deepest;
@@ -433,7 +461,9 @@ void enqueue_decode(const LoadedKernel& decode, const DecodeLaunch& a, CUstream 
   const int stages = p.early_prologue && a.early_stages != 0 ? a.early_stages : stages_of(spec, a);
   p.stages = stages;
   p.cluster_splits = a.cluster && a.max_splits > 1 ? 1 : 0;
-  const int smem = ga_decode_smem_bytes(spec.head_size, kvb, stages, rh);
+  // A cluster launch also holds the receive area of the pushed combine (GA_DECODE_CLUSTER_PUSH).
+  const int smem = ga_decode_smem_bytes(spec.head_size, kvb, stages, rh) +
+                   (p.cluster_splits ? ga_decode_cluster_recv_bytes(spec.head_size) : 0);
   ensure_shared_limit(decode, smem);
   const auto u = [](int64_t v) { return static_cast<unsigned>(v); };
   const LaunchShape shape{u(a.max_splits),   u(grid_y), u(a.num_decodes),

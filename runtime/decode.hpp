@@ -28,12 +28,15 @@ namespace graphattn::detail {
 
 // What the decode split policy knows of the device and the loaded kernel.
 struct DecodeDevice {
-  int num_sms = 0;            // multiprocessors
-  int blocks_per_sm[5] = {};  // resident decode blocks per multiprocessor with a pipeline of
-                              // [stages] stages (2..4; 0 where the spec allows no such depth)
-  int max_cluster = 0;        // largest cluster of shallow split blocks it can run (sm_90+)
-  bool use_clusters = false;  // the policy may use clusters (GRAPHATTN_DECODE_CLUSTERS=1)
-  int row_heads = 1;          // KV heads a block covers (2: KV head pairs, ga_decode_row_heads)
+  int num_sms = 0;             // multiprocessors
+  int blocks_per_sm[5] = {};   // resident decode blocks per multiprocessor with a pipeline of
+                               // [stages] stages (2..4; 0 where the spec allows no such depth)
+  int max_cluster = 0;         // largest cluster of shallow split blocks it can run (sm_90+)
+  bool use_clusters = false;   // short split launches use clusters (GRAPHATTN_DECODE_CLUSTERS=1)
+  bool auto_clusters = false;  // split launches of one tile a warp do (the variable unset)
+  int cluster_splits = 0;      // with clusters, split launches take at most this many splits
+                               // (GRAPHATTN_DECODE_CLUSTER_SPLITS; 0: as many as fit)
+  int row_heads = 1;           // KV heads a block covers (2: KV head pairs, ga_decode_row_heads)
 };
 // A decode launch's geometry (runtime/decode.hpp's split policy).
 struct DecodeGrid {

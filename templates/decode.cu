@@ -381,6 +381,75 @@ __device__ __forceinline__ void ga_cluster_sync() {
           : "memory");
 #endif
 }
+// The pushed split combine's pieces (GA_DECODE_CLUSTER_PUSH; sm_90, nothing before): the cluster
+// barrier's halves without memory ordering (its release form, ga_cluster_sync, is a
+// MEMBAR.ALL.GPU in the machine code, the cost of a global fence); an mbarrier's initialization
+// with the bytes it expects, its wait, and 16- and 4-byte stores into another block's shared
+// memory that count their bytes on that block's mbarrier (st.async: no fence on either side).
+__device__ __forceinline__ void ga_cluster_arrive_relaxed() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.relaxed.aligned;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void ga_cluster_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.wait.aligned;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void ga_mbar_init_expect(unsigned mbar, unsigned bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile(
+      "mbarrier.init.shared::cta.b64 [%0], 1;\n"
+      "fence.mbarrier_init.release.cluster;\n"
+      "mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(mbar),
+      "r"(bytes)
+      : "memory");
+#endif
+}
+__device__ __forceinline__ void ga_mbar_wait0(unsigned mbar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  unsigned done = 0;
+  while (!done)
+    asm volatile(
+        "{\n .reg .pred q;\n mbarrier.try_wait.parity.shared::cta.b64 q, [%1], 0;\n"
+        " selp.u32 %0, 1, 0, q;\n}\n"
+        : "=r"(done)
+        : "r"(mbar)
+        : "memory");
+#endif
+}
+__device__ __forceinline__ void ga_st_async4(unsigned dst, const float4& v, unsigned mbar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile(
+      "st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.f32 [%0], {%1, %2, %3, %4}, "
+      "[%5];" ::"r"(dst),
+      "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w), "r"(mbar)
+      : "memory");
+#endif
+}
+__device__ __forceinline__ void ga_st_async1(unsigned dst, float v, unsigned mbar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile(
+      "st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];" ::"r"(dst),
+      "r"(__float_as_uint(v)), "r"(mbar)
+      : "memory");
+#endif
+}
+// The receive area of the pushed combine (the mbarrier, then the slots): the last
+// ga_decode_cluster_recv_bytes of the block's dynamic shared memory, which starts at smem.
+__device__ __forceinline__ unsigned ga_cluster_recv(const void* smem) {
+  unsigned dyn = 0;
+  asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(dyn));
+  return ga_smem_addr(smem) + dyn - static_cast<unsigned>(ga_decode_cluster_recv_bytes(HEAD_SIZE));
+}
+// The address of shared-memory address `a` of this block in block `rank` of this cluster.
+__device__ __forceinline__ unsigned ga_cluster_addr_of(unsigned a, unsigned rank) {
+  unsigned r = 0;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(a), "r"(rank));
+#endif
+  return r;
+}
 // The address of shared variable `p` in block `rank` of this cluster.
 __device__ __forceinline__ unsigned ga_cluster_addr(const void* p, unsigned rank) {
   unsigned r = 0;
@@ -413,8 +482,9 @@ __device__ __forceinline__ float4 ga_cluster_ld4(unsigned addr) {
 // issued four at a time after the first split's, five round trips for 16 splits), then one
 // rescale per batch: 16 for the global-memory combine (32-layer B=1 step on an H200: 160.5 us
 // with 8 against 174.6 with 4; 16 with the one-atomic count below: 144.3 against 159.8, same
-// registers); the cluster combine keeps 4, which leaves the kernel's registers as they were
-// (with 8 in both, ptxas capped several specs at 128 registers and spilled).
+// registers); the pulled cluster combine keeps 4, which leaves the kernel's registers as they
+// were (with 8 in both, ptxas capped several specs at 128 registers and spilled); the pushed one
+// reads its items from its own shared memory, 16 at a time.
 // Each split saw at least one key, so every lse is finite.
 // (EMPTY_SPLITS: a split that saw no key of a column has lse -inf and output 0, weight 0.)
 // GA_WRITE_LSE: lse gets the combined log-sum-exp, natural log (otherwise it is left alone).
@@ -523,7 +593,9 @@ __device__ __forceinline__ void ga_timing_stamp(int w) {
 // prologue; without it, after the first copies), 42 the query's first word arrived (thread 0
 // stores it to word 63 first, so the stamp waits for it), 44 the warps' states are in shared
 // memory (stage 8), 46 the split counter's atomic returned, 48 the last block's combine issued
-// its output stores.
+// its output stores. Cluster launches (session 12): 46 the block's mbarrier completed (pushed:
+// every split's items arrived; pulled: the cluster barrier returned), 48 the block's combine
+// issued its output stores.
 #define GA_TIMING_BLOCK(w) \
   if (threadIdx.x == 0) ga_timing_stamp(w)
 #define GA_TIMING_ENTRY() GA_TIMING_BLOCK(0)  // the block's entry, words 0 and 1
@@ -542,6 +614,26 @@ __device__ __forceinline__ void ga_timing_stamp(int w) {
 #ifndef GA_DECODE_EARLY_TRIGGER
 #define GA_DECODE_EARLY_TRIGGER 0
 #endif
+// The split combine of a cluster launch: pushed (GA_DECODE_CLUSTER_PUSH 1, sm_90's default; see
+// [policy: pushed cluster combine]) or pulled (0: each block's output in its own shared memory,
+// a release cluster barrier, then every block loads its items from all of them). Before sm_90 no
+// launch is a cluster launch; the pulled code stays there so that its machine code is unchanged,
+// and -DGA_DECODE_CLUSTER_PUSH=0 (GRAPHATTN_NVRTC_EXTRA_OPTIONS) measures it on sm_90.
+// The pushed combine is compiled for the measured kernels only, 16-bit KV caches at head size 128
+// in the flash layouts, single-token, not block-sparse (CLUSTER_PUSH); the other specs keep the
+// pulled code and its machine code, and their launches keep the counter by default
+// (runtime/decode.cpp decode_cluster_push must say the same).
+#ifndef GA_DECODE_CLUSTER_PUSH
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define GA_DECODE_CLUSTER_PUSH 1
+#else
+#define GA_DECODE_CLUSTER_PUSH 0
+#endif
+#endif
+enum : int {
+  CLUSTER_PUSH =
+      GA_DECODE_CLUSTER_PUSH && ga_decode_cluster_push(HEAD_SIZE, KV_FP8 == 0, KV_LAYOUT, MT, BSP)
+};
 #if GA_DECODE_EARLY_TRIGGER
 #define GA_EARLY_WAIT() ga_grid_dependency_wait()
 #else
@@ -726,6 +818,31 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
     ga_idle_split(cluster);
     return;
   }
+#if GA_DECODE_CLUSTER_PUSH
+  // [policy: pushed cluster combine] (GA_DECODE_CLUSTER_PUSH) In a cluster launch every block
+  // pushes each item (4 output elements of a head) of its split's output, with the head's
+  // log2-sum-exp, into the shared memory of the block that combines it (item i: block
+  // i % num_splits, slot split * recv_cap + i / num_splits) by st.async, which counts the bytes
+  // on that block's mbarrier. A block combines once its mbarrier has all of its items' bytes:
+  // no fence, no global round trip, no cluster barrier between the outputs and the combine (the
+  // pulled combine's release barrier is a MEMBAR.ALL.GPU, and its 8 combining threads of 128
+  // load 16 splits in 4 batches one after the other: H100 1 x 1024 chain 5.5 against 4.4 us a
+  // launch, docs/decode-small-batch-h100-2026-11-27-s12.txt). The receive area lies past the
+  // pipeline (ga_decode_cluster_recv_bytes; pushes may arrive while the block still runs its
+  // tiles). The cluster barrier is used twice, relaxed: once (arrived here, waited before the
+  // first push) so that no push precedes the mbarrier's initialization, and once at the end, so
+  // that no block exits before every push has landed.
+  if constexpr (CLUSTER_PUSH) {
+    if (cluster) {
+      if (tid == 0) {
+        const int items = heads_here * (HEAD_SIZE / 4);
+        const int mine = items > split ? (items - split + num_splits - 1) / num_splits : 0;
+        ga_mbar_init_expect(ga_cluster_recv(smem), static_cast<unsigned>(mine * num_splits * 20));
+      }
+      ga_cluster_arrive_relaxed();
+    }
+  }
+#endif
   // [policy: fused cache write] (1/3) the slot and its cache offset.
   // Fused cache write: the new token (position seq_len - 1) sits in the last tile, which only
   // the last split reads. The warp that owns that tile loads the new row from new_key /
@@ -1421,6 +1538,11 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   const float out_scale = ga_kv_scale(p.scales.v_scale_ptr, p.v_scale) * KV_WIDEN_SCALE;
 #endif
   constexpr int D4 = HEAD_SIZE / 4;
+#if GA_DECODE_CLUSTER_PUSH
+  if constexpr (CLUSTER_PUSH) {
+    if (cluster) ga_cluster_wait();  // every block's mbarrier is initialized
+  }
+#endif
   for (int i = tid; i < heads_here * D4; i += GA_DECODE_THREADS) {
     const int h = i / D4, d = (i - h * D4) * 4;
     float mx = GA_NEG_INF;
@@ -1463,8 +1585,23 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
       if (d == 0) ga_store_lse(p, token, head, ga_lse(mx, l, ga_sink_log2(p.terms, head, true)));
 #endif
     } else if (cluster) {
+#if GA_DECODE_CLUSTER_PUSH
+      if constexpr (CLUSTER_PUSH) {
+        const unsigned rank = static_cast<unsigned>(i % num_splits);
+        const int recv_cap = (heads_here * D4 + num_splits - 1) / num_splits;
+        const unsigned slot = static_cast<unsigned>(split * recv_cap + i / num_splits);
+        const unsigned mbar = ga_cluster_addr_of(ga_cluster_recv(smem), rank);
+        ga_st_async4(mbar + 16 + slot * 16, acc, mbar);
+        ga_st_async1(mbar + 16 + ga_decode_cluster_slots(HEAD_SIZE) * 16 + slot * 4,
+                     mx + __log2f(l), mbar);
+      } else {
+        *reinterpret_cast<float4*>(part_o + h * HEAD_SIZE + d) = acc;
+        if (d == 0) part_lse[h] = mx + __log2f(l);
+      }
+#else
       *reinterpret_cast<float4*>(part_o + h * HEAD_SIZE + d) = acc;
       if (d == 0) part_lse[h] = mx + __log2f(l);
+#endif
     } else {
       const long long row =
           (static_cast<long long>(token) * p.num_heads + head) * p.max_splits + split;
@@ -1472,14 +1609,52 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
       if (d == 0) p.partial_lse[row] = mx + __log2f(l);
     }
   }
-  // [stage 10: combine the splits] through the cluster's shared memory or the last arrival.
+  // [stage 10: combine the splits] in the cluster's shared memory, or by the last arrival.
   GA_TIMING_WARP(3);
   if (num_splits == 1) return;
+#if GA_DECODE_CLUSTER_PUSH
+  if constexpr (CLUSTER_PUSH) {
+    if (cluster) {
+      // This block's items: every split's outputs in the receive area once the mbarrier completes.
+      const int items = heads_here * D4;
+      const int mine = items > split ? (items - split + num_splits - 1) / num_splits : 0;
+      const int recv_cap = (items + num_splits - 1) / num_splits;
+      const unsigned recv_mbar = ga_cluster_recv(smem);
+      ga_mbar_wait0(recv_mbar);
+      GA_TIMING_BLOCK(46);
+      const float4* recv_o =
+          reinterpret_cast<const float4*>(smem + (recv_mbar - ga_smem_addr(smem)) + 16);
+      const float* recv_lse =
+          reinterpret_cast<const float*>(recv_o + ga_decode_cluster_slots(HEAD_SIZE));
+      for (int k = tid; k < mine; k += GA_DECODE_THREADS) {
+        const int i = split + num_splits * k;
+        const int h = i / D4, d = (i - h * D4) * 4;
+        float lse;
+        ga_store4(ga_output_row(p, col_token(h), col_head(h)) + d,
+                  ga_combine_splits<16>(
+                      num_splits, ga_sink_log2(p.terms, col_head(h), true),
+                      [&](int sp, float& ls, float4& x) {
+                        ls = recv_lse[sp * recv_cap + k];
+                        x = recv_o[sp * recv_cap + k];
+                      },
+                      lse));
+#ifdef GA_WRITE_LSE
+        if (d == 0) ga_store_lse(p, col_token(h), col_head(h), lse);
+#endif
+      }
+      GA_TIMING_BLOCK(48);
+      ga_cluster_arrive_relaxed();
+      ga_cluster_wait();
+      return;
+    }
+  }
+#endif
   if (cluster) {
     // Every split's output and log2-sum-exp sit in its block's shared memory; block `split`
     // combines items split, split + num_splits, ... from all of them, and the second barrier
     // keeps every block's shared memory alive until all have read it.
     ga_cluster_sync();
+    GA_TIMING_BLOCK(46);  // (timing build: the cluster barrier returned)
     for (int i = split + num_splits * tid; i < heads_here * D4;
          i += num_splits * GA_DECODE_THREADS) {
       const int h = i / D4, d = (i - h * D4) * 4;
@@ -1496,6 +1671,7 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
       if (d == 0) ga_store_lse(p, col_token(h), col_head(h), lse);
 #endif
     }
+    GA_TIMING_BLOCK(48);
     ga_cluster_sync();
     return;
   }

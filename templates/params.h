@@ -379,6 +379,24 @@ constexpr int ga_decode_smem_bytes(int head_size, int kv_bytes, int stages, int 
                       GA_DECODE_HEADS_PER_BLOCK * (head_size + 1) * 4;
   return pipeline > combine ? pipeline : combine;
 }
+// A cluster launch's receive area at the end of the dynamic shared memory (templates/decode.cu,
+// GA_DECODE_CLUSTER_PUSH): an mbarrier, then, for the items (4 output elements each) that the
+// block combines, every split's 4 fp32 outputs [slots] and log2-sum-exp [slots]; slots covers
+// 16 heads (num_splits * ceil(items / num_splits) <= items + 15).
+// Whether a decode spec combines a cluster launch's splits by pushing (templates/decode.cu
+// CLUSTER_PUSH, from sm_90): 16-bit KV caches at head size 128 in the flash layouts (NHD, HND),
+// single-token, not block-sparse, the kernels it was measured on; the policy's default clusters
+// (runtime/decode.cpp) are for these only.
+constexpr bool ga_decode_cluster_push(int head_size, bool kv16, int layout, bool multi_token,
+                                      bool block_sparse) {
+  return head_size == 128 && kv16 && layout != 2 && !multi_token && !block_sparse;
+}
+constexpr int ga_decode_cluster_slots(int head_size) {
+  return GA_DECODE_HEADS_PER_BLOCK * head_size / 4 + 16;
+}
+constexpr int ga_decode_cluster_recv_bytes(int head_size) {
+  return 16 + (ga_decode_cluster_slots(head_size) * 20 + 15) / 16 * 16;
+}
 
 // Prefill (and chunked prefill / prefix caching): variable-length queries over the paged KV
 // cache, causal (GA_NON_CAUSAL: every row sees all keys [0, seq_len)); GA_DENSE_KV: over dense

@@ -47,18 +47,37 @@ TEST_CASE("decode split policy: about one block per multiprocessor for small bat
   CHECK_FALSE(
       detail::decode_grid(1, 8, 4, 4096, 0, 128, KvDType::kAuto, device(sms, 3, 2, 1, 0)).cluster);
   detail::DecodeDevice off = device(sms, 3, 2, 1, 16);
-  off.use_clusters = false;  // the default: GRAPHATTN_DECODE_CLUSTERS unset
+  off.use_clusters = false;  // GRAPHATTN_DECODE_CLUSTERS=0
   CHECK_FALSE(detail::decode_grid(1, 8, 4, 4096, 0, 128, KvDType::kAuto, off).cluster);
   CHECK_FALSE(grid(1, 1, 64, 1 << 20, 0).cluster);
   CHECK_FALSE(grid(64, 8, 4, 8192, 0).cluster);
   // The bench's B=1 step (llama-3-8b, 32/8 heads, context 1024) is a split launch, as 1 x 4096
-  // is: 16 splits of 4 tiles x 8 KV heads, the shallow pipeline, no cluster by default
-  // (docs/decode-l2-evict-first-h100-2026-11-27-s6.txt, call 3); its B=64 graph fills the
-  // device unsplit.
+  // is: 16 splits of 4 tiles x 8 KV heads, the shallow pipeline; its B=64 graph fills the
+  // device unsplit. By default (GRAPHATTN_DECODE_CLUSTERS unset: auto_clusters) a split launch
+  // of one tile a warp is a cluster launch (the pushed combine: docs/decode-small-batch-h100-
+  // 2026-11-27-s12.txt), longer splits are not (1 x 2048: 2 tiles a warp; 1 x 4096: 4, 3 stages
+  // with the early prologue), nor a device without clusters.
   const detail::DecodeGrid step1 = grid(1, 8, 4, 1024, 0);
   CHECK(step1.max_splits == 16);
   CHECK(step1.stages == ga_decode_shallow_stages(128, 2));
   CHECK_FALSE(detail::decode_grid(1, 8, 4, 1024, 0, 128, KvDType::kAuto, off).cluster);
+  detail::DecodeDevice autod = off;
+  autod.auto_clusters = true;
+  const auto auto_grid = [&](int b, int len, const detail::DecodeDevice& d) {
+    return detail::decode_grid(b, 8, 4, len, 0, 128, KvDType::kAuto, d);
+  };
+  CHECK(auto_grid(1, 1024, autod).cluster);
+  CHECK(auto_grid(1, 1024, autod).max_splits == 16);
+  CHECK(auto_grid(1, 1024, autod).early_stages == 0);
+  CHECK(auto_grid(1, 512, autod).cluster);  // 8 splits of one tile a warp
+  CHECK_FALSE(auto_grid(1, 2048, autod).cluster);
+  CHECK_FALSE(auto_grid(1, 4096, autod).cluster);
+  CHECK(auto_grid(1, 4096, autod).early_stages == 3);
+  CHECK_FALSE(auto_grid(2, 1024, autod).cluster);  // 8 splits of 2 tiles a warp
+  CHECK_FALSE(auto_grid(64, 1024, autod).cluster);
+  detail::DecodeDevice auto_none = autod;
+  auto_none.max_cluster = 0;
+  CHECK_FALSE(auto_grid(1, 1024, auto_none).cluster);
   CHECK(grid(64, 8, 4, 1024, 0).max_splits == 1);
   // With the early prologue a split launch whose warps have 3 to 7 tiles takes 3 stages (two
   // blocks still share a multiprocessor), 8 to 16 the deepest: 1 x 4096 (4 tiles a warp at 16

@@ -546,12 +546,12 @@ nlohmann::json bench_decode(const Device& dev, const DecodeOptions& o, const Pee
           });
           return t / o.chain;
         };
-        const double pt = chain_us(psp, pst);
+        const double pt = chain_us(psp, pst, pg.cluster);
         std::printf(
-            "   chain of %d, us per launch: policy (%d splits, %d stages) %.1f us (%.0f%%)\n",
-            o.chain, psp, pst, pt, pct_read(pt));
+            "   chain of %d, us per launch: policy (%d splits, %d stages%s) %.1f us (%.0f%%)\n",
+            o.chain, psp, pst, pg.cluster ? ", cluster" : "", pt, pct_read(pt));
         if (o.block_timing > 0) {  // the policy chain's per-block records (the last launch's)
-          const std::vector<detail::DecodeLaunch> as = chain_of(psp, pst, false);
+          const std::vector<detail::DecodeLaunch> as = chain_of(psp, pst, pg.cluster);
           decode_chain_block_records(
               dev, dk.module,
               [&] {
