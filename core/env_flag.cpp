@@ -29,6 +29,19 @@ bool env_flag(const char* name) {
               "' is not supported; supported: 1, true, yes or on; 0, false, no or off (or unset)");
 }
 
+int decode_cluster_splits_from_env() {
+  const char* v = std::getenv("GRAPHATTN_DECODE_CLUSTER_SPLITS");
+  if (!v || !*v) return 0;
+  const std::string text = v;
+  const bool digits = text.size() <= 2 && std::isdigit(static_cast<unsigned char>(text[0])) &&
+                      (text.size() == 1 || std::isdigit(static_cast<unsigned char>(text[1])));
+  const int n = digits ? std::stoi(text) : 0;
+  if (!digits || n < 2 || n > 16 || std::to_string(n) != text)
+    throw Error("GRAPHATTN_DECODE_CLUSTER_SPLITS='" + printable(text) +
+                "' is not supported; supported: an integer 2..16 (or unset)");
+  return n;
+}
+
 }  // namespace graphattn::detail
 
 void graphattn::check_flag_environment() {
@@ -36,6 +49,7 @@ void graphattn::check_flag_environment() {
        {"GRAPHATTN_DISABLE_GRAPHS", "GRAPHATTN_DECODE_CLUSTERS", "GRAPHATTN_DUMP_SOURCE",
         "GRAPHATTN_CHECK_BOUNDS", "GRAPHATTN_PREFILL_MMA_SYNC", "GRAPHATTN_PREFILL_TMA"})
     detail::env_flag(name);
+  detail::decode_cluster_splits_from_env();
   detail::nvrtc_extra_options();
   resolve_mixed_branches(MixedBranches::kDefault);
   mixed_decode_divisor_from_env();

@@ -175,13 +175,7 @@ DecodeDevice prepare_decode_kernel(const LoadedKernel& decode) {
   // Measurement switch (off by default): GRAPHATTN_DECODE_CLUSTER_SPLITS=N (2..16) makes a split
   // launch with clusters take at most N splits, as one cluster of N blocks (docs/decode-small-
   // batch-h100-2026-11-27-s12.txt: 8, the portable cluster size, against the 16 the device allows).
-  if (const char* v = std::getenv("GRAPHATTN_DECODE_CLUSTER_SPLITS"); v && *v) {
-    const int n = std::atoi(v);
-    GA_REQUIRE(n >= 2 && n <= 16 && str(n) == v,
-               std::string("GRAPHATTN_DECODE_CLUSTER_SPLITS='") + printable(v) +
-                   "' is not supported; supported: an integer 2..16 (or unset)");
-    out.cluster_splits = n;
-  }
+  out.cluster_splits = detail::decode_cluster_splits_from_env();
   return out;
 }
 
