@@ -176,9 +176,9 @@ TEST_CASE("on/off variables are parsed strictly") {
     CHECK_THROWS_AS(check_cache_environment(), Error);
   }
 #ifdef GRAPHATTN_WARMUP_TOOL
-  for (const char* var : {"GRAPHATTN_DISABLE_GRAPHS", "GRAPHATTN_DECODE_CLUSTERS",
-                          "GRAPHATTN_DUMP_SOURCE", "GRAPHATTN_CHECK_BOUNDS",
-                          "GRAPHATTN_DECODE_CLUSTER_SPLITS"}) {
+  for (const char* var :
+       {"GRAPHATTN_DISABLE_GRAPHS", "GRAPHATTN_DECODE_CLUSTERS", "GRAPHATTN_DUMP_SOURCE",
+        "GRAPHATTN_CHECK_BOUNDS", "GRAPHATTN_DECODE_CLUSTER_SPLITS"}) {
     const test::ToolRun r = test::run_program(GRAPHATTN_WARMUP_TOOL, {"--model", "llama-3-8b"},
                                               {std::string(var) + "=1abc"});
     INFO(var << ": " << r.err);
