@@ -33,8 +33,9 @@ bool allowed(const std::string& o) {
   if (o == "-DGA_DECODE_EARLY_TRIGGER=1") return true;
   // The decode's pulled cluster combine on sm_90 (templates/decode.cu, GA_DECODE_CLUSTER_PUSH).
   if (o == "-DGA_DECODE_CLUSTER_PUSH=0") return true;
-  // The hardware float -> fp8 conversion (templates/common.cuh, GA_FP8_CVT_HW).
-  if (o == "-DGA_FP8_CVT_HW=1") return true;
+  // The hardware float -> fp8 conversion (templates/common.cuh, GA_FP8_CVT_HW): 1 both formats
+  // on sm_89+, 0 none (the default: e4m3 on sm_90).
+  if (o == "-DGA_FP8_CVT_HW=0" || o == "-DGA_FP8_CVT_HW=1") return true;
   // The 16-bit sm_90 prefill consumers' schedule bits (templates/params.h, ga_prefill_sm90_sched)
   // and the sm_90 e4m3 and legacy-layout prefills' variants (templates/prefill_sm90.cu, PW_F8V,
   // PW_LV), for measurement.
@@ -61,7 +62,7 @@ std::vector<std::string> parse_nvrtc_extra_options(const std::string& text) {
           "' is not supported; supported (separated by spaces): "
           "--Ofast-compile=min|mid|max|0, --ptxas-options=V, -Xptxas=V, "
           "--maxrregcount=N (N 1-999), -DGA_DECODE_TIMING=1, -DGA_DECODE_EARLY_TRIGGER=1, "
-          "-DGA_DECODE_CLUSTER_PUSH=0, -DGA_FP8_CVT_HW=1, -DGA_PREFILL_SM90_SCHED=N (N 0-127), "
+          "-DGA_DECODE_CLUSTER_PUSH=0, -DGA_FP8_CVT_HW=0|1, -DGA_PREFILL_SM90_SCHED=N (N 0-127), "
           "-DGA_PREFILL_SM90_FP8_VAR=N (N 0-511), -DGA_PREFILL_SM90_LEGACY_VAR=N (N 0-255)");
     out.push_back(o);
   }

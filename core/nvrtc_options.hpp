@@ -6,8 +6,8 @@
 // Whitespace separates the options; allowed are --Ofast-compile=min|mid|max|0,
 // --ptxas-options=V / -Xptxas=V (V passed to ptxas, e.g. -O1), --maxrregcount=N (N > 0) and
 // -DGA_DECODE_TIMING=1 (the decode kernel's per-block timing experiment, templates/decode.cu;
-// graphattn-bench --block-timing reads what it records), -DGA_FP8_CVT_HW=1 (the hardware float ->
-// fp8 conversion, templates/common.cuh).
+// graphattn-bench --block-timing reads what it records), -DGA_FP8_CVT_HW=0|1 (the hardware float ->
+// fp8 conversion off / on for both formats, templates/common.cuh).
 // Anything else throws graphattn::Error naming the option and what is allowed.
 #pragma once
 

@@ -11,7 +11,9 @@ For every spec:
         working tree's (the renderer only prepends the spec's constants to params.h, common.cuh
         and the family's file, so the constants part is shared), compiled by NVRTC with the
         options the source's header names, less those given with --base-drop (options that
-        the working tree's renderer adds and the base revision's does not pass).
+        the working tree's renderer adds and the base revision's does not pass) and with those
+        given with --base-add appended (a switch the working tree makes a default, so that the
+        base compiled with it is the machine code measured with it).
 Both cubins are disassembled (cuobjdump -sass, instruction encodings included, addresses
 stripped) with their resource usage (registers, stack, shared memory); any difference is
 reported and makes the exit status 1. Base disassemblies are kept under BUILD/sass-diff/, keyed
@@ -171,6 +173,7 @@ def main():
     ap.add_argument("-j", "--jobs", type=int, default=2)
     ap.add_argument("--keep")
     ap.add_argument("--base-drop", action="append", default=[])
+    ap.add_argument("--base-add", action="append", default=[])
     ap.add_argument("--cuobjdump", required=True)
     ap.add_argument("spec", nargs="*")
     args = ap.parse_args()
@@ -225,7 +228,7 @@ def main():
             if missing_drop:
                 raise RuntimeError("--base-drop %s: the built library does not pass it for %s" %
                                    (" ".join(missing_drop), spec))
-            base_options = [o for o in options if o not in args.base_drop]
+            base_options = [o for o in options if o not in args.base_drop] + args.base_add
             base_src = prefix + base_t["params.h"] + "\n" + base_t["common.cuh"] + "\n" + \
                 base_t[family]
             digest = hashlib.sha256((base_src + "\0" + " ".join(base_options)).encode()).hexdigest()

@@ -6,7 +6,7 @@
 # and resource usage) and prints one line per spec; exit 1 if any spec differs, 2 on bad usage.
 #
 #   scripts/sass_diff.sh [--base REV] [--arch 80,90] [--specs FILE] [-j N] [--keep DIR]
-#                        [--base-drop OPTION]... [SPEC...]
+#                        [--base-drop OPTION]... [--base-add OPTION]... [SPEC...]
 #
 #   --base REV    the revision whose templates are the reference (default 57931d5)
 #   --arch LIST   every spec is checked once per arch in LIST (its _smNN part replaced)
@@ -17,6 +17,9 @@
 #   --base-drop O compile the base without NVRTC option O (one the working tree's renderer added,
 #                 e.g. --base-drop=-minimal: the = keeps the dash), so that a change of options is
 #                 compared too; repeatable
+#   --base-add O  compile the base with NVRTC option O appended (e.g. --base-add=-DGA_FP8_CVT_HW=1:
+#                 a switch the working tree makes a default, so that the base is the machine code
+#                 measured with it); repeatable
 #   SPEC...       spec strings to check instead of the default list
 #
 # Needs a build (scripts/build.sh) whose embedded templates are the working tree's. The

@@ -198,21 +198,25 @@ __device__ __forceinline__ float ga_e5m2_to_f32(ga_u8 b) {
 
 // float -> fp8 with round-to-nearest-even and saturation to the largest finite value (vLLM's
 // __NV_SATFINITE); NaN stays NaN. EXP_BIAS / MANT_BITS: e4m3 7 / 3, e5m2 15 / 2.
-// [experiment: hardware fp8 conversion] GA_FP8_CVT_HW=1 (GRAPHATTN_NVRTC_EXTRA_OPTIONS=
-// -DGA_FP8_CVT_HW=1, off by default): sm_89 and later convert in one instruction
-// (cvt.rn.satfinite: the same rounding and saturation; every float bit pattern gives the same
-// byte both ways, checked on an H100 in session 12). A few dozen PTX instructions fewer a value:
-// the e4m3 decode's compile -10..-13%, the e4m3 cache write's -31%
-// (docs/jit-cost-cpu-2026-11-27-s12.txt); off until the decode rows are timed with it. Its NaN
+// The hardware conversion: sm_89 and later convert in one instruction (cvt.rn.satfinite: the same
+// rounding and saturation; every float bit pattern gives the same byte both ways, e4m3 and e5m2,
+// checked on an H100 in session 12). A few dozen PTX instructions fewer a value: the e4m3 decode's
+// compile -10..-13%, the e4m3 cache write's -31% (docs/jit-cost-cpu-2026-11-27-s12.txt). Its NaN
 // is 0x7f, so the sign is ORed in (a no-op for every other value: the result already carries it).
-#ifndef GA_FP8_CVT_HW
-#define GA_FP8_CVT_HW 0
+// Default: e4m3 on sm_90, where it was GPU-tested and timed (H100, e4m3 decode rows even with the
+// software rounding's, docs/switches-h100-2026-11-27-s12.txt); e5m2 and other archs keep the
+// software rounding. GRAPHATTN_NVRTC_EXTRA_OPTIONS=-DGA_FP8_CVT_HW=1: both formats on sm_89+;
+// =0: the software rounding everywhere.
+#ifdef GA_FP8_CVT_HW
+#define GA_FP8_CVT_HW_ON(EXP_BIAS) (GA_FP8_CVT_HW && TARGET_ARCH >= 89)
+#else
+#define GA_FP8_CVT_HW_ON(EXP_BIAS) (TARGET_ARCH == 90 && (EXP_BIAS) == 7)
 #endif
 template <int EXP_BIAS, int MANT_BITS, int MAX_CODE>
 __device__ __forceinline__ ga_u8 ga_f32_to_fp8(float x) {
   const unsigned bits = __float_as_uint(x);
   const unsigned sign = (bits >> 24) & 0x80u;
-  if constexpr (GA_FP8_CVT_HW && TARGET_ARCH >= 89) {
+  if constexpr (GA_FP8_CVT_HW_ON(EXP_BIAS)) {
     static_assert(EXP_BIAS == 7 || EXP_BIAS == 15, "e4m3 or e5m2");
     unsigned short r;
     if constexpr (EXP_BIAS == 7)

@@ -580,6 +580,18 @@ constexpr bool ga_prefill_sm90_one_body(int head_size, bool legacy, bool q_fp8, 
 constexpr bool ga_prefill_sm90_peel_masked(int head_size, bool legacy, bool q_fp8) {
   return q_fp8 || (!legacy && head_size == 256);
 }
+// Whether the legacy-layout (vLLM's 5-D key / 4-D value caches) sm_90 prefill copies its V^T tile
+// as 16-key slabs in wgmma's 32-byte swizzle (templates/prefill_sm90.cu, pw_legacy_load_vs; PW_LV
+// bit 128) instead of 64-key rows in the 128-byte swizzle (pw_legacy_load_vt). At block 16 a
+// slab's dimensions are contiguous in the cache, so a copy instruction reads 4 whole lines into 4
+// whole shared-memory rows (4 L2 requests where the rows' gather makes 16 one-sector ones). Taken
+// where it was GPU-tested and timed: head 128, block 16 (H100, 4 x 4096 causal bf16 1024.7 ->
+// 944.2 us, 4 x 512 after 16384 cached 880.7 -> 846.4 us, now 0.99x the flash layout's row;
+// docs/switches-h100-2026-11-27-s12.txt). Larger blocks read 32 bytes of every 64+ (no fewer
+// requests predicted) and other heads were not timed: they keep the rows.
+constexpr bool ga_prefill_sm90_legacy_slabs(int head_size, int block_size) {
+  return head_size == 128 && block_size == 16;
+}
 // Whether the consumers take the softmax row sums l on the tensor cores instead of adding the
 // probabilities up (templates/prefill_sm90.cu, PW_ROWSUM): with each P V k-step one more wgmma
 // m64n8 with the same P fragments and a shared-memory tile of ones as B; 64 FADDs a consumer

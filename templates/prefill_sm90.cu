@@ -181,12 +181,18 @@ constexpr bool PW_LEGACY = KV_LAYOUT == 2;
 // layouts' schedule; with 4 and 8 and ptxas -O3, --ptxas-options=-O3, the flash consumers' code
 // over the legacy tiles). Timing only, wrong results: 16 the K tile read
 // through a 128-byte swizzle descriptor (the flash K tile's reads), 32 no K/V copies at all (the
-// stages keep whatever they held). Not yet run on a GPU: 128 the V^T tile as 16-key slabs in
-// wgmma's 32-byte swizzle (pw_legacy_load_vs). (An enumerator, as PW_F8V.)
+// stages keep whatever they held). 128 the V^T tile as 16-key slabs in wgmma's 32-byte swizzle
+// (pw_legacy_load_vs), the default where ga_prefill_sm90_legacy_slabs (not in checked mode, which
+// was not GPU-tested with it): -DGA_PREFILL_SM90_LEGACY_VAR=0 gives the rows (pw_legacy_load_vt)
+// there. (An enumerator, as PW_F8V.)
 #ifdef GA_PREFILL_SM90_LEGACY_VAR
 enum PwLegacyVar : int { PW_LV = PW_LEGACY ? GA_PREFILL_SM90_LEGACY_VAR : 0 };
-#else
+#elif defined(GA_CHECK_BOUNDS)
 enum PwLegacyVar : int { PW_LV = 0 };
+#else
+enum PwLegacyVar : int {
+  PW_LV = PW_LEGACY && ga_prefill_sm90_legacy_slabs(HEAD_SIZE, BLOCK_SIZE) ? 128 : 0
+};
 #endif
 // The softmax keeps a reference maximum per row that moves only by more than a slack, and the
 // consumers rescale O only when one moved (pw_softmax, the consumers' tile): fp8, and the 16-bit
@@ -999,21 +1005,21 @@ __device__ __forceinline__ void pw_legacy_load_vt(const PrefillParams& p, const 
   }
 }
 
-// PW_LV & 128 (a candidate, not yet run on a GPU): the V^T tile as PW_BLOCK_N / 16 slabs of 16
-// keys, slab s (keys n0 + 16 s ..) HEAD_SIZE rows (dimensions) x 32 bytes at s * HEAD_SIZE * 32,
-// in wgmma's 32-byte swizzle (the 16-byte halves of rows 4-7 of every 8-row group swapped:
-// byte address bit 4 ^= bit 7), K-major: one P V k-step per slab (pw_v_kstep; descriptor 32-byte
-// swizzle, 8-row groups 256 bytes apart). Why: ncu (H100, 4 x 4096, docs/legacy-prefill-h100-
-// 2026-11-27-s12.txt): 2.6x the flash kernel's L2 requests for the same sectors, which fits an
-// LDGSTS processed per 128-byte row of shared memory, each row fetching its own sectors:
-// pw_legacy_load_vt's instruction writes 8 rows x 64 bytes, each from two blocks, so 16
-// one-sector L2 requests where 4 whole lines would do. In the cache a block's 16 keys of dimension
-// d are 32 contiguous bytes and dimension d + 1 follows (block size 16), so a warp instruction here
-// (16 dimensions x 2 halves of one slab: lane l copies half l % 2 of dimensions l / 2 + 16 i) reads
-// 4 whole lines that land in 4 whole 128-byte rows. Slab s of a tile lies in one cache block (block
-// sizes are multiples of 16); warp w copies slabs w * PW_VS_SPW ..; keys at or past kv_end are
-// zero-filled as in pw_legacy_load_vt. (Enumerators: namespace-level constants would add to every
-// spec's GLOBAL and CONSTANT totals.)
+// PW_LV & 128 (the default at head 128, block 16: ga_prefill_sm90_legacy_slabs): the V^T tile as
+// PW_BLOCK_N / 16 slabs of 16 keys, slab s (keys n0 + 16 s ..) HEAD_SIZE rows (dimensions) x 32
+// bytes at s * HEAD_SIZE * 32, in wgmma's 32-byte swizzle (the 16-byte halves of rows 4-7 of every
+// 8-row group swapped: byte address bit 4 ^= bit 7), K-major: one P V k-step per slab (pw_v_kstep;
+// descriptor 32-byte swizzle, 8-row groups 256 bytes apart). Why: ncu (H100, 4 x 4096,
+// docs/legacy-prefill-h100-2026-11-27-s12.txt): 2.6x the flash kernel's L2 requests for the same
+// sectors, which fits an LDGSTS processed per 128-byte row of shared memory, each row fetching its
+// own sectors: pw_legacy_load_vt's instruction writes 8 rows x 64 bytes, each from two blocks, so
+// 16 one-sector L2 requests where 4 whole lines would do. In the cache a block's 16 keys of
+// dimension d are 32 contiguous bytes and dimension d + 1 follows (block size 16), so a warp
+// instruction here (16 dimensions x 2 halves of one slab: lane l copies half l % 2 of dimensions
+// l / 2 + 16 i) reads 4 whole lines that land in 4 whole 128-byte rows. Slab s of a tile lies in
+// one cache block (block sizes are multiples of 16); warp w copies slabs w * PW_VS_SPW ..; keys at
+// or past kv_end are zero-filled as in pw_legacy_load_vt. (Enumerators: namespace-level constants
+// would add to every spec's GLOBAL and CONSTANT totals.)
 enum PwVtSlabs : int {
   PW_VS_SPW = PW_BLOCK_N / 64,  // slabs a producer warp
   PW_VS_ITERS = HEAD_SIZE / 16  // chunks a thread and slab
