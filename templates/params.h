@@ -659,6 +659,21 @@ constexpr bool ga_prefill_sm90_rowsum_mma(int head_size, bool legacy, bool q_fp8
 //   it with the row lines).
 // - GA_PW_SCHED_SPEC_TEST (tests only): every speculative tile takes the fallback (a second
 //   scoring and the exact softmax), so that the GPU tests reach that path.
+// - GA_PW_SCHED_HOIST: a shorter turn (templates/prefill_sm90.cu, hoist_s / hoist_v): the
+//   consumer's warpgroup index is broadcast from lane 0 (ptxas then knows it is warp-uniform and
+//   keeps the Q descriptors in uniform registers across the loop instead of 14 regular ones moved
+//   over by R2UR inside the turn), and a tile's descriptors are formed before the turn's
+//   barrier. Main's loop turn (BAR.SYNC .. BAR.ARV) held 54 instructions (16 HGMMA, 14
+//   UIADD3.64, 13 R2UR), now 43 (16 HGMMA, 14 UIADD3.64, no R2UR; ptxas still forms the K and V
+//   k-step descriptors next to their wgmmas), the peeled tile's 78 -> 43. With
+//   GA_PW_SCHED_SPEC_EXP it also runs the rescale vote after every speculative tile and gives the
+//   second scoring an opaque copy of the shared-memory base (both took the descriptors off the
+//   uniform datapath). Measured (H100, session 12, old and new alternated in one call;
+//   docs/prefill-h128-turns-h100-2026-11-27-s12.txt): 4 x 4096 causal head 128 938.2 -> 929.9
+//   us (-0.9%, 4 rounds), chunked 4 x 512 after 2048 / 8192 / 16384 cached -0.9% / -0.9% /
+//   -1.0% (one run each); with the speculative exponentials (176) 939.2, main's time. So the
+//   16-bit head-128 flash specs (causal, no window, paged, without soft cap / ALiBi) take it
+//   beside the row lines; other specs keep their machine code.
 // The results are the same bits either way (the references and probabilities are unchanged).
 // Measured (H100, 4 x 4096 causal and chunked 4 x 512 after 2048-16384 cached, old and new
 // alternated; docs/prefill-h128-critical-path-h100-2026-11-27-s9.txt): the early waits make the
@@ -683,17 +698,21 @@ enum GaPwSched : int {
   GA_PW_SCHED_NO_TURNS = 8,
   GA_PW_SCHED_ROW_LINES = 16,
   GA_PW_SCHED_SPEC_EXP = 32,
-  GA_PW_SCHED_SPEC_TEST = 64
+  GA_PW_SCHED_SPEC_TEST = 64,
+  GA_PW_SCHED_HOIST = 128
 };
 constexpr int ga_prefill_sm90_sched(int head_size, bool legacy, bool fp8, bool scaled_scores,
                                     bool plain_causal, bool plain_paged, int bits = -1) {
-  return fp8             ? (bits < 0 ? (head_size == 128 ? GA_PW_SCHED_ROW_LINES : 0)
-                                     : bits & GA_PW_SCHED_ROW_LINES)
-         : bits < 0      ? (legacy && head_size == 128 && !scaled_scores && plain_causal
-                                ? GA_PW_SCHED_EARLY_WAIT
-                            : !legacy && head_size >= 128 && (head_size <= 192 || plain_paged)
-                                ? GA_PW_SCHED_ROW_LINES
-                                : 0)
+  return fp8 ? (bits < 0 ? (head_size == 128 ? GA_PW_SCHED_ROW_LINES : 0)
+                         : bits & GA_PW_SCHED_ROW_LINES)
+         : bits < 0
+             ? (legacy && head_size == 128 && !scaled_scores && plain_causal
+                    ? GA_PW_SCHED_EARLY_WAIT
+                : !legacy && head_size == 128 && !scaled_scores && plain_causal && plain_paged
+                    ? GA_PW_SCHED_ROW_LINES | GA_PW_SCHED_HOIST
+                : !legacy && head_size >= 128 && (head_size <= 192 || plain_paged)
+                    ? GA_PW_SCHED_ROW_LINES
+                    : 0)
          : scaled_scores ? bits & ~GA_PW_SCHED_VOTE_MAX
                          : bits;
 }

@@ -1810,7 +1810,10 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
     // Consumers: warpgroup cw owns tile rows [64 cw, 64 cw + 64); warp w of it rows
     // [row0, row0 + 16), this thread rows row0 + g and row0 + g + 8.
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(PW_CONSUMER_REGS));
-    const int cw = (tid >> 7) - 1;
+    // GA_PW_SCHED_HOIST (params.h): cw broadcast from lane 0, so that ptxas knows it is
+    // warp-uniform and the descriptors built from it live on the uniform datapath.
+    constexpr bool hoist = (PW_SCHED & GA_PW_SCHED_HOIST) != 0;
+    const int cw = hoist ? __shfl_sync(0xffffffffu, (tid >> 7) - 1, 0) : (tid >> 7) - 1;
     const int lane = tid & 31;
     const int row0 = cw * 64 + ((tid >> 5) & 3) * 16;
     const int g = lane >> 2;
@@ -1867,8 +1870,40 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
     const PrefillParams& scales = p;  // 16-bit KV: the host's scales, no k/v scales
 #endif
 
+    // GA_PW_SCHED_HOIST: a tile's descriptors (S's Q and K k-steps, P V's V k-steps), formed
+    // before the turn's barrier (hoist_s, hoist_v). With cw uniform (above) the Q descriptors stay
+    // in uniform registers across the loop; ptxas still forms the K and V k-steps' (UIADD3.64)
+    // next to their wgmmas inside the turn (params.h gives the counts).
+    unsigned long long hq[PW_KSTEPS], hk[PW_KSTEPS], hv[PW_PF_STEPS];
+    auto hoist_s = [&](int stage) {
+      const unsigned long long kd = k_desc + ((stage * PW_KV_BYTES) >> 4);
+#pragma unroll
+      for (int ks = 0; ks < PW_KSTEPS; ++ks) {
+        hq[ks] = q_desc + (ks >> 2) * (PW_BLOCK_M * 8) + (ks & 3) * 2;
+        hk[ks] = kd + pw_k_kstep(ks);
+        asm volatile("" : "+l"(hq[ks]), "+l"(hk[ks]));
+      }
+    };
+    auto hoist_v = [&](int stage) {
+      const unsigned long long vd = v_desc + ((stage * PW_KV_BYTES) >> 4);
+#pragma unroll
+      for (int kk = 0; kk < PW_PF_STEPS; ++kk) {
+        hv[kk] = vd + pw_v_kstep(kk);
+        asm volatile("" : "+l"(hv[kk]));
+      }
+    };
     // S = Q K^T of the K tile in `stage`, into s.
     auto issue_s = [&](int stage) {
+      if (hoist) {
+#pragma unroll
+        for (int ks = 0; ks < PW_KSTEPS; ++ks) {
+          if (PW_FP8)
+            pw_wgmma8_ss<PW_BLOCK_N>(s, hq[ks], hk[ks], ks > 0);
+          else
+            pw_wgmma_ss<PW_BLOCK_N>(s, hq[ks], hk[ks], ks > 0);
+        }
+        return;
+      }
       const unsigned long long kd = k_desc + ((stage * PW_KV_BYTES) >> 4);
 #pragma unroll
       for (int ks = 0; ks < PW_KSTEPS; ++ks) {
@@ -1887,10 +1922,11 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
       const unsigned long long vd = v_desc + ((stage * PW_KV_BYTES) >> 4);
 #pragma unroll
       for (int kk = 0; kk < PW_PF_STEPS; ++kk) {
+        const unsigned long long vd_kk = hoist ? hv[kk] : vd + pw_v_kstep(kk);
         if (PW_FP8)
-          pw_wgmma8_rs<HEAD_SIZE>(o, pf[kk], vd + pw_v_kstep(kk));
+          pw_wgmma8_rs<HEAD_SIZE>(o, pf[kk], vd_kk);
         else
-          pw_wgmma_rs<HEAD_SIZE>(o, pf[kk], vd + pw_v_kstep(kk));
+          pw_wgmma_rs<HEAD_SIZE>(o, pf[kk], vd_kk);
         if (PW_ROWSUM) pw_wgmma_sum(ls, pf[kk], ones_desc, kk > 0);
       }
     };
@@ -1952,6 +1988,7 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
     auto pv = [&](int stage, unsigned phase, bool last) {
       pw_mbar_wait(bar_v_full + 8 * stage, phase);
       pw_fence_proxy_async();
+      if (hoist) hoist_v(stage);
       issue_begin();
       issue_pv(stage);
       pw_wgmma_commit();
@@ -2057,6 +2094,10 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
         if (with_pv) pw_mbar_wait(bar_v_full + 8 * prev, prev_phase);
         pw_fence_proxy_async();
       }
+      if (hoist) {
+        hoist_s(stage);
+        if (with_pv) hoist_v(prev);
+      }
       issue_begin();
       issue_s(stage);
       pw_wgmma_commit();
@@ -2100,7 +2141,11 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
       if (spec16) {
         redo = pw_softmax_spec(scales.scale_log2, s, m, l, alpha);
         if (redo) {
-          pw_rescore_warp(q_base, k_base + stage * PW_KV_BYTES, row0 + g, lane, s);
+          // With GA_PW_SCHED_HOIST the second scoring reads Q and K through an opaque copy of
+          // q_base, so that ptxas keeps the wgmma descriptors (built from q_base) uniform.
+          unsigned qb = q_base;
+          if (hoist) asm volatile("mov.b32 %0, %1;" : "=r"(qb) : "r"(q_base));
+          pw_rescore_warp(qb, qb + PW_Q_BYTES + stage * PW_KV_BYTES, row0 + g, lane, s);
           softmax(j, PW_OVERLAP && !with_pv);
         }
         if (lane == 0) pw_mbar_arrive(bar_k_empty + 8 * stage);
@@ -2127,7 +2172,9 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
 #if PW_F8_SPEC_CODE
       constexpr bool alpha_one = false;
 #else
-      const bool alpha_one = spec16 && !redo;
+      // (With GA_PW_SCHED_HOIST the vote runs anyway: the skip's predicate, reaching the
+      // loop's join, took the descriptors off the uniform datapath.)
+      const bool alpha_one = !hoist && spec16 && !redo;
 #endif
       if (!PW_REF_MAX ||
           (!spec && !alpha_one && __any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)))
