@@ -47,7 +47,8 @@ int decode_cluster_splits_from_env() {
 void graphattn::check_flag_environment() {
   for (const char* name :
        {"GRAPHATTN_DISABLE_GRAPHS", "GRAPHATTN_DECODE_CLUSTERS", "GRAPHATTN_DUMP_SOURCE",
-        "GRAPHATTN_CHECK_BOUNDS", "GRAPHATTN_PREFILL_MMA_SYNC", "GRAPHATTN_PREFILL_TMA"})
+        "GRAPHATTN_CHECK_BOUNDS", "GRAPHATTN_PREFILL_MMA_SYNC", "GRAPHATTN_PREFILL_TMA",
+        "GRAPHATTN_MIXED_DSP_NO_ROOM"})
     detail::env_flag(name);
   detail::decode_cluster_splits_from_env();
   detail::nvrtc_extra_options();

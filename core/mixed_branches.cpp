@@ -57,10 +57,11 @@ int mixed_decode_divisor_from_env() {
   char* end = nullptr;
   errno = 0;
   const long n = std::strtol(v, &end, 10);
-  if (errno != 0 || *v < '0' || *v > '9' || *end != '\0' || n < 1 || n > 65535)
+  if (errno != 0 || *v < '0' || *v > '9' || *end != '\0' || n < 0 || n > 65535)
     throw Error("GRAPHATTN_MIXED_DECODE_DIVISOR=\"" + printable(v) +
-                "\" is not supported; supported: an integer 1..65535 (1: size the decode of a "
-                "batch split on the device for every request slot)");
+                "\" is not supported; supported: an integer 0..65535 (0: the decode kernel "
+                "chooses the splits from the decodes it counts; 1: size the decode of a batch "
+                "split on the device for every request slot)");
   return static_cast<int>(n);
 }
 

@@ -286,16 +286,18 @@ const std::vector<Axis>& axes() {
 }
 #undef GRAPHATTN_SPEC_AXIS
 
+// Bits of one digit of radix r (ceil(log2 r)): their sum bounds the packed key's width.
+constexpr int ceil_log2(int r) {
+  int b = 0;
+  while ((1 << b) < r) ++b;
+  return b;
+}
+
 // The packed key's digits must fit in 63 bits under its leading 1.
 constexpr double packed_bits() {
   double bits = 0;
 #define GRAPHATTN_SPEC_RADIX(type, field, default_value, form, tag, label, radix, ...) \
-  bits += radix <= 2     ? 1                                                           \
-          : radix <= 4   ? 2                                                           \
-          : radix <= 8   ? 3                                                           \
-          : radix <= 128 ? 7                                                           \
-          : radix <= 512 ? 9                                                           \
-                         : 10;
+  bits += ceil_log2(radix);
   GRAPHATTN_SPEC_AXES(GRAPHATTN_SPEC_RADIX)
 #undef GRAPHATTN_SPEC_RADIX
   return bits;
@@ -414,6 +416,12 @@ void AttentionSpec::validate() const {
     throw Error("spec " + to_string() +
                 ": an e4m3 query (_qe4m3) needs an fp8 KV cache dtype; supported: kve4m3, "
                 "kve5m2 with _qe4m3");
+  // The mixed graph's decode counts one-token decodes in query_start_loc (flash caches, a 16-bit
+  // query's parameter block).
+  if (device_splits && (multi_token || q_fp8 || layout == KvLayout::kLegacy))
+    throw Error("spec " + to_string() +
+                ": device-chosen splits (_dsp) are an axis of one-token decodes over the flash "
+                "layout with a 16-bit query; not with _mt, _qe4m3 or the legacy layout");
   // The legacy key cache splits the head into chunks of x = 16 bytes of elements.
   if (layout == KvLayout::kLegacy && head_size % (kv_dtype == KvDType::kAuto ? 8 : 16) != 0)
     throw Error(

@@ -31,15 +31,49 @@ namespace detail {
 // request slot; a slot that holds no decode exits at once, but how many slots are decodes is
 // known only on the device. Sized for every slot, a small mix of long decodes ran each request
 // in one block per KV head (4 decodes at 2048 in a 20-slot graph: 32 blocks of 2048 tokens, where
-// the host split ran 128 blocks of 512). So the grid takes the splits of ceil(slots / divisor)
-// decodes where those are more; the kernel gives each request only as many splits as its own
-// length fills (ceil(tiles / GA_DECODE_MIN_TILES_PER_SPLIT), at most max_splits), and the blocks
-// of slots without a decode, or of splits past a request's, exit at once.
+// the host split ran 128 blocks of 512).
+// divisor 0 (GRAPHATTN_MIXED_DECODE_DIVISOR=0, off by default; the _dsp kernel): the kernel counts
+// the leading decodes d and gives each the split policy's splits for d decodes over the
+// multiprocessors the prefill leaves (ga_device_split_splits over ga_device_split_room: at most
+// those of one decode), the grid (1, y, device_split_blocks) covering the most blocks any d needs
+// (sized with every multiprocessor); the pipeline depth is the divisor-4 sizing's
+// (docs/mixed-step-h100-2026-11-27-s11.txt, -s12.txt).
+// divisor >= 1 (session 10; the default 4): the grid takes the splits of ceil(slots / divisor)
+// decodes where those are more than every slot's; the kernel gives each request only as many splits
+// as its own length fills (ceil(tiles / GA_DECODE_MIN_TILES_PER_SPLIT), at most max_splits), and
+// the blocks of slots without a decode, or of splits past a request's, exit at once.
 DecodeGrid mixed_decode_grid(int slots, int divisor, int num_kv_heads, int columns,
                              int max_model_len, int window, int head_size, KvDType kv_dtype,
                              const DecodeDevice& dev) {
-  const DecodeGrid all =
+  DecodeGrid all =
       decode_grid(slots, num_kv_heads, columns, max_model_len, window, head_size, kv_dtype, dev);
+  if (divisor == 0 && slots >= 1 && dev.num_sms > 0) {
+    const int rh = std::max(1, dev.row_heads);
+    const int64_t y = int64_t{(num_kv_heads + rh - 1) / rh} * ga_decode_head_chunks(columns * rh);
+    const int most = std::max(
+        decode_grid(1, num_kv_heads, columns, max_model_len, window, head_size, kv_dtype, dev)
+            .max_splits,
+        1);
+    if (y <= 65535 && device_split_blocks(slots, y, most, dev.num_sms) <= 65535) {
+      // The pipeline depth (the blocks' shared memory, fixed at capture) is the one the divisor-4
+      // sizing launches for these slots: where the kernel then picks that sizing's splits
+      // (4 decodes at 2048 + 16 in 20 slots: 3 splits at 2 stages) the launch differs from it
+      // only in the count and the grid. Session 11 launched every slot's depth (3 stages there,
+      // 4 splits: +9.6%; not separated from the splits).
+      DecodeGrid g = all;
+      g.stages = mixed_decode_grid(slots, kMixedDecodeDivisor, num_kv_heads, columns, max_model_len,
+                                   window, head_size, kv_dtype, dev)
+                     .stages;
+      g.max_splits = most;
+      g.cluster = false;
+      g.early_stages = 0;
+      g.device_sms = dev.num_sms;
+      g.grid_y = static_cast<int>(y);
+      g.split_requests = device_split_requests(slots, y, most, dev.num_sms);
+      return g;
+    }
+    divisor = kMixedDecodeDivisor;  // a grid past 65535 blocks: the default sizing
+  }
   if (divisor <= 1 || slots <= 1) return all;
   const DecodeGrid few = decode_grid((slots + divisor - 1) / divisor, num_kv_heads, columns,
                                      max_model_len, window, head_size, kv_dtype, dev);
@@ -56,7 +90,17 @@ std::string fstr(float v) { return std::to_string(v); }
 // GRAPHATTN_CHECK_BOUNDS: an on/off flag (core/env_flag.hpp); anything else is an error naming it.
 bool check_bounds_from_env() { return detail::env_flag("GRAPHATTN_CHECK_BOUNDS"); }
 
-enum SpecIndex { kWrite = 0, kDecodeIdx = 1, kPrefillIdx = 2 };
+// kDspIdx: the mixed graphs' decode with device-chosen splits (spec _dsp), where the layer has it
+// (chooses_splits_on_device).
+enum SpecIndex { kWrite = 0, kDecodeIdx = 1, kPrefillIdx = 2, kDspIdx = 3 };
+
+// GRAPHATTN_MIXED_DECODE_DIVISOR=0 on a layer whose decode can count its decodes (one query token,
+// a 16-bit query, a decoder or cross layer): the mixed graphs' decode is its own kernel, spec _dsp.
+// Other layers keep the divisor 4 sizing.
+bool chooses_splits_on_device(const AttentionLayerConfig& c, int divisor) {
+  return divisor == 0 && c.attn_type != AttentionType::kEncoderOnly && c.decode_query_len == 1 &&
+         c.q_dtype != KvDType::kFp8E4M3;
+}
 
 }  // namespace
 
@@ -165,7 +209,7 @@ DecodeKernel select_decode_kernel(const AttentionLayerConfig& config) {
 }
 
 struct AttentionBackend::Loaded {
-  const detail::LoadedKernel* kernels[3] = {};  // in specs_ order (encoder-only: prefill only)
+  const detail::LoadedKernel* kernels[4] = {};  // in specs_ order (encoder-only: prefill only)
   detail::DecodeDevice device;                  // multiprocessors and occupancy
   CUcontext context = nullptr;                  // where the kernels are loaded
   int device_ordinal = 0;                       // that context's device
@@ -259,7 +303,8 @@ AttentionBackend::AttentionBackend(const AttentionLayerConfig& config)
     : config_(config),
       cleared_(std::make_shared<ClearedWorkspaces>()),
       mixed_(std::make_shared<MixedStreams>(MixedBranches::kDefault)),
-      mixed_decode_divisor_(mixed_decode_divisor_from_env()) {
+      mixed_decode_divisor_(mixed_decode_divisor_from_env()),
+      mixed_dsp_no_room_(detail::env_flag("GRAPHATTN_MIXED_DSP_NO_ROOM")) {
   const std::string problem = attention_config_problem(config_);
   if (!problem.empty()) throw Error("attention layer configuration: " + problem);
   if (config_.arch == 0) {
@@ -275,6 +320,11 @@ AttentionBackend::AttentionBackend(const AttentionLayerConfig& config)
     config_.k_scale_device = config_.v_scale_device = nullptr;
   }
   for (KernelKind k : kernel_kinds(config_.attn_type)) specs_.push_back(spec_for(config_, k));
+  if (chooses_splits_on_device(config_, mixed_decode_divisor_)) {
+    AttentionSpec dsp = specs_[kDecodeIdx];
+    dsp.device_splits = true;
+    specs_.push_back(dsp);
+  }
   for (const auto& s : specs_) s.validate();
 }
 
@@ -300,6 +350,8 @@ void AttentionBackend::prepare(KernelCache& cache) {
   for (size_t i = 0; i < specs_.size(); ++i)
     loaded->kernels[i] = &detail::load_kernel(specs_[i], cache);
   if (!encoder_only()) loaded->device = detail::prepare_decode_kernel(*loaded->kernels[kDecodeIdx]);
+  if (specs_.size() > kDspIdx)  // its shared-memory limit; the split policy is the decode's
+    detail::prepare_decode_kernel(*loaded->kernels[kDspIdx]);
   loaded->context = context;
   loaded->device_ordinal = device;
   loaded_ = std::move(loaded);
@@ -317,6 +369,8 @@ namespace {
 detail::DecodeGrid grid_of(const AttentionLayerConfig& c, const detail::DecodeDevice* device,
                            int num_decodes, const char* caller, int divisor = 1) {
   GA_REQUIRE(device, std::string(caller) + ": call prepare() first (the policy needs the device)");
+  // A layer without the _dsp kernel keeps the default sizing.
+  if (divisor == 0 && !chooses_splits_on_device(c, divisor)) divisor = kMixedDecodeDivisor;
   return detail::mixed_decode_grid(num_decodes, divisor, c.num_kv_heads,
                                    c.num_heads / c.num_kv_heads * c.decode_query_len,
                                    c.max_model_len, c.window, c.head_size, c.kv_dtype, *device);
@@ -334,6 +388,18 @@ int AttentionBackend::mixed_decode_stages(int request_slots) const {
   return grid_of(config_, loaded_ ? &loaded_->device : nullptr, request_slots,
                  "mixed_decode_stages", mixed_decode_divisor_)
       .stages;
+}
+
+int AttentionBackend::mixed_decode_splits(int request_slots, int num_decodes,
+                                          int prefill_tokens) const {
+  const detail::DecodeGrid g = grid_of(config_, loaded_ ? &loaded_->device : nullptr, request_slots,
+                                       "mixed_decode_splits", mixed_decode_divisor_);
+  if (g.device_sms <= 0) return g.max_splits;
+  const int room = ga_device_split_room(
+      g.device_sms, prefill_tokens, config_.num_heads / config_.num_kv_heads,
+      mixed_dsp_no_room_ ? 0 : detail::prefill_config(specs_[kPrefillIdx]).block_m,
+      config_.num_kv_heads);
+  return ga_device_split_splits(num_decodes, g.grid_y, room, g.max_splits);
 }
 
 int AttentionBackend::decode_max_splits(int num_decodes) const {
@@ -355,14 +421,20 @@ size_t AttentionBackend::workspace_bytes() const {
   GA_REQUIRE(prepared_,
              "workspace_bytes: call prepare() first (the split policy needs the device)");
   if (encoder_only()) return 0;  // no decode: nothing to split
-  // Host split: b decodes; device split: b request slots. The device split's grid has at least
-  // the host split's splits (mixed_decode_grid takes the larger of that grid and another), so it
-  // covers both.
+  // Host split: b decodes; device split: b request slots, sized by the divisor (at least the
+  // host split's splits for every slot) or with the splits chosen on the device (partials for
+  // the leading decodes that may split only).
   size_t most = 0;
-  for (int b = 1; b <= config_.max_num_seqs; ++b)
-    most = std::max(most,
-                    detail::decode_workspace_bytes(b * config_.decode_query_len, config_.num_heads,
-                                                   config_.head_size, mixed_decode_max_splits(b)));
+  const int q = config_.decode_query_len;
+  for (int b = 1; b <= config_.max_num_seqs; ++b) {
+    const detail::DecodeGrid g =
+        grid_of(config_, &loaded_->device, b, "workspace_bytes", mixed_decode_divisor_);
+    const int rows = g.device_sms > 0 ? g.split_requests * q : b * q;
+    most = std::max(most, detail::decode_workspace_bytes(rows, config_.num_heads, config_.head_size,
+                                                         g.max_splits));
+    most = std::max(most, detail::decode_workspace_bytes(b * q, config_.num_heads,
+                                                         config_.head_size, decode_max_splits(b)));
+  }
   return detail::layer_workspace(config_).total(most);
 }
 
@@ -487,6 +559,7 @@ detail::DecodeLaunch decode_launch(const AttentionLayerConfig& c,
     d.max_query_len = c.decode_query_len;
   }
   d.device_split = md.device_split;
+  d.device_sms = md.device_split ? grid.device_sms : 0;
   if (d.multi_token || md.device_split) d.query_start_loc = md.query_start_loc;
   d.max_splits = grid.max_splits;
   d.stages = grid.stages;
@@ -514,8 +587,9 @@ detail::DecodeLaunch decode_launch(const AttentionLayerConfig& c,
 void check_decode(const AttentionLayerConfig& c, const AttentionSpec& spec,
                   const detail::DecodeLaunch& d, const detail::KvCacheShape& kc,
                   const void* workspace, size_t workspace_size) {
-  const size_t need = detail::layer_workspace(c).total(detail::decode_workspace_bytes(
-      d.num_decodes * d.max_query_len, c.num_heads, c.head_size, d.max_splits));
+  const size_t need = detail::layer_workspace(c).total(
+      detail::decode_workspace_bytes(detail::decode_partial_rows(spec, d, c.num_kv_heads),
+                                     c.num_heads, c.head_size, d.max_splits));
   GA_REQUIRE(workspace != nullptr && workspace_size >= need,
              "forward: workspace of " + str(static_cast<int64_t>(workspace_size)) +
                  " bytes is smaller than the " + str(static_cast<int64_t>(need)) +
@@ -601,7 +675,12 @@ void AttentionBackend::forward(const TensorView& query, const TensorView& key,
       grid_of(config_, device, num_decodes, "forward", md.device_split ? mixed_decode_divisor_ : 1),
       bounds, workspace, workspace_size);
   const bool decode = num_decodes > 0;
-  if (decode) check_decode(c, specs_[kDecodeIdx], d, kc, workspace, workspace_size);
+  // The mixed graphs' _dsp kernel keeps the prefill's blocks their multiprocessors (see
+  // GaDeviceSplits) unless GRAPHATTN_MIXED_DSP_NO_ROOM is set.
+  const int decode_idx = d.device_sms > 0 ? kDspIdx : kDecodeIdx;
+  if (d.device_sms > 0 && !mixed_dsp_no_room_)
+    d.prefill_block_m = detail::prefill_config(specs_[kPrefillIdx]).block_m;
+  if (decode) check_decode(c, specs_[decode_idx], d, kc, workspace, workspace_size);
   const detail::PrefillLaunch pf = prefill_launch(c, views, md, bounds);
   const bool prefill = has_prefills(md);
   if (prefill) check_prefill(specs_[kPrefillIdx], pf, kc, md);
@@ -635,7 +714,7 @@ void AttentionBackend::forward(const TensorView& query, const TensorView& key,
   // only and write disjoint rows. Branch modes fork after the write and join before returning.
   const MixedBranches mode = mixed_->mode;
   if (decode && prefill && mode != MixedBranches::kSerial) {
-    const detail::LoadedKernel& dk = *loaded_->kernels[kDecodeIdx];
+    const detail::LoadedKernel& dk = *loaded_->kernels[decode_idx];
     const detail::LoadedKernel& pk = *loaded_->kernels[kPrefillIdx];
     if (mode == MixedBranches::kSerialPrefillFirst) {
       detail::enqueue_prefill(pk, pf, stream);
@@ -678,7 +757,7 @@ void AttentionBackend::forward(const TensorView& query, const TensorView& key,
     join();
     return;
   }
-  if (decode) detail::enqueue_decode(*loaded_->kernels[kDecodeIdx], d, stream);
+  if (decode) detail::enqueue_decode(*loaded_->kernels[decode_idx], d, stream);
   if (prefill) detail::enqueue_prefill(*loaded_->kernels[kPrefillIdx], pf, stream);
 }
 

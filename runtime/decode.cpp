@@ -86,12 +86,36 @@ AttentionSpec decode_spec(const DecodeLaunch& a, int arch) {
       launch_features(arch, a.bounds != nullptr, a.alibi_slopes != nullptr, a.sinks != nullptr);
   f.multi_token = a.multi_token;
   f.softmax_lse = a.softmax_lse.ndim != 0;
+  f.device_splits = a.device_split && a.device_sms > 0;
   return attention_spec_for(KernelKind::kDecode, a.query, a.output, a.kv_cache, a.window,
                             a.soft_cap, f);
 }
 
 size_t decode_workspace_bytes(int rows, int num_heads, int head_size, int max_splits) {
   return workspace_layout(rows, num_heads, head_size, max_splits).total;
+}
+
+int device_split_blocks(int slots, int64_t grid_y, int max_splits, int sms) {
+  int64_t most = slots;
+  for (int d = 1; d <= slots; ++d)
+    most = std::max<int64_t>(
+        most, int64_t{d} * ga_device_split_splits(d, static_cast<int>(grid_y), sms, max_splits) +
+                  (slots - d));
+  return static_cast<int>(std::min<int64_t>(most, int64_t{1} << 30));
+}
+
+int device_split_requests(int slots, int64_t grid_y, int max_splits, int sms) {
+  int most = 0;  // the count of splits falls as d grows
+  for (int d = 1; d <= slots; ++d)
+    if (ga_device_split_splits(d, static_cast<int>(grid_y), sms, max_splits) > 1) most = d;
+  return most;
+}
+
+int decode_partial_rows(const AttentionSpec& spec, const DecodeLaunch& a, int num_kv_heads) {
+  if (!a.device_split || a.device_sms <= 0) return a.num_decodes * a.max_query_len;
+  return device_split_requests(a.num_decodes, decode_grid_y(spec, num_kv_heads, a.max_query_len),
+                               a.max_splits, a.device_sms) *
+         a.max_query_len;
 }
 
 int decode_row_heads(const AttentionSpec& s) {
@@ -301,7 +325,18 @@ DecodeGrid decode_grid(int num_decodes, int num_kv_heads, int columns, int max_m
 
 void check_decode_launch(const AttentionSpec& spec, const DecodeLaunch& a, const KvCacheShape& kc,
                          const char* where) {
-  require_launch_kernel(KernelKind::kDecode, spec, a, kc, where);
+  // The mixed graphs' kernel (spec _dsp) serves exactly the launches whose splits the device
+  // chooses; otherwise it is the spec the views need.
+  const bool chosen = a.device_split && a.device_sms > 0;
+  GA_REQUIRE(spec.device_splits == chosen,
+             std::string(where) + ": kernel " + spec.to_string() +
+                 (chosen ? " cannot choose the splits on the device (a launch with device_sms "
+                           "needs the _dsp kernel)"
+                         : " chooses the splits on the device; the launch has no device_split "
+                           "with device_sms"));
+  AttentionSpec plain = spec;
+  plain.device_splits = false;
+  require_launch_kernel(KernelKind::kDecode, plain, a, kc, where);
   const int64_t num_heads = a.query.shape[1];
   GA_REQUIRE(a.output.shape[1] == num_heads && a.output.shape[2] == a.query.shape[2],
              "output " + a.output.describe() + " does not match query " + a.query.describe());
@@ -360,7 +395,7 @@ void check_decode_launch(const AttentionSpec& spec, const DecodeLaunch& a, const
     GA_REQUIRE(a.max_query_len == 1, "max_query_len " + str(a.max_query_len) +
                                          " needs a multi-token decode kernel (spec _mt)");
   }
-  const int rows = a.num_decodes * a.max_query_len;
+  const int rows = decode_partial_rows(spec, a, static_cast<int>(kc.num_kv_heads));
   const WorkspaceLayout w =
       workspace_layout(rows, static_cast<int>(num_heads), spec.head_size, a.max_splits);
   GA_REQUIRE(w.total == 0 || (a.workspace != nullptr && a.workspace_size >= w.total &&
@@ -374,6 +409,15 @@ void check_decode_launch(const AttentionSpec& spec, const DecodeLaunch& a, const
   const int64_t grid_y = decode_grid_y(spec, num_kv_heads, a.max_query_len);
   GA_REQUIRE(grid_y <= 65535, "decode launch too large: " + str(grid_y) +
                                   " KV-head blocks per request (at most 65535)");
+  if (a.device_split && a.device_sms > 0) {
+    GA_REQUIRE(!a.cluster, std::string(where) +
+                               ": a decode launch whose splits the device chooses takes no "
+                               "cluster (the counters combine)");
+    const int z = device_split_blocks(a.num_decodes, grid_y, a.max_splits, a.device_sms);
+    GA_REQUIRE(z <= 65535, "decode launch too large: " + str(z) +
+                               " blocks for the requests and splits chosen on the device (at "
+                               "most 65535)");
+  }
   GA_REQUIRE(
       a.max_splits == 1 || a.cluster ||
           (a.counters != nullptr && reinterpret_cast<uintptr_t>(a.counters) % 4 == 0),
@@ -406,8 +450,9 @@ void enqueue_decode(const LoadedKernel& decode, const DecodeLaunch& a, CUstream 
   const bool legacy = a.legacy_kv.layout == KvLayout::kLegacy;
   const int num_kv_heads =
       static_cast<int>(legacy ? a.legacy_kv.num_kv_heads : a.kv_cache.shape[3]);
-  const WorkspaceLayout w = workspace_layout(
-      a.num_decodes * a.max_query_len, static_cast<int>(num_heads), spec.head_size, a.max_splits);
+  const WorkspaceLayout w =
+      workspace_layout(decode_partial_rows(spec, a, num_kv_heads), static_cast<int>(num_heads),
+                       spec.head_size, a.max_splits);
 
   DecodeParams p{};
   unsigned char* ws = static_cast<unsigned char*>(a.workspace);
@@ -447,6 +492,7 @@ void enqueue_decode(const LoadedKernel& decode, const DecodeLaunch& a, CUstream 
       a.multi_token || a.device_split ? static_cast<const int*>(a.query_start_loc.data) : nullptr;
   p.max_query_len = a.max_query_len;
   p.device_split = a.device_split ? 1 : 0;
+  const bool chosen = spec.device_splits;  // the device chooses the splits (check_decode_launch)
 
   const int rh = decode_row_heads(spec);
   const int64_t grid_y = decode_grid_y(spec, num_kv_heads, a.max_query_len);
@@ -454,17 +500,26 @@ void enqueue_decode(const LoadedKernel& decode, const DecodeLaunch& a, CUstream 
   p.early_prologue = a.early_prologue && a.new_key.ndim != 0 ? 1 : 0;
   const int stages = p.early_prologue && a.early_stages != 0 ? a.early_stages : stages_of(spec, a);
   p.stages = stages;
-  p.cluster_splits = a.cluster && a.max_splits > 1 ? 1 : 0;
+  p.cluster_splits = a.cluster && a.max_splits > 1 && !chosen ? 1 : 0;
   // A cluster launch also holds the receive area of the pushed combine (GA_DECODE_CLUSTER_PUSH).
   const int smem = ga_decode_smem_bytes(spec.head_size, kvb, stages, rh) +
                    (p.cluster_splits ? ga_decode_cluster_recv_bytes(spec.head_size) : 0);
   ensure_shared_limit(decode, smem);
   const auto u = [](int64_t v) { return static_cast<unsigned>(v); };
-  const LaunchShape shape{u(a.max_splits),   u(grid_y), u(a.num_decodes),
-                          GA_DECODE_THREADS, u(smem),   p.cluster_splits ? u(a.max_splits) : 1u};
+  const LaunchShape shape{
+      chosen ? 1u : u(a.max_splits),
+      u(grid_y),
+      chosen ? u(device_split_blocks(a.num_decodes, grid_y, a.max_splits, a.device_sms))
+             : u(a.num_decodes),
+      GA_DECODE_THREADS,
+      u(smem),
+      p.cluster_splits ? u(a.max_splits) : 1u};
   if (spec.q_fp8) {  // the e4m3 query's kernel takes its descales after the common block
     const DecodeQ8Params p8{p, query_scales_of(a.q8)};
     launch(decode, shape, stream, p8);
+  } else if (chosen) {  // so does the mixed graph's kernel its counts
+    const DecodeDspParams pd{p, {a.num_decodes, a.device_sms, a.prefill_block_m}};
+    launch(decode, shape, stream, pd);
   } else {
     launch(decode, shape, stream, p);
   }

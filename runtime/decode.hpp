@@ -44,6 +44,13 @@ struct DecodeGrid {
   int stages = 2;        // cp.async stages per warp
   bool cluster = false;  // the splits of a request run as one cluster of max_splits blocks
   int early_stages = 0;  // stages of a launch that runs the early prologue (0: stages)
+  // A batch split on the device whose splits the kernel chooses from the decodes it counts
+  // (runtime/mixed_grid.hpp; 0: max_splits for every request): the policy's multiprocessor
+  // count, grid y (blocks per request and split), and the leading decodes that may take more
+  // than one split (the partials' requests).
+  int device_sms = 0;
+  int grid_y = 0;
+  int split_requests = 0;
 };
 
 // One decode launch over requests [0, num_decodes) of a batch (decodes come first, one query
@@ -95,6 +102,13 @@ struct DecodeLaunch : AttentionViews {
   // above max_query_len (prefills and padding). query_start_loc is needed then also without
   // multi_token; no fused cache write.
   bool device_split = false;
+  // With device_split, > 0: the kernel (spec _dsp) chooses the splits (templates/params.h,
+  // ga_device_split_splits with at most this multiprocessor count, max_splits at most) from the
+  // leading decodes it counts; the grid is (1, y, device_split_blocks(...)) and no cluster.
+  int device_sms = 0;
+  // With device_sms: query rows (tokens x group) of one block of the prefill that runs beside
+  // it (its block_m); the kernel leaves the prefill's blocks their multiprocessors. 0: none.
+  int prefill_block_m = 0;
   // vLLM's legacy caches (spec layout legacy; paged_attention_v1 / v2): their checked shape,
   // data and block / head strides (check_paged_caches); kv_cache is then unused and there is no
   // fused cache write. Layout nhd (the default): the flash kv_cache is read.
@@ -114,6 +128,14 @@ AttentionSpec decode_spec(const DecodeLaunch& args, int arch);
 // Workspace for the partial results of one launch of `rows` query rows (num_decodes, or for a
 // multi-token launch num_decodes * max_query_len).
 size_t decode_workspace_bytes(int rows, int num_heads, int head_size, int max_splits);
+// A batch split on the device with the splits chosen there (DecodeLaunch::device_sms): blocks
+// along z over `slots` request slots (the most any count of leading decodes needs), and the
+// leading decodes that may take more than one split (the requests with partials).
+int device_split_blocks(int slots, int64_t grid_y, int max_splits, int sms);
+int device_split_requests(int slots, int64_t grid_y, int max_splits, int sms);
+// Query rows of a launch's partials (decode_workspace_bytes' rows): num_decodes *
+// max_query_len, or with the splits chosen on the device device_split_requests' rows.
+int decode_partial_rows(const AttentionSpec& spec, const DecodeLaunch& a, int num_kv_heads);
 // Split counters of one launch: one per (request, KV head, chunk of 16 query columns). columns:
 // query columns per KV head, the GQA group (times max_query_len for a multi-token launch).
 size_t decode_counter_count(int num_decodes, int num_kv_heads, int columns);

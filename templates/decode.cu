@@ -675,6 +675,11 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
     graphattn_decode(const __grid_constant__ DecodeQ8Params params) {
   const DecodeParams& p = params.base;
   const GaQueryScales& q8 = params.q8;
+#elif defined(GA_DEVICE_SPLITS)
+extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
+    graphattn_decode(const __grid_constant__ DecodeDspParams params) {
+  const DecodeParams& p = params.base;
+  const GaDeviceSplits& ds = params.ds;
 #else
 extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
     graphattn_decode(const __grid_constant__ DecodeParams p) {
@@ -690,8 +695,62 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   if (!early) ga_grid_dependency_sync();
   extern __shared__ __align__(128) unsigned char smem[];
   // [stage 1: the block's work] (split, KV head, column chunk, request) and its columns.
+#ifdef GA_DEVICE_SPLITS
+  // [policy: device-chosen splits] (templates/params.h, GaDeviceSplits) One round per
+  // GA_DECODE_THREADS slots: thread r reads query_start_loc[r] and [r + 1] (request r is a decode:
+  // its one token is token r), a ballot per warp; d is the first slot that is not. The last
+  // round's decode bits stay in shared memory, so that a block of a later slot in that round
+  // needs no second read. Thread 0 also reads the batch's tokens for the prefill's estimate.
+  int split = 0, req = 0, split_cap = 1;
+  {
+    __shared__ int ga_first_other[GA_DECODE_WARPS];
+    __shared__ unsigned ga_decode_bits[GA_DECODE_WARPS];
+    __shared__ int ga_tokens;
+    const int slots = ds.slots;
+    if (threadIdx.x == 0) ga_tokens = p.query_start_loc[slots];
+    int d = slots, round = 0;
+    for (int r0 = 0; r0 < slots; r0 += GA_DECODE_THREADS) {
+      const int r = r0 + threadIdx.x;
+      const bool dec = r < slots && p.query_start_loc[r] == r && p.query_start_loc[r + 1] == r + 1;
+      const unsigned other = __ballot_sync(0xffffffffu, r < slots && !dec);
+      const unsigned bits = __ballot_sync(0xffffffffu, dec);
+      if (r0 > 0) __syncthreads();  // the previous round's reads are done
+      if ((threadIdx.x & 31) == 0) {
+        ga_first_other[threadIdx.x >> 5] =
+            other ? r - (threadIdx.x & 31) + __ffs(other) - 1 : slots;
+        ga_decode_bits[threadIdx.x >> 5] = bits;
+      }
+      __syncthreads();
+      round = r0;
+#pragma unroll
+      for (int w = 0; w < GA_DECODE_WARPS; ++w)
+        if (ga_first_other[w] < d) d = ga_first_other[w];
+      if (d < slots) break;
+    }
+    // The prefill's blocks (its rows over block_m, per KV head) keep their multiprocessors.
+    const int room =
+        ga_device_split_room(ds.sms, ga_tokens - d, GROUP, ds.prefill_block_m, p.num_heads / GROUP);
+    split_cap = ga_device_split_splits(d, gridDim.y, room, p.max_splits);
+    const int z = blockIdx.z;
+    if (z < d * split_cap) {
+      req = z / split_cap;
+      split = z - req * split_cap;
+    } else {
+      req = d + (z - d * split_cap);
+      split_cap = 1;
+      if (req >= slots) return;
+      const int k = req - round;  // in the last round: its bit; else main's check
+      if (k < GA_DECODE_THREADS) {
+        if (!((ga_decode_bits[k >> 5] >> (k & 31)) & 1u)) return;
+      } else if (p.query_start_loc[req] != req || p.query_start_loc[req + 1] != req + 1) {
+        return;
+      }
+    }
+  }
+#else
   const int split = blockIdx.x;
   const int req = blockIdx.z;
+#endif
   // Column chunks per KV head: compile-time for one token, from the launch's max_query_len for
   // multi-token kernels (the grid is fixed per captured size).
   const int chunks = MT ? (p.max_query_len * GROUP + HPB - 1) / HPB : HEAD_CHUNKS;
@@ -716,11 +775,20 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   // tiles. Each block asks L2 for one 128-byte line of its request's block-table row (block
   // (split, y) for line split * gridDim.y + y), issued before seq_lens is known, so that the
   // warps' block-table loads below hit L2. (Safe in either prologue: a prefetch changes no data.)
-  if (gridDim.x > 1 && tid == 0) {
+#ifdef GA_DEVICE_SPLITS
+#define GA_SPLIT_CAP split_cap    // the splits this request may take
+#define GA_SPLIT_COUNT split_cap  // the blocks per request and (KV head, chunk)
+#define GA_SPLIT_INDEX split
+#else
+#define GA_SPLIT_CAP p.max_splits
+#define GA_SPLIT_COUNT gridDim.x
+#define GA_SPLIT_INDEX blockIdx.x
+#endif
+  if (GA_SPLIT_COUNT > 1 && tid == 0) {
     const unsigned long long row = reinterpret_cast<unsigned long long>(
         p.kv.block_table + static_cast<long long>(req) * p.kv.block_table_stride);
     const unsigned long long line =
-        (row & ~127ull) + 128ull * (blockIdx.x * gridDim.y + blockIdx.y);
+        (row & ~127ull) + 128ull * (GA_SPLIT_INDEX * gridDim.y + blockIdx.y);
     if (line < row + 4ull * static_cast<unsigned long long>(p.kv.block_table_stride))
       asm volatile("prefetch.global.L2 [%0];" ::"l"(line));
   }
@@ -731,10 +799,12 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   // are this kernel's; a prefill or a padded request (no token) has no block here.
   // (A single-token decode must sit at query row req, decodes first; one that does not is no
   // decode of this launch and writes nothing, rather than another request's row.)
+#ifndef GA_DEVICE_SPLITS  // (its blocks were checked above)
   if (p.device_split != 0) {
     const int q0 = p.query_start_loc[req], n = p.query_start_loc[req + 1] - q0;
     if (n < 1 || n > (MT ? p.max_query_len : 1) || (!MT && q0 != req)) return;
   }
+#endif
   // Multi-token: the request's query rows and their count.
   const int q_begin = MT ? p.query_start_loc[req] : req;
   const int q_len = MT ? p.query_start_loc[req + 1] - q_begin : 1;
@@ -808,7 +878,7 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   const int base = lo & ~(TILE - 1);
   const int tiles = (seq_len - base + TILE - 1) / TILE;
   int num_splits = (tiles + GA_DECODE_MIN_TILES_PER_SPLIT - 1) / GA_DECODE_MIN_TILES_PER_SPLIT;
-  if (num_splits > p.max_splits) num_splits = p.max_splits;
+  if (num_splits > GA_SPLIT_CAP) num_splits = GA_SPLIT_CAP;
   const int tiles_per_split = (tiles + num_splits - 1) / num_splits;
   num_splits = (tiles + tiles_per_split - 1) / tiles_per_split;
   // Cluster launch: every block of the cluster (all splits of this request and head group)

@@ -159,7 +159,12 @@ struct BlockCopyParams {
 // as many parameter bytes as the kernel declares, and these fields come last). A kernel with
 // an e4m3 query (GA_Q_E4M3) sees them too: its DecodeQ8Params / PrefillQ8Params put their
 // query scales after the whole host DecodeParams / PrefillParams, so the offsets must match.
-#if !defined(__CUDACC_RTC__) || defined(GA_WRITE_LSE) || defined(GA_Q_E4M3)
+// So does the mixed graphs' decode with device-chosen splits (GA_DEVICE_SPLITS): its
+// DecodeDspParams put GaDeviceSplits after the whole host DecodeParams. (Session 12 first built
+// it without: the kernel read its counts 16 bytes early, from softmax_lse and lse_head_stride,
+// saw 0 request slots, and every block exited.)
+#if !defined(__CUDACC_RTC__) || defined(GA_WRITE_LSE) || defined(GA_Q_E4M3) || \
+    defined(GA_DEVICE_SPLITS)
 #define GA_LSE_FIELDS                                                                             \
   float* softmax_lse;        /* [num_heads, >= total_q] fp32, natural log; a query row with no */ \
                              /* key (seq_len 0) gets -inf */                                      \
@@ -321,6 +326,33 @@ struct DecodeQ8Params {
   GaQueryScales q8;
 };
 
+// [policy: device-chosen splits] The decode kernel of a mixed graph (spec "_dsp", device_split
+// 1): the grid is (1, y, z) with z from runtime/decode.hpp's device_split_blocks(slots, ...).
+// Every block counts the leading decodes d in query_start_loc; each takes
+// ga_device_split_splits(d, y, room, max_splits) splits, where room is the multiprocessors left
+// after the prefill's blocks (estimated from the prefill's tokens, query_start_loc[slots] - d:
+// ceil(tokens * group / prefill_block_m) per KV head; prefill_block_m 0: no room kept), and blocks
+// z < d * splits are (request z / splits, split z % splits); the rest take the other request
+// slots in order, one split each (main's device-split check decides whether one is a decode),
+// and the surplus exits at once. Other decode specs keep DecodeParams alone and their code.
+struct GaDeviceSplits {
+  int slots;            // request slots (query_start_loc has slots + 1 rows)
+  int sms;              // the split policy's multiprocessor count
+  int prefill_block_m;  // query rows (tokens x group) of one prefill block; 0: no room kept
+};
+struct DecodeDspParams {
+  DecodeParams base;
+  GaDeviceSplits ds;
+};
+// The host's DecodeParams (with the LSE fields). A kernel whose parameters put more after it
+// (DecodeQ8Params, DecodeDspParams) must see the same size, else it reads those from the wrong
+// offset; checked in both compilers (change the size when DecodeParams changes). (A literal,
+// not a constexpr variable: one at namespace scope is a global of every kernel's module.)
+#if !defined(__CUDACC_RTC__) || defined(GA_Q_E4M3) || defined(GA_DEVICE_SPLITS)
+static_assert(sizeof(DecodeParams) == 352,
+              "DecodeParams differs from the host's: the fields after it would move");
+#endif
+
 // Launch geometry shared by the host and the decode templates (evaluated at compile time by both).
 constexpr int GA_DECODE_WARPS = 4;  // warps per thread block
 constexpr int GA_DECODE_THREADS = 32 * GA_DECODE_WARPS;
@@ -347,6 +379,25 @@ constexpr int ga_decode_shallow_stages(int head_size, int kv_bytes) {
 constexpr int ga_decode_max_stages(int head_size, int kv_bytes) {
   const int n = 204800 / ga_decode_stage_bytes(head_size, kv_bytes);
   return n < 2 ? 2 : n > 4 ? 4 : n;
+}
+// A batch split on the device with its splits chosen there (spec "_dsp"): each of its d leading
+// decodes takes at most this many splits, the split policy's count for d decodes that do not fill
+// the device by themselves (runtime/decode.cpp decode_grid: sms / (d * grid_y) blocks per
+// request, at most max_splits); 1 where they fill it. The kernel passes the multiprocessors the
+// prefill leaves (at most sms), so the host's grid, sized with sms, covers every count.
+constexpr int ga_device_split_splits(int d, int grid_y, int sms, int max_splits) {
+  const int s = d < 1 || grid_y < 1 ? 1 : sms / grid_y / d;
+  return s < 1 ? 1 : s > max_splits ? max_splits : s;
+}
+// The multiprocessors a mixed graph's decode leaves to the prefill beside it: prefill_tokens
+// query tokens make ceil(tokens * group / block_m) row tiles per KV head (block_m 0: none kept).
+constexpr int ga_device_split_room(int sms, int prefill_tokens, int group, int block_m,
+                                   int num_kv_heads) {
+  const long long blocks =
+      block_m > 0 && prefill_tokens > 0
+          ? (static_cast<long long>(prefill_tokens) * group + block_m - 1) / block_m * num_kv_heads
+          : 0;
+  return blocks >= sms ? 0 : sms - static_cast<int>(blocks);
 }
 constexpr int ga_decode_head_chunks(int group) {
   return (group + GA_DECODE_HEADS_PER_BLOCK - 1) / GA_DECODE_HEADS_PER_BLOCK;

@@ -188,7 +188,7 @@ TEST_CASE("on/off variables are parsed strictly") {
   // The mixed-batch variables are start-up errors too (check_flag_environment), not errors of
   // the first backend made.
   for (const char* setting :
-       {"GRAPHATTN_MIXED_BRANCHES=prefill-frist", "GRAPHATTN_MIXED_DECODE_DIVISOR=0"}) {
+       {"GRAPHATTN_MIXED_BRANCHES=prefill-frist", "GRAPHATTN_MIXED_DECODE_DIVISOR=-1"}) {
     const test::ToolRun r =
         test::run_program(GRAPHATTN_WARMUP_TOOL, {"--model", "llama-3-8b"}, {setting});
     INFO(setting << ": " << r.err);

@@ -1,17 +1,20 @@
 // SPDX-License-Identifier: Apache-2.0
 // GRAPHATTN_MIXED_BRANCHES and AttentionBackend::set_mixed_branches without a GPU: the mode a
 // backend takes at construction, per backend and per copy, and the error for a bad value; the
-// decode grid of a batch split on the device (GRAPHATTN_MIXED_DECODE_DIVISOR). (The GPU tests
-// check the launches: tests/gpu/test_decode_graphs.cpp, test_concurrency.cpp.)
+// decode grid of a batch split on the device (GRAPHATTN_MIXED_DECODE_DIVISOR; 0: the splits
+// chosen by the kernel). (The GPU tests check the launches: tests/gpu/test_decode_graphs.cpp,
+// test_concurrency.cpp.)
 #include <doctest/doctest.h>
 
 #include <algorithm>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "graphattn/backend.hpp"
 #include "graphattn/error.hpp"
 #include "runtime/mixed_grid.hpp"
+#include "templates/params.h"
 #include "testing/configs.hpp"
 #include "tests/test_util.hpp"
 
@@ -122,31 +125,123 @@ TEST_CASE("mixed decode grid: a graph of few slots splits like a batch of slots 
       }
 }
 
+TEST_CASE("mixed decode grid: divisor 0 lets the kernel split like the host for d decodes") {
+  for (int slots : {1, 17, 20, 40, 64, 256})
+    for (int len : {256, 2048, 8192}) {
+      INFO("slots " << slots << " len " << len);
+      const detail::DecodeGrid g = llama_mixed(slots, 0, len);
+      CHECK(g.device_sms == 132);
+      CHECK(g.grid_y == 8);
+      CHECK(!g.cluster);
+      CHECK(g.max_splits == llama_host(1, len).max_splits);  // one decode: the most splits
+      CHECK(g.stages == llama_mixed(slots, kMixedDecodeDivisor, len).stages);
+      int most_blocks = slots, split_requests = 0;
+      for (int d = 1; d <= slots; ++d) {
+        const int s = ga_device_split_splits(d, g.grid_y, g.device_sms, g.max_splits);
+        // d decodes that do not fill the device: the host split's splits for d decodes
+        if (d * 8 < 132) CHECK(s == llama_host(d, len).max_splits);
+        if (d * 8 >= 132) CHECK(s == 1);
+        most_blocks = std::max(most_blocks, d * s + slots - d);
+        if (s > 1) split_requests = d;
+      }
+      CHECK(detail::device_split_blocks(slots, g.grid_y, g.max_splits, g.device_sms) ==
+            most_blocks);
+      CHECK(g.split_requests == split_requests);
+    }
+  // The mixes of graphattn-bench --mixed-shapes: 1 decode at 4096 in a 17-slot graph takes the
+  // host split's 16 splits, 4 at 8192 in 64 slots 4, 56 at 2048 in 64 slots 1.
+  const detail::DecodeGrid g17 = llama_mixed(17, 0, 8192), g64 = llama_mixed(64, 0, 8192);
+  CHECK(ga_device_split_splits(1, 8, 132, g17.max_splits) == 16);
+  CHECK(ga_device_split_splits(4, 8, 132, g64.max_splits) == 4);
+  CHECK(ga_device_split_splits(56, 8, 132, g64.max_splits) == 1);
+  CHECK(detail::device_split_blocks(17, 8, g17.max_splits, 132) == 32);  // d = 1: 16 + 16
+  // Past 65535 blocks along z: the divisor-4 grid, the splits chosen on the host.
+  CHECK(llama_mixed(65535, 0, 8192).device_sms == 0);
+  CHECK(llama_mixed(65535, 0, 8192).max_splits == llama_mixed(65535, 4, 8192).max_splits);
+  // The depth of graphattn-bench's mixed graphs (as the divisor-4 graphs printed on an H100):
+  // 1 x 4096 + 16 (17 slots) 4 stages, 4 x 2048 + 16 (20) and 8 x 1024 + 32 (40) 2, 64 slots 3.
+  CHECK(llama_mixed(17, 0, 4096).stages == 4);
+  CHECK(llama_mixed(20, 0, 2048).stages == 2);
+  CHECK(llama_mixed(40, 0, 1024).stages == 2);
+  CHECK(llama_mixed(64, 0, 8192).stages == 3);
+  // The prefill beside the decode keeps the multiprocessors of its row tiles (block_m 128, GQA 4,
+  // 8 KV heads): 16 tokens one tile a KV head, so 4 decodes at 2048 take 3 splits (the host
+  // split's 4 would leave it none), 32 tokens leave 8 decodes one split, 64 tokens leave 4 at
+  // 8192 three; a prefill of 512 tokens or more keeps every multiprocessor (one split).
+  CHECK(ga_device_split_room(132, 16, 4, 128, 8) == 124);
+  CHECK(ga_device_split_splits(4, 8, ga_device_split_room(132, 16, 4, 128, 8), 16) == 3);
+  CHECK(ga_device_split_splits(8, 8, ga_device_split_room(132, 32, 4, 128, 8), 16) == 1);
+  CHECK(ga_device_split_splits(4, 8, ga_device_split_room(132, 64, 4, 128, 8), 16) == 3);
+  CHECK(ga_device_split_splits(1, 8, ga_device_split_room(132, 16, 4, 128, 8), 16) == 15);
+  CHECK(ga_device_split_room(132, 512, 4, 128, 8) == 4);
+  CHECK(ga_device_split_room(132, 1024, 4, 128, 8) == 0);
+  CHECK(ga_device_split_splits(1, 8, 0, 16) == 1);
+  CHECK(ga_device_split_room(132, 0, 4, 128, 8) == 132);  // no prefill
+  CHECK(ga_device_split_room(132, 600, 4, 0, 8) == 132);  // no room kept
+}
+
+namespace {
+// GRAPHATTN_MIXED_DECODE_DIVISOR for a scope (set(nullptr): unset), restored at its end.
+struct DivisorEnv {
+  const char* old = std::getenv("GRAPHATTN_MIXED_DECODE_DIVISOR");
+  const std::string saved = old ? old : "";
+  void set(const char* v) {
+    if (v)
+      ::setenv("GRAPHATTN_MIXED_DECODE_DIVISOR", v, 1);
+    else
+      ::unsetenv("GRAPHATTN_MIXED_DECODE_DIVISOR");
+  }
+  ~DivisorEnv() { set(old ? saved.c_str() : nullptr); }
+};
+}  // namespace
+
+TEST_CASE("mixed decode grid: divisor 0 gives one-token layers a _dsp decode kernel") {
+  AttentionLayerConfig c = test::layer_config(8, 2, 128, 1024, 4);
+  c.arch = 90;
+  DivisorEnv env;
+  env.set(nullptr);
+  CHECK(AttentionBackend(c).required_specs().size() == 3);  // main's kernels
+  env.set("0");
+  const std::vector<AttentionSpec> specs = AttentionBackend(c).required_specs();
+  REQUIRE(specs.size() == 4);
+  AttentionSpec plain = specs[3];
+  CHECK(plain.device_splits);
+  CHECK(plain.to_string() == specs[1].to_string() + "_dsp");
+  plain.device_splits = false;
+  CHECK(plain == specs[1]);  // the decode's spec otherwise
+  CHECK(AttentionSpec::parse(specs[3].to_string()) == specs[3]);
+  c.decode_query_len = 4;  // multi-token layers keep the divisor-4 sizing and main's kernels
+  CHECK(AttentionBackend(c).required_specs().size() == 3);
+  AttentionSpec mt = specs[3];
+  mt.multi_token = true;
+  CHECK_THROWS_WITH_AS(mt.validate(), doctest::Contains("device-chosen splits (_dsp)"), Error);
+  AttentionSpec prefill = specs[2];
+  prefill.device_splits = true;
+  CHECK_THROWS_AS(prefill.validate(), Error);  // a decode axis
+}
+
 TEST_CASE("mixed decode grid: GRAPHATTN_MIXED_DECODE_DIVISOR, read when a backend is made") {
   AttentionLayerConfig c = test::layer_config(8, 2, 128, 1024, 4);
   c.arch = 90;
-  const char* old = std::getenv("GRAPHATTN_MIXED_DECODE_DIVISOR");
-  const std::string saved = old ? old : "";
-  ::unsetenv("GRAPHATTN_MIXED_DECODE_DIVISOR");
+  DivisorEnv env;
+  env.set(nullptr);
   CHECK(mixed_decode_divisor_from_env() == kMixedDecodeDivisor);
   CHECK(AttentionBackend(c).mixed_decode_divisor() == kMixedDecodeDivisor);
-  ::setenv("GRAPHATTN_MIXED_DECODE_DIVISOR", "1", 1);
+  env.set("1");
   CHECK(AttentionBackend(c).mixed_decode_divisor() == 1);
-  ::setenv("GRAPHATTN_MIXED_DECODE_DIVISOR", "65535", 1);
+  env.set("0");
+  CHECK(AttentionBackend(c).mixed_decode_divisor() == 0);
+  env.set("65535");
   CHECK(AttentionBackend(c).mixed_decode_divisor() == 65535);
   AttentionBackend a(c);
-  for (const char* bad : {"0", "-2", "4x", "65536", "99999999999999999999", " 4", "four"}) {
+  for (const char* bad : {"-1", "-2", "4x", "65536", "99999999999999999999", " 4", "four"}) {
     INFO("GRAPHATTN_MIXED_DECODE_DIVISOR=" << std::string(bad));
-    ::setenv("GRAPHATTN_MIXED_DECODE_DIVISOR", bad, 1);
+    env.set(bad);
     const std::string want = "GRAPHATTN_MIXED_DECODE_DIVISOR=\"" + std::string(bad) +
-                             "\" is not supported; supported: an integer 1..65535";
+                             "\" is not supported; supported: an integer 0..65535";
     CHECK_THROWS_WITH_AS(AttentionBackend{c}, doctest::Contains(want.c_str()), Error);
   }
   CHECK(a.mixed_decode_divisor() == 65535);  // made before: keeps its divisor
   CHECK_THROWS_WITH_AS(a.mixed_decode_max_splits(4), doctest::Contains("call prepare() first"),
                        Error);
-  if (old)
-    ::setenv("GRAPHATTN_MIXED_DECODE_DIVISOR", saved.c_str(), 1);
-  else
-    ::unsetenv("GRAPHATTN_MIXED_DECODE_DIVISOR");
 }

@@ -6,7 +6,9 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <numeric>
 #include <random>
 #include <string>
@@ -268,6 +270,27 @@ nlohmann::json bench_tensor_parallel(const Device& dev, const std::vector<int>& 
   return out;
 }
 
+namespace {
+// Relative L2 distance ||a - b|| / ||b|| of two bf16 arrays (a NaN gives NaN).
+double rel_l2_bf16(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b) {
+  const auto f = [](uint16_t h) {
+    const uint32_t bits = static_cast<uint32_t>(h) << 16;
+    float x;
+    std::memcpy(&x, &bits, sizeof x);
+    return static_cast<double>(x);
+  };
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double x = f(a[i]), y = f(b[i]);
+    num += (x - y) * (x - y);
+    den += y * y;
+  }
+  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+}
+// The graph's output against the eager host split's: different splits and grids round apart.
+constexpr double kHostSplitBound = 1e-2;
+}  // namespace
+
 nlohmann::json bench_mixed_step(const Device& dev, int decodes, int len, int chunk, int prefix,
                                 int reps, bool host_only) {
   const tools::ModelConfig& m = llama();
@@ -322,6 +345,7 @@ nlohmann::json bench_mixed_step(const Device& dev, int decodes, int len, int chu
   // sized for it.
   double graph_us = 0, eager_device_us = 0;
   bool same = true;
+  std::vector<unsigned char> from_graph_bytes;  // the graph's output (last layer)
   if (!host_only) {
     stack.set_mixed_batch(md, n, dev.stream, &qv, &kvv, &kvv);
     for (int i = 0; i < 3; ++i) mixed.run(dev.stream, n);
@@ -337,9 +361,24 @@ nlohmann::json bench_mixed_step(const Device& dev, int decodes, int len, int chu
     GA_CU_CHECK(detail::driver().cuMemcpyDtoH(from_eager.data(),
                                               reinterpret_cast<CUdeviceptr>(last.data), out_bytes));
     same = from_graph == from_eager;
+    from_graph_bytes = std::move(from_graph);
   }
   stack.set_batch(md, n, dev.stream, &qv, &kvv, &kvv);
   const double eager_host_us = time_us(dev, reps, true, [&] { stack.step(dev.stream, n); });
+  // The graph against the host split (other kernels and grids: equal within rounding, not bit
+  // for bit). The eager device split runs the graph's kernels, so it cannot tell a wrong kernel
+  // (session 12: a mixed decode kernel whose blocks all exited passed as "equal").
+  double host_rel_l2 = 0;
+  if (!host_only) {
+    const size_t elems = static_cast<size_t>(n) * c.num_heads * c.head_size;
+    std::vector<uint16_t> from_host(elems), graph_out(elems);
+    dev.owned_stream->synchronize();
+    GA_CU_CHECK(detail::driver().cuMemcpyDtoH(
+        from_host.data(), reinterpret_cast<CUdeviceptr>(stack.output(stack.num_layers() - 1).data),
+        elems * 2));
+    std::memcpy(graph_out.data(), from_graph_bytes.data(), elems * 2);
+    host_rel_l2 = rel_l2_bf16(graph_out, from_host);
+  }
   std::printf(
       "\n== mixed step: %d layers x (cache write + decode + prefill), %d decodes at context %d "
       "+ one %d-token prefill chunk over a %d-token prefix (%d tokens), llama-3-8b shapes, "
@@ -354,12 +393,15 @@ nlohmann::json bench_mixed_step(const Device& dev, int decodes, int len, int chu
   probe.prepare();
   const int request_slots = stack.mixed_request_slots(n),
             mixed_splits = probe.mixed_decode_max_splits(request_slots);
+  const int used_splits = probe.mixed_decode_splits(request_slots, decodes, chunk);
   std::printf(
-      "decode grid: graph %d splits x %d KV heads x %d request slots (%d stages, "
-      "GRAPHATTN_MIXED_DECODE_DIVISOR=%d); host split %d x %d x %d decodes (%d stages)\n",
+      "decode grid: graph %d splits at most x %d KV heads x %d request slots (%d stages, "
+      "GRAPHATTN_MIXED_DECODE_DIVISOR=%d), %d splits a request with %d decodes; host split %d x "
+      "%d x %d decodes (%d stages)\n",
       mixed_splits, c.num_kv_heads, request_slots, probe.mixed_decode_stages(request_slots),
-      probe.mixed_decode_divisor(), decodes > 0 ? probe.decode_max_splits(decodes) : 0,
-      c.num_kv_heads, decodes, decodes > 0 ? probe.decode_stages(decodes) : 0);
+      probe.mixed_decode_divisor(), used_splits, decodes,
+      decodes > 0 ? probe.decode_max_splits(decodes) : 0, c.num_kv_heads, decodes,
+      decodes > 0 ? probe.decode_stages(decodes) : 0);
   std::printf("%-34s %10s\n", "", "us");
   if (!host_only) {
     std::printf("%-34s %10.1f\n", "graph (split on the device)", graph_us);
@@ -368,9 +410,14 @@ nlohmann::json bench_mixed_step(const Device& dev, int decodes, int len, int chu
   std::printf("%-34s %10.1f\n", "eager (split on the host)", eager_host_us);
   if (!host_only)
     std::printf(
-        "graph vs eager (host split): %.2fx; graph output %s the eager device-split output\n",
-        eager_host_us / graph_us, same ? "equals" : "DIFFERS FROM");
+        "graph vs eager (host split): %.2fx; graph output %s the eager device-split output, "
+        "relative L2 %.2e from the eager host-split output (bound %.0e)\n",
+        eager_host_us / graph_us, same ? "equals" : "DIFFERS FROM", host_rel_l2, kHostSplitBound);
   if (!same) throw Error("mixed step: the graph's output differs from the same launches eagerly");
+  if (!(host_rel_l2 <= kHostSplitBound))
+    throw Error("mixed step: the graph's output is " + std::to_string(host_rel_l2) +
+                " (relative L2) from the eager host split's, more than " +
+                std::to_string(kHostSplitBound));
   return {{"layers", m.num_layers},
           {"decodes", decodes},
           {"decode_len", len},
@@ -380,11 +427,13 @@ nlohmann::json bench_mixed_step(const Device& dev, int decodes, int len, int chu
           {"mixed_branches", branches},
           {"mixed_decode_divisor", probe.mixed_decode_divisor()},
           {"graph_decode_splits", mixed_splits},
+          {"graph_decode_splits_used", used_splits},
           {"request_slots", request_slots},
           {"graph_us", graph_us},
           {"eager_device_split_us", eager_device_us},
           {"eager_host_split_us", eager_host_us},
-          {"graph_equals_eager", same}};
+          {"graph_equals_eager", same},
+          {"graph_vs_host_split_rel_l2", host_rel_l2}};
 }
 
 nlohmann::json bench_capture(const Device& dev, int max_num_seqs) {

@@ -342,16 +342,23 @@ GRAPHATTN_API MixedBranches resolve_mixed_branches(MixedBranches mode);
 GRAPHATTN_API MixedBranches parse_mixed_branches(const std::string& name);
 
 // A batch split on the device (AttentionMetadata::device_split: a graph captured for any mix)
-// launches its decode over every request slot, not knowing how many hold a decode. Its split
-// count is the larger of the split policy's for every slot and for ceil(slots / divisor)
-// decodes, so that a small mix of long decodes still spreads over the device (blocks of slots
-// without a decode exit at once). GRAPHATTN_MIXED_DECODE_DIVISOR (an integer 1..65535, read
-// when a backend is made; 1: sized for every slot, as before session 10) sets the divisor;
-// anything else is an error naming it. The 32-layer llama-3-8b mixed step on an H100, graph:
-// 4 decodes at 2048 + 16 new tokens (20 slots) 813 -> 616 us (eager host split 689-698), 1 at
-// 4096 + 16 (17 slots) 1433 -> 647 (host split 570-581), the other six mixes measured unchanged;
-// divisor 8 was faster on four small mixes but 14% slower on 8 at 1024 + 32 over 256
-// (docs/mixed-step-h100-2026-11-27-s10.txt).
+// launches its decode over every request slot, not knowing on the host how many hold a decode.
+// GRAPHATTN_MIXED_DECODE_DIVISOR (an integer 0..65535, read when a backend is made; anything
+// else is an error naming it) sets how its splits are chosen:
+//   N >= 1 (the default 4, session 10): the grid's split count for every decode is the larger of
+//     the split policy's for every slot and for ceil(slots / N) decodes (1: every slot's, as
+//     before session 10; docs/mixed-step-h100-2026-11-27-s10.txt);
+//   0 (sessions 11-12, off by default): the mixed graphs' decode is its own kernel (spec _dsp,
+//     compiled only then, so every other decode kernel keeps its machine code) that counts the
+//     leading decodes d in query_start_loc and gives each the split policy's count for d
+//     decodes over the multiprocessors the prefill beside it leaves (its row tiles per KV head,
+//     estimated from the batch's other tokens; GRAPHATTN_MIXED_DSP_NO_ROOM keeps none), the
+//     grid (1, y, z) covering the most blocks any d needs, the pipeline depth divisor 4's;
+//     one-token decodes with a 16-bit query only (other layers take divisor 4).
+//     docs/mixed-step-h100-2026-11-27-s11.txt (without the room: 1 decode at 4096 + 16 new
+//     tokens 645 -> 517 us, 4 at 2048 + 16 615 -> 675) and -s12.txt section 9 (with it, against
+//     divisor 4: 1 at 4096 + 16 641 -> 533 us, 4 at 8192 + 64 2733 -> 1833, but 4 at 2048 + 16
+//     +4.8%, 8 at 1024 + 32 +3.2%, a prefill alone +3.4%: so not the default).
 constexpr int kMixedDecodeDivisor = 4;
 GRAPHATTN_API int mixed_decode_divisor_from_env();
 
@@ -405,9 +412,11 @@ class GRAPHATTN_API AttentionBackend {
   size_t workspace_bytes() const;
   // The split-KV grid width for a batch of num_decodes (fixed per captured batch size).
   int decode_max_splits(int num_decodes) const;
-  // The split-KV grid width of a batch split on the device over request_slots slots (see
-  // kMixedDecodeDivisor).
+  // The most splits a request of a batch split on the device over request_slots slots takes
+  // (see kMixedDecodeDivisor), and how many it takes with num_decodes leading decodes and
+  // prefill_tokens other tokens (divisor 0: the prefill's blocks keep their multiprocessors).
   int mixed_decode_max_splits(int request_slots) const;
+  int mixed_decode_splits(int request_slots, int num_decodes, int prefill_tokens = 0) const;
   int mixed_decode_stages(int request_slots) const;  // its pipeline depth
   // The divisor that sizes it (GRAPHATTN_MIXED_DECODE_DIVISOR when the backend was made).
   int mixed_decode_divisor() const { return mixed_decode_divisor_; }
@@ -481,6 +490,9 @@ class GRAPHATTN_API AttentionBackend {
   struct MixedStreams;
   std::shared_ptr<MixedStreams> mixed_;
   int mixed_decode_divisor_ = kMixedDecodeDivisor;  // mixed_decode_max_splits' divisor
+  // GRAPHATTN_MIXED_DSP_NO_ROOM (an on/off flag, off by default; divisor 0 only): the _dsp
+  // decode kernel takes every multiprocessor for its splits, none kept for the prefill.
+  bool mixed_dsp_no_room_ = false;
   // Checked mode: the device record (a GaBoundsReport), allocated by prepare().
   std::shared_ptr<DeviceBuffer> bounds_;
 };

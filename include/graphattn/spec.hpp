@@ -235,7 +235,13 @@ constexpr const char* enum_long_name(int i) {
   /* the spec string does not name, so the kernels of the usual x keep their names and code. */    \
   /* Legacy decode and prefill only; the cache write reads x as a launch argument */               \
   X(int, key_x, 0, kOptNumber, "_x", "legacy key cache x", 17, "GA_KEY_X",                         \
-    kPagedAttention, 0, &kKeyXRule)
+    kPagedAttention, 0, &kKeyXRule)                                                                \
+  /* Device-chosen splits: the decode kernel of a mixed graph (a batch split on the device) */     \
+  /* counts the leading decodes and chooses their splits itself (templates/params.h, */            \
+  /* GaDeviceSplits). One-token decodes over the flash layout, 16-bit queries. Off: the */         \
+  /* kernels' source and machine code carry none of it */                                          \
+  X(bool, device_splits, false, kSuffix, "_dsp", "device-chosen splits", 2, "GA_DEVICE_SPLITS",    \
+    kDecodeKernel, false, kNoRule)
 // clang-format on
 
 struct GRAPHATTN_API AttentionSpec {

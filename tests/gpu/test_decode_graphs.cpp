@@ -20,6 +20,8 @@
 #include "graphattn/graphattn.hpp"
 #include "graphattn/runtime.hpp"
 #include "runtime/driver.hpp"
+#include "runtime/prefill.hpp"
+#include "templates/params.h"
 #include "testing/configs.hpp"
 #include "testing/host_dtypes.hpp"
 #include "testing/reference.hpp"
@@ -86,11 +88,11 @@ void check_caches_agree(const AttentionLayerStack& graph, const AttentionLayerSt
   }
 }
 
-// Relative L2 error of layer 1's output (sliding window 256, no ALiBi or sinks) for batch m
-// with queries q, against the float64 reference over the stack's cache as the step left it
-// (the new rows written).
+// Relative L2 error of layer 1's output (sliding window 256, no ALiBi or sinks; layer 0 of
+// stack_options(..., nullptr, nullptr): no window) for batch m with queries q, against the
+// float64 reference over the stack's cache as the step left it (the new rows written).
 double layer1_error(const AttentionLayerStack& stack, const CommonAttentionMetadata& m,
-                    const std::vector<uint16_t>& q) {
+                    const std::vector<uint16_t>& q, int layer = 1) {
   test::RefProblem p;
   p.num_heads = kHeads;
   p.num_kv_heads = kKvHeads;
@@ -101,9 +103,9 @@ double layer1_error(const AttentionLayerStack& stack, const CommonAttentionMetad
   p.block_table.assign(m.block_table.begin(), m.block_table.end());
   p.max_blocks_per_seq = m.max_blocks_per_seq;
   p.scale = 1.0 / std::sqrt(static_cast<double>(kHead));
-  p.window = 256;
+  p.window = layer % 2 ? 256 : 0;
   for (uint16_t x : q) p.q.push_back(test::bf16_to_float(x));
-  const auto cache_bytes = download(stack.kv_cache(1), kv_bytes());
+  const auto cache_bytes = download(stack.kv_cache(layer), kv_bytes());
   const auto* half = reinterpret_cast<const uint16_t*>(cache_bytes.data());
   const size_t per_half = kv_bytes() / 4;  // bf16 elements in the key (or value) half
   for (size_t i = 0; i < per_half; ++i) {
@@ -111,7 +113,7 @@ double layer1_error(const AttentionLayerStack& stack, const CommonAttentionMetad
     p.v_cache.push_back(test::bf16_to_float(half[per_half + i]));
   }
   const std::vector<double> want = test::reference_attention(p);
-  const auto got_bytes = download(stack.output(1), want.size() * 2);
+  const auto got_bytes = download(stack.output(layer), want.size() * 2);
   const auto* got_half = reinterpret_cast<const uint16_t*>(got_bytes.data());
   std::vector<double> got(want.size());
   for (size_t i = 0; i < got.size(); ++i) got[i] = test::bf16_to_float(got_half[i]);
@@ -462,6 +464,88 @@ TEST_CASE("gpu decode graphs: mixed graphs serve every decode/prefill mix, split
   }
 }
 
+// GRAPHATTN_MIXED_DECODE_DIVISOR set to `divisor` for the life of the object (and restored).
+class DivisorEnv {
+ public:
+  explicit DivisorEnv(int divisor) {
+    const char* old = std::getenv("GRAPHATTN_MIXED_DECODE_DIVISOR");
+    had_ = old != nullptr;
+    if (had_) saved_ = old;
+    setenv("GRAPHATTN_MIXED_DECODE_DIVISOR", std::to_string(divisor).c_str(), 1);
+  }
+  ~DivisorEnv() {
+    if (had_)
+      setenv("GRAPHATTN_MIXED_DECODE_DIVISOR", saved_.c_str(), 1);
+    else
+      unsetenv("GRAPHATTN_MIXED_DECODE_DIVISOR");
+  }
+
+ private:
+  bool had_ = false;
+  std::string saved_;
+};
+
+// A stack run by mixed graphs of 24 and kMaxTokens tokens (captured before any batch) beside an
+// eager stack split on the host, over the same caches, and a backend per layer configuration
+// (layer 1's window caps its splits) for the grids' policy; made under the divisor of the
+// environment.
+struct MixedAgainstHost {
+  AttentionLayerStack graph, host;
+  std::vector<std::unique_ptr<AttentionBackend>> probes;
+  std::vector<unsigned char> init;
+  GraphRunner runner;
+
+  MixedAgainstHost(const AttentionLayerStack::Options& o, KernelCache& cache, std::mt19937_64& rng,
+                   CUstream stream)
+      : graph(o),
+        host(o),
+        runner(
+            capture_options(), [this](CUstream s, int n) { graph.step_mixed(s, n); },
+            [this] { return graph.fingerprint(); }) {
+    graph.prepare(cache);
+    host.prepare(cache);
+    for (int l = 0; l < kLayers; ++l) {
+      probes.push_back(std::make_unique<AttentionBackend>(o.layers[l]));
+      probes.back()->prepare(cache);
+    }
+    init = fill_kv_caches(rng, {&graph, &host});
+    runner.capture_all(stream);
+  }
+  static GraphRunner::Options capture_options() {
+    GraphRunner::Options go;
+    go.capture_sizes = {24, kMaxTokens};
+    return go;
+  }
+  // Single-token decodes at context lengths decode_lens, then, where they leave tokens of the
+  // graph's n, one prefill of those: the batch replayed by the graph of n tokens and run by the
+  // host split eagerly, with random queries, keys and values (returned: the queries).
+  std::pair<CommonAttentionMetadata, std::vector<uint16_t>> step(std::mt19937_64& rng, int n,
+                                                                 std::vector<int32_t> decode_lens,
+                                                                 CUstream stream) {
+    const int D = static_cast<int>(decode_lens.size());
+    std::vector<int32_t> ql(D, 1);
+    if (n > D) {
+      ql.push_back(n - D);
+      decode_lens.push_back(n - D + static_cast<int>(rng() % (kMaxModelLen - n)));
+    }
+    const auto m = batch_of(rng, ql, decode_lens);
+    REQUIRE(m.num_actual_tokens == n);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    auto [q, kv, vv] = random_tokens(rng, normal, n);
+    graph.set_mixed_batch(m, n, stream, &q, &kv, &vv);
+    host.set_batch(m, n, stream, &q, &kv, &vv);
+    CHECK(runner.run(stream, n) == n);
+    host.step(stream, n);
+    GA_CU_CHECK(detail::driver().cuStreamSynchronize(stream));
+    return {m, q};
+  }
+  // Layer l's outputs of the last step (n tokens) are equal in the two stacks.
+  bool outputs_equal(int l, int n) const {
+    const size_t bytes = static_cast<size_t>(n) * kHeads * kHead * 2;
+    return download(graph.output(l), bytes) == download(host.output(l), bytes);
+  }
+};
+
 // A mixed graph's decode grid is sized for ceil(slots / GRAPHATTN_MIXED_DECODE_DIVISOR) decodes
 // where that gives more splits (AttentionBackend::mixed_decode_max_splits): a batch of that many
 // decodes plus one prefill filling the graph's tokens, captured before any batch and replayed
@@ -472,55 +556,25 @@ TEST_CASE("gpu decode graphs: mixed graphs size the decode for slots / the divis
   GA_REQUIRE_GPU();
   test::TempKernelCache cache;
   auto rng = test::make_rng();
-  const auto& d = detail::driver();
   Stream stream;
-  const char* old = std::getenv("GRAPHATTN_MIXED_DECODE_DIVISOR");
-  const std::string saved = old ? old : "";
   int agreed = 0;
   for (int divisor : {1, 4, 8}) {
     INFO("GRAPHATTN_MIXED_DECODE_DIVISOR=" << divisor);
-    setenv("GRAPHATTN_MIXED_DECODE_DIVISOR", std::to_string(divisor).c_str(), 1);
-    const AttentionLayerStack::Options o = stack_options(256, nullptr, nullptr);
-    AttentionLayerStack graph_stack(o), host_stack(o);
-    graph_stack.prepare(cache);
-    host_stack.prepare(cache);
-    // A backend per layer configuration (layer 1's window caps its splits): the grids' policy.
-    std::vector<std::unique_ptr<AttentionBackend>> probes;
-    for (int l = 0; l < kLayers; ++l) {
-      probes.push_back(std::make_unique<AttentionBackend>(o.layers[l]));
-      probes.back()->prepare(cache);
-      CHECK(probes.back()->mixed_decode_divisor() == divisor);
-    }
-    const std::vector<unsigned char> init = fill_kv_caches(rng, {&graph_stack, &host_stack});
-    GraphRunner::Options go;
-    go.capture_sizes = {24, kMaxTokens};
-    GraphRunner runner(
-        go, [&](CUstream s, int n) { graph_stack.step_mixed(s, n); },
-        [&] { return graph_stack.fingerprint(); });
-    runner.capture_all(stream);
-    std::normal_distribution<float> normal(0.0f, 1.0f);
+    const DivisorEnv env(divisor);
+    MixedAgainstHost t(stack_options(256, nullptr, nullptr), cache, rng, stream);
+    for (const auto& p : t.probes) CHECK(p->mixed_decode_divisor() == divisor);
     const int steps = test::reduced() ? 2 : 4;
     for (int step = 0; step < steps; ++step) {
       const int n = step % 2 ? 24 : kMaxTokens;
-      const int slots = graph_stack.mixed_request_slots(n);
+      const int slots = t.graph.mixed_request_slots(n);
       const int D = divisor > 1 ? (slots + divisor - 1) / divisor : slots / 2;
       // D decodes at random lengths up to 1024 (at most 48 of them fit the block pool), then one
       // prefill of the graph's remaining tokens.
-      std::vector<int32_t> ql(D, 1), kl;
+      std::vector<int32_t> kl;
       for (int r = 0; r < D; ++r) kl.push_back(1 + static_cast<int>(rng() % 1024));
-      ql.push_back(n - D);
-      kl.push_back(n - D + static_cast<int>(rng() % (kMaxModelLen - n)));
-      const auto m = batch_of(rng, ql, kl);
-      REQUIRE(m.num_actual_tokens == n);
-      auto [q, kv, vv] = random_tokens(rng, normal, n);
-      graph_stack.set_mixed_batch(m, n, stream, &q, &kv, &vv);
-      host_stack.set_batch(m, n, stream, &q, &kv, &vv);
-      CHECK(runner.run(stream, n) == n);
-      host_stack.step(stream, n);
-      GA_CU_CHECK(d.cuStreamSynchronize(stream));
-      const size_t bytes = static_cast<size_t>(n) * kHeads * kHead * 2;
+      const auto [m, q] = t.step(rng, n, kl, stream);
       for (int l = 0; l < kLayers; ++l) {
-        const AttentionBackend& p = *probes[l];
+        const AttentionBackend& p = *t.probes[l];
         const int gs = p.mixed_decode_max_splits(slots), hs = p.decode_max_splits(D);
         CHECK(gs >= p.decode_max_splits(slots));
         if (divisor > 1) CHECK(gs == std::max(p.decode_max_splits(slots), p.decode_max_splits(D)));
@@ -531,19 +585,81 @@ TEST_CASE("gpu decode graphs: mixed graphs size the decode for slots / the divis
         if (!same_grid) continue;
         ++agreed;
         INFO("step " << step << " layer " << l);
-        CHECK(download(graph_stack.output(l), bytes) == download(host_stack.output(l), bytes));
+        CHECK(t.outputs_equal(l, n));
       }
-      CHECK(layer1_error(graph_stack, m, q) < 1e-2);
+      CHECK(layer1_error(t.graph, m, q) < 1e-2);
     }
-    CHECK(runner.stats().replays == static_cast<uint64_t>(steps));
-    CHECK(runner.stats().eager_steps == 0);
-    check_caches_agree(graph_stack, host_stack, init);
+    CHECK(t.runner.stats().replays == static_cast<uint64_t>(steps));
+    CHECK(t.runner.stats().eager_steps == 0);
+    check_caches_agree(t.graph, t.host, t.init);
   }
   CHECK(agreed >= 4);  // the bitwise comparison ran
-  if (old)
-    setenv("GRAPHATTN_MIXED_DECODE_DIVISOR", saved.c_str(), 1);
-  else
-    unsetenv("GRAPHATTN_MIXED_DECODE_DIVISOR");
+}
+
+// Divisor 0 (GRAPHATTN_MIXED_DECODE_DIVISOR=0): the mixed graphs' decode kernel (spec _dsp)
+// counts the leading decodes d of the replayed batch and gives each the split policy's count
+// for d decodes over the multiprocessors the prefill's blocks leave. One graph per token count
+// (24 and 96 slots), captured before any batch, replayed with 1 decode (long: the most splits)
+// and half the slots (then one prefill of the other tokens), and every slot a decode (no
+// prefill): each request's splits are the host formula's (the host split's with no prefill)
+// wherever d decodes do not fill the device by themselves, both layers match the float64
+// reference, and the outputs equal the host split's eager step bit for bit where the grids
+// agree.
+TEST_CASE("gpu decode graphs: mixed graphs' decode kernel chooses the splits from the decodes") {
+  GA_REQUIRE_GPU();
+  const DivisorEnv env(0);  // before the backends are made: they compile the _dsp kernel
+  test::TempKernelCache cache;
+  auto rng = test::make_rng();
+  const auto& d = detail::driver();
+  Stream stream;
+  CUdevice dev = 0;
+  GA_CU_CHECK(d.cuCtxGetDevice(&dev));
+  int sms = 0;
+  GA_CU_CHECK(d.cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev));
+  MixedAgainstHost t(stack_options(256, nullptr, nullptr), cache, rng, stream);
+  for (const auto& p : t.probes) CHECK(p->mixed_decode_divisor() == 0);
+  int steps = 0, agreed = 0, split_many = 0;
+  for (int n : {kMaxTokens, 24})
+    for (int part : {1, 2, 0}) {  // 1 decode, half the slots, every slot
+      const int slots = t.graph.mixed_request_slots(n);
+      const int D = part == 1 ? 1 : part == 2 ? slots / 2 : slots;
+      // D decodes (1: at 1536..2047 tokens; more: up to 800, so that 96 fit the block pool).
+      std::vector<int32_t> kl;
+      for (int r = 0; r < D; ++r)
+        kl.push_back(D == 1 ? 1536 + static_cast<int>(rng() % 512)
+                            : 1 + static_cast<int>(rng() % 800));
+      const auto [m, q] = t.step(rng, n, kl, stream);
+      ++steps;
+      for (int l = 0; l < kLayers; ++l) {
+        const AttentionBackend& p = *t.probes[l];
+        const int gs = p.mixed_decode_splits(slots, D, n - D), hs = p.decode_max_splits(D);
+        CHECK(gs <= p.mixed_decode_max_splits(slots));
+        // (head 128 bf16: a block per KV head, kKvHeads blocks a split) The host split's count
+        // for D decodes over the multiprocessors the prefill's n - D tokens leave them.
+        const int room =
+            ga_device_split_room(sms, n - D, kHeads / kKvHeads,
+                                 detail::prefill_config(p.required_specs()[2]).block_m, kKvHeads);
+        CHECK(room <= sms);
+        if (D * kKvHeads < sms)
+          CHECK(gs == std::clamp(room / kKvHeads / D, 1, p.mixed_decode_max_splits(slots)));
+        if (D * kKvHeads < sms && n == D) CHECK(gs == hs);
+        split_many += gs > 1;
+        const bool same_grid = gs == hs && p.mixed_decode_stages(slots) == p.decode_stages(D);
+        MESSAGE(n << " tokens, " << slots << " slots, " << D << " decodes, layer " << l
+                  << ": graph " << gs << " splits of at most " << p.mixed_decode_max_splits(slots)
+                  << ", host split " << hs << std::string(same_grid ? " (same grid)" : ""));
+        INFO(n << " tokens, " << D << " decodes, layer " << l);
+        CHECK(layer1_error(t.graph, m, q, l) < 1e-2);
+        if (!same_grid) continue;
+        ++agreed;
+        CHECK(t.outputs_equal(l, n));
+      }
+    }
+  CHECK(t.runner.stats().replays == static_cast<uint64_t>(steps));
+  CHECK(t.runner.stats().eager_steps == 0);
+  CHECK(split_many >= 4);  // 1 decode in either graph, both layers: several splits
+  MESSAGE("bitwise equal to the host split where the grids agree: " << agreed << " layers");
+  check_caches_agree(t.graph, t.host, t.init);
 }
 
 TEST_CASE("gpu decode graphs: mixed steps with decode and prefill on two branches equal serial") {
