@@ -452,11 +452,7 @@ __device__ __forceinline__ unsigned ga_cluster_addr_of(unsigned a, unsigned rank
 }
 // The address of shared variable `p` in block `rank` of this cluster.
 __device__ __forceinline__ unsigned ga_cluster_addr(const void* p, unsigned rank) {
-  unsigned r = 0;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(ga_smem_addr(p)), "r"(rank));
-#endif
-  return r;
+  return ga_cluster_addr_of(ga_smem_addr(p), rank);
 }
 __device__ __forceinline__ float ga_cluster_ld(unsigned addr) {
   float v = 0.0f;
@@ -888,7 +884,6 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
     ga_idle_split(cluster);
     return;
   }
-#if GA_DECODE_CLUSTER_PUSH
   // [policy: pushed cluster combine] (GA_DECODE_CLUSTER_PUSH) In a cluster launch every block
   // pushes each item (4 output elements of a head) of its split's output, with the head's
   // log2-sum-exp, into the shared memory of the block that combines it (item i: block
@@ -912,7 +907,6 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
       ga_cluster_arrive_relaxed();
     }
   }
-#endif
   // [policy: fused cache write] (1/3) the slot and its cache offset.
   // Fused cache write: the new token (position seq_len - 1) sits in the last tile, which only
   // the last split reads. The warp that owns that tile loads the new row from new_key /
@@ -1608,11 +1602,9 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   const float out_scale = ga_kv_scale(p.scales.v_scale_ptr, p.v_scale) * KV_WIDEN_SCALE;
 #endif
   constexpr int D4 = HEAD_SIZE / 4;
-#if GA_DECODE_CLUSTER_PUSH
   if constexpr (CLUSTER_PUSH) {
     if (cluster) ga_cluster_wait();  // every block's mbarrier is initialized
   }
-#endif
   for (int i = tid; i < heads_here * D4; i += GA_DECODE_THREADS) {
     const int h = i / D4, d = (i - h * D4) * 4;
     float mx = GA_NEG_INF;
@@ -1655,7 +1647,6 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
       if (d == 0) ga_store_lse(p, token, head, ga_lse(mx, l, ga_sink_log2(p.terms, head, true)));
 #endif
     } else if (cluster) {
-#if GA_DECODE_CLUSTER_PUSH
       if constexpr (CLUSTER_PUSH) {
         const unsigned rank = static_cast<unsigned>(i % num_splits);
         const int recv_cap = (heads_here * D4 + num_splits - 1) / num_splits;
@@ -1668,10 +1659,6 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
         *reinterpret_cast<float4*>(part_o + h * HEAD_SIZE + d) = acc;
         if (d == 0) part_lse[h] = mx + __log2f(l);
       }
-#else
-      *reinterpret_cast<float4*>(part_o + h * HEAD_SIZE + d) = acc;
-      if (d == 0) part_lse[h] = mx + __log2f(l);
-#endif
     } else {
       const long long row =
           (static_cast<long long>(token) * p.num_heads + head) * p.max_splits + split;
@@ -1682,7 +1669,6 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   // [stage 10: combine the splits] in the cluster's shared memory, or by the last arrival.
   GA_TIMING_WARP(3);
   if (num_splits == 1) return;
-#if GA_DECODE_CLUSTER_PUSH
   if constexpr (CLUSTER_PUSH) {
     if (cluster) {
       // This block's items: every split's outputs in the receive area once the mbarrier completes.
@@ -1718,7 +1704,6 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
       return;
     }
   }
-#endif
   if (cluster) {
     // Every split's output and log2-sum-exp sit in its block's shared memory; block `split`
     // combines items split, split + num_splits, ... from all of them, and the second barrier
