@@ -324,9 +324,12 @@ __device__ __forceinline__ unsigned pw_swizzle(int r, int c, int rows) {
   return static_cast<unsigned>((c >> 3) * rows * 128 + r * 128 + (((c & 7) ^ (r & 7)) << 4));
 }
 
-// v, opaque to the compiler: what is derived from it is computed after this point, not hoisted
-// out of a loop and held (fp8's producer at 32 registers, PW_LEAN_GATHER).
-__device__ __forceinline__ int pw_opaque(int v) {
+// v (32 bits), opaque to the compiler: what is derived from it is computed after this point, not
+// hoisted out of a loop and held (fp8's producer at 32 registers, PW_LEAN_GATHER; the
+// speculative prefill's second scoring, GA_PW_SCHED_HOIST).
+template <class T>
+__device__ __forceinline__ T pw_opaque(T v) {
+  static_assert(sizeof(T) == 4, "pw_opaque: a 32-bit value");
   asm volatile("mov.b32 %0, %0;\n" : "+r"(v));
   return v;
 }
@@ -2143,8 +2146,7 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
         if (redo) {
           // With GA_PW_SCHED_HOIST the second scoring reads Q and K through an opaque copy of
           // q_base, so that ptxas keeps the wgmma descriptors (built from q_base) uniform.
-          unsigned qb = q_base;
-          if (hoist) asm volatile("mov.b32 %0, %1;" : "=r"(qb) : "r"(q_base));
+          const unsigned qb = hoist ? pw_opaque(q_base) : q_base;
           pw_rescore_warp(qb, qb + PW_Q_BYTES + stage * PW_KV_BYTES, row0 + g, lane, s);
           softmax(j, PW_OVERLAP && !with_pv);
         }
