@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 // On/off environment variables (GRAPHATTN_DISABLE_GRAPHS, GRAPHATTN_DECODE_CLUSTERS,
 // GRAPHATTN_DUMP_SOURCE, GRAPHATTN_CHECK_BOUNDS, GRAPHATTN_PREFILL_MMA_SYNC,
-// GRAPHATTN_PREFILL_TMA), parsed strictly in one place: unset or empty is off
-// (GRAPHATTN_PREFILL_TMA: on); 1, true, yes, on are on and 0, false, no, off are off (any letter
-// case); anything else ("1abc", "2", " 1") throws graphattn::Error naming the variable, its value
-// and what is allowed, so that a typo is never silently read as the opposite.
+// GRAPHATTN_PREFILL_TMA, GRAPHATTN_MIXED_DSP_NO_ROOM), parsed strictly in one place: unset or empty
+// is off (GRAPHATTN_PREFILL_TMA: on); 1, true, yes, on are on and 0, false, no, off are off (any
+// letter case); anything else ("1abc", "2", " 1") throws graphattn::Error naming the variable, its
+// value and what is allowed, so that a typo is never silently read as the opposite.
 #pragma once
 
 #include "graphattn/runtime.hpp"  // check_flag_environment(), public: every flag above parsed once
