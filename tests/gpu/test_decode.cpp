@@ -352,11 +352,13 @@ void run_case(const DecodeCase& c, KernelCache& cache, std::mt19937_64& rng,
     if (g.stages == -1) g.stages = deepest;
     g.stages = std::min(g.stages, deepest);
   }
-  // Every grid that a cluster can hold (shallow pipelines) also runs as a cluster launch.
+  // Every grid that a cluster can hold (the depths prepare_decode_kernel sized clusters for)
+  // also runs as a cluster launch.
   const int shallow = ga_decode_shallow_stages(c.head_size, c.kv == KvDType::kAuto ? 2 : 1);
   for (size_t i = 0, end = grids.size(); i < end; ++i) {
     Grid g = grids[i];
-    if (g.splits > 1 && g.splits <= k.device.max_cluster && g.stages <= shallow) {
+    const int st = g.stages == 0 ? shallow : g.stages;
+    if (g.splits > 1 && st >= 2 && st <= 4 && g.splits <= k.device.cluster_at[st]) {
       g.cluster = true;
       grids.push_back(g);
     }
@@ -982,6 +984,21 @@ TEST_CASE("gpu decode: forward on decode-only, mixed and padded batches") {
     m.num_decodes = 1;
     run_forward(c5, m, cache, rng);
   }
+  for (int len : {1024, 1000, 520, 40}) {
+    // The B=1 step's layer (32/8 heads, head 128, max_model_len 1024, fused write, early
+    // prologue): on sm_90 a cluster launch of 8 splits (kAutoClusterSplits), 2 tiles a warp at
+    // the longest, 3 stages deep, both tiles issued before the wait; 520 tokens leave the
+    // cluster's last block idle, 40 run one split.
+    INFO("decode only, early prologue, 8-block clusters: 32/8 heads, max_model_len 1024, "
+         << len << " tokens");
+    AttentionLayerConfig c6 = layer_config(32, 8, 128, 1024, 16);
+    c6.overlap_previous_kernel = true;
+    Mixed m;
+    m.q_lens = {1};
+    m.seq_lens = {len};
+    m.num_decodes = 1;
+    run_forward(c6, m, cache, rng);
+  }
   for (int many : {0, 1}) {
     // The fused write's new rows are patched in by their owner warp; with the early prologue the
     // cache is read before the wait. Two head chunks per KV head (group 20); a batch of 3 splits,
@@ -1030,7 +1047,7 @@ TEST_CASE("gpu decode: one captured graph serves every context length") {
   deep.cluster = true;
   deep.stages = ga_decode_max_stages(c.head_size, 2);
   CHECK_THROWS_WITH_AS(detail::launch_decode(*k.decode, deep, nullptr),
-                       doctest::Contains("a cluster launch runs the shallow pipeline"), Error);
+                       doctest::Contains("a cluster launch runs at most 3 stages"), Error);
   detail::DecodeLaunch wide = a;
   wide.cluster = true;
   wide.max_splits = 17;
