@@ -154,9 +154,9 @@ DecodeDevice prepare_decode_kernel(const LoadedKernel& decode) {
   const int rh = decode_row_heads(s);
   const int max_stages = ga_decode_max_stages(s.head_size * rh, kvb);
   const int deep = ga_decode_smem_bytes(s.head_size, kvb, max_stages, rh);
-  ensure_shared_limit(decode, std::max(deep, ga_decode_smem_bytes(s.head_size, kvb,
-                                                                  cluster_stage_limit(s), rh) +
-                                                 ga_decode_cluster_recv_bytes(s.head_size)));
+  ensure_shared_limit(
+      decode, std::max(deep, ga_decode_smem_bytes(s.head_size, kvb, cluster_stage_limit(s), rh) +
+                                 ga_decode_cluster_recv_bytes(s.head_size)));
   const auto& d = driver();
   CUdevice dev;
   GA_CU_CHECK(d.cuCtxGetDevice(&dev));
@@ -210,9 +210,12 @@ DecodeDevice prepare_decode_kernel(const LoadedKernel& decode) {
       out.max_cluster = out.cluster_at[shallow_stages];
     }
   }
-  // Measurement switch (off by default): GRAPHATTN_DECODE_CLUSTER_SPLITS=N (2..16) makes a split
-  // launch with clusters take at most N splits, as one cluster of N blocks (docs/decode-small-
-  // batch-h100-2026-11-27-s12.txt: 8, the portable cluster size, against the 16 the device allows).
+  // Measurement switch: GRAPHATTN_DECODE_CLUSTER_SPLITS=N (2..16) makes a split launch with
+  // clusters take at most N splits, as one cluster of N blocks (docs/decode-small-batch-h100-
+  // 2026-11-27-s12.txt: 8, the portable cluster size, against the 16 the device allows); unset,
+  // GRAPHATTN_DECODE_CLUSTERS=1 launches take as many as fit and the auto policy's at most
+  // kAutoClusterSplits (=16: the auto policy of main 65693c3, docs/decode-small-batch-h100-
+  // 2026-11-27-s13.txt).
   out.cluster_splits = detail::decode_cluster_splits_from_env();
   return out;
 }
@@ -330,8 +333,8 @@ DecodeGrid decode_grid(int num_decodes, int num_kv_heads, int columns, int max_m
       const int cap = dev.cluster_splits != 0 ? dev.cluster_splits : kAutoClusterSplits;
       if (g.max_splits > cap) {
         g.max_splits = cap;
-        const int64_t w = (tiles + int64_t{cap} * GA_DECODE_WARPS - 1) /
-                          (int64_t{cap} * GA_DECODE_WARPS);
+        const int64_t w =
+            (tiles + int64_t{cap} * GA_DECODE_WARPS - 1) / (int64_t{cap} * GA_DECODE_WARPS);
         if (w >= 2 && shallow < 3 && ga_decode_max_stages(head_size, kvb) >= 3 &&
             dev.blocks_per_sm[3] >= 2 && dev.cluster_at[3] >= cap)
           g.early_stages = 3;
@@ -403,8 +406,9 @@ void check_decode_launch(const AttentionSpec& spec, const DecodeLaunch& a, const
                  (clustered ? " with cluster" : "") + "; supported: 0 (stages), 2.." +
                  str(early_limit));
   GA_REQUIRE(!clustered || stages <= cluster_stage_limit(spec),
-             "a cluster launch runs at most " + str(cluster_stage_limit(spec)) + " stages: stages " +
-                 str(stages) + " is not supported with cluster; supported: 0 (default), 2.." +
+             "a cluster launch runs at most " + str(cluster_stage_limit(spec)) +
+                 " stages: stages " + str(stages) +
+                 " is not supported with cluster; supported: 0 (default), 2.." +
                  str(cluster_stage_limit(spec)));
   if (a.multi_token || a.device_split) {
     require_rank(a.query_start_loc, 1, "query_start_loc", "[num_reqs + 1]");

@@ -23,7 +23,8 @@ detail::DecodeDevice device(int sms, int b2, int b3, int b4, int max_cluster) {
   d.blocks_per_sm[3] = b3;
   d.blocks_per_sm[4] = b4;
   d.max_cluster = max_cluster;
-  d.cluster_at[2] = max_cluster;  // (an H100's: 16 at 2 and 3 stages, 1 block a multiprocessor at 4)
+  d.cluster_at[2] =
+      max_cluster;  // (an H100's: 16 at 2 and 3 stages, 1 block a multiprocessor at 4)
   d.cluster_at[3] = max_cluster;
   d.use_clusters = max_cluster > 0;
   return d;

@@ -16,6 +16,7 @@
 #include <cstring>
 #include <numeric>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "graphattn/graphattn.hpp"
@@ -969,35 +970,30 @@ TEST_CASE("gpu decode: forward on decode-only, mixed and padded batches") {
     m.num_decodes = 4;
     run_forward(c4, m, cache, rng);
   }
-  for (int len : {8190, 3000, 40}) {
+  for (const std::pair<int, int> ml : std::vector<std::pair<int, int>>{{8192, 8190},
+                                                                       {8192, 3000},
+                                                                       {8192, 40},
+                                                                       {1024, 1024},
+                                                                       {1024, 1000},
+                                                                       {1024, 520},
+                                                                       {1024, 40}}) {
     // With the early prologue a split launch takes a deeper pipeline for longer splits
     // (DecodeGrid::early_stages): one request over 8 KV heads at max_model_len 8192 is a grid of
     // 16 splits, 8 tiles a warp at the longest, 4 stages, each warp's first 3 tiles issued before
-    // the wait; 3000 tokens give 3 tiles a warp, 40 one split.
-    INFO("decode only, early prologue, deeper pipeline: 32/8 heads, max_model_len 8192, "
-         << len << " tokens");
-    AttentionLayerConfig c5 = layer_config(32, 8, 128, 8192, 16);
+    // the wait; 3000 tokens give 3 tiles a warp, 40 one split. At max_model_len 1024 (the B=1
+    // step's layer) on sm_90 a cluster launch of 8 splits (kAutoClusterSplits), 2 tiles a warp
+    // at the longest, 3 stages, both tiles issued before the wait; 520 tokens leave the
+    // cluster's last block idle.
+    const int max_len = ml.first, len = ml.second;
+    INFO("decode only, early prologue, deeper pipeline: 32/8 heads, max_model_len "
+         << max_len << ", " << len << " tokens");
+    AttentionLayerConfig c5 = layer_config(32, 8, 128, max_len, 16);
     c5.overlap_previous_kernel = true;
     Mixed m;
     m.q_lens = {1};
     m.seq_lens = {len};
     m.num_decodes = 1;
     run_forward(c5, m, cache, rng);
-  }
-  for (int len : {1024, 1000, 520, 40}) {
-    // The B=1 step's layer (32/8 heads, head 128, max_model_len 1024, fused write, early
-    // prologue): on sm_90 a cluster launch of 8 splits (kAutoClusterSplits), 2 tiles a warp at
-    // the longest, 3 stages deep, both tiles issued before the wait; 520 tokens leave the
-    // cluster's last block idle, 40 run one split.
-    INFO("decode only, early prologue, 8-block clusters: 32/8 heads, max_model_len 1024, "
-         << len << " tokens");
-    AttentionLayerConfig c6 = layer_config(32, 8, 128, 1024, 16);
-    c6.overlap_previous_kernel = true;
-    Mixed m;
-    m.q_lens = {1};
-    m.seq_lens = {len};
-    m.num_decodes = 1;
-    run_forward(c6, m, cache, rng);
   }
   for (int many : {0, 1}) {
     // The fused write's new rows are patched in by their owner warp; with the early prologue the
