@@ -179,6 +179,8 @@ DecodeDevice prepare_decode_kernel(const LoadedKernel& decode) {
   // with the global counter on an H100; 1 x 4096 (4 tiles a warp, which the counter path runs 3
   // stages deep in a chain) 16.0 against 15.6-15.8 us alone and 8.9 against 8.5 a launch in a chain
   // of 32, so longer splits keep the counter (docs/decode-small-batch-h100-2026-11-27-s12.txt).
+  // Such a launch takes at most kAutoClusterSplits splits (decode_grid, [policy: 8-block
+  // clusters]; session 13: step 134.3-134.6 us).
   // (The pulled cluster combine before it: step 9% faster on an H200, 4.5% slower on an H100,
   // 2026-11-22.)
   const char* clusters_env = std::getenv("GRAPHATTN_DECODE_CLUSTERS");
@@ -326,9 +328,11 @@ DecodeGrid decode_grid(int num_decodes, int num_kv_heads, int columns, int max_m
     // splits (GRAPHATTN_DECODE_CLUSTER_SPLITS=N: N): 16 split blocks of 8 KV heads are 8
     // clusters of 16, which the H100 placed on 112 SMs, two blocks on 16 of them, the slowest
     // blocks of every launch (docs/decode-small-batch-h100-2026-11-27-s12.txt); 8 splits run 64
-    // blocks, one a multiprocessor, with twice the tiles a warp. With the early prologue those
-    // warps take 3 stages where the device co-schedules such clusters, so that both of a warp's
-    // tiles are issued before the wait (docs/decode-small-batch-h100-2026-11-27-s13.txt).
+    // blocks on 64 SMs with twice the tiles a warp. With the early prologue those warps take 3
+    // stages where the device co-schedules such clusters, so that both of a warp's tiles are
+    // issued before the wait. H100, 32-layer B=1 step (context 1024): 134.3-134.6 us graph,
+    // 142.5-143.3 eager, against 141.4-142.4 / 148.9-150.2 at 16 splits (docs/decode-small-
+    // batch-h100-2026-11-27-s13.txt; at 8 splits and 2 stages b112 measured 137.9 / 159.1).
     if (g.cluster && !dev.use_clusters) {
       const int cap = dev.cluster_splits != 0 ? dev.cluster_splits : kAutoClusterSplits;
       if (g.max_splits > cap) {
