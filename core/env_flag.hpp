@@ -14,8 +14,9 @@ namespace graphattn::detail {
 bool env_flag(const char* name);
 
 // GRAPHATTN_DECODE_CLUSTER_SPLITS (a measurement switch, runtime/decode.cpp): unset or empty is 0
-// (the split policy's own cluster size); else an integer 2..16, the most splits a cluster launch
-// takes; anything else throws graphattn::Error naming the value and what is allowed.
+// (the split policy's own cluster size: runtime/decode.hpp kAutoClusterSplits for the auto
+// policy's clusters); else an integer 2..16, the most splits a cluster launch takes; anything else
+// throws graphattn::Error naming the value and what is allowed.
 int decode_cluster_splits_from_env();
 
 }  // namespace graphattn::detail

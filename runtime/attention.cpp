@@ -50,8 +50,12 @@ DecodeGrid mixed_decode_grid(int slots, int divisor, int num_kv_heads, int colum
   if (divisor == 0 && slots >= 1 && dev.num_sms > 0) {
     const int rh = std::max(1, dev.row_heads);
     const int64_t y = int64_t{(num_kv_heads + rh - 1) / rh} * ga_decode_head_chunks(columns * rh);
+    // (The _dsp kernel runs no clusters: the split count of a request without the auto
+    // policy's cluster cap, kAutoClusterSplits.)
+    DecodeDevice no_auto = dev;
+    no_auto.auto_clusters = false;
     const int most = std::max(
-        decode_grid(1, num_kv_heads, columns, max_model_len, window, head_size, kv_dtype, dev)
+        decode_grid(1, num_kv_heads, columns, max_model_len, window, head_size, kv_dtype, no_auto)
             .max_splits,
         1);
     if (y <= 65535 && device_split_blocks(slots, y, most, dev.num_sms) <= 65535) {

@@ -54,6 +54,15 @@ int stages_of(const AttentionSpec& s, const DecodeLaunch& a) {
                        : a.stages;
 }
 
+// The deepest pipeline a cluster launch may run: one stage past the shallow default (head 128,
+// 16-bit KV: 3 stages, where two blocks with the pushed combine's receive area still share a
+// multiprocessor), at most the deepest.
+int cluster_stage_limit(const AttentionSpec& s) {
+  const int rh = decode_row_heads(s), kvb = kv_bytes_of(s);
+  return std::min(ga_decode_shallow_stages(s.head_size * rh, kvb) + 1,
+                  ga_decode_max_stages(s.head_size * rh, kvb));
+}
+
 // A launch's grid y: a block per KV head (KV head pairs: per pair) and chunk of 16 query columns.
 int64_t decode_grid_y(const AttentionSpec& s, int num_kv_heads, int max_query_len) {
   const int rh = decode_row_heads(s);
@@ -145,9 +154,9 @@ DecodeDevice prepare_decode_kernel(const LoadedKernel& decode) {
   const int rh = decode_row_heads(s);
   const int max_stages = ga_decode_max_stages(s.head_size * rh, kvb);
   const int deep = ga_decode_smem_bytes(s.head_size, kvb, max_stages, rh);
-  const int shallow =
-      ga_decode_smem_bytes(s.head_size, kvb, ga_decode_shallow_stages(s.head_size * rh, kvb), rh);
-  ensure_shared_limit(decode, deep);
+  ensure_shared_limit(
+      decode, std::max(deep, ga_decode_smem_bytes(s.head_size, kvb, cluster_stage_limit(s), rh) +
+                                 ga_decode_cluster_recv_bytes(s.head_size)));
   const auto& d = driver();
   CUdevice dev;
   GA_CU_CHECK(d.cuCtxGetDevice(&dev));
@@ -170,6 +179,8 @@ DecodeDevice prepare_decode_kernel(const LoadedKernel& decode) {
   // with the global counter on an H100; 1 x 4096 (4 tiles a warp, which the counter path runs 3
   // stages deep in a chain) 16.0 against 15.6-15.8 us alone and 8.9 against 8.5 a launch in a chain
   // of 32, so longer splits keep the counter (docs/decode-small-batch-h100-2026-11-27-s12.txt).
+  // Such a launch takes at most kAutoClusterSplits splits (decode_grid, [policy: 8-block
+  // clusters]; session 13: step 134.3-134.6 us).
   // (The pulled cluster combine before it: step 9% faster on an H200, 4.5% slower on an H100,
   // 2026-11-22.)
   const char* clusters_env = std::getenv("GRAPHATTN_DECODE_CLUSTERS");
@@ -182,23 +193,31 @@ DecodeDevice prepare_decode_kernel(const LoadedKernel& decode) {
     // Clusters of up to 16 split blocks (8 is the portable limit); the device says how large a
     // cluster of shallow blocks it can actually co-schedule. A driver that cannot answer gets
     // no clusters.
+    // The same at each deeper pipeline a cluster launch may run (cluster_stage_limit).
     if (d.cuFuncSetAttribute(decode.function, CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED,
                              1) == CUDA_SUCCESS) {
-      CUlaunchConfig cfg{};
-      cfg.gridDimX = 16;
-      cfg.gridDimY = cfg.gridDimZ = 1;
-      cfg.blockDimX = GA_DECODE_THREADS;
-      cfg.blockDimY = cfg.blockDimZ = 1;
-      cfg.sharedMemBytes =
-          static_cast<unsigned>(shallow + ga_decode_cluster_recv_bytes(s.head_size));
-      int size = 0;
-      if (d.cuOccupancyMaxPotentialClusterSize(&size, decode.function, &cfg) == CUDA_SUCCESS)
-        out.max_cluster = std::min(size, 16);
+      const int shallow_stages = ga_decode_shallow_stages(s.head_size * rh, kvb);
+      for (int st = shallow_stages; st <= cluster_stage_limit(s); ++st) {
+        CUlaunchConfig cfg{};
+        cfg.gridDimX = 16;
+        cfg.gridDimY = cfg.gridDimZ = 1;
+        cfg.blockDimX = GA_DECODE_THREADS;
+        cfg.blockDimY = cfg.blockDimZ = 1;
+        cfg.sharedMemBytes = static_cast<unsigned>(ga_decode_smem_bytes(s.head_size, kvb, st, rh) +
+                                                   ga_decode_cluster_recv_bytes(s.head_size));
+        int size = 0;
+        if (d.cuOccupancyMaxPotentialClusterSize(&size, decode.function, &cfg) == CUDA_SUCCESS)
+          out.cluster_at[st] = std::min(size, 16);
+      }
+      out.max_cluster = out.cluster_at[shallow_stages];
     }
   }
-  // Measurement switch (off by default): GRAPHATTN_DECODE_CLUSTER_SPLITS=N (2..16) makes a split
-  // launch with clusters take at most N splits, as one cluster of N blocks (docs/decode-small-
-  // batch-h100-2026-11-27-s12.txt: 8, the portable cluster size, against the 16 the device allows).
+  // Measurement switch: GRAPHATTN_DECODE_CLUSTER_SPLITS=N (2..16) makes a split launch with
+  // clusters take at most N splits, as one cluster of N blocks (docs/decode-small-batch-h100-
+  // 2026-11-27-s12.txt: 8, the portable cluster size, against the 16 the device allows); unset,
+  // GRAPHATTN_DECODE_CLUSTERS=1 launches take as many as fit and the auto policy's at most
+  // kAutoClusterSplits (=16: the auto policy of main 65693c3, docs/decode-small-batch-h100-
+  // 2026-11-27-s13.txt).
   out.cluster_splits = detail::decode_cluster_splits_from_env();
   return out;
 }
@@ -305,6 +324,27 @@ DecodeGrid decode_grid(int num_decodes, int num_kv_heads, int columns, int max_m
                              (int64_t{g.max_splits} * GA_DECODE_WARPS);
     g.cluster = (dev.use_clusters || (dev.auto_clusters && per_warp <= 1)) &&
                 g.max_splits <= dev.max_cluster;
+    // [policy: 8-block clusters] The auto policy's clusters take at most kAutoClusterSplits
+    // splits (GRAPHATTN_DECODE_CLUSTER_SPLITS=N: N): 16 split blocks of 8 KV heads are 8
+    // clusters of 16, which the H100 placed on 112 SMs, two blocks on 16 of them, the slowest
+    // blocks of every launch (docs/decode-small-batch-h100-2026-11-27-s12.txt); 8 splits run 64
+    // blocks on 64 SMs with twice the tiles a warp. With the early prologue those warps take 3
+    // stages where the device co-schedules such clusters, so that both of a warp's tiles are
+    // issued before the wait. H100, 32-layer B=1 step (context 1024): 134.3-134.6 us graph,
+    // 142.5-143.3 eager, against 141.4-142.4 / 148.9-150.2 at 16 splits (docs/decode-small-
+    // batch-h100-2026-11-27-s13.txt; at 8 splits and 2 stages b112 measured 137.9 / 159.1).
+    if (g.cluster && !dev.use_clusters) {
+      const int cap = dev.cluster_splits != 0 ? dev.cluster_splits : kAutoClusterSplits;
+      if (g.max_splits > cap) {
+        g.max_splits = cap;
+        const int64_t w =
+            (tiles + int64_t{cap} * GA_DECODE_WARPS - 1) / (int64_t{cap} * GA_DECODE_WARPS);
+        if (w >= 2 && shallow < 3 && ga_decode_max_stages(head_size, kvb) >= 3 &&
+            dev.blocks_per_sm[3] >= 2 && dev.cluster_at[3] >= cap)
+          g.early_stages = 3;
+      }
+      return g;
+    }
     // With the early prologue (the engine's layers: fused write, programmatic dependent launch)
     // a warp issues its first stages - 1 tiles before waiting for the previous kernel, under that
     // kernel's tail, so longer splits gain from a deeper pipeline there. H100, 32 launches back
@@ -361,18 +401,19 @@ void check_decode_launch(const AttentionSpec& spec, const DecodeLaunch& a, const
              "stages " + str(a.stages) + " is not supported for " + spec.to_string() +
                  "; supported: 0 (default), 2.." +
                  str(ga_decode_max_stages(spec.head_size * rh, kvb)));
-  GA_REQUIRE(a.early_stages == 0 ||
-                 (a.early_stages >= 2 &&
-                  a.early_stages <= ga_decode_max_stages(spec.head_size * rh, kvb) && !a.cluster),
+  // prepare_decode_kernel sized the clusters for pipelines up to cluster_stage_limit.
+  const bool clustered = a.cluster && a.max_splits > 1;
+  const int early_limit =
+      clustered ? cluster_stage_limit(spec) : ga_decode_max_stages(spec.head_size * rh, kvb);
+  GA_REQUIRE(a.early_stages == 0 || (a.early_stages >= 2 && a.early_stages <= early_limit),
              "early_stages " + str(a.early_stages) + " is not supported for " + spec.to_string() +
-                 (a.cluster ? " with cluster" : "") + "; supported: 0 (stages), 2.." +
-                 str(ga_decode_max_stages(spec.head_size * rh, kvb)) + " without cluster");
-  // prepare_decode_kernel sized the clusters for the shallow pipeline's shared memory.
-  GA_REQUIRE(!(a.cluster && a.max_splits > 1) ||
-                 stages <= ga_decode_shallow_stages(spec.head_size * rh, kvb),
-             "a cluster launch runs the shallow pipeline: stages " + str(stages) +
+                 (clustered ? " with cluster" : "") + "; supported: 0 (stages), 2.." +
+                 str(early_limit));
+  GA_REQUIRE(!clustered || stages <= cluster_stage_limit(spec),
+             "a cluster launch runs at most " + str(cluster_stage_limit(spec)) +
+                 " stages: stages " + str(stages) +
                  " is not supported with cluster; supported: 0 (default), 2.." +
-                 str(ga_decode_shallow_stages(spec.head_size * rh, kvb)));
+                 str(cluster_stage_limit(spec)));
   if (a.multi_token || a.device_split) {
     require_rank(a.query_start_loc, 1, "query_start_loc", "[num_reqs + 1]");
     require_int32_rows(a.query_start_loc, "query_start_loc", int64_t{a.num_decodes} + 1,

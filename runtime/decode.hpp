@@ -27,15 +27,21 @@
 namespace graphattn::detail {
 
 // What the decode split policy knows of the device and the loaded kernel.
+// The most splits the auto policy's cluster launches take (runtime/decode.cpp, [policy: 8-block
+// clusters]).
+constexpr int kAutoClusterSplits = 8;
 struct DecodeDevice {
   int num_sms = 0;             // multiprocessors
   int blocks_per_sm[5] = {};   // resident decode blocks per multiprocessor with a pipeline of
                                // [stages] stages (2..4; 0 where the spec allows no such depth)
   int max_cluster = 0;         // largest cluster of shallow split blocks it can run (sm_90+)
+  int cluster_at[5] = {};      // the same at [stages] stages (2..4; with the pushed combine's
+                               // receive area; [shallow] is max_cluster)
   bool use_clusters = false;   // short split launches use clusters (GRAPHATTN_DECODE_CLUSTERS=1)
   bool auto_clusters = false;  // split launches of one tile a warp do (the variable unset)
   int cluster_splits = 0;      // with clusters, split launches take at most this many splits
-                               // (GRAPHATTN_DECODE_CLUSTER_SPLITS; 0: as many as fit)
+                               // (GRAPHATTN_DECODE_CLUSTER_SPLITS; 0: as many as fit, and
+                               // auto_clusters' launches kAutoClusterSplits)
   int row_heads = 1;           // KV heads a block covers (2: KV head pairs, ga_decode_row_heads)
 };
 // A decode launch's geometry (runtime/decode.hpp's split policy).

@@ -23,6 +23,9 @@ detail::DecodeDevice device(int sms, int b2, int b3, int b4, int max_cluster) {
   d.blocks_per_sm[3] = b3;
   d.blocks_per_sm[4] = b4;
   d.max_cluster = max_cluster;
+  d.cluster_at[2] =
+      max_cluster;  // (an H100's: 16 at 2 and 3 stages, 1 block a multiprocessor at 4)
+  d.cluster_at[3] = max_cluster;
   d.use_clusters = max_cluster > 0;
   return d;
 }
@@ -66,10 +69,26 @@ TEST_CASE("decode split policy: about one block per multiprocessor for small bat
   const auto auto_grid = [&](int b, int len, const detail::DecodeDevice& d) {
     return detail::decode_grid(b, 8, 4, len, 0, 128, KvDType::kAuto, d);
   };
+  // The auto policy's clusters take at most 8 splits (kAutoClusterSplits; 1 x 1024: 8 splits of
+  // 2 tiles a warp, 3 stages with the early prologue where two such blocks and their 8-block
+  // clusters fit); GRAPHATTN_DECODE_CLUSTER_SPLITS=16 (cluster_splits) keeps 16 splits of one
+  // tile a warp at the shallow depth.
   CHECK(auto_grid(1, 1024, autod).cluster);
-  CHECK(auto_grid(1, 1024, autod).max_splits == 16);
-  CHECK(auto_grid(1, 1024, autod).early_stages == 0);
+  CHECK(auto_grid(1, 1024, autod).max_splits == detail::kAutoClusterSplits);
+  CHECK(auto_grid(1, 1024, autod).stages == ga_decode_shallow_stages(128, 2));
+  CHECK(auto_grid(1, 1024, autod).early_stages == 3);
+  detail::DecodeDevice auto16 = autod;
+  auto16.cluster_splits = 16;
+  CHECK(auto_grid(1, 1024, auto16).cluster);
+  CHECK(auto_grid(1, 1024, auto16).max_splits == 16);
+  CHECK(auto_grid(1, 1024, auto16).early_stages == 0);
+  detail::DecodeDevice auto_no3 = autod;
+  auto_no3.cluster_at[3] = 4;  // no 8-block cluster of 3-stage blocks: the shallow depth
+  CHECK(auto_grid(1, 1024, auto_no3).max_splits == detail::kAutoClusterSplits);
+  CHECK(auto_grid(1, 1024, auto_no3).early_stages == 0);
   CHECK(auto_grid(1, 512, autod).cluster);  // 8 splits of one tile a warp
+  CHECK(auto_grid(1, 512, autod).max_splits == 8);
+  CHECK(auto_grid(1, 512, autod).early_stages == 0);
   CHECK_FALSE(auto_grid(1, 2048, autod).cluster);
   CHECK_FALSE(auto_grid(1, 4096, autod).cluster);
   CHECK(auto_grid(1, 4096, autod).early_stages == 3);

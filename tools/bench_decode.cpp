@@ -446,7 +446,8 @@ nlohmann::json bench_decode(const Device& dev, const DecodeOptions& o, const Pee
       DeviceBuffer tws(detail::decode_workspace_bytes(s.batch, H, D, most));
       DeviceBuffer counters(detail::decode_counter_count(s.batch, KH, H / KH) * 4);
       const detail::DecodeDevice ddev = detail::prepare_decode_kernel(dk);
-      const int max_cluster = ddev.max_cluster;
+      // The largest cluster at each depth (prepare_decode_kernel; 0 where none).
+      auto cluster_at = [&](int stages) { return stages <= 4 ? ddev.cluster_at[stages] : 0; };
       // The kernel's arguments at a forced grid over `kv` into `output`.
       auto forced = [&](const TensorView& kv, const TensorView& output, int sp, int stages,
                         void* workspace, size_t workspace_size, void* split_counters) {
@@ -468,13 +469,11 @@ nlohmann::json bench_decode(const Device& dev, const DecodeOptions& o, const Pee
       for (int row = 0; row < 2 * ga_decode_max_stages(D, elem); ++row) {
         const int stages = row / 2 + 1;
         const bool cluster = row % 2 == 1;
-        // Clusters are sized for the shallow pipeline (prepare_decode_kernel).
-        if (stages < 2 ||
-            (cluster && (max_cluster < 2 || stages > ga_decode_shallow_stages(D, elem))))
-          continue;
+        // Clusters at the depths prepare_decode_kernel sized them for.
+        if (stages < 2 || (cluster && cluster_at(stages) < 2)) continue;
         std::printf("   %d stages%s, splits:", stages, cluster ? ", cluster" : "");
         for (int sp : o.try_splits) {
-          if (cluster && (sp < 2 || sp > max_cluster)) continue;
+          if (cluster && (sp < 2 || sp > cluster_at(stages))) continue;
           detail::DecodeLaunch a =
               forced(cache_v, o_v, sp, stages, tws.data(), tws.bytes(), counters.data());
           a.cluster = cluster;
@@ -584,11 +583,11 @@ nlohmann::json bench_decode(const Device& dev, const DecodeOptions& o, const Pee
           }
           std::printf("\n");
         }
-        if (max_cluster >= 2) {  // the splits combined through distributed shared memory
-          const int st = ga_decode_shallow_stages(D, elem);
+        for (int st = 2; st <= ga_decode_max_stages(D, elem); ++st) {
+          if (cluster_at(st) < 2) continue;  // the splits combined through distributed smem
           std::printf("   chain of %d, %d stages, cluster, splits:", o.chain, st);
           for (int sp : o.try_splits) {
-            if (sp < 2 || sp > max_cluster) continue;
+            if (sp < 2 || sp > cluster_at(st)) continue;
             const double t = chain_us(sp, st, true);
             std::printf("  %d: %.1f us (%.0f%%)", sp, t, pct_read(t));
           }

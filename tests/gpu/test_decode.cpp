@@ -16,6 +16,7 @@
 #include <cstring>
 #include <numeric>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "graphattn/graphattn.hpp"
@@ -352,11 +353,13 @@ void run_case(const DecodeCase& c, KernelCache& cache, std::mt19937_64& rng,
     if (g.stages == -1) g.stages = deepest;
     g.stages = std::min(g.stages, deepest);
   }
-  // Every grid that a cluster can hold (shallow pipelines) also runs as a cluster launch.
+  // Every grid that a cluster can hold (the depths prepare_decode_kernel sized clusters for)
+  // also runs as a cluster launch.
   const int shallow = ga_decode_shallow_stages(c.head_size, c.kv == KvDType::kAuto ? 2 : 1);
   for (size_t i = 0, end = grids.size(); i < end; ++i) {
     Grid g = grids[i];
-    if (g.splits > 1 && g.splits <= k.device.max_cluster && g.stages <= shallow) {
+    const int st = g.stages == 0 ? shallow : g.stages;
+    if (g.splits > 1 && st >= 2 && st <= 4 && g.splits <= k.device.cluster_at[st]) {
       g.cluster = true;
       grids.push_back(g);
     }
@@ -967,14 +970,24 @@ TEST_CASE("gpu decode: forward on decode-only, mixed and padded batches") {
     m.num_decodes = 4;
     run_forward(c4, m, cache, rng);
   }
-  for (int len : {8190, 3000, 40}) {
+  for (const std::pair<int, int> ml : std::vector<std::pair<int, int>>{{8192, 8190},
+                                                                       {8192, 3000},
+                                                                       {8192, 40},
+                                                                       {1024, 1024},
+                                                                       {1024, 1000},
+                                                                       {1024, 520},
+                                                                       {1024, 40}}) {
     // With the early prologue a split launch takes a deeper pipeline for longer splits
     // (DecodeGrid::early_stages): one request over 8 KV heads at max_model_len 8192 is a grid of
     // 16 splits, 8 tiles a warp at the longest, 4 stages, each warp's first 3 tiles issued before
-    // the wait; 3000 tokens give 3 tiles a warp, 40 one split.
-    INFO("decode only, early prologue, deeper pipeline: 32/8 heads, max_model_len 8192, "
-         << len << " tokens");
-    AttentionLayerConfig c5 = layer_config(32, 8, 128, 8192, 16);
+    // the wait; 3000 tokens give 3 tiles a warp, 40 one split. At max_model_len 1024 (the B=1
+    // step's layer) on sm_90 a cluster launch of 8 splits (kAutoClusterSplits), 2 tiles a warp
+    // at the longest, 3 stages, both tiles issued before the wait; 520 tokens leave the
+    // cluster's last block idle.
+    const int max_len = ml.first, len = ml.second;
+    INFO("decode only, early prologue, deeper pipeline: 32/8 heads, max_model_len "
+         << max_len << ", " << len << " tokens");
+    AttentionLayerConfig c5 = layer_config(32, 8, 128, max_len, 16);
     c5.overlap_previous_kernel = true;
     Mixed m;
     m.q_lens = {1};
@@ -1030,7 +1043,7 @@ TEST_CASE("gpu decode: one captured graph serves every context length") {
   deep.cluster = true;
   deep.stages = ga_decode_max_stages(c.head_size, 2);
   CHECK_THROWS_WITH_AS(detail::launch_decode(*k.decode, deep, nullptr),
-                       doctest::Contains("a cluster launch runs the shallow pipeline"), Error);
+                       doctest::Contains("a cluster launch runs at most 3 stages"), Error);
   detail::DecodeLaunch wide = a;
   wide.cluster = true;
   wide.max_splits = 17;
