@@ -45,6 +45,9 @@ bool allowed(const std::string& o) {
     return number_after(o, "-DGA_PREFILL_SM90_FP8_VAR=", 0, 511);
   if (starts_with(o, "-DGA_PREFILL_SM90_LEGACY_VAR="))
     return number_after(o, "-DGA_PREFILL_SM90_LEGACY_VAR=", 0, 255);
+  // The e4m3 flash decode's variants (templates/decode.cu, GA_DECODE_FP8_VAR), for
+  // measurement.
+  if (starts_with(o, "-DGA_DECODE_FP8_VAR=")) return number_after(o, "-DGA_DECODE_FP8_VAR=", 0, 7);
   if (starts_with(o, "--maxrregcount=")) return number_after(o, "--maxrregcount=", 1, 999);
   return false;
 }
@@ -63,7 +66,8 @@ std::vector<std::string> parse_nvrtc_extra_options(const std::string& text) {
           "--Ofast-compile=min|mid|max|0, --ptxas-options=V, -Xptxas=V, "
           "--maxrregcount=N (N 1-999), -DGA_DECODE_TIMING=1, -DGA_DECODE_EARLY_TRIGGER=1, "
           "-DGA_DECODE_CLUSTER_PUSH=0, -DGA_FP8_CVT_HW=0|1, -DGA_PREFILL_SM90_SCHED=N (N 0-255), "
-          "-DGA_PREFILL_SM90_FP8_VAR=N (N 0-511), -DGA_PREFILL_SM90_LEGACY_VAR=N (N 0-255)");
+          "-DGA_PREFILL_SM90_FP8_VAR=N (N 0-511), -DGA_PREFILL_SM90_LEGACY_VAR=N (N 0-255), "
+          "-DGA_DECODE_FP8_VAR=N (N 0-7)");
     out.push_back(o);
   }
   return out;

@@ -7,7 +7,8 @@
 // --ptxas-options=V / -Xptxas=V (V passed to ptxas, e.g. -O1), --maxrregcount=N (N > 0) and
 // -DGA_DECODE_TIMING=1 (the decode kernel's per-block timing experiment, templates/decode.cu;
 // graphattn-bench --block-timing reads what it records), -DGA_FP8_CVT_HW=0|1 (the hardware float ->
-// fp8 conversion off / on for both formats, templates/common.cuh).
+// fp8 conversion off / on for both formats, templates/common.cuh), -DGA_DECODE_FP8_VAR=N (N 0-7:
+// the e4m3 flash decode's measured variants, templates/decode.cu).
 // Anything else throws graphattn::Error naming the option and what is allowed.
 #pragma once
 

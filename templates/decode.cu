@@ -209,6 +209,17 @@ constexpr bool Q_TO_F16 = IS_BF16 && !MMA_BF16;
 #endif
 #define QK_FP8 (QF8 && GA_FP8_MMA_SYNC)
 #define QF8_WIDE (QF8 && GA_E4M3_CVT && !GA_FP8_MMA_SYNC)
+// e4m3 flash decode variants from sm_89 on, for measurement (GRAPHATTN_NVRTC_EXTRA_OPTIONS=
+// -DGA_DECODE_FP8_VAR=N, bits; docs/fp8-decode-h100-2026-11-27-s13.txt): 1 S^T = K Q^T in two
+// accumulator chains, one a KV head of the pair (KV head pairs only; the same sums: each chain
+// adds exact zeros for the other head's columns), 2 the keys widened by bit moves (integer
+// instructions, the value times 2^-8 as before sm_89, folded into the score scale) instead of
+// the conversion, 4 the values likewise (folded into the output scale). Both are exact.
+#ifndef GA_DECODE_FP8_VAR
+#define GA_DECODE_FP8_VAR 0
+#endif
+#define GA_FP8V(bit) \
+  ((GA_DECODE_FP8_VAR & (bit)) != 0 && KV_FP8 == 1 && GA_E4M3_CVT && !LEGACY && !QK_FP8)
 
 // D += A * B, m16n8k16, fp32 accumulate, A/B in the MMA type.
 __device__ __forceinline__ void ga_mma(float (&d)[4], ga_u32 a0, ga_u32 a1, ga_u32 a2, ga_u32 a3,
@@ -271,9 +282,11 @@ __device__ __forceinline__ ga_u32 ga_mma_pack2(float lo, float hi) {
 // (the sm_90 SASS of the e4m3 decode loop: 577 instructions a 16-token tile with bit moves, 320
 // with the conversion; 64 x 8192 on an H200 4% faster), else bit moves (e4m3 bits into an fp16's
 // exponent and mantissa, which lands the value times 2^-8: KV_WIDEN_SCALE).
+// (BITS: the bit moves on sm_89+ too, GA_DECODE_FP8_VAR.)
+template <bool BITS = false>
 __device__ __forceinline__ void ga_fp8x4_widen(ga_u32 w, ga_u32& lo, ga_u32& hi) {
 #if GA_E4M3_CVT
-  if (KV_FP8 == 1) {
+  if (KV_FP8 == 1 && !BITS) {
     asm("{\n .reg .b16 l, h;\n mov.b32 {l, h}, %2;\n cvt.rn.f16x2.e4m3x2 %0, l;\n"
         " cvt.rn.f16x2.e4m3x2 %1, h;\n}\n"
         : "=r"(lo), "=r"(hi)
@@ -316,7 +329,7 @@ __device__ __forceinline__ void ga_k_chunk(const uint4& c, ga_u32 (&out)[KW]) {
     for (int i = 0; i < 4; ++i) out[i] = w[i];
   } else {
 #pragma unroll
-    for (int i = 0; i < 4; ++i) ga_fp8x4_widen(w[i], out[2 * i], out[2 * i + 1]);
+    for (int i = 0; i < 4; ++i) ga_fp8x4_widen<GA_FP8V(2)>(w[i], out[2 * i], out[2 * i + 1]);
   }
 }
 
@@ -334,8 +347,8 @@ __device__ __forceinline__ void ga_v_pairs(const uint4& ca, const uint4& cb, ga_
   } else {
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      ga_fp8x4_widen(ga_prmt(wa[i], wb[i], 0x5140u), out[4 * i], out[4 * i + 1]);
-      ga_fp8x4_widen(ga_prmt(wa[i], wb[i], 0x7362u), out[4 * i + 2], out[4 * i + 3]);
+      ga_fp8x4_widen<GA_FP8V(4)>(ga_prmt(wa[i], wb[i], 0x5140u), out[4 * i], out[4 * i + 1]);
+      ga_fp8x4_widen<GA_FP8V(4)>(ga_prmt(wa[i], wb[i], 0x7362u), out[4 * i + 2], out[4 * i + 3]);
     }
   }
 }
@@ -1278,15 +1291,17 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   auto q8_score_scale = [&](long long at) {
     return p.scale / q_scale * (q8.q_descale ? q8.q_descale[at] : q8.q_scale) *
            (q8.k_descale ? q8.k_descale[at] : ga_kv_scale(p.scales.k_scale_ptr, p.k_scale)) *
-           (QK_FP8 ? 1.0f : KV_WIDEN_SCALE);
+           (QK_FP8       ? 1.0f
+            : GA_FP8V(2) ? 256.0f
+                         : KV_WIDEN_SCALE);
   };
   const float score_scale = q8_score_scale(descale_at);
   const long long descale_at2 = descale_at + (GA_PAIR_SECOND ? q8.head_stride : 0);
   const float score_scale2 = PG == 2 ? q8_score_scale(descale_at2) : score_scale;
   const float qk_scale2 = HAS_SOFT_CAP ? score_scale2 / p.soft_cap : score_scale2 * GA_LOG2E;
 #else
-  const float score_scale =
-      p.scale / q_scale * ga_kv_scale(p.scales.k_scale_ptr, p.k_scale) * KV_WIDEN_SCALE;
+  const float score_scale = p.scale / q_scale * ga_kv_scale(p.scales.k_scale_ptr, p.k_scale) *
+                            (GA_FP8V(2) ? 256.0f : KV_WIDEN_SCALE);
 #endif
   const float qk_scale = HAS_SOFT_CAP ? score_scale / p.soft_cap : score_scale * GA_LOG2E;
   const float cap_log2 = HAS_SOFT_CAP ? p.soft_cap * GA_LOG2E : 0.0f;
@@ -1391,9 +1406,15 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
 
     // [stage 5: compute_qk]
     // S^T = K Q^T: rows tokens g, g + 8; columns heads 2t, 2t + 1 (+ 8 nt).
-    float s[NT][4];
+    // (QK2, GA_DECODE_FP8_VAR bit 1: chunk groups 2, 3, the second KV head's, into s2.)
+    constexpr bool QK2 = GA_FP8V(1) && PG == 2 && KGROUPS == 4;
+    float s[NT][4], s2[NT][4];
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+    if constexpr (QK2) {
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) s2[nt][0] = s2[nt][1] = s2[nt][2] = s2[nt][3] = 0.0f;
+    }
 #pragma unroll
     for (int i = 0; i < KGROUPS; ++i) {
       if (8 * (i >> 1) + (i & 1) >= LIVE_CHUNKS) continue;  // the whole chunk group is padding
@@ -1416,12 +1437,19 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
       ga_u32 ka[KW], kb[KW];
       ga_k_chunk(*reinterpret_cast<const uint4*>(ks + k0), ka);
       ga_k_chunk(*reinterpret_cast<const uint4*>(ks + k1), kb);
+      float(&acc)[NT][4] = QK2 && i >= 2 ? s2 : s;
 #pragma unroll
       for (int sub = 0; sub < KSUB; ++sub)
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt)
-          ga_mma(s[nt], ka[2 * sub], kb[2 * sub], ka[2 * sub + 1], kb[2 * sub + 1],
+          ga_mma(acc[nt], ka[2 * sub], kb[2 * sub], ka[2 * sub + 1], kb[2 * sub + 1],
                  qf[nt][i][2 * sub], qf[nt][i][2 * sub + 1]);
+    }
+    if constexpr (QK2) {
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[nt][e] += s2[nt][e];
     }
 
     // [stage 6: update_local_state] [policy: logits transform] soft cap, ALiBi; [policy: mask]
@@ -1595,11 +1623,12 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
 #ifdef GA_Q_E4M3
 #define GA_Q8_OUT_SCALE(at)                                                           \
   ((q8.v_descale ? q8.v_descale[at] : ga_kv_scale(p.scales.v_scale_ptr, p.v_scale)) * \
-   KV_WIDEN_SCALE)
+   (GA_FP8V(4) ? 256.0f : KV_WIDEN_SCALE))
   const float out_scale = GA_Q8_OUT_SCALE(descale_at);
   const float out_scale2 = PG == 2 ? GA_Q8_OUT_SCALE(descale_at2) : out_scale;
 #else
-  const float out_scale = ga_kv_scale(p.scales.v_scale_ptr, p.v_scale) * KV_WIDEN_SCALE;
+  const float out_scale =
+      ga_kv_scale(p.scales.v_scale_ptr, p.v_scale) * (GA_FP8V(4) ? 256.0f : KV_WIDEN_SCALE);
 #endif
   constexpr int D4 = HEAD_SIZE / 4;
   if constexpr (CLUSTER_PUSH) {

@@ -127,6 +127,8 @@ TEST_CASE("key: GRAPHATTN_NVRTC_EXTRA_OPTIONS's parser takes the listed options 
             "-DGA_PREFILL_SM90_LEGACY_VAR=0 -DGA_PREFILL_SM90_LEGACY_VAR=255") ==
         std::vector<std::string>{"-DGA_PREFILL_SM90_LEGACY_VAR=0",
                                  "-DGA_PREFILL_SM90_LEGACY_VAR=255"});
+  CHECK(detail::parse_nvrtc_extra_options("-DGA_DECODE_FP8_VAR=0 -DGA_DECODE_FP8_VAR=7") ==
+        std::vector<std::string>{"-DGA_DECODE_FP8_VAR=0", "-DGA_DECODE_FP8_VAR=7"});
   for (const char* bad : {"--gpu-architecture=sm_80",
                           "-G",
                           "--Ofast-compile=fast",
@@ -158,6 +160,9 @@ TEST_CASE("key: GRAPHATTN_NVRTC_EXTRA_OPTIONS's parser takes the listed options 
                           "-DGA_PREFILL_SM90_LEGACY_VAR=256",
                           "-DGA_PREFILL_SM90_LEGACY_VAR=",
                           "-DGA_PREFILL_SM90_LEGACY_VAR=03",
+                          "-DGA_DECODE_FP8_VAR=8",
+                          "-DGA_DECODE_FP8_VAR=",
+                          "-DGA_DECODE_FP8_VAR=01",
                           "--maxrregcount=064"}) {
     bool threw = false;
     try {
