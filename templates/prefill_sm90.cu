@@ -1221,6 +1221,9 @@ __device__ __forceinline__ void pw_softmax(const PrefillParams& p, const Scales&
     for (int r = 0; r < 2; ++r) {
       m_use[r] = m[r] == ninf ? 0.f : m[r];
       alpha[r] = 1.f;
+      // fp8: P's 2^8 as below (without it, session 13 measured a wrong kernel: P of the tiles
+      // after the first at 2^-8 of their scale).
+      if (PW_FP8) m_use[r] -= static_cast<float>(PW_P8_SHIFT);
     }
   } else {
 #pragma unroll
