@@ -38,9 +38,12 @@ bool allowed(const std::string& o) {
   if (o == "-DGA_FP8_CVT_HW=0" || o == "-DGA_FP8_CVT_HW=1") return true;
   // The 16-bit sm_90 prefill consumers' schedule bits (templates/params.h, ga_prefill_sm90_sched)
   // and the sm_90 e4m3 and legacy-layout prefills' variants (templates/prefill_sm90.cu, PW_F8V,
-  // PW_LV), for measurement.
+  // PW_LV), for measurement; the e4m3 prefill's own schedule bits (ga_prefill_sm90_sched's
+  // fp8_bits).
   if (starts_with(o, "-DGA_PREFILL_SM90_SCHED="))
     return number_after(o, "-DGA_PREFILL_SM90_SCHED=", 0, 255);
+  if (starts_with(o, "-DGA_PREFILL_SM90_FP8_SCHED="))
+    return number_after(o, "-DGA_PREFILL_SM90_FP8_SCHED=", 0, 255);
   if (starts_with(o, "-DGA_PREFILL_SM90_FP8_VAR="))
     return number_after(o, "-DGA_PREFILL_SM90_FP8_VAR=", 0, 511);
   if (starts_with(o, "-DGA_PREFILL_SM90_LEGACY_VAR="))
@@ -63,7 +66,8 @@ std::vector<std::string> parse_nvrtc_extra_options(const std::string& text) {
           "--Ofast-compile=min|mid|max|0, --ptxas-options=V, -Xptxas=V, "
           "--maxrregcount=N (N 1-999), -DGA_DECODE_TIMING=1, -DGA_DECODE_EARLY_TRIGGER=1, "
           "-DGA_DECODE_CLUSTER_PUSH=0, -DGA_FP8_CVT_HW=0|1, -DGA_PREFILL_SM90_SCHED=N (N 0-255), "
-          "-DGA_PREFILL_SM90_FP8_VAR=N (N 0-511), -DGA_PREFILL_SM90_LEGACY_VAR=N (N 0-255)");
+          "-DGA_PREFILL_SM90_FP8_SCHED=N (N 0-255), -DGA_PREFILL_SM90_FP8_VAR=N (N 0-511), "
+          "-DGA_PREFILL_SM90_LEGACY_VAR=N (N 0-255)");
     out.push_back(o);
   }
   return out;

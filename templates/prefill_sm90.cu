@@ -237,7 +237,21 @@ enum PwFp8Softmax : int {
 // The 16-bit consumers' per-tile schedule (params.h's ga_prefill_sm90_sched, GA_PW_SCHED_* bits;
 // -DGA_PREFILL_SM90_SCHED=N asks for N, for measurement). fp8: GA_PW_SCHED_ROW_LINES at most (the
 // producer's gather). (An enumerator, as above.)
+#ifdef GA_PREFILL_SM90_FP8_SCHED
+// (The e4m3 prefill's own bits, -DGA_PREFILL_SM90_FP8_SCHED=N: params.h's fp8_bits.)
+enum PwSched : int {
+  PW_SCHED = ga_prefill_sm90_sched(HEAD_SIZE, PW_LEGACY, PW_FP8, HAS_SOFT_CAP || HAS_ALIBI,
+                                   !HAS_WINDOW && !GA_NON_CAUSAL,
+                                   !GA_DENSE_KV && !PW_PRODUCER_EXTRA,
 #ifdef GA_PREFILL_SM90_SCHED
+                                   GA_PREFILL_SM90_SCHED,
+#else
+                                   -1,
+#endif
+                                   GA_PREFILL_SM90_FP8_SCHED) &
+             ~(PW_LV & 64 ? GA_PW_SCHED_EARLY_WAIT : 0)
+};
+#elif defined(GA_PREFILL_SM90_SCHED)
 enum PwSched : int {
   PW_SCHED = ga_prefill_sm90_sched(HEAD_SIZE, PW_LEGACY, PW_FP8, HAS_SOFT_CAP || HAS_ALIBI,
                                    !HAS_WINDOW && !GA_NON_CAUSAL,
@@ -1207,6 +1221,9 @@ __device__ __forceinline__ void pw_softmax(const PrefillParams& p, const Scales&
     for (int r = 0; r < 2; ++r) {
       m_use[r] = m[r] == ninf ? 0.f : m[r];
       alpha[r] = 1.f;
+      // fp8: P's 2^8 as below (without it, session 13 measured a wrong kernel: P of the tiles
+      // after the first at 2^-8 of their scale).
+      if (PW_FP8) m_use[r] -= static_cast<float>(PW_P8_SHIFT);
     }
   } else {
 #pragma unroll
