@@ -728,8 +728,9 @@ constexpr bool ga_prefill_sm90_rowsum_mma(int head_size, bool legacy, bool q_fp8
 // - GA_PW_SCHED_SPLIT_S: S = Q K^T issued as two wgmma groups of 64 keys each (m64n64k16, the
 //   second half of the K tile 64 rows further), so that the row maxima of the first 64 keys run
 //   while the tensor cores still compute the second half (pw_softmax's `mid` waits for it); 16-bit
-//   flash layouts with 128-key tiles, not with GA_PW_SCHED_SPEC_EXP; the K stage is released once
-//   both halves are done. Measurement only (session 13).
+//   flash layouts with 128-key tiles and two softmax bodies (not head 64's
+//   ga_prefill_sm90_one_body), not with GA_PW_SCHED_SPEC_EXP; the K stage is released once both
+//   halves are done. Measurement only (session 13).
 // - GA_PW_SCHED_SPLIT_EXP: GA_PW_SCHED_SPLIT_S, and in an unmasked tile the first half's
 //   probabilities at the reference maximum while the second half's wgmmas run, unless that half
 //   moves a reference (pw_softmax_split; its first-half probabilities are rescaled by alpha when

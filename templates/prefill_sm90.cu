@@ -261,9 +261,11 @@ enum PwSpec16 : int {
   PW_SPEC16_TEST = PW_SPEC16 && (PW_SCHED & GA_PW_SCHED_SPEC_TEST) != 0
 };
 // GA_PW_SCHED_SPLIT_S (params.h): S in two wgmma groups of 64 keys (16-bit flash layouts, 128-key
-// tiles, not PW_SPEC16). (An enumerator, as above.)
+// tiles, two softmax bodies, not PW_SPEC16). (An enumerator, as above.)
 enum PwSplitS : int {
   PW_SPLIT_S = !PW_FP8 && !PW_LEGACY && !PW_SPEC16 && PW_BLOCK_N == 128 &&
+               !ga_prefill_sm90_one_body(HEAD_SIZE, PW_LEGACY, PW_FP8, HAS_SOFT_CAP, HAS_ALIBI,
+                                         GA_BLOCK_SPARSE) &&
                (PW_SCHED & (GA_PW_SCHED_SPLIT_S | GA_PW_SCHED_SPLIT_EXP)) != 0,
   // GA_PW_SCHED_SPLIT_EXP: the first half's exponentials under the second half's wgmmas
   // (pw_softmax_split), in unmasked tiles.
@@ -2061,14 +2063,9 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
       const bool masked =
           GA_BLOCK_SPARSE || (peel_masked && peeled) ||
           ga_prefill_tile_masked(n0, PW_BLOCK_N, w_pos_lo, w_pos_hi, kv_end, p.window);
-      if (one_body) {
-        if (masked) {
-          mid(true);
-          pw_mask_scores(p, s, n0, kv_end, t2, pos);
-          pw_softmax<false>(p, scales, s, n0, kv_end, t2, pos, slope, m, l, alpha, bsp);
-        } else {
-          pw_softmax<false>(p, scales, s, n0, kv_end, t2, pos, slope, m, l, alpha, bsp, mid);
-        }
+      if (one_body) {  // (never PW_SPLIT_S)
+        if (masked) pw_mask_scores(p, s, n0, kv_end, t2, pos);
+        pw_softmax<false>(p, scales, s, n0, kv_end, t2, pos, slope, m, l, alpha, bsp);
       } else if (masked)
         pw_softmax<true>(p, scales, s, n0, kv_end, t2, pos, slope, m, l, alpha, bsp, mid);
       else if (PW_SPLIT_EXP)
