@@ -709,7 +709,9 @@ constexpr bool ga_prefill_sm90_rowsum_mma(int head_size, bool legacy, bool q_fp8
 //   16384 cached +6.9% / +7.2% / +7.0%; so no spec takes it (-DGA_PREFILL_SM90_SCHED=48 asks for
 //   it with the row lines).
 // - GA_PW_SCHED_SPEC_TEST (tests only): every speculative tile takes the fallback (a second
-//   scoring and the exact softmax), so that the GPU tests reach that path.
+//   scoring and the exact softmax), so that the GPU tests reach that path; with
+//   GA_PW_SCHED_SPLIT_EXP, odd tiles take the early exponentials whether or not a reference
+//   moves and even ones none (the rescale and the late path).
 // - GA_PW_SCHED_HOIST: a shorter turn (templates/prefill_sm90.cu, hoist_s / hoist_v): the
 //   consumer's warpgroup index is broadcast from lane 0 (ptxas then knows it is warp-uniform and
 //   keeps the Q descriptors in uniform registers across the loop instead of 14 regular ones moved

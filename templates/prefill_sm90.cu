@@ -270,7 +270,9 @@ enum PwSplitS : int {
   // GA_PW_SCHED_SPLIT_EXP: the first half's exponentials under the second half's wgmmas
   // (pw_softmax_split), in unmasked tiles.
   PW_SPLIT_EXP = PW_SPLIT_S && PW_REF_MAX && !HAS_SOFT_CAP && !HAS_ALIBI && !GA_BLOCK_SPARSE &&
-                 (PW_SCHED & GA_PW_SCHED_VOTE_MAX) == 0 && (PW_SCHED & GA_PW_SCHED_SPLIT_EXP) != 0
+                 (PW_SCHED & GA_PW_SCHED_VOTE_MAX) == 0 && (PW_SCHED & GA_PW_SCHED_SPLIT_EXP) != 0,
+  // GA_PW_SCHED_SPEC_TEST with it (tests only): see pw_softmax_split.
+  PW_SPLIT_TEST = PW_SPLIT_EXP && (PW_SCHED & GA_PW_SCHED_SPEC_TEST) != 0
 };
 // The P V wgmma's B (V) operand: MN-major (1, transposed: the flash 16-bit [key][dim] tile) or
 // K-major (0: the legacy V^T tile), the 16-bit wgmma's imm-trans-b. fp8's V^T stages are K-major
@@ -1280,10 +1282,13 @@ __device__ __forceinline__ void pw_softmax(const PrefillParams& p, const Scales&
 // reference moved after all (alpha != 1, one warp vote), the first half's probabilities and sums
 // are multiplied by alpha = 2^(m_old - m_new). Without a moved reference the values are
 // pw_softmax's bits (the same reference, exponents and summation order).
+// PW_SPLIT_TEST (tests only): the early exponentials on odd tiles `j_tile` whether or not the
+// first half moves a reference, none on even ones, so that the GPU tests reach the rescale and the
+// late path.
 template <typename Mid>
 __device__ __forceinline__ void pw_softmax_split(float sc, float (&s)[PW_BLOCK_N / 2],
                                                  float (&m)[2], float (&l)[2], float (&alpha)[2],
-                                                 const Mid& mid) {
+                                                 const Mid& mid, int j_tile) {
   constexpr int NB = PW_BLOCK_N / 8;
   constexpr float M_SLACK = 8.f;  // pw_softmax's, 16-bit
   const float ninf = __int_as_float(0xff800000);
@@ -1292,8 +1297,10 @@ __device__ __forceinline__ void pw_softmax_split(float sc, float (&s)[PW_BLOCK_N
   for (int j = 0; j < NB / 2; ++j)
 #pragma unroll
     for (int e = 0; e < 4; ++e) mx[e >> 1][j & 1] = fmaxf(mx[e >> 1][j & 1], s[j * 4 + e]);
-  const bool early = !__any_sync(0xffffffffu, fmaxf(mx[0][0], mx[0][1]) * sc > m[0] + M_SLACK ||
-                                                  fmaxf(mx[1][0], mx[1][1]) * sc > m[1] + M_SLACK);
+  const bool early =
+      PW_SPLIT_TEST ? (j_tile & 1) != 0
+                    : !__any_sync(0xffffffffu, fmaxf(mx[0][0], mx[0][1]) * sc > m[0] + M_SLACK ||
+                                                   fmaxf(mx[1][0], mx[1][1]) * sc > m[1] + M_SLACK);
   if (early) {
 #pragma unroll
     for (int j = 0; j < NB / 2; ++j)
@@ -2069,7 +2076,7 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
       } else if (masked)
         pw_softmax<true>(p, scales, s, n0, kv_end, t2, pos, slope, m, l, alpha, bsp, mid);
       else if (PW_SPLIT_EXP)
-        pw_softmax_split(scales.scale_log2, s, m, l, alpha, mid);
+        pw_softmax_split(scales.scale_log2, s, m, l, alpha, mid, j);
       else
         pw_softmax<false>(p, scales, s, n0, kv_end, t2, pos, slope, m, l, alpha, bsp, mid);
     };
