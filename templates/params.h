@@ -709,9 +709,7 @@ constexpr bool ga_prefill_sm90_rowsum_mma(int head_size, bool legacy, bool q_fp8
 //   16384 cached +6.9% / +7.2% / +7.0%; so no spec takes it (-DGA_PREFILL_SM90_SCHED=48 asks for
 //   it with the row lines).
 // - GA_PW_SCHED_SPEC_TEST (tests only): every speculative tile takes the fallback (a second
-//   scoring and the exact softmax), so that the GPU tests reach that path; with
-//   GA_PW_SCHED_SPLIT_EXP, odd tiles take the early exponentials whether or not a reference
-//   moves and even ones none (the rescale and the late path).
+//   scoring and the exact softmax), so that the GPU tests reach that path.
 // - GA_PW_SCHED_HOIST: a shorter turn (templates/prefill_sm90.cu, hoist_s / hoist_v): the
 //   consumer's warpgroup index is broadcast from lane 0 (ptxas then knows it is warp-uniform and
 //   keeps the Q descriptors in uniform registers across the loop instead of 14 regular ones moved
@@ -727,17 +725,6 @@ constexpr bool ga_prefill_sm90_rowsum_mma(int head_size, bool legacy, bool q_fp8
 //   -1.0% (one run each); with the speculative exponentials (176) 939.2, main's time. So the
 //   16-bit head-128 flash specs (causal, no window, paged, without soft cap / ALiBi) take it
 //   beside the row lines; other specs keep their machine code.
-// - GA_PW_SCHED_SPLIT_S: S = Q K^T issued as two wgmma groups of 64 keys each (m64n64k16, the
-//   second half of the K tile 64 rows further), so that the row maxima of the first 64 keys run
-//   while the tensor cores still compute the second half (pw_softmax's `mid` waits for it); 16-bit
-//   flash layouts with 128-key tiles and two softmax bodies (not head 64's
-//   ga_prefill_sm90_one_body), not with GA_PW_SCHED_SPEC_EXP; the K stage is released once both
-//   halves are done. Measurement only (session 13).
-// - GA_PW_SCHED_SPLIT_EXP: GA_PW_SCHED_SPLIT_S, and in an unmasked tile the first half's
-//   probabilities at the reference maximum while the second half's wgmmas run, unless that half
-//   moves a reference (pw_softmax_split; its first-half probabilities are rescaled by alpha when
-//   the second half moves one). With the reference maximum, without a soft cap, ALiBi,
-//   block-sparse tiles or GA_PW_SCHED_VOTE_MAX. Measurement only (session 13).
 // The results are the same bits either way (the references and probabilities are unchanged).
 // Measured (H100, 4 x 4096 causal and chunked 4 x 512 after 2048-16384 cached, old and new
 // alternated; docs/prefill-h128-critical-path-h100-2026-11-27-s9.txt): the early waits make the
@@ -763,9 +750,7 @@ enum GaPwSched : int {
   GA_PW_SCHED_ROW_LINES = 16,
   GA_PW_SCHED_SPEC_EXP = 32,
   GA_PW_SCHED_SPEC_TEST = 64,
-  GA_PW_SCHED_HOIST = 128,
-  GA_PW_SCHED_SPLIT_S = 256,
-  GA_PW_SCHED_SPLIT_EXP = 512
+  GA_PW_SCHED_HOIST = 128
 };
 constexpr int ga_prefill_sm90_sched(int head_size, bool legacy, bool fp8, bool scaled_scores,
                                     bool plain_causal, bool plain_paged, int bits = -1) {

@@ -260,20 +260,6 @@ enum PwSpec16 : int {
               !HAS_ALIBI && (PW_SCHED & GA_PW_SCHED_SPEC_EXP) != 0,
   PW_SPEC16_TEST = PW_SPEC16 && (PW_SCHED & GA_PW_SCHED_SPEC_TEST) != 0
 };
-// GA_PW_SCHED_SPLIT_S (params.h): S in two wgmma groups of 64 keys (16-bit flash layouts, 128-key
-// tiles, two softmax bodies, not PW_SPEC16). (An enumerator, as above.)
-enum PwSplitS : int {
-  PW_SPLIT_S = !PW_FP8 && !PW_LEGACY && !PW_SPEC16 && PW_BLOCK_N == 128 &&
-               !ga_prefill_sm90_one_body(HEAD_SIZE, PW_LEGACY, PW_FP8, HAS_SOFT_CAP, HAS_ALIBI,
-                                         GA_BLOCK_SPARSE) &&
-               (PW_SCHED & (GA_PW_SCHED_SPLIT_S | GA_PW_SCHED_SPLIT_EXP)) != 0,
-  // GA_PW_SCHED_SPLIT_EXP: the first half's exponentials under the second half's wgmmas
-  // (pw_softmax_split), in unmasked tiles.
-  PW_SPLIT_EXP = PW_SPLIT_S && PW_REF_MAX && !HAS_SOFT_CAP && !HAS_ALIBI && !GA_BLOCK_SPARSE &&
-                 (PW_SCHED & GA_PW_SCHED_VOTE_MAX) == 0 && (PW_SCHED & GA_PW_SCHED_SPLIT_EXP) != 0,
-  // GA_PW_SCHED_SPEC_TEST with it (tests only): see pw_softmax_split.
-  PW_SPLIT_TEST = PW_SPLIT_EXP && (PW_SCHED & GA_PW_SCHED_SPEC_TEST) != 0
-};
 // The P V wgmma's B (V) operand: MN-major (1, transposed: the flash 16-bit [key][dim] tile) or
 // K-major (0: the legacy V^T tile), the 16-bit wgmma's imm-trans-b. fp8's V^T stages are K-major
 // too (fp8 wgmmas take K-major operands only, and no such flag).
@@ -1158,18 +1144,12 @@ __device__ __forceinline__ void pw_bsp_tile_vis(const PrefillParams& p, int n0, 
 // Scales: GaPrefillScales (e4m3 query: the block's descales folded in), or PrefillParams itself
 // (16-bit KV: the host's scales), read through their common fields scale_log2 and scale.
 // (PW_ROWSUM: the maxima only; the P V wgmmas sum the probabilities.)
-// `mid` runs once the first half of the scores has been read, told whether some row's maximum
-// of that half would move its reference (PW_SPLIT_S: it waits for the second half's wgmma group
-// and pins those registers).
-struct PwNoMid {
-  __device__ __forceinline__ void operator()(bool) const {}
-};
-template <bool MASK, typename Scales, typename Mid = PwNoMid>
+template <bool MASK, typename Scales>
 __device__ __forceinline__ void pw_softmax(const PrefillParams& p, const Scales& scales,
                                            float (&s)[PW_BLOCK_N / 2], int n0, int kv_end, int t2,
                                            const int (&pos)[2], const float (&slope)[2],
                                            float (&m)[2], float (&l)[2], float (&alpha)[2],
-                                           const PwBspRows& bsp, const Mid& mid = Mid{}) {
+                                           const PwBspRows& bsp) {
   constexpr int NB = PW_BLOCK_N / 8;
   const float ninf = __int_as_float(0xff800000);
   // Without a soft cap or ALiBi the raw scores are kept and the scale is applied inside the
@@ -1179,10 +1159,6 @@ __device__ __forceinline__ void pw_softmax(const PrefillParams& p, const Scales&
   const float sc = SCALED ? 1.f : scales.scale_log2;
   // Chains per row of the thread's maxima (PW_SCHED's GA_PW_SCHED_MAX8: 4).
   constexpr int MC = PW_SCHED & GA_PW_SCHED_MAX8 ? 4 : 2;
-  // PW_REF_MAX: see below. M_SLACK: how far a row's maximum may pass its reference.
-  constexpr float M_SLACK = !PW_FP8 ? 8.f : PW_P8_SHIFT == 8 ? 0.8f : 1.8f;
-  static_assert(!PW_FP8 || M_SLACK + PW_P8_SHIFT <= 8.807f,
-                "prefill_sm90 fp8: P must stay under 448");
   float mx[2][MC];
 #pragma unroll
   for (int r = 0; r < 2; ++r)
@@ -1190,9 +1166,6 @@ __device__ __forceinline__ void pw_softmax(const PrefillParams& p, const Scales&
     for (int c = 0; c < MC; ++c) mx[r][c] = ninf;
 #pragma unroll
   for (int j = 0; j < NB; ++j) {
-    if (j == NB / 2)
-      mid(fmaxf(mx[0][0], mx[0][1]) * sc > m[0] + M_SLACK ||
-          fmaxf(mx[1][0], mx[1][1]) * sc > m[1] + M_SLACK);
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
       float x = s[j * 4 + e];
@@ -1215,6 +1188,10 @@ __device__ __forceinline__ void pw_softmax(const PrefillParams& p, const Scales&
       mx[r][1] = fmaxf(mx[r][1], mx[r][3]);
     }
   }
+  // PW_REF_MAX: see below. M_SLACK: how far a row's maximum may pass its reference.
+  constexpr float M_SLACK = !PW_FP8 ? 8.f : PW_P8_SHIFT == 8 ? 0.8f : 1.8f;
+  static_assert(!PW_FP8 || M_SLACK + PW_P8_SHIFT <= 8.807f,
+                "prefill_sm90 fp8: P must stay under 448");
   float m_use[2], sum[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
   // GA_PW_SCHED_VOTE_MAX: a row's reference moves only if its maximum passes it by more than
   // M_SLACK, i.e. only if one of its four threads' own maxima does. When no thread of the warp
@@ -1270,93 +1247,6 @@ __device__ __forceinline__ void pw_softmax(const PrefillParams& p, const Scales&
 #pragma unroll
     for (int r = 0; r < 2; ++r) l[r] = l[r] * alpha[r] + (sum[r][0] + sum[r][1]);
   }
-}
-
-// PW_SPLIT_EXP (GA_PW_SCHED_SPLIT_EXP), an unmasked tile of S split in two wgmma groups
-// (PW_SPLIT_S; 16-bit flash layouts with the reference maximum, scores without a soft cap or
-// ALiBi): the thread's row maxima of the first 64 keys; unless some row's maximum of them passes
-// its reference by more than the slack (one warp vote), their probabilities at the reference,
-// 2^(s scale - m), and sums right away, while the tensor cores still compute the second half;
-// `mid` then waits for that half (its condition, false unless a sum is NaN, ties the wait behind
-// the exponentials). Then pw_softmax's maxima, reference and alpha over the whole tile; if a
-// reference moved after all (alpha != 1, one warp vote), the first half's probabilities and sums
-// are multiplied by alpha = 2^(m_old - m_new). Without a moved reference the values are
-// pw_softmax's bits (the same reference, exponents and summation order).
-// PW_SPLIT_TEST (tests only): the early exponentials on odd tiles `j_tile` whether or not the
-// first half moves a reference, none on even ones, so that the GPU tests reach the rescale and the
-// late path.
-template <typename Mid>
-__device__ __forceinline__ void pw_softmax_split(float sc, float (&s)[PW_BLOCK_N / 2],
-                                                 float (&m)[2], float (&l)[2], float (&alpha)[2],
-                                                 const Mid& mid, int j_tile) {
-  constexpr int NB = PW_BLOCK_N / 8;
-  constexpr float M_SLACK = 8.f;  // pw_softmax's, 16-bit
-  const float ninf = __int_as_float(0xff800000);
-  float mx[2][2] = {{ninf, ninf}, {ninf, ninf}}, sum[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
-#pragma unroll
-  for (int j = 0; j < NB / 2; ++j)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) mx[e >> 1][j & 1] = fmaxf(mx[e >> 1][j & 1], s[j * 4 + e]);
-  const bool early =
-      PW_SPLIT_TEST ? (j_tile & 1) != 0
-                    : !__any_sync(0xffffffffu, fmaxf(mx[0][0], mx[0][1]) * sc > m[0] + M_SLACK ||
-                                                   fmaxf(mx[1][0], mx[1][1]) * sc > m[1] + M_SLACK);
-  if (early) {
-#pragma unroll
-    for (int j = 0; j < NB / 2; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float mu = m[e >> 1] == ninf ? 0.f : m[e >> 1];
-        s[j * 4 + e] = ga_exp2(fmaf(s[j * 4 + e], sc, -mu));
-        sum[e >> 1][j & 1] += s[j * 4 + e];
-      }
-  }
-  mid(!early || !((sum[0][0] + sum[0][1]) + (sum[1][0] + sum[1][1]) >= 0.f));
-#pragma unroll
-  for (int j = NB / 2; j < NB; ++j)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) mx[e >> 1][j & 1] = fmaxf(mx[e >> 1][j & 1], s[j * 4 + e]);
-  float m_use[2];
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    float v = fmaxf(mx[r][0], mx[r][1]);
-    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
-    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
-    const float m_new = !(v * sc > m[r] + M_SLACK) ? m[r] : fmaxf(m[r], v * sc);
-    m_use[r] = m_new == ninf ? 0.f : m_new;
-    alpha[r] = ga_exp2(m[r] - m_use[r]);
-    m[r] = m_new;
-  }
-  if (early) {
-    if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
-#pragma unroll
-      for (int j = 0; j < NB / 2; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) s[j * 4 + e] *= alpha[e >> 1];
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        sum[r][0] *= alpha[r];
-        sum[r][1] *= alpha[r];
-      }
-    }
-  } else {
-#pragma unroll
-    for (int j = 0; j < NB / 2; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        s[j * 4 + e] = ga_exp2(fmaf(s[j * 4 + e], sc, -m_use[e >> 1]));
-        sum[e >> 1][j & 1] += s[j * 4 + e];
-      }
-  }
-#pragma unroll
-  for (int j = NB / 2; j < NB; ++j)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      s[j * 4 + e] = ga_exp2(fmaf(s[j * 4 + e], sc, -m_use[e >> 1]));
-      sum[e >> 1][j & 1] += s[j * 4 + e];
-    }
-#pragma unroll
-  for (int r = 0; r < 2; ++r) l[r] = l[r] * alpha[r] + (sum[r][0] + sum[r][1]);
 }
 
 // PW_SPEC16, an unmasked tile whose rows all have a reference maximum m (16-bit, scores without a
@@ -2005,33 +1895,29 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
         asm volatile("" : "+l"(hv[kk]));
       }
     };
-    // PW_SPLIT_S (128-key tiles): half h of s, keys [64 h, 64 h + 64) of the tile (the m64n64
-    // accumulators of those keys are the m64n128 ones' registers 32 h .. 32 h + 31).
-    auto s_half = [&](int h) -> float(&)[32] {
-      return *reinterpret_cast<float(*)[32]>(&s[h * 32]);
-    };
-    // S = Q K^T of the K tile in `stage`, into s. PW_SPLIT_S: two wgmma groups of 64 keys (the
-    // caller commits the second); K's rows 64-127 start 64 x 128 bytes into each column block.
+    // S = Q K^T of the K tile in `stage`, into s.
     auto issue_s = [&](int stage) {
-      constexpr unsigned half_rows = 64 * 128 / 16;
-      const unsigned long long kd = k_desc + ((stage * PW_KV_BYTES) >> 4);
-#pragma unroll
-      for (int h = 0; h < (PW_SPLIT_S ? 2 : 1); ++h) {
-        if (h > 0) pw_wgmma_commit();
+      if (hoist) {
 #pragma unroll
         for (int ks = 0; ks < PW_KSTEPS; ++ks) {
-          // Descriptor addresses count 16-byte units: a column block is rows * 8 of them, a
-          // k-step of 32 bytes (16 columns, fp8 32) 2.
-          const unsigned long long qd =
-              hoist ? hq[ks] : q_desc + (ks >> 2) * (PW_BLOCK_M * 8) + (ks & 3) * 2;
-          const unsigned long long kd_ks = (hoist ? hk[ks] : kd + pw_k_kstep(ks)) + h * half_rows;
           if (PW_FP8)
-            pw_wgmma8_ss<PW_BLOCK_N>(s, qd, kd_ks, ks > 0);
-          else if (PW_SPLIT_S)
-            pw_wgmma_ss<64>(s_half(h), qd, kd_ks, ks > 0);
+            pw_wgmma8_ss<PW_BLOCK_N>(s, hq[ks], hk[ks], ks > 0);
           else
-            pw_wgmma_ss<PW_BLOCK_N>(s, qd, kd_ks, ks > 0);
+            pw_wgmma_ss<PW_BLOCK_N>(s, hq[ks], hk[ks], ks > 0);
         }
+        return;
+      }
+      const unsigned long long kd = k_desc + ((stage * PW_KV_BYTES) >> 4);
+#pragma unroll
+      for (int ks = 0; ks < PW_KSTEPS; ++ks) {
+        // Descriptor addresses count 16-byte units: a column block is rows * 8 of them, a
+        // k-step of 32 bytes (16 columns, fp8 32) 2.
+        const unsigned long long qd = q_desc + (ks >> 2) * (PW_BLOCK_M * 8) + (ks & 3) * 2;
+        const unsigned long long kd_ks = kd + pw_k_kstep(ks);
+        if (PW_FP8)
+          pw_wgmma8_ss<PW_BLOCK_N>(s, qd, kd_ks, ks > 0);
+        else
+          pw_wgmma_ss<PW_BLOCK_N>(s, qd, kd_ks, ks > 0);
       }
     };
     // O += P V with P from pf and the V tile in `stage`.
@@ -2063,22 +1949,19 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
     // that the peeled tile inlines one softmax instead of two.
     constexpr bool peel_masked =
         !one_body && ga_prefill_sm90_peel_masked(HEAD_SIZE, PW_LEGACY, PW_FP8);
-    // `mid`: pw_softmax's (PW_SPLIT_S: the wait for the second half of S).
-    auto softmax = [&](int j, bool peeled, const auto& mid) {
+    auto softmax = [&](int j, bool peeled) {
       const int n0 = (tile0 + j) * PW_BLOCK_N;
       if (GA_BLOCK_SPARSE) pw_bsp_tile_vis(p, n0, bsp);
       const bool masked =
           GA_BLOCK_SPARSE || (peel_masked && peeled) ||
           ga_prefill_tile_masked(n0, PW_BLOCK_N, w_pos_lo, w_pos_hi, kv_end, p.window);
-      if (one_body) {  // (never PW_SPLIT_S)
+      if (one_body) {
         if (masked) pw_mask_scores(p, s, n0, kv_end, t2, pos);
         pw_softmax<false>(p, scales, s, n0, kv_end, t2, pos, slope, m, l, alpha, bsp);
       } else if (masked)
-        pw_softmax<true>(p, scales, s, n0, kv_end, t2, pos, slope, m, l, alpha, bsp, mid);
-      else if (PW_SPLIT_EXP)
-        pw_softmax_split(scales.scale_log2, s, m, l, alpha, mid, j);
+        pw_softmax<true>(p, scales, s, n0, kv_end, t2, pos, slope, m, l, alpha, bsp);
       else
-        pw_softmax<false>(p, scales, s, n0, kv_end, t2, pos, slope, m, l, alpha, bsp, mid);
+        pw_softmax<false>(p, scales, s, n0, kv_end, t2, pos, slope, m, l, alpha, bsp);
     };
     // Every batch of wgmmas is issued between these two. With PW_PINGPONG the consumer
     // warpgroups take turns in a ring: a warpgroup issues a batch only after the one before it
@@ -2178,7 +2061,7 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
         if (!(PW_F8V & 128) &&
             __any_sync(0xffffffffu, !(pm[0] <= 0x1p126f) || !(pm[1] <= 0x1p126f))) {
           spec_rescore(stage);
-          softmax(j, false, PwNoMid{});  // alpha and m from the old reference, P from the scores
+          softmax(j, false);  // alpha and m from the old reference, P from the scores
         } else {
 #pragma unroll
           for (int r = 0; r < 2; ++r) {
@@ -2232,33 +2115,11 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
         pw_mbar_wait(bar_v_full + 8 * stage, phase);
         pw_fence_proxy_async();
       }
-      // PW_SPLIT_S: the first half of S here, the second in `mid` (pw_softmax, once the first
-      // half's maxima are taken), which then releases the K stage.
-      if (PW_SPLIT_S) {
-        if (with_pv)
-          pw_wgmma_wait<2>();
-        else
-          pw_wgmma_wait<1>();
-        pw_fence_regs(s_half(0));
-      } else {
-        if (with_pv)
-          pw_wgmma_wait<1>();  // groups complete in order: S_j is done, P V may still run
-        else
-          pw_wgmma_wait<0>();
-        pw_fence_regs(s);
-      }
-      // The wait sits in a branch on the first half's maxima, so that ptxas does not hoist it
-      // above them: a warp where some row's reference would move (rare) waits for P V too.
-      auto mid = [&](bool moves) {
-        if (PW_SPLIT_S) {
-          if (with_pv && !__any_sync(0xffffffffu, moves))
-            pw_wgmma_wait<1>();
-          else
-            pw_wgmma_wait<0>();
-          pw_fence_regs(s_half(1));
-          if (lane == 0) pw_mbar_arrive(bar_k_empty + 8 * stage);
-        }
-      };
+      if (with_pv)
+        pw_wgmma_wait<1>();  // groups complete in order: S_j is done, P V may still run
+      else
+        pw_wgmma_wait<0>();
+      pw_fence_regs(s);
       // PW_F8_SPEC: the speculative softmax for this warp (spec_ok), which releases the K stage
       // only after its check (spec_check may score the tile again).
 #if PW_F8_SPEC_CODE
@@ -2267,7 +2128,7 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
       if (spec)
         spec_exp();
       else
-        softmax(j, PW_OVERLAP && !with_pv, PwNoMid{});
+        softmax(j, PW_OVERLAP && !with_pv);
 #else
       constexpr bool spec = false;
       // PW_SPEC16: the speculative exponentials (pw_softmax_spec) in a loop tile without a mask
@@ -2279,7 +2140,7 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
                                                   w_pos_hi, kv_end, p.window) &&
                           __all_sync(0xffffffffu, m[0] != ninf && m[1] != ninf);
       bool redo = false;
-      if (lane == 0 && !spec16 && !PW_SPLIT_S) pw_mbar_arrive(bar_k_empty + 8 * stage);
+      if (lane == 0 && !spec16) pw_mbar_arrive(bar_k_empty + 8 * stage);
       if (spec16) {
         redo = pw_softmax_spec(scales.scale_log2, s, m, l, alpha);
         if (redo) {
@@ -2287,11 +2148,11 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
           // q_base, so that ptxas keeps the wgmma descriptors (built from q_base) uniform.
           const unsigned qb = hoist ? pw_opaque(q_base) : q_base;
           pw_rescore_warp(qb, qb + PW_Q_BYTES + stage * PW_KV_BYTES, row0 + g, lane, s);
-          softmax(j, PW_OVERLAP && !with_pv, PwNoMid{});
+          softmax(j, PW_OVERLAP && !with_pv);
         }
         if (lane == 0) pw_mbar_arrive(bar_k_empty + 8 * stage);
       } else {
-        softmax(j, PW_OVERLAP && !with_pv, mid);
+        softmax(j, PW_OVERLAP && !with_pv);
       }
 #endif
       if (with_pv) {
