@@ -33,9 +33,6 @@ bool allowed(const std::string& o) {
   if (o == "-DGA_DECODE_EARLY_TRIGGER=1") return true;
   // The decode's pulled cluster combine on sm_90 (templates/decode.cu, GA_DECODE_CLUSTER_PUSH).
   if (o == "-DGA_DECODE_CLUSTER_PUSH=0") return true;
-  // The decode's translation-prefetch experiment (templates/decode.cu, GA_DECODE_XLAT_PREFETCH).
-  if (starts_with(o, "-DGA_DECODE_XLAT_PREFETCH="))
-    return number_after(o, "-DGA_DECODE_XLAT_PREFETCH=", 1, 8);
   // The hardware float -> fp8 conversion (templates/common.cuh, GA_FP8_CVT_HW): 1 both formats
   // on sm_89+, 0 none (the default: e4m3 on sm_90).
   if (o == "-DGA_FP8_CVT_HW=0" || o == "-DGA_FP8_CVT_HW=1") return true;
@@ -65,8 +62,7 @@ std::vector<std::string> parse_nvrtc_extra_options(const std::string& text) {
           "' is not supported; supported (separated by spaces): "
           "--Ofast-compile=min|mid|max|0, --ptxas-options=V, -Xptxas=V, "
           "--maxrregcount=N (N 1-999), -DGA_DECODE_TIMING=1, -DGA_DECODE_EARLY_TRIGGER=1, "
-          "-DGA_DECODE_CLUSTER_PUSH=0, -DGA_DECODE_XLAT_PREFETCH=N (N 1-8), -DGA_FP8_CVT_HW=0|1, "
-          "-DGA_PREFILL_SM90_SCHED=N (N 0-255), "
+          "-DGA_DECODE_CLUSTER_PUSH=0, -DGA_FP8_CVT_HW=0|1, -DGA_PREFILL_SM90_SCHED=N (N 0-255), "
           "-DGA_PREFILL_SM90_FP8_VAR=N (N 0-511), -DGA_PREFILL_SM90_LEGACY_VAR=N (N 0-255)");
     out.push_back(o);
   }

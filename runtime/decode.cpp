@@ -275,6 +275,7 @@ DecodeGrid decode_grid(int num_decodes, int num_kv_heads, int columns, int max_m
       return chosen;
     };
     const bool by_free_slots = !many_waves && (len <= 2048 || blocks_per_split < 2 * sms);
+    const bool alone_range = len >= 2048 && len <= 4096;
     const int chosen = depth(by_free_slots);
     if (chosen != 0) g.stages = chosen;
     if (many_waves) return g;
@@ -300,12 +301,13 @@ DecodeGrid decode_grid(int num_decodes, int num_kv_heads, int columns, int max_m
     // The free-slot tie-break serves launches that follow each other closely: the engine's
     // layers, whose next launch starts its early prologue in the slots this one leaves free.
     // A launch without the early prologue runs alone, at the depth the tie-break without free
-    // slots takes (more resident blocks); the early prologue keeps the free-slot depth
-    // (early_stages), where both take the same splits. H100, 16 x 4096 alone: 2 stages
-    // 103.6-103.8 us against 104.3 at 4, while 32 launches with the early prologue took 89.5 us
-    // a launch at 4 against 91.1 at 2 (docs/decode-vs-cudnn-h100-2026-11-27-s11.txt,
-    // docs/decode-stage-ties-h100-2026-11-26.txt; docs/decode-vs-cudnn-h100-2026-11-27-s13.txt).
-    if (by_free_slots && chosen != 0) {
+    // slots takes (more resident blocks), where both take the same splits; the early prologue
+    // keeps the free-slot depth (early_stages). Blocks of 2048 to 4096 tokens only, as measured
+    // (H100, 256 blocks alone, 3 runs each: 32 x 4096 191.1-191.7 us at 2 stages against
+    // 191.5-191.9 at 3, 64 x 2048 over 4 KV heads 103.8-104.0 against 104.2-104.3; 64 x 16384
+    // over 4 KV heads 714.5-714.8 against 713.8-714.2, so longer blocks keep 3 stages;
+    // docs/decode-vs-cudnn-h100-2026-11-27-s13.txt).
+    if (by_free_slots && chosen != 0 && alone_range) {
       const int alone = depth(false);
       if (alone != 0 && alone != chosen && splits(alone) == g.max_splits) {
         g.stages = alone;
@@ -323,10 +325,12 @@ DecodeGrid decode_grid(int num_decodes, int num_kv_heads, int columns, int max_m
   // on an H200: 48 us deep, 50 us shallow) and the counters.
   if (dev.use_clusters && dev.cluster_splits >= 2 && dev.cluster_splits <= dev.max_cluster)
     g.max_splits = std::min(g.max_splits, dev.cluster_splits);
-  // Unsplit (fewer blocks than multiprocessors, one each at any depth): alone, the shallow
-  // pipeline (H100, 16 x 4096: 103.6-103.8 us at 2 stages, 104.2 at 3, 104.3 at 4); with the early
-  // prologue the deepest (32 launches back to back: 89.5 us a launch at 4 stages, 91.1 at 2).
-  if (g.max_splits == 1 && shallow < g.stages && dev.blocks_per_sm[shallow] >= 1) {
+  // Unsplit (fewer blocks than multiprocessors, one each at any depth), blocks of 2048 to 4096
+  // tokens: alone, the shallow pipeline (H100, 16 x 4096: 103.6-103.8 us at 2 stages, 103.9-104.2
+  // at 3, 104.1-104.3 at 4, sessions 4, 11 and 13); with the early prologue the deepest (32
+  // launches back to back: 89.5-89.6 us a launch at 4 stages, 91.1-91.3 at 2).
+  if (g.max_splits == 1 && len >= 2048 && len <= 4096 && shallow < g.stages &&
+      dev.blocks_per_sm[shallow] >= 1) {
     g.early_stages = g.stages;
     g.stages = shallow;
   }

@@ -630,14 +630,6 @@ enum : int {
   CLUSTER_PUSH =
       GA_DECODE_CLUSTER_PUSH && ga_decode_cluster_push(HEAD_SIZE, KV_FP8 == 0, KV_LAYOUT, MT, BSP)
 };
-// [experiment: translation prefetch] GA_DECODE_XLAT_PREFETCH=D (GRAPHATTN_NVRTC_EXTRA_OPTIONS=
-// -DGA_DECODE_XLAT_PREFETCH=D, D 1-8; off by default: compiled out): flash layouts, when a warp
-// issues tile j two lanes ask L2 for the first row of its tile j + D (K and V; from the warp's
-// cached block-table entries, skipped past them), so that the address translation of a tile on a
-// shuffled page is done D tiles before its copies. No byte is read that the tile does not read.
-#ifndef GA_DECODE_XLAT_PREFETCH
-#define GA_DECODE_XLAT_PREFETCH 0
-#endif
 #if GA_DECODE_EARLY_TRIGGER
 #define GA_EARLY_WAIT() ga_grid_dependency_wait()
 #else
@@ -1035,19 +1027,6 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
                                        p.kv.num_blocks, p.bounds, req, t0);
 #else
     const int block = __shfl_sync(0xffffffffu, bt_cached, j - bt_j0);
-#endif
-#if GA_DECODE_XLAT_PREFETCH > 0
-    if constexpr (!LEGACY) {  // [experiment: translation prefetch]
-      const int ja = j + GA_DECODE_XLAT_PREFETCH;
-      const int ahead = __shfl_sync(0xffffffffu, bt_cached, (ja - bt_j0) & 31);
-      if (lane < 2 && ja < my_tiles && ja - bt_j0 < 32) {
-        const int ta = base + (tile_begin + warp + NW * ja) * TILE;
-        const long long aoff = static_cast<long long>(ahead) * p.kv.cache_block_stride * KV_BYTES +
-                               (ta % BLOCK_SIZE) * token_bytes + head_off;
-        asm volatile(
-            "prefetch.global.L2 [%0];" ::"l"((lane != 0 ? value_cache : key_cache) + aoff));
-      }
-    }
 #endif
     [[maybe_unused]] int block2 = block;
     if constexpr (BLOCK_SIZE < TILE) {

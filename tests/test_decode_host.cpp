@@ -119,19 +119,24 @@ TEST_CASE("decode split policy: about one block per multiprocessor for small bat
   // 65% of 396 at 2 (H200, 32 launches back to back: 32.3 against 42.4 us a launch); so do
   // longer blocks, fewer than two per multiprocessor: 32 x 4096 over 8 KV heads (H100: 176.7
   // against 207.3 us a launch). 512 longer blocks keep the tie to more resident blocks (head 64
-  // below). That depth is the early prologue's (early_stages: the engine's layers); a launch
-  // without it runs alone and takes the tie to more resident blocks (alone: 16 x 4096 2 stages
-  // 103.6-103.8 us against 104.3 at 4, 32 x 4096 191.7 against 192.2 at 3 on an H100, 64 x 1024
-  // over 4 KV heads 0.8% faster at 2 on an H200). A batch with prefills keeps the free-slot depth
-  // (decode_grid_beside_prefill).
+  // below). For blocks of 2048 to 4096 tokens that depth is the early prologue's (early_stages:
+  // the engine's layers); a launch without it runs alone and takes the tie to more resident
+  // blocks (H100 alone: 16 x 4096 2 stages 103.6-103.8 us against 104.1-104.3 at 4, 32 x 4096
+  // 191.1-191.7 against 191.5-191.9 at 3; 64 x 16384 over 4 KV heads was 0.6 us slower at 2, so
+  // other lengths keep the free-slot depth for every launch). A batch with prefills keeps the
+  // free-slot depth (decode_grid_beside_prefill).
   for (int len : {1024, 2048, 4096, 16384}) {
     const auto tp = grid(64, 4, 4, len, 0);
-    CHECK(tp.early_stages == 3);
-    CHECK(tp.stages == 2);
+    const bool alone = len >= 2048 && len <= 4096;
+    CHECK(tp.early_stages == (alone ? 3 : 0));
+    CHECK(tp.stages == (alone ? 2 : 3));
     CHECK(tp.max_splits == 1);
     CHECK(detail::decode_grid_beside_prefill(tp).stages == 3);
     CHECK(detail::decode_grid_beside_prefill(tp).early_stages == 0);
   }
+  CHECK(grid(16, 8, 4, 1024, 0).stages == ga_decode_max_stages(128, 2));  // unsplit, short
+  CHECK(grid(16, 8, 4, 1024, 0).early_stages == 0);
+  CHECK(grid(16, 8, 4, 16384, 0).early_stages == 0);  // unsplit, long
   CHECK(grid(32, 8, 4, 4096, 0).early_stages == 3);
   CHECK(grid(32, 8, 4, 4096, 0).stages == 2);
   CHECK(grid(32, 8, 4, 4096, 0).max_splits == 1);

@@ -111,9 +111,6 @@ TEST_CASE("key: GRAPHATTN_NVRTC_EXTRA_OPTIONS's parser takes the listed options 
         std::vector<std::string>{"-DGA_DECODE_TIMING=1", "-DGA_DECODE_EARLY_TRIGGER=1"});
   CHECK(detail::parse_nvrtc_extra_options("-DGA_DECODE_CLUSTER_PUSH=0") ==
         std::vector<std::string>{"-DGA_DECODE_CLUSTER_PUSH=0"});
-  CHECK(detail::parse_nvrtc_extra_options(
-            "-DGA_DECODE_XLAT_PREFETCH=1 -DGA_DECODE_XLAT_PREFETCH=8") ==
-        std::vector<std::string>{"-DGA_DECODE_XLAT_PREFETCH=1", "-DGA_DECODE_XLAT_PREFETCH=8"});
   CHECK(detail::parse_nvrtc_extra_options("-DGA_FP8_CVT_HW=1") ==
         std::vector<std::string>{"-DGA_FP8_CVT_HW=1"});
   CHECK(detail::parse_nvrtc_extra_options("-DGA_FP8_CVT_HW=0") ==
@@ -145,9 +142,6 @@ TEST_CASE("key: GRAPHATTN_NVRTC_EXTRA_OPTIONS's parser takes the listed options 
                           "-DGA_DECODE_EARLY_TRIGGER=0",
                           "-DGA_DECODE_EARLY_TRIGGER",
                           "-DGA_DECODE_CLUSTER_PUSH=1",
-                          "-DGA_DECODE_XLAT_PREFETCH=0",
-                          "-DGA_DECODE_XLAT_PREFETCH=9",
-                          "-DGA_DECODE_XLAT_PREFETCH",
                           "-DGA_FP8_CVT_HW=2",
                           "-DGA_FP8_CVT_HW",
                           "-DGA_PREFILL_SM90_SCHED=256",
