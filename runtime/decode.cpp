@@ -328,7 +328,7 @@ DecodeGrid decode_grid(int num_decodes, int num_kv_heads, int columns, int max_m
   // Unsplit (fewer blocks than multiprocessors, one each at any depth), blocks of 2048 to 4096
   // tokens: alone, the shallow pipeline (H100, 16 x 4096: 103.6-103.8 us at 2 stages, 103.9-104.2
   // at 3, 104.1-104.3 at 4, sessions 4, 11 and 13); with the early prologue the deepest (32
-  // launches back to back: 89.5-89.6 us a launch at 4 stages, 91.1-91.3 at 2).
+  // launches back to back: 89.5-89.7 us a launch at 4 stages, 91.1-91.3 at 2).
   if (g.max_splits == 1 && len >= 2048 && len <= 4096 && shallow < g.stages &&
       dev.blocks_per_sm[shallow] >= 1) {
     g.early_stages = g.stages;
