@@ -29,17 +29,32 @@ bool env_flag(const char* name) {
               "' is not supported; supported: 1, true, yes or on; 0, false, no or off (or unset)");
 }
 
-int decode_cluster_splits_from_env() {
-  const char* v = std::getenv("GRAPHATTN_DECODE_CLUSTER_SPLITS");
+namespace {
+
+// name's value: unset or empty 0; else an integer lo..hi (lo >= 1, hi <= 99); anything else
+// throws graphattn::Error naming the value and what is allowed.
+int small_int_from_env(const char* name, int lo, int hi) {
+  const char* v = std::getenv(name);
   if (!v || !*v) return 0;
   const std::string text = v;
   const bool digits = text.size() <= 2 && std::isdigit(static_cast<unsigned char>(text[0])) &&
                       (text.size() == 1 || std::isdigit(static_cast<unsigned char>(text[1])));
   const int n = digits ? std::stoi(text) : 0;
-  if (!digits || n < 2 || n > 16 || std::to_string(n) != text)
-    throw Error("GRAPHATTN_DECODE_CLUSTER_SPLITS='" + printable(text) +
-                "' is not supported; supported: an integer 2..16 (or unset)");
+  if (!digits || n < lo || n > hi || std::to_string(n) != text)
+    throw Error(std::string(name) + "='" + printable(text) +
+                "' is not supported; supported: an integer " + std::to_string(lo) + ".." +
+                std::to_string(hi) + " (or unset)");
   return n;
+}
+
+}  // namespace
+
+int decode_cluster_splits_from_env() {
+  return small_int_from_env("GRAPHATTN_DECODE_CLUSTER_SPLITS", 2, 16);
+}
+
+int decode_ring_stages_from_env() {
+  return small_int_from_env("GRAPHATTN_DECODE_RING_STAGES", 2, 4);
 }
 
 }  // namespace graphattn::detail
@@ -51,6 +66,7 @@ void graphattn::check_flag_environment() {
         "GRAPHATTN_MIXED_DSP_NO_ROOM"})
     detail::env_flag(name);
   detail::decode_cluster_splits_from_env();
+  detail::decode_ring_stages_from_env();
   detail::nvrtc_extra_options();
   resolve_mixed_branches(MixedBranches::kDefault);
   mixed_decode_divisor_from_env();

@@ -19,4 +19,10 @@ bool env_flag(const char* name);
 // throws graphattn::Error naming the value and what is allowed.
 int decode_cluster_splits_from_env();
 
+// GRAPHATTN_DECODE_RING_STAGES (a measurement switch, runtime/decode.cpp enqueue_decode): unset or
+// empty is 0 (each launch's own depth); else 2..4, the ring depth of a launch whose own depth is
+// deeper, which keeps its own depth's shared memory (so its resident blocks); anything else
+// throws graphattn::Error as above.
+int decode_ring_stages_from_env();
+
 }  // namespace graphattn::detail

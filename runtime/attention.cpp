@@ -45,7 +45,7 @@ namespace detail {
 DecodeGrid mixed_decode_grid(int slots, int divisor, int num_kv_heads, int columns,
                              int max_model_len, int window, int head_size, KvDType kv_dtype,
                              const DecodeDevice& dev) {
-  DecodeGrid all =
+  const DecodeGrid all =
       decode_grid(slots, num_kv_heads, columns, max_model_len, window, head_size, kv_dtype, dev);
   if (divisor == 0 && slots >= 1 && dev.num_sms > 0) {
     const int rh = std::max(1, dev.row_heads);
@@ -64,7 +64,7 @@ DecodeGrid mixed_decode_grid(int slots, int divisor, int num_kv_heads, int colum
       // (4 decodes at 2048 + 16 in 20 slots: 3 splits at 2 stages) the launch differs from it
       // only in the count and the grid. Session 11 launched every slot's depth (3 stages there,
       // 4 splits: +9.6%; not separated from the splits).
-      DecodeGrid g = all;
+      DecodeGrid g = decode_grid_beside_prefill(all);
       g.stages = mixed_decode_grid(slots, kMixedDecodeDivisor, num_kv_heads, columns, max_model_len,
                                    window, head_size, kv_dtype, dev)
                      .stages;
@@ -81,7 +81,7 @@ DecodeGrid mixed_decode_grid(int slots, int divisor, int num_kv_heads, int colum
   if (divisor <= 1 || slots <= 1) return all;
   const DecodeGrid few = decode_grid((slots + divisor - 1) / divisor, num_kv_heads, columns,
                                      max_model_len, window, head_size, kv_dtype, dev);
-  return few.max_splits > all.max_splits ? few : all;
+  return decode_grid_beside_prefill(few.max_splits > all.max_splits ? few : all);
 }
 
 }  // namespace detail
@@ -370,34 +370,37 @@ namespace {
 // The split policy's grid for a configuration on a prepared device (null: not prepared):
 // num_decodes decodes, or, with a divisor > 1, a batch split on the device over num_decodes
 // request slots (detail::mixed_decode_grid; divisor 1 is decode_grid's grid).
+// mixed: the decode of a batch with prefills (decode_grid_beside_prefill).
 detail::DecodeGrid grid_of(const AttentionLayerConfig& c, const detail::DecodeDevice* device,
-                           int num_decodes, const char* caller, int divisor = 1) {
+                           int num_decodes, const char* caller, int divisor = 1,
+                           bool mixed = false) {
   GA_REQUIRE(device, std::string(caller) + ": call prepare() first (the policy needs the device)");
   // A layer without the _dsp kernel keeps the default sizing.
   if (divisor == 0 && !chooses_splits_on_device(c, divisor)) divisor = kMixedDecodeDivisor;
-  return detail::mixed_decode_grid(num_decodes, divisor, c.num_kv_heads,
-                                   c.num_heads / c.num_kv_heads * c.decode_query_len,
-                                   c.max_model_len, c.window, c.head_size, c.kv_dtype, *device);
+  const detail::DecodeGrid g = detail::mixed_decode_grid(
+      num_decodes, divisor, c.num_kv_heads, c.num_heads / c.num_kv_heads * c.decode_query_len,
+      c.max_model_len, c.window, c.head_size, c.kv_dtype, *device);
+  return mixed ? detail::decode_grid_beside_prefill(g) : g;
 }
 
 }  // namespace
 
 int AttentionBackend::mixed_decode_max_splits(int request_slots) const {
   return grid_of(config_, loaded_ ? &loaded_->device : nullptr, request_slots,
-                 "mixed_decode_max_splits", mixed_decode_divisor_)
+                 "mixed_decode_max_splits", mixed_decode_divisor_, true)
       .max_splits;
 }
 
 int AttentionBackend::mixed_decode_stages(int request_slots) const {
   return grid_of(config_, loaded_ ? &loaded_->device : nullptr, request_slots,
-                 "mixed_decode_stages", mixed_decode_divisor_)
+                 "mixed_decode_stages", mixed_decode_divisor_, true)
       .stages;
 }
 
 int AttentionBackend::mixed_decode_splits(int request_slots, int num_decodes,
                                           int prefill_tokens) const {
   const detail::DecodeGrid g = grid_of(config_, loaded_ ? &loaded_->device : nullptr, request_slots,
-                                       "mixed_decode_splits", mixed_decode_divisor_);
+                                       "mixed_decode_splits", mixed_decode_divisor_, true);
   if (g.device_sms <= 0) return g.max_splits;
   const int room = ga_device_split_room(
       g.device_sms, prefill_tokens, config_.num_heads / config_.num_kv_heads,
@@ -676,7 +679,8 @@ void AttentionBackend::forward(const TensorView& query, const TensorView& key,
   const detail::DecodeDevice* device = loaded_ ? &loaded_->device : nullptr;
   detail::DecodeLaunch d = decode_launch(
       c, views, md, num_decodes,
-      grid_of(config_, device, num_decodes, "forward", md.device_split ? mixed_decode_divisor_ : 1),
+      grid_of(config_, device, num_decodes, "forward", md.device_split ? mixed_decode_divisor_ : 1,
+              has_prefills(md) || md.device_split),
       bounds, workspace, workspace_size);
   const bool decode = num_decodes > 0;
   // The mixed graphs' _dsp kernel keeps the prefill's blocks their multiprocessors (see

@@ -273,39 +273,65 @@ DecodeGrid decode_grid(int num_decodes, int num_kv_heads, int columns, int max_m
     };
     const int max_stages = g.stages;
     const bool many_waves = blocks_per_split >= 3 * sms * std::max(1, dev.blocks_per_sm[shallow]);
-    const bool by_free_slots = !many_waves && (len <= 2048 || blocks_per_split < 2 * sms);
-    int chosen = 0;
-    double best = 0, best_slots = 0;
-    for (int st = shallow; st <= max_stages; ++st) {
-      const int per_sm = dev.blocks_per_sm[st];
-      if (per_sm <= 0) continue;
-      const double f = many_waves ? 1.0 : fill(blocks_per_split, per_sm);
-      const double sf = slot_fill(blocks_per_split, per_sm);
-      const bool tie = chosen != 0 && f > best - 0.02 && f < best + 0.02;
-      const bool fuller = by_free_slots && sf >= best_slots + 0.02;
-      const bool emptier = by_free_slots && sf <= best_slots - 0.02;
-      if (chosen == 0 || f >= best + 0.02 ||
-          (tie && (fuller || (!emptier && per_sm >= dev.blocks_per_sm[chosen])))) {
-        chosen = st;
-        best = f;
-        best_slots = sf;
+    const auto depth = [&](bool by_free_slots) {
+      int chosen = 0;
+      double best = 0, best_slots = 0;
+      for (int st = shallow; st <= max_stages; ++st) {
+        const int per_sm = dev.blocks_per_sm[st];
+        if (per_sm <= 0) continue;
+        const double f = many_waves ? 1.0 : fill(blocks_per_split, per_sm);
+        const double sf = slot_fill(blocks_per_split, per_sm);
+        const bool tie = chosen != 0 && f > best - 0.02 && f < best + 0.02;
+        const bool fuller = by_free_slots && sf >= best_slots + 0.02;
+        const bool emptier = by_free_slots && sf <= best_slots - 0.02;
+        if (chosen == 0 || f >= best + 0.02 ||
+            (tie && (fuller || (!emptier && per_sm >= dev.blocks_per_sm[chosen])))) {
+          chosen = st;
+          best = f;
+          best_slots = sf;
+        }
       }
-    }
+      return chosen;
+    };
+    const bool by_free_slots = !many_waves && (len <= 2048 || blocks_per_split < 2 * sms);
+    const bool alone_range = len >= 2048 && len <= 4096;
+    const int chosen = depth(by_free_slots);
     if (chosen != 0) g.stages = chosen;
     if (many_waves) return g;
     // Splits even out what the depth could not, for long blocks only: the fewest (up to 4, each
     // of 2048 tokens or more) that fill at least 90%, else the fullest (64 x 1024 with its
     // short blocks measured 5% slower split in three).
-    const int per_sm = std::max(1, dev.blocks_per_sm[g.stages]);
     const int64_t longest = std::max<int64_t>(1, tiles / (2048 / GA_DECODE_TILE));
-    best = 0;
-    for (int64_t s = 1; s <= std::min<int64_t>({4, cap, longest}); ++s) {
-      const double f = fill(s * blocks_per_split, per_sm);
-      if (f > best + 1e-9) {
-        best = f;
-        g.max_splits = static_cast<int>(s);
+    const auto splits = [&](int stages) {
+      const int per_sm = std::max(1, dev.blocks_per_sm[stages]);
+      int most = 1;
+      double best_fill = 0;
+      for (int64_t s = 1; s <= std::min<int64_t>({4, cap, longest}); ++s) {
+        const double f = fill(s * blocks_per_split, per_sm);
+        if (f > best_fill + 1e-9) {
+          best_fill = f;
+          most = static_cast<int>(s);
+        }
+        if (f >= 0.9) break;
       }
-      if (f >= 0.9) break;
+      return most;
+    };
+    g.max_splits = splits(g.stages);
+    // The free-slot tie-break serves launches that follow each other closely: the engine's
+    // layers, whose next launch starts its early prologue in the slots this one leaves free.
+    // A launch without the early prologue runs alone, at the depth the tie-break without free
+    // slots takes (more resident blocks), where both take the same splits; the early prologue
+    // keeps the free-slot depth (early_stages). Blocks of 2048 to 4096 tokens only, as measured
+    // (H100, 256 blocks alone, 3 runs each: 32 x 4096 191.1-191.7 us at 2 stages against
+    // 191.5-191.9 at 3, 64 x 2048 over 4 KV heads 103.8-104.0 against 104.2-104.3; 64 x 16384
+    // over 4 KV heads 714.5-714.8 against 713.8-714.2, so longer blocks keep 3 stages;
+    // docs/decode-vs-cudnn-h100-2026-11-27-s13.txt).
+    if (by_free_slots && chosen != 0 && alone_range) {
+      const int alone = depth(false);
+      if (alone != 0 && alone != chosen && splits(alone) == g.max_splits) {
+        g.stages = alone;
+        g.early_stages = chosen;
+      }
     }
     return g;
   }
@@ -318,6 +344,15 @@ DecodeGrid decode_grid(int num_decodes, int num_kv_heads, int columns, int max_m
   // on an H200: 48 us deep, 50 us shallow) and the counters.
   if (dev.use_clusters && dev.cluster_splits >= 2 && dev.cluster_splits <= dev.max_cluster)
     g.max_splits = std::min(g.max_splits, dev.cluster_splits);
+  // Unsplit (fewer blocks than multiprocessors, one each at any depth), blocks of 2048 to 4096
+  // tokens: alone, the shallow pipeline (H100, 16 x 4096: 103.6-103.8 us at 2 stages, 103.9-104.2
+  // at 3, 104.1-104.3 at 4, sessions 4, 11 and 13); with the early prologue the deepest (32
+  // launches back to back: 89.5-89.7 us a launch at 4 stages, 91.1-91.3 at 2).
+  if (g.max_splits == 1 && len >= 2048 && len <= 4096 && shallow < g.stages &&
+      dev.blocks_per_sm[shallow] >= 1) {
+    g.early_stages = g.stages;
+    g.stages = shallow;
+  }
   if (g.max_splits > 1 && tiles <= int64_t{g.max_splits} * 16 * GA_DECODE_WARPS) {
     g.stages = shallow;
     const int64_t per_warp = (tiles + int64_t{g.max_splits} * GA_DECODE_WARPS - 1) /
@@ -359,6 +394,14 @@ DecodeGrid decode_grid(int num_decodes, int num_kv_heads, int columns, int max_m
     else if (!g.cluster && per_warp >= 3 && per_warp < 8 && shallow < 3 && deepest >= 3 &&
              dev.blocks_per_sm[3] >= 2)
       g.early_stages = 3;
+  }
+  return g;
+}
+
+DecodeGrid decode_grid_beside_prefill(DecodeGrid g) {
+  if (g.max_splits == 1 && g.early_stages != 0) {
+    g.stages = g.early_stages;
+    g.early_stages = 0;
   }
   return g;
 }
@@ -540,8 +583,11 @@ void enqueue_decode(const LoadedKernel& decode, const DecodeLaunch& a, CUstream 
   const int kvb = kv_bytes_of(spec);
   p.early_prologue = a.early_prologue && a.new_key.ndim != 0 ? 1 : 0;
   const int stages = p.early_prologue && a.early_stages != 0 ? a.early_stages : stages_of(spec, a);
-  p.stages = stages;
   p.cluster_splits = a.cluster && a.max_splits > 1 && !chosen ? 1 : 0;
+  // Measurement switch (off by default): GRAPHATTN_DECODE_RING_STAGES=N runs the ring N stages
+  // deep (fewer tiles in flight) with the shared memory, so the resident blocks, of `stages`.
+  static const int ring = detail::decode_ring_stages_from_env();
+  p.stages = ring >= 2 && ring < stages && !p.cluster_splits ? ring : stages;
   // A cluster launch also holds the receive area of the pushed combine (GA_DECODE_CLUSTER_PUSH).
   const int smem = ga_decode_smem_bytes(spec.head_size, kvb, stages, rh) +
                    (p.cluster_splits ? ga_decode_cluster_recv_bytes(spec.head_size) : 0);

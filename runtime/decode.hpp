@@ -168,7 +168,9 @@ DecodeDevice prepare_decode_kernel(const LoadedKernel& decode);
 // multiprocessors by itself takes the pipeline depth whose resident blocks fill them best over
 // the waves (the most resident blocks when there are three waves or more; between depths that
 // fill them equally, for blocks of 2048 tokens or fewer, or fewer blocks than two per
-// multiprocessor, the one leaving the fewest resident slots free, else the most resident blocks),
+// multiprocessor, the one leaving the fewest resident slots free (early_stages where a launch
+// alone takes the most resident blocks, stages; decode_grid_beside_prefill), else the most
+// resident blocks),
 // and splits (up to 4, each of 2048 tokens or more) only where no depth fills them; one split
 // writes its output directly. A smaller batch is split until there is about one block per
 // multiprocessor, never into splits of fewer than GA_DECODE_MIN_TILES_PER_SPLIT tiles: short splits
@@ -178,6 +180,10 @@ DecodeDevice prepare_decode_kernel(const LoadedKernel& decode);
 //   KV head, the GQA group (times max_query_len for multi-token decode)
 DecodeGrid decode_grid(int num_decodes, int num_kv_heads, int columns, int max_model_len,
                        int window, int head_size, KvDType kv_dtype, const DecodeDevice& device);
+
+// The grid of a decode that runs beside a prefill (a mixed batch), whose blocks take the slots
+// the decode leaves free: an unsplit grid at the free-slot depth (early_stages) where it has one.
+DecodeGrid decode_grid_beside_prefill(DecodeGrid g);
 
 // Every check of a decode launch's arguments against the kernel spec `ks`, given the KV cache's
 // shape (check_kv_cache of args.kv_cache, checked once by the caller); `where` names the caller

@@ -138,14 +138,38 @@ TEST_CASE("decode split policy: about one block per multiprocessor for small bat
   // 65% of 396 at 2 (H200, 32 launches back to back: 32.3 against 42.4 us a launch); so do
   // longer blocks, fewer than two per multiprocessor: 32 x 4096 over 8 KV heads (H100: 176.7
   // against 207.3 us a launch). 512 longer blocks keep the tie to more resident blocks (head 64
-  // below).
+  // below). For blocks of 2048 to 4096 tokens that depth is the early prologue's (early_stages:
+  // the engine's layers); a launch without it runs alone and takes the tie to more resident
+  // blocks (H100 alone: 16 x 4096 2 stages 103.6-103.8 us against 104.1-104.3 at 4, 32 x 4096
+  // 191.1-191.7 against 191.5-191.9 at 3; 64 x 16384 over 4 KV heads was 0.6 us slower at 2, so
+  // other lengths keep the free-slot depth for every launch). A batch with prefills keeps the
+  // free-slot depth (decode_grid_beside_prefill).
   for (int len : {1024, 2048, 4096, 16384}) {
     const auto tp = grid(64, 4, 4, len, 0);
-    CHECK(tp.stages == 3);
+    const bool alone = len >= 2048 && len <= 4096;
+    CHECK(tp.early_stages == (alone ? 3 : 0));
+    CHECK(tp.stages == (alone ? 2 : 3));
     CHECK(tp.max_splits == 1);
+    CHECK(detail::decode_grid_beside_prefill(tp).stages == 3);
+    CHECK(detail::decode_grid_beside_prefill(tp).early_stages == 0);
   }
-  CHECK(grid(32, 8, 4, 4096, 0).stages == 3);
+  CHECK(grid(16, 8, 4, 1024, 0).stages == ga_decode_max_stages(128, 2));  // unsplit, short
+  CHECK(grid(16, 8, 4, 1024, 0).early_stages == 0);
+  CHECK(grid(16, 8, 4, 16384, 0).early_stages == 0);  // unsplit, long
+  CHECK(grid(32, 8, 4, 4096, 0).early_stages == 3);
+  CHECK(grid(32, 8, 4, 4096, 0).stages == 2);
   CHECK(grid(32, 8, 4, 4096, 0).max_splits == 1);
+  CHECK(grid(16, 8, 4, 4096, 0).early_stages == 4);
+  CHECK(grid(16, 8, 4, 4096, 0).stages == 2);
+  CHECK(grid(16, 8, 4, 4096, 0).max_splits == 1);
+  // 64 x 2048 (512 blocks: 2 waves of 2 at 3 stages or 4 of 1 at 4) takes 3 stages either way.
+  CHECK(grid(64, 8, 4, 2048, 0).early_stages == 0);
+  // A split launch's early_stages is not a free-slot depth: beside a prefill it keeps stages.
+  const detail::DecodeGrid split8k =
+      detail::decode_grid(1, 8, 4, 8192, 0, 128, KvDType::kAuto, off);
+  CHECK(split8k.early_stages == ga_decode_max_stages(128, 2));
+  CHECK(detail::decode_grid_beside_prefill(split8k).stages == split8k.stages);
+  CHECK(detail::decode_grid_beside_prefill(split8k).early_stages == split8k.early_stages);
   // Equal residency at every depth (head 256: one block per multiprocessor): the deepest.
   CHECK(
       detail::decode_grid(64, 8, 4, 8192, 0, 256, KvDType::kAuto, device(sms, 1, 1, 0, 0)).stages ==

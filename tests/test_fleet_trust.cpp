@@ -175,10 +175,23 @@ TEST_CASE("on/off variables are parsed strictly") {
     CHECK_THROWS_WITH_AS(detail::env_flag(name), doctest::Contains("is not supported"), Error);
     CHECK_THROWS_AS(check_cache_environment(), Error);
   }
+  {  // the ring-depth measurement switch: 2..4 or unset
+    const char* ring = "GRAPHATTN_DECODE_RING_STAGES";
+    CHECK(detail::decode_ring_stages_from_env() == 0);
+    for (const char* good : {"2", "3", "4"}) {
+      ScopedEnv e(ring, good);
+      CHECK(detail::decode_ring_stages_from_env() == std::stoi(good));
+    }
+    for (const char* bad : {"1", "5", "02", "2x", " 2"}) {
+      ScopedEnv e(ring, bad);
+      CHECK_THROWS_WITH_AS(detail::decode_ring_stages_from_env(),
+                           doctest::Contains("GRAPHATTN_DECODE_RING_STAGES='"), Error);
+    }
+  }
 #ifdef GRAPHATTN_WARMUP_TOOL
-  for (const char* var :
-       {"GRAPHATTN_DISABLE_GRAPHS", "GRAPHATTN_DECODE_CLUSTERS", "GRAPHATTN_DUMP_SOURCE",
-        "GRAPHATTN_CHECK_BOUNDS", "GRAPHATTN_DECODE_CLUSTER_SPLITS"}) {
+  for (const char* var : {"GRAPHATTN_DISABLE_GRAPHS", "GRAPHATTN_DECODE_CLUSTERS",
+                          "GRAPHATTN_DUMP_SOURCE", "GRAPHATTN_CHECK_BOUNDS",
+                          "GRAPHATTN_DECODE_CLUSTER_SPLITS", "GRAPHATTN_DECODE_RING_STAGES"}) {
     const test::ToolRun r = test::run_program(GRAPHATTN_WARMUP_TOOL, {"--model", "llama-3-8b"},
                                               {std::string(var) + "=1abc"});
     INFO(var << ": " << r.err);
