@@ -53,7 +53,7 @@ MixedBranches parse_mixed_branches(const std::string& name) {
 
 int mixed_decode_divisor_from_env() {
   const char* v = std::getenv("GRAPHATTN_MIXED_DECODE_DIVISOR");
-  if (!v || !*v) return kMixedDecodeDivisor;
+  if (!v || !*v) return kMixedDecodeDivisorDefault;
   char* end = nullptr;
   errno = 0;
   const long n = std::strtol(v, &end, 10);

@@ -32,16 +32,17 @@ namespace detail {
 // known only on the device. Sized for every slot, a small mix of long decodes ran each request
 // in one block per KV head (4 decodes at 2048 in a 20-slot graph: 32 blocks of 2048 tokens, where
 // the host split ran 128 blocks of 512).
-// divisor 0 (GRAPHATTN_MIXED_DECODE_DIVISOR=0, off by default; the _dsp kernel): the kernel counts
-// the leading decodes d and gives each the split policy's splits for d decodes over the
-// multiprocessors the prefill leaves (ga_device_split_splits over ga_device_split_room: at most
-// those of one decode), the grid (1, y, device_split_blocks) covering the most blocks any d needs
-// (sized with every multiprocessor); the pipeline depth is the divisor-4 sizing's
-// (docs/mixed-step-h100-2026-11-27-s11.txt, -s12.txt).
-// divisor >= 1 (session 10; the default 4): the grid takes the splits of ceil(slots / divisor)
-// decodes where those are more than every slot's; the kernel gives each request only as many splits
-// as its own length fills (ceil(tiles / GA_DECODE_MIN_TILES_PER_SPLIT), at most max_splits), and
-// the blocks of slots without a decode, or of splits past a request's, exit at once.
+// divisor 0 (GRAPHATTN_MIXED_DECODE_DIVISOR unset or 0, the default since session 13; the _dsp
+// kernel): the kernel counts the leading decodes d and gives each the split policy's splits for d
+// decodes over the multiprocessors the prefill leaves (ga_device_split_splits over
+// ga_device_split_room: at most those of one decode), the grid (1, y, device_split_blocks) covering
+// the most blocks any d needs (sized with every multiprocessor); the pipeline depth is the
+// divisor-4 sizing's (docs/mixed-step-h100-2026-11-27-s11.txt, -s12.txt, -s13.txt). divisor >= 1
+// (session 10; 4 was the default in sessions 10-12, and sizes the layers without the _dsp kernel):
+// the grid takes the splits of ceil(slots / divisor) decodes where those are more than every
+// slot's; the kernel gives each request only as many splits as its own length fills (ceil(tiles /
+// GA_DECODE_MIN_TILES_PER_SPLIT), at most max_splits), and the blocks of slots without a decode, or
+// of splits past a request's, exit at once.
 DecodeGrid mixed_decode_grid(int slots, int divisor, int num_kv_heads, int columns,
                              int max_model_len, int window, int head_size, KvDType kv_dtype,
                              const DecodeDevice& dev) {

@@ -692,55 +692,69 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   extern __shared__ __align__(128) unsigned char smem[];
   // [stage 1: the block's work] (split, KV head, column chunk, request) and its columns.
 #ifdef GA_DEVICE_SPLITS
-  // [policy: device-chosen splits] (templates/params.h, GaDeviceSplits) One round per
-  // GA_DECODE_THREADS slots: thread r reads query_start_loc[r] and [r + 1] (request r is a decode:
-  // its one token is token r), a ballot per warp; d is the first slot that is not. The last
-  // round's decode bits stay in shared memory, so that a block of a later slot in that round
-  // needs no second read. Thread 0 also reads the batch's tokens for the prefill's estimate.
+  // [policy: device-chosen splits] (templates/params.h, GaDeviceSplits) Every warp counts the
+  // leading decodes d by itself, with no barrier: lane i reads query_start_loc[base + 32 k + i]
+  // for a window of 128 rows at once (one round trip; the next window only while every row
+  // so far is a decode's), and eq's bits say which rows r hold r (rows 0..d do, row d + 1 does
+  // not: request r is a decode when rows r and r + 1 hold r and r + 1). The batch's tokens (for
+  // the prefill's estimate) are read beside them. Session 12's count read row r + 1 only after
+  // row r (two round trips before any block knew its request) and met at two barriers.
   int split = 0, req = 0, split_cap = 1;
   {
-    __shared__ int ga_first_other[GA_DECODE_WARPS];
-    __shared__ unsigned ga_decode_bits[GA_DECODE_WARPS];
-    __shared__ int ga_tokens;
+    constexpr int WORDS = 4;  // a window of 128 rows, eq0..eq3
     const int slots = ds.slots;
-    if (threadIdx.x == 0) ga_tokens = p.query_start_loc[slots];
-    int d = slots, round = 0;
-    for (int r0 = 0; r0 < slots; r0 += GA_DECODE_THREADS) {
-      const int r = r0 + threadIdx.x;
-      const bool dec = r < slots && p.query_start_loc[r] == r && p.query_start_loc[r + 1] == r + 1;
-      const unsigned other = __ballot_sync(0xffffffffu, r < slots && !dec);
-      const unsigned bits = __ballot_sync(0xffffffffu, dec);
-      if (r0 > 0) __syncthreads();  // the previous round's reads are done
-      if ((threadIdx.x & 31) == 0) {
-        ga_first_other[threadIdx.x >> 5] =
-            other ? r - (threadIdx.x & 31) + __ffs(other) - 1 : slots;
-        ga_decode_bits[threadIdx.x >> 5] = bits;
-      }
-      __syncthreads();
-      round = r0;
+    const int lane = threadIdx.x & 31;
+    const int tokens = ds.prefill_block_m > 0 ? p.query_start_loc[slots] : 0;
+    unsigned eq0 = 0, eq1 = 0, eq2 = 0, eq3 = 0;
+    int base = 0, first = -1;  // first: the first row r that does not hold r
+    for (;; base += 32 * WORDS) {
+      int v[WORDS];
 #pragma unroll
-      for (int w = 0; w < GA_DECODE_WARPS; ++w)
-        if (ga_first_other[w] < d) d = ga_first_other[w];
-      if (d < slots) break;
+      for (int k = 0; k < WORDS; ++k) {
+        const int r = base + 32 * k + lane;
+        v[k] = r <= slots ? p.query_start_loc[r] : -1;
+      }
+      eq0 = __ballot_sync(0xffffffffu, v[0] == base + lane);
+      eq1 = __ballot_sync(0xffffffffu, v[1] == base + 32 + lane);
+      eq2 = __ballot_sync(0xffffffffu, v[2] == base + 64 + lane);
+      eq3 = __ballot_sync(0xffffffffu, v[3] == base + 96 + lane);
+      first = ~eq0   ? base + __ffs(~eq0) - 1
+              : ~eq1 ? base + 31 + __ffs(~eq1)
+              : ~eq2 ? base + 63 + __ffs(~eq2)
+              : ~eq3 ? base + 95 + __ffs(~eq3)
+                     : -1;
+      if (first >= 0) break;  // within slots + 1 rows: rows past slots read as -1
     }
-    // The prefill's blocks (its rows over block_m, per KV head) keep their multiprocessors.
-    const int room =
-        ga_device_split_room(ds.sms, ga_tokens - d, GROUP, ds.prefill_block_m, p.num_heads / GROUP);
-    split_cap = ga_device_split_splits(d, gridDim.y, room, p.max_splits);
+    const int d = first > 0 ? first - 1 : 0;
+    if (d > 0) {  // the prefill's blocks (its rows over block_m, per KV head) keep their SMs
+      const int room =
+          ga_device_split_room(ds.sms, tokens - d, GROUP, ds.prefill_block_m, p.num_heads / GROUP);
+      split_cap = ga_device_split_splits(d, gridDim.y, room, p.max_splits);
+    }
     const int z = blockIdx.z;
     if (z < d * split_cap) {
-      req = z / split_cap;
+      req = static_cast<int>(static_cast<unsigned>(z) / static_cast<unsigned>(split_cap));
       split = z - req * split_cap;
     } else {
       req = d + (z - d * split_cap);
       split_cap = 1;
       if (req >= slots) return;
-      const int k = req - round;  // in the last round: its bit; else main's check
-      if (k < GA_DECODE_THREADS) {
-        if (!((ga_decode_bits[k >> 5] >> (k & 31)) & 1u)) return;
-      } else if (p.query_start_loc[req] != req || p.query_start_loc[req + 1] != req + 1) {
-        return;
+      // Whether the slot holds a decode after all (main's device-split check): from the
+      // window's bits where rows req and req + 1 lie in it, else both rows read at once.
+      const int k = req - base;
+      bool dec;
+      if (k >= 0 && k + 1 < 32 * WORDS) {
+        // rows k and k + 1 of the window: bits k % 32 and up of words k / 32 and the next
+        // (selects of named words, not an indexed array: that one went to local memory)
+        const int wk = k >> 5;
+        const unsigned lo = wk == 0 ? eq0 : wk == 1 ? eq1 : wk == 2 ? eq2 : eq3;
+        const unsigned hi = wk == 0 ? eq1 : wk == 1 ? eq2 : eq3;
+        dec = (__funnelshift_r(lo, hi, k & 31) & 3u) == 3u;
+      } else {
+        const int q0 = p.query_start_loc[req], q1 = p.query_start_loc[req + 1];
+        dec = q0 == req && q1 == req + 1;
       }
+      if (!dec) return;
     }
   }
 #else

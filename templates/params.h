@@ -386,17 +386,31 @@ constexpr int ga_decode_max_stages(int head_size, int kv_bytes) {
 // request, at most max_splits); 1 where they fill it. The kernel passes the multiprocessors the
 // prefill leaves (at most sms), so the host's grid, sized with sms, covers every count.
 constexpr int ga_device_split_splits(int d, int grid_y, int sms, int max_splits) {
-  const int s = d < 1 || grid_y < 1 ? 1 : sms / grid_y / d;
+  // sms / grid_y / d as one unsigned 32-bit division (floor(floor(a / b) / c) == floor(a / bc)
+  // for positive b, c): signed and 64-bit divisions are long instruction sequences on the GPU,
+  // and the _dsp kernel's blocks wait for this one before they know their request.
+  const unsigned long long den = static_cast<unsigned long long>(grid_y) * d;
+  const int s = d < 1 || grid_y < 1 || sms < 1 ? 1
+                : den > static_cast<unsigned long long>(sms)
+                    ? 0
+                    : static_cast<int>(static_cast<unsigned>(sms) / static_cast<unsigned>(den));
   return s < 1 ? 1 : s > max_splits ? max_splits : s;
 }
 // The multiprocessors a mixed graph's decode leaves to the prefill beside it: prefill_tokens
 // query tokens make ceil(tokens * group / block_m) row tiles per KV head (block_m 0: none kept).
+// (The rows' division is 32-bit where they fit, as it always does for a captured batch.)
 constexpr int ga_device_split_room(int sms, int prefill_tokens, int group, int block_m,
                                    int num_kv_heads) {
-  const long long blocks =
-      block_m > 0 && prefill_tokens > 0
-          ? (static_cast<long long>(prefill_tokens) * group + block_m - 1) / block_m * num_kv_heads
+  const unsigned long long rows =
+      block_m > 0 && prefill_tokens > 0 && group > 0
+          ? static_cast<unsigned long long>(prefill_tokens) * static_cast<unsigned>(group) +
+                static_cast<unsigned>(block_m - 1)
           : 0;
+  const unsigned long long tiles =
+      rows < (1ull << 32)
+          ? static_cast<unsigned>(rows) / static_cast<unsigned>(block_m > 0 ? block_m : 1)
+          : rows / static_cast<unsigned>(block_m);
+  const long long blocks = static_cast<long long>(tiles) * num_kv_heads;
   return blocks >= sms ? 0 : sms - static_cast<int>(blocks);
 }
 constexpr int ga_decode_head_chunks(int group) {

@@ -207,10 +207,12 @@ TEST_CASE("cache tool: compile --model warms every kernel of a built-in model") 
   const ToolRun first = run_tool(args);
   REQUIRE_MESSAGE(first.code == 0, describe(first));
   const Json j = json_of(first);
-  // mistral-7b: cache write, windowed decode, windowed prefill.
+  // mistral-7b: cache write, windowed decode, windowed prefill, the mixed graphs' windowed
+  // decode with device-chosen splits.
   const std::vector<std::string> want = {"cache_write_h128_b16_bf16_kve4m3_g1_swa0_cap0_nhd_sm80",
                                          "decode_h128_b16_bf16_kve4m3_g4_swa1_cap0_nhd_sm80",
-                                         "prefill_h128_b16_bf16_kve4m3_g4_swa1_cap0_nhd_sm80"};
+                                         "prefill_h128_b16_bf16_kve4m3_g4_swa1_cap0_nhd_sm80",
+                                         "decode_h128_b16_bf16_kve4m3_g4_swa1_cap0_nhd_sm80_dsp"};
   REQUIRE(j["results"].size() == want.size());
   for (size_t i = 0; i < want.size(); ++i) {
     CHECK(j["results"][i]["spec"] == want[i]);

@@ -180,6 +180,43 @@ TEST_CASE("mixed decode grid: divisor 0 lets the kernel split like the host for 
   CHECK(ga_device_split_room(132, 600, 4, 0, 8) == 132);  // no room kept
 }
 
+// Session 13 computes both with unsigned 32-bit divisions (the _dsp kernel's blocks wait for
+// them); they must equal the signed 64-bit formulas of session 12, which the host's grid sizing
+// and the bench's printed splits also use.
+TEST_CASE("mixed decode grid: the device-split helpers equal their 64-bit formulas") {
+  auto splits64 = [](int d, int grid_y, int sms, int max_splits) {
+    const long long s = d < 1 || grid_y < 1 ? 1 : static_cast<long long>(sms) / grid_y / d;
+    return static_cast<int>(s < 1 ? 1 : s > max_splits ? max_splits : s);
+  };
+  auto room64 = [](int sms, int tokens, int group, int block_m, int kv_heads) {
+    const long long blocks =
+        block_m > 0 && tokens > 0
+            ? (static_cast<long long>(tokens) * group + block_m - 1) / block_m * kv_heads
+            : 0;
+    return blocks >= sms ? 0 : sms - static_cast<int>(blocks);
+  };
+  int checked = 0;
+  for (int sms : {0, 1, 78, 108, 132, 144, 65535})
+    for (int y : {1, 2, 3, 8, 16, 40, 65535})
+      for (int d : {0, 1, 2, 3, 7, 64, 1000, 65535})
+        for (int most : {1, 4, 16, 32}) {
+          INFO(sms << " " << y << " " << d << " " << most);
+          CHECK(ga_device_split_splits(d, y, sms, most) == splits64(d, y, sms, most));
+          ++checked;
+        }
+  for (int sms : {1, 132, 144})
+    for (int tokens : {-1, 0, 1, 16, 63, 64, 65, 511, 512, 4096, 65536, 1 << 24, 1 << 30})
+      for (int group : {1, 4, 7, 16})
+        for (int block_m : {0, 64, 128, 192})
+          for (int kv : {1, 8, 40}) {
+            INFO(sms << " " << tokens << " " << group << " " << block_m << " " << kv);
+            CHECK(ga_device_split_room(sms, tokens, group, block_m, kv) ==
+                  room64(sms, tokens, group, block_m, kv));
+            ++checked;
+          }
+  CHECK(checked > 3000);
+}
+
 namespace {
 // GRAPHATTN_MIXED_DECODE_DIVISOR for a scope (set(nullptr): unset), restored at its end.
 struct DivisorEnv {
@@ -199,8 +236,10 @@ TEST_CASE("mixed decode grid: divisor 0 gives one-token layers a _dsp decode ker
   AttentionLayerConfig c = test::layer_config(8, 2, 128, 1024, 4);
   c.arch = 90;
   DivisorEnv env;
-  env.set(nullptr);
-  CHECK(AttentionBackend(c).required_specs().size() == 3);  // main's kernels
+  env.set("4");
+  CHECK(AttentionBackend(c).required_specs().size() == 3);  // the three of divisors >= 1
+  env.set(nullptr);                                         // the default: divisor 0
+  CHECK(AttentionBackend(c).required_specs().size() == 4);
   env.set("0");
   const std::vector<AttentionSpec> specs = AttentionBackend(c).required_specs();
   REQUIRE(specs.size() == 4);
@@ -225,8 +264,11 @@ TEST_CASE("mixed decode grid: GRAPHATTN_MIXED_DECODE_DIVISOR, read when a backen
   c.arch = 90;
   DivisorEnv env;
   env.set(nullptr);
-  CHECK(mixed_decode_divisor_from_env() == kMixedDecodeDivisor);
-  CHECK(AttentionBackend(c).mixed_decode_divisor() == kMixedDecodeDivisor);
+  CHECK(mixed_decode_divisor_from_env() == kMixedDecodeDivisorDefault);
+  CHECK(kMixedDecodeDivisorDefault == 0);
+  CHECK(AttentionBackend(c).mixed_decode_divisor() == 0);
+  env.set("4");
+  CHECK(AttentionBackend(c).mixed_decode_divisor() == 4);
   env.set("1");
   CHECK(AttentionBackend(c).mixed_decode_divisor() == 1);
   env.set("0");

@@ -345,20 +345,27 @@ GRAPHATTN_API MixedBranches parse_mixed_branches(const std::string& name);
 // launches its decode over every request slot, not knowing on the host how many hold a decode.
 // GRAPHATTN_MIXED_DECODE_DIVISOR (an integer 0..65535, read when a backend is made; anything
 // else is an error naming it) sets how its splits are chosen:
-//   N >= 1 (the default 4, session 10): the grid's split count for every decode is the larger of
-//     the split policy's for every slot and for ceil(slots / N) decodes (1: every slot's, as
-//     before session 10; docs/mixed-step-h100-2026-11-27-s10.txt);
-//   0 (sessions 11-12, off by default): the mixed graphs' decode is its own kernel (spec _dsp,
-//     compiled only then, so every other decode kernel keeps its machine code) that counts the
-//     leading decodes d in query_start_loc and gives each the split policy's count for d
-//     decodes over the multiprocessors the prefill beside it leaves (its row tiles per KV head,
-//     estimated from the batch's other tokens; GRAPHATTN_MIXED_DSP_NO_ROOM keeps none), the
-//     grid (1, y, z) covering the most blocks any d needs, the pipeline depth divisor 4's;
-//     one-token decodes with a 16-bit query only (other layers take divisor 4).
-//     docs/mixed-step-h100-2026-11-27-s11.txt (without the room: 1 decode at 4096 + 16 new
-//     tokens 645 -> 517 us, 4 at 2048 + 16 615 -> 675) and -s12.txt section 9 (with it, against
-//     divisor 4: 1 at 4096 + 16 641 -> 533 us, 4 at 8192 + 64 2733 -> 1833, but 4 at 2048 + 16
-//     +4.8%, 8 at 1024 + 32 +3.2%, a prefill alone +3.4%: so not the default).
+//   0 (the default since session 13, kMixedDecodeDivisorDefault): the mixed graphs' decode is
+//     its own kernel (spec _dsp, so every other decode kernel keeps its machine code) that
+//     counts the leading decodes d in query_start_loc (one round trip per warp) and gives each
+//     the split policy's count for d decodes over the multiprocessors the prefill beside it
+//     leaves (its row tiles per KV head, estimated from the batch's other tokens;
+//     GRAPHATTN_MIXED_DSP_NO_ROOM keeps none), the grid (1, y, z) covering the most blocks any d
+//     needs, the pipeline depth divisor 4's; one-token decodes with a 16-bit query only (other
+//     layers take divisor 4). Such a layer compiles four kernels instead of three.
+//     H100, llama-3-8b's 32 layers, graph against divisor 4 and the eager host split
+//     (docs/mixed-step-h100-2026-11-27-s13.txt): 1 decode at 4096 + 16 new tokens 483 us
+//     (divisor 4 637, host split 581), 4 at 8192 + 64 1823 (2678, 1815), 4 at 2048 + 16 632
+//     (620, 703), a 512-token prefill alone 1279 (1258, 1296);
+//   N >= 1 (the default in sessions 10-12): the grid's split count for every decode is the
+//     larger of the split policy's for every slot and for ceil(slots / N) decodes (1: every
+//     slot's, as before session 10; docs/mixed-step-h100-2026-11-27-s10.txt).
+//     docs/mixed-step-h100-2026-11-27-s11.txt and -s12.txt: the _dsp kernel's first count (two
+//     round trips and two barriers) was 1-5% slower than divisor 4 where both pick the same
+//     splits.
+constexpr int kMixedDecodeDivisorDefault = 0;
+// The divisor that sizes layers without the _dsp kernel, the _dsp launch's pipeline depth and
+// a _dsp grid past 65535 blocks.
 constexpr int kMixedDecodeDivisor = 4;
 GRAPHATTN_API int mixed_decode_divisor_from_env();
 
@@ -413,7 +420,7 @@ class GRAPHATTN_API AttentionBackend {
   // The split-KV grid width for a batch of num_decodes (fixed per captured batch size).
   int decode_max_splits(int num_decodes) const;
   // The most splits a request of a batch split on the device over request_slots slots takes
-  // (see kMixedDecodeDivisor), and how many it takes with num_decodes leading decodes and
+  // (see kMixedDecodeDivisorDefault), and how many it takes with num_decodes leading decodes and
   // prefill_tokens other tokens (divisor 0: the prefill's blocks keep their multiprocessors).
   int mixed_decode_max_splits(int request_slots) const;
   int mixed_decode_splits(int request_slots, int num_decodes, int prefill_tokens = 0) const;
@@ -489,7 +496,7 @@ class GRAPHATTN_API AttentionBackend {
   // a mutex makes each forward()'s fork, launches and join one section.
   struct MixedStreams;
   std::shared_ptr<MixedStreams> mixed_;
-  int mixed_decode_divisor_ = kMixedDecodeDivisor;  // mixed_decode_max_splits' divisor
+  int mixed_decode_divisor_ = kMixedDecodeDivisorDefault;  // mixed_decode_max_splits' divisor
   // GRAPHATTN_MIXED_DSP_NO_ROOM (an on/off flag, off by default; divisor 0 only): the _dsp
   // decode kernel takes every multiprocessor for its splits, none kept for the prefill.
   bool mixed_dsp_no_room_ = false;

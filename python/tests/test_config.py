@@ -28,7 +28,10 @@ def test_defaults_and_resolved_config():
     assert b.required_specs() == [
         "cache_write_h128_b16_bf16_kvauto_g1_swa0_cap0_nhd_sm90",
         "decode_h128_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm90",
-        "prefill_h128_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm90"]
+        "prefill_h128_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm90",
+        # the mixed graphs' decode, splits chosen on the device (mixed decode divisor 0, the
+        # default)
+        "decode_h128_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm90_dsp"]
     assert "sm_90" in repr(b)
 
 
@@ -49,7 +52,7 @@ def test_every_option_reaches_the_library():
 def test_checked_mode_selects_checked_kernels():
     b = backend(check_bounds=True)
     assert b.config.check_bounds is True
-    assert all(spec.endswith("_chk") for spec in b.required_specs())
+    assert all("_chk" in spec for spec in b.required_specs())  # (then _dsp on the fourth)
     assert backend().config.check_bounds is False
     with pytest.raises(graphattn.GraphattnError, match="not in checked mode"):
         backend().take_bounds_violation()
@@ -203,7 +206,9 @@ def test_attn_type_reaches_the_library(name, expected, suffixes):
     if suffixes is None:  # no cache, no decodes: the dense non-causal prefill alone
         assert b.required_specs() == ["prefill_h128_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm90_nc_dense"]
     else:
-        assert b.required_specs() == [s + x for s, x in zip(SPECS, suffixes)]
+        # and the mixed graphs' decode with device-chosen splits (divisor 0, the default)
+        assert b.required_specs() == [s + x for s, x in zip(SPECS, suffixes)] + [
+            SPECS[1] + suffixes[1] + "_dsp"]
 
 
 @pytest.mark.parametrize("n", [2, 4, 16])
@@ -220,7 +225,7 @@ def test_decode_query_len_selects_the_multi_token_decode(n):
 def test_attn_type_and_decode_query_len_defaults():
     b = backend()
     assert (b.config.attn_type, b.config.decode_query_len) == ("decoder", 1)
-    assert b.required_specs() == list(SPECS)
+    assert b.required_specs() == list(SPECS) + [SPECS[1] + "_dsp"]
     # The ctypes struct is the C struct: graphattn_layer_config_init writes its sizeof, which
     # the last field (decode_query_len, after v_scale_device) reaches.
     import ctypes
