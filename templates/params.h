@@ -768,16 +768,19 @@ enum GaPwSched : int {
 };
 // The e4m3 prefill's (fp8) bits: `fp8_bits` >= 0 (-DGA_PREFILL_SM90_FP8_SCHED=N, for measurement)
 // sets them all, of GA_PW_SCHED_EARLY_WAIT, _VOTE_MAX, _MAX8, _ROW_LINES and _HOIST (the vote
-// never with scaled scores); else the row lines at head 128 (or `bits`' row-lines bit).
+// never with scaled scores); else at head 128 the row lines and, without scaled scores, the
+// vote (session 13, f8p13: the vote's e4m3 path fixed, 4 x 4096 -3.6%;
+// docs/fp8-prefill-h100-2026-11-27-s13.txt), or `bits`' row-lines bit.
 constexpr int ga_prefill_sm90_sched(int head_size, bool legacy, bool fp8, bool scaled_scores,
                                     bool plain_causal, bool plain_paged, int bits = -1,
                                     int fp8_bits = -1) {
-  return fp8 ? (fp8_bits >= 0 ? fp8_bits &
-                                    (GA_PW_SCHED_EARLY_WAIT | GA_PW_SCHED_MAX8 |
-                                     GA_PW_SCHED_ROW_LINES | GA_PW_SCHED_HOIST |
-                                     (scaled_scores ? 0 : GA_PW_SCHED_VOTE_MAX))
-                : bits < 0 ? (head_size == 128 ? GA_PW_SCHED_ROW_LINES : 0)
-                           : bits & GA_PW_SCHED_ROW_LINES)
+  return fp8 ? (fp8_bits >= 0 ? fp8_bits & (GA_PW_SCHED_EARLY_WAIT | GA_PW_SCHED_MAX8 |
+                                            GA_PW_SCHED_ROW_LINES | GA_PW_SCHED_HOIST |
+                                            (scaled_scores ? 0 : GA_PW_SCHED_VOTE_MAX))
+                : bits < 0    ? (head_size == 128 ? GA_PW_SCHED_ROW_LINES |
+                                                     (scaled_scores ? 0 : GA_PW_SCHED_VOTE_MAX)
+                                                  : 0)
+                              : bits & GA_PW_SCHED_ROW_LINES)
          : bits < 0
              ? (legacy && head_size == 128 && !scaled_scores && plain_causal
                     ? GA_PW_SCHED_EARLY_WAIT

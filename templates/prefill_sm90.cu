@@ -240,16 +240,16 @@ enum PwFp8Softmax : int {
 #ifdef GA_PREFILL_SM90_FP8_SCHED
 // (The e4m3 prefill's own bits, -DGA_PREFILL_SM90_FP8_SCHED=N: params.h's fp8_bits.)
 enum PwSched : int {
-  PW_SCHED = ga_prefill_sm90_sched(HEAD_SIZE, PW_LEGACY, PW_FP8, HAS_SOFT_CAP || HAS_ALIBI,
-                                   !HAS_WINDOW && !GA_NON_CAUSAL,
-                                   !GA_DENSE_KV && !PW_PRODUCER_EXTRA,
+  PW_SCHED =
+      ga_prefill_sm90_sched(HEAD_SIZE, PW_LEGACY, PW_FP8, HAS_SOFT_CAP || HAS_ALIBI,
+                            !HAS_WINDOW && !GA_NON_CAUSAL, !GA_DENSE_KV && !PW_PRODUCER_EXTRA,
 #ifdef GA_PREFILL_SM90_SCHED
-                                   GA_PREFILL_SM90_SCHED,
+                            GA_PREFILL_SM90_SCHED,
 #else
-                                   -1,
+                            -1,
 #endif
-                                   GA_PREFILL_SM90_FP8_SCHED) &
-             ~(PW_LV & 64 ? GA_PW_SCHED_EARLY_WAIT : 0)
+                            GA_PREFILL_SM90_FP8_SCHED) &
+      ~(PW_LV & 64 ? GA_PW_SCHED_EARLY_WAIT : 0)
 };
 #elif defined(GA_PREFILL_SM90_SCHED)
 enum PwSched : int {
