@@ -235,8 +235,9 @@ enum PwFp8Softmax : int {
 #define PW_F8_SPEC_CODE 0
 #endif
 // The 16-bit consumers' per-tile schedule (params.h's ga_prefill_sm90_sched, GA_PW_SCHED_* bits;
-// -DGA_PREFILL_SM90_SCHED=N asks for N, for measurement). fp8: GA_PW_SCHED_ROW_LINES at most (the
-// producer's gather). (An enumerator, as above.)
+// -DGA_PREFILL_SM90_SCHED=N asks for N, for measurement). fp8: the row lines (the producer's
+// gather) and, without scaled scores, the vote at head 128 by default; its own bits with
+// -DGA_PREFILL_SM90_FP8_SCHED=N. (An enumerator, as above.)
 #ifdef GA_PREFILL_SM90_FP8_SCHED
 // (The e4m3 prefill's own bits, -DGA_PREFILL_SM90_FP8_SCHED=N: params.h's fp8_bits.)
 enum PwSched : int {
