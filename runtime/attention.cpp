@@ -65,7 +65,7 @@ DecodeGrid mixed_decode_grid(int slots, int divisor, int num_kv_heads, int colum
       // (4 decodes at 2048 + 16 in 20 slots: 3 splits at 2 stages) the launch differs from it
       // only in the count and the grid. Session 11 launched every slot's depth (3 stages there,
       // 4 splits: +9.6%; not separated from the splits).
-      DecodeGrid g = decode_grid_beside_prefill(all);
+      DecodeGrid g = all;
       g.stages = mixed_decode_grid(slots, kMixedDecodeDivisor, num_kv_heads, columns, max_model_len,
                                    window, head_size, kv_dtype, dev)
                      .stages;

@@ -238,35 +238,19 @@ enum PwFp8Softmax : int {
 // -DGA_PREFILL_SM90_SCHED=N asks for N, for measurement). fp8: the row lines (the producer's
 // gather) and, without scaled scores, the vote at head 128 by default; its own bits with
 // -DGA_PREFILL_SM90_FP8_SCHED=N. (An enumerator, as above.)
-#ifdef GA_PREFILL_SM90_FP8_SCHED
-// (The e4m3 prefill's own bits, -DGA_PREFILL_SM90_FP8_SCHED=N: params.h's fp8_bits.)
+#ifndef GA_PREFILL_SM90_SCHED
+#define GA_PREFILL_SM90_SCHED -1  // params.h's default bits
+#endif
+#ifndef GA_PREFILL_SM90_FP8_SCHED
+#define GA_PREFILL_SM90_FP8_SCHED -1  // the e4m3 prefill's default bits (params.h's fp8_bits)
+#endif
 enum PwSched : int {
   PW_SCHED =
       ga_prefill_sm90_sched(HEAD_SIZE, PW_LEGACY, PW_FP8, HAS_SOFT_CAP || HAS_ALIBI,
                             !HAS_WINDOW && !GA_NON_CAUSAL, !GA_DENSE_KV && !PW_PRODUCER_EXTRA,
-#ifdef GA_PREFILL_SM90_SCHED
-                            GA_PREFILL_SM90_SCHED,
-#else
-                            -1,
-#endif
-                            GA_PREFILL_SM90_FP8_SCHED) &
+                            GA_PREFILL_SM90_SCHED, GA_PREFILL_SM90_FP8_SCHED) &
       ~(PW_LV & 64 ? GA_PW_SCHED_EARLY_WAIT : 0)
 };
-#elif defined(GA_PREFILL_SM90_SCHED)
-enum PwSched : int {
-  PW_SCHED = ga_prefill_sm90_sched(HEAD_SIZE, PW_LEGACY, PW_FP8, HAS_SOFT_CAP || HAS_ALIBI,
-                                   !HAS_WINDOW && !GA_NON_CAUSAL,
-                                   !GA_DENSE_KV && !PW_PRODUCER_EXTRA, GA_PREFILL_SM90_SCHED) &
-             ~(PW_LV & 64 ? GA_PW_SCHED_EARLY_WAIT : 0)
-};
-#else
-enum PwSched : int {
-  PW_SCHED =
-      ga_prefill_sm90_sched(HEAD_SIZE, PW_LEGACY, PW_FP8, HAS_SOFT_CAP || HAS_ALIBI,
-                            !HAS_WINDOW && !GA_NON_CAUSAL, !GA_DENSE_KV && !PW_PRODUCER_EXTRA) &
-      ~(PW_LV & 64 ? GA_PW_SCHED_EARLY_WAIT : 0)
-};
-#endif
 // GA_PW_SCHED_SPEC_EXP (params.h): the speculative exponentials of the 16-bit flash layouts with
 // the overlap, for scores without a soft cap or ALiBi (pw_softmax_spec); GA_PW_SCHED_SPEC_TEST
 // sends every speculative tile to the fallback (tests only). (An enumerator, as above.)
