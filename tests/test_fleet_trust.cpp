@@ -43,13 +43,6 @@ std::string key_error(const std::string& path, bool shared = false) {
   return test::error_of([&] { detail::read_signing_key(path, shared); });
 }
 
-// Sets an environment variable for one scope.
-struct ScopedEnv {
-  std::string name;
-  ScopedEnv(const char* n, const std::string& v) : name(n) { ::setenv(n, v.c_str(), 1); }
-  ~ScopedEnv() { ::unsetenv(name.c_str()); }
-};
-
 }  // namespace
 
 TEST_CASE("signing key files: links, loose modes and degenerate secrets are refused") {
@@ -163,15 +156,15 @@ TEST_CASE("shared mode: a directory of a group this process is not in is not tru
 TEST_CASE("on/off variables are parsed strictly") {
   const char* name = "GRAPHATTN_DUMP_SOURCE";
   for (const char* on : {"1", "true", "YES", "on"}) {
-    ScopedEnv e(name, on);
+    test::ScopedEnv e(name, on);
     CHECK(detail::env_flag(name));
   }
   for (const char* off : {"", "0", "false", "No", "off"}) {
-    ScopedEnv e(name, off);
+    test::ScopedEnv e(name, off);
     CHECK_FALSE(detail::env_flag(name));
   }
   for (const char* bad : {"1abc", "2", " 1", "yes please", "enable"}) {
-    ScopedEnv e(name, bad);
+    test::ScopedEnv e(name, bad);
     CHECK_THROWS_WITH_AS(detail::env_flag(name), doctest::Contains("is not supported"), Error);
     CHECK_THROWS_AS(check_cache_environment(), Error);
   }
@@ -179,11 +172,11 @@ TEST_CASE("on/off variables are parsed strictly") {
     const char* ring = "GRAPHATTN_DECODE_RING_STAGES";
     CHECK(detail::decode_ring_stages_from_env() == 0);
     for (const char* good : {"2", "3", "4"}) {
-      ScopedEnv e(ring, good);
+      test::ScopedEnv e(ring, good);
       CHECK(detail::decode_ring_stages_from_env() == std::stoi(good));
     }
     for (const char* bad : {"1", "5", "02", "2x", " 2"}) {
-      ScopedEnv e(ring, bad);
+      test::ScopedEnv e(ring, bad);
       CHECK_THROWS_WITH_AS(detail::decode_ring_stages_from_env(),
                            doctest::Contains("GRAPHATTN_DECODE_RING_STAGES='"), Error);
     }
@@ -214,13 +207,13 @@ TEST_CASE("on/off variables are parsed strictly") {
 
 TEST_CASE("cache directories: relative paths and too many layers are start-up errors") {
   {
-    ScopedEnv e("GRAPHATTN_CACHE_DIR", "relative/cache");
+    test::ScopedEnv e("GRAPHATTN_CACHE_DIR", "relative/cache");
     CHECK_THROWS_WITH_AS(KernelCache(), doctest::Contains("is not an absolute path"), Error);
   }
   std::string many;
   for (int i = 0; i < 1100; ++i) many += "/tmp/graphattn-layer-" + std::to_string(i) + ":";
   {
-    ScopedEnv e("GRAPHATTN_CACHE_DIRS", many);
+    test::ScopedEnv e("GRAPHATTN_CACHE_DIRS", many);
     CHECK_THROWS_WITH_AS(KernelCache(), doctest::Contains("at most 32 layers"), Error);
   }
   CacheOptions o;

@@ -217,26 +217,10 @@ TEST_CASE("mixed decode grid: the device-split helpers equal their 64-bit formul
   CHECK(checked > 3000);
 }
 
-namespace {
-// GRAPHATTN_MIXED_DECODE_DIVISOR for a scope (set(nullptr): unset), restored at its end.
-struct DivisorEnv {
-  const char* old = std::getenv("GRAPHATTN_MIXED_DECODE_DIVISOR");
-  const std::string saved = old ? old : "";
-  void set(const char* v) {
-    if (v)
-      ::setenv("GRAPHATTN_MIXED_DECODE_DIVISOR", v, 1);
-    else
-      ::unsetenv("GRAPHATTN_MIXED_DECODE_DIVISOR");
-  }
-  ~DivisorEnv() { set(old ? saved.c_str() : nullptr); }
-};
-}  // namespace
-
 TEST_CASE("mixed decode grid: divisor 0 gives one-token layers a _dsp decode kernel") {
   AttentionLayerConfig c = test::layer_config(8, 2, 128, 1024, 4);
   c.arch = 90;
-  DivisorEnv env;
-  env.set("4");
+  test::ScopedEnv env("GRAPHATTN_MIXED_DECODE_DIVISOR", "4");
   CHECK(AttentionBackend(c).required_specs().size() == 3);  // the three of divisors >= 1
   env.set(nullptr);                                         // the default: divisor 0
   CHECK(AttentionBackend(c).required_specs().size() == 4);
@@ -262,8 +246,7 @@ TEST_CASE("mixed decode grid: divisor 0 gives one-token layers a _dsp decode ker
 TEST_CASE("mixed decode grid: GRAPHATTN_MIXED_DECODE_DIVISOR, read when a backend is made") {
   AttentionLayerConfig c = test::layer_config(8, 2, 128, 1024, 4);
   c.arch = 90;
-  DivisorEnv env;
-  env.set(nullptr);
+  test::ScopedEnv env("GRAPHATTN_MIXED_DECODE_DIVISOR", nullptr);
   CHECK(mixed_decode_divisor_from_env() == kMixedDecodeDivisorDefault);
   CHECK(kMixedDecodeDivisorDefault == 0);
   CHECK(AttentionBackend(c).mixed_decode_divisor() == 0);

@@ -23,35 +23,9 @@
 using namespace graphattn;
 using namespace graphattn::test;
 
-namespace {
-
-// Sets an environment variable for one scope and restores what was there.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = getenv(name)) old_ = old, had_ = true;
-    if (value)
-      setenv(name, value, 1);
-    else
-      unsetenv(name);
-  }
-  ~ScopedEnv() {
-    if (had_)
-      setenv(name_.c_str(), old_.c_str(), 1);
-    else
-      unsetenv(name_.c_str());
-  }
-
- private:
-  std::string name_, old_;
-  bool had_ = false;
-};
-
-}  // namespace
-
 TEST_CASE("log level: GRAPHATTN_LOG_LEVEL's names, case-insensitive; a bad one is named") {
   {
-    ScopedEnv e("GRAPHATTN_LOG_LEVEL", nullptr);
+    test::ScopedEnv e("GRAPHATTN_LOG_LEVEL", nullptr);
     CHECK(log_level() == LogLevel::kInfo);
     CHECK(log_level_problem().empty());
   }
@@ -60,16 +34,16 @@ TEST_CASE("log level: GRAPHATTN_LOG_LEVEL's names, case-insensitive; a bad one i
       {"warn", LogLevel::kWarning}, {"error", LogLevel::kError}, {"off", LogLevel::kOff}};
   for (const auto& entry : names) {  // no structured binding: doctest's messages capture it
     const char* text = entry.first;
-    ScopedEnv e("GRAPHATTN_LOG_LEVEL", text);
+    test::ScopedEnv e("GRAPHATTN_LOG_LEVEL", text);
     CHECK_MESSAGE(log_level() == entry.second, text);
     CHECK(log_level_problem().empty());
   }
-  ScopedEnv e("GRAPHATTN_LOG_LEVEL", "loud\x1b");
+  test::ScopedEnv e("GRAPHATTN_LOG_LEVEL", "loud\x1b");
   CHECK(log_level() == LogLevel::kInfo);
   CHECK(log_level_problem() ==
         "GRAPHATTN_LOG_LEVEL 'loud\\x1b' is not a log level; supported: debug, info, warning, "
         "error or off");
-  ScopedEnv off("GRAPHATTN_LOG_LEVEL", "off");
+  test::ScopedEnv off("GRAPHATTN_LOG_LEVEL", "off");
   CHECK_FALSE(log_enabled(LogLevel::kError));
 }
 
@@ -92,7 +66,7 @@ TEST_CASE(
   std::vector<std::pair<size_t, PrecompileResult>> done;
   std::vector<PrecompileResult> results;
   {
-    ScopedEnv e("GRAPHATTN_LOG_LEVEL", "debug");
+    test::ScopedEnv e("GRAPHATTN_LOG_LEVEL", "debug");
     results = cache.precompile(specs, 2, [&](size_t i, const PrecompileResult& r) {
       done.emplace_back(i, r);  // one call at a time: no lock needed
     });
@@ -120,7 +94,7 @@ TEST_CASE(
   logged.clear();
   set_log_handler([&](LogLevel l, const std::string& m) { logged.emplace_back(l, m); });
   {
-    ScopedEnv e("GRAPHATTN_LOG_LEVEL", "warning");
+    test::ScopedEnv e("GRAPHATTN_LOG_LEVEL", "warning");
     cache.precompile(specs, 1);
   }
   set_log_handler(nullptr);

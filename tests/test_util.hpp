@@ -138,6 +138,30 @@ void for_each_live_kv(const std::vector<int>& seq_lens, int window,
   }
 }
 
+// Sets an environment variable for one scope (value nullptr: unsets it) and restores what was
+// there at its end; set() changes it again within the scope.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old, had_ = true;
+    set(value);
+  }
+  ScopedEnv(const char* name, const std::string& value) : ScopedEnv(name, value.c_str()) {}
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+  ~ScopedEnv() { set(had_ ? old_.c_str() : nullptr); }
+  void set(const char* value) const {
+    if (value)
+      ::setenv(name_.c_str(), value, 1);
+    else
+      ::unsetenv(name_.c_str());
+  }
+
+ private:
+  std::string name_, old_;
+  bool had_ = false;
+};
+
 // GRAPHATTN_TEST_REDUCED=1: a small matrix (for compute-sanitizer runs).
 inline bool reduced() {
   const char* r = std::getenv("GRAPHATTN_TEST_REDUCED");
