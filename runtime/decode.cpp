@@ -581,9 +581,26 @@ void enqueue_decode(const LoadedKernel& decode, const DecodeLaunch& a, CUstream 
   const int rh = decode_row_heads(spec);
   const int64_t grid_y = decode_grid_y(spec, num_kv_heads, a.max_query_len);
   const int kvb = kv_bytes_of(spec);
-  p.early_prologue = a.early_prologue && a.new_key.ndim != 0 ? 1 : 0;
-  const int stages = p.early_prologue && a.early_stages != 0 ? a.early_stages : stages_of(spec, a);
   p.cluster_splits = a.cluster && a.max_splits > 1 && !chosen ? 1 : 0;
+  // [policy: early trigger] A captured cluster launch with the early prologue lets the next kernel
+  // be scheduled at its entry (early_prologue 2), so that the next layer's blocks start their
+  // metadata loads and first tiles under this layer's whole body instead of after its wait.
+  // H100, 32-layer B=1 step (8-block clusters), with the trigger at entry in every launch:
+  // graph 126.8 us against 134.3-134.6 but eager 151.4-152.6 against 142.5-143.3
+  // (docs/decode-small-batch-h100-2026-11-27-s13.txt), so eager launches keep the trigger after
+  // the wait (docs/decode-small-batch-h100-2026-11-27-s14.txt).
+  static const int trigger_mode = detail::decode_early_trigger_from_env();
+  p.early_prologue = decode_early_prologue(
+      a.early_prologue && a.new_key.ndim != 0,
+      spec.arch >= 90 && ga_decode_cluster_push(spec.head_size, kvb == 2,
+                                                spec.layout == KvLayout::kLegacy ? 2 : 0,
+                                                spec.multi_token, spec.block_sparse),
+      p.cluster_splits != 0, trigger_mode, [stream] {
+        CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+        GA_CU_CHECK(driver().cuStreamIsCapturing(stream, &status));
+        return status == CU_STREAM_CAPTURE_STATUS_ACTIVE;
+      });
+  const int stages = p.early_prologue && a.early_stages != 0 ? a.early_stages : stages_of(spec, a);
   // Measurement switch (off by default): GRAPHATTN_DECODE_RING_STAGES=N runs the ring N stages
   // deep (fewer tiles in flight) with the shared memory, so the resident blocks, of `stages`.
   static const int ring = detail::decode_ring_stages_from_env();

@@ -181,6 +181,20 @@ DecodeDevice prepare_decode_kernel(const LoadedKernel& decode);
 DecodeGrid decode_grid(int num_decodes, int num_kv_heads, int columns, int max_model_len,
                        int window, int head_size, KvDType kv_dtype, const DecodeDevice& device);
 
+// [policy: early trigger] The early_prologue word (templates/params.h) of a launch: 0 without the
+// early prologue (early: the fused write and DecodeLaunch::early_prologue); 2, which also lets
+// the next kernel be scheduled at the kernel's entry, for a cluster launch of a pushed-combine
+// spec (push_spec: ga_decode_cluster_push on sm_90+) on a capturing stream; else 1. mode:
+// GRAPHATTN_DECODE_EARLY_TRIGGER (0 unset: as said; 1 never; 2 captured launches, cluster or
+// not; 3 every launch of such a spec, captured or not). capturing is asked only where it decides.
+template <class Capturing>
+int decode_early_prologue(bool early, bool push_spec, bool cluster, int mode,
+                          const Capturing& capturing) {
+  if (!early) return 0;
+  if (!push_spec || mode == 1 || (mode == 0 && !cluster)) return 1;
+  return mode == 3 || capturing() ? 2 : 1;
+}
+
 // The grid of a decode that runs beside a prefill (a mixed batch), whose blocks take the slots
 // the decode leaves free: an unsplit grid at the free-slot depth (early_stages) where it has one.
 DecodeGrid decode_grid_beside_prefill(DecodeGrid g);

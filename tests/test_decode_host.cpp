@@ -257,6 +257,33 @@ TEST_CASE("decode KV head pairs: which specs pair, and the grid over pairs") {
   CHECK(detail::decode_grid(1, 3, 4, 32768, 0, 64, KvDType::kAuto, d).max_splits == 132 / 2);
 }
 
+TEST_CASE("decode early trigger: captured cluster launches of the pushed-combine specs") {
+  int asked = 0;
+  const auto capturing = [&asked] {
+    ++asked;
+    return true;
+  };
+  const auto eager = [&asked] {
+    ++asked;
+    return false;
+  };
+  // The policy (mode 0): 2 only for a captured cluster launch of a pushed-combine spec.
+  CHECK(detail::decode_early_prologue(true, true, true, 0, capturing) == 2);
+  CHECK(detail::decode_early_prologue(true, true, true, 0, eager) == 1);
+  CHECK(asked == 2);
+  CHECK(detail::decode_early_prologue(true, true, false, 0, capturing) == 1);  // counter launch
+  CHECK(detail::decode_early_prologue(true, false, true, 0, capturing) == 1);  // other spec
+  CHECK(detail::decode_early_prologue(false, true, true, 0, capturing) == 0);  // no early prologue
+  CHECK(asked == 2);  // the stream is asked only where it decides
+  // GRAPHATTN_DECODE_EARLY_TRIGGER: 1 never, 2 captured launches cluster or not, 3 every launch.
+  CHECK(detail::decode_early_prologue(true, true, true, 1, capturing) == 1);
+  CHECK(detail::decode_early_prologue(true, true, false, 2, capturing) == 2);
+  CHECK(detail::decode_early_prologue(true, true, false, 2, eager) == 1);
+  CHECK(detail::decode_early_prologue(true, true, false, 3, eager) == 2);
+  CHECK(detail::decode_early_prologue(true, false, true, 3, eager) == 1);
+  CHECK(detail::decode_early_prologue(false, true, true, 3, eager) == 0);
+}
+
 TEST_CASE("decode workspace: partials only when a batch can split") {
   CHECK(detail::decode_workspace_bytes(4, 32, 128, 1) == 0);  // one split writes the output
   const size_t w = detail::decode_workspace_bytes(4, 32, 128, 10);
