@@ -592,9 +592,9 @@ void enqueue_decode(const LoadedKernel& decode, const DecodeLaunch& a, CUstream 
   static const int trigger_mode = detail::decode_early_trigger_from_env();
   p.early_prologue = decode_early_prologue(
       a.early_prologue && a.new_key.ndim != 0,
-      spec.arch >= 90 && ga_decode_cluster_push(spec.head_size, kvb == 2,
-                                                spec.layout == KvLayout::kLegacy ? 2 : 0,
-                                                spec.multi_token, spec.block_sparse),
+      spec.arch >= 90 &&
+          ga_decode_cluster_push(spec.head_size, kvb == 2, spec.layout == KvLayout::kLegacy ? 2 : 0,
+                                 spec.multi_token, spec.block_sparse),
       p.cluster_splits != 0, trigger_mode, [stream] {
         CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
         GA_CU_CHECK(driver().cuStreamIsCapturing(stream, &status));
