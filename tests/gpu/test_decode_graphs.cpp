@@ -175,15 +175,16 @@ CommonAttentionMetadata random_batch(std::mt19937_64& rng, bool prefills, int nu
   return batch_of(rng, q, k);
 }
 
-// One step's new tokens: query [n, kHeads, kHead], key and value [n, kKvHeads, kHead], bf16 of
+// One step's new tokens: query [n, heads, kHead], key and value [n, kv_heads, kHead], bf16 of
 // N(0, 1) draws (query, then key, then value).
 struct StepTokens {
   std::vector<uint16_t> q, k, v;
 };
-StepTokens random_tokens(std::mt19937_64& rng, std::normal_distribution<float>& normal, int n) {
+StepTokens random_tokens(std::mt19937_64& rng, std::normal_distribution<float>& normal, int n,
+                         int heads = kHeads, int kv_heads = kKvHeads) {
   StepTokens t;
-  t.q.resize(static_cast<size_t>(n) * kHeads * kHead);
-  t.k.resize(static_cast<size_t>(n) * kKvHeads * kHead);
+  t.q.resize(static_cast<size_t>(n) * heads * kHead);
+  t.k.resize(static_cast<size_t>(n) * kv_heads * kHead);
   t.v.resize(t.k.size());
   for (auto* v : {&t.q, &t.k, &t.v})
     for (auto& x : *v) x = test::float_to_bf16(normal(rng));
@@ -308,10 +309,7 @@ TEST_CASE("gpu decode graphs: captured early-prologue layers trigger the next at
     for (int r = 0; r < n; ++r)
       k[r] = step < 3 ? len - step * 500 : 1 + static_cast<int>(rng() % len);  // 1024, 524, 24
     const auto m = batch_of(rng, q, k, per_seq, blocks);
-    std::vector<uint16_t> qv(static_cast<size_t>(n) * heads * kHead),
-        kv(static_cast<size_t>(n) * kv_heads * kHead), vv(kv.size());
-    for (auto* v : {&qv, &kv, &vv})
-      for (auto& x : *v) x = test::float_to_bf16(normal(rng));
+    auto [qv, kv, vv] = random_tokens(rng, normal, n, heads, kv_heads);
     const int padded = runner.padded_size(n);
     REQUIRE(padded > 0);
     graph_stack.set_batch(m, padded, stream, &qv, &kv, &vv);
