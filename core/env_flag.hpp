@@ -25,4 +25,10 @@ int decode_cluster_splits_from_env();
 // throws graphattn::Error as above.
 int decode_ring_stages_from_env();
 
+// GRAPHATTN_DECODE_EARLY_TRIGGER (a measurement switch, runtime/decode.cpp [policy: early
+// trigger]): unset or empty is 0 (the policy: captured cluster launches); 1 no launch, 2 every
+// captured launch with the early prologue, 3 every launch with it (eager too); anything else
+// throws graphattn::Error as above.
+int decode_early_trigger_from_env();
+
 }  // namespace graphattn::detail

@@ -71,6 +71,7 @@ DecodeGrid mixed_decode_grid(int slots, int divisor, int num_kv_heads, int colum
                      .stages;
       g.max_splits = most;
       g.cluster = false;
+      g.early_trigger = false;
       g.early_stages = 0;
       g.device_sms = dev.num_sms;
       g.grid_y = static_cast<int>(y);
@@ -573,6 +574,7 @@ detail::DecodeLaunch decode_launch(const AttentionLayerConfig& c,
   d.stages = grid.stages;
   d.early_stages = grid.early_stages;
   d.cluster = grid.cluster;
+  d.early_trigger = grid.early_trigger;
   d.scale = c.scale;
   d.window = c.window;
   d.soft_cap = c.soft_cap;

@@ -368,6 +368,18 @@ DecodeGrid decode_grid(int num_decodes, int num_kv_heads, int columns, int max_m
     // issued before the wait. H100, 32-layer B=1 step (context 1024): 134.3-134.6 us graph,
     // 142.5-143.3 eager, against 141.4-142.4 / 148.9-150.2 at 16 splits (docs/decode-small-
     // batch-h100-2026-11-27-s13.txt; at 8 splits and 2 stages b112 measured 137.9 / 159.1).
+    // [policy: early trigger] A cluster launch whose warps issue every tile before the wait
+    // (tiles a warp <= the early prologue's depth - 1) lets the next kernel be scheduled at its
+    // entry when captured. H100, chains of 32 x 1 x 1024 in one graph, us a launch, entry trigger
+    // against after the wait: 8 splits (2 tiles a warp) at 3 stages 4.0 / 4.2, 16 splits (1) 4.1
+    // / 4.6 at 3 and 4.3 / 4.4 at 2; but 8 splits at 2 stages (one tile left after the wait)
+    // 4.8 / 4.3 and 1 x 4096 at 16 splits (4 tiles a warp) 9.0 / 8.2 at 3 stages, 10.2 / 8.7 at 2
+    // (docs/decode-small-batch-h100-2026-11-27-s14.txt).
+    const auto allow_trigger = [&] {
+      const int64_t w = (tiles + int64_t{g.max_splits} * GA_DECODE_WARPS - 1) /
+                        (int64_t{g.max_splits} * GA_DECODE_WARPS);
+      g.early_trigger = g.cluster && w <= (g.early_stages != 0 ? g.early_stages : g.stages) - 1;
+    };
     if (g.cluster && !dev.use_clusters) {
       const int cap = dev.cluster_splits != 0 ? dev.cluster_splits : kAutoClusterSplits;
       if (g.max_splits > cap) {
@@ -378,8 +390,10 @@ DecodeGrid decode_grid(int num_decodes, int num_kv_heads, int columns, int max_m
             dev.blocks_per_sm[3] >= 2 && dev.cluster_at[3] >= cap)
           g.early_stages = 3;
       }
+      allow_trigger();
       return g;
     }
+    allow_trigger();
     // With the early prologue (the engine's layers: fused write, programmatic dependent launch)
     // a warp issues its first stages - 1 tiles before waiting for the previous kernel, under that
     // kernel's tail, so longer splits gain from a deeper pipeline there. H100, 32 launches back
@@ -581,9 +595,26 @@ void enqueue_decode(const LoadedKernel& decode, const DecodeLaunch& a, CUstream 
   const int rh = decode_row_heads(spec);
   const int64_t grid_y = decode_grid_y(spec, num_kv_heads, a.max_query_len);
   const int kvb = kv_bytes_of(spec);
-  p.early_prologue = a.early_prologue && a.new_key.ndim != 0 ? 1 : 0;
-  const int stages = p.early_prologue && a.early_stages != 0 ? a.early_stages : stages_of(spec, a);
   p.cluster_splits = a.cluster && a.max_splits > 1 && !chosen ? 1 : 0;
+  // [policy: early trigger] A captured cluster launch with the early prologue whose grid allows it
+  // (DecodeGrid::early_trigger) lets the next kernel be scheduled at its entry (early_prologue 2),
+  // so that the next layer's blocks start their metadata loads and first tiles under this
+  // layer's whole body instead of after its wait. H100, 32-layer B=1 step (8-block clusters, 3
+  // stages): graph 128.7-128.9 us against 135.5-135.7 without the trigger (main 134.2-134.9);
+  // eager launches keep the trigger after the wait: with it at entry eager took 152.3-157.9
+  // against 143.0-144.3 (docs/decode-small-batch-h100-2026-11-27-s14.txt).
+  static const int trigger_mode = detail::decode_early_trigger_from_env();
+  p.early_prologue = decode_early_prologue(
+      a.early_prologue && a.new_key.ndim != 0,
+      spec.arch >= 90 &&
+          ga_decode_cluster_push(spec.head_size, kvb == 2, spec.layout == KvLayout::kLegacy ? 2 : 0,
+                                 spec.multi_token, spec.block_sparse),
+      p.cluster_splits != 0 && a.early_trigger, trigger_mode, [stream] {
+        CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+        GA_CU_CHECK(driver().cuStreamIsCapturing(stream, &status));
+        return status == CU_STREAM_CAPTURE_STATUS_ACTIVE;
+      });
+  const int stages = p.early_prologue && a.early_stages != 0 ? a.early_stages : stages_of(spec, a);
   // Measurement switch (off by default): GRAPHATTN_DECODE_RING_STAGES=N runs the ring N stages
   // deep (fewer tiles in flight) with the shared memory, so the resident blocks, of `stages`.
   static const int ring = detail::decode_ring_stages_from_env();

@@ -50,6 +50,10 @@ struct DecodeGrid {
   int stages = 2;        // cp.async stages per warp
   bool cluster = false;  // the splits of a request run as one cluster of max_splits blocks
   int early_stages = 0;  // stages of a launch that runs the early prologue (0: stages)
+  // A cluster launch whose warps issue all their tiles before the wait (tiles a warp <= the early
+  // prologue's depth - 1): captured with the early prologue, it lets the next kernel be scheduled
+  // at its entry ([policy: early trigger], decode_early_prologue).
+  bool early_trigger = false;
   // A batch split on the device whose splits the kernel chooses from the decodes it counts
   // (runtime/mixed_grid.hpp; 0: max_splits for every request): the policy's multiprocessor
   // count, grid y (blocks per request and split), and the leading decodes that may take more
@@ -77,6 +81,9 @@ struct DecodeLaunch : AttentionViews {
   // sm_90+, max_splits <= 16: run the splits of each request as one thread-block cluster and
   // combine them through distributed shared memory (the counters are then not used).
   bool cluster = false;
+  // DecodeGrid::early_trigger: with the early prologue, on a capturing stream, a cluster launch of
+  // a pushed-combine spec lets the next kernel be scheduled at its entry (decode_early_prologue).
+  bool early_trigger = false;
   float scale = 1.0f;            // softmax scale
   int window = 0;                // sliding window in tokens; 0 = none (the spec must agree)
   float soft_cap = 0.0f;         // logits soft cap; 0 = none (the spec must agree)
@@ -180,6 +187,22 @@ DecodeDevice prepare_decode_kernel(const LoadedKernel& decode);
 //   KV head, the GQA group (times max_query_len for multi-token decode)
 DecodeGrid decode_grid(int num_decodes, int num_kv_heads, int columns, int max_model_len,
                        int window, int head_size, KvDType kv_dtype, const DecodeDevice& device);
+
+// [policy: early trigger] The early_prologue word (templates/params.h) of a launch: 0 without the
+// early prologue (early: the fused write and DecodeLaunch::early_prologue); 2, which also lets
+// the next kernel be scheduled at the kernel's entry, for a launch of a pushed-combine spec
+// (push_spec: ga_decode_cluster_push on sm_90+) on a capturing stream whose grid allows it
+// (trigger: a cluster launch with DecodeLaunch::early_trigger); else 1. mode:
+// GRAPHATTN_DECODE_EARLY_TRIGGER (0 unset: as said; 1 never; 2 every captured launch, whatever
+// its grid; 3 every launch of such a spec, captured or not). capturing is asked only where it
+// decides.
+template <class Capturing>
+int decode_early_prologue(bool early, bool push_spec, bool trigger, int mode,
+                          const Capturing& capturing) {
+  if (!early) return 0;
+  if (!push_spec || mode == 1 || (mode == 0 && !trigger)) return 1;
+  return mode == 3 || capturing() ? 2 : 1;
+}
 
 // The grid of a decode that runs beside a prefill (a mixed batch), whose blocks take the slots
 // the decode leaves free: an unsplit grid at the free-slot depth (early_stages) where it has one.

@@ -687,6 +687,17 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   const bool early = p.early_prologue != 0;
 #if GA_DECODE_EARLY_TRIGGER
   if (early) ga_allow_dependents();
+#else
+  // [policy: early trigger] early_prologue 2 (the host's choice, runtime/decode.cpp
+  // decode_early_prologue): the same trigger at entry for the pushed-combine specs only, whose
+  // machine code alone changes; GA_EARLY_WAIT's trigger after the wait then repeats it (a
+  // no-op). Other specs read 2 as 1; the mixed graphs' kernel (GA_DEVICE_SPLITS) never runs
+  // the early prologue and has no such code.
+#ifndef GA_DEVICE_SPLITS
+  if constexpr (CLUSTER_PUSH) {
+    if (p.early_prologue == 2) ga_allow_dependents();
+  }
+#endif
 #endif
   if (!early) ga_grid_dependency_sync();
   extern __shared__ __align__(128) unsigned char smem[];

@@ -295,7 +295,10 @@ struct DecodeParams {
                            // on its counter combines.
   int early_prologue;      // with the fused write: 1 reads seq_lens, block_table,
                            // slot_mapping and the KV cache before waiting for the previous
-                           // kernel (programmatic dependent launch): only when it writes none
+                           // kernel (programmatic dependent launch): only when it writes none;
+                           // 2 also lets the next kernel be scheduled at entry (pushed-combine
+                           // specs; others read 2 as 1; runtime/decode.cpp [policy: early
+                           // trigger])
   GaBoundsReport* bounds;  // checked mode only
   // 1: the batch is split into decodes and prefills on the device (a graph captured for any
   // mix, AttentionMetadata::device_split): gridDim.z covers every request slot, and a block

@@ -86,6 +86,18 @@ TEST_CASE("decode split policy: about one block per multiprocessor for small bat
   auto_no3.cluster_at[3] = 4;  // no 8-block cluster of 3-stage blocks: the shallow depth
   CHECK(auto_grid(1, 1024, auto_no3).max_splits == detail::kAutoClusterSplits);
   CHECK(auto_grid(1, 1024, auto_no3).early_stages == 0);
+  // [policy: early trigger] only where every tile of a warp goes out before the wait: 2 tiles a
+  // warp at 3 stages, 1 at 2; not 2 at 2 stages, nor the counter's launches.
+  CHECK(auto_grid(1, 1024, autod).early_trigger);
+  CHECK(auto_grid(1, 1024, auto16).early_trigger);
+  CHECK_FALSE(auto_grid(1, 1024, auto_no3).early_trigger);
+  CHECK(auto_grid(1, 512, autod).early_trigger);
+  CHECK_FALSE(auto_grid(1, 4096, autod).early_trigger);
+  CHECK_FALSE(auto_grid(2, 1024, autod).early_trigger);
+  // GRAPHATTN_DECODE_CLUSTERS=1 (use_clusters): 16 splits of 1 tile a warp, and of 4.
+  CHECK(step1.early_trigger);
+  CHECK(grid(1, 8, 4, 4096, 0).cluster);
+  CHECK_FALSE(grid(1, 8, 4, 4096, 0).early_trigger);
   CHECK(auto_grid(1, 512, autod).cluster);  // 8 splits of one tile a warp
   CHECK(auto_grid(1, 512, autod).max_splits == 8);
   CHECK(auto_grid(1, 512, autod).early_stages == 0);
@@ -255,6 +267,34 @@ TEST_CASE("decode KV head pairs: which specs pair, and the grid over pairs") {
   CHECK(g.stages == wide.stages);
   // One request: splits up to the device over ceil(3 / 2) = 2 pair blocks.
   CHECK(detail::decode_grid(1, 3, 4, 32768, 0, 64, KvDType::kAuto, d).max_splits == 132 / 2);
+}
+
+TEST_CASE("decode early trigger: captured cluster launches of the pushed-combine specs") {
+  int asked = 0;
+  const auto capturing = [&asked] {
+    ++asked;
+    return true;
+  };
+  const auto eager = [&asked] {
+    ++asked;
+    return false;
+  };
+  // The policy (mode 0): 2 only for a captured cluster launch of a pushed-combine spec whose
+  // grid allows it (DecodeGrid::early_trigger; the third argument).
+  CHECK(detail::decode_early_prologue(true, true, true, 0, capturing) == 2);
+  CHECK(detail::decode_early_prologue(true, true, true, 0, eager) == 1);
+  CHECK(asked == 2);
+  CHECK(detail::decode_early_prologue(true, true, false, 0, capturing) == 1);  // grid: no
+  CHECK(detail::decode_early_prologue(true, false, true, 0, capturing) == 1);  // other spec
+  CHECK(detail::decode_early_prologue(false, true, true, 0, capturing) == 0);  // no early prologue
+  CHECK(asked == 2);  // the stream is asked only where it decides
+  // GRAPHATTN_DECODE_EARLY_TRIGGER: 1 never, 2 captured launches cluster or not, 3 every launch.
+  CHECK(detail::decode_early_prologue(true, true, true, 1, capturing) == 1);
+  CHECK(detail::decode_early_prologue(true, true, false, 2, capturing) == 2);
+  CHECK(detail::decode_early_prologue(true, true, false, 2, eager) == 1);
+  CHECK(detail::decode_early_prologue(true, true, false, 3, eager) == 2);
+  CHECK(detail::decode_early_prologue(true, false, true, 3, eager) == 1);
+  CHECK(detail::decode_early_prologue(false, true, true, 3, eager) == 0);
 }
 
 TEST_CASE("decode workspace: partials only when a batch can split") {

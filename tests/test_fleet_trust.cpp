@@ -168,6 +168,19 @@ TEST_CASE("on/off variables are parsed strictly") {
     CHECK_THROWS_WITH_AS(detail::env_flag(name), doctest::Contains("is not supported"), Error);
     CHECK_THROWS_AS(check_cache_environment(), Error);
   }
+  {  // the early-trigger measurement switch: 1..3 or unset
+    const char* trig = "GRAPHATTN_DECODE_EARLY_TRIGGER";
+    CHECK(detail::decode_early_trigger_from_env() == 0);
+    for (const char* good : {"1", "2", "3"}) {
+      test::ScopedEnv e(trig, good);
+      CHECK(detail::decode_early_trigger_from_env() == std::stoi(good));
+    }
+    for (const char* bad : {"0", "4", "01", "1x"}) {
+      test::ScopedEnv e(trig, bad);
+      CHECK_THROWS_WITH_AS(detail::decode_early_trigger_from_env(),
+                           doctest::Contains("GRAPHATTN_DECODE_EARLY_TRIGGER='"), Error);
+    }
+  }
   {  // the ring-depth measurement switch: 2..4 or unset
     const char* ring = "GRAPHATTN_DECODE_RING_STAGES";
     CHECK(detail::decode_ring_stages_from_env() == 0);

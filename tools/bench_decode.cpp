@@ -520,7 +520,7 @@ nlohmann::json bench_decode(const Device& dev, const DecodeOptions& o, const Pee
         for (int r = 0; r < s.batch; ++r)
           slot[r] = int64_t{phys[r * blocks_per_seq + (s.len - 1) / B]} * B + (s.len - 1) % B;
         slots.upload(slot.data(), slot.size() * 8);
-        auto chain_of = [&](int sp, int stages, bool cluster) {
+        auto chain_of = [&](int sp, int stages, bool cluster, bool trigger = false) {
           std::vector<detail::DecodeLaunch> as;
           for (int l = 0; l < o.chain; ++l) {
             detail::DecodeLaunch a =
@@ -534,23 +534,26 @@ nlohmann::json bench_decode(const Device& dev, const DecodeOptions& o, const Pee
             a.slot_mapping = TensorView::contiguous(slots.data(), ScalarType::kInt64, {s.batch});
             a.early_prologue = true;
             a.cluster = cluster;
+            a.early_trigger = trigger;
             as.push_back(a);
           }
           return as;
         };
-        auto chain_us = [&](int sp, int stages, bool cluster = false) {
-          const std::vector<detail::DecodeLaunch> as = chain_of(sp, stages, cluster);
+        auto chain_us = [&](int sp, int stages, bool cluster = false, bool trigger = false) {
+          const std::vector<detail::DecodeLaunch> as = chain_of(sp, stages, cluster, trigger);
           const double t = time_graph_us(dev, o.reps, [&] {
             for (const auto& a : as) detail::launch_decode(dk, a, dev.stream);
           });
           return t / o.chain;
         };
-        const double pt = chain_us(psp, pst, pg.cluster);
+        const double pt = chain_us(psp, pst, pg.cluster, pg.early_trigger);
         std::printf(
-            "   chain of %d, us per launch: policy (%d splits, %d stages%s) %.1f us (%.0f%%)\n",
-            o.chain, psp, pst, pg.cluster ? ", cluster" : "", pt, pct_read(pt));
+            "   chain of %d, us per launch: policy (%d splits, %d stages%s%s) %.1f us (%.0f%%)\n",
+            o.chain, psp, pst, pg.cluster ? ", cluster" : "",
+            pg.early_trigger ? ", entry trigger" : "", pt, pct_read(pt));
         if (o.block_timing > 0) {  // the policy chain's per-block records (the last launch's)
-          const std::vector<detail::DecodeLaunch> as = chain_of(psp, pst, pg.cluster);
+          const std::vector<detail::DecodeLaunch> as =
+              chain_of(psp, pst, pg.cluster, pg.early_trigger);
           decode_chain_block_records(
               dev, dk.module,
               [&] {

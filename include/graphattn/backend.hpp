@@ -177,6 +177,11 @@ struct GRAPHATTN_API AttentionLayerConfig {
   // reading the metadata (seq_lens, block_table, slot_mapping) and the KV cache before the
   // previous kernel in the stream has finished (the query and the new keys and values are read
   // after it). Set it only where that kernel writes none of those; AttentionLayerStack does.
+  // Captured in a graph, such a decode with short cluster splits also lets the next kernel be
+  // scheduled at its start (runtime/decode.cpp [policy: early trigger]), so in a run of such
+  // layers back to back each one's early reads may overlap every kernel back to the last one
+  // that did not: none of those may write this layer's metadata or KV cache (consecutive
+  // layers write only their own caches' new slots).
   bool overlap_previous_kernel = false;
   // Checked mode (also GRAPHATTN_CHECK_BOUNDS=1): the kernels (specs "..._chk") compare every
   // block id and slot they read with kv_cache's size; the first out of range is recorded for

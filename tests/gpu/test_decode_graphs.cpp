@@ -34,19 +34,26 @@ namespace {
 constexpr int kLayers = 2, kHeads = 8, kKvHeads = 2, kHead = 128, kBlock = 16;
 constexpr int kMaxModelLen = 2048, kMaxTokens = 96, kBlocks = 5400, kCanary = 4;
 
-AttentionLayerStack::Options stack_options(int window, const float* slopes, const float* sinks) {
+// `layers` layers of config c (block size kBlock) over caches of `blocks` blocks.
+AttentionLayerStack::Options stack_of(AttentionLayerConfig c, int layers, int blocks) {
   AttentionLayerStack::Options o;
+  c.block_size = kBlock;
+  o.layers.assign(layers, c);
+  o.max_tokens = c.max_num_seqs;
+  o.num_blocks = blocks;
+  o.max_blocks_per_seq = c.max_model_len / kBlock;
+  return o;
+}
+
+AttentionLayerStack::Options stack_options(int window, const float* slopes, const float* sinks) {
+  AttentionLayerStack::Options o = stack_of(
+      test::layer_config(kHeads, kKvHeads, kHead, kMaxModelLen, kMaxTokens), kLayers, kBlocks);
   for (int l = 0; l < kLayers; ++l) {
-    AttentionLayerConfig c = test::layer_config(kHeads, kKvHeads, kHead, kMaxModelLen, kMaxTokens);
-    c.block_size = kBlock;
+    AttentionLayerConfig& c = o.layers[l];
     c.window = l % 2 ? window : 0;  // alternating window, as gemma-2 does
     c.alibi_slopes = l % 2 ? nullptr : slopes;
     c.sinks = l % 2 ? sinks : nullptr;
-    o.layers.push_back(c);
   }
-  o.max_tokens = kMaxTokens;
-  o.num_blocks = kBlocks;
-  o.max_blocks_per_seq = kMaxModelLen / kBlock;
   return o;
 }
 
@@ -60,12 +67,13 @@ std::vector<unsigned char> download(const TensorView& t, size_t bytes) {
 size_t kv_bytes() { return size_t{2} * kBlocks * kBlock * kKvHeads * kHead * 2; }
 
 // The same random KV contents (small finite bf16 bytes) in every layer of every stack, canary
-// blocks included; returns them.
+// blocks included; returns them. (layers caches of `bytes` each: stack_options' by default.)
 std::vector<unsigned char> fill_kv_caches(std::mt19937_64& rng,
-                                          std::initializer_list<AttentionLayerStack*> stacks) {
-  std::vector<unsigned char> init(kv_bytes());
+                                          std::initializer_list<AttentionLayerStack*> stacks,
+                                          int layers = kLayers, size_t bytes = kv_bytes()) {
+  std::vector<unsigned char> init(bytes);
   for (auto& b : init) b = static_cast<unsigned char>(rng() & 0x3f);
-  for (int l = 0; l < kLayers; ++l)
+  for (int l = 0; l < layers; ++l)
     for (AttentionLayerStack* s : stacks)
       GA_CU_CHECK(detail::driver().cuMemcpyHtoD(reinterpret_cast<CUdeviceptr>(s->kv_cache(l).data),
                                                 init.data(), init.size()));
@@ -121,13 +129,15 @@ double layer1_error(const AttentionLayerStack& stack, const CommonAttentionMetad
 }
 
 // The batch of requests with query lengths q and sequence lengths k (decodes first), each
-// request's blocks drawn at random.
+// request's blocks drawn at random (block-table rows of W entries, caches of `blocks` blocks:
+// stack_options' by default).
 CommonAttentionMetadata batch_of(std::mt19937_64& rng, const std::vector<int32_t>& q,
-                                 const std::vector<int32_t>& k) {
-  const int R = static_cast<int>(q.size()), W = kMaxModelLen / kBlock;
+                                 const std::vector<int32_t>& k, int W = kMaxModelLen / kBlock,
+                                 int blocks = kBlocks) {
+  const int R = static_cast<int>(q.size());
   // Distinct physical blocks for every request; blocks [0, kCanary) and the last kCanary are
   // never handed out, so any write there is a bug.
-  std::vector<int32_t> pool(kBlocks - 2 * kCanary);
+  std::vector<int32_t> pool(blocks - 2 * kCanary);
   std::iota(pool.begin(), pool.end(), kCanary);
   std::shuffle(pool.begin(), pool.end(), rng);
   std::vector<int32_t> table(static_cast<size_t>(R) * W, 0);
@@ -165,15 +175,16 @@ CommonAttentionMetadata random_batch(std::mt19937_64& rng, bool prefills, int nu
   return batch_of(rng, q, k);
 }
 
-// One step's new tokens: query [n, kHeads, kHead], key and value [n, kKvHeads, kHead], bf16 of
+// One step's new tokens: query [n, heads, kHead], key and value [n, kv_heads, kHead], bf16 of
 // N(0, 1) draws (query, then key, then value).
 struct StepTokens {
   std::vector<uint16_t> q, k, v;
 };
-StepTokens random_tokens(std::mt19937_64& rng, std::normal_distribution<float>& normal, int n) {
+StepTokens random_tokens(std::mt19937_64& rng, std::normal_distribution<float>& normal, int n,
+                         int heads = kHeads, int kv_heads = kKvHeads) {
   StepTokens t;
-  t.q.resize(static_cast<size_t>(n) * kHeads * kHead);
-  t.k.resize(static_cast<size_t>(n) * kKvHeads * kHead);
+  t.q.resize(static_cast<size_t>(n) * heads * kHead);
+  t.k.resize(static_cast<size_t>(n) * kv_heads * kHead);
   t.v.resize(t.k.size());
   for (auto* v : {&t.q, &t.k, &t.v})
     for (auto& x : *v) x = test::float_to_bf16(normal(rng));
@@ -262,6 +273,60 @@ TEST_CASE("gpu decode graphs: 200 random steps, graph replay equals eager exactl
   CHECK(s.eager_steps > 20);                   // prefills and batches above 32
   CHECK(s.updates + s.reinstantiations >= 1);  // the KV caches moved at step 100
   CHECK(compared_rows > 0);
+}
+
+TEST_CASE("gpu decode graphs: captured early-prologue layers trigger the next at entry, = eager") {
+  // The B=1 step's layers (32/8 heads, head 128, bf16, max_model_len 1024, the fused write and
+  // the early prologue): a request alone is an 8-block cluster launch, which a capturing stream
+  // launches with early_prologue 2 (runtime/decode.cpp [policy: early trigger]: the next layer is
+  // scheduled at this one's entry) and an eager one with 1. Replays must equal eager exactly,
+  // outputs and caches, over batches of 1 to 4 requests and lengths 1 to 1024.
+  GA_REQUIRE_GPU();
+  test::TempKernelCache cache;
+  auto rng = test::make_rng();
+  const auto& d = detail::driver();
+  Stream stream;
+  constexpr int layers = 4, heads = 32, kv_heads = 8, len = 1024, seqs = 4;
+  constexpr int per_seq = len / kBlock, blocks = seqs * per_seq + 2 * kCanary;
+  AttentionLayerConfig c = test::layer_config(heads, kv_heads, kHead, len, seqs);
+  c.overlap_previous_kernel = true;
+  const AttentionLayerStack::Options o = stack_of(c, layers, blocks);
+  AttentionLayerStack graph_stack(o), eager_stack(o);
+  graph_stack.prepare(cache);
+  eager_stack.prepare(cache);
+  const size_t cache_bytes = size_t{2} * blocks * kBlock * kv_heads * kHead * 2;
+  fill_kv_caches(rng, {&graph_stack, &eager_stack}, layers, cache_bytes);
+  GraphRunner::Options go;
+  go.capture_sizes = {1, 2, 4};
+  GraphRunner runner(
+      go, [&](CUstream st, int n) { graph_stack.step(st, n); },
+      [&] { return graph_stack.fingerprint(); });
+  runner.capture_all(stream);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (int step = 0; step < 24; ++step) {
+    const int n = 1 + static_cast<int>(rng() % seqs);
+    std::vector<int32_t> q(n, 1), k(n);
+    for (int r = 0; r < n; ++r)
+      k[r] = step < 3 ? len - step * 500 : 1 + static_cast<int>(rng() % len);  // 1024, 524, 24
+    const auto m = batch_of(rng, q, k, per_seq, blocks);
+    auto [qv, kv, vv] = random_tokens(rng, normal, n, heads, kv_heads);
+    const int padded = runner.padded_size(n);
+    REQUIRE(padded > 0);
+    graph_stack.set_batch(m, padded, stream, &qv, &kv, &vv);
+    eager_stack.set_batch(m, padded, stream, &qv, &kv, &vv);
+    REQUIRE(runner.run(stream, n) == padded);
+    eager_stack.step(stream, padded);
+    GA_CU_CHECK(d.cuStreamSynchronize(stream));
+    for (int l = 0; l < layers; ++l) {
+      const size_t bytes = static_cast<size_t>(n) * heads * kHead * 2;
+      INFO("step " << step << " layer " << l << " requests " << n << " first len " << k[0]);
+      REQUIRE(download(graph_stack.output(l), bytes) == download(eager_stack.output(l), bytes));
+    }
+  }
+  for (int l = 0; l < layers; ++l)
+    CHECK(download(graph_stack.kv_cache(l), cache_bytes) ==
+          download(eager_stack.kv_cache(l), cache_bytes));
+  CHECK(runner.stats().replays == 24);
 }
 
 TEST_CASE("gpu decode graphs: a layer sharing an earlier layer's KV cache reads it, writes none") {
