@@ -57,6 +57,10 @@ int decode_ring_stages_from_env() {
   return small_int_from_env("GRAPHATTN_DECODE_RING_STAGES", 2, 4);
 }
 
+int mixed_dsp_sm_blocks_from_env() {
+  return small_int_from_env("GRAPHATTN_MIXED_DSP_SM_BLOCKS", 1, 4);
+}
+
 }  // namespace graphattn::detail
 
 void graphattn::check_flag_environment() {
@@ -67,6 +71,7 @@ void graphattn::check_flag_environment() {
     detail::env_flag(name);
   detail::decode_cluster_splits_from_env();
   detail::decode_ring_stages_from_env();
+  detail::mixed_dsp_sm_blocks_from_env();
   detail::nvrtc_extra_options();
   resolve_mixed_branches(MixedBranches::kDefault);
   mixed_decode_divisor_from_env();

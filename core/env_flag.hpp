@@ -25,4 +25,10 @@ int decode_cluster_splits_from_env();
 // throws graphattn::Error as above.
 int decode_ring_stages_from_env();
 
+// GRAPHATTN_MIXED_DSP_SM_BLOCKS (a measurement switch, runtime/attention.cpp mixed_decode_grid):
+// unset or empty is 0 (one block a multiprocessor); else 1..4, the blocks a multiprocessor the
+// _dsp kernel's split count plans for (its multiprocessor count times N, for the grid's size and
+// the kernel's count); anything else throws graphattn::Error as above.
+int mixed_dsp_sm_blocks_from_env();
+
 }  // namespace graphattn::detail

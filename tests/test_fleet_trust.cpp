@@ -181,6 +181,19 @@ TEST_CASE("on/off variables are parsed strictly") {
                            doctest::Contains("GRAPHATTN_DECODE_RING_STAGES='"), Error);
     }
   }
+  {  // the _dsp count's blocks-a-multiprocessor measurement switch: 1..4 or unset
+    const char* blocks = "GRAPHATTN_MIXED_DSP_SM_BLOCKS";
+    CHECK(detail::mixed_dsp_sm_blocks_from_env() == 0);
+    for (const char* good : {"1", "2", "4"}) {
+      test::ScopedEnv e(blocks, good);
+      CHECK(detail::mixed_dsp_sm_blocks_from_env() == std::stoi(good));
+    }
+    for (const char* bad : {"0", "5", "02", "2x", " 2"}) {
+      test::ScopedEnv e(blocks, bad);
+      CHECK_THROWS_WITH_AS(detail::mixed_dsp_sm_blocks_from_env(),
+                           doctest::Contains("GRAPHATTN_MIXED_DSP_SM_BLOCKS='"), Error);
+    }
+  }
 #ifdef GRAPHATTN_WARMUP_TOOL
   for (const char* var : {"GRAPHATTN_DISABLE_GRAPHS", "GRAPHATTN_DECODE_CLUSTERS",
                           "GRAPHATTN_DUMP_SOURCE", "GRAPHATTN_CHECK_BOUNDS",
