@@ -633,9 +633,9 @@ enum : int {
 // [policy: device-chosen splits] The _dsp kernel reads the seq_lens of its count's first
 // GA_DSP_SEQ_WINDOW x 32 rows beside it (0: after the count, session 13's order), so that a
 // working block knows its request's length when the count is done. On sm_90 by default with the
-// whole window (4 words: rows past slots load nothing; 1, 2 and 4 words took the same registers);
-// sm_80's _dsp kernel went from 134 registers to 128 and an 8-byte spill with any window, so it
-// keeps 0 (not measured there).
+// whole window (4 words: rows past slots load nothing; 1, 2 and 4 words took the same registers),
+// for 16-bit KV caches; sm_80's _dsp kernel went from 134 registers to 128 and an 8-byte spill
+// with any window, so it keeps 0 (not measured there), as do the fp8-KV _dsp kernels (SEQ_WORDS).
 #ifndef GA_DSP_SEQ_WINDOW
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define GA_DSP_SEQ_WINDOW 4
@@ -715,6 +715,9 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   // The window's first seq_lens rows are read in the same round trip (GA_DSP_SEQ_WINDOW words):
   // a working block whose request lies among them then has its length from a shuffle, and its
   // block-table loads follow the count directly instead of after one more round trip.
+  // (seq_lens words read beside the count: 16-bit KV caches; the fp8-KV _dsp kernels keep
+  // session 13's order and machine code: the e4m3 one sits at 168 registers with a spill)
+  constexpr int SEQ_WORDS = KV_FP8 == 0 ? GA_DSP_SEQ_WINDOW : 0;
   int split = 0, req = 0, split_cap = 1, dsp_seq_len = 0;
   {
     constexpr int WORDS = 4;  // a window of 128 rows, eq0..eq3
@@ -730,7 +733,7 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
       for (int k = 0; k < WORDS; ++k) {
         const int r = base + 32 * k + lane;
         v[k] = r <= slots ? p.query_start_loc[r] : -1;
-        if (k < GA_DSP_SEQ_WINDOW) sl[k] = r < slots ? p.kv.seq_lens[r] : 0;
+        if (k < SEQ_WORDS) sl[k] = r < slots ? p.kv.seq_lens[r] : 0;
       }
       eq0 = __ballot_sync(0xffffffffu, v[0] == base + lane);
       eq1 = __ballot_sync(0xffffffffu, v[1] == base + 32 + lane);
@@ -776,18 +779,18 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
     }
     // req is the block's (every lane of every warp takes the same branch here)
     const int kq = req - base;
-    if (kq >= 0 && kq < 32 * GA_DSP_SEQ_WINDOW) {
+    if (SEQ_WORDS > 0 && kq >= 0 && kq < 32 * SEQ_WORDS) {
       const int wq = kq >> 5;  // the word (named selects; only the words loaded)
       int w = sl[0];
-      if (GA_DSP_SEQ_WINDOW > 1 && wq == 1) w = sl[1];
-      if (GA_DSP_SEQ_WINDOW > 2 && wq == 2) w = sl[2];
-      if (GA_DSP_SEQ_WINDOW > 3 && wq == 3) w = sl[3];
+      if (SEQ_WORDS > 1 && wq == 1) w = sl[1];
+      if (SEQ_WORDS > 2 && wq == 2) w = sl[2];
+      if (SEQ_WORDS > 3 && wq == 3) w = sl[3];
       dsp_seq_len = __shfl_sync(0xffffffffu, w, kq & 31);
-    } else {
+    } else if (SEQ_WORDS > 0) {
       dsp_seq_len = p.kv.seq_lens[req];
     }
   }
-#define GA_REQ_SEQ_LEN dsp_seq_len
+#define GA_REQ_SEQ_LEN (SEQ_WORDS > 0 ? dsp_seq_len : p.kv.seq_lens[req])
 #else
   const int split = blockIdx.x;
   const int req = blockIdx.z;
