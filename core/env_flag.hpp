@@ -30,5 +30,10 @@ int decode_ring_stages_from_env();
 // captured launch with the early prologue, 3 every launch with it (eager too); anything else
 // throws graphattn::Error as above.
 int decode_early_trigger_from_env();
+// GRAPHATTN_MIXED_DSP_SM_BLOCKS (a measurement switch, runtime/attention.cpp mixed_decode_grid):
+// unset or empty is 0 (one block a multiprocessor); else 1..4, the blocks a multiprocessor the
+// _dsp kernel's split count plans for (its multiprocessor count times N, for the grid's size and
+// the kernel's count); anything else throws graphattn::Error as above.
+int mixed_dsp_sm_blocks_from_env();
 
 }  // namespace graphattn::detail

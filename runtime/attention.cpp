@@ -59,7 +59,10 @@ DecodeGrid mixed_decode_grid(int slots, int divisor, int num_kv_heads, int colum
         decode_grid(1, num_kv_heads, columns, max_model_len, window, head_size, kv_dtype, no_auto)
             .max_splits,
         1);
-    if (y <= 65535 && device_split_blocks(slots, y, most, dev.num_sms) <= 65535) {
+    // (Measurement switch GRAPHATTN_MIXED_DSP_SM_BLOCKS=N: the count plans for N blocks a
+    // multiprocessor; the grid is sized with the same count, so it covers every choice.)
+    const int sms = dev.num_sms * std::max(1, dev.dsp_sm_blocks);
+    if (y <= 65535 && device_split_blocks(slots, y, most, sms) <= 65535) {
       // The pipeline depth (the blocks' shared memory, fixed at capture) is the one the divisor-4
       // sizing launches for these slots: where the kernel then picks that sizing's splits
       // (4 decodes at 2048 + 16 in 20 slots: 3 splits at 2 stages) the launch differs from it
@@ -73,9 +76,9 @@ DecodeGrid mixed_decode_grid(int slots, int divisor, int num_kv_heads, int colum
       g.cluster = false;
       g.early_trigger = false;
       g.early_stages = 0;
-      g.device_sms = dev.num_sms;
+      g.device_sms = sms;
       g.grid_y = static_cast<int>(y);
-      g.split_requests = device_split_requests(slots, y, most, dev.num_sms);
+      g.split_requests = device_split_requests(slots, y, most, sms);
       return g;
     }
     divisor = kMixedDecodeDivisor;  // a grid past 65535 blocks: the default sizing

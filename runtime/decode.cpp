@@ -219,6 +219,7 @@ DecodeDevice prepare_decode_kernel(const LoadedKernel& decode) {
   // kAutoClusterSplits (=16: the auto policy of main 65693c3, docs/decode-small-batch-h100-
   // 2026-11-27-s13.txt).
   out.cluster_splits = detail::decode_cluster_splits_from_env();
+  out.dsp_sm_blocks = detail::mixed_dsp_sm_blocks_from_env();
   return out;
 }
 

@@ -43,6 +43,8 @@ struct DecodeDevice {
                                // (GRAPHATTN_DECODE_CLUSTER_SPLITS; 0: as many as fit, and
                                // auto_clusters' launches kAutoClusterSplits)
   int row_heads = 1;           // KV heads a block covers (2: KV head pairs, ga_decode_row_heads)
+  int dsp_sm_blocks = 0;       // the _dsp count's blocks a multiprocessor (0 or 1: one;
+                               // GRAPHATTN_MIXED_DSP_SM_BLOCKS, runtime/mixed_grid.hpp)
 };
 // A decode launch's geometry (runtime/decode.hpp's split policy).
 struct DecodeGrid {

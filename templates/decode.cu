@@ -630,6 +630,19 @@ enum : int {
   CLUSTER_PUSH =
       GA_DECODE_CLUSTER_PUSH && ga_decode_cluster_push(HEAD_SIZE, KV_FP8 == 0, KV_LAYOUT, MT, BSP)
 };
+// [policy: device-chosen splits] The _dsp kernel reads the seq_lens of its count's first
+// GA_DSP_SEQ_WINDOW x 32 rows beside it (0: after the count, session 13's order), so that a
+// working block knows its request's length when the count is done. On sm_90 by default with the
+// whole window (4 words: rows past slots load nothing; 1, 2 and 4 words took the same registers),
+// for 16-bit KV caches; sm_80's _dsp kernel went from 134 registers to 128 and an 8-byte spill
+// with any window, so it keeps 0 (not measured there), as do the fp8-KV _dsp kernels (SEQ_WORDS).
+#ifndef GA_DSP_SEQ_WINDOW
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define GA_DSP_SEQ_WINDOW 4
+#else
+#define GA_DSP_SEQ_WINDOW 0
+#endif
+#endif
 #if GA_DECODE_EARLY_TRIGGER
 #define GA_EARLY_WAIT() ga_grid_dependency_wait()
 #else
@@ -710,7 +723,13 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   // not: request r is a decode when rows r and r + 1 hold r and r + 1). The batch's tokens (for
   // the prefill's estimate) are read beside them. Session 12's count read row r + 1 only after
   // row r (two round trips before any block knew its request) and met at two barriers.
-  int split = 0, req = 0, split_cap = 1;
+  // The window's first seq_lens rows are read in the same round trip (GA_DSP_SEQ_WINDOW words):
+  // a working block whose request lies among them then has its length from a shuffle, and its
+  // block-table loads follow the count directly instead of after one more round trip.
+  // (seq_lens words read beside the count: 16-bit KV caches; the fp8-KV _dsp kernels keep
+  // session 13's order and machine code: the e4m3 one sits at 168 registers with a spill)
+  constexpr int SEQ_WORDS = KV_FP8 == 0 ? GA_DSP_SEQ_WINDOW : 0;
+  int split = 0, req = 0, split_cap = 1, dsp_seq_len = 0;
   {
     constexpr int WORDS = 4;  // a window of 128 rows, eq0..eq3
     const int slots = ds.slots;
@@ -718,12 +737,14 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
     const int tokens = ds.prefill_block_m > 0 ? p.query_start_loc[slots] : 0;
     unsigned eq0 = 0, eq1 = 0, eq2 = 0, eq3 = 0;
     int base = 0, first = -1;  // first: the first row r that does not hold r
+    int sl[WORDS];             // seq_lens of the window's first rows (lane i: rows base + 32 k + i)
     for (;; base += 32 * WORDS) {
       int v[WORDS];
 #pragma unroll
       for (int k = 0; k < WORDS; ++k) {
         const int r = base + 32 * k + lane;
         v[k] = r <= slots ? p.query_start_loc[r] : -1;
+        if (k < SEQ_WORDS) sl[k] = r < slots ? p.kv.seq_lens[r] : 0;
       }
       eq0 = __ballot_sync(0xffffffffu, v[0] == base + lane);
       eq1 = __ballot_sync(0xffffffffu, v[1] == base + 32 + lane);
@@ -767,10 +788,24 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
       }
       if (!dec) return;
     }
+    // req is the block's (every lane of every warp takes the same branch here)
+    const int kq = req - base;
+    if (SEQ_WORDS > 0 && kq >= 0 && kq < 32 * SEQ_WORDS) {
+      const int wq = kq >> 5;  // the word (named selects; only the words loaded)
+      int w = sl[0];
+      if (SEQ_WORDS > 1 && wq == 1) w = sl[1];
+      if (SEQ_WORDS > 2 && wq == 2) w = sl[2];
+      if (SEQ_WORDS > 3 && wq == 3) w = sl[3];
+      dsp_seq_len = __shfl_sync(0xffffffffu, w, kq & 31);
+    } else if (SEQ_WORDS > 0) {
+      dsp_seq_len = p.kv.seq_lens[req];
+    }
   }
+#define GA_REQ_SEQ_LEN (SEQ_WORDS > 0 ? dsp_seq_len : p.kv.seq_lens[req])
 #else
   const int split = blockIdx.x;
   const int req = blockIdx.z;
+#define GA_REQ_SEQ_LEN p.kv.seq_lens[req]
 #endif
   // Column chunks per KV head: compile-time for one token, from the launch's max_query_len for
   // multi-token kernels (the grid is fixed per captured size).
@@ -873,7 +908,7 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
     });
   };
   if (!QF8 && !early) load_q16();
-  const int seq_len = p.kv.seq_lens[req];
+  const int seq_len = GA_REQ_SEQ_LEN;
   // Column c's query position (multi-token; one token: seq_len - 1).
   auto col_pos = [&](int c) { return seq_len - q_len + (MT ? (first_col + c) / GROUP : 0); };
   if (seq_len <= 0) {  // a padded row: zeros out, no block-table read

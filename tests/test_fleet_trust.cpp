@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -168,36 +169,37 @@ TEST_CASE("on/off variables are parsed strictly") {
     CHECK_THROWS_WITH_AS(detail::env_flag(name), doctest::Contains("is not supported"), Error);
     CHECK_THROWS_AS(check_cache_environment(), Error);
   }
-  {  // the early-trigger measurement switch: 1..3 or unset
-    const char* trig = "GRAPHATTN_DECODE_EARLY_TRIGGER";
-    CHECK(detail::decode_early_trigger_from_env() == 0);
-    for (const char* good : {"1", "2", "3"}) {
-      test::ScopedEnv e(trig, good);
-      CHECK(detail::decode_early_trigger_from_env() == std::stoi(good));
+  // The small-integer measurement switches: each value in `good` reads back, each in `bad`
+  // throws naming the variable; unset reads 0.
+  auto small_int_switch = [](const char* name, int (*read)(),
+                             std::initializer_list<const char*> good,
+                             std::initializer_list<const char*> bad) {
+    INFO(name);
+    CHECK(read() == 0);
+    for (const char* v : good) {
+      test::ScopedEnv e(name, v);
+      CHECK(read() == std::stoi(v));
     }
-    for (const char* bad : {"0", "4", "01", "1x"}) {
-      test::ScopedEnv e(trig, bad);
-      CHECK_THROWS_WITH_AS(detail::decode_early_trigger_from_env(),
-                           doctest::Contains("GRAPHATTN_DECODE_EARLY_TRIGGER='"), Error);
+    const std::string named = std::string(name) + "='";
+    for (const char* v : bad) {
+      test::ScopedEnv e(name, v);
+      CHECK_THROWS_WITH_AS(read(), doctest::Contains(named.c_str()), Error);
     }
-  }
-  {  // the ring-depth measurement switch: 2..4 or unset
-    const char* ring = "GRAPHATTN_DECODE_RING_STAGES";
-    CHECK(detail::decode_ring_stages_from_env() == 0);
-    for (const char* good : {"2", "3", "4"}) {
-      test::ScopedEnv e(ring, good);
-      CHECK(detail::decode_ring_stages_from_env() == std::stoi(good));
-    }
-    for (const char* bad : {"1", "5", "02", "2x", " 2"}) {
-      test::ScopedEnv e(ring, bad);
-      CHECK_THROWS_WITH_AS(detail::decode_ring_stages_from_env(),
-                           doctest::Contains("GRAPHATTN_DECODE_RING_STAGES='"), Error);
-    }
-  }
+  };
+  // the ring-depth switch: 2..4 or unset
+  small_int_switch("GRAPHATTN_DECODE_RING_STAGES", detail::decode_ring_stages_from_env,
+                   {"2", "3", "4"}, {"1", "5", "02", "2x", " 2"});
+  // the _dsp count's blocks-a-multiprocessor switch: 1..4 or unset
+  small_int_switch("GRAPHATTN_MIXED_DSP_SM_BLOCKS", detail::mixed_dsp_sm_blocks_from_env,
+                   {"1", "2", "4"}, {"0", "5", "02", "2x", " 2"});
+  // the early-trigger switch: 1..3 or unset
+  small_int_switch("GRAPHATTN_DECODE_EARLY_TRIGGER", detail::decode_early_trigger_from_env,
+                   {"1", "2", "3"}, {"0", "4", "01", "1x"});
 #ifdef GRAPHATTN_WARMUP_TOOL
   for (const char* var : {"GRAPHATTN_DISABLE_GRAPHS", "GRAPHATTN_DECODE_CLUSTERS",
                           "GRAPHATTN_DUMP_SOURCE", "GRAPHATTN_CHECK_BOUNDS",
-                          "GRAPHATTN_DECODE_CLUSTER_SPLITS", "GRAPHATTN_DECODE_RING_STAGES"}) {
+                          "GRAPHATTN_DECODE_CLUSTER_SPLITS", "GRAPHATTN_DECODE_RING_STAGES",
+                          "GRAPHATTN_DECODE_EARLY_TRIGGER", "GRAPHATTN_MIXED_DSP_SM_BLOCKS"}) {
     const test::ToolRun r = test::run_program(GRAPHATTN_WARMUP_TOOL, {"--model", "llama-3-8b"},
                                               {std::string(var) + "=1abc"});
     INFO(var << ": " << r.err);

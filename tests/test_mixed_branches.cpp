@@ -180,6 +180,37 @@ TEST_CASE("mixed decode grid: divisor 0 lets the kernel split like the host for 
   CHECK(ga_device_split_room(132, 600, 4, 0, 8) == 132);  // no room kept
 }
 
+TEST_CASE("mixed decode grid: GRAPHATTN_MIXED_DSP_SM_BLOCKS's count plans N blocks an SM") {
+  // The measurement switch (runtime/decode.cpp prepare_decode_kernel reads it into
+  // DecodeDevice::dsp_sm_blocks): the kernel's count and the grid take sms x N, so the grid
+  // still covers the most blocks any count of decodes takes; 0 and 1 are the default.
+  for (int n : {0, 1, 2, 4})
+    for (int slots : {17, 20, 64})
+      for (int len : {2048, 8192}) {
+        INFO("blocks " << n << " slots " << slots << " len " << len);
+        detail::DecodeDevice dev = h100();
+        dev.dsp_sm_blocks = n;
+        const detail::DecodeGrid g =
+            detail::mixed_decode_grid(slots, 0, 8, 4, len, 0, 128, KvDType::kAuto, dev);
+        const int sms = 132 * std::max(n, 1);
+        CHECK(g.device_sms == sms);
+        CHECK(g.stages == llama_mixed(slots, 0, len).stages);  // the depth is the default's
+        CHECK(g.max_splits == llama_mixed(slots, 0, len).max_splits);
+        const int z = detail::device_split_blocks(slots, g.grid_y, g.max_splits, g.device_sms);
+        for (int d = 1; d <= slots; ++d)
+          CHECK(d * ga_device_split_splits(d, g.grid_y, g.device_sms, g.max_splits) + slots - d <=
+                z);
+      }
+  // 4 decodes at 8192 beside 64 prefill tokens in 64 slots: 3 splits by default, 7 at 2 blocks.
+  detail::DecodeDevice two = h100();
+  two.dsp_sm_blocks = 2;
+  const detail::DecodeGrid g2 =
+      detail::mixed_decode_grid(64, 0, 8, 4, 8192, 0, 128, KvDType::kAuto, two);
+  CHECK(ga_device_split_splits(4, 8, ga_device_split_room(132, 64, 4, 128, 8), 16) == 3);
+  CHECK(ga_device_split_splits(4, 8, ga_device_split_room(g2.device_sms, 64, 4, 128, 8),
+                               g2.max_splits) == 7);
+}
+
 // Session 13 computes both with unsigned 32-bit divisions (the _dsp kernel's blocks wait for
 // them); they must equal the signed 64-bit formulas of session 12, which the host's grid sizing
 // and the bench's printed splits also use.
