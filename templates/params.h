@@ -764,7 +764,9 @@ enum GaPwSched : int {
   GA_PW_SCHED_ROW_LINES = 16,
   GA_PW_SCHED_SPEC_EXP = 32,
   GA_PW_SCHED_SPEC_TEST = 64,
-  GA_PW_SCHED_HOIST = 128
+  GA_PW_SCHED_HOIST = 128,
+  GA_PW_SCHED_PV_OUT = 256,
+  GA_PW_SCHED_PV_LATE = 512
 };
 // The e4m3 prefill's (fp8) bits: `fp8_bits` >= 0 (-DGA_PREFILL_SM90_FP8_SCHED=N, for measurement)
 // sets them all, of GA_PW_SCHED_EARLY_WAIT, _VOTE_MAX, _MAX8, _ROW_LINES and _HOIST (the vote
