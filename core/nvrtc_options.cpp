@@ -12,10 +12,10 @@ namespace {
 
 bool starts_with(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
 
-// o is prefix followed by a decimal number in [lo, hi]: 1-3 digits, no sign, no leading zero.
+// o is prefix followed by a decimal number in [lo, hi]: 1-4 digits, no sign, no leading zero.
 bool number_after(const std::string& o, const char* prefix, int lo, int hi) {
   const std::string n = o.substr(std::string(prefix).size());
-  if (n.empty() || n.size() > 3 || (n.size() > 1 && n[0] == '0')) return false;
+  if (n.empty() || n.size() > 4 || (n.size() > 1 && n[0] == '0')) return false;
   for (char c : n)
     if (c < '0' || c > '9') return false;
   const int v = std::atoi(n.c_str());
@@ -41,7 +41,7 @@ bool allowed(const std::string& o) {
   // PW_LV), for measurement; the e4m3 prefill's own schedule bits (ga_prefill_sm90_sched's
   // fp8_bits).
   if (starts_with(o, "-DGA_PREFILL_SM90_SCHED="))
-    return number_after(o, "-DGA_PREFILL_SM90_SCHED=", 0, 255);
+    return number_after(o, "-DGA_PREFILL_SM90_SCHED=", 0, 1023);
   if (starts_with(o, "-DGA_PREFILL_SM90_FP8_SCHED="))
     return number_after(o, "-DGA_PREFILL_SM90_FP8_SCHED=", 0, 255);
   if (starts_with(o, "-DGA_PREFILL_SM90_FP8_VAR="))
@@ -69,7 +69,7 @@ std::vector<std::string> parse_nvrtc_extra_options(const std::string& text) {
           "--Ofast-compile=min|mid|max|0, --ptxas-options=V, -Xptxas=V, "
           "--maxrregcount=N (N 1-999), -DGA_DECODE_TIMING=1, -DGA_DECODE_EARLY_TRIGGER=1, "
           "-DGA_DSP_SEQ_WINDOW=N (N 0-4), "
-          "-DGA_DECODE_CLUSTER_PUSH=0, -DGA_FP8_CVT_HW=0|1, -DGA_PREFILL_SM90_SCHED=N (N 0-255), "
+          "-DGA_DECODE_CLUSTER_PUSH=0, -DGA_FP8_CVT_HW=0|1, -DGA_PREFILL_SM90_SCHED=N (N 0-1023), "
           "-DGA_PREFILL_SM90_FP8_SCHED=N (N 0-255), -DGA_PREFILL_SM90_FP8_VAR=N (N 0-511), "
           "-DGA_PREFILL_SM90_LEGACY_VAR=N (N 0-255)");
     out.push_back(o);

@@ -742,6 +742,15 @@ constexpr bool ga_prefill_sm90_rowsum_mma(int head_size, bool legacy, bool q_fp8
 //   -1.0% (one run each); with the speculative exponentials (176) 939.2, main's time. So the
 //   16-bit head-128 flash specs (causal, no window, paged, without soft cap / ALiBi) take it
 //   beside the row lines; other specs keep their machine code.
+// - GA_PW_SCHED_PV_OUT: the loop's P_{j-1} V_{j-1} wgmmas issued after the turn's arrive (the
+//   turn holds S_j's 8 wgmmas alone: 29 instructions instead of 43). Measured even (H100, session
+//   14, alternated in one call; docs/prefill-h128-h100-2026-11-27-s14.txt): 4 x 4096 causal head
+//   128 929.0 us against 929.2 (main) / 924.8 (the same code as main); chunked -0.1% to -0.5%,
+//   one run each. ncu: a wgmma's issue holds the warp (~30 cycles each for the P V's register-A
+//   wgmmas), and in main's order that time already lies under S's tensor time, so nothing moved.
+// - GA_PW_SCHED_PV_LATE: P_{j-1} V_{j-1} issued only after the wait for S_j: SLOWER, 4 x 4096
+//   1011.3 us (+8.8%; with GA_PW_SCHED_NO_TURNS as well +9.3%): its issue then sits between S and
+//   the softmax. So no spec takes either (-DGA_PREFILL_SM90_SCHED=400 / 656 ask for them).
 // The results are the same bits either way (the references and probabilities are unchanged).
 // Measured (H100, 4 x 4096 causal and chunked 4 x 512 after 2048-16384 cached, old and new
 // alternated; docs/prefill-h128-critical-path-h100-2026-11-27-s9.txt): the early waits make the
@@ -767,7 +776,9 @@ enum GaPwSched : int {
   GA_PW_SCHED_ROW_LINES = 16,
   GA_PW_SCHED_SPEC_EXP = 32,
   GA_PW_SCHED_SPEC_TEST = 64,
-  GA_PW_SCHED_HOIST = 128
+  GA_PW_SCHED_HOIST = 128,
+  GA_PW_SCHED_PV_OUT = 256,
+  GA_PW_SCHED_PV_LATE = 512
 };
 // The e4m3 prefill's (fp8) bits: `fp8_bits` >= 0 (-DGA_PREFILL_SM90_FP8_SCHED=N, for measurement)
 // sets them all, of GA_PW_SCHED_EARLY_WAIT, _VOTE_MAX, _MAX8, _ROW_LINES and _HOIST (the vote

@@ -2093,6 +2093,13 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
     // and its own V and runs the proxy fence right after its wgmma issue, where the warpgroup
     // waits for S_j anyway, and tile j + 1 starts with the issue.
     constexpr bool early = (PW_SCHED & GA_PW_SCHED_EARLY_WAIT) && PW_OVERLAP && !GA_BLOCK_SPARSE;
+    // GA_PW_SCHED_PV_OUT (params.h): P_{j-1} V_{j-1} issued after the turn's arrive, so that the
+    // turn holds S_j's wgmmas alone (the other consumer's S may then reach the tensor cores
+    // before this P V). GA_PW_SCHED_PV_LATE: P_{j-1} V_{j-1} issued only once S_j is complete
+    // (after the wait for it), so that no P V stands between another consumer's S and the tensor
+    // cores; P V then runs under the rest of tile j's softmax.
+    constexpr bool pv_out = (PW_SCHED & GA_PW_SCHED_PV_OUT) != 0;
+    constexpr bool pv_late = (PW_SCHED & GA_PW_SCHED_PV_LATE) != 0;
     auto tile = [&](int j, bool with_pv, bool last) {
       if (!early || j == 0) {
         pw_mbar_wait(bar_k_full + 8 * stage, phase);
@@ -2106,22 +2113,31 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
       issue_begin();
       issue_s(stage);
       pw_wgmma_commit();
-      if (with_pv) {
+      if (with_pv && !pv_out && !pv_late) {
         issue_pv(prev);
         pw_wgmma_commit();
       }
       issue_end(false);
+      if (with_pv && pv_out && !pv_late) {
+        issue_pv(prev);
+        pw_wgmma_commit();
+      }
       if (early && j + 1 < n_tiles) {
         const bool wrap = stage + 1 == PW_STAGES;
         pw_mbar_wait(bar_k_full + 8 * (wrap ? 0 : stage + 1), wrap ? phase ^ 1 : phase);
         pw_mbar_wait(bar_v_full + 8 * stage, phase);
         pw_fence_proxy_async();
       }
-      if (with_pv)
+      if (with_pv && !pv_late)
         pw_wgmma_wait<1>();  // groups complete in order: S_j is done, P V may still run
       else
         pw_wgmma_wait<0>();
       pw_fence_regs(s);
+      if (with_pv && pv_late) {
+        pw_wgmma_fence();
+        issue_pv(prev);
+        pw_wgmma_commit();
+      }
       // PW_F8_SPEC: the speculative softmax for this warp (spec_ok), which releases the K stage
       // only after its check (spec_check may score the tile again).
 #if PW_F8_SPEC_CODE
