@@ -630,6 +630,42 @@ enum : int {
   CLUSTER_PUSH =
       GA_DECODE_CLUSTER_PUSH && ga_decode_cluster_push(HEAD_SIZE, KV_FP8 == 0, KV_LAYOUT, MT, BSP)
 };
+// [policy: page order by windows] (GA_DECODE_PAGE_SORT = N, default 16; 0 compiles it out) A
+// warp holds the block-table entries of its tiles 32 at a time (lane l: tile j0 + l). In an
+// unsplit request whose window of 32 holds at least N tiles, the warp sorts the entries of
+// the window's interior tiles by block id (a bitonic sort across the lanes) and copies its
+// tiles in that order, so the warps of a wave read the cache in ascending address order
+// together instead of at random (the shuffled cache's page order costs 2-7 us a launch against
+// the same pages in order: docs/decode-vs-cudnn-h100-2026-11-27-s11.txt). Only the block a tile
+// is copied from moves: every sorted tile is interior (no masked row, no window, no ALiBi, no
+// fused-write row: the request's last tile keeps its place), so its mask and position terms do
+// not depend on which interior tile it is, and a block holds exactly one tile (block size 16),
+// so the copy's in-block offset is 0 for all. The output changes in rounding only (the
+// softmax's summation order), the same for a given block table at every ring depth: window 0's
+// first MAX_STAGES - 1 tiles (the ring's prologue at the deepest depth) keep their places.
+// Compiled for the 16-bit single-token flash kernels of block size 16 without window, ALiBi,
+// block sparsity or bounds checks; the others keep their machine code.
+#ifndef GA_DECODE_PAGE_SORT
+#define GA_DECODE_PAGE_SORT 16
+#endif
+enum : int {
+  PAGE_SORT = GA_DECODE_PAGE_SORT > 0 && !LEGACY && KV_FP8 == 0 && !QF8 && !MT && !BSP &&
+              !HAS_WINDOW && !HAS_ALIBI && BLOCK_SIZE == TILE
+#ifdef GA_CHECK_BOUNDS
+              && false
+#endif
+};
+// Ascending bitonic sort of one key a lane across the warp: lane l gets the l-th smallest.
+__device__ __forceinline__ unsigned ga_warp_sort32(unsigned key, int lane) {
+#pragma unroll
+  for (int k = 2; k <= 32; k <<= 1)
+#pragma unroll
+    for (int j = k >> 1; j > 0; j >>= 1) {
+      const unsigned other = __shfl_xor_sync(0xffffffffu, key, j);
+      key = ((lane & j) == 0) == ((lane & k) == 0) ? min(key, other) : max(key, other);
+    }
+  return key;
+}
 #if GA_DECODE_EARLY_TRIGGER
 #define GA_EARLY_WAIT() ga_grid_dependency_wait()
 #else
@@ -1017,6 +1053,21 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   // (Block size 8, legacy caches: bt_cached2 holds the block of the tile's tokens 8..15.)
   int bt_cached = 0, bt_j0 = -64;
   [[maybe_unused]] int bt_cached2 = 0;
+  // [policy: page order by windows] Sort the window's entries: lanes below pin and the
+  // window's tiles that are not interior (the request's last tile, lanes past my_tiles: a
+  // suffix of the lanes) keep their places and entries (keys below 32, keys from 0xffffff00 in
+  // lane order); the interior tiles' entries (keys block + 32) go in ascending order.
+  [[maybe_unused]] auto sort_window = [&](int pin) {
+    const int jj = bt_j0 + lane;
+    const bool interior = jj < my_tiles && base + (tile_begin + warp + NW * jj + 1) * TILE < seq_len;
+    unsigned key = lane < pin     ? static_cast<unsigned>(lane)
+                   : interior     ? static_cast<unsigned>(bt_cached) + 32u
+                                  : 0xffffff00u + static_cast<unsigned>(lane);
+    key = ga_warp_sort32(key, lane);
+    if (key >= 32u && key < 0xffffff00u) bt_cached = static_cast<int>(key - 32u);
+  };
+  static_assert(MAX_STAGES <= 32, "window 0's pinned lanes: keys below 32");
+  [[maybe_unused]] const bool page_sort = PAGE_SORT && num_splits == 1;
   // Tile j of this warp goes to ring stage j % stages.
   int issue_stage = 0;
   auto issue = [&](int j) {
@@ -1029,6 +1080,9 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
         if constexpr (BLOCK_SIZE < TILE) {  // a second block only where it holds a live token
           if (tok + BLOCK_SIZE < seq_len) bt_cached2 = bt_row[tok / BLOCK_SIZE + 1];
         }
+      }
+      if constexpr (PAGE_SORT) {  // windows after the first (the first: after the prologue)
+        if (page_sort && j > 0 && my_tiles - j >= GA_DECODE_PAGE_SORT) sort_window(0);
       }
     }
     const int t0 = base + (tile_begin + warp + NW * j) * TILE;
@@ -1178,6 +1232,9 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   for (int s = 0; s < stages - 1; ++s) {
     if (s < my_tiles) issue(s);
     ga_cp_commit();
+  }
+  if constexpr (PAGE_SORT) {  // window 0, its first MAX_STAGES - 1 tiles in place
+    if (page_sort && my_tiles >= GA_DECODE_PAGE_SORT) sort_window(MAX_STAGES - 1);
   }
 #ifdef GA_DECODE_TIMING
   GA_TIMING_WARP(0);
