@@ -655,17 +655,27 @@ enum : int {
               && false
 #endif
 };
-// Ascending bitonic sort of one key a lane across the warp: lane l gets the l-th smallest.
-__device__ __forceinline__ unsigned ga_warp_sort32(unsigned key, int lane) {
-#pragma unroll
-  for (int k = 2; k <= 32; k <<= 1)
-#pragma unroll
-    for (int j = k >> 1; j > 0; j >>= 1) {
-      const unsigned other = __shfl_xor_sync(0xffffffffu, key, j);
-      key = ((lane & j) == 0) == ((lane & k) == 0) ? min(key, other) : max(key, other);
-    }
-  return key;
-}
+// [policy: page order by windows] entry (an int lvalue: this lane's block-table entry of the
+// window) after the sort: lanes below pin and the tiles that are not interior (the request's
+// last tile, lanes past the warp's tiles: a suffix of the lanes) keep their places and entries
+// (keys below 32; keys from 0xffffff00 in lane order); the interior tiles' entries (keys block +
+// 32) go in ascending order, by a bitonic sort across the warp (lane l: the l-th smallest key).
+// (interior: the tile ends before the request's last token, the fused write's row.) A macro,
+// not a function: a function called from a discarded branch still changed the register
+// allocation of the kernels that never sort.
+#define GA_PAGE_SORT_WINDOW(entry, pin, interior)                                              \
+  do {                                                                                         \
+    static_assert(MAX_STAGES <= 32, "window 0's pinned lanes: keys below 32");                 \
+    unsigned key_ = lane < (pin) ? static_cast<unsigned>(lane)                                 \
+                    : (interior) ? static_cast<unsigned>(entry) + 32u                          \
+                                 : 0xffffff00u + static_cast<unsigned>(lane);                  \
+    _Pragma("unroll") for (int k_ = 2; k_ <= 32; k_ <<= 1)                                     \
+        _Pragma("unroll") for (int j_ = k_ >> 1; j_ > 0; j_ >>= 1) {                           \
+      const unsigned other_ = __shfl_xor_sync(0xffffffffu, key_, j_);                          \
+      key_ = ((lane & j_) == 0) == ((lane & k_) == 0) ? min(key_, other_) : max(key_, other_); \
+    }                                                                                          \
+    if (key_ >= 32u && key_ < 0xffffff00u) (entry) = static_cast<int>(key_ - 32u);             \
+  } while (0)
 #if GA_DECODE_EARLY_TRIGGER
 #define GA_EARLY_WAIT() ga_grid_dependency_wait()
 #else
@@ -1053,21 +1063,6 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   // (Block size 8, legacy caches: bt_cached2 holds the block of the tile's tokens 8..15.)
   int bt_cached = 0, bt_j0 = -64;
   [[maybe_unused]] int bt_cached2 = 0;
-  // [policy: page order by windows] Sort the window's entries: lanes below pin and the
-  // window's tiles that are not interior (the request's last tile, lanes past my_tiles: a
-  // suffix of the lanes) keep their places and entries (keys below 32, keys from 0xffffff00 in
-  // lane order); the interior tiles' entries (keys block + 32) go in ascending order.
-  [[maybe_unused]] auto sort_window = [&](int pin) {
-    const int jj = bt_j0 + lane;
-    const bool interior = jj < my_tiles && base + (tile_begin + warp + NW * jj + 1) * TILE < seq_len;
-    unsigned key = lane < pin     ? static_cast<unsigned>(lane)
-                   : interior     ? static_cast<unsigned>(bt_cached) + 32u
-                                  : 0xffffff00u + static_cast<unsigned>(lane);
-    key = ga_warp_sort32(key, lane);
-    if (key >= 32u && key < 0xffffff00u) bt_cached = static_cast<int>(key - 32u);
-  };
-  static_assert(MAX_STAGES <= 32, "window 0's pinned lanes: keys below 32");
-  [[maybe_unused]] const bool page_sort = PAGE_SORT && num_splits == 1;
   // Tile j of this warp goes to ring stage j % stages.
   int issue_stage = 0;
   auto issue = [&](int j) {
@@ -1082,7 +1077,10 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
         }
       }
       if constexpr (PAGE_SORT) {  // windows after the first (the first: after the prologue)
-        if (page_sort && j > 0 && my_tiles - j >= GA_DECODE_PAGE_SORT) sort_window(0);
+        if (num_splits == 1 && j > 0 && my_tiles - j >= GA_DECODE_PAGE_SORT)
+          GA_PAGE_SORT_WINDOW(
+              bt_cached, 0,
+              jj < my_tiles && base + (tile_begin + warp + NW * jj + 1) * TILE < seq_len);
       }
     }
     const int t0 = base + (tile_begin + warp + NW * j) * TILE;
@@ -1234,7 +1232,10 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
     ga_cp_commit();
   }
   if constexpr (PAGE_SORT) {  // window 0, its first MAX_STAGES - 1 tiles in place
-    if (page_sort && my_tiles >= GA_DECODE_PAGE_SORT) sort_window(MAX_STAGES - 1);
+    if (num_splits == 1 && my_tiles >= GA_DECODE_PAGE_SORT)
+      GA_PAGE_SORT_WINDOW(
+          bt_cached, MAX_STAGES - 1,
+          lane < my_tiles && base + (tile_begin + warp + NW * lane + 1) * TILE < seq_len);
   }
 #ifdef GA_DECODE_TIMING
   GA_TIMING_WARP(0);
