@@ -64,14 +64,14 @@ std::vector<std::string> parse_nvrtc_extra_options(const std::string& text) {
   std::string o;
   while (in >> o) {
     if (!allowed(o))
-      throw Error(
-          "GRAPHATTN_NVRTC_EXTRA_OPTIONS: '" + printable(o) +
-          "' is not supported; supported (separated by spaces): "
-          "--Ofast-compile=min|mid|max|0, --ptxas-options=V, -Xptxas=V, "
-          "--maxrregcount=N (N 1-999), -DGA_DECODE_TIMING=1, -DGA_DECODE_EARLY_TRIGGER=1, "
-          "-DGA_DECODE_PAGE_SORT=N (N 0-32), -DGA_DECODE_CLUSTER_PUSH=0, -DGA_FP8_CVT_HW=0|1, -DGA_PREFILL_SM90_SCHED=N (N 0-255), "
-          "-DGA_PREFILL_SM90_FP8_SCHED=N (N 0-255), -DGA_PREFILL_SM90_FP8_VAR=N (N 0-511), "
-          "-DGA_PREFILL_SM90_LEGACY_VAR=N (N 0-255)");
+      throw Error("GRAPHATTN_NVRTC_EXTRA_OPTIONS: '" + printable(o) +
+                  "' is not supported; supported (separated by spaces): "
+                  "--Ofast-compile=min|mid|max|0, --ptxas-options=V, -Xptxas=V, "
+                  "--maxrregcount=N (N 1-999), -DGA_DECODE_TIMING=1, -DGA_DECODE_EARLY_TRIGGER=1, "
+                  "-DGA_DECODE_PAGE_SORT=N (N 0-32), -DGA_DECODE_CLUSTER_PUSH=0, "
+                  "-DGA_FP8_CVT_HW=0|1, -DGA_PREFILL_SM90_SCHED=N (N 0-255), "
+                  "-DGA_PREFILL_SM90_FP8_SCHED=N (N 0-255), -DGA_PREFILL_SM90_FP8_VAR=N (N 0-511), "
+                  "-DGA_PREFILL_SM90_LEGACY_VAR=N (N 0-255)");
     out.push_back(o);
   }
   return out;
