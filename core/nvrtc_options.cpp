@@ -31,8 +31,8 @@ bool allowed(const std::string& o) {
   if (o == "-DGA_DECODE_TIMING=1") return true;
   // The decode's early-trigger experiment (templates/decode.cu, GA_DECODE_EARLY_TRIGGER).
   if (o == "-DGA_DECODE_EARLY_TRIGGER=1") return true;
-  // The decode's page order by windows (templates/decode.cu, GA_DECODE_PAGE_SORT): 0 compiles it
-  // out, N sorts windows of at least N tiles.
+  // The decode's page-order experiment (templates/decode.cu, GA_DECODE_PAGE_SORT): N sorts
+  // windows of at least N tiles, 0 (the default) compiles it out.
   if (starts_with(o, "-DGA_DECODE_PAGE_SORT="))
     return number_after(o, "-DGA_DECODE_PAGE_SORT=", 0, 32);
   // The decode's pulled cluster combine on sm_90 (templates/decode.cu, GA_DECODE_CLUSTER_PUSH).

@@ -630,23 +630,25 @@ enum : int {
   CLUSTER_PUSH =
       GA_DECODE_CLUSTER_PUSH && ga_decode_cluster_push(HEAD_SIZE, KV_FP8 == 0, KV_LAYOUT, MT, BSP)
 };
-// [policy: page order by windows] (GA_DECODE_PAGE_SORT = N, default 16; 0 compiles it out) A
-// warp holds the block-table entries of its tiles 32 at a time (lane l: tile j0 + l). In an
-// unsplit request whose window of 32 holds at least N tiles, the warp sorts the entries of
-// the window's interior tiles by block id (a bitonic sort across the lanes) and copies its
-// tiles in that order, so the warps of a wave read the cache in ascending address order
-// together instead of at random (the shuffled cache's page order costs 2-7 us a launch against
-// the same pages in order: docs/decode-vs-cudnn-h100-2026-11-27-s11.txt). Only the block a tile
+// [experiment: page order by windows] GA_DECODE_PAGE_SORT=N (GRAPHATTN_NVRTC_EXTRA_OPTIONS=
+// -DGA_DECODE_PAGE_SORT=N, N 1-32; default 0: compiled out; not measured on a GPU yet, see
+// docs/decode-vs-cudnn-h100-2026-11-27-s14.txt). A warp holds the block-table entries of its
+// tiles 32 at a time (lane l: tile j0 + l). In an unsplit request whose window of 32 holds at
+// least N tiles, the warp sorts the entries of the window's interior tiles by block id (a
+// bitonic sort across the lanes) and copies its tiles in that order, so the warps of a wave
+// read the cache in ascending address order together instead of at random (the shuffled
+// cache's page order costs 2-7 us a launch against the same pages in order:
+// docs/decode-vs-cudnn-h100-2026-11-27-s11.txt). Only the block a tile
 // is copied from moves: every sorted tile is interior (no masked row, no window, no ALiBi, no
 // fused-write row: the request's last tile keeps its place), so its mask and position terms do
 // not depend on which interior tile it is, and a block holds exactly one tile (block size 16),
 // so the copy's in-block offset is 0 for all. The output changes in rounding only (the
 // softmax's summation order), the same for a given block table at every ring depth: window 0's
 // first MAX_STAGES - 1 tiles (the ring's prologue at the deepest depth) keep their places.
-// Compiled for the 16-bit single-token flash kernels of block size 16 without window, ALiBi,
-// block sparsity or bounds checks; the others keep their machine code.
+// With N > 0 compiled for the 16-bit single-token flash kernels of block size 16 without
+// window, ALiBi, block sparsity or bounds checks; the others keep their machine code.
 #ifndef GA_DECODE_PAGE_SORT
-#define GA_DECODE_PAGE_SORT 16
+#define GA_DECODE_PAGE_SORT 0
 #endif
 enum : int {
   PAGE_SORT = GA_DECODE_PAGE_SORT > 0 && !LEGACY && KV_FP8 == 0 && !QF8 && !MT && !BSP &&
@@ -655,7 +657,7 @@ enum : int {
               && false
 #endif
 };
-// [policy: page order by windows] entry (an int lvalue: this lane's block-table entry of the
+// [experiment: page order by windows] entry (an int lvalue: this lane's block-table entry of the
 // window) after the sort: lanes below pin and the tiles that are not interior (the request's
 // last tile, lanes past the warp's tiles: a suffix of the lanes) keep their places and entries
 // (keys below 32; keys from 0xffffff00 in lane order); the interior tiles' entries (keys block +
