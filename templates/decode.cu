@@ -643,6 +643,54 @@ enum : int {
 #define GA_DSP_SEQ_WINDOW 0
 #endif
 #endif
+// [experiment: page order by windows] GA_DECODE_PAGE_SORT=N (GRAPHATTN_NVRTC_EXTRA_OPTIONS=
+// -DGA_DECODE_PAGE_SORT=N, N 1-32; default 0: compiled out; not measured on a GPU yet, see
+// docs/decode-vs-cudnn-h100-2026-11-27-s14.txt). A warp holds the block-table entries of its
+// tiles 32 at a time (lane l: tile j0 + l). In an unsplit request whose window of 32 holds at
+// least N tiles, the warp sorts the entries of the window's interior tiles by block id (a
+// bitonic sort across the lanes) and copies its tiles in that order, so the warps of a wave
+// read the cache in ascending address order together instead of at random (the shuffled
+// cache's page order costs 2-7 us a launch against the same pages in order:
+// docs/decode-vs-cudnn-h100-2026-11-27-s11.txt). Only the block a tile
+// is copied from moves: every sorted tile is interior (no masked row, no window, no ALiBi, no
+// fused-write row: the request's last tile keeps its place), so its mask and position terms do
+// not depend on which interior tile it is, and a block holds exactly one tile (block size 16),
+// so the copy's in-block offset is 0 for all. The output changes in rounding only (the
+// softmax's summation order), the same for a given block table at every ring depth: window 0's
+// first MAX_STAGES - 1 tiles (the ring's prologue at the deepest depth) keep their places.
+// With N > 0 compiled for the 16-bit single-token flash kernels of block size 16 without
+// window, ALiBi, block sparsity or bounds checks; the others keep their machine code.
+#ifndef GA_DECODE_PAGE_SORT
+#define GA_DECODE_PAGE_SORT 0
+#endif
+enum : int {
+  PAGE_SORT = GA_DECODE_PAGE_SORT > 0 && !LEGACY && KV_FP8 == 0 && !QF8 && !MT && !BSP &&
+              !HAS_WINDOW && !HAS_ALIBI && BLOCK_SIZE == TILE
+#ifdef GA_CHECK_BOUNDS
+              && false
+#endif
+};
+// [experiment: page order by windows] entry (an int lvalue: this lane's block-table entry of the
+// window) after the sort: lanes below pin and the tiles that are not interior (the request's
+// last tile, lanes past the warp's tiles: a suffix of the lanes) keep their places and entries
+// (keys below 32; keys from 0xffffff00 in lane order); the interior tiles' entries (keys block +
+// 32) go in ascending order, by a bitonic sort across the warp (lane l: the l-th smallest key).
+// (interior: the tile ends before the request's last token, the fused write's row.) A macro,
+// not a function: a function called from a discarded branch still changed the register
+// allocation of the kernels that never sort.
+#define GA_PAGE_SORT_WINDOW(entry, pin, interior)                                              \
+  do {                                                                                         \
+    static_assert(MAX_STAGES <= 32, "window 0's pinned lanes: keys below 32");                 \
+    unsigned key_ = lane < (pin) ? static_cast<unsigned>(lane)                                 \
+                    : (interior) ? static_cast<unsigned>(entry) + 32u                          \
+                                 : 0xffffff00u + static_cast<unsigned>(lane);                  \
+    _Pragma("unroll") for (int k_ = 2; k_ <= 32; k_ <<= 1)                                     \
+        _Pragma("unroll") for (int j_ = k_ >> 1; j_ > 0; j_ >>= 1) {                           \
+      const unsigned other_ = __shfl_xor_sync(0xffffffffu, key_, j_);                          \
+      key_ = ((lane & j_) == 0) == ((lane & k_) == 0) ? min(key_, other_) : max(key_, other_); \
+    }                                                                                          \
+    if (key_ >= 32u && key_ < 0xffffff00u) (entry) = static_cast<int>(key_ - 32u);             \
+  } while (0)
 #if GA_DECODE_EARLY_TRIGGER
 #define GA_EARLY_WAIT() ga_grid_dependency_wait()
 #else
@@ -1076,6 +1124,12 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
           if (tok + BLOCK_SIZE < seq_len) bt_cached2 = bt_row[tok / BLOCK_SIZE + 1];
         }
       }
+      if constexpr (PAGE_SORT) {  // windows after the first (the first: after the prologue)
+        if (num_splits == 1 && j > 0 && my_tiles - j >= GA_DECODE_PAGE_SORT)
+          GA_PAGE_SORT_WINDOW(
+              bt_cached, 0,
+              jj < my_tiles && base + (tile_begin + warp + NW * jj + 1) * TILE < seq_len);
+      }
     }
     const int t0 = base + (tile_begin + warp + NW * j) * TILE;
     if (!tile_live(t0)) {  // block-sparse: a tile no column sees is not read
@@ -1224,6 +1278,12 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   for (int s = 0; s < stages - 1; ++s) {
     if (s < my_tiles) issue(s);
     ga_cp_commit();
+  }
+  if constexpr (PAGE_SORT) {  // window 0, its first MAX_STAGES - 1 tiles in place
+    if (num_splits == 1 && my_tiles >= GA_DECODE_PAGE_SORT)
+      GA_PAGE_SORT_WINDOW(
+          bt_cached, MAX_STAGES - 1,
+          lane < my_tiles && base + (tile_begin + warp + NW * lane + 1) * TILE < seq_len);
   }
 #ifdef GA_DECODE_TIMING
   GA_TIMING_WARP(0);
