@@ -57,8 +57,6 @@ int decode_ring_stages_from_env() {
   return small_int_from_env("GRAPHATTN_DECODE_RING_STAGES", 2, 4);
 }
 
-int decode_fp8_tail_from_env() { return small_int_from_env("GRAPHATTN_DECODE_FP8_TAIL", 1, 64); }
-
 }  // namespace graphattn::detail
 
 void graphattn::check_flag_environment() {
@@ -69,7 +67,6 @@ void graphattn::check_flag_environment() {
     detail::env_flag(name);
   detail::decode_cluster_splits_from_env();
   detail::decode_ring_stages_from_env();
-  detail::decode_fp8_tail_from_env();
   detail::nvrtc_extra_options();
   resolve_mixed_branches(MixedBranches::kDefault);
   mixed_decode_divisor_from_env();

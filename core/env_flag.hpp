@@ -25,9 +25,4 @@ int decode_cluster_splits_from_env();
 // throws graphattn::Error as above.
 int decode_ring_stages_from_env();
 
-// GRAPHATTN_DECODE_FP8_TAIL (a measurement switch, runtime/decode.cpp prepare_decode_kernel):
-// unset or empty is 0 (the policy's kFp8TailSplit); else 1..64: 1 no fp8 tail split, N >= 2 a
-// tail split of 1/N; anything else throws graphattn::Error as above.
-int decode_fp8_tail_from_env();
-
 }  // namespace graphattn::detail

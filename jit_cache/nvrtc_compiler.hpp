@@ -39,9 +39,6 @@ class NvrtcProgram {
 // render_kernel (graphattn/jit.hpp) with extra appended to the kernel's NVRTC options in place of
 // GRAPHATTN_NVRTC_EXTRA_OPTIONS's (core/nvrtc_options.hpp).
 KernelSource render_kernel(const AttentionSpec& spec, const std::vector<std::string>& extra);
-// Whether render_kernel defines GA_DECODE_TAIL_SPLIT for spec (templates/decode.cu [policy: fp8
-// tail split]): the fp8 KV-head-pair decode kernels, not _dsp.
-bool fp8_tail_split(const AttentionSpec& spec);
 
 // Compiles src to a cubin; throws CompileError with the log on rejection.
 std::vector<char> nvrtc_compile(const KernelSource& src, double* ms);

@@ -72,16 +72,6 @@ bool legacy_one_body_wgmma(const AttentionSpec& spec) {
 
 namespace detail {
 
-// [policy: fp8 tail split] (runtime/decode.hpp DecodeLaunch::tail_split) for the fp8 KV-head-pair
-// decode kernels only (templates/params.h's ga_decode_row_heads with one byte a KV element, which
-// jit_cache cannot include; tests/test_decode_host.cpp checks the two agree), not the _dsp kernel:
-// every other spec renders the source it had without the split.
-bool fp8_tail_split(const AttentionSpec& spec) {
-  return spec.kind == KernelKind::kDecode && spec.dtype != DType::kFloat32 &&
-         spec.kv_dtype != KvDType::kAuto && !spec.device_splits && spec.layout == KvLayout::kNHD &&
-         !spec.multi_token && !spec.block_sparse && spec.head_size == 128 && spec.group <= 8;
-}
-
 KernelSource render_kernel(const AttentionSpec& spec, const std::vector<std::string>& extra) {
   spec.validate();
   const Family fam = family_of(spec);
@@ -104,7 +94,6 @@ KernelSource render_kernel(const AttentionSpec& spec, const std::vector<std::str
   for (const auto& o : out.options) os << " " << o;
   os << "\n";
   os << detail::spec_constants(spec);
-  if (fp8_tail_split(spec)) os << "#define GA_DECODE_TAIL_SPLIT 1\n";
   os << template_text("params.h") << "\n"
      << template_text("common.cuh") << "\n"
      << template_text(fam.file);

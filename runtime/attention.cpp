@@ -46,12 +46,8 @@ namespace detail {
 DecodeGrid mixed_decode_grid(int slots, int divisor, int num_kv_heads, int columns,
                              int max_model_len, int window, int head_size, KvDType kv_dtype,
                              const DecodeDevice& dev) {
-  // (The fp8 tail split is decode_grid's, divisor 1: a mixed batch's other sizings keep the
-  // grid without it.)
-  DecodeDevice dev_plain = dev;
-  if (divisor != 1) dev_plain.fp8_tail = 0;
-  const DecodeGrid all = decode_grid(slots, num_kv_heads, columns, max_model_len, window, head_size,
-                                     kv_dtype, dev_plain);
+  const DecodeGrid all =
+      decode_grid(slots, num_kv_heads, columns, max_model_len, window, head_size, kv_dtype, dev);
   if (divisor == 0 && slots >= 1 && dev.num_sms > 0) {
     const int rh = std::max(1, dev.row_heads);
     const int64_t y = int64_t{(num_kv_heads + rh - 1) / rh} * ga_decode_head_chunks(columns * rh);
@@ -85,7 +81,7 @@ DecodeGrid mixed_decode_grid(int slots, int divisor, int num_kv_heads, int colum
   }
   if (divisor <= 1 || slots <= 1) return all;
   const DecodeGrid few = decode_grid((slots + divisor - 1) / divisor, num_kv_heads, columns,
-                                     max_model_len, window, head_size, kv_dtype, dev_plain);
+                                     max_model_len, window, head_size, kv_dtype, dev);
   return decode_grid_beside_prefill(few.max_splits > all.max_splits ? few : all);
 }
 
@@ -577,7 +573,6 @@ detail::DecodeLaunch decode_launch(const AttentionLayerConfig& c,
   d.stages = grid.stages;
   d.early_stages = grid.early_stages;
   d.cluster = grid.cluster;
-  d.tail_split = grid.tail_split;
   d.scale = c.scale;
   d.window = c.window;
   d.soft_cap = c.soft_cap;

@@ -219,12 +219,6 @@ DecodeDevice prepare_decode_kernel(const LoadedKernel& decode) {
   // kAutoClusterSplits (=16: the auto policy of main 65693c3, docs/decode-small-batch-h100-
   // 2026-11-27-s13.txt).
   out.cluster_splits = detail::decode_cluster_splits_from_env();
-  // [policy: fp8 tail split] (decode_grid) for the fp8 KV-head-pair specs, whose kernel has it.
-  // Measurement switch: GRAPHATTN_DECODE_FP8_TAIL=N (1: none).
-  if (rh == 2 && kvb == 1 && s.layout != KvLayout::kLegacy && !s.device_splits) {
-    const int tail = detail::decode_fp8_tail_from_env();
-    out.fp8_tail = tail == 0 ? kFp8TailSplit : tail >= 2 ? tail : 0;
-  }
   return out;
 }
 
@@ -339,18 +333,6 @@ DecodeGrid decode_grid(int num_decodes, int num_kv_heads, int columns, int max_m
         g.early_stages = chosen;
       }
     }
-    // [policy: fp8 tail split] An fp8 KV-head-pair launch of one wave of blocks longer than 4096
-    // tokens: the blocks end over a window that grows with their length (the multiprocessors read
-    // at different rates; docs/decode-block-timing-h100-2026-11-27-s8.txt), and its last ones
-    // stream alone. Each block's last 1/fp8_tail of tiles becomes a second, short block that
-    // runs after every long one, on the slots freed first
-    // (docs/fp8-decode-h100-2026-11-27-s14.txt).
-    if (dev.fp8_tail >= 2 && kvb == 1 && rh == 2 && g.max_splits == 1 && g.early_stages == 0 &&
-        len > 4096 && cap >= 2 &&
-        blocks_per_split <= sms * std::max(1, dev.blocks_per_sm[g.stages])) {
-      g.max_splits = 2;
-      g.tail_split = dev.fp8_tail;
-    }
     return g;
   }
   g.max_splits =
@@ -452,14 +434,6 @@ void check_decode_launch(const AttentionSpec& spec, const DecodeLaunch& a, const
   require_int32_rows(a.block_table, "block_table", a.num_decodes, "[num_reqs, max_blocks_per_seq]");
   GA_REQUIRE(a.max_splits >= 1 && a.max_splits <= (1 << 20),
              "max_splits " + str(a.max_splits) + " must be in [1, 1048576]");
-  GA_REQUIRE(
-      a.tail_split == 0 ||
-          (a.tail_split >= 2 && a.tail_split <= 64 && a.max_splits == 2 && !a.cluster &&
-           !spec.device_splits && kv_bytes_of(spec) == 1 && decode_row_heads(spec) == 2),
-      "tail_split " + str(a.tail_split) +
-          " needs 2..64, max_splits 2, no cluster and an fp8 KV-head-pair kernel (not _dsp); "
-          "got max_splits " +
-          str(a.max_splits) + (a.cluster ? ", cluster" : "") + " and " + spec.to_string());
   GA_REQUIRE(!a.cluster || (spec.arch >= 90 && a.max_splits <= 16),
              "a cluster launch needs sm_90 or newer and max_splits <= 16, got sm_" +
                  str(spec.arch) + " and " + str(a.max_splits));
@@ -610,7 +584,6 @@ void enqueue_decode(const LoadedKernel& decode, const DecodeLaunch& a, CUstream 
   p.early_prologue = a.early_prologue && a.new_key.ndim != 0 ? 1 : 0;
   const int stages = p.early_prologue && a.early_stages != 0 ? a.early_stages : stages_of(spec, a);
   p.cluster_splits = a.cluster && a.max_splits > 1 && !chosen ? 1 : 0;
-  if (a.tail_split >= 2) p.cluster_splits = -a.tail_split;  // (check_decode_launch)
   // Measurement switch (off by default): GRAPHATTN_DECODE_RING_STAGES=N runs the ring N stages
   // deep (fewer tiles in flight) with the shared memory, so the resident blocks, of `stages`.
   static const int ring = detail::decode_ring_stages_from_env();

@@ -30,9 +30,6 @@ namespace graphattn::detail {
 // The most splits the auto policy's cluster launches take (runtime/decode.cpp, [policy: 8-block
 // clusters]).
 constexpr int kAutoClusterSplits = 8;
-// [policy: fp8 tail split] The share of a block's tiles (1 / kFp8TailSplit) that an fp8 KV-head-
-// pair launch of one wave splits off into a second, short block (decode_grid).
-constexpr int kFp8TailSplit = 8;
 struct DecodeDevice {
   int num_sms = 0;             // multiprocessors
   int blocks_per_sm[5] = {};   // resident decode blocks per multiprocessor with a pipeline of
@@ -46,9 +43,6 @@ struct DecodeDevice {
                                // (GRAPHATTN_DECODE_CLUSTER_SPLITS; 0: as many as fit, and
                                // auto_clusters' launches kAutoClusterSplits)
   int row_heads = 1;           // KV heads a block covers (2: KV head pairs, ga_decode_row_heads)
-  int fp8_tail = 0;            // >= 2: the fp8 tail split of 1/fp8_tail (decode_grid); 0: none
-                               // (prepare_decode_kernel: kFp8TailSplit, or
-                               // GRAPHATTN_DECODE_FP8_TAIL; 1 there is none)
 };
 // A decode launch's geometry (runtime/decode.hpp's split policy).
 struct DecodeGrid {
@@ -56,8 +50,6 @@ struct DecodeGrid {
   int stages = 2;        // cp.async stages per warp
   bool cluster = false;  // the splits of a request run as one cluster of max_splits blocks
   int early_stages = 0;  // stages of a launch that runs the early prologue (0: stages)
-  int tail_split = 0;    // >= 2 (with max_splits 2): the second split takes 1/tail_split of the
-                         // tiles, every first split ordered first (DecodeLaunch::tail_split)
   // A batch split on the device whose splits the kernel chooses from the decodes it counts
   // (runtime/mixed_grid.hpp; 0: max_splits for every request): the policy's multiprocessor
   // count, grid y (blocks per request and split), and the leading decodes that may take more
@@ -85,10 +77,6 @@ struct DecodeLaunch : AttentionViews {
   // sm_90+, max_splits <= 16: run the splits of each request as one thread-block cluster and
   // combine them through distributed shared memory (the counters are then not used).
   bool cluster = false;
-  // [policy: fp8 tail split] >= 2: max_splits 2, no cluster, a flash fp8 KV-head-pair spec (not
-  // _dsp): split 1 takes ceil(tiles / tail_split) tiles (whole rounds of the warps), split 0 the
-  // rest, and the grid's first half runs every split 0. 0: equal splits.
-  int tail_split = 0;
   float scale = 1.0f;            // softmax scale
   int window = 0;                // sliding window in tokens; 0 = none (the spec must agree)
   float soft_cap = 0.0f;         // logits soft cap; 0 = none (the spec must agree)

@@ -91,9 +91,6 @@ constexpr bool MT = false;
 constexpr bool BSP = GA_BLOCK_SPARSE != 0;
 // A split may see no key of a column (multi-token, block-sparse): weight 0 when combining.
 constexpr bool EMPTY_SPLITS = MT || BSP;
-// [policy: fp8 tail split] GA_DECODE_TAIL_SPLIT (defined by the renderer, jit_cache/render.cpp,
-// for the fp8 KV-head-pair decode specs, not _dsp): the kernel takes DecodeLaunch::tail_split
-// (cluster_splits < 0). Every other spec renders the code without it.
 // Query columns per block: heads of the one token, or (multi-token) up to 16 (token, head) pairs.
 constexpr int HPB =
     MT || GROUP * PG >= GA_DECODE_HEADS_PER_BLOCK ? GA_DECODE_HEADS_PER_BLOCK : GROUP * PG;
@@ -760,34 +757,15 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
       if (!dec) return;
     }
   }
-#elif defined(GA_DECODE_TAIL_SPLIT)
-  // [policy: fp8 tail split] (DecodeLaunch::tail_split, passed as cluster_splits = -N) Two
-  // splits per (KV head pair, request), the second of 1/N of the tiles, and the blocks in the
-  // grid's order take every first split before any second: the long blocks start in the first
-  // wave, and the short ones go to the slots that free up first (the multiprocessors that read
-  // fastest), so that the launch's last blocks end closer together.
-  int split = blockIdx.x, req = blockIdx.z, block_y = blockIdx.y;
-  if (p.cluster_splits < 0) {
-    const unsigned items = gridDim.y * gridDim.z;
-    const unsigned lin = blockIdx.x + 2u * (blockIdx.y + gridDim.y * blockIdx.z);
-    const unsigned item = lin < items ? lin : lin - items;
-    split = lin < items ? 0 : 1;
-    req = static_cast<int>(item / gridDim.y);
-    block_y = static_cast<int>(item - static_cast<unsigned>(req) * gridDim.y);
-  }
-#define GA_BLOCK_Y block_y
 #else
   const int split = blockIdx.x;
   const int req = blockIdx.z;
 #endif
-#ifndef GA_BLOCK_Y
-#define GA_BLOCK_Y blockIdx.y
-#endif
   // Column chunks per KV head: compile-time for one token, from the launch's max_query_len for
   // multi-token kernels (the grid is fixed per captured size).
   const int chunks = MT ? (p.max_query_len * GROUP + HPB - 1) / HPB : HEAD_CHUNKS;
-  const int kv_head = GA_BLOCK_Y / chunks;
-  const int head_chunk = GA_BLOCK_Y - kv_head * chunks;
+  const int kv_head = blockIdx.y / chunks;
+  const int head_chunk = blockIdx.y - kv_head * chunks;
   const int tid = threadIdx.x;
   const int warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, t = lane & 3;
@@ -820,7 +798,7 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
     const unsigned long long row = reinterpret_cast<unsigned long long>(
         p.kv.block_table + static_cast<long long>(req) * p.kv.block_table_stride);
     const unsigned long long line =
-        (row & ~127ull) + 128ull * (GA_SPLIT_INDEX * gridDim.y + GA_BLOCK_Y);
+        (row & ~127ull) + 128ull * (GA_SPLIT_INDEX * gridDim.y + blockIdx.y);
     if (line < row + 4ull * static_cast<unsigned long long>(p.kv.block_table_stride))
       asm volatile("prefetch.global.L2 [%0];" ::"l"(line));
   }
@@ -915,11 +893,7 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   num_splits = (tiles + tiles_per_split - 1) / tiles_per_split;
   // Cluster launch: every block of the cluster (all splits of this request and head group)
   // joins both cluster barriers below, also the idle ones past num_splits.
-#ifdef GA_DECODE_TAIL_SPLIT  // (a negative cluster_splits is the tail split's, above)
-  const bool cluster = p.cluster_splits > 0 && num_splits > 1;
-#else
   const bool cluster = p.cluster_splits != 0 && num_splits > 1;
-#endif
   if (split >= num_splits) {
     ga_idle_split(cluster);
     return;
@@ -966,24 +940,8 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
                                       (new_slot % BLOCK_SIZE) * p.kv.cache_token_stride +
                                       static_cast<long long>(kv_head) * PG * p.kv.cache_head_stride
                                 : 0;
-#ifdef GA_DECODE_TAIL_SPLIT
-  // [policy: fp8 tail split] The second split takes ceil(tiles / N) tiles rounded up to whole
-  // rounds of the warps (at most tiles - 1), the first the rest.
-  int tail_tiles = 0;
-  if (p.cluster_splits < 0 && num_splits == 2) {
-    const int n = -p.cluster_splits;
-    tail_tiles = ((tiles + n - 1) / n + NW - 1) / NW * NW;
-    if (tail_tiles > tiles - 1) tail_tiles = tiles - 1;
-  }
-  const int tile_begin =
-      tail_tiles > 0 ? (split == 0 ? 0 : tiles - tail_tiles) : split * tiles_per_split;
-  const int tile_end = tail_tiles > 0 ? (split == 0 ? tiles - tail_tiles : tiles)
-                       : tile_begin + tiles_per_split < tiles ? tile_begin + tiles_per_split
-                                                              : tiles;
-#else
   const int tile_begin = split * tiles_per_split;
   const int tile_end = tile_begin + tiles_per_split < tiles ? tile_begin + tiles_per_split : tiles;
-#endif
   // This warp's tiles: tile_begin + warp + NW * j.
   const int my_tiles =
       tile_begin + warp < tile_end ? (tile_end - tile_begin - warp + NW - 1) / NW : 0;
@@ -1800,7 +1758,7 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
     unsigned done;
     asm volatile("atom.acq_rel.gpu.global.inc.u32 %0, [%1], %2;"
                  : "=r"(done)
-                 : "l"(p.counters + static_cast<long long>(req) * gridDim.y + GA_BLOCK_Y),
+                 : "l"(p.counters + static_cast<long long>(req) * gridDim.y + blockIdx.y),
                    "r"(static_cast<unsigned>(num_splits - 1))
                  : "memory");
     ga_last_arrival = done == static_cast<unsigned>(num_splits - 1);

@@ -9,9 +9,7 @@
 #include "graphattn/backend.hpp"
 #include "graphattn/error.hpp"
 #include "graphattn/jit.hpp"
-#include "jit_cache/nvrtc_compiler.hpp"
 #include "runtime/decode.hpp"
-#include "runtime/mixed_grid.hpp"
 #include "templates/params.h"
 #include "testing/configs.hpp"
 
@@ -351,82 +349,4 @@ TEST_CASE("multi-token decode: the _mt axis, its configuration and its grid") {
   CHECK(ga_decode_column_chunks(5, 4) == 2);
   CHECK(ga_decode_column_chunks(16, 8) == 8);
   CHECK(detail::decode_counter_count(3, 2, 4 * 8) == 3 * 2 * 2);
-}
-
-// [policy: fp8 tail split] An fp8 KV-head-pair launch of one wave of blocks longer than 4096
-// tokens takes two splits, the second of 1/fp8_tail of the tiles; nothing else does, and a mixed
-// batch's sizings keep their grid.
-TEST_CASE("decode split policy: the fp8 tail split") {
-  detail::DecodeDevice pairs = device(132, 3, 2, 1, 16);  // an H100: head-128 fp8 KV head pairs
-  pairs.row_heads = 2;
-  pairs.fp8_tail = detail::kFp8TailSplit;
-  const auto grid = [&](int b, int len, KvDType kv, const detail::DecodeDevice& d) {
-    return detail::decode_grid(b, 8, 4, len, 0, 128, kv, d);
-  };
-  const detail::DecodeGrid g = grid(64, 8192, KvDType::kFp8E4M3, pairs);
-  CHECK(g.max_splits == 2);
-  CHECK(g.tail_split == detail::kFp8TailSplit);
-  CHECK(g.stages == 3);
-  CHECK_FALSE(g.cluster);
-  CHECK(g.early_stages == 0);
-  CHECK(grid(64, 16384, KvDType::kFp8E5M2, pairs).tail_split == detail::kFp8TailSplit);
-  // Without it (GRAPHATTN_DECODE_FP8_TAIL=1, or a kernel that has none): main's grid.
-  detail::DecodeDevice none = pairs;
-  none.fp8_tail = 0;
-  const detail::DecodeGrid plain = grid(64, 8192, KvDType::kFp8E4M3, none);
-  CHECK(plain.max_splits == 1);
-  CHECK(plain.tail_split == 0);
-  CHECK(plain.stages == 3);
-  // Blocks of 4096 tokens or fewer, more than one wave, 16-bit KV: no tail split.
-  CHECK(grid(64, 4096, KvDType::kFp8E4M3, pairs).tail_split == 0);
-  CHECK(grid(64, 2048, KvDType::kFp8E4M3, pairs).tail_split == 0);
-  CHECK(grid(256, 8192, KvDType::kFp8E4M3, pairs).tail_split == 0);
-  CHECK(grid(64, 8192, KvDType::kAuto, pairs).tail_split == 0);
-  CHECK(grid(64, 8192, KvDType::kAuto, pairs).max_splits == 1);
-  // Small batches keep the split policy's grid (splits up to one block per multiprocessor).
-  CHECK(grid(16, 8192, KvDType::kFp8E4M3, pairs).tail_split == 0);
-  CHECK(grid(16, 8192, KvDType::kFp8E4M3, pairs).max_splits ==
-        grid(16, 8192, KvDType::kFp8E4M3, none).max_splits);
-  // A mixed batch's sizings (divisor 4, and 0: the splits chosen on the device) keep one split.
-  for (int divisor : {0, 4}) {
-    INFO("divisor " << divisor);
-    const detail::DecodeGrid m =
-        detail::mixed_decode_grid(64, divisor, 8, 4, 8192, 0, 128, KvDType::kFp8E4M3, pairs);
-    const detail::DecodeGrid m0 =
-        detail::mixed_decode_grid(64, divisor, 8, 4, 8192, 0, 128, KvDType::kFp8E4M3, none);
-    CHECK(m.tail_split == 0);
-    CHECK(m.max_splits == m0.max_splits);
-    CHECK(m.stages == m0.stages);
-  }
-  // Divisor 1 is decode_grid's grid, with the tail split.
-  CHECK(detail::mixed_decode_grid(64, 1, 8, 4, 8192, 0, 128, KvDType::kFp8E4M3, pairs).tail_split ==
-        detail::kFp8TailSplit);
-}
-
-// The renderer's fp8_tail_split (jit_cache, which cannot include templates/params.h) names
-// exactly the fp8 KV-head-pair decode specs (ga_decode_row_heads), not the _dsp kernel.
-TEST_CASE("decode: the renderer's fp8 tail split matches the KV head pairs") {
-  int pairs = 0;
-  for (int head : {64, 72, 128, 256})
-    for (KvDType kv : {KvDType::kAuto, KvDType::kFp8E4M3, KvDType::kFp8E5M2})
-      for (int group : {1, 4, 8, 16})
-        for (KvLayout layout : {KvLayout::kNHD, KvLayout::kHND, KvLayout::kLegacy})
-          for (int mode = 0; mode < 5; ++mode) {
-            AttentionSpec s;
-            s.kind = KernelKind::kDecode;
-            s.head_size = head;
-            s.kv_dtype = kv;
-            s.group = group;
-            s.layout = layout;
-            s.multi_token = mode == 1;
-            s.block_sparse = mode == 2;
-            s.device_splits = mode == 3;
-            if (mode == 4) s.dtype = DType::kFloat16;
-            INFO(s.to_string());
-            const bool want =
-                kv != KvDType::kAuto && !s.device_splits && detail::decode_row_heads(s) == 2;
-            CHECK(detail::fp8_tail_split(s) == want);
-            pairs += want;
-          }
-  CHECK(pairs > 0);
 }

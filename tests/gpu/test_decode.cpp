@@ -259,7 +259,6 @@ Kernels load(const DecodeCase& c, KernelCache& cache) {
 struct Grid {
   int splits, stages;
   bool cluster = false;  // the splits combine through distributed shared memory
-  int tail = 0;          // the fp8 tail split (DecodeLaunch::tail_split; splits 2)
 };
 
 // The launch of every request of batch b with grid g. Window, soft cap and the fp8 KV scales are
@@ -281,7 +280,6 @@ detail::DecodeLaunch launch_args(const DecodeCase& c, const Batch& b, const Grid
   a.workspace_size = ws.bytes();
   a.counters = counters.data();
   a.cluster = g.cluster;
-  a.tail_split = g.tail;
   a.softmax_lse = b.lse_view;
   return a;
 }
@@ -350,7 +348,7 @@ void run_case(const DecodeCase& c, KernelCache& cache, std::mt19937_64& rng,
                                                         c.window, c.head_size, c.kv, k.device);
   const int deepest = ga_decode_max_stages(c.head_size, c.kv == KvDType::kAuto ? 2 : 1);
   for (Grid& g : grids) {
-    if (g.splits == 0) g = {policy.max_splits, policy.stages, false, policy.tail_split};
+    if (g.splits == 0) g = {policy.max_splits, policy.stages};
     if (g.splits == -1) g.splits = (max_len + 63) / 64;
     if (g.stages == -1) g.stages = deepest;
     g.stages = std::min(g.stages, deepest);
@@ -361,7 +359,7 @@ void run_case(const DecodeCase& c, KernelCache& cache, std::mt19937_64& rng,
   for (size_t i = 0, end = grids.size(); i < end; ++i) {
     Grid g = grids[i];
     const int st = g.stages == 0 ? shallow : g.stages;
-    if (g.splits > 1 && g.tail == 0 && st >= 2 && st <= 4 && g.splits <= k.device.cluster_at[st]) {
+    if (g.splits > 1 && st >= 2 && st <= 4 && g.splits <= k.device.cluster_at[st]) {
       g.cluster = true;
       grids.push_back(g);
     }
@@ -373,13 +371,10 @@ void run_case(const DecodeCase& c, KernelCache& cache, std::mt19937_64& rng,
   const size_t num_counters = detail::decode_counter_count(n, c.num_kv_heads, c.group);
   DeviceBuffer counters(num_counters * 4);
 
-  if (policy.tail_split != 0)
-    MESSAGE(describe(c) << ": the policy's fp8 tail split of 1/" << policy.tail_split << " ("
-                        << policy.max_splits << " splits, " << policy.stages << " stages)");
   for (const Grid& g : grids) {
     INFO("max_splits " << g.splits << ", stages " << g.stages
-                       << std::string(g.cluster ? ", cluster" : "") << ", tail split " << g.tail
-                       << " (policy " << policy.max_splits << ", " << policy.stages << ")");
+                       << std::string(g.cluster ? ", cluster" : "") << " (policy "
+                       << policy.max_splits << ", " << policy.stages << ")");
     b.d_out.fill_bytes(0xff);  // NaN: every element must be written
     if (c.lse) b.d_lse.fill_bytes(0xff);
     const detail::DecodeLaunch a = launch_args(c, b, g, static_cast<float>(scale), ws, counters);
@@ -636,50 +631,6 @@ TEST_CASE("gpu decode: KV head pairs (128-byte head rows, NHD) match the float64
   }
   const std::vector<Grid> grids = {{0, 0}, {1, 0}, {3, -1}, {-1, 2}};
   for (const auto& c : cases) run_case(c, cache, rng, grids);
-}
-
-// [policy: fp8 tail split] (runtime/decode.hpp DecodeLaunch::tail_split) e4m3 and e5m2 KV head
-// pairs, bf16 / fp16 queries: two splits, the second of 1/2, 1/8 or 1/64 of the tiles, the grid's
-// first half every first split; requests too short for two splits (0, 1, 17 tokens), window,
-// soft cap, ALiBi, sinks, LSE, odd KV head counts, 2 to 4 stages. Then a batch of 66 requests x
-// 4 KV head pairs (264 blocks), the longest of 6000 tokens, the others 0..900, where the policy
-// itself takes the tail split on a device of 132 to 264 multiprocessors at two blocks each.
-TEST_CASE("gpu decode: the fp8 tail split (KV head pairs) matches the float64 reference") {
-  GA_REQUIRE_GPU();
-  TempKernelCache cache;
-  auto rng = make_rng();
-  std::vector<DecodeCase> cases;
-  for (int i = 0; i < 6; ++i) {
-    DecodeCase c;
-    c.head_size = 128;
-    c.kv = i % 3 == 2 ? KvDType::kFp8E5M2 : KvDType::kFp8E4M3;
-    c.dtype = i % 2 ? DType::kFloat16 : DType::kBFloat16;
-    c.num_kv_heads = i % 2 ? 3 : 8;
-    c.group = i < 2 ? 4 : i < 4 ? 8 : 1;
-    c.window = i == 1 ? 700 : 0;
-    c.soft_cap = i == 2 ? 8.0f : 0.0f;
-    c.q_std = c.soft_cap > 0 ? 3.0 : 1.0;
-    c.alibi = i == 3;
-    c.sinks = i == 4;
-    c.lse = i == 5;
-    c.block_size = i == 3 ? 32 : 16;
-    c.seq_lens = {1, 0, 17, 80, 700, 2100, 4100, 5000};
-    cases.push_back(c);
-  }
-  precompile_cases(cache, cases);
-  for (const auto& c : cases)
-    run_case(c, cache, rng,
-             {{0, 0}, {2, 3, false, 2}, {2, 2, false, 8}, {2, -1, false, 64}, {2, 3, false, 8}});
-  DecodeCase big;
-  big.kv = KvDType::kFp8E4M3;
-  big.num_kv_heads = 8;
-  big.group = 4;
-  std::uniform_int_distribution<int> len(40, 900);
-  for (int r = 0; r < 66; ++r)
-    big.seq_lens.push_back(r == 0 ? 6000 : r == 1 ? 4097 : r == 5 ? 0 : r == 9 ? 30 : len(rng));
-  big.checked = reduced() ? 8 : 24;
-  precompile_cases(cache, {big});
-  run_case(big, cache, rng, {{0, 0}, {1, 0}});
 }
 
 // Launches of more blocks than the device holds at once (several waves, blocks of one wave
