@@ -15,7 +15,7 @@ bool starts_with(const std::string& s, const char* prefix) { return s.rfind(pref
 // o is prefix followed by a decimal number in [lo, hi]: 1-3 digits, no sign, no leading zero.
 bool number_after(const std::string& o, const char* prefix, int lo, int hi) {
   const std::string n = o.substr(std::string(prefix).size());
-  if (n.empty() || n.size() > 3 || (n.size() > 1 && n[0] == '0')) return false;
+  if (n.empty() || n.size() > 4 || (n.size() > 1 && n[0] == '0')) return false;
   for (char c : n)
     if (c < '0' || c > '9') return false;
   const int v = std::atoi(n.c_str());
