@@ -236,8 +236,8 @@ enum PwFp8Softmax : int {
 #endif
 // The 16-bit consumers' per-tile schedule (params.h's ga_prefill_sm90_sched, GA_PW_SCHED_* bits;
 // -DGA_PREFILL_SM90_SCHED=N asks for N, for measurement). fp8: the row lines (the producer's
-// gather) and, without scaled scores, the vote at head 128 by default; its own bits with
-// -DGA_PREFILL_SM90_FP8_SCHED=N. (An enumerator, as above.)
+// gather) and, without scaled scores, the vote and the VIMNMX3 row maxima (pw_row_imax) at head
+// 128 by default; its own bits with -DGA_PREFILL_SM90_FP8_SCHED=N. (An enumerator, as above.)
 #ifndef GA_PREFILL_SM90_SCHED
 #define GA_PREFILL_SM90_SCHED -1  // params.h's default bits
 #endif
