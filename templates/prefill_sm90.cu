@@ -236,8 +236,8 @@ enum PwFp8Softmax : int {
 #endif
 // The 16-bit consumers' per-tile schedule (params.h's ga_prefill_sm90_sched, GA_PW_SCHED_* bits;
 // -DGA_PREFILL_SM90_SCHED=N asks for N, for measurement). fp8: the row lines (the producer's
-// gather) and, without scaled scores, the vote at head 128 by default; its own bits with
-// -DGA_PREFILL_SM90_FP8_SCHED=N. (An enumerator, as above.)
+// gather) and, without scaled scores, the vote and the VIMNMX3 row maxima (pw_row_imax) at head
+// 128 by default; its own bits with -DGA_PREFILL_SM90_FP8_SCHED=N. (An enumerator, as above.)
 #ifndef GA_PREFILL_SM90_SCHED
 #define GA_PREFILL_SM90_SCHED -1  // params.h's default bits
 #endif
@@ -1136,6 +1136,37 @@ __device__ __forceinline__ void pw_bsp_tile_vis(const PrefillParams& p, int n0, 
   }
 }
 
+// The largest (NEG: smallest) of the float bits, as signed integers, of this thread's scores of
+// row r (g: 0, g + 8: 1) in the wgmma accumulator layout, by three-input maxima (VIMNMX3, the
+// DPX min / max of sm_90): 2 x 8 instructions where fmaxf takes 2 x 16. Non-negative floats
+// order as their bits do and every negative float's bits are a negative integer, so a
+// non-negative result is the row's largest score exactly; if every score is negative, their
+// bits order the other way round, and the smallest integer (NEG) is the largest score (a masked
+// key's -inf, 0xff800000, is the largest negative integer of them: it is taken only when every
+// key of the row is masked, as fmaxf takes it). So both give fmaxf's maximum bit for bit (up to
+// the sign of a zero) for finite or -inf scores; a NaN score (NaN inputs) would be taken as the
+// maximum where fmaxf drops it, and the row's output is NaN either way.
+template <bool NEG>
+__device__ __forceinline__ int pw_row_imax(const float (&s)[PW_BLOCK_N / 2], int r) {
+  constexpr int NV = PW_BLOCK_N / 4;  // the row's values in this thread: 2 of every 8 keys
+  static_assert(NV % 2 == 0 && NV >= 6, "pw_row_imax: two chains of at least 3 values");
+  int c[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {  // two chains, half the row's values each
+    auto v = [&](int i) {
+      const int k = h * (NV / 2) + i;  // value k of the row: group k / 2, column k % 2
+      return __float_as_int(s[(k >> 1) * 4 + 2 * r + (k & 1)]);
+    };
+    int a = NEG ? __vimin3_s32(v(0), v(1), v(2)) : __vimax3_s32(v(0), v(1), v(2));
+#pragma unroll
+    for (int i = 3; i + 1 < NV / 2; i += 2)
+      a = NEG ? __vimin3_s32(a, v(i), v(i + 1)) : __vimax3_s32(a, v(i), v(i + 1));
+    if ((NV / 2) % 2 == 0) a = NEG ? min(a, v(NV / 2 - 1)) : max(a, v(NV / 2 - 1));
+    c[h] = a;
+  }
+  return NEG ? min(c[0], c[1]) : max(c[0], c[1]);
+}
+
 // Scores of one KV tile -> probabilities, in place in s (fp32, log2 domain), for this thread's
 // two rows; updates the running maxima and sums and returns the factors alpha by which the
 // output accumulators must be rescaled. It leaves those accumulators alone, so it can run while
@@ -1158,6 +1189,8 @@ __device__ __forceinline__ void pw_softmax(const PrefillParams& p, const Scales&
   const float sc = SCALED ? 1.f : scales.scale_log2;
   // Chains per row of the thread's maxima (PW_SCHED's GA_PW_SCHED_MAX8: 4).
   constexpr int MC = PW_SCHED & GA_PW_SCHED_MAX8 ? 4 : 2;
+  // GA_PW_SCHED_IMAX3 (e4m3, raw scores): the thread's row maxima by pw_row_imax, not FMNMX.
+  constexpr bool IMAX = PW_FP8 && !SCALED && (PW_SCHED & GA_PW_SCHED_IMAX3) && !(PW_F8V & 8);
   float mx[2][MC];
 #pragma unroll
   for (int r = 0; r < 2; ++r)
@@ -1177,7 +1210,7 @@ __device__ __forceinline__ void pw_softmax(const PrefillParams& p, const Scales&
       if (MASK && !ga_prefill_visible(pos[e >> 1], key, kv_end, p.window)) x = ninf;
       if (GA_BLOCK_SPARSE && MASK && !((bsp.vis[e >> 1] >> j) & 1u)) x = ninf;
       s[j * 4 + e] = x;
-      if (!(PW_F8V & 8) || j == 0) mx[e >> 1][j % MC] = fmaxf(mx[e >> 1][j % MC], x);
+      if (!IMAX && (!(PW_F8V & 8) || j == 0)) mx[e >> 1][j % MC] = fmaxf(mx[e >> 1][j % MC], x);
     }
   }
 #pragma unroll
@@ -1187,6 +1220,23 @@ __device__ __forceinline__ void pw_softmax(const PrefillParams& p, const Scales&
       mx[r][1] = fmaxf(mx[r][1], mx[r][3]);
     }
   }
+  // vmax: IMAX's maxima of this thread's two rows (pw_row_imax); else its chains' (row_max).
+  float vmax[2];
+  if constexpr (IMAX) {
+    const int i0 = pw_row_imax<false>(s, 0), i1 = pw_row_imax<false>(s, 1);
+    // Every score of a row negative (its bits' maximum is negative as an integer): the largest
+    // negative float is the smallest such integer. Taken by the warp when any of its rows needs
+    // it (rare where scores have a positive maximum, as after any attention sink).
+    if (__any_sync(0xffffffffu, (i0 | i1) < 0)) {
+      const int n0 = pw_row_imax<true>(s, 0), n1 = pw_row_imax<true>(s, 1);
+      vmax[0] = __int_as_float(i0 < 0 ? n0 : i0);
+      vmax[1] = __int_as_float(i1 < 0 ? n1 : i1);
+    } else {
+      vmax[0] = __int_as_float(i0);
+      vmax[1] = __int_as_float(i1);
+    }
+  }
+  auto row_max = [&](int r) { return IMAX ? vmax[r] : fmaxf(mx[r][0], mx[r][1]); };
   // PW_REF_MAX: see below. M_SLACK: how far a row's maximum may pass its reference.
   constexpr float M_SLACK = !PW_FP8 ? 8.f : PW_P8_SHIFT == 8 ? 0.8f : 1.8f;
   static_assert(!PW_FP8 || M_SLACK + PW_P8_SHIFT <= 8.807f,
@@ -1198,9 +1248,8 @@ __device__ __forceinline__ void pw_softmax(const PrefillParams& p, const Scales&
   // m = -inf, and O and l are 0 whatever alpha is), without the quad's shuffles; else the full
   // path below, with the same result.
   constexpr bool VOTE = PW_REF_MAX && (PW_SCHED & GA_PW_SCHED_VOTE_MAX) != 0;
-  const bool stay =
-      VOTE && !__any_sync(0xffffffffu, fmaxf(mx[0][0], mx[0][1]) * sc > m[0] + M_SLACK ||
-                                           fmaxf(mx[1][0], mx[1][1]) * sc > m[1] + M_SLACK);
+  const bool stay = VOTE && !__any_sync(0xffffffffu, row_max(0) * sc > m[0] + M_SLACK ||
+                                                         row_max(1) * sc > m[1] + M_SLACK);
   if (stay) {
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -1213,7 +1262,7 @@ __device__ __forceinline__ void pw_softmax(const PrefillParams& p, const Scales&
   } else {
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      float v = fmaxf(mx[r][0], mx[r][1]);
+      float v = row_max(r);
       v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
       v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
       // PW_REF_MAX: m is the row's reference maximum, which stays put until the row's maximum
@@ -2224,10 +2273,18 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
       pw_mbar_wait(bar_q, 0);
 #if !GA_BLOCK_SPARSE
       if (turns && cw == PW_CONSUMERS - 1) pw_bar_arrive(PW_SCHED_BAR, 256);  // consumer 0 starts
+      // GA_PW_SCHED_STAGGER (e4m3, two consumers without turns): consumer 1 starts its first
+      // tile once consumer 0 has finished its own, so that the two run their tiles' softmax
+      // phases (the exponentials on MUFU, the maxima, pack and wgmma issue beside) about half a
+      // tile apart instead of side by side.
+      constexpr bool stagger = PW_FP8 && PW_OVERLAP && !turns && PW_CONSUMERS == 2 &&
+                               (PW_SCHED & GA_PW_SCHED_STAGGER) != 0;
+      if (stagger && cw == 1) pw_bar_sync(PW_SCHED_BAR, 256);
       if (PW_OVERLAP) {
         tile(0, false, n_tiles == 1);
         advance();
       }
+      if (stagger && cw == 0) pw_bar_arrive(PW_SCHED_BAR, 256);
       for (int j = PW_OVERLAP ? 1 : 0; j < n_tiles; ++j) {
         tile(j, PW_OVERLAP, j == n_tiles - 1);
         advance();

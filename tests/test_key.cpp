@@ -123,10 +123,10 @@ TEST_CASE("key: GRAPHATTN_NVRTC_EXTRA_OPTIONS's parser takes the listed options 
         std::vector<std::string>{"-DGA_PREFILL_SM90_SCHED=0", "-DGA_PREFILL_SM90_SCHED=7",
                                  "-DGA_PREFILL_SM90_SCHED=16", "-DGA_PREFILL_SM90_SCHED=255",
                                  "-DGA_PREFILL_SM90_SCHED=1023"});
-  CHECK(
-      detail::parse_nvrtc_extra_options(
-          "-DGA_PREFILL_SM90_FP8_SCHED=0 -DGA_PREFILL_SM90_FP8_SCHED=255") ==
-      std::vector<std::string>{"-DGA_PREFILL_SM90_FP8_SCHED=0", "-DGA_PREFILL_SM90_FP8_SCHED=255"});
+  CHECK(detail::parse_nvrtc_extra_options(
+            "-DGA_PREFILL_SM90_FP8_SCHED=0 -DGA_PREFILL_SM90_FP8_SCHED=4095") ==
+        std::vector<std::string>{"-DGA_PREFILL_SM90_FP8_SCHED=0",
+                                 "-DGA_PREFILL_SM90_FP8_SCHED=4095"});
   CHECK(detail::parse_nvrtc_extra_options(
             "-DGA_PREFILL_SM90_FP8_VAR=0 -DGA_PREFILL_SM90_FP8_VAR=511") ==
         std::vector<std::string>{"-DGA_PREFILL_SM90_FP8_VAR=0", "-DGA_PREFILL_SM90_FP8_VAR=511"});
@@ -159,8 +159,8 @@ TEST_CASE("key: GRAPHATTN_NVRTC_EXTRA_OPTIONS's parser takes the listed options 
                           "-DGA_PREFILL_SM90_SCHED=08",
                           "-DGA_PREFILL_SM90_SCHED=-1",
                           "-DGA_PREFILL_SM90_SCHED=1x",
-                          "-DGA_PREFILL_SM90_SCHED=4096",
-                          "-DGA_PREFILL_SM90_FP8_SCHED=256",
+                          "-DGA_PREFILL_SM90_SCHED=1024",
+                          "-DGA_PREFILL_SM90_FP8_SCHED=4096",
                           "-DGA_PREFILL_SM90_FP8_SCHED=",
                           "-DGA_PREFILL_SM90_FP8_VAR=512",
                           "-DGA_PREFILL_SM90_FP8_VAR=",

@@ -87,18 +87,24 @@ struct Q8Case {
   // 128 keys of magnitude <= 1/64, so a row's first key tile sets a reference maximum that later
   // tiles pass by hundreds (log2 domain): probabilities at the old reference overflow.
   bool jump = false;
+  // Negative scores: queries in (0, 1] and the keys of positions < 256 in [-1, -1/8] (e4m3 KV),
+  // so that every score of a row's first two key tiles is negative (prefill_sm90.cu's
+  // pw_row_imax<true>: the row maxima of such tiles by their smallest float bits); later keys
+  // are drawn as usual, and their positive scores move the negative references.
+  bool negative = false;
   std::vector<int> seq_lens;
   std::vector<int> q_lens;  // query tokens of each request (the last of its sequence); empty: 1
   int q_len(int r) const { return q_lens.empty() ? 1 : q_lens[r]; }
 };
 
 std::string describe(const Q8Case& c) {
-  std::string s =
-      std::string(to_string(c.dtype)) + " kv " + to_string(c.kv) + " " + to_string(c.layout) +
-      " head " + std::to_string(c.head_size) + " group " + std::to_string(c.group) + " window " +
-      std::to_string(c.window) + " cap " + std::to_string(c.soft_cap) + (c.sinks ? " sinks" : "") +
-      (c.alibi ? " alibi" : "") + (c.causal ? "" : " non-causal") +
-      (c.per_head ? " per-(request, head)" : " per-tensor") + (c.jump ? " jumping scores" : "");
+  std::string s = std::string(to_string(c.dtype)) + " kv " + to_string(c.kv) + " " +
+                  to_string(c.layout) + " head " + std::to_string(c.head_size) + " group " +
+                  std::to_string(c.group) + " window " + std::to_string(c.window) + " cap " +
+                  std::to_string(c.soft_cap) + (c.sinks ? " sinks" : "") +
+                  (c.alibi ? " alibi" : "") + (c.causal ? "" : " non-causal") +
+                  (c.per_head ? " per-(request, head)" : " per-tensor") +
+                  (c.jump ? " jumping scores" : "") + (c.negative ? " negative scores" : "");
   for (int l : c.seq_lens) s += " " + std::to_string(l);
   return s;
 }
@@ -192,7 +198,17 @@ void build(const Q8Case& c, std::mt19937_64& rng, Q8Batch& b) {
   std::vector<uint8_t> small_codes, eight_codes{0x50, 0xd0};  // e4m3 +-8
   for (uint8_t x : kv_codes)
     if (std::fabs(fp8_value(c.kv, x)) <= 1.0 / 64) small_codes.push_back(x);
+  std::vector<uint8_t> neg_codes, pos_codes;
+  for (uint8_t x : kv_codes) {
+    const double v = fp8_value(c.kv, x);
+    if (v <= -1.0 / 8 && v >= -1.0) neg_codes.push_back(x);
+  }
+  for (uint8_t x : q_codes) {
+    const double v = fp8_value(KvDType::kAuto, x);
+    if (v > 0 && v <= 1.0) pos_codes.push_back(x);
+  }
   REQUIRE((!c.jump || c.kv == KvDType::kFp8E4M3));
+  REQUIRE((!c.negative || (c.kv == KvDType::kFp8E4M3 && !c.jump)));
   // 0x7f / 0xff are NaN in both fp8 formats: every slot nothing may read.
   const size_t cache_elems = b.NB * b.B * b.KH * b.D;
   b.k_codes.assign(cache_elems, 0x7f);
@@ -206,9 +222,10 @@ void build(const Q8Case& c, std::mt19937_64& rng, Q8Batch& b) {
           const size_t logical = ((blk * b.B + off) * b.KH + h) * b.D + d;
           const size_t stored =
               c.layout == KvLayout::kNHD ? logical : ((blk * b.KH + h) * b.B + off) * b.D + d;
-          const std::vector<uint8_t>& kc = !c.jump     ? kv_codes
-                                           : pos < 128 ? small_codes
-                                                       : eight_codes;
+          const std::vector<uint8_t>& kc = c.negative && pos < 256 ? neg_codes
+                                           : !c.jump               ? kv_codes
+                                           : pos < 128             ? small_codes
+                                                                   : eight_codes;
           b.k_codes[logical] = host[stored] = kc[rng() % kc.size()];
           b.v_codes[logical] = host[cache_elems + stored] = kv_codes[rng() % kv_codes.size()];
         }
@@ -228,7 +245,10 @@ void build(const Q8Case& c, std::mt19937_64& rng, Q8Batch& b) {
   }
   b.T = b.starts[b.n];
   b.q_codes.resize(b.T * b.H * b.D);
-  for (auto& x : b.q_codes) x = c.jump ? eight_codes[rng() % 2] : q_codes[rng() % q_codes.size()];
+  for (auto& x : b.q_codes)
+    x = c.jump       ? eight_codes[rng() % 2]
+        : c.negative ? pos_codes[rng() % pos_codes.size()]
+                     : q_codes[rng() % q_codes.size()];
   b.d_q = DeviceBuffer(b.q_codes.size());
   b.d_q.upload(b.q_codes.data(), b.q_codes.size());
   b.q_view = TensorView::contiguous(b.d_q.data(), ScalarType::kFloat8E4M3, {b.T, b.H, b.D});
@@ -660,7 +680,7 @@ TEST_CASE("gpu fp8 query: the prefill kernels (wgmma on sm_90) match the float64
   TempKernelCache cache;
   auto rng = make_rng();
   const int arch = current_device_arch();
-  std::vector<Q8Case> cases(12);
+  std::vector<Q8Case> cases(13);
   cases[0].num_kv_heads = 2;  // bf16, e4m3, NHD, GQA 4, causal, per-tensor
   cases[1].dtype = DType::kFloat16;
   cases[1].kv = KvDType::kFp8E5M2;
@@ -714,8 +734,12 @@ TEST_CASE("gpu fp8 query: the prefill kernels (wgmma on sm_90) match the float64
   // chunks whose rows start inside a tile after a context.
   cases[11].seq_lens = {47, 48, 49, 95, 96, 97, 700, 260};
   cases[11].q_lens = {47, 48, 49, 95, 96, 97, 49, 145};
+  // Rows whose first key tiles score negative only (Q8Case::negative), a request of them alone.
+  cases[12].negative = true;
+  cases[12].seq_lens = {1000, 200, 2100};
+  cases[12].q_lens = {1000, 200, 300};
   // The softmax LSE too (spec "_lse"): plain, with sinks and a window, mma.sync, long rows.
-  for (int i : {0, 2, 5, 8, 9, 10, 11}) cases[i].lse = true;
+  for (int i : {0, 2, 5, 8, 9, 10, 11, 12}) cases[i].lse = true;
   Errors errors;
   for (Q8Case& c : cases) {
     // Whole prompts, chunks after a context (a partial last tile, a long one), an empty request.
