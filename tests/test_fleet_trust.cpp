@@ -196,10 +196,10 @@ TEST_CASE("on/off variables are parsed strictly") {
   small_int_switch("GRAPHATTN_DECODE_EARLY_TRIGGER", detail::decode_early_trigger_from_env,
                    {"1", "2", "3"}, {"0", "4", "01", "1x"});
 #ifdef GRAPHATTN_WARMUP_TOOL
-  for (const char* var : {"GRAPHATTN_DISABLE_GRAPHS", "GRAPHATTN_DECODE_CLUSTERS",
-                          "GRAPHATTN_DUMP_SOURCE", "GRAPHATTN_CHECK_BOUNDS",
-                          "GRAPHATTN_DECODE_CLUSTER_SPLITS", "GRAPHATTN_DECODE_RING_STAGES",
-                          "GRAPHATTN_DECODE_EARLY_TRIGGER", "GRAPHATTN_MIXED_DSP_SM_BLOCKS"}) {
+  for (const char* var :
+       {"GRAPHATTN_DISABLE_GRAPHS", "GRAPHATTN_DECODE_CLUSTERS", "GRAPHATTN_DUMP_SOURCE",
+        "GRAPHATTN_CHECK_BOUNDS", "GRAPHATTN_DECODE_CLUSTER_SPLITS", "GRAPHATTN_DECODE_RING_STAGES",
+        "GRAPHATTN_DECODE_EARLY_TRIGGER", "GRAPHATTN_MIXED_DSP_SM_BLOCKS"}) {
     const test::ToolRun r = test::run_program(GRAPHATTN_WARMUP_TOOL, {"--model", "llama-3-8b"},
                                               {std::string(var) + "=1abc"});
     INFO(var << ": " << r.err);
