@@ -49,7 +49,7 @@ bool allowed(const std::string& o) {
   if (starts_with(o, "-DGA_PREFILL_SM90_FP8_SCHED="))
     return number_after(o, "-DGA_PREFILL_SM90_FP8_SCHED=", 0, 4095);
   if (starts_with(o, "-DGA_PREFILL_SM90_FP8_VAR="))
-    return number_after(o, "-DGA_PREFILL_SM90_FP8_VAR=", 0, 511);
+    return number_after(o, "-DGA_PREFILL_SM90_FP8_VAR=", 0, 1023);
   if (starts_with(o, "-DGA_PREFILL_SM90_LEGACY_VAR="))
     return number_after(o, "-DGA_PREFILL_SM90_LEGACY_VAR=", 0, 255);
   // The _dsp decode's seq_lens window beside its count (templates/decode.cu, GA_DSP_SEQ_WINDOW:
@@ -74,7 +74,7 @@ std::vector<std::string> parse_nvrtc_extra_options(const std::string& text) {
           "--maxrregcount=N (N 1-999), -DGA_DECODE_TIMING=1, -DGA_DECODE_EARLY_TRIGGER=1, "
           "-DGA_DSP_SEQ_WINDOW=N (N 0-4), -DGA_DECODE_PAGE_SORT=N (N 0-32), "
           "-DGA_DECODE_CLUSTER_PUSH=0, -DGA_FP8_CVT_HW=0|1, -DGA_PREFILL_SM90_SCHED=N (N 0-1023), "
-          "-DGA_PREFILL_SM90_FP8_SCHED=N (N 0-4095), -DGA_PREFILL_SM90_FP8_VAR=N (N 0-511), "
+          "-DGA_PREFILL_SM90_FP8_SCHED=N (N 0-4095), -DGA_PREFILL_SM90_FP8_VAR=N (N 0-1023), "
           "-DGA_PREFILL_SM90_LEGACY_VAR=N (N 0-255)");
     out.push_back(o);
   }

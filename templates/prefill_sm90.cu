@@ -84,7 +84,8 @@ using pw_elem = PwElemOf<PW_FP8>::type;  // a Q/K/V element as stored
 // of four, the others kept alive), 8 no row maxima (the first score of a row stands for it).
 // Candidates, correct: 16 the speculative softmax (PW_F8_SPEC), 32 probabilities 2^(s - m + 7)
 // instead of 2^(s - m + 8) (PW_P8_SHIFT), 64 the consumers' wgmma ping-pong. With 16, timing only:
-// 128 no second scoring (spec_check), 256 no check at all. (An enumerator: a
+// 128 no second scoring (spec_check), 256 no check at all; 512 (correct) the producer's pass-map
+// gather and per-step transpose addresses instead of PW_F8_ROWS'. (An enumerator: a
 // namespace-level constant would add to every spec's GLOBAL and CONSTANT totals.)
 #ifdef GA_PREFILL_SM90_FP8_VAR
 enum PwFp8Var : int { PW_F8V = PW_FP8 ? GA_PREFILL_SM90_FP8_VAR : 0 };
@@ -1469,17 +1470,47 @@ __device__ __forceinline__ void pw_pack_p8(const float (&s)[PW_BLOCK_N / 2],
 // four dimensions a thread puts in which matrix alternates with q, so that the 8 rows of every
 // stored matrix fall in 8 distinct 16-byte bank groups of the swizzle (no bank conflicts on
 // either side).
-__device__ __forceinline__ void pw_transpose_v(unsigned raw, unsigned vt, int ptid) {
-  const int warp = ptid >> 5, lane = ptid & 31;
+// One step of pw_transpose_v: 16 keys x 32 dimensions from the raw tile at ld into the V^T stage
+// at st (this lane's ldmatrix and stmatrix addresses).
+__device__ __forceinline__ void pw_transpose_step(unsigned ld, unsigned st, unsigned sel_a,
+                                                  unsigned sel_b) {
+  unsigned r0, r1, r2, r3;
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+               : "r"(ld)
+               : "memory");
+  unsigned x0, x1, y0, y1;
+  asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(x0) : "r"(r0), "r"(r1), "r"(sel_a));
+  asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(x1) : "r"(r0), "r"(r1), "r"(sel_b));
+  asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(y0) : "r"(r2), "r"(r3), "r"(sel_a));
+  asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(y1) : "r"(r2), "r"(r3), "r"(sel_b));
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(st),
+               "r"(x0), "r"(x1), "r"(y0), "r"(y1)
+               : "memory");
+}
+// A lane's place in pw_transpose_v's steps: the matrix and row it addresses (mi, j), its quad
+// lane q, the ldmatrix row (key) and chunk, and the dimension (V^T row) it stores.
+struct PwTransposeLane {
+  int ld_key, ld_chunk, st_dim;
+  unsigned sel_a, sel_b;  // byte selectors: bytes 0, 1 (or 2, 3) of both rows, and the others
+};
+__device__ __forceinline__ PwTransposeLane pw_transpose_lane(int lane) {
+  PwTransposeLane t;
   const int mi = lane >> 3, j = lane & 7;  // the matrix and row this lane addresses
   const int q = lane & 3;
-  const unsigned sel_a = q < 2 ? 0x5140u : 0x7362u;  // bytes 0, 1 (or 2, 3) of both rows
-  const unsigned sel_b = q < 2 ? 0x7362u : 0x5140u;  // the other two
+  t.sel_a = q < 2 ? 0x5140u : 0x7362u;
+  t.sel_b = q < 2 ? 0x7362u : 0x5140u;
   // ldmatrix: matrices (key rows 0-7, chunk 0), (rows 8-15, chunk 0), (0-7, 1), (8-15, 1).
-  const int ld_key = 8 * (mi & 1) + j, ld_chunk = mi >> 1;
+  t.ld_key = 8 * (mi & 1) + j;
+  t.ld_chunk = mi >> 1;
   // stmatrix: row j of matrix mi is the dimension its column j holds (see sel_a / sel_b).
   const int jq = j >> 1;
-  const int st_dim = 16 * (mi >> 1) + 4 * jq + ((jq < 2) == ((mi & 1) == 0) ? 0 : 2) + (j & 1);
+  t.st_dim = 16 * (mi >> 1) + 4 * jq + ((jq < 2) == ((mi & 1) == 0) ? 0 : 2) + (j & 1);
+  return t;
+}
+__device__ __forceinline__ void pw_transpose_v(unsigned raw, unsigned vt, int ptid) {
+  const int warp = ptid >> 5;
+  const PwTransposeLane t = pw_transpose_lane(ptid & 31);
   // 16-key chunks per warp; wider tiles (PW_FP8_WIDE) loop over them rather than unroll, so that
   // the producer does not keep every step's addresses in registers (it spilled at 56 registers).
   constexpr int KG = PW_BLOCK_N / 64;
@@ -1487,22 +1518,41 @@ __device__ __forceinline__ void pw_transpose_v(unsigned raw, unsigned vt, int pt
   for (int kg = 0; kg < KG; ++kg) {
     const int kc = KG * warp + kg;  // 16-key chunk of the V^T rows
 #pragma unroll
-    for (int du = 0; du < HEAD_SIZE / 32; ++du) {
-      unsigned r0, r1, r2, r3;
-      asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-                   : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
-                   : "r"(raw + pw_swizzle(16 * kc + ld_key, 2 * du + ld_chunk, PW_BLOCK_N))
-                   : "memory");
-      unsigned x0, x1, y0, y1;
-      asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(x0) : "r"(r0), "r"(r1), "r"(sel_a));
-      asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(x1) : "r"(r0), "r"(r1), "r"(sel_b));
-      asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(y0) : "r"(r2), "r"(r3), "r"(sel_a));
-      asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(y1) : "r"(r2), "r"(r3), "r"(sel_b));
-      asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(
-                       vt + pw_swizzle(32 * du + st_dim, kc, HEAD_SIZE)),
-                   "r"(x0), "r"(x1), "r"(y0), "r"(y1)
-                   : "memory");
-    }
+    for (int du = 0; du < HEAD_SIZE / 32; ++du)
+      pw_transpose_step(raw + pw_swizzle(16 * kc + t.ld_key, 2 * du + t.ld_chunk, PW_BLOCK_N),
+                        vt + pw_swizzle(32 * du + t.st_dim, kc, HEAD_SIZE), t.sel_a, t.sel_b);
+  }
+}
+// PW_F8_ROWS (128-key tiles: two 16-key chunks a warp): pw_transpose_v with the lane's offsets
+// formed once a block (pw_transpose_offsets) as single opaque values, so that a tile's 16
+// addresses take 4 + 2 additions of the stage bases (the rest immediates: kg, 2048 bytes apart on
+// the raw side; du, 4096 apart on the V^T side), where ptxas otherwise rebuilt each from its row
+// and swizzle terms (two instructions an address, 32 a tile).
+struct PwTransposeOffsets {
+  unsigned ld[HEAD_SIZE / 32];  // raw tile offsets of step (kg 0, du)
+  unsigned st[2];               // V^T offsets of step (kg, du 0)
+};
+__device__ __forceinline__ PwTransposeOffsets pw_transpose_offsets(int ptid) {
+  const int warp = ptid >> 5;
+  const PwTransposeLane t = pw_transpose_lane(ptid & 31);
+  PwTransposeOffsets o;
+#pragma unroll
+  for (int du = 0; du < HEAD_SIZE / 32; ++du)
+    o.ld[du] = pw_opaque(pw_swizzle(32 * warp + t.ld_key, 2 * du + t.ld_chunk, PW_BLOCK_N));
+#pragma unroll
+  for (int kg = 0; kg < 2; ++kg)
+    o.st[kg] = pw_opaque(pw_swizzle(t.st_dim, 2 * warp + kg, HEAD_SIZE));
+  return o;
+}
+__device__ __forceinline__ void pw_transpose_v_rows(unsigned raw, unsigned vt,
+                                                    const PwTransposeOffsets& o, int ptid) {
+  const PwTransposeLane t = pw_transpose_lane(ptid & 31);
+#pragma unroll
+  for (int kg = 0; kg < 2; ++kg) {
+#pragma unroll
+    for (int du = 0; du < HEAD_SIZE / 32; ++du)
+      pw_transpose_step(raw + o.ld[du] + kg * 16 * 128, vt + o.st[kg] + du * 32 * 128, t.sel_a,
+                        t.sel_b);
   }
 }
 
@@ -1538,6 +1588,70 @@ enum PwTmaGeometry : int {
 static_assert(!PW_TMA || (!PW_FP8 && PW_BLOCK_N % PW_TMA_ROWS == 0 && PW_TMA_ROWS % 8 == 0 &&
                           PW_TMA_BOXES <= 32 && PW_TMA_ROWS <= 256),
               "prefill_sm90: uneven TMA boxes");
+
+// e4m3 full tiles by warp rows (PW_F8_ROWS; session 14b, issue 25): the same tile bytes as
+// pw_gather_rows / pw_gather_copy<true> with another map of threads to rows, so that each
+// producer thread touches as few cache blocks as possible. Warp w copies tile rows 32 w .. 32 w +
+// 31: lane l chunk l % 8 of rows 32 w + 4 i + l / 8, i = 0 .. 7 (each warp instruction still one
+// whole 128-byte line of 4 rows). The rows of one thread then lie in PW_F8_BLOCKS cache blocks
+// (block 16: 2; 32 and up: 1) instead of one a pass (8): a tile takes PW_F8_BLOCKS block-table
+// loads and 64-bit block offsets a thread (for K and V each one IMAD.WIDE-style multiply-add
+// onto a per-thread base pointer), and each copy only adds its row's 32-bit offset within the
+// block (i % PW_F8_RPB rows of 4 tokens). The swizzle of row 32 w + 4 i + l / 8 depends only on
+// i's parity: two shared-memory offsets a thread, the rest immediates. Where: e4m3 head 128 with
+// 8 lanes a row, 128-key tiles, block sizes that divide the tile, paged (not dense, not checked).
+// Off with -DGA_PREFILL_SM90_FP8_VAR=512 (the pass map above, for comparison).
+enum PwF8Rows : int {
+  PW_F8_ROWS = PW_FP8 && PW_FULL_TILES && PW_ROW_SHIFT == 3 && PW_BLOCK_N == 128 &&
+               PW_CHUNKS == 8 && 128 % BLOCK_SIZE == 0 && !PW_PRODUCER_EXTRA && !PW_LEAN_GATHER &&
+               !(PW_F8V & 512),
+  PW_F8_BLOCKS = BLOCK_SIZE < 32 ? 32 / BLOCK_SIZE : 1,  // cache blocks of a thread's rows
+  PW_F8_RPB = 8 / PW_F8_BLOCKS                           // its rows (i) in each of them
+};
+struct PwF8Rows8 {
+  const pw_elem* k;  // key cache + this thread's offset in its first block
+  const pw_elem* v;  // value cache + the same offset
+  unsigned dst[2];   // tile offsets of rows 32 w + l / 8 (+ 4): i even, i odd
+  unsigned step;     // 4 tokens, elements
+  int table;         // block-table index of its first block, relative to n0's
+};
+__device__ __forceinline__ PwF8Rows8 pw_f8_rows_setup(const PrefillParams& p, long long head_off,
+                                                      int ptid) {
+  PwF8Rows8 r;
+  const int w = ptid >> 5, lr = (ptid & 31) >> 3, q = ptid & 7;
+  const int w_rows = BLOCK_SIZE > 32 ? (32 * w) % BLOCK_SIZE : 0;  // warp's row in its block
+  const long long off =
+      static_cast<long long>(w_rows + lr) * p.kv.cache_token_stride + head_off + q * PW_CHUNK_ELEMS;
+  r.k = static_cast<const pw_elem*>(p.kv.key_cache) + off;
+  r.v = static_cast<const pw_elem*>(p.kv.value_cache) + off;
+  r.dst[0] = pw_swizzle(32 * w + lr, q, PW_BLOCK_N);
+  r.dst[1] = pw_swizzle(32 * w + 4 + lr, q, PW_BLOCK_N);
+  r.step = static_cast<unsigned>(4 * p.kv.cache_token_stride);
+  r.table = 32 * w / BLOCK_SIZE;
+  return r;
+}
+// The tile at n0 (a full tile: n0 + PW_BLOCK_N <= kv_end) from `cache_base` (r.k or r.v) into
+// dst, its blocks blk (pw_f8_rows_blocks: this thread's blocks of the tile at n0).
+__device__ __forceinline__ void pw_f8_rows_blocks(const int* block_row, const PwF8Rows8& r, int n0,
+                                                  int (&blk)[PW_F8_BLOCKS]) {
+  const int* bt = block_row + static_cast<unsigned>(n0) / BLOCK_SIZE + r.table;
+#pragma unroll
+  for (int b = 0; b < PW_F8_BLOCKS; ++b) blk[b] = __ldg(bt + b);
+}
+__device__ __forceinline__ void pw_f8_rows_copy(const PrefillParams& p, const pw_elem* cache_base,
+                                                const PwF8Rows8& r, const int (&blk)[PW_F8_BLOCKS],
+                                                unsigned dst) {
+#pragma unroll
+  for (int b = 0; b < PW_F8_BLOCKS; ++b) {
+    const pw_elem* src = cache_base + static_cast<long long>(static_cast<unsigned>(blk[b])) *
+                                          p.kv.cache_block_stride;
+#pragma unroll
+    for (int m = 0; m < PW_F8_RPB; ++m) {
+      const int i = b * PW_F8_RPB + m;
+      pw_cp_async16_all(dst + r.dst[i & 1] + (i & ~1) * 4 * 128, src + m * r.step);
+    }
+  }
+}
 
 template <bool TMA, typename Base>
 struct PwParamsOf {
@@ -1696,6 +1810,8 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
           pw_gather_setup(static_cast<long long>(kv_head) * p.kv.cache_head_stride, tid);
       const PwLegacyK legacy_k =
           pw_legacy_k_setup(static_cast<long long>(kv_head) * p.kv.cache_head_stride, tid);
+      const PwF8Rows8 f8_rows =
+          pw_f8_rows_setup(p, static_cast<long long>(kv_head) * p.kv.cache_head_stride, tid);
       // TMA: the maps (kernel parameters), and whether this launch uses them.
       const GaTensorMap* k_map = nullptr;
       const GaTensorMap* v_map = nullptr;
@@ -1717,6 +1833,8 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
       }
       // fp8: tile i's raw V, once landed (its copies are commit group i; with `last`, the
       // newest), transposed into its V^T stage.
+      PwTransposeOffsets vt_offsets;  // PW_F8_ROWS
+      if (PW_F8_ROWS) vt_offsets = pw_transpose_offsets(tid);
       auto transpose_v = [&](int i, bool last) {
         if (last)
           pw_cp_wait_group<0>();
@@ -1725,9 +1843,14 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
         pw_bar_sync(PW_PRODUCER_BAR, 128);  // every thread's copies of the tile landed
         const int st = i % PW_STAGES;
         if (i >= PW_STAGES) pw_mbar_wait(bar_v_empty + 8 * st, ((i / PW_STAGES) & 1) ^ 1);
-        if (!(PW_F8V & 1))  // (1: timing only)
+        if (PW_F8V & 1) {  // (1: timing only)
+        } else if (PW_F8_ROWS) {
+          pw_transpose_v_rows(raw_v_base + (i & 1) * PW_KV_BYTES, v_base + st * PW_KV_BYTES,
+                              vt_offsets, tid);
+        } else {
           pw_transpose_v(raw_v_base + (i & 1) * PW_KV_BYTES, v_base + st * PW_KV_BYTES,
                          PW_LEAN_GATHER ? pw_opaque(tid) : tid);
+        }
         pw_fence_proxy_async();  // the generic-proxy stores, before the wgmmas read them
         pw_mbar_arrive(bar_v_full + 8 * st);
       };
@@ -1743,7 +1866,8 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
         const int n0 = (tile0 + j) * PW_BLOCK_N;
 #endif
         long long off[PW_PASSES], lk_src[PW_LK_GPW];
-        int lean_blk[PW_PASSES];  // PW_LEAN_GATHER
+        int lean_blk[PW_PASSES];   // PW_LEAN_GATHER
+        int f8_blk[PW_F8_BLOCKS];  // PW_F8_ROWS
         // TMA for the tiles that end at or before kv_end (the tile kv_end cuts zero-fills).
         const bool tma = PW_TMA && tma_on && n0 + PW_BLOCK_N <= kv_end;
         const bool full = (PW_FULL_TILES || PW_LEAN_GATHER) && n0 + PW_BLOCK_N <= kv_end;
@@ -1765,6 +1889,8 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
           pw_lean_blocks<true>(block_row, gather, n0, kv_end, lean_blk);
         else if (PW_LEAN_GATHER)
           pw_lean_blocks<false>(block_row, gather, n0, kv_end, lean_blk);
+        else if (PW_F8_ROWS && full)
+          pw_f8_rows_blocks(block_row, f8_rows, n0, f8_blk);
         else if (full)
           pw_gather_rows<true>(p, block_row, kv_row0, gather, n0, kv_end, off);
         else
@@ -1788,6 +1914,8 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
             pw_lean_copy<true>(kc, p, gather, lean_blk, n0, kv_end, k_base + stage * PW_KV_BYTES);
           else if (PW_LEAN_GATHER)
             pw_lean_copy<false>(kc, p, gather, lean_blk, n0, kv_end, k_base + stage * PW_KV_BYTES);
+          else if (PW_F8_ROWS && full)
+            pw_f8_rows_copy(p, f8_rows.k, f8_rows, f8_blk, k_base + stage * PW_KV_BYTES);
           else if (full)
             pw_gather_copy<true>(kc, gather, off, n0, kv_end, k_base + stage * PW_KV_BYTES);
           else
@@ -1807,6 +1935,8 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
           else if (PW_LEAN_GATHER)
             pw_lean_copy<false>(vc, p, gather, lean_blk, n0, kv_end,
                                 raw_v_base + (j & 1) * PW_KV_BYTES);
+          else if (PW_F8_ROWS && full)
+            pw_f8_rows_copy(p, f8_rows.v, f8_rows, f8_blk, raw_v_base + (j & 1) * PW_KV_BYTES);
           else if (full)
             pw_gather_copy<true>(vc, gather, off, n0, kv_end, raw_v_base + (j & 1) * PW_KV_BYTES);
           else

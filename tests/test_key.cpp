@@ -128,8 +128,8 @@ TEST_CASE("key: GRAPHATTN_NVRTC_EXTRA_OPTIONS's parser takes the listed options 
         std::vector<std::string>{"-DGA_PREFILL_SM90_FP8_SCHED=0",
                                  "-DGA_PREFILL_SM90_FP8_SCHED=4095"});
   CHECK(detail::parse_nvrtc_extra_options(
-            "-DGA_PREFILL_SM90_FP8_VAR=0 -DGA_PREFILL_SM90_FP8_VAR=511") ==
-        std::vector<std::string>{"-DGA_PREFILL_SM90_FP8_VAR=0", "-DGA_PREFILL_SM90_FP8_VAR=511"});
+            "-DGA_PREFILL_SM90_FP8_VAR=0 -DGA_PREFILL_SM90_FP8_VAR=1023") ==
+        std::vector<std::string>{"-DGA_PREFILL_SM90_FP8_VAR=0", "-DGA_PREFILL_SM90_FP8_VAR=1023"});
   CHECK(detail::parse_nvrtc_extra_options(
             "-DGA_PREFILL_SM90_LEGACY_VAR=0 -DGA_PREFILL_SM90_LEGACY_VAR=255") ==
         std::vector<std::string>{"-DGA_PREFILL_SM90_LEGACY_VAR=0",
@@ -162,7 +162,7 @@ TEST_CASE("key: GRAPHATTN_NVRTC_EXTRA_OPTIONS's parser takes the listed options 
                           "-DGA_PREFILL_SM90_SCHED=1024",
                           "-DGA_PREFILL_SM90_FP8_SCHED=4096",
                           "-DGA_PREFILL_SM90_FP8_SCHED=",
-                          "-DGA_PREFILL_SM90_FP8_VAR=512",
+                          "-DGA_PREFILL_SM90_FP8_VAR=1024",
                           "-DGA_PREFILL_SM90_FP8_VAR=",
                           "-DGA_PREFILL_SM90_FP8_VAR=1x",
                           "-DGA_PREFILL_SM90_FP8_VAR=-1",
