@@ -817,6 +817,18 @@ constexpr int ga_prefill_sm90_sched(int head_size, bool legacy, bool fp8, bool s
          : scaled_scores ? bits & ~GA_PW_SCHED_VOTE_MAX
                          : bits;
 }
+// Query row tiles a 16-bit sm_90 prefill block runs one after another (session 14, pf14b; 1: one
+// tile a block, every spec's default). With N > 1 (-DGA_PREFILL_SM90_PERSIST=N, for measurement;
+// the host reads the same option and launches ceil(row tiles / N) blocks in x) block b takes row
+// tiles N b' .. N b' + N - 1 (b' = gridDim.x - 1 - b), longest first; the producer loads the
+// next tile's Q once the consumers' last S of the current tile is done, and its first K / V
+// tiles, while the consumers run that tile's last softmax, P V and epilogue (which then stores
+// O from registers, the Q buffer being refilled). Flash layouts at head size 128, not e4m3 or
+// block-sparse; a batch split on the device keeps one tile a block.
+constexpr int ga_prefill_sm90_tiles_per_block(int head_size, bool legacy, bool fp8,
+                                              bool block_sparse, int option) {
+  return !legacy && !fp8 && !block_sparse && head_size == 128 && option > 1 ? option : 1;
+}
 // TMA loads of the K and V tiles (flash layouts NHD and HND, paged, not block-sparse): each tile
 // of block_n keys is gathered page by page, one tensor-map box of rows x 128 bytes per page
 // segment and 128-byte column block, where rows = gcd(block size, block_n) (every segment lies

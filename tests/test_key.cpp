@@ -134,6 +134,9 @@ TEST_CASE("key: GRAPHATTN_NVRTC_EXTRA_OPTIONS's parser takes the listed options 
             "-DGA_PREFILL_SM90_LEGACY_VAR=0 -DGA_PREFILL_SM90_LEGACY_VAR=255") ==
         std::vector<std::string>{"-DGA_PREFILL_SM90_LEGACY_VAR=0",
                                  "-DGA_PREFILL_SM90_LEGACY_VAR=255"});
+  CHECK(detail::parse_nvrtc_extra_options(
+            "-DGA_PREFILL_SM90_PERSIST=1 -DGA_PREFILL_SM90_PERSIST=8") ==
+        std::vector<std::string>{"-DGA_PREFILL_SM90_PERSIST=1", "-DGA_PREFILL_SM90_PERSIST=8"});
   for (const char* bad : {"--gpu-architecture=sm_80",
                           "-G",
                           "--Ofast-compile=fast",
@@ -170,6 +173,9 @@ TEST_CASE("key: GRAPHATTN_NVRTC_EXTRA_OPTIONS's parser takes the listed options 
                           "-DGA_PREFILL_SM90_LEGACY_VAR=256",
                           "-DGA_PREFILL_SM90_LEGACY_VAR=",
                           "-DGA_PREFILL_SM90_LEGACY_VAR=03",
+                          "-DGA_PREFILL_SM90_PERSIST=0",
+                          "-DGA_PREFILL_SM90_PERSIST=9",
+                          "-DGA_PREFILL_SM90_PERSIST=",
                           "--maxrregcount=064"}) {
     bool threw = false;
     try {
