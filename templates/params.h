@@ -824,7 +824,12 @@ constexpr int ga_prefill_sm90_sched(int head_size, bool legacy, bool fp8, bool s
 // next tile's Q once the consumers' last S of the current tile is done, and its first K / V
 // tiles, while the consumers run that tile's last softmax, P V and epilogue (which then stores
 // O from registers, the Q buffer being refilled). Flash layouts at head size 128, not e4m3 or
-// block-sparse; a batch split on the device keeps one tile a block.
+// block-sparse; a batch split on the device keeps one tile a block. Measured SLOWER (H100, old
+// and new alternated in one call; docs/prefill-h128-h100-2026-11-27-s14b.txt): 4 x 4096 causal
+// 935.0 us (main) -> 982.2 (N 2, +5.0%) / 1044.5 (N 4, +11.7%): the blocks take the grid's
+// order, KV head by KV head, so N > 1 puts blocks of N long tiles near the end of the grid (a
+// greedy-dispatch model of those block lengths predicts +4.3% / +11.8% with nothing hidden).
+// So every spec keeps 1; the lead is a grid order longest-first across all (request, KV head).
 constexpr int ga_prefill_sm90_tiles_per_block(int head_size, bool legacy, bool fp8,
                                               bool block_sparse, int option) {
   return !legacy && !fp8 && !block_sparse && head_size == 128 && option > 1 ? option : 1;

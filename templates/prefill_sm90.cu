@@ -1708,728 +1708,725 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
   if (tid < 128) {
     // Producer.
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(PW_PRODUCER_REGS));
-    do {
-      if (n_tiles > 0) {
-        // PW_TPB > 1: the Q buffer is free once every consumer warp saw the previous tile's last S.
-        if (PW_TPB > 1 && q_loads > 0) pw_mbar_wait(bar_q_empty, (q_loads - 1) & 1);
-        // Q rows of this tile (rows past the request are zero-filled).
-        constexpr int TOTAL = PW_BLOCK_M * PW_CHUNKS;
-        const pw_elem* q = static_cast<const pw_elem*>(p.query);
+  producer_tile:  // PW_TPB > 1: back here for the block's next tile
+    if (n_tiles > 0) {
+      // PW_TPB > 1: the Q buffer is free once every consumer warp saw the previous tile's last S.
+      if (PW_TPB > 1 && q_loads > 0) pw_mbar_wait(bar_q_empty, (q_loads - 1) & 1);
+      // Q rows of this tile (rows past the request are zero-filled).
+      constexpr int TOTAL = PW_BLOCK_M * PW_CHUNKS;
+      const pw_elem* q = static_cast<const pw_elem*>(p.query);
 #pragma unroll 4
-        for (int idx = tid; idx < TOTAL; idx += 128) {
-          const int row = idx / PW_CHUNKS;
-          const int c = idx - row * PW_CHUNKS;
-          const int r = m0 + row;
-          const bool valid = r < rows;
-          const long long off =
-              valid ? ga_prefill_row_offset(r, c * PW_CHUNK_ELEMS, q_start, kv_head,
-                                            p.query_token_stride, p.query_head_stride)
-                    : 0;
-          pw_cp_async16(q_base + pw_swizzle(row, c, PW_BLOCK_M), q + off, valid ? 16 : 0);
-        }
-        pw_mbar_arrive_copies(bar_q);
+      for (int idx = tid; idx < TOTAL; idx += 128) {
+        const int row = idx / PW_CHUNKS;
+        const int c = idx - row * PW_CHUNKS;
+        const int r = m0 + row;
+        const bool valid = r < rows;
+        const long long off = valid
+                                  ? ga_prefill_row_offset(r, c * PW_CHUNK_ELEMS, q_start, kv_head,
+                                                          p.query_token_stride, p.query_head_stride)
+                                  : 0;
+        pw_cp_async16(q_base + pw_swizzle(row, c, PW_BLOCK_M), q + off, valid ? 16 : 0);
+      }
+      pw_mbar_arrive_copies(bar_q);
 
-        const pw_elem* kc = static_cast<const pw_elem*>(p.kv.key_cache);
-        const pw_elem* vc = static_cast<const pw_elem*>(p.kv.value_cache);
-        const PwGather gather =
-            pw_gather_setup(static_cast<long long>(kv_head) * p.kv.cache_head_stride, tid);
-        const PwLegacyK legacy_k =
-            pw_legacy_k_setup(static_cast<long long>(kv_head) * p.kv.cache_head_stride, tid);
-        // TMA: the maps (kernel parameters), and whether this launch uses them.
-        const GaTensorMap* k_map = nullptr;
-        const GaTensorMap* v_map = nullptr;
-        bool tma_on = false, tma_tok1 = true;
-        if constexpr (PW_TMA) {
-          const GaPrefillTma* tma = pw_tma_of(kparams);
-          k_map = &tma->key;
-          v_map = &tma->value;
-          tma_on = tma->enabled != 0;
-          tma_tok1 = tma->token_dim == 1;
-          if (tma_on && tid == 0) {
-            asm volatile(
-                "prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<unsigned long long>(k_map))
-                : "memory");
-            asm volatile(
-                "prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<unsigned long long>(v_map))
-                : "memory");
-          }
+      const pw_elem* kc = static_cast<const pw_elem*>(p.kv.key_cache);
+      const pw_elem* vc = static_cast<const pw_elem*>(p.kv.value_cache);
+      const PwGather gather =
+          pw_gather_setup(static_cast<long long>(kv_head) * p.kv.cache_head_stride, tid);
+      const PwLegacyK legacy_k =
+          pw_legacy_k_setup(static_cast<long long>(kv_head) * p.kv.cache_head_stride, tid);
+      // TMA: the maps (kernel parameters), and whether this launch uses them.
+      const GaTensorMap* k_map = nullptr;
+      const GaTensorMap* v_map = nullptr;
+      bool tma_on = false, tma_tok1 = true;
+      if constexpr (PW_TMA) {
+        const GaPrefillTma* tma = pw_tma_of(kparams);
+        k_map = &tma->key;
+        v_map = &tma->value;
+        tma_on = tma->enabled != 0;
+        tma_tok1 = tma->token_dim == 1;
+        if (tma_on && tid == 0) {
+          asm volatile(
+              "prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<unsigned long long>(k_map))
+              : "memory");
+          asm volatile(
+              "prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<unsigned long long>(v_map))
+              : "memory");
         }
-        // fp8: tile i's raw V, once landed (its copies are commit group i; with `last`, the
-        // newest), transposed into its V^T stage.
-        auto transpose_v = [&](int i, bool last) {
-          if (last)
-            pw_cp_wait_group<0>();
-          else
-            pw_cp_wait_group<1>();
-          pw_bar_sync(PW_PRODUCER_BAR, 128);  // every thread's copies of the tile landed
-          const int st = i % PW_STAGES;
-          if (i >= PW_STAGES) pw_mbar_wait(bar_v_empty + 8 * st, ((i / PW_STAGES) & 1) ^ 1);
-          if (!(PW_F8V & 1))  // (1: timing only)
-            pw_transpose_v(raw_v_base + (i & 1) * PW_KV_BYTES, v_base + st * PW_KV_BYTES,
-                           PW_LEAN_GATHER ? pw_opaque(tid) : tid);
-          pw_fence_proxy_async();  // the generic-proxy stores, before the wgmmas read them
-          pw_mbar_arrive(bar_v_full + 8 * st);
-        };
-        int stage = PW_TPB > 1 ? ring_stage : 0;
-        unsigned phase = PW_TPB > 1 ? ring_phase : 0;
+      }
+      // fp8: tile i's raw V, once landed (its copies are commit group i; with `last`, the
+      // newest), transposed into its V^T stage.
+      auto transpose_v = [&](int i, bool last) {
+        if (last)
+          pw_cp_wait_group<0>();
+        else
+          pw_cp_wait_group<1>();
+        pw_bar_sync(PW_PRODUCER_BAR, 128);  // every thread's copies of the tile landed
+        const int st = i % PW_STAGES;
+        if (i >= PW_STAGES) pw_mbar_wait(bar_v_empty + 8 * st, ((i / PW_STAGES) & 1) ^ 1);
+        if (!(PW_F8V & 1))  // (1: timing only)
+          pw_transpose_v(raw_v_base + (i & 1) * PW_KV_BYTES, v_base + st * PW_KV_BYTES,
+                         PW_LEAN_GATHER ? pw_opaque(tid) : tid);
+        pw_fence_proxy_async();  // the generic-proxy stores, before the wgmmas read them
+        pw_mbar_arrive(bar_v_full + 8 * st);
+      };
+      int stage = PW_TPB > 1 ? ring_stage : 0;
+      unsigned phase = PW_TPB > 1 ? ring_phase : 0;
 #if GA_BLOCK_SPARSE
-        // The tiles kept: j counts the tiles loaded, t is the tile's index.
-        const PwTiles tiles{tile0, n_tiles, m0, rows, ctx, kv_head, tid, PW_BSP_BAR};
-        for (int j = 0, t = tiles.first(p); t < n_tiles; ++j, t = tiles.next(p, t)) {
-          const int n0 = (tile0 + t) * PW_BLOCK_N;
+      // The tiles kept: j counts the tiles loaded, t is the tile's index.
+      const PwTiles tiles{tile0, n_tiles, m0, rows, ctx, kv_head, tid, PW_BSP_BAR};
+      for (int j = 0, t = tiles.first(p); t < n_tiles; ++j, t = tiles.next(p, t)) {
+        const int n0 = (tile0 + t) * PW_BLOCK_N;
 #else
-        for (int j = 0; j < n_tiles; ++j) {
-          const int n0 = (tile0 + j) * PW_BLOCK_N;
+      for (int j = 0; j < n_tiles; ++j) {
+        const int n0 = (tile0 + j) * PW_BLOCK_N;
 #endif
-          long long off[PW_PASSES], lk_src[PW_LK_GPW];
-          int lean_blk[PW_PASSES];  // PW_LEAN_GATHER
-          // TMA for the tiles that end at or before kv_end (the tile kv_end cuts zero-fills).
-          const bool tma = PW_TMA && tma_on && n0 + PW_BLOCK_N <= kv_end;
-          const bool full = (PW_FULL_TILES || PW_LEAN_GATHER) && n0 + PW_BLOCK_N <= kv_end;
-          int tma_blk = 0;
-          // Legacy measurement variants (PW_LV): 1 full tiles, 2 the V^T block looked up here.
-          const bool lfull = (PW_LV & 1) && n0 + PW_BLOCK_N <= kv_end;
-          int vt_blk = 0;
-          if constexpr (PW_LEGACY) {
-            if (lfull)
-              pw_legacy_k_rows<true>(p, block_row, legacy_k, n0, kv_end, tid, lk_src);
-            else
-              pw_legacy_k_rows(p, block_row, legacy_k, n0, kv_end, tid, lk_src);
-            if (PW_LV & 2)
-              vt_blk = lfull ? pw_legacy_vt_block<true>(p, block_row, n0, kv_end, tid)
-                             : pw_legacy_vt_block(p, block_row, n0, kv_end, tid);
-          } else if (tma)
-            tma_blk = pw_tma_block(p, block_row, n0, tid);
-          else if (PW_LEAN_GATHER && full)
-            pw_lean_blocks<true>(block_row, gather, n0, kv_end, lean_blk);
-          else if (PW_LEAN_GATHER)
-            pw_lean_blocks<false>(block_row, gather, n0, kv_end, lean_blk);
-          else if (full)
-            pw_gather_rows<true>(p, block_row, kv_row0, gather, n0, kv_end, off);
+        long long off[PW_PASSES], lk_src[PW_LK_GPW];
+        int lean_blk[PW_PASSES];  // PW_LEAN_GATHER
+        // TMA for the tiles that end at or before kv_end (the tile kv_end cuts zero-fills).
+        const bool tma = PW_TMA && tma_on && n0 + PW_BLOCK_N <= kv_end;
+        const bool full = (PW_FULL_TILES || PW_LEAN_GATHER) && n0 + PW_BLOCK_N <= kv_end;
+        int tma_blk = 0;
+        // Legacy measurement variants (PW_LV): 1 full tiles, 2 the V^T block looked up here.
+        const bool lfull = (PW_LV & 1) && n0 + PW_BLOCK_N <= kv_end;
+        int vt_blk = 0;
+        if constexpr (PW_LEGACY) {
+          if (lfull)
+            pw_legacy_k_rows<true>(p, block_row, legacy_k, n0, kv_end, tid, lk_src);
           else
-            pw_gather_rows(p, block_row, kv_row0, gather, n0, kv_end, off);
-          // A stage is refilled once all consumer warps released its previous use.
-          if (j + ring_loads >= PW_STAGES) pw_mbar_wait(bar_k_empty + 8 * stage, phase ^ 1);
+            pw_legacy_k_rows(p, block_row, legacy_k, n0, kv_end, tid, lk_src);
+          if (PW_LV & 2)
+            vt_blk = lfull ? pw_legacy_vt_block<true>(p, block_row, n0, kv_end, tid)
+                           : pw_legacy_vt_block(p, block_row, n0, kv_end, tid);
+        } else if (tma)
+          tma_blk = pw_tma_block(p, block_row, n0, tid);
+        else if (PW_LEAN_GATHER && full)
+          pw_lean_blocks<true>(block_row, gather, n0, kv_end, lean_blk);
+        else if (PW_LEAN_GATHER)
+          pw_lean_blocks<false>(block_row, gather, n0, kv_end, lean_blk);
+        else if (full)
+          pw_gather_rows<true>(p, block_row, kv_row0, gather, n0, kv_end, off);
+        else
+          pw_gather_rows(p, block_row, kv_row0, gather, n0, kv_end, off);
+        // A stage is refilled once all consumer warps released its previous use.
+        if (j + ring_loads >= PW_STAGES) pw_mbar_wait(bar_k_empty + 8 * stage, phase ^ 1);
+        if constexpr (PW_LEGACY) {
+          if (PW_LV & 32) {  // (timing only: no copies)
+          } else if (lfull) {
+            pw_legacy_load_k<true>(kc, legacy_k, lk_src, n0, kv_end, tid,
+                                   k_base + stage * PW_KV_BYTES);
+          } else {
+            pw_legacy_load_k(kc, legacy_k, lk_src, n0, kv_end, tid, k_base + stage * PW_KV_BYTES);
+          }
+          pw_mbar_arrive_copies(bar_k_full + 8 * stage);
+        } else if (tma) {
+          pw_tma_tile(k_map, tma_tok1, tma_blk, n0, kv_head, k_base + stage * PW_KV_BYTES,
+                      bar_k_full + 8 * stage, tid);
+        } else {
+          if (PW_LEAN_GATHER && full)
+            pw_lean_copy<true>(kc, p, gather, lean_blk, n0, kv_end, k_base + stage * PW_KV_BYTES);
+          else if (PW_LEAN_GATHER)
+            pw_lean_copy<false>(kc, p, gather, lean_blk, n0, kv_end, k_base + stage * PW_KV_BYTES);
+          else if (full)
+            pw_gather_copy<true>(kc, gather, off, n0, kv_end, k_base + stage * PW_KV_BYTES);
+          else
+            pw_gather_copy(kc, gather, off, n0, kv_end, k_base + stage * PW_KV_BYTES);
+          pw_mbar_arrive_copies(bar_k_full + 8 * stage);
+        }
+        if (PW_FP8) {
+          // Raw buffer j % 2 is free once every producer thread has transposed tile j - 2.
+          pw_bar_sync(PW_PRODUCER_BAR, 128);
+          if (PW_LEAN_GATHER) {  // V's offsets formed again, not K's held
+#pragma unroll
+            for (int k = 0; k < PW_PASSES; ++k) lean_blk[k] = pw_opaque(lean_blk[k]);
+          }
+          if (PW_LEAN_GATHER && full)
+            pw_lean_copy<true>(vc, p, gather, lean_blk, n0, kv_end,
+                               raw_v_base + (j & 1) * PW_KV_BYTES);
+          else if (PW_LEAN_GATHER)
+            pw_lean_copy<false>(vc, p, gather, lean_blk, n0, kv_end,
+                                raw_v_base + (j & 1) * PW_KV_BYTES);
+          else if (full)
+            pw_gather_copy<true>(vc, gather, off, n0, kv_end, raw_v_base + (j & 1) * PW_KV_BYTES);
+          else
+            pw_gather_copy(vc, gather, off, n0, kv_end, raw_v_base + (j & 1) * PW_KV_BYTES);
+          pw_cp_commit();
+          if (j > 0) transpose_v(j - 1, false);
+        } else {
+          if (j + ring_loads >= PW_STAGES) pw_mbar_wait(bar_v_empty + 8 * stage, phase ^ 1);
           if constexpr (PW_LEGACY) {
+            constexpr bool hoisted = (PW_LV & 2) != 0;
             if (PW_LV & 32) {  // (timing only: no copies)
+            } else if ((PW_LV & 128) && lfull) {
+              pw_legacy_load_vs<true>(p, block_row,
+                                      static_cast<long long>(kv_head) * p.kv.cache_head_stride, n0,
+                                      kv_end, v_base + stage * PW_KV_BYTES, tid);
+            } else if (PW_LV & 128) {
+              pw_legacy_load_vs(p, block_row,
+                                static_cast<long long>(kv_head) * p.kv.cache_head_stride, n0,
+                                kv_end, v_base + stage * PW_KV_BYTES, tid);
             } else if (lfull) {
-              pw_legacy_load_k<true>(kc, legacy_k, lk_src, n0, kv_end, tid,
-                                     k_base + stage * PW_KV_BYTES);
+              pw_legacy_load_vt<true, hoisted>(
+                  p, block_row, static_cast<long long>(kv_head) * p.kv.cache_head_stride, n0,
+                  kv_end, v_base + stage * PW_KV_BYTES, tid, vt_blk);
             } else {
-              pw_legacy_load_k(kc, legacy_k, lk_src, n0, kv_end, tid, k_base + stage * PW_KV_BYTES);
+              pw_legacy_load_vt<false, hoisted>(
+                  p, block_row, static_cast<long long>(kv_head) * p.kv.cache_head_stride, n0,
+                  kv_end, v_base + stage * PW_KV_BYTES, tid, vt_blk);
             }
-            pw_mbar_arrive_copies(bar_k_full + 8 * stage);
+            pw_mbar_arrive_copies(bar_v_full + 8 * stage);
           } else if (tma) {
-            pw_tma_tile(k_map, tma_tok1, tma_blk, n0, kv_head, k_base + stage * PW_KV_BYTES,
-                        bar_k_full + 8 * stage, tid);
+            pw_tma_tile(v_map, tma_tok1, tma_blk, n0, kv_head, v_base + stage * PW_KV_BYTES,
+                        bar_v_full + 8 * stage, tid);
           } else {
             if (PW_LEAN_GATHER && full)
-              pw_lean_copy<true>(kc, p, gather, lean_blk, n0, kv_end, k_base + stage * PW_KV_BYTES);
-            else if (PW_LEAN_GATHER)
-              pw_lean_copy<false>(kc, p, gather, lean_blk, n0, kv_end,
-                                  k_base + stage * PW_KV_BYTES);
-            else if (full)
-              pw_gather_copy<true>(kc, gather, off, n0, kv_end, k_base + stage * PW_KV_BYTES);
-            else
-              pw_gather_copy(kc, gather, off, n0, kv_end, k_base + stage * PW_KV_BYTES);
-            pw_mbar_arrive_copies(bar_k_full + 8 * stage);
-          }
-          if (PW_FP8) {
-            // Raw buffer j % 2 is free once every producer thread has transposed tile j - 2.
-            pw_bar_sync(PW_PRODUCER_BAR, 128);
-            if (PW_LEAN_GATHER) {  // V's offsets formed again, not K's held
-#pragma unroll
-              for (int k = 0; k < PW_PASSES; ++k) lean_blk[k] = pw_opaque(lean_blk[k]);
-            }
-            if (PW_LEAN_GATHER && full)
-              pw_lean_copy<true>(vc, p, gather, lean_blk, n0, kv_end,
-                                 raw_v_base + (j & 1) * PW_KV_BYTES);
+              pw_lean_copy<true>(vc, p, gather, lean_blk, n0, kv_end, v_base + stage * PW_KV_BYTES);
             else if (PW_LEAN_GATHER)
               pw_lean_copy<false>(vc, p, gather, lean_blk, n0, kv_end,
-                                  raw_v_base + (j & 1) * PW_KV_BYTES);
+                                  v_base + stage * PW_KV_BYTES);
             else if (full)
-              pw_gather_copy<true>(vc, gather, off, n0, kv_end, raw_v_base + (j & 1) * PW_KV_BYTES);
+              pw_gather_copy<true>(vc, gather, off, n0, kv_end, v_base + stage * PW_KV_BYTES);
             else
-              pw_gather_copy(vc, gather, off, n0, kv_end, raw_v_base + (j & 1) * PW_KV_BYTES);
-            pw_cp_commit();
-            if (j > 0) transpose_v(j - 1, false);
-          } else {
-            if (j + ring_loads >= PW_STAGES) pw_mbar_wait(bar_v_empty + 8 * stage, phase ^ 1);
-            if constexpr (PW_LEGACY) {
-              constexpr bool hoisted = (PW_LV & 2) != 0;
-              if (PW_LV & 32) {  // (timing only: no copies)
-              } else if ((PW_LV & 128) && lfull) {
-                pw_legacy_load_vs<true>(p, block_row,
-                                        static_cast<long long>(kv_head) * p.kv.cache_head_stride,
-                                        n0, kv_end, v_base + stage * PW_KV_BYTES, tid);
-              } else if (PW_LV & 128) {
-                pw_legacy_load_vs(p, block_row,
-                                  static_cast<long long>(kv_head) * p.kv.cache_head_stride, n0,
-                                  kv_end, v_base + stage * PW_KV_BYTES, tid);
-              } else if (lfull) {
-                pw_legacy_load_vt<true, hoisted>(
-                    p, block_row, static_cast<long long>(kv_head) * p.kv.cache_head_stride, n0,
-                    kv_end, v_base + stage * PW_KV_BYTES, tid, vt_blk);
-              } else {
-                pw_legacy_load_vt<false, hoisted>(
-                    p, block_row, static_cast<long long>(kv_head) * p.kv.cache_head_stride, n0,
-                    kv_end, v_base + stage * PW_KV_BYTES, tid, vt_blk);
-              }
-              pw_mbar_arrive_copies(bar_v_full + 8 * stage);
-            } else if (tma) {
-              pw_tma_tile(v_map, tma_tok1, tma_blk, n0, kv_head, v_base + stage * PW_KV_BYTES,
-                          bar_v_full + 8 * stage, tid);
-            } else {
-              if (PW_LEAN_GATHER && full)
-                pw_lean_copy<true>(vc, p, gather, lean_blk, n0, kv_end,
-                                   v_base + stage * PW_KV_BYTES);
-              else if (PW_LEAN_GATHER)
-                pw_lean_copy<false>(vc, p, gather, lean_blk, n0, kv_end,
-                                    v_base + stage * PW_KV_BYTES);
-              else if (full)
-                pw_gather_copy<true>(vc, gather, off, n0, kv_end, v_base + stage * PW_KV_BYTES);
-              else
-                pw_gather_copy(vc, gather, off, n0, kv_end, v_base + stage * PW_KV_BYTES);
-              pw_mbar_arrive_copies(bar_v_full + 8 * stage);
-            }
-          }
-          if (++stage == PW_STAGES) {
-            stage = 0;
-            phase ^= 1;
+              pw_gather_copy(vc, gather, off, n0, kv_end, v_base + stage * PW_KV_BYTES);
+            pw_mbar_arrive_copies(bar_v_full + 8 * stage);
           }
         }
-        if (PW_FP8) transpose_v(n_tiles - 1, true);
-        if (PW_TPB == 1) pw_cp_wait_all();
-        ring_stage = stage;
-        ring_phase = phase;
-        if (PW_TPB > 1) ring_loads += n_tiles;
+        if (++stage == PW_STAGES) {
+          stage = 0;
+          phase ^= 1;
+        }
       }
-      q_loads += n_tiles > 0;
-    } while (PW_TPB > 1 && next_tile());
+      if (PW_FP8) transpose_v(n_tiles - 1, true);
+      if (PW_TPB == 1) pw_cp_wait_all();
+      ring_stage = stage;
+      ring_phase = phase;
+      if (PW_TPB > 1) ring_loads += n_tiles;
+    }
+    q_loads += n_tiles > 0;
+    if (PW_TPB > 1 && next_tile()) goto producer_tile;
     if (PW_TPB > 1) pw_cp_wait_all();
   } else {
     // Consumers: warpgroup cw owns tile rows [64 cw, 64 cw + 64); warp w of it rows
     // [row0, row0 + 16), this thread rows row0 + g and row0 + g + 8.
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(PW_CONSUMER_REGS));
-    do {
-      // GA_PW_SCHED_HOIST (params.h): cw broadcast from lane 0, so that ptxas knows it is
-      // warp-uniform and the descriptors built from it live on the uniform datapath.
-      constexpr bool hoist = (PW_SCHED & GA_PW_SCHED_HOIST) != 0;
-      const int cw = hoist ? __shfl_sync(0xffffffffu, (tid >> 7) - 1, 0) : (tid >> 7) - 1;
-      const int lane = tid & 31;
-      const int row0 = cw * 64 + ((tid >> 5) & 3) * 16;
-      const int g = lane >> 2;
-      const int t2 = (lane & 3) * 2;
-      int pos[2];
-      float slope[2], sink[2];  // ALiBi slopes and sink logits of the rows' heads (log2 domain)
+  consumer_tile:  // PW_TPB > 1: back here for the block's next tile
+    // GA_PW_SCHED_HOIST (params.h): cw broadcast from lane 0, so that ptxas knows it is
+    // warp-uniform and the descriptors built from it live on the uniform datapath.
+    constexpr bool hoist = (PW_SCHED & GA_PW_SCHED_HOIST) != 0;
+    const int cw = hoist ? __shfl_sync(0xffffffffu, (tid >> 7) - 1, 0) : (tid >> 7) - 1;
+    const int lane = tid & 31;
+    const int row0 = cw * 64 + ((tid >> 5) & 3) * 16;
+    const int g = lane >> 2;
+    const int t2 = (lane & 3) * 2;
+    int pos[2];
+    float slope[2], sink[2];  // ALiBi slopes and sink logits of the rows' heads (log2 domain)
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int row = m0 + row0 + g + r * 8;
-        pos[r] = row < rows ? ctx + row / GROUP : -1;
-        const int head = kv_head * GROUP + row % GROUP;
-        slope[r] = ga_alibi_slope_log2(p.terms, head, row < rows);
-        sink[r] = ga_sink_log2(p.terms, head, row < rows);
-      }
-      PwBspRows bsp{};
+    for (int r = 0; r < 2; ++r) {
+      const int row = m0 + row0 + g + r * 8;
+      pos[r] = row < rows ? ctx + row / GROUP : -1;
+      const int head = kv_head * GROUP + row % GROUP;
+      slope[r] = ga_alibi_slope_log2(p.terms, head, row < rows);
+      sink[r] = ga_sink_log2(p.terms, head, row < rows);
+    }
+    PwBspRows bsp{};
 #if GA_BLOCK_SPARSE
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int row = m0 + row0 + g + r * 8;
-        bsp.qb[r] = pos[r] >= 0 ? pos[r] / p.bsp.block : 0;
-        bsp.off[r] = ga_bsp_offset(p.bsp, kv_head * GROUP + row % GROUP);
-      }
+    for (int r = 0; r < 2; ++r) {
+      const int row = m0 + row0 + g + r * 8;
+      bsp.qb[r] = pos[r] >= 0 ? pos[r] / p.bsp.block : 0;
+      bsp.off[r] = ga_bsp_offset(p.bsp, kv_head * GROUP + row % GROUP);
+    }
 #endif
-      const PwTiles tiles{tile0, n_tiles, m0, rows, ctx, kv_head, tid & 127, PW_BSP_BAR + 1 + cw};
-      // Positions of the warp's first and last rows (rows past the request are never stored,
-      // so they need no mask).
-      const int w_pos_lo = ctx + (m0 + row0) / GROUP;
-      const int w_pos_hi = ctx + (min(rows, m0 + row0 + 16) - 1) / GROUP;
+    const PwTiles tiles{tile0, n_tiles, m0, rows, ctx, kv_head, tid & 127, PW_BSP_BAR + 1 + cw};
+    // Positions of the warp's first and last rows (rows past the request are never stored,
+    // so they need no mask).
+    const int w_pos_lo = ctx + (m0 + row0) / GROUP;
+    const int w_pos_hi = ctx + (min(rows, m0 + row0 + 16) - 1) / GROUP;
 
-      // o: output accumulators; s: scores, then probabilities, of the newest tile; pf: the
-      // probabilities of the tile whose P V is issued next, as wgmma A fragments.
-      float o[HEAD_SIZE / 2];
-      float s[PW_BLOCK_N / 2];
-      unsigned pf[PW_PF_STEPS][4];
-      const float ninf = __int_as_float(0xff800000);
-      float m[2] = {ninf, ninf}, l[2] = {0.f, 0.f}, alpha[2];
-      float ls[4] = {0.f, 0.f, 0.f, 0.f};  // PW_ROWSUM's row sums (rows g, g + 8: ls[0], ls[2])
-      const unsigned long long ones_desc = pw_desc(ones_base, 128, 128, 0);
+    // o: output accumulators; s: scores, then probabilities, of the newest tile; pf: the
+    // probabilities of the tile whose P V is issued next, as wgmma A fragments.
+    float o[HEAD_SIZE / 2];
+    float s[PW_BLOCK_N / 2];
+    unsigned pf[PW_PF_STEPS][4];
+    const float ninf = __int_as_float(0xff800000);
+    float m[2] = {ninf, ninf}, l[2] = {0.f, 0.f}, alpha[2];
+    float ls[4] = {0.f, 0.f, 0.f, 0.f};  // PW_ROWSUM's row sums (rows g, g + 8: ls[0], ls[2])
+    const unsigned long long ones_desc = pw_desc(ones_base, 128, 128, 0);
 #pragma unroll
-      for (int i = 0; i < HEAD_SIZE / 2; ++i) o[i] = 0.f;
+    for (int i = 0; i < HEAD_SIZE / 2; ++i) o[i] = 0.f;
 
-      // Descriptors: Q and K K-major (8-row groups 1024 bytes apart; k-steps of 16 columns are
-      // 32 bytes inside the swizzled 128-byte row, column blocks of 64 a whole block apart; the
-      // legacy K tile unswizzled: pw_k_desc, pw_k_kstep); V MN-major (64-column blocks PW_BLOCK_N
-      // rows apart, 8-row groups 1024 bytes apart), the legacy and fp8 V^T K-major (PW_V_LEAD,
-      // pw_v_kstep).
-      const unsigned long long q_desc = pw_desc(q_base + cw * 64 * 128, 16, 1024);
-      const unsigned long long k_desc = pw_k_desc(k_base);
-      const unsigned long long v_desc = PW_LV & 128
-                                            ? pw_desc(v_base, 16, 256, 3)  // 32-byte swizzle
-                                            : pw_desc(v_base, PW_V_LEAD, 1024);
+    // Descriptors: Q and K K-major (8-row groups 1024 bytes apart; k-steps of 16 columns are
+    // 32 bytes inside the swizzled 128-byte row, column blocks of 64 a whole block apart; the
+    // legacy K tile unswizzled: pw_k_desc, pw_k_kstep); V MN-major (64-column blocks PW_BLOCK_N
+    // rows apart, 8-row groups 1024 bytes apart), the legacy and fp8 V^T K-major (PW_V_LEAD,
+    // pw_v_kstep).
+    const unsigned long long q_desc = pw_desc(q_base + cw * 64 * 128, 16, 1024);
+    const unsigned long long k_desc = pw_k_desc(k_base);
+    const unsigned long long v_desc = PW_LV & 128 ? pw_desc(v_base, 16, 256, 3)  // 32-byte swizzle
+                                                  : pw_desc(v_base, PW_V_LEAD, 1024);
 #ifdef GA_Q_E4M3
-      const GaPrefillScales scales = ga_prefill_q8_scales(p, params.q8, req, kv_head);
+    const GaPrefillScales scales = ga_prefill_q8_scales(p, params.q8, req, kv_head);
 #else
-      const PrefillParams& scales = p;  // 16-bit KV: the host's scales, no k/v scales
+    const PrefillParams& scales = p;  // 16-bit KV: the host's scales, no k/v scales
 #endif
 
-      // GA_PW_SCHED_HOIST: a tile's descriptors (S's Q and K k-steps, P V's V k-steps), formed
-      // before the turn's barrier (hoist_s, hoist_v). With cw uniform (above) the Q descriptors
-      // stay in uniform registers across the loop; ptxas still forms the K and V k-steps'
-      // (UIADD3.64) next to their wgmmas inside the turn (params.h gives the counts).
-      unsigned long long hq[PW_KSTEPS], hk[PW_KSTEPS], hv[PW_PF_STEPS];
-      auto hoist_s = [&](int stage) {
-        const unsigned long long kd = k_desc + ((stage * PW_KV_BYTES) >> 4);
+    // GA_PW_SCHED_HOIST: a tile's descriptors (S's Q and K k-steps, P V's V k-steps), formed
+    // before the turn's barrier (hoist_s, hoist_v). With cw uniform (above) the Q descriptors stay
+    // in uniform registers across the loop; ptxas still forms the K and V k-steps' (UIADD3.64)
+    // next to their wgmmas inside the turn (params.h gives the counts).
+    unsigned long long hq[PW_KSTEPS], hk[PW_KSTEPS], hv[PW_PF_STEPS];
+    auto hoist_s = [&](int stage) {
+      const unsigned long long kd = k_desc + ((stage * PW_KV_BYTES) >> 4);
+#pragma unroll
+      for (int ks = 0; ks < PW_KSTEPS; ++ks) {
+        hq[ks] = q_desc + (ks >> 2) * (PW_BLOCK_M * 8) + (ks & 3) * 2;
+        hk[ks] = kd + pw_k_kstep(ks);
+        asm volatile("" : "+l"(hq[ks]), "+l"(hk[ks]));
+      }
+    };
+    auto hoist_v = [&](int stage) {
+      const unsigned long long vd = v_desc + ((stage * PW_KV_BYTES) >> 4);
+#pragma unroll
+      for (int kk = 0; kk < PW_PF_STEPS; ++kk) {
+        hv[kk] = vd + pw_v_kstep(kk);
+        asm volatile("" : "+l"(hv[kk]));
+      }
+    };
+    // S = Q K^T of the K tile in `stage`, into s.
+    auto issue_s = [&](int stage) {
+      if (hoist) {
 #pragma unroll
         for (int ks = 0; ks < PW_KSTEPS; ++ks) {
-          hq[ks] = q_desc + (ks >> 2) * (PW_BLOCK_M * 8) + (ks & 3) * 2;
-          hk[ks] = kd + pw_k_kstep(ks);
-          asm volatile("" : "+l"(hq[ks]), "+l"(hk[ks]));
-        }
-      };
-      auto hoist_v = [&](int stage) {
-        const unsigned long long vd = v_desc + ((stage * PW_KV_BYTES) >> 4);
-#pragma unroll
-        for (int kk = 0; kk < PW_PF_STEPS; ++kk) {
-          hv[kk] = vd + pw_v_kstep(kk);
-          asm volatile("" : "+l"(hv[kk]));
-        }
-      };
-      // S = Q K^T of the K tile in `stage`, into s.
-      auto issue_s = [&](int stage) {
-        if (hoist) {
-#pragma unroll
-          for (int ks = 0; ks < PW_KSTEPS; ++ks) {
-            if (PW_FP8)
-              pw_wgmma8_ss<PW_BLOCK_N>(s, hq[ks], hk[ks], ks > 0);
-            else
-              pw_wgmma_ss<PW_BLOCK_N>(s, hq[ks], hk[ks], ks > 0);
-          }
-          return;
-        }
-        const unsigned long long kd = k_desc + ((stage * PW_KV_BYTES) >> 4);
-#pragma unroll
-        for (int ks = 0; ks < PW_KSTEPS; ++ks) {
-          // Descriptor addresses count 16-byte units: a column block is rows * 8 of them, a
-          // k-step of 32 bytes (16 columns, fp8 32) 2.
-          const unsigned long long qd = q_desc + (ks >> 2) * (PW_BLOCK_M * 8) + (ks & 3) * 2;
-          const unsigned long long kd_ks = kd + pw_k_kstep(ks);
           if (PW_FP8)
-            pw_wgmma8_ss<PW_BLOCK_N>(s, qd, kd_ks, ks > 0);
+            pw_wgmma8_ss<PW_BLOCK_N>(s, hq[ks], hk[ks], ks > 0);
           else
-            pw_wgmma_ss<PW_BLOCK_N>(s, qd, kd_ks, ks > 0);
+            pw_wgmma_ss<PW_BLOCK_N>(s, hq[ks], hk[ks], ks > 0);
         }
-      };
-      // O += P V with P from pf and the V tile in `stage`.
-      auto issue_pv = [&](int stage) {
-        const unsigned long long vd = v_desc + ((stage * PW_KV_BYTES) >> 4);
+        return;
+      }
+      const unsigned long long kd = k_desc + ((stage * PW_KV_BYTES) >> 4);
 #pragma unroll
-        for (int kk = 0; kk < PW_PF_STEPS; ++kk) {
-          const unsigned long long vd_kk = hoist ? hv[kk] : vd + pw_v_kstep(kk);
-          if (PW_FP8)
-            pw_wgmma8_rs<HEAD_SIZE>(o, pf[kk], vd_kk);
-          else
-            pw_wgmma_rs<HEAD_SIZE>(o, pf[kk], vd_kk);
-          if (PW_ROWSUM) pw_wgmma_sum(ls, pf[kk], ones_desc, kk > 0);
-        }
-      };
-      // o (and PW_ROWSUM's ls), pinned around the P V wgmmas.
-      auto fence_acc = [&] {
-        pw_fence_regs(o);
-        if (PW_ROWSUM) pw_fence_regs(ls);
-      };
-      // One softmax body (pw_mask_scores), half the softmax code to compile, where it was
-      // measured no slower (params.h).
-      constexpr bool one_body = ga_prefill_sm90_one_body(HEAD_SIZE, PW_LEGACY, PW_FP8, HAS_SOFT_CAP,
-                                                         HAS_ALIBI, GA_BLOCK_SPARSE) &&
-                                !(PW_LV & 8);
-      // `peeled`: tile 0 of the overlap, peeled off the loop (below). With two softmax bodies and
-      // ga_prefill_sm90_peel_masked it takes the masked one whether or not the tile needs the mask
-      // (on a tile that needs none it computes the same values for every row that is stored), so
-      // that the peeled tile inlines one softmax instead of two.
-      constexpr bool peel_masked =
-          !one_body && ga_prefill_sm90_peel_masked(HEAD_SIZE, PW_LEGACY, PW_FP8);
-      auto softmax = [&](int j, bool peeled) {
-        const int n0 = (tile0 + j) * PW_BLOCK_N;
-        if (GA_BLOCK_SPARSE) pw_bsp_tile_vis(p, n0, bsp);
-        const bool masked =
-            GA_BLOCK_SPARSE || (peel_masked && peeled) ||
-            ga_prefill_tile_masked(n0, PW_BLOCK_N, w_pos_lo, w_pos_hi, kv_end, p.window);
-        if (one_body) {
-          if (masked) pw_mask_scores(p, s, n0, kv_end, t2, pos);
-          pw_softmax<false>(p, scales, s, n0, kv_end, t2, pos, slope, m, l, alpha, bsp);
-        } else if (masked)
-          pw_softmax<true>(p, scales, s, n0, kv_end, t2, pos, slope, m, l, alpha, bsp);
+      for (int ks = 0; ks < PW_KSTEPS; ++ks) {
+        // Descriptor addresses count 16-byte units: a column block is rows * 8 of them, a
+        // k-step of 32 bytes (16 columns, fp8 32) 2.
+        const unsigned long long qd = q_desc + (ks >> 2) * (PW_BLOCK_M * 8) + (ks & 3) * 2;
+        const unsigned long long kd_ks = kd + pw_k_kstep(ks);
+        if (PW_FP8)
+          pw_wgmma8_ss<PW_BLOCK_N>(s, qd, kd_ks, ks > 0);
         else
-          pw_softmax<false>(p, scales, s, n0, kv_end, t2, pos, slope, m, l, alpha, bsp);
-      };
-      // Every batch of wgmmas is issued between these two. With PW_PINGPONG the consumer
-      // warpgroups take turns in a ring: a warpgroup issues a batch only after the one before it
-      // (cw - 1, consumer 0 after the last) has issued its batch, so one's wgmmas run while the
-      // others do their softmax. Consumer cw waits on barrier PW_SCHED_BAR + cw, completed by its
-      // own 128 threads syncing and its predecessor's 128 arriving. Every consumer issues the same
-      // number of batches (n_tiles is per block) and consumer 0 is released once up front, so the
-      // last consumer skips its arrive after its last batch: every barrier phase that starts also
-      // completes.
-      // GA_PW_SCHED_NO_TURNS (16-bit, params.h): no turns.
-      constexpr bool turns = PW_PINGPONG && !(PW_SCHED & GA_PW_SCHED_NO_TURNS);
-      auto issue_begin = [&] {
-        if (turns) pw_bar_sync(PW_SCHED_BAR + cw, 256);
-        // The normal writes of o and pf (rescale, packing) complete before wgmmas read them.
-        fence_acc();
-        pw_fence_regs(pf);
-        pw_wgmma_fence();
-      };
-      auto issue_end = [&](bool last) {
-        if (turns && !(last && cw == PW_CONSUMERS - 1))
-          pw_bar_arrive(PW_SCHED_BAR + (PW_CONSUMERS == 2        ? 1 - cw
-                                        : cw == PW_CONSUMERS - 1 ? 0
-                                                                 : cw + 1),
-                        256);
-      };
-      // The P V of the tile in (stage, phase), waited for.
-      auto pv = [&](int stage, unsigned phase, bool last) {
+          pw_wgmma_ss<PW_BLOCK_N>(s, qd, kd_ks, ks > 0);
+      }
+    };
+    // O += P V with P from pf and the V tile in `stage`.
+    auto issue_pv = [&](int stage) {
+      const unsigned long long vd = v_desc + ((stage * PW_KV_BYTES) >> 4);
+#pragma unroll
+      for (int kk = 0; kk < PW_PF_STEPS; ++kk) {
+        const unsigned long long vd_kk = hoist ? hv[kk] : vd + pw_v_kstep(kk);
+        if (PW_FP8)
+          pw_wgmma8_rs<HEAD_SIZE>(o, pf[kk], vd_kk);
+        else
+          pw_wgmma_rs<HEAD_SIZE>(o, pf[kk], vd_kk);
+        if (PW_ROWSUM) pw_wgmma_sum(ls, pf[kk], ones_desc, kk > 0);
+      }
+    };
+    // o (and PW_ROWSUM's ls), pinned around the P V wgmmas.
+    auto fence_acc = [&] {
+      pw_fence_regs(o);
+      if (PW_ROWSUM) pw_fence_regs(ls);
+    };
+    // One softmax body (pw_mask_scores), half the softmax code to compile, where it was
+    // measured no slower (params.h).
+    constexpr bool one_body = ga_prefill_sm90_one_body(HEAD_SIZE, PW_LEGACY, PW_FP8, HAS_SOFT_CAP,
+                                                       HAS_ALIBI, GA_BLOCK_SPARSE) &&
+                              !(PW_LV & 8);
+    // `peeled`: tile 0 of the overlap, peeled off the loop (below). With two softmax bodies and
+    // ga_prefill_sm90_peel_masked it takes the masked one whether or not the tile needs the mask
+    // (on a tile that needs none it computes the same values for every row that is stored), so
+    // that the peeled tile inlines one softmax instead of two.
+    constexpr bool peel_masked =
+        !one_body && ga_prefill_sm90_peel_masked(HEAD_SIZE, PW_LEGACY, PW_FP8);
+    auto softmax = [&](int j, bool peeled) {
+      const int n0 = (tile0 + j) * PW_BLOCK_N;
+      if (GA_BLOCK_SPARSE) pw_bsp_tile_vis(p, n0, bsp);
+      const bool masked =
+          GA_BLOCK_SPARSE || (peel_masked && peeled) ||
+          ga_prefill_tile_masked(n0, PW_BLOCK_N, w_pos_lo, w_pos_hi, kv_end, p.window);
+      if (one_body) {
+        if (masked) pw_mask_scores(p, s, n0, kv_end, t2, pos);
+        pw_softmax<false>(p, scales, s, n0, kv_end, t2, pos, slope, m, l, alpha, bsp);
+      } else if (masked)
+        pw_softmax<true>(p, scales, s, n0, kv_end, t2, pos, slope, m, l, alpha, bsp);
+      else
+        pw_softmax<false>(p, scales, s, n0, kv_end, t2, pos, slope, m, l, alpha, bsp);
+    };
+    // Every batch of wgmmas is issued between these two. With PW_PINGPONG the consumer
+    // warpgroups take turns in a ring: a warpgroup issues a batch only after the one before it
+    // (cw - 1, consumer 0 after the last) has issued its batch, so one's wgmmas run while the
+    // others do their softmax. Consumer cw waits on barrier PW_SCHED_BAR + cw, completed by its
+    // own 128 threads syncing and its predecessor's 128 arriving. Every consumer issues the same
+    // number of batches (n_tiles is per block) and consumer 0 is released once up front, so the
+    // last consumer skips its arrive after its last batch: every barrier phase that starts also
+    // completes.
+    // GA_PW_SCHED_NO_TURNS (16-bit, params.h): no turns.
+    constexpr bool turns = PW_PINGPONG && !(PW_SCHED & GA_PW_SCHED_NO_TURNS);
+    auto issue_begin = [&] {
+      if (turns) pw_bar_sync(PW_SCHED_BAR + cw, 256);
+      // The normal writes of o and pf (rescale, packing) complete before wgmmas read them.
+      fence_acc();
+      pw_fence_regs(pf);
+      pw_wgmma_fence();
+    };
+    auto issue_end = [&](bool last) {
+      if (turns && !(last && cw == PW_CONSUMERS - 1))
+        pw_bar_arrive(PW_SCHED_BAR + (PW_CONSUMERS == 2        ? 1 - cw
+                                      : cw == PW_CONSUMERS - 1 ? 0
+                                                               : cw + 1),
+                      256);
+    };
+    // The P V of the tile in (stage, phase), waited for.
+    auto pv = [&](int stage, unsigned phase, bool last) {
+      pw_mbar_wait(bar_v_full + 8 * stage, phase);
+      pw_fence_proxy_async();
+      if (hoist) hoist_v(stage);
+      issue_begin();
+      issue_pv(stage);
+      pw_wgmma_commit();
+      issue_end(last);
+      pw_wgmma_wait<0>();
+      fence_acc();
+      pw_fence_regs(pf);
+      if (lane == 0) pw_mbar_arrive(bar_v_empty + 8 * stage);
+      if (PW_ROWSUM) {  // the tile's row sums, at the reference that l has (see tile)
+        l[0] += ls[0];
+        l[1] += ls[2];
+      }
+    };
+
+    // Ring stages and phases of tiles j and j - 1.
+    int stage = PW_TPB > 1 ? ring_stage : 0, prev = 0;
+    unsigned phase = PW_TPB > 1 ? ring_phase : 0, prev_phase = 0;
+
+    // PW_F8_SPEC, the speculative softmax (fp8, loop tiles): a tile without a mask whose rows all
+    // have a reference maximum m (every row of the warp) takes its probabilities at that
+    // reference right away, P = 2^(s - m + PW_P8_SHIFT), without the rows' maxima (no FMNMX, no
+    // shuffles, no alpha on the way from S to the exponentials); O and l keep their scale (alpha
+    // 1). Only then, on the packed e4m3 P, one check per warp: a byte at 0x7e (448, i.e. P >=
+    // 432, or more, saturated) or 0x7f (NaN) means some row's maximum passed its reference by
+    // more than the pack can hold (spec_check). Such a warp takes its rows' maxima of P (fp32,
+    // exact, still in s): a row whose maximum reached 416 moves its reference there (m += log2(max
+    // P) - PW_P8_SHIFT, so its largest P becomes 2^PW_P8_SHIFT), and that row's P, O and l are
+    // multiplied by alpha = 2^(m_old - m_new); P is packed again. P can be infinite only if a
+    // score passed its reference by 120 or more (log2 domain); then P has lost the scores, and
+    // the warp scores the tile again from shared memory (spec_rescore: mma.sync m16n8k32, the K
+    // stage is released only after the check) and runs pw_softmax as a tile without the
+    // speculation would.
+#if PW_F8_SPEC_CODE
+    auto spec_ok = [&](int j) {
+      const int n0 = (tile0 + j) * PW_BLOCK_N;
+      return !ga_prefill_tile_masked(n0, PW_BLOCK_N, w_pos_lo, w_pos_hi, kv_end, p.window) &&
+             !__any_sync(0xffffffffu, m[0] == ninf || m[1] == ninf);
+    };
+    auto spec_exp = [&] {
+      const float sc = scales.scale_log2;
+      const float mu[2] = {m[0] - static_cast<float>(PW_P8_SHIFT),
+                           m[1] - static_cast<float>(PW_P8_SHIFT)};
+#pragma unroll
+      for (int i = 0; i < PW_BLOCK_N / 2; ++i) s[i] = ga_exp2(fmaf(s[i], sc, -mu[(i >> 1) & 1]));
+      alpha[0] = 1.f;
+      alpha[1] = 1.f;
+    };
+    // S of tile stage st for this warp's 16 rows by mma.sync (e4m3 A = Q, K-major B = K, both
+    // 128-byte swizzled in shared memory), in the wgmma accumulator layout of s.
+    auto spec_rescore = [&](int st) {
+      pw_rescore_warp(q_base, k_base + st * PW_KV_BYTES, row0 + g, lane, s);
+    };
+    auto spec_check = [&](int j) {
+      unsigned hi = 0;  // bit 7 of a byte: that byte of some P was 0x7e or 0x7f (bytes <= 0x7f)
+#pragma unroll
+      for (int kk = 0; kk < PW_PF_STEPS; ++kk)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) hi |= pf[kk][i] + 0x02020202u;
+      if (!(PW_F8V & 256) && __any_sync(0xffffffffu, (hi & 0x80808080u) != 0)) {
+        float pm[2] = {0.f, 0.f};
+#pragma unroll
+        for (int i = 0; i < PW_BLOCK_N / 2; ++i) pm[(i >> 1) & 1] = fmaxf(pm[(i >> 1) & 1], s[i]);
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          pm[r] = fmaxf(pm[r], __shfl_xor_sync(0xffffffffu, pm[r], 1));
+          pm[r] = fmaxf(pm[r], __shfl_xor_sync(0xffffffffu, pm[r], 2));
+        }
+        if (!(PW_F8V & 128) &&
+            __any_sync(0xffffffffu, !(pm[0] <= 0x1p126f) || !(pm[1] <= 0x1p126f))) {
+          spec_rescore(stage);
+          softmax(j, false);  // alpha and m from the old reference, P from the scores
+        } else {
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            float lg;
+            asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(lg) : "f"(pm[r]));
+            const bool mv = pm[r] >= 416.f;
+            const float mn = m[r] + (lg - static_cast<float>(PW_P8_SHIFT));
+            alpha[r] = mv ? ga_exp2(m[r] - mn) : 1.f;
+            if (mv) m[r] = mn;
+          }
+#pragma unroll
+          for (int i = 0; i < PW_BLOCK_N / 2; ++i) s[i] *= alpha[(i >> 1) & 1];
+        }
+        l[0] *= alpha[0];
+        l[1] *= alpha[1];
+        pw_rescale_o(o, alpha);
+        pw_pack_p8(s, pf);
+      }
+      if (lane == 0) pw_mbar_arrive(bar_k_empty + 8 * stage);
+    };
+#endif
+    // Tile j: S_j = Q K_j^T and its softmax, then O rescaled and P_j packed into pf. With
+    // `with_pv`, O += P_{j-1} V_{j-1} is issued right behind S_j as a second wgmma group and
+    // still runs during the softmax of S_j, which therefore leaves o and pf alone; without
+    // PW_OVERLAP, the P V of tile j itself follows, waited for.
+    // GA_PW_SCHED_EARLY_WAIT (with the overlap, not block-sparse): tile j waits for tile j + 1's K
+    // and its own V and runs the proxy fence right after its wgmma issue, where the warpgroup
+    // waits for S_j anyway, and tile j + 1 starts with the issue.
+    constexpr bool early = (PW_SCHED & GA_PW_SCHED_EARLY_WAIT) && PW_OVERLAP && !GA_BLOCK_SPARSE;
+    // GA_PW_SCHED_PV_OUT (params.h): P_{j-1} V_{j-1} issued after the turn's arrive, so that the
+    // turn holds S_j's wgmmas alone (the other consumer's S may then reach the tensor cores
+    // before this P V). GA_PW_SCHED_PV_LATE: P_{j-1} V_{j-1} issued only once S_j is complete
+    // (after the wait for it), so that no P V stands between another consumer's S and the tensor
+    // cores; P V then runs under the rest of tile j's softmax.
+    constexpr bool pv_out = (PW_SCHED & GA_PW_SCHED_PV_OUT) != 0;
+    constexpr bool pv_late = (PW_SCHED & GA_PW_SCHED_PV_LATE) != 0;
+    auto tile = [&](int j, bool with_pv, bool last) {
+      if (!early || j == 0) {
+        pw_mbar_wait(bar_k_full + 8 * stage, phase);
+        if (with_pv) pw_mbar_wait(bar_v_full + 8 * prev, prev_phase);
+        pw_fence_proxy_async();
+      }
+      if (hoist) {
+        hoist_s(stage);
+        if (with_pv) hoist_v(prev);
+      }
+      issue_begin();
+      issue_s(stage);
+      pw_wgmma_commit();
+      if (with_pv && !pv_out && !pv_late) {
+        issue_pv(prev);
+        pw_wgmma_commit();
+      }
+      issue_end(false);
+      if (with_pv && pv_out && !pv_late) {
+        issue_pv(prev);
+        pw_wgmma_commit();
+      }
+      if (early && j + 1 < n_tiles) {
+        const bool wrap = stage + 1 == PW_STAGES;
+        pw_mbar_wait(bar_k_full + 8 * (wrap ? 0 : stage + 1), wrap ? phase ^ 1 : phase);
         pw_mbar_wait(bar_v_full + 8 * stage, phase);
         pw_fence_proxy_async();
-        if (hoist) hoist_v(stage);
-        issue_begin();
-        issue_pv(stage);
+      }
+      if (with_pv && !pv_late)
+        pw_wgmma_wait<1>();  // groups complete in order: S_j is done, P V may still run
+      else
+        pw_wgmma_wait<0>();
+      pw_fence_regs(s);
+      if (PW_TPB > 1 && last && lane == 0) pw_mbar_arrive(bar_q_empty);  // Q read for the last time
+      if (with_pv && pv_late) {
+        pw_wgmma_fence();
+        issue_pv(prev);
         pw_wgmma_commit();
-        issue_end(last);
+      }
+      // PW_F8_SPEC: the speculative softmax for this warp (spec_ok), which releases the K stage
+      // only after its check (spec_check may score the tile again).
+#if PW_F8_SPEC_CODE
+      const bool spec = PW_F8_SPEC && with_pv && spec_ok(j);
+      if (lane == 0 && !spec) pw_mbar_arrive(bar_k_empty + 8 * stage);
+      if (spec)
+        spec_exp();
+      else
+        softmax(j, PW_OVERLAP && !with_pv);
+#else
+      constexpr bool spec = false;
+      // PW_SPEC16: the speculative exponentials (pw_softmax_spec) in a loop tile without a mask
+      // whose rows all have a reference maximum (every row of the warp); the K stage is released
+      // only after the vote, since a warp whose vote found a moved reference scores the tile
+      // again from it.
+      const bool spec16 = PW_SPEC16 && with_pv &&
+                          !ga_prefill_tile_masked((tile0 + j) * PW_BLOCK_N, PW_BLOCK_N, w_pos_lo,
+                                                  w_pos_hi, kv_end, p.window) &&
+                          __all_sync(0xffffffffu, m[0] != ninf && m[1] != ninf);
+      bool redo = false;
+      if (lane == 0 && !spec16) pw_mbar_arrive(bar_k_empty + 8 * stage);
+      if (spec16) {
+        redo = pw_softmax_spec(scales.scale_log2, s, m, l, alpha);
+        if (redo) {
+          // With GA_PW_SCHED_HOIST the second scoring reads Q and K through an opaque copy of
+          // q_base, so that ptxas keeps the wgmma descriptors (built from q_base) uniform.
+          const unsigned qb = hoist ? pw_opaque(q_base) : q_base;
+          pw_rescore_warp(qb, qb + PW_Q_BYTES + stage * PW_KV_BYTES, row0 + g, lane, s);
+          softmax(j, PW_OVERLAP && !with_pv);
+        }
+        if (lane == 0) pw_mbar_arrive(bar_k_empty + 8 * stage);
+      } else {
+        softmax(j, PW_OVERLAP && !with_pv);
+      }
+#endif
+      if (with_pv) {
         pw_wgmma_wait<0>();
         fence_acc();
         pw_fence_regs(pf);
-        if (lane == 0) pw_mbar_arrive(bar_v_empty + 8 * stage);
-        if (PW_ROWSUM) {  // the tile's row sums, at the reference that l has (see tile)
-          l[0] += ls[0];
-          l[1] += ls[2];
-        }
-      };
-
-      // Ring stages and phases of tiles j and j - 1.
-      int stage = PW_TPB > 1 ? ring_stage : 0, prev = 0;
-      unsigned phase = PW_TPB > 1 ? ring_phase : 0, prev_phase = 0;
-
-      // PW_F8_SPEC, the speculative softmax (fp8, loop tiles): a tile without a mask whose rows all
-      // have a reference maximum m (every row of the warp) takes its probabilities at that
-      // reference right away, P = 2^(s - m + PW_P8_SHIFT), without the rows' maxima (no FMNMX, no
-      // shuffles, no alpha on the way from S to the exponentials); O and l keep their scale (alpha
-      // 1). Only then, on the packed e4m3 P, one check per warp: a byte at 0x7e (448, i.e. P >=
-      // 432, or more, saturated) or 0x7f (NaN) means some row's maximum passed its reference by
-      // more than the pack can hold (spec_check). Such a warp takes its rows' maxima of P (fp32,
-      // exact, still in s): a row whose maximum reached 416 moves its reference there (m +=
-      // log2(max P) - PW_P8_SHIFT, so its largest P becomes 2^PW_P8_SHIFT), and that row's P, O and
-      // l are multiplied by alpha = 2^(m_old - m_new); P is packed again. P can be infinite only if
-      // a score passed its reference by 120 or more (log2 domain); then P has lost the scores, and
-      // the warp scores the tile again from shared memory (spec_rescore: mma.sync m16n8k32, the K
-      // stage is released only after the check) and runs pw_softmax as a tile without the
-      // speculation would.
+        if (lane == 0) pw_mbar_arrive(bar_v_empty + 8 * prev);
+      }
+      // PW_ROWSUM: l takes tile j - 1's sums (with_pv; without, pv added them) and moves to
+      // tile j's reference.
+      if (PW_ROWSUM) {
+        l[0] = (with_pv ? l[0] + ls[0] : l[0]) * alpha[0];
+        l[1] = (with_pv ? l[1] + ls[2] : l[1]) * alpha[1];
+      }
+      // PW_REF_MAX: a warp whose rows' reference maxima all stayed (alpha exactly 1) skips the
+      // rescale (fp8, where it weighs more against the halved wgmma time: H200, 4 x 4096 causal
+      // 838 us against 876).
+      // (PW_SPEC16 without a moved reference: alpha is 1.)
 #if PW_F8_SPEC_CODE
-      auto spec_ok = [&](int j) {
-        const int n0 = (tile0 + j) * PW_BLOCK_N;
-        return !ga_prefill_tile_masked(n0, PW_BLOCK_N, w_pos_lo, w_pos_hi, kv_end, p.window) &&
-               !__any_sync(0xffffffffu, m[0] == ninf || m[1] == ninf);
-      };
-      auto spec_exp = [&] {
-        const float sc = scales.scale_log2;
-        const float mu[2] = {m[0] - static_cast<float>(PW_P8_SHIFT),
-                             m[1] - static_cast<float>(PW_P8_SHIFT)};
-#pragma unroll
-        for (int i = 0; i < PW_BLOCK_N / 2; ++i) s[i] = ga_exp2(fmaf(s[i], sc, -mu[(i >> 1) & 1]));
-        alpha[0] = 1.f;
-        alpha[1] = 1.f;
-      };
-      // S of tile stage st for this warp's 16 rows by mma.sync (e4m3 A = Q, K-major B = K, both
-      // 128-byte swizzled in shared memory), in the wgmma accumulator layout of s.
-      auto spec_rescore = [&](int st) {
-        pw_rescore_warp(q_base, k_base + st * PW_KV_BYTES, row0 + g, lane, s);
-      };
-      auto spec_check = [&](int j) {
-        unsigned hi = 0;  // bit 7 of a byte: that byte of some P was 0x7e or 0x7f (bytes <= 0x7f)
-#pragma unroll
-        for (int kk = 0; kk < PW_PF_STEPS; ++kk)
-#pragma unroll
-          for (int i = 0; i < 4; ++i) hi |= pf[kk][i] + 0x02020202u;
-        if (!(PW_F8V & 256) && __any_sync(0xffffffffu, (hi & 0x80808080u) != 0)) {
-          float pm[2] = {0.f, 0.f};
-#pragma unroll
-          for (int i = 0; i < PW_BLOCK_N / 2; ++i) pm[(i >> 1) & 1] = fmaxf(pm[(i >> 1) & 1], s[i]);
-#pragma unroll
-          for (int r = 0; r < 2; ++r) {
-            pm[r] = fmaxf(pm[r], __shfl_xor_sync(0xffffffffu, pm[r], 1));
-            pm[r] = fmaxf(pm[r], __shfl_xor_sync(0xffffffffu, pm[r], 2));
-          }
-          if (!(PW_F8V & 128) &&
-              __any_sync(0xffffffffu, !(pm[0] <= 0x1p126f) || !(pm[1] <= 0x1p126f))) {
-            spec_rescore(stage);
-            softmax(j, false);  // alpha and m from the old reference, P from the scores
-          } else {
-#pragma unroll
-            for (int r = 0; r < 2; ++r) {
-              float lg;
-              asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(lg) : "f"(pm[r]));
-              const bool mv = pm[r] >= 416.f;
-              const float mn = m[r] + (lg - static_cast<float>(PW_P8_SHIFT));
-              alpha[r] = mv ? ga_exp2(m[r] - mn) : 1.f;
-              if (mv) m[r] = mn;
-            }
-#pragma unroll
-            for (int i = 0; i < PW_BLOCK_N / 2; ++i) s[i] *= alpha[(i >> 1) & 1];
-          }
-          l[0] *= alpha[0];
-          l[1] *= alpha[1];
-          pw_rescale_o(o, alpha);
-          pw_pack_p8(s, pf);
-        }
-        if (lane == 0) pw_mbar_arrive(bar_k_empty + 8 * stage);
-      };
-#endif
-      // Tile j: S_j = Q K_j^T and its softmax, then O rescaled and P_j packed into pf. With
-      // `with_pv`, O += P_{j-1} V_{j-1} is issued right behind S_j as a second wgmma group and
-      // still runs during the softmax of S_j, which therefore leaves o and pf alone; without
-      // PW_OVERLAP, the P V of tile j itself follows, waited for.
-      // GA_PW_SCHED_EARLY_WAIT (with the overlap, not block-sparse): tile j waits for tile j + 1's
-      // K and its own V and runs the proxy fence right after its wgmma issue, where the warpgroup
-      // waits for S_j anyway, and tile j + 1 starts with the issue.
-      constexpr bool early = (PW_SCHED & GA_PW_SCHED_EARLY_WAIT) && PW_OVERLAP && !GA_BLOCK_SPARSE;
-      // GA_PW_SCHED_PV_OUT (params.h): P_{j-1} V_{j-1} issued after the turn's arrive, so that the
-      // turn holds S_j's wgmmas alone (the other consumer's S may then reach the tensor cores
-      // before this P V). GA_PW_SCHED_PV_LATE: P_{j-1} V_{j-1} issued only once S_j is complete
-      // (after the wait for it), so that no P V stands between another consumer's S and the tensor
-      // cores; P V then runs under the rest of tile j's softmax.
-      constexpr bool pv_out = (PW_SCHED & GA_PW_SCHED_PV_OUT) != 0;
-      constexpr bool pv_late = (PW_SCHED & GA_PW_SCHED_PV_LATE) != 0;
-      auto tile = [&](int j, bool with_pv, bool last) {
-        if (!early || j == 0) {
-          pw_mbar_wait(bar_k_full + 8 * stage, phase);
-          if (with_pv) pw_mbar_wait(bar_v_full + 8 * prev, prev_phase);
-          pw_fence_proxy_async();
-        }
-        if (hoist) {
-          hoist_s(stage);
-          if (with_pv) hoist_v(prev);
-        }
-        issue_begin();
-        issue_s(stage);
-        pw_wgmma_commit();
-        if (with_pv && !pv_out && !pv_late) {
-          issue_pv(prev);
-          pw_wgmma_commit();
-        }
-        issue_end(false);
-        if (with_pv && pv_out && !pv_late) {
-          issue_pv(prev);
-          pw_wgmma_commit();
-        }
-        if (early && j + 1 < n_tiles) {
-          const bool wrap = stage + 1 == PW_STAGES;
-          pw_mbar_wait(bar_k_full + 8 * (wrap ? 0 : stage + 1), wrap ? phase ^ 1 : phase);
-          pw_mbar_wait(bar_v_full + 8 * stage, phase);
-          pw_fence_proxy_async();
-        }
-        if (with_pv && !pv_late)
-          pw_wgmma_wait<1>();  // groups complete in order: S_j is done, P V may still run
-        else
-          pw_wgmma_wait<0>();
-        pw_fence_regs(s);
-        if (PW_TPB > 1 && last && lane == 0)
-          pw_mbar_arrive(bar_q_empty);  // Q read for the last time
-        if (with_pv && pv_late) {
-          pw_wgmma_fence();
-          issue_pv(prev);
-          pw_wgmma_commit();
-        }
-        // PW_F8_SPEC: the speculative softmax for this warp (spec_ok), which releases the K stage
-        // only after its check (spec_check may score the tile again).
-#if PW_F8_SPEC_CODE
-        const bool spec = PW_F8_SPEC && with_pv && spec_ok(j);
-        if (lane == 0 && !spec) pw_mbar_arrive(bar_k_empty + 8 * stage);
-        if (spec)
-          spec_exp();
-        else
-          softmax(j, PW_OVERLAP && !with_pv);
+      constexpr bool alpha_one = false;
 #else
-        constexpr bool spec = false;
-        // PW_SPEC16: the speculative exponentials (pw_softmax_spec) in a loop tile without a mask
-        // whose rows all have a reference maximum (every row of the warp); the K stage is released
-        // only after the vote, since a warp whose vote found a moved reference scores the tile
-        // again from it.
-        const bool spec16 = PW_SPEC16 && with_pv &&
-                            !ga_prefill_tile_masked((tile0 + j) * PW_BLOCK_N, PW_BLOCK_N, w_pos_lo,
-                                                    w_pos_hi, kv_end, p.window) &&
-                            __all_sync(0xffffffffu, m[0] != ninf && m[1] != ninf);
-        bool redo = false;
-        if (lane == 0 && !spec16) pw_mbar_arrive(bar_k_empty + 8 * stage);
-        if (spec16) {
-          redo = pw_softmax_spec(scales.scale_log2, s, m, l, alpha);
-          if (redo) {
-            // With GA_PW_SCHED_HOIST the second scoring reads Q and K through an opaque copy of
-            // q_base, so that ptxas keeps the wgmma descriptors (built from q_base) uniform.
-            const unsigned qb = hoist ? pw_opaque(q_base) : q_base;
-            pw_rescore_warp(qb, qb + PW_Q_BYTES + stage * PW_KV_BYTES, row0 + g, lane, s);
-            softmax(j, PW_OVERLAP && !with_pv);
-          }
-          if (lane == 0) pw_mbar_arrive(bar_k_empty + 8 * stage);
-        } else {
-          softmax(j, PW_OVERLAP && !with_pv);
-        }
+      // (With GA_PW_SCHED_HOIST the vote runs anyway: the skip's predicate, reaching the
+      // loop's join, took the descriptors off the uniform datapath.)
+      const bool alpha_one = !hoist && spec16 && !redo;
 #endif
-        if (with_pv) {
-          pw_wgmma_wait<0>();
-          fence_acc();
-          pw_fence_regs(pf);
-          if (lane == 0) pw_mbar_arrive(bar_v_empty + 8 * prev);
-        }
-        // PW_ROWSUM: l takes tile j - 1's sums (with_pv; without, pv added them) and moves to
-        // tile j's reference.
-        if (PW_ROWSUM) {
-          l[0] = (with_pv ? l[0] + ls[0] : l[0]) * alpha[0];
-          l[1] = (with_pv ? l[1] + ls[2] : l[1]) * alpha[1];
-        }
-        // PW_REF_MAX: a warp whose rows' reference maxima all stayed (alpha exactly 1) skips the
-        // rescale (fp8, where it weighs more against the halved wgmma time: H200, 4 x 4096 causal
-        // 838 us against 876).
-        // (PW_SPEC16 without a moved reference: alpha is 1.)
+      if (!PW_REF_MAX ||
+          (!spec && !alpha_one && __any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)))
+        pw_rescale_o(o, alpha);
+      if (PW_FP8)
+        pw_pack_p8(s, pf);
+      else
+        pw_pack_p(s, pf);
 #if PW_F8_SPEC_CODE
-        constexpr bool alpha_one = false;
-#else
-        // (With GA_PW_SCHED_HOIST the vote runs anyway: the skip's predicate, reaching the
-        // loop's join, took the descriptors off the uniform datapath.)
-        const bool alpha_one = !hoist && spec16 && !redo;
+      if (spec) spec_check(j);
 #endif
-        if (!PW_REF_MAX ||
-            (!spec && !alpha_one && __any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)))
-          pw_rescale_o(o, alpha);
-        if (PW_FP8)
-          pw_pack_p8(s, pf);
-        else
-          pw_pack_p(s, pf);
-#if PW_F8_SPEC_CODE
-        if (spec) spec_check(j);
-#endif
-        if (!PW_OVERLAP) pv(stage, phase, GA_BLOCK_SPARSE ? last : j == n_tiles - 1);
-      };
+      if (!PW_OVERLAP) pv(stage, phase, GA_BLOCK_SPARSE ? last : j == n_tiles - 1);
+    };
 
-      auto advance = [&] {
-        prev = stage;
-        prev_phase = phase;
-        if (++stage == PW_STAGES) {
-          stage = 0;
-          phase ^= 1;
-        }
-      };
+    auto advance = [&] {
+      prev = stage;
+      prev_phase = phase;
+      if (++stage == PW_STAGES) {
+        stage = 0;
+        phase ^= 1;
+      }
+    };
 
-      // With PW_OVERLAP, tile 0 (no P V before it) is peeled off the loop and the last tile's
-      // P V follows it, so the loop body issues both kinds of wgmma without a branch between.
-      if (n_tiles > 0) {
-        pw_mbar_wait(bar_q, q_loads & 1);
+    // With PW_OVERLAP, tile 0 (no P V before it) is peeled off the loop and the last tile's
+    // P V follows it, so the loop body issues both kinds of wgmma without a branch between.
+    if (n_tiles > 0) {
+      pw_mbar_wait(bar_q, q_loads & 1);
 #if !GA_BLOCK_SPARSE
-        if (turns && cw == PW_CONSUMERS - 1) pw_bar_arrive(PW_SCHED_BAR, 256);  // consumer 0 starts
-        // GA_PW_SCHED_STAGGER (e4m3, two consumers without turns): consumer 1 starts its first
-        // tile once consumer 0 has finished its own, so that the two run their tiles' softmax
-        // phases (the exponentials on MUFU, the maxima, pack and wgmma issue beside) about half a
-        // tile apart instead of side by side.
-        constexpr bool stagger = PW_FP8 && PW_OVERLAP && !turns && PW_CONSUMERS == 2 &&
-                                 (PW_SCHED & GA_PW_SCHED_STAGGER) != 0;
-        if (stagger && cw == 1) pw_bar_sync(PW_SCHED_BAR, 256);
+      if (turns && cw == PW_CONSUMERS - 1) pw_bar_arrive(PW_SCHED_BAR, 256);  // consumer 0 starts
+      // GA_PW_SCHED_STAGGER (e4m3, two consumers without turns): consumer 1 starts its first
+      // tile once consumer 0 has finished its own, so that the two run their tiles' softmax
+      // phases (the exponentials on MUFU, the maxima, pack and wgmma issue beside) about half a
+      // tile apart instead of side by side.
+      constexpr bool stagger = PW_FP8 && PW_OVERLAP && !turns && PW_CONSUMERS == 2 &&
+                               (PW_SCHED & GA_PW_SCHED_STAGGER) != 0;
+      if (stagger && cw == 1) pw_bar_sync(PW_SCHED_BAR, 256);
+      if (PW_OVERLAP) {
+        tile(0, false, n_tiles == 1);
+        advance();
+      }
+      if (stagger && cw == 0) pw_bar_arrive(PW_SCHED_BAR, 256);
+      for (int j = PW_OVERLAP ? 1 : 0; j < n_tiles; ++j) {
+        tile(j, PW_OVERLAP, j == n_tiles - 1);
+        advance();
+      }
+      if (PW_OVERLAP) pv(prev, prev_phase, true);
+      ring_stage = stage;
+      ring_phase = phase;
+#else
+      // The same over the tiles kept: t is a tile's index, u the next one's.
+      int t = tiles.first(p);
+      if (t < n_tiles) {
+        if (turns && cw == PW_CONSUMERS - 1) pw_bar_arrive(PW_SCHED_BAR, 256);
         if (PW_OVERLAP) {
-          tile(0, false, n_tiles == 1);
+          const int u = tiles.next(p, t);
+          tile(t, false, u >= n_tiles);
           advance();
+          t = u;
         }
-        if (stagger && cw == 0) pw_bar_arrive(PW_SCHED_BAR, 256);
-        for (int j = PW_OVERLAP ? 1 : 0; j < n_tiles; ++j) {
-          tile(j, PW_OVERLAP, j == n_tiles - 1);
+        for (int u; t < n_tiles; t = u) {
+          u = tiles.next(p, t);
+          tile(t, PW_OVERLAP, u >= n_tiles);
           advance();
         }
         if (PW_OVERLAP) pv(prev, prev_phase, true);
-        ring_stage = stage;
-        ring_phase = phase;
-#else
-        // The same over the tiles kept: t is a tile's index, u the next one's.
-        int t = tiles.first(p);
-        if (t < n_tiles) {
-          if (turns && cw == PW_CONSUMERS - 1) pw_bar_arrive(PW_SCHED_BAR, 256);
-          if (PW_OVERLAP) {
-            const int u = tiles.next(p, t);
-            tile(t, false, u >= n_tiles);
-            advance();
-            t = u;
-          }
-          for (int u; t < n_tiles; t = u) {
-            u = tiles.next(p, t);
-            tile(t, PW_OVERLAP, u >= n_tiles);
-            advance();
-          }
-          if (PW_OVERLAP) pv(prev, prev_phase, true);
-        }
-#endif
       }
+#endif
+    }
 
-      // Normalise; rows that saw no key (seq_len 0) become zeros. Stage through this warp's own
-      // Q rows (swizzled, so the 4-byte stores and 16-byte loads are conflict-free; fp8: the same
-      // rows of the raw V tiles, which the producer no longer reads once the last V^T stage is
-      // full, and a 16-bit output tile fills exactly), then store whole 16-byte chunks.
-      unsigned char* s_o = PW_FP8 ? pw_smem + (raw_v_base - raw_base) : s_q;
-      float inv[2];
+    // Normalise; rows that saw no key (seq_len 0) become zeros. Stage through this warp's own
+    // Q rows (swizzled, so the 4-byte stores and 16-byte loads are conflict-free; fp8: the same
+    // rows of the raw V tiles, which the producer no longer reads once the last V^T stage is
+    // full, and a 16-bit output tile fills exactly), then store whole 16-byte chunks.
+    unsigned char* s_o = PW_FP8 ? pw_smem + (raw_v_base - raw_base) : s_q;
+    float inv[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float li = l[r];
+      if (!PW_ROWSUM) {  // PW_ROWSUM: ls held the whole row's sum in every column
+        li += __shfl_xor_sync(0xffffffffu, li, 1);
+        li += __shfl_xor_sync(0xffffffffu, li, 2);
+      }
+      if (PW_FP8) li *= 1.f / (1 << PW_P8_SHIFT);  // l and O carry P's 2^8 (pw_softmax)
+      inv[r] = HAS_SINKS  ? scales.v_scale * ga_sink_normalizer(m[r], li, sink[r])
+               : li > 0.f ? scales.v_scale / li
+                          : 0.f;
+      if (PW_FP8) inv[r] *= 1.f / (1 << PW_P8_SHIFT);
+#ifdef GA_WRITE_LSE
+      const int row = m0 + row0 + g + r * 8;
+      if ((lane & 3) == 0 && row < rows) {
+        const int tok = row / GROUP;
+        p.softmax_lse[(kv_head * GROUP + row - tok * GROUP) * p.lse_head_stride + q_start + tok] =
+            ga_lse(m[r], li, sink[r]);
+      }
+#endif
+    }
+    if (PW_TPB > 1) {  // the Q buffer holds the next tile's rows: O straight from the registers
+      ga_u16* out = static_cast<ga_u16*>(p.output);
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        float li = l[r];
-        if (!PW_ROWSUM) {  // PW_ROWSUM: ls held the whole row's sum in every column
-          li += __shfl_xor_sync(0xffffffffu, li, 1);
-          li += __shfl_xor_sync(0xffffffffu, li, 2);
-        }
-        if (PW_FP8) li *= 1.f / (1 << PW_P8_SHIFT);  // l and O carry P's 2^8 (pw_softmax)
-        inv[r] = HAS_SINKS  ? scales.v_scale * ga_sink_normalizer(m[r], li, sink[r])
-                 : li > 0.f ? scales.v_scale / li
-                            : 0.f;
-        if (PW_FP8) inv[r] *= 1.f / (1 << PW_P8_SHIFT);
-#ifdef GA_WRITE_LSE
         const int row = m0 + row0 + g + r * 8;
-        if ((lane & 3) == 0 && row < rows) {
-          const int tok = row / GROUP;
-          p.softmax_lse[(kv_head * GROUP + row - tok * GROUP) * p.lse_head_stride + q_start + tok] =
-              ga_lse(m[r], li, sink[r]);
-        }
-#endif
-      }
-      ga_u16* out = static_cast<ga_u16*>(p.output);
-      if (PW_TPB > 1) {  // the Q buffer holds the next tile's rows: O straight from the registers
+        if (row >= rows) continue;
+        ga_u16* o_row = out + ga_prefill_row_offset(row, t2, q_start, kv_head,
+                                                    p.output_token_stride, p.output_head_stride);
 #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const int row = m0 + row0 + g + r * 8;
-          if (row >= rows) continue;
-          ga_u16* o_row = out + ga_prefill_row_offset(row, t2, q_start, kv_head,
-                                                      p.output_token_stride, p.output_head_stride);
-#pragma unroll
-          for (int d = 0; d < HEAD_SIZE / 8; ++d)
-            *reinterpret_cast<unsigned*>(o_row + d * 8) =
-                ga_pack2(o[d * 4 + 2 * r] * inv[r], o[d * 4 + 2 * r + 1] * inv[r]);
-        }
-      } else {
-        pw_bar_sync(1 + cw, 128);  // every warp of the warpgroup is done with its wgmmas reading Q
-#pragma unroll
-        for (int d = 0; d < HEAD_SIZE / 8; ++d) {
-#pragma unroll
-          for (int r = 0; r < 2; ++r) {
-            const int row = row0 + g + r * 8;
-            *reinterpret_cast<unsigned*>(s_o + pw_swizzle(row, d, PW_BLOCK_M) + t2 * 2) =
-                ga_pack2(o[d * 4 + 2 * r] * inv[r], o[d * 4 + 2 * r + 1] * inv[r]);
-          }
-        }
-        __syncwarp();
-#pragma unroll 4
-        for (int idx = lane; idx < 16 * PW_OUT_CHUNKS; idx += 32) {
-          const int row = idx / PW_OUT_CHUNKS;
-          const int c = idx - row * PW_OUT_CHUNKS;
-          const int r = m0 + row0 + row;
-          if (r < rows)
-            *reinterpret_cast<uint4*>(out + ga_prefill_row_offset(r, c * 8, q_start, kv_head,
-                                                                  p.output_token_stride,
-                                                                  p.output_head_stride)) =
-                *reinterpret_cast<const uint4*>(s_o + pw_swizzle(row0 + row, c, PW_BLOCK_M));
-        }
+        for (int d = 0; d < HEAD_SIZE / 8; ++d)
+          *reinterpret_cast<unsigned*>(o_row + d * 8) =
+              ga_pack2(o[d * 4 + 2 * r] * inv[r], o[d * 4 + 2 * r + 1] * inv[r]);
       }
       q_loads += n_tiles > 0;
-    } while (PW_TPB > 1 && next_tile());
+      if (next_tile()) goto consumer_tile;
+      return;
+    }
+    pw_bar_sync(1 + cw, 128);  // every warp of the warpgroup is done with its wgmmas reading Q
+#pragma unroll
+    for (int d = 0; d < HEAD_SIZE / 8; ++d) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int row = row0 + g + r * 8;
+        *reinterpret_cast<unsigned*>(s_o + pw_swizzle(row, d, PW_BLOCK_M) + t2 * 2) =
+            ga_pack2(o[d * 4 + 2 * r] * inv[r], o[d * 4 + 2 * r + 1] * inv[r]);
+      }
+    }
+    __syncwarp();
+    ga_u16* out = static_cast<ga_u16*>(p.output);
+#pragma unroll 4
+    for (int idx = lane; idx < 16 * PW_OUT_CHUNKS; idx += 32) {
+      const int row = idx / PW_OUT_CHUNKS;
+      const int c = idx - row * PW_OUT_CHUNKS;
+      const int r = m0 + row0 + row;
+      if (r < rows)
+        *reinterpret_cast<uint4*>(out + ga_prefill_row_offset(r, c * 8, q_start, kv_head,
+                                                              p.output_token_stride,
+                                                              p.output_head_stride)) =
+            *reinterpret_cast<const uint4*>(s_o + pw_swizzle(row0 + row, c, PW_BLOCK_M));
+    }
   }
 }
