@@ -871,6 +871,8 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   // (of 8 elements) of tile row chunk c. (Macros, not locals: a new local, even an unused one,
   // reorders the machine code of every other spec.)
 #define GA_PAIR_SECOND (PG == 2 && kv_head * 2 + 1 < p.num_heads / GROUP)
+// (the fp8 KV caches' pairs: their own epilogue and early e4m3 query; 16-bit pairs keep theirs)
+#define GA_PAIR_FP8 (PG == 2 && KV_FP8 != 0)
 #define GA_COL_HALF(c) (PG == 2 && (c) >= GROUP ? HEAD_SIZE : 0)
 #define GA_PAIR_HEAD(c) (PG == 2 ? (c) / (HEAD_SIZE / 8) : 0)
 #define GA_PAIR_CHUNK(c) (PG == 2 ? (c) % (HEAD_SIZE / 8) : (c))
@@ -956,6 +958,17 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
     });
   };
   if (!QF8 && !early) load_q16();
+  // [policy: early e4m3 query] fp8 KV head pairs: an e4m3 query's bytes go out here too (after the
+  // wait with the early prologue), 8 a chunk into qf[..][4 half + 0, 1]; stage 4 widens them.
+  auto load_q8 = [&]() {
+    for_query_chunks([&](int nt, int i, int half, long long at, bool ok) {
+      uint2 b = make_uint2(0u, 0u);
+      if (ok) b = *reinterpret_cast<const uint2*>(static_cast<const ga_u8*>(p.query) + at);
+      qf[nt][i][half * 4 + 0] = b.x;
+      qf[nt][i][half * 4 + 1] = b.y;
+    });
+  };
+  if (QF8 && GA_PAIR_FP8 && !early) load_q8();
   const int seq_len = GA_REQ_SEQ_LEN;
   // Column c's query position (multi-token; one token: seq_len - 1).
   auto col_pos = [&](int c) { return seq_len - q_len + (MT ? (first_col + c) / GROUP : 0); };
@@ -1318,9 +1331,13 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
           for (int k = 0; k < KW; ++k) qf[nt][i][k] = ga_bf16x2_to_f16x2(qf[nt][i][k], q_scale);
     }
   } else {
+    if (GA_PAIR_FP8 && early) load_q8();
     for_query_chunks([&](int nt, int i, int half, long long at, bool ok) {
       uint2 b = make_uint2(0u, 0u);
-      if (ok) b = *reinterpret_cast<const uint2*>(static_cast<const ga_u8*>(p.query) + at);
+      if constexpr (GA_PAIR_FP8)
+        b = make_uint2(qf[nt][i][half * 4 + 0], qf[nt][i][half * 4 + 1]);
+      else if (ok)
+        b = *reinterpret_cast<const uint2*>(static_cast<const ga_u8*>(p.query) + at);
       if constexpr (QK_FP8) {
         qf[nt][i][half * 2 + 0] = b.x;
         qf[nt][i][half * 2 + 1] = b.y;
@@ -1698,6 +1715,8 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
 #pragma unroll
       for (int v = 0; v < VGROUPS; ++v) {
         if (8 * v >= LIVE_CHUNKS) continue;
+        // (fp8 KV head pairs: only the column's own head's half, the one the merge reads)
+        if (GA_PAIR_FP8 && (8 * v * CE >= HEAD_SIZE) != (h >= GROUP)) continue;
         float* dst = row + (g + 8 * v) * CE;
 #pragma unroll
         for (int u = 0; u < MSUB; u += 2) {
@@ -1725,6 +1744,52 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   if constexpr (CLUSTER_PUSH) {
     if (cluster) ga_cluster_wait();  // every block's mbarrier is initialized
   }
+#ifdef GA_Q_E4M3
+#define GA_OUT_SCALE (PG == 2 && h >= GROUP ? out_scale2 : out_scale)
+#else
+#define GA_OUT_SCALE out_scale
+#endif
+  // [policy: pair epilogue] fp8 KV head pairs, one split: a thread merges 8 elements of a head (one
+  // pass over the 2 x 4 heads x 128 outputs of 128 threads, the warps' weights computed once
+  // an item) and writes them in one 16-byte store.
+  if constexpr (GA_PAIR_FP8) {
+    if (num_splits == 1) {
+      constexpr int D8 = HEAD_SIZE / 8;
+      for (int i = tid; i < heads_here * D8; i += GA_DECODE_THREADS) {
+        const int h = i / D8, d = (i - h * D8) * 8;
+        float wm[NW], mx = GA_NEG_INF, l = 0.0f, y[8] = {};
+#pragma unroll
+        for (int w = 0; w < NW; ++w) {
+          wm[w] = red_m[w * GA_DECODE_HEADS_PER_BLOCK + h];
+          mx = fmaxf(mx, wm[w]);
+        }
+#pragma unroll
+        for (int w = 0; w < NW; ++w) {
+          const float f = wm[w] == GA_NEG_INF ? 0.0f : ga_exp2(wm[w] - mx);
+          l += f * red_l[w * GA_DECODE_HEADS_PER_BLOCK + h];
+          const float* x =
+              red_o + (w * GA_DECODE_HEADS_PER_BLOCK + h) * DIMS_PAD + GA_COL_HALF(h) + d;
+          const float4 a = *reinterpret_cast<const float4*>(x);
+          const float4 b = *reinterpret_cast<const float4*>(x + 4);
+          y[0] += f * a.x, y[1] += f * a.y, y[2] += f * a.z, y[3] += f * a.w;
+          y[4] += f * b.x, y[5] += f * b.y, y[6] += f * b.z, y[7] += f * b.w;
+        }
+        const int head = col_head(h);
+        const float r =
+            HAS_SINKS ? GA_OUT_SCALE * ga_sink_normalizer(mx, l, ga_sink_log2(p.terms, head, true))
+                      : GA_OUT_SCALE / l;
+        *reinterpret_cast<uint4*>(ga_output_row(p, col_token(h), head) + d) =
+            make_uint4(ga_pack2(y[0] * r, y[1] * r), ga_pack2(y[2] * r, y[3] * r),
+                       ga_pack2(y[4] * r, y[5] * r), ga_pack2(y[6] * r, y[7] * r));
+#ifdef GA_WRITE_LSE
+        if (d == 0)
+          ga_store_lse(p, col_token(h), head, ga_lse(mx, l, ga_sink_log2(p.terms, head, true)));
+#endif
+      }
+      GA_TIMING_WARP(3);
+      return;
+    }
+  }
   for (int i = tid; i < heads_here * D4; i += GA_DECODE_THREADS) {
     const int h = i / D4, d = (i - h * D4) * 4;
     float mx = GA_NEG_INF;
@@ -1746,11 +1811,6 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
     }
     // One split: the sink joins here; several: in the combine of the splits. (Multi-token: a
     // column that saw no key here has l = 0 and contributes a zero output with lse -inf.)
-#ifdef GA_Q_E4M3
-#define GA_OUT_SCALE (PG == 2 && h >= GROUP ? out_scale2 : out_scale)
-#else
-#define GA_OUT_SCALE out_scale
-#endif
     const float r =
         HAS_SINKS && num_splits == 1
             ? GA_OUT_SCALE * ga_sink_normalizer(mx, l, ga_sink_log2(p.terms, col_head(h), true))
