@@ -626,6 +626,16 @@ __device__ __forceinline__ void ga_timing_stamp(int w) {
 #define GA_DECODE_CLUSTER_PUSH 0
 #endif
 #endif
+// [policy: fp8 pair epilogue] The fp8 KV-head-pair decodes' epilogue and prologue (issue 25),
+// bits of GA_DECODE_FP8_PAIR (GRAPHATTN_NVRTC_EXTRA_OPTIONS=-DGA_DECODE_FP8_PAIR=N, default 7):
+// 1 one split: a thread merges 8 elements of a head and writes them in one 16-byte store;
+// 2 an e4m3 query's loads go out beside seq_lens (without the early prologue);
+// 4 the warps' O^T rows in shared memory rotated by 4 (h / 2) elements, so that neither their
+//   stores nor the merge's loads meet in a bank (rows of 256 fp32: every row starts at bank 0).
+// (Every other spec compiles none of it.)
+#ifndef GA_DECODE_FP8_PAIR
+#define GA_DECODE_FP8_PAIR 7
+#endif
 enum : int {
   CLUSTER_PUSH =
       GA_DECODE_CLUSTER_PUSH && ga_decode_cluster_push(HEAD_SIZE, KV_FP8 == 0, KV_LAYOUT, MT, BSP)
@@ -873,6 +883,11 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
 #define GA_PAIR_SECOND (PG == 2 && kv_head * 2 + 1 < p.num_heads / GROUP)
 // (the fp8 KV caches' pairs: their own epilogue and early e4m3 query; 16-bit pairs keep theirs)
 #define GA_PAIR_FP8 (PG == 2 && KV_FP8 != 0)
+// Element e of warp w's O^T row of column h in shared memory (stage 8; GA_DECODE_FP8_PAIR 4).
+#define GA_RED_SWZ (GA_PAIR_FP8 && (GA_DECODE_FP8_PAIR & 4) != 0)
+#define GA_RED_AT(w, h, e)                                    \
+  (red_o + ((w)*GA_DECODE_HEADS_PER_BLOCK + (h)) * DIMS_PAD + \
+   (GA_RED_SWZ ? static_cast<int>(static_cast<unsigned>((e) + 4 * ((h) >> 1)) % DIMS_PAD) : (e)))
 #define GA_COL_HALF(c) (PG == 2 && (c) >= GROUP ? HEAD_SIZE : 0)
 #define GA_PAIR_HEAD(c) (PG == 2 ? (c) / (HEAD_SIZE / 8) : 0)
 #define GA_PAIR_CHUNK(c) (PG == 2 ? (c) % (HEAD_SIZE / 8) : (c))
@@ -968,7 +983,7 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
       qf[nt][i][half * 4 + 1] = b.y;
     });
   };
-  if (QF8 && GA_PAIR_FP8 && !early) load_q8();
+  if (QF8 && GA_PAIR_FP8 && (GA_DECODE_FP8_PAIR & 2) && !early) load_q8();
   const int seq_len = GA_REQ_SEQ_LEN;
   // Column c's query position (multi-token; one token: seq_len - 1).
   auto col_pos = [&](int c) { return seq_len - q_len + (MT ? (first_col + c) / GROUP : 0); };
@@ -1331,7 +1346,7 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
           for (int k = 0; k < KW; ++k) qf[nt][i][k] = ga_bf16x2_to_f16x2(qf[nt][i][k], q_scale);
     }
   } else {
-    if (GA_PAIR_FP8 && early) load_q8();
+    if (GA_PAIR_FP8 && (!(GA_DECODE_FP8_PAIR & 2) || early)) load_q8();
     for_query_chunks([&](int nt, int i, int half, long long at, bool ok) {
       uint2 b = make_uint2(0u, 0u);
       if constexpr (GA_PAIR_FP8)
@@ -1721,8 +1736,10 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
 #pragma unroll
         for (int u = 0; u < MSUB; u += 2) {
           // Element 2u of the chunk is o[..][u][nt][k], element 2u + 1 is o[..][u][nt][k + 2].
-          *reinterpret_cast<float4*>(dst + 2 * u) = make_float4(
-              o[v][u][nt][k], o[v][u][nt][k + 2], o[v][u + 1][nt][k], o[v][u + 1][nt][k + 2]);
+          *reinterpret_cast<float4*>(GA_PAIR_FP8 ? GA_RED_AT(warp, h, (g + 8 * v) * CE + 2 * u)
+                                                 : dst + 2 * u) =
+              make_float4(o[v][u][nt][k], o[v][u][nt][k + 2], o[v][u + 1][nt][k],
+                          o[v][u + 1][nt][k + 2]);
         }
       }
     }
@@ -1752,9 +1769,12 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   // [policy: pair epilogue] fp8 KV head pairs, one split: a thread merges 8 elements of a head (one
   // pass over the 2 x 4 heads x 128 outputs of 128 threads, the warps' weights computed once
   // an item) and writes them in one 16-byte store.
-  if constexpr (GA_PAIR_FP8) {
+  // (GA_DECODE_FP8_PAIR 4: the threads of lanes 4..7 mod 8 load the second 4 elements first:
+  // then each quarter warp's loads cover the 32 banks once.)
+  if constexpr (GA_PAIR_FP8 && (GA_DECODE_FP8_PAIR & 1) != 0) {
     if (num_splits == 1) {
       constexpr int D8 = HEAD_SIZE / 8;
+      const int s = GA_RED_SWZ ? (tid >> 2) & 1 : 0;
       for (int i = tid; i < heads_here * D8; i += GA_DECODE_THREADS) {
         const int h = i / D8, d = (i - h * D8) * 8;
         float wm[NW], mx = GA_NEG_INF, l = 0.0f, y[8] = {};
@@ -1767,12 +1787,20 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
         for (int w = 0; w < NW; ++w) {
           const float f = wm[w] == GA_NEG_INF ? 0.0f : ga_exp2(wm[w] - mx);
           l += f * red_l[w * GA_DECODE_HEADS_PER_BLOCK + h];
-          const float* x =
-              red_o + (w * GA_DECODE_HEADS_PER_BLOCK + h) * DIMS_PAD + GA_COL_HALF(h) + d;
-          const float4 a = *reinterpret_cast<const float4*>(x);
-          const float4 b = *reinterpret_cast<const float4*>(x + 4);
+          const float4 a =
+              *reinterpret_cast<const float4*>(GA_RED_AT(w, h, GA_COL_HALF(h) + d + 4 * s));
+          const float4 b =
+              *reinterpret_cast<const float4*>(GA_RED_AT(w, h, GA_COL_HALF(h) + d + 4 - 4 * s));
           y[0] += f * a.x, y[1] += f * a.y, y[2] += f * a.z, y[3] += f * a.w;
           y[4] += f * b.x, y[5] += f * b.y, y[6] += f * b.z, y[7] += f * b.w;
+        }
+        if (s) {  // y[0..3] hold elements d + 4.., y[4..7] elements d..
+#pragma unroll
+          for (int k = 0; k < 4; ++k) {
+            const float z = y[k];
+            y[k] = y[k + 4];
+            y[k + 4] = z;
+          }
         }
         const int head = col_head(h);
         const float r =
@@ -1803,7 +1831,9 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
       const float f = mw == GA_NEG_INF ? 0.0f : ga_exp2(mw - mx);
       l += f * red_l[w * GA_DECODE_HEADS_PER_BLOCK + h];
       const float4 x = *reinterpret_cast<const float4*>(
-          red_o + (w * GA_DECODE_HEADS_PER_BLOCK + h) * DIMS_PAD + GA_COL_HALF(h) + d);
+          GA_PAIR_FP8
+              ? GA_RED_AT(w, h, GA_COL_HALF(h) + d)
+              : red_o + (w * GA_DECODE_HEADS_PER_BLOCK + h) * DIMS_PAD + GA_COL_HALF(h) + d);
       acc.x += f * x.x;
       acc.y += f * x.y;
       acc.z += f * x.z;
