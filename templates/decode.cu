@@ -626,6 +626,16 @@ __device__ __forceinline__ void ga_timing_stamp(int w) {
 #define GA_DECODE_CLUSTER_PUSH 0
 #endif
 #endif
+// [policy: fp8 pair epilogue] The fp8 KV-head-pair decodes' epilogue and prologue (issue 25),
+// bits of GA_DECODE_FP8_PAIR (GRAPHATTN_NVRTC_EXTRA_OPTIONS=-DGA_DECODE_FP8_PAIR=N, default 7):
+// 1 one split: a thread merges 8 elements of a head and writes them in one 16-byte store;
+// 2 an e4m3 query's loads go out beside seq_lens (without the early prologue);
+// 4 the warps' O^T rows in shared memory rotated by 4 (h / 2) elements, so that neither their
+//   stores nor the merge's loads meet in a bank (rows of 256 fp32: every row starts at bank 0).
+// (Every other spec compiles none of it.)
+#ifndef GA_DECODE_FP8_PAIR
+#define GA_DECODE_FP8_PAIR 7
+#endif
 enum : int {
   CLUSTER_PUSH =
       GA_DECODE_CLUSTER_PUSH && ga_decode_cluster_push(HEAD_SIZE, KV_FP8 == 0, KV_LAYOUT, MT, BSP)
@@ -871,6 +881,13 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   // (of 8 elements) of tile row chunk c. (Macros, not locals: a new local, even an unused one,
   // reorders the machine code of every other spec.)
 #define GA_PAIR_SECOND (PG == 2 && kv_head * 2 + 1 < p.num_heads / GROUP)
+// (the fp8 KV caches' pairs: their own epilogue and early e4m3 query; 16-bit pairs keep theirs)
+#define GA_PAIR_FP8 (PG == 2 && KV_FP8 != 0)
+// Element e of warp w's O^T row of column h in shared memory (stage 8; GA_DECODE_FP8_PAIR 4).
+#define GA_RED_SWZ (GA_PAIR_FP8 && (GA_DECODE_FP8_PAIR & 4) != 0)
+#define GA_RED_AT(w, h, e)                                    \
+  (red_o + ((w)*GA_DECODE_HEADS_PER_BLOCK + (h)) * DIMS_PAD + \
+   (GA_RED_SWZ ? static_cast<int>(static_cast<unsigned>((e) + 4 * ((h) >> 1)) % DIMS_PAD) : (e)))
 #define GA_COL_HALF(c) (PG == 2 && (c) >= GROUP ? HEAD_SIZE : 0)
 #define GA_PAIR_HEAD(c) (PG == 2 ? (c) / (HEAD_SIZE / 8) : 0)
 #define GA_PAIR_CHUNK(c) (PG == 2 ? (c) % (HEAD_SIZE / 8) : (c))
@@ -956,6 +973,17 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
     });
   };
   if (!QF8 && !early) load_q16();
+  // [policy: early e4m3 query] fp8 KV head pairs: an e4m3 query's bytes go out here too (after the
+  // wait with the early prologue), 8 a chunk into qf[..][4 half + 0, 1]; stage 4 widens them.
+  auto load_q8 = [&]() {
+    for_query_chunks([&](int nt, int i, int half, long long at, bool ok) {
+      uint2 b = make_uint2(0u, 0u);
+      if (ok) b = *reinterpret_cast<const uint2*>(static_cast<const ga_u8*>(p.query) + at);
+      qf[nt][i][half * 4 + 0] = b.x;
+      qf[nt][i][half * 4 + 1] = b.y;
+    });
+  };
+  if (QF8 && GA_PAIR_FP8 && (GA_DECODE_FP8_PAIR & 2) && !early) load_q8();
   const int seq_len = GA_REQ_SEQ_LEN;
   // Column c's query position (multi-token; one token: seq_len - 1).
   auto col_pos = [&](int c) { return seq_len - q_len + (MT ? (first_col + c) / GROUP : 0); };
@@ -1318,9 +1346,13 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
           for (int k = 0; k < KW; ++k) qf[nt][i][k] = ga_bf16x2_to_f16x2(qf[nt][i][k], q_scale);
     }
   } else {
+    if (GA_PAIR_FP8 && (!(GA_DECODE_FP8_PAIR & 2) || early)) load_q8();
     for_query_chunks([&](int nt, int i, int half, long long at, bool ok) {
       uint2 b = make_uint2(0u, 0u);
-      if (ok) b = *reinterpret_cast<const uint2*>(static_cast<const ga_u8*>(p.query) + at);
+      if constexpr (GA_PAIR_FP8)
+        b = make_uint2(qf[nt][i][half * 4 + 0], qf[nt][i][half * 4 + 1]);
+      else if (ok)
+        b = *reinterpret_cast<const uint2*>(static_cast<const ga_u8*>(p.query) + at);
       if constexpr (QK_FP8) {
         qf[nt][i][half * 2 + 0] = b.x;
         qf[nt][i][half * 2 + 1] = b.y;
@@ -1698,12 +1730,16 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
 #pragma unroll
       for (int v = 0; v < VGROUPS; ++v) {
         if (8 * v >= LIVE_CHUNKS) continue;
+        // (fp8 KV head pairs: only the column's own head's half, the one the merge reads)
+        if (GA_PAIR_FP8 && (8 * v * CE >= HEAD_SIZE) != (h >= GROUP)) continue;
         float* dst = row + (g + 8 * v) * CE;
 #pragma unroll
         for (int u = 0; u < MSUB; u += 2) {
           // Element 2u of the chunk is o[..][u][nt][k], element 2u + 1 is o[..][u][nt][k + 2].
-          *reinterpret_cast<float4*>(dst + 2 * u) = make_float4(
-              o[v][u][nt][k], o[v][u][nt][k + 2], o[v][u + 1][nt][k], o[v][u + 1][nt][k + 2]);
+          *reinterpret_cast<float4*>(GA_PAIR_FP8 ? GA_RED_AT(warp, h, (g + 8 * v) * CE + 2 * u)
+                                                 : dst + 2 * u) =
+              make_float4(o[v][u][nt][k], o[v][u][nt][k + 2], o[v][u + 1][nt][k],
+                          o[v][u + 1][nt][k + 2]);
         }
       }
     }
@@ -1725,6 +1761,63 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   if constexpr (CLUSTER_PUSH) {
     if (cluster) ga_cluster_wait();  // every block's mbarrier is initialized
   }
+#ifdef GA_Q_E4M3
+#define GA_OUT_SCALE (PG == 2 && h >= GROUP ? out_scale2 : out_scale)
+#else
+#define GA_OUT_SCALE out_scale
+#endif
+  // [policy: pair epilogue] fp8 KV head pairs, one split: a thread merges 8 elements of a head (one
+  // pass over the 2 x 4 heads x 128 outputs of 128 threads, the warps' weights computed once
+  // an item) and writes them in one 16-byte store.
+  // (GA_DECODE_FP8_PAIR 4: the threads of lanes 4..7 mod 8 load the second 4 elements first:
+  // then each quarter warp's loads cover the 32 banks once.)
+  if constexpr (GA_PAIR_FP8 && (GA_DECODE_FP8_PAIR & 1) != 0) {
+    if (num_splits == 1) {
+      constexpr int D8 = HEAD_SIZE / 8;
+      const int s = GA_RED_SWZ ? (tid >> 2) & 1 : 0;
+      for (int i = tid; i < heads_here * D8; i += GA_DECODE_THREADS) {
+        const int h = i / D8, d = (i - h * D8) * 8;
+        float wm[NW], mx = GA_NEG_INF, l = 0.0f, y[8] = {};
+#pragma unroll
+        for (int w = 0; w < NW; ++w) {
+          wm[w] = red_m[w * GA_DECODE_HEADS_PER_BLOCK + h];
+          mx = fmaxf(mx, wm[w]);
+        }
+#pragma unroll
+        for (int w = 0; w < NW; ++w) {
+          const float f = wm[w] == GA_NEG_INF ? 0.0f : ga_exp2(wm[w] - mx);
+          l += f * red_l[w * GA_DECODE_HEADS_PER_BLOCK + h];
+          const float4 a =
+              *reinterpret_cast<const float4*>(GA_RED_AT(w, h, GA_COL_HALF(h) + d + 4 * s));
+          const float4 b =
+              *reinterpret_cast<const float4*>(GA_RED_AT(w, h, GA_COL_HALF(h) + d + 4 - 4 * s));
+          y[0] += f * a.x, y[1] += f * a.y, y[2] += f * a.z, y[3] += f * a.w;
+          y[4] += f * b.x, y[5] += f * b.y, y[6] += f * b.z, y[7] += f * b.w;
+        }
+        if (s) {  // y[0..3] hold elements d + 4.., y[4..7] elements d..
+#pragma unroll
+          for (int k = 0; k < 4; ++k) {
+            const float z = y[k];
+            y[k] = y[k + 4];
+            y[k + 4] = z;
+          }
+        }
+        const int head = col_head(h);
+        const float r =
+            HAS_SINKS ? GA_OUT_SCALE * ga_sink_normalizer(mx, l, ga_sink_log2(p.terms, head, true))
+                      : GA_OUT_SCALE / l;
+        *reinterpret_cast<uint4*>(ga_output_row(p, col_token(h), head) + d) =
+            make_uint4(ga_pack2(y[0] * r, y[1] * r), ga_pack2(y[2] * r, y[3] * r),
+                       ga_pack2(y[4] * r, y[5] * r), ga_pack2(y[6] * r, y[7] * r));
+#ifdef GA_WRITE_LSE
+        if (d == 0)
+          ga_store_lse(p, col_token(h), head, ga_lse(mx, l, ga_sink_log2(p.terms, head, true)));
+#endif
+      }
+      GA_TIMING_WARP(3);
+      return;
+    }
+  }
   for (int i = tid; i < heads_here * D4; i += GA_DECODE_THREADS) {
     const int h = i / D4, d = (i - h * D4) * 4;
     float mx = GA_NEG_INF;
@@ -1738,7 +1831,9 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
       const float f = mw == GA_NEG_INF ? 0.0f : ga_exp2(mw - mx);
       l += f * red_l[w * GA_DECODE_HEADS_PER_BLOCK + h];
       const float4 x = *reinterpret_cast<const float4*>(
-          red_o + (w * GA_DECODE_HEADS_PER_BLOCK + h) * DIMS_PAD + GA_COL_HALF(h) + d);
+          GA_PAIR_FP8
+              ? GA_RED_AT(w, h, GA_COL_HALF(h) + d)
+              : red_o + (w * GA_DECODE_HEADS_PER_BLOCK + h) * DIMS_PAD + GA_COL_HALF(h) + d);
       acc.x += f * x.x;
       acc.y += f * x.y;
       acc.z += f * x.z;
@@ -1746,11 +1841,6 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
     }
     // One split: the sink joins here; several: in the combine of the splits. (Multi-token: a
     // column that saw no key here has l = 0 and contributes a zero output with lse -inf.)
-#ifdef GA_Q_E4M3
-#define GA_OUT_SCALE (PG == 2 && h >= GROUP ? out_scale2 : out_scale)
-#else
-#define GA_OUT_SCALE out_scale
-#endif
     const float r =
         HAS_SINKS && num_splits == 1
             ? GA_OUT_SCALE * ga_sink_normalizer(mx, l, ga_sink_log2(p.terms, col_head(h), true))
