@@ -59,19 +59,28 @@ DecodeGrid mixed_decode_grid(int slots, int divisor, int num_kv_heads, int colum
         decode_grid(1, num_kv_heads, columns, max_model_len, window, head_size, kv_dtype, no_auto)
             .max_splits,
         1);
+    // The pipeline depth (the blocks' shared memory, fixed at capture) is the one the divisor-4
+    // sizing launches for these slots: where the kernel then picks that sizing's splits
+    // (4 decodes at 2048 + 16 in 20 slots: 3 splits at 2 stages) the launch differs from it
+    // only in the count and the grid. Session 11 launched every slot's depth (3 stages there,
+    // 4 splits: +9.6%; not separated from the splits).
+    const int stages = mixed_decode_grid(slots, kMixedDecodeDivisor, num_kv_heads, columns,
+                                         max_model_len, window, head_size, kv_dtype, dev)
+                           .stages;
     // (Measurement switch GRAPHATTN_MIXED_DSP_SM_BLOCKS=N: the count plans for N blocks a
     // multiprocessor; the grid is sized with the same count, so it covers every choice.)
-    const int sms = dev.num_sms * std::max(1, dev.dsp_sm_blocks);
+    // GRAPHATTN_MIXED_DSP_LONG_TILES=T (without SM_BLOCKS): where the depth lets two blocks share
+    // a multiprocessor (16-bit KV cache, no window), the kernel plans two blocks a multiprocessor
+    // when every leading decode keeps T tiles a warp at that count, else one; the grid is sized
+    // for two ([policy: long splits]).
+    const bool long_splits = dev.dsp_long_tiles > 0 && dev.dsp_sm_blocks <= 1 && window <= 0 &&
+                             kv_dtype == KvDType::kAuto && stages >= 2 && stages <= 4 &&
+                             dev.blocks_per_sm[stages] >= 2;
+    const int sms = dev.num_sms * (long_splits ? 2 : std::max(1, dev.dsp_sm_blocks));
     if (y <= 65535 && device_split_blocks(slots, y, most, sms) <= 65535) {
-      // The pipeline depth (the blocks' shared memory, fixed at capture) is the one the divisor-4
-      // sizing launches for these slots: where the kernel then picks that sizing's splits
-      // (4 decodes at 2048 + 16 in 20 slots: 3 splits at 2 stages) the launch differs from it
-      // only in the count and the grid. Session 11 launched every slot's depth (3 stages there,
-      // 4 splits: +9.6%; not separated from the splits).
       DecodeGrid g = all;
-      g.stages = mixed_decode_grid(slots, kMixedDecodeDivisor, num_kv_heads, columns, max_model_len,
-                                   window, head_size, kv_dtype, dev)
-                     .stages;
+      g.stages = stages;
+      g.long_split_tokens = long_splits ? dev.dsp_long_tiles * GA_DECODE_TILE * GA_DECODE_WARPS : 0;
       g.max_splits = most;
       g.cluster = false;
       g.early_trigger = false;
@@ -402,16 +411,25 @@ int AttentionBackend::mixed_decode_stages(int request_slots) const {
       .stages;
 }
 
-int AttentionBackend::mixed_decode_splits(int request_slots, int num_decodes,
-                                          int prefill_tokens) const {
+int AttentionBackend::mixed_decode_splits(int request_slots, int num_decodes, int prefill_tokens,
+                                          int shortest_decode) const {
   const detail::DecodeGrid g = grid_of(config_, loaded_ ? &loaded_->device : nullptr, request_slots,
                                        "mixed_decode_splits", mixed_decode_divisor_, true);
   if (g.device_sms <= 0) return g.max_splits;
-  const int room = ga_device_split_room(
-      g.device_sms, prefill_tokens, config_.num_heads / config_.num_kv_heads,
-      mixed_dsp_no_room_ ? 0 : detail::prefill_config(specs_[kPrefillIdx]).block_m,
-      config_.num_kv_heads);
-  return ga_device_split_splits(num_decodes, g.grid_y, room, g.max_splits);
+  const auto splits_at = [&](int sms) {
+    const int room = ga_device_split_room(
+        sms, prefill_tokens, config_.num_heads / config_.num_kv_heads,
+        mixed_dsp_no_room_ ? 0 : detail::prefill_config(specs_[kPrefillIdx]).block_m,
+        config_.num_kv_heads);
+    return ga_device_split_splits(num_decodes, g.grid_y, room, g.max_splits);
+  };
+  const int two = splits_at(g.device_sms);
+  // [policy: long splits] (templates/decode.cu; the kernel's seq_lens window is 128 rows, and
+  // the count window's first 126 decodes)
+  if (g.long_split_tokens > 0 &&
+      !(num_decodes <= 126 && shortest_decode >= int64_t{two} * g.long_split_tokens))
+    return splits_at(g.device_sms / 2);
+  return two;
 }
 
 int AttentionBackend::decode_max_splits(int num_decodes) const {
@@ -572,6 +590,7 @@ detail::DecodeLaunch decode_launch(const AttentionLayerConfig& c,
   }
   d.device_split = md.device_split;
   d.device_sms = md.device_split ? grid.device_sms : 0;
+  d.long_split_tokens = md.device_split ? grid.long_split_tokens : 0;
   if (d.multi_token || md.device_split) d.query_start_loc = md.query_start_loc;
   d.max_splits = grid.max_splits;
   d.stages = grid.stages;

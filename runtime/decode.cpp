@@ -220,6 +220,7 @@ DecodeDevice prepare_decode_kernel(const LoadedKernel& decode) {
   // 2026-11-27-s13.txt).
   out.cluster_splits = detail::decode_cluster_splits_from_env();
   out.dsp_sm_blocks = detail::mixed_dsp_sm_blocks_from_env();
+  out.dsp_long_tiles = detail::mixed_dsp_long_tiles_from_env();
   return out;
 }
 
@@ -637,7 +638,8 @@ void enqueue_decode(const LoadedKernel& decode, const DecodeLaunch& a, CUstream 
     const DecodeQ8Params p8{p, query_scales_of(a.q8)};
     launch(decode, shape, stream, p8);
   } else if (chosen) {  // so does the mixed graph's kernel its counts
-    const DecodeDspParams pd{p, {a.num_decodes, a.device_sms, a.prefill_block_m}};
+    const DecodeDspParams pd{p,
+                             {a.num_decodes, a.device_sms, a.prefill_block_m, a.long_split_tokens}};
     launch(decode, shape, stream, pd);
   } else {
     launch(decode, shape, stream, p);

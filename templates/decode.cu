@@ -810,6 +810,29 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
       const int room =
           ga_device_split_room(ds.sms, tokens - d, GROUP, ds.prefill_block_m, p.num_heads / GROUP);
       split_cap = ga_device_split_splits(d, gridDim.y, room, p.max_splits);
+      // [policy: long splits] long_split_tokens > 0 (GRAPHATTN_MIXED_DSP_LONG_TILES): ds.sms is
+      // two blocks a multiprocessor (the grid is sized for it). That count stands only where
+      // every leading decode lies in the seq_lens window and the shortest keeps at least
+      // long_split_tokens tokens a split; else the count of one block a multiprocessor (ds.sms
+      // / 2, main's plan) and the surplus blocks exit below. (Kernels without the window: always
+      // the one-block count.)
+      if (ds.long_split_tokens > 0) {
+        bool two = false;
+        if constexpr (SEQ_WORDS > 0) {
+          int shortest = 0x7fffffff;
+#pragma unroll
+          for (int k = 0; k < SEQ_WORDS; ++k)
+            if (32 * k + lane < d && sl[k] < shortest) shortest = sl[k];
+          shortest = __reduce_min_sync(0xffffffffu, shortest);
+          two = base == 0 && d <= 32 * SEQ_WORDS && shortest >= split_cap * ds.long_split_tokens;
+        }
+        if (!two)
+          split_cap =
+              ga_device_split_splits(d, gridDim.y,
+                                     ga_device_split_room(ds.sms >> 1, tokens - d, GROUP,
+                                                          ds.prefill_block_m, p.num_heads / GROUP),
+                                     p.max_splits);
+      }
     }
     const int z = blockIdx.z;
     if (z < d * split_cap) {

@@ -192,14 +192,17 @@ TEST_CASE("on/off variables are parsed strictly") {
   // the _dsp count's blocks-a-multiprocessor switch: 1..4 or unset
   small_int_switch("GRAPHATTN_MIXED_DSP_SM_BLOCKS", detail::mixed_dsp_sm_blocks_from_env,
                    {"1", "2", "4"}, {"0", "5", "02", "2x", " 2"});
+  // the _dsp count's long-splits switch: 1..64 or unset
+  small_int_switch("GRAPHATTN_MIXED_DSP_LONG_TILES", detail::mixed_dsp_long_tiles_from_env,
+                   {"1", "8", "64"}, {"0", "65", "08", "8x", " 8"});
   // the early-trigger switch: 1..3 or unset
   small_int_switch("GRAPHATTN_DECODE_EARLY_TRIGGER", detail::decode_early_trigger_from_env,
                    {"1", "2", "3"}, {"0", "4", "01", "1x"});
 #ifdef GRAPHATTN_WARMUP_TOOL
-  for (const char* var : {"GRAPHATTN_DISABLE_GRAPHS", "GRAPHATTN_DECODE_CLUSTERS",
-                          "GRAPHATTN_DUMP_SOURCE", "GRAPHATTN_CHECK_BOUNDS",
-                          "GRAPHATTN_DECODE_CLUSTER_SPLITS", "GRAPHATTN_DECODE_RING_STAGES",
-                          "GRAPHATTN_DECODE_EARLY_TRIGGER", "GRAPHATTN_MIXED_DSP_SM_BLOCKS"}) {
+  for (const char* var :
+       {"GRAPHATTN_DISABLE_GRAPHS", "GRAPHATTN_DECODE_CLUSTERS", "GRAPHATTN_DUMP_SOURCE",
+        "GRAPHATTN_CHECK_BOUNDS", "GRAPHATTN_DECODE_CLUSTER_SPLITS", "GRAPHATTN_DECODE_RING_STAGES",
+        "GRAPHATTN_DECODE_EARLY_TRIGGER", "GRAPHATTN_MIXED_DSP_SM_BLOCKS"}) {
     const test::ToolRun r = test::run_program(GRAPHATTN_WARMUP_TOOL, {"--model", "llama-3-8b"},
                                               {std::string(var) + "=1abc"});
     INFO(var << ": " << r.err);

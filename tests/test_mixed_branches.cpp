@@ -211,6 +211,43 @@ TEST_CASE("mixed decode grid: GRAPHATTN_MIXED_DSP_SM_BLOCKS's count plans N bloc
                                g2.max_splits) == 7);
 }
 
+TEST_CASE("mixed decode grid: GRAPHATTN_MIXED_DSP_LONG_TILES sizes the grid for two blocks an SM") {
+  // DecodeDevice::dsp_long_tiles: where the depth lets two blocks share a multiprocessor, the
+  // grid and device_sms take two blocks a multiprocessor and long_split_tokens says how long
+  // the shortest decode's splits must be for the kernel to keep that count (else half of it).
+  for (int slots : {17, 20, 64, 68})
+    for (int len : {2048, 8192})
+      for (int window : {0, 256}) {
+        INFO("slots " << slots << " len " << len << " window " << window);
+        detail::DecodeDevice dev = h100();
+        dev.dsp_long_tiles = 8;
+        const detail::DecodeGrid g =
+            detail::mixed_decode_grid(slots, 0, 8, 4, len, window, 128, KvDType::kAuto, dev);
+        const detail::DecodeGrid one =
+            detail::mixed_decode_grid(slots, 0, 8, 4, len, window, 128, KvDType::kAuto, h100());
+        CHECK(g.stages == one.stages);
+        CHECK(g.max_splits == one.max_splits);
+        const bool two = window == 0 && h100().blocks_per_sm[g.stages] >= 2;
+        CHECK(g.device_sms == (two ? 264 : 132));
+        CHECK(g.long_split_tokens == (two ? 8 * 16 * 4 : 0));
+        // the grid and the partials cover the one-block count too
+        CHECK(detail::device_split_blocks(slots, g.grid_y, g.max_splits, g.device_sms) >=
+              detail::device_split_blocks(slots, one.grid_y, one.max_splits, one.device_sms));
+        CHECK(g.split_requests >= one.split_requests);
+      }
+  // fp8 KV: the window is off in those kernels, so is the two-block count
+  detail::DecodeDevice dev = h100();
+  dev.dsp_long_tiles = 8;
+  CHECK(detail::mixed_decode_grid(64, 0, 8, 4, 8192, 0, 128, KvDType::kFp8E4M3, dev)
+            .long_split_tokens == 0);
+  // with GRAPHATTN_MIXED_DSP_SM_BLOCKS set, that switch decides
+  dev.dsp_sm_blocks = 3;
+  const detail::DecodeGrid g3 =
+      detail::mixed_decode_grid(64, 0, 8, 4, 8192, 0, 128, KvDType::kAuto, dev);
+  CHECK(g3.long_split_tokens == 0);
+  CHECK(g3.device_sms == 396);
+}
+
 // Session 13 computes both with unsigned 32-bit divisions (the _dsp kernel's blocks wait for
 // them); they must equal the signed 64-bit formulas of session 12, which the host's grid sizing
 // and the bench's printed splits also use.
