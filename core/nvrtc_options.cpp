@@ -55,6 +55,9 @@ bool allowed(const std::string& o) {
   // The _dsp decode's seq_lens window beside its count (templates/decode.cu, GA_DSP_SEQ_WINDOW:
   // words of 32 rows, 0 = after the count as in session 13).
   if (starts_with(o, "-DGA_DSP_SEQ_WINDOW=")) return number_after(o, "-DGA_DSP_SEQ_WINDOW=", 0, 4);
+  // The _dsp decode's long-splits count (templates/decode.cu, GA_DSP_LONG_SPLITS; with
+  // GRAPHATTN_MIXED_DSP_LONG_TILES).
+  if (o == "-DGA_DSP_LONG_SPLITS=1") return true;
   if (starts_with(o, "--maxrregcount=")) return number_after(o, "--maxrregcount=", 1, 999);
   return false;
 }
@@ -72,7 +75,8 @@ std::vector<std::string> parse_nvrtc_extra_options(const std::string& text) {
           "' is not supported; supported (separated by spaces): "
           "--Ofast-compile=min|mid|max|0, --ptxas-options=V, -Xptxas=V, "
           "--maxrregcount=N (N 1-999), -DGA_DECODE_TIMING=1, -DGA_DECODE_EARLY_TRIGGER=1, "
-          "-DGA_DSP_SEQ_WINDOW=N (N 0-4), -DGA_DECODE_PAGE_SORT=N (N 0-32), "
+          "-DGA_DSP_SEQ_WINDOW=N (N 0-4), -DGA_DSP_LONG_SPLITS=1, -DGA_DECODE_PAGE_SORT=N (N "
+          "0-32), "
           "-DGA_DECODE_CLUSTER_PUSH=0, -DGA_FP8_CVT_HW=0|1, -DGA_PREFILL_SM90_SCHED=N (N 0-1023), "
           "-DGA_PREFILL_SM90_FP8_SCHED=N (N 0-4095), -DGA_PREFILL_SM90_FP8_VAR=N (N 0-511), "
           "-DGA_PREFILL_SM90_LEGACY_VAR=N (N 0-255)");

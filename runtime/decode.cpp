@@ -9,6 +9,7 @@
 #include <string>
 
 #include "core/env_flag.hpp"
+#include "core/nvrtc_options.hpp"
 #include "core/text.hpp"
 #include "graphattn/backend.hpp"
 #include "graphattn/error.hpp"
@@ -221,6 +222,13 @@ DecodeDevice prepare_decode_kernel(const LoadedKernel& decode) {
   out.cluster_splits = detail::decode_cluster_splits_from_env();
   out.dsp_sm_blocks = detail::mixed_dsp_sm_blocks_from_env();
   out.dsp_long_tiles = detail::mixed_dsp_long_tiles_from_env();
+  // The kernel compiles the choice only with GA_DSP_LONG_SPLITS=1; without it a grid sized for
+  // two blocks a multiprocessor would always plan two.
+  const auto& extra = detail::nvrtc_extra_options();
+  GA_REQUIRE(out.dsp_long_tiles == 0 ||
+                 std::find(extra.begin(), extra.end(), "-DGA_DSP_LONG_SPLITS=1") != extra.end(),
+             "GRAPHATTN_MIXED_DSP_LONG_TILES needs "
+             "GRAPHATTN_NVRTC_EXTRA_OPTIONS=-DGA_DSP_LONG_SPLITS=1 (templates/decode.cu)");
   return out;
 }
 

@@ -636,6 +636,13 @@ enum : int {
 // whole window (4 words: rows past slots load nothing; 1, 2 and 4 words took the same registers),
 // for 16-bit KV caches; sm_80's _dsp kernel went from 134 registers to 128 and an 8-byte spill
 // with any window, so it keeps 0 (not measured there), as do the fp8-KV _dsp kernels (SEQ_WORDS).
+// [experiment: long splits] GA_DSP_LONG_SPLITS=1 (GRAPHATTN_NVRTC_EXTRA_OPTIONS, which
+// GRAPHATTN_MIXED_DSP_LONG_TILES requires) compiles the choice between the counts of two and one
+// blocks a multiprocessor below; 0 (default): compiled out, main's machine code (the untaken
+// branch alone cost 0.7-1.2% on H100's short mixes: docs/mixed-step-h100-2026-11-27-s14b.txt).
+#ifndef GA_DSP_LONG_SPLITS
+#define GA_DSP_LONG_SPLITS 0
+#endif
 #ifndef GA_DSP_SEQ_WINDOW
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define GA_DSP_SEQ_WINDOW 4
@@ -815,7 +822,8 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
       // every leading decode lies in the seq_lens window and the shortest keeps at least
       // long_split_tokens tokens a split; else the count of one block a multiprocessor (ds.sms
       // / 2, main's plan) and the surplus blocks exit below. (Kernels without the window: always
-      // the one-block count.)
+      // the one-block count.) Compiled with GA_DSP_LONG_SPLITS=1 only.
+#if GA_DSP_LONG_SPLITS
       if (ds.long_split_tokens > 0) {
         bool two = false;
         if constexpr (SEQ_WORDS > 0) {
@@ -833,6 +841,7 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
                                                           ds.prefill_block_m, p.num_heads / GROUP),
                                      p.max_splits);
       }
+#endif
     }
     const int z = blockIdx.z;
     if (z < d * split_cap) {
