@@ -48,6 +48,14 @@ void require_int32_rows(const TensorView& t, const char* name, int64_t min_rows,
 
 int kv_bytes_of(const AttentionSpec& s) { return s.kv_dtype == KvDType::kAuto ? 2 : 1; }
 
+// The specs whose sm_90 cluster launches push their splits into the combining block
+// (ga_decode_cluster_push): the auto clusters' specs and the early trigger's.
+bool pushes_cluster_splits(const AttentionSpec& s) {
+  return s.arch >= 90 && ga_decode_cluster_push(s.head_size, kv_bytes_of(s) == 2,
+                                                s.layout == KvLayout::kLegacy ? 2 : 0,
+                                                s.multi_token, s.block_sparse);
+}
+
 // The pipeline depth a launch asks for (0: the shallow default).
 int stages_of(const AttentionSpec& s, const DecodeLaunch& a) {
   return a.stages == 0 ? ga_decode_shallow_stages(s.head_size * decode_row_heads(s), kv_bytes_of(s))
@@ -185,10 +193,7 @@ DecodeDevice prepare_decode_kernel(const LoadedKernel& decode) {
   // 2026-11-22.)
   const char* clusters_env = std::getenv("GRAPHATTN_DECODE_CLUSTERS");
   out.use_clusters = detail::env_flag("GRAPHATTN_DECODE_CLUSTERS");
-  out.auto_clusters =
-      (clusters_env == nullptr || *clusters_env == 0) && s.arch >= 90 &&
-      ga_decode_cluster_push(s.head_size, kvb == 2, s.layout == KvLayout::kLegacy ? 2 : 0,
-                             s.multi_token, s.block_sparse);
+  out.auto_clusters = (clusters_env == nullptr || *clusters_env == 0) && pushes_cluster_splits(s);
   if (s.arch >= 90) {
     // Clusters of up to 16 split blocks (8 is the portable limit); the device says how large a
     // cluster of shallow blocks it can actually co-schedule. A driver that cannot answer gets
@@ -376,25 +381,21 @@ DecodeGrid decode_grid(int num_decodes, int num_kv_heads, int columns, int max_m
     // / 4.6 at 3 and 4.3 / 4.4 at 2; but 8 splits at 2 stages (one tile left after the wait)
     // 4.8 / 4.3 and 1 x 4096 at 16 splits (4 tiles a warp) 9.0 / 8.2 at 3 stages, 10.2 / 8.7 at 2
     // (docs/decode-small-batch-h100-2026-11-27-s14.txt).
-    const auto allow_trigger = [&] {
-      const int64_t w = (tiles + int64_t{g.max_splits} * GA_DECODE_WARPS - 1) /
-                        (int64_t{g.max_splits} * GA_DECODE_WARPS);
-      g.early_trigger = g.cluster && w <= (g.early_stages != 0 ? g.early_stages : g.stages) - 1;
+    const auto tiles_a_warp = [&] {
+      return (tiles + int64_t{g.max_splits} * GA_DECODE_WARPS - 1) /
+             (int64_t{g.max_splits} * GA_DECODE_WARPS);
     };
     if (g.cluster && !dev.use_clusters) {
       const int cap = dev.cluster_splits != 0 ? dev.cluster_splits : kAutoClusterSplits;
       if (g.max_splits > cap) {
         g.max_splits = cap;
-        const int64_t w =
-            (tiles + int64_t{cap} * GA_DECODE_WARPS - 1) / (int64_t{cap} * GA_DECODE_WARPS);
-        if (w >= 2 && shallow < 3 && ga_decode_max_stages(head_size, kvb) >= 3 &&
+        if (tiles_a_warp() >= 2 && shallow < 3 && ga_decode_max_stages(head_size, kvb) >= 3 &&
             dev.blocks_per_sm[3] >= 2 && dev.cluster_at[3] >= cap)
           g.early_stages = 3;
       }
-      allow_trigger();
-      return g;
     }
-    allow_trigger();
+    g.early_trigger =
+        g.cluster && tiles_a_warp() <= (g.early_stages != 0 ? g.early_stages : g.stages) - 1;
     // With the early prologue (the engine's layers: fused write, programmatic dependent launch)
     // a warp issues its first stages - 1 tiles before waiting for the previous kernel, under that
     // kernel's tail, so longer splits gain from a deeper pipeline there. H100, 32 launches back
@@ -605,16 +606,13 @@ void enqueue_decode(const LoadedKernel& decode, const DecodeLaunch& a, CUstream 
   // eager launches keep the trigger after the wait: with it at entry eager took 152.3-157.9
   // against 143.0-144.3 (docs/decode-small-batch-h100-2026-11-27-s14.txt).
   static const int trigger_mode = detail::decode_early_trigger_from_env();
-  p.early_prologue = decode_early_prologue(
-      a.early_prologue && a.new_key.ndim != 0,
-      spec.arch >= 90 &&
-          ga_decode_cluster_push(spec.head_size, kvb == 2, spec.layout == KvLayout::kLegacy ? 2 : 0,
-                                 spec.multi_token, spec.block_sparse),
-      p.cluster_splits != 0 && a.early_trigger, trigger_mode, [stream] {
-        CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
-        GA_CU_CHECK(driver().cuStreamIsCapturing(stream, &status));
-        return status == CU_STREAM_CAPTURE_STATUS_ACTIVE;
-      });
+  p.early_prologue =
+      decode_early_prologue(a.early_prologue && a.new_key.ndim != 0, pushes_cluster_splits(spec),
+                            p.cluster_splits != 0 && a.early_trigger, trigger_mode, [stream] {
+                              CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+                              GA_CU_CHECK(driver().cuStreamIsCapturing(stream, &status));
+                              return status == CU_STREAM_CAPTURE_STATUS_ACTIVE;
+                            });
   const int stages = p.early_prologue && a.early_stages != 0 ? a.early_stages : stages_of(spec, a);
   // Measurement switch (off by default): GRAPHATTN_DECODE_RING_STAGES=N runs the ring N stages
   // deep (fewer tiles in flight) with the shared memory, so the resident blocks, of `stages`.
