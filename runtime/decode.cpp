@@ -337,6 +337,7 @@ DecodeGrid decode_grid(int num_decodes, int num_kv_heads, int columns, int max_m
       if (alone != 0 && alone != chosen && splits(alone) == g.max_splits) {
         g.stages = alone;
         g.early_stages = chosen;
+        g.alone_depth = true;
       }
     }
     return g;
@@ -358,6 +359,7 @@ DecodeGrid decode_grid(int num_decodes, int num_kv_heads, int columns, int max_m
       dev.blocks_per_sm[shallow] >= 1) {
     g.early_stages = g.stages;
     g.stages = shallow;
+    g.alone_depth = true;
   }
   if (g.max_splits > 1 && tiles <= int64_t{g.max_splits} * 16 * GA_DECODE_WARPS) {
     g.stages = shallow;
@@ -411,13 +413,31 @@ DecodeGrid decode_grid(int num_decodes, int num_kv_heads, int columns, int max_m
              dev.blocks_per_sm[3] >= 2)
       g.early_stages = 3;
   }
+  // [policy: alone depth, long splits] A launch of at most one block a multiprocessor whose
+  // warps have 64 tiles or more (blocks of 4096 tokens or more), split or (past 4096 tokens, the
+  // range above) unsplit, runs the shallow pipeline alone and keeps its depth under the early
+  // prologue (early_stages) and beside a prefill (decode_grid_beside_prefill), as the unsplit
+  // 16 x 4096 above. H100, 8 x 32768 (2 splits of 16384 tokens x 64 blocks: 256 tiles a warp),
+  // alone: 367.0 us at 2 stages against 369.2-369.4 at 4 (session 7's --try-splits), 366.7 with
+  // the ring 2 stages deep against 368.9 (session 13, GRAPHATTN_DECODE_RING_STAGES=2);
+  // docs/decode-vs-cudnn-h100-2026-11-28-s15.txt. Short splits (1 x 32768: 32 tiles a warp;
+  // H200 48 us deep against 50 shallow) keep the deepest.
+  const int64_t warp_tiles = (tiles + int64_t{g.max_splits} * GA_DECODE_WARPS - 1) /
+                             (int64_t{g.max_splits} * GA_DECODE_WARPS);
+  if (g.early_stages == 0 && !g.cluster && warp_tiles >= kAloneLongWarpTiles &&
+      (g.max_splits > 1 || len > 4096) && shallow < g.stages && dev.blocks_per_sm[shallow] >= 1) {
+    g.early_stages = g.stages;
+    g.stages = shallow;
+    g.alone_depth = true;
+  }
   return g;
 }
 
 DecodeGrid decode_grid_beside_prefill(DecodeGrid g) {
-  if (g.max_splits == 1 && g.early_stages != 0) {
+  if (g.alone_depth) {
     g.stages = g.early_stages;
     g.early_stages = 0;
+    g.alone_depth = false;
   }
   return g;
 }
