@@ -340,6 +340,13 @@ DecodeGrid decode_grid(int num_decodes, int num_kv_heads, int columns, int max_m
         g.alone_depth = true;
       }
     }
+    // [policy: alone ring depth] Blocks of 2048 to 4096 tokens that stay deeper than the shallow
+    // pipeline (64 x 2048 and 64 x 4096: 512 blocks, two a multiprocessor at 3 stages) run the
+    // ring shallow alone, at the same resident blocks (one tile in flight a warp while it
+    // computes one, instead of two). H100, one run each (session 13, GRAPHATTN_DECODE_RING_STAGES
+    // =2 against unset): 64 x 2048 193.2 / 193.8 us, 64 x 4096 366.8 / 367.2; 64 x 8192 716.2 /
+    // 715.8 keeps its ring (docs/decode-vs-cudnn-h100-2026-11-28-s15.txt).
+    if (alone_range && g.stages > shallow && g.max_splits == 1) g.ring_stages = shallow;
     return g;
   }
   g.max_splits =
@@ -439,6 +446,7 @@ DecodeGrid decode_grid_beside_prefill(DecodeGrid g) {
     g.early_stages = 0;
     g.alone_depth = false;
   }
+  g.ring_stages = 0;
   return g;
 }
 
@@ -636,7 +644,10 @@ void enqueue_decode(const LoadedKernel& decode, const DecodeLaunch& a, CUstream 
   const int stages = p.early_prologue && a.early_stages != 0 ? a.early_stages : stages_of(spec, a);
   // Measurement switch (off by default): GRAPHATTN_DECODE_RING_STAGES=N runs the ring N stages
   // deep (fewer tiles in flight) with the shared memory, so the resident blocks, of `stages`.
-  static const int ring = detail::decode_ring_stages_from_env();
+  // Set, it replaces the policy's ring depth of a launch without the early prologue
+  // (a.ring_stages, [policy: alone ring depth]); =4: every launch's ring as deep as its stages.
+  static const int ring_env = detail::decode_ring_stages_from_env();
+  const int ring = ring_env >= 2 ? ring_env : p.early_prologue ? 0 : a.ring_stages;
   p.stages = ring >= 2 && ring < stages && !p.cluster_splits ? ring : stages;
   // A cluster launch also holds the receive area of the pushed combine (GA_DECODE_CLUSTER_PUSH).
   const int smem = ga_decode_smem_bytes(spec.head_size, kvb, stages, rh) +

@@ -58,6 +58,9 @@ struct DecodeGrid {
   // stages is the depth of a launch that runs alone and early_stages the one it takes with the
   // early prologue and beside a prefill (decode_grid_beside_prefill).
   bool alone_depth = false;
+  // The ring depth of a launch without the early prologue, in the shared memory (so the resident
+  // blocks) of stages (0: stages; [policy: alone ring depth]).
+  int ring_stages = 0;
   // A cluster launch whose warps issue all their tiles before the wait (tiles a warp <= the early
   // prologue's depth - 1): captured with the early prologue, it lets the next kernel be scheduled
   // at its entry ([policy: early trigger], decode_early_prologue).
@@ -83,6 +86,7 @@ struct DecodeLaunch : AttentionViews {
   // The pipeline depth instead of stages when the launch runs the early prologue (early_prologue
   // and the fused write): 0 (stages), else 2..ga_decode_max_stages, not with cluster.
   int early_stages = 0;
+  int ring_stages = 0;  // DecodeGrid::ring_stages (0: stages)
   // With the fused write: read seq_lens, block_table, slot_mapping and the KV cache before the
   // previous kernel in the stream finishes (it must write none of them).
   bool early_prologue = false;
@@ -215,7 +219,7 @@ int decode_early_prologue(bool early, bool push_spec, bool trigger, int mode,
 
 // The grid of a decode that runs beside a prefill (a mixed batch), whose blocks take the slots
 // the decode leaves free: a grid whose stages are a launch's alone depth (alone_depth) takes
-// early_stages.
+// early_stages, and its ring runs stages deep (ring_stages 0).
 DecodeGrid decode_grid_beside_prefill(DecodeGrid g);
 
 // Every check of a decode launch's arguments against the kernel spec `ks`, given the KV cache's
