@@ -340,13 +340,15 @@ DecodeGrid decode_grid(int num_decodes, int num_kv_heads, int columns, int max_m
         g.alone_depth = true;
       }
     }
-    // [policy: alone ring depth] Blocks of 2048 to 4096 tokens that stay deeper than the shallow
-    // pipeline (64 x 2048 and 64 x 4096: 512 blocks, two a multiprocessor at 3 stages) run the
-    // ring shallow alone, at the same resident blocks (one tile in flight a warp while it
-    // computes one, instead of two). H100, one run each (session 13, GRAPHATTN_DECODE_RING_STAGES
-    // =2 against unset): 64 x 2048 193.2 / 193.8 us, 64 x 4096 366.8 / 367.2; 64 x 8192 716.2 /
-    // 715.8 keeps its ring (docs/decode-vs-cudnn-h100-2026-11-28-s15.txt).
-    if (alone_range && g.stages > shallow && g.max_splits == 1) g.ring_stages = shallow;
+    // [policy: alone ring depth] Blocks of 2049 to 4096 tokens that stay deeper than the shallow
+    // pipeline (64 x 4096: 512 blocks, two a multiprocessor at 3 stages) run the ring shallow
+    // alone, at the same resident blocks (one tile in flight a warp while it computes one,
+    // instead of two). H100, session 15, four alternated pairs each, graph us: 64 x 4096
+    // 369.1-369.7 -> 368.4-369.1 (-0.6, every pair); 64 x 2048 193.1 / 192.9-193.1 -> 192.6-193.4
+    // (-0.1, two ways), so blocks of 2048 tokens keep their ring; 64 x 8192 (s13: +0.4 with the
+    // switch) keeps it too (docs/decode-vs-cudnn-h100-2026-11-28-s15.txt).
+    if (alone_range && len > 2048 && g.stages > shallow && g.max_splits == 1)
+      g.ring_stages = shallow;
     return g;
   }
   g.max_splits =
@@ -424,11 +426,12 @@ DecodeGrid decode_grid(int num_decodes, int num_kv_heads, int columns, int max_m
   // warps have 64 tiles or more (blocks of 4096 tokens or more), split or (past 4096 tokens, the
   // range above) unsplit, runs the shallow pipeline alone and keeps its depth under the early
   // prologue (early_stages) and beside a prefill (decode_grid_beside_prefill), as the unsplit
-  // 16 x 4096 above. H100, 8 x 32768 (2 splits of 16384 tokens x 64 blocks: 256 tiles a warp),
-  // alone: 367.0 us at 2 stages against 369.2-369.4 at 4 (session 7's --try-splits), 366.7 with
-  // the ring 2 stages deep against 368.9 (session 13, GRAPHATTN_DECODE_RING_STAGES=2);
-  // docs/decode-vs-cudnn-h100-2026-11-28-s15.txt. Short splits (1 x 32768: 32 tiles a warp;
-  // H200 48 us deep against 50 shallow) keep the deepest.
+  // 16 x 4096 above. H100, session 15, four alternated pairs each, graph us, 4 -> 2 stages:
+  // 8 x 32768 (2 splits x 64 blocks, 256 tiles a warp) 371.0-371.5 -> 368.1-368.5, its legacy
+  // v2 cache 371.0-371.3 -> 368.8-369.0, 4 x 32768 (4 x 32, 128) 194.3-194.6 -> 192.9-193.7,
+  // 2 x 32768 (8 x 16, 64) 106.3-106.4 -> 105.3-105.9, unsplit 16 x 8192 (128) 192.6-193.1 ->
+  // 192.0-192.8 (docs/decode-vs-cudnn-h100-2026-11-28-s15.txt). Shorter splits (1 x 32768: 32
+  // tiles a warp; H200 48 us deep against 50 shallow) keep the deepest.
   const int64_t warp_tiles = (tiles + int64_t{g.max_splits} * GA_DECODE_WARPS - 1) /
                              (int64_t{g.max_splits} * GA_DECODE_WARPS);
   if (g.early_stages == 0 && !g.cluster && warp_tiles >= kAloneLongWarpTiles &&

@@ -203,16 +203,17 @@ TEST_CASE("decode split policy: about one block per multiprocessor for small bat
   CHECK(grid(16, 8, 4, 4096, 0).max_splits == 1);
   // 64 x 2048 (512 blocks: 2 waves of 2 at 3 stages or 4 of 1 at 4) takes 3 stages either way.
   CHECK(grid(64, 8, 4, 2048, 0).early_stages == 0);
-  // ... and alone runs its ring 2 stages deep in 3 stages' shared memory, as 64 x 4096 does
-  // ([policy: alone ring depth]); 64 x 1024 and 64 x 8192, a grid already at the shallow depth
-  // (32 x 4096) and a batch beside a prefill keep their ring.
-  CHECK(grid(64, 8, 4, 2048, 0).ring_stages == 2);
+  // 64 x 4096 (the same at 3 stages) runs its ring 2 stages deep alone, in 3 stages' shared
+  // memory ([policy: alone ring depth]); 64 x 2048, 64 x 1024 and 64 x 8192, a grid already at
+  // the shallow depth (32 x 4096) and a batch beside a prefill keep their ring.
+  CHECK(grid(64, 8, 4, 4096, 0).stages == 3);
   CHECK(grid(64, 8, 4, 4096, 0).ring_stages == 2);
+  CHECK(grid(64, 8, 4, 2048, 0).ring_stages == 0);
   CHECK(grid(64, 8, 4, 1024, 0).ring_stages == 0);
   CHECK(grid(64, 8, 4, 8192, 0).ring_stages == 0);
   CHECK(grid(32, 8, 4, 4096, 0).ring_stages == 0);
-  CHECK(detail::decode_grid_beside_prefill(grid(64, 8, 4, 2048, 0)).ring_stages == 0);
-  CHECK(detail::decode_grid_beside_prefill(grid(64, 8, 4, 2048, 0)).stages == 3);
+  CHECK(detail::decode_grid_beside_prefill(grid(64, 8, 4, 4096, 0)).ring_stages == 0);
+  CHECK(detail::decode_grid_beside_prefill(grid(64, 8, 4, 4096, 0)).stages == 3);
   // A split launch's early_stages is not a free-slot depth: beside a prefill it keeps stages.
   const detail::DecodeGrid split8k =
       detail::decode_grid(1, 8, 4, 8192, 0, 128, KvDType::kAuto, off);
