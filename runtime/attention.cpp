@@ -76,6 +76,8 @@ DecodeGrid mixed_decode_grid(int slots, int divisor, int num_kv_heads, int colum
       g.cluster = false;
       g.early_trigger = false;
       g.early_stages = 0;
+      g.alone_depth = false;
+      g.ring_stages = 0;
       g.device_sms = sms;
       g.grid_y = static_cast<int>(y);
       g.split_requests = device_split_requests(slots, y, most, sms);
@@ -576,6 +578,7 @@ detail::DecodeLaunch decode_launch(const AttentionLayerConfig& c,
   d.max_splits = grid.max_splits;
   d.stages = grid.stages;
   d.early_stages = grid.early_stages;
+  d.ring_stages = grid.ring_stages;
   d.cluster = grid.cluster;
   d.early_trigger = grid.early_trigger;
   d.scale = c.scale;

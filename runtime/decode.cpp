@@ -337,8 +337,18 @@ DecodeGrid decode_grid(int num_decodes, int num_kv_heads, int columns, int max_m
       if (alone != 0 && alone != chosen && splits(alone) == g.max_splits) {
         g.stages = alone;
         g.early_stages = chosen;
+        g.alone_depth = true;
       }
     }
+    // [policy: alone ring depth] Blocks of 2049 to 4096 tokens that stay deeper than the shallow
+    // pipeline (64 x 4096: 512 blocks, two a multiprocessor at 3 stages) run the ring shallow
+    // alone, at the same resident blocks (one tile in flight a warp while it computes one,
+    // instead of two). H100, session 15, four alternated pairs each, graph us: 64 x 4096
+    // 369.1-369.7 -> 368.4-369.1 (-0.6, every pair); 64 x 2048 193.1 / 192.9-193.1 -> 192.6-193.4
+    // (-0.1, two ways), so blocks of 2048 tokens keep their ring; 64 x 8192 (s13: +0.4 with the
+    // switch) keeps it too (docs/decode-vs-cudnn-h100-2026-11-28-s15.txt).
+    if (alone_range && len > 2048 && g.stages > shallow && g.max_splits == 1)
+      g.ring_stages = shallow;
     return g;
   }
   g.max_splits =
@@ -358,6 +368,7 @@ DecodeGrid decode_grid(int num_decodes, int num_kv_heads, int columns, int max_m
       dev.blocks_per_sm[shallow] >= 1) {
     g.early_stages = g.stages;
     g.stages = shallow;
+    g.alone_depth = true;
   }
   if (g.max_splits > 1 && tiles <= int64_t{g.max_splits} * 16 * GA_DECODE_WARPS) {
     g.stages = shallow;
@@ -411,14 +422,34 @@ DecodeGrid decode_grid(int num_decodes, int num_kv_heads, int columns, int max_m
              dev.blocks_per_sm[3] >= 2)
       g.early_stages = 3;
   }
+  // [policy: alone depth, long splits] A launch of at most one block a multiprocessor whose
+  // warps have 64 tiles or more (blocks of 4096 tokens or more), split or (past 4096 tokens, the
+  // range above) unsplit, runs the shallow pipeline alone and keeps its depth under the early
+  // prologue (early_stages) and beside a prefill (decode_grid_beside_prefill), as the unsplit
+  // 16 x 4096 above. H100, session 15, four alternated pairs each, graph us, 4 -> 2 stages:
+  // 8 x 32768 (2 splits x 64 blocks, 256 tiles a warp) 371.0-371.5 -> 368.1-368.5, its legacy
+  // v2 cache 371.0-371.3 -> 368.8-369.0, 4 x 32768 (4 x 32, 128) 194.3-194.6 -> 192.9-193.7,
+  // 2 x 32768 (8 x 16, 64) 106.3-106.4 -> 105.3-105.9, unsplit 16 x 8192 (128) 192.6-193.1 ->
+  // 192.0-192.8 (docs/decode-vs-cudnn-h100-2026-11-28-s15.txt). Shorter splits (1 x 32768: 32
+  // tiles a warp; H200 48 us deep against 50 shallow) keep the deepest.
+  const int64_t warp_tiles = (tiles + int64_t{g.max_splits} * GA_DECODE_WARPS - 1) /
+                             (int64_t{g.max_splits} * GA_DECODE_WARPS);
+  if (g.early_stages == 0 && !g.cluster && warp_tiles >= kAloneLongWarpTiles &&
+      (g.max_splits > 1 || len > 4096) && shallow < g.stages && dev.blocks_per_sm[shallow] >= 1) {
+    g.early_stages = g.stages;
+    g.stages = shallow;
+    g.alone_depth = true;
+  }
   return g;
 }
 
 DecodeGrid decode_grid_beside_prefill(DecodeGrid g) {
-  if (g.max_splits == 1 && g.early_stages != 0) {
+  if (g.alone_depth) {
     g.stages = g.early_stages;
     g.early_stages = 0;
+    g.alone_depth = false;
   }
+  g.ring_stages = 0;
   return g;
 }
 
@@ -616,7 +647,10 @@ void enqueue_decode(const LoadedKernel& decode, const DecodeLaunch& a, CUstream 
   const int stages = p.early_prologue && a.early_stages != 0 ? a.early_stages : stages_of(spec, a);
   // Measurement switch (off by default): GRAPHATTN_DECODE_RING_STAGES=N runs the ring N stages
   // deep (fewer tiles in flight) with the shared memory, so the resident blocks, of `stages`.
-  static const int ring = detail::decode_ring_stages_from_env();
+  // Set, it replaces the policy's ring depth of a launch without the early prologue
+  // (a.ring_stages, [policy: alone ring depth]); =4: every launch's ring as deep as its stages.
+  static const int ring_env = detail::decode_ring_stages_from_env();
+  const int ring = ring_env >= 2 ? ring_env : p.early_prologue ? 0 : a.ring_stages;
   p.stages = ring >= 2 && ring < stages && !p.cluster_splits ? ring : stages;
   // A cluster launch also holds the receive area of the pushed combine (GA_DECODE_CLUSTER_PUSH).
   const int smem = ga_decode_smem_bytes(spec.head_size, kvb, stages, rh) +

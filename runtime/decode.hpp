@@ -30,6 +30,9 @@ namespace graphattn::detail {
 // The most splits the auto policy's cluster launches take (runtime/decode.cpp, [policy: 8-block
 // clusters]).
 constexpr int kAutoClusterSplits = 8;
+// Tiles a warp from which a launch of at most one block a multiprocessor runs the shallow
+// pipeline alone (runtime/decode.cpp, [policy: alone depth, long splits]).
+constexpr int kAloneLongWarpTiles = 64;
 struct DecodeDevice {
   int num_sms = 0;             // multiprocessors
   int blocks_per_sm[5] = {};   // resident decode blocks per multiprocessor with a pipeline of
@@ -52,6 +55,12 @@ struct DecodeGrid {
   int stages = 2;        // cp.async stages per warp
   bool cluster = false;  // the splits of a request run as one cluster of max_splits blocks
   int early_stages = 0;  // stages of a launch that runs the early prologue (0: stages)
+  // stages is the depth of a launch that runs alone and early_stages the one it takes with the
+  // early prologue and beside a prefill (decode_grid_beside_prefill).
+  bool alone_depth = false;
+  // The ring depth of a launch without the early prologue, in the shared memory (so the resident
+  // blocks) of stages (0: stages; [policy: alone ring depth]).
+  int ring_stages = 0;
   // A cluster launch whose warps issue all their tiles before the wait (tiles a warp <= the early
   // prologue's depth - 1): captured with the early prologue, it lets the next kernel be scheduled
   // at its entry ([policy: early trigger], decode_early_prologue).
@@ -77,6 +86,7 @@ struct DecodeLaunch : AttentionViews {
   // The pipeline depth instead of stages when the launch runs the early prologue (early_prologue
   // and the fused write): 0 (stages), else 2..ga_decode_max_stages, not with cluster.
   int early_stages = 0;
+  int ring_stages = 0;  // DecodeGrid::ring_stages (0: stages)
   // With the fused write: read seq_lens, block_table, slot_mapping and the KV cache before the
   // previous kernel in the stream finishes (it must write none of them).
   bool early_prologue = false;
@@ -184,7 +194,8 @@ DecodeDevice prepare_decode_kernel(const LoadedKernel& decode);
 // writes its output directly. A smaller batch is split until there is about one block per
 // multiprocessor, never into splits of fewer than GA_DECODE_MIN_TILES_PER_SPLIT tiles: short splits
 // (up to 16 tiles a warp) take the shallow pipeline (ga_decode_shallow_stages) and run as clusters
-// where the device holds max_splits blocks in one; long ones the deepest (ga_decode_max_stages).
+// where the device holds max_splits blocks in one; long ones the deepest (ga_decode_max_stages),
+// except alone where a warp has kAloneLongWarpTiles tiles or more: the shallow one (alone_depth).
 //   max_model_len: longest seq_len; window: sliding window (0 none); columns: query columns per
 //   KV head, the GQA group (times max_query_len for multi-token decode)
 DecodeGrid decode_grid(int num_decodes, int num_kv_heads, int columns, int max_model_len,
@@ -207,7 +218,8 @@ int decode_early_prologue(bool early, bool push_spec, bool trigger, int mode,
 }
 
 // The grid of a decode that runs beside a prefill (a mixed batch), whose blocks take the slots
-// the decode leaves free: an unsplit grid at the free-slot depth (early_stages) where it has one.
+// the decode leaves free: a grid whose stages are a launch's alone depth (alone_depth) takes
+// early_stages, and its ring runs stages deep (ring_stages 0).
 DecodeGrid decode_grid_beside_prefill(DecodeGrid g);
 
 // Every check of a decode launch's arguments against the kernel spec `ks`, given the KV cache's

@@ -188,6 +188,7 @@ void run(const PagedAttentionCall& c, CUstream stream, KernelCache& cache) {
                             spec.head_size, spec.kv_dtype, it->second);
     a.max_splits = g.max_splits;
     a.stages = g.stages;
+    a.ring_stages = g.ring_stages;
     a.cluster = g.cluster;
     if (spec.dtype == DType::kFloat32) {  // templates/decode_f32.cu runs unsplit
       a.max_splits = 1;

@@ -129,6 +129,32 @@ TEST_CASE("decode split policy: about one block per multiprocessor for small bat
   one.blocks_per_sm[3] = 1;
   CHECK(early(4096, one) == 0);
   CHECK(early(32768, off) == 0);  // long splits run the deepest pipeline anyway
+  // ... except alone where a warp has 64 tiles or more ([policy: alone depth, long splits]):
+  // 8 x 32768 (2 splits x 64 blocks, 256 tiles a warp), 4 x 32768 (4 x 32, 128) and 2 x 32768 (8
+  // x 16, 64) run the shallow pipeline alone and the deepest under the early prologue and beside
+  // a prefill; 1 x 32768 (32 tiles a warp) and a device that holds no shallow block keep theirs.
+  for (int b : {8, 4, 2}) {
+    const auto g = detail::decode_grid(b, 8, 4, 32768, 0, 128, KvDType::kAuto, off);
+    CHECK(g.max_splits == 16 / b);
+    CHECK_FALSE(g.cluster);
+    CHECK(g.alone_depth);
+    CHECK(g.stages == ga_decode_shallow_stages(128, 2));
+    CHECK(g.early_stages == ga_decode_max_stages(128, 2));
+    CHECK(detail::decode_grid_beside_prefill(g).stages == ga_decode_max_stages(128, 2));
+    CHECK(detail::decode_grid_beside_prefill(g).early_stages == 0);
+    CHECK_FALSE(detail::decode_grid_beside_prefill(g).alone_depth);
+  }
+  CHECK_FALSE(detail::decode_grid(1, 8, 4, 32768, 0, 128, KvDType::kAuto, off).alone_depth);
+  detail::DecodeDevice no_shallow = off;
+  no_shallow.blocks_per_sm[2] = 0;
+  CHECK(detail::decode_grid(8, 8, 4, 32768, 0, 128, KvDType::kAuto, no_shallow).stages ==
+        ga_decode_max_stages(128, 2));
+  // Unsplit past 4096 tokens, one block a multiprocessor: 16 x 8192 (128 blocks, 128 tiles a
+  // warp) alone at the shallow depth; 32 x 8192 (256 blocks, two a multiprocessor) keeps its.
+  CHECK(grid(16, 8, 4, 8192, 0).max_splits == 1);
+  CHECK(grid(16, 8, 4, 8192, 0).stages == ga_decode_shallow_stages(128, 2));
+  CHECK(grid(16, 8, 4, 8192, 0).early_stages == ga_decode_max_stages(128, 2));
+  CHECK_FALSE(grid(32, 8, 4, 8192, 0).alone_depth);
   CHECK(grid(64, 8, 4, 8192, 0).early_stages == 0);
   // A batch that fills the device by itself, one split (direct output). Three waves or more at
   // the shallow depth take it; fewer take the depth that fills the multiprocessors best, ties
@@ -167,7 +193,8 @@ TEST_CASE("decode split policy: about one block per multiprocessor for small bat
   }
   CHECK(grid(16, 8, 4, 1024, 0).stages == ga_decode_max_stages(128, 2));  // unsplit, short
   CHECK(grid(16, 8, 4, 1024, 0).early_stages == 0);
-  CHECK(grid(16, 8, 4, 16384, 0).early_stages == 0);  // unsplit, long
+  CHECK(grid(16, 8, 4, 16384, 0).early_stages == 4);  // unsplit, long: the alone depth below
+  CHECK(grid(16, 8, 4, 16384, 0).stages == 2);
   CHECK(grid(32, 8, 4, 4096, 0).early_stages == 3);
   CHECK(grid(32, 8, 4, 4096, 0).stages == 2);
   CHECK(grid(32, 8, 4, 4096, 0).max_splits == 1);
@@ -176,6 +203,17 @@ TEST_CASE("decode split policy: about one block per multiprocessor for small bat
   CHECK(grid(16, 8, 4, 4096, 0).max_splits == 1);
   // 64 x 2048 (512 blocks: 2 waves of 2 at 3 stages or 4 of 1 at 4) takes 3 stages either way.
   CHECK(grid(64, 8, 4, 2048, 0).early_stages == 0);
+  // 64 x 4096 (the same at 3 stages) runs its ring 2 stages deep alone, in 3 stages' shared
+  // memory ([policy: alone ring depth]); 64 x 2048, 64 x 1024 and 64 x 8192, a grid already at
+  // the shallow depth (32 x 4096) and a batch beside a prefill keep their ring.
+  CHECK(grid(64, 8, 4, 4096, 0).stages == 3);
+  CHECK(grid(64, 8, 4, 4096, 0).ring_stages == 2);
+  CHECK(grid(64, 8, 4, 2048, 0).ring_stages == 0);
+  CHECK(grid(64, 8, 4, 1024, 0).ring_stages == 0);
+  CHECK(grid(64, 8, 4, 8192, 0).ring_stages == 0);
+  CHECK(grid(32, 8, 4, 4096, 0).ring_stages == 0);
+  CHECK(detail::decode_grid_beside_prefill(grid(64, 8, 4, 4096, 0)).ring_stages == 0);
+  CHECK(detail::decode_grid_beside_prefill(grid(64, 8, 4, 4096, 0)).stages == 3);
   // A split launch's early_stages is not a free-slot depth: beside a prefill it keeps stages.
   const detail::DecodeGrid split8k =
       detail::decode_grid(1, 8, 4, 8192, 0, 128, KvDType::kAuto, off);

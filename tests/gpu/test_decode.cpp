@@ -1017,6 +1017,35 @@ TEST_CASE("gpu decode: forward on decode-only, mixed and padded batches") {
   }
 }
 
+TEST_CASE("gpu decode: forward at the policy's alone depth of long splits") {
+  // runtime/decode.cpp [policy: alone depth, long splits]: on a 132-SM device with head 128 (an
+  // H100), 8 decodes of 8192 tokens over 8 KV heads are 2 splits of 64 tiles a warp at the
+  // shallow depth alone, the deepest with overlap_previous_kernel. Checked against the float64
+  // reference on whatever grid this device takes (the grid is printed).
+  GA_REQUIRE_GPU();
+  if (reduced()) return;
+  TempKernelCache cache;
+  auto rng = make_rng();
+  const int decodes = 8, len = 8192;
+  for (bool early : {false, true}) {
+    AttentionLayerConfig c = layer_config(32, 8, 128, len, decodes);
+    c.overlap_previous_kernel = early;
+    AttentionBackend probe(c);
+    probe.prepare(cache);
+    MESSAGE(decodes << " x " << len << std::string(early ? ", early prologue" : "") << ": "
+                    << probe.decode_max_splits(decodes) << " splits, "
+                    << probe.decode_stages(decodes) << " stages alone");
+    INFO(decodes << " decodes of " << len << " tokens, early prologue " << early);
+    Mixed m;
+    for (int r = 0; r < decodes; ++r) {
+      m.q_lens.push_back(1);
+      m.seq_lens.push_back(r == 0 ? len : len - 1 - r % 37);
+    }
+    m.num_decodes = decodes;
+    run_forward(c, m, cache, rng);
+  }
+}
+
 TEST_CASE("gpu decode: one captured graph serves every context length") {
   GA_REQUIRE_GPU();
   if (reduced()) return;
