@@ -632,6 +632,16 @@ __device__ __forceinline__ void ga_timing_stamp(int w) {
 // 2 an e4m3 query's loads go out beside seq_lens (without the early prologue);
 // 4 the warps' O^T rows in shared memory rotated by 4 (h / 2) elements, so that neither their
 //   stores nor the merge's loads meet in a bank (rows of 256 fp32: every row starts at bank 0).
+// The e4m3 pairs' tile on the archs that widen e4m3 with the hardware conversion but have no
+// fp8 mma.sync (sm_90, sm_100: GA_FP8_TILE), for a shorter chain of dependent instructions a
+// tile (what the launch's tail waits on when few blocks still stream):
+// 8 the tile's V chunks are read from shared memory and widened before the softmax, in the
+//   same basic block as K Q^T and the softmax, so that their loads and conversions fill the
+//   latency of the QK chain and of the row-max shuffles instead of running after the vote;
+// 16 S^T = K Q^T in two accumulator chains, one a KV head of the pair (8 + 8 dependent MMAs
+//   instead of 16), added at the end (each holds exact zeros in the other head's columns);
+// 32 (without 8) only the first V chunk group is widened before the softmax: its MMAs start
+//   right after the vote while the second group's conversions overlap them.
 // (Every other spec compiles none of it.)
 #ifndef GA_DECODE_FP8_PAIR
 #define GA_DECODE_FP8_PAIR 7
@@ -884,6 +894,9 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
 #define GA_PAIR_SECOND (PG == 2 && kv_head * 2 + 1 < p.num_heads / GROUP)
 // (the fp8 KV caches' pairs: their own epilogue and early e4m3 query; 16-bit pairs keep theirs)
 #define GA_PAIR_FP8 (PG == 2 && KV_FP8 != 0)
+#define GA_FP8_TILE(bit)                                            \
+  (GA_PAIR_FP8 && KV_FP8 == 1 && GA_E4M3_CVT && !GA_FP8_MMA_SYNC && \
+   (GA_DECODE_FP8_PAIR & (bit)) != 0)
 // Element e of warp w's O^T row of column h in shared memory (stage 8; GA_DECODE_FP8_PAIR 4).
 #define GA_RED_SWZ (GA_PAIR_FP8 && (GA_DECODE_FP8_PAIR & 4) != 0)
 #define GA_RED_AT(w, h, e)                                    \
@@ -1547,6 +1560,10 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
     float s[NT][4];
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+    // (GA_DECODE_FP8_PAIR 16: chunk groups KGROUPS / 2.. (the second KV head's) into s2)
+    float s2[NT][4];
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) s2[nt][0] = s2[nt][1] = s2[nt][2] = s2[nt][3] = 0.0f;
 #pragma unroll
     for (int i = 0; i < KGROUPS; ++i) {
       if (8 * (i >> 1) + (i & 1) >= LIVE_CHUNKS) continue;  // the whole chunk group is padding
@@ -1573,9 +1590,31 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
       for (int sub = 0; sub < KSUB; ++sub)
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt)
-          ga_mma(s[nt], ka[2 * sub], kb[2 * sub], ka[2 * sub + 1], kb[2 * sub + 1],
-                 qf[nt][i][2 * sub], qf[nt][i][2 * sub + 1]);
+          ga_mma(GA_FP8_TILE(16) && i >= KGROUPS / 2 ? s2[nt] : s[nt], ka[2 * sub], kb[2 * sub],
+                 ka[2 * sub + 1], kb[2 * sub + 1], qf[nt][i][2 * sub], qf[nt][i][2 * sub + 1]);
     }
+    if (GA_FP8_TILE(16)) {
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[nt][e] += s2[nt][e];
+    }
+    // [GA_DECODE_FP8_PAIR 8, 32] the tile's V chunks (the first V_EARLY groups) widened here.
+    constexpr int V_EARLY = GA_FP8_TILE(8) ? VGROUPS : GA_FP8_TILE(32) ? 1 : 0;
+    ga_u32 v_early[V_EARLY > 0 ? V_EARLY : 1][2][CE];
+    auto v_widen = [&](int v, ga_u32(&lo01)[CE], ga_u32(&lo89)[CE]) {
+      const int cv = g + 8 * v;
+      const int sw0 = (cv ^ (2 * t)) << 4, sw1 = (cv ^ (2 * t + 1)) << 4;
+      const uint4 v0 = *reinterpret_cast<const uint4*>(vs + (2 * t) * ROW_BYTES + sw0);
+      const uint4 v1 = *reinterpret_cast<const uint4*>(vs + (2 * t + 1) * ROW_BYTES + sw1);
+      const uint4 v8 = *reinterpret_cast<const uint4*>(vs + (2 * t + 8) * ROW_BYTES + sw0);
+      const uint4 v9 = *reinterpret_cast<const uint4*>(vs + (2 * t + 9) * ROW_BYTES + sw1);
+      ga_v_pairs(v0, v1, lo01);
+      ga_v_pairs(v8, v9, lo89);
+    };
+#pragma unroll
+    for (int v = 0; v < V_EARLY; ++v)
+      if (8 * v < LIVE_CHUNKS) v_widen(v, v_early[v][0], v_early[v][1]);
 
     // [stage 6: update_local_state] [policy: logits transform] soft cap, ALiBi; [policy: mask]
     // window / multi-token causal limits, block-sparse; then the online softmax.
@@ -1682,15 +1721,16 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
 #pragma unroll
     for (int v = 0; v < VGROUPS; ++v) {
       if (8 * v >= LIVE_CHUNKS) continue;
-      const int cv = g + 8 * v;
-      const int sw0 = (cv ^ (2 * t)) << 4, sw1 = (cv ^ (2 * t + 1)) << 4;
-      const uint4 v0 = *reinterpret_cast<const uint4*>(vs + (2 * t) * ROW_BYTES + sw0);
-      const uint4 v1 = *reinterpret_cast<const uint4*>(vs + (2 * t + 1) * ROW_BYTES + sw1);
-      const uint4 v8 = *reinterpret_cast<const uint4*>(vs + (2 * t + 8) * ROW_BYTES + sw0);
-      const uint4 v9 = *reinterpret_cast<const uint4*>(vs + (2 * t + 9) * ROW_BYTES + sw1);
       ga_u32 lo01[CE], lo89[CE];
-      ga_v_pairs(v0, v1, lo01);
-      ga_v_pairs(v8, v9, lo89);
+      if (v < V_EARLY) {
+#pragma unroll
+        for (int e = 0; e < CE; ++e) {
+          lo01[e] = v_early[v < V_EARLY ? v : 0][0][e];
+          lo89[e] = v_early[v < V_EARLY ? v : 0][1][e];
+        }
+      } else {
+        v_widen(v, lo01, lo89);
+      }
 #pragma unroll
       for (int u = 0; u < MSUB; ++u)
 #pragma unroll
