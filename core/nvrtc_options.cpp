@@ -56,8 +56,8 @@ bool allowed(const std::string& o) {
   // words of 32 rows, 0 = after the count as in session 13).
   if (starts_with(o, "-DGA_DSP_SEQ_WINDOW=")) return number_after(o, "-DGA_DSP_SEQ_WINDOW=", 0, 4);
   // The fp8 KV-head-pair decodes' epilogue, prologue and tile bits (templates/decode.cu,
-  // GA_DECODE_FP8_PAIR: 1, 2, 4 epilogue and prologue, 8, 16, 32 the e4m3 tile; 0 none), for
-  // measurement.
+  // GA_DECODE_FP8_PAIR: 1, 2, 4 epilogue and prologue, 8, 16, 32 the e4m3 tile; 23 the default),
+  // for measurement.
   if (starts_with(o, "-DGA_DECODE_FP8_PAIR="))
     return number_after(o, "-DGA_DECODE_FP8_PAIR=", 0, 63);
   if (starts_with(o, "--maxrregcount=")) return number_after(o, "--maxrregcount=", 1, 999);

@@ -671,14 +671,16 @@ __device__ __forceinline__ void ga_timing_stamp(int w) {
 #endif
 #endif
 // [policy: fp8 pair epilogue] The fp8 KV-head-pair decodes' epilogue and prologue (issue 25),
-// bits of GA_DECODE_FP8_PAIR (GRAPHATTN_NVRTC_EXTRA_OPTIONS=-DGA_DECODE_FP8_PAIR=N, default 7):
+// bits of GA_DECODE_FP8_PAIR (GRAPHATTN_NVRTC_EXTRA_OPTIONS=-DGA_DECODE_FP8_PAIR=N, default 23):
 // 1 one split: a thread merges 8 elements of a head and writes them in one 16-byte store;
 // 2 an e4m3 query's loads go out beside seq_lens (without the early prologue);
 // 4 the warps' O^T rows in shared memory rotated by 4 (h / 2) elements, so that neither their
 //   stores nor the merge's loads meet in a bank (rows of 256 fp32: every row starts at bank 0).
-// The e4m3 pairs' tile on the archs that widen e4m3 with the hardware conversion but have no
-// fp8 mma.sync (sm_90, sm_100: GA_FP8_TILE), for a shorter chain of dependent instructions a
-// tile (what the launch's tail waits on when few blocks still stream; ga_fp8_tile_qk):
+// The e4m3 pairs' tile with a 16-bit query on the archs that widen e4m3 with the hardware
+// conversion but have no fp8 mma.sync (sm_90, sm_100: GA_FP8_TILE), for a shorter chain of
+// dependent instructions a tile (what the launch's tail waits on when few blocks still stream;
+// ga_fp8_tile_qk; docs/fp8-decode-h100-2026-11-28-s15.txt: 16 is the default, 8 and 32 measured
+// no better; the e4m3-query specs keep the one chain: 16 spilled there and gained nothing):
 // 8 the tile's V chunks are read from shared memory and widened before the softmax, in the
 //   same basic block as K Q^T and the softmax, so that their loads and conversions may fill the
 //   latency of the QK chain and of the row-max shuffles instead of running after the vote;
@@ -688,7 +690,7 @@ __device__ __forceinline__ void ga_timing_stamp(int w) {
 //   right after the vote while the second group's conversions overlap them.
 // (Every other spec compiles none of it.)
 #ifndef GA_DECODE_FP8_PAIR
-#define GA_DECODE_FP8_PAIR 7
+#define GA_DECODE_FP8_PAIR 23
 #endif
 enum : int {
   CLUSTER_PUSH =
@@ -938,8 +940,8 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
 #define GA_PAIR_SECOND (PG == 2 && kv_head * 2 + 1 < p.num_heads / GROUP)
 // (the fp8 KV caches' pairs: their own epilogue and early e4m3 query; 16-bit pairs keep theirs)
 #define GA_PAIR_FP8 (PG == 2 && KV_FP8 != 0)
-#define GA_FP8_TILE(bit)                                            \
-  (GA_PAIR_FP8 && KV_FP8 == 1 && GA_E4M3_CVT && !GA_FP8_MMA_SYNC && \
+#define GA_FP8_TILE(bit)                                                    \
+  (GA_PAIR_FP8 && KV_FP8 == 1 && !QF8 && GA_E4M3_CVT && !GA_FP8_MMA_SYNC && \
    (GA_DECODE_FP8_PAIR & (bit)) != 0)
 // Element e of warp w's O^T row of column h in shared memory (stage 8; GA_DECODE_FP8_PAIR 4).
 #define GA_RED_SWZ (GA_PAIR_FP8 && (GA_DECODE_FP8_PAIR & 4) != 0)
