@@ -371,6 +371,50 @@ __device__ __forceinline__ int ga_k_chunk_index(int i, int t) {
   return 8 * (i >> 1) + 2 * t + (i & 1);
 }
 
+// [policy: fp8 pair epilogue] (GA_DECODE_FP8_PAIR 8, 16, 32: only the specs GA_FP8_TILE names
+// call it) Stage 5 of an e4m3 KV-head-pair tile: S^T = K Q^T, in two accumulator chains when TWO
+// (chunk groups 0 .. KGROUPS / 2 - 1 hold the first KV head's dimensions: each chain holds exact
+// zeros in the other head's columns, so their sum is the one chain's S^T), then the first V_EARLY
+// V chunk groups read and widened as stage 7 would (its lo01, lo89 of group v in v_early[v]).
+template <int V_EARLY, bool TWO, int VE>
+__device__ __forceinline__ void ga_fp8_tile_qk(const unsigned char* ks, const unsigned char* vs,
+                                               int g, int t, const ga_u32 (&qf)[NT][KGROUPS][KW],
+                                               float (&s)[NT][4], ga_u32 (&v_early)[VE][2][CE]) {
+  float s2[NT][4];
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) s2[nt][0] = s2[nt][1] = s2[nt][2] = s2[nt][3] = 0.0f;
+#pragma unroll
+  for (int i = 0; i < KGROUPS; ++i) {
+    const int sw = (ga_k_chunk_index(i, t) ^ g) << 4;
+    ga_u32 ka[KW], kb[KW];
+    ga_k_chunk(*reinterpret_cast<const uint4*>(ks + g * ROW_BYTES + sw), ka);
+    ga_k_chunk(*reinterpret_cast<const uint4*>(ks + (g + 8) * ROW_BYTES + sw), kb);
+#pragma unroll
+    for (int sub = 0; sub < KSUB; ++sub)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt)
+        ga_mma(TWO && i >= KGROUPS / 2 ? s2[nt] : s[nt], ka[2 * sub], kb[2 * sub], ka[2 * sub + 1],
+               kb[2 * sub + 1], qf[nt][i][2 * sub], qf[nt][i][2 * sub + 1]);
+  }
+  if (TWO) {
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[nt][e] += s2[nt][e];
+  }
+#pragma unroll
+  for (int v = 0; v < V_EARLY; ++v) {
+    const int cv = g + 8 * v;
+    const int sw0 = (cv ^ (2 * t)) << 4, sw1 = (cv ^ (2 * t + 1)) << 4;
+    const uint4 v0 = *reinterpret_cast<const uint4*>(vs + (2 * t) * ROW_BYTES + sw0);
+    const uint4 v1 = *reinterpret_cast<const uint4*>(vs + (2 * t + 1) * ROW_BYTES + sw1);
+    const uint4 v8 = *reinterpret_cast<const uint4*>(vs + (2 * t + 8) * ROW_BYTES + sw0);
+    const uint4 v9 = *reinterpret_cast<const uint4*>(vs + (2 * t + 9) * ROW_BYTES + sw1);
+    ga_v_pairs(v0, v1, v_early[v][0]);
+    ga_v_pairs(v8, v9, v_early[v][1]);
+  }
+}
+
 // Thread-block clusters (sm_90): the splits of one request and head group run as one cluster
 // and combine through distributed shared memory.
 __device__ __forceinline__ void ga_cluster_sync() {
@@ -627,14 +671,26 @@ __device__ __forceinline__ void ga_timing_stamp(int w) {
 #endif
 #endif
 // [policy: fp8 pair epilogue] The fp8 KV-head-pair decodes' epilogue and prologue (issue 25),
-// bits of GA_DECODE_FP8_PAIR (GRAPHATTN_NVRTC_EXTRA_OPTIONS=-DGA_DECODE_FP8_PAIR=N, default 7):
+// bits of GA_DECODE_FP8_PAIR (GRAPHATTN_NVRTC_EXTRA_OPTIONS=-DGA_DECODE_FP8_PAIR=N, default 23):
 // 1 one split: a thread merges 8 elements of a head and writes them in one 16-byte store;
 // 2 an e4m3 query's loads go out beside seq_lens (without the early prologue);
 // 4 the warps' O^T rows in shared memory rotated by 4 (h / 2) elements, so that neither their
 //   stores nor the merge's loads meet in a bank (rows of 256 fp32: every row starts at bank 0).
+// The e4m3 pairs' tile with a 16-bit query on the archs that widen e4m3 with the hardware
+// conversion but have no fp8 mma.sync (sm_90, sm_100: GA_FP8_TILE), for a shorter chain of
+// dependent instructions a tile (what the launch's tail waits on when few blocks still stream;
+// ga_fp8_tile_qk; docs/fp8-decode-h100-2026-11-28-s15.txt: 16 is the default, 8 and 32 measured
+// no better; the e4m3-query specs keep the one chain: 16 spilled there and gained nothing):
+// 8 the tile's V chunks are read from shared memory and widened before the softmax, in the
+//   same basic block as K Q^T and the softmax, so that their loads and conversions may fill the
+//   latency of the QK chain and of the row-max shuffles instead of running after the vote;
+// 16 S^T = K Q^T in two accumulator chains, one a KV head of the pair (8 + 8 dependent MMAs
+//   instead of 16), added at the end (each holds exact zeros in the other head's columns);
+// 32 (without 8) only the first V chunk group is widened before the softmax: its MMAs can start
+//   right after the vote while the second group's conversions overlap them.
 // (Every other spec compiles none of it.)
 #ifndef GA_DECODE_FP8_PAIR
-#define GA_DECODE_FP8_PAIR 7
+#define GA_DECODE_FP8_PAIR 23
 #endif
 enum : int {
   CLUSTER_PUSH =
@@ -884,6 +940,9 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
 #define GA_PAIR_SECOND (PG == 2 && kv_head * 2 + 1 < p.num_heads / GROUP)
 // (the fp8 KV caches' pairs: their own epilogue and early e4m3 query; 16-bit pairs keep theirs)
 #define GA_PAIR_FP8 (PG == 2 && KV_FP8 != 0)
+#define GA_FP8_TILE(bit)                                                    \
+  (GA_PAIR_FP8 && KV_FP8 == 1 && !QF8 && GA_E4M3_CVT && !GA_FP8_MMA_SYNC && \
+   (GA_DECODE_FP8_PAIR & (bit)) != 0)
 // Element e of warp w's O^T row of column h in shared memory (stage 8; GA_DECODE_FP8_PAIR 4).
 #define GA_RED_SWZ (GA_PAIR_FP8 && (GA_DECODE_FP8_PAIR & 4) != 0)
 #define GA_RED_AT(w, h, e)                                    \
@@ -1547,34 +1606,42 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
     float s[NT][4];
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+    // (GA_DECODE_FP8_PAIR 8, 16, 32: ga_fp8_tile_qk, which also widens the tile's first V_EARLY
+    // V chunk groups for stage 7)
+    constexpr int V_EARLY = GA_FP8_TILE(8) ? VGROUPS : GA_FP8_TILE(32) ? 1 : 0;
+    ga_u32 v_early[V_EARLY > 0 ? V_EARLY : 1][2][CE];
+    if constexpr (V_EARLY > 0 || GA_FP8_TILE(16)) {
+      ga_fp8_tile_qk<V_EARLY, GA_FP8_TILE(16)>(ks, vs, g, t, qf, s, v_early);
+    } else {
 #pragma unroll
-    for (int i = 0; i < KGROUPS; ++i) {
-      if (8 * (i >> 1) + (i & 1) >= LIVE_CHUNKS) continue;  // the whole chunk group is padding
-      const int c = ga_k_chunk_index(i, t);
-      const int sw = (c ^ g) << 4;  // (flash: ga_k_off of rows g and g + 8)
-      const int k0 = LEGACY ? ga_k_off(g, c) : g * ROW_BYTES + sw;
-      const int k1 = LEGACY ? ga_k_off(g + 8, c) : (g + 8) * ROW_BYTES + sw;
-      if constexpr (QK_FP8) {
-        // 16 fp8 keys a row chunk, 4 a word: two k = 32 MMAs (words 0, 1 and 2, 3 of the chunk
-        // of rows g and g + 8 against the same words of the query's chunk).
-        const uint4 ca = *reinterpret_cast<const uint4*>(ks + k0);
-        const uint4 cb = *reinterpret_cast<const uint4*>(ks + k1);
+      for (int i = 0; i < KGROUPS; ++i) {
+        if (8 * (i >> 1) + (i & 1) >= LIVE_CHUNKS) continue;  // the whole chunk group is padding
+        const int c = ga_k_chunk_index(i, t);
+        const int sw = (c ^ g) << 4;  // (flash: ga_k_off of rows g and g + 8)
+        const int k0 = LEGACY ? ga_k_off(g, c) : g * ROW_BYTES + sw;
+        const int k1 = LEGACY ? ga_k_off(g + 8, c) : (g + 8) * ROW_BYTES + sw;
+        if constexpr (QK_FP8) {
+          // 16 fp8 keys a row chunk, 4 a word: two k = 32 MMAs (words 0, 1 and 2, 3 of the chunk
+          // of rows g and g + 8 against the same words of the query's chunk).
+          const uint4 ca = *reinterpret_cast<const uint4*>(ks + k0);
+          const uint4 cb = *reinterpret_cast<const uint4*>(ks + k1);
 #pragma unroll
-        for (int nt = 0; nt < NT; ++nt) {
-          ga_mma_fp8(s[nt], ca.x, cb.x, ca.y, cb.y, qf[nt][i][0], qf[nt][i][1]);
-          ga_mma_fp8(s[nt], ca.z, cb.z, ca.w, cb.w, qf[nt][i][2], qf[nt][i][3]);
+          for (int nt = 0; nt < NT; ++nt) {
+            ga_mma_fp8(s[nt], ca.x, cb.x, ca.y, cb.y, qf[nt][i][0], qf[nt][i][1]);
+            ga_mma_fp8(s[nt], ca.z, cb.z, ca.w, cb.w, qf[nt][i][2], qf[nt][i][3]);
+          }
+          continue;
         }
-        continue;
+        ga_u32 ka[KW], kb[KW];
+        ga_k_chunk(*reinterpret_cast<const uint4*>(ks + k0), ka);
+        ga_k_chunk(*reinterpret_cast<const uint4*>(ks + k1), kb);
+#pragma unroll
+        for (int sub = 0; sub < KSUB; ++sub)
+#pragma unroll
+          for (int nt = 0; nt < NT; ++nt)
+            ga_mma(s[nt], ka[2 * sub], kb[2 * sub], ka[2 * sub + 1], kb[2 * sub + 1],
+                   qf[nt][i][2 * sub], qf[nt][i][2 * sub + 1]);
       }
-      ga_u32 ka[KW], kb[KW];
-      ga_k_chunk(*reinterpret_cast<const uint4*>(ks + k0), ka);
-      ga_k_chunk(*reinterpret_cast<const uint4*>(ks + k1), kb);
-#pragma unroll
-      for (int sub = 0; sub < KSUB; ++sub)
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
-          ga_mma(s[nt], ka[2 * sub], kb[2 * sub], ka[2 * sub + 1], kb[2 * sub + 1],
-                 qf[nt][i][2 * sub], qf[nt][i][2 * sub + 1]);
     }
 
     // [stage 6: update_local_state] [policy: logits transform] soft cap, ALiBi; [policy: mask]
@@ -1689,8 +1756,16 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
       const uint4 v8 = *reinterpret_cast<const uint4*>(vs + (2 * t + 8) * ROW_BYTES + sw0);
       const uint4 v9 = *reinterpret_cast<const uint4*>(vs + (2 * t + 9) * ROW_BYTES + sw1);
       ga_u32 lo01[CE], lo89[CE];
-      ga_v_pairs(v0, v1, lo01);
-      ga_v_pairs(v8, v9, lo89);
+      if (v < V_EARLY) {  // (GA_DECODE_FP8_PAIR 8, 32: widened before the softmax)
+#pragma unroll
+        for (int e = 0; e < CE; ++e) {
+          lo01[e] = v_early[v < V_EARLY ? v : 0][0][e];
+          lo89[e] = v_early[v < V_EARLY ? v : 0][1][e];
+        }
+      } else {
+        ga_v_pairs(v0, v1, lo01);
+        ga_v_pairs(v8, v9, lo89);
+      }
 #pragma unroll
       for (int u = 0; u < MSUB; ++u)
 #pragma unroll
