@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "core/env_flag.hpp"
 #include "graphattn/capture.hpp"
 #include "graphattn/graphattn.hpp"
 #include "graphattn/runtime.hpp"
@@ -683,7 +684,7 @@ TEST_CASE("gpu decode graphs: mixed graphs' decode kernel chooses the splits fro
   GA_CU_CHECK(d.cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev));
   MixedAgainstHost t(stack_options(256, nullptr, nullptr), cache, rng, stream);
   for (const auto& p : t.probes) CHECK(p->mixed_decode_divisor() == 0);
-  int steps = 0, agreed = 0, split_many = 0;
+  int steps = 0, agreed = 0, split_many = 0, split_two = 0;
   for (int n : {kMaxTokens, 24})
     for (int part : {1, 2, 0}) {  // 1 decode, half the slots, every slot
       const int slots = t.graph.mixed_request_slots(n);
@@ -697,7 +698,9 @@ TEST_CASE("gpu decode graphs: mixed graphs' decode kernel chooses the splits fro
       ++steps;
       for (int l = 0; l < kLayers; ++l) {
         const AttentionBackend& p = *t.probes[l];
-        const int gs = p.mixed_decode_splits(slots, D, n - D), hs = p.decode_max_splits(D);
+        const int gs = p.mixed_decode_splits(slots, D, n - D,
+                                             *std::min_element(kl.begin(), kl.end())),
+                  hs = p.decode_max_splits(D);
         CHECK(gs <= p.mixed_decode_max_splits(slots));
         // (head 128 bf16: a block per KV head, kKvHeads blocks a split) The host split's count
         // for D decodes over the multiprocessors the prefill's n - D tokens leave them.
@@ -705,9 +708,17 @@ TEST_CASE("gpu decode graphs: mixed graphs' decode kernel chooses the splits fro
             ga_device_split_room(sms, n - D, kHeads / kKvHeads,
                                  detail::prefill_config(p.required_specs()[2]).block_m, kKvHeads);
         CHECK(room <= sms);
-        if (D * kKvHeads < sms)
-          CHECK(gs == std::clamp(room / kKvHeads / D, 1, p.mixed_decode_max_splits(slots)));
-        if (D * kKvHeads < sms && n == D) CHECK(gs == hs);
+        const int one = std::clamp(room / kKvHeads / D, 1, p.mixed_decode_max_splits(slots));
+        // GRAPHATTN_MIXED_DSP_LONG_TILES: or the count of two blocks a multiprocessor
+        const int two = std::clamp(
+            ga_device_split_room(2 * sms, n - D, kHeads / kKvHeads,
+                                 detail::prefill_config(p.required_specs()[2]).block_m, kKvHeads) /
+                kKvHeads / D,
+            1, p.mixed_decode_max_splits(slots));
+        const bool long_splits = detail::mixed_dsp_long_tiles_from_env() > 0;
+        if (D * kKvHeads < sms) CHECK((gs == one || (long_splits && gs == two)));
+        if (D * kKvHeads < sms && n == D && gs == one) CHECK(gs == hs);
+        split_two += long_splits && gs == two && two != one;
         split_many += gs > 1;
         const bool same_grid = gs == hs && p.mixed_decode_stages(slots) == p.decode_stages(D);
         MESSAGE(n << " tokens, " << slots << " slots, " << D << " decodes, layer " << l
@@ -723,7 +734,8 @@ TEST_CASE("gpu decode graphs: mixed graphs' decode kernel chooses the splits fro
   CHECK(t.runner.stats().replays == static_cast<uint64_t>(steps));
   CHECK(t.runner.stats().eager_steps == 0);
   CHECK(split_many >= 4);  // 1 decode in either graph, both layers: several splits
-  MESSAGE("bitwise equal to the host split where the grids agree: " << agreed << " layers");
+  MESSAGE("bitwise equal to the host split where the grids agree: "
+          << agreed << " layers; " << split_two << " at the count of two blocks a multiprocessor");
   check_caches_agree(t.graph, t.host, t.init);
 }
 
