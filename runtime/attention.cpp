@@ -77,10 +77,10 @@ DecodeGrid mixed_decode_grid(int slots, int divisor, int num_kv_heads, int colum
     // (the divisor-4 sizing's short splits: 4 x 2048 + 16 and 8 x 1024 + 32 measured +0.9% and
     // +1.4% with the larger grid, where the rule kept one block) or at one block a
     // multiprocessor keep the plain _dsp kernel and its grid.
-    const bool long_splits =
-        dev.dsp_long_tiles > 0 && dev.dsp_sm_blocks <= 1 && window <= 0 &&
-        kv_dtype == KvDType::kAuto && stages <= 4 &&
-        stages > ga_decode_shallow_stages(head_size * rh, 2) && dev.blocks_per_sm[stages] >= 2;
+    const bool long_splits = dev.dsp_long_tiles > 0 && dev.dsp_sm_blocks <= 1 && window <= 0 &&
+                             kv_dtype == KvDType::kAuto && stages <= 4 &&
+                             stages > ga_decode_shallow_stages(head_size * rh, 2) &&
+                             dev.blocks_per_sm[stages] >= 2;
     const int sms = dev.num_sms * (long_splits ? 2 : std::max(1, dev.dsp_sm_blocks));
     if (y <= 65535 && device_split_blocks(slots, y, most, sms) <= 65535) {
       DecodeGrid g = all;

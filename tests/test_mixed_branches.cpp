@@ -247,6 +247,14 @@ TEST_CASE("mixed decode grid: GRAPHATTN_MIXED_DSP_LONG_TILES sizes the grid for 
     const auto grid = [&](int slots, int len) {
       return detail::mixed_decode_grid(slots, 0, 8, 4, len, 0, 128, KvDType::kAuto, dev);
     };
+    // (tests/gpu/test_decode_graphs.cpp's _dsp_long case: 8 / 2 heads at 8192, 96 slots long,
+    // 24 slots at the shallow depth)
+    for (int slots : {96, 24}) {
+      const detail::DecodeGrid g =
+          detail::mixed_decode_grid(slots, 0, 2, 4, 8192, 0, 128, KvDType::kAuto, dev);
+      CHECK(g.stages == (slots == 96 ? 3 : 2));
+      CHECK(g.long_split_tokens == (slots == 96 ? 512 : 0));
+    }
     CHECK(grid(64, 8192).long_split_tokens == 512);
     CHECK(grid(64, 8192).device_sms == 264);
     for (auto [slots, len] : {std::pair{17, 4096}, std::pair{20, 2048}, std::pair{40, 1024}}) {
