@@ -225,6 +225,8 @@ DecodeDevice prepare_decode_kernel(const LoadedKernel& decode) {
   // 2026-11-27-s13.txt).
   out.cluster_splits = detail::decode_cluster_splits_from_env();
   out.dsp_sm_blocks = detail::mixed_dsp_sm_blocks_from_env();
+  // GRAPHATTN_MIXED_DSP_LONG_TILES (the backend zeroes it where it has no _dsp_long kernel)
+  out.dsp_long_tiles = detail::mixed_dsp_long_tiles_from_env();
   return out;
 }
 
