@@ -35,5 +35,9 @@ int decode_early_trigger_from_env();
 // _dsp kernel's split count plans for (its multiprocessor count times N, for the grid's size and
 // the kernel's count); anything else throws graphattn::Error as above.
 int mixed_dsp_sm_blocks_from_env();
+// GRAPHATTN_MIXED_DSP_LONG_TILES: unset or empty is 0 (the _dsp count plans one block a
+// multiprocessor); else 1..64, the tiles a warp every leading decode must keep for the count to
+// plan two (runtime/mixed_grid.hpp); anything else throws graphattn::Error as above.
+int mixed_dsp_long_tiles_from_env();
 
 }  // namespace graphattn::detail

@@ -422,6 +422,12 @@ void AttentionSpec::validate() const {
     throw Error("spec " + to_string() +
                 ": device-chosen splits (_dsp) are an axis of one-token decodes over the flash "
                 "layout with a 16-bit query; not with _mt, _qe4m3 or the legacy layout");
+  // The long-splits count is a choice of the _dsp kernel's count (16-bit KV: the seq_lens window
+  // it reads the decodes' lengths from).
+  if (dsp_long_splits && (!device_splits || kv_dtype != KvDType::kAuto))
+    throw Error("spec " + to_string() +
+                ": long device splits (_long) are an axis of _dsp decodes over a 16-bit KV "
+                "cache; supported: _long with _dsp and kvauto");
   // The legacy key cache splits the head into chunks of x = 16 bytes of elements.
   if (layout == KvLayout::kLegacy && head_size % (kv_dtype == KvDType::kAuto ? 8 : 16) != 0)
     throw Error(

@@ -59,19 +59,33 @@ DecodeGrid mixed_decode_grid(int slots, int divisor, int num_kv_heads, int colum
         decode_grid(1, num_kv_heads, columns, max_model_len, window, head_size, kv_dtype, no_auto)
             .max_splits,
         1);
+    // The pipeline depth (the blocks' shared memory, fixed at capture) is the one the divisor-4
+    // sizing launches for these slots: where the kernel then picks that sizing's splits
+    // (4 decodes at 2048 + 16 in 20 slots: 3 splits at 2 stages) the launch differs from it
+    // only in the count and the grid. Session 11 launched every slot's depth (3 stages there,
+    // 4 splits: +9.6%; not separated from the splits).
+    const int stages = mixed_decode_grid(slots, kMixedDecodeDivisor, num_kv_heads, columns,
+                                         max_model_len, window, head_size, kv_dtype, dev)
+                           .stages;
     // (Measurement switch GRAPHATTN_MIXED_DSP_SM_BLOCKS=N: the count plans for N blocks a
     // multiprocessor; the grid is sized with the same count, so it covers every choice.)
-    const int sms = dev.num_sms * std::max(1, dev.dsp_sm_blocks);
+    // GRAPHATTN_MIXED_DSP_LONG_TILES=T (without SM_BLOCKS): where the depth is deeper than the
+    // shallow one and still lets two blocks share a multiprocessor (16-bit KV cache, no window;
+    // head 128 bf16 on an H100: 3 stages), the graph launches the _dsp_long kernel, which plans
+    // two blocks a multiprocessor when every leading decode keeps T tiles a warp at that count,
+    // else one; the grid is sized for two ([policy: long splits]). Graphs at the shallow depth
+    // (the divisor-4 sizing's short splits: 4 x 2048 + 16 and 8 x 1024 + 32 measured +0.9% and
+    // +1.4% with the larger grid, where the rule kept one block) or at one block a
+    // multiprocessor keep the plain _dsp kernel and its grid.
+    const bool long_splits = dev.dsp_long_tiles > 0 && dev.dsp_sm_blocks <= 1 && window <= 0 &&
+                             kv_dtype == KvDType::kAuto && stages <= 4 &&
+                             stages > ga_decode_shallow_stages(head_size * rh, 2) &&
+                             dev.blocks_per_sm[stages] >= 2;
+    const int sms = dev.num_sms * (long_splits ? 2 : std::max(1, dev.dsp_sm_blocks));
     if (y <= 65535 && device_split_blocks(slots, y, most, sms) <= 65535) {
-      // The pipeline depth (the blocks' shared memory, fixed at capture) is the one the divisor-4
-      // sizing launches for these slots: where the kernel then picks that sizing's splits
-      // (4 decodes at 2048 + 16 in 20 slots: 3 splits at 2 stages) the launch differs from it
-      // only in the count and the grid. Session 11 launched every slot's depth (3 stages there,
-      // 4 splits: +9.6%; not separated from the splits).
       DecodeGrid g = all;
-      g.stages = mixed_decode_grid(slots, kMixedDecodeDivisor, num_kv_heads, columns, max_model_len,
-                                   window, head_size, kv_dtype, dev)
-                     .stages;
+      g.stages = stages;
+      g.long_split_tokens = long_splits ? dev.dsp_long_tiles * GA_DECODE_TILE * GA_DECODE_WARPS : 0;
       g.max_splits = most;
       g.cluster = false;
       g.early_trigger = false;
@@ -103,7 +117,9 @@ bool check_bounds_from_env() { return detail::env_flag("GRAPHATTN_CHECK_BOUNDS")
 
 // kDspIdx: the mixed graphs' decode with device-chosen splits (spec _dsp), where the layer has it
 // (chooses_splits_on_device).
-enum SpecIndex { kWrite = 0, kDecodeIdx = 1, kPrefillIdx = 2, kDspIdx = 3 };
+// kDspLongIdx: the same with the long-splits count (spec _dsp_long), where
+// GRAPHATTN_MIXED_DSP_LONG_TILES asks for it (chooses_long_splits).
+enum SpecIndex { kWrite = 0, kDecodeIdx = 1, kPrefillIdx = 2, kDspIdx = 3, kDspLongIdx = 4 };
 
 // GRAPHATTN_MIXED_DECODE_DIVISOR=0 on a layer whose decode can count its decodes (one query token,
 // a 16-bit query, a decoder or cross layer): the mixed graphs' decode is its own kernel, spec _dsp.
@@ -111,6 +127,14 @@ enum SpecIndex { kWrite = 0, kDecodeIdx = 1, kPrefillIdx = 2, kDspIdx = 3 };
 bool chooses_splits_on_device(const AttentionLayerConfig& c, int divisor) {
   return divisor == 0 && c.attn_type != AttentionType::kEncoderOnly && c.decode_query_len == 1 &&
          c.q_dtype != KvDType::kFp8E4M3;
+}
+
+// GRAPHATTN_MIXED_DSP_LONG_TILES on a layer with the _dsp kernel over a 16-bit KV cache without
+// a window: its mixed graphs deeper than the shallow depth launch the _dsp_long kernel
+// (mixed_decode_grid's long_split_tokens).
+bool chooses_long_splits(const AttentionLayerConfig& c, int divisor) {
+  return chooses_splits_on_device(c, divisor) && c.kv_dtype == KvDType::kAuto && c.window <= 0 &&
+         detail::mixed_dsp_long_tiles_from_env() > 0;
 }
 
 }  // namespace
@@ -220,7 +244,7 @@ DecodeKernel select_decode_kernel(const AttentionLayerConfig& config) {
 }
 
 struct AttentionBackend::Loaded {
-  const detail::LoadedKernel* kernels[4] = {};  // in specs_ order (encoder-only: prefill only)
+  const detail::LoadedKernel* kernels[5] = {};  // in specs_ order (encoder-only: prefill only)
   detail::DecodeDevice device;                  // multiprocessors and occupancy
   CUcontext context = nullptr;                  // where the kernels are loaded
   int device_ordinal = 0;                       // that context's device
@@ -335,6 +359,10 @@ AttentionBackend::AttentionBackend(const AttentionLayerConfig& config)
     AttentionSpec dsp = specs_[kDecodeIdx];
     dsp.device_splits = true;
     specs_.push_back(dsp);
+    if (chooses_long_splits(config_, mixed_decode_divisor_)) {
+      dsp.dsp_long_splits = true;
+      specs_.push_back(dsp);
+    }
   }
   for (const auto& s : specs_) s.validate();
 }
@@ -363,6 +391,10 @@ void AttentionBackend::prepare(KernelCache& cache) {
   if (!encoder_only()) loaded->device = detail::prepare_decode_kernel(*loaded->kernels[kDecodeIdx]);
   if (specs_.size() > kDspIdx)  // its shared-memory limit; the split policy is the decode's
     detail::prepare_decode_kernel(*loaded->kernels[kDspIdx]);
+  if (specs_.size() > kDspLongIdx)
+    detail::prepare_decode_kernel(*loaded->kernels[kDspLongIdx]);
+  else if (!encoder_only())
+    loaded->device.dsp_long_tiles = 0;  // no _dsp_long kernel: every graph plans one block
   loaded->context = context;
   loaded->device_ordinal = device;
   loaded_ = std::move(loaded);
@@ -404,16 +436,25 @@ int AttentionBackend::mixed_decode_stages(int request_slots) const {
       .stages;
 }
 
-int AttentionBackend::mixed_decode_splits(int request_slots, int num_decodes,
-                                          int prefill_tokens) const {
+int AttentionBackend::mixed_decode_splits(int request_slots, int num_decodes, int prefill_tokens,
+                                          int shortest_decode) const {
   const detail::DecodeGrid g = grid_of(config_, loaded_ ? &loaded_->device : nullptr, request_slots,
                                        "mixed_decode_splits", mixed_decode_divisor_, true);
   if (g.device_sms <= 0) return g.max_splits;
-  const int room = ga_device_split_room(
-      g.device_sms, prefill_tokens, config_.num_heads / config_.num_kv_heads,
-      mixed_dsp_no_room_ ? 0 : detail::prefill_config(specs_[kPrefillIdx]).block_m,
-      config_.num_kv_heads);
-  return ga_device_split_splits(num_decodes, g.grid_y, room, g.max_splits);
+  const auto splits_at = [&](int sms) {
+    const int room = ga_device_split_room(
+        sms, prefill_tokens, config_.num_heads / config_.num_kv_heads,
+        mixed_dsp_no_room_ ? 0 : detail::prefill_config(specs_[kPrefillIdx]).block_m,
+        config_.num_kv_heads);
+    return ga_device_split_splits(num_decodes, g.grid_y, room, g.max_splits);
+  };
+  const int two = splits_at(g.device_sms);
+  // [policy: long splits] (templates/decode.cu; the kernel's seq_lens window is 128 rows, and
+  // the count window's first 126 decodes)
+  if (g.long_split_tokens > 0 &&
+      !(num_decodes <= 126 && shortest_decode >= int64_t{two} * g.long_split_tokens))
+    return splits_at(g.device_sms / 2);
+  return two;
 }
 
 int AttentionBackend::decode_max_splits(int num_decodes) const {
@@ -574,6 +615,7 @@ detail::DecodeLaunch decode_launch(const AttentionLayerConfig& c,
   }
   d.device_split = md.device_split;
   d.device_sms = md.device_split ? grid.device_sms : 0;
+  d.long_split_tokens = md.device_split ? grid.long_split_tokens : 0;
   if (d.multi_token || md.device_split) d.query_start_loc = md.query_start_loc;
   d.max_splits = grid.max_splits;
   d.stages = grid.stages;
@@ -694,7 +736,8 @@ void AttentionBackend::forward(const TensorView& query, const TensorView& key,
   const bool decode = num_decodes > 0;
   // The mixed graphs' _dsp kernel keeps the prefill's blocks their multiprocessors (see
   // GaDeviceSplits) unless GRAPHATTN_MIXED_DSP_NO_ROOM is set.
-  const int decode_idx = d.device_sms > 0 ? kDspIdx : kDecodeIdx;
+  const int decode_idx =
+      d.device_sms > 0 ? (d.long_split_tokens > 0 ? kDspLongIdx : kDspIdx) : kDecodeIdx;
   if (d.device_sms > 0 && !mixed_dsp_no_room_)
     d.prefill_block_m = detail::prefill_config(specs_[kPrefillIdx]).block_m;
   if (decode) check_decode(c, specs_[decode_idx], d, kc, workspace, workspace_size);

@@ -225,6 +225,8 @@ DecodeDevice prepare_decode_kernel(const LoadedKernel& decode) {
   // 2026-11-27-s13.txt).
   out.cluster_splits = detail::decode_cluster_splits_from_env();
   out.dsp_sm_blocks = detail::mixed_dsp_sm_blocks_from_env();
+  // GRAPHATTN_MIXED_DSP_LONG_TILES (the backend zeroes it where it has no _dsp_long kernel)
+  out.dsp_long_tiles = detail::mixed_dsp_long_tiles_from_env();
   return out;
 }
 
@@ -464,8 +466,15 @@ void check_decode_launch(const AttentionSpec& spec, const DecodeLaunch& a, const
                            "needs the _dsp kernel)"
                          : " chooses the splits on the device; the launch has no device_split "
                            "with device_sms"));
+  // The _dsp_long kernel serves exactly the launches with long_split_tokens (its count reads it).
+  GA_REQUIRE(spec.dsp_long_splits == (chosen && a.long_split_tokens > 0),
+             std::string(where) + ": kernel " + spec.to_string() +
+                 (spec.dsp_long_splits ? " needs a launch with long_split_tokens"
+                                       : " does not plan long splits; the launch has "
+                                         "long_split_tokens (the _dsp_long kernel's)"));
   AttentionSpec plain = spec;
   plain.device_splits = false;
+  plain.dsp_long_splits = false;
   require_launch_kernel(KernelKind::kDecode, plain, a, kc, where);
   const int64_t num_heads = a.query.shape[1];
   GA_REQUIRE(a.output.shape[1] == num_heads && a.output.shape[2] == a.query.shape[2],
@@ -669,7 +678,8 @@ void enqueue_decode(const LoadedKernel& decode, const DecodeLaunch& a, CUstream 
     const DecodeQ8Params p8{p, query_scales_of(a.q8)};
     launch(decode, shape, stream, p8);
   } else if (chosen) {  // so does the mixed graph's kernel its counts
-    const DecodeDspParams pd{p, {a.num_decodes, a.device_sms, a.prefill_block_m}};
+    const DecodeDspParams pd{p,
+                             {a.num_decodes, a.device_sms, a.prefill_block_m, a.long_split_tokens}};
     launch(decode, shape, stream, pd);
   } else {
     launch(decode, shape, stream, p);

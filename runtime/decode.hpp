@@ -48,6 +48,9 @@ struct DecodeDevice {
   int row_heads = 1;           // KV heads a block covers (2: KV head pairs, ga_decode_row_heads)
   int dsp_sm_blocks = 0;       // the _dsp count's blocks a multiprocessor (0 or 1: one;
                                // GRAPHATTN_MIXED_DSP_SM_BLOCKS, runtime/mixed_grid.hpp)
+  int dsp_long_tiles = 0;      // > 0: the _dsp count plans two blocks a multiprocessor where
+                               // every leading decode keeps this many tiles a warp
+                               // (GRAPHATTN_MIXED_DSP_LONG_TILES; 0: one block)
 };
 // A decode launch's geometry (runtime/decode.hpp's split policy).
 struct DecodeGrid {
@@ -72,6 +75,9 @@ struct DecodeGrid {
   int device_sms = 0;
   int grid_y = 0;
   int split_requests = 0;
+  // > 0: device_sms is two blocks a multiprocessor, taken only where the shortest leading decode
+  // has this many tokens a split (GaDeviceSplits::long_split_tokens); else device_sms / 2.
+  int long_split_tokens = 0;
 };
 
 // One decode launch over requests [0, num_decodes) of a batch (decodes come first, one query
@@ -134,6 +140,8 @@ struct DecodeLaunch : AttentionViews {
   // With device_sms: query rows (tokens x group) of one block of the prefill that runs beside
   // it (its block_m); the kernel leaves the prefill's blocks their multiprocessors. 0: none.
   int prefill_block_m = 0;
+  // With device_sms: DecodeGrid::long_split_tokens (0: device_sms as it is).
+  int long_split_tokens = 0;
   // vLLM's legacy caches (spec layout legacy; paged_attention_v1 / v2): their checked shape,
   // data and block / head strides (check_paged_caches); kv_cache is then unused and there is no
   // fused cache write. Layout nhd (the default): the flash kv_cache is read.

@@ -702,6 +702,14 @@ enum : int {
 // whole window (4 words: rows past slots load nothing; 1, 2 and 4 words took the same registers),
 // for 16-bit KV caches; sm_80's _dsp kernel went from 134 registers to 128 and an 8-byte spill
 // with any window, so it keeps 0 (not measured there), as do the fp8-KV _dsp kernels (SEQ_WORDS).
+// [policy: long splits] GA_DSP_LONG_SPLITS (spec axis _long, with _dsp: the kernel of the mixed
+// graphs whose depth lets two blocks share a multiprocessor, GRAPHATTN_MIXED_DSP_LONG_TILES)
+// compiles the choice between the counts of two and one blocks a multiprocessor below; the
+// plain _dsp kernel compiles none of it and keeps its machine code (the untaken branch compiled
+// into it cost 0.7-1.2% on H100's short mixes: docs/mixed-step-h100-2026-11-27-s14b.txt).
+#ifndef GA_DSP_LONG_SPLITS
+#define GA_DSP_LONG_SPLITS 0
+#endif
 #ifndef GA_DSP_SEQ_WINDOW
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define GA_DSP_SEQ_WINDOW 4
@@ -877,6 +885,31 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
       const int room =
           ga_device_split_room(ds.sms, tokens - d, GROUP, ds.prefill_block_m, p.num_heads / GROUP);
       split_cap = ga_device_split_splits(d, gridDim.y, room, p.max_splits);
+      // [policy: long splits] (spec _long; the host launches it with long_split_tokens > 0)
+      // ds.sms is two blocks a multiprocessor (the grid is sized for it). That count stands
+      // only where every leading decode lies in the seq_lens window and the shortest keeps at
+      // least long_split_tokens tokens a split; else the count of one block a multiprocessor
+      // (ds.sms / 2, the plain _dsp kernel's plan) and the surplus blocks exit below. (Without
+      // the window, sm_80: always the one-block count.)
+#if GA_DSP_LONG_SPLITS
+      {
+        bool two = false;
+        if constexpr (SEQ_WORDS > 0) {
+          int shortest = 0x7fffffff;
+#pragma unroll
+          for (int k = 0; k < SEQ_WORDS; ++k)
+            if (32 * k + lane < d && sl[k] < shortest) shortest = sl[k];
+          shortest = __reduce_min_sync(0xffffffffu, shortest);
+          two = base == 0 && d <= 32 * SEQ_WORDS && shortest >= split_cap * ds.long_split_tokens;
+        }
+        if (!two)
+          split_cap =
+              ga_device_split_splits(d, gridDim.y,
+                                     ga_device_split_room(ds.sms >> 1, tokens - d, GROUP,
+                                                          ds.prefill_block_m, p.num_heads / GROUP),
+                                     p.max_splits);
+      }
+#endif
     }
     const int z = blockIdx.z;
     if (z < d * split_cap) {

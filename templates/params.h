@@ -342,6 +342,10 @@ struct GaDeviceSplits {
   int slots;            // request slots (query_start_loc has slots + 1 rows)
   int sms;              // the split policy's multiprocessor count
   int prefill_block_m;  // query rows (tokens x group) of one prefill block; 0: no room kept
+  // > 0: sms is two blocks a multiprocessor, a count that stands only where every leading
+  // decode keeps at least this many tokens a split (else sms / 2; templates/decode.cu
+  // [policy: long splits]). 0: sms as it is.
+  int long_split_tokens;
 };
 struct DecodeDspParams {
   DecodeParams base;

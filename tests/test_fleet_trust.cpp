@@ -192,6 +192,9 @@ TEST_CASE("on/off variables are parsed strictly") {
   // the _dsp count's blocks-a-multiprocessor switch: 1..4 or unset
   small_int_switch("GRAPHATTN_MIXED_DSP_SM_BLOCKS", detail::mixed_dsp_sm_blocks_from_env,
                    {"1", "2", "4"}, {"0", "5", "02", "2x", " 2"});
+  // the _dsp count's long-splits switch: 1..64 or unset
+  small_int_switch("GRAPHATTN_MIXED_DSP_LONG_TILES", detail::mixed_dsp_long_tiles_from_env,
+                   {"1", "8", "64"}, {"0", "65", "08", "8x", " 8"});
   // the early-trigger switch: 1..3 or unset
   small_int_switch("GRAPHATTN_DECODE_EARLY_TRIGGER", detail::decode_early_trigger_from_env,
                    {"1", "2", "3"}, {"0", "4", "01", "1x"});

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "graphattn/backend.hpp"
@@ -209,6 +210,71 @@ TEST_CASE("mixed decode grid: GRAPHATTN_MIXED_DSP_SM_BLOCKS's count plans N bloc
   CHECK(ga_device_split_splits(4, 8, ga_device_split_room(132, 64, 4, 128, 8), 16) == 3);
   CHECK(ga_device_split_splits(4, 8, ga_device_split_room(g2.device_sms, 64, 4, 128, 8),
                                g2.max_splits) == 7);
+}
+
+TEST_CASE("mixed decode grid: GRAPHATTN_MIXED_DSP_LONG_TILES sizes the grid for two blocks an SM") {
+  // DecodeDevice::dsp_long_tiles: where the depth is deeper than the shallow one (2 stages here)
+  // and lets two blocks share a multiprocessor (3 stages), the grid and device_sms take two
+  // blocks a multiprocessor and long_split_tokens says how long the shortest decode's splits
+  // must be for the _dsp_long kernel to keep that count (else half of it); the other graphs keep
+  // the plain _dsp grid (and kernel).
+  for (int slots : {17, 20, 64, 68})
+    for (int len : {2048, 8192})
+      for (int window : {0, 256}) {
+        INFO("slots " << slots << " len " << len << " window " << window);
+        detail::DecodeDevice dev = h100();
+        dev.dsp_long_tiles = 8;
+        const detail::DecodeGrid g =
+            detail::mixed_decode_grid(slots, 0, 8, 4, len, window, 128, KvDType::kAuto, dev);
+        const detail::DecodeGrid one =
+            detail::mixed_decode_grid(slots, 0, 8, 4, len, window, 128, KvDType::kAuto, h100());
+        CHECK(g.stages == one.stages);
+        CHECK(g.max_splits == one.max_splits);
+        const bool two = window == 0 && g.stages == 3;
+        CHECK(g.device_sms == (two ? 264 : 132));
+        CHECK(g.long_split_tokens == (two ? 8 * 16 * 4 : 0));
+        // the grid and the partials cover the one-block count too
+        CHECK(detail::device_split_blocks(slots, g.grid_y, g.max_splits, g.device_sms) >=
+              detail::device_split_blocks(slots, one.grid_y, one.max_splits, one.device_sms));
+        CHECK(g.split_requests >= one.split_requests);
+        if (!two) CHECK(g.split_requests == one.split_requests);
+      }
+  // graphattn-bench's mixes: 4 x 8192 + 64 (64 slots, 3 stages) takes the long grid; 1 x 4096 +
+  // 16 (17 slots, 4 stages), 4 x 2048 + 16 (20, 2) and 8 x 1024 + 32 (40, 2) keep the plain one.
+  {
+    detail::DecodeDevice dev = h100();
+    dev.dsp_long_tiles = 8;
+    const auto grid = [&](int slots, int len) {
+      return detail::mixed_decode_grid(slots, 0, 8, 4, len, 0, 128, KvDType::kAuto, dev);
+    };
+    // (tests/gpu/test_decode_graphs.cpp's _dsp_long case: 8 / 2 heads at 8192, 96 slots long,
+    // 24 slots at the shallow depth)
+    for (int slots : {96, 24}) {
+      const detail::DecodeGrid g =
+          detail::mixed_decode_grid(slots, 0, 2, 4, 8192, 0, 128, KvDType::kAuto, dev);
+      CHECK(g.stages == (slots == 96 ? 3 : 2));
+      CHECK(g.long_split_tokens == (slots == 96 ? 512 : 0));
+    }
+    CHECK(grid(64, 8192).long_split_tokens == 512);
+    CHECK(grid(64, 8192).device_sms == 264);
+    for (auto [slots, len] : {std::pair{17, 4096}, std::pair{20, 2048}, std::pair{40, 1024}}) {
+      INFO("slots " << slots << " len " << len);
+      CHECK(grid(slots, len).long_split_tokens == 0);
+      CHECK(grid(slots, len).device_sms == 132);
+      CHECK(grid(slots, len).split_requests == llama_mixed(slots, 0, len).split_requests);
+    }
+  }
+  // fp8 KV: the window is off in those kernels, so is the two-block count
+  detail::DecodeDevice dev = h100();
+  dev.dsp_long_tiles = 8;
+  CHECK(detail::mixed_decode_grid(64, 0, 8, 4, 8192, 0, 128, KvDType::kFp8E4M3, dev)
+            .long_split_tokens == 0);
+  // with GRAPHATTN_MIXED_DSP_SM_BLOCKS set, that switch decides
+  dev.dsp_sm_blocks = 3;
+  const detail::DecodeGrid g3 =
+      detail::mixed_decode_grid(64, 0, 8, 4, 8192, 0, 128, KvDType::kAuto, dev);
+  CHECK(g3.long_split_tokens == 0);
+  CHECK(g3.device_sms == 396);
 }
 
 // Session 13 computes both with unsigned 32-bit divisions (the _dsp kernel's blocks wait for

@@ -71,22 +71,23 @@ TEST_CASE("spec axes: two specs that differ in one axis differ in key, memory ti
   // A prefill spec (the non-causal and dense-KV axes are prefill axes), a decode spec for the
   // axes of decode kernels only (multi-token), a legacy cache write (interleaved V), an fp8
   // decode spec for the axes that need an fp8 cache (the e4m3 query), and a legacy fp8 decode
-  // for the legacy readers' key cache x.
-  const AttentionSpec bases[5] = {
+  // for the legacy readers' key cache x, and a mixed graphs' _dsp decode for its long splits.
+  const AttentionSpec bases[6] = {
       AttentionSpec::parse("prefill_h128_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm90"),
       AttentionSpec::parse("decode_h128_b32_bf16_kvauto_g4_swa0_cap0_nhd_sm90"),
       AttentionSpec::parse("cache_write_h128_b16_bf16_kvauto_g1_swa0_cap0_legacy_sm90"),
       AttentionSpec::parse("decode_h128_b32_bf16_kve4m3_g4_swa0_cap0_nhd_sm90"),
-      AttentionSpec::parse("decode_h128_b16_bf16_kve4m3_g4_swa0_cap0_legacy_sm90")};
+      AttentionSpec::parse("decode_h128_b16_bf16_kve4m3_g4_swa0_cap0_legacy_sm90"),
+      AttentionSpec::parse("decode_h128_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm90_dsp")};
   test::TempKernelCache cache;
-  const std::shared_ptr<const CompiledKernel> base_kernels[5] = {
-      cache.get(bases[0]), cache.get(bases[1]), cache.get(bases[2]), cache.get(bases[3]),
-      cache.get(bases[4])};
-  CHECK(kAxes.size() == 22);  // a new axis: extend this test's reasoning if it needs more
+  const std::shared_ptr<const CompiledKernel> base_kernels[6] = {
+      cache.get(bases[0]), cache.get(bases[1]), cache.get(bases[2]),
+      cache.get(bases[3]), cache.get(bases[4]), cache.get(bases[5])};
+  CHECK(kAxes.size() == 23);  // a new axis: extend this test's reasoning if it needs more
   for (const AxisAccess& axis : kAxes) {
     INFO("axis " << axis.field);
     int b = 0;
-    while (b < 4 && !movable(bases[b], axis)) ++b;
+    while (b < 5 && !movable(bases[b], axis)) ++b;
     const AttentionSpec& base = bases[b];
     const KernelSource base_src = render_kernel(base);
     const AttentionSpec other = moved(base, axis);

@@ -393,7 +393,7 @@ nlohmann::json bench_mixed_step(const Device& dev, int decodes, int len, int chu
   probe.prepare();
   const int request_slots = stack.mixed_request_slots(n),
             mixed_splits = probe.mixed_decode_max_splits(request_slots);
-  const int used_splits = probe.mixed_decode_splits(request_slots, decodes, chunk);
+  const int used_splits = probe.mixed_decode_splits(request_slots, decodes, chunk, len);
   std::printf(
       "decode grid: graph %d splits at most x %d KV heads x %d request slots (%d stages, "
       "GRAPHATTN_MIXED_DECODE_DIVISOR=%d), %d splits a request with %d decodes; host split %d x "

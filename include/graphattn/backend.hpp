@@ -426,9 +426,12 @@ class GRAPHATTN_API AttentionBackend {
   int decode_max_splits(int num_decodes) const;
   // The most splits a request of a batch split on the device over request_slots slots takes
   // (see kMixedDecodeDivisorDefault), and how many it takes with num_decodes leading decodes and
-  // prefill_tokens other tokens (divisor 0: the prefill's blocks keep their multiprocessors).
+  // prefill_tokens other tokens (divisor 0: the prefill's blocks keep their multiprocessors),
+  // the shortest of them holding shortest_decode keys (seq_lens; it matters only with
+  // GRAPHATTN_MIXED_DSP_LONG_TILES, where 0 gives the one-block count).
   int mixed_decode_max_splits(int request_slots) const;
-  int mixed_decode_splits(int request_slots, int num_decodes, int prefill_tokens = 0) const;
+  int mixed_decode_splits(int request_slots, int num_decodes, int prefill_tokens = 0,
+                          int shortest_decode = 0) const;
   int mixed_decode_stages(int request_slots) const;  // its pipeline depth
   // The divisor that sizes it (GRAPHATTN_MIXED_DECODE_DIVISOR when the backend was made).
   int mixed_decode_divisor() const { return mixed_decode_divisor_; }

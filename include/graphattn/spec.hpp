@@ -241,6 +241,12 @@ constexpr const char* enum_long_name(int i) {
   /* GaDeviceSplits). One-token decodes over the flash layout, 16-bit queries. Off: the */         \
   /* kernels' source and machine code carry none of it */                                          \
   X(bool, device_splits, false, kSuffix, "_dsp", "device-chosen splits", 2, "GA_DEVICE_SPLITS",    \
+    kDecodeKernel, false, kNoRule)                                                                 \
+  /* Long splits (with _dsp only): the mixed graph's decode may plan two blocks a */               \
+  /* multiprocessor where every leading decode is long (templates/decode.cu [policy: long */       \
+  /* splits]; GRAPHATTN_MIXED_DSP_LONG_TILES). Off: the _dsp kernel's source and machine code */   \
+  /* carry none of it */                                                                           \
+  X(bool, dsp_long_splits, false, kSuffix, "_long", "long device splits", 2, "GA_DSP_LONG_SPLITS", \
     kDecodeKernel, false, kNoRule)
 // clang-format on
 

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "core/env_flag.hpp"
 #include "graphattn/capture.hpp"
 #include "graphattn/graphattn.hpp"
 #include "graphattn/runtime.hpp"
@@ -529,25 +530,35 @@ TEST_CASE("gpu decode graphs: mixed graphs serve every decode/prefill mix, split
   }
 }
 
-// GRAPHATTN_MIXED_DECODE_DIVISOR set to `divisor` for the life of the object (and restored).
-class DivisorEnv {
+// Environment variable `name` set to `value` for the life of the object (and restored).
+class ScopedEnv {
  public:
-  explicit DivisorEnv(int divisor) {
-    const char* old = std::getenv("GRAPHATTN_MIXED_DECODE_DIVISOR");
+  ScopedEnv(const char* name, const std::string& value) : name_(name) {
+    const char* old = std::getenv(name);
     had_ = old != nullptr;
     if (had_) saved_ = old;
-    setenv("GRAPHATTN_MIXED_DECODE_DIVISOR", std::to_string(divisor).c_str(), 1);
+    setenv(name, value.c_str(), 1);
   }
-  ~DivisorEnv() {
+  ~ScopedEnv() {
     if (had_)
-      setenv("GRAPHATTN_MIXED_DECODE_DIVISOR", saved_.c_str(), 1);
+      setenv(name_, saved_.c_str(), 1);
     else
-      unsetenv("GRAPHATTN_MIXED_DECODE_DIVISOR");
+      unsetenv(name_);
   }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
 
  private:
+  const char* name_;
   bool had_ = false;
   std::string saved_;
+};
+
+// GRAPHATTN_MIXED_DECODE_DIVISOR set to `divisor` for the life of the object (and restored).
+class DivisorEnv : ScopedEnv {
+ public:
+  explicit DivisorEnv(int divisor)
+      : ScopedEnv("GRAPHATTN_MIXED_DECODE_DIVISOR", std::to_string(divisor)) {}
 };
 
 // A stack run by mixed graphs of 24 and kMaxTokens tokens (captured before any batch) beside an
@@ -683,7 +694,7 @@ TEST_CASE("gpu decode graphs: mixed graphs' decode kernel chooses the splits fro
   GA_CU_CHECK(d.cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev));
   MixedAgainstHost t(stack_options(256, nullptr, nullptr), cache, rng, stream);
   for (const auto& p : t.probes) CHECK(p->mixed_decode_divisor() == 0);
-  int steps = 0, agreed = 0, split_many = 0;
+  int steps = 0, agreed = 0, split_many = 0, split_two = 0;
   for (int n : {kMaxTokens, 24})
     for (int part : {1, 2, 0}) {  // 1 decode, half the slots, every slot
       const int slots = t.graph.mixed_request_slots(n);
@@ -697,7 +708,9 @@ TEST_CASE("gpu decode graphs: mixed graphs' decode kernel chooses the splits fro
       ++steps;
       for (int l = 0; l < kLayers; ++l) {
         const AttentionBackend& p = *t.probes[l];
-        const int gs = p.mixed_decode_splits(slots, D, n - D), hs = p.decode_max_splits(D);
+        const int gs = p.mixed_decode_splits(slots, D, n - D,
+                                             *std::min_element(kl.begin(), kl.end())),
+                  hs = p.decode_max_splits(D);
         CHECK(gs <= p.mixed_decode_max_splits(slots));
         // (head 128 bf16: a block per KV head, kKvHeads blocks a split) The host split's count
         // for D decodes over the multiprocessors the prefill's n - D tokens leave them.
@@ -705,9 +718,17 @@ TEST_CASE("gpu decode graphs: mixed graphs' decode kernel chooses the splits fro
             ga_device_split_room(sms, n - D, kHeads / kKvHeads,
                                  detail::prefill_config(p.required_specs()[2]).block_m, kKvHeads);
         CHECK(room <= sms);
-        if (D * kKvHeads < sms)
-          CHECK(gs == std::clamp(room / kKvHeads / D, 1, p.mixed_decode_max_splits(slots)));
-        if (D * kKvHeads < sms && n == D) CHECK(gs == hs);
+        const int one = std::clamp(room / kKvHeads / D, 1, p.mixed_decode_max_splits(slots));
+        // GRAPHATTN_MIXED_DSP_LONG_TILES: or the count of two blocks a multiprocessor
+        const int two = std::clamp(
+            ga_device_split_room(2 * sms, n - D, kHeads / kKvHeads,
+                                 detail::prefill_config(p.required_specs()[2]).block_m, kKvHeads) /
+                kKvHeads / D,
+            1, p.mixed_decode_max_splits(slots));
+        const bool long_splits = detail::mixed_dsp_long_tiles_from_env() > 0;
+        if (D * kKvHeads < sms) CHECK((gs == one || (long_splits && gs == two)));
+        if (D * kKvHeads < sms && n == D && gs == one) CHECK(gs == hs);
+        split_two += long_splits && gs == two && two != one;
         split_many += gs > 1;
         const bool same_grid = gs == hs && p.mixed_decode_stages(slots) == p.decode_stages(D);
         MESSAGE(n << " tokens, " << slots << " slots, " << D << " decodes, layer " << l
@@ -723,8 +744,102 @@ TEST_CASE("gpu decode graphs: mixed graphs' decode kernel chooses the splits fro
   CHECK(t.runner.stats().replays == static_cast<uint64_t>(steps));
   CHECK(t.runner.stats().eager_steps == 0);
   CHECK(split_many >= 4);  // 1 decode in either graph, both layers: several splits
-  MESSAGE("bitwise equal to the host split where the grids agree: " << agreed << " layers");
+  MESSAGE("bitwise equal to the host split where the grids agree: "
+          << agreed << " layers; " << split_two << " at the count of two blocks a multiprocessor");
   check_caches_agree(t.graph, t.host, t.init);
+}
+
+// GRAPHATTN_MIXED_DSP_LONG_TILES (off by default): the mixed graphs deeper than the shallow
+// depth that fit two decode blocks a multiprocessor launch the _dsp_long kernel, which plans two
+// blocks a multiprocessor where every leading decode keeps that many tiles a warp, else one.
+// max_model_len 8192 over 2 KV heads: the 96-slot graph runs 3 stages (long; layer 0, no window),
+// the 24-slot one the shallow 2 (the plain _dsp kernel); layer 1 (window 256) never takes it.
+// Graphs captured before any batch, replayed with new lengths (long decodes, a short one among
+// long ones, many decodes, one decode, decodes only), equal the same launches eagerly bit for bit
+// and the float64 reference in both layers.
+TEST_CASE("gpu decode graphs: the _dsp_long kernel plans two blocks an SM for long decodes") {
+  GA_REQUIRE_GPU();
+  constexpr int kLongLen = 8192, kTiles = 2;  // kTiles a warp: 128 tokens a split
+  const DivisorEnv env(0);
+  const ScopedEnv tiles("GRAPHATTN_MIXED_DSP_LONG_TILES", std::to_string(kTiles));
+  test::TempKernelCache cache;
+  auto rng = test::make_rng();
+  const auto& d = detail::driver();
+  Stream stream;
+  AttentionLayerStack::Options o = stack_options(256, nullptr, nullptr);
+  for (auto& c : o.layers) c.max_model_len = kLongLen;
+  o.max_blocks_per_seq = kLongLen / kBlock;
+  AttentionLayerStack graph_stack(o), eager_stack(o);
+  graph_stack.prepare(cache);
+  eager_stack.prepare(cache);
+  std::vector<std::unique_ptr<AttentionBackend>> probes;
+  for (int l = 0; l < kLayers; ++l) {
+    probes.push_back(std::make_unique<AttentionBackend>(o.layers[l]));
+    probes.back()->prepare(cache);
+  }
+  // layer 0: cache write, decode, prefill, _dsp, _dsp_long; layer 1 (window): no _dsp_long
+  REQUIRE(probes[0]->required_specs().size() == 5);
+  CHECK(probes[0]->required_specs()[4].to_string() ==
+        probes[0]->required_specs()[3].to_string() + "_long");
+  CHECK(probes[1]->required_specs().size() == 4);
+  const std::vector<unsigned char> init = fill_kv_caches(rng, {&graph_stack, &eager_stack});
+  GraphRunner::Options go;
+  go.capture_sizes = {24, kMaxTokens};
+  GraphRunner runner(
+      go, [&](CUstream s, int n) { graph_stack.step_mixed(s, n); },
+      [&] { return graph_stack.fingerprint(); });
+  runner.capture_all(stream);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const int slots96 = graph_stack.mixed_request_slots(kMaxTokens);
+  CHECK(probes[0]->mixed_decode_stages(slots96) == 3);
+  CHECK(probes[0]->mixed_decode_stages(graph_stack.mixed_request_slots(24)) == 2);
+  int steps = 0, two_blocks = 0, one_block = 0;
+  // {graph tokens, decodes, shortest, longest}: the decodes' lengths drawn in [shortest,
+  // longest] (the first one at shortest), then one prefill of the remaining tokens.
+  const int plan[][4] = {{kMaxTokens, 8, 2200, kLongLen}, {kMaxTokens, 8, 100, kLongLen},
+                         {kMaxTokens, 40, 400, 1100},     {kMaxTokens, 40, 20, 1100},
+                         {kMaxTokens, 1, 7000, kLongLen}, {kMaxTokens, kMaxTokens, 1, 700},
+                         {24, 4, 3000, kLongLen},         {kMaxTokens, 4, 6000, kLongLen}};
+  for (const auto& [n, D, shortest, longest] : plan) {
+    std::vector<int32_t> ql(D, 1), kl;
+    std::uniform_int_distribution<int> len(shortest, longest);
+    for (int r = 0; r < D; ++r) kl.push_back(r == 0 ? shortest : len(rng));
+    if (n > D) {
+      ql.push_back(n - D);
+      kl.push_back(n - D + static_cast<int>(rng() % 300));
+    }
+    const auto m = batch_of(rng, ql, kl, kLongLen / kBlock);
+    REQUIRE(m.num_actual_tokens == n);
+    auto [q, kv, vv] = random_tokens(rng, normal, n);
+    graph_stack.set_mixed_batch(m, n, stream, &q, &kv, &vv);
+    eager_stack.set_mixed_batch(m, n, stream, &q, &kv, &vv);
+    CHECK(runner.run(stream, n) == n);
+    eager_stack.step_mixed(stream, n);
+    GA_CU_CHECK(d.cuStreamSynchronize(stream));
+    ++steps;
+    const int slots = graph_stack.mixed_request_slots(n);
+    for (int l = 0; l < kLayers; ++l) {
+      INFO(n << " tokens, " << D << " decodes from " << shortest << ", layer " << l);
+      const AttentionBackend& p = *probes[l];
+      const int gs = p.mixed_decode_splits(slots, D, n - D, shortest),
+                one = p.mixed_decode_splits(slots, D, n - D, 0);
+      two_blocks += gs != one;
+      one_block += gs == one && l == 0 && slots == slots96;
+      MESSAGE(n << " tokens, " << D << " decodes from " << shortest << ", layer " << l << ": " << gs
+                << " splits" << std::string(gs != one ? " (two blocks an SM)" : ""));
+      if (l == 1 || slots != slots96) CHECK(gs == one);  // the plain _dsp kernel
+      const size_t bytes = static_cast<size_t>(n) * kHeads * kHead * 2;
+      CHECK(download(graph_stack.output(l), bytes) == download(eager_stack.output(l), bytes));
+      CHECK(layer1_error(graph_stack, m, q, l) < 1e-2);
+    }
+  }
+  MESSAGE("_dsp_long: " << two_blocks << " layer steps at two blocks a multiprocessor, "
+                        << one_block << " kept one");
+  CHECK(two_blocks >= 2);  // 8 long, 40 of 400.., 4 long
+  CHECK(one_block >= 2);   // a short decode among long ones, 40 from 20
+  CHECK(runner.stats().replays == static_cast<uint64_t>(steps));
+  CHECK(runner.stats().eager_steps == 0);
+  check_caches_agree(graph_stack, eager_stack, init);
 }
 
 TEST_CASE("gpu decode graphs: mixed steps with decode and prefill on two branches equal serial") {
