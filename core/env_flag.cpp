@@ -65,6 +65,8 @@ int mixed_dsp_sm_blocks_from_env() {
   return small_int_from_env("GRAPHATTN_MIXED_DSP_SM_BLOCKS", 1, 4);
 }
 
+int decode_items_from_env() { return small_int_from_env("GRAPHATTN_DECODE_ITEMS", 1, 64); }
+
 }  // namespace graphattn::detail
 
 void graphattn::check_flag_environment() {
@@ -77,6 +79,7 @@ void graphattn::check_flag_environment() {
   detail::decode_ring_stages_from_env();
   detail::decode_early_trigger_from_env();
   detail::mixed_dsp_sm_blocks_from_env();
+  detail::decode_items_from_env();
   detail::nvrtc_extra_options();
   resolve_mixed_branches(MixedBranches::kDefault);
   mixed_decode_divisor_from_env();

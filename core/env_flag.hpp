@@ -35,5 +35,11 @@ int decode_early_trigger_from_env();
 // _dsp kernel's split count plans for (its multiprocessor count times N, for the grid's size and
 // the kernel's count); anything else throws graphattn::Error as above.
 int mixed_dsp_sm_blocks_from_env();
+// GRAPHATTN_DECODE_ITEMS (a measurement switch, runtime/decode.cpp enqueue_decode, with the
+// decode kernel compiled with -DGA_DECODE_ITEMS=1 or 2 in GRAPHATTN_NVRTC_EXTRA_OPTIONS; else
+// ignored): unset or empty is 0 (one request a block); else 1..64, the requests each block of an
+// unsplit launch serves back to back (1: as many as make one round of blocks over the device's
+// resident slots); anything else throws graphattn::Error as above.
+int decode_items_from_env();
 
 }  // namespace graphattn::detail
