@@ -717,7 +717,9 @@ enum : int {
 // tile of that warp (its seq_len read at the item's start, its block-table entry two tiles
 // before the end), so that the next item's first copies hit L2. (The ring is the warps' merge
 // space, so it cannot stream across the items.) Not the _dsp kernel. Off: every spec's machine
-// code is unchanged.
+// code is unchanged. Measured slower (H100, auto k: 256 x 1024 +8.7 us with 1, +14.0 with 2;
+// 64 x 8192 +1.2 / +2.4): the hardware scheduler's one block per item balances the
+// multiprocessors better (docs/decode-limit-h100-2026-11-28-s15.txt).
 #ifndef GA_DECODE_ITEMS
 #define GA_DECODE_ITEMS 0
 #endif
