@@ -52,6 +52,10 @@ bool allowed(const std::string& o) {
     return number_after(o, "-DGA_PREFILL_SM90_FP8_VAR=", 0, 1023);
   if (starts_with(o, "-DGA_PREFILL_SM90_LEGACY_VAR="))
     return number_after(o, "-DGA_PREFILL_SM90_LEGACY_VAR=", 0, 255);
+  // Row tiles a 16-bit sm_90 prefill block runs (params.h, ga_prefill_sm90_tiles_per_block; the
+  // host's launch grid reads it too, runtime/prefill.cpp).
+  if (starts_with(o, "-DGA_PREFILL_SM90_PERSIST="))
+    return number_after(o, "-DGA_PREFILL_SM90_PERSIST=", 1, 8);
   // The _dsp decode's seq_lens window beside its count (templates/decode.cu, GA_DSP_SEQ_WINDOW:
   // words of 32 rows, 0 = after the count as in session 13).
   if (starts_with(o, "-DGA_DSP_SEQ_WINDOW=")) return number_after(o, "-DGA_DSP_SEQ_WINDOW=", 0, 4);
@@ -79,7 +83,8 @@ std::vector<std::string> parse_nvrtc_extra_options(const std::string& text) {
           "-DGA_DSP_SEQ_WINDOW=N (N 0-4), -DGA_DECODE_PAGE_SORT=N (N 0-32), "
           "-DGA_DECODE_CLUSTER_PUSH=0, -DGA_FP8_CVT_HW=0|1, -DGA_PREFILL_SM90_SCHED=N (N 0-1023), "
           "-DGA_PREFILL_SM90_FP8_SCHED=N (N 0-4095), -DGA_PREFILL_SM90_FP8_VAR=N (N 0-1023), "
-          "-DGA_PREFILL_SM90_LEGACY_VAR=N (N 0-255), -DGA_DECODE_FP8_PAIR=N (N 0-7)");
+          "-DGA_PREFILL_SM90_LEGACY_VAR=N (N 0-255), -DGA_DECODE_FP8_PAIR=N (N 0-7), "
+          "-DGA_PREFILL_SM90_PERSIST=N (N 1-8), -DGA_PREFILL_SM90_ORDER=0|1");
     out.push_back(o);
   }
   return out;

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "core/env_flag.hpp"
+#include "core/nvrtc_options.hpp"
 #include "core/text.hpp"
 #include "graphattn/backend.hpp"
 #include "graphattn/error.hpp"
@@ -36,11 +37,26 @@ void require_int32_vector(const TensorView& t, const char* name, int64_t min_len
 struct PrefillGrid {
   int64_t x = 0, y = 0, z = 0;
 };
+// Row tiles a block runs (params.h, ga_prefill_sm90_tiles_per_block): 1 unless
+// GRAPHATTN_NVRTC_EXTRA_OPTIONS holds -DGA_PREFILL_SM90_PERSIST=N, which the kernels read too.
+int64_t prefill_tiles_per_block(const AttentionSpec& spec) {
+  static const int option = [] {
+    int n = 1;
+    const std::string prefix = "-DGA_PREFILL_SM90_PERSIST=";
+    for (const std::string& o : nvrtc_extra_options())
+      if (o.rfind(prefix, 0) == 0) n = std::atoi(o.c_str() + prefix.size());
+    return n;
+  }();
+  if (option <= 1 || select_prefill_kernel(spec) != PrefillKernel::kWgmma) return 1;
+  return ga_prefill_sm90_tiles_per_block(spec.head_size, spec.layout == KvLayout::kLegacy,
+                                         spec.q_fp8, spec.block_sparse, option);
+}
 PrefillGrid prefill_grid(const AttentionSpec& spec, int64_t max_query_len, int64_t num_reqs,
                          int64_t num_kv_heads) {
   const int64_t rows = max_query_len * spec.group;
   const int64_t block_m = prefill_config(spec).block_m;
-  return {(rows + block_m - 1) / block_m, num_reqs, num_kv_heads};
+  const int64_t per = prefill_tiles_per_block(spec), tiles = (rows + block_m - 1) / block_m;
+  return {(tiles + per - 1) / per, num_reqs, num_kv_heads};
 }
 // A batch split on the device (device_split_q > 0): x = room for every row tile the query's
 // tokens can make, y = 1. Each prefill of q > device_split_q tokens has ceil(q * group / block_m)

@@ -356,12 +356,14 @@ __device__ __forceinline__ bool ga_prefill_find_tile(const PrefillParams& p, int
   return false;
 }
 
-template <int BLOCK_M, int BLOCK_N>
-__device__ __forceinline__ bool ga_prefill_begin(const PrefillParams& p, unsigned smem_bytes,
-                                                 unsigned threads, GaPrefillTile& t) {
-  ga_grid_dependency_sync();
-  ga_require_launch(smem_bytes, threads);
+// ga_prefill_tile: the tile alone. PER_BLOCK > 1 (prefill_sm90.cu, PW_TPB): without the device
+// split, block x runs row tiles PER_BLOCK x' .. PER_BLOCK x' + PER_BLOCK - 1 (x' = gridDim.x - 1
+// - x), tile `sub` the (sub + 1)-th longest; the device split keeps tile 0 only.
+template <int BLOCK_M, int BLOCK_N, int PER_BLOCK = 1>
+__device__ __forceinline__ bool ga_prefill_tile(const PrefillParams& p, GaPrefillTile& t,
+                                                int sub = 0) {
   t.kv_head = blockIdx.z;
+  if (PER_BLOCK > 1 && sub > 0 && p.device_split_q > 0) return false;
   if (p.device_split_q > 0) {
     // Tile-major over the KV heads, in launch order (x fastest): the batch's tiles of every
     // head come first and the grid's spare blocks last, so no spare block is dispatched before
@@ -375,7 +377,9 @@ __device__ __forceinline__ bool ga_prefill_begin(const PrefillParams& p, unsigne
     t.m0 = (req_tiles - 1 - tile_in_req) * BLOCK_M;  // a request's longest tiles first
   } else {
     t.req = p.first_req + blockIdx.y;
-    t.m0 = (gridDim.x - 1 - blockIdx.x) * BLOCK_M;
+    t.m0 = PER_BLOCK > 1
+               ? ((gridDim.x - 1 - blockIdx.x) * PER_BLOCK + (PER_BLOCK - 1 - sub)) * BLOCK_M
+               : (gridDim.x - 1 - blockIdx.x) * BLOCK_M;
   }
   const bool uniform = GA_DENSE_KV && p.query_start_loc == nullptr;
   if (uniform) {
@@ -406,6 +410,13 @@ __device__ __forceinline__ bool ga_prefill_begin(const PrefillParams& p, unsigne
   t.n_tiles =
       t.kv_end > t.tile0 * BLOCK_N ? (t.kv_end - t.tile0 * BLOCK_N + BLOCK_N - 1) / BLOCK_N : 0;
   return true;
+}
+template <int BLOCK_M, int BLOCK_N, int PER_BLOCK = 1>
+__device__ __forceinline__ bool ga_prefill_begin(const PrefillParams& p, unsigned smem_bytes,
+                                                 unsigned threads, GaPrefillTile& t) {
+  ga_grid_dependency_sync();
+  ga_require_launch(smem_bytes, threads);
+  return ga_prefill_tile<BLOCK_M, BLOCK_N, PER_BLOCK>(p, t);
 }
 
 // Element offset of column col of row r of a prefill tile in the query or the output (strides in

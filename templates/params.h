@@ -817,6 +817,23 @@ constexpr int ga_prefill_sm90_sched(int head_size, bool legacy, bool fp8, bool s
          : scaled_scores ? bits & ~GA_PW_SCHED_VOTE_MAX
                          : bits;
 }
+// Query row tiles a 16-bit sm_90 prefill block runs one after another (session 14, pf14b; 1: one
+// tile a block, every spec's default). With N > 1 (-DGA_PREFILL_SM90_PERSIST=N, for measurement;
+// the host reads the same option and launches ceil(row tiles / N) blocks in x) block b takes row
+// tiles N b' .. N b' + N - 1 (b' = gridDim.x - 1 - b), longest first; the producer loads the
+// next tile's Q once the consumers' last S of the current tile is done, and its first K / V
+// tiles, while the consumers run that tile's last softmax, P V and epilogue (which then stores
+// O from registers, the Q buffer being refilled). Flash layouts at head size 128, not e4m3 or
+// block-sparse; a batch split on the device keeps one tile a block. Measured SLOWER (H100, old
+// and new alternated in one call; docs/prefill-h128-h100-2026-11-27-s14b.txt): 4 x 4096 causal
+// 935.0 us (main) -> 982.2 (N 2, +5.0%) / 1044.5 (N 4, +11.7%): the blocks take the grid's
+// order, KV head by KV head, so N > 1 puts blocks of N long tiles near the end of the grid (a
+// greedy-dispatch model of those block lengths predicts +4.3% / +11.8% with nothing hidden).
+// So every spec keeps 1; the lead is a grid order longest-first across all (request, KV head).
+constexpr int ga_prefill_sm90_tiles_per_block(int head_size, bool legacy, bool fp8,
+                                              bool block_sparse, int option) {
+  return !legacy && !fp8 && !block_sparse && head_size == 128 && option > 1 ? option : 1;
+}
 // TMA loads of the K and V tiles (flash layouts NHD and HND, paged, not block-sparse): each tile
 // of block_n keys is gathered page by page, one tensor-map box of rows x 128 bytes per page
 // segment and 128-byte column block, where rows = gcd(block size, block_n) (every segment lies

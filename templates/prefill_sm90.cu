@@ -260,6 +260,18 @@ enum PwSpec16 : int {
               !HAS_ALIBI && (PW_SCHED & GA_PW_SCHED_SPEC_EXP) != 0,
   PW_SPEC16_TEST = PW_SPEC16 && (PW_SCHED & GA_PW_SCHED_SPEC_TEST) != 0
 };
+// Row tiles a block runs one after another (params.h, ga_prefill_sm90_tiles_per_block;
+// -DGA_PREFILL_SM90_PERSIST=N, read by the host's grid too): the K / V ring and the turns run on
+// across the tiles, Q is reloaded once the consumers' last S of a tile is done (the mbarrier
+// after bar_v_empty's), and the epilogue stores O from registers. (An enumerator, as above.)
+#ifndef GA_PREFILL_SM90_PERSIST
+#define GA_PREFILL_SM90_PERSIST 1
+#endif
+enum PwPersist : int {
+  PW_TPB = ga_prefill_sm90_tiles_per_block(HEAD_SIZE, PW_LEGACY, PW_FP8, GA_BLOCK_SPARSE,
+                                           GA_PREFILL_SM90_PERSIST)
+};
+static_assert(PW_TPB == 1 || !PW_SPEC16, "prefill_sm90: the second scoring reads Q (PW_TPB 1)");
 // The P V wgmma's B (V) operand: MN-major (1, transposed: the flash 16-bit [key][dim] tile) or
 // K-major (0: the legacy V^T tile), the 16-bit wgmma's imm-trans-b. fp8's V^T stages are K-major
 // too (fp8 wgmmas take K-major operands only, and no such flag).
@@ -1743,11 +1755,16 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
 #endif
   extern __shared__ __align__(1024) unsigned char pw_smem[];
   GaPrefillTile tile;
-  if (!ga_prefill_begin<PW_BLOCK_M, PW_BLOCK_N>(p, PW_SMEM_BYTES, PW_THREADS, tile)) return;
+  // PW_TPB > 1: the block's first tile with rows (sub; next_tile below takes the ones after it).
+  int sub = 0;
+  bool found = ga_prefill_begin<PW_BLOCK_M, PW_BLOCK_N, PW_TPB>(p, PW_SMEM_BYTES, PW_THREADS, tile);
+  while (PW_TPB > 1 && !found && ++sub < PW_TPB)
+    found = ga_prefill_tile<PW_BLOCK_M, PW_BLOCK_N, PW_TPB>(p, tile, sub);
+  if (!found) return;
   const int tid = threadIdx.x;
-  const int req = tile.req, kv_head = tile.kv_head, q_start = tile.q_start, ctx = tile.ctx;
-  const int m0 = tile.m0, rows = tile.q_len * GROUP, kv_end = tile.kv_end, tile0 = tile.tile0;
-  const int n_tiles = tile.n_tiles, kv_row0 = tile.kv_row0;
+  int req = tile.req, kv_head = tile.kv_head, q_start = tile.q_start, ctx = tile.ctx;
+  int m0 = tile.m0, rows = tile.q_len * GROUP, kv_end = tile.kv_end, tile0 = tile.tile0;
+  int n_tiles = tile.n_tiles, kv_row0 = tile.kv_row0;
 
   // Tiles start on a 1024-byte boundary (the swizzle pattern repeats every 1024 bytes).
   const unsigned raw_base = pw_smem_addr(pw_smem);
@@ -1764,7 +1781,9 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
   const unsigned bar_v_full = bar_k_full + 8 * PW_STAGES;
   const unsigned bar_k_empty = bar_v_full + 8 * PW_STAGES;
   const unsigned bar_v_empty = bar_k_empty + 8 * PW_STAGES;
+  const unsigned bar_q_empty = bar_v_empty + 8 * PW_STAGES;  // PW_TPB > 1: Q read by every warp
   if (tid == 0) {
+    if (PW_TPB > 1) pw_mbar_init(bar_q_empty, 4 * PW_CONSUMERS);
     pw_mbar_init(bar_q, 128);
     for (int s = 0; s < PW_STAGES; ++s) {
       pw_mbar_init(bar_k_full + 8 * s, 128);
@@ -1783,11 +1802,31 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
   }
   __syncthreads();
 
+  // PW_TPB > 1: the K / V ring's stage and phase of the next tile (each role takes its own from
+  // here and leaves them there), the K / V tiles the producer loaded for the earlier tiles
+  // (ring_loads: the stages' previous uses) and the tiles with keys so far (Q loaded: q_loads).
+  int ring_stage = 0, ring_loads = 0, q_loads = 0;
+  unsigned ring_phase = 0;
   const int* block_row = p.kv.block_table + static_cast<long long>(req) * p.kv.block_table_stride;
+  // PW_TPB > 1: the block's next tile with rows, if any (its values replace the first's).
+  auto next_tile = [&] {
+    while (++sub < PW_TPB) {
+      if (!ga_prefill_tile<PW_BLOCK_M, PW_BLOCK_N, PW_TPB>(p, tile, sub)) continue;
+      req = tile.req, kv_head = tile.kv_head, q_start = tile.q_start, ctx = tile.ctx;
+      m0 = tile.m0, rows = tile.q_len * GROUP, kv_end = tile.kv_end, tile0 = tile.tile0;
+      n_tiles = tile.n_tiles, kv_row0 = tile.kv_row0;
+      block_row = p.kv.block_table + static_cast<long long>(req) * p.kv.block_table_stride;
+      return true;
+    }
+    return false;
+  };
   if (tid < 128) {
     // Producer.
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(PW_PRODUCER_REGS));
+  producer_tile:  // PW_TPB > 1: back here for the block's next tile
     if (n_tiles > 0) {
+      // PW_TPB > 1: the Q buffer is free once every consumer warp saw the previous tile's last S.
+      if (PW_TPB > 1 && q_loads > 0) pw_mbar_wait(bar_q_empty, (q_loads - 1) & 1);
       // Q rows of this tile (rows past the request are zero-filled).
       constexpr int TOTAL = PW_BLOCK_M * PW_CHUNKS;
       const pw_elem* q = static_cast<const pw_elem*>(p.query);
@@ -1855,8 +1894,8 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
         pw_fence_proxy_async();  // the generic-proxy stores, before the wgmmas read them
         pw_mbar_arrive(bar_v_full + 8 * st);
       };
-      int stage = 0;
-      unsigned phase = 0;
+      int stage = PW_TPB > 1 ? ring_stage : 0;
+      unsigned phase = PW_TPB > 1 ? ring_phase : 0;
 #if GA_BLOCK_SPARSE
       // The tiles kept: j counts the tiles loaded, t is the tile's index.
       const PwTiles tiles{tile0, n_tiles, m0, rows, ctx, kv_head, tid, PW_BSP_BAR};
@@ -1897,7 +1936,7 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
         else
           pw_gather_rows(p, block_row, kv_row0, gather, n0, kv_end, off);
         // A stage is refilled once all consumer warps released its previous use.
-        if (j >= PW_STAGES) pw_mbar_wait(bar_k_empty + 8 * stage, phase ^ 1);
+        if (j + ring_loads >= PW_STAGES) pw_mbar_wait(bar_k_empty + 8 * stage, phase ^ 1);
         if constexpr (PW_LEGACY) {
           if (PW_LV & 32) {  // (timing only: no copies)
           } else if (lfull) {
@@ -1945,7 +1984,7 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
           pw_cp_commit();
           if (j > 0) transpose_v(j - 1, false);
         } else {
-          if (j >= PW_STAGES) pw_mbar_wait(bar_v_empty + 8 * stage, phase ^ 1);
+          if (j + ring_loads >= PW_STAGES) pw_mbar_wait(bar_v_empty + 8 * stage, phase ^ 1);
           if constexpr (PW_LEGACY) {
             constexpr bool hoisted = (PW_LV & 2) != 0;
             if (PW_LV & 32) {  // (timing only: no copies)
@@ -1989,12 +2028,19 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
         }
       }
       if (PW_FP8) transpose_v(n_tiles - 1, true);
-      pw_cp_wait_all();
+      if (PW_TPB == 1) pw_cp_wait_all();
+      ring_stage = stage;
+      ring_phase = phase;
+      if (PW_TPB > 1) ring_loads += n_tiles;
     }
+    q_loads += n_tiles > 0;
+    if (PW_TPB > 1 && next_tile()) goto producer_tile;
+    if (PW_TPB > 1) pw_cp_wait_all();
   } else {
     // Consumers: warpgroup cw owns tile rows [64 cw, 64 cw + 64); warp w of it rows
     // [row0, row0 + 16), this thread rows row0 + g and row0 + g + 8.
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(PW_CONSUMER_REGS));
+  consumer_tile:  // PW_TPB > 1: back here for the block's next tile
     // GA_PW_SCHED_HOIST (params.h): cw broadcast from lane 0, so that ptxas knows it is
     // warp-uniform and the descriptors built from it live on the uniform datapath.
     constexpr bool hoist = (PW_SCHED & GA_PW_SCHED_HOIST) != 0;
@@ -2188,8 +2234,9 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
       }
     };
 
-    int stage = 0, prev = 0;  // ring stages and phases of tiles j and j - 1
-    unsigned phase = 0, prev_phase = 0;
+    // Ring stages and phases of tiles j and j - 1.
+    int stage = PW_TPB > 1 ? ring_stage : 0, prev = 0;
+    unsigned phase = PW_TPB > 1 ? ring_phase : 0, prev_phase = 0;
 
     // PW_F8_SPEC, the speculative softmax (fp8, loop tiles): a tile without a mask whose rows all
     // have a reference maximum m (every row of the warp) takes its probabilities at that
@@ -2313,6 +2360,7 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
       else
         pw_wgmma_wait<0>();
       pw_fence_regs(s);
+      if (PW_TPB > 1 && last && lane == 0) pw_mbar_arrive(bar_q_empty);  // Q read for the last time
       if (with_pv && pv_late) {
         pw_wgmma_fence();
         issue_pv(prev);
@@ -2401,7 +2449,7 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
     // With PW_OVERLAP, tile 0 (no P V before it) is peeled off the loop and the last tile's
     // P V follows it, so the loop body issues both kinds of wgmma without a branch between.
     if (n_tiles > 0) {
-      pw_mbar_wait(bar_q, 0);
+      pw_mbar_wait(bar_q, q_loads & 1);
 #if !GA_BLOCK_SPARSE
       if (turns && cw == PW_CONSUMERS - 1) pw_bar_arrive(PW_SCHED_BAR, 256);  // consumer 0 starts
       // GA_PW_SCHED_STAGGER (e4m3, two consumers without turns): consumer 1 starts its first
@@ -2421,6 +2469,8 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
         advance();
       }
       if (PW_OVERLAP) pv(prev, prev_phase, true);
+      ring_stage = stage;
+      ring_phase = phase;
 #else
       // The same over the tiles kept: t is a tile's index, u the next one's.
       int t = tiles.first(p);
@@ -2468,6 +2518,23 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
             ga_lse(m[r], li, sink[r]);
       }
 #endif
+    }
+    if (PW_TPB > 1) {  // the Q buffer holds the next tile's rows: O straight from the registers
+      ga_u16* out = static_cast<ga_u16*>(p.output);
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int row = m0 + row0 + g + r * 8;
+        if (row >= rows) continue;
+        ga_u16* o_row = out + ga_prefill_row_offset(row, t2, q_start, kv_head,
+                                                    p.output_token_stride, p.output_head_stride);
+#pragma unroll
+        for (int d = 0; d < HEAD_SIZE / 8; ++d)
+          *reinterpret_cast<unsigned*>(o_row + d * 8) =
+              ga_pack2(o[d * 4 + 2 * r] * inv[r], o[d * 4 + 2 * r + 1] * inv[r]);
+      }
+      q_loads += n_tiles > 0;
+      if (next_tile()) goto consumer_tile;
+      return;
     }
     pw_bar_sync(1 + cw, 128);  // every warp of the warpgroup is done with its wgmmas reading Q
 #pragma unroll

@@ -136,6 +136,9 @@ TEST_CASE("key: GRAPHATTN_NVRTC_EXTRA_OPTIONS's parser takes the listed options 
                                  "-DGA_PREFILL_SM90_LEGACY_VAR=255"});
   CHECK(detail::parse_nvrtc_extra_options("-DGA_DECODE_FP8_PAIR=0 -DGA_DECODE_FP8_PAIR=7") ==
         std::vector<std::string>{"-DGA_DECODE_FP8_PAIR=0", "-DGA_DECODE_FP8_PAIR=7"});
+  CHECK(detail::parse_nvrtc_extra_options(
+            "-DGA_PREFILL_SM90_PERSIST=1 -DGA_PREFILL_SM90_PERSIST=8") ==
+        std::vector<std::string>{"-DGA_PREFILL_SM90_PERSIST=1", "-DGA_PREFILL_SM90_PERSIST=8"});
   for (const char* bad : {"--gpu-architecture=sm_80",
                           "-G",
                           "--Ofast-compile=fast",
@@ -174,6 +177,9 @@ TEST_CASE("key: GRAPHATTN_NVRTC_EXTRA_OPTIONS's parser takes the listed options 
                           "-DGA_PREFILL_SM90_LEGACY_VAR=03",
                           "-DGA_DECODE_FP8_PAIR=8",
                           "-DGA_DECODE_FP8_PAIR=",
+                          "-DGA_PREFILL_SM90_PERSIST=0",
+                          "-DGA_PREFILL_SM90_PERSIST=9",
+                          "-DGA_PREFILL_SM90_PERSIST=",
                           "--maxrregcount=064"}) {
     bool threw = false;
     try {
