@@ -359,10 +359,26 @@ __device__ __forceinline__ bool ga_prefill_find_tile(const PrefillParams& p, int
 // ga_prefill_tile: the tile alone. PER_BLOCK > 1 (prefill_sm90.cu, PW_TPB): without the device
 // split, block x runs row tiles PER_BLOCK x' .. PER_BLOCK x' + PER_BLOCK - 1 (x' = gridDim.x - 1
 // - x), tile `sub` the (sub + 1)-th longest; the device split keeps tile 0 only.
-template <int BLOCK_M, int BLOCK_N, int PER_BLOCK = 1>
+// BAND > 0 (prefill_sm90.cu, PW_BAND): without the device split, the launch order (the linear
+// block index, x fastest) is read rank-major over bands of BAND (request, KV head) groups (group
+// g = request + gridDim.y * KV head; the last band may be smaller): band by band, every group's
+// rank-r block (x' = r: its longest row tiles) before any rank-r + 1 block of the band, so the
+// longest causal tiles start first across the band's groups, not only within each group.
+template <int BLOCK_M, int BLOCK_N, int PER_BLOCK = 1, int BAND = 0>
 __device__ __forceinline__ bool ga_prefill_tile(const PrefillParams& p, GaPrefillTile& t,
                                                 int sub = 0) {
   t.kv_head = blockIdx.z;
+  unsigned bx = blockIdx.x, by = blockIdx.y;  // BAND > 0: x, y and z read rank-major
+  if (BAND > 0 && p.device_split_q <= 0) {
+    const unsigned groups = gridDim.y * gridDim.z, per_band = gridDim.x * BAND;
+    const unsigned linear = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
+    const unsigned band = linear / per_band, in_band = linear - band * per_band;
+    const unsigned first = band * BAND, size = min(groups - first, static_cast<unsigned>(BAND));
+    const unsigned rank = in_band / size, group = first + (in_band - rank * size);
+    bx = rank;
+    by = group % gridDim.y;
+    t.kv_head = static_cast<int>(group / gridDim.y);
+  }
   if (PER_BLOCK > 1 && sub > 0 && p.device_split_q > 0) return false;
   if (p.device_split_q > 0) {
     // Tile-major over the KV heads, in launch order (x fastest): the batch's tiles of every
@@ -376,10 +392,9 @@ __device__ __forceinline__ bool ga_prefill_tile(const PrefillParams& p, GaPrefil
       return false;
     t.m0 = (req_tiles - 1 - tile_in_req) * BLOCK_M;  // a request's longest tiles first
   } else {
-    t.req = p.first_req + blockIdx.y;
-    t.m0 = PER_BLOCK > 1
-               ? ((gridDim.x - 1 - blockIdx.x) * PER_BLOCK + (PER_BLOCK - 1 - sub)) * BLOCK_M
-               : (gridDim.x - 1 - blockIdx.x) * BLOCK_M;
+    t.req = p.first_req + static_cast<int>(by);
+    t.m0 = PER_BLOCK > 1 ? ((gridDim.x - 1 - bx) * PER_BLOCK + (PER_BLOCK - 1 - sub)) * BLOCK_M
+                         : (gridDim.x - 1 - bx) * BLOCK_M;
   }
   const bool uniform = GA_DENSE_KV && p.query_start_loc == nullptr;
   if (uniform) {
@@ -411,12 +426,12 @@ __device__ __forceinline__ bool ga_prefill_tile(const PrefillParams& p, GaPrefil
       t.kv_end > t.tile0 * BLOCK_N ? (t.kv_end - t.tile0 * BLOCK_N + BLOCK_N - 1) / BLOCK_N : 0;
   return true;
 }
-template <int BLOCK_M, int BLOCK_N, int PER_BLOCK = 1>
+template <int BLOCK_M, int BLOCK_N, int PER_BLOCK = 1, int BAND = 0>
 __device__ __forceinline__ bool ga_prefill_begin(const PrefillParams& p, unsigned smem_bytes,
                                                  unsigned threads, GaPrefillTile& t) {
   ga_grid_dependency_sync();
   ga_require_launch(smem_bytes, threads);
-  return ga_prefill_tile<BLOCK_M, BLOCK_N, PER_BLOCK>(p, t);
+  return ga_prefill_tile<BLOCK_M, BLOCK_N, PER_BLOCK, BAND>(p, t);
 }
 
 // Element offset of column col of row r of a prefill tile in the query or the output (strides in

@@ -834,6 +834,18 @@ constexpr int ga_prefill_sm90_tiles_per_block(int head_size, bool legacy, bool f
                                               bool block_sparse, int option) {
   return !legacy && !fp8 && !block_sparse && head_size == 128 && option > 1 ? option : 1;
 }
+// The 16-bit sm_90 prefill's block order without a device split (session 15, pf15; 0: the
+// launch order, every spec's default): with B > 0 (-DGA_PREFILL_SM90_ORDER=B, for measurement)
+// the linear block index is read rank-major over bands of B (request, KV head) groups
+// (common.cuh, ga_prefill_tile's BAND; B >= the launch's groups: one band, every group's longest
+// row tile dispatched before any group's second). Causal flash layouts without a window at head
+// size 128, not e4m3 or block-sparse (the kernels whose row tiles' costs grow with the row).
+constexpr int ga_prefill_sm90_band(int head_size, bool legacy, bool fp8, bool block_sparse,
+                                   bool causal_full, int option) {
+  return !legacy && !fp8 && !block_sparse && causal_full && head_size == 128 && option > 0
+             ? option
+             : 0;
+}
 // TMA loads of the K and V tiles (flash layouts NHD and HND, paged, not block-sparse): each tile
 // of block_n keys is gathered page by page, one tensor-map box of rows x 128 bytes per page
 // segment and 128-byte column block, where rows = gcd(block size, block_n) (every segment lies

@@ -272,6 +272,15 @@ enum PwPersist : int {
                                            GA_PREFILL_SM90_PERSIST)
 };
 static_assert(PW_TPB == 1 || !PW_SPEC16, "prefill_sm90: the second scoring reads Q (PW_TPB 1)");
+// The blocks' order (params.h, ga_prefill_sm90_band; -DGA_PREFILL_SM90_ORDER=B): 0, the launch
+// order; B > 0, rank-major over bands of B (request, KV head) groups. (An enumerator, as above.)
+#ifndef GA_PREFILL_SM90_ORDER
+#define GA_PREFILL_SM90_ORDER 0
+#endif
+enum PwOrder : int {
+  PW_BAND = ga_prefill_sm90_band(HEAD_SIZE, PW_LEGACY, PW_FP8, GA_BLOCK_SPARSE,
+                                 !HAS_WINDOW && !GA_NON_CAUSAL, GA_PREFILL_SM90_ORDER)
+};
 // The P V wgmma's B (V) operand: MN-major (1, transposed: the flash 16-bit [key][dim] tile) or
 // K-major (0: the legacy V^T tile), the 16-bit wgmma's imm-trans-b. fp8's V^T stages are K-major
 // too (fp8 wgmmas take K-major operands only, and no such flag).
@@ -1757,9 +1766,9 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
   GaPrefillTile tile;
   // PW_TPB > 1: the block's first tile with rows (sub; next_tile below takes the ones after it).
   int sub = 0;
-  bool found = ga_prefill_begin<PW_BLOCK_M, PW_BLOCK_N, PW_TPB>(p, PW_SMEM_BYTES, PW_THREADS, tile);
+  bool found = ga_prefill_begin<PW_BLOCK_M, PW_BLOCK_N, PW_TPB, PW_BAND>(p, PW_SMEM_BYTES, PW_THREADS, tile);
   while (PW_TPB > 1 && !found && ++sub < PW_TPB)
-    found = ga_prefill_tile<PW_BLOCK_M, PW_BLOCK_N, PW_TPB>(p, tile, sub);
+    found = ga_prefill_tile<PW_BLOCK_M, PW_BLOCK_N, PW_TPB, PW_BAND>(p, tile, sub);
   if (!found) return;
   const int tid = threadIdx.x;
   int req = tile.req, kv_head = tile.kv_head, q_start = tile.q_start, ctx = tile.ctx;
@@ -1811,7 +1820,7 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
   // PW_TPB > 1: the block's next tile with rows, if any (its values replace the first's).
   auto next_tile = [&] {
     while (++sub < PW_TPB) {
-      if (!ga_prefill_tile<PW_BLOCK_M, PW_BLOCK_N, PW_TPB>(p, tile, sub)) continue;
+      if (!ga_prefill_tile<PW_BLOCK_M, PW_BLOCK_N, PW_TPB, PW_BAND>(p, tile, sub)) continue;
       req = tile.req, kv_head = tile.kv_head, q_start = tile.q_start, ctx = tile.ctx;
       m0 = tile.m0, rows = tile.q_len * GROUP, kv_end = tile.kv_end, tile0 = tile.tile0;
       n_tiles = tile.n_tiles, kv_row0 = tile.kv_row0;
