@@ -842,9 +842,8 @@ constexpr int ga_prefill_sm90_tiles_per_block(int head_size, bool legacy, bool f
 // size 128, not e4m3 or block-sparse (the kernels whose row tiles' costs grow with the row).
 constexpr int ga_prefill_sm90_band(int head_size, bool legacy, bool fp8, bool block_sparse,
                                    bool causal_full, int option) {
-  return !legacy && !fp8 && !block_sparse && causal_full && head_size == 128 && option > 0
-             ? option
-             : 0;
+  const bool takes = !legacy && !fp8 && !block_sparse && causal_full && head_size == 128;
+  return takes && option > 0 ? option : 0;
 }
 // TMA loads of the K and V tiles (flash layouts NHD and HND, paged, not block-sparse): each tile
 // of block_n keys is gathered page by page, one tensor-map box of rows x 128 bytes per page

@@ -1766,7 +1766,8 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
   GaPrefillTile tile;
   // PW_TPB > 1: the block's first tile with rows (sub; next_tile below takes the ones after it).
   int sub = 0;
-  bool found = ga_prefill_begin<PW_BLOCK_M, PW_BLOCK_N, PW_TPB, PW_BAND>(p, PW_SMEM_BYTES, PW_THREADS, tile);
+  bool found =
+      ga_prefill_begin<PW_BLOCK_M, PW_BLOCK_N, PW_TPB, PW_BAND>(p, PW_SMEM_BYTES, PW_THREADS, tile);
   while (PW_TPB > 1 && !found && ++sub < PW_TPB)
     found = ga_prefill_tile<PW_BLOCK_M, PW_BLOCK_N, PW_TPB, PW_BAND>(p, tile, sub);
   if (!found) return;

@@ -139,8 +139,9 @@ TEST_CASE("key: GRAPHATTN_NVRTC_EXTRA_OPTIONS's parser takes the listed options 
   CHECK(detail::parse_nvrtc_extra_options(
             "-DGA_PREFILL_SM90_PERSIST=1 -DGA_PREFILL_SM90_PERSIST=8") ==
         std::vector<std::string>{"-DGA_PREFILL_SM90_PERSIST=1", "-DGA_PREFILL_SM90_PERSIST=8"});
-  CHECK(detail::parse_nvrtc_extra_options("-DGA_PREFILL_SM90_ORDER=0 -DGA_PREFILL_SM90_ORDER=256") ==
-        std::vector<std::string>{"-DGA_PREFILL_SM90_ORDER=0", "-DGA_PREFILL_SM90_ORDER=256"});
+  CHECK(
+      detail::parse_nvrtc_extra_options("-DGA_PREFILL_SM90_ORDER=0 -DGA_PREFILL_SM90_ORDER=256") ==
+      std::vector<std::string>{"-DGA_PREFILL_SM90_ORDER=0", "-DGA_PREFILL_SM90_ORDER=256"});
   for (const char* bad : {"--gpu-architecture=sm_80",
                           "-G",
                           "--Ofast-compile=fast",
