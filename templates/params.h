@@ -840,6 +840,12 @@ constexpr int ga_prefill_sm90_tiles_per_block(int head_size, bool legacy, bool f
 // (common.cuh, ga_prefill_tile's BAND; B >= the launch's groups: one band, every group's longest
 // row tile dispatched before any group's second). Causal flash layouts without a window at head
 // size 128, not e4m3 or block-sparse (the kernels whose row tiles' costs grow with the row).
+// Measured SLOWER (H100, main's kernel alternated in one call, 4 x 4096 causal bf16, mean of 3):
+// 926.3 us -> B 256 (all 32 groups) 994.4 (+7.4%), B 4 950.0 (+2.6%); with
+// -DGA_PREFILL_SM90_PERSIST=2 1003.6 / 955.0; chunked 4 x 512 over 2048-16384 +3 to +5% (B 256).
+// A dispatch model predicts ~0 at one tile a block (the launch order already ends on short
+// tiles); the loss grows with the groups interleaved, so it is the K / V streams that the launch
+// order keeps in L2 (132 blocks on 1-2 groups) (docs/prefill-h128-h100-2026-11-28-s15.txt).
 constexpr int ga_prefill_sm90_band(int head_size, bool legacy, bool fp8, bool block_sparse,
                                    bool causal_full, int option) {
   const bool takes = !legacy && !fp8 && !block_sparse && causal_full && head_size == 128;
