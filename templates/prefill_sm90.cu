@@ -1223,7 +1223,20 @@ __device__ __forceinline__ void pw_softmax(const PrefillParams& p, const Scales&
   }
   // vmax: IMAX's maxima of this thread's two rows (pw_row_imax); else its chains' (row_max).
   float vmax[2];
-  if constexpr (IMAX) {
+  // PW_REF_MAX: see below. M_SLACK: how far a row's maximum may pass its reference.
+  constexpr float M_SLACK = !PW_FP8 ? 8.f : PW_P8_SHIFT == 8 ? 0.8f : 1.8f;
+  static_assert(!PW_FP8 || M_SLACK + PW_P8_SHIFT <= 8.807f,
+                "prefill_sm90 fp8: P must stay under 448");
+  constexpr bool VOTE = PW_REF_MAX && (PW_SCHED & GA_PW_SCHED_VOTE_MAX) != 0;
+  // GA_PW_SCHED_ONE_VOTE (e4m3, IMAX with the vote): the all-negative check below joins the
+  // vote on the references (one warp vote a tile instead of two); the integer minima are taken
+  // only on the vote's full path.
+  constexpr bool ONE_VOTE = IMAX && VOTE && (PW_SCHED & GA_PW_SCHED_ONE_VOTE) != 0;
+  int imx[2] = {0, 0};  // ONE_VOTE: IMAX's integer maxima, vmax on the full path only
+  if constexpr (IMAX && ONE_VOTE) {
+    imx[0] = pw_row_imax<false>(s, 0);
+    imx[1] = pw_row_imax<false>(s, 1);
+  } else if constexpr (IMAX) {
     const int i0 = pw_row_imax<false>(s, 0), i1 = pw_row_imax<false>(s, 1);
     // Every score of a row negative (its bits' maximum is negative as an integer): the largest
     // negative float is the smallest such integer. Taken by the warp when any of its rows needs
@@ -1238,19 +1251,32 @@ __device__ __forceinline__ void pw_softmax(const PrefillParams& p, const Scales&
     }
   }
   auto row_max = [&](int r) { return IMAX ? vmax[r] : fmaxf(mx[r][0], mx[r][1]); };
-  // PW_REF_MAX: see below. M_SLACK: how far a row's maximum may pass its reference.
-  constexpr float M_SLACK = !PW_FP8 ? 8.f : PW_P8_SHIFT == 8 ? 0.8f : 1.8f;
-  static_assert(!PW_FP8 || M_SLACK + PW_P8_SHIFT <= 8.807f,
-                "prefill_sm90 fp8: P must stay under 448");
   float m_use[2], sum[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
   // GA_PW_SCHED_VOTE_MAX: a row's reference moves only if its maximum passes it by more than
   // M_SLACK, i.e. only if one of its four threads' own maxima does. When no thread of the warp
   // sees that (one vote), every reference stays and alpha is 1 (a row that saw nothing keeps
   // m = -inf, and O and l are 0 whatever alpha is), without the quad's shuffles; else the full
   // path below, with the same result.
-  constexpr bool VOTE = PW_REF_MAX && (PW_SCHED & GA_PW_SCHED_VOTE_MAX) != 0;
-  const bool stay = VOTE && !__any_sync(0xffffffffu, row_max(0) * sc > m[0] + M_SLACK ||
-                                                         row_max(1) * sc > m[1] + M_SLACK);
+  // ONE_VOTE: a thread whose integer maxima are non-negative (then the float maxima exactly)
+  // tests them as above; one with a negative one (a row all of whose scores are negative) asks
+  // for the full path, which then takes every thread's exact maxima (the integer minima where
+  // the maxima are negative). The full path computes the stay path's values whenever no
+  // reference moves (m_new = m, alpha = 2^0 = 1; a row with m = -inf has O = l = 0, so its
+  // alpha 0 there changes nothing), so the results are the two-vote kernel's.
+  bool stay;
+  if constexpr (ONE_VOTE) {
+    stay = !__any_sync(0xffffffffu, (imx[0] | imx[1]) < 0 ||
+                                        __int_as_float(imx[0]) * sc > m[0] + M_SLACK ||
+                                        __int_as_float(imx[1]) * sc > m[1] + M_SLACK);
+    if (!stay) {
+      const int n0 = pw_row_imax<true>(s, 0), n1 = pw_row_imax<true>(s, 1);
+      vmax[0] = __int_as_float(imx[0] < 0 ? n0 : imx[0]);
+      vmax[1] = __int_as_float(imx[1] < 0 ? n1 : imx[1]);
+    }
+  } else {
+    stay = VOTE && !__any_sync(0xffffffffu, row_max(0) * sc > m[0] + M_SLACK ||
+                                                row_max(1) * sc > m[1] + M_SLACK);
+  }
   if (stay) {
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
