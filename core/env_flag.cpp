@@ -66,7 +66,9 @@ int mixed_dsp_sm_blocks_from_env() {
 }
 
 int mixed_dsp_long_tiles_from_env() {
-  return small_int_from_env("GRAPHATTN_MIXED_DSP_LONG_TILES", 1, 64);
+  const char* v = std::getenv("GRAPHATTN_MIXED_DSP_LONG_TILES");
+  if (!v || !*v) return kMixedDspLongTilesDefault;
+  return small_int_from_env("GRAPHATTN_MIXED_DSP_LONG_TILES", 0, 64);
 }
 
 }  // namespace graphattn::detail

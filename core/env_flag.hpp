@@ -35,9 +35,13 @@ int decode_early_trigger_from_env();
 // _dsp kernel's split count plans for (its multiprocessor count times N, for the grid's size and
 // the kernel's count); anything else throws graphattn::Error as above.
 int mixed_dsp_sm_blocks_from_env();
-// GRAPHATTN_MIXED_DSP_LONG_TILES: unset or empty is 0 (the _dsp count plans one block a
-// multiprocessor); else 1..64, the tiles a warp every leading decode must keep for the count to
-// plan two (runtime/mixed_grid.hpp); anything else throws graphattn::Error as above.
+// GRAPHATTN_MIXED_DSP_LONG_TILES: 1..64, the tiles a warp every leading decode must keep for the
+// _dsp_long kernel's count to plan two blocks a multiprocessor (runtime/mixed_grid.hpp); unset or
+// empty is kMixedDspLongTilesDefault (8: on an H100 every mix of the bench's mixed part is then
+// ahead of the eager host split, docs/mixed-step-h100-2026-11-28-s15.txt); 0 turns the _dsp_long
+// kernel off (one block a multiprocessor, as before session 15); anything else throws
+// graphattn::Error as above.
+constexpr int kMixedDspLongTilesDefault = 8;
 int mixed_dsp_long_tiles_from_env();
 
 }  // namespace graphattn::detail

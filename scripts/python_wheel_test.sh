@@ -106,9 +106,10 @@ print(c["compiled"], c["hits"])' "$1.json"
 }
 read -r compiled hits < <(warm "$scratch/c2")
 say "graphattn-warmup without the kernels wheel: $compiled compiled, $hits hits"
-# llama-3-8b's 4 kernels: the cache write, the decode, the prefill and the mixed graphs' decode
-# (_dsp, GRAPHATTN_MIXED_DECODE_DIVISOR=0, the default since session 13).
-[ "$compiled" = 4 ] || { echo "expected 4 compiled kernels" >&2; exit 1; }
+# llama-3-8b's 5 kernels: the cache write, the decode, the prefill and the mixed graphs' decodes
+# (_dsp, GRAPHATTN_MIXED_DECODE_DIVISOR=0, the default since session 13, and _dsp_long,
+# GRAPHATTN_MIXED_DSP_LONG_TILES=8, the default since session 15).
+[ "$compiled" = 5 ] || { echo "expected 5 compiled kernels" >&2; exit 1; }
 
 # 5. The prebuilt kernels, found without configuration. Their dependencies pin the NVRTC wheel
 # to the minor they were compiled with (pip may change the one the graphattn wheel brought).
@@ -116,8 +117,8 @@ say "graphattn-warmup without the kernels wheel: $compiled compiled, $hits hits"
   "$kernels_wheel"
 read -r compiled hits < <(warm "$scratch/c3")
 say "graphattn-warmup with the kernels wheel: $compiled compiled, $hits hits"
-[ "$compiled" = 0 ] && [ "$hits" = 4 ] || {
-  echo "expected the kernels wheel to serve all 4 kernels" >&2
+[ "$compiled" = 0 ] && [ "$hits" = 5 ] || {
+  echo "expected the kernels wheel to serve all 5 kernels" >&2
   exit 1
 }
 

@@ -74,7 +74,7 @@ TEST_CASE("bounds mode: layer configs and GRAPHATTN_CHECK_BOUNDS choose the chec
   ::setenv("GRAPHATTN_CHECK_BOUNDS", "1", 1);
   const AttentionBackend by_env(c);
   CHECK(by_env.config().check_bounds);
-  for (const auto& s : by_env.required_specs()) {  // _chk, then the mixed graphs' _dsp axis
+  for (const auto& s : by_env.required_specs()) {  // _chk, then the mixed graphs' _dsp, _dsp_long
     CHECK(s.check_bounds);
     CHECK(s.to_string().find("_chk") != std::string::npos);
   }

@@ -259,21 +259,21 @@ TEST_CASE("graphattn-cache export/import: an image layer baked from a bundle com
   INFO(exported.out << exported.err);
   REQUIRE(exported.code == 0);
   const auto je = nlohmann::json::parse(exported.out);
-  // (4 kernels an arch: cache write, decode, prefill, the mixed graphs' _dsp decode)
-  CHECK(je["entries"].get<int>() == 8);
+  // (5 kernels an arch: cache write, decode, prefill, the mixed graphs' _dsp and _dsp_long decodes)
+  CHECK(je["entries"].get<int>() == 10);
   // The image step: import, and the directory becomes a read-only layer.
   const auto dry = test::run_program(GRAPHATTN_CACHE_TOOL,
                                      {"--dir", image.path(), "import", bundle, "--dry-run"});
   CHECK(dry.code == 0);
-  CHECK(dry.out.find("8 would be installed") != std::string::npos);
+  CHECK(dry.out.find("10 would be installed") != std::string::npos);
   const auto imported =
       test::run_program(GRAPHATTN_CACHE_TOOL, {"--json", "--dir", image.path(), "import", bundle});
   INFO(imported.out << imported.err);
   REQUIRE(imported.code == 0);
-  CHECK(nlohmann::json::parse(imported.out)["installed"].get<int>() == 8);
+  CHECK(nlohmann::json::parse(imported.out)["installed"].get<int>() == 10);
   const auto again =
       test::run_program(GRAPHATTN_CACHE_TOOL, {"--json", "--dir", image.path(), "import", bundle});
-  CHECK(nlohmann::json::parse(again.out)["present"].get<int>() == 8);
+  CHECK(nlohmann::json::parse(again.out)["present"].get<int>() == 10);
 
   test::ReadOnlyView ro(image.path());
   if (!ro.ok()) {
@@ -317,7 +317,7 @@ TEST_CASE("graphattn-cache export/import: an image layer baked from a bundle com
   CHECK(damaged.code == 1);
   const auto jd = nlohmann::json::parse(damaged.out);
   CHECK(jd["bad"].get<int>() == 1);
-  CHECK(jd["installed"].get<int>() == 7);
+  CHECK(jd["installed"].get<int>() == 9);
   // Not a bundle at all: exit 1 with the path named.
   write_bytes(bundle, "hello");
   const auto junk =

@@ -349,11 +349,13 @@ TEST_CASE("attention config: selection and errors agree") {
   CHECK(select_decode_kernel(c) == DecodeKernel::kSplitKv);
   AttentionBackend attn(c);  // arch given: no device needed to list the kernels
   const auto specs = attn.required_specs();
-  REQUIRE(specs.size() == 4);  // and the mixed graphs' decode (divisor 0, the default)
+  // and the mixed graphs' decodes (divisor 0 and GRAPHATTN_MIXED_DSP_LONG_TILES 8, the defaults)
+  REQUIRE(specs.size() == 5);
   CHECK(specs[0].to_string() == "cache_write_h128_b16_bf16_kvauto_g1_swa0_cap0_nhd_sm90");
   CHECK(specs[1].to_string() == "decode_h128_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm90");
   CHECK(specs[2].to_string() == "prefill_h128_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm90");
   CHECK(specs[3].to_string() == "decode_h128_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm90_dsp");
+  CHECK(specs[4].to_string() == "decode_h128_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm90_dsp_long");
   CHECK(attn.config().scale == doctest::Approx(1.0 / std::sqrt(128.0)));
   CHECK_THROWS_WITH_AS(attn.workspace_bytes(), doctest::Contains("call prepare() first"), Error);
 

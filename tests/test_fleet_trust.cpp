@@ -170,12 +170,12 @@ TEST_CASE("on/off variables are parsed strictly") {
     CHECK_THROWS_AS(check_cache_environment(), Error);
   }
   // The small-integer measurement switches: each value in `good` reads back, each in `bad`
-  // throws naming the variable; unset reads 0.
-  auto small_int_switch = [](const char* name, int (*read)(),
+  // throws naming the variable; unset reads `unset`.
+  auto small_int_switch = [](const char* name, int (*read)(), int unset,
                              std::initializer_list<const char*> good,
                              std::initializer_list<const char*> bad) {
     INFO(name);
-    CHECK(read() == 0);
+    CHECK(read() == unset);
     for (const char* v : good) {
       test::ScopedEnv e(name, v);
       CHECK(read() == std::stoi(v));
@@ -187,16 +187,17 @@ TEST_CASE("on/off variables are parsed strictly") {
     }
   };
   // the ring-depth switch: 2..4 or unset
-  small_int_switch("GRAPHATTN_DECODE_RING_STAGES", detail::decode_ring_stages_from_env,
+  small_int_switch("GRAPHATTN_DECODE_RING_STAGES", detail::decode_ring_stages_from_env, 0,
                    {"2", "3", "4"}, {"1", "5", "02", "2x", " 2"});
   // the _dsp count's blocks-a-multiprocessor switch: 1..4 or unset
-  small_int_switch("GRAPHATTN_MIXED_DSP_SM_BLOCKS", detail::mixed_dsp_sm_blocks_from_env,
+  small_int_switch("GRAPHATTN_MIXED_DSP_SM_BLOCKS", detail::mixed_dsp_sm_blocks_from_env, 0,
                    {"1", "2", "4"}, {"0", "5", "02", "2x", " 2"});
   // the _dsp count's long-splits switch: 1..64 or unset
   small_int_switch("GRAPHATTN_MIXED_DSP_LONG_TILES", detail::mixed_dsp_long_tiles_from_env,
-                   {"1", "8", "64"}, {"0", "65", "08", "8x", " 8"});
+                   detail::kMixedDspLongTilesDefault, {"0", "1", "8", "64"},
+                   {"65", "08", "8x", " 8", "-1"});
   // the early-trigger switch: 1..3 or unset
-  small_int_switch("GRAPHATTN_DECODE_EARLY_TRIGGER", detail::decode_early_trigger_from_env,
+  small_int_switch("GRAPHATTN_DECODE_EARLY_TRIGGER", detail::decode_early_trigger_from_env, 0,
                    {"1", "2", "3"}, {"0", "4", "01", "1x"});
 #ifdef GRAPHATTN_WARMUP_TOOL
   for (const char* var :

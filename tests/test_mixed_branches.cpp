@@ -320,10 +320,19 @@ TEST_CASE("mixed decode grid: divisor 0 gives one-token layers a _dsp decode ker
   test::ScopedEnv env("GRAPHATTN_MIXED_DECODE_DIVISOR", "4");
   CHECK(AttentionBackend(c).required_specs().size() == 3);  // the three of divisors >= 1
   env.set(nullptr);                                         // the default: divisor 0
-  CHECK(AttentionBackend(c).required_specs().size() == 4);
+  CHECK(AttentionBackend(c).required_specs().size() == 5);  // with _dsp_long (the default 8)
   env.set("0");
+  {
+    test::ScopedEnv long_off("GRAPHATTN_MIXED_DSP_LONG_TILES", "0");  // no _dsp_long kernel
+    CHECK(AttentionBackend(c).required_specs().size() == 4);
+  }
   const std::vector<AttentionSpec> specs = AttentionBackend(c).required_specs();
-  REQUIRE(specs.size() == 4);
+  REQUIRE(specs.size() == 5);
+  AttentionSpec long_plain = specs[4];
+  CHECK(long_plain.dsp_long_splits);
+  CHECK(long_plain.to_string() == specs[3].to_string() + "_long");
+  long_plain.dsp_long_splits = false;
+  CHECK(long_plain == specs[3]);
   AttentionSpec plain = specs[3];
   CHECK(plain.device_splits);
   CHECK(plain.to_string() == specs[1].to_string() + "_dsp");

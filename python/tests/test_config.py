@@ -29,9 +29,11 @@ def test_defaults_and_resolved_config():
         "cache_write_h128_b16_bf16_kvauto_g1_swa0_cap0_nhd_sm90",
         "decode_h128_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm90",
         "prefill_h128_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm90",
-        # the mixed graphs' decode, splits chosen on the device (mixed decode divisor 0, the
-        # default)
-        "decode_h128_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm90_dsp"]
+        # the mixed graphs' decodes, splits chosen on the device (mixed decode divisor 0, the
+        # default), and the one that plans two blocks an SM for long decodes (_dsp_long,
+        # GRAPHATTN_MIXED_DSP_LONG_TILES 8, the default)
+        "decode_h128_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm90_dsp",
+        "decode_h128_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm90_dsp_long"]
     assert "sm_90" in repr(b)
 
 
@@ -206,9 +208,10 @@ def test_attn_type_reaches_the_library(name, expected, suffixes):
     if suffixes is None:  # no cache, no decodes: the dense non-causal prefill alone
         assert b.required_specs() == ["prefill_h128_b16_bf16_kvauto_g4_swa0_cap0_nhd_sm90_nc_dense"]
     else:
-        # and the mixed graphs' decode with device-chosen splits (divisor 0, the default)
+        # and the mixed graphs' decodes with device-chosen splits (divisor 0, the default), one
+        # planning two blocks an SM for long decodes (_dsp_long, the default)
         assert b.required_specs() == [s + x for s, x in zip(SPECS, suffixes)] + [
-            SPECS[1] + suffixes[1] + "_dsp"]
+            SPECS[1] + suffixes[1] + "_dsp", SPECS[1] + suffixes[1] + "_dsp_long"]
 
 
 @pytest.mark.parametrize("n", [2, 4, 16])
@@ -225,7 +228,7 @@ def test_decode_query_len_selects_the_multi_token_decode(n):
 def test_attn_type_and_decode_query_len_defaults():
     b = backend()
     assert (b.config.attn_type, b.config.decode_query_len) == ("decoder", 1)
-    assert b.required_specs() == list(SPECS) + [SPECS[1] + "_dsp"]
+    assert b.required_specs() == list(SPECS) + [SPECS[1] + "_dsp", SPECS[1] + "_dsp_long"]
     # The ctypes struct is the C struct: graphattn_layer_config_init writes its sizeof, which
     # the last field (decode_query_len, after v_scale_device) reaches.
     import ctypes

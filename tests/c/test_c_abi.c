@@ -423,14 +423,18 @@ static void test_backend_specs(void) {
   int count = 0;
   for (int i = 0; i < 3; ++i) {
     CHECK_OK(graphattn_backend_spec(b, i, buf, sizeof buf, &needed, &count));
-    CHECK(count == 4);
+    CHECK(count == 5);
     CHECK(strcmp(buf, kSpecs[i]) == 0);
     CHECK(needed == strlen(kSpecs[i]) + 1);
   }
-  /* The fourth: the mixed graphs' decode, splits chosen on the device (divisor 0, the default). */
+  /* The fourth: the mixed graphs' decode, splits chosen on the device (divisor 0, the default);
+     the fifth: the same planning two blocks an SM for long decodes (_dsp_long, the default). */
   CHECK_OK(graphattn_backend_spec(b, 3, buf, sizeof buf, NULL, NULL));
   CHECK(strncmp(buf, kSpecs[1], strlen(kSpecs[1])) == 0 &&
         strcmp(buf + strlen(kSpecs[1]), "_dsp") == 0);
+  CHECK_OK(graphattn_backend_spec(b, 4, buf, sizeof buf, NULL, NULL));
+  CHECK(strncmp(buf, kSpecs[1], strlen(kSpecs[1])) == 0 &&
+        strcmp(buf + strlen(kSpecs[1]), "_dsp_long") == 0);
   /* Too small: *needed says how much; NULL with capacity 0 asks. */
   needed = 0;
   CHECK_FAILS(graphattn_backend_spec(b, 1, buf, 10, &needed, NULL),
@@ -443,8 +447,8 @@ static void test_backend_specs(void) {
   CHECK_OK(graphattn_backend_spec(b, 2, buf, needed, NULL, NULL)); /* exactly enough */
   CHECK(strcmp(buf, kSpecs[2]) == 0);
   count = 0;
-  CHECK_FAILS(graphattn_backend_spec(b, 4, buf, sizeof buf, NULL, &count), INVALID, "index 4");
-  CHECK(count == 4);
+  CHECK_FAILS(graphattn_backend_spec(b, 5, buf, sizeof buf, NULL, &count), INVALID, "index 5");
+  CHECK(count == 5);
   CHECK_FAILS(graphattn_backend_spec(b, -1, buf, sizeof buf, NULL, NULL), INVALID, "index -1");
 
   size_t bytes = 0;

@@ -749,12 +749,12 @@ TEST_CASE("gpu decode graphs: mixed graphs' decode kernel chooses the splits fro
   check_caches_agree(t.graph, t.host, t.init);
 }
 
-// GRAPHATTN_MIXED_DSP_LONG_TILES (off by default): the mixed graphs deeper than the shallow
-// depth that fit two decode blocks a multiprocessor launch the _dsp_long kernel, which plans two
-// blocks a multiprocessor where every leading decode keeps that many tiles a warp, else one.
-// max_model_len 8192 over 2 KV heads: the 96-slot graph runs 3 stages (long; layer 0, no window),
-// the 24-slot one the shallow 2 (the plain _dsp kernel); layer 1 (window 256) never takes it.
-// Graphs captured before any batch, replayed with new lengths (long decodes, a short one among
+// GRAPHATTN_MIXED_DSP_LONG_TILES (on by default, 8; here 2): the mixed graphs deeper than the
+// shallow depth that fit two decode blocks a multiprocessor launch the _dsp_long kernel, which
+// plans two blocks a multiprocessor where every leading decode keeps that many tiles a warp, else
+// one. max_model_len 8192 over 2 KV heads: the 96-slot graph runs 3 stages (long; layer 0, no
+// window), the 24-slot one the shallow 2 (the plain _dsp kernel); layer 1 (window 256) never takes
+// it. Graphs captured before any batch, replayed with new lengths (long decodes, a short one among
 // long ones, many decodes, one decode, decodes only), equal the same launches eagerly bit for bit
 // and the float64 reference in both layers.
 TEST_CASE("gpu decode graphs: the _dsp_long kernel plans two blocks an SM for long decodes") {
