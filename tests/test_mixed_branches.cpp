@@ -257,7 +257,9 @@ TEST_CASE("mixed decode grid: GRAPHATTN_MIXED_DSP_LONG_TILES sizes the grid for 
     }
     CHECK(grid(64, 8192).long_split_tokens == 512);
     CHECK(grid(64, 8192).device_sms == 264);
-    for (auto [slots, len] : {std::pair{17, 4096}, std::pair{20, 2048}, std::pair{40, 1024}}) {
+    for (const auto& sl : {std::pair{17, 4096}, std::pair{20, 2048}, std::pair{40, 1024}}) {
+      // (named copies: a lambda, as INFO's, may not capture structured bindings in C++17)
+      const int slots = sl.first, len = sl.second;
       INFO("slots " << slots << " len " << len);
       CHECK(grid(slots, len).long_split_tokens == 0);
       CHECK(grid(slots, len).device_sms == 132);
