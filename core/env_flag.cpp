@@ -31,11 +31,11 @@ bool env_flag(const char* name) {
 
 namespace {
 
-// name's value: unset or empty 0; else an integer lo..hi (lo >= 1, hi <= 99); anything else
-// throws graphattn::Error naming the value and what is allowed.
-int small_int_from_env(const char* name, int lo, int hi) {
+// name's value: unset or empty `unset`; else an integer lo..hi (0 <= lo, hi <= 99); anything
+// else throws graphattn::Error naming the value and what is allowed.
+int small_int_from_env(const char* name, int lo, int hi, int unset = 0) {
   const char* v = std::getenv(name);
-  if (!v || !*v) return 0;
+  if (!v || !*v) return unset;
   const std::string text = v;
   const bool digits = text.size() <= 2 && std::isdigit(static_cast<unsigned char>(text[0])) &&
                       (text.size() == 1 || std::isdigit(static_cast<unsigned char>(text[1])));
@@ -66,9 +66,7 @@ int mixed_dsp_sm_blocks_from_env() {
 }
 
 int mixed_dsp_long_tiles_from_env() {
-  const char* v = std::getenv("GRAPHATTN_MIXED_DSP_LONG_TILES");
-  if (!v || !*v) return kMixedDspLongTilesDefault;
-  return small_int_from_env("GRAPHATTN_MIXED_DSP_LONG_TILES", 0, 64);
+  return small_int_from_env("GRAPHATTN_MIXED_DSP_LONG_TILES", 0, 64, kMixedDspLongTilesDefault);
 }
 
 }  // namespace graphattn::detail

@@ -192,7 +192,7 @@ TEST_CASE("on/off variables are parsed strictly") {
   // the _dsp count's blocks-a-multiprocessor switch: 1..4 or unset
   small_int_switch("GRAPHATTN_MIXED_DSP_SM_BLOCKS", detail::mixed_dsp_sm_blocks_from_env, 0,
                    {"1", "2", "4"}, {"0", "5", "02", "2x", " 2"});
-  // the _dsp count's long-splits switch: 1..64 or unset
+  // the _dsp count's long-splits switch: 0..64 or unset (the default)
   small_int_switch("GRAPHATTN_MIXED_DSP_LONG_TILES", detail::mixed_dsp_long_tiles_from_env,
                    detail::kMixedDspLongTilesDefault, {"0", "1", "8", "64"},
                    {"65", "08", "8x", " 8", "-1"});
