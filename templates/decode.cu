@@ -1623,6 +1623,10 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
       __syncwarp();
       continue;
     }
+    if constexpr (GA_PAIR16_TILE(8)) {  // DIAGNOSTIC ONLY (wrong output): the ring, no compute
+      __syncwarp();
+      continue;
+    }
     if (LEGACY && (t0 < lo || t0 + TILE > seq_len)) {
       // Zero the V^T entries of the tokens outside [lo, seq_len) that came in whole units.
       for (int i = lane; i < HEAD_SIZE * TILE; i += 32) {
