@@ -62,7 +62,7 @@ bool allowed(const std::string& o) {
     return number_after(o, "-DGA_DECODE_FP8_PAIR=", 0, 63);
   // The 16-bit KV-head-pair decodes' tile bits (templates/decode.cu, GA_DECODE_PAIR16: 1 two
   // accumulator chains; 0 the default), for measurement.
-  if (starts_with(o, "-DGA_DECODE_PAIR16=")) return number_after(o, "-DGA_DECODE_PAIR16=", 0, 9);
+  if (starts_with(o, "-DGA_DECODE_PAIR16=")) return number_after(o, "-DGA_DECODE_PAIR16=", 0, 15);
   if (starts_with(o, "--maxrregcount=")) return number_after(o, "--maxrregcount=", 1, 999);
   return false;
 }

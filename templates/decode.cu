@@ -700,6 +700,8 @@ __device__ __forceinline__ void ga_timing_stamp(int w) {
 //   e4m3 pairs' bit 16: 4 + 4 dependent MMAs instead of 8). Each chain holds exact zeros in the
 //   other head's columns, and the first chain is main's chain up to its zero terms, so S^T is
 //   bitwise main's.
+// 2 (without 4) the first V chunk group read and paired (ga_v_pairs) in stage 5, before the
+//   softmax (the e4m3 pairs' bit 32); 4 every V chunk group (their bit 8).
 // (Every other spec compiles none of it.)
 #ifndef GA_DECODE_PAIR16
 #define GA_DECODE_PAIR16 0
@@ -1659,7 +1661,9 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
     for (int nt = 0; nt < NT; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
     // (GA_DECODE_FP8_PAIR 8, 16, 32: ga_pair_tile_qk, which also widens the tile's first V_EARLY
     // V chunk groups for stage 7)
-    constexpr int V_EARLY = GA_FP8_TILE(8) ? VGROUPS : GA_FP8_TILE(32) ? 1 : 0;
+    constexpr int V_EARLY = GA_FP8_TILE(8) || GA_PAIR16_TILE(4)    ? VGROUPS
+                            : GA_FP8_TILE(32) || GA_PAIR16_TILE(2) ? 1
+                                                                   : 0;
     ga_u32 v_early[V_EARLY > 0 ? V_EARLY : 1][2][CE];
     if constexpr (V_EARLY > 0 || GA_FP8_TILE(16) || GA_PAIR16_TILE(1)) {
       ga_pair_tile_qk<V_EARLY, GA_FP8_TILE(16) || GA_PAIR16_TILE(1)>(ks, vs, g, t, qf, s,
