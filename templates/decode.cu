@@ -372,15 +372,15 @@ __device__ __forceinline__ int ga_k_chunk_index(int i, int t) {
 }
 
 // [policy: fp8 pair epilogue] (GA_DECODE_FP8_PAIR 8, 16, 32: only the specs GA_FP8_TILE names
-// call it; [experiment: 16-bit pair tile] GA_DECODE_PAIR16 1: GA_PAIR16_TILE's, with
-// V_EARLY 0) Stage 5 of an e4m3 (or 16-bit) KV-head-pair tile: S^T = K Q^T, in two accumulator chains when TWO
-// (chunk groups 0 .. KGROUPS / 2 - 1 hold the first KV head's dimensions: each chain holds exact
-// zeros in the other head's columns, so their sum is the one chain's S^T), then the first V_EARLY
-// V chunk groups read and widened as stage 7 would (its lo01, lo89 of group v in v_early[v]).
+// call it; [experiment: 16-bit pair tile] GA_DECODE_PAIR16 1, 2, 4: GA_PAIR16_TILE's) Stage 5 of an
+// e4m3 (or 16-bit) KV-head-pair tile: S^T = K Q^T, in two accumulator chains when TWO (chunk groups
+// 0 .. KGROUPS / 2 - 1 hold the first KV head's dimensions: each chain holds exact zeros in the
+// other head's columns, so their sum is the one chain's S^T), then the first V_EARLY V chunk groups
+// read and widened as stage 7 would (its lo01, lo89 of group v in v_early[v]).
 template <int V_EARLY, bool TWO, int VE>
 __device__ __forceinline__ void ga_pair_tile_qk(const unsigned char* ks, const unsigned char* vs,
-                                               int g, int t, const ga_u32 (&qf)[NT][KGROUPS][KW],
-                                               float (&s)[NT][4], ga_u32 (&v_early)[VE][2][CE]) {
+                                                int g, int t, const ga_u32 (&qf)[NT][KGROUPS][KW],
+                                                float (&s)[NT][4], ga_u32 (&v_early)[VE][2][CE]) {
   float s2[NT][4];
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) s2[nt][0] = s2[nt][1] = s2[nt][2] = s2[nt][3] = 0.0f;
@@ -1666,8 +1666,7 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
                                                                    : 0;
     ga_u32 v_early[V_EARLY > 0 ? V_EARLY : 1][2][CE];
     if constexpr (V_EARLY > 0 || GA_FP8_TILE(16) || GA_PAIR16_TILE(1)) {
-      ga_pair_tile_qk<V_EARLY, GA_FP8_TILE(16) || GA_PAIR16_TILE(1)>(ks, vs, g, t, qf, s,
-                                                                      v_early);
+      ga_pair_tile_qk<V_EARLY, GA_FP8_TILE(16) || GA_PAIR16_TILE(1)>(ks, vs, g, t, qf, s, v_early);
     } else {
 #pragma unroll
       for (int i = 0; i < KGROUPS; ++i) {
