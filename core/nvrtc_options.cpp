@@ -61,8 +61,8 @@ bool allowed(const std::string& o) {
   if (starts_with(o, "-DGA_DECODE_FP8_PAIR="))
     return number_after(o, "-DGA_DECODE_FP8_PAIR=", 0, 63);
   // The 16-bit KV-head-pair decodes' tile bits (templates/decode.cu, GA_DECODE_PAIR16: 1 two
-  // accumulator chains, 2 and 4 V before the softmax; 0 the default), for measurement.
-  if (o == "-DGA_DECODE_PAIR16=8") return true;  // TEMPORARY: the call's diagnostic
+  // accumulator chains, 2 and 4 V before the softmax; 0 session 15's tile; default 5 on sm_90),
+  // for measurement.
   if (starts_with(o, "-DGA_DECODE_PAIR16=")) return number_after(o, "-DGA_DECODE_PAIR16=", 0, 7);
   if (starts_with(o, "--maxrregcount=")) return number_after(o, "--maxrregcount=", 1, 999);
   return false;

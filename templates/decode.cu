@@ -372,7 +372,7 @@ __device__ __forceinline__ int ga_k_chunk_index(int i, int t) {
 }
 
 // [policy: fp8 pair epilogue] (GA_DECODE_FP8_PAIR 8, 16, 32: only the specs GA_FP8_TILE names
-// call it; [experiment: 16-bit pair tile] GA_DECODE_PAIR16 1, 2, 4: GA_PAIR16_TILE's) Stage 5 of an
+// call it; [policy: 16-bit pair tile] GA_DECODE_PAIR16 1, 2, 4: GA_PAIR16_TILE's) Stage 5 of an
 // e4m3 (or 16-bit) KV-head-pair tile: S^T = K Q^T, in two accumulator chains when TWO (chunk groups
 // 0 .. KGROUPS / 2 - 1 hold the first KV head's dimensions: each chain holds exact zeros in the
 // other head's columns, so their sum is the one chain's S^T), then the first V_EARLY V chunk groups
@@ -693,18 +693,27 @@ __device__ __forceinline__ void ga_timing_stamp(int w) {
 #ifndef GA_DECODE_FP8_PAIR
 #define GA_DECODE_FP8_PAIR 23
 #endif
-// [experiment: 16-bit pair tile] The 16-bit KV-head-pair decodes' tile (head 64 bf16/fp16 with
+// [policy: 16-bit pair tile] The 16-bit KV-head-pair decodes' tile (head 64 bf16/fp16 with
 // GQA <= 8: issue 28's head-64 row), bits of GA_DECODE_PAIR16 (GRAPHATTN_NVRTC_EXTRA_OPTIONS=
-// -DGA_DECODE_PAIR16=N, default 0: main's machine code; docs/decode-h64-h100-2026-11-28-s16.txt):
+// -DGA_DECODE_PAIR16=N, N 0-7; 0 is session 15's machine code):
 // 1 S^T = K Q^T in two accumulator chains, one a KV head of the pair (ga_pair_tile_qk, as the
 //   e4m3 pairs' bit 16: 4 + 4 dependent MMAs instead of 8). Each chain holds exact zeros in the
-//   other head's columns, and the first chain is main's chain up to its zero terms, so S^T is
-//   bitwise main's.
+//   other head's columns, and the first chain is the one chain up to its zero terms, so S^T is
+//   bitwise the one chain's.
 // 2 (without 4) the first V chunk group read and paired (ga_v_pairs) in stage 5, before the
 //   softmax (the e4m3 pairs' bit 32); 4 every V chunk group (their bit 8).
-// (Every other spec compiles none of it.)
+// Default 5 (1 | 4) on sm_90 outside the mixed graphs' kernel (GA_DEVICE_SPLITS), the measured
+// kernels: H100, 4 alternated rounds, 256 x 1024 h64 199.43 -> 196.68 us, 16 x 4096 h64 63.08 ->
+// 62.40, 64 x 8192 h64 367.05 -> 366.73 (bit 1 alone -2.25 / -0.48 / -0.13; 3 no better than 1).
+// With no compute at all (a diagnostic build) 64 x 8192 h64 ran at 364.0 us: fewer instructions
+// a tile cannot take that row to 97% of the read limit (docs/decode-h64-h100-2026-11-28-s16.txt).
+// sm_80 and the _dsp kernels keep 0 (not measured). (Every other spec compiles none of it.)
 #ifndef GA_DECODE_PAIR16
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900 && !defined(GA_DEVICE_SPLITS)
+#define GA_DECODE_PAIR16 5
+#else
 #define GA_DECODE_PAIR16 0
+#endif
 #endif
 enum : int {
   CLUSTER_PUSH =
@@ -1622,10 +1631,6 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
     }
     const int t0 = base + (tile_begin + warp + NW * j) * TILE;
     if (!tile_live(t0)) {  // block-sparse: not issued, nothing to compute
-      __syncwarp();
-      continue;
-    }
-    if constexpr (GA_PAIR16_TILE(8)) {  // DIAGNOSTIC ONLY (wrong output): the ring, no compute
       __syncwarp();
       continue;
     }
