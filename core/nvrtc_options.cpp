@@ -60,6 +60,10 @@ bool allowed(const std::string& o) {
   // for measurement.
   if (starts_with(o, "-DGA_DECODE_FP8_PAIR="))
     return number_after(o, "-DGA_DECODE_FP8_PAIR=", 0, 63);
+  // The 16-bit KV-head-pair decodes' tile bits (templates/decode.cu, GA_DECODE_PAIR16: 1 two
+  // accumulator chains, 2 and 4 V before the softmax; 0 session 15's tile; default 5 on sm_90),
+  // for measurement.
+  if (starts_with(o, "-DGA_DECODE_PAIR16=")) return number_after(o, "-DGA_DECODE_PAIR16=", 0, 7);
   if (starts_with(o, "--maxrregcount=")) return number_after(o, "--maxrregcount=", 1, 999);
   return false;
 }
@@ -80,7 +84,8 @@ std::vector<std::string> parse_nvrtc_extra_options(const std::string& text) {
           "-DGA_DSP_SEQ_WINDOW=N (N 0-4), -DGA_DECODE_PAGE_SORT=N (N 0-32), "
           "-DGA_DECODE_CLUSTER_PUSH=0, -DGA_FP8_CVT_HW=0|1, -DGA_PREFILL_SM90_SCHED=N (N 0-1023), "
           "-DGA_PREFILL_SM90_FP8_SCHED=N (N 0-4095), -DGA_PREFILL_SM90_FP8_VAR=N (N 0-1023), "
-          "-DGA_PREFILL_SM90_LEGACY_VAR=N (N 0-255), -DGA_DECODE_FP8_PAIR=N (N 0-63)");
+          "-DGA_PREFILL_SM90_LEGACY_VAR=N (N 0-255), -DGA_DECODE_FP8_PAIR=N (N 0-63), "
+          "-DGA_DECODE_PAIR16=N (N 0-7)");
     out.push_back(o);
   }
   return out;

@@ -372,14 +372,15 @@ __device__ __forceinline__ int ga_k_chunk_index(int i, int t) {
 }
 
 // [policy: fp8 pair epilogue] (GA_DECODE_FP8_PAIR 8, 16, 32: only the specs GA_FP8_TILE names
-// call it) Stage 5 of an e4m3 KV-head-pair tile: S^T = K Q^T, in two accumulator chains when TWO
-// (chunk groups 0 .. KGROUPS / 2 - 1 hold the first KV head's dimensions: each chain holds exact
-// zeros in the other head's columns, so their sum is the one chain's S^T), then the first V_EARLY
-// V chunk groups read and widened as stage 7 would (its lo01, lo89 of group v in v_early[v]).
+// call it; [policy: 16-bit pair tile] GA_DECODE_PAIR16 1, 2, 4: GA_PAIR16_TILE's) Stage 5 of an
+// e4m3 (or 16-bit) KV-head-pair tile: S^T = K Q^T, in two accumulator chains when TWO (chunk groups
+// 0 .. KGROUPS / 2 - 1 hold the first KV head's dimensions: each chain holds exact zeros in the
+// other head's columns, so their sum is the one chain's S^T), then the first V_EARLY V chunk groups
+// read and widened as stage 7 would (its lo01, lo89 of group v in v_early[v]).
 template <int V_EARLY, bool TWO, int VE>
-__device__ __forceinline__ void ga_fp8_tile_qk(const unsigned char* ks, const unsigned char* vs,
-                                               int g, int t, const ga_u32 (&qf)[NT][KGROUPS][KW],
-                                               float (&s)[NT][4], ga_u32 (&v_early)[VE][2][CE]) {
+__device__ __forceinline__ void ga_pair_tile_qk(const unsigned char* ks, const unsigned char* vs,
+                                                int g, int t, const ga_u32 (&qf)[NT][KGROUPS][KW],
+                                                float (&s)[NT][4], ga_u32 (&v_early)[VE][2][CE]) {
   float s2[NT][4];
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) s2[nt][0] = s2[nt][1] = s2[nt][2] = s2[nt][3] = 0.0f;
@@ -679,7 +680,7 @@ __device__ __forceinline__ void ga_timing_stamp(int w) {
 // The e4m3 pairs' tile with a 16-bit query on the archs that widen e4m3 with the hardware
 // conversion but have no fp8 mma.sync (sm_90, sm_100: GA_FP8_TILE), for a shorter chain of
 // dependent instructions a tile (what the launch's tail waits on when few blocks still stream;
-// ga_fp8_tile_qk; docs/fp8-decode-h100-2026-11-28-s15.txt: 16 is the default, 8 and 32 measured
+// ga_pair_tile_qk; docs/fp8-decode-h100-2026-11-28-s15.txt: 16 is the default, 8 and 32 measured
 // no better; the e4m3-query specs keep the one chain: 16 spilled there and gained nothing):
 // 8 the tile's V chunks are read from shared memory and widened before the softmax, in the
 //   same basic block as K Q^T and the softmax, so that their loads and conversions may fill the
@@ -691,6 +692,28 @@ __device__ __forceinline__ void ga_timing_stamp(int w) {
 // (Every other spec compiles none of it.)
 #ifndef GA_DECODE_FP8_PAIR
 #define GA_DECODE_FP8_PAIR 23
+#endif
+// [policy: 16-bit pair tile] The 16-bit KV-head-pair decodes' tile (head 64 bf16/fp16 with
+// GQA <= 8: issue 28's head-64 row), bits of GA_DECODE_PAIR16 (GRAPHATTN_NVRTC_EXTRA_OPTIONS=
+// -DGA_DECODE_PAIR16=N, N 0-7; 0 is session 15's machine code):
+// 1 S^T = K Q^T in two accumulator chains, one a KV head of the pair (ga_pair_tile_qk, as the
+//   e4m3 pairs' bit 16: 4 + 4 dependent MMAs instead of 8). Each chain holds exact zeros in the
+//   other head's columns, and the first chain is the one chain up to its zero terms, so S^T is
+//   bitwise the one chain's.
+// 2 (without 4) the first V chunk group read and paired (ga_v_pairs) in stage 5, before the
+//   softmax (the e4m3 pairs' bit 32); 4 every V chunk group (their bit 8).
+// Default 5 (1 | 4) on sm_90 outside the mixed graphs' kernel (GA_DEVICE_SPLITS), the measured
+// kernels: H100, 4 alternated rounds, 256 x 1024 h64 199.43 -> 196.68 us, 16 x 4096 h64 63.08 ->
+// 62.40, 64 x 8192 h64 367.05 -> 366.73 (bit 1 alone -2.25 / -0.48 / -0.13; 3 no better than 1).
+// With no compute at all (a diagnostic build) 64 x 8192 h64 ran at 364.0 us: fewer instructions
+// a tile cannot take that row to 97% of the read limit (docs/decode-h64-h100-2026-11-28-s16.txt).
+// sm_80 and the _dsp kernels keep 0 (not measured). (Every other spec compiles none of it.)
+#ifndef GA_DECODE_PAIR16
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900 && !defined(GA_DEVICE_SPLITS)
+#define GA_DECODE_PAIR16 5
+#else
+#define GA_DECODE_PAIR16 0
+#endif
 #endif
 enum : int {
   CLUSTER_PUSH =
@@ -976,6 +999,8 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
 #define GA_FP8_TILE(bit)                                                    \
   (GA_PAIR_FP8 && KV_FP8 == 1 && !QF8 && GA_E4M3_CVT && !GA_FP8_MMA_SYNC && \
    (GA_DECODE_FP8_PAIR & (bit)) != 0)
+// (the 16-bit KV caches' pairs: GA_DECODE_PAIR16's tile bits)
+#define GA_PAIR16_TILE(bit) (PG == 2 && KV_FP8 == 0 && !QF8 && (GA_DECODE_PAIR16 & (bit)) != 0)
 // Element e of warp w's O^T row of column h in shared memory (stage 8; GA_DECODE_FP8_PAIR 4).
 #define GA_RED_SWZ (GA_PAIR_FP8 && (GA_DECODE_FP8_PAIR & 4) != 0)
 #define GA_RED_AT(w, h, e)                                    \
@@ -1639,12 +1664,14 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
     float s[NT][4];
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
-    // (GA_DECODE_FP8_PAIR 8, 16, 32: ga_fp8_tile_qk, which also widens the tile's first V_EARLY
+    // (GA_DECODE_FP8_PAIR 8, 16, 32: ga_pair_tile_qk, which also widens the tile's first V_EARLY
     // V chunk groups for stage 7)
-    constexpr int V_EARLY = GA_FP8_TILE(8) ? VGROUPS : GA_FP8_TILE(32) ? 1 : 0;
+    constexpr int V_EARLY = GA_FP8_TILE(8) || GA_PAIR16_TILE(4)    ? VGROUPS
+                            : GA_FP8_TILE(32) || GA_PAIR16_TILE(2) ? 1
+                                                                   : 0;
     ga_u32 v_early[V_EARLY > 0 ? V_EARLY : 1][2][CE];
-    if constexpr (V_EARLY > 0 || GA_FP8_TILE(16)) {
-      ga_fp8_tile_qk<V_EARLY, GA_FP8_TILE(16)>(ks, vs, g, t, qf, s, v_early);
+    if constexpr (V_EARLY > 0 || GA_FP8_TILE(16) || GA_PAIR16_TILE(1)) {
+      ga_pair_tile_qk<V_EARLY, GA_FP8_TILE(16) || GA_PAIR16_TILE(1)>(ks, vs, g, t, qf, s, v_early);
     } else {
 #pragma unroll
       for (int i = 0; i < KGROUPS; ++i) {
