@@ -783,9 +783,10 @@ enum GaPwSched : int {
   GA_PW_SCHED_HOIST = 128,
   GA_PW_SCHED_PV_OUT = 256,
   GA_PW_SCHED_PV_LATE = 512,
-  // e4m3 only (session 14): the thread's row maxima of the raw scores on their float bits as
-  // signed integers, three a VIMNMX3 (prefill_sm90.cu's pw_row_imax); consumer 1 a tile behind
-  // consumer 0 (the consumers' stagger).
+  // The thread's row maxima of the raw scores on their float bits as signed integers, three a
+  // VIMNMX3 (prefill_sm90.cu's pw_row_imax; e4m3 since session 14, the 16-bit head-128 flash
+  // specs since session 16, below); e4m3 only: consumer 1 a tile behind consumer 0 (the
+  // consumers' stagger).
   GA_PW_SCHED_IMAX3 = 1024,
   GA_PW_SCHED_STAGGER = 2048
 };
@@ -814,7 +815,7 @@ constexpr int ga_prefill_sm90_sched(int head_size, bool legacy, bool fp8, bool s
              ? (legacy && head_size == 128 && !scaled_scores && plain_causal
                     ? GA_PW_SCHED_EARLY_WAIT
                 : !legacy && head_size == 128 && !scaled_scores && plain_causal && plain_paged
-                    ? GA_PW_SCHED_ROW_LINES | GA_PW_SCHED_HOIST
+                    ? GA_PW_SCHED_ROW_LINES | GA_PW_SCHED_HOIST | GA_PW_SCHED_IMAX3
                 : !legacy && head_size >= 128 && (head_size <= 192 || plain_paged)
                     ? GA_PW_SCHED_ROW_LINES
                     : 0)

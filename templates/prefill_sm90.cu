@@ -1190,8 +1190,9 @@ __device__ __forceinline__ void pw_softmax(const PrefillParams& p, const Scales&
   const float sc = SCALED ? 1.f : scales.scale_log2;
   // Chains per row of the thread's maxima (PW_SCHED's GA_PW_SCHED_MAX8: 4).
   constexpr int MC = PW_SCHED & GA_PW_SCHED_MAX8 ? 4 : 2;
-  // GA_PW_SCHED_IMAX3 (e4m3, raw scores): the thread's row maxima by pw_row_imax, not FMNMX.
-  constexpr bool IMAX = PW_FP8 && !SCALED && (PW_SCHED & GA_PW_SCHED_IMAX3) && !(PW_F8V & 8);
+  // GA_PW_SCHED_IMAX3 (raw scores: e4m3, and the 16-bit head-128 flash specs of params.h's
+  // ga_prefill_sm90_sched): the thread's row maxima by pw_row_imax, not FMNMX.
+  constexpr bool IMAX = !SCALED && (PW_SCHED & GA_PW_SCHED_IMAX3) && !(PW_F8V & 8);
   float mx[2][MC];
 #pragma unroll
   for (int r = 0; r < 2; ++r)
