@@ -45,7 +45,7 @@ bool allowed(const std::string& o) {
   // PW_LV), for measurement; the e4m3 prefill's own schedule bits (ga_prefill_sm90_sched's
   // fp8_bits).
   if (starts_with(o, "-DGA_PREFILL_SM90_SCHED="))
-    return number_after(o, "-DGA_PREFILL_SM90_SCHED=", 0, 1023);
+    return number_after(o, "-DGA_PREFILL_SM90_SCHED=", 0, 4095);
   if (starts_with(o, "-DGA_PREFILL_SM90_FP8_SCHED="))
     return number_after(o, "-DGA_PREFILL_SM90_FP8_SCHED=", 0, 4095);
   if (starts_with(o, "-DGA_PREFILL_SM90_FP8_VAR="))
@@ -82,7 +82,7 @@ std::vector<std::string> parse_nvrtc_extra_options(const std::string& text) {
           "--Ofast-compile=min|mid|max|0, --ptxas-options=V, -Xptxas=V, "
           "--maxrregcount=N (N 1-999), -DGA_DECODE_TIMING=1, -DGA_DECODE_EARLY_TRIGGER=1, "
           "-DGA_DSP_SEQ_WINDOW=N (N 0-4), -DGA_DECODE_PAGE_SORT=N (N 0-32), "
-          "-DGA_DECODE_CLUSTER_PUSH=0, -DGA_FP8_CVT_HW=0|1, -DGA_PREFILL_SM90_SCHED=N (N 0-1023), "
+          "-DGA_DECODE_CLUSTER_PUSH=0, -DGA_FP8_CVT_HW=0|1, -DGA_PREFILL_SM90_SCHED=N (N 0-4095), "
           "-DGA_PREFILL_SM90_FP8_SCHED=N (N 0-4095), -DGA_PREFILL_SM90_FP8_VAR=N (N 0-1023), "
           "-DGA_PREFILL_SM90_LEGACY_VAR=N (N 0-255), -DGA_DECODE_FP8_PAIR=N (N 0-63), "
           "-DGA_DECODE_PAIR16=N (N 0-7)");

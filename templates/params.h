@@ -746,6 +746,13 @@ constexpr bool ga_prefill_sm90_rowsum_mma(int head_size, bool legacy, bool q_fp8
 //   -1.0% (one run each); with the speculative exponentials (176) 939.2, main's time. So the
 //   16-bit head-128 flash specs (causal, no window, paged, without soft cap / ALiBi) take it
 //   beside the row lines; other specs keep their machine code.
+// - GA_PW_SCHED_IMAX3 (also e4m3's, below) in those 16-bit head-128 flash specs too: the row
+//   maxima by VIMNMX3 on the scores' bits (68 FMNMX -> 32 VIMNMX3 / VIMNMX a thread and tile, the
+//   same maxima bit for bit). Measured (H100, session 16, old and new alternated in one call;
+//   docs/prefill-h128-h100-2026-11-28-s16.txt): 4 x 4096 causal 927.0 -> 925.5 us (-0.2%, five
+//   rounds each, inside the noise), chunked 4 x 512 after 2048 / 8192 / 16384 cached -0.8% /
+//   -1.0% / -1.0% (one run each; unchanged rows of the same runs -0.5% to +0.1%): even to slightly
+//   faster, kept; -DGA_PREFILL_SM90_SCHED=144 gives main's machine code back.
 // - GA_PW_SCHED_PV_OUT: the loop's P_{j-1} V_{j-1} wgmmas issued after the turn's arrive (the
 //   turn holds S_j's 8 wgmmas alone: 29 instructions instead of 43). Measured even (H100, session
 //   14, alternated in one call; docs/prefill-h128-h100-2026-11-27-s14.txt): 4 x 4096 causal head
@@ -783,9 +790,10 @@ enum GaPwSched : int {
   GA_PW_SCHED_HOIST = 128,
   GA_PW_SCHED_PV_OUT = 256,
   GA_PW_SCHED_PV_LATE = 512,
-  // e4m3 only (session 14): the thread's row maxima of the raw scores on their float bits as
-  // signed integers, three a VIMNMX3 (prefill_sm90.cu's pw_row_imax); consumer 1 a tile behind
-  // consumer 0 (the consumers' stagger).
+  // The thread's row maxima of the raw scores on their float bits as signed integers, three a
+  // VIMNMX3 (prefill_sm90.cu's pw_row_imax; e4m3 since session 14, the 16-bit head-128 flash
+  // specs since session 16, below); e4m3 only: consumer 1 a tile behind consumer 0 (the
+  // consumers' stagger).
   GA_PW_SCHED_IMAX3 = 1024,
   GA_PW_SCHED_STAGGER = 2048
 };
@@ -814,7 +822,7 @@ constexpr int ga_prefill_sm90_sched(int head_size, bool legacy, bool fp8, bool s
              ? (legacy && head_size == 128 && !scaled_scores && plain_causal
                     ? GA_PW_SCHED_EARLY_WAIT
                 : !legacy && head_size == 128 && !scaled_scores && plain_causal && plain_paged
-                    ? GA_PW_SCHED_ROW_LINES | GA_PW_SCHED_HOIST
+                    ? GA_PW_SCHED_ROW_LINES | GA_PW_SCHED_HOIST | GA_PW_SCHED_IMAX3
                 : !legacy && head_size >= 128 && (head_size <= 192 || plain_paged)
                     ? GA_PW_SCHED_ROW_LINES
                     : 0)

@@ -1190,8 +1190,9 @@ __device__ __forceinline__ void pw_softmax(const PrefillParams& p, const Scales&
   const float sc = SCALED ? 1.f : scales.scale_log2;
   // Chains per row of the thread's maxima (PW_SCHED's GA_PW_SCHED_MAX8: 4).
   constexpr int MC = PW_SCHED & GA_PW_SCHED_MAX8 ? 4 : 2;
-  // GA_PW_SCHED_IMAX3 (e4m3, raw scores): the thread's row maxima by pw_row_imax, not FMNMX.
-  constexpr bool IMAX = PW_FP8 && !SCALED && (PW_SCHED & GA_PW_SCHED_IMAX3) && !(PW_F8V & 8);
+  // GA_PW_SCHED_IMAX3 (raw scores: e4m3, and the 16-bit head-128 flash specs of params.h's
+  // ga_prefill_sm90_sched): the thread's row maxima by pw_row_imax, not FMNMX.
+  constexpr bool IMAX = !SCALED && (PW_SCHED & GA_PW_SCHED_IMAX3) && !(PW_F8V & 8);
   float mx[2][MC];
 #pragma unroll
   for (int r = 0; r < 2; ++r)
@@ -1227,8 +1228,15 @@ __device__ __forceinline__ void pw_softmax(const PrefillParams& p, const Scales&
     const int i0 = pw_row_imax<false>(s, 0), i1 = pw_row_imax<false>(s, 1);
     // Every score of a row negative (its bits' maximum is negative as an integer): the largest
     // negative float is the smallest such integer. Taken by the warp when any of its rows needs
-    // it (rare where scores have a positive maximum, as after any attention sink).
-    if (__any_sync(0xffffffffu, (i0 | i1) < 0)) {
+    // it (rare where scores have a positive maximum, as after any attention sink). 16-bit: per
+    // thread and row instead (a branch each, taken by the threads that need it: e.g. all of
+    // their keys masked), since the warp vote's branch took the consumers' wgmma descriptors
+    // off the uniform datapath (head 128, GA_PW_SCHED_HOIST: the loop's turn 43 -> 110
+    // instructions, 30 R2UR; session 12's failure mode).
+    if constexpr (!PW_FP8) {
+      vmax[0] = __int_as_float(i0 < 0 ? pw_row_imax<true>(s, 0) : i0);
+      vmax[1] = __int_as_float(i1 < 0 ? pw_row_imax<true>(s, 1) : i1);
+    } else if (__any_sync(0xffffffffu, (i0 | i1) < 0)) {
       const int n0 = pw_row_imax<true>(s, 0), n1 = pw_row_imax<true>(s, 1);
       vmax[0] = __int_as_float(i0 < 0 ? n0 : i0);
       vmax[1] = __int_as_float(i1 < 0 ? n1 : i1);

@@ -119,10 +119,13 @@ TEST_CASE("key: GRAPHATTN_NVRTC_EXTRA_OPTIONS's parser takes the listed options 
         std::vector<std::string>{"-DGA_FP8_CVT_HW=0"});
   CHECK(detail::parse_nvrtc_extra_options("-DGA_PREFILL_SM90_SCHED=0 -DGA_PREFILL_SM90_SCHED=7 "
                                           "-DGA_PREFILL_SM90_SCHED=16 -DGA_PREFILL_SM90_SCHED=255 "
-                                          "-DGA_PREFILL_SM90_SCHED=1023") ==
+                                          "-DGA_PREFILL_SM90_SCHED=1023 "
+                                          "-DGA_PREFILL_SM90_SCHED=1168 "
+                                          "-DGA_PREFILL_SM90_SCHED=4095") ==
         std::vector<std::string>{"-DGA_PREFILL_SM90_SCHED=0", "-DGA_PREFILL_SM90_SCHED=7",
                                  "-DGA_PREFILL_SM90_SCHED=16", "-DGA_PREFILL_SM90_SCHED=255",
-                                 "-DGA_PREFILL_SM90_SCHED=1023"});
+                                 "-DGA_PREFILL_SM90_SCHED=1023", "-DGA_PREFILL_SM90_SCHED=1168",
+                                 "-DGA_PREFILL_SM90_SCHED=4095"});
   CHECK(detail::parse_nvrtc_extra_options(
             "-DGA_PREFILL_SM90_FP8_SCHED=0 -DGA_PREFILL_SM90_FP8_SCHED=4095") ==
         std::vector<std::string>{"-DGA_PREFILL_SM90_FP8_SCHED=0",
@@ -158,12 +161,12 @@ TEST_CASE("key: GRAPHATTN_NVRTC_EXTRA_OPTIONS's parser takes the listed options 
                           "-DGA_DECODE_CLUSTER_PUSH=1",
                           "-DGA_FP8_CVT_HW=2",
                           "-DGA_FP8_CVT_HW",
-                          "-DGA_PREFILL_SM90_SCHED=1024",
+                          "-DGA_PREFILL_SM90_SCHED=4096",
                           "-DGA_PREFILL_SM90_SCHED=",
                           "-DGA_PREFILL_SM90_SCHED=08",
                           "-DGA_PREFILL_SM90_SCHED=-1",
                           "-DGA_PREFILL_SM90_SCHED=1x",
-                          "-DGA_PREFILL_SM90_SCHED=1024",
+                          "-DGA_PREFILL_SM90_SCHED=10000",
                           "-DGA_PREFILL_SM90_FP8_SCHED=4096",
                           "-DGA_PREFILL_SM90_FP8_SCHED=",
                           "-DGA_PREFILL_SM90_FP8_VAR=1024",
