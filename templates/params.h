@@ -787,12 +787,15 @@ enum GaPwSched : int {
   // signed integers, three a VIMNMX3 (prefill_sm90.cu's pw_row_imax); consumer 1 a tile behind
   // consumer 0 (the consumers' stagger).
   GA_PW_SCHED_IMAX3 = 1024,
-  GA_PW_SCHED_STAGGER = 2048
+  GA_PW_SCHED_STAGGER = 2048,
+  // e4m3 only (session 16): P in two register buffers taken in turn (the consumer loop unrolled
+  // by two), so that a tile packs its P before the wait for the previous tile's P V.
+  GA_PW_SCHED_PF2 = 8192
 };
 // The e4m3 prefill's (fp8) bits: `fp8_bits` >= 0 (-DGA_PREFILL_SM90_FP8_SCHED=N, for measurement)
-// sets them all, of GA_PW_SCHED_EARLY_WAIT, _VOTE_MAX, _MAX8, _ROW_LINES, _HOIST, _IMAX3 and
-// _STAGGER (the vote never with scaled scores); else at head 128 the row lines and, without scaled
-// scores, the vote (session 13, f8p13: the vote's e4m3 path fixed, 4 x 4096 -3.6%;
+// sets them all, of GA_PW_SCHED_EARLY_WAIT, _VOTE_MAX, _MAX8, _ROW_LINES, _HOIST, _IMAX3,
+// _STAGGER and _PF2 (the vote never with scaled scores); else at head 128 the row lines and,
+// without scaled scores, the vote (session 13, f8p13: the vote's e4m3 path fixed, 4 x 4096 -3.6%;
 // docs/fp8-prefill-h100-2026-11-27-s13.txt) and the VIMNMX3 row maxima (session 14, f8p14:
 // H100, 4 x 4096 causal 734.0 us against 744.1 / 746.8 for main's kernel, -1.4%; the early waits
 // +4.4%, the stagger +3.8%, both off; docs/fp8-prefill-h100-2026-11-27-s14.txt), or `bits`'
@@ -801,9 +804,10 @@ constexpr int ga_prefill_sm90_sched(int head_size, bool legacy, bool fp8, bool s
                                     bool plain_causal, bool plain_paged, int bits = -1,
                                     int fp8_bits = -1) {
   return fp8 ? (fp8_bits >= 0
-                    ? fp8_bits & (GA_PW_SCHED_EARLY_WAIT | GA_PW_SCHED_MAX8 |
-                                  GA_PW_SCHED_ROW_LINES | GA_PW_SCHED_HOIST | GA_PW_SCHED_IMAX3 |
-                                  GA_PW_SCHED_STAGGER | (scaled_scores ? 0 : GA_PW_SCHED_VOTE_MAX))
+                    ? fp8_bits &
+                          (GA_PW_SCHED_EARLY_WAIT | GA_PW_SCHED_MAX8 | GA_PW_SCHED_ROW_LINES |
+                           GA_PW_SCHED_HOIST | GA_PW_SCHED_IMAX3 | GA_PW_SCHED_STAGGER |
+                           GA_PW_SCHED_PF2 | (scaled_scores ? 0 : GA_PW_SCHED_VOTE_MAX))
                 : bits < 0
                     ? (head_size == 128
                            ? GA_PW_SCHED_ROW_LINES |

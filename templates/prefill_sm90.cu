@@ -2033,6 +2033,12 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
     float o[HEAD_SIZE / 2];
     float s[PW_BLOCK_N / 2];
     unsigned pf[PW_PF_STEPS][4];
+    // GA_PW_SCHED_PF2 (e4m3): P in two buffers, pf and pfb, taken in turn (the loop unrolled by
+    // two, so that each tile's buffers are static), so that tile j packs P_j into its own buffer
+    // while P_{j-1} V_{j-1} still reads the other one: the pack comes off the wait for P V.
+    constexpr bool pf2 =
+        PW_FP8 && PW_OVERLAP && !PW_F8_SPEC && !PW_PINGPONG && (PW_SCHED & GA_PW_SCHED_PF2) != 0;
+    unsigned pfb[PW_PF_STEPS][4];  // unused without PW_PF2
     const float ninf = __int_as_float(0xff800000);
     float m[2] = {ninf, ninf}, l[2] = {0.f, 0.f}, alpha[2];
     float ls[4] = {0.f, 0.f, 0.f, 0.f};  // PW_ROWSUM's row sums (rows g, g + 8: ls[0], ls[2])
@@ -2102,17 +2108,17 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
           pw_wgmma_ss<PW_BLOCK_N>(s, qd, kd_ks, ks > 0);
       }
     };
-    // O += P V with P from pf and the V tile in `stage`.
-    auto issue_pv = [&](int stage) {
+    // O += P V with P from pa (pf, or PW_PF2's buffer of the tile) and the V tile in `stage`.
+    auto issue_pv = [&](int stage, auto& pa) {
       const unsigned long long vd = v_desc + ((stage * PW_KV_BYTES) >> 4);
 #pragma unroll
       for (int kk = 0; kk < PW_PF_STEPS; ++kk) {
         const unsigned long long vd_kk = hoist ? hv[kk] : vd + pw_v_kstep(kk);
         if (PW_FP8)
-          pw_wgmma8_rs<HEAD_SIZE>(o, pf[kk], vd_kk);
+          pw_wgmma8_rs<HEAD_SIZE>(o, pa[kk], vd_kk);
         else
-          pw_wgmma_rs<HEAD_SIZE>(o, pf[kk], vd_kk);
-        if (PW_ROWSUM) pw_wgmma_sum(ls, pf[kk], ones_desc, kk > 0);
+          pw_wgmma_rs<HEAD_SIZE>(o, pa[kk], vd_kk);
+        if (PW_ROWSUM) pw_wgmma_sum(ls, pa[kk], ones_desc, kk > 0);
       }
     };
     // o (and PW_ROWSUM's ls), pinned around the P V wgmmas.
@@ -2131,7 +2137,9 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
     // that the peeled tile inlines one softmax instead of two.
     constexpr bool peel_masked =
         !one_body && ga_prefill_sm90_peel_masked(HEAD_SIZE, PW_LEGACY, PW_FP8);
-    auto softmax = [&](int j, bool peeled) {
+    // PW_PF2: P packed into pk inside each body, where ptxas can interleave the pack with the
+    // exponentials (after the bodies' join it sank every F2FP behind the wait for P V).
+    auto softmax = [&](int j, bool peeled, auto& pk) {
       const int n0 = (tile0 + j) * PW_BLOCK_N;
       if (GA_BLOCK_SPARSE) pw_bsp_tile_vis(p, n0, bsp);
       const bool masked =
@@ -2140,10 +2148,14 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
       if (one_body) {
         if (masked) pw_mask_scores(p, s, n0, kv_end, t2, pos);
         pw_softmax<false>(p, scales, s, n0, kv_end, t2, pos, slope, m, l, alpha, bsp);
-      } else if (masked)
+        if (pf2) pw_pack_p8(s, pk);
+      } else if (masked) {
         pw_softmax<true>(p, scales, s, n0, kv_end, t2, pos, slope, m, l, alpha, bsp);
-      else
+        if (pf2) pw_pack_p8(s, pk);
+      } else {
         pw_softmax<false>(p, scales, s, n0, kv_end, t2, pos, slope, m, l, alpha, bsp);
+        if (pf2) pw_pack_p8(s, pk);
+      }
     };
     // Every batch of wgmmas is issued between these two. With PW_PINGPONG the consumer
     // warpgroups take turns in a ring: a warpgroup issues a batch only after the one before it
@@ -2155,11 +2167,11 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
     // completes.
     // GA_PW_SCHED_NO_TURNS (16-bit, params.h): no turns.
     constexpr bool turns = PW_PINGPONG && !(PW_SCHED & GA_PW_SCHED_NO_TURNS);
-    auto issue_begin = [&] {
+    auto issue_begin = [&](auto& pa) {
       if (turns) pw_bar_sync(PW_SCHED_BAR + cw, 256);
-      // The normal writes of o and pf (rescale, packing) complete before wgmmas read them.
+      // The normal writes of o and pa (rescale, packing) complete before wgmmas read them.
       fence_acc();
-      pw_fence_regs(pf);
+      pw_fence_regs(pa);
       pw_wgmma_fence();
     };
     auto issue_end = [&](bool last) {
@@ -2169,18 +2181,18 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
                                                                : cw + 1),
                       256);
     };
-    // The P V of the tile in (stage, phase), waited for.
-    auto pv = [&](int stage, unsigned phase, bool last) {
+    // The P V of the tile in (stage, phase), P in pa, waited for.
+    auto pv = [&](int stage, unsigned phase, bool last, auto& pa) {
       pw_mbar_wait(bar_v_full + 8 * stage, phase);
       pw_fence_proxy_async();
       if (hoist) hoist_v(stage);
-      issue_begin();
-      issue_pv(stage);
+      issue_begin(pa);
+      issue_pv(stage, pa);
       pw_wgmma_commit();
       issue_end(last);
       pw_wgmma_wait<0>();
       fence_acc();
-      pw_fence_regs(pf);
+      pw_fence_regs(pa);
       if (lane == 0) pw_mbar_arrive(bar_v_empty + 8 * stage);
       if (PW_ROWSUM) {  // the tile's row sums, at the reference that l has (see tile)
         l[0] += ls[0];
@@ -2243,7 +2255,7 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
         if (!(PW_F8V & 128) &&
             __any_sync(0xffffffffu, !(pm[0] <= 0x1p126f) || !(pm[1] <= 0x1p126f))) {
           spec_rescore(stage);
-          softmax(j, false);  // alpha and m from the old reference, P from the scores
+          softmax(j, false, pf);  // alpha and m from the old reference, P from the scores
         } else {
 #pragma unroll
           for (int r = 0; r < 2; ++r) {
@@ -2280,7 +2292,8 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
     // cores; P V then runs under the rest of tile j's softmax.
     constexpr bool pv_out = (PW_SCHED & GA_PW_SCHED_PV_OUT) != 0;
     constexpr bool pv_late = (PW_SCHED & GA_PW_SCHED_PV_LATE) != 0;
-    auto tile = [&](int j, bool with_pv, bool last) {
+    // pk: the buffer that takes P_j; pa: the one that holds P_{j-1} (both pf without PW_PF2).
+    auto tile = [&](int j, bool with_pv, bool last, auto& pk, auto& pa) {
       if (!early || j == 0) {
         pw_mbar_wait(bar_k_full + 8 * stage, phase);
         if (with_pv) pw_mbar_wait(bar_v_full + 8 * prev, prev_phase);
@@ -2290,16 +2303,16 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
         hoist_s(stage);
         if (with_pv) hoist_v(prev);
       }
-      issue_begin();
+      issue_begin(pa);
       issue_s(stage);
       pw_wgmma_commit();
       if (with_pv && !pv_out && !pv_late) {
-        issue_pv(prev);
+        issue_pv(prev, pa);
         pw_wgmma_commit();
       }
       issue_end(false);
       if (with_pv && pv_out && !pv_late) {
-        issue_pv(prev);
+        issue_pv(prev, pa);
         pw_wgmma_commit();
       }
       if (early && j + 1 < n_tiles) {
@@ -2315,7 +2328,7 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
       pw_fence_regs(s);
       if (with_pv && pv_late) {
         pw_wgmma_fence();
-        issue_pv(prev);
+        issue_pv(prev, pa);
         pw_wgmma_commit();
       }
       // PW_F8_SPEC: the speculative softmax for this warp (spec_ok), which releases the K stage
@@ -2326,7 +2339,7 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
       if (spec)
         spec_exp();
       else
-        softmax(j, PW_OVERLAP && !with_pv);
+        softmax(j, PW_OVERLAP && !with_pv, pk);
 #else
       constexpr bool spec = false;
       // PW_SPEC16: the speculative exponentials (pw_softmax_spec) in a loop tile without a mask
@@ -2346,17 +2359,17 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
           // q_base, so that ptxas keeps the wgmma descriptors (built from q_base) uniform.
           const unsigned qb = hoist ? pw_opaque(q_base) : q_base;
           pw_rescore_warp(qb, qb + PW_Q_BYTES + stage * PW_KV_BYTES, row0 + g, lane, s);
-          softmax(j, PW_OVERLAP && !with_pv);
+          softmax(j, PW_OVERLAP && !with_pv, pk);
         }
         if (lane == 0) pw_mbar_arrive(bar_k_empty + 8 * stage);
       } else {
-        softmax(j, PW_OVERLAP && !with_pv);
+        softmax(j, PW_OVERLAP && !with_pv, pk);
       }
 #endif
       if (with_pv) {
         pw_wgmma_wait<0>();
         fence_acc();
-        pw_fence_regs(pf);
+        pw_fence_regs(pa);
         if (lane == 0) pw_mbar_arrive(bar_v_empty + 8 * prev);
       }
       // PW_ROWSUM: l takes tile j - 1's sums (with_pv; without, pv added them) and moves to
@@ -2379,14 +2392,14 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
       if (!PW_REF_MAX ||
           (!spec && !alpha_one && __any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)))
         pw_rescale_o(o, alpha);
-      if (PW_FP8)
-        pw_pack_p8(s, pf);
-      else
-        pw_pack_p(s, pf);
+      if (PW_FP8 && !pf2)
+        pw_pack_p8(s, pk);
+      else if (!PW_FP8)
+        pw_pack_p(s, pk);
 #if PW_F8_SPEC_CODE
       if (spec) spec_check(j);
 #endif
-      if (!PW_OVERLAP) pv(stage, phase, GA_BLOCK_SPARSE ? last : j == n_tiles - 1);
+      if (!PW_OVERLAP) pv(stage, phase, GA_BLOCK_SPARSE ? last : j == n_tiles - 1, pk);
     };
 
     auto advance = [&] {
@@ -2412,15 +2425,32 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
                                (PW_SCHED & GA_PW_SCHED_STAGGER) != 0;
       if (stagger && cw == 1) pw_bar_sync(PW_SCHED_BAR, 256);
       if (PW_OVERLAP) {
-        tile(0, false, n_tiles == 1);
+        tile(0, false, n_tiles == 1, pf, pf);
         advance();
       }
       if (stagger && cw == 0) pw_bar_arrive(PW_SCHED_BAR, 256);
-      for (int j = PW_OVERLAP ? 1 : 0; j < n_tiles; ++j) {
-        tile(j, PW_OVERLAP, j == n_tiles - 1);
-        advance();
+      if constexpr (pf2) {  // odd tiles pack into pfb, even ones into pf
+        for (int j = 1;; j += 2) {
+          if (j >= n_tiles) {
+            pv(prev, prev_phase, true, pf);
+            break;
+          }
+          tile(j, true, j == n_tiles - 1, pfb, pf);
+          advance();
+          if (j + 1 >= n_tiles) {
+            pv(prev, prev_phase, true, pfb);
+            break;
+          }
+          tile(j + 1, true, j + 1 == n_tiles - 1, pf, pfb);
+          advance();
+        }
+      } else {
+        for (int j = PW_OVERLAP ? 1 : 0; j < n_tiles; ++j) {
+          tile(j, PW_OVERLAP, j == n_tiles - 1, pf, pf);
+          advance();
+        }
+        if (PW_OVERLAP) pv(prev, prev_phase, true, pf);
       }
-      if (PW_OVERLAP) pv(prev, prev_phase, true);
 #else
       // The same over the tiles kept: t is a tile's index, u the next one's.
       int t = tiles.first(p);
@@ -2428,16 +2458,16 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
         if (turns && cw == PW_CONSUMERS - 1) pw_bar_arrive(PW_SCHED_BAR, 256);
         if (PW_OVERLAP) {
           const int u = tiles.next(p, t);
-          tile(t, false, u >= n_tiles);
+          tile(t, false, u >= n_tiles, pf, pf);
           advance();
           t = u;
         }
         for (int u; t < n_tiles; t = u) {
           u = tiles.next(p, t);
-          tile(t, PW_OVERLAP, u >= n_tiles);
+          tile(t, PW_OVERLAP, u >= n_tiles, pf, pf);
           advance();
         }
-        if (PW_OVERLAP) pv(prev, prev_phase, true);
+        if (PW_OVERLAP) pv(prev, prev_phase, true, pf);
       }
 #endif
     }
