@@ -70,6 +70,7 @@ int mixed_dsp_long_tiles_from_env() {
   if (!v || !*v) return kMixedDspLongTilesDefault;
   return small_int_from_env("GRAPHATTN_MIXED_DSP_LONG_TILES", 0, 64);
 }
+int decode_items_from_env() { return small_int_from_env("GRAPHATTN_DECODE_ITEMS", 1, 64); }
 
 }  // namespace graphattn::detail
 
@@ -84,6 +85,7 @@ void graphattn::check_flag_environment() {
   detail::decode_early_trigger_from_env();
   detail::mixed_dsp_sm_blocks_from_env();
   detail::mixed_dsp_long_tiles_from_env();
+  detail::decode_items_from_env();
   detail::nvrtc_extra_options();
   resolve_mixed_branches(MixedBranches::kDefault);
   mixed_decode_divisor_from_env();

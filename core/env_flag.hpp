@@ -43,5 +43,12 @@ int mixed_dsp_sm_blocks_from_env();
 // graphattn::Error as above.
 constexpr int kMixedDspLongTilesDefault = 8;
 int mixed_dsp_long_tiles_from_env();
+// GRAPHATTN_DECODE_ITEMS (a measurement switch, runtime/decode.cpp enqueue_decode, with the
+// decode kernel compiled with -DGA_DECODE_ITEMS=1..4 in GRAPHATTN_NVRTC_EXTRA_OPTIONS; else
+// ignored): unset or empty is 0 (one request a block); else 1..64, the requests each block of an
+// unsplit launch serves back to back (1: as many as make one round of blocks over the device's
+// resident slots; with 3|4, the claimed items, as many blocks as the device holds at once);
+// anything else throws graphattn::Error as above.
+int decode_items_from_env();
 
 }  // namespace graphattn::detail

@@ -35,6 +35,10 @@ bool allowed(const std::string& o) {
   // windows of at least N tiles, 0 (the default) compiles it out.
   if (starts_with(o, "-DGA_DECODE_PAGE_SORT="))
     return number_after(o, "-DGA_DECODE_PAGE_SORT=", 0, 32);
+  // The decode's items-per-block experiment (templates/decode.cu, GA_DECODE_ITEMS; the host's
+  // GRAPHATTN_DECODE_ITEMS sets the items a block).
+  // 3|4: session 16's claimed items (each block claims its next request on the device).
+  if (starts_with(o, "-DGA_DECODE_ITEMS=")) return number_after(o, "-DGA_DECODE_ITEMS=", 1, 4);
   // The decode's pulled cluster combine on sm_90 (templates/decode.cu, GA_DECODE_CLUSTER_PUSH).
   if (o == "-DGA_DECODE_CLUSTER_PUSH=0") return true;
   // The hardware float -> fp8 conversion (templates/common.cuh, GA_FP8_CVT_HW): 1 both formats
@@ -77,7 +81,8 @@ std::vector<std::string> parse_nvrtc_extra_options(const std::string& text) {
           "' is not supported; supported (separated by spaces): "
           "--Ofast-compile=min|mid|max|0, --ptxas-options=V, -Xptxas=V, "
           "--maxrregcount=N (N 1-999), -DGA_DECODE_TIMING=1, -DGA_DECODE_EARLY_TRIGGER=1, "
-          "-DGA_DSP_SEQ_WINDOW=N (N 0-4), -DGA_DECODE_PAGE_SORT=N (N 0-32), "
+          "-DGA_DSP_SEQ_WINDOW=N (N 0-4), -DGA_DECODE_PAGE_SORT=N (N 0-32), -DGA_DECODE_ITEMS=N (N "
+          "1-4), "
           "-DGA_DECODE_CLUSTER_PUSH=0, -DGA_FP8_CVT_HW=0|1, -DGA_PREFILL_SM90_SCHED=N (N 0-1023), "
           "-DGA_PREFILL_SM90_FP8_SCHED=N (N 0-4095), -DGA_PREFILL_SM90_FP8_VAR=N (N 0-1023), "
           "-DGA_PREFILL_SM90_LEGACY_VAR=N (N 0-255), -DGA_DECODE_FP8_PAIR=N (N 0-63)");

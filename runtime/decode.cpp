@@ -9,6 +9,7 @@
 #include <string>
 
 #include "core/env_flag.hpp"
+#include "core/nvrtc_options.hpp"
 #include "core/text.hpp"
 #include "graphattn/backend.hpp"
 #include "graphattn/error.hpp"
@@ -665,15 +666,51 @@ void enqueue_decode(const LoadedKernel& decode, const DecodeLaunch& a, CUstream 
   const int smem = ga_decode_smem_bytes(spec.head_size, kvb, stages, rh) +
                    (p.cluster_splits ? ga_decode_cluster_recv_bytes(spec.head_size) : 0);
   ensure_shared_limit(decode, smem);
+  // [experiment: items per block] (templates/decode.cu GA_DECODE_ITEMS, off by default): with
+  // the kernel compiled for it and GRAPHATTN_DECODE_ITEMS=k, an unsplit launch runs
+  // ceil(requests / k) blocks along the requests, each serving k of them back to back (k = 1:
+  // as many as one round of blocks over the resident slots needs); the kernel reads the request
+  // count from p.stages >> 8.
+  // [experiment: claimed items] (GA_DECODE_ITEMS=3|4, session 16) the same switch: the blocks
+  // claim their next request on the device, so k = 1 launches as many blocks as the device holds
+  // at once (at most one a request), k > 1 ceil(requests / k); only where the launch has split
+  // counters (the claim's counter) and no early prologue.
+  static const int items = decode_items_from_env();
+  static const int items_mode = [] {
+    for (const std::string& o : nvrtc_extra_options())
+      for (int m = 1; m <= 4; ++m)
+        if (o == "-DGA_DECODE_ITEMS=" + std::to_string(m)) return m;
+    return 0;
+  }();
+  const bool claimed = items_mode >= 3;
+  int64_t grid_z = chosen ? device_split_blocks(a.num_decodes, grid_y, a.max_splits, a.device_sms)
+                          : a.num_decodes;
+  if (items > 0 && items_mode > 0 && !chosen && !p.cluster_splits && a.max_splits == 1 &&
+      !a.device_split && spec.dtype != DType::kFloat32 &&
+      (!claimed || (p.counters != nullptr && p.early_prologue == 0))) {
+    int k = items;
+    if (k == 1) {  // auto: one round of blocks over the device's resident slots
+      const auto& d = driver();
+      CUdevice dev;
+      GA_CU_CHECK(d.cuCtxGetDevice(&dev));
+      int sms = 0, per_sm = 0;
+      GA_CU_CHECK(d.cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev));
+      GA_CU_CHECK(d.cuOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, decode.function,
+                                                                GA_DECODE_THREADS, smem));
+      const int64_t slots = std::max<int64_t>(1, int64_t{sms} * per_sm);
+      k = static_cast<int>((a.num_decodes * grid_y + slots - 1) / slots);
+      if (claimed) grid_z = std::max<int64_t>(1, std::min<int64_t>(a.num_decodes, slots / grid_y));
+    }
+    if (k > 1) {
+      if (!claimed || items > 1) grid_z = (a.num_decodes + k - 1) / k;
+      p.stages |= a.num_decodes << 8;
+    }
+  }
   const auto u = [](int64_t v) { return static_cast<unsigned>(v); };
-  const LaunchShape shape{
-      chosen ? 1u : u(a.max_splits),
-      u(grid_y),
-      chosen ? u(device_split_blocks(a.num_decodes, grid_y, a.max_splits, a.device_sms))
-             : u(a.num_decodes),
-      GA_DECODE_THREADS,
-      u(smem),
-      p.cluster_splits ? u(a.max_splits) : 1u};
+  const unsigned grid_x = chosen ? 1u : u(a.max_splits);
+  const LaunchShape shape{grid_x,    u(grid_y),
+                          u(grid_z), GA_DECODE_THREADS,
+                          u(smem),   p.cluster_splits ? u(a.max_splits) : 1u};
   if (spec.q_fp8) {  // the e4m3 query's kernel takes its descales after the common block
     const DecodeQ8Params p8{p, query_scales_of(a.q8)};
     launch(decode, shape, stream, p8);

@@ -771,6 +771,75 @@ enum : int {
 #else
 #define GA_EARLY_WAIT() ga_grid_dependency_sync()
 #endif
+// [experiment: items per block] GA_DECODE_ITEMS=1|2 (GRAPHATTN_NVRTC_EXTRA_OPTIONS=
+// -DGA_DECODE_ITEMS=N; default 0: compiled out) with GRAPHATTN_DECODE_ITEMS=k on the host
+// (runtime/decode.cpp): an unsplit launch runs ceil(requests / k) blocks along the requests, and
+// block z serves requests z, z + gridDim.z, ... back to back (the request count in p.stages >> 8;
+// k = 1: as many as make one round of blocks over the resident slots), so that each block's
+// start (launch, seq_lens, block table, first tiles) is paid once per k items and the blocks
+// end together. 2 also asks L2, in each warp's last tile of an item, for the next item's first
+// tile of that warp (its seq_len read at the item's start, its block-table entry two tiles
+// before the end), so that the next item's first copies hit L2. (The ring is the warps' merge
+// space, so it cannot stream across the items.) Not the _dsp kernel. Off: every spec's machine
+// code is unchanged.
+#ifndef GA_DECODE_ITEMS
+#define GA_DECODE_ITEMS 0
+#endif
+// [experiment: claimed items] GA_DECODE_ITEMS=3|4 (session 16): a persistent form whose blocks
+// take their next request by a dynamic claim instead of the static share above: the host launches
+// as many blocks along z as the device holds at once (GRAPHATTN_DECODE_ITEMS=1; k > 1: ceil(
+// requests / k)); block z serves request z first, and thread 0 claims the next one at the start
+// of each item (atomicAdd on counters[blockIdx.y], the launch's split counters, which an unsplit
+// launch does not use; item = claim + gridDim.z), reading the claim's answer only at the item's
+// end, so the atomic's round trip is under the item's tiles. The block's claims number exactly
+// one per item it serves (the last one past the requests), so the claim that returns
+// requests - 1 is the launch's last access to the counter and puts it back to 0 (graph replays
+// and the next launch find it zero, as the split counters' contract wants). The host uses it only
+// without the early prologue (the next kernel's claims then follow this grid's end). 4 also asks
+// L2, in warp 0's last tile of an item, for the next item's seq_len and first block-table line
+// (the next item's chain then starts at L2 latency). The barrier between items stays (the ring is
+// the warps' merge space).
+#if GA_DECODE_ITEMS >= 3 && !defined(GA_DEVICE_SPLITS)
+#define GA_ITEMS_LOOP 1
+#define GA_ITEMS_FOR                                                                         \
+  const int ga_items_n = (p.stages >> 8) != 0 ? p.stages >> 8 : static_cast<int>(gridDim.z); \
+  __shared__ int ga_claimed[2];                                                              \
+  /* thread 0: the claim made at this item's start (none: past every request) */             \
+  unsigned ga_claim = static_cast<unsigned>(ga_items_n);                                     \
+  int ga_item = blockIdx.z;                                                                  \
+  for (int ga_k = 0;; ++ga_k) {                                                              \
+    if (ga_k != 0) { /* the last merge's smem, and the claim to every thread */              \
+      if (threadIdx.x == 0) {                                                                \
+        if (ga_claim == static_cast<unsigned>(ga_items_n - 1))                               \
+          atomicExch(p.counters + blockIdx.y, 0u);                                           \
+        ga_claimed[ga_k & 1] = static_cast<int>(ga_claim + gridDim.z);                       \
+      }                                                                                      \
+      __syncthreads();                                                                       \
+      ga_item = ga_claimed[ga_k & 1];                                                        \
+      if (ga_item >= ga_items_n || ga_item < 0) break;                                       \
+    }                                                                                        \
+    if (threadIdx.x == 0)                                                                    \
+      ga_claim = (p.stages >> 8) != 0 ? atomicAdd(p.counters + blockIdx.y, 1u) : ga_claim;
+#define GA_ITEMS_ROF }
+#define GA_ITEM_END continue
+#define GA_STAGES_ARG (p.stages & 255)
+#elif GA_DECODE_ITEMS > 0 && !defined(GA_DEVICE_SPLITS)
+#define GA_ITEMS_LOOP 1
+// (the loop's head and end as macros: a brace inside #if would reindent the kernel's body)
+#define GA_ITEMS_FOR                                                                         \
+  const int ga_items_n = (p.stages >> 8) != 0 ? p.stages >> 8 : static_cast<int>(gridDim.z); \
+  for (int ga_item = blockIdx.z; ga_item < ga_items_n; ga_item += gridDim.z) {               \
+    if (ga_item != static_cast<int>(blockIdx.z)) __syncthreads(); /* the last merge's smem */
+#define GA_ITEMS_ROF }
+#define GA_ITEM_END continue
+#define GA_STAGES_ARG (p.stages & 255)
+#else
+#define GA_ITEMS_LOOP 0
+#define GA_ITEMS_FOR
+#define GA_ITEMS_ROF
+#define GA_ITEM_END return
+#define GA_STAGES_ARG p.stages
+#endif
 
 // [stage 2] A block past num_splits: in a cluster launch it still joins both cluster barriers
 // of the combine (every block of the cluster must).
@@ -837,6 +906,9 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
 #endif
   if (!early) ga_grid_dependency_sync();
   extern __shared__ __align__(128) unsigned char smem[];
+  // [experiment: items per block] requests blockIdx.z, + gridDim.z, ... (p.stages >> 8 of them;
+  // 0: one a block, the usual grid)
+  GA_ITEMS_FOR
   // [stage 1: the block's work] (split, KV head, column chunk, request) and its columns.
 #ifdef GA_DEVICE_SPLITS
   // [policy: device-chosen splits] (templates/params.h, GaDeviceSplits) Every warp counts the
@@ -952,7 +1024,11 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
 #define GA_REQ_SEQ_LEN (SEQ_WORDS > 0 ? dsp_seq_len : p.kv.seq_lens[req])
 #else
   const int split = blockIdx.x;
+#if GA_ITEMS_LOOP
+  const int req = ga_item;
+#else
   const int req = blockIdx.z;
+#endif
 #define GA_REQ_SEQ_LEN p.kv.seq_lens[req]
 #endif
   // Column chunks per KV head: compile-time for one token, from the launch's max_query_len for
@@ -1016,7 +1092,7 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
 #ifndef GA_DEVICE_SPLITS  // (its blocks were checked above)
   if (p.device_split != 0) {
     const int q0 = p.query_start_loc[req], n = p.query_start_loc[req + 1] - q0;
-    if (n < 1 || n > (MT ? p.max_query_len : 1) || (!MT && q0 != req)) return;
+    if (n < 1 || n > (MT ? p.max_query_len : 1) || (!MT && q0 != req)) GA_ITEM_END;
   }
 #endif
   // Multi-token: the request's query rows and their count.
@@ -1024,7 +1100,7 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   const int q_len = MT ? p.query_start_loc[req + 1] - q_begin : 1;
   const int cols = MT ? q_len * GROUP : GA_PAIR_SECOND ? GROUP * 2 : GROUP;
   const int heads_here = cols - first_col < HPB ? cols - first_col : HPB;  // columns here
-  if (MT && heads_here <= 0) return;  // a shorter request: this chunk has no column
+  if (MT && heads_here <= 0) GA_ITEM_END;  // a shorter request: this chunk has no column
   // Column c's query row (token) and head.
   auto col_token = [&](int c) { return MT ? q_begin + (first_col + c) / GROUP : req; };
   auto col_head = [&](int c) {
@@ -1093,7 +1169,7 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
         ga_store_lse(p, col_token(h), col_head(h), GA_NEG_INF);
 #endif
     }
-    return;
+    GA_ITEM_END;
   }
 
   // [stage 2: the split plan] lo, base, tiles, num_splits, tiles_per_split.
@@ -1111,7 +1187,7 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   const bool cluster = p.cluster_splits != 0 && num_splits > 1;
   if (split >= num_splits) {
     ga_idle_split(cluster);
-    return;
+    GA_ITEM_END;
   }
   // [policy: pushed cluster combine] (GA_DECODE_CLUSTER_PUSH) In a cluster launch every block
   // pushes each item (4 output elements of a head) of its split's output, with the head's
@@ -1162,7 +1238,9 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
       tile_begin + warp < tile_end ? (tile_end - tile_begin - warp + NW - 1) / NW : 0;
 
   // [stage 3: the warp's ring] this warp's tiles, ring stages, zeroed row padding.
-  const int stages = p.stages < 2 ? 2 : p.stages > MAX_STAGES ? MAX_STAGES : p.stages;
+  const int stages = GA_STAGES_ARG < 2            ? 2
+                     : GA_STAGES_ARG > MAX_STAGES ? MAX_STAGES
+                                                  : GA_STAGES_ARG;
   unsigned char* ring = smem + warp * stages * STAGE_BYTES;
   // Zero the never-copied bytes of each padded row once: K padding must be 0 (it meets Q's
   // zero padding in the dot product), V padding only feeds discarded output columns.
@@ -1573,8 +1651,44 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   }
 #endif
   // [stage 5..7: the tile loop] per tile j: wait for it, patch in the fused write's row (3/3).
+#if GA_ITEMS_LOOP && GA_DECODE_ITEMS == 2
+  // [experiment: items per block] 2: the next item's first tile of this warp (tile `warp`, one
+  // whole block of 16 tokens: no window, flash layouts, block size 16) asked of L2 in this item's
+  // last tile; its seq_len read now, its block-table entry two tiles before the end.
+  constexpr bool ITEM_PF = !LEGACY && BLOCK_SIZE == TILE && !HAS_WINDOW && !MT && !BSP;
+  const int pf_req = req + static_cast<int>(gridDim.z);
+  int pf_seq = 0, pf_blk = -1;
+  if (ITEM_PF && pf_req < ga_items_n) pf_seq = p.kv.seq_lens[pf_req];
+#endif
   int use_stage = 0;
   for (int j = 0; j < my_tiles; ++j) {
+#if GA_ITEMS_LOOP && GA_DECODE_ITEMS == 4
+    // [experiment: claimed items] 4: the next item's seq_len and first block-table line to L2.
+    if (tid == 0 && j == my_tiles - 1 && ga_claim + gridDim.z < static_cast<unsigned>(ga_items_n)) {
+      const long long nx = ga_claim + gridDim.z;
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(p.kv.seq_lens + nx));
+      asm volatile(
+          "prefetch.global.L2 [%0];" ::"l"(p.kv.block_table + nx * p.kv.block_table_stride));
+    }
+#endif
+#if GA_ITEMS_LOOP && GA_DECODE_ITEMS == 2
+    if constexpr (ITEM_PF) {
+      if (j == my_tiles - 2 && warp * TILE < pf_seq)
+        pf_blk = p.kv.block_table[static_cast<long long>(pf_req) * p.kv.block_table_stride + warp];
+      if (j == my_tiles - 1 && pf_blk >= 0) {  // lane: token lane % 16 of K (lane < 16) or V
+        const unsigned char* row =
+            (lane < 16 ? key_cache : value_cache) +
+            static_cast<long long>(pf_blk) * p.kv.cache_block_stride * KV_BYTES +
+            (lane & 15) * token_bytes + head_off;
+#pragma unroll
+        for (int h2 = 0; h2 < PG; ++h2)
+#pragma unroll
+          for (int b = 0; b < HEAD_SIZE * KV_BYTES; b += 128)
+            asm volatile(
+                "prefetch.global.L2 [%0];" ::"l"(row + h2 * p.kv.cache_head_stride * KV_BYTES + b));
+      }
+    }
+#endif
     if (j + stages - 1 < my_tiles) issue(j + stages - 1);
     ga_cp_commit();
     // (stages - 1) + (j + 1) groups are committed; tile j's is complete when at most
@@ -1924,7 +2038,7 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
 #endif
       }
       GA_TIMING_WARP(3);
-      return;
+      GA_ITEM_END;
     }
   }
   for (int i = tid; i < heads_here * D4; i += GA_DECODE_THREADS) {
@@ -1987,7 +2101,7 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   }
   // [stage 10: combine the splits] in the cluster's shared memory, or by the last arrival.
   GA_TIMING_WARP(3);
-  if (num_splits == 1) return;
+  if (num_splits == 1) GA_ITEM_END;
   if constexpr (CLUSTER_PUSH) {
     if (cluster) {
       // This block's items: every split's outputs in the receive area once the mbarrier completes.
@@ -2020,7 +2134,7 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
       GA_TIMING_BLOCK(48);
       ga_cluster_arrive_relaxed();
       ga_cluster_wait();
-      return;
+      GA_ITEM_END;
     }
   }
   if (cluster) {
@@ -2047,7 +2161,7 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
     }
     GA_TIMING_BLOCK(48);
     ga_cluster_sync();
-    return;
+    GA_ITEM_END;
   }
 
   // The split that finishes last combines: each block publishes its partial, counts itself on
@@ -2070,7 +2184,7 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
     GA_TIMING_BLOCK(46);
   }
   __syncthreads();
-  if (!ga_last_arrival) return;
+  if (!ga_last_arrival) GA_ITEM_END;
   for (int i = tid; i < heads_here * D4; i += GA_DECODE_THREADS) {
     const int h = i / D4, d = (i - h * D4) * 4;
     const int head = col_head(h), token = col_token(h);
@@ -2091,4 +2205,5 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
 #endif
   }
   GA_TIMING_BLOCK(48);
+  GA_ITEMS_ROF  // [experiment: items per block] the next request
 }

@@ -199,11 +199,15 @@ TEST_CASE("on/off variables are parsed strictly") {
   // the early-trigger switch: 1..3 or unset
   small_int_switch("GRAPHATTN_DECODE_EARLY_TRIGGER", detail::decode_early_trigger_from_env, 0,
                    {"1", "2", "3"}, {"0", "4", "01", "1x"});
+  // the items-per-block switch: 1..64 or unset
+  small_int_switch("GRAPHATTN_DECODE_ITEMS", detail::decode_items_from_env, 0, {"1", "6", "64"},
+                   {"0", "65", "06", "6x", " 6"});
 #ifdef GRAPHATTN_WARMUP_TOOL
   for (const char* var :
        {"GRAPHATTN_DISABLE_GRAPHS", "GRAPHATTN_DECODE_CLUSTERS", "GRAPHATTN_DUMP_SOURCE",
         "GRAPHATTN_CHECK_BOUNDS", "GRAPHATTN_DECODE_CLUSTER_SPLITS", "GRAPHATTN_DECODE_RING_STAGES",
-        "GRAPHATTN_DECODE_EARLY_TRIGGER", "GRAPHATTN_MIXED_DSP_SM_BLOCKS"}) {
+        "GRAPHATTN_DECODE_EARLY_TRIGGER", "GRAPHATTN_MIXED_DSP_SM_BLOCKS",
+        "GRAPHATTN_DECODE_ITEMS"}) {
     const test::ToolRun r = test::run_program(GRAPHATTN_WARMUP_TOOL, {"--model", "llama-3-8b"},
                                               {std::string(var) + "=1abc"});
     INFO(var << ": " << r.err);

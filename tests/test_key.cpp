@@ -111,6 +111,10 @@ TEST_CASE("key: GRAPHATTN_NVRTC_EXTRA_OPTIONS's parser takes the listed options 
         std::vector<std::string>{"-DGA_DECODE_TIMING=1", "-DGA_DECODE_EARLY_TRIGGER=1"});
   CHECK(detail::parse_nvrtc_extra_options("-DGA_DECODE_PAGE_SORT=0 -DGA_DECODE_PAGE_SORT=32") ==
         std::vector<std::string>{"-DGA_DECODE_PAGE_SORT=0", "-DGA_DECODE_PAGE_SORT=32"});
+  CHECK(detail::parse_nvrtc_extra_options("-DGA_DECODE_ITEMS=1 -DGA_DECODE_ITEMS=2") ==
+        std::vector<std::string>{"-DGA_DECODE_ITEMS=1", "-DGA_DECODE_ITEMS=2"});
+  CHECK(detail::parse_nvrtc_extra_options("-DGA_DECODE_ITEMS=3 -DGA_DECODE_ITEMS=4") ==
+        std::vector<std::string>{"-DGA_DECODE_ITEMS=3", "-DGA_DECODE_ITEMS=4"});
   CHECK(detail::parse_nvrtc_extra_options("-DGA_DECODE_CLUSTER_PUSH=0") ==
         std::vector<std::string>{"-DGA_DECODE_CLUSTER_PUSH=0"});
   CHECK(detail::parse_nvrtc_extra_options("-DGA_FP8_CVT_HW=1") ==
@@ -151,6 +155,9 @@ TEST_CASE("key: GRAPHATTN_NVRTC_EXTRA_OPTIONS's parser takes the listed options 
                           "-DGA_DECODE_PAGE_SORT=33",
                           "-DGA_DECODE_PAGE_SORT=",
                           "-DGA_DECODE_PAGE_SORT",
+                          "-DGA_DECODE_ITEMS=0",
+                          "-DGA_DECODE_ITEMS=5",
+                          "-DGA_DECODE_ITEMS",
                           "-DGA_DECODE_EARLY_TRIGGER=0",
                           "-DGA_DECODE_EARLY_TRIGGER",
                           "-DGA_DECODE_CLUSTER_PUSH=1",
