@@ -798,7 +798,9 @@ enum : int {
 // without the early prologue (the next kernel's claims then follow this grid's end). 4 also asks
 // L2, in warp 0's last tile of an item, for the next item's seq_len and first block-table line
 // (the next item's chain then starts at L2 latency). The barrier between items stays (the ring is
-// the warps' merge space).
+// the warps' merge space). H100, 2026-11-28: slower on every row (256x1024 +2.8 / +3.3 us for 3 /
+// 4, 64x8192 +4.3 / +4.9; 16x4096, same grid, +0.6 / +1.0: the code's cost),
+// docs/decode-persistent-h100-2026-11-28-s16.txt.
 #if GA_DECODE_ITEMS >= 3 && !defined(GA_DEVICE_SPLITS)
 #define GA_ITEMS_LOOP 1
 #define GA_ITEMS_FOR                                                                         \
