@@ -56,10 +56,10 @@ bool allowed(const std::string& o) {
   // words of 32 rows, 0 = after the count as in session 13).
   if (starts_with(o, "-DGA_DSP_SEQ_WINDOW=")) return number_after(o, "-DGA_DSP_SEQ_WINDOW=", 0, 4);
   // The fp8 KV-head-pair decodes' epilogue, prologue and tile bits (templates/decode.cu,
-  // GA_DECODE_FP8_PAIR: 1, 2, 4 epilogue and prologue, 8, 16, 32 the e4m3 tile; 23 the default),
-  // for measurement.
+  // GA_DECODE_FP8_PAIR: 1, 2, 4 epilogue and prologue, 8, 16, 32, 64, 128, 256 the e4m3 tile; 471
+  // the default), for measurement.
   if (starts_with(o, "-DGA_DECODE_FP8_PAIR="))
-    return number_after(o, "-DGA_DECODE_FP8_PAIR=", 0, 63);
+    return number_after(o, "-DGA_DECODE_FP8_PAIR=", 0, 511);
   // The 16-bit KV-head-pair decodes' tile bits (templates/decode.cu, GA_DECODE_PAIR16: 1 two
   // accumulator chains, 2 and 4 V before the softmax; 0 session 15's tile; default 5 on sm_90),
   // for measurement.
@@ -84,7 +84,7 @@ std::vector<std::string> parse_nvrtc_extra_options(const std::string& text) {
           "-DGA_DSP_SEQ_WINDOW=N (N 0-4), -DGA_DECODE_PAGE_SORT=N (N 0-32), "
           "-DGA_DECODE_CLUSTER_PUSH=0, -DGA_FP8_CVT_HW=0|1, -DGA_PREFILL_SM90_SCHED=N (N 0-4095), "
           "-DGA_PREFILL_SM90_FP8_SCHED=N (N 0-4095), -DGA_PREFILL_SM90_FP8_VAR=N (N 0-1023), "
-          "-DGA_PREFILL_SM90_LEGACY_VAR=N (N 0-255), -DGA_DECODE_FP8_PAIR=N (N 0-63), "
+          "-DGA_PREFILL_SM90_LEGACY_VAR=N (N 0-255), -DGA_DECODE_FP8_PAIR=N (N 0-511), "
           "-DGA_DECODE_PAIR16=N (N 0-7)");
     out.push_back(o);
   }

@@ -672,7 +672,7 @@ __device__ __forceinline__ void ga_timing_stamp(int w) {
 #endif
 #endif
 // [policy: fp8 pair epilogue] The fp8 KV-head-pair decodes' epilogue and prologue (issue 25),
-// bits of GA_DECODE_FP8_PAIR (GRAPHATTN_NVRTC_EXTRA_OPTIONS=-DGA_DECODE_FP8_PAIR=N, default 23):
+// bits of GA_DECODE_FP8_PAIR (GRAPHATTN_NVRTC_EXTRA_OPTIONS=-DGA_DECODE_FP8_PAIR=N, default 471):
 // 1 one split: a thread merges 8 elements of a head and writes them in one 16-byte store;
 // 2 an e4m3 query's loads go out beside seq_lens (without the early prologue);
 // 4 the warps' O^T rows in shared memory rotated by 4 (h / 2) elements, so that neither their
@@ -681,7 +681,7 @@ __device__ __forceinline__ void ga_timing_stamp(int w) {
 // conversion but have no fp8 mma.sync (sm_90, sm_100: GA_FP8_TILE), for a shorter chain of
 // dependent instructions a tile (what the launch's tail waits on when few blocks still stream;
 // ga_pair_tile_qk; docs/fp8-decode-h100-2026-11-28-s15.txt: 16 is the default, 8 and 32 measured
-// no better; the e4m3-query specs keep the one chain: 16 spilled there and gained nothing):
+// no better; the e4m3-query specs only with 64, docs/fp8-decode-h100-2026-11-28-s16.txt):
 // 8 the tile's V chunks are read from shared memory and widened before the softmax, in the
 //   same basic block as K Q^T and the softmax, so that their loads and conversions may fill the
 //   latency of the QK chain and of the row-max shuffles instead of running after the vote;
@@ -689,9 +689,23 @@ __device__ __forceinline__ void ga_timing_stamp(int w) {
 //   instead of 16), added at the end (each holds exact zeros in the other head's columns);
 // 32 (without 8) only the first V chunk group is widened before the softmax: its MMAs can start
 //   right after the vote while the second group's conversions overlap them.
+// 64 the e4m3-query pairs (QF8_WIDE) take the e4m3 tile too (bits 8, 16, 32), and their kernel
+//   declares 2 blocks a multiprocessor (GA_DECODE_MIN_BLOCKS): without a minimum ptxas aims at 3
+//   blocks of 128 threads (168 registers) and, with the second chain beside the widened query's
+//   32 registers, spilled there (8-byte stack); with it the spec takes 186 registers, no stack.
+//   (The pairs' 64 x 8192 grid runs 2 blocks a multiprocessor at 3 stages either way; 2 stages
+//   in 3 blocks, which many-block grids may choose, are no longer possible for this spec.)
+// 128 the 16-bit-query e4m3 pairs declare 2 blocks a multiprocessor too.
+// 256 the softmax's row maxima: a vote whether any score passes its column's running maximum;
+//   only then the shuffles (a tile past the first seldom raises a maximum: without them the
+//   same maxima, one vote instead of 3 dependent shuffle rounds).
+// Default 471 (23 | 64 | 128 | 256), measured (H100, session 16, 4 alternated rounds against
+// 87 / 71 / 215 / 343 and session 15's 23): 64 x 8192 e4m3 q + KV 369.30 -> 368.27 us, e4m3 KV
+// 369.55 -> 368.85, 16 x 4096 -0.85 / -0.37, 256 x 1024 -0.84 / -0.28; every 471 round below
+// every 23 round on the 64 x 8192 rows (docs/fp8-decode-h100-2026-11-28-s16.txt).
 // (Every other spec compiles none of it.)
 #ifndef GA_DECODE_FP8_PAIR
-#define GA_DECODE_FP8_PAIR 23
+#define GA_DECODE_FP8_PAIR 471
 #endif
 // [policy: 16-bit pair tile] The 16-bit KV-head-pair decodes' tile (head 64 bf16/fp16 with
 // GQA <= 8: issue 28's head-64 row), bits of GA_DECODE_PAIR16 (GRAPHATTN_NVRTC_EXTRA_OPTIONS=
@@ -715,6 +729,15 @@ __device__ __forceinline__ void ga_timing_stamp(int w) {
 #define GA_DECODE_PAIR16 0
 #endif
 #endif
+// [policy: fp8 pair epilogue] The decode kernel's __launch_bounds__ minimum of blocks a
+// multiprocessor (GA_DECODE_FP8_PAIR 64, 128): 0 (none declared: the same machine code as no
+// minimum) for every other spec.
+enum : int {
+  GA_DECODE_MIN_BLOCKS = PG == 2 && KV_FP8 == 1 && GA_E4M3_CVT && !GA_FP8_MMA_SYNC &&
+                                 (GA_DECODE_FP8_PAIR & (QF8 ? 64 : 128)) != 0
+                             ? 2
+                             : 0
+};
 enum : int {
   CLUSTER_PUSH =
       GA_DECODE_CLUSTER_PUSH && ga_decode_cluster_push(HEAD_SIZE, KV_FP8 == 0, KV_LAYOUT, MT, BSP)
@@ -826,7 +849,7 @@ __device__ __forceinline__ void ga_idle_split(bool cluster) {
 // =============================================================================================
 
 #ifdef GA_Q_E4M3
-extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
+extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS, GA_DECODE_MIN_BLOCKS)
     graphattn_decode(const __grid_constant__ DecodeQ8Params params) {
   const DecodeParams& p = params.base;
   const GaQueryScales& q8 = params.q8;
@@ -836,7 +859,7 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
   const DecodeParams& p = params.base;
   const GaDeviceSplits& ds = params.ds;
 #else
-extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
+extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS, GA_DECODE_MIN_BLOCKS)
     graphattn_decode(const __grid_constant__ DecodeParams p) {
 #endif
   // Early prologue: the metadata and the KV cache are read before waiting for the previous
@@ -996,9 +1019,9 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
 #define GA_PAIR_SECOND (PG == 2 && kv_head * 2 + 1 < p.num_heads / GROUP)
 // (the fp8 KV caches' pairs: their own epilogue and early e4m3 query; 16-bit pairs keep theirs)
 #define GA_PAIR_FP8 (PG == 2 && KV_FP8 != 0)
-#define GA_FP8_TILE(bit)                                                    \
-  (GA_PAIR_FP8 && KV_FP8 == 1 && !QF8 && GA_E4M3_CVT && !GA_FP8_MMA_SYNC && \
-   (GA_DECODE_FP8_PAIR & (bit)) != 0)
+#define GA_FP8_TILE(bit)                                                                    \
+  (GA_PAIR_FP8 && KV_FP8 == 1 && (!QF8 || (GA_DECODE_FP8_PAIR & 64) != 0) && GA_E4M3_CVT && \
+   !GA_FP8_MMA_SYNC && (GA_DECODE_FP8_PAIR & (bit)) != 0)
 // (the 16-bit KV caches' pairs: GA_DECODE_PAIR16's tile bits)
 #define GA_PAIR16_TILE(bit) (PG == 2 && KV_FP8 == 0 && !QF8 && (GA_DECODE_PAIR16 & (bit)) != 0)
 // Element e of warp w's O^T row of column h in shared memory (stage 8; GA_DECODE_FP8_PAIR 4).
@@ -1731,10 +1754,15 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS)
         s[nt][e] = ok ? x : GA_NEG_INF;
       }
       float mx0 = fmaxf(s[nt][0], s[nt][2]), mx1 = fmaxf(s[nt][1], s[nt][3]);
+      // (GA_DECODE_FP8_PAIR 256: when no thread's scores pass its columns' running maxima, every
+      // column's new maximum is its running one whatever the shuffles would give: one vote
+      // instead of the three rounds of shuffles, the same values)
+      if (!GA_FP8_TILE(256) || __any_sync(0xffffffffu, mx0 > m_run[nt][0] || mx1 > m_run[nt][1])) {
 #pragma unroll
-      for (int d = 4; d < 32; d <<= 1) {
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, d));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, d));
+        for (int d = 4; d < 32; d <<= 1) {
+          mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, d));
+          mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, d));
+        }
       }
       const float mn0 = fmaxf(m_run[nt][0], mx0), mn1 = fmaxf(m_run[nt][1], mx1);
       const float mu0 = mn0 == GA_NEG_INF ? 0.0f : mn0, mu1 = mn1 == GA_NEG_INF ? 0.0f : mn1;

@@ -137,8 +137,8 @@ TEST_CASE("key: GRAPHATTN_NVRTC_EXTRA_OPTIONS's parser takes the listed options 
             "-DGA_PREFILL_SM90_LEGACY_VAR=0 -DGA_PREFILL_SM90_LEGACY_VAR=255") ==
         std::vector<std::string>{"-DGA_PREFILL_SM90_LEGACY_VAR=0",
                                  "-DGA_PREFILL_SM90_LEGACY_VAR=255"});
-  CHECK(detail::parse_nvrtc_extra_options("-DGA_DECODE_FP8_PAIR=0 -DGA_DECODE_FP8_PAIR=63") ==
-        std::vector<std::string>{"-DGA_DECODE_FP8_PAIR=0", "-DGA_DECODE_FP8_PAIR=63"});
+  CHECK(detail::parse_nvrtc_extra_options("-DGA_DECODE_FP8_PAIR=0 -DGA_DECODE_FP8_PAIR=511") ==
+        std::vector<std::string>{"-DGA_DECODE_FP8_PAIR=0", "-DGA_DECODE_FP8_PAIR=511"});
   CHECK(detail::parse_nvrtc_extra_options("-DGA_DECODE_PAIR16=0 -DGA_DECODE_PAIR16=7") ==
         std::vector<std::string>{"-DGA_DECODE_PAIR16=0", "-DGA_DECODE_PAIR16=7"});
   for (const char* bad : {"--gpu-architecture=sm_80",
@@ -177,7 +177,7 @@ TEST_CASE("key: GRAPHATTN_NVRTC_EXTRA_OPTIONS's parser takes the listed options 
                           "-DGA_PREFILL_SM90_LEGACY_VAR=256",
                           "-DGA_PREFILL_SM90_LEGACY_VAR=",
                           "-DGA_PREFILL_SM90_LEGACY_VAR=03",
-                          "-DGA_DECODE_FP8_PAIR=64",
+                          "-DGA_DECODE_FP8_PAIR=512",
                           "-DGA_DECODE_FP8_PAIR=",
                           "-DGA_DECODE_PAIR16=9",
                           "-DGA_DECODE_PAIR16=",
