@@ -729,15 +729,19 @@ __device__ __forceinline__ void ga_timing_stamp(int w) {
 #define GA_DECODE_PAIR16 0
 #endif
 #endif
+// Which KV-head-pair specs take which tile bits (the kernel's stages 5-8 and the launch bounds
+// below).
+// (the fp8 KV caches' pairs: their own epilogue and early e4m3 query; 16-bit pairs keep theirs)
+#define GA_PAIR_FP8 (PG == 2 && KV_FP8 != 0)
+#define GA_FP8_TILE(bit)                                                                    \
+  (GA_PAIR_FP8 && KV_FP8 == 1 && (!QF8 || (GA_DECODE_FP8_PAIR & 64) != 0) && GA_E4M3_CVT && \
+   !GA_FP8_MMA_SYNC && (GA_DECODE_FP8_PAIR & (bit)) != 0)
+// (the 16-bit KV caches' pairs: GA_DECODE_PAIR16's tile bits)
+#define GA_PAIR16_TILE(bit) (PG == 2 && KV_FP8 == 0 && !QF8 && (GA_DECODE_PAIR16 & (bit)) != 0)
 // [policy: fp8 pair epilogue] The decode kernel's __launch_bounds__ minimum of blocks a
-// multiprocessor (GA_DECODE_FP8_PAIR 64, 128): 0 (none declared: the same machine code as no
-// minimum) for every other spec.
-enum : int {
-  GA_DECODE_MIN_BLOCKS = PG == 2 && KV_FP8 == 1 && GA_E4M3_CVT && !GA_FP8_MMA_SYNC &&
-                                 (GA_DECODE_FP8_PAIR & (QF8 ? 64 : 128)) != 0
-                             ? 2
-                             : 0
-};
+// multiprocessor (GA_DECODE_FP8_PAIR 64 for the e4m3-query pairs, 128 for the 16-bit-query ones):
+// 0 (none declared: the same machine code as no minimum) for every other spec.
+enum : int { GA_DECODE_MIN_BLOCKS = GA_FP8_TILE(QF8 ? 64 : 128) ? 2 : 0 };
 enum : int {
   CLUSTER_PUSH =
       GA_DECODE_CLUSTER_PUSH && ga_decode_cluster_push(HEAD_SIZE, KV_FP8 == 0, KV_LAYOUT, MT, BSP)
@@ -1017,13 +1021,6 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS, GA_DECODE_MIN_BL
   // (of 8 elements) of tile row chunk c. (Macros, not locals: a new local, even an unused one,
   // reorders the machine code of every other spec.)
 #define GA_PAIR_SECOND (PG == 2 && kv_head * 2 + 1 < p.num_heads / GROUP)
-// (the fp8 KV caches' pairs: their own epilogue and early e4m3 query; 16-bit pairs keep theirs)
-#define GA_PAIR_FP8 (PG == 2 && KV_FP8 != 0)
-#define GA_FP8_TILE(bit)                                                                    \
-  (GA_PAIR_FP8 && KV_FP8 == 1 && (!QF8 || (GA_DECODE_FP8_PAIR & 64) != 0) && GA_E4M3_CVT && \
-   !GA_FP8_MMA_SYNC && (GA_DECODE_FP8_PAIR & (bit)) != 0)
-// (the 16-bit KV caches' pairs: GA_DECODE_PAIR16's tile bits)
-#define GA_PAIR16_TILE(bit) (PG == 2 && KV_FP8 == 0 && !QF8 && (GA_DECODE_PAIR16 & (bit)) != 0)
 // Element e of warp w's O^T row of column h in shared memory (stage 8; GA_DECODE_FP8_PAIR 4).
 #define GA_RED_SWZ (GA_PAIR_FP8 && (GA_DECODE_FP8_PAIR & 4) != 0)
 #define GA_RED_AT(w, h, e)                                    \
