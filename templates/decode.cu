@@ -738,21 +738,6 @@ __device__ __forceinline__ void ga_timing_stamp(int w) {
    !GA_FP8_MMA_SYNC && (GA_DECODE_FP8_PAIR & (bit)) != 0)
 // (the 16-bit KV caches' pairs: GA_DECODE_PAIR16's tile bits)
 #define GA_PAIR16_TILE(bit) (PG == 2 && KV_FP8 == 0 && !QF8 && (GA_DECODE_PAIR16 & (bit)) != 0)
-// [policy: pair tile copy] GA_DECODE_PAIR_ISSUE (GRAPHATTN_NVRTC_EXTRA_OPTIONS=
-// -DGA_DECODE_PAIR_ISSUE=N, N 0-3; bit 1 the e4m3 pairs, bit 2 the 16-bit pairs; 0 main's copy):
-// a KV-head-pair tile (16 tokens of two 128-byte head rows) is copied with lane (token lane / 2,
-// 16-byte unit lane % 2 + 2 m of each head row, m 0-3): per lane two global bases (K and V of its
-// token's first head; the second head a head stride further) and immediate offsets 32 m, one
-// validity (its token's) and four shared destinations (the second head's row 128 bytes further:
-// the swizzle leaves bit 3 of the chunk alone), instead of 16 64-bit source additions, 8 swizzled
-// destinations and (first and last tiles) 8 validities a tile. Each warp copy reads 16 head rows
-// x 32 bytes (whole sectors) instead of 4 x 128. Same bytes to the same shared addresses.
-#ifndef GA_DECODE_PAIR_ISSUE
-#define GA_DECODE_PAIR_ISSUE 0
-#endif
-#define GA_PAIR_ISSUE                                                             \
-  (PG == 2 && FAST_LOAD && TILE == 16 && ROW_BYTES == 256 && REAL_BYTES == 256 && \
-   CP_BYTES == 16 && (GA_DECODE_PAIR_ISSUE & (KV_FP8 != 0 ? 1 : 2)) != 0)
 // [policy: fp8 pair epilogue] The decode kernel's __launch_bounds__ minimum of blocks a
 // multiprocessor (GA_DECODE_FP8_PAIR 64 for the e4m3-query pairs, 128 for the 16-bit-query ones):
 // 0 (none declared: the same machine code as no minimum) for every other spec.
@@ -1276,14 +1261,6 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS, GA_DECODE_MIN_BL
   const int lane_unit_bytes = lane_unit * CP_BYTES;
   const int lane_chunk_sw = (lane_unit_bytes >> 4) ^ (((lane / UNITS) * LOAD_ITERS) & 7);
   const int lane_dst_low = lane_unit_bytes & 15;
-  // (GA_PAIR_ISSUE: lane's token of the tile; its unit 0's destination from a stage's start:
-  // unit 2 m + lane % 2 swizzled is chunk (lane % 2 ^ token % 8) ^ 2 m, so destination m is
-  // pi_dst ^ (m << 5); its source from the tile's first K / V byte; the pair's second head a
-  // head stride further.)
-  const int pi_tok = GA_PAIR_ISSUE ? lane >> 1 : 0;
-  const unsigned pi_dst = pi_tok * ROW_BYTES + (((lane & 1) ^ (pi_tok & 7)) << 4);
-  const long long pi_src = GA_PAIR_ISSUE ? pi_tok * token_bytes + (lane & 1) * 16 : 0;
-  const long long pi_head = static_cast<long long>(p.kv.cache_head_stride) * KV_BYTES;
   // Block-sparse: lane c < heads_here holds column c's query block and stride offset; a tile is
   // live when some column sees its sparse block (warp-uniform).
   int bsp_lane_qb = 0, bsp_lane_off = 0;
@@ -1408,24 +1385,6 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS, GA_DECODE_MIN_BL
           ga_cp_async(stage + TILE_BYTES + (ga_vt_unit(idx) << 4),
                       value_cache + (valid ? src : kv_off), valid);
         }
-      }
-    } else if constexpr (GA_PAIR_ISSUE) {  // [policy: pair tile copy]
-      // Lane's token pos of the tile: one validity for its 16 copies (the rows outside
-      // [lo, seq_len), the fused write's row and an odd count's missing second head zero-filled).
-      const int pos = t0 + pi_tok;
-      const bool valid = pos >= lo && pos < seq_len && !(direct && pos == seq_len - 1);
-      const bool valid2 = valid && GA_PAIR_SECOND;
-      const unsigned char* k0 = key_cache + off + pi_src;
-      const unsigned char* v0 = value_cache + off + pi_src;
-      const unsigned char* k1 = k0 + pi_head;
-      const unsigned char* v1 = v0 + pi_head;
-#pragma unroll
-      for (int m = 0; m < 4; ++m) {
-        const unsigned dst = stage + (pi_dst ^ (m << 5));
-        ga_cp_async(dst, k0 + 32 * m, valid);
-        ga_cp_async(dst + 128, k1 + 32 * m, valid2);
-        ga_cp_async(dst + TILE_BYTES, v0 + 32 * m, valid);
-        ga_cp_async(dst + TILE_BYTES + 128, v1 + 32 * m, valid2);
       }
     } else if constexpr (FAST_LOAD) {
       // Lane group lane / UNITS copies tokens tk0 .. tk0 + LOAD_ITERS - 1, unit lane % UNITS.
