@@ -738,6 +738,23 @@ __device__ __forceinline__ void ga_timing_stamp(int w) {
    !GA_FP8_MMA_SYNC && (GA_DECODE_FP8_PAIR & (bit)) != 0)
 // (the 16-bit KV caches' pairs: GA_DECODE_PAIR16's tile bits)
 #define GA_PAIR16_TILE(bit) (PG == 2 && KV_FP8 == 0 && !QF8 && (GA_DECODE_PAIR16 & (bit)) != 0)
+// [policy: 16-bit row-max vote] Bits of GA_DECODE_VOTE16 (GRAPHATTN_NVRTC_EXTRA_OPTIONS=
+// -DGA_DECODE_VOTE16=N; default 0: main's machine code): the 16-bit tiles take the e4m3 pairs'
+// row-max vote (GA_DECODE_FP8_PAIR 256: one warp vote whether any score passes its column's
+// running maximum, the three rounds of shuffles only then; the same maxima).
+// 1 the single-KV-head tiles at head size 128 (16-bit KV and query, issue 28's rows);
+// 2 the 16-bit KV-head pairs (head 64, GA_PAIR16_TILE's specs);
+// 4 (with 1 or 2) a tile whose vote saw no maximum move skips the rescale's vote too.
+// Measured on an H100 in session 17 (docs/decode-h128-h100-2026-11-28-s17.txt).
+#ifndef GA_DECODE_VOTE16
+#define GA_DECODE_VOTE16 0
+#endif
+#define GA_ROW_MAX_VOTE                                                                    \
+  (GA_FP8_TILE(256) ||                                                                     \
+   (KV_FP8 == 0 && !QF8 &&                                                                 \
+    ((PG == 1 && HEAD_SIZE == 128 && (GA_DECODE_VOTE16 & 1) != 0) ||                       \
+     (PG == 2 && (GA_DECODE_VOTE16 & 2) != 0))))
+#define GA_ROW_MAX_SKIP (GA_ROW_MAX_VOTE && KV_FP8 == 0 && (GA_DECODE_VOTE16 & 4) != 0)
 // [policy: fp8 pair epilogue] The decode kernel's __launch_bounds__ minimum of blocks a
 // multiprocessor (GA_DECODE_FP8_PAIR 64 for the e4m3-query pairs, 128 for the 16-bit-query ones):
 // 0 (none declared: the same machine code as no minimum) for every other spec.
@@ -1751,10 +1768,12 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS, GA_DECODE_MIN_BL
         s[nt][e] = ok ? x : GA_NEG_INF;
       }
       float mx0 = fmaxf(s[nt][0], s[nt][2]), mx1 = fmaxf(s[nt][1], s[nt][3]);
-      // (GA_DECODE_FP8_PAIR 256: when no thread's scores pass its columns' running maxima, every
-      // column's new maximum is its running one whatever the shuffles would give: one vote
-      // instead of the three rounds of shuffles, the same values)
-      if (!GA_FP8_TILE(256) || __any_sync(0xffffffffu, mx0 > m_run[nt][0] || mx1 > m_run[nt][1])) {
+      // (GA_DECODE_FP8_PAIR 256, GA_DECODE_VOTE16: when no thread's scores pass its columns'
+      // running maxima, every column's new maximum is its running one whatever the shuffles
+      // would give: one vote instead of the three rounds of shuffles, the same values)
+      const bool max_moved =
+          !GA_ROW_MAX_VOTE || __any_sync(0xffffffffu, mx0 > m_run[nt][0] || mx1 > m_run[nt][1]);
+      if (max_moved) {
 #pragma unroll
         for (int d = 4; d < 32; d <<= 1) {
           mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, d));
@@ -1776,7 +1795,10 @@ extern "C" __global__ void __launch_bounds__(GA_DECODE_THREADS, GA_DECODE_MIN_BL
       // Past the first tiles a tile seldom raises a column's maximum: when no column of the warp
       // moved (every alpha exactly 1) the rescale of O, VGROUPS * MSUB * 4 multiplications a
       // thread, is skipped (the same result; one vote a tile).
-      if (__any_sync(0xffffffffu, alpha0 != 1.0f || alpha1 != 1.0f)) {
+      // (GA_DECODE_VOTE16 4: when the row-max vote saw no maximum move, every alpha is 1, or 0
+      // where the running maximum is still -inf and O is still zero: no vote, no rescale)
+      if ((!GA_ROW_MAX_SKIP || max_moved) &&
+          __any_sync(0xffffffffu, alpha0 != 1.0f || alpha1 != 1.0f)) {
 #pragma unroll
         for (int v = 0; v < VGROUPS; ++v)
 #pragma unroll
