@@ -64,6 +64,10 @@ bool allowed(const std::string& o) {
   // accumulator chains, 2 and 4 V before the softmax; 0 session 15's tile; default 5 on sm_90),
   // for measurement.
   if (starts_with(o, "-DGA_DECODE_PAIR16=")) return number_after(o, "-DGA_DECODE_PAIR16=", 0, 7);
+  // The 16-bit decodes' row-max vote (templates/decode.cu, GA_DECODE_VOTE16: 1 the single-KV-head
+  // tiles at head 128, 2 the 16-bit pairs, 4 no rescale vote after an unmoved maximum; 0 the
+  // default), for measurement.
+  if (starts_with(o, "-DGA_DECODE_VOTE16=")) return number_after(o, "-DGA_DECODE_VOTE16=", 0, 7);
   if (starts_with(o, "--maxrregcount=")) return number_after(o, "--maxrregcount=", 1, 999);
   return false;
 }
@@ -85,7 +89,7 @@ std::vector<std::string> parse_nvrtc_extra_options(const std::string& text) {
           "-DGA_DECODE_CLUSTER_PUSH=0, -DGA_FP8_CVT_HW=0|1, -DGA_PREFILL_SM90_SCHED=N (N 0-4095), "
           "-DGA_PREFILL_SM90_FP8_SCHED=N (N 0-4095), -DGA_PREFILL_SM90_FP8_VAR=N (N 0-1023), "
           "-DGA_PREFILL_SM90_LEGACY_VAR=N (N 0-255), -DGA_DECODE_FP8_PAIR=N (N 0-511), "
-          "-DGA_DECODE_PAIR16=N (N 0-7)");
+          "-DGA_DECODE_PAIR16=N (N 0-7), -DGA_DECODE_VOTE16=N (N 0-7)");
     out.push_back(o);
   }
   return out;

@@ -141,6 +141,8 @@ TEST_CASE("key: GRAPHATTN_NVRTC_EXTRA_OPTIONS's parser takes the listed options 
         std::vector<std::string>{"-DGA_DECODE_FP8_PAIR=0", "-DGA_DECODE_FP8_PAIR=511"});
   CHECK(detail::parse_nvrtc_extra_options("-DGA_DECODE_PAIR16=0 -DGA_DECODE_PAIR16=7") ==
         std::vector<std::string>{"-DGA_DECODE_PAIR16=0", "-DGA_DECODE_PAIR16=7"});
+  CHECK(detail::parse_nvrtc_extra_options("-DGA_DECODE_VOTE16=0 -DGA_DECODE_VOTE16=7") ==
+        std::vector<std::string>{"-DGA_DECODE_VOTE16=0", "-DGA_DECODE_VOTE16=7"});
   for (const char* bad : {"--gpu-architecture=sm_80",
                           "-G",
                           "--Ofast-compile=fast",
@@ -182,6 +184,8 @@ TEST_CASE("key: GRAPHATTN_NVRTC_EXTRA_OPTIONS's parser takes the listed options 
                           "-DGA_DECODE_PAIR16=9",
                           "-DGA_DECODE_PAIR16=",
                           "-DGA_DECODE_PAIR16=01",
+                          "-DGA_DECODE_VOTE16=8",
+                          "-DGA_DECODE_VOTE16=",
                           "--maxrregcount=064"}) {
     bool threw = false;
     try {
