@@ -749,11 +749,10 @@ __device__ __forceinline__ void ga_timing_stamp(int w) {
 #ifndef GA_DECODE_VOTE16
 #define GA_DECODE_VOTE16 0
 #endif
-#define GA_ROW_MAX_VOTE                                                                    \
-  (GA_FP8_TILE(256) ||                                                                     \
-   (KV_FP8 == 0 && !QF8 &&                                                                 \
-    ((PG == 1 && HEAD_SIZE == 128 && (GA_DECODE_VOTE16 & 1) != 0) ||                       \
-     (PG == 2 && (GA_DECODE_VOTE16 & 2) != 0))))
+#define GA_ROW_MAX_VOTE                                                                  \
+  (GA_FP8_TILE(256) || (KV_FP8 == 0 && !QF8 &&                                           \
+                        ((PG == 1 && HEAD_SIZE == 128 && (GA_DECODE_VOTE16 & 1) != 0) || \
+                         (PG == 2 && (GA_DECODE_VOTE16 & 2) != 0))))
 #define GA_ROW_MAX_SKIP (GA_ROW_MAX_VOTE && KV_FP8 == 0 && (GA_DECODE_VOTE16 & 4) != 0)
 // [policy: fp8 pair epilogue] The decode kernel's __launch_bounds__ minimum of blocks a
 // multiprocessor (GA_DECODE_FP8_PAIR 64 for the e4m3-query pairs, 128 for the 16-bit-query ones):
