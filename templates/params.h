@@ -829,6 +829,19 @@ constexpr int ga_prefill_sm90_sched(int head_size, bool legacy, bool fp8, bool s
          : scaled_scores ? bits & ~GA_PW_SCHED_VOTE_MAX
                          : bits;
 }
+// The producer's gather of a tile's Q rows by pointer steps (templates/prefill_sm90.cu, PW_Q_STEP):
+// a producer thread copies the same 16-byte chunk of every (128 / chunks)-th row of the tile, and
+// where GROUP divides that row step, consecutive copies of a thread lie a fixed number of query
+// tokens apart; so one row offset (ga_prefill_row_offset) a thread and a 64-bit pointer step a
+// copy, all copies unrolled, instead of each copy's own offset (a division by GROUP and two 64-bit
+// products: main's 4 x 4096 head-128 producer spent ~4.8% of the block's time issuing Q, ~740
+// instructions a thread, while the consumers waited for it; ncu source counters,
+// docs/prefill-h128-h100-2026-11-28-s17.txt). The same copies, bytes and zero fill. `chunks`:
+// 16-byte chunks a row; `block_m`: the tile's rows.
+constexpr bool ga_prefill_sm90_q_step(int head_size, bool fp8, int group, int chunks, int block_m) {
+  return !fp8 && (head_size == 64 || head_size == 128 || head_size == 256) && chunks > 0 &&
+         128 % chunks == 0 && (128 / chunks) % group == 0 && block_m % (128 / chunks) == 0;
+}
 // TMA loads of the K and V tiles (flash layouts NHD and HND, paged, not block-sparse): each tile
 // of block_n keys is gathered page by page, one tensor-map box of rows x 128 bytes per page
 // segment and 128-byte column block, where rows = gcd(block size, block_n) (every segment lies
