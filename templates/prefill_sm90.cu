@@ -136,7 +136,9 @@ constexpr int PW_SMEM_BYTES = ga_prefill_sm90_smem_bytes(PW_GEOM);
 // Q rows by pointer steps (params.h's ga_prefill_sm90_q_step): PW_Q_RS rows a pass of the 128
 // producer threads, each thread the same chunk of every pass. (An enumerator, as below.)
 enum PwQStep : int {
-  PW_Q_STEP = ga_prefill_sm90_q_step(HEAD_SIZE, PW_FP8, GROUP, PW_CHUNKS, PW_BLOCK_M),
+  PW_Q_STEP = ga_prefill_sm90_q_step(HEAD_SIZE, PW_FP8, GROUP, PW_CHUNKS, PW_BLOCK_M, KV_LAYOUT,
+                                     !HAS_WINDOW && !GA_NON_CAUSAL && !HAS_SOFT_CAP && !HAS_ALIBI &&
+                                         !HAS_SINKS && !GA_DENSE_KV && !PW_PRODUCER_EXTRA),
   PW_Q_RS = 128 / PW_CHUNKS
 };
 // 16-byte k-steps of the S = Q K^T wgmmas (k16 for 16-bit, k32 for fp8: 32 bytes either way).
