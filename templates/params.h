@@ -829,6 +829,31 @@ constexpr int ga_prefill_sm90_sched(int head_size, bool legacy, bool fp8, bool s
          : scaled_scores ? bits & ~GA_PW_SCHED_VOTE_MAX
                          : bits;
 }
+// The producer's gather of a tile's Q rows by pointer steps (templates/prefill_sm90.cu, PW_Q_STEP):
+// a producer thread copies the same 16-byte chunk of every (128 / chunks)-th row of the tile, and
+// where GROUP divides that row step, consecutive copies of a thread lie a fixed number of query
+// tokens apart; so one row offset (ga_prefill_row_offset) a thread and a 64-bit pointer step a
+// copy, all copies unrolled, instead of each copy's own offset (a division by GROUP and two 64-bit
+// products, ~740 instructions a producer thread at head 128, in 4 unrolled passes; now ~240 in
+// one). The same copies, bytes and zero fill. ncu source counters of main's head-128 kernel (4 x
+// 4096 causal bf16, H100): the producer spent ~4.8% of the block's time issuing Q while the
+// consumers waited at the Q barrier (4.3% of their samples, the largest consumer long-scoreboard
+// site). Measured faster (H100, session 17, old and new in one call, 1-2 old and 3-4 new runs a
+// row; docs/prefill-h128-h100-2026-11-28-s17.txt): 4 x 4096 causal bf16 head 128 924.3 -> 905.0
+// us (-2.1%; cuDNN 976.3 in the same call: 1.08x), legacy 944.4 -> 915.8 (-3.0%), head 64 624.6
+// -> 616.4 (-1.3%), head 256 1688.8 -> 1652.5 (-2.2%), chunked 4 x 512 after 2048 / 8192 / 16384
+// cached -1.7% / -0.8% / -0.5% (legacy -2.7% / -2.0% / -2.2%); the unchanged e4m3 row moved
+// -0.8% in the same runs. So the default of the specs timed there: 16-bit, heads 64 / 128 / 256,
+// GROUP 4, NHD or legacy caches (`kv_layout` 0 or 2), `plain` (causal, no window, soft cap, ALiBi
+// or sinks, paged, no producer extras: not block-sparse or checked). Other specs keep their
+// machine code (untimed; the code is the same for any GROUP dividing the row step). `chunks`:
+// 16-byte chunks a row; `block_m`: the tile's rows.
+constexpr bool ga_prefill_sm90_q_step(int head_size, bool fp8, int group, int chunks, int block_m,
+                                      int kv_layout, bool plain) {
+  return !fp8 && (head_size == 64 || head_size == 128 || head_size == 256) && group == 4 &&
+         kv_layout != 1 && plain && chunks > 0 && 128 % chunks == 0 &&
+         (128 / chunks) % group == 0 && block_m % (128 / chunks) == 0;
+}
 // TMA loads of the K and V tiles (flash layouts NHD and HND, paged, not block-sparse): each tile
 // of block_n keys is gathered page by page, one tensor-map box of rows x 128 bytes per page
 // segment and 128-byte column block, where rows = gcd(block size, block_n) (every segment lies

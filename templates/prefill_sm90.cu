@@ -133,6 +133,14 @@ constexpr int PW_Q_BYTES = ga_prefill_sm90_q_bytes(PW_GEOM);
 constexpr int PW_KV_BYTES = ga_prefill_sm90_kv_bytes(HEAD_SIZE, PW_FP8);  // one K or V stage
 constexpr int PW_STAGES = ga_prefill_sm90_stages(PW_GEOM);
 constexpr int PW_SMEM_BYTES = ga_prefill_sm90_smem_bytes(PW_GEOM);
+// Q rows by pointer steps (params.h's ga_prefill_sm90_q_step): PW_Q_RS rows a pass of the 128
+// producer threads, each thread the same chunk of every pass. (An enumerator, as below.)
+enum PwQStep : int {
+  PW_Q_STEP = ga_prefill_sm90_q_step(HEAD_SIZE, PW_FP8, GROUP, PW_CHUNKS, PW_BLOCK_M, KV_LAYOUT,
+                                     !HAS_WINDOW && !GA_NON_CAUSAL && !HAS_SOFT_CAP && !HAS_ALIBI &&
+                                         !HAS_SINKS && !GA_DENSE_KV && !PW_PRODUCER_EXTRA),
+  PW_Q_RS = 128 / PW_CHUNKS
+};
 // 16-byte k-steps of the S = Q K^T wgmmas (k16 for 16-bit, k32 for fp8: 32 bytes either way).
 constexpr int PW_KSTEPS = HEAD_SIZE * PW_EB / 32;
 // wgmma A fragments of P per tile: one per k-step of P V (16 keys 16-bit, 32 keys fp8).
@@ -1799,17 +1807,33 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
       // Q rows of this tile (rows past the request are zero-filled).
       constexpr int TOTAL = PW_BLOCK_M * PW_CHUNKS;
       const pw_elem* q = static_cast<const pw_elem*>(p.query);
+      if constexpr (PW_Q_STEP) {
+        // Row row0 + PW_Q_RS i lies (PW_Q_RS / GROUP) i query tokens after row0, in the same head.
+        const int row0 = tid / PW_CHUNKS, c = tid % PW_CHUNKS;
+        const pw_elem* src =
+            q + ga_prefill_row_offset(m0 + row0, c * PW_CHUNK_ELEMS, q_start, kv_head,
+                                      p.query_token_stride, p.query_head_stride);
+        const long long step = (PW_Q_RS / GROUP) * p.query_token_stride;
+#pragma unroll
+        for (int i = 0; i < PW_BLOCK_M / PW_Q_RS; ++i) {
+          const int row = row0 + i * PW_Q_RS;
+          const bool valid = m0 + row < rows;
+          pw_cp_async16(q_base + pw_swizzle(row, c, PW_BLOCK_M), valid ? src : q, valid ? 16 : 0);
+          src += step;
+        }
+      } else {
 #pragma unroll 4
-      for (int idx = tid; idx < TOTAL; idx += 128) {
-        const int row = idx / PW_CHUNKS;
-        const int c = idx - row * PW_CHUNKS;
-        const int r = m0 + row;
-        const bool valid = r < rows;
-        const long long off = valid
-                                  ? ga_prefill_row_offset(r, c * PW_CHUNK_ELEMS, q_start, kv_head,
-                                                          p.query_token_stride, p.query_head_stride)
-                                  : 0;
-        pw_cp_async16(q_base + pw_swizzle(row, c, PW_BLOCK_M), q + off, valid ? 16 : 0);
+        for (int idx = tid; idx < TOTAL; idx += 128) {
+          const int row = idx / PW_CHUNKS;
+          const int c = idx - row * PW_CHUNKS;
+          const int r = m0 + row;
+          const bool valid = r < rows;
+          const long long off =
+              valid ? ga_prefill_row_offset(r, c * PW_CHUNK_ELEMS, q_start, kv_head,
+                                            p.query_token_stride, p.query_head_stride)
+                    : 0;
+          pw_cp_async16(q_base + pw_swizzle(row, c, PW_BLOCK_M), q + off, valid ? 16 : 0);
+        }
       }
       pw_mbar_arrive_copies(bar_q);
 
