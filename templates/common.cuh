@@ -356,11 +356,14 @@ __device__ __forceinline__ bool ga_prefill_find_tile(const PrefillParams& p, int
   return false;
 }
 
+// The rest of a tile from its request, KV head and first row (t.req, t.kv_head, t.m0): false
+// when the tile has no rows.
 template <int BLOCK_M, int BLOCK_N>
-__device__ __forceinline__ bool ga_prefill_begin(const PrefillParams& p, unsigned smem_bytes,
-                                                 unsigned threads, GaPrefillTile& t) {
-  ga_grid_dependency_sync();
-  ga_require_launch(smem_bytes, threads);
+__device__ __forceinline__ bool ga_prefill_tile_at(const PrefillParams& p, GaPrefillTile& t);
+
+// This block's tile as the grid lays them out: false when the batch has no tile for the block.
+template <int BLOCK_M>
+__device__ __forceinline__ bool ga_prefill_block_tile(const PrefillParams& p, GaPrefillTile& t) {
   t.kv_head = blockIdx.z;
   if (p.device_split_q > 0) {
     // Tile-major over the KV heads, in launch order (x fastest): the batch's tiles of every
@@ -377,6 +380,19 @@ __device__ __forceinline__ bool ga_prefill_begin(const PrefillParams& p, unsigne
     t.req = p.first_req + blockIdx.y;
     t.m0 = (gridDim.x - 1 - blockIdx.x) * BLOCK_M;
   }
+  return true;
+}
+
+template <int BLOCK_M, int BLOCK_N>
+__device__ __forceinline__ bool ga_prefill_begin(const PrefillParams& p, unsigned smem_bytes,
+                                                 unsigned threads, GaPrefillTile& t) {
+  ga_grid_dependency_sync();
+  ga_require_launch(smem_bytes, threads);
+  return ga_prefill_block_tile<BLOCK_M>(p, t) && ga_prefill_tile_at<BLOCK_M, BLOCK_N>(p, t);
+}
+
+template <int BLOCK_M, int BLOCK_N>
+__device__ __forceinline__ bool ga_prefill_tile_at(const PrefillParams& p, GaPrefillTile& t) {
   const bool uniform = GA_DENSE_KV && p.query_start_loc == nullptr;
   if (uniform) {
     t.q_start = t.req * p.uniform_q_len;

@@ -518,6 +518,10 @@ struct PrefillParams {
 struct PrefillQ8Params {
   PrefillParams base;
   GaQueryScales q8;
+  // > 0: a persistent launch (the sm_90 kernel compiled with GA_PREFILL_SM90_PERSIST=2): the
+  // grid's blocks walk the tiles of the grid (persist_x, num_reqs, num_kv_heads) of a launch
+  // without the device split; 0: one block per tile.
+  int persist_x;
 };
 
 // Prefill tile geometry, shared by the host (runtime/prefill.cpp) and the two prefill templates
