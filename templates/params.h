@@ -518,9 +518,13 @@ struct PrefillParams {
 struct PrefillQ8Params {
   PrefillParams base;
   GaQueryScales q8;
-  // > 0: a persistent launch (the sm_90 kernel compiled with GA_PREFILL_SM90_PERSIST=2): the
-  // grid's blocks walk the tiles of the grid (persist_x, num_reqs, num_kv_heads) of a launch
-  // without the device split; 0: one block per tile.
+};
+// The sm_90 e4m3 prefill compiled persistent (GA_PREFILL_SM90_PERSIST=2, measurement only): its
+// parameters, a struct of its own so that the default kernels' parameter block stays. persist_x
+// > 0: a persistent launch, whose blocks walk the tiles of the grid (persist_x, num_reqs,
+// num_kv_heads) of a launch without the device split; 0: one block per tile.
+struct PrefillQ8PersistParams {
+  PrefillQ8Params base;
   int persist_x;
 };
 

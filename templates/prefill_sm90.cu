@@ -1754,7 +1754,9 @@ __device__ __forceinline__ void pw_tma_tile(const GaTensorMap* map, bool token_d
   }
 }
 
-#ifdef GA_Q_E4M3
+#if PW_PERSIST
+using PwBaseParams = PrefillQ8PersistParams;
+#elif defined(GA_Q_E4M3)
 using PwBaseParams = PrefillQ8Params;
 #else
 using PwBaseParams = PrefillParams;
@@ -1764,7 +1766,11 @@ using PwParams = PwParamsOf<PW_TMA != 0, PwBaseParams>::type;
 extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
     graphattn_prefill(const __grid_constant__ PwParams kparams) {
 #ifdef GA_Q_E4M3
+#if PW_PERSIST
+  const PrefillQ8Params& params = pw_base(kparams).base;
+#else
   const PrefillQ8Params& params = pw_base(kparams);
+#endif
   const PrefillParams& p = params.base;
 #else
   const PrefillParams& p = pw_base(kparams);
@@ -1772,23 +1778,23 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
   extern __shared__ __align__(1024) unsigned char pw_smem[];
   GaPrefillTile tile;
 #if PW_PERSIST
-  ga_grid_dependency_sync();
-  ga_require_launch(PW_SMEM_BYTES, PW_THREADS);
+  const int persist_x = pw_base(kparams).persist_x;
+  if (persist_x == 0) {  // one block per tile (a device split): this block's tile, as without
+    if (!ga_prefill_begin<PW_BLOCK_M, PW_BLOCK_N>(p, PW_SMEM_BYTES, PW_THREADS, tile)) return;
+  } else {
+    ga_grid_dependency_sync();
+    ga_require_launch(PW_SMEM_BYTES, PW_THREADS);
+  }
   // Work item `it` of this block: 0 no more, 1 none for this item (a row tile past its
   // request), 2 `tile`. Persistent launch (persist_x > 0): the grid's tiles in order of their
   // row tile from the last (the longest causal tiles) to the first, each over the requests and KV
   // heads; the blocks take them round-robin, in reverse order every other round (so that the
   // block that took a round's longest tile takes the next round's shortest), statically: every
-  // thread computes the same sequence without any shared state. Otherwise the block's own tile.
-  const int persist_x = params.persist_x;
+  // thread computes the same sequence without any shared state. Otherwise the block's own tile
+  // (computed above: in here, ga_prefill_begin's split walk made ptxas spill the P fragments of
+  // the consumers' loop).
   auto pw_item = [&](int it) -> int {
-    if (persist_x == 0) {
-      if (it > 0) return 0;
-      return ga_prefill_block_tile<PW_BLOCK_M>(p, tile) &&
-                     ga_prefill_tile_at<PW_BLOCK_M, PW_BLOCK_N>(p, tile)
-                 ? 2
-                 : 1;
-    }
+    if (persist_x == 0) return it > 0 ? 0 : 2;  // `tile`, above
     const int nb = static_cast<int>(gridDim.x), b = static_cast<int>(blockIdx.x);
     const int heads = p.num_kv_heads, per_x = p.num_reqs * heads;
     const long long lin = static_cast<long long>(it) * nb + ((it & 1) ? nb - 1 - b : b);
