@@ -89,7 +89,8 @@ std::vector<std::string> parse_nvrtc_extra_options(const std::string& text) {
           "-DGA_DSP_SEQ_WINDOW=N (N 0-4), -DGA_DECODE_PAGE_SORT=N (N 0-32), "
           "-DGA_DECODE_CLUSTER_PUSH=0, -DGA_FP8_CVT_HW=0|1, -DGA_PREFILL_SM90_SCHED=N (N 0-4095), "
           "-DGA_PREFILL_SM90_FP8_SCHED=N (N 0-4095), -DGA_PREFILL_SM90_FP8_VAR=N (N 0-1023), "
-          "-DGA_PREFILL_SM90_PERSIST=N (N 0-2), -DGA_PREFILL_SM90_LEGACY_VAR=N (N 0-255), -DGA_DECODE_FP8_PAIR=N (N 0-511), "
+          "-DGA_PREFILL_SM90_PERSIST=N (N 0-2), -DGA_PREFILL_SM90_LEGACY_VAR=N (N 0-255), "
+          "-DGA_DECODE_FP8_PAIR=N (N 0-511), "
           "-DGA_DECODE_PAIR16=N (N 0-7)");
     out.push_back(o);
   }

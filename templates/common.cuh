@@ -362,7 +362,7 @@ __device__ __forceinline__ bool ga_prefill_find_tile(const PrefillParams& p, int
 // the mma.sync prefill's sm_80 instruction order). ctx: the position of the request's first
 // query token (its keys end with its queries; for non-causal attention it matters only to
 // ALiBi's key - query distance).
-#define GA_PREFILL_TILE_AT(p, t) \
+#define GA_PREFILL_TILE_AT(p, t)                                                                 \
   const bool uniform = GA_DENSE_KV && p.query_start_loc == nullptr;                              \
   if (uniform) {                                                                                 \
     t.q_start = t.req * p.uniform_q_len;                                                         \

@@ -253,6 +253,21 @@ enum PwFp8Softmax : int {
 #else
 #define PW_PERSIST 0
 #endif
+// PW_PERSIST: a statement that opens the block's loop over its tiles (the kernel's pw_item; the
+// body runs once a tile) and one that closes it; without persistence, nothing. (Macros, so that
+// the loop's braces leave the text and layout of the default build alone.)
+#if PW_PERSIST
+#define PW_ITEMS_BEGIN()          \
+  for (int it = 0;; ++it) {       \
+    const int item = pw_item(it); \
+    if (item == 0) break;         \
+    if (item == 1) continue;      \
+    item_vars()
+#define PW_ITEMS_END() }
+#else
+#define PW_ITEMS_BEGIN() (void)0
+#define PW_ITEMS_END() (void)0
+#endif
 // The 16-bit consumers' per-tile schedule (params.h's ga_prefill_sm90_sched, GA_PW_SCHED_* bits;
 // -DGA_PREFILL_SM90_SCHED=N asks for N, for measurement). fp8: the row lines (the producer's
 // gather) and, without scaled scores, the vote and the VIMNMX3 row maxima (pw_row_imax) at head
@@ -330,7 +345,8 @@ static_assert(!PW_FP8 || (!PW_LEGACY && !GA_BLOCK_SPARSE),
               "prefill_sm90 fp8: flash layouts, not block-sparse (prefill.cu serves the rest)");
 static_assert(PW_STAGES >= 2, "prefill_sm90: shared memory holds fewer than two stages");
 static_assert(5 + 4 * PW_STAGES <= 256 / 8, "prefill_sm90: mbarriers overflow their slack");
-static_assert(!PW_PERSIST || (PW_FP8 && !PW_PINGPONG && !GA_BLOCK_SPARSE && 6 + 4 * PW_STAGES <= 32),
+static_assert(!PW_PERSIST ||
+                  (PW_FP8 && !PW_PINGPONG && !GA_BLOCK_SPARSE && 6 + 4 * PW_STAGES <= 32),
               "prefill_sm90: persistence is for the e4m3 kernel without turns");
 
 __device__ __forceinline__ unsigned pw_smem_addr(const void* p) {
@@ -1870,14 +1886,12 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
     // q_loads Q tiles.
     int stage = 0, base = 0, q_loads = 0;
     unsigned phase = 0;
-    for (int it = 0;; ++it) {
-      const int item = pw_item(it);
-      if (item == 0) break;
-      if (item == 1) continue;
-      item_vars();
-      block_row = p.kv.block_table + static_cast<long long>(req) * p.kv.block_table_stride;
 #else
     constexpr int base = 0;
+#endif
+    PW_ITEMS_BEGIN();
+#if PW_PERSIST
+    block_row = p.kv.block_table + static_cast<long long>(req) * p.kv.block_table_stride;
 #endif
     if (n_tiles > 0) {
 #if PW_PERSIST
@@ -2036,11 +2050,14 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
             pw_lean_copy<false>(vc, p, gather, lean_blk, n0, kv_end,
                                 raw_v_base + ((base + j) & 1) * PW_KV_BYTES);
           else if (PW_F8_ROWS && full)
-            pw_f8_rows_copy(p, f8_rows.v, f8_rows, f8_blk, raw_v_base + ((base + j) & 1) * PW_KV_BYTES);
+            pw_f8_rows_copy(p, f8_rows.v, f8_rows, f8_blk,
+                            raw_v_base + ((base + j) & 1) * PW_KV_BYTES);
           else if (full)
-            pw_gather_copy<true>(vc, gather, off, n0, kv_end, raw_v_base + ((base + j) & 1) * PW_KV_BYTES);
+            pw_gather_copy<true>(vc, gather, off, n0, kv_end,
+                                 raw_v_base + ((base + j) & 1) * PW_KV_BYTES);
           else
-            pw_gather_copy(vc, gather, off, n0, kv_end, raw_v_base + ((base + j) & 1) * PW_KV_BYTES);
+            pw_gather_copy(vc, gather, off, n0, kv_end,
+                           raw_v_base + ((base + j) & 1) * PW_KV_BYTES);
           pw_cp_commit();
           if (j > 0) transpose_v(base + j - 1, false);
         } else {
@@ -2091,10 +2108,10 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
       pw_cp_wait_all();
     }
 #if PW_PERSIST
-      base += n_tiles;
-      q_loads += n_tiles > 0;
-    }
+    base += n_tiles;
+    q_loads += n_tiles > 0;
 #endif
+    PW_ITEMS_END();
   } else {
     // Consumers: warpgroup cw owns tile rows [64 cw, 64 cw + 64); warp w of it rows
     // [row0, row0 + 16), this thread rows row0 + g and row0 + g + 8.
@@ -2112,14 +2129,10 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
     // block's tiles.
     int stage = 0, prev = 0;
     unsigned phase = 0, prev_phase = 0, q_phase = 0;
-    for (int it = 0;; ++it) {
-      const int item = pw_item(it);
-      if (item == 0) break;
-      if (item == 1) continue;
-      item_vars();
 #else
     constexpr unsigned q_phase = 0;
 #endif
+    PW_ITEMS_BEGIN();
     int pos[2];
     float slope[2], sink[2];  // ALiBi slopes and sink logits of the rows' heads (log2 domain)
 #pragma unroll
@@ -2611,9 +2624,7 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
               ga_pack2(o[d * 4 + 2 * r] * inv[r], o[d * 4 + 2 * r + 1] * inv[r]);
       }
     }
-#if PW_PERSIST
-    }
-#endif
+    PW_ITEMS_END();
 #else
     pw_bar_sync(1 + cw, 128);  // every warp of the warpgroup is done with its wgmmas reading Q
 #pragma unroll
