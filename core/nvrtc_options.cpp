@@ -50,6 +50,11 @@ bool allowed(const std::string& o) {
     return number_after(o, "-DGA_PREFILL_SM90_FP8_SCHED=", 0, 4095);
   if (starts_with(o, "-DGA_PREFILL_SM90_FP8_VAR="))
     return number_after(o, "-DGA_PREFILL_SM90_FP8_VAR=", 0, 1023);
+  // The sm_90 e4m3 prefill's output and persistence (templates/prefill_sm90.cu, PW_PERSIST): 1
+  // the output stored from registers, 2 also persistent blocks (runtime/prefill.cpp then launches
+  // one block per multiprocessor: prefill_sm90_persist).
+  if (starts_with(o, "-DGA_PREFILL_SM90_PERSIST="))
+    return number_after(o, "-DGA_PREFILL_SM90_PERSIST=", 0, 2);
   if (starts_with(o, "-DGA_PREFILL_SM90_LEGACY_VAR="))
     return number_after(o, "-DGA_PREFILL_SM90_LEGACY_VAR=", 0, 255);
   // The _dsp decode's seq_lens window beside its count (templates/decode.cu, GA_DSP_SEQ_WINDOW:
@@ -84,7 +89,8 @@ std::vector<std::string> parse_nvrtc_extra_options(const std::string& text) {
           "-DGA_DSP_SEQ_WINDOW=N (N 0-4), -DGA_DECODE_PAGE_SORT=N (N 0-32), "
           "-DGA_DECODE_CLUSTER_PUSH=0, -DGA_FP8_CVT_HW=0|1, -DGA_PREFILL_SM90_SCHED=N (N 0-4095), "
           "-DGA_PREFILL_SM90_FP8_SCHED=N (N 0-4095), -DGA_PREFILL_SM90_FP8_VAR=N (N 0-1023), "
-          "-DGA_PREFILL_SM90_LEGACY_VAR=N (N 0-255), -DGA_DECODE_FP8_PAIR=N (N 0-511), "
+          "-DGA_PREFILL_SM90_PERSIST=N (N 0-2), -DGA_PREFILL_SM90_LEGACY_VAR=N (N 0-255), "
+          "-DGA_DECODE_FP8_PAIR=N (N 0-511), "
           "-DGA_DECODE_PAIR16=N (N 0-7)");
     out.push_back(o);
   }
@@ -97,6 +103,16 @@ const std::vector<std::string>& nvrtc_extra_options() {
     return parse_nvrtc_extra_options(v ? v : "");
   }();
   return options;
+}
+
+int prefill_sm90_persist() {
+  static const int value = [] {
+    int v = 0;
+    for (const std::string& o : nvrtc_extra_options())
+      if (starts_with(o, "-DGA_PREFILL_SM90_PERSIST=")) v = std::stoi(o.substr(26));
+    return v;
+  }();
+  return value;
 }
 
 }  // namespace graphattn::detail

@@ -20,5 +20,9 @@ std::vector<std::string> parse_nvrtc_extra_options(const std::string& text);
 
 // The variable's options, parsed once per process (unset or empty: none).
 const std::vector<std::string>& nvrtc_extra_options();
+// GRAPHATTN_NVRTC_EXTRA_OPTIONS' -DGA_PREFILL_SM90_PERSIST=N (0 when absent): 2 means the sm_90
+// e4m3 prefill kernels are compiled persistent, and their launches take one block per
+// multiprocessor.
+int prefill_sm90_persist();
 
 }  // namespace graphattn::detail

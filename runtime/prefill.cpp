@@ -10,6 +10,7 @@
 #include <string>
 
 #include "core/env_flag.hpp"
+#include "core/nvrtc_options.hpp"
 #include "core/text.hpp"
 #include "graphattn/backend.hpp"
 #include "graphattn/error.hpp"
@@ -242,7 +243,25 @@ void enqueue_prefill_params(const LoadedKernel& k, const PrefillLaunch& a, Prefi
   p.window = a.window;
   p.bounds = static_cast<GaBoundsReport*>(a.bounds);
   if (spec.q_fp8) {  // the e4m3 query's kernel takes its descales after the common block (no TMA)
-    launch_prefill_grid(k, g, PrefillQ8Params{p, query_scales_of(a.q8)}, stream);
+    const PrefillQ8Params p8{p, query_scales_of(a.q8)};
+    if (prefill_sm90_persist() == 2 && select_prefill_kernel(spec) == PrefillKernel::kWgmma) {
+      // Compiled persistent (prefill_sm90.cu, PW_PERSIST): one block per multiprocessor walks
+      // the grid's tiles; a device split keeps one block per tile (persist_x 0).
+      PrefillQ8PersistParams pp{p8, 0};
+      PrefillGrid pg = g;
+      if (a.device_split_q == 0) {
+        const auto& d = driver();
+        CUdevice dev;
+        GA_CU_CHECK(d.cuCtxGetDevice(&dev));
+        int sms = 0;
+        GA_CU_CHECK(d.cuDeviceGetAttribute(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev));
+        pp.persist_x = static_cast<int>(g.x);
+        pg = {std::min<int64_t>(g.x * g.y * g.z, std::max(1, sms)), 1, 1};
+      }
+      launch_prefill_grid(k, pg, pp, stream);
+    } else {
+      launch_prefill_grid(k, g, p8, stream);
+    }
   } else if (prefill_uses_tma(spec)) {
     launch_prefill_grid(k, g, GaPrefillTmaParams<PrefillParams>{prefill_tma_maps(spec, p, g.z), p},
                         stream);

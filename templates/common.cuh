@@ -356,6 +356,47 @@ __device__ __forceinline__ bool ga_prefill_find_tile(const PrefillParams& p, int
   return false;
 }
 
+// The rest of a prefill tile from its request, KV head and first row (t.req, t.kv_head, t.m0),
+// returning false from the function it is expanded in when the tile has no rows (a macro, so
+// that ga_prefill_begin's code stays token for token what it was: as a function call it moved
+// the mma.sync prefill's sm_80 instruction order). ctx: the position of the request's first
+// query token (its keys end with its queries; for non-causal attention it matters only to
+// ALiBi's key - query distance).
+#define GA_PREFILL_TILE_AT(p, t)                                                                 \
+  const bool uniform = GA_DENSE_KV && p.query_start_loc == nullptr;                              \
+  if (uniform) {                                                                                 \
+    t.q_start = t.req * p.uniform_q_len;                                                         \
+    t.q_len = p.uniform_q_len;                                                                   \
+  } else {                                                                                       \
+    t.q_start = p.query_start_loc[t.req];                                                        \
+    t.q_len = p.query_start_loc[t.req + 1] - t.q_start;                                          \
+  }                                                                                              \
+  const int rows = t.q_len * GROUP;                                                              \
+  if (t.m0 >= rows) return false;                                                                \
+  if (GA_DENSE_KV) {                                                                             \
+    t.seq_len = uniform ? p.uniform_kv_len : t.q_len;                                            \
+    t.kv_row0 = uniform ? t.req * p.uniform_kv_len : t.q_start;                                  \
+  } else {                                                                                       \
+    t.seq_len = p.kv.seq_lens[t.req];                                                            \
+    t.kv_row0 = 0;                                                                               \
+  }                                                                                              \
+  t.ctx = t.seq_len - t.q_len;                                                                   \
+  t.m_end = min(rows, t.m0 + BLOCK_M);                                                           \
+  t.pos_lo = t.ctx + t.m0 / GROUP;                                                               \
+  t.pos_hi = t.ctx + (t.m_end - 1) / GROUP;                                                      \
+  t.kv_end = GA_NON_CAUSAL ? max(0, t.seq_len) : max(0, min(t.seq_len, t.pos_hi + 1));           \
+  t.kv_begin = ga_window_first_key(t.pos_lo, p.window);                                          \
+  t.tile0 = t.kv_begin / BLOCK_N;                                                                \
+  t.n_tiles =                                                                                    \
+      t.kv_end > t.tile0 * BLOCK_N ? (t.kv_end - t.tile0 * BLOCK_N + BLOCK_N - 1) / BLOCK_N : 0; \
+  return true;
+
+// The same as a function, for kernels that walk several tiles (prefill_sm90.cu, PW_PERSIST).
+template <int BLOCK_M, int BLOCK_N>
+__device__ __forceinline__ bool ga_prefill_tile_at(const PrefillParams& p, GaPrefillTile& t) {
+  GA_PREFILL_TILE_AT(p, t)
+}
+
 template <int BLOCK_M, int BLOCK_N>
 __device__ __forceinline__ bool ga_prefill_begin(const PrefillParams& p, unsigned smem_bytes,
                                                  unsigned threads, GaPrefillTile& t) {
@@ -377,35 +418,7 @@ __device__ __forceinline__ bool ga_prefill_begin(const PrefillParams& p, unsigne
     t.req = p.first_req + blockIdx.y;
     t.m0 = (gridDim.x - 1 - blockIdx.x) * BLOCK_M;
   }
-  const bool uniform = GA_DENSE_KV && p.query_start_loc == nullptr;
-  if (uniform) {
-    t.q_start = t.req * p.uniform_q_len;
-    t.q_len = p.uniform_q_len;
-  } else {
-    t.q_start = p.query_start_loc[t.req];
-    t.q_len = p.query_start_loc[t.req + 1] - t.q_start;
-  }
-  const int rows = t.q_len * GROUP;
-  if (t.m0 >= rows) return false;
-  if (GA_DENSE_KV) {
-    t.seq_len = uniform ? p.uniform_kv_len : t.q_len;
-    t.kv_row0 = uniform ? t.req * p.uniform_kv_len : t.q_start;
-  } else {
-    t.seq_len = p.kv.seq_lens[t.req];
-    t.kv_row0 = 0;
-  }
-  // Position of the request's first query token: its keys end with its queries (for non-causal
-  // attention this matters only to ALiBi's key - query distance).
-  t.ctx = t.seq_len - t.q_len;
-  t.m_end = min(rows, t.m0 + BLOCK_M);
-  t.pos_lo = t.ctx + t.m0 / GROUP;
-  t.pos_hi = t.ctx + (t.m_end - 1) / GROUP;
-  t.kv_end = GA_NON_CAUSAL ? max(0, t.seq_len) : max(0, min(t.seq_len, t.pos_hi + 1));
-  t.kv_begin = ga_window_first_key(t.pos_lo, p.window);
-  t.tile0 = t.kv_begin / BLOCK_N;
-  t.n_tiles =
-      t.kv_end > t.tile0 * BLOCK_N ? (t.kv_end - t.tile0 * BLOCK_N + BLOCK_N - 1) / BLOCK_N : 0;
-  return true;
+  GA_PREFILL_TILE_AT(p, t)
 }
 
 // Element offset of column col of row r of a prefill tile in the query or the output (strides in

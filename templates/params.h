@@ -519,6 +519,14 @@ struct PrefillQ8Params {
   PrefillParams base;
   GaQueryScales q8;
 };
+// The sm_90 e4m3 prefill compiled persistent (GA_PREFILL_SM90_PERSIST=2, measurement only): its
+// parameters, a struct of its own so that the default kernels' parameter block stays. persist_x
+// > 0: a persistent launch, whose blocks walk the tiles of the grid (persist_x, num_reqs,
+// num_kv_heads) of a launch without the device split; 0: one block per tile.
+struct PrefillQ8PersistParams {
+  PrefillQ8Params base;
+  int persist_x;
+};
 
 // Prefill tile geometry, shared by the host (runtime/prefill.cpp) and the two prefill templates
 // (evaluated at compile time by both). detail::select_prefill_kernel() picks the template.

@@ -243,6 +243,39 @@ enum PwFp8Softmax : int {
 #else
 #define PW_F8_SPEC_CODE 0
 #endif
+// e4m3 output and persistence (GRAPHATTN_NVRTC_EXTRA_OPTIONS=-DGA_PREFILL_SM90_PERSIST=N; off
+// without it): N >= 1 (PW_O_DIRECT) the consumers store the output straight from their
+// accumulator registers (4-byte stores of a row's column pairs) instead of staging it in the
+// raw V buffers; N = 2 (PW_PERSIST) the block is persistent: the host launches one block per
+// multiprocessor (PrefillQ8Params::persist_x) and each block walks tiles of the grid
+// (persist_x, num_reqs, num_kv_heads), the longest row tiles first (pw_item), so that its
+// producer loads the next tile's Q and first K/V tiles while the consumers finish the last P V
+// and store the output. (Macros: the default build compiles none of it.)
+#if defined(GA_Q_E4M3) && defined(GA_PREFILL_SM90_PERSIST) && GA_PREFILL_SM90_PERSIST >= 1
+#define PW_O_DIRECT 1
+#else
+#define PW_O_DIRECT 0
+#endif
+#if PW_O_DIRECT && GA_PREFILL_SM90_PERSIST == 2
+#define PW_PERSIST 1
+#else
+#define PW_PERSIST 0
+#endif
+// PW_PERSIST: a statement that opens the block's loop over its tiles (the kernel's pw_item; the
+// body runs once a tile) and one that closes it; without persistence, nothing. (Macros, so that
+// the loop's braces leave the text and layout of the default build alone.)
+#if PW_PERSIST
+#define PW_ITEMS_BEGIN()          \
+  for (int it = 0;; ++it) {       \
+    const int item = pw_item(it); \
+    if (item == 0) break;         \
+    if (item == 1) continue;      \
+    item_vars()
+#define PW_ITEMS_END() }
+#else
+#define PW_ITEMS_BEGIN() (void)0
+#define PW_ITEMS_END() (void)0
+#endif
 // The 16-bit consumers' per-tile schedule (params.h's ga_prefill_sm90_sched, GA_PW_SCHED_* bits;
 // -DGA_PREFILL_SM90_SCHED=N asks for N, for measurement). fp8: the row lines (the producer's
 // gather) and, without scaled scores, the vote and the VIMNMX3 row maxima (pw_row_imax) at head
@@ -320,6 +353,9 @@ static_assert(!PW_FP8 || (!PW_LEGACY && !GA_BLOCK_SPARSE),
               "prefill_sm90 fp8: flash layouts, not block-sparse (prefill.cu serves the rest)");
 static_assert(PW_STAGES >= 2, "prefill_sm90: shared memory holds fewer than two stages");
 static_assert(5 + 4 * PW_STAGES <= 256 / 8, "prefill_sm90: mbarriers overflow their slack");
+static_assert(!PW_PERSIST ||
+                  (PW_FP8 && !PW_PINGPONG && !GA_BLOCK_SPARSE && 6 + 4 * PW_STAGES <= 32),
+              "prefill_sm90: persistence is for the e4m3 kernel without turns");
 
 __device__ __forceinline__ unsigned pw_smem_addr(const void* p) {
   unsigned long long a;
@@ -1742,7 +1778,9 @@ __device__ __forceinline__ void pw_tma_tile(const GaTensorMap* map, bool token_d
   }
 }
 
-#ifdef GA_Q_E4M3
+#if PW_PERSIST
+using PwBaseParams = PrefillQ8PersistParams;
+#elif defined(GA_Q_E4M3)
 using PwBaseParams = PrefillQ8Params;
 #else
 using PwBaseParams = PrefillParams;
@@ -1752,18 +1790,59 @@ using PwParams = PwParamsOf<PW_TMA != 0, PwBaseParams>::type;
 extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
     graphattn_prefill(const __grid_constant__ PwParams kparams) {
 #ifdef GA_Q_E4M3
+#if PW_PERSIST
+  const PrefillQ8Params& params = pw_base(kparams).base;
+#else
   const PrefillQ8Params& params = pw_base(kparams);
+#endif
   const PrefillParams& p = params.base;
 #else
   const PrefillParams& p = pw_base(kparams);
 #endif
   extern __shared__ __align__(1024) unsigned char pw_smem[];
   GaPrefillTile tile;
+#if PW_PERSIST
+  const int persist_x = pw_base(kparams).persist_x;
+  if (persist_x == 0) {  // one block per tile (a device split): this block's tile, as without
+    if (!ga_prefill_begin<PW_BLOCK_M, PW_BLOCK_N>(p, PW_SMEM_BYTES, PW_THREADS, tile)) return;
+  } else {
+    ga_grid_dependency_sync();
+    ga_require_launch(PW_SMEM_BYTES, PW_THREADS);
+  }
+  // Work item `it` of this block: 0 no more, 1 none for this item (a row tile past its
+  // request), 2 `tile`. Persistent launch (persist_x > 0): the grid's tiles in order of their
+  // row tile from the last (the longest causal tiles) to the first, each over the requests and KV
+  // heads; the blocks take them round-robin, in reverse order every other round (so that the
+  // block that took a round's longest tile takes the next round's shortest), statically: every
+  // thread computes the same sequence without any shared state. Otherwise the block's own tile
+  // (computed above: in here, ga_prefill_begin's split walk made ptxas spill the P fragments of
+  // the consumers' loop).
+  auto pw_item = [&](int it) -> int {
+    if (persist_x == 0) return it > 0 ? 0 : 2;  // `tile`, above
+    const int nb = static_cast<int>(gridDim.x), b = static_cast<int>(blockIdx.x);
+    const int heads = p.num_kv_heads, per_x = p.num_reqs * heads;
+    const long long lin = static_cast<long long>(it) * nb + ((it & 1) ? nb - 1 - b : b);
+    if (lin >= static_cast<long long>(persist_x) * per_x) return 0;
+    const int x = static_cast<int>(lin / per_x), rem = static_cast<int>(lin - x * per_x);
+    tile.req = p.first_req + rem / heads;
+    tile.kv_head = rem - (rem / heads) * heads;
+    tile.m0 = (persist_x - 1 - x) * PW_BLOCK_M;
+    return ga_prefill_tile_at<PW_BLOCK_M, PW_BLOCK_N>(p, tile) ? 2 : 1;
+  };
+  int req = 0, kv_head = 0, q_start = 0, ctx = 0, m0 = 0, rows = 0, kv_end = 0, tile0 = 0;
+  int n_tiles = 0, kv_row0 = 0;
+  auto item_vars = [&] {
+    req = tile.req, kv_head = tile.kv_head, q_start = tile.q_start, ctx = tile.ctx;
+    m0 = tile.m0, rows = tile.q_len * GROUP, kv_end = tile.kv_end, tile0 = tile.tile0;
+    n_tiles = tile.n_tiles, kv_row0 = tile.kv_row0;
+  };
+#else
   if (!ga_prefill_begin<PW_BLOCK_M, PW_BLOCK_N>(p, PW_SMEM_BYTES, PW_THREADS, tile)) return;
-  const int tid = threadIdx.x;
   const int req = tile.req, kv_head = tile.kv_head, q_start = tile.q_start, ctx = tile.ctx;
   const int m0 = tile.m0, rows = tile.q_len * GROUP, kv_end = tile.kv_end, tile0 = tile.tile0;
   const int n_tiles = tile.n_tiles, kv_row0 = tile.kv_row0;
+#endif
+  const int tid = threadIdx.x;
 
   // Tiles start on a 1024-byte boundary (the swizzle pattern repeats every 1024 bytes).
   const unsigned raw_base = pw_smem_addr(pw_smem);
@@ -1780,7 +1859,10 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
   const unsigned bar_v_full = bar_k_full + 8 * PW_STAGES;
   const unsigned bar_k_empty = bar_v_full + 8 * PW_STAGES;
   const unsigned bar_v_empty = bar_k_empty + 8 * PW_STAGES;
+  // PW_PERSIST: Q empty (one arrival per consumer warp once its last S of the tile is done).
+  const unsigned bar_q_empty = bar_v_empty + 8 * PW_STAGES;
   if (tid == 0) {
+    if (PW_PERSIST) pw_mbar_init(bar_q_empty, 4 * PW_CONSUMERS);
     pw_mbar_init(bar_q, 128);
     for (int s = 0; s < PW_STAGES; ++s) {
       pw_mbar_init(bar_k_full + 8 * s, 128);
@@ -1799,11 +1881,31 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
   }
   __syncthreads();
 
+#if PW_PERSIST
+  const int* block_row = nullptr;
+#else
   const int* block_row = p.kv.block_table + static_cast<long long>(req) * p.kv.block_table_stride;
+#endif
   if (tid < 128) {
     // Producer.
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(PW_PRODUCER_REGS));
+#if PW_PERSIST
+    // The ring continues across the block's tiles: `base` K/V tiles were loaded before this one,
+    // q_loads Q tiles.
+    int stage = 0, base = 0, q_loads = 0;
+    unsigned phase = 0;
+#else
+    constexpr int base = 0;
+#endif
+    PW_ITEMS_BEGIN();
+#if PW_PERSIST
+    block_row = p.kv.block_table + static_cast<long long>(req) * p.kv.block_table_stride;
+#endif
     if (n_tiles > 0) {
+#if PW_PERSIST
+      // Q is refilled once every consumer warp's last S of the previous tile is done.
+      if (q_loads > 0) pw_mbar_wait(bar_q_empty, (q_loads - 1) & 1);
+#endif
       // Q rows of this tile (rows past the request are zero-filled).
       constexpr int TOTAL = PW_BLOCK_M * PW_CHUNKS;
       const pw_elem* q = static_cast<const pw_elem*>(p.query);
@@ -1887,8 +1989,10 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
         pw_fence_proxy_async();  // the generic-proxy stores, before the wgmmas read them
         pw_mbar_arrive(bar_v_full + 8 * st);
       };
+#if !PW_PERSIST
       int stage = 0;
       unsigned phase = 0;
+#endif
 #if GA_BLOCK_SPARSE
       // The tiles kept: j counts the tiles loaded, t is the tile's index.
       const PwTiles tiles{tile0, n_tiles, m0, rows, ctx, kv_head, tid, PW_BSP_BAR};
@@ -1929,7 +2033,7 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
         else
           pw_gather_rows(p, block_row, kv_row0, gather, n0, kv_end, off);
         // A stage is refilled once all consumer warps released its previous use.
-        if (j >= PW_STAGES) pw_mbar_wait(bar_k_empty + 8 * stage, phase ^ 1);
+        if (base + j >= PW_STAGES) pw_mbar_wait(bar_k_empty + 8 * stage, phase ^ 1);
         if constexpr (PW_LEGACY) {
           if (PW_LV & 32) {  // (timing only: no copies)
           } else if (lfull) {
@@ -1956,7 +2060,8 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
           pw_mbar_arrive_copies(bar_k_full + 8 * stage);
         }
         if (PW_FP8) {
-          // Raw buffer j % 2 is free once every producer thread has transposed tile j - 2.
+          // Raw buffer j % 2 is free once every producer thread has transposed tile j - 2
+          // (PW_PERSIST: the block's tiles counted, base + j).
           pw_bar_sync(PW_PRODUCER_BAR, 128);
           if (PW_LEAN_GATHER) {  // V's offsets formed again, not K's held
 #pragma unroll
@@ -1964,18 +2069,21 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
           }
           if (PW_LEAN_GATHER && full)
             pw_lean_copy<true>(vc, p, gather, lean_blk, n0, kv_end,
-                               raw_v_base + (j & 1) * PW_KV_BYTES);
+                               raw_v_base + ((base + j) & 1) * PW_KV_BYTES);
           else if (PW_LEAN_GATHER)
             pw_lean_copy<false>(vc, p, gather, lean_blk, n0, kv_end,
-                                raw_v_base + (j & 1) * PW_KV_BYTES);
+                                raw_v_base + ((base + j) & 1) * PW_KV_BYTES);
           else if (PW_F8_ROWS && full)
-            pw_f8_rows_copy(p, f8_rows.v, f8_rows, f8_blk, raw_v_base + (j & 1) * PW_KV_BYTES);
+            pw_f8_rows_copy(p, f8_rows.v, f8_rows, f8_blk,
+                            raw_v_base + ((base + j) & 1) * PW_KV_BYTES);
           else if (full)
-            pw_gather_copy<true>(vc, gather, off, n0, kv_end, raw_v_base + (j & 1) * PW_KV_BYTES);
+            pw_gather_copy<true>(vc, gather, off, n0, kv_end,
+                                 raw_v_base + ((base + j) & 1) * PW_KV_BYTES);
           else
-            pw_gather_copy(vc, gather, off, n0, kv_end, raw_v_base + (j & 1) * PW_KV_BYTES);
+            pw_gather_copy(vc, gather, off, n0, kv_end,
+                           raw_v_base + ((base + j) & 1) * PW_KV_BYTES);
           pw_cp_commit();
-          if (j > 0) transpose_v(j - 1, false);
+          if (j > 0) transpose_v(base + j - 1, false);
         } else {
           if (j >= PW_STAGES) pw_mbar_wait(bar_v_empty + 8 * stage, phase ^ 1);
           if constexpr (PW_LEGACY) {
@@ -2020,9 +2128,14 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
           phase ^= 1;
         }
       }
-      if (PW_FP8) transpose_v(n_tiles - 1, true);
+      if (PW_FP8) transpose_v(base + n_tiles - 1, true);
       pw_cp_wait_all();
     }
+#if PW_PERSIST
+    base += n_tiles;
+    q_loads += n_tiles > 0;
+#endif
+    PW_ITEMS_END();
   } else {
     // Consumers: warpgroup cw owns tile rows [64 cw, 64 cw + 64); warp w of it rows
     // [row0, row0 + 16), this thread rows row0 + g and row0 + g + 8.
@@ -2035,6 +2148,15 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
     const int row0 = cw * 64 + ((tid >> 5) & 3) * 16;
     const int g = lane >> 2;
     const int t2 = (lane & 3) * 2;
+#if PW_PERSIST
+    // The ring's stages and phases of tiles j and j - 1 and Q's phase continue across the
+    // block's tiles.
+    int stage = 0, prev = 0;
+    unsigned phase = 0, prev_phase = 0, q_phase = 0;
+#else
+    constexpr unsigned q_phase = 0;
+#endif
+    PW_ITEMS_BEGIN();
     int pos[2];
     float slope[2], sink[2];  // ALiBi slopes and sink logits of the rows' heads (log2 domain)
 #pragma unroll
@@ -2220,8 +2342,10 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
       }
     };
 
+#if !PW_PERSIST
     int stage = 0, prev = 0;  // ring stages and phases of tiles j and j - 1
     unsigned phase = 0, prev_phase = 0;
+#endif
 
     // PW_F8_SPEC, the speculative softmax (fp8, loop tiles): a tile without a mask whose rows all
     // have a reference maximum m (every row of the warp) takes its probabilities at that
@@ -2433,7 +2557,7 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
     // With PW_OVERLAP, tile 0 (no P V before it) is peeled off the loop and the last tile's
     // P V follows it, so the loop body issues both kinds of wgmma without a branch between.
     if (n_tiles > 0) {
-      pw_mbar_wait(bar_q, 0);
+      pw_mbar_wait(bar_q, q_phase);
 #if !GA_BLOCK_SPARSE
       if (turns && cw == PW_CONSUMERS - 1) pw_bar_arrive(PW_SCHED_BAR, 256);  // consumer 0 starts
       // GA_PW_SCHED_STAGGER (e4m3, two consumers without turns): consumer 1 starts its first
@@ -2452,6 +2576,11 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
         tile(j, PW_OVERLAP, j == n_tiles - 1);
         advance();
       }
+#if PW_PERSIST
+      // This warp's last S is done: the producer may load the next tile's Q.
+      if (lane == 0) pw_mbar_arrive(bar_q_empty);
+      q_phase ^= 1;
+#endif
       if (PW_OVERLAP) pv(prev, prev_phase, true);
 #else
       // The same over the tiles kept: t is a tile's index, u the next one's.
@@ -2478,7 +2607,9 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
     // Q rows (swizzled, so the 4-byte stores and 16-byte loads are conflict-free; fp8: the same
     // rows of the raw V tiles, which the producer no longer reads once the last V^T stage is
     // full, and a 16-bit output tile fills exactly), then store whole 16-byte chunks.
+#if !PW_O_DIRECT
     unsigned char* s_o = PW_FP8 ? pw_smem + (raw_v_base - raw_base) : s_q;
+#endif
     float inv[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -2501,6 +2632,24 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
       }
 #endif
     }
+#if PW_O_DIRECT
+    // Straight from the accumulators: a thread's two rows, 4 bytes (a column pair) of every
+    // 8 columns (a quad covers 16 contiguous bytes).
+    ga_u16* out = static_cast<ga_u16*>(p.output);
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int row = m0 + row0 + g + r * 8;
+      if (row < rows) {
+        ga_u16* dst = out + ga_prefill_row_offset(row, t2, q_start, kv_head, p.output_token_stride,
+                                                  p.output_head_stride);
+#pragma unroll
+        for (int d = 0; d < HEAD_SIZE / 8; ++d)
+          *reinterpret_cast<unsigned*>(dst + d * 8) =
+              ga_pack2(o[d * 4 + 2 * r] * inv[r], o[d * 4 + 2 * r + 1] * inv[r]);
+      }
+    }
+    PW_ITEMS_END();
+#else
     pw_bar_sync(1 + cw, 128);  // every warp of the warpgroup is done with its wgmmas reading Q
 #pragma unroll
     for (int d = 0; d < HEAD_SIZE / 8; ++d) {
@@ -2524,5 +2673,6 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
                                                               p.output_head_stride)) =
             *reinterpret_cast<const uint4*>(s_o + pw_swizzle(row0 + row, c, PW_BLOCK_M));
     }
+#endif
   }
 }
