@@ -50,11 +50,12 @@ bool allowed(const std::string& o) {
     return number_after(o, "-DGA_PREFILL_SM90_FP8_SCHED=", 0, 4095);
   if (starts_with(o, "-DGA_PREFILL_SM90_FP8_VAR="))
     return number_after(o, "-DGA_PREFILL_SM90_FP8_VAR=", 0, 1023);
-  // The sm_90 e4m3 prefill's output and persistence (templates/prefill_sm90.cu, PW_PERSIST): 1
-  // the output stored from registers, 2 also persistent blocks (runtime/prefill.cpp then launches
-  // one block per multiprocessor: prefill_sm90_persist).
+  // The sm_90 e4m3 prefill's output and persistence (templates/prefill_sm90.cu, PW_PERSIST): 0
+  // session 16's kernel, 1 the output stored from registers, 2 also persistent blocks, 3 (the
+  // default) persistent with the output staged in its own buffer (runtime/prefill.cpp launches
+  // one block per multiprocessor for 2 and 3: prefill_sm90_persist).
   if (starts_with(o, "-DGA_PREFILL_SM90_PERSIST="))
-    return number_after(o, "-DGA_PREFILL_SM90_PERSIST=", 0, 2);
+    return number_after(o, "-DGA_PREFILL_SM90_PERSIST=", 0, 3);
   if (starts_with(o, "-DGA_PREFILL_SM90_LEGACY_VAR="))
     return number_after(o, "-DGA_PREFILL_SM90_LEGACY_VAR=", 0, 255);
   // The _dsp decode's seq_lens window beside its count (templates/decode.cu, GA_DSP_SEQ_WINDOW:
@@ -89,7 +90,7 @@ std::vector<std::string> parse_nvrtc_extra_options(const std::string& text) {
           "-DGA_DSP_SEQ_WINDOW=N (N 0-4), -DGA_DECODE_PAGE_SORT=N (N 0-32), "
           "-DGA_DECODE_CLUSTER_PUSH=0, -DGA_FP8_CVT_HW=0|1, -DGA_PREFILL_SM90_SCHED=N (N 0-4095), "
           "-DGA_PREFILL_SM90_FP8_SCHED=N (N 0-4095), -DGA_PREFILL_SM90_FP8_VAR=N (N 0-1023), "
-          "-DGA_PREFILL_SM90_PERSIST=N (N 0-2), -DGA_PREFILL_SM90_LEGACY_VAR=N (N 0-255), "
+          "-DGA_PREFILL_SM90_PERSIST=N (N 0-3), -DGA_PREFILL_SM90_LEGACY_VAR=N (N 0-255), "
           "-DGA_DECODE_FP8_PAIR=N (N 0-511), "
           "-DGA_DECODE_PAIR16=N (N 0-7)");
     out.push_back(o);
@@ -107,7 +108,7 @@ const std::vector<std::string>& nvrtc_extra_options() {
 
 int prefill_sm90_persist() {
   static const int value = [] {
-    int v = 0;
+    int v = 3;  // templates/prefill_sm90.cu's default
     for (const std::string& o : nvrtc_extra_options())
       if (starts_with(o, "-DGA_PREFILL_SM90_PERSIST=")) v = std::stoi(o.substr(26));
     return v;

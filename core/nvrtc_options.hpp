@@ -20,9 +20,10 @@ std::vector<std::string> parse_nvrtc_extra_options(const std::string& text);
 
 // The variable's options, parsed once per process (unset or empty: none).
 const std::vector<std::string>& nvrtc_extra_options();
-// GRAPHATTN_NVRTC_EXTRA_OPTIONS' -DGA_PREFILL_SM90_PERSIST=N (0 when absent): 2 means the sm_90
-// e4m3 prefill kernels are compiled persistent, and their launches take one block per
-// multiprocessor.
+// GRAPHATTN_NVRTC_EXTRA_OPTIONS' -DGA_PREFILL_SM90_PERSIST=N (3, the kernels' default, when
+// absent): 2 and 3 mean the sm_90 e4m3 prefill kernels are compiled persistent, and their
+// launches take one block per multiprocessor; 3 adds the kernel's output buffer to its shared
+// memory.
 int prefill_sm90_persist();
 
 }  // namespace graphattn::detail

@@ -173,8 +173,12 @@ PrefillConfig prefill_config(const AttentionSpec& spec) {
     case PrefillKernel::kWgmma: {
       const bool fp8 = spec.q_fp8;  // e4m3 q over an fp8 cache: fp8 tiles and the V transpose
       const bool heavy = fp8 && (spec.soft_cap || spec.check_bounds);  // two consumers (params.h)
+      // (-DGA_PREFILL_SM90_PERSIST=3, a measurement switch: the e4m3 kernel's own output buffer)
+      const int o_stage =
+          fp8 && prefill_sm90_persist() == 3 ? ga_prefill_sm90_block_m(d, fp8, heavy) * d * 2 : 0;
       return {ga_prefill_sm90_block_m(d, fp8, heavy), ga_prefill_sm90_block_n(d, fp8),
-              ga_prefill_sm90_threads(d, fp8, heavy), ga_prefill_sm90_smem_bytes(d, fp8, heavy)};
+              ga_prefill_sm90_threads(d, fp8, heavy),
+              ga_prefill_sm90_smem_bytes(d, fp8, heavy) + o_stage};
     }
     case PrefillKernel::kMmaSync: {
       const bool fp8 = spec.kv_dtype != KvDType::kAuto;
@@ -244,7 +248,7 @@ void enqueue_prefill_params(const LoadedKernel& k, const PrefillLaunch& a, Prefi
   p.bounds = static_cast<GaBoundsReport*>(a.bounds);
   if (spec.q_fp8) {  // the e4m3 query's kernel takes its descales after the common block (no TMA)
     const PrefillQ8Params p8{p, query_scales_of(a.q8)};
-    if (prefill_sm90_persist() == 2 && select_prefill_kernel(spec) == PrefillKernel::kWgmma) {
+    if (prefill_sm90_persist() >= 2 && select_prefill_kernel(spec) == PrefillKernel::kWgmma) {
       // Compiled persistent (prefill_sm90.cu, PW_PERSIST): one block per multiprocessor walks
       // the grid's tiles; a device split keeps one block per tile (persist_x 0).
       PrefillQ8PersistParams pp{p8, 0};

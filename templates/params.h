@@ -519,7 +519,7 @@ struct PrefillQ8Params {
   PrefillParams base;
   GaQueryScales q8;
 };
-// The sm_90 e4m3 prefill compiled persistent (GA_PREFILL_SM90_PERSIST=2, measurement only): its
+// The sm_90 e4m3 prefill compiled persistent (GA_PREFILL_SM90_PERSIST=2 or 3, the default): its
 // parameters, a struct of its own so that the default kernels' parameter block stays. persist_x
 // > 0: a persistent launch, whose blocks walk the tiles of the grid (persist_x, num_reqs,
 // num_kv_heads) of a launch without the device split; 0: one block per tile.

@@ -132,7 +132,44 @@ constexpr int PW_OUT_CHUNKS = HEAD_SIZE / 8;           // 16-byte chunks per out
 constexpr int PW_Q_BYTES = ga_prefill_sm90_q_bytes(PW_GEOM);
 constexpr int PW_KV_BYTES = ga_prefill_sm90_kv_bytes(HEAD_SIZE, PW_FP8);  // one K or V stage
 constexpr int PW_STAGES = ga_prefill_sm90_stages(PW_GEOM);
-constexpr int PW_SMEM_BYTES = ga_prefill_sm90_smem_bytes(PW_GEOM);
+// e4m3 output and persistence (GRAPHATTN_NVRTC_EXTRA_OPTIONS=-DGA_PREFILL_SM90_PERSIST=N; the
+// host reads the same option, runtime/prefill.cpp, core/nvrtc_options.cpp prefill_sm90_persist):
+// - N = 3, the default: persistent blocks (PW_PERSIST): the host launches one block per
+//   multiprocessor (PrefillQ8PersistParams::persist_x) and each block walks tiles of the grid
+//   (persist_x, num_reqs, num_kv_heads), the longest row tiles first (pw_item), so that its
+//   producer loads the next tile's Q and first K/V tiles while the consumers finish the last P V
+//   and store the output; the output is staged as before (16-byte stores) but in a buffer of its
+//   own (PW_O_STAGE, 32 KiB after the raw V buffers), which the producer never touches. H100,
+//   4 x 4096 causal, 8 alternated rounds: 703.75 us against 724.34 (-2.8%; every run below every
+//   old one; docs/fp8-prefill-persistent-h100-2026-11-28-s17.txt).
+// - N = 2: persistent, the output stored straight from the accumulators (PW_O_DIRECT: 4-byte
+//   stores of a row's column pairs), which frees the raw V buffers that staged it: +1.9%.
+// - N = 1: only the register stores, one block per tile: +5.8%.
+// - N = 0: session 16's kernel (one block per tile, the output staged in the raw V buffers).
+// (Macros: the 16-bit kernels compile none of it.)
+#if defined(GA_Q_E4M3) && !defined(GA_PREFILL_SM90_PERSIST)
+#define GA_PREFILL_SM90_PERSIST 3
+#endif
+#if defined(GA_Q_E4M3) && defined(GA_PREFILL_SM90_PERSIST) && \
+    (GA_PREFILL_SM90_PERSIST == 1 || GA_PREFILL_SM90_PERSIST == 2)
+#define PW_O_DIRECT 1
+#else
+#define PW_O_DIRECT 0
+#endif
+#if defined(GA_Q_E4M3) && defined(GA_PREFILL_SM90_PERSIST) && GA_PREFILL_SM90_PERSIST == 3
+#define PW_O_STAGE 1
+#else
+#define PW_O_STAGE 0
+#endif
+#if (PW_O_DIRECT && GA_PREFILL_SM90_PERSIST == 2) || PW_O_STAGE
+#define PW_PERSIST 1
+#else
+#define PW_PERSIST 0
+#endif
+// PW_O_STAGE's output buffer (16-bit rows of the block's tile); the host adds it too
+// (runtime/prefill.cpp, prefill_config).
+constexpr int PW_O_BYTES = PW_O_STAGE ? PW_BLOCK_M * HEAD_SIZE * 2 : 0;
+constexpr int PW_SMEM_BYTES = ga_prefill_sm90_smem_bytes(PW_GEOM) + PW_O_BYTES;
 // Q rows by pointer steps (params.h's ga_prefill_sm90_q_step): PW_Q_RS rows a pass of the 128
 // producer threads, each thread the same chunk of every pass. (An enumerator, as below.)
 enum PwQStep : int {
@@ -243,24 +280,6 @@ enum PwFp8Softmax : int {
 #else
 #define PW_F8_SPEC_CODE 0
 #endif
-// e4m3 output and persistence (GRAPHATTN_NVRTC_EXTRA_OPTIONS=-DGA_PREFILL_SM90_PERSIST=N; off
-// without it): N >= 1 (PW_O_DIRECT) the consumers store the output straight from their
-// accumulator registers (4-byte stores of a row's column pairs) instead of staging it in the
-// raw V buffers; N = 2 (PW_PERSIST) the block is persistent: the host launches one block per
-// multiprocessor (PrefillQ8Params::persist_x) and each block walks tiles of the grid
-// (persist_x, num_reqs, num_kv_heads), the longest row tiles first (pw_item), so that its
-// producer loads the next tile's Q and first K/V tiles while the consumers finish the last P V
-// and store the output. (Macros: the default build compiles none of it.)
-#if defined(GA_Q_E4M3) && defined(GA_PREFILL_SM90_PERSIST) && GA_PREFILL_SM90_PERSIST >= 1
-#define PW_O_DIRECT 1
-#else
-#define PW_O_DIRECT 0
-#endif
-#if PW_O_DIRECT && GA_PREFILL_SM90_PERSIST == 2
-#define PW_PERSIST 1
-#else
-#define PW_PERSIST 0
-#endif
 // PW_PERSIST: a statement that opens the block's loop over its tiles (the kernel's pw_item; the
 // body runs once a tile) and one that closes it; without persistence, nothing. (Macros, so that
 // the loop's braces leave the text and layout of the default build alone.)
@@ -353,6 +372,7 @@ static_assert(!PW_FP8 || (!PW_LEGACY && !GA_BLOCK_SPARSE),
               "prefill_sm90 fp8: flash layouts, not block-sparse (prefill.cu serves the rest)");
 static_assert(PW_STAGES >= 2, "prefill_sm90: shared memory holds fewer than two stages");
 static_assert(5 + 4 * PW_STAGES <= 256 / 8, "prefill_sm90: mbarriers overflow their slack");
+static_assert(PW_SMEM_BYTES <= 227 * 1024, "prefill_sm90: shared memory over the sm_90 limit");
 static_assert(!PW_PERSIST ||
                   (PW_FP8 && !PW_PINGPONG && !GA_BLOCK_SPARSE && 6 + 4 * PW_STAGES <= 32),
               "prefill_sm90: persistence is for the e4m3 kernel without turns");
@@ -1854,7 +1874,9 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
   // arrival per consumer warp).
   // fp8: the two raw V tiles (PW_FP8) follow the V^T stages.
   const unsigned raw_v_base = v_base + PW_STAGES * PW_KV_BYTES;
-  const unsigned bar_q = raw_v_base + ga_prefill_sm90_raw_v_bytes(PW_GEOM);
+  // PW_O_STAGE: the output buffer, then the mbarriers.
+  const unsigned o_stage_base = raw_v_base + ga_prefill_sm90_raw_v_bytes(PW_GEOM);
+  const unsigned bar_q = o_stage_base + PW_O_BYTES;
   const unsigned bar_k_full = bar_q + 8;
   const unsigned bar_v_full = bar_k_full + 8 * PW_STAGES;
   const unsigned bar_k_empty = bar_v_full + 8 * PW_STAGES;
@@ -2607,7 +2629,9 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
     // Q rows (swizzled, so the 4-byte stores and 16-byte loads are conflict-free; fp8: the same
     // rows of the raw V tiles, which the producer no longer reads once the last V^T stage is
     // full, and a 16-bit output tile fills exactly), then store whole 16-byte chunks.
-#if !PW_O_DIRECT
+#if PW_O_STAGE
+    unsigned char* s_o = pw_smem + (o_stage_base - raw_base);
+#elif !PW_O_DIRECT
     unsigned char* s_o = PW_FP8 ? pw_smem + (raw_v_base - raw_base) : s_q;
 #endif
     float inv[2];
@@ -2650,7 +2674,8 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
     }
     PW_ITEMS_END();
 #else
-    pw_bar_sync(1 + cw, 128);  // every warp of the warpgroup is done with its wgmmas reading Q
+    // (PW_O_STAGE: each warp stages only its own rows in a buffer of its own)
+    if (!PW_O_STAGE) pw_bar_sync(1 + cw, 128);  // every warp of the warpgroup is done with Q
 #pragma unroll
     for (int d = 0; d < HEAD_SIZE / 8; ++d) {
 #pragma unroll
@@ -2673,6 +2698,10 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
                                                               p.output_head_stride)) =
             *reinterpret_cast<const uint4*>(s_o + pw_swizzle(row0 + row, c, PW_BLOCK_M));
     }
+#if PW_O_STAGE
+    __syncwarp();  // every lane's loads of its rows, before the next tile's stores to them
+    PW_ITEMS_END();
+#endif
 #endif
   }
 }

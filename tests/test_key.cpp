@@ -134,8 +134,8 @@ TEST_CASE("key: GRAPHATTN_NVRTC_EXTRA_OPTIONS's parser takes the listed options 
             "-DGA_PREFILL_SM90_FP8_VAR=0 -DGA_PREFILL_SM90_FP8_VAR=1023") ==
         std::vector<std::string>{"-DGA_PREFILL_SM90_FP8_VAR=0", "-DGA_PREFILL_SM90_FP8_VAR=1023"});
   CHECK(detail::parse_nvrtc_extra_options(
-            "-DGA_PREFILL_SM90_PERSIST=0 -DGA_PREFILL_SM90_PERSIST=2") ==
-        std::vector<std::string>{"-DGA_PREFILL_SM90_PERSIST=0", "-DGA_PREFILL_SM90_PERSIST=2"});
+            "-DGA_PREFILL_SM90_PERSIST=0 -DGA_PREFILL_SM90_PERSIST=3") ==
+        std::vector<std::string>{"-DGA_PREFILL_SM90_PERSIST=0", "-DGA_PREFILL_SM90_PERSIST=3"});
   CHECK(detail::parse_nvrtc_extra_options(
             "-DGA_PREFILL_SM90_LEGACY_VAR=0 -DGA_PREFILL_SM90_LEGACY_VAR=255") ==
         std::vector<std::string>{"-DGA_PREFILL_SM90_LEGACY_VAR=0",
@@ -177,7 +177,7 @@ TEST_CASE("key: GRAPHATTN_NVRTC_EXTRA_OPTIONS's parser takes the listed options 
                           "-DGA_PREFILL_SM90_FP8_VAR=1x",
                           "-DGA_PREFILL_SM90_FP8_VAR=-1",
                           "-DGA_PREFILL_SM90_FP8_VAR=007",
-                          "-DGA_PREFILL_SM90_PERSIST=3",
+                          "-DGA_PREFILL_SM90_PERSIST=4",
                           "-DGA_PREFILL_SM90_PERSIST=",
                           "-DGA_PREFILL_SM90_PERSIST=01",
                           "-DGA_PREFILL_SM90_LEGACY_VAR=256",
