@@ -89,7 +89,7 @@ TEST_CASE("gpu graph runner: replay equals eager, padding writes nothing, pointe
   std::iota(free_slots.begin(), free_slots.end(), 0);
   std::uniform_int_distribution<int> tokens(1, kMaxTokens);
   std::vector<uint16_t> kv_host(kMaxTokens * kHeads * kHead);
-  int used = 0;
+  int used = 0, replayed = 0;  // replayed: the steps that took a captured graph
   for (int step = 0; step < 200; ++step) {
     const int n = step == 150 ? kMaxTokens : tokens(rng) % 40 + 1;  // some steps above 32
     if (step == 100) {  // the engine moves its KV cache: the fingerprint changes
@@ -108,6 +108,7 @@ TEST_CASE("gpu graph runner: replay equals eager, padding writes nothing, pointe
     const int ran = graphs.run(stream, n);
     CHECK(ran == graphs.padded_size(n));
     CHECK((ran == 0 || ran == padded));
+    replayed += ran != 0;
     eager.run(stream, n);
     GA_CU_CHECK(d.cuStreamSynchronize(stream));
     used += n;
@@ -125,9 +126,13 @@ TEST_CASE("gpu graph runner: replay equals eager, padding writes nothing, pointe
     }
   }
   const GraphStats s = graphs.stats();
-  CHECK(s.replays > 150);
-  CHECK(s.eager_steps > 0);                    // batches of 33..48 tokens ran eagerly
-  CHECK(s.updates + s.reinstantiations >= 1);  // the KV cache moved at step 100
+  // Every step that took a graph counts one replay, every other one an eager step (how many of
+  // each depends on the random sizes: a fixed bound such as "more than 150" failed with one seed).
+  CHECK(replayed > 0);
+  CHECK(s.replays == static_cast<uint64_t>(replayed));
+  CHECK(s.eager_steps == static_cast<uint64_t>(200 - replayed));  // 33..48 tokens ran eagerly
+  CHECK(s.eager_steps > 0);                                       // (step 150 at least)
+  CHECK(s.updates + s.reinstantiations >= 1);                     // the KV cache moved at step 100
   CHECK(s.captures >= 6);
   CHECK(s.graph_memory_bytes >= 0);
   CHECK(eager.stats().replays == 0);
