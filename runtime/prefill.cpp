@@ -173,7 +173,7 @@ PrefillConfig prefill_config(const AttentionSpec& spec) {
     case PrefillKernel::kWgmma: {
       const bool fp8 = spec.q_fp8;  // e4m3 q over an fp8 cache: fp8 tiles and the V transpose
       const bool heavy = fp8 && (spec.soft_cap || spec.check_bounds);  // two consumers (params.h)
-      // (-DGA_PREFILL_SM90_PERSIST=3, a measurement switch: the e4m3 kernel's own output buffer)
+      // e4m3 (-DGA_PREFILL_SM90_PERSIST=3, the default): the persistent kernel's output buffer
       const int o_stage =
           fp8 && prefill_sm90_persist() == 3 ? ga_prefill_sm90_block_m(d, fp8, heavy) * d * 2 : 0;
       return {ga_prefill_sm90_block_m(d, fp8, heavy), ga_prefill_sm90_block_n(d, fp8),

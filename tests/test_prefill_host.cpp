@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "core/nvrtc_options.hpp"
 #include "graphattn/graphattn.hpp"
 #include "jit_cache/prefill_kernels.hpp"
 #include "runtime/prefill.hpp"
@@ -94,6 +95,10 @@ TEST_CASE("prefill host: every specialization's tiles fit the multiprocessor") {
             CHECK(c.block_n == (h <= 128 ? 128 : 64));
           if (s.q_fp8) CHECK((c.block_n % 64 == 0 && c.block_n >= 128 && c.block_n <= 256));
           CHECK(c.shared_bytes <= 227 * 1024);
+          // e4m3 (-DGA_PREFILL_SM90_PERSIST=3, the default): the persistent kernel's output
+          // buffer, 16-bit rows of the block's tile, beside its tiles (PW_SMEM_BYTES).
+          if (s.q_fp8 && detail::prefill_sm90_persist() == 3)
+            CHECK(c.shared_bytes == ga_prefill_sm90_smem_bytes(h, true) + c.block_m * h * 2);
           // At least two K/V stages besides the Q tile (fp8: 1-byte tiles, two raw V tiles).
           if (s.q_fp8)
             CHECK(c.shared_bytes >= c.block_m * h + 2 * 2 * c.block_n * h + 2 * c.block_n * h);
