@@ -107,10 +107,11 @@ const std::vector<std::string>& nvrtc_extra_options() {
 }
 
 int prefill_sm90_persist() {
+  static constexpr char kPersist[] = "-DGA_PREFILL_SM90_PERSIST=";
   static const int value = [] {
     int v = 3;  // templates/prefill_sm90.cu's default
     for (const std::string& o : nvrtc_extra_options())
-      if (starts_with(o, "-DGA_PREFILL_SM90_PERSIST=")) v = std::stoi(o.substr(26));
+      if (starts_with(o, kPersist)) v = std::stoi(o.substr(sizeof(kPersist) - 1));
     return v;
   }();
   return value;

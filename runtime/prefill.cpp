@@ -175,7 +175,7 @@ PrefillConfig prefill_config(const AttentionSpec& spec) {
       const bool heavy = fp8 && (spec.soft_cap || spec.check_bounds);  // two consumers (params.h)
       // e4m3 (-DGA_PREFILL_SM90_PERSIST=3, the default): the persistent kernel's output buffer
       const int o_stage =
-          fp8 && prefill_sm90_persist() == 3 ? ga_prefill_sm90_block_m(d, fp8, heavy) * d * 2 : 0;
+          fp8 && prefill_sm90_persist() == 3 ? ga_prefill_sm90_out_stage_bytes(d, fp8, heavy) : 0;
       return {ga_prefill_sm90_block_m(d, fp8, heavy), ga_prefill_sm90_block_n(d, fp8),
               ga_prefill_sm90_threads(d, fp8, heavy),
               ga_prefill_sm90_smem_bytes(d, fp8, heavy) + o_stage};

@@ -636,6 +636,11 @@ constexpr int ga_prefill_sm90_stages(int head_size, bool fp8 = false, bool fp8_h
       (2 * ga_prefill_sm90_kv_bytes(head_size, fp8));
   return fit > 4 ? 4 : fit;
 }
+// The persistent e4m3 kernel's output buffer (templates/prefill_sm90.cu, PW_O_STAGE): 16-bit rows
+// of the block's tile, beside the tiles below (the host adds it to the launch's shared memory).
+constexpr int ga_prefill_sm90_out_stage_bytes(int head_size, bool fp8, bool fp8_heavy = false) {
+  return ga_prefill_sm90_block_m(head_size, fp8, fp8_heavy) * head_size * 2;
+}
 constexpr int ga_prefill_sm90_smem_bytes(int head_size, bool fp8 = false, bool fp8_heavy = false) {
   return ga_prefill_sm90_q_bytes(head_size, fp8, fp8_heavy) +
          2 * ga_prefill_sm90_stages(head_size, fp8, fp8_heavy) *

@@ -169,7 +169,7 @@ constexpr int PW_STAGES = ga_prefill_sm90_stages(PW_GEOM);
 // PW_O_STAGE's output buffer (16-bit rows of the block's tile); the host adds it too
 // (runtime/prefill.cpp, prefill_config). (An enumerator: a namespace-level constant would change
 // every spec's resource totals.)
-enum PwOutStage : int { PW_O_BYTES = PW_O_STAGE ? PW_BLOCK_M * HEAD_SIZE * 2 : 0 };
+enum PwOutStage : int { PW_O_BYTES = PW_O_STAGE ? ga_prefill_sm90_out_stage_bytes(PW_GEOM) : 0 };
 constexpr int PW_SMEM_BYTES = ga_prefill_sm90_smem_bytes(PW_GEOM) + PW_O_BYTES;
 // Q rows by pointer steps (params.h's ga_prefill_sm90_q_step): PW_Q_RS rows a pass of the 128
 // producer threads, each thread the same chunk of every pass. (An enumerator, as below.)
