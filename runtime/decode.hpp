@@ -51,6 +51,8 @@ struct DecodeDevice {
   int dsp_long_tiles = 0;      // > 0: the _dsp count plans two blocks a multiprocessor where
                                // every leading decode keeps this many tiles a warp
                                // (GRAPHATTN_MIXED_DSP_LONG_TILES; 0: one block)
+  int mem_gbps_per_sm = 0;     // the device memory's peak bandwidth over the multiprocessors,
+                               // GB/s (the driver's memory clock and bus width; 0: unknown)
 };
 // A decode launch's geometry (runtime/decode.hpp's split policy).
 struct DecodeGrid {
