@@ -172,12 +172,13 @@ DecodeDevice prepare_decode_kernel(const LoadedKernel& decode) {
   out.row_heads = rh;
   GA_CU_CHECK(d.cuDeviceGetAttribute(&out.num_sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev));
   int mem_khz = 0, bus_bits = 0;  // (double data rate: two transfers a clock)
-  if (d.cuDeviceGetAttribute(&mem_khz, CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE, dev) == CUDA_SUCCESS &&
+  if (d.cuDeviceGetAttribute(&mem_khz, CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE, dev) ==
+          CUDA_SUCCESS &&
       d.cuDeviceGetAttribute(&bus_bits, CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH, dev) ==
           CUDA_SUCCESS &&
       out.num_sms > 0)
-    out.mem_gbps_per_sm = static_cast<int>(int64_t{mem_khz} * 2 * (bus_bits / 8) / 1000000 /
-                                           out.num_sms);
+    out.mem_gbps_per_sm =
+        static_cast<int>(int64_t{mem_khz} * 2 * (bus_bits / 8) / 1000000 / out.num_sms);
   for (int st = 2; st <= max_stages; ++st)
     GA_CU_CHECK(d.cuOccupancyMaxActiveBlocksPerMultiprocessor(
         &out.blocks_per_sm[st], decode.function, GA_DECODE_THREADS,
@@ -451,8 +452,8 @@ DecodeGrid decode_grid(int num_decodes, int num_kv_heads, int columns, int max_m
   const int64_t warp_tiles = (tiles + int64_t{g.max_splits} * GA_DECODE_WARPS - 1) /
                              (int64_t{g.max_splits} * GA_DECODE_WARPS);
   if (g.early_stages == 0 && !g.cluster && warp_tiles >= kAloneLongWarpTiles &&
-      dev.mem_gbps_per_sm < kWideMemoryGbpsPerSm &&
-      (g.max_splits > 1 || len > 4096) && shallow < g.stages && dev.blocks_per_sm[shallow] >= 1) {
+      dev.mem_gbps_per_sm < kWideMemoryGbpsPerSm && (g.max_splits > 1 || len > 4096) &&
+      shallow < g.stages && dev.blocks_per_sm[shallow] >= 1) {
     g.early_stages = g.stages;
     g.stages = shallow;
     g.alone_depth = true;
