@@ -171,6 +171,14 @@ DecodeDevice prepare_decode_kernel(const LoadedKernel& decode) {
   DecodeDevice out;
   out.row_heads = rh;
   GA_CU_CHECK(d.cuDeviceGetAttribute(&out.num_sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev));
+  int mem_khz = 0, bus_bits = 0;  // (double data rate: two transfers a clock)
+  if (d.cuDeviceGetAttribute(&mem_khz, CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE, dev) ==
+          CUDA_SUCCESS &&
+      d.cuDeviceGetAttribute(&bus_bits, CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH, dev) ==
+          CUDA_SUCCESS &&
+      out.num_sms > 0)
+    out.mem_gbps_per_sm =
+        static_cast<int>(int64_t{mem_khz} * 2 * (bus_bits / 8) / 1000000 / out.num_sms);
   for (int st = 2; st <= max_stages; ++st)
     GA_CU_CHECK(d.cuOccupancyMaxActiveBlocksPerMultiprocessor(
         &out.blocks_per_sm[st], decode.function, GA_DECODE_THREADS,
@@ -434,10 +442,18 @@ DecodeGrid decode_grid(int num_decodes, int num_kv_heads, int columns, int max_m
   // 2 x 32768 (8 x 16, 64) 106.3-106.4 -> 105.3-105.9, unsplit 16 x 8192 (128) 192.6-193.1 ->
   // 192.0-192.8 (docs/decode-vs-cudnn-h100-2026-11-28-s15.txt). Shorter splits (1 x 32768: 32
   // tiles a warp; H200 48 us deep against 50 shallow) keep the deepest.
+  // [policy: wide memory] Only where the device memory's peak bandwidth per multiprocessor is
+  // below kWideMemoryGbpsPerSm (an H100 SXM: 3352 GB/s over 132 SMs, 25): one block a
+  // multiprocessor must keep more bytes in flight where each multiprocessor's share of the
+  // bandwidth is larger. H200 (4814 GB/s, 36 a multiprocessor), session 18, kernel alone, graph
+  // us: 8 x 32768 (2 splits) 255.6 at 2 stages, 252.6 at 3, 252.9 at 4; the policy's launch with
+  // its ring 2 deep in 3 or 4 stages' shared memory 255.6 / 256.1, so the ring depth is what
+  // costs (docs/decode-h200-2026-11-28-s18.txt).
   const int64_t warp_tiles = (tiles + int64_t{g.max_splits} * GA_DECODE_WARPS - 1) /
                              (int64_t{g.max_splits} * GA_DECODE_WARPS);
   if (g.early_stages == 0 && !g.cluster && warp_tiles >= kAloneLongWarpTiles &&
-      (g.max_splits > 1 || len > 4096) && shallow < g.stages && dev.blocks_per_sm[shallow] >= 1) {
+      dev.mem_gbps_per_sm < kWideMemoryGbpsPerSm && (g.max_splits > 1 || len > 4096) &&
+      shallow < g.stages && dev.blocks_per_sm[shallow] >= 1) {
     g.early_stages = g.stages;
     g.stages = shallow;
     g.alone_depth = true;

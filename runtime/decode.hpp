@@ -33,6 +33,9 @@ constexpr int kAutoClusterSplits = 8;
 // Tiles a warp from which a launch of at most one block a multiprocessor runs the shallow
 // pipeline alone (runtime/decode.cpp, [policy: alone depth, long splits]).
 constexpr int kAloneLongWarpTiles = 64;
+// Peak device-memory bandwidth per multiprocessor (GB/s) from which that rule does not apply
+// (runtime/decode.cpp, [policy: wide memory]: H100 SXM 25, H200 36).
+constexpr int kWideMemoryGbpsPerSm = 30;
 struct DecodeDevice {
   int num_sms = 0;             // multiprocessors
   int blocks_per_sm[5] = {};   // resident decode blocks per multiprocessor with a pipeline of
@@ -51,6 +54,9 @@ struct DecodeDevice {
   int dsp_long_tiles = 0;      // > 0: the _dsp count plans two blocks a multiprocessor where
                                // every leading decode keeps this many tiles a warp
                                // (GRAPHATTN_MIXED_DSP_LONG_TILES; 0: one block)
+  int mem_gbps_per_sm = 0;     // the device memory's peak bandwidth over the multiprocessors,
+                               // GB/s (the driver's memory clock and bus width; 0: unknown,
+                               // taken as an H100's; kWideMemoryGbpsPerSm)
 };
 // A decode launch's geometry (runtime/decode.hpp's split policy).
 struct DecodeGrid {

@@ -145,6 +145,26 @@ TEST_CASE("decode split policy: about one block per multiprocessor for small bat
     CHECK_FALSE(detail::decode_grid_beside_prefill(g).alone_depth);
   }
   CHECK_FALSE(detail::decode_grid(1, 8, 4, 32768, 0, 128, KvDType::kAuto, off).alone_depth);
+  // [policy: wide memory] A device with more memory bandwidth per multiprocessor (an H200: 36
+  // GB/s a multiprocessor) keeps the deepest pipeline alone for those launches; an H100's (25)
+  // takes the rule, and so does a device that reports none (0).
+  detail::DecodeDevice wide = off, narrow = off;
+  wide.mem_gbps_per_sm = detail::kWideMemoryGbpsPerSm + 6;
+  narrow.mem_gbps_per_sm = detail::kWideMemoryGbpsPerSm - 5;
+  for (int b : {8, 4, 2}) {
+    const auto g = detail::decode_grid(b, 8, 4, 32768, 0, 128, KvDType::kAuto, wide);
+    CHECK(g.max_splits == 16 / b);
+    CHECK_FALSE(g.alone_depth);
+    CHECK(g.stages == ga_decode_max_stages(128, 2));
+    CHECK(g.early_stages == 0);
+    CHECK(detail::decode_grid(b, 8, 4, 32768, 0, 128, KvDType::kAuto, narrow).stages ==
+          ga_decode_shallow_stages(128, 2));
+  }
+  CHECK(detail::decode_grid(16, 8, 4, 8192, 0, 128, KvDType::kAuto, wide).stages ==
+        ga_decode_max_stages(128, 2));
+  // (the unsplit 2048-4096 rule, 16 x 4096, is not keyed: flat at 2-4 stages on the H200)
+  CHECK(detail::decode_grid(16, 8, 4, 4096, 0, 128, KvDType::kAuto, wide).stages ==
+        ga_decode_shallow_stages(128, 2));
   detail::DecodeDevice no_shallow = off;
   no_shallow.blocks_per_sm[2] = 0;
   CHECK(detail::decode_grid(8, 8, 4, 32768, 0, 128, KvDType::kAuto, no_shallow).stages ==
