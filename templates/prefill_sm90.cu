@@ -185,11 +185,7 @@ enum PwQStep : int {
 #define GA_PREFILL_SM90_BSTART -1  // params.h's default bits
 #endif
 enum PwBStart : int {
-  PW_BSTART = ga_prefill_sm90_bstart(HEAD_SIZE, PW_FP8 || PW_PERSIST, GROUP, PW_CHUNKS, PW_BLOCK_M,
-                                     KV_LAYOUT,
-                                     !HAS_WINDOW && !GA_NON_CAUSAL && !HAS_SOFT_CAP && !HAS_ALIBI &&
-                                         !HAS_SINKS && !GA_DENSE_KV && !PW_PRODUCER_EXTRA,
-                                     GA_DENSE_KV, GA_PREFILL_SM90_BSTART)
+  PW_BSTART = ga_prefill_sm90_bstart(PW_Q_STEP != 0, GA_PREFILL_SM90_BSTART)
 };
 // 16-byte k-steps of the S = Q K^T wgmmas (k16 for 16-bit, k32 for fp8: 32 bytes either way).
 constexpr int PW_KSTEPS = HEAD_SIZE * PW_EB / 32;
