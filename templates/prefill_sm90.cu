@@ -184,9 +184,7 @@ enum PwQStep : int {
 #ifndef GA_PREFILL_SM90_BSTART
 #define GA_PREFILL_SM90_BSTART -1  // params.h's default bits
 #endif
-enum PwBStart : int {
-  PW_BSTART = ga_prefill_sm90_bstart(PW_Q_STEP != 0, GA_PREFILL_SM90_BSTART)
-};
+enum PwBStart : int { PW_BSTART = ga_prefill_sm90_bstart(PW_Q_STEP != 0, GA_PREFILL_SM90_BSTART) };
 // 16-byte k-steps of the S = Q K^T wgmmas (k16 for 16-bit, k32 for fp8: 32 bytes either way).
 constexpr int PW_KSTEPS = HEAD_SIZE * PW_EB / 32;
 // wgmma A fragments of P per tile: one per k-step of P V (16 keys 16-bit, 32 keys fp8).
@@ -1940,8 +1938,8 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
       // GA_PW_BSTART_TABLE_L1: the block-table lines of this block's K/V tiles into L1, a line
       // a thread, before the Q copies (the tiles' block lookups then hit L1).
       if (PW_BSTART & GA_PW_BSTART_TABLE_L1) {
-        const unsigned long long first = reinterpret_cast<unsigned long long>(
-            block_row + tile0 * PW_BLOCK_N / BLOCK_SIZE);
+        const unsigned long long first =
+            reinterpret_cast<unsigned long long>(block_row + tile0 * PW_BLOCK_N / BLOCK_SIZE);
         const unsigned long long last =
             reinterpret_cast<unsigned long long>(block_row + (kv_end - 1) / BLOCK_SIZE);
         const unsigned long long line = (first & ~127ull) + 128ull * tid;
@@ -2743,8 +2741,7 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
       constexpr int OS = PW_OUT_CHUNKS <= 32 ? 32 / PW_OUT_CHUNKS : 1;  // rows a step of the warp
       const int rl = lane / PW_OUT_CHUNKS, c = lane % PW_OUT_CHUNKS;
       ga_u16* const dst0 = out + ga_prefill_row_offset(m0 + row0 + rl, c * 8, q_start, kv_head,
-                                                       p.output_token_stride,
-                                                       p.output_head_stride);
+                                                       p.output_token_stride, p.output_head_stride);
 #pragma unroll
       for (int i = 0; i < 16 / OS; ++i) {
         if (m0 + row0 + rl + OS * i < rows)
@@ -2754,16 +2751,16 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
       }
     } else {
 #pragma unroll 4
-    for (int idx = lane; idx < 16 * PW_OUT_CHUNKS; idx += 32) {
-      const int row = idx / PW_OUT_CHUNKS;
-      const int c = idx - row * PW_OUT_CHUNKS;
-      const int r = m0 + row0 + row;
-      if (r < rows)
-        *reinterpret_cast<uint4*>(out + ga_prefill_row_offset(r, c * 8, q_start, kv_head,
-                                                              p.output_token_stride,
-                                                              p.output_head_stride)) =
-            *reinterpret_cast<const uint4*>(s_o + pw_swizzle(row0 + row, c, PW_BLOCK_M));
-    }
+      for (int idx = lane; idx < 16 * PW_OUT_CHUNKS; idx += 32) {
+        const int row = idx / PW_OUT_CHUNKS;
+        const int c = idx - row * PW_OUT_CHUNKS;
+        const int r = m0 + row0 + row;
+        if (r < rows)
+          *reinterpret_cast<uint4*>(out + ga_prefill_row_offset(r, c * 8, q_start, kv_head,
+                                                                p.output_token_stride,
+                                                                p.output_head_stride)) =
+              *reinterpret_cast<const uint4*>(s_o + pw_swizzle(row0 + row, c, PW_BLOCK_M));
+      }
     }
 #if PW_O_STAGE
     __syncwarp();  // every lane's loads of its rows, before the next tile's stores to them
