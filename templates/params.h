@@ -874,18 +874,22 @@ constexpr bool ga_prefill_sm90_q_step(int head_size, bool fp8, int group, int ch
 // 0); GA_PW_BSTART_TABLE_L1 the producer prefetches into L1 the block-table lines of the block's
 // K/V tiles before it issues the Q copies, so that tile 0's block lookups do not wait on L2;
 // GA_PW_BSTART_OUT_STEP the consumers store the output tile by pointer steps (one row offset a
-// thread, as PW_Q_STEP's Q copies) instead of one row offset a 16-byte chunk. Only where
+// thread, as PW_Q_STEP's Q copies) instead of one row offset a 16-byte chunk;
+// GA_PW_BSTART_RAMP the producer issues tile 1's copies only once tile 0's K tile (and so,
+// mostly, Q before it) has landed, so that the block's first Q and K do not share the
+// multiprocessor's incoming bandwidth with tiles 1 and 2. Only where
 // ga_prefill_sm90_q_step holds (`q_step`: GROUP 4 is what the output steps need), so every other
 // spec keeps its machine code even when asked. Default 0 (main's machine code).
 enum GaPrefillSm90BlockStart : int {
   GA_PW_BSTART_Q_L2 = 1,
   GA_PW_BSTART_TABLE_L1 = 2,
-  GA_PW_BSTART_OUT_STEP = 4
+  GA_PW_BSTART_OUT_STEP = 4,
+  GA_PW_BSTART_RAMP = 8
 };
 constexpr int ga_prefill_sm90_bstart(bool q_step, int bits = -1) {
-  return q_step && bits > 0
-             ? bits & (GA_PW_BSTART_Q_L2 | GA_PW_BSTART_TABLE_L1 | GA_PW_BSTART_OUT_STEP)
-             : 0;
+  return q_step && bits > 0 ? bits & (GA_PW_BSTART_Q_L2 | GA_PW_BSTART_TABLE_L1 |
+                                      GA_PW_BSTART_OUT_STEP | GA_PW_BSTART_RAMP)
+                            : 0;
 }
 // TMA loads of the K and V tiles (flash layouts NHD and HND, paged, not block-sparse): each tile
 // of block_n keys is gathered page by page, one tensor-map box of rows x 128 bytes per page

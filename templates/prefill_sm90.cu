@@ -2072,6 +2072,8 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
         else
           pw_gather_rows(p, block_row, kv_row0, gather, n0, kv_end, off);
         // A stage is refilled once all consumer warps released its previous use.
+        // GA_PW_BSTART_RAMP: tile 1's copies wait until tile 0's K (issued after Q) has landed.
+        if ((PW_BSTART & GA_PW_BSTART_RAMP) && j == 1) pw_mbar_wait(bar_k_full, 0);
         if (base + j >= PW_STAGES) pw_mbar_wait(bar_k_empty + 8 * stage, phase ^ 1);
         if constexpr (PW_LEGACY) {
           if (PW_LV & 32) {  // (timing only: no copies)
