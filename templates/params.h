@@ -879,7 +879,8 @@ constexpr bool ga_prefill_sm90_q_step(int head_size, bool fp8, int group, int ch
 // mostly, Q before it) has landed, so that the block's first Q and K do not share the
 // multiprocessor's incoming bandwidth with tiles 1 and 2. Only where
 // ga_prefill_sm90_q_step holds (`q_step`: GROUP 4 is what the output steps need), so every other
-// spec keeps its machine code even when asked. Default 0 (main's machine code).
+// spec keeps its machine code even when asked. Default: Q_L2 | OUT_STEP | RAMP (13); 0 gives
+// main 6b664b8's machine code back.
 enum GaPrefillSm90BlockStart : int {
   GA_PW_BSTART_Q_L2 = 1,
   GA_PW_BSTART_TABLE_L1 = 2,
@@ -887,9 +888,10 @@ enum GaPrefillSm90BlockStart : int {
   GA_PW_BSTART_RAMP = 8
 };
 constexpr int ga_prefill_sm90_bstart(bool q_step, int bits = -1) {
-  return q_step && bits > 0 ? bits & (GA_PW_BSTART_Q_L2 | GA_PW_BSTART_TABLE_L1 |
-                                      GA_PW_BSTART_OUT_STEP | GA_PW_BSTART_RAMP)
-                            : 0;
+  return !q_step    ? 0
+         : bits < 0 ? GA_PW_BSTART_Q_L2 | GA_PW_BSTART_OUT_STEP | GA_PW_BSTART_RAMP
+                    : bits & (GA_PW_BSTART_Q_L2 | GA_PW_BSTART_TABLE_L1 | GA_PW_BSTART_OUT_STEP |
+                              GA_PW_BSTART_RAMP);
 }
 // TMA loads of the K and V tiles (flash layouts NHD and HND, paged, not block-sparse): each tile
 // of block_n keys is gathered page by page, one tensor-map box of rows x 128 bytes per page
