@@ -879,17 +879,24 @@ constexpr bool ga_prefill_sm90_q_step(int head_size, bool fp8, int group, int ch
 // mostly, Q before it) has landed, so that the block's first Q and K do not share the
 // multiprocessor's incoming bandwidth with tiles 1 and 2. Only where
 // ga_prefill_sm90_q_step holds (`q_step`: GROUP 4 is what the output steps need), so every other
-// spec keeps its machine code even when asked. Default: Q_L2 | OUT_STEP | RAMP (13); 0 gives
-// main 6b664b8's machine code back.
+// spec keeps its machine code even when asked. Default Q_L2 | OUT_STEP | RAMP (13) at heads 64 and
+// 128 in the flash layouts, where it measured faster (H200, session 18, old and new alternated,
+// 3 rounds each; docs/prefill-h128-h200-2026-11-28-s18.txt): 4 x 4096 causal bf16 head 128
+// 905.6 -> 891.5 us (-1.6%), head 64 625.5 -> 621.9 (-0.6%), chunked 4 x 512 after 2048 / 8192 /
+// 16384 cached +0.5% / +0.2% / +0.1% (inside those rows' spread); 0 elsewhere: the legacy layout
+// (4 x 4096 +0.7%, chunked +1.0% to +2.4%) and head 256 (+0.5%) measured slower with it. N = 0
+// gives main 6b664b8's machine code back everywhere.
 enum GaPrefillSm90BlockStart : int {
   GA_PW_BSTART_Q_L2 = 1,
   GA_PW_BSTART_TABLE_L1 = 2,
   GA_PW_BSTART_OUT_STEP = 4,
   GA_PW_BSTART_RAMP = 8
 };
-constexpr int ga_prefill_sm90_bstart(bool q_step, int bits = -1) {
+constexpr int ga_prefill_sm90_bstart(bool q_step, int head_size, bool legacy, int bits = -1) {
   return !q_step    ? 0
-         : bits < 0 ? GA_PW_BSTART_Q_L2 | GA_PW_BSTART_OUT_STEP | GA_PW_BSTART_RAMP
+         : bits < 0 ? (legacy || head_size > 128
+                           ? 0
+                           : GA_PW_BSTART_Q_L2 | GA_PW_BSTART_OUT_STEP | GA_PW_BSTART_RAMP)
                     : bits & (GA_PW_BSTART_Q_L2 | GA_PW_BSTART_TABLE_L1 | GA_PW_BSTART_OUT_STEP |
                               GA_PW_BSTART_RAMP);
 }

@@ -184,7 +184,10 @@ enum PwQStep : int {
 #ifndef GA_PREFILL_SM90_BSTART
 #define GA_PREFILL_SM90_BSTART -1  // params.h's default bits
 #endif
-enum PwBStart : int { PW_BSTART = ga_prefill_sm90_bstart(PW_Q_STEP != 0, GA_PREFILL_SM90_BSTART) };
+enum PwBStart : int {
+  PW_BSTART =
+      ga_prefill_sm90_bstart(PW_Q_STEP != 0, HEAD_SIZE, KV_LAYOUT == 2, GA_PREFILL_SM90_BSTART)
+};
 // 16-byte k-steps of the S = Q K^T wgmmas (k16 for 16-bit, k32 for fp8: 32 bytes either way).
 constexpr int PW_KSTEPS = HEAD_SIZE * PW_EB / 32;
 // wgmma A fragments of P per tile: one per k-step of P V (16 keys 16-bit, 32 keys fp8).
