@@ -882,10 +882,10 @@ constexpr bool ga_prefill_sm90_q_step(int head_size, bool fp8, int group, int ch
 // spec keeps its machine code even when asked. Default Q_L2 | OUT_STEP | RAMP (13) at heads 64 and
 // 128 in the flash layouts, where it measured faster (H200, session 18, old and new alternated,
 // 3 rounds each; docs/prefill-h128-h200-2026-11-28-s18.txt): 4 x 4096 causal bf16 head 128
-// 905.6 -> 891.5 us (-1.6%), head 64 625.5 -> 621.9 (-0.6%), chunked 4 x 512 after 2048 / 8192 /
-// 16384 cached +0.5% / +0.2% / +0.1% (inside those rows' spread); 0 elsewhere: the legacy layout
-// (4 x 4096 +0.7%, chunked +1.0% to +2.4%) and head 256 (+0.5%) measured slower with it. N = 0
-// gives main 6b664b8's machine code back everywhere.
+// 905.6 -> 891.5 us (-1.6%), head 64 625.5 -> 621.9 (-0.6%); the chunked rows on the head-128
+// kernel (4 x 512 after 2048 / 8192 / 16384 cached) +0.6% / +0.2% / +0.1%, about 1 us; 0 elsewhere:
+// the legacy layout (4 x 4096 +0.7%, chunked +1.8% to +2.4%) and head 256 (+0.5%) measured slower
+// with it. N = 0 gives main 6b664b8's machine code back everywhere.
 enum GaPrefillSm90BlockStart : int {
   GA_PW_BSTART_Q_L2 = 1,
   GA_PW_BSTART_TABLE_L1 = 2,
