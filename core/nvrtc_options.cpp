@@ -58,6 +58,10 @@ bool allowed(const std::string& o) {
     return number_after(o, "-DGA_PREFILL_SM90_PERSIST=", 0, 3);
   if (starts_with(o, "-DGA_PREFILL_SM90_LEGACY_VAR="))
     return number_after(o, "-DGA_PREFILL_SM90_LEGACY_VAR=", 0, 255);
+  // The 16-bit sm_90 prefill's block start and end bits (templates/params.h,
+  // ga_prefill_sm90_bstart), for measurement.
+  if (starts_with(o, "-DGA_PREFILL_SM90_BSTART="))
+    return number_after(o, "-DGA_PREFILL_SM90_BSTART=", 0, 15);
   // The _dsp decode's seq_lens window beside its count (templates/decode.cu, GA_DSP_SEQ_WINDOW:
   // words of 32 rows, 0 = after the count as in session 13).
   if (starts_with(o, "-DGA_DSP_SEQ_WINDOW=")) return number_after(o, "-DGA_DSP_SEQ_WINDOW=", 0, 4);
@@ -91,6 +95,7 @@ std::vector<std::string> parse_nvrtc_extra_options(const std::string& text) {
           "-DGA_DECODE_CLUSTER_PUSH=0, -DGA_FP8_CVT_HW=0|1, -DGA_PREFILL_SM90_SCHED=N (N 0-4095), "
           "-DGA_PREFILL_SM90_FP8_SCHED=N (N 0-4095), -DGA_PREFILL_SM90_FP8_VAR=N (N 0-1023), "
           "-DGA_PREFILL_SM90_PERSIST=N (N 0-3), -DGA_PREFILL_SM90_LEGACY_VAR=N (N 0-255), "
+          "-DGA_PREFILL_SM90_BSTART=N (N 0-15), "
           "-DGA_DECODE_FP8_PAIR=N (N 0-511), "
           "-DGA_DECODE_PAIR16=N (N 0-7)");
     out.push_back(o);

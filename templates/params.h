@@ -867,6 +867,39 @@ constexpr bool ga_prefill_sm90_q_step(int head_size, bool fp8, int group, int ch
          kv_layout != 1 && plain && chunks > 0 && 128 % chunks == 0 &&
          (128 / chunks) % group == 0 && block_m % (128 / chunks) == 0;
 }
+// The 16-bit sm_90 prefill's block start and end (templates/prefill_sm90.cu, PW_BSTART; bits,
+// -DGA_PREFILL_SM90_BSTART=N asks for N, for measurement): GA_PW_BSTART_Q_L2 each consumer warp,
+// while it waits for its own Q, prefetches into L2 its 16 rows of the Q tile of the block that
+// starts one multiprocessor count (%nsmid) later in launch order (plain grids: device_split_q
+// 0); GA_PW_BSTART_TABLE_L1 the producer prefetches into L1 the block-table lines of the block's
+// K/V tiles before it issues the Q copies, so that tile 0's block lookups do not wait on L2;
+// GA_PW_BSTART_OUT_STEP the consumers store the output tile by pointer steps (one row offset a
+// thread, as PW_Q_STEP's Q copies) instead of one row offset a 16-byte chunk;
+// GA_PW_BSTART_RAMP the producer issues tile 1's copies only once tile 0's K tile (and so,
+// mostly, Q before it) has landed, so that the block's first Q and K do not share the
+// multiprocessor's incoming bandwidth with tiles 1 and 2. Only where
+// ga_prefill_sm90_q_step holds (`q_step`: GROUP 4 is what the output steps need), so every other
+// spec keeps its machine code even when asked. Default Q_L2 | OUT_STEP | RAMP (13) at heads 64 and
+// 128 in the flash layouts, where it measured faster (H200, session 18, old and new alternated,
+// 3 rounds each; docs/prefill-h128-h200-2026-11-28-s18.txt): 4 x 4096 causal bf16 head 128
+// 905.6 -> 891.5 us (-1.6%), head 64 625.5 -> 621.9 (-0.6%); the chunked rows on the head-128
+// kernel (4 x 512 after 2048 / 8192 / 16384 cached) +0.6% / +0.2% / +0.1%, about 1 us; 0 elsewhere:
+// the legacy layout (4 x 4096 +0.7%, chunked +1.8% to +2.4%) and head 256 (+0.5%) measured slower
+// with it. N = 0 gives main 6b664b8's machine code back everywhere.
+enum GaPrefillSm90BlockStart : int {
+  GA_PW_BSTART_Q_L2 = 1,
+  GA_PW_BSTART_TABLE_L1 = 2,
+  GA_PW_BSTART_OUT_STEP = 4,
+  GA_PW_BSTART_RAMP = 8
+};
+constexpr int ga_prefill_sm90_bstart(bool q_step, int head_size, bool legacy, int bits = -1) {
+  return !q_step    ? 0
+         : bits < 0 ? (legacy || head_size > 128
+                           ? 0
+                           : GA_PW_BSTART_Q_L2 | GA_PW_BSTART_OUT_STEP | GA_PW_BSTART_RAMP)
+                    : bits & (GA_PW_BSTART_Q_L2 | GA_PW_BSTART_TABLE_L1 | GA_PW_BSTART_OUT_STEP |
+                              GA_PW_BSTART_RAMP);
+}
 // TMA loads of the K and V tiles (flash layouts NHD and HND, paged, not block-sparse): each tile
 // of block_n keys is gathered page by page, one tensor-map box of rows x 128 bytes per page
 // segment and 128-byte column block, where rows = gcd(block size, block_n) (every segment lies

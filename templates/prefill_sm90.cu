@@ -179,6 +179,15 @@ enum PwQStep : int {
                                          !HAS_SINKS && !GA_DENSE_KV && !PW_PRODUCER_EXTRA),
   PW_Q_RS = 128 / PW_CHUNKS
 };
+// The block's start and end (params.h's ga_prefill_sm90_bstart, GA_PW_BSTART_* bits;
+// -DGA_PREFILL_SM90_BSTART=N asks for N, for measurement). (An enumerator, as above.)
+#ifndef GA_PREFILL_SM90_BSTART
+#define GA_PREFILL_SM90_BSTART -1  // params.h's default bits
+#endif
+enum PwBStart : int {
+  PW_BSTART =
+      ga_prefill_sm90_bstart(PW_Q_STEP != 0, HEAD_SIZE, KV_LAYOUT == 2, GA_PREFILL_SM90_BSTART)
+};
 // 16-byte k-steps of the S = Q K^T wgmmas (k16 for 16-bit, k32 for fp8: 32 bytes either way).
 constexpr int PW_KSTEPS = HEAD_SIZE * PW_EB / 32;
 // wgmma A fragments of P per tile: one per k-step of P V (16 keys 16-bit, 32 keys fp8).
@@ -1929,6 +1938,16 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
       // Q is refilled once every consumer warp's last S of the previous tile is done.
       if (q_loads > 0) pw_mbar_wait(bar_q_empty, (q_loads - 1) & 1);
 #endif
+      // GA_PW_BSTART_TABLE_L1: the block-table lines of this block's K/V tiles into L1, a line
+      // a thread, before the Q copies (the tiles' block lookups then hit L1).
+      if (PW_BSTART & GA_PW_BSTART_TABLE_L1) {
+        const unsigned long long first =
+            reinterpret_cast<unsigned long long>(block_row + tile0 * PW_BLOCK_N / BLOCK_SIZE);
+        const unsigned long long last =
+            reinterpret_cast<unsigned long long>(block_row + (kv_end - 1) / BLOCK_SIZE);
+        const unsigned long long line = (first & ~127ull) + 128ull * tid;
+        if (line <= last) asm volatile("prefetch.global.L1 [%0];\n" ::"l"(line));
+      }
       // Q rows of this tile (rows past the request are zero-filled).
       constexpr int TOTAL = PW_BLOCK_M * PW_CHUNKS;
       const pw_elem* q = static_cast<const pw_elem*>(p.query);
@@ -2056,6 +2075,8 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
         else
           pw_gather_rows(p, block_row, kv_row0, gather, n0, kv_end, off);
         // A stage is refilled once all consumer warps released its previous use.
+        // GA_PW_BSTART_RAMP: tile 1's copies wait until tile 0's K (issued after Q) has landed.
+        if ((PW_BSTART & GA_PW_BSTART_RAMP) && j == 1) pw_mbar_wait(bar_k_full, 0);
         if (base + j >= PW_STAGES) pw_mbar_wait(bar_k_empty + 8 * stage, phase ^ 1);
         if constexpr (PW_LEGACY) {
           if (PW_LV & 32) {  // (timing only: no copies)
@@ -2580,6 +2601,35 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
     // With PW_OVERLAP, tile 0 (no P V before it) is peeled off the loop and the last tile's
     // P V follows it, so the loop body issues both kinds of wgmma without a branch between.
     if (n_tiles > 0) {
+      // GA_PW_BSTART_Q_L2: this warp's 16 rows of the Q tile of the block %nsmid blocks later in
+      // launch order (x fastest, as ga_prefill_begin's plain grid), into L2, a 128-byte line a
+      // prefetch (lane k: line k % QL of row k / QL, then k + 32), while Q is on its way.
+      if ((PW_BSTART & GA_PW_BSTART_Q_L2) && p.device_split_q == 0) {
+        constexpr int QL = PW_CHUNKS / 8;  // 128-byte lines a Q row
+        unsigned nsm;
+        asm("mov.u32 %0, %%nsmid;" : "=r"(nsm));
+        const unsigned gx = gridDim.x, gy = gridDim.y;
+        const unsigned lin = blockIdx.x + gx * (blockIdx.y + gy * blockIdx.z) + nsm;
+        const unsigned z = lin / (gx * gy);
+        if (z < gridDim.z) {
+          const unsigned yx = lin - z * (gx * gy), y = yx / gx;
+          const int req2 = p.first_req + static_cast<int>(y);
+          const int qs = __ldg(p.query_start_loc + req2);
+          const int rows2 = (__ldg(p.query_start_loc + req2 + 1) - qs) * GROUP;
+          const int m2 = static_cast<int>(gx - 1 - (yx - y * gx)) * PW_BLOCK_M + row0;
+#pragma unroll
+          for (int k = lane; k < 16 * QL; k += 32) {
+            const int row = m2 + k / QL;
+            if (row < rows2) {
+              const pw_elem* src =
+                  static_cast<const pw_elem*>(p.query) +
+                  ga_prefill_row_offset(row, (k % QL) * 8 * PW_CHUNK_ELEMS, qs, static_cast<int>(z),
+                                        p.query_token_stride, p.query_head_stride);
+              asm volatile("prefetch.global.L2 [%0];\n" ::"l"(src) : "memory");
+            }
+          }
+        }
+      }
       pw_mbar_wait(bar_q, q_phase);
 #if !GA_BLOCK_SPARSE
       if (turns && cw == PW_CONSUMERS - 1) pw_bar_arrive(PW_SCHED_BAR, 256);  // consumer 0 starts
@@ -2688,16 +2738,34 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
     }
     __syncwarp();
     ga_u16* out = static_cast<ga_u16*>(p.output);
+    if constexpr ((PW_BSTART & GA_PW_BSTART_OUT_STEP) != 0) {
+      // GA_PW_BSTART_OUT_STEP: the same stores (lane's chunk c of rows rl + OS i) from one row
+      // offset: the warp's first row is a multiple of 16, and OS divides GROUP (4), so row
+      // rl + OS i lies (OS i) / GROUP tokens and (OS i) % GROUP heads after row rl.
+      // (params.h gives the bit only where GROUP is 4 and OS 1, 2 or 4.)
+      constexpr int OS = PW_OUT_CHUNKS <= 32 ? 32 / PW_OUT_CHUNKS : 1;  // rows a step of the warp
+      const int rl = lane / PW_OUT_CHUNKS, c = lane % PW_OUT_CHUNKS;
+      ga_u16* const dst0 = out + ga_prefill_row_offset(m0 + row0 + rl, c * 8, q_start, kv_head,
+                                                       p.output_token_stride, p.output_head_stride);
+#pragma unroll
+      for (int i = 0; i < 16 / OS; ++i) {
+        if (m0 + row0 + rl + OS * i < rows)
+          *reinterpret_cast<uint4*>(dst0 + (OS * i / GROUP) * p.output_token_stride +
+                                    (OS * i % GROUP) * p.output_head_stride) =
+              *reinterpret_cast<const uint4*>(s_o + pw_swizzle(row0 + rl + OS * i, c, PW_BLOCK_M));
+      }
+    } else {
 #pragma unroll 4
-    for (int idx = lane; idx < 16 * PW_OUT_CHUNKS; idx += 32) {
-      const int row = idx / PW_OUT_CHUNKS;
-      const int c = idx - row * PW_OUT_CHUNKS;
-      const int r = m0 + row0 + row;
-      if (r < rows)
-        *reinterpret_cast<uint4*>(out + ga_prefill_row_offset(r, c * 8, q_start, kv_head,
-                                                              p.output_token_stride,
-                                                              p.output_head_stride)) =
-            *reinterpret_cast<const uint4*>(s_o + pw_swizzle(row0 + row, c, PW_BLOCK_M));
+      for (int idx = lane; idx < 16 * PW_OUT_CHUNKS; idx += 32) {
+        const int row = idx / PW_OUT_CHUNKS;
+        const int c = idx - row * PW_OUT_CHUNKS;
+        const int r = m0 + row0 + row;
+        if (r < rows)
+          *reinterpret_cast<uint4*>(out + ga_prefill_row_offset(r, c * 8, q_start, kv_head,
+                                                                p.output_token_stride,
+                                                                p.output_head_stride)) =
+              *reinterpret_cast<const uint4*>(s_o + pw_swizzle(row0 + row, c, PW_BLOCK_M));
+      }
     }
 #if PW_O_STAGE
     __syncwarp();  // every lane's loads of its rows, before the next tile's stores to them

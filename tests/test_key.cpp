@@ -140,6 +140,9 @@ TEST_CASE("key: GRAPHATTN_NVRTC_EXTRA_OPTIONS's parser takes the listed options 
             "-DGA_PREFILL_SM90_LEGACY_VAR=0 -DGA_PREFILL_SM90_LEGACY_VAR=255") ==
         std::vector<std::string>{"-DGA_PREFILL_SM90_LEGACY_VAR=0",
                                  "-DGA_PREFILL_SM90_LEGACY_VAR=255"});
+  CHECK(
+      detail::parse_nvrtc_extra_options("-DGA_PREFILL_SM90_BSTART=0 -DGA_PREFILL_SM90_BSTART=15") ==
+      std::vector<std::string>{"-DGA_PREFILL_SM90_BSTART=0", "-DGA_PREFILL_SM90_BSTART=15"});
   CHECK(detail::parse_nvrtc_extra_options("-DGA_DECODE_FP8_PAIR=0 -DGA_DECODE_FP8_PAIR=511") ==
         std::vector<std::string>{"-DGA_DECODE_FP8_PAIR=0", "-DGA_DECODE_FP8_PAIR=511"});
   CHECK(detail::parse_nvrtc_extra_options("-DGA_DECODE_PAIR16=0 -DGA_DECODE_PAIR16=7") ==
@@ -165,6 +168,8 @@ TEST_CASE("key: GRAPHATTN_NVRTC_EXTRA_OPTIONS's parser takes the listed options 
                           "-DGA_FP8_CVT_HW=2",
                           "-DGA_FP8_CVT_HW",
                           "-DGA_PREFILL_SM90_SCHED=4096",
+                          "-DGA_PREFILL_SM90_BSTART=16",
+                          "-DGA_PREFILL_SM90_BSTART=",
                           "-DGA_PREFILL_SM90_SCHED=",
                           "-DGA_PREFILL_SM90_SCHED=08",
                           "-DGA_PREFILL_SM90_SCHED=-1",
