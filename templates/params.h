@@ -808,7 +808,11 @@ enum GaPwSched : int {
   // specs since session 16, below); e4m3 only: consumer 1 a tile behind consumer 0 (the
   // consumers' stagger).
   GA_PW_SCHED_IMAX3 = 1024,
-  GA_PW_SCHED_STAGGER = 2048
+  GA_PW_SCHED_STAGGER = 2048,
+  // e4m3 only: P's e4m3 halves converted right after the exponentials, before the wait for the
+  // previous tile's P V, and only paired into the wgmma A registers after it (prefill_sm90.cu's
+  // tile, early_pack).
+  GA_PW_SCHED_EARLY_PACK = 4096
 };
 // The e4m3 prefill's (fp8) bits: `fp8_bits` >= 0 (-DGA_PREFILL_SM90_FP8_SCHED=N, for measurement)
 // sets them all, of GA_PW_SCHED_EARLY_WAIT, _VOTE_MAX, _MAX8, _ROW_LINES, _HOIST, _IMAX3 and
@@ -822,9 +826,10 @@ constexpr int ga_prefill_sm90_sched(int head_size, bool legacy, bool fp8, bool s
                                     bool plain_causal, bool plain_paged, int bits = -1,
                                     int fp8_bits = -1) {
   return fp8 ? (fp8_bits >= 0
-                    ? fp8_bits & (GA_PW_SCHED_EARLY_WAIT | GA_PW_SCHED_MAX8 |
-                                  GA_PW_SCHED_ROW_LINES | GA_PW_SCHED_HOIST | GA_PW_SCHED_IMAX3 |
-                                  GA_PW_SCHED_STAGGER | (scaled_scores ? 0 : GA_PW_SCHED_VOTE_MAX))
+                    ? fp8_bits &
+                          (GA_PW_SCHED_EARLY_WAIT | GA_PW_SCHED_MAX8 | GA_PW_SCHED_ROW_LINES |
+                           GA_PW_SCHED_HOIST | GA_PW_SCHED_IMAX3 | GA_PW_SCHED_STAGGER |
+                           GA_PW_SCHED_EARLY_PACK | (scaled_scores ? 0 : GA_PW_SCHED_VOTE_MAX))
                 : bits < 0
                     ? (head_size == 128
                            ? GA_PW_SCHED_ROW_LINES |

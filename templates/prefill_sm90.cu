@@ -1532,6 +1532,37 @@ __device__ __forceinline__ void pw_pack_p8(const float (&s)[PW_BLOCK_N / 2],
   }
 }
 
+// pw_pack_p8 in two steps (GA_PW_SCHED_EARLY_PACK): the e4m3 pairs of each A word, 16 bits in
+// a register each (h[kk][i][0] the word's low half), then the words into pf.
+__device__ __forceinline__ void pw_pack_p8_halves(const float (&s)[PW_BLOCK_N / 2],
+                                                  unsigned (&h)[PW_PF_STEPS][4][2]) {
+#pragma unroll
+  for (int kk = 0; kk < (PW_FP8 ? PW_PF_STEPS : 0); ++kk) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {  // i = 2 half + row (pw_pack_p8's h, r)
+      const int j = 4 * kk + 2 * (i >> 1), r = i & 1;
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        unsigned short v;
+        asm volatile("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n"
+                     : "=h"(v)
+                     : "f"(s[(j + 1) * 4 + 2 * r + e]), "f"(s[j * 4 + 2 * r + e]));
+        h[kk][i][e] = v;
+      }
+    }
+  }
+}
+__device__ __forceinline__ void pw_pair_p8(const unsigned (&h)[PW_PF_STEPS][4][2],
+                                           unsigned (&pf)[PW_PF_STEPS][4]) {
+#pragma unroll
+  for (int kk = 0; kk < (PW_FP8 ? PW_PF_STEPS : 0); ++kk)
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      asm volatile("prmt.b32 %0, %1, %2, 0x5410;\n"
+                   : "=r"(pf[kk][i])
+                   : "r"(h[kk][i][0]), "r"(h[kk][i][1]));
+}
+
 // fp8: transposes the raw V tile at `raw` ([key][dim], swizzled as a K tile) into the V^T stage
 // at `vt` ([dim][key]: one 128-byte row of PW_BLOCK_N keys per head dimension, swizzled, the
 // K-major B operand of P V). Producer thread ptid (of 128); warp w does keys 32 w .. 32 w + 31.
@@ -2308,6 +2339,13 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
     // that the peeled tile inlines one softmax instead of two.
     constexpr bool peel_masked =
         !one_body && ga_prefill_sm90_peel_masked(HEAD_SIZE, PW_LEGACY, PW_FP8);
+    // GA_PW_SCHED_EARLY_PACK (e4m3, params.h): P's e4m3 pairs (cvt ... e4m3x2, 16 bits each)
+    // are converted into registers of their own at the end of each softmax body, where they can
+    // issue beside its exponentials, and only paired into pf (one prmt a word) once the previous
+    // tile's P V, which reads pf, is complete; without it, all of pw_pack_p8 after that wait.
+    constexpr bool early_pack =
+        PW_FP8 && !PW_F8_SPEC && !(PW_F8V & 4) && (PW_SCHED & GA_PW_SCHED_EARLY_PACK) != 0;
+    unsigned p8h[PW_PF_STEPS][4][2];  // unused (and gone) without early_pack
     auto softmax = [&](int j, bool peeled) {
       const int n0 = (tile0 + j) * PW_BLOCK_N;
       if (GA_BLOCK_SPARSE) pw_bsp_tile_vis(p, n0, bsp);
@@ -2317,10 +2355,14 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
       if (one_body) {
         if (masked) pw_mask_scores(p, s, n0, kv_end, t2, pos);
         pw_softmax<false>(p, scales, s, n0, kv_end, t2, pos, slope, m, l, alpha, bsp);
-      } else if (masked)
+        if (early_pack) pw_pack_p8_halves(s, p8h);
+      } else if (masked) {
         pw_softmax<true>(p, scales, s, n0, kv_end, t2, pos, slope, m, l, alpha, bsp);
-      else
+        if (early_pack) pw_pack_p8_halves(s, p8h);
+      } else {
         pw_softmax<false>(p, scales, s, n0, kv_end, t2, pos, slope, m, l, alpha, bsp);
+        if (early_pack) pw_pack_p8_halves(s, p8h);
+      }
     };
     // Every batch of wgmmas is issued between these two. With PW_PINGPONG the consumer
     // warpgroups take turns in a ring: a warpgroup issues a batch only after the one before it
@@ -2558,7 +2600,9 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
       if (!PW_REF_MAX ||
           (!spec && !alpha_one && __any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)))
         pw_rescale_o(o, alpha);
-      if (PW_FP8)
+      if (early_pack)
+        pw_pair_p8(p8h, pf);
+      else if (PW_FP8)
         pw_pack_p8(s, pf);
       else
         pw_pack_p(s, pf);
