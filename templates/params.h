@@ -812,7 +812,10 @@ enum GaPwSched : int {
   // e4m3 only: P's e4m3 halves converted right after the exponentials, before the wait for the
   // previous tile's P V, and only paired into the wgmma A registers after it (prefill_sm90.cu's
   // tile, early_pack).
-  GA_PW_SCHED_EARLY_PACK = 4096
+  GA_PW_SCHED_EARLY_PACK = 4096,
+  // e4m3 only: the softmax's exponentials in 4 chunks, each chunk's offsets through an FFMA on the
+  // chunk before (prefill_sm90.cu's pw_softmax, CHUNKS).
+  GA_PW_SCHED_EXP_CHUNKS = 8192
 };
 // The e4m3 prefill's (fp8) bits: `fp8_bits` >= 0 (-DGA_PREFILL_SM90_FP8_SCHED=N, for measurement)
 // sets them all, of GA_PW_SCHED_EARLY_WAIT, _VOTE_MAX, _MAX8, _ROW_LINES, _HOIST, _IMAX3 and
@@ -825,11 +828,11 @@ enum GaPwSched : int {
 constexpr int ga_prefill_sm90_sched(int head_size, bool legacy, bool fp8, bool scaled_scores,
                                     bool plain_causal, bool plain_paged, int bits = -1,
                                     int fp8_bits = -1) {
-  return fp8 ? (fp8_bits >= 0
-                    ? fp8_bits &
-                          (GA_PW_SCHED_EARLY_WAIT | GA_PW_SCHED_MAX8 | GA_PW_SCHED_ROW_LINES |
-                           GA_PW_SCHED_HOIST | GA_PW_SCHED_IMAX3 | GA_PW_SCHED_STAGGER |
-                           GA_PW_SCHED_EARLY_PACK | (scaled_scores ? 0 : GA_PW_SCHED_VOTE_MAX))
+  return fp8 ? (fp8_bits >= 0 ? fp8_bits & (GA_PW_SCHED_EARLY_WAIT | GA_PW_SCHED_MAX8 |
+                                            GA_PW_SCHED_ROW_LINES | GA_PW_SCHED_HOIST |
+                                            GA_PW_SCHED_IMAX3 | GA_PW_SCHED_STAGGER |
+                                            GA_PW_SCHED_EARLY_PACK | GA_PW_SCHED_EXP_CHUNKS |
+                                            (scaled_scores ? 0 : GA_PW_SCHED_VOTE_MAX))
                 : bits < 0
                     ? (head_size == 128
                            ? GA_PW_SCHED_ROW_LINES |

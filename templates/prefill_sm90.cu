@@ -1359,11 +1359,22 @@ __device__ __forceinline__ void pw_softmax(const PrefillParams& p, const Scales&
       if (PW_FP8) m_use[r] -= static_cast<float>(PW_P8_SHIFT);
     }
   }
+  // GA_PW_SCHED_EXP_CHUNKS (e4m3, params.h): the exponentials in 4 chunks of 4 key groups, the
+  // offsets of chunk c > 0 passed through an FFMA (0 times the first probability of chunk c - 1,
+  // exactly m_use for any finite one), so that ptxas cannot issue all 64 FFMAs ahead of the first
+  // MUFU.EX2 and puts the later chunks' FFMAs into the MUFU.EX2 issue gaps instead.
+  constexpr bool CHUNKS = PW_FP8 && (PW_SCHED & GA_PW_SCHED_EXP_CHUNKS) && NB % 4 == 0;
+  float mo[2] = {m_use[0], m_use[1]};
 #pragma unroll
   for (int j = 0; j < NB; ++j) {
+    if (CHUNKS && j > 0 && j % (NB / 4) == 0) {
+      const float prev = s[(j - NB / 4) * 4];
+      mo[0] = fmaf(prev, 0.f, m_use[0]);
+      mo[1] = fmaf(prev, 0.f, m_use[1]);
+    }
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const float x = fmaf(s[j * 4 + e], sc, -m_use[e >> 1]);
+      const float x = fmaf(s[j * 4 + e], sc, -(CHUNKS ? mo[e >> 1] : m_use[e >> 1]));
       s[j * 4 + e] = PW_F8V & 2 ? x : ga_exp2(x);
       if (!PW_ROWSUM) sum[e >> 1][j & 1] += s[j * 4 + e];
     }
