@@ -1543,35 +1543,32 @@ __device__ __forceinline__ void pw_pack_p8(const float (&s)[PW_BLOCK_N / 2],
   }
 }
 
-// pw_pack_p8 in two steps (GA_PW_SCHED_EARLY_PACK): the e4m3 pairs of each A word, 16 bits in
-// a register each (h[kk][i][0] the word's low half), then the words into pf.
+// pw_pack_p8 in two steps (GA_PW_SCHED_EARLY_PACK): the e4m3 pairs of each A word, 16 bits
+// each (h[kk][i][0] the word's low half), then the words into pf.
 __device__ __forceinline__ void pw_pack_p8_halves(const float (&s)[PW_BLOCK_N / 2],
-                                                  unsigned (&h)[PW_PF_STEPS][4][2]) {
+                                                  unsigned short (&h)[PW_PF_STEPS][4][2]) {
 #pragma unroll
   for (int kk = 0; kk < (PW_FP8 ? PW_PF_STEPS : 0); ++kk) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) {  // i = 2 half + row (pw_pack_p8's h, r)
       const int j = 4 * kk + 2 * (i >> 1), r = i & 1;
 #pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        unsigned short v;
+      for (int e = 0; e < 2; ++e)
         asm volatile("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n"
-                     : "=h"(v)
+                     : "=h"(h[kk][i][e])
                      : "f"(s[(j + 1) * 4 + 2 * r + e]), "f"(s[j * 4 + 2 * r + e]));
-        h[kk][i][e] = v;
-      }
     }
   }
 }
-__device__ __forceinline__ void pw_pair_p8(const unsigned (&h)[PW_PF_STEPS][4][2],
+__device__ __forceinline__ void pw_pair_p8(const unsigned short (&h)[PW_PF_STEPS][4][2],
                                            unsigned (&pf)[PW_PF_STEPS][4]) {
 #pragma unroll
   for (int kk = 0; kk < (PW_FP8 ? PW_PF_STEPS : 0); ++kk)
 #pragma unroll
     for (int i = 0; i < 4; ++i)
-      asm volatile("prmt.b32 %0, %1, %2, 0x5410;\n"
+      asm volatile("mov.b32 %0, {%1, %2};\n"
                    : "=r"(pf[kk][i])
-                   : "r"(h[kk][i][0]), "r"(h[kk][i][1]));
+                   : "h"(h[kk][i][0]), "h"(h[kk][i][1]));
 }
 
 // fp8: transposes the raw V tile at `raw` ([key][dim], swizzled as a K tile) into the V^T stage
@@ -2356,7 +2353,7 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
     // tile's P V, which reads pf, is complete; without it, all of pw_pack_p8 after that wait.
     constexpr bool early_pack =
         PW_FP8 && !PW_F8_SPEC && !(PW_F8V & 4) && (PW_SCHED & GA_PW_SCHED_EARLY_PACK) != 0;
-    unsigned p8h[PW_PF_STEPS][4][2];  // unused (and gone) without early_pack
+    unsigned short p8h[PW_PF_STEPS][4][2];  // unused (and gone) without early_pack
     auto softmax = [&](int j, bool peeled) {
       const int n0 = (tile0 + j) * PW_BLOCK_N;
       if (GA_BLOCK_SPARSE) pw_bsp_tile_vis(p, n0, bsp);
