@@ -2205,7 +2205,10 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
     // GA_PW_SCHED_HOIST (params.h): cw broadcast from lane 0, so that ptxas knows it is
     // warp-uniform and the descriptors built from it live on the uniform datapath.
     constexpr bool hoist = (PW_SCHED & GA_PW_SCHED_HOIST) != 0;
-    const int cw = hoist ? __shfl_sync(0xffffffffu, (tid >> 7) - 1, 0) : (tid >> 7) - 1;
+    // GA_PW_SCHED_UNIFORM_CW (e4m3, params.h): the warpgroup index by a shuffle too, so that the
+    // Q descriptors of S stay on the uniform datapath (no R2UR before each S wgmma).
+    constexpr bool ucw = PW_FP8 && (PW_SCHED & GA_PW_SCHED_UNIFORM_CW) != 0;
+    const int cw = hoist || ucw ? __shfl_sync(0xffffffffu, (tid >> 7) - 1, 0) : (tid >> 7) - 1;
     const int lane = tid & 31;
     const int row0 = cw * 64 + ((tid >> 5) & 3) * 16;
     const int g = lane >> 2;
