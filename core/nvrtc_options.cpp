@@ -15,7 +15,7 @@ bool starts_with(const std::string& s, const char* prefix) { return s.rfind(pref
 // o is prefix followed by a decimal number in [lo, hi]: 1-4 digits, no sign, no leading zero.
 bool number_after(const std::string& o, const char* prefix, int lo, int hi) {
   const std::string n = o.substr(std::string(prefix).size());
-  if (n.empty() || n.size() > 4 || (n.size() > 1 && n[0] == '0')) return false;
+  if (n.empty() || n.size() > 5 || (n.size() > 1 && n[0] == '0')) return false;
   for (char c : n)
     if (c < '0' || c > '9') return false;
   const int v = std::atoi(n.c_str());
@@ -47,7 +47,7 @@ bool allowed(const std::string& o) {
   if (starts_with(o, "-DGA_PREFILL_SM90_SCHED="))
     return number_after(o, "-DGA_PREFILL_SM90_SCHED=", 0, 4095);
   if (starts_with(o, "-DGA_PREFILL_SM90_FP8_SCHED="))
-    return number_after(o, "-DGA_PREFILL_SM90_FP8_SCHED=", 0, 4095);
+    return number_after(o, "-DGA_PREFILL_SM90_FP8_SCHED=", 0, 32767);
   if (starts_with(o, "-DGA_PREFILL_SM90_FP8_VAR="))
     return number_after(o, "-DGA_PREFILL_SM90_FP8_VAR=", 0, 1023);
   // The sm_90 e4m3 prefill's output and persistence (templates/prefill_sm90.cu, PW_PERSIST): 0
@@ -93,7 +93,7 @@ std::vector<std::string> parse_nvrtc_extra_options(const std::string& text) {
           "--maxrregcount=N (N 1-999), -DGA_DECODE_TIMING=1, -DGA_DECODE_EARLY_TRIGGER=1, "
           "-DGA_DSP_SEQ_WINDOW=N (N 0-4), -DGA_DECODE_PAGE_SORT=N (N 0-32), "
           "-DGA_DECODE_CLUSTER_PUSH=0, -DGA_FP8_CVT_HW=0|1, -DGA_PREFILL_SM90_SCHED=N (N 0-4095), "
-          "-DGA_PREFILL_SM90_FP8_SCHED=N (N 0-4095), -DGA_PREFILL_SM90_FP8_VAR=N (N 0-1023), "
+          "-DGA_PREFILL_SM90_FP8_SCHED=N (N 0-32767), -DGA_PREFILL_SM90_FP8_VAR=N (N 0-1023), "
           "-DGA_PREFILL_SM90_PERSIST=N (N 0-3), -DGA_PREFILL_SM90_LEGACY_VAR=N (N 0-255), "
           "-DGA_PREFILL_SM90_BSTART=N (N 0-15), "
           "-DGA_DECODE_FP8_PAIR=N (N 0-511), "

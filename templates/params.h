@@ -808,7 +808,19 @@ enum GaPwSched : int {
   // specs since session 16, below); e4m3 only: consumer 1 a tile behind consumer 0 (the
   // consumers' stagger).
   GA_PW_SCHED_IMAX3 = 1024,
-  GA_PW_SCHED_STAGGER = 2048
+  GA_PW_SCHED_STAGGER = 2048,
+  // e4m3 only: P's e4m3 halves converted right after the exponentials, before the wait for the
+  // previous tile's P V, and only paired into the wgmma A registers after it (prefill_sm90.cu's
+  // tile, early_pack). With EXP_CHUNKS the e4m3 default at head 128 without scaled scores (H200,
+  // 4 x 4096 causal 706.22 -> 702.72 us; alone it measured +1.4%; s18 doc below).
+  GA_PW_SCHED_EARLY_PACK = 4096,
+  // e4m3 only: the softmax's exponentials in 4 chunks, each chunk's offsets through an FFMA on the
+  // chunk before (prefill_sm90.cu's pw_softmax, CHUNKS).
+  GA_PW_SCHED_EXP_CHUNKS = 8192,
+  // e4m3 only: the consumers' warpgroup index made warp-uniform by a shuffle (prefill_sm90.cu,
+  // ucw), as GA_PW_SCHED_HOIST does, without hoisting the descriptors (H200, 4 x 4096 causal:
+  // 701.60 us against 702.72 with the default bits, not beyond noise; off).
+  GA_PW_SCHED_UNIFORM_CW = 16384
 };
 // The e4m3 prefill's (fp8) bits: `fp8_bits` >= 0 (-DGA_PREFILL_SM90_FP8_SCHED=N, for measurement)
 // sets them all, of GA_PW_SCHED_EARLY_WAIT, _VOTE_MAX, _MAX8, _ROW_LINES, _HOIST, _IMAX3 and
@@ -816,21 +828,26 @@ enum GaPwSched : int {
 // scores, the vote (session 13, f8p13: the vote's e4m3 path fixed, 4 x 4096 -3.6%;
 // docs/fp8-prefill-h100-2026-11-27-s13.txt) and the VIMNMX3 row maxima (session 14, f8p14:
 // H100, 4 x 4096 causal 734.0 us against 744.1 / 746.8 for main's kernel, -1.4%; the early waits
-// +4.4%, the stagger +3.8%, both off; docs/fp8-prefill-h100-2026-11-27-s14.txt), or `bits`'
-// row-lines bit.
+// +4.4%, the stagger +3.8%, both off; docs/fp8-prefill-h100-2026-11-27-s14.txt) and the early
+// pack with the exponentials in chunks (session 18, f818: H200, 4 x 4096 causal, see
+// docs/fp8-prefill-h200-2026-11-28-s18.txt), or `bits`' row-lines bit.
 constexpr int ga_prefill_sm90_sched(int head_size, bool legacy, bool fp8, bool scaled_scores,
                                     bool plain_causal, bool plain_paged, int bits = -1,
                                     int fp8_bits = -1) {
   return fp8 ? (fp8_bits >= 0
-                    ? fp8_bits & (GA_PW_SCHED_EARLY_WAIT | GA_PW_SCHED_MAX8 |
-                                  GA_PW_SCHED_ROW_LINES | GA_PW_SCHED_HOIST | GA_PW_SCHED_IMAX3 |
-                                  GA_PW_SCHED_STAGGER | (scaled_scores ? 0 : GA_PW_SCHED_VOTE_MAX))
-                : bits < 0
-                    ? (head_size == 128
-                           ? GA_PW_SCHED_ROW_LINES |
-                                 (scaled_scores ? 0 : GA_PW_SCHED_VOTE_MAX | GA_PW_SCHED_IMAX3)
-                           : 0)
-                    : bits & GA_PW_SCHED_ROW_LINES)
+                    ? fp8_bits &
+                          (GA_PW_SCHED_EARLY_WAIT | GA_PW_SCHED_MAX8 | GA_PW_SCHED_ROW_LINES |
+                           GA_PW_SCHED_HOIST | GA_PW_SCHED_IMAX3 | GA_PW_SCHED_STAGGER |
+                           GA_PW_SCHED_EARLY_PACK | GA_PW_SCHED_EXP_CHUNKS |
+                           GA_PW_SCHED_UNIFORM_CW | (scaled_scores ? 0 : GA_PW_SCHED_VOTE_MAX))
+                : bits < 0 ? (head_size == 128
+                                  ? GA_PW_SCHED_ROW_LINES |
+                                        (scaled_scores
+                                             ? 0
+                                             : GA_PW_SCHED_VOTE_MAX | GA_PW_SCHED_IMAX3 |
+                                                   GA_PW_SCHED_EARLY_PACK | GA_PW_SCHED_EXP_CHUNKS)
+                                  : 0)
+                           : bits & GA_PW_SCHED_ROW_LINES)
          : bits < 0
              ? (legacy && head_size == 128 && !scaled_scores && plain_causal
                     ? GA_PW_SCHED_EARLY_WAIT

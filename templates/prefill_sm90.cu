@@ -1368,11 +1368,22 @@ __device__ __forceinline__ void pw_softmax(const PrefillParams& p, const Scales&
       if (PW_FP8) m_use[r] -= static_cast<float>(PW_P8_SHIFT);
     }
   }
+  // GA_PW_SCHED_EXP_CHUNKS (e4m3, params.h): the exponentials in 4 chunks of 4 key groups, the
+  // offsets of chunk c > 0 passed through an FFMA (0 times the first probability of chunk c - 1,
+  // exactly m_use for any finite one), so that ptxas cannot issue all 64 FFMAs ahead of the first
+  // MUFU.EX2 and puts the later chunks' FFMAs into the MUFU.EX2 issue gaps instead.
+  constexpr bool CHUNKS = PW_FP8 && (PW_SCHED & GA_PW_SCHED_EXP_CHUNKS) && NB % 4 == 0;
+  float mo[2] = {m_use[0], m_use[1]};
 #pragma unroll
   for (int j = 0; j < NB; ++j) {
+    if (CHUNKS && j > 0 && j % (NB / 4) == 0) {
+      const float prev = s[(j - NB / 4) * 4];
+      mo[0] = fmaf(prev, 0.f, m_use[0]);
+      mo[1] = fmaf(prev, 0.f, m_use[1]);
+    }
 #pragma unroll
     for (int e = 0; e < 4; ++e) {
-      const float x = fmaf(s[j * 4 + e], sc, -m_use[e >> 1]);
+      const float x = fmaf(s[j * 4 + e], sc, -(CHUNKS ? mo[e >> 1] : m_use[e >> 1]));
       s[j * 4 + e] = PW_F8V & 2 ? x : ga_exp2(x);
       if (!PW_ROWSUM) sum[e >> 1][j & 1] += s[j * 4 + e];
     }
@@ -1539,6 +1550,34 @@ __device__ __forceinline__ void pw_pack_p8(const float (&s)[PW_BLOCK_N / 2],
       }
     }
   }
+}
+
+// pw_pack_p8 in two steps (GA_PW_SCHED_EARLY_PACK): the e4m3 pairs of each A word, 16 bits
+// each (h[kk][i][0] the word's low half), then the words into pf.
+__device__ __forceinline__ void pw_pack_p8_halves(const float (&s)[PW_BLOCK_N / 2],
+                                                  unsigned short (&h)[PW_PF_STEPS][4][2]) {
+#pragma unroll
+  for (int kk = 0; kk < (PW_FP8 ? PW_PF_STEPS : 0); ++kk) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {  // i = 2 half + row (pw_pack_p8's h, r)
+      const int j = 4 * kk + 2 * (i >> 1), r = i & 1;
+#pragma unroll
+      for (int e = 0; e < 2; ++e)
+        asm volatile("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n"
+                     : "=h"(h[kk][i][e])
+                     : "f"(s[(j + 1) * 4 + 2 * r + e]), "f"(s[j * 4 + 2 * r + e]));
+    }
+  }
+}
+__device__ __forceinline__ void pw_pair_p8(const unsigned short (&h)[PW_PF_STEPS][4][2],
+                                           unsigned (&pf)[PW_PF_STEPS][4]) {
+#pragma unroll
+  for (int kk = 0; kk < (PW_FP8 ? PW_PF_STEPS : 0); ++kk)
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      asm volatile("mov.b32 %0, {%1, %2};\n"
+                   : "=r"(pf[kk][i])
+                   : "h"(h[kk][i][0]), "h"(h[kk][i][1]));
 }
 
 // fp8: transposes the raw V tile at `raw` ([key][dim], swizzled as a K tile) into the V^T stage
@@ -2187,7 +2226,10 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
     // GA_PW_SCHED_HOIST (params.h): cw broadcast from lane 0, so that ptxas knows it is
     // warp-uniform and the descriptors built from it live on the uniform datapath.
     constexpr bool hoist = (PW_SCHED & GA_PW_SCHED_HOIST) != 0;
-    const int cw = hoist ? __shfl_sync(0xffffffffu, (tid >> 7) - 1, 0) : (tid >> 7) - 1;
+    // GA_PW_SCHED_UNIFORM_CW (e4m3, params.h): the warpgroup index by a shuffle too, so that the
+    // Q descriptors of S stay on the uniform datapath (no R2UR before each S wgmma).
+    constexpr bool ucw = PW_FP8 && (PW_SCHED & GA_PW_SCHED_UNIFORM_CW) != 0;
+    const int cw = hoist || ucw ? __shfl_sync(0xffffffffu, (tid >> 7) - 1, 0) : (tid >> 7) - 1;
     const int lane = tid & 31;
     const int row0 = cw * 64 + ((tid >> 5) & 3) * 16;
     const int g = lane >> 2;
@@ -2329,6 +2371,13 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
     // that the peeled tile inlines one softmax instead of two.
     constexpr bool peel_masked =
         !one_body && ga_prefill_sm90_peel_masked(HEAD_SIZE, PW_LEGACY, PW_FP8);
+    // GA_PW_SCHED_EARLY_PACK (e4m3, params.h): P's e4m3 pairs (cvt ... e4m3x2, 16 bits each)
+    // are converted into registers of their own at the end of each softmax body, where they can
+    // issue beside its exponentials, and only paired into pf (one prmt a word) once the previous
+    // tile's P V, which reads pf, is complete; without it, all of pw_pack_p8 after that wait.
+    constexpr bool early_pack =
+        PW_FP8 && !PW_F8_SPEC && !(PW_F8V & 4) && (PW_SCHED & GA_PW_SCHED_EARLY_PACK) != 0;
+    unsigned short p8h[PW_PF_STEPS][4][2];  // unused (and gone) without early_pack
     auto softmax = [&](int j, bool peeled) {
       const int n0 = (tile0 + j) * PW_BLOCK_N;
       if (GA_BLOCK_SPARSE) pw_bsp_tile_vis(p, n0, bsp);
@@ -2338,10 +2387,14 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
       if (one_body) {
         if (masked) pw_mask_scores(p, s, n0, kv_end, t2, pos);
         pw_softmax<false>(p, scales, s, n0, kv_end, t2, pos, slope, m, l, alpha, bsp);
-      } else if (masked)
+        if (early_pack) pw_pack_p8_halves(s, p8h);
+      } else if (masked) {
         pw_softmax<true>(p, scales, s, n0, kv_end, t2, pos, slope, m, l, alpha, bsp);
-      else
+        if (early_pack) pw_pack_p8_halves(s, p8h);
+      } else {
         pw_softmax<false>(p, scales, s, n0, kv_end, t2, pos, slope, m, l, alpha, bsp);
+        if (early_pack) pw_pack_p8_halves(s, p8h);
+      }
     };
     // Every batch of wgmmas is issued between these two. With PW_PINGPONG the consumer
     // warpgroups take turns in a ring: a warpgroup issues a batch only after the one before it
@@ -2579,7 +2632,9 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
       if (!PW_REF_MAX ||
           (!spec && !alpha_one && __any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)))
         pw_rescale_o(o, alpha);
-      if (PW_FP8)
+      if (early_pack)
+        pw_pair_p8(p8h, pf);
+      else if (PW_FP8)
         pw_pack_p8(s, pf);
       else
         pw_pack_p(s, pf);
