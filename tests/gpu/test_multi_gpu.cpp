@@ -319,7 +319,7 @@ void check_compiled_once_loaded_per_context(const std::vector<DeviceWorker>& wor
                                  << workers[b].device);
         CHECK(workers[a].compiled[i]->key == workers[b].compiled[i]->key);  // the same kernel
         CHECK(workers[a].compiled[i]->cubin == workers[b].compiled[i]->cubin);
-        CHECK(workers[a].modules[i] != workers[b].modules[i]);    // loaded in each context
+        CHECK(workers[a].modules[i] != workers[b].modules[i]);  // loaded in each context
       }
 }
 
