@@ -465,7 +465,11 @@ DecodeGrid decode_grid(int num_decodes, int num_kv_heads, int columns, int max_m
     // the kernel pushes its splits and the device co-schedules such clusters. H200, session 18,
     // kernel alone, graph us, two rounds: 8 x 32768 (2 splits x 64 blocks, 256 tiles a warp)
     // 258.0-258.2 at 4 stages, 256.8-257.0 at 3, 255.9-256.0 as a cluster at 3 (2 stages: 260.0
-    // either way; 4 splits 257.0-257.5) (docs/decode-grids-h200-2026-11-28-s18.txt).
+    // either way; 4 splits 257.0-257.5). Then old / new alternated, 4 rounds, graph us: 8 x 32768
+    // 252.1-253.2 -> 250.2-251.3 (cuDNN 251.0), its legacy v2 cache (no cluster: 3 stages)
+    // 254.7-255.3 -> 253.2-253.3; 8 launches in one graph with the early prologue 241.7 -> 238.9
+    // us a launch; the control 64 x 4096 252.4-253.1 / 252.1-252.9
+    // (docs/decode-grids-h200-2026-11-28-s18.txt).
     g.stages = 3;
     g.cluster = dev.auto_clusters && dev.cluster_at[3] >= 2;
   }
