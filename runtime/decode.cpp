@@ -451,12 +451,27 @@ DecodeGrid decode_grid(int num_decodes, int num_kv_heads, int columns, int max_m
   // costs (docs/decode-h200-2026-11-28-s18.txt).
   const int64_t warp_tiles = (tiles + int64_t{g.max_splits} * GA_DECODE_WARPS - 1) /
                              (int64_t{g.max_splits} * GA_DECODE_WARPS);
-  if (g.early_stages == 0 && !g.cluster && warp_tiles >= kAloneLongWarpTiles &&
-      dev.mem_gbps_per_sm < kWideMemoryGbpsPerSm && (g.max_splits > 1 || len > 4096) &&
-      shallow < g.stages && dev.blocks_per_sm[shallow] >= 1) {
+  const bool long_alone = g.early_stages == 0 && !g.cluster && warp_tiles >= kAloneLongWarpTiles &&
+                          (g.max_splits > 1 || len > 4096);
+  if (long_alone && dev.mem_gbps_per_sm < kWideMemoryGbpsPerSm && shallow < g.stages &&
+      dev.blocks_per_sm[shallow] >= 1) {
     g.early_stages = g.stages;
     g.stages = shallow;
     g.alone_depth = true;
+  } else if (long_alone && dev.mem_gbps_per_sm >= kWideMemoryGbpsPerSm && g.max_splits == 2 &&
+             kvb == 2 && rh == 1 && head_size == 128 && g.stages > 3 && dev.blocks_per_sm[3] >= 1) {
+    // [policy: wide memory, 2 long splits] There, 2 long splits of 16-bit KV at head 128 run 3
+    // stages, as one cluster of 2 (the splits combined through distributed shared memory) where
+    // the kernel pushes its splits and the device co-schedules such clusters. H200, session 18,
+    // kernel alone, graph us, two rounds: 8 x 32768 (2 splits x 64 blocks, 256 tiles a warp)
+    // 258.0-258.2 at 4 stages, 256.8-257.0 at 3, 255.9-256.0 as a cluster at 3 (2 stages: 260.0
+    // either way; 4 splits 257.0-257.5). Then old / new alternated, 4 rounds, graph us: 8 x 32768
+    // 252.1-253.2 -> 250.2-251.3 (cuDNN 251.0), its legacy v2 cache (no cluster: 3 stages)
+    // 254.7-255.3 -> 253.2-253.3; 8 launches in one graph with the early prologue 241.7 -> 238.9
+    // us a launch; the control 64 x 4096 252.4-253.1 / 252.1-252.9
+    // (docs/decode-grids-h200-2026-11-28-s18.txt).
+    g.stages = 3;
+    g.cluster = dev.auto_clusters && dev.cluster_at[3] >= 2;
   }
   return g;
 }

@@ -155,13 +155,55 @@ TEST_CASE("decode split policy: about one block per multiprocessor for small bat
     const auto g = detail::decode_grid(b, 8, 4, 32768, 0, 128, KvDType::kAuto, wide);
     CHECK(g.max_splits == 16 / b);
     CHECK_FALSE(g.alone_depth);
-    CHECK(g.stages == ga_decode_max_stages(128, 2));
+    // (2 splits: 3 stages, [policy: wide memory, 2 long splits] below)
+    CHECK(g.stages == (b == 8 ? 3 : ga_decode_max_stages(128, 2)));
     CHECK(g.early_stages == 0);
     CHECK(detail::decode_grid(b, 8, 4, 32768, 0, 128, KvDType::kAuto, narrow).stages ==
           ga_decode_shallow_stages(128, 2));
   }
   CHECK(detail::decode_grid(16, 8, 4, 8192, 0, 128, KvDType::kAuto, wide).stages ==
         ga_decode_max_stages(128, 2));
+  // [policy: wide memory, 2 long splits] There, 2 splits of 64 tiles a warp or more (8 x 32768,
+  // 8 x 8192) run 3 stages, as a cluster of 2 where the kernel pushes its splits (auto_clusters)
+  // and the device holds 2 such blocks at 3 stages; 16-bit KV at head 128 only. The H100-like
+  // device keeps every field of its grid, with or without auto_clusters.
+  for (const bool autoc : {false, true})
+    for (int len : {32768, 8192}) {
+      detail::DecodeDevice w = wide, n = narrow, z = off;
+      w.auto_clusters = n.auto_clusters = z.auto_clusters = autoc;
+      const auto g = detail::decode_grid(8, 8, 4, len, 0, 128, KvDType::kAuto, w);
+      CHECK(g.max_splits == 2);
+      CHECK(g.stages == 3);
+      CHECK(g.cluster == autoc);
+      CHECK(g.early_stages == 0);
+      CHECK_FALSE(g.alone_depth);
+      CHECK_FALSE(g.early_trigger);
+      CHECK(g.ring_stages == 0);
+      CHECK(detail::decode_grid_beside_prefill(g).stages == 3);
+      CHECK(detail::decode_grid_beside_prefill(g).cluster == autoc);
+      for (const auto& d : {n, z}) {
+        const auto h = detail::decode_grid(8, 8, 4, len, 0, 128, KvDType::kAuto, d);
+        CHECK(h.max_splits == 2);
+        CHECK(h.stages == ga_decode_shallow_stages(128, 2));
+        CHECK(h.early_stages == ga_decode_max_stages(128, 2));
+        CHECK(h.alone_depth);
+        CHECK_FALSE(h.cluster);
+        CHECK_FALSE(h.early_trigger);
+        CHECK(h.ring_stages == 0);
+      }
+      // No cluster of 2 at 3 stages: 3 stages unclustered.
+      detail::DecodeDevice nc = w;
+      nc.cluster_at[3] = 1;
+      CHECK(detail::decode_grid(8, 8, 4, len, 0, 128, KvDType::kAuto, nc).stages == 3);
+      CHECK_FALSE(detail::decode_grid(8, 8, 4, len, 0, 128, KvDType::kAuto, nc).cluster);
+      // e4m3 KV and head 64 keep the deepest pipeline, unclustered.
+      const auto f8 = detail::decode_grid(8, 8, 4, len, 0, 128, KvDType::kFp8E4M3, w);
+      CHECK(f8.stages == ga_decode_max_stages(128, 1));
+      CHECK_FALSE(f8.cluster);
+      const auto h64 = detail::decode_grid(8, 8, 4, len, 0, 64, KvDType::kAuto, w);
+      CHECK(h64.stages == ga_decode_max_stages(64, 2));
+      CHECK_FALSE(h64.cluster);
+    }
   // (the unsplit 2048-4096 rule, 16 x 4096, is not keyed: flat at 2-4 stages on the H200)
   CHECK(detail::decode_grid(16, 8, 4, 4096, 0, 128, KvDType::kAuto, wide).stages ==
         ga_decode_shallow_stages(128, 2));
