@@ -12,7 +12,7 @@ namespace {
 
 bool starts_with(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
 
-// o is prefix followed by a decimal number in [lo, hi]: 1-4 digits, no sign, no leading zero.
+// o is prefix followed by a decimal number in [lo, hi]: 1-5 digits, no sign, no leading zero.
 bool number_after(const std::string& o, const char* prefix, int lo, int hi) {
   const std::string n = o.substr(std::string(prefix).size());
   if (n.empty() || n.size() > 5 || (n.size() > 1 && n[0] == '0')) return false;
