@@ -51,7 +51,12 @@ __device__ __forceinline__ unsigned read_pass(const uint4* in, unsigned long lon
     if (first) after_first(acc);
     first = false;
   }
-  for (; i < n; i += stride) { const uint4 a = in[i]; acc ^= a.x ^ a.y ^ a.z ^ a.w; }
+  for (; i < n; i += stride) {
+    const uint4 a = in[i];
+    acc ^= a.x ^ a.y ^ a.z ^ a.w;
+    if (first) after_first(acc);  // (a pass of fewer than 4 loads a thread)
+    first = false;
+  }
   return acc;
 }
 extern "C" __global__ void read_only(const uint4* in, unsigned long long n, unsigned* sink) {
@@ -76,26 +81,31 @@ __device__ __forceinline__ void paged_tile(uint4 (&t)[16], const unsigned char* 
 extern "C" __global__ void paged_read(const unsigned char* k, const unsigned char* v,
                                       const int* bt, int bps, int tiles,
                                       unsigned long long page_bytes, unsigned token_bytes,
-                                      unsigned* sink, int splits) {
+                                      unsigned* sink, int splits, const int* seq_lens) {
   // blockIdx.y = request * splits + split: split s reads its request's tiles [s * per, (s + 1)
   // * per), per = ceil(tiles / splits), as the decode's split launches divide them.
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int req = blockIdx.y / splits, split = blockIdx.y - req * splits;
+  // seq_lens (non-null): the decode's chain, the request's length read first and its tiles
+  // from it; bt null: no block table, page i of request r is r * bps + i (addresses known at
+  // entry).
+  if (seq_lens) tiles = min(tiles, (seq_lens[req] + 15) / 16);
   const int per = (tiles + splits - 1) / splits;
   const int first = split * per, end = min(tiles, first + per);
-  const int* row = bt + (long long)req * bps;
+  const int* row = bt ? bt + (long long)req * bps : nullptr;
+  const long long row0 = (long long)req * bps;
+#define GA_PAGE(i) (row ? (unsigned long long)row[i] : (unsigned long long)(row0 + (i)))
   const unsigned long long lane_off =
       (unsigned long long)(lane >> 4) * token_bytes + blockIdx.x * 256u + (lane & 15) * 16u;
   unsigned acc = 0;
   uint4 cur[16], nxt[16];
   tiles = end;
   if (first + warp < tiles)
-    paged_tile(cur, k, v, (unsigned long long)row[first + warp] * page_bytes + lane_off,
-               token_bytes);
+    paged_tile(cur, k, v, GA_PAGE(first + warp) * page_bytes + lane_off, token_bytes);
   for (int j = first + warp; j < tiles; j += 4) {
     const bool more = j + 4 < tiles;
     if (more)
-      paged_tile(nxt, k, v, (unsigned long long)row[j + 4] * page_bytes + lane_off, token_bytes);
+      paged_tile(nxt, k, v, GA_PAGE(j + 4) * page_bytes + lane_off, token_bytes);
 #pragma unroll
     for (int i = 0; i < 16; ++i) acc ^= cur[i].x ^ cur[i].y ^ cur[i].z ^ cur[i].w;
     if (more) {
@@ -104,6 +114,7 @@ extern "C" __global__ void paged_read(const unsigned char* k, const unsigned cha
     }
   }
   if (acc == 0x9e3779b9u) sink[0] = acc;
+#undef GA_PAGE
 }
 // Latency floors (graphattn-bench --read-latency): an empty kernel (the launch floor), and the
 // read of [in, in + 16 n) built for latency rather than bandwidth: read_lat<K> gives each thread
@@ -339,8 +350,8 @@ void launch_paged_read(const Device& dev, const PagedRead& r, CUdeviceptr sink) 
   unsigned long long page = r.page_bytes;
   unsigned token = r.token_bytes;
   int bps = r.blocks_per_seq, tiles = r.tiles, splits = r.splits;
-  CUdeviceptr k = r.key, v = r.value, bt = r.block_table;
-  void* args[] = {&k, &v, &bt, &bps, &tiles, &page, &token, &sink, &splits};
+  CUdeviceptr k = r.key, v = r.value, bt = r.block_table, sl = r.seq_lens;
+  void* args[] = {&k, &v, &bt, &bps, &tiles, &page, &token, &sink, &splits, &sl};
   GA_CU_CHECK(detail::driver().cuLaunchKernel(dev.paged_read, r.pieces, r.requests * r.splits, 1,
                                               128, 1, 1, r.smem_bytes, dev.stream, args, nullptr));
 }

@@ -74,6 +74,10 @@ struct PagedRead {
   CUdeviceptr key = 0, value = 0, block_table = 0;
   int pieces = 0, requests = 0, blocks_per_seq = 0, tiles = 0;
   int splits = 1;  // blocks a request (y = request * splits + split), each a tile range
+  // 0: tiles as given; else each request's tiles from its length here, read first (the
+  // decode's chain seq_lens -> block table -> KV). block_table 0: page i of request r is
+  // r * blocks_per_seq + i (no block-table round trip)
+  CUdeviceptr seq_lens = 0;
   size_t page_bytes = 0, token_bytes = 0;
   unsigned smem_bytes = 0;
 };

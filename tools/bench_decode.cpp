@@ -199,8 +199,9 @@ double check_shape(const DecodeShape& s, const AttentionLayerConfig& c, const De
 // table row sorted): what a decode that visits its tiles by physical block could read at, since
 // every block then sweeps the cache from its start as the others do.
 void paged_read_row(const Device& dev, const AttentionBackend& attn, int reps, CUdeviceptr cache,
-                    int elem, CUdeviceptr bt, const std::vector<int>& phys, const DecodeShape& s,
-                    int64_t blocks_per_seq, int64_t NB, double graph_us, double rd_us) {
+                    int elem, CUdeviceptr bt, CUdeviceptr seq, const std::vector<int>& phys,
+                    const DecodeShape& s, int64_t blocks_per_seq, int64_t NB, double graph_us,
+                    double rd_us) {
   const auto& d = driver();
   const detail::LoadedKernel& dk =
       detail::load_kernel(attn.required_specs()[1], default_kernel_cache());
@@ -239,6 +240,23 @@ void paged_read_row(const Device& dev, const AttentionBackend& attn, int reps, C
       "only): %.1f us (%.1f%% of rd); decode graph - paged read %.1f us\n",
       r.pieces, r.requests * r.splits, per_sm, ddev.blocks_per_sm[g.stages], g.stages, t,
       100.0 * rd_us / t, graph_us - t);
+  // The chain's parts: the same reads with no block table (pages in order, addresses known at
+  // entry), and after reading the request's length first (seq_lens -> block table -> KV, as the
+  // decode).
+  {
+    PagedRead f = r;
+    f.block_table = 0;
+    const double tf =
+        time_graph_us(dev, reps, [&] { launch_paged_read(dev, f, dev.flush_sink->ptr()); });
+    PagedRead c = r;
+    c.seq_lens = seq;
+    const double tc =
+        time_graph_us(dev, reps, [&] { launch_paged_read(dev, c, dev.flush_sink->ptr()); });
+    std::printf(
+        "   paged read without the block table (pages in order): %.1f us; seq_lens first, then "
+        "the block table: %.1f us\n",
+        tf, tc);
+  }
   std::vector<int> sorted(phys);
   for (int64_t q = 0; q < s.batch; ++q)
     std::sort(sorted.begin() + q * blocks_per_seq, sorted.begin() + (q + 1) * blocks_per_seq);
@@ -434,8 +452,8 @@ nlohmann::json bench_decode(const Device& dev, const DecodeOptions& o, const Pee
       decode_block_timing(dev, *backend, run, o.block_timing, rd_us, o.block_timing_out, s.label(),
                           cache.ptr(), static_cast<size_t>(kv_bytes));
     if (o.paged_read && s.q_len == 1 && backend && !s.hnd && !s.sparse)
-      paged_read_row(dev, *backend, o.reps, cache.ptr(), elem, bt.ptr(), phys, s, blocks_per_seq,
-                     NB, graph_us, rd_us);
+      paged_read_row(dev, *backend, o.reps, cache.ptr(), elem, bt.ptr(), seq.ptr(), phys, s,
+                     blocks_per_seq, NB, graph_us, rd_us);
     if (!o.try_splits.empty() && s.q_len == 1 && backend) {  // (flash single-token kernels)
       const AttentionBackend& attn = *backend;
       // The decode kernel alone at other grid widths and every pipeline depth, each captured and
