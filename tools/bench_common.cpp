@@ -134,18 +134,15 @@ __device__ __forceinline__ void read_lat(const uint4* in, unsigned long long n, 
   for (int j = 0; j < K; ++j) acc ^= a[j].x ^ a[j].y ^ a[j].z ^ a[j].w;
   if (acc == 0x9e3779b9u) sink[0] = acc;
 }
-extern "C" __global__ void __launch_bounds__(512) read_lat2(const uint4* in, unsigned long long n,
-                                                            unsigned* sink) {
-  read_lat<2>(in, n, sink);
-}
-extern "C" __global__ void __launch_bounds__(512) read_lat4(const uint4* in, unsigned long long n,
-                                                            unsigned* sink) {
-  read_lat<4>(in, n, sink);
-}
-extern "C" __global__ void __launch_bounds__(512) read_lat8(const uint4* in, unsigned long long n,
-                                                            unsigned* sink) {
-  read_lat<8>(in, n, sink);
-}
+// One extern "C" kernel a variant: name, body template, K, threads a block.
+#define GA_ONE_PASS(name, body, K, threads)                                                  \
+  extern "C" __global__ void __launch_bounds__(threads)                                     \
+      name(const uint4* in, unsigned long long n, unsigned* sink) {                         \
+    body<K>(in, n, sink);                                                                   \
+  }
+GA_ONE_PASS(read_lat2, read_lat, 2, 512)
+GA_ONE_PASS(read_lat4, read_lat, 4, 512)
+GA_ONE_PASS(read_lat8, read_lat, 8, 512)
 // read_cpa<K>: the same loads as cp.async copies of 16 bytes into shared memory (K a thread,
 // every one in flight until one wait: no registers held), threads x K x 16 bytes of dynamic
 // shared memory a block.
@@ -166,22 +163,11 @@ __device__ __forceinline__ void read_cpa(const uint4* in, unsigned long long n, 
   const uint4 a = cpa[(K - 1) * blockDim.x + threadIdx.x];
   if ((a.x ^ a.y ^ a.z ^ a.w) == 0x9e3779b9u) sink[0] = a.x;
 }
-extern "C" __global__ void __launch_bounds__(512) read_cpa4(const uint4* in, unsigned long long n,
-                                                            unsigned* sink) {
-  read_cpa<4>(in, n, sink);
-}
-extern "C" __global__ void __launch_bounds__(512) read_cpa8(const uint4* in, unsigned long long n,
-                                                            unsigned* sink) {
-  read_cpa<8>(in, n, sink);
-}
-extern "C" __global__ void __launch_bounds__(512) read_cpa16(const uint4* in, unsigned long long n,
-                                                             unsigned* sink) {
-  read_cpa<16>(in, n, sink);
-}
-extern "C" __global__ void __launch_bounds__(256) read_cpa32(const uint4* in, unsigned long long n,
-                                                             unsigned* sink) {
-  read_cpa<32>(in, n, sink);
-}
+GA_ONE_PASS(read_cpa4, read_cpa, 4, 512)
+GA_ONE_PASS(read_cpa8, read_cpa, 8, 512)
+GA_ONE_PASS(read_cpa16, read_cpa, 16, 512)
+GA_ONE_PASS(read_cpa32, read_cpa, 32, 256)
+#undef GA_ONE_PASS
 // The same bytes pulled by the bulk copy engine (sm_90: cp.async.bulk into shared memory,
 // completing on an mbarrier): block b copies its contiguous share [b * share, ...) in pieces of
 // at most `piece` bytes, every piece of a round in flight at once, rounds of at most `room`
