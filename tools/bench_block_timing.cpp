@@ -101,10 +101,11 @@ void decode_block_timing(const Device& dev, const AttentionBackend& attn,
                          const std::string& out_prefix, const std::string& label, CUdeviceptr rd_in,
                          size_t rd_bytes) {
   const auto& d = detail::driver();
+  // The decode kernel forward() launches: the backend's second spec (after the cache write;
+  // the mixed graphs' _dsp and _dsp_long kernels follow it and are not launched here).
   const std::vector<AttentionSpec> specs = attn.required_specs();
-  const AttentionSpec* decode = nullptr;
-  for (const AttentionSpec& s : specs)
-    if (s.kind == KernelKind::kDecode) decode = &s;
+  const AttentionSpec* decode =
+      specs.size() > 1 && specs[1].kind == KernelKind::kDecode ? &specs[1] : nullptr;
   if (!decode) throw Error("--block-timing: this row's backend has no decode kernel");
   const detail::LoadedKernel& k = detail::load_kernel(*decode, default_kernel_cache());
   size_t bytes = 0;

@@ -4,6 +4,7 @@
 #include <nvrtc.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -50,7 +51,12 @@ __device__ __forceinline__ unsigned read_pass(const uint4* in, unsigned long lon
     if (first) after_first(acc);
     first = false;
   }
-  for (; i < n; i += stride) { const uint4 a = in[i]; acc ^= a.x ^ a.y ^ a.z ^ a.w; }
+  for (; i < n; i += stride) {
+    const uint4 a = in[i];
+    acc ^= a.x ^ a.y ^ a.z ^ a.w;
+    if (first) after_first(acc);  // (a pass of fewer than 4 loads a thread)
+    first = false;
+  }
   return acc;
 }
 extern "C" __global__ void read_only(const uint4* in, unsigned long long n, unsigned* sink) {
@@ -75,19 +81,31 @@ __device__ __forceinline__ void paged_tile(uint4 (&t)[16], const unsigned char* 
 extern "C" __global__ void paged_read(const unsigned char* k, const unsigned char* v,
                                       const int* bt, int bps, int tiles,
                                       unsigned long long page_bytes, unsigned token_bytes,
-                                      unsigned* sink) {
+                                      unsigned* sink, int splits, const int* seq_lens) {
+  // blockIdx.y = request * splits + split: split s reads its request's tiles [s * per, (s + 1)
+  // * per), per = ceil(tiles / splits), as the decode's split launches divide them.
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int* row = bt + (long long)blockIdx.y * bps;
+  const int req = blockIdx.y / splits, split = blockIdx.y - req * splits;
+  // seq_lens (non-null): the decode's chain, the request's length read first and its tiles
+  // from it; bt null: no block table, page i of request r is r * bps + i (addresses known at
+  // entry).
+  if (seq_lens) tiles = min(tiles, (seq_lens[req] + 15) / 16);
+  const int per = (tiles + splits - 1) / splits;
+  const int first = split * per, end = min(tiles, first + per);
+  const int* row = bt ? bt + (long long)req * bps : nullptr;
+  const long long row0 = (long long)req * bps;
+#define GA_PAGE(i) (row ? (unsigned long long)row[i] : (unsigned long long)(row0 + (i)))
   const unsigned long long lane_off =
       (unsigned long long)(lane >> 4) * token_bytes + blockIdx.x * 256u + (lane & 15) * 16u;
   unsigned acc = 0;
   uint4 cur[16], nxt[16];
-  if (warp < tiles) paged_tile(cur, k, v, (unsigned long long)row[warp] * page_bytes + lane_off,
-                               token_bytes);
-  for (int j = warp; j < tiles; j += 4) {
+  tiles = end;
+  if (first + warp < tiles)
+    paged_tile(cur, k, v, GA_PAGE(first + warp) * page_bytes + lane_off, token_bytes);
+  for (int j = first + warp; j < tiles; j += 4) {
     const bool more = j + 4 < tiles;
     if (more)
-      paged_tile(nxt, k, v, (unsigned long long)row[j + 4] * page_bytes + lane_off, token_bytes);
+      paged_tile(nxt, k, v, GA_PAGE(j + 4) * page_bytes + lane_off, token_bytes);
 #pragma unroll
     for (int i = 0; i < 16; ++i) acc ^= cur[i].x ^ cur[i].y ^ cur[i].z ^ cur[i].w;
     if (more) {
@@ -96,6 +114,104 @@ extern "C" __global__ void paged_read(const unsigned char* k, const unsigned cha
     }
   }
   if (acc == 0x9e3779b9u) sink[0] = acc;
+#undef GA_PAGE
+}
+// Latency floors (graphattn-bench --read-latency): an empty kernel (the launch floor), and the
+// read of [in, in + 16 n) built for latency rather than bandwidth: read_lat<K> gives each thread
+// K 16-byte loads into registers (coalesced: thread t of T reads t, t + T, ...), written before
+// any is used (ptxas may still interleave their use), so one grid of every multiprocessor's
+// threads covers the bytes in one pass.
+extern "C" __global__ void empty_kernel() {}
+template <int K>
+__device__ __forceinline__ void read_lat(const uint4* in, unsigned long long n, unsigned* sink) {
+  const unsigned long long t = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
+  const unsigned long long T = (unsigned long long)gridDim.x * blockDim.x;
+  uint4 a[K];
+#pragma unroll
+  for (int j = 0; j < K; ++j) a[j] = t + j * T < n ? in[t + j * T] : uint4{0u, 0u, 0u, 0u};
+  unsigned acc = 0;
+#pragma unroll
+  for (int j = 0; j < K; ++j) acc ^= a[j].x ^ a[j].y ^ a[j].z ^ a[j].w;
+  if (acc == 0x9e3779b9u) sink[0] = acc;
+}
+// One extern "C" kernel a variant: name, body template, K, threads a block.
+#define GA_ONE_PASS(name, body, K, threads)                                                  \
+  extern "C" __global__ void __launch_bounds__(threads)                                     \
+      name(const uint4* in, unsigned long long n, unsigned* sink) {                         \
+    body<K>(in, n, sink);                                                                   \
+  }
+GA_ONE_PASS(read_lat2, read_lat, 2, 512)
+GA_ONE_PASS(read_lat4, read_lat, 4, 512)
+GA_ONE_PASS(read_lat8, read_lat, 8, 512)
+// read_cpa<K>: the same loads as cp.async copies of 16 bytes into shared memory (K a thread,
+// every one in flight until one wait: no registers held), threads x K x 16 bytes of dynamic
+// shared memory a block.
+template <int K>
+__device__ __forceinline__ void read_cpa(const uint4* in, unsigned long long n, unsigned* sink) {
+  extern __shared__ __align__(128) uint4 cpa[];
+  const unsigned long long t = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
+  const unsigned long long T = (unsigned long long)gridDim.x * blockDim.x;
+#pragma unroll
+  for (int j = 0; j < K; ++j) {
+    const unsigned dst = (unsigned)__cvta_generic_to_shared(cpa + j * blockDim.x + threadIdx.x);
+    const unsigned bytes = t + j * T < n ? 16u : 0u;  // 0: zero-fill, nothing read
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst),
+                 "l"(in + (t + j * T < n ? t + j * T : 0)), "r"(bytes)
+                 : "memory");
+  }
+  asm volatile("cp.async.wait_all;" ::: "memory");
+  const uint4 a = cpa[(K - 1) * blockDim.x + threadIdx.x];
+  if ((a.x ^ a.y ^ a.z ^ a.w) == 0x9e3779b9u) sink[0] = a.x;
+}
+GA_ONE_PASS(read_cpa4, read_cpa, 4, 512)
+GA_ONE_PASS(read_cpa8, read_cpa, 8, 512)
+GA_ONE_PASS(read_cpa16, read_cpa, 16, 512)
+GA_ONE_PASS(read_cpa32, read_cpa, 32, 256)
+#undef GA_ONE_PASS
+// The same bytes pulled by the bulk copy engine (sm_90: cp.async.bulk into shared memory,
+// completing on an mbarrier): block b copies its contiguous share [b * share, ...) in pieces of
+// at most `piece` bytes, every piece of a round in flight at once, rounds of at most `room`
+// bytes (the dynamic shared memory); the fewest instructions a read can take.
+extern "C" __global__ void read_bulk(const unsigned char* in, unsigned long long bytes,
+                                     unsigned long long share, unsigned room, unsigned piece,
+                                     unsigned* sink) {
+#if __CUDA_ARCH__ >= 900
+  extern __shared__ __align__(128) unsigned char buf[];
+  __shared__ __align__(8) unsigned long long bar;
+  const unsigned b = (unsigned)__cvta_generic_to_shared(&bar);
+  const unsigned s = (unsigned)__cvta_generic_to_shared(buf);
+  if (threadIdx.x == 0) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(b));
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    unsigned long long at = blockIdx.x * share;
+    const unsigned long long end = min(bytes, at + share);
+    unsigned phase = 0;
+    while (at < end) {
+      const unsigned round = (unsigned)min((unsigned long long)room, end - at);
+      asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(b), "r"(round)
+                   : "memory");
+      for (unsigned o = 0; o < round; o += piece) {
+        const unsigned len = min(piece, round - o);
+        asm volatile(
+            "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, "
+            "[%3];" ::"r"(s + o),
+            "l"(in + at + o), "r"(len), "r"(b)
+            : "memory");
+      }
+      unsigned done = 0;
+      while (!done)
+        asm volatile(
+            "{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, "
+            "1, 0, p; }"
+            : "=r"(done)
+            : "r"(b), "r"(phase)
+            : "memory");
+      phase ^= 1;
+      at += round;
+    }
+    if (buf[0] == 0x5a && buf[room - 1] == 0xa5) sink[0] = 1;
+  }
+#endif
 }
 // read_only as a layer of a chain under programmatic dependent launch (the floor of the decode
 // chain, graphattn-bench --try-chain): lets the next launch be scheduled at entry, and waits for
@@ -219,11 +335,86 @@ void launch_read_only_timed(const Device& dev, CUdeviceptr in, size_t bytes, CUd
 void launch_paged_read(const Device& dev, const PagedRead& r, CUdeviceptr sink) {
   unsigned long long page = r.page_bytes;
   unsigned token = r.token_bytes;
-  int bps = r.blocks_per_seq, tiles = r.tiles;
-  CUdeviceptr k = r.key, v = r.value, bt = r.block_table;
-  void* args[] = {&k, &v, &bt, &bps, &tiles, &page, &token, &sink};
-  GA_CU_CHECK(detail::driver().cuLaunchKernel(dev.paged_read, r.pieces, r.requests, 1, 128, 1, 1,
-                                              r.smem_bytes, dev.stream, args, nullptr));
+  int bps = r.blocks_per_seq, tiles = r.tiles, splits = r.splits;
+  CUdeviceptr k = r.key, v = r.value, bt = r.block_table, sl = r.seq_lens;
+  void* args[] = {&k, &v, &bt, &bps, &tiles, &page, &token, &sink, &splits, &sl};
+  GA_CU_CHECK(detail::driver().cuLaunchKernel(dev.paged_read, r.pieces, r.requests * r.splits, 1,
+                                              128, 1, 1, r.smem_bytes, dev.stream, args, nullptr));
+}
+
+double read_latency_rows(const Device& dev, int reps, CUdeviceptr in, size_t bytes) {
+  const auto& d = detail::driver();
+  CUdeviceptr sink = dev.flush_sink->ptr();
+  const unsigned sms = static_cast<unsigned>(dev.sms);
+  std::printf("   latency floors (graph us, same flush): empty kernel 1 block %.1f",
+              time_graph_us(dev, reps, [&] {
+                GA_CU_CHECK(d.cuLaunchKernel(dev.empty_kernel, 1, 1, 1, 32, 1, 1, 0, dev.stream,
+                                             nullptr, nullptr));
+              }));
+  std::printf(", %u x 128 threads %.1f\n", sms, time_graph_us(dev, reps, [&] {
+                GA_CU_CHECK(d.cuLaunchKernel(dev.empty_kernel, sms, 1, 1, 128, 1, 1, 0, dev.stream,
+                                             nullptr, nullptr));
+              }));
+  double best = 1e30;
+  unsigned long long n16 = bytes / 16;
+  // One pass: grid = the blocks that cover the bytes at K loads a thread, at least per_sm blocks
+  // on every multiprocessor; a grid that needs more is not timed.
+  auto one_pass = [&](const char* what, CUfunction f, int k, int threads, unsigned smem) {
+    if (smem > 0)
+      GA_CU_CHECK(d.cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                       static_cast<int>(smem)));
+    int fit = 0;
+    GA_CU_CHECK(d.cuOccupancyMaxActiveBlocksPerMultiprocessor(&fit, f, threads, smem));
+    const unsigned long long per_block = static_cast<unsigned long long>(threads) * k;
+    const unsigned long long blocks = (n16 + per_block - 1) / per_block;
+    for (unsigned per_sm : {1u, 2u, 4u}) {
+      if (static_cast<int>(per_sm) > fit) continue;
+      const unsigned long long grid = std::max<unsigned long long>(blocks, sms * per_sm);
+      if (grid > static_cast<unsigned long long>(sms) * per_sm) continue;  // more than one pass
+      void* args[] = {&in, &n16, &sink};
+      const double t = time_graph_us(dev, reps, [&] {
+        GA_CU_CHECK(d.cuLaunchKernel(f, static_cast<unsigned>(grid), 1, 1, threads, 1, 1, smem,
+                                     dev.stream, args, nullptr));
+      });
+      best = std::min(best, t);
+      std::printf("  %s K=%d %llux%d %.1f", what, k, grid, threads, t);
+    }
+  };
+  std::printf("   one-pass reads (K 16-byte loads a thread; grid x threads: us):");
+  const int kl[3] = {2, 4, 8}, kc[4] = {4, 8, 16, 32};
+  for (int i = 0; i < 3; ++i) one_pass("ld", dev.read_lat[i], kl[i], 512, 0);
+  std::printf("\n  ");
+  for (int i = 0; i < 4; ++i) {
+    const int threads = kc[i] == 32 ? 256 : 512;
+    one_pass("cp.async", dev.read_cpa[i], kc[i], threads,
+             static_cast<unsigned>(threads) * kc[i] * 16u);
+  }
+  std::printf("\n");
+  if (dev.arch >= 90) {
+    std::printf("   bulk copies into shared memory (blocks a SM, piece: us):");
+    for (unsigned per_sm : {1u, 2u})
+      for (unsigned piece : {16384u, 65536u}) {
+        unsigned room = per_sm == 1 ? 200u << 10 : 100u << 10;
+        const unsigned grid = sms * per_sm;
+        unsigned long long share = (bytes + grid - 1) / grid;
+        share = (share + 127) / 128 * 128;
+        room = static_cast<unsigned>(std::min<unsigned long long>(room, share));
+        room = (room + 15) / 16 * 16;
+        unsigned long long total = bytes;
+        GA_CU_CHECK(d.cuFuncSetAttribute(dev.read_bulk,
+                                         CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                         static_cast<int>(room)));
+        void* args[] = {&in, &total, &share, &room, &piece, &sink};
+        const double t = time_graph_us(dev, reps, [&] {
+          GA_CU_CHECK(d.cuLaunchKernel(dev.read_bulk, grid, 1, 1, 32, 1, 1, room, dev.stream, args,
+                                       nullptr));
+        });
+        best = std::min(best, t);
+        std::printf("  %u/SM %uK %.1f", per_sm, piece >> 10, t);
+      }
+    std::printf("\n");
+  }
+  return best;
 }
 
 double read_same_flush_us(const Device& dev, int reps, CUdeviceptr in, size_t bytes) {
@@ -280,6 +471,16 @@ Device open_device(int device) {
   GA_CU_CHECK(d.cuModuleGetFunction(&dev.read_only_timed, dev.helpers, "read_only_timed"));
   GA_CU_CHECK(d.cuModuleGetFunction(&dev.read_only_pdl, dev.helpers, "read_only_pdl"));
   GA_CU_CHECK(d.cuModuleGetFunction(&dev.paged_read, dev.helpers, "paged_read"));
+  GA_CU_CHECK(d.cuModuleGetFunction(&dev.empty_kernel, dev.helpers, "empty_kernel"));
+  GA_CU_CHECK(d.cuModuleGetFunction(&dev.read_bulk, dev.helpers, "read_bulk"));
+  {
+    const char* lat[3] = {"read_lat2", "read_lat4", "read_lat8"};
+    for (int i = 0; i < 3; ++i)
+      GA_CU_CHECK(d.cuModuleGetFunction(&dev.read_lat[i], dev.helpers, lat[i]));
+    const char* cpa[4] = {"read_cpa4", "read_cpa8", "read_cpa16", "read_cpa32"};
+    for (int i = 0; i < 4; ++i)
+      GA_CU_CHECK(d.cuModuleGetFunction(&dev.read_cpa[i], dev.helpers, cpa[i]));
+  }
   dev.flush = std::make_unique<DeviceBuffer>(2 * static_cast<size_t>(dev.l2_bytes));
   dev.flush->fill_bytes(0);
   dev.flush_sink = std::make_unique<DeviceBuffer>(64);

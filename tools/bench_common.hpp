@@ -26,7 +26,12 @@ struct Device {
   CUfunction read_only_timed = nullptr;  // read_only with per-block records (--block-timing)
   CUfunction read_only_pdl = nullptr;    // read_only as a chain layer (--try-chain's floor)
   CUfunction paged_read = nullptr;       // the decode's reads alone (--paged-read)
-  std::unique_ptr<DeviceBuffer> flush;   // twice the L2, written before every timed repetition
+  // --read-latency: an empty kernel, read_lat2..8 (K register loads a thread), read_cpa4..32 (K
+  // cp.async copies a thread, all in flight), read_bulk (sm_90 bulk copies into shared memory)
+  CUfunction empty_kernel = nullptr, read_bulk = nullptr;
+  CUfunction read_lat[3] = {};          // K = 2, 4, 8
+  CUfunction read_cpa[4] = {};          // K = 4, 8, 16, 32
+  std::unique_ptr<DeviceBuffer> flush;  // twice the L2, written before every timed repetition
   // --flush-by-reading: the flush buffer is read (read_only) instead of written, which leaves L2
   // holding clean lines: a written flush leaves up to an L2 of dirty lines, whose write-back
   // the timed work then pays for as it reads.
@@ -68,6 +73,11 @@ void launch_read_only_pdl(const Device& dev, CUdeviceptr in, size_t bytes, CUdev
 struct PagedRead {
   CUdeviceptr key = 0, value = 0, block_table = 0;
   int pieces = 0, requests = 0, blocks_per_seq = 0, tiles = 0;
+  int splits = 1;  // blocks a request (y = request * splits + split), each a tile range
+  // 0: tiles as given; else each request's tiles from its length here, read first (the
+  // decode's chain seq_lens -> block table -> KV). block_table 0: page i of request r is
+  // r * blocks_per_seq + i (no block-table round trip)
+  CUdeviceptr seq_lens = 0;
   size_t page_bytes = 0, token_bytes = 0;
   unsigned smem_bytes = 0;
 };
@@ -76,6 +86,14 @@ void launch_paged_read(const Device& dev, const PagedRead& r, CUdeviceptr sink);
 // decode kernel's timing layout with one warp) at `records`.
 void launch_read_only_timed(const Device& dev, CUdeviceptr in, size_t bytes, CUdeviceptr sink,
                             CUdeviceptr records);
+
+// --read-latency: the floors of one row's time after the same flush (graph replays, median of
+// reps, printed): an empty kernel's graph (1 block, and one block of 128 threads a
+// multiprocessor), and [in, in + bytes) read in one pass by grids over every multiprocessor:
+// read_lat<K> (K 16-byte register loads a thread), read_cpa<K> (K cp.async copies a thread, all
+// in flight) and read_bulk (bulk copies into shared memory, 1 and 2 blocks a multiprocessor).
+// Returns the least read time.
+double read_latency_rows(const Device& dev, int reps, CUdeviceptr in, size_t bytes);
 
 // Median of `reps` event-timed runs of work(), each after writing the flush buffer (when
 // flush_l2) so no run finds the previous one's data in L2.

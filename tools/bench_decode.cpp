@@ -199,8 +199,9 @@ double check_shape(const DecodeShape& s, const AttentionLayerConfig& c, const De
 // table row sorted): what a decode that visits its tiles by physical block could read at, since
 // every block then sweeps the cache from its start as the others do.
 void paged_read_row(const Device& dev, const AttentionBackend& attn, int reps, CUdeviceptr cache,
-                    int elem, CUdeviceptr bt, const std::vector<int>& phys, const DecodeShape& s,
-                    int64_t blocks_per_seq, int64_t NB, double graph_us, double rd_us) {
+                    int elem, CUdeviceptr bt, CUdeviceptr seq, const std::vector<int>& phys,
+                    const DecodeShape& s, int64_t blocks_per_seq, int64_t NB, double graph_us,
+                    double rd_us) {
   const auto& d = driver();
   const detail::LoadedKernel& dk =
       detail::load_kernel(attn.required_specs()[1], default_kernel_cache());
@@ -210,11 +211,9 @@ void paged_read_row(const Device& dev, const AttentionBackend& attn, int reps, C
       s.batch, lc.num_kv_heads, lc.num_heads / lc.num_kv_heads * lc.decode_query_len,
       lc.max_model_len, lc.window, lc.head_size, lc.kv_dtype, ddev);
   const int rh = std::max(1, ddev.row_heads), KH = s.kv_heads, D = s.head_size;
-  if (g.max_splits != 1 || D * elem * rh != 256 || KH % rh != 0) {
-    std::printf(
-        "   paged read: skipped (%d splits, %d-byte rows: the helper reads 256-byte rows "
-        "of unsplit launches)\n",
-        g.max_splits, D * elem * rh);
+  if (D * elem * rh != 256 || KH % rh != 0) {
+    std::printf("   paged read: skipped (%d-byte rows: the helper reads 256-byte rows)\n",
+                D * elem * rh);
     return;
   }
   PagedRead r;
@@ -226,6 +225,7 @@ void paged_read_row(const Device& dev, const AttentionBackend& attn, int reps, C
   r.requests = s.batch;
   r.blocks_per_seq = static_cast<int>(blocks_per_seq);
   r.tiles = (s.len + 15) / 16;
+  r.splits = g.max_splits;  // each split block its range of tiles, as the decode's
   r.token_bytes = static_cast<size_t>(KH) * D * elem;
   r.smem_bytes = static_cast<unsigned>(ga_decode_smem_bytes(D, elem, g.stages, rh));
   GA_CU_CHECK(d.cuFuncSetAttribute(dev.paged_read, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
@@ -238,8 +238,25 @@ void paged_read_row(const Device& dev, const AttentionBackend& attn, int reps, C
   std::printf(
       "   paged read (%d x %d blocks, %d a multiprocessor (decode: %d at %d stages), loads "
       "only): %.1f us (%.1f%% of rd); decode graph - paged read %.1f us\n",
-      r.pieces, r.requests, per_sm, ddev.blocks_per_sm[g.stages], g.stages, t, 100.0 * rd_us / t,
-      graph_us - t);
+      r.pieces, r.requests * r.splits, per_sm, ddev.blocks_per_sm[g.stages], g.stages, t,
+      100.0 * rd_us / t, graph_us - t);
+  // The chain's parts: the same reads with no block table (pages in order, addresses known at
+  // entry), and after reading the request's length first (seq_lens -> block table -> KV, as the
+  // decode).
+  {
+    PagedRead f = r;
+    f.block_table = 0;
+    const double tf =
+        time_graph_us(dev, reps, [&] { launch_paged_read(dev, f, dev.flush_sink->ptr()); });
+    PagedRead c = r;
+    c.seq_lens = seq;
+    const double tc =
+        time_graph_us(dev, reps, [&] { launch_paged_read(dev, c, dev.flush_sink->ptr()); });
+    std::printf(
+        "   paged read without the block table (pages in order): %.1f us; seq_lens first, then "
+        "the block table: %.1f us\n",
+        tf, tc);
+  }
   std::vector<int> sorted(phys);
   for (int64_t q = 0; q < s.batch; ++q)
     std::sort(sorted.begin() + q * blocks_per_seq, sorted.begin() + (q + 1) * blocks_per_seq);
@@ -430,12 +447,13 @@ nlohmann::json bench_decode(const Device& dev, const DecodeOptions& o, const Pee
                 100.0 * gbs / dev.read_gbs, kv_bytes / dev.read_gbs / 1e3, rd_us,
                 100.0 * rd_us / best, peer_col, ratio_col, err_col,
                 check && !(err <= tol) ? "  FAIL" : "");
+    if (o.read_latency) read_latency_rows(dev, o.reps, cache.ptr(), static_cast<size_t>(kv_bytes));
     if (o.block_timing > 0 && s.q_len == 1 && backend)
       decode_block_timing(dev, *backend, run, o.block_timing, rd_us, o.block_timing_out, s.label(),
                           cache.ptr(), static_cast<size_t>(kv_bytes));
     if (o.paged_read && s.q_len == 1 && backend && !s.hnd && !s.sparse)
-      paged_read_row(dev, *backend, o.reps, cache.ptr(), elem, bt.ptr(), phys, s, blocks_per_seq,
-                     NB, graph_us, rd_us);
+      paged_read_row(dev, *backend, o.reps, cache.ptr(), elem, bt.ptr(), seq.ptr(), phys, s,
+                     blocks_per_seq, NB, graph_us, rd_us);
     if (!o.try_splits.empty() && s.q_len == 1 && backend) {  // (flash single-token kernels)
       const AttentionBackend& attn = *backend;
       // The decode kernel alone at other grid widths and every pipeline depth, each captured and

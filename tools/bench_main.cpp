@@ -100,9 +100,15 @@ int main(int argc, char** argv) {
                  "decode: also time the kernels alone at these max_splits, e.g. 1,4,16,64");
   bool paged_read = false;
   app.add_flag("--paged-read", paged_read,
-               "decode: after each flash NHD single-token unsplit row, the same pages read by the "
+               "decode: after each flash NHD single-token row, the same pages read by the "
                "bench's paged_read helper (the decode's grid and blocks a multiprocessor, loads "
                "only), then again with each request's pages in ascending address order");
+  bool read_latency = false;
+  app.add_flag("--read-latency", read_latency,
+               "decode: after each row, its latency floors after the same flush: an empty "
+               "kernel's graph replay (1 block, one a multiprocessor) and the row's bytes read by "
+               "kernels built for latency (every multiprocessor, each thread's 16-byte loads all "
+               "in flight at once; on sm_90 also bulk copies into shared memory)");
   int try_chain = 0;
   app.add_option("--try-chain", try_chain,
                  "decode, with --try-splits: also time N launches back to back in one graph, each "
@@ -179,6 +185,7 @@ int main(int argc, char** argv) {
     for (const auto& s : split_list(try_splits_text)) dopt.try_splits.push_back(std::stoi(s));
     dopt.chain = try_chain;
     dopt.paged_read = paged_read;
+    dopt.read_latency = read_latency;
     dopt.block_timing = block_timing;
     dopt.block_timing_out = block_timing_out;
 

@@ -57,10 +57,13 @@ struct DecodeOptions {
   int block_timing = 0;
   std::string
       block_timing_out;  // with block_timing: also write the raw records to PREFIX<row>-rN.u64
-  // After each flash NHD single-token unsplit row: the decode's reads alone (paged_read, the
-  // bench's helper: the decode's grid, page order and blocks a multiprocessor, loads only), then
-  // with each request's pages in ascending address order
+  // After each flash NHD single-token row (split launches: each split block its tiles): the
+  // decode's reads alone (paged_read, the bench's helper: the decode's grid, page order and blocks
+  // a multiprocessor, loads only), then with each request's pages in ascending address order
   bool paged_read = false;
+  // After each row: its latency floors after the same flush (read_latency_rows: an empty
+  // kernel's graph, the row's bytes read with every load in flight at once, and by bulk copies)
+  bool read_latency = false;
 };
 // bf16, 32 query heads, 8 KV heads (or the shape's :kvN), block 16, shuffled blocks. Sets *ok false
 // when a shape fails its float64 reference check.
