@@ -820,7 +820,12 @@ enum GaPwSched : int {
   // e4m3 only: the consumers' warpgroup index made warp-uniform by a shuffle (prefill_sm90.cu,
   // ucw), as GA_PW_SCHED_HOIST does, without hoisting the descriptors (H200, 4 x 4096 causal:
   // 701.60 us against 702.72 with the default bits, not beyond noise; off).
-  GA_PW_SCHED_UNIFORM_CW = 16384
+  GA_PW_SCHED_UNIFORM_CW = 16384,
+  // e4m3 only, head 128 with 128-key tiles: each consumer warp's 16 Q rows loaded once an item
+  // from shared memory into wgmma A registers (16 a thread), S = Q K^T as wgmma with A from
+  // registers (K alone read from shared memory: 16 KiB a warpgroup-tile instead of 24), and the
+  // Q buffer released to the producer right after that load (prefill_sm90.cu, q_regs).
+  GA_PW_SCHED_Q_REGS = 32768
 };
 // The e4m3 prefill's (fp8) bits: `fp8_bits` >= 0 (-DGA_PREFILL_SM90_FP8_SCHED=N, for measurement)
 // sets them all, of GA_PW_SCHED_EARLY_WAIT, _VOTE_MAX, _MAX8, _ROW_LINES, _HOIST, _IMAX3 and
@@ -839,7 +844,8 @@ constexpr int ga_prefill_sm90_sched(int head_size, bool legacy, bool fp8, bool s
                           (GA_PW_SCHED_EARLY_WAIT | GA_PW_SCHED_MAX8 | GA_PW_SCHED_ROW_LINES |
                            GA_PW_SCHED_HOIST | GA_PW_SCHED_IMAX3 | GA_PW_SCHED_STAGGER |
                            GA_PW_SCHED_EARLY_PACK | GA_PW_SCHED_EXP_CHUNKS |
-                           GA_PW_SCHED_UNIFORM_CW | (scaled_scores ? 0 : GA_PW_SCHED_VOTE_MAX))
+                           GA_PW_SCHED_UNIFORM_CW | GA_PW_SCHED_Q_REGS |
+                           (scaled_scores ? 0 : GA_PW_SCHED_VOTE_MAX))
                 : bits < 0 ? (head_size == 128
                                   ? GA_PW_SCHED_ROW_LINES |
                                         (scaled_scores

@@ -579,7 +579,8 @@ __device__ __forceinline__ unsigned long long pw_k_desc(unsigned addr) {
                "{%64, %65, %66, %67}, %68, p, " IMM ";\n}\n"                                \
                : PW_F8(0), PW_F8(8), PW_F8(16), PW_F8(24), PW_F8(32), PW_F8(40), PW_F8(48), \
                  PW_F8(56)                                                                  \
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1), "n"(PW_V_TRANS))
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accumulate),         \
+                 "n"(PW_V_TRANS))
 #define PW_WGMMA_RS_N128(TY) \
   PW_WGMMA_RS_N128_("wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY, "1, 1, %70")
 
@@ -644,9 +645,10 @@ __device__ __forceinline__ void pw_wgmma_ss(float (&d)[N / 2], unsigned long lon
   }
 }
 
+// (accumulate: N = 128 only; the others always accumulate.)
 template <int N>
 __device__ __forceinline__ void pw_wgmma_rs(float (&d)[N / 2], const unsigned (&a)[4],
-                                            unsigned long long db) {
+                                            unsigned long long db, int accumulate = 1) {
   if constexpr (N == 64) {
     if (IS_BF16)
       PW_WGMMA_RS_N64("bf16");
@@ -729,9 +731,10 @@ __device__ __forceinline__ void pw_wgmma8_ss(float (&d)[N / 2], unsigned long lo
   }  // other N: 16-bit instantiations (never issued)
 }
 
+// (accumulate == 0 overwrites d: N = 128 only, GA_PW_SCHED_Q_REGS's S; N = 256 always accumulates.)
 template <int N>
 __device__ __forceinline__ void pw_wgmma8_rs(float (&d)[N / 2], const unsigned (&a)[4],
-                                             unsigned long long db) {
+                                             unsigned long long db, int accumulate = 1) {
   static_assert(!PW_FP8 || N == 128 || N == 256, "pw_wgmma8_rs: N is 128 or 256");
   if constexpr (N == 128) {
     if (KV_FP8 == 2)
@@ -1441,6 +1444,19 @@ __device__ __forceinline__ bool pw_softmax_spec(float sc, float (&s)[PW_BLOCK_N 
 // fp8's PW_F8_SPEC: m16n8k32 e4m3 x {e4m3, e5m2}). Per k-step of 32 bytes a thread's A words are
 // the 4 bytes at 4 (lane % 4) of chunks 2 kk and 2 kk + 1 of rows g and g + 8, its B words the
 // same bytes of key row 8 nb + g: both shapes' fragments in bytes.
+// A's words of k-step kk (32 bytes) for rows qr, qr + 8 of the Q tile at q_base: the 4 bytes at
+// t4 = 4 (lane % 4) of chunks 2 kk and 2 kk + 1 (a0 / a2 row qr, a1 / a3 row qr + 8), the A
+// fragment of mma.sync m16n8k32 e4m3 (m16n8k16 16-bit) and, per warp, of wgmma's A from registers.
+__device__ __forceinline__ void pw_q_frag(unsigned q_base, int qr, int kk, unsigned t4,
+                                          unsigned (&a)[4]) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+    asm volatile(
+        "ld.shared.u32 %0, [%1];\n"
+        : "=r"(a[i])
+        : "r"(q_base + pw_swizzle(qr + 8 * (i & 1), 2 * kk + (i >> 1), PW_BLOCK_M) + t4));
+}
+
 __device__ __forceinline__ void pw_rescore_warp(unsigned q_base, unsigned kt, int qr, int lane,
                                                 float (&s)[PW_BLOCK_N / 2]) {
   const unsigned t4 = 4 * (lane & 3);
@@ -1449,12 +1465,7 @@ __device__ __forceinline__ void pw_rescore_warp(unsigned q_base, unsigned kt, in
 #pragma unroll 1
   for (int kk = 0; kk < HEAD_SIZE * PW_EB / 32; ++kk) {
     unsigned a[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-      asm volatile(
-          "ld.shared.u32 %0, [%1];\n"
-          : "=r"(a[i])
-          : "r"(q_base + pw_swizzle(qr + 8 * (i & 1), 2 * kk + (i >> 1), PW_BLOCK_M) + t4));
+    pw_q_frag(q_base, qr, kk, t4, a);
 #pragma unroll
     for (int nb = 0; nb < PW_BLOCK_N / 8; ++nb) {
       unsigned b[2];
@@ -2317,8 +2328,25 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
         asm volatile("" : "+l"(hv[kk]));
       }
     };
+    // GA_PW_SCHED_Q_REGS (e4m3, params.h): this warp's 16 Q rows as wgmma A registers (qf, loaded
+    // once an item by load_q), S = Q K^T with A from registers: shared memory then serves S only
+    // K (16 KiB a warpgroup-tile where the Q slice added 8).
+    constexpr bool q_regs = PW_FP8 && PW_BLOCK_N == 128 && !PW_F8_SPEC && !hoist &&
+                            (PW_SCHED & GA_PW_SCHED_Q_REGS) != 0;
+    unsigned qf[PW_KSTEPS][4];  // unused (and gone) without q_regs
+    auto load_q = [&] {
+#pragma unroll
+      for (int ks = 0; ks < PW_KSTEPS; ++ks) pw_q_frag(q_base, row0 + g, ks, t2 * 2, qf[ks]);
+    };
     // S = Q K^T of the K tile in `stage`, into s.
     auto issue_s = [&](int stage) {
+      if (q_regs) {
+        const unsigned long long kd = k_desc + ((stage * PW_KV_BYTES) >> 4);
+#pragma unroll
+        for (int ks = 0; ks < PW_KSTEPS; ++ks)
+          pw_wgmma8_rs<PW_BLOCK_N>(s, qf[ks], kd + pw_k_kstep(ks), ks > 0);
+        return;
+      }
       if (hoist) {
 #pragma unroll
         for (int ks = 0; ks < PW_KSTEPS; ++ks) {
@@ -2686,6 +2714,15 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
         }
       }
       pw_mbar_wait(bar_q, q_phase);
+      if (q_regs) {
+        load_q();
+#if PW_PERSIST
+        // Q is in registers (every lane's loads done: the warp's sync): the producer may load
+        // the next item's Q now.
+        __syncwarp();
+        if (lane == 0) pw_mbar_arrive(bar_q_empty);
+#endif
+      }
 #if !GA_BLOCK_SPARSE
       if (turns && cw == PW_CONSUMERS - 1) pw_bar_arrive(PW_SCHED_BAR, 256);  // consumer 0 starts
       // GA_PW_SCHED_STAGGER (e4m3, two consumers without turns): consumer 1 starts its first
@@ -2705,8 +2742,8 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
         advance();
       }
 #if PW_PERSIST
-      // This warp's last S is done: the producer may load the next tile's Q.
-      if (lane == 0) pw_mbar_arrive(bar_q_empty);
+      // This warp's last S is done: the producer may load the next tile's Q (q_regs: above).
+      if (lane == 0 && !q_regs) pw_mbar_arrive(bar_q_empty);
       q_phase ^= 1;
 #endif
       if (PW_OVERLAP) pv(prev, prev_phase, true);
