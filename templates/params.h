@@ -835,7 +835,8 @@ enum GaPwSched : int {
 // H100, 4 x 4096 causal 734.0 us against 744.1 / 746.8 for main's kernel, -1.4%; the early waits
 // +4.4%, the stagger +3.8%, both off; docs/fp8-prefill-h100-2026-11-27-s14.txt) and the early
 // pack with the exponentials in chunks (session 18, f818: H200, 4 x 4096 causal, see
-// docs/fp8-prefill-h200-2026-11-28-s18.txt), or `bits`' row-lines bit.
+// docs/fp8-prefill-h200-2026-11-28-s18.txt) and Q in registers (session 19, f819:
+// docs/fp8-prefill-h200-2026-11-28-s19.txt), or `bits`' row-lines bit.
 constexpr int ga_prefill_sm90_sched(int head_size, bool legacy, bool fp8, bool scaled_scores,
                                     bool plain_causal, bool plain_paged, int bits = -1,
                                     int fp8_bits = -1) {
@@ -851,7 +852,8 @@ constexpr int ga_prefill_sm90_sched(int head_size, bool legacy, bool fp8, bool s
                                         (scaled_scores
                                              ? 0
                                              : GA_PW_SCHED_VOTE_MAX | GA_PW_SCHED_IMAX3 |
-                                                   GA_PW_SCHED_EARLY_PACK | GA_PW_SCHED_EXP_CHUNKS)
+                                                   GA_PW_SCHED_EARLY_PACK | GA_PW_SCHED_EXP_CHUNKS |
+                                                   GA_PW_SCHED_Q_REGS)
                                   : 0)
                            : bits & GA_PW_SCHED_ROW_LINES)
          : bits < 0

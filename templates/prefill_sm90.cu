@@ -85,7 +85,8 @@ using pw_elem = PwElemOf<PW_FP8>::type;  // a Q/K/V element as stored
 // Candidates, correct: 16 the speculative softmax (PW_F8_SPEC), 32 probabilities 2^(s - m + 7)
 // instead of 2^(s - m + 8) (PW_P8_SHIFT), 64 the consumers' wgmma ping-pong. With 16, timing only:
 // 128 no second scoring (spec_check), 256 no check at all; 512 (correct) the producer's pass-map
-// gather and per-step transpose addresses instead of PW_F8_ROWS'. (An enumerator: a
+// gather and per-step transpose addresses instead of PW_F8_ROWS'; 1024 (correct) PW_F8_ROWS'
+// transpose step by step instead of batched (pw_transpose_v_rows). (An enumerator: a
 // namespace-level constant would add to every spec's GLOBAL and CONSTANT totals.)
 #ifdef GA_PREFILL_SM90_FP8_VAR
 enum PwFp8Var : int { PW_F8V = PW_FP8 ? GA_PREFILL_SM90_FP8_VAR : 0 };
@@ -1604,21 +1605,29 @@ __device__ __forceinline__ void pw_pair_p8(const unsigned short (&h)[PW_PF_STEPS
 // either side).
 // One step of pw_transpose_v: 16 keys x 32 dimensions from the raw tile at ld into the V^T stage
 // at st (this lane's ldmatrix and stmatrix addresses).
-__device__ __forceinline__ void pw_transpose_step(unsigned ld, unsigned st, unsigned sel_a,
-                                                  unsigned sel_b) {
-  unsigned r0, r1, r2, r3;
+// (In two halves, pw_transpose_load and pw_transpose_store, for PW_F8_ROWS' batched form.)
+__device__ __forceinline__ void pw_transpose_load(unsigned ld, unsigned (&r)[4]) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(ld)
                : "memory");
+}
+__device__ __forceinline__ void pw_transpose_store(const unsigned (&r)[4], unsigned st,
+                                                   unsigned sel_a, unsigned sel_b) {
   unsigned x0, x1, y0, y1;
-  asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(x0) : "r"(r0), "r"(r1), "r"(sel_a));
-  asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(x1) : "r"(r0), "r"(r1), "r"(sel_b));
-  asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(y0) : "r"(r2), "r"(r3), "r"(sel_a));
-  asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(y1) : "r"(r2), "r"(r3), "r"(sel_b));
+  asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(x0) : "r"(r[0]), "r"(r[1]), "r"(sel_a));
+  asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(x1) : "r"(r[0]), "r"(r[1]), "r"(sel_b));
+  asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(y0) : "r"(r[2]), "r"(r[3]), "r"(sel_a));
+  asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(y1) : "r"(r[2]), "r"(r[3]), "r"(sel_b));
   asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(st),
                "r"(x0), "r"(x1), "r"(y0), "r"(y1)
                : "memory");
+}
+__device__ __forceinline__ void pw_transpose_step(unsigned ld, unsigned st, unsigned sel_a,
+                                                  unsigned sel_b) {
+  unsigned r[4];
+  pw_transpose_load(ld, r);
+  pw_transpose_store(r, st, sel_a, sel_b);
 }
 // A lane's place in pw_transpose_v's steps: the matrix and row it addresses (mi, j), its quad
 // lane q, the ldmatrix row (key) and chunk, and the dimension (V^T row) it stores.
@@ -1676,15 +1685,33 @@ __device__ __forceinline__ PwTransposeOffsets pw_transpose_offsets(int ptid) {
     o.st[kg] = pw_opaque(pw_swizzle(t.st_dim, 2 * warp + kg, HEAD_SIZE));
   return o;
 }
+// Batched (default; -DGA_PREFILL_SM90_FP8_VAR=1024: step by step, each ldmatrix's 4 byte
+// permutes waiting for it and the next ldmatrix after the stmatrix, as until session 19): the
+// next step's ldmatrix issued before this step's permutes and stmatrix (8 registers a thread;
+// all 8 steps' loads first spilled 45 STL/LDL at the producer's 88 registers, 4 at a time 39),
+// so each load's latency overlaps the step before (ncu, H200, session 19: the PRMTs waiting on
+// their LDSM were the producer's largest stall, and the producer busy ~86% of the time).
 __device__ __forceinline__ void pw_transpose_v_rows(unsigned raw, unsigned vt,
                                                     const PwTransposeOffsets& o, int ptid) {
   const PwTransposeLane t = pw_transpose_lane(ptid & 31);
+  if (PW_F8V & 1024) {
 #pragma unroll
-  for (int kg = 0; kg < 2; ++kg) {
+    for (int kg = 0; kg < 2; ++kg) {
 #pragma unroll
-    for (int du = 0; du < HEAD_SIZE / 32; ++du)
-      pw_transpose_step(raw + o.ld[du] + kg * 16 * 128, vt + o.st[kg] + du * 32 * 128, t.sel_a,
-                        t.sel_b);
+      for (int du = 0; du < HEAD_SIZE / 32; ++du)
+        pw_transpose_step(raw + o.ld[du] + kg * 16 * 128, vt + o.st[kg] + du * 32 * 128, t.sel_a,
+                          t.sel_b);
+    }
+    return;
+  }
+  constexpr int DU = HEAD_SIZE / 32, STEPS = 2 * DU;  // step i: kg = i / DU, du = i % DU
+  unsigned r[2][4];
+  pw_transpose_load(raw + o.ld[0], r[0]);
+#pragma unroll
+  for (int i = 0; i < STEPS; ++i) {
+    if (i + 1 < STEPS)
+      pw_transpose_load(raw + o.ld[(i + 1) % DU] + (i + 1) / DU * 16 * 128, r[(i + 1) & 1]);
+    pw_transpose_store(r[i & 1], vt + o.st[i / DU] + i % DU * 32 * 128, t.sel_a, t.sel_b);
   }
 }
 
@@ -2331,7 +2358,9 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
     // GA_PW_SCHED_Q_REGS (e4m3, params.h): this warp's 16 Q rows as wgmma A registers (qf, loaded
     // once an item by load_q), S = Q K^T with A from registers: shared memory then serves S only
     // K (16 KiB a warpgroup-tile where the Q slice added 8).
-    constexpr bool q_regs = PW_FP8 && PW_BLOCK_N == 128 && !PW_F8_SPEC && !hoist &&
+    // (Only with the producer's warp-row gather, PW_F8_ROWS: block size 256 spilled more with it,
+    // 19 -> 32 STL/LDL.)
+    constexpr bool q_regs = PW_FP8 && PW_BLOCK_N == 128 && PW_F8_ROWS && !PW_F8_SPEC && !hoist &&
                             (PW_SCHED & GA_PW_SCHED_Q_REGS) != 0;
     unsigned qf[PW_KSTEPS][4];  // unused (and gone) without q_regs
     auto load_q = [&] {
