@@ -86,7 +86,7 @@ using pw_elem = PwElemOf<PW_FP8>::type;  // a Q/K/V element as stored
 // instead of 2^(s - m + 8) (PW_P8_SHIFT), 64 the consumers' wgmma ping-pong. With 16, timing only:
 // 128 no second scoring (spec_check), 256 no check at all; 512 (correct) the producer's pass-map
 // gather and per-step transpose addresses instead of PW_F8_ROWS'; 1024 (correct) PW_F8_ROWS'
-// transpose step by step instead of batched (pw_transpose_v_rows). (An enumerator: a
+// transpose pipelined one ldmatrix ahead (pw_transpose_v_rows). (An enumerator: a
 // namespace-level constant would add to every spec's GLOBAL and CONSTANT totals.)
 #ifdef GA_PREFILL_SM90_FP8_VAR
 enum PwFp8Var : int { PW_F8V = PW_FP8 ? GA_PREFILL_SM90_FP8_VAR : 0 };
@@ -572,16 +572,15 @@ __device__ __forceinline__ unsigned long long pw_k_desc(unsigned addr) {
       : PW_F8(0), PW_F8(8), PW_F8(16), PW_F8(24)              \
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1), "n"(PW_V_TRANS))
 
-#define PW_WGMMA_RS_N128_(INSTR, IMM)                                                       \
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n" INSTR                           \
-               " "                                                                          \
-               "{" PW_D64                                                                   \
-               "}, "                                                                        \
-               "{%64, %65, %66, %67}, %68, p, " IMM ";\n}\n"                                \
-               : PW_F8(0), PW_F8(8), PW_F8(16), PW_F8(24), PW_F8(32), PW_F8(40), PW_F8(48), \
-                 PW_F8(56)                                                                  \
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accumulate),         \
-                 "n"(PW_V_TRANS))
+#define PW_WGMMA_RS_N128_(INSTR, IMM)                                                        \
+  asm volatile(                                                                              \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n" INSTR                                     \
+      " "                                                                                    \
+      "{" PW_D64                                                                             \
+      "}, "                                                                                  \
+      "{%64, %65, %66, %67}, %68, p, " IMM ";\n}\n"                                          \
+      : PW_F8(0), PW_F8(8), PW_F8(16), PW_F8(24), PW_F8(32), PW_F8(40), PW_F8(48), PW_F8(56) \
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accumulate), "n"(PW_V_TRANS))
 #define PW_WGMMA_RS_N128(TY) \
   PW_WGMMA_RS_N128_("wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY, "1, 1, %70")
 
@@ -1452,10 +1451,9 @@ __device__ __forceinline__ void pw_q_frag(unsigned q_base, int qr, int kk, unsig
                                           unsigned (&a)[4]) {
 #pragma unroll
   for (int i = 0; i < 4; ++i)
-    asm volatile(
-        "ld.shared.u32 %0, [%1];\n"
-        : "=r"(a[i])
-        : "r"(q_base + pw_swizzle(qr + 8 * (i & 1), 2 * kk + (i >> 1), PW_BLOCK_M) + t4));
+    asm volatile("ld.shared.u32 %0, [%1];\n"
+                 : "=r"(a[i])
+                 : "r"(q_base + pw_swizzle(qr + 8 * (i & 1), 2 * kk + (i >> 1), PW_BLOCK_M) + t4));
 }
 
 __device__ __forceinline__ void pw_rescore_warp(unsigned q_base, unsigned kt, int qr, int lane,
@@ -1605,7 +1603,8 @@ __device__ __forceinline__ void pw_pair_p8(const unsigned short (&h)[PW_PF_STEPS
 // either side).
 // One step of pw_transpose_v: 16 keys x 32 dimensions from the raw tile at ld into the V^T stage
 // at st (this lane's ldmatrix and stmatrix addresses).
-// (In two halves, pw_transpose_load and pw_transpose_store, for PW_F8_ROWS' batched form.)
+// (In two halves, pw_transpose_load and pw_transpose_store, for pw_transpose_v_rows' pipelined
+// form.)
 __device__ __forceinline__ void pw_transpose_load(unsigned ld, unsigned (&r)[4]) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
@@ -1685,16 +1684,17 @@ __device__ __forceinline__ PwTransposeOffsets pw_transpose_offsets(int ptid) {
     o.st[kg] = pw_opaque(pw_swizzle(t.st_dim, 2 * warp + kg, HEAD_SIZE));
   return o;
 }
-// Batched (default; -DGA_PREFILL_SM90_FP8_VAR=1024: step by step, each ldmatrix's 4 byte
-// permutes waiting for it and the next ldmatrix after the stmatrix, as until session 19): the
-// next step's ldmatrix issued before this step's permutes and stmatrix (8 registers a thread;
-// all 8 steps' loads first spilled 45 STL/LDL at the producer's 88 registers, 4 at a time 39),
-// so each load's latency overlaps the step before (ncu, H200, session 19: the PRMTs waiting on
-// their LDSM were the producer's largest stall, and the producer busy ~86% of the time).
+// -DGA_PREFILL_SM90_FP8_VAR=1024 (correct, off): pipelined, the next step's ldmatrix issued before
+// this step's permutes and stmatrix (8 registers a thread; all 8 steps' loads first spilled 45
+// STL/LDL at the producer's 88 registers, 4 at a time 39), so each load's latency overlaps the
+// step before: ncu (H200, session 19) had the PRMTs waiting on their LDSM as the producer's largest
+// stall, with the producer busy ~86% of the time. Measured 0.4% faster alone but slower with
+// GA_PW_SCHED_Q_REGS than Q_REGS alone (4 x 4096 causal: 694.9 / 696.5 / 690.3 us, main 697.5;
+// docs/fp8-prefill-h200-2026-11-28-s19.txt), so the default keeps the step-by-step order.
 __device__ __forceinline__ void pw_transpose_v_rows(unsigned raw, unsigned vt,
                                                     const PwTransposeOffsets& o, int ptid) {
   const PwTransposeLane t = pw_transpose_lane(ptid & 31);
-  if (PW_F8V & 1024) {
+  if (!(PW_F8V & 1024)) {
 #pragma unroll
     for (int kg = 0; kg < 2; ++kg) {
 #pragma unroll
