@@ -47,9 +47,9 @@ bool allowed(const std::string& o) {
   if (starts_with(o, "-DGA_PREFILL_SM90_SCHED="))
     return number_after(o, "-DGA_PREFILL_SM90_SCHED=", 0, 4095);
   if (starts_with(o, "-DGA_PREFILL_SM90_FP8_SCHED="))
-    return number_after(o, "-DGA_PREFILL_SM90_FP8_SCHED=", 0, 32767);
+    return number_after(o, "-DGA_PREFILL_SM90_FP8_SCHED=", 0, 65535);
   if (starts_with(o, "-DGA_PREFILL_SM90_FP8_VAR="))
-    return number_after(o, "-DGA_PREFILL_SM90_FP8_VAR=", 0, 1023);
+    return number_after(o, "-DGA_PREFILL_SM90_FP8_VAR=", 0, 2047);
   // The sm_90 e4m3 prefill's output and persistence (templates/prefill_sm90.cu, PW_PERSIST): 0
   // session 16's kernel, 1 the output stored from registers, 2 also persistent blocks, 3 (the
   // default) persistent with the output staged in its own buffer (runtime/prefill.cpp launches
@@ -93,7 +93,7 @@ std::vector<std::string> parse_nvrtc_extra_options(const std::string& text) {
           "--maxrregcount=N (N 1-999), -DGA_DECODE_TIMING=1, -DGA_DECODE_EARLY_TRIGGER=1, "
           "-DGA_DSP_SEQ_WINDOW=N (N 0-4), -DGA_DECODE_PAGE_SORT=N (N 0-32), "
           "-DGA_DECODE_CLUSTER_PUSH=0, -DGA_FP8_CVT_HW=0|1, -DGA_PREFILL_SM90_SCHED=N (N 0-4095), "
-          "-DGA_PREFILL_SM90_FP8_SCHED=N (N 0-32767), -DGA_PREFILL_SM90_FP8_VAR=N (N 0-1023), "
+          "-DGA_PREFILL_SM90_FP8_SCHED=N (N 0-65535), -DGA_PREFILL_SM90_FP8_VAR=N (N 0-2047), "
           "-DGA_PREFILL_SM90_PERSIST=N (N 0-3), -DGA_PREFILL_SM90_LEGACY_VAR=N (N 0-255), "
           "-DGA_PREFILL_SM90_BSTART=N (N 0-15), "
           "-DGA_DECODE_FP8_PAIR=N (N 0-511), "

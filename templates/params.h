@@ -820,7 +820,14 @@ enum GaPwSched : int {
   // e4m3 only: the consumers' warpgroup index made warp-uniform by a shuffle (prefill_sm90.cu,
   // ucw), as GA_PW_SCHED_HOIST does, without hoisting the descriptors (H200, 4 x 4096 causal:
   // 701.60 us against 702.72 with the default bits, not beyond noise; off).
-  GA_PW_SCHED_UNIFORM_CW = 16384
+  GA_PW_SCHED_UNIFORM_CW = 16384,
+  // e4m3 only, head 128 with 128-key tiles: each consumer warp's 16 Q rows loaded once an item
+  // from shared memory into wgmma A registers (16 a thread), S = Q K^T as wgmma with A from
+  // registers (K alone read from shared memory: 16 KiB a warpgroup-tile instead of 24), and the
+  // Q buffer released to the producer right after that load (prefill_sm90.cu, q_regs). The e4m3
+  // default at head 128 without scaled scores (H200, 4 x 4096 causal, 8 alternated rounds: 697.5
+  // -> 690.3 us, -1.0%; s19 doc).
+  GA_PW_SCHED_Q_REGS = 32768
 };
 // The e4m3 prefill's (fp8) bits: `fp8_bits` >= 0 (-DGA_PREFILL_SM90_FP8_SCHED=N, for measurement)
 // sets them all, of GA_PW_SCHED_EARLY_WAIT, _VOTE_MAX, _MAX8, _ROW_LINES, _HOIST, _IMAX3 and
@@ -830,24 +837,26 @@ enum GaPwSched : int {
 // H100, 4 x 4096 causal 734.0 us against 744.1 / 746.8 for main's kernel, -1.4%; the early waits
 // +4.4%, the stagger +3.8%, both off; docs/fp8-prefill-h100-2026-11-27-s14.txt) and the early
 // pack with the exponentials in chunks (session 18, f818: H200, 4 x 4096 causal, see
-// docs/fp8-prefill-h200-2026-11-28-s18.txt), or `bits`' row-lines bit.
+// docs/fp8-prefill-h200-2026-11-28-s18.txt) and Q in registers (session 19, f819:
+// docs/fp8-prefill-h200-2026-11-28-s19.txt), or `bits`' row-lines bit.
 constexpr int ga_prefill_sm90_sched(int head_size, bool legacy, bool fp8, bool scaled_scores,
                                     bool plain_causal, bool plain_paged, int bits = -1,
                                     int fp8_bits = -1) {
   return fp8 ? (fp8_bits >= 0
-                    ? fp8_bits &
-                          (GA_PW_SCHED_EARLY_WAIT | GA_PW_SCHED_MAX8 | GA_PW_SCHED_ROW_LINES |
-                           GA_PW_SCHED_HOIST | GA_PW_SCHED_IMAX3 | GA_PW_SCHED_STAGGER |
-                           GA_PW_SCHED_EARLY_PACK | GA_PW_SCHED_EXP_CHUNKS |
-                           GA_PW_SCHED_UNIFORM_CW | (scaled_scores ? 0 : GA_PW_SCHED_VOTE_MAX))
-                : bits < 0 ? (head_size == 128
-                                  ? GA_PW_SCHED_ROW_LINES |
-                                        (scaled_scores
-                                             ? 0
-                                             : GA_PW_SCHED_VOTE_MAX | GA_PW_SCHED_IMAX3 |
-                                                   GA_PW_SCHED_EARLY_PACK | GA_PW_SCHED_EXP_CHUNKS)
-                                  : 0)
-                           : bits & GA_PW_SCHED_ROW_LINES)
+                    ? fp8_bits & (GA_PW_SCHED_EARLY_WAIT | GA_PW_SCHED_MAX8 |
+                                  GA_PW_SCHED_ROW_LINES | GA_PW_SCHED_HOIST | GA_PW_SCHED_IMAX3 |
+                                  GA_PW_SCHED_STAGGER | GA_PW_SCHED_EARLY_PACK |
+                                  GA_PW_SCHED_EXP_CHUNKS | GA_PW_SCHED_UNIFORM_CW |
+                                  GA_PW_SCHED_Q_REGS | (scaled_scores ? 0 : GA_PW_SCHED_VOTE_MAX))
+                : bits < 0
+                    ? (head_size == 128
+                           ? GA_PW_SCHED_ROW_LINES |
+                                 (scaled_scores ? 0
+                                                : GA_PW_SCHED_VOTE_MAX | GA_PW_SCHED_IMAX3 |
+                                                      GA_PW_SCHED_EARLY_PACK |
+                                                      GA_PW_SCHED_EXP_CHUNKS | GA_PW_SCHED_Q_REGS)
+                           : 0)
+                    : bits & GA_PW_SCHED_ROW_LINES)
          : bits < 0
              ? (legacy && head_size == 128 && !scaled_scores && plain_causal
                     ? GA_PW_SCHED_EARLY_WAIT

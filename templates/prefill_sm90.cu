@@ -85,7 +85,8 @@ using pw_elem = PwElemOf<PW_FP8>::type;  // a Q/K/V element as stored
 // Candidates, correct: 16 the speculative softmax (PW_F8_SPEC), 32 probabilities 2^(s - m + 7)
 // instead of 2^(s - m + 8) (PW_P8_SHIFT), 64 the consumers' wgmma ping-pong. With 16, timing only:
 // 128 no second scoring (spec_check), 256 no check at all; 512 (correct) the producer's pass-map
-// gather and per-step transpose addresses instead of PW_F8_ROWS'. (An enumerator: a
+// gather and per-step transpose addresses instead of PW_F8_ROWS'; 1024 (correct) PW_F8_ROWS'
+// transpose pipelined one ldmatrix ahead (pw_transpose_v_rows). (An enumerator: a
 // namespace-level constant would add to every spec's GLOBAL and CONSTANT totals.)
 #ifdef GA_PREFILL_SM90_FP8_VAR
 enum PwFp8Var : int { PW_F8V = PW_FP8 ? GA_PREFILL_SM90_FP8_VAR : 0 };
@@ -571,15 +572,15 @@ __device__ __forceinline__ unsigned long long pw_k_desc(unsigned addr) {
       : PW_F8(0), PW_F8(8), PW_F8(16), PW_F8(24)              \
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1), "n"(PW_V_TRANS))
 
-#define PW_WGMMA_RS_N128_(INSTR, IMM)                                                       \
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n" INSTR                           \
-               " "                                                                          \
-               "{" PW_D64                                                                   \
-               "}, "                                                                        \
-               "{%64, %65, %66, %67}, %68, p, " IMM ";\n}\n"                                \
-               : PW_F8(0), PW_F8(8), PW_F8(16), PW_F8(24), PW_F8(32), PW_F8(40), PW_F8(48), \
-                 PW_F8(56)                                                                  \
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1), "n"(PW_V_TRANS))
+#define PW_WGMMA_RS_N128_(INSTR, IMM)                                                        \
+  asm volatile(                                                                              \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n" INSTR                                     \
+      " "                                                                                    \
+      "{" PW_D64                                                                             \
+      "}, "                                                                                  \
+      "{%64, %65, %66, %67}, %68, p, " IMM ";\n}\n"                                          \
+      : PW_F8(0), PW_F8(8), PW_F8(16), PW_F8(24), PW_F8(32), PW_F8(40), PW_F8(48), PW_F8(56) \
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(accumulate), "n"(PW_V_TRANS))
 #define PW_WGMMA_RS_N128(TY) \
   PW_WGMMA_RS_N128_("wgmma.mma_async.sync.aligned.m64n128k16.f32." TY "." TY, "1, 1, %70")
 
@@ -644,9 +645,10 @@ __device__ __forceinline__ void pw_wgmma_ss(float (&d)[N / 2], unsigned long lon
   }
 }
 
+// (accumulate: N = 128 only; the others always accumulate.)
 template <int N>
 __device__ __forceinline__ void pw_wgmma_rs(float (&d)[N / 2], const unsigned (&a)[4],
-                                            unsigned long long db) {
+                                            unsigned long long db, int accumulate = 1) {
   if constexpr (N == 64) {
     if (IS_BF16)
       PW_WGMMA_RS_N64("bf16");
@@ -729,9 +731,10 @@ __device__ __forceinline__ void pw_wgmma8_ss(float (&d)[N / 2], unsigned long lo
   }  // other N: 16-bit instantiations (never issued)
 }
 
+// (accumulate == 0 overwrites d: N = 128 only, GA_PW_SCHED_Q_REGS's S; N = 256 always accumulates.)
 template <int N>
 __device__ __forceinline__ void pw_wgmma8_rs(float (&d)[N / 2], const unsigned (&a)[4],
-                                             unsigned long long db) {
+                                             unsigned long long db, int accumulate = 1) {
   static_assert(!PW_FP8 || N == 128 || N == 256, "pw_wgmma8_rs: N is 128 or 256");
   if constexpr (N == 128) {
     if (KV_FP8 == 2)
@@ -1441,6 +1444,18 @@ __device__ __forceinline__ bool pw_softmax_spec(float sc, float (&s)[PW_BLOCK_N 
 // fp8's PW_F8_SPEC: m16n8k32 e4m3 x {e4m3, e5m2}). Per k-step of 32 bytes a thread's A words are
 // the 4 bytes at 4 (lane % 4) of chunks 2 kk and 2 kk + 1 of rows g and g + 8, its B words the
 // same bytes of key row 8 nb + g: both shapes' fragments in bytes.
+// A's words of k-step kk (32 bytes) for rows qr, qr + 8 of the Q tile at q_base: the 4 bytes at
+// t4 = 4 (lane % 4) of chunks 2 kk and 2 kk + 1 (a0 / a2 row qr, a1 / a3 row qr + 8), the A
+// fragment of mma.sync m16n8k32 e4m3 (m16n8k16 16-bit) and, per warp, of wgmma's A from registers.
+__device__ __forceinline__ void pw_q_frag(unsigned q_base, int qr, int kk, unsigned t4,
+                                          unsigned (&a)[4]) {
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+    asm volatile("ld.shared.u32 %0, [%1];\n"
+                 : "=r"(a[i])
+                 : "r"(q_base + pw_swizzle(qr + 8 * (i & 1), 2 * kk + (i >> 1), PW_BLOCK_M) + t4));
+}
+
 __device__ __forceinline__ void pw_rescore_warp(unsigned q_base, unsigned kt, int qr, int lane,
                                                 float (&s)[PW_BLOCK_N / 2]) {
   const unsigned t4 = 4 * (lane & 3);
@@ -1449,12 +1464,7 @@ __device__ __forceinline__ void pw_rescore_warp(unsigned q_base, unsigned kt, in
 #pragma unroll 1
   for (int kk = 0; kk < HEAD_SIZE * PW_EB / 32; ++kk) {
     unsigned a[4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-      asm volatile(
-          "ld.shared.u32 %0, [%1];\n"
-          : "=r"(a[i])
-          : "r"(q_base + pw_swizzle(qr + 8 * (i & 1), 2 * kk + (i >> 1), PW_BLOCK_M) + t4));
+    pw_q_frag(q_base, qr, kk, t4, a);
 #pragma unroll
     for (int nb = 0; nb < PW_BLOCK_N / 8; ++nb) {
       unsigned b[2];
@@ -1593,21 +1603,30 @@ __device__ __forceinline__ void pw_pair_p8(const unsigned short (&h)[PW_PF_STEPS
 // either side).
 // One step of pw_transpose_v: 16 keys x 32 dimensions from the raw tile at ld into the V^T stage
 // at st (this lane's ldmatrix and stmatrix addresses).
-__device__ __forceinline__ void pw_transpose_step(unsigned ld, unsigned st, unsigned sel_a,
-                                                  unsigned sel_b) {
-  unsigned r0, r1, r2, r3;
+// (In two halves, pw_transpose_load and pw_transpose_store, for pw_transpose_v_rows' pipelined
+// form.)
+__device__ __forceinline__ void pw_transpose_load(unsigned ld, unsigned (&r)[4]) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(ld)
                : "memory");
+}
+__device__ __forceinline__ void pw_transpose_store(const unsigned (&r)[4], unsigned st,
+                                                   unsigned sel_a, unsigned sel_b) {
   unsigned x0, x1, y0, y1;
-  asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(x0) : "r"(r0), "r"(r1), "r"(sel_a));
-  asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(x1) : "r"(r0), "r"(r1), "r"(sel_b));
-  asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(y0) : "r"(r2), "r"(r3), "r"(sel_a));
-  asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(y1) : "r"(r2), "r"(r3), "r"(sel_b));
+  asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(x0) : "r"(r[0]), "r"(r[1]), "r"(sel_a));
+  asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(x1) : "r"(r[0]), "r"(r[1]), "r"(sel_b));
+  asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(y0) : "r"(r[2]), "r"(r[3]), "r"(sel_a));
+  asm("prmt.b32 %0, %1, %2, %3;\n" : "=r"(y1) : "r"(r[2]), "r"(r[3]), "r"(sel_b));
   asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(st),
                "r"(x0), "r"(x1), "r"(y0), "r"(y1)
                : "memory");
+}
+__device__ __forceinline__ void pw_transpose_step(unsigned ld, unsigned st, unsigned sel_a,
+                                                  unsigned sel_b) {
+  unsigned r[4];
+  pw_transpose_load(ld, r);
+  pw_transpose_store(r, st, sel_a, sel_b);
 }
 // A lane's place in pw_transpose_v's steps: the matrix and row it addresses (mi, j), its quad
 // lane q, the ldmatrix row (key) and chunk, and the dimension (V^T row) it stores.
@@ -1665,15 +1684,34 @@ __device__ __forceinline__ PwTransposeOffsets pw_transpose_offsets(int ptid) {
     o.st[kg] = pw_opaque(pw_swizzle(t.st_dim, 2 * warp + kg, HEAD_SIZE));
   return o;
 }
+// -DGA_PREFILL_SM90_FP8_VAR=1024 (correct, off): pipelined, the next step's ldmatrix issued before
+// this step's permutes and stmatrix (8 registers a thread; all 8 steps' loads first spilled 45
+// STL/LDL at the producer's 88 registers, 4 at a time 39), so each load's latency overlaps the
+// step before: ncu (H200, session 19) had the PRMTs waiting on their LDSM as the producer's largest
+// stall, with the producer busy ~86% of the time. Measured 0.4% faster alone but slower with
+// GA_PW_SCHED_Q_REGS than Q_REGS alone (4 x 4096 causal: 694.9 / 696.5 / 690.3 us, main 697.5;
+// docs/fp8-prefill-h200-2026-11-28-s19.txt), so the default keeps the step-by-step order.
 __device__ __forceinline__ void pw_transpose_v_rows(unsigned raw, unsigned vt,
                                                     const PwTransposeOffsets& o, int ptid) {
   const PwTransposeLane t = pw_transpose_lane(ptid & 31);
+  if (!(PW_F8V & 1024)) {
 #pragma unroll
-  for (int kg = 0; kg < 2; ++kg) {
+    for (int kg = 0; kg < 2; ++kg) {
 #pragma unroll
-    for (int du = 0; du < HEAD_SIZE / 32; ++du)
-      pw_transpose_step(raw + o.ld[du] + kg * 16 * 128, vt + o.st[kg] + du * 32 * 128, t.sel_a,
-                        t.sel_b);
+      for (int du = 0; du < HEAD_SIZE / 32; ++du)
+        pw_transpose_step(raw + o.ld[du] + kg * 16 * 128, vt + o.st[kg] + du * 32 * 128, t.sel_a,
+                          t.sel_b);
+    }
+    return;
+  }
+  constexpr int DU = HEAD_SIZE / 32, STEPS = 2 * DU;  // step i: kg = i / DU, du = i % DU
+  unsigned r[2][4];
+  pw_transpose_load(raw + o.ld[0], r[0]);
+#pragma unroll
+  for (int i = 0; i < STEPS; ++i) {
+    if (i + 1 < STEPS)
+      pw_transpose_load(raw + o.ld[(i + 1) % DU] + (i + 1) / DU * 16 * 128, r[(i + 1) & 1]);
+    pw_transpose_store(r[i & 1], vt + o.st[i / DU] + i % DU * 32 * 128, t.sel_a, t.sel_b);
   }
 }
 
@@ -2317,8 +2355,27 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
         asm volatile("" : "+l"(hv[kk]));
       }
     };
+    // GA_PW_SCHED_Q_REGS (e4m3, params.h): this warp's 16 Q rows as wgmma A registers (qf, loaded
+    // once an item by load_q), S = Q K^T with A from registers: shared memory then serves S only
+    // K (16 KiB a warpgroup-tile where the Q slice added 8).
+    // (Only with the producer's warp-row gather, PW_F8_ROWS: block size 256 spilled more with it,
+    // 19 -> 32 STL/LDL.)
+    constexpr bool q_regs = PW_FP8 && PW_BLOCK_N == 128 && PW_F8_ROWS && !PW_F8_SPEC && !hoist &&
+                            (PW_SCHED & GA_PW_SCHED_Q_REGS) != 0;
+    unsigned qf[PW_KSTEPS][4];  // unused (and gone) without q_regs
+    auto load_q = [&] {
+#pragma unroll
+      for (int ks = 0; ks < PW_KSTEPS; ++ks) pw_q_frag(q_base, row0 + g, ks, t2 * 2, qf[ks]);
+    };
     // S = Q K^T of the K tile in `stage`, into s.
     auto issue_s = [&](int stage) {
+      if (q_regs) {
+        const unsigned long long kd = k_desc + ((stage * PW_KV_BYTES) >> 4);
+#pragma unroll
+        for (int ks = 0; ks < PW_KSTEPS; ++ks)
+          pw_wgmma8_rs<PW_BLOCK_N>(s, qf[ks], kd + pw_k_kstep(ks), ks > 0);
+        return;
+      }
       if (hoist) {
 #pragma unroll
         for (int ks = 0; ks < PW_KSTEPS; ++ks) {
@@ -2686,6 +2743,15 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
         }
       }
       pw_mbar_wait(bar_q, q_phase);
+      if (q_regs) {
+        load_q();
+#if PW_PERSIST
+        // Q is in registers (every lane's loads done: the warp's sync): the producer may load
+        // the next item's Q now.
+        __syncwarp();
+        if (lane == 0) pw_mbar_arrive(bar_q_empty);
+#endif
+      }
 #if !GA_BLOCK_SPARSE
       if (turns && cw == PW_CONSUMERS - 1) pw_bar_arrive(PW_SCHED_BAR, 256);  // consumer 0 starts
       // GA_PW_SCHED_STAGGER (e4m3, two consumers without turns): consumer 1 starts its first
@@ -2705,8 +2771,8 @@ extern "C" __global__ void __launch_bounds__(PW_THREADS, 1)
         advance();
       }
 #if PW_PERSIST
-      // This warp's last S is done: the producer may load the next tile's Q.
-      if (lane == 0) pw_mbar_arrive(bar_q_empty);
+      // This warp's last S is done: the producer may load the next tile's Q (q_regs: above).
+      if (lane == 0 && !q_regs) pw_mbar_arrive(bar_q_empty);
       q_phase ^= 1;
 #endif
       if (PW_OVERLAP) pv(prev, prev_phase, true);

@@ -128,13 +128,15 @@ TEST_CASE("key: GRAPHATTN_NVRTC_EXTRA_OPTIONS's parser takes the listed options 
                                  "-DGA_PREFILL_SM90_SCHED=4095"});
   CHECK(detail::parse_nvrtc_extra_options(
             "-DGA_PREFILL_SM90_FP8_SCHED=0 -DGA_PREFILL_SM90_FP8_SCHED=4095 "
-            "-DGA_PREFILL_SM90_FP8_SCHED=32767") ==
-        std::vector<std::string>{"-DGA_PREFILL_SM90_FP8_SCHED=0",
-                                 "-DGA_PREFILL_SM90_FP8_SCHED=4095",
-                                 "-DGA_PREFILL_SM90_FP8_SCHED=32767"});
+            "-DGA_PREFILL_SM90_FP8_SCHED=32767 -DGA_PREFILL_SM90_FP8_SCHED=65535") ==
+        std::vector<std::string>{
+            "-DGA_PREFILL_SM90_FP8_SCHED=0", "-DGA_PREFILL_SM90_FP8_SCHED=4095",
+            "-DGA_PREFILL_SM90_FP8_SCHED=32767", "-DGA_PREFILL_SM90_FP8_SCHED=65535"});
   CHECK(detail::parse_nvrtc_extra_options(
-            "-DGA_PREFILL_SM90_FP8_VAR=0 -DGA_PREFILL_SM90_FP8_VAR=1023") ==
-        std::vector<std::string>{"-DGA_PREFILL_SM90_FP8_VAR=0", "-DGA_PREFILL_SM90_FP8_VAR=1023"});
+            "-DGA_PREFILL_SM90_FP8_VAR=0 -DGA_PREFILL_SM90_FP8_VAR=1023 "
+            "-DGA_PREFILL_SM90_FP8_VAR=2047") ==
+        std::vector<std::string>{"-DGA_PREFILL_SM90_FP8_VAR=0", "-DGA_PREFILL_SM90_FP8_VAR=1023",
+                                 "-DGA_PREFILL_SM90_FP8_VAR=2047"});
   CHECK(detail::parse_nvrtc_extra_options(
             "-DGA_PREFILL_SM90_PERSIST=0 -DGA_PREFILL_SM90_PERSIST=3") ==
         std::vector<std::string>{"-DGA_PREFILL_SM90_PERSIST=0", "-DGA_PREFILL_SM90_PERSIST=3"});
@@ -177,9 +179,9 @@ TEST_CASE("key: GRAPHATTN_NVRTC_EXTRA_OPTIONS's parser takes the listed options 
                           "-DGA_PREFILL_SM90_SCHED=-1",
                           "-DGA_PREFILL_SM90_SCHED=1x",
                           "-DGA_PREFILL_SM90_SCHED=10000",
-                          "-DGA_PREFILL_SM90_FP8_SCHED=32768",
+                          "-DGA_PREFILL_SM90_FP8_SCHED=65536",
                           "-DGA_PREFILL_SM90_FP8_SCHED=",
-                          "-DGA_PREFILL_SM90_FP8_VAR=1024",
+                          "-DGA_PREFILL_SM90_FP8_VAR=2048",
                           "-DGA_PREFILL_SM90_FP8_VAR=",
                           "-DGA_PREFILL_SM90_FP8_VAR=1x",
                           "-DGA_PREFILL_SM90_FP8_VAR=-1",
