@@ -541,6 +541,7 @@ PeerTimes run_peer(const std::string& script, const std::string& out_json,
       p.prefill_fp8_us[std::to_string(r["batch"].get<int>()) + ":" +
                        std::to_string(r["tokens"].get<int>())] = r["us"].get<double>();
       p.fp8_backend = r.value("backend", "");
+      p.fp8_rel_l2 = r.value("rel_l2_vs_fp32", -1.0);
     } else {
       p.fp8_why = r.value("error", "no time");
     }

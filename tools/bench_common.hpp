@@ -145,10 +145,12 @@ struct PeerTimes {
   std::string backend;                       // e.g. "cudnn_attention"
   std::map<std::string, double> decode_us;   // key "BxL:D"
   std::map<std::string, double> prefill_us;  // key "B:L:D"
-  // fp8 (e4m3 q, K, V) prefill through cuDNN's SDPA where this PyTorch exposes it, key "BxL";
-  // else fp8_why says what PyTorch answered.
+  // fp8 (e4m3 q, K, V) prefill through cuDNN's SDPA, by PyTorch where it exposes it, else by
+  // cuDNN's Python frontend where installed, key "B:L"; else fp8_why says what each answered.
+  // fp8_rel_l2: the frontend peer's relative L2 error against fp32 (-1: not checked).
   std::map<std::string, double> prefill_fp8_us;
   std::string fp8_backend, fp8_why;
+  double fp8_rel_l2 = -1;
 };
 PeerTimes run_peer(const std::string& script, const std::string& out_json,
                    const std::vector<std::string>& decode_keys,

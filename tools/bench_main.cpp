@@ -201,12 +201,15 @@ int main(int argc, char** argv) {
                 flush_by_reading ? "reading twice its size (--flush-by-reading)"
                                  : "writing twice its size");
     PeerTimes peer;
-    if (use_peer && (wants("decode") || wants("prefill"))) {
+    if (use_peer && (wants("decode") || wants("prefill") || wants("prefill-fp8"))) {
       std::vector<std::string> dk, pk;
       if (wants("decode"))
         for (const auto& s : dopt.shapes)
           if (!s.peer_key().empty()) dk.push_back(s.peer_key());
-      if (wants("prefill")) pk = {"4:4096:128", "4:4096:64", "4:4096:256"};
+      if (wants("prefill"))
+        pk = {"4:4096:128", "4:4096:64", "4:4096:256"};
+      else if (wants("prefill-fp8"))
+        pk = {"4:4096:128"};  // the bf16 and fp8 peers of the fp8 part's two rows
       const std::string out =
           json_path.empty() ? "/tmp/graphattn-peer.json" : json_path + ".peer.json";
       peer = run_peer(peer_script, out, dk, pk);

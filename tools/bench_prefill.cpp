@@ -182,8 +182,9 @@ nlohmann::json bench_prefill(const Device& dev, int batch, int len, int reps, co
   const double flops =
       4.0 * D * H * batch *
       (static_cast<double>(len) * prefix + static_cast<double>(len) * (len + 1) / 2);
-  // fp8: the peer is cuDNN's fp8 SDPA where PyTorch exposes it (else none, and why); chunked
-  // prefill (a cached prefix) and the block-sparse row have no peer row.
+  // fp8: the peer is cuDNN's fp8 SDPA, through PyTorch where it exposes it, else through cuDNN's
+  // own Python frontend where that is installed (else none, and why); chunked prefill (a cached
+  // prefix) and the block-sparse row have no peer row.
   const auto& peer_times = fp8 ? peer.prefill_fp8_us : peer.prefill_us;
   auto it = peer_times.find(std::to_string(batch) + ":" + std::to_string(len) +
                             (fp8 ? "" : ":" + std::to_string(D)));
@@ -215,9 +216,17 @@ nlohmann::json bench_prefill(const Device& dev, int batch, int len, int reps, co
                             (D != 128 ? " h" + std::to_string(D) : "");
   std::printf("%-12s %10.1f %10.1f %10s %10s %12s %9.2e%s\n", label.c_str(), us, flops / us / 1e6,
               peer_us_s, peer_tf_s, ratio_s, err, err <= tol ? "" : "  FAIL");
-  if (fp8 && peer.available)
-    std::printf("fp8 peer: %s\n", peer_us > 0 ? ("PyTorch SDPA, " + peer.fp8_backend).c_str()
-                                              : ("none: " + peer.fp8_why).c_str());
+  if (fp8 && peer.available) {
+    if (peer_us > 0)
+      std::printf("fp8 peer: %s%s\n", peer.fp8_backend.c_str(),
+                  peer.fp8_rel_l2 >= 0
+                      ? (", its output against fp32 on the same inputs: relative L2 " +
+                         std::to_string(peer.fp8_rel_l2))
+                            .c_str()
+                      : "");
+    else
+      std::printf("fp8 peer: none: %s\n", peer.fp8_why.c_str());
+  }
   return {
       {"block_sparse", bsp},
       {"batch", batch},
@@ -230,6 +239,10 @@ nlohmann::json bench_prefill(const Device& dev, int batch, int len, int reps, co
       {"ours_over_peer_throughput", peer_us > 0 ? nlohmann::json(peer_us / us) : nlohmann::json()},
       {"peer_fp8_unavailable",
        fp8 && peer_us == 0 ? nlohmann::json(peer.fp8_why) : nlohmann::json()},
+      {"peer_fp8_backend", fp8 && peer_us > 0 ? nlohmann::json(peer.fp8_backend) : nlohmann::json()},
+      {"peer_fp8_rel_l2",
+       fp8 && peer_us > 0 && peer.fp8_rel_l2 >= 0 ? nlohmann::json(peer.fp8_rel_l2)
+                                                  : nlohmann::json()},
       {"max_rel_l2_error", err}};
 }
 
