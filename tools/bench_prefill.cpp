@@ -239,10 +239,11 @@ nlohmann::json bench_prefill(const Device& dev, int batch, int len, int reps, co
       {"ours_over_peer_throughput", peer_us > 0 ? nlohmann::json(peer_us / us) : nlohmann::json()},
       {"peer_fp8_unavailable",
        fp8 && peer_us == 0 ? nlohmann::json(peer.fp8_why) : nlohmann::json()},
-      {"peer_fp8_backend", fp8 && peer_us > 0 ? nlohmann::json(peer.fp8_backend) : nlohmann::json()},
-      {"peer_fp8_rel_l2",
-       fp8 && peer_us > 0 && peer.fp8_rel_l2 >= 0 ? nlohmann::json(peer.fp8_rel_l2)
-                                                  : nlohmann::json()},
+      {"peer_fp8_backend",
+       fp8 && peer_us > 0 ? nlohmann::json(peer.fp8_backend) : nlohmann::json()},
+      {"peer_fp8_rel_l2", fp8 && peer_us > 0 && peer.fp8_rel_l2 >= 0
+                              ? nlohmann::json(peer.fp8_rel_l2)
+                              : nlohmann::json()},
       {"max_rel_l2_error", err}};
 }
 
