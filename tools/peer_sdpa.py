@@ -9,11 +9,12 @@ Usage: peer_sdpa.py OUT.json [--decode B:L[:HEAD_SIZE] ...] [--prefill B:L[:HEAD
 Method (same as graphattn-bench): random bf16 data, CUDA events around each call, the L2 flushed
 by writing a buffer twice its size before every repetition, median of --reps after warm-up.
 
-fp8 (e4m3 q, K, V, bf16 out, head 128): PyTorch's SDPA where it takes fp8; where it does not
+fp8 (e4m3 q, K, V, head 128): PyTorch's SDPA where it takes fp8; where it does not
 (PyTorch 2.11 does not), cuDNN's own fp8 attention (the sdpa_fp8 node) through cuDNN's Python
 frontend (`import cudnn`, the nvidia-cudnn-frontend wheel) when it is installed, on the same
 contiguous tensors and GQA, with its output checked against a float32 reference of the
-dequantized inputs first (batch 0; the relative L2 error is reported beside the time).
+dequantized inputs first (batch 0; the relative L2 error is reported beside the time). O is bf16
+as graphattn's, or e4m3 where cuDNN takes no 16-bit O (Hopper, cuDNN 9.19); the row says which.
 """
 import argparse
 import json
@@ -66,16 +67,22 @@ def run_sdpa(q, k, v, causal, reps, flush):
 
 
 def cudnn_frontend_fp8(q, k, v, reps, flush):
-    """cuDNN's fp8 SDPA (causal, bf16 out) through its Python frontend on e4m3 q [B,H,L,D] and
-    K, V [B,KH,L,D] (views of [B,L,*,D] storage, as the frontend's own tests lay them out), unit
-    descales. Returns (us, description, relative L2 error of batch 0 against float32 SDPA on the
-    dequantized inputs). Raises ImportError without the frontend and RuntimeError (with cuDNN's
-    reason) where it does not take the graph."""
+    """cuDNN's fp8 SDPA (causal; O in bf16, else e4m3) through its Python frontend on e4m3
+    q [B,H,L,D] and K, V [B,KH,L,D] (views of [B,L,*,D] storage, as the frontend's own tests lay
+    them out), unit descales. Returns (us, description, relative L2 error of batch 0 against
+    float32 SDPA on the dequantized inputs). Raises ImportError without the frontend and
+    RuntimeError (with cuDNN's reason) where it does not take the graph."""
     import cudnn  # the nvidia-cudnn-frontend wheel
-    B, H, L, D = q.shape
-    KH = k.shape[1]
-    u = FP8_UIDS
     handle = cudnn.create_handle()
+    try:
+        return _cudnn_fp8_run(cudnn, handle, q, k, v, reps, flush)
+    finally:
+        cudnn.destroy_handle(handle)
+
+
+def _cudnn_fp8_run(cudnn, handle, q, k, v, reps, flush):
+    B, H, L, D = q.shape
+    u = FP8_UIDS
     cudnn.set_stream(handle=handle, stream=torch.cuda.current_stream().cuda_stream)
     e4m3, f32 = cudnn.data_type.FP8_E4M3, cudnn.data_type.FLOAT
 
@@ -147,7 +154,6 @@ def cudnn_frontend_fp8(q, k, v, reps, flush):
     us = timed(fn, reps, flush)
     desc = (f"cudnn_frontend_sdpa_fp8 (frontend {getattr(cudnn, '__version__', '?')}, cuDNN "
             f"{cudnn.backend_version_string()}, causal by {how}, O in {o_name})")
-    cudnn.destroy_handle(handle)
     return us, desc, err
 
 
