@@ -27,6 +27,17 @@ import statistics
 import sys
 
 KERNEL = r"""
+// exp_iters rounds of ex2.approx on 16 independent registers, each result less 1.5 (bounded)
+__device__ __forceinline__ void exp_rounds(float (&x)[16], int exp_iters) {
+  for (int e = 0; e < exp_iters; ++e) {
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      float y;
+      asm volatile("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x[j]));
+      x[j] = y - 1.5f;
+    }
+  }
+}
 extern "C" __global__ void __launch_bounds__(256, 1)
 pipe_overlap(int mode, int iters, int exp_iters, float* out) {
   __shared__ __align__(1024) unsigned char smem[16384];
@@ -65,16 +76,7 @@ pipe_overlap(int mode, int iters, int exp_iters, float* out) {
                      : WGMMA_INS);
       }
       asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-      if (mode == 3) {
-        for (int e = 0; e < exp_iters; ++e) {
-#pragma unroll
-          for (int j = 0; j < 16; ++j) {
-            float y;
-            asm volatile("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x[j]));
-            x[j] = y - 1.5f;
-          }
-        }
-      }
+      if (mode == 3) exp_rounds(x, exp_iters);
       asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
     }
 #pragma unroll
@@ -85,16 +87,7 @@ pipe_overlap(int mode, int iters, int exp_iters, float* out) {
     float x[16];
 #pragma unroll
     for (int j = 0; j < 16; ++j) x[j] = 0.001f * (threadIdx.x + j);
-    for (int it = 0; it < iters; ++it) {
-      for (int e = 0; e < exp_iters; ++e) {
-#pragma unroll
-        for (int j = 0; j < 16; ++j) {
-          float y;
-          asm volatile("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x[j]));
-          x[j] = y - 1.5f;
-        }
-      }
-    }
+    for (int it = 0; it < iters; ++it) exp_rounds(x, exp_iters);
 #pragma unroll
     for (int j = 0; j < 16; ++j) acc += x[j];
   }
