@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 
 #include "graphattn/error.hpp"
@@ -134,7 +135,8 @@ __device__ __forceinline__ void read_lat(const uint4* in, unsigned long long n, 
   for (int j = 0; j < K; ++j) acc ^= a[j].x ^ a[j].y ^ a[j].z ^ a[j].w;
   if (acc == 0x9e3779b9u) sink[0] = acc;
 }
-// One extern "C" kernel a variant: name, body template, K, threads a block.
+// One extern "C" kernel a variant: name, body template, K, threads a block (the host's list of
+// them, with the same K and threads: kOnePass below).
 #define GA_ONE_PASS(name, body, K, threads)                                                  \
   extern "C" __global__ void __launch_bounds__(threads)                                     \
       name(const uint4* in, unsigned long long n, unsigned* sink) {                         \
@@ -342,6 +344,20 @@ void launch_paged_read(const Device& dev, const PagedRead& r, CUdeviceptr sink) 
                                               128, 1, 1, r.smem_bytes, dev.stream, args, nullptr));
 }
 
+// The one-pass readers of the kernel source above (its GA_ONE_PASS lines: name, K, threads), in
+// Device::one_pass's order; cp.async ones take threads x K x 16 bytes of dynamic shared memory.
+struct OnePassReader {
+  const char* name;
+  int k, threads;
+  bool cp_async;
+};
+constexpr OnePassReader kOnePass[] = {{"read_lat2", 2, 512, false}, {"read_lat4", 4, 512, false},
+                                      {"read_lat8", 8, 512, false}, {"read_cpa4", 4, 512, true},
+                                      {"read_cpa8", 8, 512, true},  {"read_cpa16", 16, 512, true},
+                                      {"read_cpa32", 32, 256, true}};
+static_assert(std::size(kOnePass) == sizeof(Device::one_pass) / sizeof(CUfunction),
+              "one CUfunction a reader");
+
 double read_latency_rows(const Device& dev, int reps, CUdeviceptr in, size_t bytes) {
   const auto& d = detail::driver();
   CUdeviceptr sink = dev.flush_sink->ptr();
@@ -381,13 +397,11 @@ double read_latency_rows(const Device& dev, int reps, CUdeviceptr in, size_t byt
     }
   };
   std::printf("   one-pass reads (K 16-byte loads a thread; grid x threads: us):");
-  const int kl[3] = {2, 4, 8}, kc[4] = {4, 8, 16, 32};
-  for (int i = 0; i < 3; ++i) one_pass("ld", dev.read_lat[i], kl[i], 512, 0);
-  std::printf("\n  ");
-  for (int i = 0; i < 4; ++i) {
-    const int threads = kc[i] == 32 ? 256 : 512;
-    one_pass("cp.async", dev.read_cpa[i], kc[i], threads,
-             static_cast<unsigned>(threads) * kc[i] * 16u);
+  for (size_t i = 0; i < std::size(kOnePass); ++i) {
+    const OnePassReader& r = kOnePass[i];
+    if (r.cp_async && (i == 0 || !kOnePass[i - 1].cp_async)) std::printf("\n  ");
+    one_pass(r.cp_async ? "cp.async" : "ld", dev.one_pass[i], r.k, r.threads,
+             r.cp_async ? static_cast<unsigned>(r.threads) * r.k * 16u : 0u);
   }
   std::printf("\n");
   if (dev.arch >= 90) {
@@ -473,14 +487,8 @@ Device open_device(int device) {
   GA_CU_CHECK(d.cuModuleGetFunction(&dev.paged_read, dev.helpers, "paged_read"));
   GA_CU_CHECK(d.cuModuleGetFunction(&dev.empty_kernel, dev.helpers, "empty_kernel"));
   GA_CU_CHECK(d.cuModuleGetFunction(&dev.read_bulk, dev.helpers, "read_bulk"));
-  {
-    const char* lat[3] = {"read_lat2", "read_lat4", "read_lat8"};
-    for (int i = 0; i < 3; ++i)
-      GA_CU_CHECK(d.cuModuleGetFunction(&dev.read_lat[i], dev.helpers, lat[i]));
-    const char* cpa[4] = {"read_cpa4", "read_cpa8", "read_cpa16", "read_cpa32"};
-    for (int i = 0; i < 4; ++i)
-      GA_CU_CHECK(d.cuModuleGetFunction(&dev.read_cpa[i], dev.helpers, cpa[i]));
-  }
+  for (size_t i = 0; i < std::size(kOnePass); ++i)
+    GA_CU_CHECK(d.cuModuleGetFunction(&dev.one_pass[i], dev.helpers, kOnePass[i].name));
   dev.flush = std::make_unique<DeviceBuffer>(2 * static_cast<size_t>(dev.l2_bytes));
   dev.flush->fill_bytes(0);
   dev.flush_sink = std::make_unique<DeviceBuffer>(64);

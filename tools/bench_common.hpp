@@ -29,8 +29,7 @@ struct Device {
   // --read-latency: an empty kernel, read_lat2..8 (K register loads a thread), read_cpa4..32 (K
   // cp.async copies a thread, all in flight), read_bulk (sm_90 bulk copies into shared memory)
   CUfunction empty_kernel = nullptr, read_bulk = nullptr;
-  CUfunction read_lat[3] = {};          // K = 2, 4, 8
-  CUfunction read_cpa[4] = {};          // K = 4, 8, 16, 32
+  CUfunction one_pass[7] = {};          // bench_common.cpp's kOnePass readers, in its order
   std::unique_ptr<DeviceBuffer> flush;  // twice the L2, written before every timed repetition
   // --flush-by-reading: the flush buffer is read (read_only) instead of written, which leaves L2
   // holding clean lines: a written flush leaves up to an L2 of dirty lines, whose write-back
